@@ -1,0 +1,143 @@
+# The build and the pipeline. `make` builds every stage into bin/ (CPU; CUDA objects too where nvcc exists),
+# `make test` runs the test suite, `make reproduce` runs the experiment end to end (see README).
+# Extra targets live in mk/*.mk (one fragment per concern), included at the end.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+CC ?= gcc
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+
+CODE_VERSION := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+WARN := -Wall -Wextra -Wno-unused-parameter
+BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -fopenmp -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread \
+               -DCODE_VERSION='"$(CODE_VERSION)"'
+OPT ?= -O2 -g
+CFLAGS ?= $(OPT)
+LDLIBS := -lcjson -lcurl -larchive -lcrypto -lopenblas -lm -fopenmp
+
+# ---- CUDA: built whenever nvcc exists (a GPU is only needed to run it) ----
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_SRC := $(wildcard kernels/cuda/*.cu)
+ifneq ($(NVCC),)
+ifneq ($(CUDA_SRC),)
+CUDA_ENABLED := 1
+endif
+endif
+NVCC_FLAGS ?= -O3 -std=c++17 -arch=sm_90 -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC --expt-relaxed-constexpr
+
+# ---- sources ----
+CORE_SRC := $(wildcard pipeline/*.c) $(wildcard datasets/*.c)
+NN_SRC := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c) $(wildcard model/*.c)
+# Programs whose source includes a kernels/ or model/ header also link the nn library (the others build without it).
+USES_NN := $(shell grep -l -E '^\#include "(kernels|model)/' stages/*.c tests/unit/*.c 2>/dev/null)
+nn_for = $(if $(filter $(1),$(USES_NN)),$(2))
+STAGES := $(patsubst stages/%.c,%,$(wildcard stages/*.c))
+UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_*.c))
+F64_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/f64_*.c))
+CUDA_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/cuda_*.c))
+
+# ---- build variants: default (f32, +CUDA), f64 (CPU only, for gradient checks), asan (sanitizers) ----
+OBJ := build/obj
+OBJ64 := build/f64
+OBJASAN := build/asan
+CORE := build/libcore.a
+NN := build/libnn.a
+CORE64 := build/libcore_f64.a
+NN64 := build/libnn_f64.a
+COREASAN := build/libcore_asan.a
+NNASAN := build/libnn_asan.a
+
+ifdef CUDA_ENABLED
+CUDA_OBJ := $(patsubst %.cu,$(OBJ)/%.o,$(CUDA_SRC))
+CUDA_DEFS := -DHAVE_CUDA
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcudart -lstdc++
+endif
+
+all: deps $(addprefix bin/,$(STAGES))
+
+.PHONY: all deps deps-test deps-torch clean test test-unit test-f64 test-asan test-e2e test-cuda
+
+deps:
+	@mk/deps.sh build
+deps-test:
+	@mk/deps.sh test
+deps-torch:
+	@mk/deps.sh torch
+
+$(OBJ)/%.o: %.c | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) $(CUDA_DEFS) $(CFLAGS) -MMD -MP -c $< -o $@
+$(OBJ)/%.o: %.cu | deps
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
+$(OBJ64)/%.o: %.c | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) -DSCALAR_F64 $(CFLAGS) -MMD -MP -c $< -o $@
+$(OBJASAN)/%.o: %.c | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
+	  -MMD -MP -c $< -o $@
+
+$(CORE): $(patsubst %.c,$(OBJ)/%.o,$(CORE_SRC))
+	@rm -f $@; ar rcs $@ $^
+$(NN): $(patsubst %.c,$(OBJ)/%.o,$(NN_SRC)) $(CUDA_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(CORE64): $(patsubst %.c,$(OBJ64)/%.o,$(CORE_SRC))
+	@rm -f $@; ar rcs $@ $^
+$(NN64): $(patsubst %.c,$(OBJ64)/%.o,$(NN_SRC))
+	@rm -f $@; ar rcs $@ $^
+$(COREASAN): $(patsubst %.c,$(OBJASAN)/%.o,$(CORE_SRC))
+	@rm -f $@; ar rcs $@ $^
+$(NNASAN): $(patsubst %.c,$(OBJASAN)/%.o,$(NN_SRC))
+	@rm -f $@; ar rcs $@ $^
+
+.SECONDEXPANSION:
+bin/%: $(OBJ)/stages/%.o $$(call nn_for,stages/$$*.c,$(NN)) $(CORE)
+	@mkdir -p bin
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(call nn_for,stages/$*.c,$(CUDA_LIBS))
+
+# ---- tests (Check) ----
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lpthread)
+build/tests/test_%: $(OBJ)/tests/unit/test_%.o $$(call nn_for,tests/unit/test_$$*.c,$(NN)) $(CORE)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(call nn_for,tests/unit/test_$*.c,$(CUDA_LIBS)) $(CHECK_LIBS)
+build/tests/f64_%: $(OBJ64)/tests/unit/f64_%.o $(NN64) $(CORE64)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
+build/tests/cuda_%: $(OBJ)/tests/unit/cuda_%.o $(NN) $(CORE)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) $(CHECK_LIBS)
+build/asan/tests/test_%: $(OBJASAN)/tests/unit/test_%.o $$(call nn_for,tests/unit/test_$$*.c,$(NNASAN)) $(COREASAN)
+	@mkdir -p $(dir $@)
+	$(CC) -fsanitize=address,undefined -fopenmp -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
+
+UNIT_BINS := $(addprefix build/tests/,$(UNIT_TESTS))
+F64_BINS := $(addprefix build/tests/,$(F64_TESTS))
+CUDA_BINS := $(if $(CUDA_ENABLED),$(addprefix build/tests/,$(CUDA_TESTS)))
+ASAN_BINS := $(addprefix build/asan/tests/,$(UNIT_TESTS))
+
+test-unit: all $(UNIT_BINS)
+	@tests/run_suite.sh unit $(UNIT_BINS)
+test-f64: all $(F64_BINS)
+	@tests/run_suite.sh f64 $(F64_BINS)
+test-asan: all $(ASAN_BINS)
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run_suite.sh asan $(ASAN_BINS)
+test-cuda: all $(CUDA_BINS)
+	@tests/run_suite.sh cuda $(CUDA_BINS)
+test-e2e: all
+	@tests/run_suite.sh e2e $(sort $(wildcard tests/e2e/test_*.sh))
+
+# Everything, then one closing line "N passed, N failed" summed over the suites.
+test: deps-test
+	@rm -f build/test-results.txt
+	@$(MAKE) --no-print-directory test-unit test-f64 test-asan test-cuda test-e2e -k; status=$$?; \
+	  tests/summarize.sh build/test-results.txt; s2=$$?; [ $$status = 0 ] && [ $$s2 = 0 ]
+
+clean:
+	rm -rf build bin
+
+-include $(shell find build -name '*.d' 2>/dev/null)
+-include $(sort $(wildcard mk/*.mk))

@@ -1,0 +1,173 @@
+/* The backend interface: every numerical op the models need, behind one table of function pointers.
+ *
+ * Model code calls only these ops (never #ifdef CUDA). The CPU implementation (kernels/cpu/) is the readable
+ * definition of each op; the CUDA implementation (kernels/cuda/) must agree with it in a test.
+ *
+ * Conventions
+ *  - All tensors are row-major, contiguous, and live in the backend's memory (host for CPU, device for CUDA).
+ *  - scalar_t is float, or double when built with -DSCALAR_F64 (the CPU-only build used by gradient checks).
+ *  - "+=" in a comment means the op accumulates into its output; "=" means it overwrites.
+ *  - Shapes are written in comments as [dim, dim, ...]; N is a number of rows (tokens), C a width.
+ *  - Ops that return a double (reductions) return it on the host; the CUDA backend synchronises for them.
+ */
+#ifndef KERNELS_BACKEND_H
+#define KERNELS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef SCALAR_F64
+typedef double scalar_t;
+#define SCALAR_NAME "f64"
+#else
+typedef float scalar_t;
+#define SCALAR_NAME "f32"
+#endif
+
+/* Numeric precision used by a backend for its matmuls (CUDA only honours bf16; CPU is always exact scalar_t). */
+typedef enum { PRECISION_FP32 = 0, PRECISION_BF16 = 1 } Precision;
+
+typedef struct Backend Backend;
+struct Backend {
+    const char *name;      /* "cpu" or "cuda" */
+    char device_name[128]; /* human-readable hardware description, e.g. CPU model or GPU name */
+    Precision precision;   /* set by the caller before use; CPU ignores it */
+    void *impl;            /* backend-private state (cuBLAS handle, workspaces, ...) */
+
+    /* ---- memory ---- */
+    void *(*alloc)(Backend *be, size_t bytes); /* zero-filled; dies with a message on failure */
+    void (*free)(Backend *be, void *p);
+    void (*to_device)(Backend *be, void *dst, const void *src_host, size_t bytes);
+    void (*to_host)(Backend *be, void *dst_host, const void *src, size_t bytes);
+    void (*copy)(Backend *be, void *dst, const void *src, size_t bytes); /* device to device */
+    void (*zero)(Backend *be, void *p, size_t bytes);
+    void (*synchronize)(Backend *be);
+    void (*destroy)(Backend *be);
+
+    /* ---- dense linear algebra ----
+     * C[M,N] = alpha * op(A) @ op(B) + beta * C, op(A) is [M,K], op(B) is [K,N].
+     * transA: A is stored as [K,M]; transB: B is stored as [N,K] (e.g. a PyTorch Linear weight [out,in]).
+     * beta = 0 must overwrite C even if it holds NaN. */
+    void (*matmul)(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B, int M, int N, int K, int transA,
+                   int transB, scalar_t alpha, scalar_t beta);
+
+    /* ---- elementwise ---- */
+    void (*add_inplace)(Backend *be, scalar_t *y, const scalar_t *x, size_t n);   /* y[n] += x[n] */
+    void (*scale_inplace)(Backend *be, scalar_t *y, scalar_t s, size_t n);        /* y[n] *= s */
+    void (*add_bias)(Backend *be, scalar_t *y, const scalar_t *bias, int N, int C); /* y[N,C] += bias[C] */
+    void (*bias_backward)(Backend *be, scalar_t *dbias, const scalar_t *dy, int N, int C); /* dbias[C] += sum_n dy */
+    void (*relu_forward)(Backend *be, scalar_t *y, const scalar_t *x, size_t n);  /* y = max(x,0); y may equal x */
+    /* dx = dy * (pre > 0), overwrite; pre is the ReLU input. dx may alias dy. */
+    void (*relu_backward)(Backend *be, scalar_t *dx, const scalar_t *dy, const scalar_t *pre, size_t n);
+
+    /* ---- embedding ---- */
+    void (*embedding_forward)(Backend *be, scalar_t *h, const int32_t *tokens, const scalar_t *table, int N,
+                              int C); /* h[N,C] = table[tokens[n]] */
+    void (*embedding_backward)(Backend *be, scalar_t *dtable, const scalar_t *dh, const int32_t *tokens, int N,
+                               int C); /* dtable[tokens[n]] += dh[n] */
+
+    /* ---- LayerNorm over the last dim, biased variance, eps inside the sqrt ----
+     * y[N,C] = (x - mean) * rstd * w + b; w and b may be NULL (no affine: w=1, b=0).
+     * mean[N], rstd[N] are saved for the backward. */
+    void (*layernorm_forward)(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd, const scalar_t *x,
+                              const scalar_t *w, const scalar_t *b, int N, int C, scalar_t eps);
+    /* dx[N,C] += ..., dw[C] += ..., db[C] += ... (dw/db ignored when w/b are NULL). */
+    void (*layernorm_backward)(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *db, const scalar_t *dy,
+                               const scalar_t *x, const scalar_t *w, const scalar_t *mean, const scalar_t *rstd, int N,
+                               int C);
+
+    /* ---- RoPE, NeoX rotate-half layout, in place on x[B,T,H,D] ----
+     * Rotates dims [0,n_rot) of every head (n_rot even), half = n_rot/2, theta_i = base^(-2i/n_rot) computed in fp32,
+     * position of row t = pos_offset + t:
+     *   y[i] = x[i] cos - x[i+half] sin ;  y[i+half] = x[i+half] cos + x[i] sin   (i < half)
+     * inverse != 0 applies the transpose (rotation by -angle): the backward of the forward rotation. */
+    void (*rope)(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, int pos_offset, scalar_t base,
+                 int inverse);
+
+    /* ---- causal softmax attention ----
+     * q[B,Tq,H,D], k[B,Tk,H,D], v[B,Tk,H,D] (Tk >= Tq; query i sits at absolute position Tk-Tq+i and sees keys
+     * j <= Tk-Tq+i), out[B,Tq,H,D], lse[B,H,Tq] = logsumexp of the scaled scores (saved for the backward).
+     * scores = scale * q.k (MoEUT and the DM-math dense model pre-scale q and k and pass scale = 1). */
+    void (*attention_forward)(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
+                              const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale);
+    /* dq, dk, dv += gradients (same shapes as q, k, v). Requires Tq == Tk. */
+    void (*attention_backward)(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
+                               const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
+                               const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
+
+    /* ---- sigmoid top-k routing ----
+     * logits[N,G,E] (G independent groups, e.g. attention heads; G=1 for the FFN).
+     * For each (n,g): the k experts with the largest logits (ties: lower index first), excluding experts whose
+     * drop mask entry is nonzero (drop[N,G,E], may be NULL; expert dropout).
+     * sel[N,G,k] = g*E + e (GLOBAL expert id, ready for cvmm); gate[N,G,k] = sigmoid(logits[n,g,e]).
+     * Slot order: descending logit. */
+    void (*topk_sigmoid)(Backend *be, int32_t *sel, scalar_t *gate, const scalar_t *logits, const uint8_t *drop,
+                         int N, int G, int E, int k);
+    /* dlogits[N,G,E] += dgate * gate * (1 - gate) scattered to the selected experts. */
+    void (*topk_sigmoid_backward)(Backend *be, scalar_t *dlogits, const scalar_t *dgate, const int32_t *sel,
+                                  const scalar_t *gate, int N, int G, int E, int k);
+
+    /* ---- cvmm: conditional (expert-selected) vector-matrix multiply ----
+     * M entries p = 0..M-1, expert sel[p] in [0,n_experts), weights W[n_experts, Kin, Nout].
+     *   y_p = X[p / in_div, :] @ W[sel[p]]                        (X has M/in_div rows of Kin)
+     * Without reduction (w == NULL): Y[p, :] = y_p                (Y[M, Nout], overwritten)
+     * With reduction weights w[M]:   Y[r, :] = sum_{p: p/out_div == r} w[p] * y_p   (Y[M/out_div, Nout], overwritten)
+     * The four MoE call patterns (spec §4.3):
+     *   FFN up   : X=x[N,C],       sel[N,K],      in_div=K,    w=NULL          -> U[N*K, S]
+     *   FFN down : X=A[N*K,S],     sel[N,K],      in_div=1,    w[N*K], out_div=K     -> f[N, C]
+     *   Att V    : X=x[N,C],       sel[N,H,KA],   in_div=H*KA, w[N*H*KA], out_div=KA -> v[N*H, D]
+     *   Att O    : X=r[N*H,D],     sel[N,H,KA],   in_div=KA,   w[N*H*KA], out_div=H*KA -> out[N, C] */
+    void (*cvmm_forward)(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const int32_t *sel,
+                         const scalar_t *w, int M, int in_div, int out_div, int n_experts, int Kin, int Nout);
+    /* Backward of cvmm_forward, given dY (shape of Y):
+     *   G_p = (w ? w[p] * dY[p/out_div] : dY[p])
+     *   dX[p/in_div] += G_p @ W[sel[p]]^T      (dX may be NULL)
+     *   dW[sel[p]]   += X[p/in_div]^T (x) G_p  (dW may be NULL)
+     *   dw[p]         = <dY[p/out_div], y_p>   (overwrite; only when w and dw are non-NULL) */
+    void (*cvmm_backward)(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY,
+                          const scalar_t *X, const scalar_t *W, const int32_t *sel, const scalar_t *w, int M,
+                          int in_div, int out_div, int n_experts, int Kin, int Nout);
+
+    /* ---- entropy ("perplexity") regularizer, masked [B,B]-broadcast form of the DM-math training code ----
+     * logits[R,B,T,G,E]: the raw router logits of the R applications of ONE module (history in application order).
+     * valid[B,T] (uint8): 1 where the position has a real target; NULL means all valid.
+     * p = softmax over E per (r,b,t,g); cnt_b = R * (valid positions of b); pbar_{b,g} = mean of p over the valid
+     * (r,t) of b; H_{b,g} = -sum_e pbar log pbar.
+     * value = -(1/(B*B*G)) sum_{i,j,g} r_ij (H_{j,g} - log r_ij),   r_ij = cnt_j / cnt_i
+     * (with all positions valid this is -mean_{b,g} H_{b,g}, the spec's layers_time form).
+     * Returns value (unscaled). If dlogits != NULL: dlogits = coef * d(value)/d(logits) (overwrite), i.e. for a
+     * valid position of sequence j: coef * p (log pbar_j - sum_e p log pbar_j) * mean_i(1/cnt_i) / (B*G); 0 elsewhere.
+     * Sequences with no valid position are left out of B entirely. */
+    double (*entropy_reg)(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
+                          int T, int G, int E, scalar_t coef);
+
+    /* ---- cross-entropy ----
+     * logits[N,V], targets[N] with -1 = not counted. Returns sum over counted rows of -log softmax[target].
+     * losses[N] (may be NULL) = per-row loss (0 for uncounted rows).
+     * dlogits (may be NULL, may alias logits) = grad_scale * (softmax - onehot) on counted rows, 0 on the others. */
+    double (*cross_entropy)(Backend *be, scalar_t *dlogits, scalar_t *losses, const scalar_t *logits,
+                            const int32_t *targets, int N, int V, scalar_t grad_scale);
+    /* argmax[N] over the last dim of x[N,V] (ties: lowest index). */
+    void (*argmax_rows)(Backend *be, int32_t *argmax, const scalar_t *x, int N, int V);
+
+    /* ---- optimizer ----
+     * PyTorch AdamW, step t >= 1: p *= (1 - lr*wd); m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     * p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). m and v are fp32 state the same size as p. */
+    void (*adamw_step)(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, scalar_t *v, size_t n, double lr,
+                       double beta1, double beta2, double eps, double wd, long t);
+    double (*sum_squares)(Backend *be, const scalar_t *x, size_t n); /* sum x^2, accumulated in double */
+    int (*all_finite)(Backend *be, const scalar_t *x, size_t n);     /* 1 if no NaN/Inf */
+};
+
+/* Creates a backend by name: "cpu" always works; "cuda" works when built with nvcc and a usable GPU is present.
+ * On failure returns NULL and writes one line into err. */
+Backend *backend_create(const char *name, char *err, size_t errlen);
+void backend_destroy(Backend *be);
+
+/* Implementations (backend_create dispatches to these). */
+Backend *backend_cpu_create(void);
+#ifdef HAVE_CUDA
+Backend *backend_cuda_create(char *err, size_t errlen);
+#endif
+
+#endif

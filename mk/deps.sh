@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages a target group needs, only when one is missing (a fresh machine has none of them).
+# Usage: mk/deps.sh build|test|torch   (test includes build; torch is for the PyTorch twin and bench-cpu)
+set -euo pipefail
+build_pkgs="gcc make pkg-config libcjson-dev check libsubunit-dev libopenblas-dev libarchive-dev libcurl4-openssl-dev libssl-dev"
+test_pkgs="$build_pkgs python3 chromium"
+torch_pkgs="python3 python3-torch python3-numpy"
+case "${1:-build}" in
+  build) want="$build_pkgs" ;;
+  test) want="$test_pkgs" ;;
+  torch) want="$torch_pkgs" ;;
+  *) echo "deps.sh: unknown group '$1' (build|test|torch)" >&2; exit 2 ;;
+esac
+missing=""
+for p in $want; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then missing="$missing $p"; fi
+done
+[ -z "$missing" ] && exit 0
+echo "deps: installing missing Debian packages:$missing" >&2
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
+export DEBIAN_FRONTEND=noninteractive
+# A stale package list makes installs fail on a fresh machine: refresh it once, then install.
+$SUDO apt-get update -qq >/dev/null || { echo "deps: apt-get update failed" >&2; exit 1; }
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null || { echo "deps: apt-get install failed for:$missing" >&2; exit 1; }

@@ -1,0 +1,124 @@
+/* The two architectures (dense pre-LN Transformer and MoEUT) over the backend interface.
+ *
+ * Semantics: ../shared/docs/moeut-spec.md, overridden for the DM-math runs by dm-math-training-code.md.
+ * Parameters live in ONE contiguous buffer (model->params, in backend memory), gradients in another of the same
+ * layout (model->grads). Each named tensor is a view at an offset; names and shapes equal the reference PyTorch
+ * module's state_dict, so a checkpoint loads in PyTorch as is.
+ */
+#ifndef MODEL_MODEL_H
+#define MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+
+typedef enum { ARCH_DENSE = 0, ARCH_MOEUT = 1 } Arch;
+
+/* Keys of the JSON "model" object. MoEUT keys are the reference constructor's argument names; the dense model uses
+ * n_tokens, d_model, n_layers, n_heads, d_head, d_ff, dropout. */
+typedef struct {
+    Arch arch;            /* "arch": "dense" | "moeut" */
+    int n_tokens;         /* V */
+    int d_model;          /* C */
+    int n_layers;         /* L = number of layer APPLICATIONS */
+    int n_heads;          /* H */
+    int d_head;           /* D (dense default: d_model / n_heads) */
+    int d_ff;             /* dense only: FFN width (4110 in the paper) */
+    int ff_n_experts;     /* E */
+    int ff_expert_size;   /* S */
+    int ff_k;             /* K */
+    int att_n_experts;    /* EA */
+    int att_k;            /* KA */
+    int group_size;       /* Gs = number of distinct layers; n_layers % group_size == 0 */
+    double entropy_reg;   /* gamma, FFN (0.01) */
+    double att_entropy_reg; /* delta, attention (0.001) */
+    double ff_expert_dropout;
+    double att_expert_dropout;
+    double dropout;       /* must be 0: dropout is not implemented (every paper run uses 0) */
+    bool lm_head_bias;    /* default true (reference MoEUTLM); DM-math: false */
+    bool out_norm_affine; /* default true; DM-math: false */
+} ModelConfig;
+
+/* Fills defaults (the reference constructor's defaults) then reads a cJSON object (type: const struct cJSON *).
+ * Unknown keys and wrong types are errors: returns -1 and writes "<source>: model.<key>: <problem>" into err. */
+struct cJSON;
+int model_config_from_json(ModelConfig *cfg, const struct cJSON *obj, const char *source, char *err, size_t errlen);
+struct cJSON *model_config_to_json(const ModelConfig *cfg); /* every key, for provenance and checkpoints */
+int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen);
+int model_config_n_rot(const ModelConfig *cfg); /* int(0.5*D) rounded down to even */
+
+typedef struct {
+    char name[96];     /* state_dict name, e.g. "transformer.layers.0.ffn.keys" */
+    int ndim;
+    int64_t shape[4];
+    size_t offset;     /* in elements, into params / grads */
+    size_t numel;
+} ParamTensor;
+
+typedef struct Model Model; /* opaque; defined in model/model_internal.h */
+
+Model *model_create(const ModelConfig *cfg, Backend *be); /* allocates params, grads and buffers; weights zero */
+void model_free(Model *m);
+const ModelConfig *model_config(const Model *m);
+Backend *model_backend(const Model *m);
+int model_n_tensors(const Model *m);
+const ParamTensor *model_tensor(const Model *m, int i);
+const ParamTensor *model_find_tensor(const Model *m, const char *name); /* NULL if absent */
+size_t model_n_params(const Model *m);
+scalar_t *model_params(Model *m); /* [n_params], backend memory */
+scalar_t *model_grads(Model *m);  /* [n_params], backend memory */
+
+/* The reference initialisation (dm-math-training-code.md §C.1-3), deterministic in seed. */
+void model_init_weights(Model *m, uint64_t seed);
+
+/* ---- training ---- */
+typedef struct {
+    double ce_sum;      /* sum of -log p(target) over counted targets */
+    long n_counted;     /* number of counted targets */
+    double reg_ffn;     /* unscaled FFN entropy terms, summed over distinct modules (0 for dense) */
+    double reg_att;     /* unscaled attention entropy terms (o + v), summed over distinct modules */
+} StepStats;
+
+/* One micro-batch in training mode: forward, loss, backward. Gradients ACCUMULATE into model_grads (caller zeroes).
+ * inputs[B,T], targets[B,T] (host memory; -1 = not counted), valid[B,T] (host; 1 where the position's target is real,
+ * used by the regularizer mask; NULL = all valid).
+ * The differentiated objective is  grad_scale * (ce_sum / n_counted + entropy_reg*reg_ffn + att_entropy_reg*reg_att),
+ * i.e. the per-micro-batch mean CE; the caller passes grad_scale = 1/n_microbatches.
+ * logits_out (host, may be NULL) receives the logits [B,T,V]. */
+void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, const uint8_t *valid, int B, int T,
+                      double grad_scale, StepStats *stats, float *logits_out);
+
+/* Expert dropout RNG state (used only when ff/att_expert_dropout > 0). */
+void model_set_dropout_seed(Model *m, uint64_t seed);
+
+/* ---- inference (eval mode: no regularizer, no dropout, no activation caching) ----
+ * The residual stream of a batch: h[B,T,C] in backend memory. Application a = 0..L-1 applies distinct layer a % Gs. */
+void model_embed(Model *m, scalar_t *h, const int32_t *tokens_host, int B, int T);
+/* Runs applications [first_app, L) in place on h. If captures != NULL (backend memory, [(L - first_app + 1), B,T,C]),
+ * captures[i] receives the input of application first_app + i, and the last slot the final residual. */
+void model_run_layers(Model *m, scalar_t *h, int B, int T, int first_app, scalar_t *captures);
+/* logits[B*T, V] (backend memory) = head(out_norm(h)). */
+void model_head(Model *m, scalar_t *logits, const scalar_t *h, int B, int T);
+/* Convenience: full eval forward of tokens[B,T] (host) into logits_host[B,T,V]. */
+void model_forward_eval(Model *m, const int32_t *tokens, int B, int T, float *logits_host);
+
+/* ---- KV-cache decoding (batch 1; queries offset by the cache length, spec §3.8 with the bug fixed) ---- */
+typedef struct KVCache KVCache;
+KVCache *kv_cache_create(Model *m, int max_T);
+void kv_cache_free(KVCache *c);
+void kv_cache_reset(KVCache *c);
+int kv_cache_length(const KVCache *c);
+/* Appends n tokens (host) and writes the logits of each new position into logits_host[n, V]. */
+void model_decode(Model *m, KVCache *c, const int32_t *tokens, int n, float *logits_host);
+
+/* ---- checkpoints: safetensors, names/shapes of the reference state_dict, config JSON in __metadata__.config ----
+ * Load accepts F32, F64 and BF16 tensors; every model tensor must be present with the right shape, no extra tensors.
+ * Errors: return -1 with "<path>: <tensor or field>: <problem>" in err. Saves are atomic. */
+int model_save_safetensors(Model *m, const char *path, char *err, size_t errlen);
+int model_load_safetensors(Model *m, const char *path, char *err, size_t errlen);
+/* Reads only the config stored in a checkpoint (to create the right model before loading). */
+int model_read_checkpoint_config(const char *path, ModelConfig *cfg, char *err, size_t errlen);
+
+#endif

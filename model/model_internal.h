@@ -1,0 +1,103 @@
+/* Internal contract between the model wrapper (model/model.c: embedding, layer loop, out_norm, head, loss,
+ * checkpoints, KV cache) and the per-architecture layers (model/dense_layer.c, model/moeut_layer.c).
+ *
+ * The wrapper owns the parameter registry and the residual stream; a LayerImpl owns the math of ONE layer
+ * application and whatever it must cache for the backward.
+ */
+#ifndef MODEL_MODEL_INTERNAL_H
+#define MODEL_MODEL_INTERNAL_H
+
+#include "model/model.h"
+#include "model/rng.h"
+
+#define MODEL_MAX_TENSORS 256
+
+/* Per-application attention cache for decoding: keys after RoPE and values after any expert mixing, the layout
+ * the attention op reads. */
+typedef struct {
+    scalar_t *k;  /* [max_T, H, D] backend memory */
+    scalar_t *v;  /* [max_T, H, D] */
+} LayerKV;
+
+struct KVCache {
+    Model *m;
+    int max_T;
+    int len;      /* tokens already in the cache */
+    LayerKV *apps; /* [n_layers] one per application */
+};
+
+typedef struct LayerImpl {
+    const char *arch_name;
+    /* Registers the tensors of distinct layer `layer` via model_register_tensor (name prefix "transformer.layers.<i>.").
+     * Called for layer = 0..n_distinct-1 in order, after the embedding and before the head. */
+    void (*register_params)(Model *m, int layer);
+    /* Fills the layer's parameters with the reference initialisation. */
+    void (*init_params)(Model *m, int layer, Rng *rng);
+    /* Prepares a training forward on B x T tokens (allocates/grows caches, clears regularizer histories).
+     * valid[B,T] host (1 = position has a real target), NULL = all valid. */
+    void (*train_begin)(Model *m, int B, int T, const uint8_t *valid);
+    /* Application `app` (0..L-1, distinct layer app % Gs) in training mode: h_out[B*T, C] = layer(h_in).
+     * Caches what backward needs for this application. h_out never aliases h_in. */
+    void (*forward_train)(Model *m, int app, const scalar_t *h_in, scalar_t *h_out);
+    /* After all forwards and before any backward: computes the regularizers into stats (unscaled values summed over
+     * distinct modules) and keeps their logit gradients (scaled by coef * grad_scale) for backward. Dense: zeros. */
+    void (*regularizers)(Model *m, double grad_scale, StepStats *stats);
+    /* Backward of application `app`: dh_in = d(objective)/d(h_in) (overwrite), parameter gradients accumulate
+     * into model_grads. Called in reverse application order. */
+    void (*backward)(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in);
+    /* Eval-mode forward of application `app` in place on h[B*T, C]. If kv != NULL (B must be 1): the new keys/values
+     * are appended at positions kv_len.. and attention reads the whole cache; RoPE offset = kv_len. */
+    void (*forward_infer)(Model *m, int app, scalar_t *h, int B, int T, LayerKV *kv, int kv_len);
+    /* Frees the arch state. */
+    void (*destroy)(Model *m);
+} LayerImpl;
+
+extern const LayerImpl dense_layer_impl;
+extern const LayerImpl moeut_layer_impl;
+
+struct Model {
+    ModelConfig cfg;
+    Backend *be;
+    const LayerImpl *impl;
+    int n_distinct;                 /* dense: n_layers; moeut: group_size */
+
+    ParamTensor tensors[MODEL_MAX_TENSORS];
+    int n_tensors;
+    size_t n_params;
+    scalar_t *params;               /* [n_params] backend memory */
+    scalar_t *grads;                /* [n_params] backend memory */
+
+    /* wrapper tensors (element offsets into params/grads; SIZE_MAX when absent) */
+    size_t off_embedding;           /* [V, C] */
+    size_t off_out_norm_w, off_out_norm_b; /* [C] when out_norm_affine */
+    size_t off_head_w;              /* [V, C] */
+    size_t off_head_b;              /* [V] when lm_head_bias */
+
+    void *arch;                     /* LayerImpl private state (per-layer offsets, activation caches) */
+    Rng dropout_rng;                /* expert dropout */
+
+    /* wrapper scratch, grown on demand (backend memory) */
+    int cap_BT;
+    scalar_t *resid;                /* [(L+1), B*T, C] residual stream of a training step: h_0 .. h_L */
+    scalar_t *final_norm, *norm_mean, *norm_rstd; /* [B*T, C], [B*T], [B*T] */
+    scalar_t *logits;               /* [B*T, V] */
+    scalar_t *dresid_a, *dresid_b;  /* [B*T, C] */
+    int32_t *tokens_dev, *targets_dev; /* [B*T] */
+};
+
+/* Registers a tensor (offsets assigned in registration order). Returns its element offset. */
+size_t model_register_tensor(Model *m, const char *name, int ndim, const int64_t *shape);
+static inline scalar_t *model_param_ptr(Model *m, size_t off) { return m->params + off; }
+static inline scalar_t *model_grad_ptr(Model *m, size_t off) { return m->grads + off; }
+
+/* Initialisation helpers (host-side generation, uploaded to backend memory; deterministic in the rng). */
+void init_normal(Model *m, size_t off, size_t n, double std, Rng *rng);
+void init_uniform(Model *m, size_t off, size_t n, double bound, Rng *rng);
+void init_constant(Model *m, size_t off, size_t n, double value);
+/* renorm_keep_std(W, dim=1) for a 2-D [rows, cols] tensor: every row scaled to unit L2 norm, then the whole tensor
+ * rescaled to its original global (unbiased) std: all rows end with equal norm. */
+void init_renorm_keep_std_rows(Model *m, size_t off, int rows, int cols);
+/* renorm_rows: st_r = std(W[r,:]) (unbiased); W[r,:] /= ||W[r,:]||; W *= st_r / std(W) (global std after the norm). */
+void init_renorm_rows(Model *m, size_t off, int rows, int cols);
+
+#endif

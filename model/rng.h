@@ -1,0 +1,16 @@
+/* Deterministic random numbers (xoshiro256** seeded with splitmix64): initialisation, expert dropout, data sampling.
+ * The state is plain data so it can be checkpointed and restored bit-exactly. */
+#ifndef MODEL_RNG_H
+#define MODEL_RNG_H
+
+#include <stdint.h>
+
+typedef struct { uint64_t s[4]; } Rng;
+
+void rng_seed(Rng *r, uint64_t seed);
+uint64_t rng_next_u64(Rng *r);
+double rng_uniform(Rng *r);                 /* [0, 1) with 53 random bits */
+uint64_t rng_below(Rng *r, uint64_t n);     /* uniform in [0, n), unbiased (rejection) */
+double rng_normal(Rng *r);                  /* standard normal (Box-Muller, no cached second value) */
+
+#endif

@@ -1,0 +1,26 @@
+/* Atomic outputs: write to "<path>.tmp.<pid>", fsync, rename over <path>, fsync the directory.
+ * An interrupted writer leaves at most a stray temporary file, never a half-written <path>. */
+#ifndef PIPELINE_ATOMIC_FILE_H
+#define PIPELINE_ATOMIC_FILE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+typedef struct {
+    FILE *fp;
+    char path[4096];
+    char tmp_path[4096];
+} AtomicFile;
+
+int atomic_open(AtomicFile *af, const char *path, char *err, size_t errlen);   /* creates parent dirs */
+int atomic_commit(AtomicFile *af, char *err, size_t errlen);                   /* flush, fsync, close, rename */
+void atomic_abort(AtomicFile *af);                                              /* close and unlink the temp */
+int write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
+int read_file_all(const char *path, char **data, size_t *n, char *err, size_t errlen); /* NUL-terminated */
+int mkdir_p(const char *dir, char *err, size_t errlen);
+int fsync_dir_of(const char *path);
+int rename_dir_atomic(const char *tmp_dir, const char *final_dir, char *err, size_t errlen); /* replaces final_dir */
+int remove_tree(const char *dir); /* rm -rf */
+int file_exists(const char *path);
+
+#endif

@@ -1,0 +1,22 @@
+/* Command-line parsing shared by every stage: long options only (--name value, --name=value, --flag),
+ * --help prints the usage and exits 0, an unknown option or a missing value is one error line and exit 2. */
+#ifndef PIPELINE_CLI_H
+#define PIPELINE_CLI_H
+
+#include <stdbool.h>
+
+typedef enum { OPT_STRING, OPT_INT, OPT_DOUBLE, OPT_FLAG } OptType;
+
+typedef struct {
+    const char *name;     /* without the leading "--" */
+    OptType type;
+    void *target;         /* const char **, long *, double *, bool * */
+    const char *help;     /* one line; include the default */
+    bool required;
+} CliOption;
+
+/* Parses argv into the targets (which hold defaults on entry). summary: one paragraph printed by --help.
+ * Positional arguments are not accepted. Exits on --help (0) and on errors (2). */
+void cli_parse(int argc, char **argv, const char *program, const char *summary, const CliOption *opts, int n_opts);
+
+#endif

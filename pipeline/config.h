@@ -1,0 +1,39 @@
+/* Strict JSON config loading with cJSON: unknown keys and wrong types are errors naming the file and the key path. */
+#ifndef PIPELINE_CONFIG_H
+#define PIPELINE_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+/* Reads and parses a JSON file. On error returns NULL and writes "<path>: <problem>" (with line for syntax errors). */
+cJSON *json_load_file(const char *path, char *err, size_t errlen);
+
+/* Strict object reader. Usage:
+ *   JsonReader r; json_reader_init(&r, obj, "experiments/tiny.json", "train");
+ *   json_get_int(&r, "steps", &steps, true); ...; if (json_reader_finish(&r, err, sizeof err)) -> error
+ * Each getter marks the key as known; a missing required key, a wrong type or an out-of-range integer records the
+ * first error. json_reader_finish also reports any key that no getter asked for ("unknown key"). */
+typedef struct {
+    const cJSON *obj;
+    const char *source;   /* file name, for messages */
+    char path[256];       /* key path prefix, e.g. "train" */
+    const char *seen[128];
+    int n_seen;
+    char error[512];      /* first error, empty if none */
+} JsonReader;
+
+void json_reader_init(JsonReader *r, const cJSON *obj, const char *source, const char *path);
+bool json_get_int(JsonReader *r, const char *key, long *out, bool required);
+bool json_get_double(JsonReader *r, const char *key, double *out, bool required);
+bool json_get_bool(JsonReader *r, const char *key, bool *out, bool required);
+bool json_get_string(JsonReader *r, const char *key, const char **out, bool required); /* points into obj */
+const cJSON *json_get_object(JsonReader *r, const char *key, bool required);
+const cJSON *json_get_array(JsonReader *r, const char *key, bool required);
+int json_reader_finish(JsonReader *r, char *err, size_t errlen); /* 0 ok, -1 error (message in err) */
+
+/* Writes JSON atomically (pretty-printed, trailing newline). Returns 0 or -1 with err. */
+int json_save_file(const char *path, const cJSON *json, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,33 @@
+/* Logging: one line per message on stderr, prefixed with the program name.
+ * die() prints one error line and exits with status 1; it is how stages report bad input. */
+#ifndef PIPELINE_LOG_H
+#define PIPELINE_LOG_H
+
+#include <stdarg.h>
+#include <stdlib.h>
+
+void log_set_program(const char *name);           /* prefix, e.g. "tokenize" */
+void log_set_verbosity(int level);                /* 0 quiet (errors only), 1 info (default), 2 debug */
+void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* "<program>: error: ..." */
+_Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Checking macros: name the call, file and line on failure, then exit(1). */
+#define CHECK_ALLOC(p)                                                                                        \
+    do {                                                                                                      \
+        if ((p) == NULL) die("out of memory at %s:%d (%s)", __FILE__, __LINE__, #p);                        \
+    } while (0)
+#define CHECK_SYS(expr, what)                                                                                 \
+    do {                                                                                                      \
+        if ((expr) != 0) die("%s failed at %s:%d: %s", (what), __FILE__, __LINE__, strerror(errno));        \
+    } while (0)
+
+/* malloc/calloc/realloc that die on failure. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t count, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+
+#endif
