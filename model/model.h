@@ -48,6 +48,8 @@ int model_config_from_json(ModelConfig *cfg, const struct cJSON *obj, const char
 struct cJSON *model_config_to_json(const ModelConfig *cfg); /* every key, for provenance and checkpoints */
 int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen);
 int model_config_n_rot(const ModelConfig *cfg); /* int(0.5*D) rounded down to even */
+/* Number of parameters the config implies (equals model_n_params of a created model), computed without allocating. */
+size_t model_count_params(const ModelConfig *cfg);
 
 typedef struct {
     char name[96];     /* state_dict name, e.g. "transformer.layers.0.ffn.keys" */

@@ -77,7 +77,8 @@ struct Model {
     Rng dropout_rng;                /* expert dropout */
 
     /* wrapper scratch, grown on demand (backend memory) */
-    int cap_BT;
+    int cap_BT;                     /* capacity (tokens) of final_norm, norm_*, logits, tokens_dev, targets_dev */
+    int cap_resid_BT;               /* capacity (tokens) of the training-only resid, dresid_a, dresid_b */
     scalar_t *resid;                /* [(L+1), B*T, C] residual stream of a training step: h_0 .. h_L */
     scalar_t *final_norm, *norm_mean, *norm_rstd; /* [B*T, C], [B*T], [B*T] */
     scalar_t *logits;               /* [B*T, V] */

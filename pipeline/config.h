@@ -29,6 +29,8 @@ bool json_get_int(JsonReader *r, const char *key, long *out, bool required);
 bool json_get_double(JsonReader *r, const char *key, double *out, bool required);
 bool json_get_bool(JsonReader *r, const char *key, bool *out, bool required);
 bool json_get_string(JsonReader *r, const char *key, const char **out, bool required); /* points into obj */
+/* Like json_get_string, but a JSON null is accepted and gives *out = NULL (e.g. an unknown checksum). */
+bool json_get_string_or_null(JsonReader *r, const char *key, const char **out, bool required);
 const cJSON *json_get_object(JsonReader *r, const char *key, bool required);
 const cJSON *json_get_array(JsonReader *r, const char *key, bool required);
 int json_reader_finish(JsonReader *r, char *err, size_t errlen); /* 0 ok, -1 error (message in err) */

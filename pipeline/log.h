@@ -3,8 +3,10 @@
 #ifndef PIPELINE_LOG_H
 #define PIPELINE_LOG_H
 
+#include <errno.h>  /* CHECK_SYS uses errno and strerror */
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
 
 void log_set_program(const char *name);           /* prefix, e.g. "tokenize" */
 void log_set_verbosity(int level);                /* 0 quiet (errors only), 1 info (default), 2 debug */

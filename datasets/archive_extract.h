@@ -1,0 +1,48 @@
+/* Safe, filtered extraction of a DeepMind Mathematics archive with libarchive (gzip or plain tar).
+ *
+ * Only regular files at mathematics_dataset-v1.0/<split>/<name>.txt (split one of train-easy, train-medium,
+ * train-hard, interpolate, extrapolate) whose <name> FULLY matches the filter (POSIX ERE) are written, under
+ * out_dir/mathematics_dataset-v1.0/<split>/. Independently of the filter, the first corpus_pairs pairs of every
+ * train-easy file are written to out_dir/tokenizer_corpus/<name>.txt (the tokenizer is trained on all modules).
+ * Any unsafe entry anywhere in the archive (absolute path, a ".." component, symbolic or hard link, device, FIFO,
+ * socket) is refused with one error naming it; so is a corrupt or truncated archive, a duplicate entry, or a file
+ * with an odd number of lines. On error out_dir may hold partial output: the caller removes it. */
+#ifndef DATASETS_ARCHIVE_EXTRACT_H
+#define DATASETS_ARCHIVE_EXTRACT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DM_ARCHIVE_ROOT "mathematics_dataset-v1.0"
+
+typedef struct {
+    const char *archive_path;
+    const char *out_dir;      /* created if missing; normally a temporary directory */
+    const char *filter;       /* POSIX ERE, anchored at both ends */
+    long corpus_pairs;        /* pairs per train-easy file for the tokenizer corpus; 0 = no corpus */
+    int64_t archive_bytes;    /* for the progress bar; 0 = unknown */
+} ExtractOptions;
+
+typedef struct {
+    char split[32];           /* "train-easy", ...; "train-easy" for corpus files too */
+    char file[256];           /* "<area>__<module>.txt" */
+    int64_t pairs;            /* lines / 2 of what was written */
+    int64_t bytes;            /* bytes written */
+    char sha256[65];          /* of the bytes written */
+} ExtractedFile;
+
+typedef struct {
+    ExtractedFile *files;     /* sorted by (split, file) */
+    int n_files;
+    ExtractedFile *corpus;    /* sorted by file */
+    int n_corpus;
+} ExtractResult;
+
+/* Returns 0, or -1 with one message line in err. */
+int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, size_t errlen);
+void dm_extract_result_free(ExtractResult *r);
+
+/* Full-match test of a module file stem against a POSIX ERE. Returns 1 match, 0 no match, -1 invalid regex (err). */
+int dm_filter_matches(const char *filter, const char *stem, char *err, size_t errlen);
+
+#endif

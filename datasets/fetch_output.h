@@ -1,0 +1,28 @@
+/* The fetch stage's output record, <out>/manifest.json (schema "dm-math-raw", version 1):
+ *   {"schema","schema_version","source","archive_sha256","archive_bytes","filter","tokenizer_corpus_pairs",
+ *    "code_version","files": [{"split","file","pairs","bytes","sha256"}...],
+ *    "tokenizer_corpus": [{"file","pairs","bytes","sha256"}...]}
+ * files sorted by (split, file), tokenizer_corpus by file. */
+#ifndef DATASETS_FETCH_OUTPUT_H
+#define DATASETS_FETCH_OUTPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "datasets/archive_extract.h"
+
+typedef struct {
+    const char *source;          /* as given on the command line: "embedded", "official", a URL or a path */
+    const char *archive_sha256;
+    int64_t archive_bytes;
+    const char *filter;
+    long tokenizer_corpus_pairs;
+} FetchRecord;
+
+int fetch_output_write(const char *path, const FetchRecord *rec, const ExtractResult *r, char *err, size_t errlen);
+
+/* 1 when <path> is a readable dm-math-raw manifest made from the same archive bytes with the same filter and corpus
+ * size (so extracting again would produce the same tree), else 0. */
+int fetch_output_up_to_date(const char *path, const FetchRecord *rec);
+
+#endif

@@ -1,0 +1,292 @@
+/* Loading, encoding and decoding of the BPE tokenizer file written by bpe_train.c (format: tokenizer.h / README).
+ *
+ * Encoding is SentencePiece's BPE encoding: the text is normalised (bpe_normalize), cut into words at ▁, and inside
+ * each word the characters are merged repeatedly: among all adjacent symbol pairs whose concatenation is a piece of
+ * the vocabulary, the one with the highest score merges (ties: the leftmost). A symbol that is not a piece
+ * (a character outside the alphabet) becomes <unk>, one id per character. */
+#include "datasets/tokenizer.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "datasets/bpe_text.h"
+#include "datasets/bpe_train.h"
+#include "pipeline/atomic_file.h"
+#include "pipeline/log.h"
+#include "pipeline/sha256.h"
+
+#define UNK_SURFACE " \xe2\x81\x87 " /* " ⁇ ", SentencePiece's default surface for <unk> */
+
+struct Tokenizer {
+    int n;                 /* vocabulary size */
+    char **display;        /* UTF-8 pieces, "▁" for whitespace; reserved as "<unk>" ... */
+    char **internal;       /* ' ' for ▁ (normal pieces); NULL for reserved */
+    double *score;
+    BpePieceType *type;
+    BpeMap map;            /* internal piece -> id, normal pieces only */
+    int max_piece_chars;
+    bool split_digits;
+    int unk_id;
+    char sha256[65];
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+void tokenizer_free(Tokenizer *t) {
+    if (!t) return;
+    for (int i = 0; i < t->n; i++) {
+        if (t->display) free(t->display[i]);
+        if (t->internal) free(t->internal[i]);
+    }
+    free(t->display);
+    free(t->internal);
+    free(t->score);
+    free(t->type);
+    bpe_map_free(&t->map);
+    free(t);
+}
+
+static int get_int_field(const cJSON *root, const char *key, long *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long)v->valuedouble) return -1;
+    *out = (long)v->valuedouble;
+    return 0;
+}
+
+/* Parses and validates the JSON text; path is used in messages. */
+static Tokenizer *parse_tokenizer(const char *path, const char *text, char *err, size_t errlen) {
+    cJSON *root = cJSON_Parse(text);
+    if (!root) {
+        set_err(err, errlen, "%s: not valid JSON", path);
+        return NULL;
+    }
+    Tokenizer *t = xcalloc(1, sizeof *t);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "type");
+    const cJSON *digits = cJSON_GetObjectItemCaseSensitive(root, "split_digits");
+    const cJSON *pieces = cJSON_GetObjectItemCaseSensitive(root, "pieces");
+    long version = 0, vocab = 0, maxlen = 0;
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, BPE_FILE_TYPE) != 0) {
+        set_err(err, errlen, "%s: \"type\" must be \"%s\"", path, BPE_FILE_TYPE);
+        goto fail;
+    }
+    if (get_int_field(root, "version", &version) || version != BPE_FILE_VERSION) {
+        set_err(err, errlen, "%s: unsupported \"version\" (expected %d)", path, BPE_FILE_VERSION);
+        goto fail;
+    }
+    if (get_int_field(root, "vocab_size", &vocab) || vocab <= BPE_N_RESERVED || vocab > 65536) {
+        set_err(err, errlen, "%s: \"vocab_size\" missing or outside 4..65536", path);
+        goto fail;
+    }
+    if (get_int_field(root, "max_piece_length", &maxlen) || maxlen < 1 || maxlen > 1024) {
+        set_err(err, errlen, "%s: \"max_piece_length\" missing or outside 1..1024", path);
+        goto fail;
+    }
+    if (!cJSON_IsBool(digits)) {
+        set_err(err, errlen, "%s: \"split_digits\" must be a boolean", path);
+        goto fail;
+    }
+    if (!cJSON_IsArray(pieces) || cJSON_GetArraySize(pieces) != vocab) {
+        set_err(err, errlen, "%s: \"pieces\" must be an array of vocab_size (%ld) entries", path, vocab);
+        goto fail;
+    }
+    t->n = (int)vocab;
+    t->max_piece_chars = (int)maxlen;
+    t->split_digits = cJSON_IsTrue(digits);
+    t->display = xcalloc((size_t)t->n, sizeof *t->display);
+    t->internal = xcalloc((size_t)t->n, sizeof *t->internal);
+    t->score = xcalloc((size_t)t->n, sizeof *t->score);
+    t->type = xcalloc((size_t)t->n, sizeof *t->type);
+    bpe_map_init(&t->map, (size_t)t->n);
+    static const char *reserved[BPE_N_RESERVED] = {"<unk>", "<s>", "</s>"};
+    static const char *reserved_type[BPE_N_RESERVED] = {"unknown", "control", "control"};
+    int id = 0;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, pieces) {
+        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(p, "piece");
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(p, "score");
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(p, "type");
+        if (!cJSON_IsString(ps) || !cJSON_IsNumber(sc) || !cJSON_IsString(ty)) {
+            set_err(err, errlen, "%s: pieces[%d] needs \"piece\" (string), \"score\" (number), \"type\" (string)",
+                    path, id);
+            goto fail;
+        }
+        t->display[id] = xstrdup(ps->valuestring);
+        t->score[id] = sc->valuedouble;
+        if (id < BPE_N_RESERVED) {
+            if (strcmp(ps->valuestring, reserved[id]) != 0 || strcmp(ty->valuestring, reserved_type[id]) != 0) {
+                set_err(err, errlen, "%s: pieces[%d] must be the reserved piece %s of type %s", path, id,
+                        reserved[id], reserved_type[id]);
+                goto fail;
+            }
+            t->type[id] = id == 0 ? BPE_PIECE_UNKNOWN : BPE_PIECE_CONTROL;
+        } else {
+            if (strcmp(ty->valuestring, "normal") != 0) {
+                set_err(err, errlen, "%s: pieces[%d] must be of type normal", path, id);
+                goto fail;
+            }
+            char *in = bpe_from_display(ps->valuestring);
+            size_t len = in ? strlen(in) : 0;
+            if (!in || !bpe_piece_valid(in, len, t->max_piece_chars, t->split_digits)) {
+                set_err(err, errlen, "%s: pieces[%d] \"%s\" is not a valid piece (length, ▁ position, digits, "
+                        "scripts)", path, id, ps->valuestring);
+                free(in);
+                goto fail;
+            }
+            t->internal[id] = in;
+            t->type[id] = BPE_PIECE_NORMAL;
+            if (bpe_map_put(&t->map, in, len, id) != id) {
+                set_err(err, errlen, "%s: pieces[%d] \"%s\" appears twice", path, id, ps->valuestring);
+                goto fail;
+            }
+        }
+        id++;
+    }
+    t->unk_id = 0;
+    cJSON_Delete(root);
+    return t;
+fail:
+    cJSON_Delete(root);
+    tokenizer_free(t);
+    return NULL;
+}
+
+Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
+    char *text = NULL;
+    size_t n = 0;
+    if (read_file_all(path, &text, &n, err, errlen) != 0) return NULL;
+    if (strlen(text) != n) {
+        set_err(err, errlen, "%s: contains a NUL byte (not a tokenizer file)", path);
+        free(text);
+        return NULL;
+    }
+    Tokenizer *t = parse_tokenizer(path, text, err, errlen);
+    if (t) sha256_hex(text, n, t->sha256);
+    free(text);
+    return t;
+}
+
+int tokenizer_vocab_size(const Tokenizer *t) { return t->n; }
+
+const char *tokenizer_piece(const Tokenizer *t, int id) {
+    if (id < 0 || id >= t->n) return NULL;
+    return t->display[id];
+}
+
+const char *tokenizer_sha256(const Tokenizer *t) { return t->sha256; }
+
+/* Symbols of one word during encoding: byte offset, byte length and character count of each. */
+typedef struct {
+    int start, len, nchars;
+} Sym;
+
+/* Encodes one word (internal form, starts with ▁ except possibly for text without the prefix) and appends its ids. */
+static int encode_word(const Tokenizer *t, const char *w, int wlen, Sym *sym, int32_t *ids, int max, int count) {
+    int n = 0;
+    for (int i = 0; i < wlen;) {
+        uint32_t cp;
+        int clen = bpe_utf8_decode(w + i, (size_t)(wlen - i), &cp);
+        sym[n++] = (Sym){i, clen, 1};
+        i += clen;
+    }
+    while (n > 1) {
+        int best = -1;
+        double best_score = 0;
+        for (int i = 0; i + 1 < n; i++) {
+            if (sym[i].nchars + sym[i + 1].nchars > t->max_piece_chars) continue;
+            /* Adjacent symbols are contiguous, so their concatenation is a substring of the word. */
+            int id = bpe_map_get(&t->map, w + sym[i].start, (size_t)(sym[i].len + sym[i + 1].len));
+            if (id < 0) continue;
+            if (best < 0 || t->score[id] > best_score) {
+                best = i;
+                best_score = t->score[id];
+            }
+        }
+        if (best < 0) break;
+        sym[best].len += sym[best + 1].len;
+        sym[best].nchars += sym[best + 1].nchars;
+        memmove(&sym[best + 1], &sym[best + 2], (size_t)(n - best - 2) * sizeof *sym);
+        n--;
+    }
+    for (int i = 0; i < n; i++) {
+        int id = bpe_map_get(&t->map, w + sym[i].start, (size_t)sym[i].len);
+        if (id < 0) id = t->unk_id;
+        if (count < max) ids[count] = id;
+        count++;
+    }
+    return count;
+}
+
+int tokenizer_encode(const Tokenizer *t, const char *text, int32_t *ids, int max) {
+    size_t n = strlen(text);
+    char stack_buf[1024];
+    char *norm = n + 2 <= sizeof stack_buf ? stack_buf : xmalloc(n + 2);
+    size_t len = bpe_normalize(text, n, norm);
+    Sym stack_sym[256];
+    Sym *sym = len <= 256 ? stack_sym : xmalloc(len * sizeof *sym);
+    int count = 0;
+    size_t start = 0;
+    for (size_t i = 1; i <= len; i++) {
+        if (i == len || norm[i] == BPE_WS_MARK) {
+            count = encode_word(t, norm + start, (int)(i - start), sym, ids, max, count);
+            start = i;
+        }
+    }
+    if (sym != stack_sym) free(sym);
+    if (norm != stack_buf) free(norm);
+    return count;
+}
+
+char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n) {
+    size_t cap = 64, len = 0;
+    char *out = xmalloc(cap);
+    for (int i = 0; i < n; i++) {
+        int id = ids[i];
+        const char *s;
+        if (id < 0 || id >= t->n || t->type[id] == BPE_PIECE_UNKNOWN) s = UNK_SURFACE;
+        else if (t->type[id] == BPE_PIECE_CONTROL) continue;
+        else s = t->internal[id];
+        size_t sl = strlen(s);
+        if (len + sl + 1 > cap) {
+            while (len + sl + 1 > cap) cap *= 2;
+            out = xrealloc(out, cap);
+        }
+        for (size_t k = 0; k < sl; k++) out[len++] = s[k] == BPE_WS_MARK ? ' ' : s[k];
+    }
+    out[len] = '\0';
+    /* The dummy prefix: a leading space produced by the first piece is not part of the text. */
+    if (len > 0 && out[0] == ' ') memmove(out, out + 1, len);
+    return out;
+}
+
+/* Encodes prefix + s + suffix. */
+static int encode_wrapped(const Tokenizer *t, const char *prefix, const char *s, const char *suffix, int32_t *ids,
+                          int max) {
+    size_t np = strlen(prefix), ns = strlen(s), nx = strlen(suffix);
+    char stack_buf[512];
+    char *buf = np + ns + nx + 1 <= sizeof stack_buf ? stack_buf : xmalloc(np + ns + nx + 1);
+    memcpy(buf, prefix, np);
+    memcpy(buf + np, s, ns);
+    memcpy(buf + np + ns, suffix, nx + 1);
+    int n = tokenizer_encode(t, buf, ids, max);
+    if (buf != stack_buf) free(buf);
+    return n;
+}
+
+int tokenizer_encode_question(const Tokenizer *t, const char *q, int32_t *ids, int max) {
+    return encode_wrapped(t, " Q: ", q, " A:", ids, max);
+}
+
+int tokenizer_encode_answer(const Tokenizer *t, const char *a, int32_t *ids, int max) {
+    return encode_wrapped(t, " ", a, "", ids, max);
+}

@@ -1,0 +1,343 @@
+/* The dense pre-LN Transformer layer of the DM-math runs (dm-math-training-code.md §C.3, moeut-spec.md §5):
+ *   h  = LN1(x);  q = h Wq^T * D^-1/4;  k = h Wk^T * D^-1/4;  v = h Wv^T      (no biases)
+ *   q, k <- RoPE (n_rot = model_config_n_rot, base 1e4, NeoX layout);  a = causal softmax attention, scale 1
+ *   x1 = x + a Wo^T
+ *   x2 = x1 + (ReLU(LN2(x1) W1^T + b1) W2^T + b2)
+ * One distinct layer per application (layer = app). Init: every Linear weight N(0, 2/(L*fan_in)) (not truncated),
+ * biases 0, LayerNorms weight 1 bias 0.
+ *
+ * Training caches per application: q, k (after RoPE), v, attention output, logsumexp, x1, the FFN pre-activation
+ * and the two LayerNorms' mean/rstd. The LayerNorm outputs are recomputed in the backward (cheap) instead of kept,
+ * and the layer input x is read from the wrapper's residual stream (the pointer given to forward_train, alive until
+ * the backward by the LayerImpl contract of model_train_step).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model/model_internal.h"
+#include "pipeline/log.h"
+
+#define LN_EPS 1e-5
+#define ROPE_BASE 10000.0
+
+typedef struct {
+    size_t q, k, v, o;          /* [H*D, C] x3, [C, H*D] */
+    size_t w1, b1, w2, b2;      /* [d_ff, C], [d_ff], [C, d_ff], [C] */
+    size_t ln1_w, ln1_b, ln2_w, ln2_b; /* [C] */
+} DenseParams;
+
+typedef struct {
+    DenseParams *layers; /* [n_layers] */
+
+    /* training caches, one slot per application, sized for cap_train tokens */
+    int cap_train;
+    int B, T;
+    scalar_t *q, *k, *v, *att; /* [L, N, H*D] */
+    scalar_t *lse;             /* [L, B, H, T] */
+    scalar_t *x1;              /* [L, N, C] */
+    scalar_t *u;               /* [L, N, d_ff] FFN pre-activation */
+    scalar_t *mean1, *rstd1, *mean2, *rstd2; /* [L, N] */
+    const scalar_t **x_in;     /* [L] input of each application (wrapper memory) */
+
+    /* scratch shared by training and inference, sized for cap_scratch tokens */
+    int cap_scratch;
+    scalar_t *s_c0, *s_c1;     /* [N, C] */
+    scalar_t *s_ff;            /* [N, d_ff] */
+    scalar_t *s_hd[4];         /* [N, H*D] */
+    scalar_t *s_lse;           /* [N*H] */
+    scalar_t *s_mean, *s_rstd; /* [N] */
+} DenseState;
+
+static DenseState *state(Model *m) { return (DenseState *)m->arch; }
+static scalar_t *P(Model *m, size_t off) { return m->params + off; }
+static scalar_t *G(Model *m, size_t off) { return m->grads + off; }
+
+static void dense_register(Model *m, int layer) {
+    if (!m->arch) {
+        DenseState *s = xcalloc(1, sizeof *s);
+        s->layers = xcalloc((size_t)m->cfg.n_layers, sizeof *s->layers);
+        s->x_in = xcalloc((size_t)m->cfg.n_layers, sizeof *s->x_in);
+        m->arch = s;
+    }
+    DenseParams *p = &state(m)->layers[layer];
+    const int64_t C = m->cfg.d_model, HD = (int64_t)m->cfg.n_heads * m->cfg.d_head, F = m->cfg.d_ff;
+    char name[96];
+    struct { const char *suffix; size_t *off; int ndim; int64_t s0, s1; } regs[] = {
+        {"attention.q.weight", &p->q, 2, HD, C},
+        {"attention.k.weight", &p->k, 2, HD, C},
+        {"attention.v.weight", &p->v, 2, HD, C},
+        {"attention.o.weight", &p->o, 2, C, HD},
+        {"ffn.linear1.weight", &p->w1, 2, F, C},
+        {"ffn.linear1.bias", &p->b1, 1, F, 0},
+        {"ffn.linear2.weight", &p->w2, 2, C, F},
+        {"ffn.linear2.bias", &p->b2, 1, C, 0},
+        {"ln1.weight", &p->ln1_w, 1, C, 0},
+        {"ln1.bias", &p->ln1_b, 1, C, 0},
+        {"ln2.weight", &p->ln2_w, 1, C, 0},
+        {"ln2.bias", &p->ln2_b, 1, C, 0},
+    };
+    for (size_t i = 0; i < sizeof regs / sizeof regs[0]; i++) {
+        snprintf(name, sizeof name, "transformer.layers.%d.%s", layer, regs[i].suffix);
+        int64_t shape[2] = {regs[i].s0, regs[i].s1};
+        *regs[i].off = model_register_tensor(m, name, regs[i].ndim, shape);
+    }
+}
+
+static void dense_init(Model *m, int layer, Rng *rng) {
+    const DenseParams *p = &state(m)->layers[layer];
+    const size_t C = (size_t)m->cfg.d_model, HD = (size_t)m->cfg.n_heads * m->cfg.d_head, F = (size_t)m->cfg.d_ff;
+    const double L = m->cfg.n_layers;
+    // N(0, 2/(L*fan_in)), fan_in = in-features of the Linear
+    init_normal(m, p->q, HD * C, sqrt(2.0 / (L * (double)C)), rng);
+    init_normal(m, p->k, HD * C, sqrt(2.0 / (L * (double)C)), rng);
+    init_normal(m, p->v, HD * C, sqrt(2.0 / (L * (double)C)), rng);
+    init_normal(m, p->o, C * HD, sqrt(2.0 / (L * (double)HD)), rng);
+    init_normal(m, p->w1, F * C, sqrt(2.0 / (L * (double)C)), rng);
+    init_constant(m, p->b1, F, 0.0);
+    init_normal(m, p->w2, C * F, sqrt(2.0 / (L * (double)F)), rng);
+    init_constant(m, p->b2, C, 0.0);
+    init_constant(m, p->ln1_w, C, 1.0);
+    init_constant(m, p->ln1_b, C, 0.0);
+    init_constant(m, p->ln2_w, C, 1.0);
+    init_constant(m, p->ln2_b, C, 0.0);
+}
+
+/* ---- buffers ---- */
+
+static void free_ptr(Backend *be, scalar_t **p) {
+    if (*p) be->free(be, *p);
+    *p = NULL;
+}
+
+static void free_train(Model *m) {
+    DenseState *s = state(m);
+    Backend *be = m->be;
+    scalar_t **bufs[] = {&s->q, &s->k, &s->v, &s->att, &s->lse, &s->x1, &s->u, &s->mean1, &s->rstd1, &s->mean2, &s->rstd2};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free_ptr(be, bufs[i]);
+    s->cap_train = 0;
+}
+
+static void free_scratch(Model *m) {
+    DenseState *s = state(m);
+    Backend *be = m->be;
+    free_ptr(be, &s->s_c0);
+    free_ptr(be, &s->s_c1);
+    free_ptr(be, &s->s_ff);
+    for (int i = 0; i < 4; i++) free_ptr(be, &s->s_hd[i]);
+    free_ptr(be, &s->s_lse);
+    free_ptr(be, &s->s_mean);
+    free_ptr(be, &s->s_rstd);
+    s->cap_scratch = 0;
+}
+
+static scalar_t *alloc_sc(Backend *be, size_t n) { return be->alloc(be, n * sizeof(scalar_t)); }
+
+static void ensure_scratch(Model *m, int N) {
+    DenseState *s = state(m);
+    if (N <= s->cap_scratch) return;
+    free_scratch(m);
+    Backend *be = m->be;
+    const size_t n = (size_t)N, C = (size_t)m->cfg.d_model, HD = (size_t)m->cfg.n_heads * m->cfg.d_head;
+    s->s_c0 = alloc_sc(be, n * C);
+    s->s_c1 = alloc_sc(be, n * C);
+    s->s_ff = alloc_sc(be, n * (size_t)m->cfg.d_ff);
+    for (int i = 0; i < 4; i++) s->s_hd[i] = alloc_sc(be, n * HD);
+    s->s_lse = alloc_sc(be, n * (size_t)m->cfg.n_heads);
+    s->s_mean = alloc_sc(be, n);
+    s->s_rstd = alloc_sc(be, n);
+    s->cap_scratch = N;
+}
+
+static void dense_train_begin(Model *m, int B, int T, const uint8_t *valid) {
+    DenseState *s = state(m);
+    const int N = B * T;
+    s->B = B;
+    s->T = T;
+    ensure_scratch(m, N);
+    if (N <= s->cap_train) return;
+    free_train(m);
+    Backend *be = m->be;
+    const size_t L = (size_t)m->cfg.n_layers, n = (size_t)N, C = (size_t)m->cfg.d_model;
+    const size_t HD = (size_t)m->cfg.n_heads * m->cfg.d_head;
+    s->q = alloc_sc(be, L * n * HD);
+    s->k = alloc_sc(be, L * n * HD);
+    s->v = alloc_sc(be, L * n * HD);
+    s->att = alloc_sc(be, L * n * HD);
+    s->lse = alloc_sc(be, L * n * (size_t)m->cfg.n_heads);
+    s->x1 = alloc_sc(be, L * n * C);
+    s->u = alloc_sc(be, L * n * (size_t)m->cfg.d_ff);
+    s->mean1 = alloc_sc(be, L * n);
+    s->rstd1 = alloc_sc(be, L * n);
+    s->mean2 = alloc_sc(be, L * n);
+    s->rstd2 = alloc_sc(be, L * n);
+    s->cap_train = N;
+}
+
+/* ---- forward ---- */
+
+/* The q/k/v projections of xn[N,C] into q, k, v [N, H*D], with the D^-1/4 scale folded into the q and k matmuls. */
+static void project_qkv(Model *m, const DenseParams *p, const scalar_t *xn, scalar_t *q, scalar_t *k, scalar_t *v, int N) {
+    Backend *be = m->be;
+    const int C = m->cfg.d_model, HD = m->cfg.n_heads * m->cfg.d_head;
+    const scalar_t qk_scale = (scalar_t)pow((double)m->cfg.d_head, -0.25);
+    be->matmul(be, q, xn, P(m, p->q), N, HD, C, 0, 1, qk_scale, 0);
+    be->matmul(be, k, xn, P(m, p->k), N, HD, C, 0, 1, qk_scale, 0);
+    be->matmul(be, v, xn, P(m, p->v), N, HD, C, 0, 1, 1, 0);
+}
+
+/* h[N,C] += ReLU(xn2 W1^T + b1) W2^T + b2, with the pre-activation written into u[N,d_ff]; act is scratch. */
+static void ffn_forward(Model *m, const DenseParams *p, scalar_t *h, const scalar_t *xn2, scalar_t *u, scalar_t *act,
+                        int N) {
+    Backend *be = m->be;
+    const int C = m->cfg.d_model, F = m->cfg.d_ff;
+    be->matmul(be, u, xn2, P(m, p->w1), N, F, C, 0, 1, 1, 0); // u[N,F] = xn2 @ W1^T
+    be->add_bias(be, u, P(m, p->b1), N, F);
+    be->relu_forward(be, act, u, (size_t)N * F);
+    be->matmul(be, h, act, P(m, p->w2), N, C, F, 0, 1, 1, 1); // h[N,C] += act @ W2^T
+    be->add_bias(be, h, P(m, p->b2), N, C);
+}
+
+static void dense_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_out) {
+    DenseState *s = state(m);
+    Backend *be = m->be;
+    const DenseParams *p = &s->layers[app];
+    const int B = s->B, T = s->T, N = B * T, C = m->cfg.d_model, H = m->cfg.n_heads, D = m->cfg.d_head;
+    const size_t n = (size_t)N, HD = (size_t)H * D;
+    scalar_t *q = s->q + app * n * HD, *k = s->k + app * n * HD, *v = s->v + app * n * HD;
+    scalar_t *att = s->att + app * n * HD, *lse = s->lse + app * n * H;
+    scalar_t *x1 = s->x1 + app * n * C, *u = s->u + app * n * m->cfg.d_ff;
+    scalar_t *mean1 = s->mean1 + app * n, *rstd1 = s->rstd1 + app * n;
+    scalar_t *mean2 = s->mean2 + app * n, *rstd2 = s->rstd2 + app * n;
+    const int n_rot = model_config_n_rot(&m->cfg);
+    s->x_in[app] = h_in;
+
+    // attention block
+    scalar_t *xn = s->s_c0; // [N,C]
+    be->layernorm_forward(be, xn, mean1, rstd1, h_in, P(m, p->ln1_w), P(m, p->ln1_b), N, C, (scalar_t)LN_EPS);
+    project_qkv(m, p, xn, q, k, v, N);
+    be->rope(be, q, B, T, H, D, n_rot, 0, (scalar_t)ROPE_BASE, 0);
+    be->rope(be, k, B, T, H, D, n_rot, 0, (scalar_t)ROPE_BASE, 0);
+    be->attention_forward(be, att, lse, q, k, v, B, T, T, H, D, 1);
+    be->copy(be, h_out, h_in, n * C * sizeof(scalar_t));
+    be->matmul(be, h_out, att, P(m, p->o), N, C, (int)HD, 0, 1, 1, 1); // x1 = x + att @ Wo^T
+    be->copy(be, x1, h_out, n * C * sizeof(scalar_t));
+
+    // FFN block
+    be->layernorm_forward(be, xn, mean2, rstd2, x1, P(m, p->ln2_w), P(m, p->ln2_b), N, C, (scalar_t)LN_EPS);
+    ffn_forward(m, p, h_out, xn, u, s->s_ff, N);
+}
+
+static void dense_regularizers(Model *m, double grad_scale, StepStats *stats) {
+    (void)m;
+    (void)grad_scale;
+    stats->reg_ffn = 0;
+    stats->reg_att = 0;
+}
+
+/* ---- backward ---- */
+
+static void dense_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) {
+    DenseState *s = state(m);
+    Backend *be = m->be;
+    const DenseParams *p = &s->layers[app];
+    const int B = s->B, T = s->T, N = B * T, C = m->cfg.d_model, H = m->cfg.n_heads, D = m->cfg.d_head;
+    const int F = m->cfg.d_ff, HD = H * D;
+    const size_t n = (size_t)N;
+    const scalar_t *q = s->q + app * n * HD, *k = s->k + app * n * HD, *v = s->v + app * n * HD;
+    const scalar_t *att = s->att + app * n * HD, *lse = s->lse + app * n * H;
+    const scalar_t *x1 = s->x1 + app * n * C, *u = s->u + app * n * F;
+    scalar_t *mean1 = s->mean1 + app * n, *rstd1 = s->rstd1 + app * n;
+    scalar_t *mean2 = s->mean2 + app * n, *rstd2 = s->rstd2 + app * n;
+    const scalar_t *x = s->x_in[app];
+    const int n_rot = model_config_n_rot(&m->cfg);
+    const scalar_t qk_scale = (scalar_t)pow((double)D, -0.25);
+    scalar_t *xn = s->s_c0, *dxn = s->s_c1, *ff = s->s_ff;
+    scalar_t *dq = s->s_hd[0], *dk = s->s_hd[1], *dv = s->s_hd[2], *datt = s->s_hd[3];
+
+    // ---- FFN: x2 = x1 + act W2^T + b2, act = ReLU(u), u = xn2 W1^T + b1 ----
+    // xn2 is recomputed (layernorm_forward rewrites identical mean2/rstd2); act is recomputed from u.
+    be->layernorm_forward(be, xn, mean2, rstd2, x1, P(m, p->ln2_w), P(m, p->ln2_b), N, C, (scalar_t)LN_EPS);
+    be->relu_forward(be, ff, u, n * F);
+    be->matmul(be, G(m, p->w2), dh_out, ff, C, F, N, 1, 0, 1, 1); // dW2[C,F] += dy^T @ act
+    be->bias_backward(be, G(m, p->b2), dh_out, N, C);
+    be->matmul(be, ff, dh_out, P(m, p->w2), N, F, C, 0, 0, 1, 0); // dact[N,F] = dy @ W2
+    be->relu_backward(be, ff, ff, u, n * F);                        // du
+    be->matmul(be, G(m, p->w1), ff, xn, F, C, N, 1, 0, 1, 1);      // dW1[F,C] += du^T @ xn2
+    be->bias_backward(be, G(m, p->b1), ff, N, F);
+    be->matmul(be, dxn, ff, P(m, p->w1), N, C, F, 0, 0, 1, 0);     // dxn2[N,C] = du @ W1
+    be->copy(be, dh_in, dh_out, n * C * sizeof(scalar_t));          // residual: dx1 = dy + LN2 backward
+    be->layernorm_backward(be, dh_in, G(m, p->ln2_w), G(m, p->ln2_b), dxn, x1, P(m, p->ln2_w), mean2, rstd2, N, C);
+
+    // ---- attention: x1 = x + att Wo^T ----
+    be->matmul(be, G(m, p->o), dh_in, att, C, HD, N, 1, 0, 1, 1); // dWo[C,HD] += dx1^T @ att
+    be->matmul(be, datt, dh_in, P(m, p->o), N, HD, C, 0, 0, 1, 0); // datt[N,HD] = dx1 @ Wo
+    be->zero(be, dq, n * HD * sizeof(scalar_t));
+    be->zero(be, dk, n * HD * sizeof(scalar_t));
+    be->zero(be, dv, n * HD * sizeof(scalar_t));
+    be->attention_backward(be, dq, dk, dv, datt, att, lse, q, k, v, B, T, H, D, 1);
+    be->rope(be, dq, B, T, H, D, n_rot, 0, (scalar_t)ROPE_BASE, 1);
+    be->rope(be, dk, B, T, H, D, n_rot, 0, (scalar_t)ROPE_BASE, 1);
+    be->layernorm_forward(be, xn, mean1, rstd1, x, P(m, p->ln1_w), P(m, p->ln1_b), N, C, (scalar_t)LN_EPS);
+    be->matmul(be, G(m, p->q), dq, xn, HD, C, N, 1, 0, qk_scale, 1); // dWq += s * dq^T @ xn1
+    be->matmul(be, G(m, p->k), dk, xn, HD, C, N, 1, 0, qk_scale, 1);
+    be->matmul(be, G(m, p->v), dv, xn, HD, C, N, 1, 0, 1, 1);
+    be->matmul(be, dxn, dq, P(m, p->q), N, C, HD, 0, 0, qk_scale, 0); // dxn1 = s dq Wq + s dk Wk + dv Wv
+    be->matmul(be, dxn, dk, P(m, p->k), N, C, HD, 0, 0, qk_scale, 1);
+    be->matmul(be, dxn, dv, P(m, p->v), N, C, HD, 0, 0, 1, 1);
+    be->layernorm_backward(be, dh_in, G(m, p->ln1_w), G(m, p->ln1_b), dxn, x, P(m, p->ln1_w), mean1, rstd1, N, C);
+}
+
+/* ---- inference ---- */
+
+static void dense_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *kv, int kv_len) {
+    DenseState *s = state(m);
+    Backend *be = m->be;
+    const DenseParams *p = &s->layers[app];
+    const int N = B * T, C = m->cfg.d_model, H = m->cfg.n_heads, D = m->cfg.d_head, HD = H * D;
+    const int n_rot = model_config_n_rot(&m->cfg);
+    if (kv && B != 1) die("dense layer: KV-cache decoding needs batch 1 (got %d)", B);
+    ensure_scratch(m, N);
+    scalar_t *xn = s->s_c0, *q = s->s_hd[0], *k = s->s_hd[1], *v = s->s_hd[2], *att = s->s_hd[3];
+    const int pos = kv ? kv_len : 0;
+
+    be->layernorm_forward(be, xn, s->s_mean, s->s_rstd, h, P(m, p->ln1_w), P(m, p->ln1_b), N, C, (scalar_t)LN_EPS);
+    project_qkv(m, p, xn, q, k, v, N);
+    be->rope(be, q, B, T, H, D, n_rot, pos, (scalar_t)ROPE_BASE, 0);
+    be->rope(be, k, B, T, H, D, n_rot, pos, (scalar_t)ROPE_BASE, 0);
+    if (kv) {
+        // Append the new keys/values at kv_len.. and attend over the whole cache.
+        size_t at = (size_t)kv_len * HD, bytes = (size_t)T * HD * sizeof(scalar_t);
+        be->copy(be, kv->k + at, k, bytes);
+        be->copy(be, kv->v + at, v, bytes);
+        be->attention_forward(be, att, s->s_lse, q, kv->k, kv->v, 1, T, kv_len + T, H, D, 1);
+    } else {
+        be->attention_forward(be, att, s->s_lse, q, k, v, B, T, T, H, D, 1);
+    }
+    be->matmul(be, h, att, P(m, p->o), N, C, HD, 0, 1, 1, 1); // h += att @ Wo^T
+    be->layernorm_forward(be, xn, s->s_mean, s->s_rstd, h, P(m, p->ln2_w), P(m, p->ln2_b), N, C, (scalar_t)LN_EPS);
+    ffn_forward(m, p, h, xn, s->s_ff, s->s_ff, N); // u and act share the buffer: the pre-activation is not needed
+}
+
+static void dense_destroy(Model *m) {
+    DenseState *s = state(m);
+    if (!s) return;
+    free_train(m);
+    free_scratch(m);
+    free(s->layers);
+    free(s->x_in);
+    free(s);
+    m->arch = NULL;
+}
+
+const LayerImpl dense_layer_impl = {
+    .arch_name = "dense",
+    .register_params = dense_register,
+    .init_params = dense_init,
+    .train_begin = dense_train_begin,
+    .forward_train = dense_forward_train,
+    .regularizers = dense_regularizers,
+    .backward = dense_backward,
+    .forward_infer = dense_forward_infer,
+    .destroy = dense_destroy,
+};

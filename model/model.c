@@ -1,0 +1,283 @@
+/* The LM wrapper shared by both architectures (moeut-spec.md §1.1, dm-math-training-code.md §C.1):
+ *   h0 = Emb[tok]; h_{a+1} = layer_{a mod n_distinct}(h_a) for a = 0..L-1; logits = LN_out(h_L) @ W_head^T (+ b_head)
+ * It owns the parameter registry (one contiguous buffer, tensors are views), the residual stream of a training step,
+ * the loss and the backward through head, final norm and embedding. The per-layer math lives in a LayerImpl.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+#include "pipeline/log.h"
+
+#define OUT_NORM_EPS 1e-5
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * registry and lifetime */
+
+size_t model_register_tensor(Model *m, const char *name, int ndim, const int64_t *shape) {
+    if (m->n_tensors >= MODEL_MAX_TENSORS) die("model: too many tensors (limit %d) registering %s", MODEL_MAX_TENSORS, name);
+    if (ndim < 1 || ndim > 4) die("model: tensor %s: bad rank %d", name, ndim);
+    ParamTensor *t = &m->tensors[m->n_tensors];
+    if (strlen(name) >= sizeof t->name) die("model: tensor name too long: %s", name);
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) die("model: tensor %s registered twice", name);
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1) die("model: tensor %s: dimension %d is %lld", name, i, (long long)shape[i]);
+        t->shape[i] = shape[i];
+        t->numel *= (size_t)shape[i];
+    }
+    t->offset = m->n_params;
+    m->n_params += t->numel;
+    m->n_tensors++;
+    return t->offset;
+}
+
+static size_t register_1d(Model *m, const char *name, int64_t n) { return model_register_tensor(m, name, 1, &n); }
+static size_t register_2d(Model *m, const char *name, int64_t r, int64_t c) {
+    int64_t s[2] = {r, c};
+    return model_register_tensor(m, name, 2, s);
+}
+
+Model *model_create(const ModelConfig *cfg, Backend *be) {
+    char err[512];
+    if (model_config_validate(cfg, err, sizeof err) != 0) die("model_create: invalid config: %s", err);
+    Model *m = xcalloc(1, sizeof *m);
+    m->cfg = *cfg;
+    m->be = be;
+    m->impl = cfg->arch == ARCH_MOEUT ? &moeut_layer_impl : &dense_layer_impl;
+    m->n_distinct = cfg->arch == ARCH_MOEUT ? cfg->group_size : cfg->n_layers;
+    m->off_out_norm_w = m->off_out_norm_b = m->off_head_b = SIZE_MAX;
+    rng_seed(&m->dropout_rng, 0);
+
+    const int64_t V = cfg->n_tokens, C = cfg->d_model;
+    m->off_embedding = register_2d(m, "embedding.weight", V, C);
+    for (int l = 0; l < m->n_distinct; l++) m->impl->register_params(m, l);
+    if (cfg->out_norm_affine) {
+        m->off_out_norm_w = register_1d(m, "out_norm.weight", C);
+        m->off_out_norm_b = register_1d(m, "out_norm.bias", C);
+    }
+    m->off_head_w = register_2d(m, "lm_head.weight", V, C);
+    if (cfg->lm_head_bias) m->off_head_b = register_1d(m, "lm_head.bias", V);
+
+    m->params = be->alloc(be, m->n_params * sizeof(scalar_t));
+    m->grads = be->alloc(be, m->n_params * sizeof(scalar_t));
+    return m;
+}
+
+static void free_scratch(Model *m) {
+    Backend *be = m->be;
+    void **bufs[] = {(void **)&m->final_norm, (void **)&m->norm_mean, (void **)&m->norm_rstd, (void **)&m->logits,
+                     (void **)&m->tokens_dev, (void **)&m->targets_dev};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (*bufs[i]) be->free(be, *bufs[i]);
+        *bufs[i] = NULL;
+    }
+    m->cap_BT = 0;
+}
+
+static void free_resid(Model *m) {
+    Backend *be = m->be;
+    if (m->resid) be->free(be, m->resid);
+    if (m->dresid_a) be->free(be, m->dresid_a);
+    if (m->dresid_b) be->free(be, m->dresid_b);
+    m->resid = m->dresid_a = m->dresid_b = NULL;
+    m->cap_resid_BT = 0;
+}
+
+void model_free(Model *m) {
+    if (!m) return;
+    if (m->impl && m->impl->destroy) m->impl->destroy(m);
+    free_scratch(m);
+    free_resid(m);
+    if (m->params) m->be->free(m->be, m->params);
+    if (m->grads) m->be->free(m->be, m->grads);
+    free(m);
+}
+
+const ModelConfig *model_config(const Model *m) { return &m->cfg; }
+Backend *model_backend(const Model *m) { return m->be; }
+int model_n_tensors(const Model *m) { return m->n_tensors; }
+const ParamTensor *model_tensor(const Model *m, int i) { return (i >= 0 && i < m->n_tensors) ? &m->tensors[i] : NULL; }
+const ParamTensor *model_find_tensor(const Model *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+    return NULL;
+}
+size_t model_n_params(const Model *m) { return m->n_params; }
+scalar_t *model_params(Model *m) { return m->params; }
+scalar_t *model_grads(Model *m) { return m->grads; }
+
+void model_set_dropout_seed(Model *m, uint64_t seed) { rng_seed(&m->dropout_rng, seed); }
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * scratch */
+
+/* Per-token buffers used by both the training and the eval path, grown to hold N tokens. */
+static void ensure_scratch(Model *m, int N) {
+    if (N <= m->cap_BT) return;
+    free_scratch(m);
+    Backend *be = m->be;
+    size_t n = (size_t)N, C = (size_t)m->cfg.d_model, V = (size_t)m->cfg.n_tokens;
+    m->final_norm = be->alloc(be, n * C * sizeof(scalar_t));
+    m->norm_mean = be->alloc(be, n * sizeof(scalar_t));
+    m->norm_rstd = be->alloc(be, n * sizeof(scalar_t));
+    m->logits = be->alloc(be, n * V * sizeof(scalar_t));
+    m->tokens_dev = be->alloc(be, n * sizeof(int32_t));
+    m->targets_dev = be->alloc(be, n * sizeof(int32_t));
+    m->cap_BT = N;
+}
+
+/* The training-only residual stream h_0..h_L and the two backward buffers. */
+static void ensure_resid(Model *m, int N) {
+    if (N <= m->cap_resid_BT) return;
+    free_resid(m);
+    Backend *be = m->be;
+    size_t nc = (size_t)N * (size_t)m->cfg.d_model;
+    m->resid = be->alloc(be, (size_t)(m->cfg.n_layers + 1) * nc * sizeof(scalar_t));
+    m->dresid_a = be->alloc(be, nc * sizeof(scalar_t));
+    m->dresid_b = be->alloc(be, nc * sizeof(scalar_t));
+    m->cap_resid_BT = N;
+}
+
+static void check_tokens(const Model *m, const int32_t *tokens, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->cfg.n_tokens)
+            die("model: %s[%zu] = %d is outside the vocabulary [0, %d)", what, i, (int)tokens[i], m->cfg.n_tokens);
+}
+
+static void upload_tokens(Model *m, const int32_t *tokens_host, int N) {
+    check_tokens(m, tokens_host, (size_t)N, "token");
+    ensure_scratch(m, N);
+    m->be->to_device(m->be, m->tokens_dev, tokens_host, (size_t)N * sizeof(int32_t));
+}
+
+static scalar_t *opt_ptr(Model *m, size_t off) { return off == SIZE_MAX ? NULL : m->params + off; }
+static scalar_t *opt_grad(Model *m, size_t off) { return off == SIZE_MAX ? NULL : m->grads + off; }
+
+/* Copies n backend scalars to a host float array (converting in the f64 build). */
+static void download_as_float(Backend *be, float *dst, const scalar_t *src, size_t n) {
+#ifdef SCALAR_F64
+    scalar_t *tmp = xmalloc(n * sizeof(scalar_t));
+    be->to_host(be, tmp, src, n * sizeof(scalar_t));
+    for (size_t i = 0; i < n; i++) dst[i] = (float)tmp[i];
+    free(tmp);
+#else
+    be->to_host(be, dst, src, n * sizeof(scalar_t));
+#endif
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * eval path */
+
+void model_embed(Model *m, scalar_t *h, const int32_t *tokens_host, int B, int T) {
+    int N = B * T;
+    upload_tokens(m, tokens_host, N);
+    m->be->embedding_forward(m->be, h, m->tokens_dev, m->params + m->off_embedding, N, m->cfg.d_model);
+}
+
+void model_run_layers(Model *m, scalar_t *h, int B, int T, int first_app, scalar_t *captures) {
+    const int L = m->cfg.n_layers;
+    if (first_app < 0 || first_app > L) die("model_run_layers: first_app %d outside [0, %d]", first_app, L);
+    size_t nc = (size_t)B * T * m->cfg.d_model;
+    for (int a = first_app; a < L; a++) {
+        if (captures) m->be->copy(m->be, captures + (size_t)(a - first_app) * nc, h, nc * sizeof(scalar_t));
+        m->impl->forward_infer(m, a, h, B, T, NULL, 0);
+    }
+    if (captures) m->be->copy(m->be, captures + (size_t)(L - first_app) * nc, h, nc * sizeof(scalar_t));
+}
+
+/* logits[N,V] = head(out_norm(h)); uses final_norm/norm_* scratch. */
+static void head_forward(Model *m, scalar_t *logits, const scalar_t *h, int N) {
+    Backend *be = m->be;
+    const int C = m->cfg.d_model, V = m->cfg.n_tokens;
+    ensure_scratch(m, N);
+    be->layernorm_forward(be, m->final_norm, m->norm_mean, m->norm_rstd, h, opt_ptr(m, m->off_out_norm_w),
+                          opt_ptr(m, m->off_out_norm_b), N, C, (scalar_t)OUT_NORM_EPS);
+    // logits[N,V] = final_norm[N,C] @ W_head[V,C]^T
+    be->matmul(be, logits, m->final_norm, m->params + m->off_head_w, N, V, C, 0, 1, 1, 0);
+    if (m->off_head_b != SIZE_MAX) be->add_bias(be, logits, m->params + m->off_head_b, N, V);
+}
+
+void model_head(Model *m, scalar_t *logits, const scalar_t *h, int B, int T) { head_forward(m, logits, h, B * T); }
+
+void model_forward_eval(Model *m, const int32_t *tokens, int B, int T, float *logits_host) {
+    Backend *be = m->be;
+    int N = B * T;
+    scalar_t *h = be->alloc(be, (size_t)N * m->cfg.d_model * sizeof(scalar_t)); // [B,T,C]
+    model_embed(m, h, tokens, B, T);
+    model_run_layers(m, h, B, T, 0, NULL);
+    ensure_scratch(m, N);
+    head_forward(m, m->logits, h, N);
+    download_as_float(be, logits_host, m->logits, (size_t)N * m->cfg.n_tokens);
+    be->free(be, h);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * training step */
+
+void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, const uint8_t *valid, int B, int T,
+                      double grad_scale, StepStats *stats, float *logits_out) {
+    Backend *be = m->be;
+    const int L = m->cfg.n_layers, C = m->cfg.d_model, V = m->cfg.n_tokens;
+    const int N = B * T;
+    const size_t nc = (size_t)N * C;
+    if (B < 1 || T < 1) die("model_train_step: empty batch %dx%d", B, T);
+
+    long n_counted = 0;
+    for (int i = 0; i < N; i++) {
+        if (targets[i] < -1 || targets[i] >= V)
+            die("model: target[%d] = %d is outside [-1, %d)", i, (int)targets[i], V);
+        n_counted += targets[i] >= 0;
+    }
+    ensure_resid(m, N);
+    upload_tokens(m, inputs, N);
+    be->to_device(be, m->targets_dev, targets, (size_t)N * sizeof(int32_t));
+
+    // ---- forward: h_0 .. h_L kept in resid for the layer backward ----
+    m->impl->train_begin(m, B, T, valid);
+    be->embedding_forward(be, m->resid, m->tokens_dev, m->params + m->off_embedding, N, C);
+    for (int a = 0; a < L; a++) m->impl->forward_train(m, a, m->resid + (size_t)a * nc, m->resid + (size_t)(a + 1) * nc);
+    const scalar_t *hL = m->resid + (size_t)L * nc;
+    head_forward(m, m->logits, hL, N); // final_norm, norm_mean, norm_rstd are kept for the backward
+    if (logits_out) download_as_float(be, logits_out, m->logits, (size_t)N * V);
+
+    // ---- loss: per-micro-batch mean CE over counted targets; dlogits overwrites logits in place ----
+    StepStats st;
+    memset(&st, 0, sizeof st);
+    st.n_counted = n_counted;
+    if (n_counted > 0) {
+        st.ce_sum = be->cross_entropy(be, m->logits, NULL, m->logits, m->targets_dev, N, V,
+                                      (scalar_t)(grad_scale / (double)n_counted));
+    }
+    m->impl->regularizers(m, grad_scale, &st);
+    if (stats) *stats = st;
+
+    // ---- backward: head, out_norm, layers in reverse, embedding ----
+    scalar_t *dcur = m->dresid_a, *dnext = m->dresid_b;
+    if (n_counted > 0) {
+        // dW_head[V,C] += dlogits[N,V]^T @ final_norm[N,C]
+        be->matmul(be, m->grads + m->off_head_w, m->logits, m->final_norm, V, C, N, 1, 0, 1, 1);
+        if (m->off_head_b != SIZE_MAX) be->bias_backward(be, m->grads + m->off_head_b, m->logits, N, V);
+        // dnorm[N,C] = dlogits[N,V] @ W_head[V,C]
+        be->matmul(be, dnext, m->logits, m->params + m->off_head_w, N, C, V, 0, 0, 1, 0);
+        be->zero(be, dcur, nc * sizeof(scalar_t));
+        be->layernorm_backward(be, dcur, opt_grad(m, m->off_out_norm_w), opt_grad(m, m->off_out_norm_b), dnext, hL,
+                               opt_ptr(m, m->off_out_norm_w), m->norm_mean, m->norm_rstd, N, C);
+    } else {
+        // No counted target: only the regularizers carry a gradient.
+        be->zero(be, dcur, nc * sizeof(scalar_t));
+    }
+    for (int a = L - 1; a >= 0; a--) {
+        m->impl->backward(m, a, dcur, dnext);
+        scalar_t *t = dcur;
+        dcur = dnext;
+        dnext = t;
+    }
+    be->embedding_backward(be, m->grads + m->off_embedding, dcur, m->tokens_dev, N, C);
+}

@@ -1,0 +1,309 @@
+/* ModelConfig <-> JSON "model" object: defaults, strict parsing, validation, serialisation.
+ *
+ * Keys are the reference constructors' argument names (moeut-spec.md §0, §7). Each key belongs to one or both
+ * architectures; a key of the other architecture is an error, so a config always means exactly one model.
+ * Error messages: "<source>: model.<key>: <problem>" (from_json) and "model.<key>: <problem>" (validate).
+ */
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "model/model.h"
+#include "model/param_count.h"
+
+typedef enum { KEY_INT, KEY_DOUBLE, KEY_BOOL } KeyType;
+
+enum { FOR_DENSE = 1, FOR_MOEUT = 2, FOR_BOTH = 3 };
+
+typedef struct {
+    const char *name;
+    KeyType type;
+    int archs;      /* FOR_* mask */
+    int required;   /* FOR_* mask of the archs that require it */
+    size_t offset;  /* into ModelConfig */
+} KeyDesc;
+
+#define F(field) offsetof(ModelConfig, field)
+/* Order = serialisation order of model_config_to_json. "arch" is handled separately. */
+static const KeyDesc KEYS[] = {
+    {"n_tokens", KEY_INT, FOR_BOTH, FOR_BOTH, F(n_tokens)},
+    {"d_model", KEY_INT, FOR_BOTH, FOR_BOTH, F(d_model)},
+    {"n_layers", KEY_INT, FOR_BOTH, FOR_BOTH, F(n_layers)},
+    {"n_heads", KEY_INT, FOR_BOTH, FOR_BOTH, F(n_heads)},
+    {"d_head", KEY_INT, FOR_BOTH, 0, F(d_head)},
+    {"d_ff", KEY_INT, FOR_DENSE, FOR_DENSE, F(d_ff)},
+    {"ff_n_experts", KEY_INT, FOR_MOEUT, FOR_MOEUT, F(ff_n_experts)},
+    {"ff_expert_size", KEY_INT, FOR_MOEUT, 0, F(ff_expert_size)},
+    {"ff_k", KEY_INT, FOR_MOEUT, 0, F(ff_k)},
+    {"att_n_experts", KEY_INT, FOR_MOEUT, FOR_MOEUT, F(att_n_experts)},
+    {"att_k", KEY_INT, FOR_MOEUT, 0, F(att_k)},
+    {"group_size", KEY_INT, FOR_MOEUT, 0, F(group_size)},
+    {"entropy_reg", KEY_DOUBLE, FOR_MOEUT, 0, F(entropy_reg)},
+    {"att_entropy_reg", KEY_DOUBLE, FOR_MOEUT, 0, F(att_entropy_reg)},
+    {"ff_expert_dropout", KEY_DOUBLE, FOR_MOEUT, 0, F(ff_expert_dropout)},
+    {"att_expert_dropout", KEY_DOUBLE, FOR_MOEUT, 0, F(att_expert_dropout)},
+    {"dropout", KEY_DOUBLE, FOR_BOTH, 0, F(dropout)},
+    {"lm_head_bias", KEY_BOOL, FOR_BOTH, 0, F(lm_head_bias)},
+    {"out_norm_affine", KEY_BOOL, FOR_BOTH, 0, F(out_norm_affine)},
+};
+#undef F
+#define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
+
+static const char *arch_name(Arch a) { return a == ARCH_MOEUT ? "moeut" : "dense"; }
+static int arch_bit(Arch a) { return a == ARCH_MOEUT ? FOR_MOEUT : FOR_DENSE; }
+
+/* The reference constructors' defaults (MoEUTLM in moeut.py; the dense model of moeut-spec.md §5). Size keys without
+ * a default stay 0 and must be given. */
+static void set_defaults(ModelConfig *cfg, Arch arch) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->arch = arch;
+    cfg->lm_head_bias = true;
+    cfg->out_norm_affine = true;
+    cfg->dropout = 0.0;
+    if (arch == ARCH_MOEUT) {
+        cfg->group_size = 2;
+        cfg->ff_k = 8;
+        cfg->att_k = 2;
+        cfg->ff_expert_size = 128;
+        cfg->entropy_reg = 0.01;
+        cfg->att_entropy_reg = 0.001;
+    }
+}
+
+static const char *json_type_name(const cJSON *v) {
+    if (cJSON_IsNull(v)) return "null";
+    if (cJSON_IsBool(v)) return "a boolean";
+    if (cJSON_IsNumber(v)) return "a number";
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsArray(v)) return "an array";
+    if (cJSON_IsObject(v)) return "an object";
+    return "an invalid value";
+}
+
+static const KeyDesc *find_key(const char *name) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (strcmp(KEYS[i].name, name) == 0) return &KEYS[i];
+    return NULL;
+}
+
+/* Reads one value into cfg; on a type problem writes it (without prefix) into problem and returns -1. */
+static int read_value(ModelConfig *cfg, const KeyDesc *k, const cJSON *v, char *problem, size_t plen) {
+    char *base = (char *)cfg + k->offset;
+    switch (k->type) {
+    case KEY_INT: {
+        if (!cJSON_IsNumber(v)) {
+            snprintf(problem, plen, "expected an integer, got %s", json_type_name(v));
+            return -1;
+        }
+        double d = v->valuedouble;
+        if (!isfinite(d) || d != floor(d)) {
+            snprintf(problem, plen, "expected an integer, got %.17g", d);
+            return -1;
+        }
+        if (d < (double)INT_MIN || d > (double)INT_MAX) {
+            snprintf(problem, plen, "integer %.17g out of range", d);
+            return -1;
+        }
+        *(int *)base = (int)d;
+        return 0;
+    }
+    case KEY_DOUBLE:
+        if (!cJSON_IsNumber(v)) {
+            snprintf(problem, plen, "expected a number, got %s", json_type_name(v));
+            return -1;
+        }
+        *(double *)base = v->valuedouble;
+        return 0;
+    case KEY_BOOL:
+        if (!cJSON_IsBool(v)) {
+            snprintf(problem, plen, "expected a boolean, got %s", json_type_name(v));
+            return -1;
+        }
+        *(bool *)base = cJSON_IsTrue(v);
+        return 0;
+    }
+    return -1;
+}
+
+int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *source, char *err, size_t errlen) {
+    char problem[256];
+    if (!source) source = "<json>";
+    if (!obj || !cJSON_IsObject(obj)) {
+        snprintf(err, errlen, "%s: model: expected an object, got %s", source, obj ? json_type_name(obj) : "nothing");
+        return -1;
+    }
+    const cJSON *arch_v = cJSON_GetObjectItemCaseSensitive(obj, "arch");
+    if (!arch_v) {
+        snprintf(err, errlen, "%s: model.arch: missing required key (\"dense\" or \"moeut\")", source);
+        return -1;
+    }
+    if (!cJSON_IsString(arch_v) || !arch_v->valuestring) {
+        snprintf(err, errlen, "%s: model.arch: expected a string, got %s", source, json_type_name(arch_v));
+        return -1;
+    }
+    Arch arch;
+    if (strcmp(arch_v->valuestring, "dense") == 0) arch = ARCH_DENSE;
+    else if (strcmp(arch_v->valuestring, "moeut") == 0) arch = ARCH_MOEUT;
+    else {
+        snprintf(err, errlen, "%s: model.arch: unknown architecture \"%s\" (expected \"dense\" or \"moeut\")", source,
+                 arch_v->valuestring);
+        return -1;
+    }
+    ModelConfig c;
+    set_defaults(&c, arch);
+    bool d_head_given = false;
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        const char *name = it->string ? it->string : "";
+        for (const cJSON *d = it->next; d; d = d->next)
+            if (d->string && strcmp(d->string, name) == 0) {
+                snprintf(err, errlen, "%s: model.%s: duplicate key", source, name);
+                return -1;
+            }
+        if (strcmp(name, "arch") == 0) continue;
+        const KeyDesc *k = find_key(name);
+        if (!k) {
+            snprintf(err, errlen, "%s: model.%s: unknown key", source, name);
+            return -1;
+        }
+        if (!(k->archs & arch_bit(arch))) {
+            snprintf(err, errlen, "%s: model.%s: not a key of arch \"%s\" (it belongs to \"%s\")", source, name,
+                     arch_name(arch), arch_name(arch == ARCH_DENSE ? ARCH_MOEUT : ARCH_DENSE));
+            return -1;
+        }
+        if (read_value(&c, k, it, problem, sizeof problem) != 0) {
+            snprintf(err, errlen, "%s: model.%s: %s", source, name, problem);
+            return -1;
+        }
+        if (strcmp(name, "d_head") == 0) d_head_given = true;
+    }
+    for (int i = 0; i < N_KEYS; i++)
+        if ((KEYS[i].required & arch_bit(arch)) && !cJSON_GetObjectItemCaseSensitive(obj, KEYS[i].name)) {
+            snprintf(err, errlen, "%s: model.%s: missing required key (arch \"%s\")", source, KEYS[i].name,
+                     arch_name(arch));
+            return -1;
+        }
+    if (!d_head_given) {
+        /* Reference default d_head = d_model // n_heads; an uneven split would silently change the width, so it
+         * must then be given explicitly. */
+        if (c.n_heads >= 1 && c.d_model >= 1 && c.d_model % c.n_heads != 0) {
+            snprintf(err, errlen, "%s: model.d_head: d_model %d is not divisible by n_heads %d; give d_head explicitly",
+                     source, c.d_model, c.n_heads);
+            return -1;
+        }
+        c.d_head = c.n_heads >= 1 ? c.d_model / c.n_heads : 0;
+    }
+    char verr[384];
+    if (model_config_validate(&c, verr, sizeof verr) != 0) {
+        snprintf(err, errlen, "%s: %s", source, verr);
+        return -1;
+    }
+    *cfg = c;
+    return 0;
+}
+
+cJSON *model_config_to_json(const ModelConfig *cfg) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    bool ok = cJSON_AddStringToObject(o, "arch", arch_name(cfg->arch)) != NULL;
+    for (int i = 0; i < N_KEYS && ok; i++) {
+        const KeyDesc *k = &KEYS[i];
+        if (!(k->archs & arch_bit(cfg->arch))) continue;
+        const char *base = (const char *)cfg + k->offset;
+        switch (k->type) {
+        case KEY_INT: ok = cJSON_AddNumberToObject(o, k->name, *(const int *)base) != NULL; break;
+        case KEY_DOUBLE: ok = cJSON_AddNumberToObject(o, k->name, *(const double *)base) != NULL; break;
+        case KEY_BOOL: ok = cJSON_AddBoolToObject(o, k->name, *(const bool *)base) != NULL; break;
+        }
+    }
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Largest accepted value of any size field; with it no count below overflows a double's exact range checks. */
+#define MAX_DIM (1 << 24)
+/* Largest accepted parameter count: 2^38 (1 TiB of fp32); anything bigger is a typo, not a model. */
+#define MAX_PARAMS 274877906944.0
+
+static int check_dim(const char *name, int v, char *err, size_t errlen) {
+    if (v < 1) {
+        snprintf(err, errlen, "model.%s: must be >= 1 (got %d)", name, v);
+        return -1;
+    }
+    if (v > MAX_DIM) {
+        snprintf(err, errlen, "model.%s: %d is larger than the limit %d", name, v, MAX_DIM);
+        return -1;
+    }
+    return 0;
+}
+
+int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
+    if (cfg->arch != ARCH_DENSE && cfg->arch != ARCH_MOEUT) {
+        snprintf(err, errlen, "model.arch: invalid value %d", (int)cfg->arch);
+        return -1;
+    }
+    if (check_dim("n_tokens", cfg->n_tokens, err, errlen) || check_dim("d_model", cfg->d_model, err, errlen) ||
+        check_dim("n_layers", cfg->n_layers, err, errlen) || check_dim("n_heads", cfg->n_heads, err, errlen) ||
+        check_dim("d_head", cfg->d_head, err, errlen))
+        return -1;
+    if (!(cfg->dropout == 0.0)) {
+        snprintf(err, errlen, "model.dropout: must be 0 (dropout is not implemented; every paper run uses 0), got %g",
+                 cfg->dropout);
+        return -1;
+    }
+    if (cfg->arch == ARCH_DENSE) {
+        if (check_dim("d_ff", cfg->d_ff, err, errlen)) return -1;
+    } else {
+        if (check_dim("ff_n_experts", cfg->ff_n_experts, err, errlen) ||
+            check_dim("ff_expert_size", cfg->ff_expert_size, err, errlen) ||
+            check_dim("ff_k", cfg->ff_k, err, errlen) || check_dim("att_n_experts", cfg->att_n_experts, err, errlen) ||
+            check_dim("att_k", cfg->att_k, err, errlen) || check_dim("group_size", cfg->group_size, err, errlen))
+            return -1;
+        if (cfg->ff_k > cfg->ff_n_experts) {
+            snprintf(err, errlen, "model.ff_k: %d is larger than ff_n_experts %d", cfg->ff_k, cfg->ff_n_experts);
+            return -1;
+        }
+        if (cfg->att_k > cfg->att_n_experts) {
+            snprintf(err, errlen, "model.att_k: %d is larger than att_n_experts %d", cfg->att_k, cfg->att_n_experts);
+            return -1;
+        }
+        if (cfg->n_layers % cfg->group_size != 0) {
+            snprintf(err, errlen, "model.group_size: n_layers %d is not a multiple of group_size %d", cfg->n_layers,
+                     cfg->group_size);
+            return -1;
+        }
+        if (!(cfg->entropy_reg >= 0.0) || !isfinite(cfg->entropy_reg)) {
+            snprintf(err, errlen, "model.entropy_reg: must be a finite number >= 0, got %g", cfg->entropy_reg);
+            return -1;
+        }
+        if (!(cfg->att_entropy_reg >= 0.0) || !isfinite(cfg->att_entropy_reg)) {
+            snprintf(err, errlen, "model.att_entropy_reg: must be a finite number >= 0, got %g", cfg->att_entropy_reg);
+            return -1;
+        }
+        if (!(cfg->ff_expert_dropout >= 0.0 && cfg->ff_expert_dropout < 1.0)) {
+            snprintf(err, errlen, "model.ff_expert_dropout: must be in [0, 1), got %g", cfg->ff_expert_dropout);
+            return -1;
+        }
+        if (!(cfg->att_expert_dropout >= 0.0 && cfg->att_expert_dropout < 1.0)) {
+            snprintf(err, errlen, "model.att_expert_dropout: must be in [0, 1), got %g", cfg->att_expert_dropout);
+            return -1;
+        }
+    }
+    double n = model_count_params_double(cfg);
+    if (n > MAX_PARAMS) {
+        snprintf(err, errlen, "model: the configuration has %.4g parameters, more than the limit %.4g", n, MAX_PARAMS);
+        return -1;
+    }
+    return 0;
+}
+
+int model_config_n_rot(const ModelConfig *cfg) {
+    int n = (int)(0.5 * cfg->d_head);
+    return n - n % 2;
+}

@@ -1,0 +1,103 @@
+/* MoEUT layer backward (moeut-spec.md §8.2): the exact reverse of moeut_forward.c for one training application.
+ * Parameter gradients accumulate (+=) into Model.grads, so a shared layer receives the sum over its R applications.
+ * Router-logit gradients = top-k sigmoid backward of the gate gradients + the stored regularizer gradients. */
+#include <math.h>
+
+#include "model/moeut_internal.h"
+#include "pipeline/log.h"
+
+/* dl = this application's regularizer gradient (or 0 before regularizers() ran), then the gate path is added. */
+static void router_logit_grad(Model *m, scalar_t *dl, const scalar_t *dreg_slot, size_t n) {
+    MoeutState *st = moeut_state(m);
+    if (st->reg_ready)
+        m->be->copy(m->be, dl, dreg_slot, n * sizeof(scalar_t));
+    else
+        m->be->zero(m->be, dl, n * sizeof(scalar_t));
+}
+
+void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) {
+    MoeutState *st = moeut_state(m);
+    const ModelConfig *c = &m->cfg;
+    Backend *be = m->be;
+    if (app < 0 || app >= c->n_layers || st->cap_N == 0) die("moeut: backward(app %d) without a training forward", app);
+    const int B = st->B, T = st->T, N = B * T, C = c->d_model, H = c->n_heads, D = c->d_head, HD = H * D;
+    const int EA = c->att_n_experts, KA = c->att_k, HEA = H * EA, E = c->ff_n_experts, S = c->ff_expert_size;
+    const int K = c->ff_k, n_rot = model_config_n_rot(c);
+    const int Gs = c->group_size, layer = app % Gs, rep = app / Gs;
+    const MoeutLayerOffsets *P = &st->layers[layer];
+    const MoeutAppCache *ac = &st->apps[app];
+    MoeutScratch *s = &st->s;
+    scalar_t *W = m->params, *G = m->grads;
+    const scalar_t qk_scale = (scalar_t)pow((double)D, -0.25);
+    const scalar_t eps = (scalar_t)MOEUT_LN_EPS;
+    const size_t NC = (size_t)N * C;
+
+    scalar_t *dx1 = s->nc[3]; /* [N, C] gradient w.r.t. x1; starts as the residual path of y = x1 + f */
+    be->copy(be, dx1, dh_out, NC * sizeof(scalar_t)); /* dh_out is not read again: dh_in may alias it */
+
+    /* ---- σ-MoE: f = sum_j gate_j * A_j @ Values[sel_j] (df = dy = dx1 at this point) ---- */
+    scalar_t *dA = s->A;          /* [N*K, S] */
+    scalar_t *dgate_f = s->gate_f; /* [N, K] */
+    be->zero(be, dA, (size_t)N * K * S * sizeof(scalar_t));
+    be->cvmm_backward(be, dA, G + P->values, dgate_f, dx1, ac->A, W + P->values, ac->sel_f, ac->gate_f, N * K, 1, K,
+                      E, S, C);
+    be->relu_backward(be, dA, dA, ac->A, (size_t)N * K * S); /* dU = dA * (U > 0); A > 0 iff U > 0 */
+    /* U_j = x1 @ Keys[sel_j]: dx1 += sum_j dU_j Keys^T */
+    be->cvmm_backward(be, dx1, G + P->keys, NULL, dA, ac->x1, W + P->keys, ac->sel_f, NULL, N * K, K, 1, E, C, S);
+    /* router: l = xs Sel^T */
+    scalar_t *dl = s->lf; /* [N, E] */
+    router_logit_grad(m, dl, st->dreg_f[layer] + (size_t)rep * N * E, (size_t)N * E);
+    be->topk_sigmoid_backward(be, dl, dgate_f, ac->sel_f, ac->gate_f, N, 1, E, K);
+    scalar_t *xs = s->nc[1]; /* recompute LN2(x1) (identical to the forward's) */
+    be->layernorm_forward(be, xs, s->mean, s->rstd, ac->x1, W + P->ln2_w, W + P->ln2_b, N, C, eps);
+    be->matmul(be, G + P->expert_sel, dl, xs, E, C, N, 1, 0, 1, 1); /* dSel[E,C] += dl^T xs */
+    scalar_t *dxs = s->nc[4];
+    be->matmul(be, dxs, dl, W + P->expert_sel, N, C, E, 0, 0, 1, 0); /* dxs[N,C] = dl Sel */
+    be->layernorm_backward(be, dx1, G + P->ln2_w, G + P->ln2_b, dxs, ac->x1, W + P->ln2_w, ac->mean2, ac->rstd2, N,
+                           C);
+
+    /* ---- attention output: x1 = x + sum_{h,j} gate_o * r_h @ O[sel_o] ---- */
+    scalar_t *dr = s->hd[3];        /* [N, H*D] */
+    scalar_t *dgate_o = s->gate_o;  /* [N, H, KA] */
+    be->zero(be, dr, (size_t)N * HD * sizeof(scalar_t));
+    be->cvmm_backward(be, dr, G + P->o, dgate_o, dx1, ac->r, W + P->o, ac->sel_o, ac->gate_o, N * H * KA, KA, H * KA,
+                      HEA, D, C);
+    be->copy(be, dh_in, dx1, NC * sizeof(scalar_t)); /* residual path x -> x1 */
+
+    /* ---- softmax attention, RoPE, q/k projections ---- */
+    scalar_t *dq = s->hd[0], *dk = s->hd[1], *dv = s->hd[2];
+    be->zero(be, dq, (size_t)N * HD * sizeof(scalar_t));
+    be->zero(be, dk, (size_t)N * HD * sizeof(scalar_t));
+    be->zero(be, dv, (size_t)N * HD * sizeof(scalar_t));
+    be->attention_backward(be, dq, dk, dv, dr, ac->r, ac->lse, ac->q, ac->k, ac->v, B, T, H, D, 1);
+    if (n_rot > 0) { /* the transpose of the rotation */
+        be->rope(be, dq, B, T, H, D, n_rot, 0, (scalar_t)MOEUT_ROPE_BASE, 1);
+        be->rope(be, dk, B, T, H, D, n_rot, 0, (scalar_t)MOEUT_ROPE_BASE, 1);
+    }
+    scalar_t *xn = s->nc[0]; /* recompute LN1(x) */
+    be->layernorm_forward(be, xn, s->mean, s->rstd, ac->x, W + P->ln1_w, W + P->ln1_b, N, C, eps);
+    /* q = qk_scale * xn Wq^T: dWq += qk_scale dq^T xn; dxn = qk_scale (dq Wq + dk Wk) */
+    be->matmul(be, G + P->q, dq, xn, HD, C, N, 1, 0, qk_scale, 1);
+    be->matmul(be, G + P->k, dk, xn, HD, C, N, 1, 0, qk_scale, 1);
+    scalar_t *dxn = s->nc[4];
+    be->matmul(be, dxn, dq, W + P->q, N, C, HD, 0, 0, qk_scale, 0);
+    be->matmul(be, dxn, dk, W + P->k, N, C, HD, 0, 0, qk_scale, 1);
+
+    /* ---- V experts: v_h = sum_j gate_v * x @ V[sel_v] (reads the raw x) ---- */
+    scalar_t *dgate_v = s->gate_v;
+    be->cvmm_backward(be, dh_in, G + P->v, dgate_v, dv, ac->x, W + P->v, ac->sel_v, ac->gate_v, N * H * KA, H * KA,
+                      KA, HEA, C, D);
+
+    /* ---- attention routers: lv = xn Sel_v^T, lo = xn Sel_o^T ---- */
+    scalar_t *dlv = s->lv, *dlo = s->lo; /* [N, H*EA] */
+    router_logit_grad(m, dlv, st->dreg_v[layer] + (size_t)rep * N * HEA, (size_t)N * HEA);
+    be->topk_sigmoid_backward(be, dlv, dgate_v, ac->sel_v, ac->gate_v, N, H, EA, KA);
+    router_logit_grad(m, dlo, st->dreg_o[layer] + (size_t)rep * N * HEA, (size_t)N * HEA);
+    be->topk_sigmoid_backward(be, dlo, dgate_o, ac->sel_o, ac->gate_o, N, H, EA, KA);
+    be->matmul(be, G + P->sel_v, dlv, xn, HEA, C, N, 1, 0, 1, 1);
+    be->matmul(be, G + P->sel_o, dlo, xn, HEA, C, N, 1, 0, 1, 1);
+    be->matmul(be, dxn, dlv, W + P->sel_v, N, C, HEA, 0, 0, 1, 1);
+    be->matmul(be, dxn, dlo, W + P->sel_o, N, C, HEA, 0, 0, 1, 1);
+    be->layernorm_backward(be, dh_in, G + P->ln1_w, G + P->ln1_b, dxn, ac->x, W + P->ln1_w, ac->mean1, ac->rstd1, N,
+                           C);
+}

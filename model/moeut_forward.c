@@ -1,0 +1,162 @@
+/* MoEUT layer forward (moeut-spec.md §1.3, §2.2, §3.2, §8.1), training and inference.
+ *
+ *   xn = LN1(x); q = (xn Wq^T) D^-1/4; k = (xn Wk^T) D^-1/4; lv = xn Sel_v^T; lo = xn Sel_o^T
+ *   (sel_v, gate_v) = topk_sigmoid(lv, KA) per head; (sel_o, gate_o) likewise
+ *   v = sum_j gate_v * (x V[sel_v])             (V experts read the RAW x)
+ *   q, k = RoPE(q, k); r = causal_softmax(q k^T) v (scale 1)
+ *   x1 = x + sum_{h,j} gate_o * (r_h O[sel_o])
+ *   xs = LN2(x1); l = xs Sel^T; (sel, gate) = topk_sigmoid(l, K)
+ *   y = x1 + sum_j gate * (ReLU(x1 Keys[sel]) Values[sel])   (keys read the RAW x1)
+ */
+#include <math.h>
+
+#include "model/moeut_internal.h"
+#include "pipeline/log.h"
+
+/* Buffers of one attention-block forward. k_all/v_all hold the keys/values the queries attend to, [B, Tk, H, D];
+ * this call writes its own T rows at time offset pos_offset (pos_offset > 0 only for the KV cache, B = 1). */
+typedef struct {
+    const scalar_t *x;          /* [N, C] layer input */
+    scalar_t *xn;               /* [N, C] LN1(x) */
+    scalar_t *mean, *rstd;      /* [N] */
+    scalar_t *q;                /* [N, H*D] */
+    scalar_t *k_all, *v_all;    /* [B, Tk, H, D] */
+    int Tk, pos_offset;
+    scalar_t *lv, *lo;          /* [N, H*EA] raw router logits */
+    const uint8_t *drop_v, *drop_o; /* [N, H*EA] or NULL */
+    int32_t *sel_v, *sel_o;     /* [N, H, KA] */
+    scalar_t *gate_v, *gate_o;  /* [N, H, KA] */
+    scalar_t *r;                /* [N, H*D] attention output */
+    scalar_t *lse;              /* [B, H, T] */
+    scalar_t *att;              /* [N, C] block output (without the residual) */
+} AttnIO;
+
+typedef struct {
+    const scalar_t *x1;         /* [N, C] */
+    scalar_t *xs;               /* [N, C] LN2(x1) */
+    scalar_t *mean, *rstd;      /* [N] */
+    scalar_t *l;                /* [N, E] raw router logits */
+    const uint8_t *drop;        /* [N, E] or NULL */
+    int32_t *sel;               /* [N, K] */
+    scalar_t *gate;             /* [N, K] */
+    scalar_t *A;                /* [N*K, S] ReLU(x1 Keys[sel]) */
+    scalar_t *f;                /* [N, C] block output (without the residual) */
+} FfnIO;
+
+static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, const AttnIO *io) {
+    const ModelConfig *c = &m->cfg;
+    Backend *be = m->be;
+    const int N = B * T, C = c->d_model, H = c->n_heads, D = c->d_head, HD = H * D;
+    const int EA = c->att_n_experts, KA = c->att_k, n_rot = model_config_n_rot(c);
+    scalar_t *W = m->params;
+    const scalar_t qk_scale = (scalar_t)pow((double)D, -0.25); /* D^-1/4 on q and on k: scores scaled by 1/sqrt(D) */
+
+    be->layernorm_forward(be, io->xn, io->mean, io->rstd, io->x, W + P->ln1_w, W + P->ln1_b, N, C,
+                          (scalar_t)MOEUT_LN_EPS);
+    scalar_t *k_new = io->k_all + (size_t)io->pos_offset * HD; /* [B, T, H, D] rows of this call */
+    scalar_t *v_new = io->v_all + (size_t)io->pos_offset * HD;
+    be->matmul(be, io->q, io->xn, W + P->q, N, HD, C, 0, 1, qk_scale, 0);   /* [N, H*D] */
+    be->matmul(be, k_new, io->xn, W + P->k, N, HD, C, 0, 1, qk_scale, 0);
+    be->matmul(be, io->lv, io->xn, W + P->sel_v, N, H * EA, C, 0, 1, 1, 0); /* [N, H*EA] */
+    be->matmul(be, io->lo, io->xn, W + P->sel_o, N, H * EA, C, 0, 1, 1, 0);
+    be->topk_sigmoid(be, io->sel_v, io->gate_v, io->lv, io->drop_v, N, H, EA, KA);
+    be->topk_sigmoid(be, io->sel_o, io->gate_o, io->lo, io->drop_o, N, H, EA, KA);
+    /* v[n,h] = sum_j gate_v[n,h,j] * x[n] @ V[sel_v[n,h,j]]   -> [N*H, D] */
+    be->cvmm_forward(be, v_new, io->x, W + P->v, io->sel_v, io->gate_v, N * H * KA, H * KA, KA, H * EA, C, D);
+    if (n_rot > 0) {
+        be->rope(be, io->q, B, T, H, D, n_rot, io->pos_offset, (scalar_t)MOEUT_ROPE_BASE, 0);
+        be->rope(be, k_new, B, T, H, D, n_rot, io->pos_offset, (scalar_t)MOEUT_ROPE_BASE, 0);
+    }
+    be->attention_forward(be, io->r, io->lse, io->q, io->k_all, io->v_all, B, T, io->Tk, H, D, 1);
+    /* att[n] = sum_{h,j} gate_o[n,h,j] * r[n,h] @ O[sel_o[n,h,j]]   -> [N, C] */
+    be->cvmm_forward(be, io->att, io->r, W + P->o, io->sel_o, io->gate_o, N * H * KA, KA, H * KA, H * EA, D, C);
+}
+
+static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *io) {
+    const ModelConfig *c = &m->cfg;
+    Backend *be = m->be;
+    const int C = c->d_model, E = c->ff_n_experts, S = c->ff_expert_size, K = c->ff_k;
+    scalar_t *W = m->params;
+    be->layernorm_forward(be, io->xs, io->mean, io->rstd, io->x1, W + P->ln2_w, W + P->ln2_b, N, C,
+                          (scalar_t)MOEUT_LN_EPS);
+    be->matmul(be, io->l, io->xs, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* [N, E] */
+    be->topk_sigmoid(be, io->sel, io->gate, io->l, io->drop, N, 1, E, K);
+    be->cvmm_forward(be, io->A, io->x1, W + P->keys, io->sel, NULL, N * K, K, 1, E, C, S); /* U [N*K, S] */
+    be->relu_forward(be, io->A, io->A, (size_t)N * K * S);
+    be->cvmm_forward(be, io->f, io->A, W + P->values, io->sel, io->gate, N * K, 1, K, E, S, C); /* [N, C] */
+}
+
+/* Draws an expert-dropout mask on the host and uploads it; returns NULL when p == 0 (no dropout). */
+static const uint8_t *dropout_mask(Model *m, uint8_t *dev, long rows, int E, int k, double p) {
+    if (p <= 0.0) return NULL;
+    MoeutScratch *s = &moeut_state(m)->s;
+    moeut_make_drop_mask(&m->dropout_rng, s->host_drop, rows, E, k, p);
+    m->be->to_device(m->be, dev, s->host_drop, (size_t)rows * (size_t)E);
+    return dev;
+}
+
+void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_out) {
+    MoeutState *st = moeut_state(m);
+    const ModelConfig *c = &m->cfg;
+    Backend *be = m->be;
+    if (app < 0 || app >= c->n_layers || st->cap_N == 0) die("moeut: forward_train(app %d) without train_begin", app);
+    const int B = st->B, T = st->T, N = B * T, C = c->d_model, H = c->n_heads;
+    const int Gs = c->group_size, layer = app % Gs, rep = app / Gs;
+    const size_t HEA = (size_t)H * c->att_n_experts, E = (size_t)c->ff_n_experts;
+    const MoeutLayerOffsets *P = &st->layers[layer];
+    MoeutAppCache *ac = &st->apps[app];
+    MoeutScratch *s = &st->s;
+
+    be->copy(be, ac->x, h_in, (size_t)N * C * sizeof(scalar_t)); /* the caller's buffer may be reused */
+    /* Dropout masks in a fixed order (v, o, ffn) so a run is reproducible from the RNG state. */
+    const uint8_t *drop_v = dropout_mask(m, s->drop_v, (long)N * H, c->att_n_experts, c->att_k, c->att_expert_dropout);
+    const uint8_t *drop_o = dropout_mask(m, s->drop_o, (long)N * H, c->att_n_experts, c->att_k, c->att_expert_dropout);
+    AttnIO a = {
+        .x = ac->x, .xn = s->nc[0], .mean = ac->mean1, .rstd = ac->rstd1, .q = ac->q, .k_all = ac->k,
+        .v_all = ac->v, .Tk = T, .pos_offset = 0,
+        .lv = st->hist_v[layer] + (size_t)rep * N * HEA, /* written straight into the regularizer history */
+        .lo = st->hist_o[layer] + (size_t)rep * N * HEA, .drop_v = drop_v, .drop_o = drop_o, .sel_v = ac->sel_v,
+        .sel_o = ac->sel_o, .gate_v = ac->gate_v, .gate_o = ac->gate_o, .r = ac->r, .lse = ac->lse, .att = s->nc[2],
+    };
+    attention_block(m, P, B, T, &a);
+    be->copy(be, ac->x1, ac->x, (size_t)N * C * sizeof(scalar_t));
+    be->add_inplace(be, ac->x1, s->nc[2], (size_t)N * C); /* x1 = x + att */
+
+    const uint8_t *drop_f = dropout_mask(m, s->drop_f, N, c->ff_n_experts, c->ff_k, c->ff_expert_dropout);
+    FfnIO f = {
+        .x1 = ac->x1, .xs = s->nc[1], .mean = ac->mean2, .rstd = ac->rstd2,
+        .l = st->hist_f[layer] + (size_t)rep * N * E, .drop = drop_f, .sel = ac->sel_f, .gate = ac->gate_f,
+        .A = ac->A, .f = h_out,
+    };
+    ffn_block(m, P, N, &f);
+    be->add_inplace(be, h_out, ac->x1, (size_t)N * C); /* y = x1 + f */
+}
+
+void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *kv, int kv_len) {
+    MoeutState *st = moeut_state(m);
+    const ModelConfig *c = &m->cfg;
+    Backend *be = m->be;
+    if (st == NULL || app < 0 || app >= c->n_layers) die("moeut: forward_infer: bad application %d", app);
+    if (kv != NULL && B != 1) die("moeut: forward_infer with a KV cache needs B == 1 (got %d)", B);
+    if (kv_len < 0 || (kv == NULL && kv_len != 0)) die("moeut: forward_infer: bad kv_len %d", kv_len);
+    const int N = B * T, C = c->d_model;
+    const MoeutLayerOffsets *P = &st->layers[app % c->group_size];
+    moeut_ensure_scratch(m, N);
+    MoeutScratch *s = &st->s;
+
+    AttnIO a = {
+        .x = h, .xn = s->nc[0], .mean = s->mean, .rstd = s->rstd, .q = s->hd[0],
+        .k_all = kv ? kv->k : s->hd[1], .v_all = kv ? kv->v : s->hd[2],
+        .Tk = kv ? kv_len + T : T, .pos_offset = kv ? kv_len : 0,
+        .lv = s->lv, .lo = s->lo, .drop_v = NULL, .drop_o = NULL, .sel_v = s->sel_v, .sel_o = s->sel_o,
+        .gate_v = s->gate_v, .gate_o = s->gate_o, .r = s->hd[3], .lse = s->lse, .att = s->nc[2],
+    };
+    attention_block(m, P, B, T, &a);
+    be->add_inplace(be, h, s->nc[2], (size_t)N * C); /* h = x1 */
+    FfnIO f = {
+        .x1 = h, .xs = s->nc[1], .mean = s->mean, .rstd = s->rstd, .l = s->lf, .drop = NULL, .sel = s->sel_f,
+        .gate = s->gate_f, .A = s->A, .f = s->nc[2],
+    };
+    ffn_block(m, P, N, &f);
+    be->add_inplace(be, h, s->nc[2], (size_t)N * C); /* h = x1 + f */
+}

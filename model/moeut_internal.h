@@ -1,0 +1,117 @@
+/* Private state of the MoEUT layer (model/moeut_*.c): per-layer parameter offsets, per-application activation
+ * caches, the regularizer histories and the shared scratch buffers.
+ *
+ * Semantics: moeut-spec.md §1.3 (peri-LN layer), §2 (σ-MoE), §3 (SwitchHead), §8 (forward/backward), with the
+ * DM-math overrides of dm-math-training-code.md (init, masked regularizer). Everything numerical goes through the
+ * backend; the host only does index bookkeeping and the expert-dropout masks.
+ *
+ * Notation: N = B*T tokens, C = d_model, H heads of width D, EA attention experts per head (KA active), E FFN
+ * experts of width S (K active), Gs distinct layers applied R = L/Gs times (application a uses layer a % Gs and is
+ * repeat a / Gs of it).
+ *
+ * Training memory per token and per application (scalar_t elements unless noted):
+ *   cache:   x, x1 (2C) + q, k, v, r (4HD) + lse (H) + LN stats (4) + A = ReLU(U) (K*S)
+ *            + gates (2*H*KA + K) + selections (int32: 2*H*KA + K)
+ *   history: router logits (2*H*EA + E) and their regularizer gradients (same again), per application
+ *   For the DM-math 244M config (C=1024, H=4, D=128, K=16, S=128, EA=10, E=387) that is about
+ *   2048 + 2048 + 4 + 4 + 2048 + 20 + 2*467 ≈ 7.1k elements ≈ 28 KiB per token per application in fp32:
+ *   32k tokens x 18 applications ≈ 16 GiB (a GPU concern; the tiny CPU configs need kilobytes).
+ *   LN outputs xn, xs are not cached: the backward recomputes them from x / x1 and the saved LN statistics.
+ */
+#ifndef MODEL_MOEUT_INTERNAL_H
+#define MODEL_MOEUT_INTERNAL_H
+
+#include "model/model_internal.h"
+
+#define MOEUT_LN_EPS 1e-5
+#define MOEUT_ROPE_BASE 10000.0
+
+/* Element offsets of one distinct layer's tensors in Model.params / Model.grads. */
+typedef struct {
+    size_t q, k;          /* [H*D, C] */
+    size_t v;             /* [H*EA, C, D] */
+    size_t o;             /* [H*EA, D, C] */
+    size_t sel_v, sel_o;  /* [H*EA, C] */
+    size_t keys;          /* [E, C, S] */
+    size_t values;        /* [E, S, C] */
+    size_t expert_sel;    /* [E, C] */
+    size_t ln1_w, ln1_b, ln2_w, ln2_b; /* [C] */
+} MoeutLayerOffsets;
+
+/* What the backward of one training application needs (backend memory, sized for cap_N tokens). */
+typedef struct {
+    scalar_t *x;          /* [N, C]   layer input */
+    scalar_t *x1;         /* [N, C]   x + attention output */
+    scalar_t *q, *k;      /* [N, H*D] after the D^-1/4 scale and RoPE */
+    scalar_t *v;          /* [N, H*D] after expert mixing */
+    scalar_t *r;          /* [N, H*D] attention output (per head) */
+    scalar_t *lse;        /* [B, H, T] */
+    scalar_t *mean1, *rstd1, *mean2, *rstd2; /* [N] LayerNorm statistics */
+    scalar_t *A;          /* [N*K, S] ReLU(U); A > 0 exactly where U > 0, so it also serves as the ReLU mask */
+    int32_t *sel_v, *sel_o; /* [N, H, KA] global expert ids h*EA+e */
+    scalar_t *gate_v, *gate_o; /* [N, H, KA] sigmoid values */
+    int32_t *sel_f;       /* [N, K] */
+    scalar_t *gate_f;     /* [N, K] */
+    void *block;          /* the single allocation the pointers above live in */
+} MoeutAppCache;
+
+/* Scratch shared by all applications (backend memory, sized for cap_scratch_N tokens). Forward and backward give
+ * the buffers different roles; the comments name both. */
+typedef struct {
+    scalar_t *nc[5];      /* [N, C]: xn, xs, attention/FFN output | dx1, dxn, dxs */
+    scalar_t *hd[4];      /* [N, H*D]: q, k, v, r (inference) | dq, dk, dv, dr */
+    scalar_t *lse;        /* [N*H] */
+    scalar_t *mean, *rstd; /* [N] */
+    scalar_t *lv, *lo;    /* [N, H*EA] router logits (inference) | their gradients */
+    scalar_t *lf;         /* [N, E] */
+    int32_t *sel_v, *sel_o; /* [N, H*KA] */
+    scalar_t *gate_v, *gate_o; /* [N, H*KA] gates (inference) | gate gradients */
+    int32_t *sel_f;       /* [N, K] */
+    scalar_t *gate_f;     /* [N, K] */
+    scalar_t *A;          /* [N*K, S] ReLU(U) (inference) | dA, dU */
+    uint8_t *drop_v, *drop_o; /* [N, H*EA] expert-dropout masks (training with att_expert_dropout > 0) */
+    uint8_t *drop_f;      /* [N, E] (training with ff_expert_dropout > 0) */
+    uint8_t *host_drop;   /* host staging for the masks, [N * max(H*EA, E)] */
+    void *block;
+} MoeutScratch;
+
+typedef struct {
+    MoeutLayerOffsets *layers; /* [n_distinct] */
+    int n_layers_registered;
+
+    /* training step geometry (train_begin) */
+    int B, T;
+    int cap_N;                 /* tokens the caches and histories are sized for */
+    MoeutAppCache *apps;       /* [L] */
+    /* regularizer histories, per distinct layer: raw router logits [R, B, T, G, E] and the gradient of the
+     * (scaled) regularizer with respect to them, same layout */
+    scalar_t **hist_f, **hist_v, **hist_o;    /* [Gs] each -> [R, N, E] / [R, N, H*EA] */
+    scalar_t **dreg_f, **dreg_v, **dreg_o;
+    uint8_t *valid_dev;        /* [N] backend copy of the regularizer mask (NULL = all valid) */
+    int have_valid;
+    int reg_ready;             /* regularizers() has run since train_begin: dreg_* hold this step's gradients */
+
+    int cap_scratch_N;
+    MoeutScratch s;
+} MoeutState;
+
+static inline MoeutState *moeut_state(Model *m) { return (MoeutState *)m->arch; }
+
+/* moeut_layer.c: grows the scratch buffers to at least N tokens. */
+void moeut_ensure_scratch(Model *m, int N);
+
+/* moeut_forward.c */
+void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_out);
+void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *kv, int kv_len);
+
+/* moeut_backward.c */
+void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in);
+
+/* moeut_reg.c */
+void moeut_regularizers(Model *m, double grad_scale, StepStats *stats);
+/* Expert-dropout mask for `rows` routing groups of E experts: each entry is dropped (1) with probability p, drawn
+ * from rng in row-major order. A row that would keep fewer than k experts gets randomly chosen dropped entries
+ * re-enabled (uniformly, from the same rng) until exactly k remain, so top-k always has k candidates. */
+void moeut_make_drop_mask(Rng *rng, uint8_t *mask, long rows, int E, int k, double p);
+
+#endif

@@ -1,0 +1,53 @@
+/* MoEUT regularizers (entropy of the mean routing distribution, dm-math-training-code.md §B/§C.6: the masked
+ * [B,B]-broadcast form) and the expert-dropout masks. */
+#include "model/moeut_internal.h"
+#include "pipeline/log.h"
+
+/* For every distinct layer, one history per router: FFN [R,B,T,1,E], attention v and o [R,B,T,H,EA] (each head its
+ * own distribution). The backend op returns the unscaled value and writes coef * d(value)/d(logits), which
+ * backward() adds to the router-logit gradients of each application. */
+void moeut_regularizers(Model *m, double grad_scale, StepStats *stats) {
+    MoeutState *st = moeut_state(m);
+    const ModelConfig *c = &m->cfg;
+    Backend *be = m->be;
+    if (st == NULL || st->cap_N == 0) die("moeut: regularizers() without a training forward");
+    const int R = c->n_layers / c->group_size, H = c->n_heads, EA = c->att_n_experts, E = c->ff_n_experts;
+    const uint8_t *valid = st->have_valid ? st->valid_dev : NULL;
+    const scalar_t coef_ffn = (scalar_t)(c->entropy_reg * grad_scale);
+    const scalar_t coef_att = (scalar_t)(c->att_entropy_reg * grad_scale);
+    double reg_ffn = 0.0, reg_att = 0.0;
+    for (int i = 0; i < c->group_size; i++) {
+        reg_ffn += be->entropy_reg(be, st->dreg_f[i], st->hist_f[i], valid, R, st->B, st->T, 1, E, coef_ffn);
+        reg_att += be->entropy_reg(be, st->dreg_v[i], st->hist_v[i], valid, R, st->B, st->T, H, EA, coef_att);
+        reg_att += be->entropy_reg(be, st->dreg_o[i], st->hist_o[i], valid, R, st->B, st->T, H, EA, coef_att);
+    }
+    if (stats) {
+        stats->reg_ffn += reg_ffn;
+        stats->reg_att += reg_att;
+    }
+    st->reg_ready = 1;
+}
+
+void moeut_make_drop_mask(Rng *rng, uint8_t *mask, long rows, int E, int k, double p) {
+    for (long r = 0; r < rows; r++) {
+        uint8_t *row = mask + (size_t)r * (size_t)E;
+        int kept = 0;
+        for (int e = 0; e < E; e++) {
+            row[e] = rng_uniform(rng) < p;
+            kept += !row[e];
+        }
+        /* Too few survivors: re-enable a uniformly random subset of the dropped experts (selection sampling over
+         * the dropped ones, in index order) so that exactly k can be picked. */
+        if (kept < k) {
+            int need = k - kept, dropped = E - kept;
+            for (int e = 0; e < E && need > 0; e++) {
+                if (!row[e]) continue;
+                if (rng_below(rng, (uint64_t)dropped) < (uint64_t)need) {
+                    row[e] = 0;
+                    need--;
+                }
+                dropped--;
+            }
+        }
+    }
+}

@@ -1,0 +1,401 @@
+/* evaluate: exact-match accuracy of a trained run on the interpolate and extrapolate shards.
+ *
+ *   bin/evaluate --run runs/EXP/RUN --config experiments/EXP/RUN.json --data data/EXP --out runs/EXP/RUN/result.json
+ *                [--backend cpu|cuda] [--batch-size N] [--threads N]
+ *
+ * Protocol (dm-math-protocol.md §3, dm-math-training-code.md §C.8): each example is evaluated alone, in fp32 eval
+ * mode, teacher-forced: input = question+answer tokens minus the last one; the example is correct iff the argmax at
+ * EVERY answer-predicting position equals the answer token. Answer loss = sum of the answer tokens' cross-entropy,
+ * averaged over examples. Accuracy per module and pooled with a 95% Wilson interval; mean_accuracy = mean of the two
+ * sets' accuracies.
+ * --batch-size N > 1 stacks examples of equal input length into one forward pass. Rows never interact (causal
+ * attention within a row, no cross-row op), so this is the same computation; only GEMM blocking can change the last
+ * bits. The default 1 is the protocol literally.
+ * Greedy check: the first greedy_check_examples of each set are also decoded greedily with the KV cache (question,
+ * then len(answer) argmax tokens one at a time); greedy correct must equal teacher-forced correct on every one. */
+#include <libgen.h>
+#include <math.h>
+#include <omp.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "datasets/shard.h"
+#include "datasets/tokenizer.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "model/train_config.h"
+#include "pipeline/atomic_file.h"
+#include "pipeline/cli.h"
+#include "pipeline/config.h"
+#include "pipeline/log.h"
+#include "pipeline/progress.h"
+#include "pipeline/result_record.h"
+#include "pipeline/sha256.h"
+
+/* ---------------------------------------------------------------- per-example core (unit-tested) ----------- */
+
+/* argmax with ties to the lowest index (as the backend's argmax_rows), and -log softmax[target] in double. */
+static int row_argmax(const float *row, int V) {
+    int best = 0;
+    for (int v = 1; v < V; v++)
+        if (row[v] > row[best]) best = v;
+    return best;
+}
+static double row_ce(const float *row, int V, int target) {
+    double mx = row[0];
+    for (int v = 1; v < V; v++) mx = fmax(mx, row[v]);
+    double s = 0;
+    for (int v = 0; v < V; v++) s += exp((double)row[v] - mx);
+    return mx + log(s) - (double)row[target];
+}
+
+typedef struct {
+    const int32_t *tokens; /* question then answer, q_len + a_len ids */
+    int q_len, a_len;
+    int module;
+} EvalExample;
+
+typedef struct {
+    bool correct;
+    double answer_loss; /* sum over answer tokens of -log p(token) (nats) */
+} ExampleResult;
+
+/* Teacher-forced evaluation of B examples with the same input length T = q_len + a_len - 1 in one forward pass.
+ * logits: host scratch of B*T*V floats; inputs: host scratch of B*T ids. */
+static void evaluate_batch(Model *m, const EvalExample *ex, int B, ExampleResult *out, float *logits, int32_t *inputs) {
+    const int T = ex[0].q_len + ex[0].a_len - 1, V = model_config(m)->n_tokens;
+    for (int b = 0; b < B; b++) {
+        if (ex[b].q_len + ex[b].a_len - 1 != T) die("evaluate_batch: examples of different lengths in one batch");
+        memcpy(inputs + (size_t)b * T, ex[b].tokens, (size_t)T * sizeof(int32_t)); // [B,T]
+    }
+    model_forward_eval(m, inputs, B, T, logits); // [B,T,V]
+    for (int b = 0; b < B; b++) {
+        bool ok = true;
+        double loss = 0;
+        /* position p = q_len-1+j predicts answer token j */
+        for (int j = 0; j < ex[b].a_len; j++) {
+            int p = ex[b].q_len - 1 + j, target = ex[b].tokens[ex[b].q_len + j];
+            const float *row = logits + ((size_t)b * T + p) * V;
+            ok = ok && row_argmax(row, V) == target;
+            loss += row_ce(row, V, target);
+        }
+        out[b].correct = ok;
+        out[b].answer_loss = loss;
+    }
+}
+
+/* Greedy KV-cache decoding: feeds the question, then len(answer) argmax tokens one at a time. Returns whether the
+ * generated tokens equal the answer. logits: host scratch of max(q_len,1)*V floats. */
+static bool greedy_correct(Model *m, KVCache *c, const EvalExample *ex, float *logits) {
+    const int V = model_config(m)->n_tokens;
+    kv_cache_reset(c);
+    model_decode(m, c, ex->tokens, ex->q_len, logits); // logits[q_len, V]
+    int next = row_argmax(logits + (size_t)(ex->q_len - 1) * V, V);
+    bool ok = true;
+    for (int j = 0; j < ex->a_len; j++) {
+        ok = ok && next == ex->tokens[ex->q_len + j];
+        if (j + 1 < ex->a_len) {
+            int32_t tok = next;
+            model_decode(m, c, &tok, 1, logits);
+            next = row_argmax(logits, V);
+        }
+    }
+    return ok;
+}
+
+/* ---------------------------------------------------------------- a whole set ----------------------------- */
+
+typedef struct {
+    long max_examples_per_set;  /* 0 = the whole shard */
+    long greedy_check_examples;
+} EvalConfig;
+
+/* Examples of a shard (ids widened to int32), validated. Caller frees ex[0].tokens' block and ex. */
+static EvalExample *shard_examples(const Shard *sh, const char *path, long n, int32_t **block_out) {
+    uint64_t total = 0;
+    for (long i = 0; i < n; i++) total += sh->examples[i].q_len + sh->examples[i].a_len;
+    int32_t *block = xmalloc((size_t)(total + 1) * sizeof(int32_t));
+    EvalExample *ex = xcalloc((size_t)n + 1, sizeof *ex);
+    uint64_t at = 0;
+    for (long i = 0; i < n; i++) {
+        const ShardExample *e = &sh->examples[i];
+        if (e->q_len < 1 || e->a_len < 1)
+            die("%s: example %ld has q_len %u, a_len %u (both must be >= 1)", path, i, e->q_len, e->a_len);
+        ex[i].tokens = block + at;
+        ex[i].q_len = (int)e->q_len;
+        ex[i].a_len = (int)e->a_len;
+        ex[i].module = (int)e->module;
+        for (uint32_t k = 0; k < e->q_len + e->a_len; k++) block[at + k] = sh->tokens[e->q_start + k];
+        at += e->q_len + e->a_len;
+    }
+    *block_out = block;
+    return ex;
+}
+
+static int cmp_by_length(const void *a, const void *b, void *ctx) {
+    const EvalExample *ex = ctx;
+    long ia = *(const long *)a, ib = *(const long *)b;
+    int la = ex[ia].q_len + ex[ia].a_len, lb = ex[ib].q_len + ex[ib].a_len;
+    if (la != lb) return la < lb ? -1 : 1;
+    return ia < ib ? -1 : (ia > ib); /* stable: shard order within a length */
+}
+
+static void evaluate_set(Model *m, const Shard *sh, const char *path, const EvalConfig *ec, int batch_size,
+                         SetEval *out) {
+    const int V = model_config(m)->n_tokens;
+    long n = (long)sh->n_examples;
+    if (ec->max_examples_per_set > 0 && ec->max_examples_per_set < n) n = ec->max_examples_per_set;
+    int32_t *block = NULL;
+    EvalExample *ex = shard_examples(sh, path, n, &block);
+    int max_len = 1;
+    for (long i = 0; i < n; i++) max_len = ex[i].q_len + ex[i].a_len > max_len ? ex[i].q_len + ex[i].a_len : max_len;
+
+    /* Order by input length so that a batch holds examples of one length (with batch 1 the order is irrelevant). */
+    long *order = xmalloc((size_t)(n + 1) * sizeof *order);
+    for (long i = 0; i < n; i++) order[i] = i;
+    qsort_r(order, (size_t)n, sizeof *order, cmp_by_length, ex);
+
+    ExampleResult *res = xcalloc((size_t)n + 1, sizeof *res);
+    float *logits = xmalloc((size_t)batch_size * max_len * V * sizeof(float));
+    int32_t *inputs = xmalloc((size_t)batch_size * max_len * sizeof(int32_t));
+    EvalExample *batch = xmalloc((size_t)batch_size * sizeof *batch);
+    ExampleResult *bres = xmalloc((size_t)batch_size * sizeof *bres);
+    Progress pr;
+    progress_start(&pr, sh->split, n, "examples");
+    for (long i = 0; i < n;) {
+        int B = 0;
+        int len = ex[order[i]].q_len + ex[order[i]].a_len;
+        while (i + B < n && B < batch_size && ex[order[i + B]].q_len + ex[order[i + B]].a_len == len) {
+            batch[B] = ex[order[i + B]];
+            B++;
+        }
+        evaluate_batch(m, batch, B, bres, logits, inputs);
+        for (int b = 0; b < B; b++) res[order[i + b]] = bres[b];
+        i += B;
+        progress_update(&pr, i, NULL);
+    }
+    progress_finish(&pr);
+
+    /* Counts per module and pooled. */
+    memset(out, 0, sizeof *out);
+    out->n_modules = sh->n_modules;
+    out->modules = xcalloc((size_t)sh->n_modules + 1, sizeof *out->modules);
+    double *loss_sum = xcalloc((size_t)sh->n_modules + 1, sizeof *loss_sum);
+    double pooled_loss = 0;
+    for (int k = 0; k < sh->n_modules; k++) out->modules[k].name = xstrdup(sh->modules[k]);
+    for (long i = 0; i < n; i++) {
+        ModuleEval *me = &out->modules[ex[i].module];
+        me->n++;
+        me->correct += res[i].correct;
+        loss_sum[ex[i].module] += res[i].answer_loss;
+        out->n++;
+        out->correct += res[i].correct;
+        pooled_loss += res[i].answer_loss;
+    }
+    for (int k = 0; k < sh->n_modules; k++)
+        out->modules[k].mean_answer_loss = out->modules[k].n ? loss_sum[k] / out->modules[k].n : 0;
+    out->mean_answer_loss = n ? pooled_loss / n : 0;
+    set_eval_finish(out);
+
+    /* Greedy check on the first examples in shard order. */
+    long g = ec->greedy_check_examples < n ? ec->greedy_check_examples : n;
+    if (g > 0) {
+        KVCache *c = kv_cache_create(m, max_len);
+        for (long i = 0; i < g; i++) {
+            bool gc = greedy_correct(m, c, &ex[i], logits);
+            out->greedy_n++;
+            if (gc == res[i].correct) out->greedy_agree++;
+            else
+                log_warn("%s example %ld: greedy decoding says %s but teacher forcing says %s: the KV-cache path and "
+                         "the full forward disagree (investigate the model)",
+                         sh->split, i, gc ? "correct" : "wrong", res[i].correct ? "correct" : "wrong");
+        }
+        kv_cache_free(c);
+    }
+    log_info("%s: %ld/%ld correct (%.2f%%), mean answer loss %.4f, greedy check %ld/%ld agree", sh->split, out->correct,
+             out->n, 100 * out->accuracy, out->mean_answer_loss, out->greedy_agree, out->greedy_n);
+    free(loss_sum);
+    free(bres);
+    free(batch);
+    free(inputs);
+    free(logits);
+    free(res);
+    free(order);
+    free(ex);
+    free(block);
+}
+
+/* ---------------------------------------------------------------- inputs ----------------------------------- */
+
+/* The "evaluate" section of the run config, strictly. */
+static void read_eval_config(const cJSON *root, const char *path, EvalConfig *ec) {
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(root, "evaluate");
+    if (!ev || !cJSON_IsObject(ev)) die("%s: evaluate: missing or not an object", path);
+    JsonReader r;
+    json_reader_init(&r, ev, path, "evaluate");
+    json_get_int(&r, "max_examples_per_set", &ec->max_examples_per_set, true);
+    json_get_int(&r, "greedy_check_examples", &ec->greedy_check_examples, true);
+    char err[1024];
+    if (json_reader_finish(&r, err, sizeof err)) die("%s", err);
+    if (ec->max_examples_per_set < 0) die("%s: evaluate.max_examples_per_set: must be >= 0 (0 = all)", path);
+    if (ec->greedy_check_examples < 0) die("%s: evaluate.greedy_check_examples: must be >= 0", path);
+}
+
+/* run = last path component of the run directory, experiment = the one before it. */
+static void run_names(const char *run_dir, char *experiment, size_t elen, char *run, size_t rlen) {
+    char *a = xstrdup(run_dir), *b = xstrdup(run_dir);
+    size_t n = strlen(a);
+    while (n > 1 && a[n - 1] == '/') a[--n] = '\0', b[n] = '\0';
+    snprintf(run, rlen, "%s", basename(a));
+    snprintf(experiment, elen, "%s", basename(dirname(b)));
+    free(a);
+    free(b);
+}
+
+static void set_threads(long threads) {
+    int n = threads > 0 ? (int)threads : omp_get_num_procs();
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+static const char *SUMMARY =
+    "Evaluates a trained run (model.safetensors + train_summary.json in --run) on the interpolate and extrapolate "
+    "shards of --data: teacher-forced exact match of the whole answer, each example alone, fp32. Writes the result "
+    "record (schema dm-math-result v1) atomically to --out.";
+
+#ifndef STAGE_NO_MAIN
+int main(int argc, char **argv) {
+    log_set_program("evaluate");
+    const char *run_dir = NULL, *config_path = NULL, *data_dir = NULL, *out_path = NULL, *backend_name = "cpu";
+    long batch_size = 1, threads = 0;
+    CliOption opts[] = {
+        {"run", OPT_STRING, &run_dir, "trained run directory runs/EXP/RUN", true},
+        {"config", OPT_STRING, &config_path, "run config experiments/EXP/RUN.json", true},
+        {"data", OPT_STRING, &data_dir, "data directory data/EXP (tokenizer.json, *.shard)", true},
+        {"out", OPT_STRING, &out_path, "result record to write, e.g. runs/EXP/RUN/result.json", true},
+        {"backend", OPT_STRING, &backend_name, "cpu | cuda (default cpu)", false},
+        {"batch-size", OPT_INT, &batch_size, "examples of equal length per forward pass (default 1 = each alone)", false},
+        {"threads", OPT_INT, &threads, "CPU threads (default: all cores)", false},
+    };
+    cli_parse(argc, argv, "evaluate", SUMMARY, opts, (int)(sizeof opts / sizeof opts[0]));
+    if (batch_size < 1 || batch_size > 4096) die("--batch-size: must be in [1, 4096] (got %ld)", batch_size);
+    if (threads < 0) die("--threads: must be >= 1 (got %ld)", threads);
+    set_threads(threads);
+    const double t0 = now_seconds();
+    char err[2048], path[4096];
+
+    /* Run config: model/train sections through the shared parser, evaluate section here. */
+    char *cfg_bytes = NULL;
+    size_t cfg_n = 0;
+    if (read_file_all(config_path, &cfg_bytes, &cfg_n, err, sizeof err)) die("%s", err);
+    char config_sha[65];
+    sha256_hex(cfg_bytes, cfg_n, config_sha);
+    free(cfg_bytes);
+    cJSON *root = json_load_file(config_path, err, sizeof err);
+    if (!root) die("%s", err);
+    ModelConfig run_mc;
+    TrainConfig tc;
+    if (run_config_parse(root, config_path, &run_mc, &tc, err, sizeof err)) die("%s", err);
+    EvalConfig ec;
+    read_eval_config(root, config_path, &ec);
+
+    /* Training must have finished, with this very config. */
+    TrainSummary ts;
+    snprintf(path, sizeof path, "%s/train_summary.json", run_dir);
+    if (!file_exists(path)) die("%s: missing: training of %s has not finished (train writes it last)", path, run_dir);
+    if (train_summary_load(&ts, path, err, sizeof err)) die("%s", err);
+    if (strcmp(ts.config_sha256, config_sha) != 0)
+        die("%s: config_sha256 %.12s... differs from %s (%.12s...): the run was trained with another config; retrain",
+            path, ts.config_sha256, config_path, config_sha);
+
+    /* Tokenizer and shards, with matching tokenizer hashes. */
+    snprintf(path, sizeof path, "%s/tokenizer.json", data_dir);
+    Tokenizer *tok = tokenizer_load(path, err, sizeof err);
+    if (!tok) die("%s", err);
+    Shard shards[EVAL_N_SETS];
+    char shard_sha[EVAL_N_SETS][65], train_sha[65], shard_path[EVAL_N_SETS][4096];
+    for (int s = 0; s < EVAL_N_SETS; s++) {
+        snprintf(shard_path[s], sizeof shard_path[s], "%s/%s.shard", data_dir, EVAL_SET_NAMES[s]);
+        if (shard_read(&shards[s], shard_path[s], err, sizeof err)) die("%s", err);
+        if (strcmp(shards[s].tokenizer_sha256, tokenizer_sha256(tok)) != 0)
+            die("%s: tokenizer_sha256 %.12s... does not match %s/tokenizer.json (%.12s...)", shard_path[s],
+                shards[s].tokenizer_sha256, data_dir, tokenizer_sha256(tok));
+        if (sha256_file_hex(shard_path[s], shard_sha[s], err, sizeof err)) die("%s", err);
+    }
+    snprintf(path, sizeof path, "%s/train.shard", data_dir);
+    if (sha256_file_hex(path, train_sha, err, sizeof err)) die("%s", err);
+
+    /* Model from the checkpoint (its stored config must be the run config's model). */
+    Backend *be = backend_create(backend_name, err, sizeof err);
+    if (!be) die("--backend %s: %s", backend_name, err);
+    be->precision = PRECISION_FP32; /* evaluation is always fp32 (§C.7) */
+    snprintf(path, sizeof path, "%s/model.safetensors", run_dir);
+    ModelConfig mc;
+    if (model_read_checkpoint_config(path, &mc, err, sizeof err)) die("%s", err);
+    if (mc.arch != run_mc.arch || mc.n_layers != run_mc.n_layers || mc.d_model != run_mc.d_model ||
+        mc.n_tokens != run_mc.n_tokens)
+        die("%s: the checkpoint's model config differs from %s", path, config_path);
+    if (mc.n_tokens < tokenizer_vocab_size(tok))
+        die("%s: model has %d tokens but the tokenizer %d", path, mc.n_tokens, tokenizer_vocab_size(tok));
+    Model *m = model_create(&mc, be);
+    if (model_load_safetensors(m, path, err, sizeof err)) die("%s", err);
+
+    ResultRecord r;
+    memset(&r, 0, sizeof r);
+    const double te = now_seconds();
+    for (int s = 0; s < EVAL_N_SETS; s++) evaluate_set(m, &shards[s], shard_path[s], &ec, (int)batch_size, &r.evaluation.sets[s]);
+    r.evaluation.wall_time_s = now_seconds() - te;
+    r.evaluation.mean_accuracy = 0.5 * (r.evaluation.sets[0].accuracy + r.evaluation.sets[1].accuracy);
+    long disagreements = 0;
+    for (int s = 0; s < EVAL_N_SETS; s++) disagreements += r.evaluation.sets[s].greedy_n - r.evaluation.sets[s].greedy_agree;
+    if (disagreements)
+        log_warn("greedy decoding disagreed with teacher forcing on %ld example(s): recorded in %s (must be 0)",
+                 disagreements, out_path);
+
+    /* Provenance. */
+    run_names(run_dir, r.experiment, sizeof r.experiment, r.run, sizeof r.run);
+    snprintf(r.arch, sizeof r.arch, "%s", mc.arch == ARCH_MOEUT ? "moeut" : "dense");
+    snprintf(r.loss_mode, sizeof r.loss_mode, "%s", tc.loss_on_target_only ? "answer_only" : "qa");
+    r.config = root;
+    snprintf(r.config_sha256, sizeof r.config_sha256, "%s", config_sha);
+    snprintf(r.code_version, sizeof r.code_version, "%s", CODE_VERSION);
+    snprintf(r.train_sha256, sizeof r.train_sha256, "%s", train_sha);
+    snprintf(r.interpolate_sha256, sizeof r.interpolate_sha256, "%s", shard_sha[EVAL_INTERPOLATE]);
+    snprintf(r.extrapolate_sha256, sizeof r.extrapolate_sha256, "%s", shard_sha[EVAL_EXTRAPOLATE]);
+    cJSON *hdr = cJSON_Parse(shards[EVAL_INTERPOLATE].header_json);
+    const cJSON *src = hdr ? cJSON_GetObjectItemCaseSensitive(hdr, "source") : NULL;
+    r.dataset_source = cJSON_IsObject(src) ? cJSON_Duplicate(src, 1) : NULL;
+    cJSON_Delete(hdr);
+    snprintf(r.tokenizer_sha256, sizeof r.tokenizer_sha256, "%s", tokenizer_sha256(tok));
+    snprintf(r.backend, sizeof r.backend, "%s", be->name);
+    snprintf(r.hardware, sizeof r.hardware, "%s", be->device_name);
+    snprintf(r.precision, sizeof r.precision, "fp32");
+    r.n_params = (long)model_n_params(m);
+    r.training.steps = ts.steps;
+    r.training.tokens = ts.tokens;
+    r.training.wall_time_s = ts.wall_time_s;
+    r.training.final_train_loss = ts.final_train_loss;
+    r.training.tokens_per_s = ts.tokens_per_s;
+    snprintf(r.training.backend, sizeof r.training.backend, "%s", ts.backend);
+    snprintf(r.training.hardware, sizeof r.training.hardware, "%s", ts.hardware);
+    snprintf(r.training.precision, sizeof r.training.precision, "%s", ts.precision);
+    if (ts.n_params != r.n_params)
+        die("%s/train_summary.json: n_params %ld differs from the checkpoint's %ld", run_dir, ts.n_params, r.n_params);
+
+    if (result_record_save(&r, out_path, err, sizeof err)) die("%s", err);
+    log_info("wrote %s: mean accuracy %.2f%% (interpolate %.2f%%, extrapolate %.2f%%) in %.1f s", out_path,
+             100 * r.evaluation.mean_accuracy, 100 * r.evaluation.sets[0].accuracy, 100 * r.evaluation.sets[1].accuracy,
+             now_seconds() - t0);
+
+    result_record_free(&r); /* also frees root (r.config) */
+    model_free(m);
+    backend_destroy(be);
+    for (int s = 0; s < EVAL_N_SETS; s++) shard_free(&shards[s]);
+    tokenizer_free(tok);
+    return 0;
+}
+#endif

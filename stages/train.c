@@ -1,0 +1,462 @@
+/* train: trains one run (dense or MoEUT, Q+A or answer-only loss) on data/EXP/train.shard and writes
+ * runs/EXP/RUN/{model.safetensors, optim.safetensors, state.json, metrics.jsonl, train_summary.json}.
+ *
+ * One step (moeut-spec.md §6.6, dm-math-training-code.md §C.5-7): lr for the completed-step count, zero the
+ * gradients, n_microbatch micro-batches of packed windows (each model_train_step with grad_scale 1/n_microbatch),
+ * stop on a non-finite loss or gradient, clip the global norm, AdamW (weight decay on every parameter).
+ * Checkpoints every checkpoint_every steps, at the end, and on SIGINT/SIGTERM (the handler only sets a flag; the
+ * loop saves at the step boundary and exits 130/143). --resume continues bit-identically on the same backend. */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cblas.h>
+#include <cjson/cJSON.h>
+
+#include "datasets/loader.h"
+#include "datasets/shard.h"
+#include "datasets/tokenizer.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "model/optimizer.h"
+#include "model/rng.h"
+#include "model/train_checkpoint.h"
+#include "model/train_config.h"
+#include "pipeline/atomic_file.h"
+#include "pipeline/cli.h"
+#include "pipeline/config.h"
+#include "pipeline/log.h"
+#include "pipeline/progress.h"
+#include "pipeline/sha256.h"
+
+static volatile sig_atomic_t g_signal = 0;
+static void on_signal(int sig) { g_signal = sig; }
+
+typedef struct {
+    const char *config_path, *data_dir, *out_dir, *backend;
+    bool resume;
+    long steps_override, threads, stop_after, debug_nan_step;
+} Args;
+
+/* Everything the loop needs, set up once. */
+typedef struct {
+    Args a;
+    ModelConfig mc;
+    TrainConfig tc;
+    char config_sha256[65];
+    cJSON *config_json;
+    Shard shard;
+    Backend *be;
+    Model *m;
+    AdamW opt;
+    DataLoader loader;
+    LrSchedule sched;
+    TrainState st;
+    long last_saved_step; /* -1 = no checkpoint of this run on disk */
+    char metrics_path[4096], summary_path[4096];
+    FILE *metrics;
+    int32_t *inputs, *targets; /* [Bm, T] host */
+    uint8_t *valid;            /* [Bm, T] host */
+} Trainer;
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* setup */
+
+static void path_join(char *out, size_t n, const char *dir, const char *file) { snprintf(out, n, "%s/%s", dir, file); }
+
+static void load_config(Trainer *t) {
+    char err[1024];
+    char *bytes = NULL;
+    size_t n = 0;
+    if (read_file_all(t->a.config_path, &bytes, &n, err, sizeof err) != 0) die("%s", err);
+    sha256_hex(bytes, n, t->config_sha256);
+    free(bytes);
+    t->config_json = json_load_file(t->a.config_path, err, sizeof err);
+    if (!t->config_json) die("%s", err);
+    if (run_config_parse(t->config_json, t->a.config_path, &t->mc, &t->tc, err, sizeof err) != 0) die("%s", err);
+    if (t->a.steps_override > 0) t->tc.steps = t->a.steps_override;
+    else if (t->a.steps_override != 0) die("--steps: must be >= 1 (got %ld)", t->a.steps_override);
+}
+
+/* Train shard + tokenizer consistency: the shard was made with this tokenizer, whose size is the model's V. */
+static void load_data(Trainer *t) {
+    char err[1024], tok_path[4096], shard_path[4096];
+    path_join(tok_path, sizeof tok_path, t->a.data_dir, "tokenizer.json");
+    path_join(shard_path, sizeof shard_path, t->a.data_dir, "train.shard");
+    Tokenizer *tok = tokenizer_load(tok_path, err, sizeof err);
+    if (!tok) die("%s", err);
+    int vocab = tokenizer_vocab_size(tok);
+    char tok_sha[65];
+    snprintf(tok_sha, sizeof tok_sha, "%s", tokenizer_sha256(tok));
+    tokenizer_free(tok);
+    if (shard_read(&t->shard, shard_path, err, sizeof err) != 0) die("%s", err);
+    if (strcmp(t->shard.split, "train") != 0) die("%s: split is \"%s\", expected \"train\"", shard_path, t->shard.split);
+    if (strcmp(t->shard.tokenizer_sha256, tok_sha) != 0)
+        die("%s: tokenizer_sha256 %s does not match %s (sha256 %s): re-run tokenize", shard_path,
+            t->shard.tokenizer_sha256, tok_path, tok_sha);
+    if (t->mc.n_tokens != vocab)
+        die("%s: model.n_tokens is %d but %s has %d pieces", t->a.config_path, t->mc.n_tokens, tok_path, vocab);
+    for (uint64_t i = 0; i < t->shard.n_tokens; i++)
+        if (t->shard.tokens[i] >= vocab)
+            die("%s: token %llu has id %u >= vocabulary size %d", shard_path, (unsigned long long)i, t->shard.tokens[i],
+                vocab);
+}
+
+static void set_threads(long threads) {
+    int n = threads > 0 ? (int)threads : omp_get_num_procs();
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+    log_info("threads: %d", n);
+}
+
+static void create_model(Trainer *t) {
+    char err[1024];
+    t->be = backend_create(t->a.backend, err, sizeof err);
+    if (!t->be) die("--backend %s: %s", t->a.backend, err);
+    t->be->precision = t->tc.precision;
+    if (t->tc.precision == PRECISION_BF16 && strcmp(t->be->name, "cpu") == 0)
+        log_warn("%s: train.precision bf16 is ignored by the cpu backend (it computes in fp32)", t->a.config_path);
+    t->m = model_create(&t->mc, t->be);
+    CHECK_ALLOC(t->m);
+    adamw_init(&t->opt, t->be, model_n_params(t->m), t->tc.adam_beta1, t->tc.adam_beta2, t->tc.adam_eps,
+               t->tc.weight_decay);
+    t->sched = (LrSchedule){t->tc.lr, t->tc.min_lr_multiplier, t->tc.warmup, t->tc.steps};
+    int bm = (int)(t->tc.batch_size / t->tc.n_microbatch);
+    size_t cells = (size_t)bm * (size_t)t->tc.context;
+    t->inputs = xmalloc(cells * sizeof *t->inputs);
+    t->targets = xmalloc(cells * sizeof *t->targets);
+    t->valid = xmalloc(cells * sizeof *t->valid);
+    if (loader_init(&t->loader, &t->shard, (int)t->tc.context, t->tc.loss_on_target_only, train_seed_loader(&t->tc),
+                    err, sizeof err) != 0)
+        die("%s/train.shard: %s", t->a.data_dir, err);
+    if (t->loader.n_too_long > 0)
+        log_warn("%llu of %llu training examples are longer than context %ld tokens and are never sampled",
+                 (unsigned long long)t->loader.n_too_long, (unsigned long long)t->shard.n_examples, t->tc.context);
+}
+
+/* Removes the outputs of an earlier run so stale files never pair with new weights. */
+static void remove_previous_outputs(const char *dir) {
+    const char *files[] = {"train_summary.json", TRAIN_STATE_FILE, TRAIN_MODEL_FILE, TRAIN_OPTIM_FILE,
+                           "metrics.jsonl", TRAIN_STATE_FILE ".pending", TRAIN_MODEL_FILE ".pending",
+                           TRAIN_OPTIM_FILE ".pending"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char p[4096];
+        path_join(p, sizeof p, dir, files[i]);
+        if (unlink(p) != 0 && errno != ENOENT) die("%s: cannot remove: %s", p, strerror(errno));
+    }
+}
+
+/* Keeps only the metrics lines of steps <= step (lines logged after the checkpoint are replayed by the resume). */
+static void truncate_metrics(const char *path, long step) {
+    if (!file_exists(path)) return;
+    char err[1024];
+    char *text = NULL;
+    size_t n = 0;
+    if (read_file_all(path, &text, &n, err, sizeof err) != 0) die("%s", err);
+    char *out = xmalloc(n + 1);
+    size_t o = 0;
+    for (char *line = text; *line;) {
+        char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        char saved = line[len];
+        line[len] = '\0';
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *s = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
+        if (cJSON_IsNumber(s) && s->valuedouble <= (double)step) {
+            memcpy(out + o, line, len);
+            o += len;
+            out[o++] = '\n';
+        }
+        cJSON_Delete(j);
+        line[len] = saved;
+        line += len + (nl ? 1 : 0);
+    }
+    if (write_file_atomic(path, out, o, err, sizeof err) != 0) die("%s", err);
+    free(out);
+    free(text);
+}
+
+/* Fresh start or resume; leaves t->st ready for the loop and metrics.jsonl open for appending. */
+static void start_or_resume(Trainer *t) {
+    char err[1024];
+    if (mkdir_p(t->a.out_dir, err, sizeof err) != 0) die("%s", err);
+    path_join(t->metrics_path, sizeof t->metrics_path, t->a.out_dir, "metrics.jsonl");
+    path_join(t->summary_path, sizeof t->summary_path, t->a.out_dir, "train_summary.json");
+    if (train_checkpoint_recover(t->a.out_dir, err, sizeof err) != 0) die("%s", err);
+    bool have_ckpt = train_checkpoint_exists(t->a.out_dir);
+
+    if (t->a.resume && have_ckpt) {
+        TrainState peek;
+        if (train_state_read(t->a.out_dir, &peek, err, sizeof err) != 0) die("%s", err);
+        if (strcmp(peek.config_sha256, t->config_sha256) != 0)
+            die("refusing to resume %s: %s changed since the checkpoint (config sha256 %.12s..., checkpoint has "
+                "%.12s...); delete %s to start over",
+                t->a.out_dir, t->a.config_path, t->config_sha256, peek.config_sha256, t->a.out_dir);
+        if (peek.total_steps != t->tc.steps)
+            die("refusing to resume %s: the checkpoint was made for %ld steps, this run asks for %ld (--steps must "
+                "match)",
+                t->a.out_dir, peek.total_steps, t->tc.steps);
+        if (strcmp(peek.data_tokenizer_sha256, t->shard.tokenizer_sha256) != 0 ||
+            peek.data_n_examples != t->shard.n_examples)
+            die("refusing to resume %s: the training data in %s differs from the checkpoint's", t->a.out_dir,
+                t->a.data_dir);
+        if (strcmp(peek.backend, t->be->name) != 0)
+            log_warn("resuming a %s checkpoint on the %s backend: the continuation will not be bit-identical",
+                     peek.backend, t->be->name);
+        if (train_checkpoint_load(t->a.out_dir, t->m, &t->opt, &t->st, err, sizeof err) != 0) die("%s", err);
+        loader_set_state(&t->loader, &t->st.loader);
+        t->last_saved_step = t->st.step;
+        truncate_metrics(t->metrics_path, t->st.step);
+        log_info("resumed %s at step %ld of %ld", t->a.out_dir, t->st.step, t->tc.steps);
+    } else {
+        if (t->a.resume) log_info("no checkpoint in %s: starting from scratch", t->a.out_dir);
+        else if (have_ckpt) log_warn("%s holds an earlier run: starting over (pass --resume to continue it)", t->a.out_dir);
+        remove_previous_outputs(t->a.out_dir);
+        model_init_weights(t->m, train_seed_init(&t->tc));
+        model_set_dropout_seed(t->m, train_seed_dropout(&t->tc));
+        memset(&t->st, 0, sizeof t->st);
+        t->st.last_ce = NAN;
+        t->last_saved_step = -1;
+    }
+    /* Fields that describe this run (identical on resume, checked above). */
+    t->st.total_steps = t->tc.steps;
+    snprintf(t->st.config_sha256, sizeof t->st.config_sha256, "%s", t->config_sha256);
+    snprintf(t->st.backend, sizeof t->st.backend, "%s", t->be->name);
+    snprintf(t->st.data_tokenizer_sha256, sizeof t->st.data_tokenizer_sha256, "%s", t->shard.tokenizer_sha256);
+    t->st.data_n_examples = t->shard.n_examples;
+    t->metrics = fopen(t->metrics_path, "a");
+    if (!t->metrics) die("%s: cannot open for appending: %s", t->metrics_path, strerror(errno));
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+/* the loop */
+
+typedef struct {
+    double loss, ce, reg_ffn, reg_att, grad_norm, expert_entropy;
+    long real_tokens;
+} StepResult;
+
+/* Forward/backward over the micro-batches of one step; gradients end up in model_grads. */
+static StepResult run_microbatches(Trainer *t) {
+    StepResult r = {0};
+    const int nmb = (int)t->tc.n_microbatch, bm = (int)(t->tc.batch_size / nmb), T = (int)t->tc.context;
+    const double w = 1.0 / nmb;
+    for (int k = 0; k < nmb; k++) {
+        r.real_tokens += loader_next_batch(&t->loader, bm, t->inputs, t->targets, t->valid);
+        StepStats ss = {0};
+        model_train_step(t->m, t->inputs, t->targets, t->valid, bm, T, w, &ss, NULL);
+        double ce = ss.n_counted > 0 ? ss.ce_sum / (double)ss.n_counted : 0.0;
+        r.ce += w * ce;
+        r.reg_ffn += w * ss.reg_ffn;
+        r.reg_att += w * ss.reg_att;
+        r.loss += w * (ce + t->mc.entropy_reg * ss.reg_ffn + t->mc.att_entropy_reg * ss.reg_att);
+    }
+    /* reg_ffn is minus the routing entropy summed over the distinct MoE modules. */
+    if (t->mc.arch == ARCH_MOEUT) r.expert_entropy = -r.reg_ffn / t->mc.group_size;
+    return r;
+}
+
+static void save_checkpoint(Trainer *t, double session_start, double wall_base) {
+    char err[1024];
+    t->st.loader = loader_get_state(&t->loader);
+    t->st.wall_time_s = wall_base + (now_seconds() - session_start);
+    if (!t->be->all_finite(t->be, model_params(t->m), model_n_params(t->m)))
+        die("non-finite weights at step %ld; last good checkpoint step %ld kept", t->st.step, t->last_saved_step);
+    if (train_checkpoint_save(t->a.out_dir, t->m, &t->opt, &t->st, err, sizeof err) != 0) die("%s", err);
+    t->last_saved_step = t->st.step;
+}
+
+static void log_metrics(Trainer *t, double lr, double interval_s) {
+    const MetricsAcc *a = &t->st.acc;
+    double n = (double)a->n;
+    long tokens_interval = (long)a->n * t->tc.batch_size * t->tc.context;
+    cJSON *j = cJSON_CreateObject();
+    CHECK_ALLOC(j);
+    cJSON_AddNumberToObject(j, "step", (double)t->st.step);
+    cJSON_AddNumberToObject(j, "loss", a->loss / n);
+    cJSON_AddNumberToObject(j, "ce", a->ce / n);
+    cJSON_AddNumberToObject(j, "reg_ffn", a->reg_ffn / n);
+    cJSON_AddNumberToObject(j, "reg_att", a->reg_att / n);
+    cJSON_AddNumberToObject(j, "lr", lr);
+    cJSON_AddNumberToObject(j, "grad_norm", a->grad_norm / n);
+    cJSON_AddNumberToObject(j, "tokens", (double)t->st.tokens);
+    cJSON_AddNumberToObject(j, "tokens_per_s", interval_s > 0 ? (double)tokens_interval / interval_s : 0.0);
+    cJSON_AddNumberToObject(j, "expert_entropy", a->expert_entropy / n);
+    char *line = cJSON_PrintUnformatted(j);
+    CHECK_ALLOC(line);
+    if (fprintf(t->metrics, "%s\n", line) < 0 || fflush(t->metrics) != 0)
+        die("%s: write failed: %s", t->metrics_path, strerror(errno));
+    cJSON_free(line);
+    cJSON_Delete(j);
+    t->st.last_ce = a->ce / n;
+    memset(&t->st.acc, 0, sizeof t->st.acc);
+}
+
+static void fail_non_finite(Trainer *t, long step_number, const char *what) {
+    char kept[64];
+    if (t->last_saved_step >= 0) snprintf(kept, sizeof kept, "%ld", t->last_saved_step);
+    else snprintf(kept, sizeof kept, "none (no checkpoint written yet)");
+    die("non-finite %s at step %ld; last good checkpoint step %s kept", what, step_number, kept);
+}
+
+static void write_summary(Trainer *t) {
+    char err[1024];
+    cJSON *s = cJSON_CreateObject();
+    CHECK_ALLOC(s);
+    double wall = t->st.wall_time_s;
+    bool cpu = strcmp(t->be->name, "cpu") == 0;
+    cJSON_AddNumberToObject(s, "steps", (double)t->st.step);
+    cJSON_AddNumberToObject(s, "tokens", (double)t->st.tokens);
+    cJSON_AddNumberToObject(s, "wall_time_s", wall);
+    cJSON_AddNumberToObject(s, "final_train_loss", t->st.last_ce);
+    cJSON_AddNumberToObject(s, "tokens_per_s", wall > 0 ? (double)t->st.tokens / wall : 0.0);
+    cJSON_AddStringToObject(s, "backend", t->be->name);
+    cJSON_AddStringToObject(s, "hardware", t->be->device_name);
+    cJSON_AddStringToObject(s, "precision", (!cpu && t->tc.precision == PRECISION_BF16) ? "bf16" : "fp32");
+    cJSON_AddStringToObject(s, "config_sha256", t->config_sha256);
+    cJSON_AddNumberToObject(s, "n_params", (double)model_n_params(t->m));
+    cJSON_AddStringToObject(s, "code_version", CODE_VERSION);
+    if (json_save_file(t->summary_path, s, err, sizeof err) != 0) die("%s", err);
+    cJSON_Delete(s);
+}
+
+static int train_loop(Trainer *t) {
+    const long total = t->tc.steps;
+    const double session_start = now_seconds(), wall_base = t->st.wall_time_s;
+    double interval_start = session_start;
+    Progress prog;
+    progress_start(&prog, "train", total, "steps");
+    progress_update(&prog, t->st.step, NULL);
+    scalar_t *params = model_params(t->m), *grads = model_grads(t->m);
+    const size_t n_params = model_n_params(t->m);
+    const long tokens_per_step = t->tc.batch_size * t->tc.context;
+    const long session_first_step = t->st.step;
+
+    while (t->st.step < total) {
+        const long step_number = t->st.step + 1; /* 1-based: the metrics "step" after this update */
+        double lr = lr_at(&t->sched, t->st.step);
+        t->be->zero(t->be, grads, n_params * sizeof(scalar_t));
+        StepResult r = run_microbatches(t);
+        if (t->a.debug_nan_step == step_number) { /* testing hook: poison one gradient */
+            scalar_t nan_value = (scalar_t)NAN;
+            t->be->to_device(t->be, grads, &nan_value, sizeof nan_value);
+        }
+        if (!isfinite(r.loss)) fail_non_finite(t, step_number, "loss");
+        double norm = clip_grad_norm(t->be, grads, n_params, t->tc.grad_clip);
+        if (!isfinite(norm)) fail_non_finite(t, step_number, "gradient norm");
+        adamw_update(&t->opt, params, grads, lr);
+        t->st.step = step_number;
+        t->st.tokens += (uint64_t)tokens_per_step;
+        t->st.real_tokens += (uint64_t)r.real_tokens;
+
+        MetricsAcc *a = &t->st.acc;
+        a->loss += r.loss, a->ce += r.ce, a->reg_ffn += r.reg_ffn, a->reg_att += r.reg_att;
+        a->grad_norm += norm, a->expert_entropy += r.expert_entropy, a->n++;
+        if (t->st.step % t->tc.log_every == 0 || t->st.step == total) {
+            double now = now_seconds();
+            log_metrics(t, lr, now - interval_start);
+            interval_start = now;
+        }
+        double elapsed = now_seconds() - session_start;
+        double tok_s = elapsed > 0 ? (double)(t->st.step - session_first_step) * (double)tokens_per_step / elapsed : 0.0;
+        char extra[128];
+        snprintf(extra, sizeof extra, "loss %.4f | %.0f tok/s", r.ce, tok_s);
+        progress_update(&prog, t->st.step, extra);
+
+        bool last = t->st.step == total;
+        bool periodic = t->tc.checkpoint_every > 0 && t->st.step % t->tc.checkpoint_every == 0;
+        bool stop_after = t->a.stop_after > 0 && t->st.step == t->a.stop_after && !last;
+        if (last || periodic || stop_after || g_signal) save_checkpoint(t, session_start, wall_base);
+        if (g_signal && !last) {
+            progress_finish(&prog);
+            const char *name = g_signal == SIGINT ? "SIGINT" : "SIGTERM";
+            log_info("interrupted by %s: checkpoint saved at step %ld of %ld; continue with --resume", name,
+                     t->st.step, total);
+            return 128 + g_signal;
+        }
+        if (stop_after) {
+            progress_finish(&prog);
+            log_info("stopped after step %ld of %ld (--stop-after): checkpoint saved; continue with --resume",
+                     t->st.step, total);
+            return 0;
+        }
+    }
+    progress_finish(&prog);
+    return -1; /* finished */
+}
+
+/* ---------------------------------------------------------------------------------------------------------------- */
+
+static void install_signal_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGINT, &sa, NULL) != 0 || sigaction(SIGTERM, &sa, NULL) != 0)
+        die("sigaction failed: %s", strerror(errno));
+}
+
+int main(int argc, char **argv) {
+    log_set_program("train");
+    Trainer t;
+    memset(&t, 0, sizeof t);
+    t.a.backend = "cpu";
+    const CliOption opts[] = {
+        {"config", OPT_STRING, &t.a.config_path, "run config experiments/EXP/RUN.json", true},
+        {"data", OPT_STRING, &t.a.data_dir, "data directory data/EXP (tokenizer.json, train.shard)", true},
+        {"out", OPT_STRING, &t.a.out_dir, "run directory runs/EXP/RUN", true},
+        {"backend", OPT_STRING, &t.a.backend, "cpu | cuda (default cpu)", false},
+        {"resume", OPT_FLAG, &t.a.resume, "continue from the checkpoint in --out (from scratch if there is none)",
+         false},
+        {"steps", OPT_INT, &t.a.steps_override, "override train.steps (also the cosine length)", false},
+        {"threads", OPT_INT, &t.a.threads, "CPU threads (default: all cores)", false},
+        {"stop-after", OPT_INT, &t.a.stop_after, "testing: checkpoint and exit 0 after this many completed steps",
+         false},
+        {"debug-nan", OPT_INT, &t.a.debug_nan_step, "testing: inject a NaN gradient at this (1-based) step", false},
+    };
+    cli_parse(argc, argv, "train",
+              "Trains one run on data/EXP/train.shard and writes model.safetensors, optim.safetensors, state.json, "
+              "metrics.jsonl and, when training finished, train_summary.json into --out. SIGINT/SIGTERM save a "
+              "checkpoint at the step boundary and exit 130/143; --resume continues it bit-identically.",
+              opts, (int)(sizeof opts / sizeof opts[0]));
+    if (t.a.threads < 0) die("--threads: must be >= 1 (got %ld)", t.a.threads);
+    install_signal_handlers();
+    set_threads(t.a.threads);
+
+    load_config(&t);
+    load_data(&t);
+    create_model(&t);
+    start_or_resume(&t);
+    log_info("%s: %s, %zu parameters, backend %s (%s), %ld steps x %ld windows x %ld tokens, %s loss", t.a.config_path,
+             t.mc.arch == ARCH_MOEUT ? "moeut" : "dense", model_n_params(t.m), t.be->name, t.be->device_name,
+             t.tc.steps, t.tc.batch_size, t.tc.context, t.tc.loss_on_target_only ? "answer-only" : "Q+A");
+
+    int rc = 0;
+    if (t.st.step < t.tc.steps || !file_exists(t.summary_path)) {
+        rc = train_loop(&t);
+        if (rc < 0) {
+            write_summary(&t); /* last: its presence means training finished */
+            log_info("done: %ld steps, final train loss %.4f, %.1f s, %.0f tokens/s", t.st.step, t.st.last_ce,
+                     t.st.wall_time_s, t.st.wall_time_s > 0 ? (double)t.st.tokens / t.st.wall_time_s : 0.0);
+            rc = 0;
+        }
+    } else {
+        log_info("%s already finished (%ld steps)", t.a.out_dir, t.st.step);
+    }
+    if (fclose(t.metrics) != 0) die("%s: close failed: %s", t.metrics_path, strerror(errno));
+    free(t.inputs);
+    free(t.targets);
+    free(t.valid);
+    loader_free(&t.loader);
+    adamw_free(&t.opt);
+    model_free(t.m);
+    backend_destroy(t.be);
+    shard_free(&t.shard);
+    cJSON_Delete(t.config_json);
+    return rc;
+}

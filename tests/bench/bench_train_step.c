@@ -1,0 +1,120 @@
+/* CPU training-step benchmark of the C models, the C half of `make bench-cpu` (tests/reference/bench_twin.py runs
+ * this and the PyTorch twin on the same shapes and prints the ratio).
+ *
+ * Reads a run config (experiments/EXP/RUN.json: the model and train sections), initialises the model with the
+ * reference init, and times full optimizer steps on random token batches of the config's shape
+ * [batch_size, context]: zero grads, n_microbatch x model_train_step (grad_scale 1/n_microbatch), global-norm clip,
+ * AdamW at the scheduled lr. Every position is valid and targets are the next token (the Q+A loss shape), so the
+ * work per step equals a training step on full windows. One warm-up step is run and not timed.
+ * Output: one line "bench c: <arch> steps N tokens X seconds S tokens_per_s R threads T" on stdout.
+ */
+#include <cblas.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "model/optimizer.h"
+#include "model/rng.h"
+#include "model/train_config.h"
+#include "pipeline/cli.h"
+#include "pipeline/config.h"
+#include "pipeline/log.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Random windows: inputs[b,t] in [3, V) (ids 0..2 are <unk>, <s>, </s>), targets[b,t] = inputs[b,t+1], the last
+ * target also random. */
+static void random_batch(Rng *r, int32_t *inputs, int32_t *targets, int B, int T, int V) {
+    for (int b = 0; b < B; b++) {
+        int32_t *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
+        for (int t = 0; t < T; t++) in[t] = 3 + (int32_t)rng_below(r, (uint64_t)(V - 3));
+        for (int t = 0; t + 1 < T; t++) tg[t] = in[t + 1];
+        tg[T - 1] = 3 + (int32_t)rng_below(r, (uint64_t)(V - 3));
+    }
+}
+
+int main(int argc, char **argv) {
+    log_set_program("bench_train_step");
+    const char *config_path = NULL, *backend_name = "cpu";
+    long steps = 5, threads = 2;
+    const CliOption opts[] = {
+        {"config", OPT_STRING, &config_path, "run config experiments/EXP/RUN.json", true},
+        {"steps", OPT_INT, &steps, "timed optimizer steps (default 5; one extra untimed warm-up step)", false},
+        {"threads", OPT_INT, &threads, "OpenMP and OpenBLAS threads (default 2)", false},
+        {"backend", OPT_STRING, &backend_name, "cpu | cuda (default cpu)", false},
+    };
+    cli_parse(argc, argv, "bench_train_step",
+              "Times full training steps (forward, backward, clip, AdamW) of the C model of a run config on random "
+              "batches of the config's shape and prints tokens/s.",
+              opts, (int)(sizeof opts / sizeof opts[0]));
+    if (steps < 1) die("--steps: must be >= 1 (got %ld)", steps);
+    if (threads < 1) die("--threads: must be >= 1 (got %ld)", threads);
+    omp_set_num_threads((int)threads);
+    openblas_set_num_threads((int)threads);
+
+    char err[1024];
+    cJSON *root = json_load_file(config_path, err, sizeof err);
+    if (!root) die("%s", err);
+    ModelConfig mc;
+    TrainConfig tc;
+    if (run_config_parse(root, config_path, &mc, &tc, err, sizeof err) != 0) die("%s", err);
+    cJSON_Delete(root);
+
+    Backend *be = backend_create(backend_name, err, sizeof err);
+    if (!be) die("--backend %s: %s", backend_name, err);
+    be->precision = tc.precision;
+    Model *m = model_create(&mc, be);
+    if (!m) die("%s: model_create failed", config_path);
+    model_init_weights(m, train_seed_init(&tc));
+    size_t np = model_n_params(m);
+    AdamW opt;
+    adamw_init(&opt, be, np, tc.adam_beta1, tc.adam_beta2, tc.adam_eps, tc.weight_decay);
+    LrSchedule sched = {tc.lr, tc.min_lr_multiplier, tc.warmup, tc.steps};
+
+    int Bm = (int)(tc.batch_size / tc.n_microbatch), T = (int)tc.context, V = mc.n_tokens;
+    int32_t *inputs = xmalloc((size_t)Bm * T * sizeof *inputs);
+    int32_t *targets = xmalloc((size_t)Bm * T * sizeof *targets);
+    Rng rng;
+    rng_seed(&rng, 12345);
+
+    double t0 = 0, last_ce = 0;
+    for (long s = 0; s <= steps; s++) {
+        if (s == 1) {
+            be->synchronize(be);
+            t0 = now_s(); /* step 0 is the untimed warm-up (allocations, caches) */
+        }
+        be->zero(be, model_grads(m), np * sizeof(scalar_t));
+        for (long mb = 0; mb < tc.n_microbatch; mb++) {
+            random_batch(&rng, inputs, targets, Bm, T, V);
+            StepStats st;
+            memset(&st, 0, sizeof st);
+            model_train_step(m, inputs, targets, NULL, Bm, T, 1.0 / (double)tc.n_microbatch, &st, NULL);
+            last_ce = st.ce_sum / (double)st.n_counted;
+        }
+        clip_grad_norm(be, model_grads(m), np, tc.grad_clip);
+        adamw_update(&opt, model_params(m), model_grads(m), lr_at(&sched, s));
+    }
+    be->synchronize(be);
+    double secs = now_s() - t0;
+    double tokens = (double)steps * (double)tc.batch_size * (double)tc.context;
+    printf("bench c: %s steps %ld tokens %.0f seconds %.3f tokens_per_s %.1f threads %ld params %zu last_ce %.4f\n",
+           mc.arch == ARCH_MOEUT ? "moeut" : "dense", steps, tokens, secs, tokens / secs, threads, np, last_ce);
+
+    free(inputs);
+    free(targets);
+    adamw_free(&opt);
+    model_free(m);
+    backend_destroy(be);
+    return 0;
+}

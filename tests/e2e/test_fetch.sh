@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# End-to-end test of bin/fetch against a local HTTP server (tests/e2e/http_server.py on 127.0.0.1, random port):
+# download, resume after a dropped connection (Range request seen by the server), in-run retry after a stall,
+# a server that cannot resume, checksum pinning, the manifest size check, extraction + manifest content, a corrupted
+# and a truncated archive refused (no tree left, the old output intact), a traversal entry refused, file:// and local
+# path sources, "up to date" reruns, and the embedded sample with the default filter.
+# Exit 0 pass, 77 skip (says why), anything else fail.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+ROOT=$PWD
+
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3 || true)
+if [ -z "$PY" ]; then echo "SKIP: no python3 for the test HTTP server"; exit 77; fi
+if [ ! -x bin/fetch ]; then make --no-print-directory bin/fetch >/dev/null || { echo "FAIL: cannot build bin/fetch"; exit 1; }; fi
+FETCH=$ROOT/bin/fetch
+
+T=$(mktemp -d /tmp/test_fetch.XXXXXX)
+SERVER_PID=
+cleanup() {
+  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; fi
+  rm -rf "$T"
+}
+trap cleanup EXIT INT TERM
+
+FAILS=0
+pass() { echo "ok   - $*"; }
+fail() { echo "FAIL - $*"; FAILS=$((FAILS + 1)); }
+check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
+# Runs fetch, capturing output in $T/log; returns its exit status.
+run_fetch() { "$FETCH" "$@" >"$T/log" 2>&1; }
+log_has() { grep -q -- "$1" "$T/log" || { echo "    expected '$1' in:"; sed 's/^/    | /' "$T/log"; return 1; }; }
+no_temp_trees() { ! ls -d "$1".tmp.* >/dev/null 2>&1; }
+
+# ---- test archives, built with tar from DM-math-format files ----
+SRC=$T/src
+D=$SRC/mathematics_dataset-v1.0
+mkdir -p "$D"/{train-easy,train-medium,train-hard,interpolate,extrapolate}
+gen() { # gen FILE PAIRS SEED: "What is A + B?" / answer lines
+  awk -v n="$2" -v seed="$3" 'BEGIN { srand(seed); for (i = 0; i < n; i++) { a = int(rand() * 100000); b = int(rand() * 100000);
+    printf "What is %d + %d?\n%d\n", a, b, a + b } }' >"$1"
+}
+gen "$D/train-easy/arithmetic__add_or_sub.txt" 4000 1
+gen "$D/train-easy/arithmetic__mul.txt" 4000 2
+gen "$D/train-easy/algebra__linear_1d.txt" 4000 3
+gen "$D/train-medium/arithmetic__add_or_sub.txt" 3000 4
+gen "$D/train-hard/arithmetic__mul.txt" 3000 5
+gen "$D/interpolate/arithmetic__mul.txt" 500 6
+gen "$D/interpolate/algebra__linear_1d.txt" 500 7
+gen "$D/extrapolate/arithmetic__mul_big.txt" 500 8
+WWW=$T/www
+mkdir -p "$WWW"
+tar -czf "$WWW/good.tar.gz" -C "$SRC" mathematics_dataset-v1.0
+SIZE=$(stat -c %s "$WWW/good.tar.gz")
+SHA=$(sha256sum "$WWW/good.tar.gz" | cut -d' ' -f1)
+# Corrupted copy: 64 bytes overwritten in the middle of the compressed stream.
+cp "$WWW/good.tar.gz" "$WWW/corrupt.tar.gz"
+head -c 64 /dev/zero | dd of="$WWW/corrupt.tar.gz" bs=1 seek=$((SIZE / 2)) conv=notrunc status=none
+head -c $((SIZE * 2 / 3)) "$WWW/good.tar.gz" >"$WWW/truncated.tar.gz"
+# Traversal variant: one member renamed to climb out of the tree (-P keeps the '..' that tar would strip).
+printf 'What is 1 + 1?\n2\n' >"$SRC/evil.txt"
+tar -czf "$WWW/evil.tar.gz" -P -C "$SRC" \
+  --transform 's|^evil.txt$|mathematics_dataset-v1.0/train-easy/../../evil.txt|' mathematics_dataset-v1.0 evil.txt
+
+# ---- server ----
+"$PY" tests/e2e/http_server.py --root "$WWW" --port-file "$T/port" --log "$T/server.log" &
+SERVER_PID=$!
+for _ in $(seq 100); do [ -s "$T/port" ] && break; sleep 0.05; done
+[ -s "$T/port" ] || { echo "FAIL: the test HTTP server did not start"; exit 1; }
+BASE=http://127.0.0.1:$(cat "$T/port")
+DL=$T/downloads
+
+# Compares OUT/manifest.json with the extracted files and the archive: sha256, bytes, pairs, sorting.
+verify_manifest() { # OUT ARCHIVE_SHA SOURCE EXPECTED_FILES
+  "$PY" - "$@" <<'PY'
+import hashlib, json, os, sys
+out, archive_sha, source, expected = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+m = json.load(open(os.path.join(out, "manifest.json")))
+ok = True
+def bad(msg):
+    global ok
+    ok = False
+    print("    manifest: " + msg)
+if m.get("schema") != "dm-math-raw" or m.get("schema_version") != 1: bad("schema")
+if m.get("archive_sha256") != archive_sha: bad("archive_sha256 %s != %s" % (m.get("archive_sha256"), archive_sha))
+if m.get("source") != source: bad("source %r != %r" % (m.get("source"), source))
+if len(m["files"]) != expected: bad("%d files, expected %d" % (len(m["files"]), expected))
+keys = [(f["split"], f["file"]) for f in m["files"]]
+if keys != sorted(keys): bad("files not sorted")
+for f in m["files"]:
+    p = os.path.join(out, "mathematics_dataset-v1.0", f["split"], f["file"])
+    data = open(p, "rb").read()
+    if hashlib.sha256(data).hexdigest() != f["sha256"]: bad("sha256 of " + p)
+    if len(data) != f["bytes"]: bad("bytes of " + p)
+    if data.count(b"\n") != 2 * f["pairs"]: bad("pairs of " + p)
+on_disk = sorted((s, n) for s in os.listdir(os.path.join(out, "mathematics_dataset-v1.0"))
+                 for n in os.listdir(os.path.join(out, "mathematics_dataset-v1.0", s)))
+if on_disk != keys: bad("files on disk differ from the manifest: %s" % on_disk)
+for c in m["tokenizer_corpus"]:
+    data = open(os.path.join(out, "tokenizer_corpus", c["file"]), "rb").read()
+    if hashlib.sha256(data).hexdigest() != c["sha256"] or data.count(b"\n") != 2 * c["pairs"]: bad("corpus " + c["file"])
+sys.exit(0 if ok else 1)
+PY
+}
+json_get() { "$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"m": m}))' "$@"; }
+
+# 1. Plain download + extraction (default filter: 6 arithmetic files; corpus: 3 train-easy files, 100 pairs each).
+run_fetch --source "$BASE/good.tar.gz" --downloads "$DL" --out "$T/raw" --tokenizer-corpus-pairs 100
+check "download + extract exits 0" test $? = 0
+check "downloaded file is complete, no .part left" cmp -s "$DL/good.tar.gz" "$WWW/good.tar.gz"
+check "no .part left" test ! -e "$DL/good.tar.gz.part"
+check "manifest matches the extracted tree (6 arithmetic files)" verify_manifest "$T/raw" "$SHA" "$BASE/good.tar.gz" 6
+check "filter default excludes algebra" test ! -e "$T/raw/mathematics_dataset-v1.0/train-easy/algebra__linear_1d.txt"
+check "pairs counted (train-easy add_or_sub has 4000)" test "$(json_get "$T/raw/manifest.json" \
+  '[f["pairs"] for f in m["files"] if f["split"]=="train-easy" and f["file"]=="arithmetic__add_or_sub.txt"][0]')" = 4000
+check "tokenizer corpus: every train-easy file, 100 pairs" test "$(json_get "$T/raw/manifest.json" \
+  '",".join("%s:%d" % (c["file"], c["pairs"]) for c in m["tokenizer_corpus"])')" = \
+  "algebra__linear_1d.txt:100,arithmetic__add_or_sub.txt:100,arithmetic__mul.txt:100"
+check "no temporary tree left" no_temp_trees "$T/raw"
+run_fetch --source "$BASE/good.tar.gz" --downloads "$DL" --out "$T/raw" --tokenizer-corpus-pairs 100
+check "rerun is 'up to date' and downloads nothing" log_has "up to date"
+check "rerun made no new request" test "$(grep -c 'good.tar.gz' "$T/server.log")" = 1
+
+# 2. Resume: the first request drops mid-body; with no retries the run fails and keeps the .part; the rerun resumes.
+DL2=$T/dl2
+run_fetch --source "$BASE/drop/good.tar.gz" --downloads "$DL2" --out "$T/raw2" --retries 0
+check "dropped connection fails the run (no retries)" test $? != 0
+PART=$(stat -c %s "$DL2/good.tar.gz.part" 2>/dev/null || echo 0)
+check "a partial download is kept (0 < $PART < $SIZE)" test "$PART" -gt 0 -a "$PART" -lt "$SIZE"
+check "no output tree after the failed download" test ! -e "$T/raw2"
+run_fetch --source "$BASE/drop/good.tar.gz" --downloads "$DL2" --out "$T/raw2"
+check "rerun succeeds" test $? = 0
+check "rerun sent a Range request from the .part size" grep -q "GET /drop/good.tar.gz range=bytes=$PART-" "$T/server.log"
+check "resumed file is byte-identical" cmp -s "$DL2/good.tar.gz" "$WWW/good.tar.gz"
+check "resumed extraction matches" verify_manifest "$T/raw2" "$SHA" "$BASE/drop/good.tar.gz" 6
+
+# 3. In-run retry: the first request stalls; the low-speed timeout aborts it and the retry resumes with Range.
+run_fetch --source "$BASE/stall/good.tar.gz" --downloads "$T/dl3" --out "$T/raw3" --low-speed-time 2 --retries 2
+check "stall is retried within one run" test $? = 0
+check "the retry resumed with a Range request" grep -q "GET /stall/good.tar.gz range=bytes=[1-9][0-9]*-" "$T/server.log"
+check "stalled-then-resumed file is byte-identical" cmp -s "$T/dl3/good.tar.gz" "$WWW/good.tar.gz"
+
+# 4. A server that cannot resume: the partial file is discarded and the download restarts from byte 0.
+run_fetch --source "$BASE/dropnorange/good.tar.gz" --downloads "$T/dl4" --out "$T/raw4" --retries 3
+check "non-resuming server: download restarts and succeeds" test $? = 0
+check "non-resuming server: file is byte-identical" cmp -s "$T/dl4/good.tar.gz" "$WWW/good.tar.gz"
+
+# 5. Errors that must not retry forever: 404.
+run_fetch --source "$BASE/missing.tar.gz" --downloads "$T/dl5" --out "$T/raw5" --retries 3
+check "404 is a clear error" log_has "HTTP 404"
+check "404 is not retried" test "$(grep -c 'missing.tar.gz' "$T/server.log")" = 1
+
+# 6. Checksum pinning.
+run_fetch --source "$WWW/good.tar.gz" --out "$T/raw6" --sha256 "$(printf '0%.0s' $(seq 64))"
+check "wrong --sha256 refused" log_has "SHA-256 mismatch"
+check "no tree after a checksum mismatch" test ! -e "$T/raw6"
+run_fetch --source "$WWW/good.tar.gz" --out "$T/raw6" --sha256 "$(echo "$SHA" | tr a-f A-F)"
+check "matching --sha256 (any case) accepted" test $? = 0
+
+# 7. 'official' through a test manifest: URL and size come from the manifest; a wrong size is refused.
+mk_manifest() { # SIZE URL -> $T/manifest.json
+  "$PY" - "$1" "$2" "$T/manifest.json" <<'PY'
+import json, sys
+m = json.load(open("datasets/dm_math_v1.0.json"))
+m["size"], m["url"] = int(sys.argv[1]), sys.argv[2]
+json.dump(m, open(sys.argv[3], "w"), indent=1)
+PY
+}
+mk_manifest $((SIZE + 1)) "$BASE/good.tar.gz"
+run_fetch --source official --manifest "$T/manifest.json" --downloads "$T/dl7" --out "$T/raw7" --retries 0
+check "official: size mismatch against the manifest refused" log_has "size mismatch"
+check "official: no tree after a size mismatch" test ! -e "$T/raw7"
+mk_manifest "$SIZE" "$BASE/good.tar.gz"
+run_fetch --source official --manifest "$T/manifest.json" --downloads "$T/dl7" --out "$T/raw7"
+check "official: manifest URL and size accepted" test $? = 0
+check "official: source recorded" verify_manifest "$T/raw7" "$SHA" official 6
+
+# 8. Corrupted and truncated archives: one clear error, no tree, the previous output untouched.
+BEFORE=$(sha256sum "$T/raw/manifest.json")
+for bad in corrupt truncated; do
+  run_fetch --source "$BASE/$bad.tar.gz" --downloads "$T/dl8" --out "$T/raw"
+  rc=$?
+  check "$bad archive: non-zero exit" test $rc != 0
+  check "$bad archive: clear error" log_has "corrupt or truncated archive"
+  check "$bad archive: one error line" test "$(grep -c 'error:' "$T/log")" = 1
+  check "$bad archive: no temporary tree left" no_temp_trees "$T/raw"
+  check "$bad archive: old output intact" test "$(sha256sum "$T/raw/manifest.json")" = "$BEFORE"
+done
+check "old output still consistent" verify_manifest "$T/raw" "$SHA" "$BASE/good.tar.gz" 6
+run_fetch --source "$WWW/corrupt.tar.gz" --out "$T/raw8"
+rc=$?
+check "corrupt local archive: refused, no tree at all" test $rc != 0 -a ! -e "$T/raw8"
+
+# 9. Traversal entry.
+run_fetch --source "$BASE/evil.tar.gz" --downloads "$T/dl9" --out "$T/raw9/out"
+check "traversal entry refused, naming it" log_has "refusing unsafe entry 'mathematics_dataset-v1.0/train-easy/../../evil.txt'"
+check "traversal: nothing written outside or inside" test ! -e "$T/raw9/evil.txt" -a ! -e "$T/evil.txt" -a ! -e "$T/raw9/out"
+check "traversal: no temporary tree left" no_temp_trees "$T/raw9/out"
+
+# 10. file:// URL and local path sources give the same files as the download; the rerun is up to date.
+run_fetch --source "file://$WWW/good.tar.gz" --out "$T/raw10"
+check "file:// source" verify_manifest "$T/raw10" "$SHA" "file://$WWW/good.tar.gz" 6
+run_fetch --source "$WWW/good.tar.gz" --out "$T/raw11" --filter '.*'
+check "local path source with --filter '.*' (8 files)" verify_manifest "$T/raw11" "$SHA" "$WWW/good.tar.gz" 8
+check "same files as the HTTP download" test "$(json_get "$T/raw10/manifest.json" 'm["files"]')" = \
+  "$(json_get "$T/raw/manifest.json" 'm["files"]')"
+run_fetch --source "$WWW/good.tar.gz" --out "$T/raw11" --filter '.*'
+check "local rerun is up to date" log_has "up to date"
+run_fetch --source "$WWW/good.tar.gz" --out "$T/raw11" --filter 'algebra__.*'
+check "changed filter re-extracts and replaces the tree" verify_manifest "$T/raw11" "$SHA" "$WWW/good.tar.gz" 2
+run_fetch --source "$WWW/good.tar.gz" --out "$T/raw12" --filter 'nothing__here'
+check "filter matching nothing is an error" log_has "matched no module file"
+run_fetch --source "$WWW/good.tar.gz" --out "$T/raw12" --filter '('
+check "invalid filter is an error" log_has "invalid --filter"
+run_fetch --source "ftp://127.0.0.1/x.tar.gz" --out "$T/raw12"
+check "unsupported scheme is an error" log_has "unsupported URL scheme"
+
+# 11. The embedded sample with the default filter, run from another directory (found next to the executable).
+( cd "$T" && "$FETCH" --source embedded --out "$T/emb" >"$T/log" 2>&1 )
+check "embedded sample fetch" test $? = 0
+check "embedded: 9 arithmetic modules x 4 splits + 6 extrapolate = 42 files" "$PY" - "$T/emb/manifest.json" <<'PY'
+import json, sys, collections
+m = json.load(open(sys.argv[1]))
+by = collections.Counter(f["split"] for f in m["files"])
+want = {"train-easy": 9, "train-medium": 9, "train-hard": 9, "interpolate": 9, "extrapolate": 6}
+ok = dict(by) == want and all(f["file"].startswith("arithmetic__") for f in m["files"])
+ok = ok and len(m["tokenizer_corpus"]) == 56 and m["source"] == "embedded" and m["filter"] == "arithmetic__.*"
+if not ok: print("    got", dict(by), len(m["tokenizer_corpus"]))
+sys.exit(0 if ok else 1)
+PY
+check "embedded: manifest consistent" verify_manifest "$T/emb" \
+  "$(sha256sum datasets/dm_math_sample.tar.gz | cut -d' ' -f1)" embedded 42
+
+# 12. --help and bad options.
+"$FETCH" --help >/dev/null 2>&1
+check "--help exits 0" test $? = 0
+"$FETCH" --out "$T/x" --bogus >/dev/null 2>&1
+check "unknown option exits 2" test $? = 2
+
+# ---- TOKENIZE (other helper's stage) --------------------------------------------------------------------------
+# The issue's e2e continues with tokenization of the fetched data. That belongs to bin/tokenize (another helper);
+# its own e2e test (tests/e2e/test_tokenize*.sh) should start from `bin/fetch --source embedded` output like
+# section 11 above. Nothing is checked here.
+# -----------------------------------------------------------------------------------------------------------------
+
+if [ "$FAILS" != 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
+echo "all fetch e2e checks passed"

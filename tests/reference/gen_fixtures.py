@@ -1,0 +1,268 @@
+"""Generates the twin reference fixtures the C tests compare against (no torch needed at test time).
+
+Usage: /usr/bin/python3 tests/reference/gen_fixtures.py [--out tests/fixtures/twin] [--check]
+  --check: regenerate into a temporary directory and verify the committed fixtures are identical (bit for bit in
+           every tensor, same batch.json), instead of writing.
+
+Each fixture tests/fixtures/twin/<name>/ holds
+  weights.safetensors   every parameter (F32 values, so the f32 and f64 C builds load exactly the same numbers),
+                        __metadata__ {"config": <model config JSON, every key of its arch>, "format": "pt"}
+  batch.json            {"description", "B", "T", "inputs", "targets", "valid", "grad_scale", "loss_mode"}
+  expected.safetensors  F64, computed by the twin in float64 from those weights: logits [B,T,V], cross_entropy,
+                        ce_sum, n_counted, reg_ffn, reg_att, total (each [1]) and grad.<name> for every parameter
+                        (the gradient of total = grad_scale * (ce + entropy_reg*reg_ffn + att_entropy_reg*reg_att)).
+Everything is deterministic in the per-fixture seed. Weights are random (not the reference init) and scaled so that
+routing and attention are far from uniform; a draw is rejected (next seed) when any top-k decision has a logit margin
+below ROUTING_MARGIN or any ReLU pre-activation lies within RELU_MARGIN of 0, so that f32 and f64 builds make the same
+discrete choices.
+"""
+import argparse
+import filecmp
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import st_io  # noqa: E402
+import twin  # noqa: E402
+
+ROUTING_MARGIN = 1e-3
+RELU_MARGIN = 3e-5
+MAX_ATTEMPTS = 200
+
+def moeut_cfg(**kw):
+    cfg = dict(arch="moeut", d_ff=0, entropy_reg=0.01, att_entropy_reg=0.001, ff_expert_dropout=0.0,
+               att_expert_dropout=0.0, dropout=0.0)
+    cfg.update(kw)
+    return cfg
+
+
+def dense_cfg(**kw):
+    cfg = dict(arch="dense", dropout=0.0)
+    cfg.update(kw)
+    return cfg
+
+
+# name -> (config, batch spec, seed, description)
+#   batch spec: rows = window lengths n_b (real tokens, <= T+1; T+1 = full window, every position valid),
+#               answer_only: CE only on targets that are answer tokens, grad_scale.
+FIXTURES = {
+    "moeut_tiny_on": (
+        moeut_cfg(n_tokens=48, d_model=24, n_layers=4, n_heads=2, d_head=10, ff_n_experts=6, ff_expert_size=8, ff_k=2,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=True, out_norm_affine=True),
+        dict(B=2, T=10, rows=[11, 11], answer_only=False, grad_scale=1.0), 101,
+        "MoEUT Gs=2 (R=2), head bias and final-norm affine ON, full windows (no padding, all positions valid), "
+        "Q+A loss; D=10 gives n_rot=4 (int(5) rounded down to even)"),
+    "moeut_dmmath_answer": (
+        moeut_cfg(n_tokens=56, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=8, ff_expert_size=6, ff_k=3,
+                  att_n_experts=4, att_k=2, group_size=2, lm_head_bias=False, out_norm_affine=False),
+        dict(B=3, T=12, rows=[13, 9, 6], answer_only=True, grad_scale=1.0), 202,
+        "MoEUT DM-math style: no head bias, no final-norm params; trailing padding (rows of 12, 8, 5 valid "
+        "positions, so r_ij != 1) and an answer-only loss mask; EA=4 > KA=2"),
+    "moeut_g1": (
+        moeut_cfg(n_tokens=40, d_model=18, n_layers=3, n_heads=3, d_head=6, ff_n_experts=5, ff_expert_size=7, ff_k=2,
+                  att_n_experts=3, att_k=1, group_size=1, lm_head_bias=True, out_norm_affine=True),
+        dict(B=2, T=8, rows=[9, 6], answer_only=False, grad_scale=0.5), 303,
+        "MoEUT group_size 1 (one layer applied 3 times), KA=1 of EA=3, D=6 -> n_rot=2, one padded row, "
+        "grad_scale 0.5 (expected gradients include it)"),
+    "moeut_mostly_pad": (
+        moeut_cfg(n_tokens=44, d_model=16, n_layers=2, n_heads=2, d_head=8, ff_n_experts=6, ff_expert_size=8, ff_k=2,
+                  att_n_experts=4, att_k=3, group_size=2, lm_head_bias=True, out_norm_affine=True),
+        dict(B=3, T=12, rows=[13, 7, 3], answer_only=False, grad_scale=1.0), 404,
+        "MoEUT Gs=2 with n_layers=2 (R=1); one row mostly padding (valid counts 12, 6, 2: strongly unequal r_ij)"),
+    "moeut_empty_row": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=2, n_heads=2, d_head=8, ff_n_experts=4, ff_expert_size=6, ff_k=2,
+                  att_n_experts=3, att_k=2, group_size=1, lm_head_bias=False, out_norm_affine=False),
+        dict(B=3, T=8, rows=[9, 0, 5], answer_only=False, grad_scale=1.0), 505,
+        "Project contract (backend.h entropy_reg), not reference behaviour: a row with no valid position at all is "
+        "left out of the regularizer's B (the reference code would give NaN there)"),
+    "dense_tiny_on": (
+        dense_cfg(n_tokens=40, d_model=16, n_layers=2, n_heads=2, d_head=8, d_ff=40, lm_head_bias=True,
+                  out_norm_affine=True),
+        dict(B=2, T=8, rows=[9, 9], answer_only=False, grad_scale=1.0), 606,
+        "dense pre-LN, head bias and final-norm affine ON, full windows, Q+A loss"),
+    "dense_tiny_off": (
+        dense_cfg(n_tokens=52, d_model=20, n_layers=3, n_heads=4, d_head=5, d_ff=36, lm_head_bias=False,
+                  out_norm_affine=False),
+        dict(B=3, T=10, rows=[11, 8, 4], answer_only=True, grad_scale=1.0), 707,
+        "dense DM-math style (no head bias, no final-norm params), padding, answer-only loss; D=5 -> n_rot=2"),
+}
+
+
+def make_batch(spec, V, gen):
+    """A DM-math style batch: window w of n real tokens; inputs[t] = w[t] and targets[t] = w[t+1] for t < n-1; every
+    other position has input 0 (<unk>) and target -1. valid = (target >= 0) before the answer-only masking. Answer-only:
+    the window is split into examples (question tokens then answer tokens) and only targets that are answer tokens
+    are counted."""
+    B, T = spec["B"], spec["T"]
+    inputs = torch.zeros(B, T, dtype=torch.long)
+    targets = torch.full((B, T), -1, dtype=torch.long)
+    for b, n in enumerate(spec["rows"]):
+        assert n <= T + 1
+        if n < 2:
+            continue
+        w = torch.randint(3, V, (n,), generator=gen)  # ids 0..2 are <unk>, <s>, </s>: never real text
+        inputs[b, : n - 1] = w[: n - 1]
+        targets[b, : n - 1] = w[1:n]
+    valid = targets >= 0
+    if spec["answer_only"]:
+        for b, n in enumerate(spec["rows"]):
+            is_answer = torch.zeros(n, dtype=torch.bool)
+            pos = 0
+            while pos < n:  # examples of 2..4 question tokens followed by 1..3 answer tokens
+                q = int(torch.randint(2, 5, (1,), generator=gen))
+                a = int(torch.randint(1, 4, (1,), generator=gen))
+                is_answer[pos + q : pos + q + a] = True
+                pos += q + a
+            for t in range(max(n - 1, 0)):
+                if not is_answer[t + 1]:
+                    targets[b, t] = -1
+    assert int((targets >= 0).sum()) > 0
+    return inputs, targets, valid
+
+
+@torch.no_grad()
+def fixture_weights(model, gen):
+    """Random weights with O(1) activations: routers sharp enough that top-k is decided by clear margins, attention
+    far from uniform, non-trivial LayerNorm affines and biases."""
+    cfg = model.cfg
+    C = cfg["d_model"]
+
+    def normal(t, std, mean=0.0):
+        t.copy_(torch.randn(t.shape, generator=gen, dtype=torch.float64) * std + mean)
+
+    normal(model.embedding.weight, 1.0)
+    normal(model.lm_head.weight, 1.0 / math.sqrt(C))
+    if model.lm_head.bias is not None:
+        normal(model.lm_head.bias, 0.5)
+    if model.out_norm.weight is not None:
+        normal(model.out_norm.weight, 0.2, 1.0)
+        normal(model.out_norm.bias, 0.2)
+    for layer in model.transformer.layers:
+        for ln in (layer.ln1, layer.ln2):
+            normal(ln.weight, 0.2, 1.0)
+            normal(ln.bias, 0.2)
+        if cfg["arch"] == "moeut":
+            att, ffn = layer.attention, layer.ffn
+            D, S = cfg["d_head"], cfg["ff_expert_size"]
+            normal(att.q.weight, 1.5 / math.sqrt(C))
+            normal(att.k.weight, 1.5 / math.sqrt(C))
+            normal(att.v, 1.0 / math.sqrt(C))
+            normal(att.o, 1.0 / math.sqrt(D))
+            normal(att.sel_v, 2.0 / math.sqrt(C))
+            normal(att.sel_o, 2.0 / math.sqrt(C))
+            normal(ffn.keys, 1.0 / math.sqrt(C))
+            normal(ffn.values, 1.0 / math.sqrt(S))
+            normal(ffn.expert_sel, 2.0 / math.sqrt(C))
+        else:
+            a, f = layer.attention, layer.ffn
+            for lin in (a.q, a.k):
+                normal(lin.weight, 1.5 / math.sqrt(C))
+            normal(a.v.weight, 1.0 / math.sqrt(C))
+            normal(a.o.weight, 1.0 / math.sqrt(a.o.weight.shape[1]))
+            normal(f.linear1.weight, 1.0 / math.sqrt(C))
+            normal(f.linear1.bias, 0.1)
+            normal(f.linear2.weight, 1.0 / math.sqrt(cfg["d_ff"]))
+            normal(f.linear2.bias, 0.1)
+    # Round to f32: the stored weights are F32, and the twin computes from exactly those values.
+    for p in model.parameters():
+        p.copy_(p.float().double())
+
+
+def build_fixture(name, out_dir):
+    cfg, spec, seed, desc = FIXTURES[name]
+    torch.manual_seed(seed)  # nothing should use the global RNG; set anyway for safety
+    for attempt in range(MAX_ATTEMPTS):
+        gen = torch.Generator().manual_seed(seed * 1000 + attempt)
+        inputs, targets, valid = make_batch(spec, cfg["n_tokens"], gen)
+        model = twin.build_model(cfg).double()
+        fixture_weights(model, gen)
+        log = []
+        with torch.no_grad():
+            model(inputs, log)
+        r_margin = twin.min_routing_margin(log)
+        u_margin = twin.min_relu_margin(log)
+        if r_margin > ROUTING_MARGIN and u_margin > RELU_MARGIN:
+            break
+    else:
+        raise SystemExit(f"{name}: no draw with routing margin > {ROUTING_MARGIN} in {MAX_ATTEMPTS} attempts")
+
+    model.zero_grad()
+    res = twin.objective(model, inputs, targets, valid, spec["grad_scale"])
+    res["total"].backward()
+
+    os.makedirs(out_dir, exist_ok=True)
+    weights = {n: p.detach().float() for n, p in model.state_dict().items()}
+    st_io.save(os.path.join(out_dir, "weights.safetensors"), weights,
+               {"config": twin.config_json(cfg), "format": "pt"})
+    one = lambda v: torch.tensor([float(v)], dtype=torch.float64)  # noqa: E731
+    expected = {
+        "logits": res["logits"].detach(),
+        "cross_entropy": one(res["ce"]),
+        "ce_sum": one(res["ce_sum"]),
+        "n_counted": one(res["n_counted"]),
+        "reg_ffn": one(res["reg_ffn"]),
+        "reg_att": one(res["reg_att"]),
+        "total": one(res["total"]),
+    }
+    for n, p in model.named_parameters():
+        expected["grad." + n] = p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+    st_io.save(os.path.join(out_dir, "expected.safetensors"), expected,
+               {"generator": "tests/reference/gen_fixtures.py", "torch": torch.__version__,
+                "routing_margin": repr(r_margin), "relu_margin": repr(u_margin), "seed": str(seed * 1000 + attempt)})
+    batch = {
+        "description": desc,
+        "B": spec["B"], "T": spec["T"],
+        "inputs": inputs.tolist(), "targets": targets.tolist(), "valid": valid.int().tolist(),
+        "grad_scale": spec["grad_scale"],
+        "loss_mode": "answer_only" if spec["answer_only"] else "qa",
+    }
+    with open(os.path.join(out_dir, "batch.json"), "w") as f:
+        json.dump(batch, f, indent=None, separators=(", ", ": "))
+        f.write("\n")
+    print(f"{name}: attempt {attempt}, routing margin {r_margin:.3g}, relu margin {u_margin:.3g}, "
+          f"ce {float(res['ce']):.6f}, reg_ffn {float(res['reg_ffn']):.6f}, reg_att {float(res['reg_att']):.6f}, "
+          f"{sum(p.numel() for p in model.parameters())} params")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join("tests", "fixtures", "twin"))
+    ap.add_argument("--check", action="store_true", help="verify the committed fixtures instead of writing")
+    ap.add_argument("--only", default=None, help="comma-separated fixture names")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    names = args.only.split(",") if args.only else list(FIXTURES)
+    if args.check:
+        tmp = tempfile.mkdtemp(prefix="twin-fixtures-")
+        try:
+            bad = []
+            for n in names:
+                build_fixture(n, os.path.join(tmp, n))
+                for fn in ("weights.safetensors", "expected.safetensors", "batch.json"):
+                    a, b = os.path.join(tmp, n, fn), os.path.join(args.out, n, fn)
+                    if not os.path.exists(b) or not filecmp.cmp(a, b, shallow=False):
+                        bad.append(f"{n}/{fn}")
+            if bad:
+                raise SystemExit("gen_fixtures --check: committed fixtures differ from a regeneration: " +
+                                 ", ".join(bad))
+            print(f"gen_fixtures --check: {len(names)} fixtures identical to a regeneration")
+        finally:
+            shutil.rmtree(tmp)
+        return
+    for n in names:
+        tmpdir = os.path.join(args.out, n + ".tmp.gen")
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        build_fixture(n, tmpdir)
+        final = os.path.join(args.out, n)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmpdir, final)
+
+
+if __name__ == "__main__":
+    main()

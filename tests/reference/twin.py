@@ -1,0 +1,468 @@
+"""Independent PyTorch twin of the two models (dense pre-LN Transformer and MoEUT), written from
+shared/docs/moeut-spec.md and dm-math-training-code.md (the latter wins), NOT from the C code.
+
+Everything is plain autograd: the gradients the C backward must reproduce come from torch, never from a hand formula.
+The modules work in any float dtype (model.double() for fixtures, float32 for the benchmark).
+
+Semantics (DM-math version):
+  * h0 = Embedding[tok] (unscaled). Layers: MoEUT peri-LN (shared ABAB: application a uses distinct layer a % Gs),
+    dense pre-LN. Final LayerNorm (affine iff out_norm_affine), head Linear (bias iff lm_head_bias).
+  * SwitchHead: q,k dense, each scaled by D^-1/4, RoPE NeoX on the first n_rot dims (int(0.5 D) rounded down to even,
+    base 1e4, angle table computed in fp32 as the reference does), causal softmax with scale 1; V and O are experts
+    chosen per head by sigmoid top-KA routers that read LN1(x); V experts read the RAW x; gates = sigmoid values.
+  * sigma-MoE: router on LN2(x1), sigmoid top-K, keys read the raw x1, ReLU, gate-weighted sum (no renormalisation).
+  * Loss: CE over targets != -1, mean over the counted ones; regularizers in the masked [B,B]-broadcast form of the
+    reference code (log_softmax, masked logsumexp over the [B, R*T] axis, minus log(cnt) broadcast [B,..]-[B,1,..]),
+    history of the R applications of each distinct module concatenated along time.
+"""
+import json
+import math
+import struct
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+LN_EPS = 1e-5
+ROPE_BASE = 10000.0
+
+# Keys of the JSON "model" object per architecture (model/model_config.c rejects the other arch's keys).
+DENSE_KEYS = ["arch", "n_tokens", "d_model", "n_layers", "n_heads", "d_head", "d_ff", "dropout", "lm_head_bias",
+              "out_norm_affine"]
+MOEUT_KEYS = [
+    "arch", "n_tokens", "d_model", "n_layers", "n_heads", "d_head", "ff_n_experts", "ff_expert_size", "ff_k",
+    "att_n_experts", "att_k", "group_size", "entropy_reg", "att_entropy_reg", "ff_expert_dropout",
+    "att_expert_dropout", "dropout", "lm_head_bias", "out_norm_affine",
+]
+
+
+def n_rot_of(d_head):
+    """int(0.5 * D) rounded down to an even number (the [T] rule; spec §3.3)."""
+    r = int(0.5 * d_head)
+    return r - (r % 2)
+
+
+def _f32(x):
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def rope_inv_freq(n_rot):
+    """fp32 inverse frequencies 1 / base^(2i/n_rot), i < n_rot/2, as the reference computes them in fp32:
+    exponent (float)(2i) / (float)n_rot, an fp32 power, an fp32 reciprocal. The fp32 power is taken CORRECTLY ROUNDED
+    (double pow, then rounded), so the table does not depend on a particular fp32 pow implementation (torch's CPU
+    kernel differs from glibc powf by 1 ulp in ~1.5% of entries; glibc powf equals the correctly rounded value for
+    every n_rot <= 148, which test_twin.py checks)."""
+    out = []
+    for i in range(n_rot // 2):
+        e = _f32(_f32(2.0 * i) / _f32(float(n_rot)))
+        out.append(_f32(1.0 / _f32(ROPE_BASE ** e)))
+    return torch.tensor(out, dtype=torch.float32)
+
+
+def rope_tables(T, n_rot, dtype, device=None):
+    """cos/sin tables [T, n_rot] for positions 0..T-1 (NeoX layout: the half-table repeated twice).
+
+    Like the reference (layers/rope.py), inv_freq (rope_inv_freq) and the angles p * inv_freq are computed in fp32; the trig functions
+    are then evaluated in the compute dtype (fp32 for float32 = the reference exactly; float64 for the f64 fixtures,
+    which is what an f64 build of the same recipe computes)."""
+    inv_freq = rope_inv_freq(n_rot)
+    pos = torch.arange(T, dtype=torch.float32)
+    angles = pos[:, None] * inv_freq[None, :]  # [T, n_rot/2] fp32, one rounding per product
+    angles = torch.cat([angles, angles], dim=-1).to(dtype)  # exact widening
+    return angles.cos().to(device), angles.sin().to(device)
+
+
+def apply_rope(x, cos, sin, n_rot):
+    """x[B,H,T,D]: rotates dims [0, n_rot) of every head; the rest passes through."""
+    if n_rot == 0:
+        return x
+    xr, xp = x[..., :n_rot], x[..., n_rot:]
+    half = n_rot // 2
+    rot_half = torch.cat([-xr[..., half:], xr[..., :half]], dim=-1)
+    return torch.cat([xr * cos + rot_half * sin, xp], dim=-1)
+
+
+def causal_attention(q, k, v):
+    """q,k,v [B,H,T,D], scores q.k with scale 1 (q and k are pre-scaled), causal mask (key j <= query i)."""
+    T = q.shape[-2]
+    scores = q @ k.transpose(-1, -2)  # [B,H,T,T]
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=q.device), diagonal=1)
+    scores = scores.masked_fill(mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def cvmm(X, sel, W):
+    """Expert-selected vector-matrix product: out[m] = X[m] @ W[sel[m]].  X[M,Kin], sel[M] (long), W[E,Kin,Nout].
+
+    One matmul per expert present (no dense [M,Kin,Nout] gather, so the benchmark stays fast); exact in any dtype."""
+    out = X.new_zeros(X.shape[0], W.shape[-1])
+    for e in torch.unique(sel).tolist():
+        rows = (sel == e).nonzero(as_tuple=True)[0]
+        out = out.index_add(0, rows, X.index_select(0, rows) @ W[e])
+    return out
+
+
+def topk_sigmoid(logits, k):
+    """indices of the k largest sigmoid values (no gradient) and the sigmoid values there (with gradient)."""
+    g = torch.sigmoid(logits)
+    with torch.no_grad():
+        idx = g.topk(k, dim=-1, sorted=False).indices
+    return idx, g.gather(-1, idx)
+
+
+def layer_norm(x, module):
+    return F.layer_norm(x, (x.shape[-1],), module.weight, module.bias, LN_EPS)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MoEUT
+# ---------------------------------------------------------------------------------------------------------------
+class SwitchHead(nn.Module):
+    def __init__(self, C, H, D, EA, KA):
+        super().__init__()
+        self.C, self.H, self.D, self.EA, self.KA = C, H, D, EA, KA
+        self.q = nn.Linear(C, H * D, bias=False)
+        self.k = nn.Linear(C, H * D, bias=False)
+        self.v = nn.Parameter(torch.empty(H * EA, C, D))
+        self.o = nn.Parameter(torch.empty(H * EA, D, C))
+        self.sel_v = nn.Parameter(torch.empty(H * EA, C))
+        self.sel_o = nn.Parameter(torch.empty(H * EA, C))
+
+    def forward(self, xn, x, cos, sin, n_rot, route_log=None):
+        """xn = LN1(x) feeds q, k and both routers; the raw x feeds the V experts. Returns out[B,T,C], (lo, lv)."""
+        B, T, C = x.shape
+        H, D, EA, KA = self.H, self.D, self.EA, self.KA
+        N = B * T
+        s = D ** -0.25
+        q = (F.linear(xn, self.q.weight) * s).view(B, T, H, D).transpose(1, 2)  # [B,H,T,D]
+        k = (F.linear(xn, self.k.weight) * s).view(B, T, H, D).transpose(1, 2)
+        lv = F.linear(xn, self.sel_v).view(B, T, H, EA)  # raw router logits (regularizer history)
+        lo = F.linear(xn, self.sel_o).view(B, T, H, EA)
+        iv, wv = topk_sigmoid(lv, KA)  # [B,T,H,KA]
+        io, wo = topk_sigmoid(lo, KA)
+        if route_log is not None:
+            route_log.append(("att_v", lv.detach(), KA))
+            route_log.append(("att_o", lo.detach(), KA))
+        head_base = (torch.arange(H, device=x.device) * EA).view(1, 1, H, 1)
+        # V: entry (n,h,j) = x[n] @ v[h*EA + iv]
+        sel_v = (iv + head_base).reshape(-1)  # [N*H*KA]
+        xrows = x.reshape(N, C).repeat_interleave(H * KA, dim=0)  # [N*H*KA, C]
+        yv = cvmm(xrows, sel_v, self.v).view(B, T, H, KA, D)
+        v = (wv.unsqueeze(-1) * yv).sum(3).transpose(1, 2)  # [B,H,T,D]
+        q = apply_rope(q, cos, sin, n_rot)
+        k = apply_rope(k, cos, sin, n_rot)
+        r = causal_attention(q, k, v).transpose(1, 2).reshape(N * H, D)  # rows (n,h)
+        # O: entry (n,h,j) = r[n,h] @ o[h*EA + io], summed over heads and slots with weights wo
+        sel_o = (io + head_base).reshape(-1)
+        rrows = r.repeat_interleave(KA, dim=0)  # [N*H*KA, D]
+        yo = cvmm(rrows, sel_o, self.o).view(N, H * KA, C)
+        out = (wo.reshape(N, H * KA, 1) * yo).sum(1).view(B, T, C)
+        return out, (lo, lv)
+
+
+class SigmaMoE(nn.Module):
+    def __init__(self, C, E, S, K):
+        super().__init__()
+        self.C, self.E, self.S, self.K = C, E, S, K
+        self.keys = nn.Parameter(torch.empty(E, C, S))
+        self.values = nn.Parameter(torch.empty(E, S, C))
+        self.expert_sel = nn.Parameter(torch.empty(E, C))
+
+    def forward(self, x1, xs, route_log=None):
+        """keys read the raw x1, the router reads xs = LN2(x1). Returns f[B,T,C], raw router logits l[B,T,E]."""
+        B, T, C = x1.shape
+        N, K = B * T, self.K
+        l = F.linear(xs, self.expert_sel)  # [B,T,E]
+        idx, w = topk_sigmoid(l, K)  # [B,T,K]
+        if route_log is not None:
+            route_log.append(("ffn", l.detach(), K))
+        sel = idx.reshape(-1)  # [N*K]
+        u = cvmm(x1.reshape(N, C).repeat_interleave(K, dim=0), sel, self.keys)  # [N*K, S]
+        if route_log is not None:
+            route_log.append(("relu", u.detach(), None))
+        y = cvmm(F.relu(u), sel, self.values)  # [N*K, C]
+        f = (w.reshape(N * K, 1) * y).view(N, K, C).sum(1)
+        return f.view(B, T, C), l
+
+
+class MoEUTLayer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        C = cfg["d_model"]
+        self.attention = SwitchHead(C, cfg["n_heads"], cfg["d_head"], cfg["att_n_experts"], cfg["att_k"])
+        self.ffn = SigmaMoE(C, cfg["ff_n_experts"], cfg["ff_expert_size"], cfg["ff_k"])
+        self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
+        self.ln2 = nn.LayerNorm(C, eps=LN_EPS)
+
+    def forward(self, x, cos, sin, n_rot, route_log=None):
+        xn = layer_norm(x, self.ln1)
+        att, att_logits = self.attention(xn, x, cos, sin, n_rot, route_log)
+        x1 = x + att
+        upd, ffn_logits = self.ffn(x1, layer_norm(x1, self.ln2), route_log)
+        return x1 + upd, att_logits, ffn_logits
+
+
+class _Stack(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+
+class _LMBase(nn.Module):
+    """Embedding, layer stack under `transformer.layers`, final norm, head: the state_dict names of model.h."""
+
+    def __init__(self, cfg, layers):
+        super().__init__()
+        self.cfg = dict(cfg)
+        V, C = cfg["n_tokens"], cfg["d_model"]
+        self.embedding = nn.Embedding(V, C)
+        self.transformer = _Stack(layers)
+        self.out_norm = nn.LayerNorm(C, eps=LN_EPS, elementwise_affine=bool(cfg["out_norm_affine"]))
+        self.lm_head = nn.Linear(C, V, bias=bool(cfg["lm_head_bias"]))
+        self.n_rot = n_rot_of(cfg["d_head"])
+
+    def head(self, h):
+        return self.lm_head(layer_norm(h, self.out_norm))
+
+
+class MoEUTLM(_LMBase):
+    def __init__(self, cfg):
+        assert cfg["arch"] == "moeut"
+        assert cfg["n_layers"] % cfg["group_size"] == 0
+        super().__init__(cfg, [MoEUTLayer(cfg) for _ in range(cfg["group_size"])])
+
+    def forward(self, tokens, route_log=None):
+        """tokens[B,T] long -> logits[B,T,V], histories {distinct layer: {"ffn"|"att_o"|"att_v": [R x logits]}}."""
+        B, T = tokens.shape
+        h = self.embedding(tokens)
+        cos, sin = rope_tables(T, self.n_rot, h.dtype, h.device)
+        layers = self.transformer.layers
+        hist = [{"ffn": [], "att_o": [], "att_v": []} for _ in layers]
+        for a in range(self.cfg["n_layers"]):
+            i = a % len(layers)  # ABAB sharing
+            h, (lo, lv), lf = layers[i](h, cos, sin, self.n_rot, route_log)
+            hist[i]["ffn"].append(lf)
+            hist[i]["att_o"].append(lo)
+            hist[i]["att_v"].append(lv)
+        return self.head(h), hist
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Dense
+# ---------------------------------------------------------------------------------------------------------------
+class DenseAttention(nn.Module):
+    def __init__(self, C, H, D):
+        super().__init__()
+        self.H, self.D = H, D
+        self.q = nn.Linear(C, H * D, bias=False)
+        self.k = nn.Linear(C, H * D, bias=False)
+        self.v = nn.Linear(C, H * D, bias=False)
+        self.o = nn.Linear(H * D, C, bias=False)
+
+    def forward(self, xn, cos, sin, n_rot):
+        B, T, C = xn.shape
+        H, D = self.H, self.D
+        s = D ** -0.25  # DM-math code: q and k each scaled by D^-1/4, SDPA scale 1 (dense model too)
+        q = (self.q(xn) * s).view(B, T, H, D).transpose(1, 2)
+        k = (self.k(xn) * s).view(B, T, H, D).transpose(1, 2)
+        v = self.v(xn).view(B, T, H, D).transpose(1, 2)
+        q = apply_rope(q, cos, sin, n_rot)
+        k = apply_rope(k, cos, sin, n_rot)
+        r = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, H * D)
+        return self.o(r)
+
+
+class DenseFFN(nn.Module):
+    def __init__(self, C, d_ff):
+        super().__init__()
+        self.linear1 = nn.Linear(C, d_ff)
+        self.linear2 = nn.Linear(d_ff, C)
+
+    def forward(self, x, route_log=None):
+        u = self.linear1(x)
+        if route_log is not None:
+            route_log.append(("relu", u.detach(), None))
+        return self.linear2(F.relu(u))
+
+
+class DenseLayer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        C = cfg["d_model"]
+        self.attention = DenseAttention(C, cfg["n_heads"], cfg["d_head"])
+        self.ffn = DenseFFN(C, cfg["d_ff"])
+        self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
+        self.ln2 = nn.LayerNorm(C, eps=LN_EPS)
+
+    def forward(self, x, cos, sin, n_rot, route_log=None):
+        x = x + self.attention(layer_norm(x, self.ln1), cos, sin, n_rot)  # pre-LN
+        return x + self.ffn(layer_norm(x, self.ln2), route_log)
+
+
+class DenseLM(_LMBase):
+    def __init__(self, cfg):
+        assert cfg["arch"] == "dense"
+        super().__init__(cfg, [DenseLayer(cfg) for _ in range(cfg["n_layers"])])
+
+    def forward(self, tokens, route_log=None):
+        B, T = tokens.shape
+        h = self.embedding(tokens)
+        cos, sin = rope_tables(T, self.n_rot, h.dtype, h.device)
+        for layer in self.transformer.layers:
+            h = layer(h, cos, sin, self.n_rot, route_log)
+        return self.head(h), None
+
+
+def build_model(cfg):
+    return MoEUTLM(cfg) if cfg["arch"] == "moeut" else DenseLM(cfg)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loss and regularizers
+# ---------------------------------------------------------------------------------------------------------------
+def masked_entropy_reg(hist, valid):
+    """The DM-math reference regularizer of ONE module, in its masked [B,B]-broadcast form.
+
+    hist: list (one per application, R of them) of raw router logits [B,T,(G,)E]; valid[B,T] bool or None.
+    X = cat(hist, time axis) -> [B, R*T, (G,) E]; P = log_softmax over E; masked log-mean over the R*T axis with
+    cnt = R * (valid positions of the row): logsumexp [B,(G,)E] minus log(cnt) shaped [B,1,(1,)1], which broadcasts to
+    [B,B,(G,)E]; entropy over E; value = -mean of everything.
+    Rows with no valid position at all are left out (the reference would produce NaN there; backend.h contract)."""
+    X = torch.cat(hist, dim=1)
+    R = len(hist)
+    if valid is None:
+        valid = torch.ones(X.shape[0], X.shape[1] // R, dtype=torch.bool, device=X.device)
+    keep = valid.any(dim=1)
+    X = X[keep]
+    valid = valid[keep]
+    n_group_dims = X.dim() - 3  # 0 for the FFN [B,RT,E], 1 for attention [B,RT,H,EA]
+    P = F.log_softmax(X, dim=-1)
+    mask = valid.repeat(1, R).view(*valid.shape[:1], -1, *([1] * (n_group_dims + 1)))  # [B,RT,(1,)1]
+    cnt = mask.sum(1, keepdim=True)  # [B,1,(1,)1]
+    zcnt = cnt == 0
+    n = cnt.clamp(min=1).to(P.dtype).log()
+    lse = P.masked_fill(~mask, float("-inf")).logsumexp(1)  # [B,(G,)E]
+    log_mean = (lse - n).masked_fill(zcnt, 0)  # [B,(G,)E] - [B,1,(1,)1] -> [B,B,(G,)E]
+    entropy = -(log_mean * log_mean.exp()).sum(-1)
+    return -entropy.mean()
+
+
+def objective(model, inputs, targets, valid=None, grad_scale=1.0, route_log=None):
+    """The quantities model_train_step computes. inputs/targets [B,T] long (targets -1 = not counted),
+    valid[B,T] bool (regularizer mask) or None. Returns a dict of tensors; 'total' is the differentiated objective
+    grad_scale * (ce + entropy_reg * reg_ffn + att_entropy_reg * reg_att)."""
+    cfg = model.cfg
+    logits, hist = model(inputs, route_log)
+    V = logits.shape[-1]
+    flat_t = targets.reshape(-1)
+    counted = flat_t >= 0
+    logp = F.log_softmax(logits.reshape(-1, V), dim=-1)
+    nll = -logp[counted].gather(1, flat_t[counted].unsqueeze(1)).squeeze(1)
+    ce_sum = nll.sum()
+    n_counted = int(counted.sum())
+    ce = ce_sum / n_counted
+    zero = logits.new_zeros(())
+    reg_ffn, reg_att = zero, zero
+    if hist is not None:
+        for layer_hist in hist:
+            reg_ffn = reg_ffn + masked_entropy_reg(layer_hist["ffn"], valid)
+            reg_att = reg_att + masked_entropy_reg(layer_hist["att_o"], valid) + masked_entropy_reg(
+                layer_hist["att_v"], valid)
+    total = grad_scale * (ce + cfg.get("entropy_reg", 0.0) * reg_ffn + cfg.get("att_entropy_reg", 0.0) * reg_att)
+    return {"logits": logits, "ce": ce, "ce_sum": ce_sum, "n_counted": n_counted, "reg_ffn": reg_ffn,
+            "reg_att": reg_att, "total": total}
+
+
+def min_routing_margin(route_log):
+    """Smallest gap, in logits, between the k-th and (k+1)-th largest router logit over every routing decision of a
+    forward (route_log entries: (kind, logits[..., E], k); "relu" entries are skipped). A tiny gap would make the top-k choice precision-dependent."""
+    m = math.inf
+    for kind, l, k in route_log:
+        if kind == "relu" or k >= l.shape[-1]:
+            continue
+        top = l.topk(k + 1, dim=-1, sorted=True).values
+        m = min(m, float((top[..., k - 1] - top[..., k]).min()))
+    return m
+
+
+def min_relu_margin(route_log):
+    """Smallest |pre-activation| of any ReLU in a forward: a value near 0 could switch sides between precisions."""
+    m = math.inf
+    for kind, u, _ in route_log:
+        if kind == "relu":
+            m = min(m, float(u.abs().min()))
+    return m
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reference initialisation (dm-math-training-code.md §C.1-3), used by the benchmark
+# ---------------------------------------------------------------------------------------------------------------
+@torch.no_grad()
+def _renorm_keep_std_rows(w):
+    s0 = w.std()
+    w.div_(w.norm(dim=1, keepdim=True))
+    w.mul_(s0 / w.std())
+
+
+@torch.no_grad()
+def _renorm_rows(w):
+    st = w.std(dim=-1, keepdim=True)
+    w.div_(w.norm(dim=-1, keepdim=True))
+    w.mul_(st / w.std())
+
+
+@torch.no_grad()
+def reference_init(model, gen=None):
+    cfg = model.cfg
+    C, L, V = cfg["d_model"], cfg["n_layers"], cfg["n_tokens"]
+    s = math.sqrt(2.0 / L)
+    def normal(t, std):
+        t.copy_(torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype) * std)
+
+    def uniform(t, bound):
+        t.copy_((torch.rand(t.shape, generator=gen, dtype=torch.float64) * 2 - 1).to(t.dtype) * bound)
+
+    normal(model.embedding.weight, 1.0 / math.sqrt(C))
+    uniform(model.lm_head.weight, 1.0 / math.sqrt(C))
+    if model.lm_head.bias is not None:
+        uniform(model.lm_head.bias, 1.0 / math.sqrt(C))
+    if model.out_norm.weight is not None:
+        model.out_norm.weight.fill_(1.0)
+        model.out_norm.bias.fill_(0.0)
+    for layer in model.transformer.layers:
+        layer.ln1.weight.fill_(1.0), layer.ln1.bias.fill_(0.0)
+        layer.ln2.weight.fill_(1.0), layer.ln2.bias.fill_(0.0)
+        if cfg["arch"] == "moeut":
+            att, ffn = layer.attention, layer.ffn
+            H, D, E, S = cfg["n_heads"], cfg["d_head"], cfg["ff_n_experts"], cfg["ff_expert_size"]
+            for t in (att.q.weight, att.k.weight, att.v, att.sel_v, att.sel_o, ffn.keys, ffn.expert_sel):
+                normal(t, s / math.sqrt(C))
+            normal(att.o, s / math.sqrt(H * D))
+            normal(ffn.values, s / math.sqrt(E * S))
+            _renorm_keep_std_rows(ffn.expert_sel)
+            _renorm_rows(att.sel_v)
+            _renorm_rows(att.sel_o)
+        else:
+            for lin in (layer.attention.q, layer.attention.k, layer.attention.v, layer.attention.o,
+                        layer.ffn.linear1, layer.ffn.linear2):
+                normal(lin.weight, s / math.sqrt(lin.weight.shape[1]))
+                if lin.bias is not None:
+                    lin.bias.fill_(0.0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Learning-rate schedule (spec §6.4; dm-math-training-code.md §C.7)
+# ---------------------------------------------------------------------------------------------------------------
+def lr_at(i, lr, warmup, steps, min_lr_multiplier):
+    """lr of step i (i = completed steps): linear warmup lr*(i+1)/W, then CosineAnnealingLR(T_max=steps) closed form
+    stepped with epoch i - W (T_max is `steps`, not steps - warmup)."""
+    if i < warmup:
+        return lr * (i + 1) / warmup
+    lr_min = min_lr_multiplier * lr
+    return lr_min + (lr - lr_min) * (1 + math.cos(math.pi * (i - warmup) / steps)) / 2
+
+
+def config_json(cfg):
+    """The model config as the JSON text stored in a checkpoint's __metadata__.config (every key of its arch)."""
+    keys = MOEUT_KEYS if cfg["arch"] == "moeut" else DENSE_KEYS
+    return json.dumps({k: cfg[k] for k in keys})

@@ -1,0 +1,107 @@
+/* CPU backend, scalar_t = double: finite-difference checks of topk_sigmoid_backward (logits with top-k margins
+ * > 1e-3, so no perturbation changes the selection) and of the entropy regularizer's gradient (masked positions,
+ * unequal counts per sequence, an empty sequence, several groups). */
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "tests/unit/kernel_test_util.h"
+
+#ifndef SCALAR_F64
+#error "f64 gradient checks must be built with -DSCALAR_F64"
+#endif
+
+#define FD_EPS 1e-6
+#define FD_TOL 1e-6
+
+static Backend *cpu(void) {
+    char err[256];
+    Backend *be = backend_create("cpu", err, sizeof err);
+    ck_assert_msg(be != NULL, "backend_create(cpu): %s", err);
+    return be;
+}
+
+typedef struct {
+    Backend *be;
+    scalar_t *logits, *gate, *R;
+    int32_t *sel, *sel0;
+    int N, G, E, k;
+} TopkCtx;
+
+static double topk_loss(void *p) {
+    TopkCtx *c = p;
+    size_t ns = (size_t)c->N * c->G * c->k;
+    c->be->topk_sigmoid(c->be, c->sel, c->gate, c->logits, NULL, c->N, c->G, c->E, c->k);
+    ck_assert_msg(memcmp(c->sel, c->sel0, ns * sizeof(int32_t)) == 0, "a perturbation changed the selection");
+    return ktu_dot(c->gate, c->R, ns);
+}
+
+START_TEST(test_topk_grad) {
+    Backend *be = cpu();
+    KtuRng rng = {101};
+    int N = 6, G = 2, E = 7, k = 3;
+    size_t nl = (size_t)N * G * E, ns = (size_t)N * G * k;
+    TopkCtx c = {be, ktu_scalars(nl), ktu_scalars(ns), ktu_random(&rng, ns, -1, 1), ktu_ints(ns), ktu_ints(ns), N, G, E, k};
+    /* each row: a shuffled grid with spacing 0.1 plus noise < 0.01, so every pair differs by > 0.08 */
+    for (int r = 0; r < N * G; r++) {
+        int perm[7] = {0, 1, 2, 3, 4, 5, 6};
+        for (int j = E - 1; j > 0; j--) {
+            int s = ktu_int(&rng, j + 1), t = perm[j];
+            perm[j] = perm[s], perm[s] = t;
+        }
+        for (int e = 0; e < E; e++) c.logits[(size_t)r * E + e] = (scalar_t)(-0.3 + 0.1 * perm[e] + 0.01 * ktu_unit(&rng));
+    }
+    be->topk_sigmoid(be, c.sel0, c.gate, c.logits, NULL, N, G, E, k);
+    scalar_t *dl = ktu_scalars(nl);
+    be->topk_sigmoid_backward(be, dl, c.R, c.sel0, c.gate, N, G, E, k);
+    ktu_fd_check(&c, topk_loss, c.logits, dl, nl, FD_EPS, FD_TOL, 0, "topk_sigmoid_backward");
+    free(c.logits), free(c.gate), free(c.R), free(c.sel), free(c.sel0), free(dl);
+    backend_destroy(be);
+}
+END_TEST
+
+typedef struct {
+    Backend *be;
+    scalar_t *logits;
+    const uint8_t *valid;
+    int R, B, T, G, E;
+} EntCtx;
+
+static double ent_loss(void *p) {
+    EntCtx *c = p;
+    return c->be->entropy_reg(c->be, NULL, c->logits, c->valid, c->R, c->B, c->T, c->G, c->E, 1);
+}
+
+START_TEST(test_entropy_grad) {
+    Backend *be = cpu();
+    KtuRng rng = {102};
+    int R = 2, B = 4, T = 4, G = 2, E = 4;
+    size_t n = (size_t)R * B * T * G * E;
+    /* counts per sequence R*(4, 2, 0, 2): unequal, and sequence 2 is left out of B */
+    static const uint8_t valid[16] = {1, 1, 1, 1, /**/ 0, 1, 0, 1, /**/ 0, 0, 0, 0, /**/ 1, 0, 1, 0};
+    /* Step size: the value is O(log E) while each logit's derivative is averaged over all B*T*R*G positions
+     * (~1e-3 here), so with eps = 1e-6 the double round-off of the value (~3e-16) alone gives FD errors of
+     * ~1e-10, i.e. 1e-5 relative. eps = 1e-4 is the classical optimum for central differences
+     * (eps^3 ~ eps_mach |L| / |L'''|): round-off ~1e-12 and negligible truncation; the tolerance stays 1e-6. */
+    const double eps = 1e-4;
+    for (int masked = 0; masked < 2; masked++) {
+        EntCtx c = {be, ktu_random(&rng, n, -2, 2), masked ? valid : NULL, R, B, T, G, E};
+        scalar_t *dl = ktu_scalars(n);
+        be->entropy_reg(be, dl, c.logits, c.valid, R, B, T, G, E, 1);
+        ktu_fd_check(&c, ent_loss, c.logits, dl, n, eps, FD_TOL, 0, masked ? "entropy_reg (masked)" : "entropy_reg");
+        free(c.logits), free(dl);
+    }
+    backend_destroy(be);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("f64_kernels_routing");
+    TCase *tc = tcase_create("fd");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_topk_grad);
+    tcase_add_test(tc, test_entropy_grad);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return ktu_run_suite(suite()); }

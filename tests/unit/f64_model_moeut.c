@@ -1,0 +1,93 @@
+/* Whole-model gradient check of MoEUT in f64: central finite differences (Richardson) on a random subset of the
+ * elements of every tensor against model_train_step's gradients, with the regularizers (masked by `valid`) part of
+ * the objective. Top-k routing is piecewise: the check runs only where every routing decision of the step has a
+ * margin (gap between the k-th and (k+1)-th router logit) far above the finite-difference step, so no step can flip
+ * an expert choice. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model/model.h"
+#include "model_fd_check.h"
+#include "model_test_util.h"
+#include "moeut_test_util.h"
+
+#define FD_STEP 1e-4
+#define MIN_MARGIN 1e-2 /* 100 x the step: a step moves a router logit by ~FD_STEP * O(1) */
+
+static Model *noisy(Backend *be, ModelConfig c, uint64_t seed) {
+    Model *m = model_create(&c, be);
+    model_init_weights(m, seed);
+    size_t n = model_n_params(m);
+    scalar_t *p = mtu_download(m, model_params(m));
+    Rng r;
+    rng_seed(&r, seed + 1);
+    for (size_t i = 0; i < n; i++) p[i] += (scalar_t)(0.2 * rng_normal(&r));
+    be->to_device(be, model_params(m), p, n * sizeof(scalar_t));
+    free(p);
+    return m;
+}
+
+static void run_check(ModelConfig c, uint64_t seed) {
+    ck_assert_msg(sizeof(scalar_t) == 8, "this test must be built with -DSCALAR_F64");
+    Backend *be = mtu_backend();
+    enum { B = 2, T = 5 };
+    int32_t in[B * T], tg[B * T], ce_tg[B * T];
+    uint8_t valid[B * T];
+    /* Pick the first weights/batch (deterministic seed sequence) whose routing margins are all wide. */
+    Model *m = NULL;
+    double margin = 0;
+    uint64_t s = seed;
+    for (int attempt = 0; attempt < 50; attempt++, s += 101) {
+        m = noisy(be, c, s);
+        mtu_tokens(in, B * T, c.n_tokens, s + 2);
+        mtu_tokens(tg, B * T, c.n_tokens, s + 3);
+        tg[B * T - 1] = -1; /* a trailing pad: not valid, no target */
+        for (int i = 0; i < B * T; i++) {
+            valid[i] = tg[i] >= 0;
+            ce_tg[i] = (i % T < 2) ? -1 : tg[i]; /* "answer-only": the first two targets are question tokens */
+        }
+        StepStats st;
+        model_train_step(m, in, ce_tg, valid, B, T, 1.0, &st, NULL);
+        margin = mt_min_topk_margin(m);
+        if (margin > MIN_MARGIN) break;
+        model_free(m);
+        m = NULL;
+    }
+    ck_assert_msg(m != NULL, "no seed with routing margins > %g in 50 tries (last %g)", MIN_MARGIN, margin);
+    printf("routing margin %.3g (seed %llu)\n", margin, (unsigned long long)s);
+    FdBatch b = {in, ce_tg, valid, B, T};
+    int informative = 0;
+    int n = fd_check_model(m, &b, 5, FD_STEP, 1e-6, 1e-6, s + 4, &informative);
+    ck_assert_int_ge(n, 5 * 10);
+    ck_assert_msg(informative >= n / 2, "only %d of %d checked gradients are non-negligible", informative, n);
+    model_free(m);
+    backend_destroy(be);
+}
+
+START_TEST(grad_tiny_moeut) { run_check(mtu_tiny_moeut(), 1); }
+END_TEST
+
+/* Large regularizer coefficients so their gradient is a sizable part of every router's gradient; DM-math wrapper. */
+START_TEST(grad_moeut_strong_regularizers) {
+    run_check(mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":6,"
+                         "\"ff_n_experts\":4,\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,\"att_k\":1,"
+                         "\"group_size\":2,\"entropy_reg\":1.0,\"att_entropy_reg\":0.5,\"lm_head_bias\":false,"
+                         "\"out_norm_affine\":false}"),
+              2);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("f64_model_moeut");
+    TCase *tc = tcase_create("fd");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, grad_tiny_moeut);
+    tcase_add_test(tc, grad_moeut_strong_regularizers);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,127 @@
+/* Hand-built result and analysis records for the record, compare and report tests. Header-only. */
+#ifndef TESTS_UNIT_RECORD_TEST_UTIL_H
+#define TESTS_UNIT_RECORD_TEST_UTIL_H
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pipeline/atomic_file.h"
+#include "pipeline/log.h"
+#include "pipeline/result_record.h"
+
+static const char *const RTU_INTERP_MODULES[3] = {"arithmetic__add_or_sub", "arithmetic__mul", "arithmetic__div"};
+static const char *const RTU_EXTRAP_MODULES[2] = {"arithmetic__add_or_sub_big", "arithmetic__mul_div_multiple_longer"};
+
+static inline void rtu_sha(char out[65], char fill) {
+    memset(out, fill, 64);
+    out[64] = '\0';
+}
+
+/* A complete record: `correct_per_module` correct out of 100 in every module (so set accuracy = that / 100). */
+static inline void rtu_record(ResultRecord *r, const char *run, const char *arch, const char *mode,
+                              long correct_per_module) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->experiment, sizeof r->experiment, "unit");
+    snprintf(r->run, sizeof r->run, "%s", run);
+    snprintf(r->arch, sizeof r->arch, "%s", arch);
+    snprintf(r->loss_mode, sizeof r->loss_mode, "%s", mode);
+    r->config = cJSON_Parse("{\"description\":\"hand-made\",\"model\":{\"arch\":\"dense\"},\"train\":{\"steps\":10}}");
+    ck_assert(r->config != NULL);
+    rtu_sha(r->config_sha256, 'a');
+    snprintf(r->code_version, sizeof r->code_version, "test-version");
+    rtu_sha(r->train_sha256, 'b');
+    rtu_sha(r->interpolate_sha256, 'c');
+    rtu_sha(r->extrapolate_sha256, 'd');
+    rtu_sha(r->tokenizer_sha256, 'e');
+    snprintf(r->backend, sizeof r->backend, "cpu");
+    snprintf(r->hardware, sizeof r->hardware, "test cpu");
+    snprintf(r->precision, sizeof r->precision, "fp32");
+    r->n_params = 12345;
+    r->training.steps = 10;
+    r->training.tokens = 10240;
+    r->training.wall_time_s = 1.5;
+    r->training.final_train_loss = 1.25;
+    r->training.tokens_per_s = 6826.7;
+    snprintf(r->training.backend, sizeof r->training.backend, "cpu");
+    snprintf(r->training.hardware, sizeof r->training.hardware, "test cpu");
+    snprintf(r->training.precision, sizeof r->training.precision, "fp32");
+    r->evaluation.wall_time_s = 0.5;
+    for (int s = 0; s < EVAL_N_SETS; s++) {
+        SetEval *se = &r->evaluation.sets[s];
+        int nm = s == EVAL_INTERPOLATE ? 3 : 2;
+        const char *const *names = s == EVAL_INTERPOLATE ? RTU_INTERP_MODULES : RTU_EXTRAP_MODULES;
+        se->n_modules = nm;
+        se->modules = xcalloc((size_t)nm, sizeof *se->modules);
+        for (int m = 0; m < nm; m++) {
+            se->modules[m].name = xstrdup(names[m]);
+            se->modules[m].n = 100;
+            se->modules[m].correct = correct_per_module;
+            se->modules[m].mean_answer_loss = 0.5 + 0.1 * m;
+            se->n += 100;
+            se->correct += correct_per_module;
+        }
+        se->mean_answer_loss = 0.6;
+        se->greedy_n = 20;
+        se->greedy_agree = 20;
+        set_eval_finish(se);
+    }
+    r->evaluation.mean_accuracy =
+        0.5 * (r->evaluation.sets[0].accuracy + r->evaluation.sets[1].accuracy);
+}
+
+/* An analysis record with 2 prompts on an L x T grid (scores decreasing with the layer). */
+static inline void rtu_analysis(AnalysisRecord *a, const char *run, const char *arch, const char *mode, int L) {
+    memset(a, 0, sizeof *a);
+    snprintf(a->experiment, sizeof a->experiment, "unit");
+    snprintf(a->run, sizeof a->run, "%s", run);
+    snprintf(a->arch, sizeof a->arch, "%s", arch);
+    snprintf(a->loss_mode, sizeof a->loss_mode, "%s", mode);
+    a->enabled = true;
+    a->n_layers = L;
+    a->counterfactual = xstrdup("Q: cf A: 1");
+    a->n_prompts = 2;
+    a->prompts = xcalloc(2, sizeof *a->prompts);
+    for (int k = 0; k < 2; k++) {
+        AnalysisPrompt *p = &a->prompts[k];
+        p->question = xstrdup(k ? "Q: What is 1 - 3? A: " : "Q: What is 2 & <3>? A: ");
+        p->answer = xstrdup("-2");
+        p->n_positions = 6;
+        p->n_answer = 2;
+        p->pieces = xcalloc(6, sizeof *p->pieces);
+        const char *pc[6] = {"\xE2\x96\x81Q", ":", "\xE2\x96\x81<", "&", "\xE2\x96\x81" "A", ":"};
+        for (int t = 0; t < 6; t++) p->pieces[t] = xstrdup(pc[t]);
+        p->model_correct = k == 0;
+        p->n_layers = L;
+        p->scores = xcalloc((size_t)L * 6, sizeof *p->scores);
+        for (int l = 0; l < L; l++)
+            for (int t = 1; t < 6; t++) p->scores[l * 6 + t] = 0.1 * (L - l) * t / 6.0;
+        p->depth_value = 0.5;
+        snprintf(p->svg, sizeof p->svg, "depth_%d.svg", k + 1);
+    }
+    snprintf(a->summary_name, sizeof a->summary_name, "depth_fraction");
+    a->summary_value = 0.5;
+    a->summary_definition = xstrdup("test definition");
+}
+
+/* A fresh empty directory under /tmp (removed by the caller with remove_tree). */
+static inline void rtu_tmpdir(char *out, size_t n, const char *tag) {
+    snprintf(out, n, "/tmp/%s.%ld.XXXXXX", tag, (long)getpid());
+    ck_assert(mkdtemp(out) != NULL);
+}
+
+static inline void rtu_write(const char *path, const char *text) {
+    char err[512];
+    ck_assert_msg(write_file_atomic(path, text, strlen(text), err, sizeof err) == 0, "%s", err);
+}
+
+static inline char *rtu_read(const char *path) {
+    char *data = NULL, err[512];
+    size_t n = 0;
+    ck_assert_msg(read_file_all(path, &data, &n, err, sizeof err) == 0, "%s", err);
+    return data;
+}
+
+#endif

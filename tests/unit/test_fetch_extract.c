@@ -1,0 +1,253 @@
+/* Archive extraction: filter (full match), tokenizer corpus prefix, pair counting, and refusal of unsafe or
+ * malformed archives. Test archives are written with libarchive's writer so every entry kind can be crafted. */
+#include <archive.h>
+#include <archive_entry.h>
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "datasets/archive_extract.h"
+#include "pipeline/atomic_file.h"
+#include "pipeline/sha256.h"
+
+static char g_dir[256], g_tgz[512], g_out[512];
+
+static void setup(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/test_fetch_extract.%ld", (long)getpid());
+    remove_tree(g_dir);
+    char err[256];
+    ck_assert_int_eq(mkdir_p(g_dir, err, sizeof err), 0);
+    snprintf(g_tgz, sizeof g_tgz, "%s/a.tar.gz", g_dir);
+    snprintf(g_out, sizeof g_out, "%s/out", g_dir);
+}
+static void teardown(void) { remove_tree(g_dir); }
+
+typedef struct {
+    const char *path;
+    const char *data;   /* regular file contents; NULL for other kinds */
+    int kind;           /* AE_IFREG, AE_IFDIR, AE_IFLNK, AE_IFCHR; 1 = hard link */
+    const char *target; /* link target */
+} Entry;
+
+static void write_archive(const char *path, const Entry *entries, int n, int gzip) {
+    struct archive *a = archive_write_new();
+    ck_assert_ptr_nonnull(a);
+    archive_write_set_format_pax_restricted(a);
+    if (gzip) archive_write_add_filter_gzip(a);
+    ck_assert_int_eq(archive_write_open_filename(a, path), ARCHIVE_OK);
+    for (int i = 0; i < n; i++) {
+        struct archive_entry *e = archive_entry_new();
+        archive_entry_set_pathname(e, entries[i].path);
+        archive_entry_set_perm(e, 0644);
+        if (entries[i].kind == 1) {
+            archive_entry_set_filetype(e, AE_IFREG);
+            archive_entry_set_hardlink(e, entries[i].target);
+            archive_entry_set_size(e, 0);
+        } else {
+            archive_entry_set_filetype(e, (unsigned)entries[i].kind);
+            if (entries[i].kind == AE_IFLNK) archive_entry_set_symlink(e, entries[i].target);
+            if (entries[i].kind == AE_IFCHR) archive_entry_set_rdev(e, 0x0103);
+            archive_entry_set_size(e, entries[i].data ? (la_int64_t)strlen(entries[i].data) : 0);
+        }
+        ck_assert_int_eq(archive_write_header(a, e), ARCHIVE_OK);
+        if (entries[i].data) archive_write_data(a, entries[i].data, strlen(entries[i].data));
+        archive_entry_free(e);
+    }
+    ck_assert_int_eq(archive_write_close(a), ARCHIVE_OK);
+    archive_write_free(a);
+}
+
+#define R "mathematics_dataset-v1.0/"
+static const char *Q3 = "What is 1+1?\n2\nWhat is 2+2?\n4\nWhat is 3+3?\n6\n";
+
+static int run_extract(const char *filter, long corpus_pairs, ExtractResult *r, char *err, size_t errlen) {
+    ExtractOptions o = {g_tgz, g_out, filter, corpus_pairs, 0};
+    return dm_extract_archive(&o, r, err, errlen);
+}
+
+static char *slurp(const char *path) {
+    char *d, err[256];
+    size_t n;
+    ck_assert_msg(read_file_all(path, &d, &n, err, sizeof err) == 0, "%s", err);
+    return d;
+}
+
+START_TEST(filter_full_match_and_corpus) {
+    Entry es[] = {
+        {R, NULL, AE_IFDIR, NULL},
+        {R "train-easy/", NULL, AE_IFDIR, NULL},
+        {R "train-easy/arithmetic__mul.txt", Q3, AE_IFREG, NULL},
+        {R "train-easy/arithmetic__mul_big.txt", "q\na\n", AE_IFREG, NULL},
+        {R "train-easy/algebra__linear_1d.txt", Q3, AE_IFREG, NULL},
+        {R "train-medium/arithmetic__mul.txt", "q\na", AE_IFREG, NULL}, /* no final newline: still 1 pair */
+        {R "extrapolate/arithmetic__mul_big.txt", "q\na\n", AE_IFREG, NULL},
+        {R "README.txt", "not a module\n", AE_IFREG, NULL},
+        {"other/train-easy/arithmetic__mul.txt", Q3, AE_IFREG, NULL},
+    };
+    write_archive(g_tgz, es, 9, 1);
+    ExtractResult r;
+    char err[1024] = "";
+    ck_assert_msg(run_extract("arithmetic__mul", 2, &r, err, sizeof err) == 0, "%s", err);
+    /* "arithmetic__mul" fully matches only arithmetic__mul, not arithmetic__mul_big. */
+    ck_assert_int_eq(r.n_files, 2);
+    ck_assert_str_eq(r.files[0].split, "train-easy");
+    ck_assert_str_eq(r.files[0].file, "arithmetic__mul.txt");
+    ck_assert_int_eq(r.files[0].pairs, 3);
+    ck_assert_int_eq(r.files[0].bytes, (int64_t)strlen(Q3));
+    char hex[65];
+    sha256_hex(Q3, strlen(Q3), hex);
+    ck_assert_str_eq(r.files[0].sha256, hex);
+    ck_assert_str_eq(r.files[1].split, "train-medium");
+    ck_assert_int_eq(r.files[1].pairs, 1);
+    ck_assert_int_eq(r.files[1].bytes, 4); /* newline added */
+    /* Corpus: every train-easy file regardless of the filter, first 2 pairs, sorted by name. */
+    ck_assert_int_eq(r.n_corpus, 3);
+    ck_assert_str_eq(r.corpus[0].file, "algebra__linear_1d.txt");
+    ck_assert_str_eq(r.corpus[1].file, "arithmetic__mul.txt");
+    ck_assert_str_eq(r.corpus[2].file, "arithmetic__mul_big.txt");
+    ck_assert_int_eq(r.corpus[0].pairs, 2);
+    ck_assert_int_eq(r.corpus[2].pairs, 1);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tokenizer_corpus/algebra__linear_1d.txt", g_out);
+    char *c = slurp(path);
+    ck_assert_str_eq(c, "What is 1+1?\n2\nWhat is 2+2?\n4\n");
+    sha256_hex(c, strlen(c), hex);
+    ck_assert_str_eq(r.corpus[0].sha256, hex);
+    free(c);
+    snprintf(path, sizeof path, "%s/" R "train-easy/arithmetic__mul.txt", g_out);
+    c = slurp(path);
+    ck_assert_str_eq(c, Q3);
+    free(c);
+    snprintf(path, sizeof path, "%s/" R "train-easy/algebra__linear_1d.txt", g_out);
+    ck_assert(!file_exists(path));
+    snprintf(path, sizeof path, "%s/" R "README.txt", g_out);
+    ck_assert(!file_exists(path));
+    dm_extract_result_free(&r);
+}
+END_TEST
+
+START_TEST(plain_tar_and_regex_alternation) {
+    Entry es[] = {
+        {R "interpolate/arithmetic__div.txt", Q3, AE_IFREG, NULL},
+        {R "interpolate/numbers__gcd.txt", Q3, AE_IFREG, NULL},
+        {R "interpolate/numbers__lcm.txt", Q3, AE_IFREG, NULL},
+    };
+    write_archive(g_tgz, es, 3, 0); /* uncompressed tar under a .gz name: detected by content */
+    ExtractResult r;
+    char err[1024] = "";
+    ck_assert_msg(run_extract("numbers__gcd|arithmetic__.*", 0, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.n_files, 2);
+    ck_assert_str_eq(r.files[0].file, "arithmetic__div.txt");
+    ck_assert_str_eq(r.files[1].file, "numbers__gcd.txt");
+    ck_assert_int_eq(r.n_corpus, 0);
+    dm_extract_result_free(&r);
+}
+END_TEST
+
+static void expect_refused(const Entry *es, int n, const char *needle) {
+    write_archive(g_tgz, es, n, 1);
+    ExtractResult r;
+    char err[1024] = "";
+    ck_assert_int_eq(run_extract(".*", 10, &r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, needle) != NULL, "expected '%s' in: %s", needle, err);
+    ck_assert_msg(strstr(err, g_tgz) != NULL, "archive path missing in: %s", err);
+}
+
+START_TEST(unsafe_entries_refused) {
+    Entry dotdot[] = {{R "train-easy/../../evil.txt", "q\na\n", AE_IFREG, NULL}};
+    expect_refused(dotdot, 1, "refusing unsafe entry '" R "train-easy/../../evil.txt': '..' path component");
+    Entry abs[] = {{"/tmp/evil.txt", "q\na\n", AE_IFREG, NULL}};
+    expect_refused(abs, 1, "absolute path");
+    Entry sym[] = {{R "train-easy/arithmetic__mul.txt", NULL, AE_IFLNK, "/etc/passwd"}};
+    expect_refused(sym, 1, "symbolic link");
+    Entry hard[] = {{R "train-easy/a__b.txt", "q\na\n", AE_IFREG, NULL}, {R "train-easy/a__c.txt", NULL, 1, R "train-easy/a__b.txt"}};
+    expect_refused(hard, 2, "hard link");
+    Entry dev[] = {{R "train-easy/null", NULL, AE_IFCHR, NULL}};
+    expect_refused(dev, 1, "device file");
+    /* Unsafe entries are refused even when the filter would not select them. */
+    Entry hidden[] = {{R "extrapolate/numbers__x.txt", "q\na\n", AE_IFREG, NULL}, {"../outside", "x\n", AE_IFREG, NULL}};
+    expect_refused(hidden, 2, "'..' path component");
+    char evil[300];
+    snprintf(evil, sizeof evil, "%s/evil.txt", g_dir);
+    ck_assert(!file_exists(evil));
+}
+END_TEST
+
+START_TEST(malformed_content_refused) {
+    Entry odd[] = {{R "train-easy/arithmetic__mul.txt", "q\na\nq2\n", AE_IFREG, NULL}};
+    expect_refused(odd, 1, "'" R "train-easy/arithmetic__mul.txt' has an odd number of lines (3)");
+    Entry dup[] = {{R "train-easy/arithmetic__mul.txt", "q\na\n", AE_IFREG, NULL},
+                   {R "train-easy/arithmetic__mul.txt", "q\na\n", AE_IFREG, NULL}};
+    expect_refused(dup, 2, "duplicate entry");
+}
+END_TEST
+
+START_TEST(corrupt_and_truncated_refused) {
+    Entry es[] = {{R "train-easy/arithmetic__mul.txt", Q3, AE_IFREG, NULL},
+                  {R "train-hard/arithmetic__mul.txt", Q3, AE_IFREG, NULL}};
+    write_archive(g_tgz, es, 2, 1);
+    char *data, err[1024] = "";
+    size_t n;
+    ck_assert_int_eq(read_file_all(g_tgz, &data, &n, err, sizeof err), 0);
+    /* Truncated: drop the gzip trailer (CRC and length). */
+    ck_assert_int_eq(write_file_atomic(g_tgz, data, n - 8, err, sizeof err), 0);
+    ExtractResult r;
+    ck_assert_int_eq(run_extract(".*", 0, &r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "corrupt or truncated archive"), "%s", err);
+    /* A damaged CRC: the content inflates fine, only the trailer check can catch it (needs zlib). */
+    data[n - 6] ^= 0x55;
+    ck_assert_int_eq(write_file_atomic(g_tgz, data, n, err, sizeof err), 0);
+#if defined(HAVE_ZLIB)
+    ck_assert_int_eq(run_extract(".*", 0, &r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "corrupt or truncated archive") && strstr(err, "incorrect data check"), "%s", err);
+#endif
+    /* Half the file. */
+    data[n - 6] ^= 0x55;
+    ck_assert_int_eq(write_file_atomic(g_tgz, data, n / 2, err, sizeof err), 0);
+    ck_assert_int_eq(run_extract(".*", 0, &r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "corrupt or truncated archive"), "%s", err);
+    /* Not an archive at all. */
+    ck_assert_int_eq(write_file_atomic(g_tgz, "hello world, not a tar\n", 23, err, sizeof err), 0);
+    ck_assert_int_eq(run_extract(".*", 0, &r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, g_tgz), "%s", err);
+    /* The intact archive still extracts. */
+    ck_assert_int_eq(write_file_atomic(g_tgz, data, n, err, sizeof err), 0);
+    ck_assert_msg(run_extract(".*", 0, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.n_files, 2);
+    dm_extract_result_free(&r);
+    free(data);
+}
+END_TEST
+
+START_TEST(filter_matching) {
+    char err[256];
+    ck_assert_int_eq(dm_filter_matches("arithmetic__.*", "arithmetic__mul", err, sizeof err), 1);
+    ck_assert_int_eq(dm_filter_matches("arithmetic__.*", "xarithmetic__mul", err, sizeof err), 0);
+    ck_assert_int_eq(dm_filter_matches("arithmetic__mul", "arithmetic__mul_big", err, sizeof err), 0);
+    ck_assert_int_eq(dm_filter_matches("a|b", "ab", err, sizeof err), 0);
+    ck_assert_int_eq(dm_filter_matches("a|b", "b", err, sizeof err), 1);
+    ck_assert_int_eq(dm_filter_matches("(", "x", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "invalid --filter '('"), "%s", err);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("fetch_extract");
+    TCase *tc = tcase_create("extract");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, filter_full_match_and_corpus);
+    tcase_add_test(tc, plain_tar_and_regex_alternation);
+    tcase_add_test(tc, unsafe_entries_refused);
+    tcase_add_test(tc, malformed_content_refused);
+    tcase_add_test(tc, corrupt_and_truncated_refused);
+    tcase_add_test(tc, filter_matching);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,301 @@
+/* CPU backend, f32: sigmoid top-k routing (oracle, ties, drop mask, backward) and the masked entropy regularizer
+ * (range, uniform optimum, probability-space formula, stack-order invariance, zero-sum and masked gradients, and
+ * the [B,B]-broadcast value with unequal counts against a literal evaluation of the reference's broadcast). */
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "tests/unit/kernel_test_util.h"
+
+static Backend *cpu(void) {
+    char err[256];
+    Backend *be = backend_create("cpu", err, sizeof err);
+    ck_assert_msg(be != NULL, "backend_create(cpu): %s", err);
+    return be;
+}
+
+/* ---------------- top-k ---------------- */
+
+/* Oracle: selection sort by (logit desc, index asc) over non-dropped experts. */
+static void topk_oracle(int32_t *sel, double *gate, const scalar_t *l, const uint8_t *drop, int E, int k, int g) {
+    uint8_t *taken = ktu_alloc(E);
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            if (taken[e] || (drop && drop[e])) continue;
+            if (best < 0 || l[e] > l[best]) best = e;
+        }
+        ck_assert_msg(best >= 0, "oracle: not enough experts");
+        taken[best] = 1;
+        sel[j] = g * E + best;
+        gate[j] = 1 / (1 + exp(-(double)l[best]));
+    }
+    free(taken);
+}
+
+START_TEST(test_topk_oracle_ties_drop) {
+    Backend *be = cpu();
+    KtuRng rng = {51};
+    int N = 57, G = 3, E = 10, k = 4;
+    size_t nl = (size_t)N * G * E, ns = (size_t)N * G * k;
+    scalar_t *l = ktu_random(&rng, nl, -3, 3);
+    for (size_t i = 0; i < nl; i += 7) l[i] = 0.5f; /* plenty of exact ties */
+    uint8_t *drop = ktu_alloc(nl);
+    for (size_t i = 0; i < nl; i++) drop[i] = ktu_int(&rng, 5) == 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const uint8_t *dm = pass ? drop : NULL;
+        int32_t *sel = ktu_ints(ns), *wsel = ktu_ints(ns);
+        scalar_t *gate = ktu_scalars(ns);
+        double *wgate = ktu_doubles(ns);
+        int skipped = 0;
+        for (int ng = 0; ng < N * G; ng++) {
+            int avail = 0;
+            for (int e = 0; e < E; e++) avail += !(dm && dm[(size_t)ng * E + e]);
+            if (avail < k) { /* rows without k survivors are tested separately below */
+                skipped++;
+                for (int e = 0; e < E; e++) drop[(size_t)ng * E + e] = 0;
+            }
+            topk_oracle(wsel + (size_t)ng * k, wgate + (size_t)ng * k, l + (size_t)ng * E,
+                        dm ? dm + (size_t)ng * E : NULL, E, k, ng % G);
+        }
+        be->topk_sigmoid(be, sel, gate, l, dm, N, G, E, k);
+        for (size_t i = 0; i < ns; i++) ck_assert_msg(sel[i] == wsel[i], "sel[%zu] = %d, want %d (drop=%d)", i, sel[i], wsel[i], pass);
+        ktu_assert_close(gate, wgate, ns, 1e-7, 1e-6, "gate");
+        /* slot order is descending logit */
+        for (int ng = 0; ng < N * G; ng++)
+            for (int j = 1; j < k; j++)
+                ck_assert(l[(size_t)ng * E + sel[(size_t)ng * k + j - 1] - (ng % G) * E] >=
+                          l[(size_t)ng * E + sel[(size_t)ng * k + j] - (ng % G) * E]);
+        free(sel), free(wsel), free(gate), free(wgate);
+    }
+    /* explicit tie: equal logits -> lower index first */
+    scalar_t tl[5] = {1, 2, 2, 0, 2};
+    int32_t ts[3];
+    scalar_t tg[3];
+    be->topk_sigmoid(be, ts, tg, tl, NULL, 1, 1, 5, 3);
+    ck_assert(ts[0] == 1 && ts[1] == 2 && ts[2] == 4);
+    /* fewer survivors than k: the survivors first, then dropped experts with gate 0 */
+    uint8_t td[5] = {1, 0, 1, 1, 1};
+    be->topk_sigmoid(be, ts, tg, tl, td, 1, 1, 5, 3);
+    ck_assert(ts[0] == 1 && tg[0] > 0.5f);
+    ck_assert(ts[1] == 0 && tg[1] == 0 && ts[2] == 2 && tg[2] == 0);
+    free(l), free(drop);
+    backend_destroy(be);
+}
+END_TEST
+
+START_TEST(test_topk_backward) {
+    Backend *be = cpu();
+    KtuRng rng = {52};
+    int N = 31, G = 2, E = 9, k = 3;
+    size_t nl = (size_t)N * G * E, ns = (size_t)N * G * k;
+    scalar_t *l = ktu_random(&rng, nl, -3, 3), *gate = ktu_scalars(ns), *dgate = ktu_random(&rng, ns, -1, 1);
+    int32_t *sel = ktu_ints(ns);
+    be->topk_sigmoid(be, sel, gate, l, NULL, N, G, E, k);
+    scalar_t *dl = ktu_random(&rng, nl, -1, 1);
+    double *want = ktu_doubles(nl);
+    for (size_t i = 0; i < nl; i++) want[i] = dl[i];
+    for (int ng = 0; ng < N * G; ng++)
+        for (int j = 0; j < k; j++) {
+            int e = sel[(size_t)ng * k + j] - (ng % G) * E;
+            double s = 1 / (1 + exp(-(double)l[(size_t)ng * E + e]));
+            want[(size_t)ng * E + e] += dgate[(size_t)ng * k + j] * s * (1 - s);
+        }
+    be->topk_sigmoid_backward(be, dl, dgate, sel, gate, N, G, E, k);
+    ktu_assert_close(dl, want, nl, 1e-7, 1e-6, "topk_sigmoid_backward");
+    free(l), free(gate), free(dgate), free(sel), free(dl), free(want);
+    backend_destroy(be);
+}
+END_TEST
+
+/* ---------------- entropy regularizer ---------------- */
+
+#define LIDX(r, b, t, g, e) (((((size_t)(r) * B + (b)) * T + (t)) * G + (g)) * E + (e))
+
+/* Literal evaluation of the reference's masked broadcast: S_{j,g,e} = log sum_{valid (r,t) of j} softmax_e,
+ * M_{i,j,g,e} = S_{j,g,e} - log cnt_i, value = -mean_{i,j,g} ( -sum_e exp(M) M ), over sequences with cnt > 0. */
+static double entropy_oracle(const scalar_t *lg, const uint8_t *valid, int R, int B, int T, int G, int E) {
+    double *S = ktu_doubles((size_t)B * G * E), *cnt = ktu_doubles(B);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) cnt[b] += (!valid || valid[(size_t)b * T + t]) ? R : 0;
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < G; g++)
+            for (int r = 0; r < R; r++)
+                for (int t = 0; t < T; t++) {
+                    if (valid && !valid[(size_t)b * T + t]) continue;
+                    double mx = -1e300, z = 0;
+                    for (int e = 0; e < E; e++) mx = fmax(mx, lg[LIDX(r, b, t, g, e)]);
+                    for (int e = 0; e < E; e++) z += exp(lg[LIDX(r, b, t, g, e)] - mx);
+                    for (int e = 0; e < E; e++) S[((size_t)b * G + g) * E + e] += exp(lg[LIDX(r, b, t, g, e)] - mx) / z;
+                }
+    double total = 0;
+    int nb = 0;
+    for (int i = 0; i < B; i++) {
+        if (cnt[i] == 0) continue;
+        nb++;
+        for (int j = 0; j < B; j++) {
+            if (cnt[j] == 0) continue;
+            for (int g = 0; g < G; g++) {
+                double ent = 0;
+                for (int e = 0; e < E; e++) {
+                    double Mv = log(S[((size_t)j * G + g) * E + e]) - log(cnt[i]);
+                    ent -= exp(Mv) * Mv;
+                }
+                total += ent;
+            }
+        }
+    }
+    free(S), free(cnt);
+    return nb ? -total / ((double)nb * nb * G) : 0.0;
+}
+
+/* mean_{b,g} sum_e pbar log pbar (the spec's unmasked probability-space form) */
+static double entropy_prob_space(const scalar_t *lg, int R, int B, int T, int G, int E) {
+    double total = 0;
+    double *pbar = ktu_doubles(E);
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < G; g++) {
+            memset(pbar, 0, E * sizeof(double));
+            for (int r = 0; r < R; r++)
+                for (int t = 0; t < T; t++) {
+                    double z = 0;
+                    for (int e = 0; e < E; e++) z += exp(lg[LIDX(r, b, t, g, e)]);
+                    for (int e = 0; e < E; e++) pbar[e] += exp(lg[LIDX(r, b, t, g, e)]) / z / (R * T);
+                }
+            for (int e = 0; e < E; e++) total += pbar[e] * log(pbar[e]);
+        }
+    free(pbar);
+    return total / (B * G);
+}
+
+START_TEST(test_entropy_all_valid) {
+    Backend *be = cpu();
+    KtuRng rng = {53};
+    int R = 3, B = 4, T = 7, G = 2, E = 6;
+    size_t n = (size_t)R * B * T * G * E;
+    scalar_t *lg = ktu_random(&rng, n, -3, 3), *dl = ktu_scalars(n);
+    double v = be->entropy_reg(be, dl, lg, NULL, R, B, T, G, E, 1);
+    ck_assert_msg(v >= -log(E) - 1e-12 && v <= 0, "value %.9g outside [-log E, 0]", v);
+    double want = entropy_prob_space(lg, R, B, T, G, E);
+    ck_assert_msg(fabs(v - want) < 1e-9, "value %.12g vs probability-space formula %.12g", v, want);
+    ck_assert_msg(fabs(v - entropy_oracle(lg, NULL, R, B, T, G, E)) < 1e-9, "value vs literal broadcast");
+    /* a mask of all ones is the same as NULL */
+    uint8_t *ones = ktu_alloc((size_t)B * T);
+    memset(ones, 1, (size_t)B * T);
+    ck_assert(fabs(be->entropy_reg(be, NULL, lg, ones, R, B, T, G, E, 1) - v) < 1e-12);
+    /* uniform routing: -log E exactly (up to rounding) */
+    scalar_t *flat = ktu_scalars(n);
+    for (size_t i = 0; i < n; i++) flat[i] = (scalar_t)(0.25 * (i / E)); /* constant within each softmax row */
+    double vu = be->entropy_reg(be, dl, flat, NULL, R, B, T, G, E, 1);
+    ck_assert_msg(fabs(vu + log(E)) < 1e-9, "uniform value %.12g, want %.12g", vu, -log(E));
+    for (size_t i = 0; i < n; i++) ck_assert_msg(fabs(dl[i]) < 1e-9, "uniform optimum has a nonzero gradient");
+    /* collapsed routing (one expert dominates everywhere) gives ~0, the maximum */
+    for (size_t i = 0; i < n; i++) flat[i] = (i % E == 2) ? 30 : 0;
+    double vc = be->entropy_reg(be, NULL, flat, NULL, R, B, T, G, E, 1);
+    ck_assert_msg(vc > -1e-9 && vc <= 0, "collapsed value %.12g", vc);
+    free(lg), free(dl), free(ones), free(flat);
+    backend_destroy(be);
+}
+END_TEST
+
+/* The value does not depend on how the history is stacked: permuting the R applications, swapping the roles of R
+ * and T (all valid: [B,R,T] vs [B,T,R] flattening), or permuting positions together with their mask. */
+START_TEST(test_entropy_stack_order) {
+    Backend *be = cpu();
+    KtuRng rng = {54};
+    int R = 3, B = 3, T = 5, G = 2, E = 4;
+    size_t n = (size_t)R * B * T * G * E;
+    scalar_t *lg = ktu_random(&rng, n, -2, 2), *lg2 = ktu_scalars(n);
+    uint8_t valid[15] = {1, 1, 0, 1, 0, /**/ 1, 1, 1, 1, 1, /**/ 0, 1, 0, 0, 0};
+    double v = be->entropy_reg(be, NULL, lg, valid, R, B, T, G, E, 1);
+    int rperm[3] = {2, 0, 1};
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                memcpy(lg2 + LIDX(r, b, t, 0, 0), lg + LIDX(rperm[r], b, t, 0, 0), (size_t)G * E * sizeof(scalar_t));
+    ck_assert_msg(fabs(be->entropy_reg(be, NULL, lg2, valid, R, B, T, G, E, 1) - v) < 1e-12, "R permutation");
+    int tperm[5] = {4, 2, 0, 3, 1};
+    uint8_t valid2[15];
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                memcpy(lg2 + LIDX(r, b, t, 0, 0), lg + LIDX(r, b, tperm[t], 0, 0), (size_t)G * E * sizeof(scalar_t));
+                valid2[b * T + t] = valid[b * T + tperm[t]];
+            }
+    ck_assert_msg(fabs(be->entropy_reg(be, NULL, lg2, valid2, R, B, T, G, E, 1) - v) < 1e-12, "T permutation");
+    /* all valid: logits2[t', b, r'] = logits[r, b, t] with R2 = T, T2 = R */
+    double va = be->entropy_reg(be, NULL, lg, NULL, R, B, T, G, E, 1);
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                memcpy(lg2 + ((((size_t)t * B + b) * R + r) * G) * E, lg + LIDX(r, b, t, 0, 0), (size_t)G * E * sizeof(scalar_t));
+    ck_assert_msg(fabs(be->entropy_reg(be, NULL, lg2, NULL, T, B, R, G, E, 1) - va) < 1e-12, "R<->T stacking");
+    free(lg), free(lg2);
+    backend_destroy(be);
+}
+END_TEST
+
+/* Masked, unequal counts: the value equals a literal evaluation of the broadcast; gradients sum to 0 over experts
+ * at each position, are exactly 0 at masked positions, and scale linearly with coef. A sequence with no valid
+ * position is left out of B. */
+START_TEST(test_entropy_masked_broadcast) {
+    Backend *be = cpu();
+    KtuRng rng = {55};
+    int R = 2, B = 5, T = 6, G = 3, E = 5;
+    size_t n = (size_t)R * B * T * G * E;
+    scalar_t *lg = ktu_random(&rng, n, -3, 3), *dl = ktu_scalars(n), *dl2 = ktu_scalars(n);
+    uint8_t valid[30] = {1, 1, 1, 1, 1, 0, /**/ 1, 0, 0, 0, 0, 0, /**/ 1, 1, 1, 0, 0, 0,
+                         0, 0, 0, 0, 0, 0, /**/ 0, 1, 0, 1, 1, 1};
+    double v = be->entropy_reg(be, dl, lg, valid, R, B, T, G, E, 1);
+    double want = entropy_oracle(lg, valid, R, B, T, G, E);
+    ck_assert_msg(fabs(v - want) < 1e-9, "masked value %.12g vs literal broadcast %.12g", v, want);
+    double gmax = 0;
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int g = 0; g < G; g++) {
+                    double s = 0, sa = 0;
+                    for (int e = 0; e < E; e++) {
+                        double d = dl[LIDX(r, b, t, g, e)];
+                        s += d, sa += fabs(d), gmax = fmax(gmax, fabs(d));
+                        if (!valid[b * T + t]) ck_assert_msg(d == 0, "masked position has gradient %.3g", d);
+                    }
+                    ck_assert_msg(fabs(s) <= 1e-6 * (sa + 1e-30) + 1e-12, "sum_e dlogits = %.3g at (%d,%d,%d,%d)", s, r,
+                                  b, t, g);
+                }
+    ck_assert(gmax > 0);
+    double v2 = be->entropy_reg(be, dl2, lg, valid, R, B, T, G, E, (scalar_t)0.01);
+    ck_assert(v2 == v);
+    for (size_t i = 0; i < n; i++) ck_assert(fabs(dl2[i] - 0.01 * dl[i]) <= 1e-6 * fabs(dl[i]) + 1e-12);
+    /* sequence 3 has no valid position: removing it from the batch changes nothing */
+    int B2 = 4, keep[4] = {0, 1, 2, 4};
+    scalar_t *lg4 = ktu_scalars((size_t)R * B2 * T * G * E);
+    uint8_t valid4[24];
+    for (int r = 0; r < R; r++)
+        for (int i = 0; i < B2; i++)
+            memcpy(lg4 + (((size_t)r * B2 + i) * T) * G * E, lg + LIDX(r, keep[i], 0, 0, 0), (size_t)T * G * E * sizeof(scalar_t));
+    for (int i = 0; i < B2; i++) memcpy(valid4 + i * T, valid + keep[i] * T, T);
+    double v4 = be->entropy_reg(be, NULL, lg4, valid4, R, B2, T, G, E, 1);
+    ck_assert_msg(fabs(v4 - v) < 1e-12, "empty sequence changed the value: %.12g vs %.12g", v4, v);
+    /* nothing valid at all: 0 and zero gradient */
+    uint8_t none[30] = {0};
+    ck_assert(be->entropy_reg(be, dl, lg, none, R, B, T, G, E, 1) == 0);
+    for (size_t i = 0; i < n; i++) ck_assert(dl[i] == 0);
+    free(lg), free(dl), free(dl2), free(lg4);
+    backend_destroy(be);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("kernels_routing");
+    TCase *tc = tcase_create("cpu");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_topk_oracle_ties_drop);
+    tcase_add_test(tc, test_topk_backward);
+    tcase_add_test(tc, test_entropy_all_valid);
+    tcase_add_test(tc, test_entropy_stack_order);
+    tcase_add_test(tc, test_entropy_masked_broadcast);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return ktu_run_suite(suite()); }

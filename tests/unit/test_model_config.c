@@ -1,0 +1,331 @@
+/* Model configs: strict JSON parsing, validation messages, defaults, serialisation round trip, n_rot, parameter counts
+ * (the paper's exact numbers, and model_count_params == model_n_params of created models), tensor registry. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "model/model.h"
+#include "pipeline/config.h"
+#include "model_test_util.h"
+
+/* Runs model_config_from_json on a JSON text; returns rc and fills err. */
+static int parse(const char *json, ModelConfig *c, char *err, size_t errlen) {
+    cJSON *o = cJSON_Parse(json);
+    ck_assert_msg(o != NULL, "bad JSON in test: %s", json);
+    err[0] = '\0';
+    int rc = model_config_from_json(c, o, "exp.json", err, errlen);
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* Asserts that the JSON is rejected with a message containing every given fragment. */
+static void expect_error(const char *json, const char *frag1, const char *frag2) {
+    ModelConfig c;
+    char err[512];
+    int rc = parse(json, &c, err, sizeof err);
+    ck_assert_msg(rc == -1, "accepted: %s", json);
+    ck_assert_msg(strstr(err, frag1) != NULL, "error '%s' lacks '%s'", err, frag1);
+    if (frag2) ck_assert_msg(strstr(err, frag2) != NULL, "error '%s' lacks '%s'", err, frag2);
+    ck_assert_msg(strchr(err, '\n') == NULL, "error is not one line: %s", err);
+}
+
+#define DENSE_BASE "\"arch\":\"dense\",\"n_tokens\":16,\"d_model\":8,\"n_layers\":2,\"n_heads\":2,\"d_ff\":12"
+#define MOEUT_BASE                                                                                                   \
+    "\"arch\":\"moeut\",\"n_tokens\":16,\"d_model\":8,\"n_layers\":4,\"n_heads\":2,\"ff_n_experts\":6,"           \
+    "\"att_n_experts\":3"
+
+/* The dense base config with one key set to a raw JSON value (replacing the base value, or added). */
+static const char *dense_with(const char *key, const char *value) {
+    static char buf[1024];
+    const char *keys[] = {"arch", "n_tokens", "d_model", "n_layers", "n_heads", "d_ff"};
+    const char *vals[] = {"\"dense\"", "16", "8", "2", "2", "12"};
+    size_t k = (size_t)snprintf(buf, sizeof buf, "{");
+    int replaced = 0;
+    for (int i = 0; i < 6; i++) {
+        const char *v = vals[i];
+        if (strcmp(keys[i], key) == 0) v = value, replaced = 1;
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "%s\"%s\":%s", i ? "," : "", keys[i], v);
+    }
+    if (!replaced) k += (size_t)snprintf(buf + k, sizeof buf - k, ",\"%s\":%s", key, value);
+    snprintf(buf + k, sizeof buf - k, "}");
+    return buf;
+}
+
+START_TEST(dense_defaults) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" DENSE_BASE "}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.arch, ARCH_DENSE);
+    ck_assert_int_eq(c.d_head, 4); /* d_model / n_heads */
+    ck_assert(c.lm_head_bias);
+    ck_assert(c.out_norm_affine);
+    ck_assert(c.dropout == 0.0);
+    ck_assert_int_eq(c.d_ff, 12);
+}
+END_TEST
+
+START_TEST(moeut_defaults_are_reference_ctor) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{\"arch\":\"moeut\",\"n_tokens\":16,\"d_model\":8,\"n_layers\":4,\"n_heads\":2,"
+                           "\"ff_n_experts\":10,\"att_n_experts\":3}",
+                           &c, err, sizeof err),
+                     0);
+    ck_assert_int_eq(c.arch, ARCH_MOEUT);
+    ck_assert_int_eq(c.group_size, 2);
+    ck_assert_int_eq(c.ff_k, 8);
+    ck_assert_int_eq(c.att_k, 2);
+    ck_assert_int_eq(c.ff_expert_size, 128);
+    ck_assert_double_eq_tol(c.entropy_reg, 0.01, 1e-15);
+    ck_assert_double_eq_tol(c.att_entropy_reg, 0.001, 1e-15);
+    ck_assert(c.ff_expert_dropout == 0.0 && c.att_expert_dropout == 0.0);
+    ck_assert_int_eq(c.d_head, 4);
+    ck_assert(c.lm_head_bias && c.out_norm_affine);
+}
+END_TEST
+
+START_TEST(moeut_default_ff_k_is_8) {
+    /* With ff_n_experts=6 the default ff_k=8 is too large: the default shows up as an error naming ff_k. */
+    expect_error("{" MOEUT_BASE "}", "exp.json: model.ff_k:", "ff_n_experts");
+}
+END_TEST
+
+START_TEST(errors_name_the_key) {
+    expect_error("{" DENSE_BASE ",\"foo\":1}", "exp.json: model.foo:", "unknown key");
+    expect_error(dense_with("n_tokens", "\"16\""), "exp.json: model.n_tokens:", "integer");
+    expect_error(dense_with("d_ff", "1.5"), "exp.json: model.d_ff:", NULL);
+    expect_error("{" DENSE_BASE ",\"lm_head_bias\":1}", "exp.json: model.lm_head_bias:", "boolean");
+    expect_error("{" DENSE_BASE ",\"dropout\":0.1}", "exp.json: model.dropout:", "0");
+    expect_error("{" DENSE_BASE ",\"d_head\":0}", "exp.json: model.d_head:", NULL);
+    expect_error("{\"arch\":\"dense\",\"n_tokens\":16,\"d_model\":8,\"n_layers\":2,\"n_heads\":2}", "exp.json: model.d_ff:",
+                 "missing");
+    expect_error("{\"n_tokens\":16}", "exp.json: model.arch:", "missing");
+    expect_error("{\"arch\":\"rnn\"}", "exp.json: model.arch:", "rnn");
+    expect_error("{\"arch\":3}", "exp.json: model.arch:", NULL);
+    expect_error("[1]", "exp.json: model:", "object");
+    expect_error("{" DENSE_BASE ",\"n_layers\":3,\"n_layers\":2}", "exp.json: model.n_layers:", "duplicate");
+    expect_error("{\"arch\":\"dense\",\"n_tokens\":16,\"d_model\":9,\"n_layers\":2,\"n_heads\":2,\"d_ff\":4}",
+                 "exp.json: model.d_head:", "divisible");
+    expect_error(dense_with("n_tokens", "0"), "exp.json: model.n_tokens:", ">= 1");
+    expect_error(dense_with("n_heads", "-2"), "exp.json: model.n_heads:", NULL);
+    expect_error(dense_with("d_model", "1e12"), "exp.json: model.d_model:", NULL);
+}
+END_TEST
+
+START_TEST(other_arch_keys_rejected) {
+    expect_error("{" DENSE_BASE ",\"group_size\":2}", "exp.json: model.group_size:", "moeut");
+    expect_error("{" DENSE_BASE ",\"entropy_reg\":0.01}", "exp.json: model.entropy_reg:", NULL);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"d_ff\":12}", "exp.json: model.d_ff:", "dense");
+}
+END_TEST
+
+START_TEST(moeut_values_validated) {
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"group_size\":3}", "exp.json: model.group_size:", "multiple");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"att_k\":4}", "exp.json: model.att_k:", NULL);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":0}", "exp.json: model.ff_k:", NULL);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"entropy_reg\":-1}", "exp.json: model.entropy_reg:", NULL);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"ff_expert_dropout\":1.0}", "exp.json: model.ff_expert_dropout:", NULL);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"att_expert_dropout\":-0.1}", "exp.json: model.att_expert_dropout:", NULL);
+    expect_error("{\"arch\":\"moeut\",\"n_tokens\":16,\"d_model\":8,\"n_layers\":4,\"n_heads\":2,\"att_n_experts\":3}",
+                 "exp.json: model.ff_n_experts:", "missing");
+}
+END_TEST
+
+static void round_trip(const char *json) {
+    ModelConfig a, b;
+    char err[512];
+    ck_assert_int_eq(parse(json, &a, err, sizeof err), 0);
+    cJSON *o = model_config_to_json(&a);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_int_eq(model_config_from_json(&b, o, "round", err, sizeof err), 0);
+    /* Field by field (not memcmp: struct padding is unspecified). */
+    ck_assert_int_eq(a.arch, b.arch);
+    ck_assert_int_eq(a.n_tokens, b.n_tokens);
+    ck_assert_int_eq(a.d_model, b.d_model);
+    ck_assert_int_eq(a.n_layers, b.n_layers);
+    ck_assert_int_eq(a.n_heads, b.n_heads);
+    ck_assert_int_eq(a.d_head, b.d_head);
+    ck_assert_int_eq(a.d_ff, b.d_ff);
+    ck_assert_int_eq(a.ff_n_experts, b.ff_n_experts);
+    ck_assert_int_eq(a.ff_expert_size, b.ff_expert_size);
+    ck_assert_int_eq(a.ff_k, b.ff_k);
+    ck_assert_int_eq(a.att_n_experts, b.att_n_experts);
+    ck_assert_int_eq(a.att_k, b.att_k);
+    ck_assert_int_eq(a.group_size, b.group_size);
+    ck_assert(a.entropy_reg == b.entropy_reg && a.att_entropy_reg == b.att_entropy_reg);
+    ck_assert(a.ff_expert_dropout == b.ff_expert_dropout && a.att_expert_dropout == b.att_expert_dropout);
+    ck_assert(a.dropout == b.dropout && a.lm_head_bias == b.lm_head_bias && a.out_norm_affine == b.out_norm_affine);
+    /* Every key is written (d_head included), none of the other arch. */
+    ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_head"));
+    ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "lm_head_bias"));
+    if (a.arch == ARCH_DENSE) {
+        ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(o, "group_size"));
+        ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_ff"));
+    } else {
+        ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(o, "d_ff"));
+        ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "entropy_reg"));
+    }
+    cJSON_Delete(o);
+}
+
+START_TEST(to_json_round_trips) {
+    round_trip("{" DENSE_BASE ",\"d_head\":3,\"lm_head_bias\":false}");
+    round_trip("{" MOEUT_BASE ",\"ff_k\":3,\"entropy_reg\":0.0123456789,\"out_norm_affine\":false,\"d_head\":5}");
+}
+END_TEST
+
+START_TEST(n_rot_rule) {
+    ModelConfig c = {0};
+    int cases[][2] = {{64, 32}, {128, 64}, {82, 40}, {96, 48}, {4, 2}, {6, 2}, {3, 0}, {1, 0}, {2, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        c.d_head = cases[i][0];
+        ck_assert_int_eq(model_config_n_rot(&c), cases[i][1]);
+    }
+}
+END_TEST
+
+/* Reads the "model" section of an experiment file. */
+static ModelConfig read_experiment_model(const char *path) {
+    char err[512] = "";
+    cJSON *root = json_load_file(path, err, sizeof err);
+    ck_assert_msg(root != NULL, "%s", err);
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    ck_assert_msg(model != NULL, "%s has no model section", path);
+    ModelConfig c;
+    ck_assert_msg(model_config_from_json(&c, model, path, err, sizeof err) == 0, "%s", err);
+    cJSON_Delete(root);
+    return c;
+}
+
+START_TEST(paper_param_counts) {
+    /* dm-math-training-code.md §A: 228,223,228 (dense) and 227,981,312 (MoEUT), from the shipped run configs. */
+    const char *dense_runs[] = {"experiments/paper/dense_qa.json", "experiments/paper/dense_answer.json"};
+    const char *moeut_runs[] = {"experiments/paper/moeut_qa.json", "experiments/paper/moeut_answer.json"};
+    for (int i = 0; i < 2; i++) {
+        ModelConfig d = read_experiment_model(dense_runs[i]);
+        ck_assert_int_eq(d.arch, ARCH_DENSE);
+        ck_assert_uint_eq(model_count_params(&d), 228223228u);
+        ck_assert_int_eq(model_config_n_rot(&d), 32);
+        ModelConfig m = read_experiment_model(moeut_runs[i]);
+        ck_assert_int_eq(m.arch, ARCH_MOEUT);
+        ck_assert_uint_eq(model_count_params(&m), 227981312u);
+        ck_assert_int_eq(model_config_n_rot(&m), 64);
+    }
+    /* The C4 244M MoEUT (V=8000, head bias, affine final norm): 243,326,784 (moeut-spec.md §8.3 item 9). */
+    ModelConfig c4 = mtu_config("{\"arch\":\"moeut\",\"n_tokens\":8000,\"d_model\":1024,\"n_layers\":18,\"n_heads\":4,"
+                                "\"d_head\":128,\"ff_n_experts\":387,\"ff_expert_size\":128,\"ff_k\":16,"
+                                "\"att_n_experts\":10,\"att_k\":2,\"group_size\":2}");
+    ck_assert_uint_eq(model_count_params(&c4), 243326784u);
+    /* The C4 dense 244M: "243.57M" (moeut-spec.md §6.9). */
+    ModelConfig c4d = mtu_config("{\"arch\":\"dense\",\"n_tokens\":8000,\"d_model\":1024,\"n_layers\":18,\"n_heads\":16,"
+                                 "\"d_ff\":4110}");
+    size_t n = model_count_params(&c4d);
+    ck_assert_msg(n >= 243565000u && n < 243575000u, "dense C4 count %zu", n);
+}
+END_TEST
+
+START_TEST(count_matches_created_models) {
+    const char *cfgs[] = {
+        "{\"arch\":\"dense\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":3,\"n_heads\":2,\"d_head\":5,\"d_ff\":7}",
+        "{\"arch\":\"dense\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":1,\"n_heads\":3,\"d_ff\":7,"
+        "\"lm_head_bias\":false,\"out_norm_affine\":false}",
+        "{\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":6,\"n_heads\":2,\"d_head\":4,\"ff_n_experts\":5,"
+        "\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,\"att_k\":2,\"group_size\":3}",
+        "{\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":2,\"n_heads\":1,\"ff_n_experts\":4,"
+        "\"ff_expert_size\":2,\"ff_k\":1,\"att_n_experts\":2,\"att_k\":1,\"group_size\":1,"
+        "\"lm_head_bias\":false,\"out_norm_affine\":false}",
+    };
+    Backend *be = mtu_backend();
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        ModelConfig c = mtu_config(cfgs[i]);
+        Model *m = model_create(&c, be);
+        ck_assert_uint_eq(model_n_params(m), model_count_params(&c));
+        /* The registry covers the buffer exactly, in registration order, without gaps. */
+        size_t off = 0;
+        for (int t = 0; t < model_n_tensors(m); t++) {
+            const ParamTensor *p = model_tensor(m, t);
+            ck_assert_uint_eq(p->offset, off);
+            size_t numel = 1;
+            for (int d = 0; d < p->ndim; d++) numel *= (size_t)p->shape[d];
+            ck_assert_uint_eq(p->numel, numel);
+            off += p->numel;
+        }
+        ck_assert_uint_eq(off, model_n_params(m));
+        /* Wrapper tensors: first the embedding, last the head; optional ones present iff configured. */
+        ck_assert_str_eq(model_tensor(m, 0)->name, "embedding.weight");
+        const char *last = model_tensor(m, model_n_tensors(m) - 1)->name;
+        ck_assert_str_eq(last, c.lm_head_bias ? "lm_head.bias" : "lm_head.weight");
+        ck_assert((model_find_tensor(m, "out_norm.weight") != NULL) == c.out_norm_affine);
+        ck_assert((model_find_tensor(m, "out_norm.bias") != NULL) == c.out_norm_affine);
+        ck_assert((model_find_tensor(m, "lm_head.bias") != NULL) == c.lm_head_bias);
+        ck_assert_ptr_null(model_find_tensor(m, "no.such.tensor"));
+        model_free(m);
+    }
+    backend_destroy(be);
+}
+END_TEST
+
+START_TEST(dense_tensor_names_and_shapes) {
+    ModelConfig c = mtu_config("{\"arch\":\"dense\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":2,\"n_heads\":2,"
+                               "\"d_head\":5,\"d_ff\":7}");
+    Backend *be = mtu_backend();
+    Model *m = model_create(&c, be);
+    struct { const char *name; int ndim; int64_t s0, s1; } want[] = {
+        {"embedding.weight", 2, 13, 6},
+        {"transformer.layers.1.attention.q.weight", 2, 10, 6},
+        {"transformer.layers.1.attention.k.weight", 2, 10, 6},
+        {"transformer.layers.1.attention.v.weight", 2, 10, 6},
+        {"transformer.layers.1.attention.o.weight", 2, 6, 10},
+        {"transformer.layers.0.ffn.linear1.weight", 2, 7, 6},
+        {"transformer.layers.0.ffn.linear1.bias", 1, 7, 0},
+        {"transformer.layers.0.ffn.linear2.weight", 2, 6, 7},
+        {"transformer.layers.0.ffn.linear2.bias", 1, 6, 0},
+        {"transformer.layers.0.ln1.weight", 1, 6, 0},
+        {"transformer.layers.0.ln1.bias", 1, 6, 0},
+        {"transformer.layers.1.ln2.weight", 1, 6, 0},
+        {"transformer.layers.1.ln2.bias", 1, 6, 0},
+        {"out_norm.weight", 1, 6, 0},
+        {"out_norm.bias", 1, 6, 0},
+        {"lm_head.weight", 2, 13, 6},
+        {"lm_head.bias", 1, 13, 0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const ParamTensor *t = model_find_tensor(m, want[i].name);
+        ck_assert_msg(t != NULL, "missing %s", want[i].name);
+        ck_assert_int_eq(t->ndim, want[i].ndim);
+        ck_assert_int_eq(t->shape[0], want[i].s0);
+        if (want[i].ndim == 2) ck_assert_int_eq(t->shape[1], want[i].s1);
+    }
+    ck_assert_int_eq(model_n_tensors(m), 1 + 2 * 12 + 2 + 2);
+    /* Layer 0's tensors come before layer 1's. */
+    ck_assert_uint_lt(model_find_tensor(m, "transformer.layers.0.ln2.bias")->offset,
+                      model_find_tensor(m, "transformer.layers.1.attention.q.weight")->offset);
+    model_free(m);
+    backend_destroy(be);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("model_config");
+    TCase *tc = tcase_create("config");
+    tcase_add_test(tc, dense_defaults);
+    tcase_add_test(tc, moeut_defaults_are_reference_ctor);
+    tcase_add_test(tc, moeut_default_ff_k_is_8);
+    tcase_add_test(tc, errors_name_the_key);
+    tcase_add_test(tc, other_arch_keys_rejected);
+    tcase_add_test(tc, moeut_values_validated);
+    tcase_add_test(tc, to_json_round_trips);
+    tcase_add_test(tc, n_rot_rule);
+    tcase_add_test(tc, paper_param_counts);
+    tcase_add_test(tc, count_matches_created_models);
+    tcase_add_test(tc, dense_tensor_names_and_shapes);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

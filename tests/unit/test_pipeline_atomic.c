@@ -1,0 +1,144 @@
+/* Atomic writes: no temporary left behind, an aborted write keeps the old file, directories swap whole. */
+#include <check.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pipeline/atomic_file.h"
+
+static char g_dir[256];
+
+static void setup(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/test_pipeline_atomic.%ld", (long)getpid());
+    remove_tree(g_dir);
+    char err[256];
+    ck_assert_int_eq(mkdir_p(g_dir, err, sizeof err), 0);
+}
+static void teardown(void) { remove_tree(g_dir); }
+
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+static void read_str(const char *path, char *out, size_t outlen) {
+    char *data, err[256];
+    size_t n;
+    ck_assert_msg(read_file_all(path, &data, &n, err, sizeof err) == 0, "%s", err);
+    ck_assert_uint_lt(n, outlen);
+    memcpy(out, data, n + 1);
+    free(data);
+}
+
+START_TEST(write_creates_parents_and_leaves_no_temp) {
+    char path[700], sub[512], err[256], got[64];
+    snprintf(sub, sizeof sub, "%s/a/b", g_dir);
+    snprintf(path, sizeof path, "%s/file.txt", sub);
+    ck_assert_int_eq(write_file_atomic(path, "hello", 5, err, sizeof err), 0);
+    read_str(path, got, sizeof got);
+    ck_assert_str_eq(got, "hello");
+    ck_assert_int_eq(count_entries(sub), 1);
+    ck_assert_int_eq(write_file_atomic(path, "bye", 3, err, sizeof err), 0);
+    read_str(path, got, sizeof got);
+    ck_assert_str_eq(got, "bye");
+    ck_assert_int_eq(count_entries(sub), 1);
+}
+END_TEST
+
+START_TEST(abort_keeps_old_file) {
+    char path[512], err[256], got[64];
+    snprintf(path, sizeof path, "%s/keep.txt", g_dir);
+    ck_assert_int_eq(write_file_atomic(path, "old", 3, err, sizeof err), 0);
+    AtomicFile af;
+    ck_assert_int_eq(atomic_open(&af, path, err, sizeof err), 0);
+    fputs("new but unfinished", af.fp);
+    fflush(af.fp);
+    ck_assert(file_exists(af.tmp_path));
+    /* Before commit the target is untouched. */
+    read_str(path, got, sizeof got);
+    ck_assert_str_eq(got, "old");
+    atomic_abort(&af);
+    read_str(path, got, sizeof got);
+    ck_assert_str_eq(got, "old");
+    ck_assert_int_eq(count_entries(g_dir), 1);
+}
+END_TEST
+
+START_TEST(commit_into_missing_dir_fails_cleanly) {
+    char path[512], err[256] = "";
+    /* A parent that is a regular file cannot become a directory: a clear error naming the path. */
+    snprintf(path, sizeof path, "%s/plain", g_dir);
+    ck_assert_int_eq(write_file_atomic(path, "x", 1, err, sizeof err), 0);
+    char bad[600];
+    snprintf(bad, sizeof bad, "%s/child.txt", path);
+    ck_assert_int_eq(write_file_atomic(bad, "y", 1, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "plain") != NULL, "message: %s", err);
+}
+END_TEST
+
+START_TEST(rename_dir_replaces_old_tree) {
+    char final_dir[512], tmp[512], f[600], err[256], got[64];
+    snprintf(final_dir, sizeof final_dir, "%s/out", g_dir);
+    snprintf(tmp, sizeof tmp, "%s/out.tmp.1", g_dir);
+    snprintf(f, sizeof f, "%s/x.txt", tmp);
+    ck_assert_int_eq(write_file_atomic(f, "first", 5, err, sizeof err), 0);
+    ck_assert_int_eq(rename_dir_atomic(tmp, final_dir, err, sizeof err), 0);
+    snprintf(f, sizeof f, "%s/x.txt", final_dir);
+    read_str(f, got, sizeof got);
+    ck_assert_str_eq(got, "first");
+    /* Second generation replaces the first entirely (stale files vanish). */
+    snprintf(f, sizeof f, "%s/y.txt", tmp);
+    ck_assert_int_eq(write_file_atomic(f, "second", 6, err, sizeof err), 0);
+    ck_assert_int_eq(rename_dir_atomic(tmp, final_dir, err, sizeof err), 0);
+    snprintf(f, sizeof f, "%s/y.txt", final_dir);
+    read_str(f, got, sizeof got);
+    ck_assert_str_eq(got, "second");
+    snprintf(f, sizeof f, "%s/x.txt", final_dir);
+    ck_assert(!file_exists(f));
+    ck_assert(!file_exists(tmp));
+    ck_assert_int_eq(count_entries(g_dir), 1);
+}
+END_TEST
+
+START_TEST(remove_tree_does_not_follow_links) {
+    char outside[512], tree[512], f[600], link[600], err[256];
+    snprintf(outside, sizeof outside, "%s/outside.txt", g_dir);
+    ck_assert_int_eq(write_file_atomic(outside, "keep", 4, err, sizeof err), 0);
+    snprintf(tree, sizeof tree, "%s/tree/deep", g_dir);
+    snprintf(f, sizeof f, "%s/f", tree);
+    ck_assert_int_eq(write_file_atomic(f, "z", 1, err, sizeof err), 0);
+    snprintf(link, sizeof link, "%s/link", tree);
+    ck_assert_int_eq(symlink(outside, link), 0);
+    snprintf(tree, sizeof tree, "%s/tree", g_dir);
+    ck_assert_int_eq(remove_tree(tree), 0);
+    ck_assert(!file_exists(tree));
+    ck_assert(file_exists(outside));
+    ck_assert_int_eq(remove_tree(tree), 0); /* absent is fine */
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("pipeline_atomic");
+    TCase *tc = tcase_create("atomic");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, write_creates_parents_and_leaves_no_temp);
+    tcase_add_test(tc, abort_keeps_old_file);
+    tcase_add_test(tc, commit_into_missing_dir_fails_cleanly);
+    tcase_add_test(tc, rename_dir_replaces_old_tree);
+    tcase_add_test(tc, remove_tree_does_not_follow_links);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,176 @@
+/* Strict config reader: every error names the file and the dotted key path; unknown keys are errors. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pipeline/atomic_file.h"
+#include "pipeline/config.h"
+
+static char g_dir[256];
+
+static void setup(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/test_pipeline_config.%ld", (long)getpid());
+    char err[256];
+    ck_assert_int_eq(mkdir_p(g_dir, err, sizeof err), 0);
+}
+static void teardown(void) { remove_tree(g_dir); }
+
+/* Writes text to <g_dir>/<name> and returns the path (static buffer). */
+static const char *write_tmp(const char *name, const char *text) {
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    char err[256];
+    ck_assert_int_eq(write_file_atomic(path, text, strlen(text), err, sizeof err), 0);
+    return path;
+}
+
+/* Reads {"train": {"steps": int, "lr": double, "bf": bool, "name": str}} and returns the reader's error text. */
+static int read_train(const char *text, char *err, size_t errlen, long *steps) {
+    const char *path = write_tmp("cfg.json", text);
+    cJSON *root = json_load_file(path, err, errlen);
+    if (!root) return -1;
+    JsonReader top;
+    json_reader_init(&top, root, "cfg.json", "");
+    const cJSON *train = json_get_object(&top, "train", true);
+    int rc = json_reader_finish(&top, err, errlen);
+    if (rc == 0) {
+        JsonReader r;
+        json_reader_init(&r, train, "cfg.json", "train");
+        double lr = 0;
+        bool bf = false;
+        const char *name = NULL;
+        json_get_int(&r, "steps", steps, true);
+        json_get_double(&r, "lr", &lr, true);
+        json_get_bool(&r, "bf", &bf, false);
+        json_get_string(&r, "name", &name, false);
+        rc = json_reader_finish(&r, err, errlen);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+START_TEST(valid_config_reads_values) {
+    char err[512] = "";
+    long steps = 0;
+    ck_assert_int_eq(read_train("{\"train\": {\"steps\": 100, \"lr\": 0.5, \"bf\": true}}", err, sizeof err, &steps), 0);
+    ck_assert_int_eq(steps, 100);
+}
+END_TEST
+
+START_TEST(unknown_key_named_with_path) {
+    char err[512] = "";
+    long steps = 0;
+    ck_assert_int_eq(read_train("{\"train\": {\"steps\": 1, \"lr\": 1, \"lrr\": 2}}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "cfg.json") && strstr(err, "unknown key train.lrr"), "message: %s", err);
+}
+END_TEST
+
+START_TEST(unknown_top_level_key) {
+    char err[512] = "";
+    long steps = 0;
+    ck_assert_int_eq(read_train("{\"train\": {\"steps\": 1, \"lr\": 1}, \"extra\": 3}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "unknown key extra"), "message: %s", err);
+}
+END_TEST
+
+START_TEST(wrong_type_named) {
+    char err[512] = "";
+    long steps = 0;
+    ck_assert_int_eq(read_train("{\"train\": {\"steps\": \"100\", \"lr\": 1}}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "cfg.json: train.steps: expected an integer, got a string"), "message: %s", err);
+    ck_assert_int_eq(read_train("{\"train\": {\"steps\": 1, \"lr\": 1, \"bf\": 1}}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "train.bf: expected a boolean"), "message: %s", err);
+    ck_assert_int_eq(read_train("{\"train\": 5}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "train: expected an object"), "message: %s", err);
+}
+END_TEST
+
+START_TEST(fractional_int_refused) {
+    char err[512] = "";
+    long steps = 0;
+    ck_assert_int_eq(read_train("{\"train\": {\"steps\": 1.5, \"lr\": 1}}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "train.steps") && strstr(err, "fractional"), "message: %s", err);
+    ck_assert_int_eq(read_train("{\"train\": {\"steps\": 1e30, \"lr\": 1}}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "train.steps") && strstr(err, "out of range"), "message: %s", err);
+}
+END_TEST
+
+START_TEST(missing_required_named) {
+    char err[512] = "";
+    long steps = 0;
+    ck_assert_int_eq(read_train("{\"train\": {\"steps\": 1}}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "cfg.json: missing required key train.lr"), "message: %s", err);
+    ck_assert_int_eq(read_train("{}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "missing required key train"), "message: %s", err);
+}
+END_TEST
+
+START_TEST(duplicate_key_refused) {
+    char err[512] = "";
+    long steps = 0;
+    ck_assert_int_eq(read_train("{\"train\": {\"steps\": 1, \"lr\": 1, \"steps\": 2}}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "duplicate key train.steps"), "message: %s", err);
+}
+END_TEST
+
+START_TEST(syntax_error_has_line) {
+    char err[512] = "";
+    long steps = 0;
+    ck_assert_int_eq(read_train("{\n\"train\": {\n\"steps\": 1,,\n}}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "cfg.json:3:") && strstr(err, "invalid JSON"), "message: %s", err);
+    ck_assert_int_eq(read_train("{\"train\": {}} trailing", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "invalid JSON"), "message: %s", err);
+}
+END_TEST
+
+START_TEST(missing_file_named) {
+    char err[512] = "";
+    cJSON *j = json_load_file("/nonexistent/x.json", err, sizeof err);
+    ck_assert_ptr_null(j);
+    ck_assert_msg(strstr(err, "/nonexistent/x.json"), "message: %s", err);
+}
+END_TEST
+
+START_TEST(save_round_trip) {
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/sub/out.json", g_dir);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "a", 3);
+    cJSON_AddStringToObject(o, "b", "x");
+    ck_assert_int_eq(json_save_file(path, o, err, sizeof err), 0);
+    cJSON_Delete(o);
+    char *text;
+    size_t n;
+    ck_assert_int_eq(read_file_all(path, &text, &n, err, sizeof err), 0);
+    ck_assert(n > 0 && text[n - 1] == '\n');
+    free(text);
+    cJSON *back = json_load_file(path, err, sizeof err);
+    ck_assert_ptr_nonnull(back);
+    ck_assert_int_eq(cJSON_GetObjectItem(back, "a")->valueint, 3);
+    cJSON_Delete(back);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("pipeline_config");
+    TCase *tc = tcase_create("config");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, valid_config_reads_values);
+    tcase_add_test(tc, unknown_key_named_with_path);
+    tcase_add_test(tc, unknown_top_level_key);
+    tcase_add_test(tc, wrong_type_named);
+    tcase_add_test(tc, fractional_int_refused);
+    tcase_add_test(tc, missing_required_named);
+    tcase_add_test(tc, duplicate_key_refused);
+    tcase_add_test(tc, syntax_error_has_line);
+    tcase_add_test(tc, missing_file_named);
+    tcase_add_test(tc, save_round_trip);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

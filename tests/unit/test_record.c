@@ -1,0 +1,180 @@
+/* result.json / analysis.json / train_summary.json: write-read round trips and strict rejection of bad records. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/config.h"
+#include "pipeline/result_record.h"
+#include "tests/unit/record_test_util.h"
+
+/* cJSON prints doubles with 15 significant digits when that reads back within its own epsilon, so a round trip is
+ * exact only to about 1e-15 relative: compare with that slack (a real change is far larger). */
+static int same(double a, double b) { return fabs(a - b) <= 1e-14 * fmax(1.0, fabs(a)); }
+
+static void assert_records_equal(const ResultRecord *a, const ResultRecord *b) {
+    ck_assert_str_eq(a->run, b->run);
+    ck_assert_str_eq(a->arch, b->arch);
+    ck_assert_str_eq(a->loss_mode, b->loss_mode);
+    ck_assert_str_eq(a->config_sha256, b->config_sha256);
+    ck_assert_str_eq(a->tokenizer_sha256, b->tokenizer_sha256);
+    ck_assert_str_eq(a->extrapolate_sha256, b->extrapolate_sha256);
+    ck_assert_str_eq(a->training.hardware, b->training.hardware);
+    ck_assert(cJSON_Compare(a->config, b->config, 1));
+    ck_assert_int_eq(a->n_params, b->n_params);
+    ck_assert_int_eq(a->training.tokens, b->training.tokens);
+    ck_assert(same(a->training.final_train_loss, b->training.final_train_loss));
+    ck_assert(same(a->evaluation.mean_accuracy, b->evaluation.mean_accuracy));
+    for (int s = 0; s < EVAL_N_SETS; s++) {
+        const SetEval *x = &a->evaluation.sets[s], *y = &b->evaluation.sets[s];
+        ck_assert_int_eq(x->n, y->n);
+        ck_assert_int_eq(x->correct, y->correct);
+        ck_assert(same(x->accuracy, y->accuracy) && same(x->ci95[0], y->ci95[0]) && same(x->ci95[1], y->ci95[1]));
+        ck_assert_int_eq(x->greedy_agree, y->greedy_agree);
+        ck_assert_int_eq(x->n_modules, y->n_modules);
+        for (int m = 0; m < x->n_modules; m++) {
+            ck_assert_str_eq(x->modules[m].name, y->modules[m].name); /* order preserved */
+            ck_assert(same(x->modules[m].mean_answer_loss, y->modules[m].mean_answer_loss));
+            ck_assert(same(x->modules[m].ci95[1], y->modules[m].ci95[1]));
+        }
+    }
+}
+
+START_TEST(result_round_trip) {
+    char dir[256], path[512], err[512];
+    rtu_tmpdir(dir, sizeof dir, "test_record");
+    snprintf(path, sizeof path, "%s/sub/result.json", dir);
+    ResultRecord r, back;
+    rtu_record(&r, "dense_qa", "dense", "qa", 37);
+    /* Accuracy and Wilson interval filled from the counts. */
+    ck_assert(fabs(r.evaluation.sets[0].accuracy - 0.37) < 1e-15);
+    ck_assert(r.evaluation.sets[0].ci95[0] < 0.37 && r.evaluation.sets[0].ci95[1] > 0.37);
+    ck_assert_int_eq(result_record_save(&r, path, err, sizeof err), 0);
+    ck_assert_msg(result_record_load(&back, path, err, sizeof err) == 0, "%s", err);
+    assert_records_equal(&r, &back);
+    ck_assert(set_eval_find_module(&back.evaluation.sets[1], "arithmetic__mul_div_multiple_longer") != NULL);
+    ck_assert(set_eval_find_module(&back.evaluation.sets[1], "arithmetic__nope") == NULL);
+    /* The file carries the schema tag. */
+    char *text = rtu_read(path);
+    ck_assert(strstr(text, "\"schema\":\t\"dm-math-result\"") != NULL);
+    free(text);
+    result_record_free(&back);
+    result_record_free(&r);
+    remove_tree(dir);
+}
+END_TEST
+
+/* Loads a record after editing its JSON; returns the load status and the message. */
+static int load_edited(void (*edit)(cJSON *), char *err, size_t errlen) {
+    ResultRecord r, back;
+    rtu_record(&r, "moeut_answer", "moeut", "answer_only", 5);
+    cJSON *j = result_record_to_json(&r);
+    edit(j);
+    int rc = result_record_from_json(&back, j, "edited.json", err, errlen);
+    result_record_free(&back);
+    cJSON_Delete(j);
+    result_record_free(&r);
+    return rc;
+}
+static void edit_unknown(cJSON *j) { cJSON_AddNumberToObject(cJSON_GetObjectItem(j, "training"), "bogus", 1); }
+static void edit_missing(cJSON *j) { cJSON_DeleteItemFromObject(j, "tokenizer_sha256"); }
+static void edit_schema(cJSON *j) { cJSON_ReplaceItemInObject(j, "schema_version", cJSON_CreateNumber(2)); }
+static void edit_type(cJSON *j) {
+    cJSON *ev = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "evaluation"), "sets"), "interpolate");
+    cJSON_ReplaceItemInObject(ev, "n", cJSON_CreateString("many"));
+}
+static void edit_counts(cJSON *j) {
+    cJSON *ev = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "evaluation"), "sets"), "extrapolate");
+    cJSON_ReplaceItemInObject(ev, "correct", cJSON_CreateNumber(1e6));
+}
+static void edit_sha(cJSON *j) { cJSON_ReplaceItemInObject(j, "config_sha256", cJSON_CreateString("XYZ")); }
+static void edit_mode(cJSON *j) { cJSON_ReplaceItemInObject(j, "loss_mode", cJSON_CreateString("both")); }
+
+START_TEST(result_rejects_bad_records) {
+    char err[512];
+    ck_assert_int_eq(load_edited(edit_unknown, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "training.bogus") && strstr(err, "edited.json"), "%s", err);
+    ck_assert_int_eq(load_edited(edit_missing, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "tokenizer_sha256"), "%s", err);
+    ck_assert_int_eq(load_edited(edit_schema, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "version 2"), "%s", err);
+    ck_assert_int_eq(load_edited(edit_type, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "evaluation.sets.interpolate.n"), "%s", err);
+    ck_assert_int_eq(load_edited(edit_counts, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "inconsistent counts"), "%s", err);
+    ck_assert_int_eq(load_edited(edit_sha, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "config_sha256"), "%s", err);
+    ck_assert_int_eq(load_edited(edit_mode, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "loss_mode"), "%s", err);
+}
+END_TEST
+
+START_TEST(train_summary_reader) {
+    char dir[256], path[512], err[512];
+    rtu_tmpdir(dir, sizeof dir, "test_record");
+    snprintf(path, sizeof path, "%s/train_summary.json", dir);
+    rtu_write(path, "{\"steps\": 100, \"tokens\": 102400, \"wall_time_s\": 3.5, \"final_train_loss\": 0.75,"
+                    " \"tokens_per_s\": 29257.1, \"backend\": \"cpu\", \"hardware\": \"x86\", \"precision\": \"fp32\","
+                    " \"config_sha256\": \"" "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" "\","
+                    " \"n_params\": 999, \"code_version\": \"abc\", \"extra_field_from_train\": [1,2]}");
+    TrainSummary s;
+    ck_assert_msg(train_summary_load(&s, path, err, sizeof err) == 0, "%s", err); /* unknown keys tolerated */
+    ck_assert_int_eq(s.steps, 100);
+    ck_assert_int_eq(s.tokens, 102400);
+    ck_assert(s.final_train_loss == 0.75);
+    ck_assert_str_eq(s.precision, "fp32");
+    ck_assert_int_eq(s.n_params, 999);
+    rtu_write(path, "{\"steps\": 100}");
+    ck_assert_int_eq(train_summary_load(&s, path, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "missing required key") && strstr(err, path), "%s", err);
+    remove_tree(dir);
+}
+END_TEST
+
+START_TEST(analysis_round_trip) {
+    char dir[256], path[512], err[512];
+    rtu_tmpdir(dir, sizeof dir, "test_record");
+    snprintf(path, sizeof path, "%s/analysis.json", dir);
+    AnalysisRecord a, b;
+    rtu_analysis(&a, "moeut_qa", "moeut", "qa", 4);
+    ck_assert_int_eq(analysis_record_save(&a, path, err, sizeof err), 0);
+    ck_assert_msg(analysis_record_load(&b, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(b.n_layers, 4);
+    ck_assert_int_eq(b.n_prompts, 2);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_str_eq(a.prompts[k].question, b.prompts[k].question);
+        ck_assert_int_eq(b.prompts[k].n_positions, 6);
+        ck_assert_int_eq(b.prompts[k].n_answer, 2);
+        ck_assert(a.prompts[k].model_correct == b.prompts[k].model_correct);
+        ck_assert_str_eq(b.prompts[k].pieces[0], "\xE2\x96\x81Q");
+        for (int e = 0; e < 4 * 6; e++) ck_assert(same(a.prompts[k].scores[e], b.prompts[k].scores[e]));
+    }
+    ck_assert_str_eq(b.summary_definition, "test definition");
+    analysis_record_free(&b);
+    /* A score row of the wrong width is refused with its position in the message. */
+    cJSON *j = analysis_record_to_json(&a);
+    cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "prompts"), 1), "scores"), 2);
+    cJSON_DeleteItemFromArray(row, 0);
+    ck_assert_int_eq(analysis_record_from_json(&b, j, "bad.json", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "prompts[1].scores[2]"), "%s", err);
+    analysis_record_free(&b);
+    cJSON_Delete(j);
+    analysis_record_free(&a);
+    remove_tree(dir);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("record");
+    TCase *tc = tcase_create("record");
+    tcase_add_test(tc, result_round_trip);
+    tcase_add_test(tc, result_rejects_bad_records);
+    tcase_add_test(tc, train_summary_reader);
+    tcase_add_test(tc, analysis_round_trip);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,156 @@
+/* SVG writers: well-formed output, the heat map's orientation (layer 0 at the bottom), colour scale from 0 to the
+ * map max, escaped labels and colour bar; the line plot's series, legend and handling of non-finite points. */
+#include <check.h>
+#include <math.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/svg.h"
+#include "tests/unit/xml_check.h"
+
+/* The y attribute of the first <rect> whose <title> starts with `title`. */
+static int rect_y(const char *svg, const char *title) {
+    const char *t = strstr(svg, title);
+    ck_assert_msg(t != NULL, "no cell titled %s", title);
+    const char *r = t;
+    while (r > svg && strncmp(r, "<rect", 5) != 0) r--;
+    const char *y = strstr(r, " y=\"");
+    ck_assert(y && y < t);
+    return atoi(y + 4);
+}
+
+START_TEST(heatmap_structure) {
+    enum { R = 5, C = 7 };
+    double v[R * C];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) v[r * C + c] = c == 0 ? 0.0 : 0.3 * r + 0.01 * c;
+    const char *labels[C] = {"\xE2\x96\x81Q", ":", "<b>", "a&b", "\"", "\xE2\x96\x81" "A", ":"};
+    HeatmapStyle st = {"map & <title>", "input token", "layer", "L2 distance", 5};
+    StrBuf b;
+    sb_init(&b);
+    svg_heatmap(&b, v, R, C, labels, &st);
+    char why[256];
+    ck_assert_msg(xml_check(b.data, 0, why, sizeof why) == 0, "not well-formed: %s\n%s", why, b.data);
+    ck_assert(strncmp(b.data, "<svg xmlns=\"http://www.w3.org/2000/svg\"", 39) == 0);
+    /* one <rect> per cell with a <title> */
+    ck_assert_int_eq(count_substr(b.data, "<title>layer "), R * C);
+    /* labels escaped, never raw */
+    ck_assert(strstr(b.data, "&lt;b&gt;") && strstr(b.data, "a&amp;b") && strstr(b.data, "&quot;"));
+    ck_assert(strstr(b.data, "map &amp; &lt;title&gt;"));
+    /* layer 0 drawn below layer R-1 (larger y in SVG coordinates) */
+    ck_assert_int_gt(rect_y(b.data, "<title>layer 0, position 3"), rect_y(b.data, "<title>layer 4, position 3"));
+    /* own colour scale: the maximum cell is the top colour, zero cells the bottom colour */
+    char top[8], bottom[8];
+    svg_colour(1.0, top);
+    svg_colour(0.0, bottom);
+    ck_assert_str_eq(top, "#fde725");
+    ck_assert_str_eq(bottom, "#440154");
+    const char *maxcell = strstr(b.data, "<title>layer 4, position 6");
+    const char *r = maxcell;
+    while (strncmp(r, "<rect", 5) != 0) r--;
+    ck_assert(strstr(r, "fill=\"#fde725\"") && strstr(r, "fill=\"#fde725\"") < maxcell);
+    const char *zero = strstr(b.data, "<title>layer 2, position 0");
+    r = zero;
+    while (strncmp(r, "<rect", 5) != 0) r--;
+    ck_assert(strstr(r, "fill=\"#440154\"") && strstr(r, "fill=\"#440154\"") < zero);
+    /* colour bar: a gradient and the max tick (1.26 = 0.3*4 + 0.06) */
+    ck_assert(strstr(b.data, "<linearGradient") != NULL);
+    ck_assert_msg(strstr(b.data, ">1.26</text>") != NULL, "no max tick");
+    /* answer-position marker */
+    ck_assert(strstr(b.data, "stroke-dasharray") != NULL);
+    sb_free(&b);
+}
+END_TEST
+
+START_TEST(heatmap_all_zero_and_colours) {
+    double v[6] = {0};
+    StrBuf b;
+    sb_init(&b);
+    svg_heatmap(&b, v, 2, 3, NULL, NULL);
+    char why[256];
+    ck_assert_msg(xml_check(b.data, 0, why, sizeof why) == 0, "%s", why);
+    ck_assert_int_eq(count_substr(b.data, "fill=\"#440154\""), 6);
+    sb_free(&b);
+    char c[8];
+    svg_colour(NAN, c);
+    ck_assert_str_eq(c, "#808080");
+    svg_colour(-3, c);
+    ck_assert_str_eq(c, "#440154");
+    svg_colour(7, c);
+    ck_assert_str_eq(c, "#fde725");
+}
+END_TEST
+
+START_TEST(line_plot) {
+    double x1[4] = {0, 10, 20, 30}, y1[4] = {6.0, 3.0, NAN, 1.0};
+    double x2[3] = {0, 15, 30}, y2[3] = {5.0, 2.5, 0.5};
+    SvgSeries s[2] = {{"run <a>", x1, y1, 4}, {"run b", x2, y2, 3}};
+    LinePlotStyle st = {"loss & curves", "step", "loss", 0, 0, 0};
+    StrBuf b;
+    sb_init(&b);
+    svg_line_plot(&b, s, 2, &st);
+    char why[256];
+    ck_assert_msg(xml_check(b.data, 0, why, sizeof why) == 0, "%s\n%s", why, b.data);
+    ck_assert_int_eq(count_substr(b.data, "<polyline"), 2);
+    ck_assert(strstr(b.data, "run &lt;a&gt;") && strstr(b.data, "loss &amp; curves"));
+    /* every polyline holds only numbers (no "nan"/"inf" from the skipped point) */
+    for (const char *pl = strstr(b.data, "points=\""); pl; pl = strstr(pl + 1, "points=\"")) {
+        const char *e = strchr(pl + 8, '"');
+        for (const char *c = pl + 8; c < e; c++) ck_assert_msg(strchr("0123456789.,- ", *c) != NULL, "bad point text");
+    }
+    /* first polyline: 3 finite points */
+    const char *pts = strstr(b.data, "points=\"");
+    const char *end = strchr(pts + 8, '"');
+    int commas = 0;
+    for (const char *p = pts; p < end; p++) commas += *p == ',';
+    ck_assert_int_eq(commas, 3);
+    sb_free(&b);
+    /* log axis and the empty plot are well-formed too */
+    st.log_y = 1;
+    sb_init(&b);
+    svg_line_plot(&b, s, 2, &st);
+    ck_assert_msg(xml_check(b.data, 0, why, sizeof why) == 0, "%s", why);
+    ck_assert(strstr(b.data, "(log scale)"));
+    sb_free(&b);
+    sb_init(&b);
+    svg_line_plot(&b, NULL, 0, NULL);
+    ck_assert_msg(xml_check(b.data, 0, why, sizeof why) == 0, "%s", why);
+    ck_assert(strstr(b.data, "no data"));
+    sb_free(&b);
+}
+END_TEST
+
+START_TEST(strbuf_growth_and_save) {
+    StrBuf b;
+    sb_init(&b);
+    for (int i = 0; i < 10000; i++) sb_printf(&b, "%d,", i);
+    ck_assert(b.len == strlen(b.data));
+    ck_assert(strncmp(b.data + b.len - 5, "9999,", 5) == 0);
+    char path[128], err[256];
+    snprintf(path, sizeof path, "/tmp/test_svg.%d.svg", (int)getpid());
+    ck_assert_int_eq(sb_save(&b, path, err, sizeof err), 0);
+    FILE *f = fopen(path, "rb");
+    ck_assert(f);
+    fseek(f, 0, SEEK_END);
+    ck_assert_int_eq(ftell(f), (long)b.len);
+    fclose(f);
+    unlink(path);
+    sb_free(&b);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("svg");
+    TCase *tc = tcase_create("svg");
+    tcase_add_test(tc, heatmap_structure);
+    tcase_add_test(tc, heatmap_all_zero_and_colours);
+    tcase_add_test(tc, line_plot);
+    tcase_add_test(tc, strbuf_growth_and_save);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

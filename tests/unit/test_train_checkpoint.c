@@ -1,0 +1,207 @@
+/* Training checkpoints: exact round trip of weights, AdamW moments, step, loader and dropout RNG states; the commit
+ * protocol (an uncommitted pending set is dropped, a committed one rolled forward after a crash between renames);
+ * a mismatched set is refused with a clear message. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "model/model_internal.h" /* to inspect the dropout RNG state */
+#include "model/optimizer.h"
+#include "model/rng.h"
+#include "model/train_checkpoint.h"
+#include "pipeline/atomic_file.h"
+
+typedef struct {
+    Backend *be;
+    Model *m;
+    AdamW opt;
+} Setup;
+
+static void setup_create(Setup *s, uint64_t seed) {
+    char err[256];
+    s->be = backend_create("cpu", err, sizeof err);
+    ck_assert_msg(s->be != NULL, "%s", err);
+    ModelConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.arch = ARCH_DENSE;
+    cfg.n_tokens = 16, cfg.d_model = 8, cfg.n_layers = 2, cfg.n_heads = 2, cfg.d_head = 4, cfg.d_ff = 12;
+    cfg.group_size = 1;
+    ck_assert_msg(model_config_validate(&cfg, err, sizeof err) == 0, "%s", err);
+    s->m = model_create(&cfg, s->be);
+    ck_assert_ptr_nonnull(s->m);
+    model_init_weights(s->m, seed);
+    model_set_dropout_seed(s->m, seed + 2);
+    adamw_init(&s->opt, s->be, model_n_params(s->m), 0.9, 0.999, 1e-8, 0.01);
+}
+
+/* Two AdamW updates with deterministic pseudo-gradients so m, v and the weights are all non-trivial. */
+static void setup_train_a_little(Setup *s, int salt) {
+    size_t n = model_n_params(s->m);
+    scalar_t *g = malloc(n * sizeof *g);
+    ck_assert_ptr_nonnull(g);
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i < n; i++) g[i] = (scalar_t)sin(0.1 * (double)i + k + salt);
+        s->be->to_device(s->be, model_grads(s->m), g, n * sizeof *g);
+        adamw_update(&s->opt, model_params(s->m), model_grads(s->m), 1e-2);
+    }
+    free(g);
+}
+
+static void setup_free(Setup *s) {
+    adamw_free(&s->opt);
+    model_free(s->m);
+    backend_destroy(s->be);
+}
+
+static void fill_state(TrainState *st, long step) {
+    memset(st, 0, sizeof *st);
+    st->step = step;
+    st->total_steps = 100;
+    snprintf(st->config_sha256, sizeof st->config_sha256, "%064d", 7);
+    snprintf(st->backend, sizeof st->backend, "cpu");
+    st->tokens = 123456789012ULL;
+    st->real_tokens = 987654321ULL;
+    st->wall_time_s = 1.0 / 3.0;
+    st->last_ce = NAN;
+    rng_seed(&st->loader.rng, 99);
+    for (int i = 0; i < 17; i++) rng_next_u64(&st->loader.rng);
+    st->loader.windows = 42;
+    st->loader.examples = 420;
+    st->acc = (MetricsAcc){0.1, 0.2, -0.3, -0.4, 0.5 / 7.0, 1.25, 3};
+    snprintf(st->data_tokenizer_sha256, sizeof st->data_tokenizer_sha256, "%064d", 5);
+    st->data_n_examples = 77;
+}
+
+static void make_dir(char *dir, size_t n) {
+    snprintf(dir, n, "/tmp/test_train_checkpoint.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void assert_same_buffers(Backend *be, const scalar_t *a, const scalar_t *b, size_t n) {
+    scalar_t *ha = malloc(n * sizeof *ha), *hb = malloc(n * sizeof *hb);
+    ck_assert(ha && hb);
+    be->to_host(be, ha, a, n * sizeof *ha);
+    be->to_host(be, hb, b, n * sizeof *hb);
+    ck_assert_int_eq(memcmp(ha, hb, n * sizeof *ha), 0);
+    free(ha);
+    free(hb);
+}
+
+static void copy_file(const char *from, const char *to) {
+    char *data = NULL, err[256];
+    size_t n = 0;
+    ck_assert_msg(read_file_all(from, &data, &n, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(write_file_atomic(to, data, n, err, sizeof err) == 0, "%s", err);
+    free(data);
+}
+
+START_TEST(round_trip_is_exact) {
+    char dir[64], err[512];
+    make_dir(dir, sizeof dir);
+    Setup a, b;
+    setup_create(&a, 1);
+    setup_train_a_little(&a, 0);
+    for (int i = 0; i < 5; i++) rng_next_u64(&a.m->dropout_rng); /* a dropout stream that has moved on */
+    TrainState st, back;
+    fill_state(&st, 5);
+    ck_assert_msg(train_checkpoint_save(dir, a.m, &a.opt, &st, err, sizeof err) == 0, "%s", err);
+    ck_assert(train_checkpoint_exists(dir));
+
+    setup_create(&b, 2); /* different weights, fresh optimizer */
+    ck_assert_msg(train_checkpoint_load(dir, b.m, &b.opt, &back, err, sizeof err) == 0, "%s", err);
+    size_t n = model_n_params(a.m);
+    assert_same_buffers(a.be, model_params(a.m), model_params(b.m), n);
+    assert_same_buffers(a.be, a.opt.m, b.opt.m, n);
+    assert_same_buffers(a.be, a.opt.v, b.opt.v, n);
+    ck_assert_int_eq(b.opt.t, a.opt.t);
+    ck_assert_mem_eq(&b.m->dropout_rng, &a.m->dropout_rng, sizeof(Rng));
+    ck_assert_int_eq(back.step, 5);
+    ck_assert_int_eq(back.total_steps, 100);
+    ck_assert_str_eq(back.config_sha256, st.config_sha256);
+    ck_assert_str_eq(back.data_tokenizer_sha256, st.data_tokenizer_sha256);
+    ck_assert_uint_eq(back.tokens, st.tokens);
+    ck_assert_uint_eq(back.real_tokens, st.real_tokens);
+    ck_assert(back.wall_time_s == st.wall_time_s); /* exact, not approximately */
+    ck_assert(isnan(back.last_ce));
+    ck_assert_mem_eq(&back.loader, &st.loader, sizeof st.loader);
+    ck_assert(memcmp(&back.acc, &st.acc, sizeof st.acc) == 0);
+    ck_assert_uint_eq(back.data_n_examples, 77);
+    setup_free(&a);
+    setup_free(&b);
+    remove_tree(dir);
+}
+END_TEST
+
+START_TEST(commit_protocol_and_mismatch) {
+    char dir[64], other[64], err[512], p[256], q[256];
+    make_dir(dir, sizeof dir);
+    make_dir(other, sizeof other);
+    Setup a, b;
+    setup_create(&a, 1);
+    setup_train_a_little(&a, 0);
+    TrainState st, back;
+    fill_state(&st, 5);
+    ck_assert_msg(train_checkpoint_save(dir, a.m, &a.opt, &st, err, sizeof err) == 0, "%s", err);
+    /* the step-6 set, saved elsewhere */
+    setup_train_a_little(&a, 1);
+    fill_state(&st, 6);
+    ck_assert_msg(train_checkpoint_save(other, a.m, &a.opt, &st, err, sizeof err) == 0, "%s", err);
+
+    /* 1. an uncommitted pending model (no state.json.pending) is dropped: the step-5 set stays live */
+    snprintf(p, sizeof p, "%s/model.safetensors", other);
+    snprintf(q, sizeof q, "%s/model.safetensors.pending", dir);
+    copy_file(p, q);
+    setup_create(&b, 2);
+    ck_assert_msg(train_checkpoint_load(dir, b.m, &b.opt, &back, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(back.step, 5);
+    ck_assert(!file_exists(q));
+
+    /* 2. committed, then a crash after renaming only the model: recovery finishes the step-6 set */
+    const char *files[3] = {"model.safetensors", "optim.safetensors", "state.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", other, files[i]);
+        snprintf(q, sizeof q, "%s/%s.pending", dir, files[i]);
+        copy_file(p, q);
+    }
+    snprintf(p, sizeof p, "%s/model.safetensors.pending", dir);
+    snprintf(q, sizeof q, "%s/model.safetensors", dir);
+    ck_assert_int_eq(rename(p, q), 0);
+    ck_assert_msg(train_checkpoint_load(dir, b.m, &b.opt, &back, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(back.step, 6);
+    assert_same_buffers(a.be, model_params(a.m), model_params(b.m), model_n_params(a.m));
+    assert_same_buffers(a.be, a.opt.v, b.opt.v, model_n_params(a.m));
+
+    /* 3. a mismatched live set (optimizer state of another checkpoint) is refused, naming the file */
+    fill_state(&st, 7);
+    setup_train_a_little(&a, 2);
+    ck_assert_msg(train_checkpoint_save(other, a.m, &a.opt, &st, err, sizeof err) == 0, "%s", err);
+    snprintf(p, sizeof p, "%s/optim.safetensors", other);
+    snprintf(q, sizeof q, "%s/optim.safetensors", dir);
+    copy_file(p, q);
+    ck_assert_int_eq(train_checkpoint_load(dir, b.m, &b.opt, &back, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "optim.safetensors") && strstr(err, "mismatched"), "message: %s", err);
+
+    setup_free(&a);
+    setup_free(&b);
+    remove_tree(dir);
+    remove_tree(other);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("train_checkpoint");
+    TCase *tc = tcase_create("checkpoint");
+    tcase_add_test(tc, round_trip_is_exact);
+    tcase_add_test(tc, commit_protocol_and_mismatch);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
