@@ -192,11 +192,12 @@ void model_run_layers(Model *m, scalar_t *h, int B, int T, int first_app, scalar
     if (captures) m->be->copy(m->be, captures + (size_t)(L - first_app) * nc, h, nc * sizeof(scalar_t));
 }
 
-/* logits[N,V] = head(out_norm(h)); uses final_norm/norm_* scratch. */
+/* logits[N,V] = head(out_norm(h)); uses the final_norm/norm_* scratch, which the caller has sized for N tokens
+ * (growing it here could free m->logits while it is the destination). */
 static void head_forward(Model *m, scalar_t *logits, const scalar_t *h, int N) {
     Backend *be = m->be;
     const int C = m->cfg.d_model, V = m->cfg.n_tokens;
-    ensure_scratch(m, N);
+    if (N > m->cap_BT) die("model: internal error: head scratch holds %d tokens, need %d", m->cap_BT, N);
     be->layernorm_forward(be, m->final_norm, m->norm_mean, m->norm_rstd, h, opt_ptr(m, m->off_out_norm_w),
                           opt_ptr(m, m->off_out_norm_b), N, C, (scalar_t)OUT_NORM_EPS);
     // logits[N,V] = final_norm[N,C] @ W_head[V,C]^T
@@ -204,7 +205,10 @@ static void head_forward(Model *m, scalar_t *logits, const scalar_t *h, int N) {
     if (m->off_head_b != SIZE_MAX) be->add_bias(be, logits, m->params + m->off_head_b, N, V);
 }
 
-void model_head(Model *m, scalar_t *logits, const scalar_t *h, int B, int T) { head_forward(m, logits, h, B * T); }
+void model_head(Model *m, scalar_t *logits, const scalar_t *h, int B, int T) {
+    ensure_scratch(m, B * T);
+    head_forward(m, logits, h, B * T);
+}
 
 void model_forward_eval(Model *m, const int32_t *tokens, int B, int T, float *logits_host) {
     Backend *be = m->be;

@@ -53,38 +53,51 @@ static inline void axpy(scalar_t *y, scalar_t a, const scalar_t *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+/* Packs the head-h slice of src[T, H, D] (one batch element) transposed into dst[D, T], so that the scores of one
+ * query against keys 0..j are D vectorisable sweeps over contiguous keys instead of j short dot products. */
+static void pack_transposed(scalar_t *dst, const scalar_t *src, int T, int H, int D) {
+    for (int t = 0; t < T; t++)
+        for (int d = 0; d < D; d++) dst[(size_t)d * T + t] = src[(size_t)t * H * D + d];
+}
+
+/* s[0..n) = scale * (q . kt[:, 0..n)) with kt the transposed keys [D, T]. */
+static inline void scores_row(scalar_t *s, const scalar_t *q, const scalar_t *kt, int T, int D, int n, scalar_t scale) {
+    for (int j = 0; j < n; j++) s[j] = 0;
+    for (int d = 0; d < D; d++) axpy(s, q[d], kt + (size_t)d * T, n);
+    for (int j = 0; j < n; j++) s[j] *= scale;
+}
+
 /* out[B,Tq,H,D], lse[B,H,Tq]; query i sees keys j <= Tk-Tq+i. One (b,h) pair per loop iteration. */
 void cpu_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
                            const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale) {
     if (Tk < Tq) die("attention_forward: Tk=%d < Tq=%d", Tk, Tq);
     int n_threads = omp_get_max_threads();
-    /* per thread: scores [Tk] and an output accumulator [D] */
-    scalar_t *scratch = cpu_scratch(be, SCRATCH_A, (size_t)n_threads * (Tk + D) * sizeof(scalar_t));
+    /* per thread: scores [Tk], output accumulator [D], transposed keys [D, Tk] */
+    size_t per_thread = (size_t)Tk + D + (size_t)D * Tk;
+    scalar_t *scratch = cpu_scratch(be, SCRATCH_A, (size_t)n_threads * per_thread * sizeof(scalar_t));
     size_t row = (size_t)H * D; /* stride between consecutive time steps of one head */
 #pragma omp parallel for schedule(static) num_threads(n_threads)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
-        scalar_t *s = scratch + (size_t)omp_get_thread_num() * (Tk + D);
-        scalar_t *acc = s + Tk;
+        scalar_t *s = scratch + (size_t)omp_get_thread_num() * per_thread;
+        scalar_t *acc = s + Tk, *kt = acc + D;
         const scalar_t *qb = q + (size_t)b * Tq * row + (size_t)h * D;
-        const scalar_t *kb = k + (size_t)b * Tk * row + (size_t)h * D;
         const scalar_t *vb = v + (size_t)b * Tk * row + (size_t)h * D;
         scalar_t *ob = out + (size_t)b * Tq * row + (size_t)h * D;
+        pack_transposed(kt, k + (size_t)b * Tk * row + (size_t)h * D, Tk, H, D);
         for (int i = 0; i < Tq; i++) {
-            int jmax = Tk - Tq + i; /* last visible key */
-            const scalar_t *qi = qb + (size_t)i * row;
-            scalar_t mx = -FLT_MAX;
-            for (int j = 0; j <= jmax; j++) {
-                s[j] = scale * dot(qi, kb + (size_t)j * row, D);
+            int n_vis = Tk - Tq + i + 1; /* keys 0..Tk-Tq+i are visible */
+            scores_row(s, qb + (size_t)i * row, kt, Tk, D, n_vis, scale);
+            scalar_t mx = s[0];
+            for (int j = 1; j < n_vis; j++)
                 if (s[j] > mx) mx = s[j];
-            }
             double l = 0;
-            for (int j = 0; j <= jmax; j++) {
+            for (int j = 0; j < n_vis; j++) {
                 s[j] = sc_exp(s[j] - mx);
                 l += s[j];
             }
             for (int d = 0; d < D; d++) acc[d] = 0;
-            for (int j = 0; j <= jmax; j++) axpy(acc, s[j], vb + (size_t)j * row, D);
+            for (int j = 0; j < n_vis; j++) axpy(acc, s[j], vb + (size_t)j * row, D);
             scalar_t inv_l = (scalar_t)(1.0 / l);
             scalar_t *oi = ob + (size_t)i * row;
             for (int d = 0; d < D; d++) oi[d] = acc[d] * inv_l;
@@ -101,27 +114,35 @@ void cpu_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *d
                             const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                             const scalar_t *v, int B, int T, int H, int D, scalar_t scale) {
     int n_threads = omp_get_max_threads();
-    scalar_t *scratch = cpu_scratch(be, SCRATCH_A, (size_t)n_threads * D * sizeof(scalar_t));
+    /* per thread: p [T], dp [T], dq accumulator [D], transposed keys and values [D, T] each */
+    size_t per_thread = 2 * (size_t)T + D + 2 * (size_t)D * T;
+    scalar_t *scratch = cpu_scratch(be, SCRATCH_A, (size_t)n_threads * per_thread * sizeof(scalar_t));
     size_t row = (size_t)H * D;
 #pragma omp parallel for schedule(static) num_threads(n_threads)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
-        scalar_t *dq_acc = scratch + (size_t)omp_get_thread_num() * D;
+        scalar_t *p = scratch + (size_t)omp_get_thread_num() * per_thread;
+        scalar_t *dp = p + T, *dq_acc = dp + T, *kt = dq_acc + D, *vt = kt + (size_t)D * T;
         size_t base = (size_t)b * T * row + (size_t)h * D;
+        pack_transposed(kt, k + base, T, H, D);
+        pack_transposed(vt, v + base, T, H, D);
         for (int i = 0; i < T; i++) {
+            int n_vis = i + 1;
             const scalar_t *qi = q + base + (size_t)i * row;
             const scalar_t *doi = dout + base + (size_t)i * row;
             scalar_t Di = dot(doi, out + base + (size_t)i * row, D);
             scalar_t lse_i = lse[(size_t)bh * T + i];
+            scores_row(p, qi, kt, T, D, n_vis, scale);
+            scores_row(dp, doi, vt, T, D, n_vis, 1);
+            for (int j = 0; j < n_vis; j++) {
+                p[j] = sc_exp(p[j] - lse_i);
+                dp[j] = scale * p[j] * (dp[j] - Di); /* scale * ds_ij */
+            }
             for (int d = 0; d < D; d++) dq_acc[d] = 0;
-            for (int j = 0; j <= i; j++) {
-                const scalar_t *kj = k + base + (size_t)j * row;
-                const scalar_t *vj = v + base + (size_t)j * row;
-                scalar_t p = sc_exp(scale * dot(qi, kj, D) - lse_i);
-                scalar_t ds = p * (dot(doi, vj, D) - Di);
-                axpy(dv + base + (size_t)j * row, p, doi, D);
-                axpy(dq_acc, scale * ds, kj, D);
-                axpy(dk + base + (size_t)j * row, scale * ds, qi, D);
+            for (int j = 0; j < n_vis; j++) {
+                axpy(dv + base + (size_t)j * row, p[j], doi, D);
+                axpy(dq_acc, dp[j], k + base + (size_t)j * row, D);
+                axpy(dk + base + (size_t)j * row, dp[j], qi, D);
             }
             scalar_t *dqi = dq + base + (size_t)i * row;
             for (int d = 0; d < D; d++) dqi[d] += dq_acc[d];
