@@ -1,6 +1,7 @@
 /* CPU reference: rotary position embedding (NeoX rotate-half layout) and causal softmax attention.
- * Attention is computed row by row per (batch, head): scores of one query against its visible keys, a stable
- * softmax, the weighted sum of values; the logsumexp is saved so the backward can recompute the probabilities. */
+ * Attention runs per (batch, head) pair over blocks of queries: the block's scores against its visible keys (one
+ * GEMM), a stable softmax row by row with the causal mask, and the weighted sum of values (one GEMM); the
+ * logsumexp is saved so the backward can recompute the probabilities. */
 #include <float.h>
 #include <stdlib.h>
 
@@ -41,111 +42,110 @@ void cpu_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, i
     }
 }
 
-static inline scalar_t dot(const scalar_t *a, const scalar_t *b, int n) {
-    scalar_t acc = 0;
-#pragma omp simd reduction(+ : acc)
-    for (int i = 0; i < n; i++) acc += a[i] * b[i];
-    return acc;
+/* Queries are processed in blocks of this many rows: a block needs only the keys up to its last query, so the
+ * GEMMs skip most of the causally masked upper triangle. */
+#define QBLOCK 64
+
+/* One (b,h) pair. q/k/v/out point at the head's first element; consecutive time steps are `ld` apart.
+ * p: scratch [QBLOCK, Tk]. */
+static void attention_forward_head(scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
+                                   const scalar_t *v, int Tq, int Tk, int D, int ld, scalar_t scale, scalar_t *p) {
+    for (int i0 = 0; i0 < Tq; i0 += QBLOCK) {
+        int rows = Tq - i0 < QBLOCK ? Tq - i0 : QBLOCK;
+        int kend = Tk - Tq + i0 + rows; /* keys visible to the block's last query */
+        /* P[rows, kend] = scale * Q_blk @ K[0:kend]^T */
+        cpu_gemm(0, 1, rows, kend, D, scale, q + (size_t)i0 * ld, ld, k, ld, 0, p, kend);
+        for (int r = 0; r < rows; r++) {
+            scalar_t *pr = p + (size_t)r * kend;
+            int n_vis = Tk - Tq + i0 + r + 1;
+            scalar_t mx = pr[0];
+            for (int j = 1; j < n_vis; j++)
+                if (pr[j] > mx) mx = pr[j];
+            double l = 0;
+            for (int j = 0; j < n_vis; j++) {
+                pr[j] = sc_exp(pr[j] - mx);
+                l += pr[j];
+            }
+            scalar_t inv_l = (scalar_t)(1.0 / l);
+            for (int j = 0; j < n_vis; j++) pr[j] *= inv_l;
+            for (int j = n_vis; j < kend; j++) pr[j] = 0; /* causal mask */
+            lse[i0 + r] = mx + (scalar_t)log(l);
+        }
+        /* O_blk[rows, D] = P @ V[0:kend] */
+        cpu_gemm(0, 0, rows, D, kend, 1, p, kend, v, ld, 0, out + (size_t)i0 * ld, ld);
+    }
 }
 
-static inline void axpy(scalar_t *y, scalar_t a, const scalar_t *x, int n) {
-#pragma omp simd
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
-}
-
-/* Packs the head-h slice of src[T, H, D] (one batch element) transposed into dst[D, T], so that the scores of one
- * query against keys 0..j are D vectorisable sweeps over contiguous keys instead of j short dot products. */
-static void pack_transposed(scalar_t *dst, const scalar_t *src, int T, int H, int D) {
-    for (int t = 0; t < T; t++)
-        for (int d = 0; d < D; d++) dst[(size_t)d * T + t] = src[(size_t)t * H * D + d];
-}
-
-/* s[0..n) = scale * (q . kt[:, 0..n)) with kt the transposed keys [D, T]. */
-static inline void scores_row(scalar_t *s, const scalar_t *q, const scalar_t *kt, int T, int D, int n, scalar_t scale) {
-    for (int j = 0; j < n; j++) s[j] = 0;
-    for (int d = 0; d < D; d++) axpy(s, q[d], kt + (size_t)d * T, n);
-    for (int j = 0; j < n; j++) s[j] *= scale;
-}
-
-/* out[B,Tq,H,D], lse[B,H,Tq]; query i sees keys j <= Tk-Tq+i. One (b,h) pair per loop iteration. */
+/* out[B,Tq,H,D], lse[B,H,Tq]; query i sees keys j <= Tk-Tq+i. (b,h) pairs run in parallel, each with
+ * single-threaded BLAS calls on its own slices. */
 void cpu_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
                            const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale) {
     if (Tk < Tq) die("attention_forward: Tk=%d < Tq=%d", Tk, Tq);
+    if (B <= 0 || H <= 0 || Tq <= 0) return;
     int n_threads = omp_get_max_threads();
-    /* per thread: scores [Tk], output accumulator [D], transposed keys [D, Tk] */
-    size_t per_thread = (size_t)Tk + D + (size_t)D * Tk;
+    size_t per_thread = (size_t)QBLOCK * Tk;
     scalar_t *scratch = cpu_scratch(be, SCRATCH_A, (size_t)n_threads * per_thread * sizeof(scalar_t));
-    size_t row = (size_t)H * D; /* stride between consecutive time steps of one head */
+    int ld = H * D; /* stride between consecutive time steps of one head */
+    int blas_threads = cpu_blas_single_begin();
 #pragma omp parallel for schedule(static) num_threads(n_threads)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
-        scalar_t *s = scratch + (size_t)omp_get_thread_num() * per_thread;
-        scalar_t *acc = s + Tk, *kt = acc + D;
-        const scalar_t *qb = q + (size_t)b * Tq * row + (size_t)h * D;
-        const scalar_t *vb = v + (size_t)b * Tk * row + (size_t)h * D;
-        scalar_t *ob = out + (size_t)b * Tq * row + (size_t)h * D;
-        pack_transposed(kt, k + (size_t)b * Tk * row + (size_t)h * D, Tk, H, D);
-        for (int i = 0; i < Tq; i++) {
-            int n_vis = Tk - Tq + i + 1; /* keys 0..Tk-Tq+i are visible */
-            scores_row(s, qb + (size_t)i * row, kt, Tk, D, n_vis, scale);
-            scalar_t mx = s[0];
-            for (int j = 1; j < n_vis; j++)
-                if (s[j] > mx) mx = s[j];
-            double l = 0;
+        size_t q_off = (size_t)b * Tq * ld + (size_t)h * D, k_off = (size_t)b * Tk * ld + (size_t)h * D;
+        attention_forward_head(out + q_off, lse + (size_t)bh * Tq, q + q_off, k + k_off, v + k_off, Tq, Tk, D, ld,
+                               scale, scratch + (size_t)omp_get_thread_num() * per_thread);
+    }
+    cpu_blas_single_end(blas_threads);
+}
+
+/* Backward of one (b,h) pair, Tq == Tk == T, query blocks in order (so every += lands in a fixed order):
+ *   P = exp(scale Q K^T - lse) (causal), dP = dO V^T, dS = scale P (dP - rowsum(dO * O)),
+ *   dQ += dS K,  dK += dS^T Q,  dV += P^T dO.
+ * p, dp: scratch [QBLOCK, T] each. */
+static void attention_backward_head(scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
+                                    const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
+                                    const scalar_t *v, int T, int D, int ld, scalar_t scale, scalar_t *p,
+                                    scalar_t *dp) {
+    for (int i0 = 0; i0 < T; i0 += QBLOCK) {
+        int rows = T - i0 < QBLOCK ? T - i0 : QBLOCK;
+        int kend = i0 + rows;
+        const scalar_t *qb = q + (size_t)i0 * ld, *dob = dout + (size_t)i0 * ld;
+        cpu_gemm(0, 1, rows, kend, D, scale, qb, ld, k, ld, 0, p, kend);   /* scores */
+        cpu_gemm(0, 1, rows, kend, D, 1, dob, ld, v, ld, 0, dp, kend);     /* dP = dO V^T */
+        for (int r = 0; r < rows; r++) {
+            int i = i0 + r, n_vis = i + 1;
+            scalar_t *pr = p + (size_t)r * kend, *dpr = dp + (size_t)r * kend;
+            const scalar_t *oi = out + (size_t)i * ld, *doi = dout + (size_t)i * ld;
+            double di = 0;
+            for (int d = 0; d < D; d++) di += (double)doi[d] * oi[d];
+            scalar_t Di = (scalar_t)di, lse_i = lse[i];
             for (int j = 0; j < n_vis; j++) {
-                s[j] = sc_exp(s[j] - mx);
-                l += s[j];
+                pr[j] = sc_exp(pr[j] - lse_i);
+                dpr[j] = scale * pr[j] * (dpr[j] - Di);
             }
-            for (int d = 0; d < D; d++) acc[d] = 0;
-            for (int j = 0; j < n_vis; j++) axpy(acc, s[j], vb + (size_t)j * row, D);
-            scalar_t inv_l = (scalar_t)(1.0 / l);
-            scalar_t *oi = ob + (size_t)i * row;
-            for (int d = 0; d < D; d++) oi[d] = acc[d] * inv_l;
-            lse[(size_t)bh * Tq + i] = mx + (scalar_t)log(l);
+            for (int j = n_vis; j < kend; j++) pr[j] = dpr[j] = 0;
         }
+        cpu_gemm(0, 0, rows, D, kend, 1, dp, kend, k, ld, 1, dq + (size_t)i0 * ld, ld); /* dQ_blk += dS K */
+        cpu_gemm(1, 0, kend, D, rows, 1, dp, kend, qb, ld, 1, dk, ld);                 /* dK += dS^T Q_blk */
+        cpu_gemm(1, 0, kend, D, rows, 1, p, kend, dob, ld, 1, dv, ld);                 /* dV += P^T dO_blk */
     }
 }
 
-/* Backward with Tq == Tk == T. P is recomputed from lse: p_ij = exp(scale q_i.k_j - lse_i).
- *   dv_j += sum_i p_ij dout_i;  ds_ij = p_ij (dout_i.v_j - dout_i.out_i);
- *   dq_i += scale sum_j ds_ij k_j;  dk_j += scale sum_i ds_ij q_i.
- * Each (b,h) pair owns disjoint slices of dq, dk, dv, so the pairs run in parallel without races. */
 void cpu_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
                             const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                             const scalar_t *v, int B, int T, int H, int D, scalar_t scale) {
+    if (B <= 0 || H <= 0 || T <= 0) return;
     int n_threads = omp_get_max_threads();
-    /* per thread: p [T], dp [T], dq accumulator [D], transposed keys and values [D, T] each */
-    size_t per_thread = 2 * (size_t)T + D + 2 * (size_t)D * T;
+    size_t per_thread = 2 * (size_t)QBLOCK * T;
     scalar_t *scratch = cpu_scratch(be, SCRATCH_A, (size_t)n_threads * per_thread * sizeof(scalar_t));
-    size_t row = (size_t)H * D;
+    int ld = H * D;
+    int blas_threads = cpu_blas_single_begin();
 #pragma omp parallel for schedule(static) num_threads(n_threads)
     for (int bh = 0; bh < B * H; bh++) {
         int b = bh / H, h = bh % H;
+        size_t off = (size_t)b * T * ld + (size_t)h * D;
         scalar_t *p = scratch + (size_t)omp_get_thread_num() * per_thread;
-        scalar_t *dp = p + T, *dq_acc = dp + T, *kt = dq_acc + D, *vt = kt + (size_t)D * T;
-        size_t base = (size_t)b * T * row + (size_t)h * D;
-        pack_transposed(kt, k + base, T, H, D);
-        pack_transposed(vt, v + base, T, H, D);
-        for (int i = 0; i < T; i++) {
-            int n_vis = i + 1;
-            const scalar_t *qi = q + base + (size_t)i * row;
-            const scalar_t *doi = dout + base + (size_t)i * row;
-            scalar_t Di = dot(doi, out + base + (size_t)i * row, D);
-            scalar_t lse_i = lse[(size_t)bh * T + i];
-            scores_row(p, qi, kt, T, D, n_vis, scale);
-            scores_row(dp, doi, vt, T, D, n_vis, 1);
-            for (int j = 0; j < n_vis; j++) {
-                p[j] = sc_exp(p[j] - lse_i);
-                dp[j] = scale * p[j] * (dp[j] - Di); /* scale * ds_ij */
-            }
-            for (int d = 0; d < D; d++) dq_acc[d] = 0;
-            for (int j = 0; j < n_vis; j++) {
-                axpy(dv + base + (size_t)j * row, p[j], doi, D);
-                axpy(dq_acc, dp[j], k + base + (size_t)j * row, D);
-                axpy(dk + base + (size_t)j * row, dp[j], qi, D);
-            }
-            scalar_t *dqi = dq + base + (size_t)i * row;
-            for (int d = 0; d < D; d++) dqi[d] += dq_acc[d];
-        }
+        attention_backward_head(dq + off, dk + off, dv + off, dout + off, out + off, lse + (size_t)bh * T, q + off,
+                                k + off, v + off, T, D, ld, scale, p, p + (size_t)QBLOCK * T);
     }
+    cpu_blas_single_end(blas_threads);
 }

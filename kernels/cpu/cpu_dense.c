@@ -29,6 +29,16 @@ void cpu_gemm(int transA, int transB, int M, int N, int K, scalar_t alpha, const
 #endif
 }
 
+int cpu_blas_single_begin(void) {
+    int previous = openblas_get_num_threads();
+    if (previous != 1) openblas_set_num_threads(1);
+    return previous;
+}
+
+void cpu_blas_single_end(int previous) {
+    if (previous != 1) openblas_set_num_threads(previous);
+}
+
 /* C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C; A stored [K,M] if transA, B stored [N,K] if transB. */
 void cpu_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B, int M, int N, int K, int transA,
                 int transB, scalar_t alpha, scalar_t beta) {

@@ -45,6 +45,11 @@ void *cpu_scratch(Backend *be, int slot, size_t bytes);
 void cpu_gemm(int transA, int transB, int M, int N, int K, scalar_t alpha, const scalar_t *A, int lda,
               const scalar_t *B, int ldb, scalar_t beta, scalar_t *C, int ldc);
 
+/* Parallel loops that call BLAS themselves (one GEMM per thread) first switch OpenBLAS to one thread, so that the
+ * threads do not oversubscribe the cores; begin returns the previous setting for end to restore. */
+int cpu_blas_single_begin(void);
+void cpu_blas_single_end(int previous);
+
 /* Numerically safe logistic sigmoid. */
 static inline scalar_t cpu_sigmoid(scalar_t x) {
     if (x >= 0) return (scalar_t)1 / ((scalar_t)1 + sc_exp(-x));

@@ -135,11 +135,11 @@ END_TEST
 
 /* One layer shared by two applications (Gs = 1, L = 2): the gradient sums over both applications and the
  * regularizer history holds R = 2 entries. */
-START_TEST(fd_shared_two_applications) { run_fd_case(2, 1, 0.0, 0.0, 0.5, 0.3, 1, 25); }
+START_TEST(fd_shared_two_applications) { run_fd_case(2, 1, 0.0, 0.0, 0.5, 0.3, 1, 26); }
 END_TEST
 
 /* The regularizers alone (P = 0): their gradients reach every router through the histories. */
-START_TEST(fd_regularizers_only) { run_fd_case(2, 1, 0.0, 0.0, 0.5, 0.3, 0, 25); }
+START_TEST(fd_regularizers_only) { run_fd_case(2, 1, 0.0, 0.0, 0.5, 0.3, 0, 26); }
 END_TEST
 
 /* Two distinct layers applied twice each (ABAB, Gs = 2, L = 4): per-layer histories and offsets. */

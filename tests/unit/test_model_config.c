@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 
 #include "model/model.h"
+#include "model/train_config.h"
 #include "pipeline/config.h"
 #include "model_test_util.h"
 
@@ -227,6 +228,51 @@ START_TEST(paper_param_counts) {
 }
 END_TEST
 
+/* The shipped paper run files are complete run configs with the protocol's training settings (dm-math-protocol.md
+ * §2, dm-math-training-code.md §A). */
+START_TEST(paper_run_files) {
+    const char *runs[] = {"dense_qa", "dense_answer", "moeut_qa", "moeut_answer"};
+    for (int i = 0; i < 4; i++) {
+        char path[256], err[512] = "";
+        snprintf(path, sizeof path, "experiments/paper/%s.json", runs[i]);
+        cJSON *root = json_load_file(path, err, sizeof err);
+        ck_assert_msg(root != NULL, "%s", err);
+        ModelConfig mc;
+        TrainConfig tc;
+        ck_assert_msg(run_config_parse(root, path, &mc, &tc, err, sizeof err) == 0, "%s", err);
+        int moeut = strncmp(runs[i], "moeut", 5) == 0, answer = strstr(runs[i], "answer") != NULL;
+        ck_assert_int_eq(mc.arch, moeut ? ARCH_MOEUT : ARCH_DENSE);
+        ck_assert(!mc.lm_head_bias && !mc.out_norm_affine);
+        ck_assert_int_eq(tc.loss_on_target_only, answer);
+        ck_assert_int_eq(tc.steps, 100000);
+        ck_assert_int_eq(tc.batch_size, 64);
+        ck_assert_int_eq(tc.n_microbatch, moeut ? 2 : 1);
+        ck_assert_int_eq(tc.context, 1024);
+        ck_assert(tc.lr == 2.5e-4 && tc.weight_decay == 0.01 && tc.min_lr_multiplier == 0.1 && tc.grad_clip == 0.25);
+        ck_assert_int_eq(tc.warmup, 4000);
+        ck_assert(tc.adam_beta1 == 0.9 && tc.adam_beta2 == 0.999 && tc.adam_eps == 1e-8);
+        ck_assert_int_eq(tc.precision, PRECISION_BF16);
+        ck_assert_int_eq(tc.seed, 1);
+        ck_assert_int_eq(tc.checkpoint_every, 1000);
+        ck_assert_int_eq(tc.log_every, 100);
+        const cJSON *ev = cJSON_GetObjectItemCaseSensitive(root, "evaluate");
+        ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(ev, "max_examples_per_set")->valueint, 5000);
+        ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(ev, "greedy_check_examples")->valueint, 200);
+        const cJSON *an = cJSON_GetObjectItemCaseSensitive(root, "analyze");
+        ck_assert(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(an, "enabled")));
+        if (moeut) {
+            ck_assert(mc.n_heads == 4 && mc.d_head == 128 && mc.ff_n_experts == 387 && mc.ff_k == 16);
+            ck_assert(mc.att_n_experts == 10 && mc.att_k == 2 && mc.group_size == 2 && mc.ff_expert_size == 128);
+            ck_assert(mc.entropy_reg == 0.01 && mc.att_entropy_reg == 0.001);
+        } else {
+            ck_assert(mc.n_heads == 16 && mc.d_head == 64 && mc.d_ff == 4110);
+        }
+        ck_assert(mc.n_tokens == 512 && mc.d_model == 1024 && mc.n_layers == 18);
+        cJSON_Delete(root);
+    }
+}
+END_TEST
+
 START_TEST(count_matches_created_models) {
     const char *cfgs[] = {
         "{\"arch\":\"dense\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":3,\"n_heads\":2,\"d_head\":5,\"d_ff\":7}",
@@ -320,6 +366,7 @@ int main(void) {
     tcase_add_test(tc, to_json_round_trips);
     tcase_add_test(tc, n_rot_rule);
     tcase_add_test(tc, paper_param_counts);
+    tcase_add_test(tc, paper_run_files);
     tcase_add_test(tc, count_matches_created_models);
     tcase_add_test(tc, dense_tensor_names_and_shapes);
     suite_add_tcase(s, tc);
