@@ -13,8 +13,10 @@
  *    summed). The winner has the highest count; ties go to the piece with fewer characters, then to the smaller piece
  *    in code-point order. Its pairs are then merged in every word, left to right without overlap. A new string is
  *    appended to the vocabulary; a string that is already a piece (reached again through another split) is merged
- *    without adding an entry. Rounds continue until 3 + characters + merged pieces == vocab_size; running out of
- *    pairs first is an error (SentencePiece's hard_vocab_limit).
+ *    without adding an entry. Rounds continue until 3 + characters + merged pieces == vocab_size. When no pair
+ *    occurs any more first (a small corpus, e.g. arithmetic modules only), the rest is filled as SentencePiece's
+ *    trainer does it, from pairs seen in earlier rounds whose count is now 0 (fill_from_stale_pairs); if even those
+ *    run out, it is an error (SentencePiece's hard_vocab_limit).
  * 4. Vocabulary order (SentencePiece's BPE trainer): <unk>, <s>, </s>, then the merged pieces in creation order, then
  *    the alphabet in the order of step 2. Scores: 0 for the reserved ids, -k for the k-th other piece, so an earlier
  *    merge always outranks a later one when encoding. */
@@ -310,6 +312,53 @@ static Word *build_words(BpeTrainer *t, SymbolTable *st, PairMap *pm, int *n_wor
     return words;
 }
 
+static int cmp_candidate_fill(const void *pa, const void *pb) {
+    const Candidate *a = pa, *b = pb;
+    if (a->nchars != b->nchars) return a->nchars < b->nchars ? -1 : 1;
+    return bpe_piece_cmp(a->s, a->len, b->s, b->len);
+}
+
+/* When no pair occurs any more (a small corpus), the vocabulary is completed like SentencePiece's trainer does, which
+ * keeps picking among the pairs it has seen before even though their count has dropped to 0: every valid pair that
+ * occurred in some earlier round and whose string is not a piece yet, fewest characters first, then code-point
+ * order. These pieces never occur in the training words, so adding them changes no other statistic. Returns how
+ * many were added. */
+static int fill_from_stale_pairs(const PairMap *pm, SymbolTable *st, int *merged,
+                                 int64_t *merged_freq, int *n_merged, int target) {
+    Candidate *c = xmalloc((pm->count ? pm->count : 1) * sizeof *c);
+    size_t n = 0;
+    BpeMap seen;
+    bpe_map_init(&seen, pm->count);
+    for (size_t i = 0; i < pm->cap; i++) {
+        const PairSlot *s = &pm->slots[i];
+        if (!s->key || s->valid != 1) continue;
+        int a = (int)((s->key - 1) >> 32), b = (int)((s->key - 1) & 0xffffffffu);
+        const Symbol *x = &st->v[a], *y = &st->v[b];
+        size_t len = x->len + y->len;
+        char *cat = xmalloc(len + 1);
+        memcpy(cat, x->s, x->len);
+        memcpy(cat + x->len, y->s, y->len);
+        cat[len] = '\0';
+        if (bpe_map_get(&st->index, cat, len) >= 0 || bpe_map_put(&seen, cat, len, (int)n) != (int)n) {
+            free(cat);
+            continue;
+        }
+        c[n++] = (Candidate){cat, len, x->nchars + y->nchars, 0};
+    }
+    qsort(c, n, sizeof *c, cmp_candidate_fill);
+    int added = 0;
+    for (size_t i = 0; i < n && *n_merged < target; i++) {
+        merged[*n_merged] = symbol_add(st, c[i].s, c[i].len);
+        merged_freq[*n_merged] = 0;
+        (*n_merged)++;
+        added++;
+    }
+    for (size_t i = 0; i < n; i++) free(c[i].s);
+    free(c);
+    bpe_map_free(&seen);
+    return added;
+}
+
 int bpe_trainer_train(BpeTrainer *t, BpeVocab *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     out->cfg = t->cfg;
@@ -330,7 +379,7 @@ int bpe_trainer_train(BpeTrainer *t, BpeVocab *out, char *err, size_t errlen) {
     int n_alpha = build_alphabet(t, &st, out, &alpha_counts);
     out->n_sentences = t->n_sentences;
     out->n_char_occurrences = t->n_char_occurrences;
-    int rc = -1;
+    int rc = -1, n_filled = 0;
     int n_words = 0;
     Word *words = NULL;
     if (BPE_N_RESERVED + n_alpha > cfg->vocab_size) {
@@ -389,17 +438,9 @@ int bpe_trainer_train(BpeTrainer *t, BpeVocab *out, char *err, size_t errlen) {
         int best = -1;
         for (size_t g = 0; g < n_cands; g++)
             if (best < 0 || better_candidate(&cands[g], &cands[best])) best = (int)g;
-        if (best < 0) {
-            for (size_t g = 0; g < n_cands; g++) free(cands[g].s);
+        if (best < 0) { /* no pair occurs any more */
             bpe_map_free(&cand_index);
-            set_err(err, errlen,
-                    "the tokenizer corpus allows only %d pieces (%d reserved + %d characters + %d merges); "
-                    "vocab_size %d cannot be reached",
-                    BPE_N_RESERVED + n_alpha + n_merged, BPE_N_RESERVED, n_alpha, n_merged, cfg->vocab_size);
-            free(merged);
-            free(merged_freq);
-            free(cands);
-            goto done;
+            break;
         }
         int new_id = bpe_map_get(&st.index, cands[best].s, cands[best].len);
         if (new_id < 0) {
@@ -429,10 +470,24 @@ int bpe_trainer_train(BpeTrainer *t, BpeVocab *out, char *err, size_t errlen) {
         bpe_map_free(&cand_index);
     }
     free(cands);
+    if (n_merged < target_merges) {
+        n_filled = fill_from_stale_pairs(&pm, &st, merged, merged_freq, &n_merged, target_merges);
+        if (n_merged < target_merges) {
+            set_err(err, errlen,
+                    "the tokenizer corpus allows only %d pieces (%d reserved + %d characters + %d merges, %d of them "
+                    "never-occurring); vocab_size %d cannot be reached",
+                    BPE_N_RESERVED + n_alpha + n_merged, BPE_N_RESERVED, n_alpha, n_merged, n_filled,
+                    cfg->vocab_size);
+            free(merged);
+            free(merged_freq);
+            goto done;
+        }
+    }
 
     /* Assemble the vocabulary: reserved, merges in creation order, alphabet in frequency order. */
     out->n_pieces = cfg->vocab_size;
     out->n_merges = n_merged;
+    out->n_zero_count = n_filled;
     out->pieces = xcalloc((size_t)out->n_pieces, sizeof *out->pieces);
     out->scores = xcalloc((size_t)out->n_pieces, sizeof *out->scores);
     out->types = xcalloc((size_t)out->n_pieces, sizeof *out->types);
@@ -520,6 +575,7 @@ cJSON *bpe_vocab_to_json(const BpeVocab *v, cJSON *training_info) {
     cJSON_AddNumberToObject(tr, "n_sentences", (double)v->n_sentences);
     cJSON_AddNumberToObject(tr, "n_character_occurrences", (double)v->n_char_occurrences);
     cJSON_AddNumberToObject(tr, "n_merges", v->n_merges);
+    cJSON_AddNumberToObject(tr, "n_never_occurring_merges", v->n_zero_count);
     cJSON_AddNumberToObject(tr, "n_characters", v->n_chars);
     cJSON *freqs = cJSON_AddArrayToObject(tr, "piece_counts");
     for (int i = 0; i < v->n_pieces; i++) cJSON_AddItemToArray(freqs, cJSON_CreateNumber((double)v->freqs[i]));

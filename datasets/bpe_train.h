@@ -2,7 +2,21 @@
  *
  * Usage: t = bpe_trainer_new(&cfg); bpe_trainer_add(t, line) for every training sentence; bpe_trainer_train(t, &v);
  * json = bpe_vocab_to_json(&v, training_info); then json_save_file() and tokenizer_load().
- * The algorithm and its deterministic rules are described at the top of bpe_train.c. */
+ * The algorithm and its deterministic rules are described at the top of bpe_train.c.
+ *
+ * Tokenizer file (JSON, written by bpe_vocab_to_json, read by tokenizer_load):
+ *   {"type": "bpe-sentencepiece-style", "version": 1, "vocab_size": 512, "max_piece_length": 16,
+ *    "split_digits": true, "add_dummy_prefix": true, "remove_extra_whitespaces": true, "character_coverage": 0.9995,
+ *    "unk_id": 0, "bos_id": 1, "eos_id": 2,
+ *    "pieces": [{"piece": "<unk>", "score": 0, "type": "unknown"}, {"piece": "<s>", ..., "type": "control"},
+ *               {"piece": "</s>", ...}, {"piece": "▁*", "score": 0, "type": "normal"}, {"piece": "▁-", "score": -1,
+ *               ...}, ...],                      (id = position; whitespace written as U+2581 "▁")
+ *    "training": {"algorithm", "n_sentences", "n_character_occurrences", "n_merges", "n_never_occurring_merges",
+ *                 "n_characters", "piece_counts": [...], "dropped_characters": [{"character", "count"}],
+ *                 and from the tokenize stage: "sentence_format", "pairs_per_file", "exclude_pattern",
+ *                 "n_excluded_files", "corpus": [{"file", "sha256", "pairs_used"}]}}
+ * Encoding needs only "pieces" (strings and scores): a pair of adjacent symbols merges when their concatenation is a
+ * piece, the highest score first (tokenizer.c). */
 #ifndef DATASETS_BPE_TRAIN_H
 #define DATASETS_BPE_TRAIN_H
 
@@ -33,6 +47,7 @@ typedef struct {
     BpePieceType *types;
     int64_t *freqs;        /* merges: pair frequency when created; characters: occurrences; reserved: 0 */
     int n_merges;          /* pieces [3, 3+n_merges) are merges, then n_chars characters */
+    int n_zero_count;      /* of the merges, the last ones added with count 0 to complete a small corpus */
     int n_chars;
     int64_t n_sentences, n_char_occurrences;
     int n_dropped;         /* characters left out by character_coverage (they encode as <unk>) */

@@ -27,7 +27,14 @@ struct Tokenizer {
     char **internal;       /* ' ' for ▁ (normal pieces); NULL for reserved */
     double *score;
     BpePieceType *type;
+    int *len;              /* bytes of internal[id] (0 for reserved) */
     BpeMap map;            /* internal piece -> id, normal pieces only */
+    /* Merge table: (left id, right id) -> id of the piece equal to their concatenation, for every split of every
+     * piece into two pieces. Encoding then works on ids only. Open addressing; key 0 = empty. */
+    uint64_t *pair_keys;
+    int32_t *pair_vals;
+    size_t pair_cap;
+    int ascii_id[128];     /* id of each one-byte character piece, -1 if not a piece */
     int max_piece_chars;
     bool split_digits;
     int unk_id;
@@ -53,6 +60,9 @@ void tokenizer_free(Tokenizer *t) {
     free(t->internal);
     free(t->score);
     free(t->type);
+    free(t->len);
+    free(t->pair_keys);
+    free(t->pair_vals);
     bpe_map_free(&t->map);
     free(t);
 }
@@ -62,6 +72,54 @@ static int get_int_field(const cJSON *root, const char *key, long *out) {
     if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long)v->valuedouble) return -1;
     *out = (long)v->valuedouble;
     return 0;
+}
+
+static uint64_t pair_key(int a, int b) { return ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1; }
+
+static size_t pair_slot(const Tokenizer *t, uint64_t key) {
+    uint64_t h = key * 0x9e3779b97f4a7c15ull;
+    size_t mask = t->pair_cap - 1;
+    for (size_t i = (size_t)(h >> 20) & mask;; i = (i + 1) & mask)
+        if (t->pair_keys[i] == key || t->pair_keys[i] == 0) return i;
+}
+
+static int pair_get(const Tokenizer *t, int a, int b) {
+    uint64_t key = pair_key(a, b);
+    size_t i = pair_slot(t, key);
+    return t->pair_keys[i] == key ? t->pair_vals[i] : -1;
+}
+
+/* Fills the merge table and the ASCII table; fails (returns the id) if a piece has a character that is not itself a
+ * piece: encoding starts from single characters, so such a piece could never be produced. */
+static int build_merge_table(Tokenizer *t) {
+    for (int c = 0; c < 128; c++) {
+        char ch = (char)c;
+        t->ascii_id[c] = bpe_map_get(&t->map, &ch, 1);
+    }
+    size_t splits = 0;
+    for (int id = 0; id < t->n; id++) splits += t->internal[id] ? (size_t)t->len[id] : 0;
+    t->pair_cap = 16;
+    while (t->pair_cap < 2 * splits + 16) t->pair_cap *= 2;
+    t->pair_keys = xcalloc(t->pair_cap, sizeof *t->pair_keys);
+    t->pair_vals = xcalloc(t->pair_cap, sizeof *t->pair_vals);
+    for (int id = 0; id < t->n; id++) {
+        const char *p = t->internal[id];
+        if (!p) continue;
+        int n = t->len[id];
+        for (int k = 0; k < n;) {
+            uint32_t cp;
+            int clen = bpe_utf8_decode(p + k, (size_t)(n - k), &cp);
+            if (bpe_map_get(&t->map, p + k, (size_t)clen) < 0) return id;
+            k += clen;
+            if (k >= n) break;
+            int left = bpe_map_get(&t->map, p, (size_t)k), right = bpe_map_get(&t->map, p + k, (size_t)(n - k));
+            if (left < 0 || right < 0) continue;
+            size_t slot = pair_slot(t, pair_key(left, right));
+            t->pair_keys[slot] = pair_key(left, right);
+            t->pair_vals[slot] = id;
+        }
+    }
+    return -1;
 }
 
 /* Parses and validates the JSON text; path is used in messages. */
@@ -107,6 +165,7 @@ static Tokenizer *parse_tokenizer(const char *path, const char *text, char *err,
     t->internal = xcalloc((size_t)t->n, sizeof *t->internal);
     t->score = xcalloc((size_t)t->n, sizeof *t->score);
     t->type = xcalloc((size_t)t->n, sizeof *t->type);
+    t->len = xcalloc((size_t)t->n, sizeof *t->len);
     bpe_map_init(&t->map, (size_t)t->n);
     static const char *reserved[BPE_N_RESERVED] = {"<unk>", "<s>", "</s>"};
     static const char *reserved_type[BPE_N_RESERVED] = {"unknown", "control", "control"};
@@ -144,6 +203,7 @@ static Tokenizer *parse_tokenizer(const char *path, const char *text, char *err,
                 goto fail;
             }
             t->internal[id] = in;
+            t->len[id] = (int)len;
             t->type[id] = BPE_PIECE_NORMAL;
             if (bpe_map_put(&t->map, in, len, id) != id) {
                 set_err(err, errlen, "%s: pieces[%d] \"%s\" appears twice", path, id, ps->valuestring);
@@ -153,6 +213,12 @@ static Tokenizer *parse_tokenizer(const char *path, const char *text, char *err,
         id++;
     }
     t->unk_id = 0;
+    int orphan = build_merge_table(t);
+    if (orphan >= 0) {
+        set_err(err, errlen, "%s: pieces[%d] \"%s\" contains a character that is not a piece itself", path, orphan,
+                t->display[orphan]);
+        goto fail;
+    }
     cJSON_Delete(root);
     return t;
 fail:
@@ -185,43 +251,36 @@ const char *tokenizer_piece(const Tokenizer *t, int id) {
 
 const char *tokenizer_sha256(const Tokenizer *t) { return t->sha256; }
 
-/* Symbols of one word during encoding: byte offset, byte length and character count of each. */
-typedef struct {
-    int start, len, nchars;
-} Sym;
-
-/* Encodes one word (internal form, starts with ▁ except possibly for text without the prefix) and appends its ids. */
-static int encode_word(const Tokenizer *t, const char *w, int wlen, Sym *sym, int32_t *ids, int max, int count) {
+/* Encodes one word (normalised internal form) and appends its ids. sym is scratch for one id per character; -1 marks
+ * a character that is not a piece (it never merges and is emitted as <unk>). */
+static int encode_word(const Tokenizer *t, const char *w, int wlen, int *sym, int32_t *ids, int max, int count) {
     int n = 0;
     for (int i = 0; i < wlen;) {
-        uint32_t cp;
-        int clen = bpe_utf8_decode(w + i, (size_t)(wlen - i), &cp);
-        sym[n++] = (Sym){i, clen, 1};
-        i += clen;
+        unsigned char c = (unsigned char)w[i];
+        if (c < 128) {
+            sym[n++] = t->ascii_id[c];
+            i++;
+        } else {
+            uint32_t cp;
+            int clen = bpe_utf8_decode(w + i, (size_t)(wlen - i), &cp);
+            sym[n++] = bpe_map_get(&t->map, w + i, (size_t)clen);
+            i += clen;
+        }
     }
     while (n > 1) {
-        int best = -1;
-        double best_score = 0;
+        int best = -1, best_id = -1;
         for (int i = 0; i + 1 < n; i++) {
-            if (sym[i].nchars + sym[i + 1].nchars > t->max_piece_chars) continue;
-            /* Adjacent symbols are contiguous, so their concatenation is a substring of the word. */
-            int id = bpe_map_get(&t->map, w + sym[i].start, (size_t)(sym[i].len + sym[i + 1].len));
-            if (id < 0) continue;
-            if (best < 0 || t->score[id] > best_score) {
-                best = i;
-                best_score = t->score[id];
-            }
+            if (sym[i] < 0 || sym[i + 1] < 0) continue;
+            int id = pair_get(t, sym[i], sym[i + 1]);
+            if (id >= 0 && (best < 0 || t->score[id] > t->score[best_id])) best = i, best_id = id;
         }
         if (best < 0) break;
-        sym[best].len += sym[best + 1].len;
-        sym[best].nchars += sym[best + 1].nchars;
+        sym[best] = best_id;
         memmove(&sym[best + 1], &sym[best + 2], (size_t)(n - best - 2) * sizeof *sym);
         n--;
     }
     for (int i = 0; i < n; i++) {
-        int id = bpe_map_get(&t->map, w + sym[i].start, (size_t)sym[i].len);
-        if (id < 0) id = t->unk_id;
-        if (count < max) ids[count] = id;
+        if (count < max) ids[count] = sym[i] >= 0 ? sym[i] : t->unk_id;
         count++;
     }
     return count;
@@ -232,8 +291,8 @@ int tokenizer_encode(const Tokenizer *t, const char *text, int32_t *ids, int max
     char stack_buf[1024];
     char *norm = n + 2 <= sizeof stack_buf ? stack_buf : xmalloc(n + 2);
     size_t len = bpe_normalize(text, n, norm);
-    Sym stack_sym[256];
-    Sym *sym = len <= 256 ? stack_sym : xmalloc(len * sizeof *sym);
+    int stack_sym[256];
+    int *sym = len <= 256 ? stack_sym : xmalloc(len * sizeof *sym);
     int count = 0;
     size_t start = 0;
     for (size_t i = 1; i <= len; i++) {
@@ -253,10 +312,10 @@ char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n) {
     for (int i = 0; i < n; i++) {
         int id = ids[i];
         const char *s;
-        if (id < 0 || id >= t->n || t->type[id] == BPE_PIECE_UNKNOWN) s = UNK_SURFACE;
+        size_t sl;
+        if (id < 0 || id >= t->n || t->type[id] == BPE_PIECE_UNKNOWN) s = UNK_SURFACE, sl = sizeof UNK_SURFACE - 1;
         else if (t->type[id] == BPE_PIECE_CONTROL) continue;
-        else s = t->internal[id];
-        size_t sl = strlen(s);
+        else s = t->internal[id], sl = (size_t)t->len[id];
         if (len + sl + 1 > cap) {
             while (len + sl + 1 > cap) cap *= 2;
             out = xrealloc(out, cap);

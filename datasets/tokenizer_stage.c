@@ -176,6 +176,7 @@ typedef struct {
     char **rel;
     const char **sha;
     int *used;
+    int *is_corpus;  /* entry from "tokenizer_corpus" (else from "files") */
 } RawManifest;
 
 static void raw_manifest_free(RawManifest *m) {
@@ -183,6 +184,7 @@ static void raw_manifest_free(RawManifest *m) {
     free(m->rel);
     free(m->sha);
     free(m->used);
+    free(m->is_corpus);
     cJSON_Delete(m->root);
     memset(m, 0, sizeof *m);
 }
@@ -197,6 +199,7 @@ static int raw_manifest_add(RawManifest *m, const char *path, const cJSON *arr, 
     m->rel = xrealloc(m->rel, (size_t)(m->n + n) * sizeof *m->rel);
     m->sha = xrealloc(m->sha, (size_t)(m->n + n) * sizeof *m->sha);
     m->used = xrealloc(m->used, (size_t)(m->n + n) * sizeof *m->used);
+    m->is_corpus = xrealloc(m->is_corpus, (size_t)(m->n + n) * sizeof *m->is_corpus);
     const cJSON *e;
     cJSON_ArrayForEach(e, arr) {
         const cJSON *split = cJSON_GetObjectItemCaseSensitive(e, "split");
@@ -215,6 +218,7 @@ static int raw_manifest_add(RawManifest *m, const char *path, const cJSON *arr, 
         m->rel[m->n] = rel;
         m->sha[m->n] = sha->valuestring;
         m->used[m->n] = 0;
+        m->is_corpus[m->n] = !with_split;
         m->n++;
         i++;
     }
@@ -431,26 +435,25 @@ static int module_index(char **modules, int n, const char *name) {
     return hit ? (int)(hit - modules) : -1;
 }
 
-/* The expected decoding of a wrapped string: whitespace collapsed, ends stripped. */
-static char *collapsed(const char *prefix, const char *s, const char *suffix) {
-    size_t n = strlen(prefix) + strlen(s) + strlen(suffix);
-    char *joined = xmalloc(n + 1), *out = xmalloc(n + 1);
-    snprintf(joined, n + 1, "%s%s%s", prefix, s, suffix);
-    size_t o = 0;
-    int space = 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = joined[i];
-        if (c == ' ' || c == '\t') {
-            space = 1;
-            continue;
+/* Does decoded equal prefix + s + suffix with whitespace runs collapsed to one space and the ends stripped (what a
+ * lossless encode/decode must give back)? Streams over the three parts without building the expected string. */
+static int matches_collapsed(const char *decoded, const char *prefix, const char *s, const char *suffix) {
+    const char *parts[3] = {prefix, s, suffix};
+    const char *d = decoded;
+    int pending_space = 0, started = 0;
+    for (int k = 0; k < 3; k++) {
+        for (const char *p = parts[k]; *p; p++) {
+            if (*p == ' ' || *p == '\t') {
+                pending_space = 1;
+                continue;
+            }
+            if (pending_space && started && *d++ != ' ') return 0;
+            pending_space = 0;
+            started = 1;
+            if (*d++ != *p) return 0;
         }
-        if (space && o > 0) out[o++] = ' ';
-        space = 0;
-        out[o++] = c;
     }
-    out[o] = '\0';
-    free(joined);
-    return out;
+    return *d == '\0';
 }
 
 /* Per-example result of the parallel encoding. */
@@ -535,13 +538,10 @@ static int encode_pool(const Pool *pool, const Tokenizer *tok, const char *shard
             enc[i].bad = 0;
             if (unk == 0) {
                 char *dq = tokenizer_decode(tok, ids, nq), *da = tokenizer_decode(tok, ids + nq, na);
-                char *eq = collapsed(" Q: ", q, " A:"), *ea = collapsed(" ", a, "");
-                if (strcmp(dq, eq) != 0) enc[i].bad = 1;
-                else if (strcmp(da, ea) != 0) enc[i].bad = 2;
+                if (!matches_collapsed(dq, " Q: ", q, " A:")) enc[i].bad = 1;
+                else if (!matches_collapsed(da, " ", a, "")) enc[i].bad = 2;
                 free(dq);
                 free(da);
-                free(eq);
-                free(ea);
             }
             unk_total += unk;
         }
@@ -674,7 +674,10 @@ int tokenize_run(const TokenizeJob *job, const TokenizeConfig *cfg, char *err, s
     static const char *const DATA_SPLITS[] = {"train-easy", "train-medium", "train-hard", "interpolate",
                                               "extrapolate"};
     static const int REQUIRED[] = {1, 0, 0, 1, 1};
-    RawManifest rm;
+    RawManifest rm, rm_tok_own;
+    memset(&rm_tok_own, 0, sizeof rm_tok_own);
+    const char *tok_raw = job->tokenizer_raw_dir ? job->tokenizer_raw_dir : job->raw_dir;
+    RawManifest *rm_tok = &rm; /* the manifest of the directory the tokenizer corpus comes from */
     InputList data = {0}, corpus = {0};
     Tokenizer *tok = NULL;
     PoolStats stats[3];
@@ -686,6 +689,10 @@ int tokenize_run(const TokenizeJob *job, const TokenizeConfig *cfg, char *err, s
     int split_start[6] = {0};
 
     if (raw_manifest_load(&rm, job->raw_dir, err, errlen) != 0) goto done;
+    if (strcmp(tok_raw, job->raw_dir) != 0) {
+        rm_tok = &rm_tok_own;
+        if (raw_manifest_load(rm_tok, tok_raw, err, errlen) != 0) goto done;
+    }
     {
         char rerr[400];
         if (compile_full_match(&exclude, cfg->exclude_tokenizer_pattern, rerr, sizeof rerr) != 0) {
@@ -703,14 +710,20 @@ int tokenize_run(const TokenizeJob *job, const TokenizeConfig *cfg, char *err, s
             goto done;
     }
     split_start[5] = data.n;
-    if (read_dir(job->raw_dir, CORPUS_DIR, CORPUS_DIR, 1, &exclude, &rm, &corpus, &n_excluded, err, errlen))
+    if (read_dir(tok_raw, CORPUS_DIR, CORPUS_DIR, 1, &exclude, rm_tok, &corpus, &n_excluded, err, errlen))
         goto done;
-    for (int i = 0; i < rm.n; i++) {
-        /* Corpus files excluded by the pattern are not read ("used"), but they must exist too. */
-        snprintf(path, sizeof path, "%s/%s", job->raw_dir, rm.rel[i]);
-        if (!rm.used[i] && !file_exists(path)) {
-            set_err(err, errlen, "%s: listed in %s/manifest.json but missing", path, job->raw_dir);
-            goto done;
+    /* Every file the manifests list (that this run draws from) must exist; corpus files excluded by the pattern are
+     * not read ("used"), but they must exist too. */
+    for (int k = 0; k < (rm_tok == &rm ? 1 : 2); k++) {
+        const RawManifest *m = k == 0 ? &rm : rm_tok;
+        const char *dir = k == 0 ? job->raw_dir : tok_raw;
+        for (int i = 0; i < m->n; i++) {
+            if (m->used[i] || (m != rm_tok && m->is_corpus[i]) || (k == 1 && !m->is_corpus[i])) continue;
+            snprintf(path, sizeof path, "%s/%s", dir, m->rel[i]);
+            if (!file_exists(path)) {
+                set_err(err, errlen, "%s: listed in %s/manifest.json but missing", path, dir);
+                goto done;
+            }
         }
     }
     log_info("read %d data files and %d tokenizer-corpus files (%d excluded by \"%s\")", data.n, corpus.n, n_excluded,
@@ -774,6 +787,14 @@ int tokenize_run(const TokenizeJob *job, const TokenizeConfig *cfg, char *err, s
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(rm.root, copy_keys[i]);
         if (cJSON_IsString(v)) cJSON_AddStringToObject(raw, copy_keys[i], v->valuestring);
     }
+    if (rm_tok != &rm) {
+        cJSON *tr = cJSON_AddObjectToObject(manifest, "tokenizer_raw");
+        cJSON_AddStringToObject(tr, "manifest_sha256", rm_tok->sha256);
+        for (int i = 0; i < 3; i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(rm_tok->root, copy_keys[i]);
+            if (cJSON_IsString(v)) cJSON_AddStringToObject(tr, copy_keys[i], v->valuestring);
+        }
+    }
     cJSON *inputs = cJSON_AddArrayToObject(manifest, "inputs");
     InputList *lists[2] = {&data, &corpus};
     for (int l = 0; l < 2; l++) {
@@ -784,6 +805,7 @@ int tokenize_run(const TokenizeJob *job, const TokenizeConfig *cfg, char *err, s
             cJSON_AddStringToObject(o, "file", f->rel);
             cJSON_AddStringToObject(o, "sha256", f->f.sha256);
             cJSON_AddNumberToObject(o, "pairs", (double)f->f.n_pairs);
+            cJSON_AddStringToObject(o, "raw", l == 1 && rm_tok != &rm ? "tokenizer_raw" : "raw");
             cJSON_AddItemToArray(inputs, o);
         }
     }
@@ -815,5 +837,6 @@ done:
     list_free(&data);
     list_free(&corpus);
     raw_manifest_free(&rm);
+    raw_manifest_free(&rm_tok_own);
     return rc;
 }

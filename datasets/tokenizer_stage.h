@@ -31,6 +31,10 @@ typedef struct {
     const char *config_path; /* only hashed into the manifest; may be NULL */
     const char *out_dir;
     int show_progress;       /* progress bars on stderr */
+    /* Optional: take the tokenizer corpus (tokenizer_corpus/ and its manifest) from this raw directory instead of
+     * raw_dir, e.g. the embedded sample's (all 56 modules) when raw_dir holds an arithmetic-only archive whose own
+     * corpus lacks the other modules' text. NULL = raw_dir. */
+    const char *tokenizer_raw_dir;
 } TokenizeJob;
 
 /* Runs the stage. Returns 0, or -1 with one line in err (bad input names file and line); on error no output file

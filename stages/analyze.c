@@ -187,6 +187,7 @@ static double depth_fraction(const double *scores, int L, int Tin, int q_len) {
 }
 
 /* ---------------------------------------------------------------- stage ------------------------------------ */
+#ifndef STAGE_NO_MAIN
 
 static int encode(const Tokenizer *tok, const char *text, int32_t **ids) {
     /* A piece covers at least one character, plus the dummy-prefix piece: strlen + 2 ids always suffice. */
@@ -220,18 +221,17 @@ static const char *SUMMARY =
     "fp32 and score the L2 change of the answer distributions. Writes --out (analysis.json, schema dm-math-analysis "
     "v1) and depth_<k>.svg heat maps beside it.";
 
-#ifndef STAGE_NO_MAIN
 int main(int argc, char **argv) {
     log_set_program("analyze");
     const char *run_dir = NULL, *config_path = NULL, *data_dir = NULL, *out_path = NULL, *backend_name = "cpu";
-    long threads = 0;
+    long threads = 1;
     CliOption opts[] = {
         {"run", OPT_STRING, &run_dir, "trained run directory runs/EXP/RUN", true},
         {"config", OPT_STRING, &config_path, "run config experiments/EXP/RUN.json", true},
         {"data", OPT_STRING, &data_dir, "data directory data/EXP (tokenizer.json)", true},
         {"out", OPT_STRING, &out_path, "analysis record to write, e.g. runs/EXP/RUN/analysis.json", true},
         {"backend", OPT_STRING, &backend_name, "cpu | cuda (default cpu)", false},
-        {"threads", OPT_INT, &threads, "CPU threads (default: all cores)", false},
+        {"threads", OPT_INT, &threads, "CPU threads (default 1: the per-example forwards are too small to gain; 0 = all cores)", false},
     };
     cli_parse(argc, argv, "analyze", SUMMARY, opts, (int)(sizeof opts / sizeof opts[0]));
     if (threads < 0) die("--threads: must be >= 1 (got %ld)", threads);

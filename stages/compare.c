@@ -1,7 +1,7 @@
 /* compare: checks each run's result.json against a recorded baseline record, metric by metric, with declared
  * per-metric tolerances.
  *
- *   bin/compare --baselines reports/baselines/EXP --runs runs/EXP [--tolerances FILE]
+ *   bin/compare --baselines reports/baselines/EXP --runs runs/EXP [--tolerances FILE] [--only RUN,RUN]
  *
  * Baselines are files <RUN>.result.json (a copy of a result.json); each is compared with <runs>/<RUN>/result.json.
  * Exit status: 0 every metric within tolerance; 1 some metric outside its tolerance (a regression, or an unexplained
@@ -228,6 +228,19 @@ static int compare_run(const char *run, const char *baseline_path, const char *r
     return status;
 }
 
+/* Whether name[0..n) is in the comma-separated list (NULL list = everything). */
+static bool in_list(const char *list, const char *name, size_t n) {
+    if (!list) return true;
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static const char *SUMMARY =
@@ -238,12 +251,13 @@ static const char *SUMMARY =
 
 int compare_main(int argc, char **argv) {
     log_set_program("compare");
-    const char *baselines = NULL, *runs = NULL, *tolerances = NULL;
+    const char *baselines = NULL, *runs = NULL, *tolerances = NULL, *only = NULL;
     bool only_failures = false;
     CliOption opts[] = {
         {"baselines", OPT_STRING, &baselines, "directory of <RUN>.result.json baseline records", true},
         {"runs", OPT_STRING, &runs, "directory of run directories <RUN>/result.json", true},
         {"tolerances", OPT_STRING, &tolerances, "tolerances file (default <baselines>/tolerances.json)", false},
+        {"only", OPT_STRING, &only, "comma-separated runs to compare (default: every baseline record)", false},
         {"only-failures", OPT_FLAG, &only_failures, "print only metrics outside their tolerance (default: all)", false},
     };
     cli_parse(argc, argv, "compare", SUMMARY, opts, (int)(sizeof opts / sizeof opts[0]));
@@ -268,7 +282,7 @@ int compare_main(int argc, char **argv) {
     const char *suffix = ".result.json";
     for (struct dirent *e; (e = readdir(d));) {
         size_t n = strlen(e->d_name), k = strlen(suffix);
-        if (n > k && strcmp(e->d_name + n - k, suffix) == 0) {
+        if (n > k && strcmp(e->d_name + n - k, suffix) == 0 && in_list(only, e->d_name, n - k)) {
             names = xrealloc(names, (size_t)(n_names + 1) * sizeof *names);
             names[n_names] = xstrdup(e->d_name);
             names[n_names][n - k] = '\0';
@@ -277,8 +291,28 @@ int compare_main(int argc, char **argv) {
     }
     closedir(d);
     if (n_names == 0) {
-        log_error("%s: no baseline records (<RUN>.result.json)", baselines);
+        log_error("%s: no baseline records (<RUN>.result.json)%s%s", baselines, only ? " for --only " : "",
+                  only ? only : "");
         return 2;
+    }
+    /* Every run asked for with --only must have a baseline. */
+    if (only) {
+        char *copy = xstrdup(only);
+        int missing = 0;
+        for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            bool found = false;
+            for (int i = 0; i < n_names && !found; i++) found = strcmp(names[i], tok) == 0;
+            if (!found) {
+                log_error("%s/%s.result.json: missing baseline record (asked for by --only)", baselines, tok);
+                missing = 1;
+            }
+        }
+        free(copy);
+        if (missing) {
+            for (int i = 0; i < n_names; i++) free(names[i]);
+            free(names);
+            return 2;
+        }
     }
     qsort(names, (size_t)n_names, sizeof *names, cmp_str);
 

@@ -230,6 +230,7 @@ static void evaluate_set(Model *m, const Shard *sh, const char *path, const Eval
 }
 
 /* ---------------------------------------------------------------- inputs ----------------------------------- */
+#ifndef STAGE_NO_MAIN
 
 /* The "evaluate" section of the run config, strictly. */
 static void read_eval_config(const cJSON *root, const char *path, EvalConfig *ec) {
@@ -267,11 +268,10 @@ static const char *SUMMARY =
     "shards of --data: teacher-forced exact match of the whole answer, each example alone, fp32. Writes the result "
     "record (schema dm-math-result v1) atomically to --out.";
 
-#ifndef STAGE_NO_MAIN
 int main(int argc, char **argv) {
     log_set_program("evaluate");
     const char *run_dir = NULL, *config_path = NULL, *data_dir = NULL, *out_path = NULL, *backend_name = "cpu";
-    long batch_size = 1, threads = 0;
+    long batch_size = 1, threads = 1;
     CliOption opts[] = {
         {"run", OPT_STRING, &run_dir, "trained run directory runs/EXP/RUN", true},
         {"config", OPT_STRING, &config_path, "run config experiments/EXP/RUN.json", true},
@@ -279,7 +279,7 @@ int main(int argc, char **argv) {
         {"out", OPT_STRING, &out_path, "result record to write, e.g. runs/EXP/RUN/result.json", true},
         {"backend", OPT_STRING, &backend_name, "cpu | cuda (default cpu)", false},
         {"batch-size", OPT_INT, &batch_size, "examples of equal length per forward pass (default 1 = each alone)", false},
-        {"threads", OPT_INT, &threads, "CPU threads (default: all cores)", false},
+        {"threads", OPT_INT, &threads, "CPU threads (default 1: the per-example forwards are too small to gain; 0 = all cores)", false},
     };
     cli_parse(argc, argv, "evaluate", SUMMARY, opts, (int)(sizeof opts / sizeof opts[0]));
     if (batch_size < 1 || batch_size > 4096) die("--batch-size: must be in [1, 4096] (got %ld)", batch_size);

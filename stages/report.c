@@ -287,7 +287,7 @@ static void section_overview(Doc *d, const RunData *runs, int n) {
         snprintf(steps, sizeof steps, "%ld", r->res.training.steps);
         fmt_big(tokens, sizeof tokens, (double)r->res.training.tokens);
         snprintf(loss, sizeof loss, "%.4f", r->res.training.final_train_loss);
-        snprintf(acc, sizeof acc, "%.1f%%", 100 * r->res.evaluation.mean_accuracy);
+        snprintf(acc, sizeof acc, "%.2f%%", 100 * r->res.evaluation.mean_accuracy);
         const char *row[] = {r->name, arch_label(r->res.arch), mode_label(r->res.loss_mode), params, steps, tokens,
                              loss, acc, analysis_state(r)};
         doc_table_row(d, 9, row, false);
@@ -349,7 +349,7 @@ static void section_pooled(Doc *d, const RunData *runs, int n) {
         char a[128], b[128], m[32], l[64], g[96];
         fmt_acc(a, sizeof a, si->accuracy, si->ci95, si->n);
         fmt_acc(b, sizeof b, se->accuracy, se->ci95, se->n);
-        snprintf(m, sizeof m, "%.1f%%", 100 * r->res.evaluation.mean_accuracy);
+        snprintf(m, sizeof m, "%.2f%%", 100 * r->res.evaluation.mean_accuracy);
         snprintf(l, sizeof l, "%.3f / %.3f", si->mean_answer_loss, se->mean_answer_loss);
         snprintf(g, sizeof g, "%ld/%ld, %ld/%ld%s", si->greedy_agree, si->greedy_n, se->greedy_agree, se->greedy_n,
                  (si->greedy_agree != si->greedy_n || se->greedy_agree != se->greedy_n) ? " DISAGREEMENT" : "");
@@ -535,9 +535,14 @@ static void section_caveats(Doc *d, const RunData *runs, int n) {
     fmt_big(e, sizeof e, max_tokens);
     const bool small_model = max_params < 0.5 * PAPER_PARAMS;
     const bool short_training = max_tokens < 0.5 * PAPER_TOKENS;
-    doc_list_item(d, "Scale: %s to %s parameters (paper: about 228M, %.0fx more) trained on %s to %s token slots "
-                     "(paper: 64 x 1024 x 100k = 6.55B, %.1f%% of it at most).",
-                  a, b, PAPER_PARAMS / fmax(max_params, 1), c, e, 100.0 * max_tokens / PAPER_TOKENS);
+    char params[80], tokens[80];
+    if (min_params == max_params) snprintf(params, sizeof params, "%s", b);
+    else snprintf(params, sizeof params, "%s to %s", a, b);
+    if (min_tokens == max_tokens) snprintf(tokens, sizeof tokens, "%s", e);
+    else snprintf(tokens, sizeof tokens, "%s to %s", c, e);
+    doc_list_item(d, "Scale: %s parameters (paper: about 228M, %.0fx more) trained on %s token slots (paper: 64 x "
+                     "1024 x 100k = 6.55B; %.2g%% of it at most).",
+                  params, PAPER_PARAMS / fmax(max_params, 1), tokens, 100.0 * max_tokens / PAPER_TOKENS);
     if (small_model || short_training)
         doc_list_item(d, "These runs cannot reproduce the paper's numbers: the models are %s%s%s than the paper's. "
                          "The headline table is a sanity check of the pipeline, not a replication; a difference from "

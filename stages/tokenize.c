@@ -9,13 +9,15 @@
 
 int main(int argc, char **argv) {
     log_set_program("tokenize");
-    const char *raw = NULL, *config = NULL, *out = NULL;
+    const char *raw = NULL, *config = NULL, *out = NULL, *tokenizer_raw = NULL;
     bool quiet = false;
     const CliOption opts[] = {
         {"raw", OPT_STRING, &raw, "raw directory written by fetch, e.g. data/tiny/raw", true},
         {"config", OPT_STRING, &config, "experiment data config with a \"tokenize\" section, e.g. "
                                         "experiments/tiny/data.json", true},
         {"out", OPT_STRING, &out, "output directory, e.g. data/tiny", true},
+        {"tokenizer-raw", OPT_STRING, &tokenizer_raw, "take the tokenizer corpus from this fetch output instead "
+                                                      "(default: --raw)", false},
         {"quiet", OPT_FLAG, &quiet, "only errors on stderr (no progress, no info lines)", false},
     };
     cli_parse(argc, argv, "tokenize",
@@ -28,7 +30,7 @@ int main(int argc, char **argv) {
     TokenizeConfig cfg;
     char err[1024];
     if (tokenize_config_load(config, &cfg, err, sizeof err) != 0) die("%s", err);
-    TokenizeJob job = {raw, config, out, !quiet};
+    TokenizeJob job = {raw, config, out, !quiet, tokenizer_raw};
     if (tokenize_run(&job, &cfg, err, sizeof err) != 0) die("%s", err);
     log_info("wrote %s/{tokenizer.json,train.shard,interpolate.shard,extrapolate.shard,tokenize_manifest.json}", out);
     return 0;

@@ -33,6 +33,7 @@ void cpu_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, i
         const scalar_t *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
         for (int h = 0; h < H; h++) {
             scalar_t *row = x + ((size_t)bt * H + h) * D;
+#pragma omp simd
             for (int i = 0; i < half; i++) {
                 scalar_t x0 = row[i], x1 = row[i + half];
                 row[i] = x0 * c[i] - x1 * s[i];
@@ -46,6 +47,18 @@ void cpu_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, i
  * GEMMs skip most of the causally masked upper triangle. */
 #define QBLOCK 64
 
+/* In place on s[0..n): s = softmax(s[0..n)), s[n..len) = 0 (masked keys). Returns the logsumexp of s[0..n). */
+static scalar_t softmax_prefix(scalar_t *s, int n, int len) {
+    scalar_t mx = s[0];
+#pragma omp simd reduction(max : mx)
+    for (int j = 1; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    double l = cpu_exp_shift(s, s, mx, n);
+    scalar_t inv_l = (scalar_t)(1.0 / l);
+    for (int j = 0; j < n; j++) s[j] *= inv_l;
+    for (int j = n; j < len; j++) s[j] = 0;
+    return mx + (scalar_t)log(l);
+}
+
 /* One (b,h) pair. q/k/v/out point at the head's first element; consecutive time steps are `ld` apart.
  * p: scratch [QBLOCK, Tk]. */
 static void attention_forward_head(scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
@@ -56,20 +69,8 @@ static void attention_forward_head(scalar_t *out, scalar_t *lse, const scalar_t 
         /* P[rows, kend] = scale * Q_blk @ K[0:kend]^T */
         cpu_gemm(0, 1, rows, kend, D, scale, q + (size_t)i0 * ld, ld, k, ld, 0, p, kend);
         for (int r = 0; r < rows; r++) {
-            scalar_t *pr = p + (size_t)r * kend;
             int n_vis = Tk - Tq + i0 + r + 1;
-            scalar_t mx = pr[0];
-            for (int j = 1; j < n_vis; j++)
-                if (pr[j] > mx) mx = pr[j];
-            double l = 0;
-            for (int j = 0; j < n_vis; j++) {
-                pr[j] = sc_exp(pr[j] - mx);
-                l += pr[j];
-            }
-            scalar_t inv_l = (scalar_t)(1.0 / l);
-            for (int j = 0; j < n_vis; j++) pr[j] *= inv_l;
-            for (int j = n_vis; j < kend; j++) pr[j] = 0; /* causal mask */
-            lse[i0 + r] = mx + (scalar_t)log(l);
+            lse[i0 + r] = softmax_prefix(p + (size_t)r * kend, n_vis, kend);
         }
         /* O_blk[rows, D] = P @ V[0:kend] */
         cpu_gemm(0, 0, rows, D, kend, 1, p, kend, v, ld, 0, out + (size_t)i0 * ld, ld);
@@ -118,10 +119,8 @@ static void attention_backward_head(scalar_t *dq, scalar_t *dk, scalar_t *dv, co
             double di = 0;
             for (int d = 0; d < D; d++) di += (double)doi[d] * oi[d];
             scalar_t Di = (scalar_t)di, lse_i = lse[i];
-            for (int j = 0; j < n_vis; j++) {
-                pr[j] = sc_exp(pr[j] - lse_i);
-                dpr[j] = scale * pr[j] * (dpr[j] - Di);
-            }
+            cpu_exp_shift(pr, pr, lse_i, n_vis);
+            for (int j = 0; j < n_vis; j++) dpr[j] = scale * pr[j] * (dpr[j] - Di);
             for (int j = n_vis; j < kend; j++) pr[j] = dpr[j] = 0;
         }
         cpu_gemm(0, 0, rows, D, kend, 1, dp, kend, k, ld, 1, dq + (size_t)i0 * ld, ld); /* dQ_blk += dS K */

@@ -82,6 +82,7 @@ void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_
             int p = r * out_div + j;
             const scalar_t *yp = Ys + (size_t)pl.inv[p] * Nout;
             scalar_t wp = w[p];
+#pragma omp simd
             for (int n = 0; n < Nout; n++) yr[n] += wp * yp[n];
         }
     }
@@ -118,6 +119,7 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
         for (int p = 0; p < M; p++) {
             const scalar_t *qp = Qs + (size_t)pl.inv[p] * Kin, *xp = Xs + (size_t)pl.inv[p] * Kin;
             double acc = 0;
+#pragma omp simd reduction(+ : acc)
             for (int i = 0; i < Kin; i++) acc += (double)qp[i] * xp[i];
             dw[p] = (scalar_t)acc;
         }
@@ -128,6 +130,7 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
             for (int m = 0; m < M; m++) {
                 scalar_t wp = w[pl.perm[m]];
                 scalar_t *g = Gs + (size_t)m * Nout;
+#pragma omp simd
                 for (int n = 0; n < Nout; n++) g[n] *= wp;
             }
         }
@@ -147,6 +150,7 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
                 int p = r * in_div + j;
                 const scalar_t *qp = Qs + (size_t)pl.inv[p] * Kin;
                 scalar_t wp = w ? w[p] : (scalar_t)1;
+#pragma omp simd
                 for (int i = 0; i < Kin; i++) dxr[i] += wp * qp[i];
             }
         }

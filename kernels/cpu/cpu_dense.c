@@ -48,12 +48,12 @@ void cpu_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B, 
 }
 
 void cpu_add_inplace(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
 void cpu_scale_inplace(Backend *be, scalar_t *y, scalar_t s, size_t n) {
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] *= s;
 }
 
@@ -62,6 +62,7 @@ void cpu_add_bias(Backend *be, scalar_t *y, const scalar_t *bias, int N, int C) 
 #pragma omp parallel for schedule(static) if ((size_t)N * C > PAR_MIN)
     for (int n = 0; n < N; n++) {
         scalar_t *row = y + (size_t)n * C;
+#pragma omp simd
         for (int c = 0; c < C; c++) row[c] += bias[c];
     }
 }
@@ -75,6 +76,7 @@ void cpu_bias_backward(Backend *be, scalar_t *dbias, const scalar_t *dy, int N, 
         double acc[COL_BLOCK] = {0};
         for (int n = 0; n < N; n++) {
             const scalar_t *row = dy + (size_t)n * C;
+#pragma omp simd
             for (int c = c0; c < c1; c++) acc[c - c0] += row[c];
         }
         for (int c = c0; c < c1; c++) dbias[c] += (scalar_t)acc[c - c0];
@@ -83,14 +85,17 @@ void cpu_bias_backward(Backend *be, scalar_t *dbias, const scalar_t *dy, int N, 
 
 /* y = max(x, 0); y may alias x. */
 void cpu_relu_forward(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
 }
 
 /* dx = dy * (pre > 0); dx may alias dy. */
 void cpu_relu_backward(Backend *be, scalar_t *dx, const scalar_t *dy, const scalar_t *pre, size_t n) {
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++) dx[i] = pre[i] > 0 ? dy[i] : 0;
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        scalar_t g = dy[i]; /* loaded unconditionally so the select vectorises */
+        dx[i] = pre[i] > 0 ? g : 0;
+    }
 }
 
 /* h[N,C] = table[tokens[n]]. Token ids are not range-checked here (the table size is unknown to the op); callers
@@ -113,6 +118,7 @@ void cpu_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, c
         for (int n = 0; n < N; n++) {
             scalar_t *dst = dtable + (size_t)tokens[n] * C;
             const scalar_t *src = dh + (size_t)n * C;
+#pragma omp simd
             for (int c = c0; c < c1; c++) dst[c] += src[c];
         }
     }
@@ -127,9 +133,11 @@ void cpu_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *r
         const scalar_t *xr = x + (size_t)n * C;
         scalar_t *yr = y + (size_t)n * C;
         double s = 0;
+#pragma omp simd reduction(+ : s)
         for (int c = 0; c < C; c++) s += xr[c];
         double mu = s / C;
         double ss = 0;
+#pragma omp simd reduction(+ : ss)
         for (int c = 0; c < C; c++) {
             double d = xr[c] - mu;
             ss += d * d;
@@ -138,6 +146,7 @@ void cpu_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *r
         scalar_t r = (scalar_t)(1.0 / sqrt(ss / C + (double)eps));
         mean[n] = m;
         rstd[n] = r;
+#pragma omp simd
         for (int c = 0; c < C; c++) {
             scalar_t xh = (xr[c] - m) * r;
             yr[c] = xh * (w ? w[c] : (scalar_t)1) + (b ? b[c] : (scalar_t)0);
@@ -157,6 +166,7 @@ void cpu_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *d
             scalar_t *dxr = dx + (size_t)n * C;
             scalar_t m = mean[n], r = rstd[n];
             double sum_dxh = 0, sum_dxh_xh = 0;
+#pragma omp simd reduction(+ : sum_dxh, sum_dxh_xh)
             for (int c = 0; c < C; c++) {
                 double dxh = (double)dyr[c] * (w ? w[c] : 1);
                 double xh = (double)((xr[c] - m) * r);
@@ -164,6 +174,7 @@ void cpu_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *d
                 sum_dxh_xh += dxh * xh;
             }
             double mean_dxh = sum_dxh / C, mean_dxh_xh = sum_dxh_xh / C;
+#pragma omp simd
             for (int c = 0; c < C; c++) {
                 double dxh = (double)dyr[c] * (w ? w[c] : 1);
                 double xh = (double)((xr[c] - m) * r);
@@ -181,6 +192,7 @@ void cpu_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *d
         for (int n = 0; n < N; n++) {
             const scalar_t *xr = x + (size_t)n * C, *dyr = dy + (size_t)n * C;
             scalar_t m = mean[n], r = rstd[n];
+#pragma omp simd
             for (int c = c0; c < c1; c++) {
                 acc_w[c - c0] += (double)dyr[c] * (double)((xr[c] - m) * r);
                 acc_b[c - c0] += dyr[c];

@@ -45,6 +45,9 @@ void *cpu_scratch(Backend *be, int slot, size_t bytes);
 void cpu_gemm(int transA, int transB, int M, int N, int K, scalar_t alpha, const scalar_t *A, int lda,
               const scalar_t *B, int ldb, scalar_t beta, scalar_t *C, int ldc);
 
+/* y[j] = exp(x[j] - shift) for j < n (y may alias x), vectorised; returns sum_j y[j] (double, fixed order). */
+double cpu_exp_shift(scalar_t *y, const scalar_t *x, scalar_t shift, int n);
+
 /* Parallel loops that call BLAS themselves (one GEMM per thread) first switch OpenBLAS to one thread, so that the
  * threads do not oversubscribe the cores; begin returns the previous setting for end to restore. */
 int cpu_blas_single_begin(void);

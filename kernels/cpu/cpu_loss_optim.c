@@ -2,6 +2,8 @@
 #include <math.h>
 #include <string.h>
 
+#include <omp.h>
+
 #include "kernels/cpu/cpu_internal.h"
 #include "pipeline/log.h"
 
@@ -19,24 +21,26 @@ double cpu_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, const
         if (targets[n] < -1 || targets[n] >= V)
             die("cross_entropy: target %d at row %d is outside [-1, %d)", targets[n], n, V);
     double *row_loss = cpu_scratch(be, SCRATCH_A, (size_t)(N > 0 ? N : 1) * sizeof(double)); /* [N] */
-#pragma omp parallel for schedule(static) if ((size_t)N * V > PAR_MIN)
+    int n_threads = omp_get_max_threads();
+    scalar_t *exps = cpu_scratch(be, SCRATCH_B, (size_t)n_threads * V * sizeof(scalar_t)); /* per thread [V] */
+#pragma omp parallel for schedule(static) num_threads(n_threads) if ((size_t)N * V > PAR_MIN)
     for (int n = 0; n < N; n++) {
         const scalar_t *l = logits + (size_t)n * V;
+        scalar_t *e = exps + (size_t)omp_get_thread_num() * V;
         int t = targets[n];
         scalar_t mx = l[0];
-        for (int v = 1; v < V; v++)
-            if (l[v] > mx) mx = l[v];
-        double s = 0;
-        for (int v = 0; v < V; v++) s += sc_exp(l[v] - mx);
-        double lse = (double)mx + log(s);
-        row_loss[n] = t >= 0 ? lse - (double)l[t] : 0.0; /* read before dlogits (which may alias) is written */
+#pragma omp simd reduction(max : mx)
+        for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
+        double s = cpu_exp_shift(e, l, mx, V); /* e = exp(l - mx) */
+        row_loss[n] = t >= 0 ? (double)mx + log(s) - (double)l[t] : 0.0; /* before dlogits (may alias) is written */
         if (dlogits) {
             scalar_t *dl = dlogits + (size_t)n * V;
             if (t < 0) {
                 memset(dl, 0, (size_t)V * sizeof(scalar_t));
             } else {
-                scalar_t lse_s = (scalar_t)lse;
-                for (int v = 0; v < V; v++) dl[v] = grad_scale * sc_exp(l[v] - lse_s);
+                scalar_t coef = (scalar_t)((double)grad_scale / s); /* softmax = e / s */
+#pragma omp simd
+                for (int v = 0; v < V; v++) dl[v] = coef * e[v];
                 dl[t] -= grad_scale;
             }
         }
@@ -73,7 +77,7 @@ void cpu_adamw_step(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, sc
     const scalar_t step_size = (scalar_t)(lr / (1.0 - pow(beta1, (double)t)));
     const scalar_t bc2_sqrt = (scalar_t)sqrt(1.0 - pow(beta2, (double)t));
     const scalar_t eps_s = (scalar_t)eps;
-#pragma omp parallel for schedule(static) if (n > PAR_MIN)
+#pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         scalar_t gi = g[i];
         scalar_t pi = p[i] * decay;
@@ -95,6 +99,7 @@ double cpu_sum_squares(Backend *be, const scalar_t *x, size_t n) {
     for (size_t c = 0; c < n_chunks; c++) {
         size_t i0 = c * SUMSQ_CHUNK, i1 = i0 + SUMSQ_CHUNK < n ? i0 + SUMSQ_CHUNK : n;
         double acc = 0;
+#pragma omp simd reduction(+ : acc)
         for (size_t i = i0; i < i1; i++) acc += (double)x[i] * (double)x[i];
         partial[c] = acc;
     }

@@ -6,7 +6,8 @@
  * [batch_size, context]: zero grads, n_microbatch x model_train_step (grad_scale 1/n_microbatch), global-norm clip,
  * AdamW at the scheduled lr. Every position is valid and targets are the next token (the Q+A loss shape), so the
  * work per step equals a training step on full windows. One warm-up step is run and not timed.
- * Output: one line "bench c: <arch> steps N tokens X seconds S tokens_per_s R threads T" on stdout.
+ * Output: one line "bench c: <arch> steps N tokens X seconds S tokens_per_s R cpu_seconds P threads T ..." on stdout
+ * (cpu_seconds: process CPU time over all threads, less sensitive than wall time to a machine shared with others).
  */
 #include <cblas.h>
 #include <omp.h>
@@ -27,9 +28,9 @@
 #include "pipeline/config.h"
 #include "pipeline/log.h"
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (clock_gettime(id, &ts) != 0) die("clock_gettime failed");
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -88,11 +89,12 @@ int main(int argc, char **argv) {
     Rng rng;
     rng_seed(&rng, 12345);
 
-    double t0 = 0, last_ce = 0;
+    double t0 = 0, c0 = 0, last_ce = 0;
     for (long s = 0; s <= steps; s++) {
         if (s == 1) {
             be->synchronize(be);
-            t0 = now_s(); /* step 0 is the untimed warm-up (allocations, caches) */
+            t0 = clock_s(CLOCK_MONOTONIC); /* step 0 is the untimed warm-up (allocations, caches) */
+            c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         }
         be->zero(be, model_grads(m), np * sizeof(scalar_t));
         for (long mb = 0; mb < tc.n_microbatch; mb++) {
@@ -106,10 +108,11 @@ int main(int argc, char **argv) {
         adamw_update(&opt, model_params(m), model_grads(m), lr_at(&sched, s));
     }
     be->synchronize(be);
-    double secs = now_s() - t0;
+    double secs = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
     double tokens = (double)steps * (double)tc.batch_size * (double)tc.context;
-    printf("bench c: %s steps %ld tokens %.0f seconds %.3f tokens_per_s %.1f threads %ld params %zu last_ce %.4f\n",
-           mc.arch == ARCH_MOEUT ? "moeut" : "dense", steps, tokens, secs, tokens / secs, threads, np, last_ce);
+    printf("bench c: %s steps %ld tokens %.0f seconds %.3f tokens_per_s %.1f cpu_seconds %.3f threads %ld params %zu "
+           "last_ce %.4f\n",
+           mc.arch == ARCH_MOEUT ? "moeut" : "dense", steps, tokens, secs, tokens / secs, cpu, threads, np, last_ce);
 
     free(inputs);
     free(targets);

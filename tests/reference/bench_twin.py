@@ -47,7 +47,7 @@ def twin_bench(cfg_path, steps, threads):
     t0, ce = None, float("nan")
     for s in range(steps + 1):
         if s == 1:
-            t0 = time.perf_counter()  # step 0 is the untimed warm-up
+            t0, c0 = time.perf_counter(), time.process_time()  # step 0 is the untimed warm-up
         for g in opt.param_groups:
             g["lr"] = twin.lr_at(s, tc["lr"], tc["warmup"], tc["steps"], tc["min_lr_multiplier"])
         opt.zero_grad(set_to_none=False)
@@ -59,22 +59,24 @@ def twin_bench(cfg_path, steps, threads):
         if tc["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), tc["grad_clip"])
         opt.step()
-    secs = time.perf_counter() - t0
+    secs, cpu = time.perf_counter() - t0, time.process_time() - c0
     tokens = steps * B * T
     n_params = sum(p.numel() for p in model.parameters())
     print(f"bench twin: {mc['arch']} steps {steps} tokens {tokens} seconds {secs:.3f} tokens_per_s {tokens / secs:.1f} "
-          f"threads {threads} params {n_params} last_ce {ce:.4f} (torch {torch.__version__})", flush=True)
-    return tokens / secs, n_params
+          f"cpu_seconds {cpu:.3f} threads {threads} params {n_params} last_ce {ce:.4f} (torch {torch.__version__})",
+          flush=True)
+    return tokens / secs, tokens / cpu, n_params
 
 
 def c_bench(exe, cfg_path, steps, threads):
     out = subprocess.run([exe, "--config", cfg_path, "--steps", str(steps), "--threads", str(threads)],
                          check=True, stdout=subprocess.PIPE, text=True).stdout
     sys.stdout.write(out)
-    m = re.search(r"tokens_per_s ([0-9.eE+-]+).* params (\d+)", out)
+    m = re.search(r"tokens ([0-9.]+) seconds [0-9.]+ tokens_per_s ([0-9.eE+-]+) cpu_seconds ([0-9.eE+-]+)"
+                  r".* params (\d+)", out)
     if not m:
         raise SystemExit(f"bench_twin: cannot parse the C bench output: {out!r}")
-    return float(m.group(1)), int(m.group(2))
+    return float(m.group(2)), float(m.group(1)) / float(m.group(3)), int(m.group(4))
 
 
 def main():
@@ -87,19 +89,21 @@ def main():
     rows = []
     for cfg in args.config:
         print(f"== {cfg}: {args.steps} timed steps, {args.threads} threads, float32", flush=True)
-        c_tps = None
+        c = None
         if args.c_bench:
-            c_tps, c_np = c_bench(args.c_bench, cfg, args.steps, args.threads)
-        t_tps, t_np = twin_bench(cfg, args.steps, args.threads)
-        if c_tps is not None and c_np != t_np:
+            *c, c_np = c_bench(args.c_bench, cfg, args.steps, args.threads)
+        *t, t_np = twin_bench(cfg, args.steps, args.threads)
+        if c is not None and c_np != t_np:
             raise SystemExit(f"bench_twin: {cfg}: parameter counts differ (C {c_np}, twin {t_np})")
-        rows.append((cfg, c_tps, t_tps))
-    print("\nbench-cpu summary (tokens/s, higher is better)")
-    print(f"  {'config':40s} {'C':>12s} {'twin':>12s} {'C/twin':>8s}")
-    for cfg, c_tps, t_tps in rows:
-        ratio = f"{c_tps / t_tps:8.2f}" if c_tps else "       -"
-        c_s = f"{c_tps:12.1f}" if c_tps else "           -"
-        print(f"  {cfg:40s} {c_s} {t_tps:12.1f} {ratio}")
+        rows.append((cfg, c, t))
+    print("\nbench-cpu summary: tokens/s of wall time (and of process CPU time), higher is better")
+    print(f"  {'config':36s} {'C':>9s} {'twin':>9s} {'C/twin':>7s}   {'C cpu':>9s} {'twin cpu':>9s} {'C/twin':>7s}")
+    for cfg, c, t in rows:
+        if c:
+            print(f"  {cfg:36s} {c[0]:9.1f} {t[0]:9.1f} {c[0] / t[0]:7.2f}   "
+                  f"{c[1]:9.1f} {t[1]:9.1f} {c[1] / t[1]:7.2f}")
+        else:
+            print(f"  {cfg:36s} {'-':>9s} {t[0]:9.1f} {'-':>7s}   {'-':>9s} {t[1]:9.1f} {'-':>7s}")
 
 
 if __name__ == "__main__":

@@ -62,9 +62,9 @@ def rope_inv_freq(n_rot):
 def rope_tables(T, n_rot, dtype, device=None):
     """cos/sin tables [T, n_rot] for positions 0..T-1 (NeoX layout: the half-table repeated twice).
 
-    Like the reference (layers/rope.py), inv_freq (rope_inv_freq) and the angles p * inv_freq are computed in fp32; the trig functions
-    are then evaluated in the compute dtype (fp32 for float32 = the reference exactly; float64 for the f64 fixtures,
-    which is what an f64 build of the same recipe computes)."""
+    Like the reference (layers/rope.py), inv_freq (rope_inv_freq) and the angles p * inv_freq are computed in fp32;
+    the trig functions are then evaluated in the compute dtype (fp32 for float32 = the reference; float64 for the f64
+    fixtures, which is what an f64 build of the same recipe computes)."""
     inv_freq = rope_inv_freq(n_rot)
     pos = torch.arange(T, dtype=torch.float32)
     angles = pos[:, None] * inv_freq[None, :]  # [T, n_rot/2] fp32, one rounding per product
@@ -91,15 +91,21 @@ def causal_attention(q, k, v):
     return torch.softmax(scores, dim=-1) @ v
 
 
-def cvmm(X, sel, W):
-    """Expert-selected vector-matrix product: out[m] = X[m] @ W[sel[m]].  X[M,Kin], sel[M] (long), W[E,Kin,Nout].
+def cvmm(X, rows, sel, W):
+    """Expert-selected vector-matrix products: out[m] = X[rows[m]] @ W[sel[m]] for m < M.
+    X[Nx,Kin], rows[M] and sel[M] long, W[E,Kin,Nout] -> out[M,Nout].
 
-    One matmul per expert present (no dense [M,Kin,Nout] gather, so the benchmark stays fast); exact in any dtype."""
-    out = X.new_zeros(X.shape[0], W.shape[-1])
-    for e in torch.unique(sel).tolist():
-        rows = (sel == e).nonzero(as_tuple=True)[0]
-        out = out.index_add(0, rows, X.index_select(0, rows) @ W[e])
-    return out
+    Entries are sorted by expert, gathered once, multiplied per expert on contiguous slices and scattered back to
+    their order (what the reference cvmm does), so the benchmark does not pay for a dense [M,Kin,Nout] gather."""
+    order = torch.argsort(sel)
+    counts = torch.bincount(sel, minlength=W.shape[0]).tolist()
+    xs = X.index_select(0, rows.index_select(0, order))  # [M,Kin] in expert order
+    # split/unbind (not slicing or W[e]): their backward is one cat/stack instead of a zero-filled full-size
+    # gradient per expert
+    parts = [xe @ we for xe, we in zip(torch.split(xs, counts), W.unbind(0))]
+    inverse = torch.empty_like(order)
+    inverse[order] = torch.arange(order.numel(), device=order.device)
+    return torch.cat(parts).index_select(0, inverse)
 
 
 def topk_sigmoid(logits, k):
@@ -145,17 +151,16 @@ class SwitchHead(nn.Module):
             route_log.append(("att_o", lo.detach(), KA))
         head_base = (torch.arange(H, device=x.device) * EA).view(1, 1, H, 1)
         # V: entry (n,h,j) = x[n] @ v[h*EA + iv]
-        sel_v = (iv + head_base).reshape(-1)  # [N*H*KA]
-        xrows = x.reshape(N, C).repeat_interleave(H * KA, dim=0)  # [N*H*KA, C]
-        yv = cvmm(xrows, sel_v, self.v).view(B, T, H, KA, D)
+        sel_v = (iv + head_base).reshape(-1)  # [N*H*KA], entry (n,h,j) at n*H*KA + h*KA + j
+        entry = torch.arange(N * H * KA, device=x.device)
+        yv = cvmm(x.reshape(N, C), entry // (H * KA), sel_v, self.v).view(B, T, H, KA, D)
         v = (wv.unsqueeze(-1) * yv).sum(3).transpose(1, 2)  # [B,H,T,D]
         q = apply_rope(q, cos, sin, n_rot)
         k = apply_rope(k, cos, sin, n_rot)
         r = causal_attention(q, k, v).transpose(1, 2).reshape(N * H, D)  # rows (n,h)
         # O: entry (n,h,j) = r[n,h] @ o[h*EA + io], summed over heads and slots with weights wo
         sel_o = (io + head_base).reshape(-1)
-        rrows = r.repeat_interleave(KA, dim=0)  # [N*H*KA, D]
-        yo = cvmm(rrows, sel_o, self.o).view(N, H * KA, C)
+        yo = cvmm(r, entry // KA, sel_o, self.o).view(N, H * KA, C)  # entry (n,h,j) reads row (n,h) of r
         out = (wo.reshape(N, H * KA, 1) * yo).sum(1).view(B, T, C)
         return out, (lo, lv)
 
@@ -176,11 +181,12 @@ class SigmaMoE(nn.Module):
         idx, w = topk_sigmoid(l, K)  # [B,T,K]
         if route_log is not None:
             route_log.append(("ffn", l.detach(), K))
-        sel = idx.reshape(-1)  # [N*K]
-        u = cvmm(x1.reshape(N, C).repeat_interleave(K, dim=0), sel, self.keys)  # [N*K, S]
+        sel = idx.reshape(-1)  # [N*K], entry (n,j) at n*K + j
+        entry = torch.arange(N * K, device=x1.device)
+        u = cvmm(x1.reshape(N, C), entry // K, sel, self.keys)  # [N*K, S]
         if route_log is not None:
             route_log.append(("relu", u.detach(), None))
-        y = cvmm(F.relu(u), sel, self.values)  # [N*K, C]
+        y = cvmm(F.relu(u), entry, sel, self.values)  # [N*K, C]
         f = (w.reshape(N * K, 1) * y).view(N, K, C).sum(1)
         return f.view(B, T, C), l
 
@@ -375,7 +381,8 @@ def objective(model, inputs, targets, valid=None, grad_scale=1.0, route_log=None
 
 def min_routing_margin(route_log):
     """Smallest gap, in logits, between the k-th and (k+1)-th largest router logit over every routing decision of a
-    forward (route_log entries: (kind, logits[..., E], k); "relu" entries are skipped). A tiny gap would make the top-k choice precision-dependent."""
+    forward (route_log entries: (kind, logits[..., E], k); "relu" entries are skipped). A tiny gap would make the
+    top-k choice precision-dependent."""
     m = math.inf
     for kind, l, k in route_log:
         if kind == "relu" or k >= l.shape[-1]:
@@ -413,9 +420,12 @@ def _renorm_rows(w):
 
 @torch.no_grad()
 def reference_init(model, gen=None):
+    """The reference initialisation (generator gen, or torch's default one when None). Same distributions as
+    model_init_weights, not the same numbers (different RNG)."""
     cfg = model.cfg
-    C, L, V = cfg["d_model"], cfg["n_layers"], cfg["n_tokens"]
+    C, L = cfg["d_model"], cfg["n_layers"]
     s = math.sqrt(2.0 / L)
+
     def normal(t, std):
         t.copy_(torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype) * std)
 

@@ -3,9 +3,11 @@
  *
  * Two forms:
  *   ref_layer_forward(..., MT_REF_TOPK)  the general layer: top-k by sorting the logits (ties: lower index first)
- *   ref_layer_forward(..., MT_REF_DENSE) the closed forms of moeut-spec.md §8.3.3/§8.3.4, valid only when K = E and
- *        EA = KA = 1: no selection at all,
- *          out_t = sum_h σ(lo_th) * (attn_h(σ(lv_h) * x V_h))_t O_h,   f_t = sum_e σ(l_te) ReLU(x1_t Keys_e) Values_e.
+ *   ref_layer_forward(..., MT_REF_DENSE) the closed forms of moeut-spec.md §8.3.3/§8.3.4 with no selection at all;
+ *        needs K = E and KA = EA, and equals the layer when EA = 1 or when the EA experts of each head are identical
+ *        (V_h = v[h*EA], O_h = o[h*EA]):
+ *          v_th = (sum_e σ(lv_the)) x_t V_h,   out_t = sum_h (sum_e σ(lo_the)) r_th O_h,
+ *          f_t = sum_e σ(l_te) ReLU(x1_t Keys_e) Values_e.
  */
 #ifndef TESTS_UNIT_MOEUT_REFERENCE_H
 #define TESTS_UNIT_MOEUT_REFERENCE_H
@@ -77,7 +79,7 @@ static inline void ref_layer_forward(const ModelConfig *cfg, const RefLayer *P, 
     const int C = cfg->d_model, H = cfg->n_heads, D = cfg->d_head, EA = cfg->att_n_experts, KA = cfg->att_k;
     const int E = cfg->ff_n_experts, S = cfg->ff_expert_size, K = cfg->ff_k, n_rot = model_config_n_rot(cfg);
     const int N = B * T, HD = H * D;
-    if (mode == MT_REF_DENSE) ck_assert_msg(K == E && EA == 1 && KA == 1, "dense reference needs K=E, EA=KA=1");
+    if (mode == MT_REF_DENSE) ck_assert_msg(K == E && KA == EA, "dense reference needs K=E, KA=EA");
     const double s4 = pow((double)D, -0.25);
     double *q = calloc((size_t)N * HD, sizeof(double)), *k = calloc((size_t)N * HD, sizeof(double));
     double *v = calloc((size_t)N * HD, sizeof(double)), *r = calloc((size_t)N * HD, sizeof(double));
@@ -112,12 +114,14 @@ static inline void ref_layer_forward(const ModelConfig *cfg, const RefLayer *P, 
             }
             double *vv = v + (size_t)n * HD + (size_t)h * D;
             if (mode == MT_REF_DENSE) {
-                /* v_h = σ(lv_h) x V_h */
-                const double *W = P->v + (size_t)h * C * D;
+                /* v_h = (sum_e σ(lv_he)) x V_h */
+                const double *W = P->v + (size_t)h * EA * C * D;
+                double gsum = 0;
+                for (int e = 0; e < EA; e++) gsum += ref_sigmoid(lv[e]);
                 for (int d = 0; d < D; d++) {
                     double a = 0;
                     for (int c = 0; c < C; c++) a += xr[c] * W[(size_t)c * D + d];
-                    vv[d] = ref_sigmoid(lv[0]) * a;
+                    vv[d] = gsum * a;
                 }
             } else {
                 ref_topk(idx, lv, EA, KA);
@@ -164,12 +168,17 @@ static inline void ref_layer_forward(const ModelConfig *cfg, const RefLayer *P, 
         for (int h = 0; h < H; h++) {
             const double *rt = r + (size_t)n * HD + (size_t)h * D, *lorow = lo + ((size_t)n * H + h) * EA;
             int nsel = KA;
-            if (mode == MT_REF_DENSE)
+            double gsum = 0;
+            if (mode == MT_REF_DENSE) { /* one term: (sum_e σ(lo_he)) r_h O_h */
+                for (int e = 0; e < EA; e++) gsum += ref_sigmoid(lorow[e]);
+                nsel = 1;
                 idx[0] = 0;
-            else
+            } else {
                 ref_topk(idx, lorow, EA, KA);
+            }
             for (int j = 0; j < nsel; j++) {
-                const double *W = P->o + (size_t)(h * EA + idx[j]) * D * C, g = ref_sigmoid(lorow[idx[j]]);
+                const double *W = P->o + (size_t)(h * EA + idx[j]) * D * C;
+                const double g = mode == MT_REF_DENSE ? gsum : ref_sigmoid(lorow[idx[j]]);
                 for (int c = 0; c < C; c++) {
                     double a = 0;
                     for (int d = 0; d < D; d++) a += rt[d] * W[(size_t)d * C + c];

@@ -121,8 +121,11 @@ END_TEST
  * Round 1: (▁,a)=4, (a,b)=4, (b,c)=1, (▁,b)=1, (▁,c)=1. Tie at 4 between "▁a" and "ab", both 2 characters: "ab"
  *          wins in code-point order ('a' = U+0061 < '▁' = U+2581).
  * Round 2: (▁,ab)=4 -> "▁ab".  Round 3: (▁ab,c)=1, (▁,b)=1, (▁,c)=1: fewest characters, then order -> "▁b".
- * Round 4: "▁c" (2 characters) beats "▁abc" (4).  Round 5: "▁abc".  Round 6: no pair left.
- * So vocab_size 12 = 3 + 4 characters + 5 merges is the largest possible, in this order. */
+ * Round 4: "▁c" (2 characters) beats "▁abc" (4).  Round 5: "▁abc".  Round 6: no pair occurs any more.
+ * So vocab_size 12 = 3 + 4 characters + 5 merges uses every occurring pair. Beyond that the trainer fills (like
+ * SentencePiece) from pairs seen in earlier rounds whose string is not a piece yet: (▁,a) from round 1, (b,c) from
+ * round 1, (ab,c) from round 2, i.e. "▁a", "bc", "abc", ordered by characters then code point: "bc", "▁a", "abc".
+ * vocab_size 15 is then the maximum. */
 static const char *ABC[] = {"ab ab ab", "abc", "b c"};
 
 START_TEST(train_tiny_corpus_exact_vocabulary) {
@@ -141,8 +144,18 @@ END_TEST
 
 START_TEST(train_vocab_limit_is_hard) {
     char err[512];
-    ck_assert(train_to_file(ABC, 3, 13, 1.0, "x.json", err, sizeof err) == NULL);
+    ck_assert(train_to_file(ABC, 3, 16, 1.0, "x.json", err, sizeof err) == NULL);
     ck_assert_msg(strstr(err, "cannot be reached") != NULL, "%s", err);
+    const char *path15 = train_to_file(ABC, 3, 15, 1.0, "abc15.json", err, sizeof err);
+    ck_assert_msg(path15 != NULL, "%s", err);
+    Tokenizer *t15 = load_ok(path15);
+    const char *expect15[] = {"<unk>", "<s>", "</s>", "ab", WS "ab", WS "b", WS "c", WS "abc",
+                              "bc", WS "a", "abc", WS, "b", "a", "c"};
+    for (int i = 0; i < 15; i++) ck_assert_str_eq(tokenizer_piece(t15, i), expect15[i]);
+    /* The zero-count pieces rank below every real merge: in "▁bc" the merge ▁b (score -2) beats bc (-5); in "▁cbc"
+     * ▁c comes first, then the leftover b,c merge into bc. */
+    ck_assert_str_eq(encode_pieces(t15, "abc bc cbc"), WS "abc|" WS "b|c|" WS "c|bc");
+    tokenizer_free(t15);
     ck_assert(train_to_file(ABC, 3, 6, 1.0, "x.json", err, sizeof err) == NULL); /* < 3 + 4 characters */
     ck_assert_msg(strstr(err, "smaller than") != NULL, "%s", err);
     /* vocab 9 keeps the first two merges only. */
@@ -174,16 +187,19 @@ START_TEST(train_character_coverage_drops_rare_chars) {
 }
 END_TEST
 
-/* Digits never merge: "11" x4 and "ab" give only the merges "ab" then "▁ab" (3 + 4 characters + 2 = 9). */
+/* Digits never merge: "11" x4 and "ab" give only the merges "ab" then "▁ab", plus the stale "▁a" from round 1
+ * (3 + 4 characters + 3 = 10 at most). */
 START_TEST(train_digits_never_merge) {
     const char *corpus[] = {"11 11 11 11 ab"};
     char err[512];
-    ck_assert(train_to_file(corpus, 1, 10, 1.0, "d.json", err, sizeof err) == NULL);
-    const char *path = train_to_file(corpus, 1, 9, 1.0, "d.json", err, sizeof err);
+    ck_assert(train_to_file(corpus, 1, 11, 1.0, "d.json", err, sizeof err) == NULL);
+    const char *path = train_to_file(corpus, 1, 10, 1.0, "d.json", err, sizeof err);
     ck_assert_msg(path != NULL, "%s", err);
     Tokenizer *t = load_ok(path);
     ck_assert_str_eq(tokenizer_piece(t, 3), "ab");
     ck_assert_str_eq(tokenizer_piece(t, 4), WS "ab");
+    ck_assert_str_eq(tokenizer_piece(t, 5), WS "a");
+    ck_assert_str_eq(tokenizer_piece(t, 6), "1"); /* the most frequent character */
     ck_assert_str_eq(encode_pieces(t, "111 ab"), WS "|1|1|1|" WS "ab");
     tokenizer_free(t);
 }
@@ -249,8 +265,10 @@ START_TEST(loader_rejects_bad_files) {
     ck_assert(load_fails_with(HEAD NORMAL("a") "," NORMAL("a b") "]}", "not a valid piece"));
     ck_assert(load_fails_with("{\"type\":\"wordpiece\"}", "type"));
     ck_assert(load_fails_with("{", "not valid JSON"));
+    /* Every character of a piece must be a piece itself (encoding starts from characters). */
+    ck_assert(load_fails_with(HEAD NORMAL("a") "," NORMAL(WS "a") "]}", "not a piece itself"));
     /* And the same file with two distinct valid pieces loads. */
-    ck_assert(!load_fails_with(HEAD NORMAL("a") "," NORMAL(WS "a") "]}", ""));
+    ck_assert(!load_fails_with(HEAD NORMAL("a") "," NORMAL(WS) "]}", ""));
 }
 END_TEST
 

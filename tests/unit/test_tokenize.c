@@ -129,7 +129,7 @@ static TokenizeConfig test_config(void) {
 }
 
 static int run(const char *raw, const char *out, const TokenizeConfig *cfg, char *err, size_t errlen) {
-    TokenizeJob job = {raw, NULL, out, 0};
+    TokenizeJob job = {.raw_dir = raw, .out_dir = out};
     return tokenize_run(&job, cfg, err, errlen);
 }
 
@@ -493,6 +493,70 @@ START_TEST(late_failure_keeps_previous_outputs) {
 }
 END_TEST
 
+/* An arithmetic-only raw directory (like the arithmetic archive's) can take its tokenizer corpus from another fetch
+ * output: the tokenizer and the shards are then those of the full corpus, byte for byte. On its own, the sample's
+ * arithmetic-only corpus (9 files x 500 pairs) cannot give 512 pieces: at most 497, the same limit Debian's
+ * SentencePiece 0.1.97 reports for this corpus ("Please set it to a value <= 497"). */
+START_TEST(tokenizer_corpus_from_another_raw_dir) {
+    char full[512], arith[512], err[1024], a[2048], b[2048], dir[1024];
+    snprintf(full, sizeof full, "%s", build_raw("raw_full"));
+    snprintf(arith, sizeof arith, "%s", build_raw("raw_arith"));
+    snprintf(dir, sizeof dir, "%s/tokenizer_corpus", arith);
+    char **names = NULL;
+    int n = dm_list_txt(dir, &names, err, sizeof err);
+    for (int i = 0; i < n; i++) {
+        if (strncmp(names[i], "arithmetic__", 12) == 0) continue;
+        snprintf(a, sizeof a, "%s/%s", dir, names[i]);
+        unlink(a);
+    }
+    dm_free_names(names, n);
+    write_manifest(arith);
+    TokenizeConfig cfg = test_config();
+    char out_full[512], out_split[512], out_arith[512];
+    snprintf(out_full, sizeof out_full, "%s", out_dir("out_full"));
+    snprintf(out_split, sizeof out_split, "%s", out_dir("out_split"));
+    snprintf(out_arith, sizeof out_arith, "%s", out_dir("out_arith"));
+    ck_assert_msg(run(full, out_full, &cfg, err, sizeof err) == 0, "%s", err);
+    TokenizeJob job = {.raw_dir = arith, .out_dir = out_split, .tokenizer_raw_dir = full};
+    ck_assert_msg(tokenize_run(&job, &cfg, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run(arith, out_arith, &cfg, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "only 497 pieces"), "%s", err);
+    cfg.vocab_size = 497;
+    ck_assert_msg(run(arith, out_arith, &cfg, err, sizeof err) == 0, "%s", err);
+    cfg.vocab_size = 512;
+    snprintf(a, sizeof a, "%s/tokenizer.json", out_full);
+    snprintf(b, sizeof b, "%s/tokenizer.json", out_split);
+    ck_assert(files_equal(a, b));
+    /* The shards hold the same examples and tokens (their headers differ: they name another raw manifest). */
+    for (int i = 1; i < 4; i++) {
+        Shard x, y;
+        snprintf(a, sizeof a, "%s/%s", out_full, OUTPUTS[i]);
+        snprintf(b, sizeof b, "%s/%s", out_split, OUTPUTS[i]);
+        ck_assert_msg(shard_read(&x, a, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(shard_read(&y, b, err, sizeof err) == 0, "%s", err);
+        ck_assert(x.n_examples == y.n_examples && x.n_tokens == y.n_tokens);
+        ck_assert(memcmp(x.examples, y.examples, x.n_examples * sizeof *x.examples) == 0);
+        ck_assert(memcmp(x.tokens, y.tokens, x.n_tokens * sizeof *x.tokens) == 0);
+        shard_free(&x);
+        shard_free(&y);
+    }
+    snprintf(a, sizeof a, "%s/tokenizer.json", out_full);
+    snprintf(b, sizeof b, "%s/tokenizer.json", out_arith);
+    ck_assert(!files_equal(a, b)); /* the arithmetic-only corpus gives another (smaller) vocabulary */
+    snprintf(a, sizeof a, "%s/tokenize_manifest.json", out_split);
+    cJSON *m = json_load_file(a, err, sizeof err);
+    ck_assert_msg(m != NULL, "%s", err);
+    ck_assert_ptr_nonnull(cJSON_GetObjectItem(m, "tokenizer_raw"));
+    cJSON_Delete(m);
+    /* A tokenizer directory without a manifest is refused like the raw directory itself. */
+    snprintf(a, sizeof a, "%s/manifest.json", full);
+    unlink(a);
+    job.out_dir = out_dir("out_none");
+    ck_assert_int_eq(tokenize_run(&job, &cfg, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, a) && strstr(err, "missing"), "%s", err);
+}
+END_TEST
+
 /* ---- config ---- */
 
 static int load_config(const char *text, TokenizeConfig *c, char *err, size_t errlen) {
@@ -536,6 +600,7 @@ int main(void) {
     tcase_add_test(tc, bad_lines_fail_with_file_and_line);
     tcase_add_test(tc, bad_layout_and_manifest);
     tcase_add_test(tc, late_failure_keeps_previous_outputs);
+    tcase_add_test(tc, tokenizer_corpus_from_another_raw_dir);
     tcase_add_test(tc, config_is_strict);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

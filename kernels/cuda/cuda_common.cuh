@@ -1,0 +1,165 @@
+// Private header of the CUDA backend (kernels/cuda/*.cu): checking macros, backend state, shared device helpers.
+//
+// Conventions: every op runs on the legacy default stream, in order; ops that return a host value synchronise.
+// Determinism: no floating-point atomics. Every reduction has a fixed thread-to-data assignment and a fixed
+// combination order (warp butterflies, shared-memory trees, per-chunk partials summed in chunk order), so repeated
+// runs on the same GPU give bit-identical results.
+// Precision: PRECISION_BF16 emulates autocast for the matmul-like ops (matmul, cvmm, attention): operands rounded to
+// bf16, fp32 accumulation, fp32 outputs. Everything else is fp32 (reductions in double where the CPU uses double).
+#ifndef KERNELS_CUDA_CUDA_COMMON_CUH
+#define KERNELS_CUDA_CUDA_COMMON_CUH
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "kernels/backend.h"
+// pipeline/log.h uses C11 _Noreturn; declare the two helpers used here with C linkage instead.
+void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+void *xcalloc(size_t count, size_t size);
+}
+
+static_assert(sizeof(scalar_t) == sizeof(float), "the CUDA backend is built for scalar_t = float only");
+
+#define CHECK_CUDA(call)                                                                                           \
+    do {                                                                                                           \
+        cudaError_t err_ = (call);                                                                                 \
+        if (err_ != cudaSuccess)                                                                                   \
+            die("CUDA error at %s:%d in %s: %s (%s)", __FILE__, __LINE__, #call, cudaGetErrorString(err_),         \
+                cudaGetErrorName(err_));                                                                           \
+    } while (0)
+
+#define CHECK_CUBLAS(call)                                                                                         \
+    do {                                                                                                           \
+        cublasStatus_t st_ = (call);                                                                               \
+        if (st_ != CUBLAS_STATUS_SUCCESS)                                                                          \
+            die("cuBLAS error at %s:%d in %s: %s (%d)", __FILE__, __LINE__, #call, cublasGetStatusString(st_),      \
+                (int)st_);                                                                                         \
+    } while (0)
+
+// After every kernel launch: reports launch-configuration errors at the launch site.
+#define CHECK_LAUNCH() CHECK_CUDA(cudaGetLastError())
+
+// Device scratch slots (each op uses distinct slots for buffers alive at the same time).
+enum { CS_A = 0, CS_B, CS_C, CS_D, CS_E, CS_F, CS_G, CS_H, CS_I, CS_J, CS_COUNT };
+// Host (pinned) scratch slots.
+enum { HS_A = 0, HS_B, HS_C, HS_COUNT };
+
+struct CudaImpl {
+    cublasHandle_t cublas;
+    void *dev[CS_COUNT];
+    size_t dev_cap[CS_COUNT];
+    void *host[HS_COUNT];
+    size_t host_cap[HS_COUNT];
+};
+
+static inline CudaImpl *cuda_impl(Backend *be) { return (CudaImpl *)be->impl; }
+static inline bool use_bf16(const Backend *be) { return be->precision == PRECISION_BF16; }
+
+// Scratch that grows on demand (contents undefined).
+void *cuda_scratch(Backend *be, int slot, size_t bytes);
+void *cuda_host_scratch(Backend *be, int slot, size_t bytes);
+
+// Row-major C[M,N] = alpha op(A) op(B) + beta C with explicit leading dimensions. In bf16 mode A and B must already
+// be bf16 (a_bf16/b_bf16 pointers); in fp32 mode the float pointers are used. Exactly one of each pair is non-NULL.
+void cuda_gemm(Backend *be, int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
+               const void *B, int ldb, float beta, float *C, int ldc, bool bf16_operands);
+// dst[n] = bf16(src[n]) (round to nearest even).
+void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n);
+
+// ---- launch helpers ----
+static inline unsigned grid_for(size_t n, unsigned block) {
+    size_t g = (n + block - 1) / block;
+    if (g > 65535u * 16u) g = 65535u * 16u; // kernels use grid-stride loops beyond this
+    return (unsigned)(g ? g : 1);
+}
+
+// ---- device helpers ----
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+template <bool BF16> __device__ __forceinline__ float opnd(float x) { return BF16 ? round_bf16(x) : x; }
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v; // identical in every lane (butterfly)
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block of one double per thread, fixed tree order; result valid in thread 0.
+// blockDim.x must be a power of two <= 1024; sh must hold blockDim.x doubles.
+__device__ __forceinline__ double block_sum_d(double v, double *sh) {
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+// Op implementations (one group per .cu file); declared with C++ linkage, used by cuda_backend.cu's table.
+// cuda_dense.cu
+void cuda_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B, int M, int N, int K, int transA,
+                 int transB, scalar_t alpha, scalar_t beta);
+void cuda_add_inplace(Backend *be, scalar_t *y, const scalar_t *x, size_t n);
+void cuda_scale_inplace(Backend *be, scalar_t *y, scalar_t s, size_t n);
+void cuda_add_bias(Backend *be, scalar_t *y, const scalar_t *bias, int N, int C);
+void cuda_bias_backward(Backend *be, scalar_t *dbias, const scalar_t *dy, int N, int C);
+void cuda_relu_forward(Backend *be, scalar_t *y, const scalar_t *x, size_t n);
+void cuda_relu_backward(Backend *be, scalar_t *dx, const scalar_t *dy, const scalar_t *pre, size_t n);
+void cuda_embedding_forward(Backend *be, scalar_t *h, const int32_t *tokens, const scalar_t *table, int N, int C);
+void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, const int32_t *tokens, int N, int C);
+void cuda_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd, const scalar_t *x,
+                            const scalar_t *w, const scalar_t *b, int N, int C, scalar_t eps);
+void cuda_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *db, const scalar_t *dy,
+                             const scalar_t *x, const scalar_t *w, const scalar_t *mean, const scalar_t *rstd, int N,
+                             int C);
+// Column sums over rows in a fixed order: out[c] += sum_n f(n, c) for the two patterns the backend needs.
+void cuda_column_sums(Backend *be, float *out_a, float *out_b, const float *dy, const float *x, const float *mean,
+                      const float *rstd, int N, int C);
+// cuda_attention.cu
+void cuda_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, int pos_offset, scalar_t base,
+               int inverse);
+void cuda_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
+                            const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale);
+void cuda_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
+                             const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
+                             const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
+// cuda_routing.cu
+void cuda_topk_sigmoid(Backend *be, int32_t *sel, scalar_t *gate, const scalar_t *logits, const uint8_t *drop, int N,
+                       int G, int E, int k);
+void cuda_topk_sigmoid_backward(Backend *be, scalar_t *dlogits, const scalar_t *dgate, const int32_t *sel,
+                                const scalar_t *gate, int N, int G, int E, int k);
+double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
+                        int T, int G, int E, scalar_t coef);
+// cuda_cvmm.cu
+void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const int32_t *sel,
+                       const scalar_t *w, int M, int in_div, int out_div, int n_experts, int Kin, int Nout);
+void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
+                        const scalar_t *W, const int32_t *sel, const scalar_t *w, int M, int in_div, int out_div,
+                        int n_experts, int Kin, int Nout);
+// cuda_loss_optim.cu
+double cuda_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, const scalar_t *logits,
+                          const int32_t *targets, int N, int V, scalar_t grad_scale);
+void cuda_argmax_rows(Backend *be, int32_t *argmax, const scalar_t *x, int N, int V);
+void cuda_adamw_step(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, scalar_t *v, size_t n, double lr,
+                     double beta1, double beta2, double eps, double wd, long t);
+double cuda_sum_squares(Backend *be, const scalar_t *x, size_t n);
+int cuda_all_finite(Backend *be, const scalar_t *x, size_t n);
+// Sums n doubles on the device in a fixed order and returns the result on the host (synchronises).
+double cuda_sum_doubles(Backend *be, const double *x, size_t n);
+
+#endif

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# End to end: `make reproduce EXPERIMENT=ci` from scratch (fetch, tokenize, 4 x train/evaluate/analyze, report,
+# compare against reports/baselines/ci), then checks the outputs, that a second `make reproduce` retrains nothing,
+# and that editing one run config would rerun only that run and the report. A few minutes on 2 CPU cores.
+set -u
+cd "$(dirname "$0")/../.."
+fail() { echo "FAIL: $*"; exit 1; }
+[ -f reports/baselines/ci/tolerances.json ] || fail "reports/baselines/ci/tolerances.json missing (baselines not recorded)"
+RUNS="dense_qa dense_answer moeut_qa moeut_answer"
+mkdir -p build/test-logs
+
+rm -rf data/ci runs/ci reports/ci
+start=$(date +%s)
+make --no-print-directory reproduce EXPERIMENT=ci >build/test-logs/reproduce_ci.log 2>&1; rc=$?
+secs=$(( $(date +%s) - start ))
+echo "make reproduce EXPERIMENT=ci: exit $rc in ${secs}s (log: build/test-logs/reproduce_ci.log)"
+[ $rc = 0 ] || { tail -40 build/test-logs/reproduce_ci.log; fail "make reproduce EXPERIMENT=ci failed"; }
+
+for r in $RUNS; do
+  for f in train_summary.json metrics.jsonl model.safetensors result.json analysis.json depth_1.svg depth_4.svg; do
+    [ -s runs/ci/$r/$f ] || fail "runs/ci/$r/$f missing"
+  done
+done
+for f in report.md report.html loss_qa.svg loss_answer_only.svg; do [ -s reports/ci/$f ] || fail "reports/ci/$f missing"; done
+grep -q '| Transformer | 41% |' reports/ci/report.md || fail "no headline row in reports/ci/report.md"
+grep -q 'What this run can and cannot show' reports/ci/report.md || fail "no caveats section"
+if grep -q 'MISSING' reports/ci/report.md; then fail "report lists a missing run"; fi
+
+# The comparison with the recorded baselines, explicitly (make reproduce already ran it): must be 0.
+bin/compare --baselines reports/baselines/ci --runs runs/ci --only-failures || fail "bin/compare vs reports/baselines/ci"
+
+# A second make reproduce is up to date: nothing is fetched, tokenized, trained, evaluated or reported again.
+make --no-print-directory reproduce EXPERIMENT=ci >build/test-logs/reproduce_ci_again.log 2>&1 || fail "second make reproduce"
+if grep -E '^bin/(fetch|tokenize|train|evaluate|analyze|report) ' build/test-logs/reproduce_ci_again.log; then
+  fail "the second make reproduce reran a stage"
+fi
+
+# Editing one run config reruns that run (train, evaluate, analyze) and the report, nothing else (dry run).
+orig=$(stat -c %Y experiments/ci/dense_answer.json)
+touch experiments/ci/dense_answer.json
+make --no-print-directory -n reproduce EXPERIMENT=ci >build/test-logs/reproduce_ci_dry.log 2>&1
+touch -d "@$orig" experiments/ci/dense_answer.json # restore: the file's content never changed
+plan=$(grep -E '^bin/(fetch|tokenize|train|evaluate|analyze|report) ' build/test-logs/reproduce_ci_dry.log | awk '{print $1, $3}')
+echo "after touching experiments/ci/dense_answer.json, make would run:"; echo "$plan" | sed 's/^/    /'
+[ "$(echo "$plan" | grep -c '^bin/train')" = 1 ] && echo "$plan" | grep -q '^bin/train experiments/ci/dense_answer.json' ||
+  fail "expected exactly one train (dense_answer)"
+echo "$plan" | grep -q '^bin/evaluate runs/ci/dense_answer' || fail "dense_answer not re-evaluated"
+echo "$plan" | grep -q '^bin/analyze runs/ci/dense_answer' || fail "dense_answer not re-analyzed"
+echo "$plan" | grep -q '^bin/report' || fail "report not regenerated"
+[ "$(echo "$plan" | grep -c -E '^bin/(evaluate|analyze)')" = 2 ] || fail "other runs were re-evaluated or re-analyzed"
+if echo "$plan" | grep -q -E '^bin/(fetch|tokenize)'; then fail "data would be rebuilt"; fi
+echo "ok: make reproduce EXPERIMENT=ci in ${secs}s, matches reports/baselines/ci, incremental rebuilds are minimal"
