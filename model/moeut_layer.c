@@ -94,7 +94,8 @@ static void moeut_register_params(Model *m, int layer) {
 static void moeut_init_params(Model *m, int layer, Rng *rng) {
     const ModelConfig *c = &m->cfg;
     MoeutState *st = moeut_state(m);
-    if (st == NULL || layer < 0 || layer >= st->n_layers_registered) die("moeut: init_params for unregistered layer %d", layer);
+    if (st == NULL || layer < 0 || layer >= st->n_layers_registered)
+        die("moeut: init_params for unregistered layer %d", layer);
     const MoeutLayerOffsets *o = &st->layers[layer];
     const size_t C = (size_t)c->d_model, H = (size_t)c->n_heads, D = (size_t)c->d_head, EA = (size_t)c->att_n_experts;
     const size_t E = (size_t)c->ff_n_experts, S = (size_t)c->ff_expert_size;

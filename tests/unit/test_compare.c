@@ -111,6 +111,35 @@ START_TEST(regression_is_one_and_small_change_is_zero) {
 }
 END_TEST
 
+/* --only restricts the comparison to the named runs; naming a run without a baseline is "missing" (2). */
+START_TEST(only_selects_runs) {
+    setup_dirs();
+    ResultRecord a, b, b_bad;
+    rtu_record(&a, "dense_qa", "dense", "qa", 40);
+    rtu_record(&b, "moeut_qa", "moeut", "qa", 40);
+    rtu_record(&b_bad, "moeut_qa", "moeut", "qa", 10);
+    save(&a, 1);
+    save(&a, 0);
+    save(&b, 1);
+    save(&b_bad, 0); /* moeut_qa regressed */
+    char a1[600], a2[600];
+    snprintf(a1, sizeof a1, "--baselines=%s", g_base);
+    snprintf(a2, sizeof a2, "--runs=%s", g_runs);
+    char *all[] = {"compare", a1, a2, NULL};
+    ck_assert_int_eq(compare_main(3, all), 1);
+    char *only_dense[] = {"compare", a1, a2, "--only", "dense_qa", NULL};
+    ck_assert_int_eq(compare_main(5, only_dense), 0);
+    char *only_moeut[] = {"compare", a1, a2, "--only=moeut_qa", NULL};
+    ck_assert_int_eq(compare_main(4, only_moeut), 1);
+    char *unknown[] = {"compare", a1, a2, "--only=dense_qa,moeut_answer", NULL};
+    ck_assert_int_eq(compare_main(4, unknown), 2);
+    result_record_free(&a);
+    result_record_free(&b);
+    result_record_free(&b_bad);
+    remove_tree(g_dir);
+}
+END_TEST
+
 START_TEST(unlike_or_missing_is_two) {
     setup_dirs();
     ResultRecord base, cur;
@@ -158,6 +187,7 @@ int main(void) {
     TCase *tc = tcase_create("compare");
     tcase_add_test(tc, identical_is_zero);
     tcase_add_test(tc, regression_is_one_and_small_change_is_zero);
+    tcase_add_test(tc, only_selects_runs);
     tcase_add_test(tc, unlike_or_missing_is_two);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

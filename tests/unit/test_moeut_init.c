@@ -59,7 +59,8 @@ START_TEST(init_statistics_244M) {
     m->n_distinct = 1;
     m->impl->register_params(m, 0);
     const size_t C = 1024, H = 4, D = 128, EA = 10, E = 387, S = 128, V = 512;
-    const size_t layer_params = 2 * H * D * C + 2 * H * EA * C * D + 2 * H * EA * C + 2 * C + 2 * E * S * C + E * C + 2 * C;
+    const size_t layer_params =
+        2 * H * D * C + 2 * H * EA * C * D + 2 * H * EA * C + 2 * C /* attention */ + 2 * E * S * C + E * C + 2 * C;
     ck_assert_uint_eq(m->n_params, layer_params); /* moeut-spec.md §6.9 per-layer formula */
     ck_assert_uint_eq(2 * layer_params + 2 * V * C, 227981312); /* dm-math-training-code.md §A */
     ck_assert_uint_eq(2 * layer_params + 2 * 8000 * C + 8000 + 2 * C, 243326784); /* moeut-spec.md §8.3.9 */
@@ -85,8 +86,8 @@ START_TEST(init_statistics_244M) {
     for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++) {
         const ParamTensor *t = mt_tensor(m, 0, expect[i].name);
         TensorStats st = tensor_stats(be, m->params + t->offset, t->numel);
-        ck_assert_msg(fabs(st.std / expect[i].want - 1) < expect[i].rel_tol, "%s: std %.7g, want %.7g", t->name, st.std,
-                      expect[i].want);
+        ck_assert_msg(fabs(st.std / expect[i].want - 1) < expect[i].rel_tol, "%s: std %.7g, want %.7g", t->name,
+                      st.std, expect[i].want);
         ck_assert_msg(fabs(st.mean) < 6 * st.std / sqrt((double)st.n), "%s: mean %g", t->name, st.mean);
     }
     /* FFN router: renorm_keep_std -> equal row norms = global std * sqrt(C) (approximately; 0.3328 in the spec's run) */

@@ -34,8 +34,8 @@ static void assert_close(const double *a, const double *b, size_t n, double tol,
         double e = fabs(a[i] - b[i]) / (1 + fabs(b[i]));
         if (e > worst) worst = e, at = i;
     }
-    ck_assert_msg(worst <= tol, "%s: element %zu differs: %.9g vs %.9g (rel %.3g > %.3g)", what, at, a[at], b[at],
-                  worst, tol);
+    ck_assert_msg(worst <= tol, "%s: element %zu differs: %.9g vs %.9g (rel %.3g > %.3g)", what, at, a[at],
+                  b[at], worst, tol);
 }
 
 /* §8.3.3 and §8.3.4 (first bullet): with K = E the σ-MoE is the dense map sum_e σ(l_e) ReLU(x1 Keys_e) Values_e, and
@@ -82,7 +82,8 @@ START_TEST(identical_attention_experts_sum_their_gates) {
         size_t per = t->numel / (size_t)(H * EA);
         double *x = mt_download(be, model_params(m) + t->offset, t->numel);
         for (int h = 0; h < H; h++)
-            for (int e = 1; e < EA; e++) memcpy(x + (size_t)(h * EA + e) * per, x + (size_t)h * EA * per, per * sizeof(double));
+            for (int e = 1; e < EA; e++)
+                memcpy(x + (size_t)(h * EA + e) * per, x + (size_t)h * EA * per, per * sizeof(double));
         mt_upload(be, model_params(m) + t->offset, x, t->numel);
         free(x);
     }
@@ -150,7 +151,10 @@ START_TEST(causality) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             double d = 0;
-            for (int c = 0; c < C; c++) d = fmax(d, fabs(y1[((size_t)b * T + t) * C + c] - y0[((size_t)b * T + t) * C + c]));
+            for (int c = 0; c < C; c++) {
+                size_t i = ((size_t)b * T + t) * C + c;
+                d = fmax(d, fabs(y1[i] - y0[i]));
+            }
             if (b == 0 && t >= tp)
                 ck_assert_msg(d > 1e-3, "position %d did not react to the perturbation at %d (%g)", t, tp, d);
             else
@@ -256,7 +260,8 @@ START_TEST(expert_dropout_in_layer) {
     moeut_make_drop_mask(&replay, mo, (long)N * H, EA, KA, 0.5);
     moeut_make_drop_mask(&replay, mf, N, E, K, 0.5);
     MoeutAppCache *ac = &moeut_state(m)->apps[0];
-    int32_t *sv = mt_xmalloc((size_t)N * H * KA * sizeof(int32_t)), *so = mt_xmalloc((size_t)N * H * KA * sizeof(int32_t));
+    int32_t *sv = mt_xmalloc((size_t)N * H * KA * sizeof(int32_t));
+    int32_t *so = mt_xmalloc((size_t)N * H * KA * sizeof(int32_t));
     int32_t *sf = mt_xmalloc((size_t)N * K * sizeof(int32_t));
     be->to_host(be, sv, ac->sel_v, (size_t)N * H * KA * sizeof(int32_t));
     be->to_host(be, so, ac->sel_o, (size_t)N * H * KA * sizeof(int32_t));
