@@ -11,7 +11,7 @@ for arch in dense moeut; do
   for mode in qa answer; do
     run="${arch}_$mode"
     train_config "$tmp/$run.json" "$arch" "$mode" "$steps"
-    bin/train --config "$tmp/$run.json" --data "$tmp/data" --out "$tmp/runs/$run" --threads 2 >"$tmp/$run.log" 2>&1 \
+    bin/train --config "$tmp/$run.json" --data "$tmp/data" --out "$tmp/runs/$run" --threads 1 >"$tmp/$run.log" 2>&1 \
       || { cat "$tmp/$run.log"; fail "$run: bin/train failed"; }
     d="$tmp/runs/$run"
     for f in model.safetensors optim.safetensors state.json metrics.jsonl train_summary.json; do

@@ -7,7 +7,10 @@ Usage: /usr/bin/python3 tests/reference/gen_fixtures.py [--out tests/fixtures/tw
 Each fixture tests/fixtures/twin/<name>/ holds
   weights.safetensors   every parameter (F32 values, so the f32 and f64 C builds load exactly the same numbers),
                         __metadata__ {"config": <model config JSON, every key of its arch>, "format": "pt"}
-  batch.json            {"description", "B", "T", "inputs", "targets", "valid", "grad_scale", "loss_mode"}
+  batch.json            the batch in bin/inspect's format {"inputs", "targets", "loss_mask"}: targets = next token or
+                        -1 where there is none (valid = targets >= 0 is the regularizer mask), loss_mask = 1 where
+                        the CE counts the target (all ones in Q+A mode, answer tokens in answer-only mode)
+  fixture.json          {"description", "B", "T", "grad_scale", "loss_mode"}
   expected.safetensors  F64, computed by the twin in float64 from those weights: logits [B,T,V], cross_entropy,
                         ce_sum, n_counted, reg_ffn, reg_att, total (each [1]) and grad.<name> for every parameter
                         (the gradient of total = grad_scale * (ce + entropy_reg*reg_ffn + att_entropy_reg*reg_att)).
@@ -96,9 +99,9 @@ FIXTURES = {
 
 def make_batch(spec, V, gen):
     """A DM-math style batch: window w of n real tokens; inputs[t] = w[t] and targets[t] = w[t+1] for t < n-1; every
-    other position has input 0 (<unk>) and target -1. valid = (target >= 0) before the answer-only masking. Answer-only:
+    other position has input 0 (<unk>) and target -1. valid = (target >= 0) drives the regularizer mask. Answer-only:
     the window is split into examples (question tokens then answer tokens) and only targets that are answer tokens
-    are counted."""
+    are counted by the CE. Returns inputs, targets, loss_mask ([B,T] each)."""
     B, T = spec["B"], spec["T"]
     inputs = torch.zeros(B, T, dtype=torch.long)
     targets = torch.full((B, T), -1, dtype=torch.long)
@@ -109,7 +112,7 @@ def make_batch(spec, V, gen):
         w = torch.randint(3, V, (n,), generator=gen)  # ids 0..2 are <unk>, <s>, </s>: never real text
         inputs[b, : n - 1] = w[: n - 1]
         targets[b, : n - 1] = w[1:n]
-    valid = targets >= 0
+    loss_mask = torch.ones(B, T, dtype=torch.bool)
     if spec["answer_only"]:
         for b, n in enumerate(spec["rows"]):
             is_answer = torch.zeros(n, dtype=torch.bool)
@@ -119,11 +122,19 @@ def make_batch(spec, V, gen):
                 a = int(torch.randint(1, 4, (1,), generator=gen))
                 is_answer[pos + q : pos + q + a] = True
                 pos += q + a
+            loss_mask[b, max(n - 1, 0):] = False  # padding is never an answer (as the loader's eval_mask)
             for t in range(max(n - 1, 0)):
                 if not is_answer[t + 1]:
-                    targets[b, t] = -1
-    assert int((targets >= 0).sum()) > 0
-    return inputs, targets, valid
+                    loss_mask[b, t] = False
+    assert int(((targets >= 0) & loss_mask).sum()) > 0
+    return inputs, targets, loss_mask
+
+
+def step_inputs(targets, loss_mask):
+    """What bin/inspect (and the C test) derive from a batch: valid = targets >= 0 (regularizer mask) and the CE
+    targets (-1 unless valid and loss_mask)."""
+    valid = targets >= 0
+    return valid, torch.where(valid & loss_mask, targets, torch.full_like(targets, -1))
 
 
 @torch.no_grad()
@@ -179,7 +190,8 @@ def build_fixture(name, out_dir):
     torch.manual_seed(seed)  # nothing should use the global RNG; set anyway for safety
     for attempt in range(MAX_ATTEMPTS):
         gen = torch.Generator().manual_seed(seed * 1000 + attempt)
-        inputs, targets, valid = make_batch(spec, cfg["n_tokens"], gen)
+        inputs, targets, loss_mask = make_batch(spec, cfg["n_tokens"], gen)
+        valid, ce_targets = step_inputs(targets, loss_mask)
         model = twin.build_model(cfg).double()
         fixture_weights(model, gen)
         log = []
@@ -193,7 +205,7 @@ def build_fixture(name, out_dir):
         raise SystemExit(f"{name}: no draw with routing margin > {ROUTING_MARGIN} in {MAX_ATTEMPTS} attempts")
 
     model.zero_grad()
-    res = twin.objective(model, inputs, targets, valid, spec["grad_scale"])
+    res = twin.objective(model, inputs, ce_targets, valid, spec["grad_scale"])
     res["total"].backward()
 
     os.makedirs(out_dir, exist_ok=True)
@@ -215,15 +227,16 @@ def build_fixture(name, out_dir):
     st_io.save(os.path.join(out_dir, "expected.safetensors"), expected,
                {"generator": "tests/reference/gen_fixtures.py", "torch": torch.__version__,
                 "routing_margin": repr(r_margin), "relu_margin": repr(u_margin), "seed": str(seed * 1000 + attempt)})
-    batch = {
-        "description": desc,
-        "B": spec["B"], "T": spec["T"],
-        "inputs": inputs.tolist(), "targets": targets.tolist(), "valid": valid.int().tolist(),
-        "grad_scale": spec["grad_scale"],
-        "loss_mode": "answer_only" if spec["answer_only"] else "qa",
-    }
+    # batch.json in the format of bin/inspect: targets are the real next tokens (-1 = none; valid = targets >= 0) and
+    # loss_mask selects the counted ones (the CE counts targets >= 0 with loss_mask 1)
+    batch = {"inputs": inputs.tolist(), "targets": targets.tolist(), "loss_mask": loss_mask.int().tolist()}
     with open(os.path.join(out_dir, "batch.json"), "w") as f:
-        json.dump(batch, f, indent=None, separators=(", ", ": "))
+        json.dump(batch, f, separators=(", ", ": "))
+        f.write("\n")
+    info = {"description": desc, "B": spec["B"], "T": spec["T"], "grad_scale": spec["grad_scale"],
+            "loss_mode": "answer_only" if spec["answer_only"] else "qa"}
+    with open(os.path.join(out_dir, "fixture.json"), "w") as f:
+        json.dump(info, f, indent=1)
         f.write("\n")
     print(f"{name}: attempt {attempt}, routing margin {r_margin:.3g}, relu margin {u_margin:.3g}, "
           f"ce {float(res['ce']):.6f}, reg_ffn {float(res['reg_ffn']):.6f}, reg_att {float(res['reg_att']):.6f}, "
@@ -237,7 +250,7 @@ def compare_fixture(new_dir, old_dir, name):
     """Weights and batch.json must be identical (they come from the seeded RNG only); the expected values may differ
     in the last bits between machines (BLAS kernels), so they are compared relative to each tensor's max."""
     bad = []
-    for fn in ("weights.safetensors", "batch.json"):
+    for fn in ("weights.safetensors", "batch.json", "fixture.json"):
         b = os.path.join(old_dir, fn)
         if not os.path.exists(b) or not filecmp.cmp(os.path.join(new_dir, fn), b, shallow=False):
             bad.append(f"{name}/{fn} differs")

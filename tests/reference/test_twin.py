@@ -39,7 +39,8 @@ def fd_gradcheck(name, cfg, spec, seed, per_tensor=6, h=1e-4, tol=1e-6):
     on `per_tensor` random entries of every parameter tensor. Draws whose routing margins or ReLU pre-activations are
     within reach of a 2h perturbation are rejected, so no difference crosses a top-k or ReLU switch."""
     gen = torch.Generator().manual_seed(seed)
-    inputs, targets, valid = gen_fixtures.make_batch(spec, cfg["n_tokens"], gen)
+    inputs, full_targets, loss_mask = gen_fixtures.make_batch(spec, cfg["n_tokens"], gen)
+    valid, targets = gen_fixtures.step_inputs(full_targets, loss_mask)
     for attempt in range(200):
         model = twin.build_model(cfg).double()
         gen_w = torch.Generator().manual_seed(seed * 1000 + attempt)

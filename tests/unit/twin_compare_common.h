@@ -4,8 +4,9 @@
  *
  * For every fixture directory: the config comes from the weights' metadata (model_read_checkpoint_config), the model
  * is created and loaded (model_create + model_load_safetensors), gradients are zeroed and ONE model_train_step runs
- * on the fixture batch (inputs, targets, valid, grad_scale, as the inspect stage does). Compared with the twin's
- * float64 results:
+ * on the fixture batch exactly as stages/inspect.c does: batch.json {inputs, targets, loss_mask} gives
+ * valid = targets >= 0 (regularizer mask) and CE targets = targets where valid && loss_mask, else -1; grad_scale comes
+ * from fixture.json (inspect always uses 1). Compared with the twin's float64 results:
  *   logits (the float logits_out of the train step, and the scalar_t logits of the eval path
  *   model_embed + model_run_layers + model_head), cross_entropy = ce_sum / n_counted, n_counted (exact), reg_ffn,
  *   reg_att and grad.<name> for every tensor; then a second train step WITHOUT zeroing must leave exactly twice the
@@ -35,6 +36,10 @@
 #include "model/model.h"
 #include "pipeline/safetensors.h"
 
+/* The backend under test; a cuda_twin_compare.c would define TWIN_BACKEND "cuda" before including this header. */
+#ifndef TWIN_BACKEND
+#define TWIN_BACKEND "cpu"
+#endif
 #ifdef SCALAR_F64
 #define TWIN_TOL 1e-9
 #define TWIN_TOL_FLOAT_OUT 1e-6
@@ -93,6 +98,14 @@ static char *twin_read_text(const char *path) {
     s[n] = '\0';
     fclose(f);
     return s;
+}
+
+static cJSON *twin_read_json(const char *path) {
+    char *text = twin_read_text(path);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    ck_assert_msg(j != NULL && cJSON_IsObject(j), "%s: invalid JSON object", path);
+    return j;
 }
 
 /* Reads a [B][T] integer matrix field of batch.json. */
@@ -193,36 +206,40 @@ static void twin_compare_grads(TwinTally *tally, const char *fixture, Model *m, 
 
 /* Runs one fixture; returns the number of failed comparisons. */
 static int twin_run_fixture(const char *name) {
-    char path_w[2048], path_b[2048], path_e[2048], err[1024] = "";
+    char path_w[2048], path_b[2048], path_f[2048], path_e[2048], err[1024] = "";
     snprintf(path_w, sizeof path_w, "%s/%s/weights.safetensors", twin_dir, name);
     snprintf(path_b, sizeof path_b, "%s/%s/batch.json", twin_dir, name);
+    snprintf(path_f, sizeof path_f, "%s/%s/fixture.json", twin_dir, name);
     snprintf(path_e, sizeof path_e, "%s/%s/expected.safetensors", twin_dir, name);
 
-    char *text = twin_read_text(path_b);
-    cJSON *batch = cJSON_Parse(text);
-    free(text);
-    ck_assert_msg(batch != NULL, "%s: invalid JSON", path_b);
-    const cJSON *jB = cJSON_GetObjectItemCaseSensitive(batch, "B");
-    const cJSON *jT = cJSON_GetObjectItemCaseSensitive(batch, "T");
-    const cJSON *jgs = cJSON_GetObjectItemCaseSensitive(batch, "grad_scale");
-    ck_assert_msg(cJSON_IsNumber(jB) && cJSON_IsNumber(jT) && cJSON_IsNumber(jgs), "%s: B, T, grad_scale", path_b);
+    cJSON *info = twin_read_json(path_f);
+    const cJSON *jB = cJSON_GetObjectItemCaseSensitive(info, "B");
+    const cJSON *jT = cJSON_GetObjectItemCaseSensitive(info, "T");
+    const cJSON *jgs = cJSON_GetObjectItemCaseSensitive(info, "grad_scale");
+    ck_assert_msg(cJSON_IsNumber(jB) && cJSON_IsNumber(jT) && cJSON_IsNumber(jgs), "%s: B, T, grad_scale", path_f);
     int B = jB->valueint, T = jT->valueint;
     double grad_scale = jgs->valuedouble;
+    cJSON_Delete(info);
+
     size_t BT = (size_t)B * T;
     int32_t *inputs = malloc(BT * sizeof *inputs), *targets = malloc(BT * sizeof *targets);
-    int32_t *valid32 = malloc(BT * sizeof *valid32);
+    int32_t *loss_mask = malloc(BT * sizeof *loss_mask), *ce_targets = malloc(BT * sizeof *ce_targets);
     uint8_t *valid = malloc(BT);
-    ck_assert_msg(inputs && targets && valid32 && valid, "out of memory");
+    ck_assert_msg(inputs && targets && loss_mask && ce_targets && valid, "out of memory");
+    cJSON *batch = twin_read_json(path_b);
     twin_read_matrix(batch, "inputs", B, T, inputs, path_b);
     twin_read_matrix(batch, "targets", B, T, targets, path_b);
-    twin_read_matrix(batch, "valid", B, T, valid32, path_b);
-    for (size_t i = 0; i < BT; i++) valid[i] = (uint8_t)(valid32[i] != 0);
+    twin_read_matrix(batch, "loss_mask", B, T, loss_mask, path_b);
     cJSON_Delete(batch);
+    for (size_t i = 0; i < BT; i++) { /* as stages/inspect.c */
+        valid[i] = (uint8_t)(targets[i] >= 0);
+        ce_targets[i] = valid[i] && loss_mask[i] ? targets[i] : -1;
+    }
 
     ModelConfig cfg;
     ck_assert_msg(model_read_checkpoint_config(path_w, &cfg, err, sizeof err) == 0, "%s", err);
-    Backend *be = backend_create("cpu", err, sizeof err);
-    ck_assert_msg(be != NULL, "cpu backend: %s", err);
+    Backend *be = backend_create(TWIN_BACKEND, err, sizeof err);
+    ck_assert_msg(be != NULL, "%s backend: %s", TWIN_BACKEND, err);
     Model *m = model_create(&cfg, be);
     ck_assert_msg(m != NULL, "%s: model_create failed", name);
     ck_assert_msg(model_load_safetensors(m, path_w, err, sizeof err) == 0, "%s", err);
@@ -242,7 +259,7 @@ static int twin_run_fixture(const char *name) {
     ck_assert_msg(logits_f && logits_d, "out of memory");
     StepStats st;
     memset(&st, 0, sizeof st);
-    model_train_step(m, inputs, targets, valid, B, T, grad_scale, &st, logits_f);
+    model_train_step(m, inputs, ce_targets, valid, B, T, grad_scale, &st, logits_f);
 
     double *e_logits = twin_expected(&ex, "logits", BT * V, path_e);
     for (size_t i = 0; i < BT * V; i++) logits_d[i] = logits_f[i];
@@ -274,7 +291,7 @@ static int twin_run_fixture(const char *name) {
     twin_compare(&tally, name, "logits (eval path, scalar_t)", logits_d, e_logits, BT * V, TWIN_TOL);
 
     /* ---- accumulation: a second step without zeroing doubles every gradient ---- */
-    model_train_step(m, inputs, targets, valid, B, T, grad_scale, &st, NULL);
+    model_train_step(m, inputs, ce_targets, valid, B, T, grad_scale, &st, NULL);
     twin_compare_grads(&tally, name, m, &ex, path_e, 2.0);
 
     printf("fixture %s: %d comparisons, %d failed, worst error/tolerance %.3g (%s)\n\n", name, tally.n_checked,
@@ -289,7 +306,8 @@ static int twin_run_fixture(const char *name) {
     free(logits_d);
     free(inputs);
     free(targets);
-    free(valid32);
+    free(loss_mask);
+    free(ce_targets);
     free(valid);
     st_free(&ex);
     model_free(m);

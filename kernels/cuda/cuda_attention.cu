@@ -1,0 +1,249 @@
+// CUDA: RoPE and fused causal attention for short sequences.
+// Attention uses one warp per query row (forward, dq) or per key row (dk, dv): lanes own the head dimensions
+// d = lane + 32u, every score is a warp butterfly sum (same value in all lanes, fixed order), keys are visited in
+// order with an online softmax. No atomics: dq and (dk, dv) come from separate kernels, so the results are
+// deterministic. bf16 mode rounds q, k, v, dout and the probabilities to bf16 (autocast SDPA emulation).
+#include <cmath>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+#define ATT_MAX_U 8 // head dim up to 32 * 8 = 256
+
+// ---------------------------------------------------------------- RoPE
+// inv_freq[i] comes from the host (the same powf expression as the CPU backend), so both backends rotate by
+// bitwise-identical fp32 angles; only cosf/sinf differ by an ulp or two.
+__global__ void k_rope(float *x, const float *inv_freq, int B, int T, int H, int D, int n_rot, int pos_offset,
+                       int inverse) {
+    int half = n_rot / 2;
+    size_t total = (size_t)B * T * H * half;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(idx % half);
+        size_t row = idx / half; // (b, t, h)
+        int t = (int)((row / H) % T);
+        float angle = (float)(pos_offset + t) * inv_freq[i];
+        float c = cosf(angle), s = sinf(angle);
+        if (inverse) s = -s;
+        float *r = x + row * D;
+        float x0 = r[i], x1 = r[i + half];
+        r[i] = x0 * c - x1 * s;
+        r[i + half] = x1 * c + x0 * s;
+    }
+}
+
+void cuda_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, int pos_offset, scalar_t base,
+               int inverse) {
+    if (n_rot < 0 || n_rot % 2 != 0 || n_rot > D) die("rope: n_rot=%d must be even and in [0, D=%d]", n_rot, D);
+    size_t total = (size_t)B * T * H * (n_rot / 2);
+    if (!total) return;
+    int half = n_rot / 2;
+    float *h_inv = (float *)cuda_host_scratch(be, HS_C, (size_t)half * sizeof(float));
+    for (int i = 0; i < half; i++) h_inv[i] = 1.0f / powf((float)base, (float)(2 * i) / (float)n_rot); // fp32
+    float *d_inv = (float *)cuda_scratch(be, CS_B, (size_t)half * sizeof(float));
+    CHECK_CUDA(cudaMemcpy(d_inv, h_inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice));
+    k_rope<<<grid_for(total, 256), 256>>>(x, d_inv, B, T, H, D, n_rot, pos_offset, inverse);
+    CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- forward
+template <bool BF16>
+__global__ void k_attn_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int B, int Tq,
+                           int Tk, int H, int D, float scale) {
+    long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; // (b, h, i)
+    int lane = threadIdx.x % 32;
+    if (row >= (long)B * H * Tq) return;
+    int i = (int)(row % Tq), bh = (int)(row / Tq), b = bh / H, h = bh % H;
+    size_t ld = (size_t)H * D;
+    const float *qi = q + ((size_t)b * Tq + i) * ld + (size_t)h * D;
+    const float *kb = k + (size_t)b * Tk * ld + (size_t)h * D;
+    const float *vb = v + (size_t)b * Tk * ld + (size_t)h * D;
+    float qv[ATT_MAX_U], acc[ATT_MAX_U];
+    int nu = (D + 31) / 32;
+#pragma unroll
+    for (int u = 0; u < ATT_MAX_U; u++) {
+        int d = lane + 32 * u;
+        qv[u] = (u < nu && d < D) ? opnd<BF16>(qi[d]) : 0.0f;
+        acc[u] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    int jmax = Tk - Tq + i;
+    for (int j = 0; j <= jmax; j++) {
+        const float *kj = kb + (size_t)j * ld, *vj = vb + (size_t)j * ld;
+        float part = 0.0f;
+#pragma unroll
+        for (int u = 0; u < ATT_MAX_U; u++) {
+            int d = lane + 32 * u;
+            if (u < nu && d < D) part += qv[u] * opnd<BF16>(kj[d]);
+        }
+        float s = warp_sum(part) * scale;
+        float m_new = fmaxf(m, s);
+        float corr = expf(m - m_new); // 0 on the first key (m = -inf)
+        float p = expf(s - m_new);
+        l = l * corr + p;
+        float pv = opnd<BF16>(p);
+#pragma unroll
+        for (int u = 0; u < ATT_MAX_U; u++) {
+            int d = lane + 32 * u;
+            if (u < nu && d < D) acc[u] = acc[u] * corr + pv * opnd<BF16>(vj[d]);
+        }
+        m = m_new;
+    }
+    float *oi = out + ((size_t)b * Tq + i) * ld + (size_t)h * D;
+    float inv_l = 1.0f / l;
+#pragma unroll
+    for (int u = 0; u < ATT_MAX_U; u++) {
+        int d = lane + 32 * u;
+        if (u < nu && d < D) oi[d] = acc[u] * inv_l;
+    }
+    if (lane == 0) lse[(size_t)bh * Tq + i] = m + logf(l);
+}
+
+void cuda_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
+                            const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale) {
+    if (Tk < Tq) die("attention_forward: Tk=%d < Tq=%d", Tk, Tq);
+    if (D > 32 * ATT_MAX_U) die("attention_forward: head dim %d > %d is not supported by the CUDA kernel", D, 32 * ATT_MAX_U);
+    long rows = (long)B * H * Tq;
+    if (rows <= 0) return;
+    unsigned blocks = (unsigned)((rows + 7) / 8);
+    if (use_bf16(be))
+        k_attn_fwd<true><<<blocks, 256>>>(out, lse, q, k, v, B, Tq, Tk, H, D, scale);
+    else
+        k_attn_fwd<false><<<blocks, 256>>>(out, lse, q, k, v, B, Tq, Tk, H, D, scale);
+    CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- backward
+// Di[b,h,i] = dout_i . out_i
+__global__ void k_attn_rowdot(float *Di, const float *dout, const float *out, int B, int T, int H, int D) {
+    long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= (long)B * H * T) return;
+    int i = (int)(row % T), bh = (int)(row / T), b = bh / H, h = bh % H;
+    size_t off = ((size_t)b * T + i) * H * D + (size_t)h * D;
+    float part = 0.0f;
+    for (int d = lane; d < D; d += 32) part += dout[off + d] * out[off + d];
+    float s = warp_sum(part);
+    if (lane == 0) Di[row] = s;
+}
+
+// dq_i += scale * sum_{j <= i} ds_ij k_j, ds_ij = p_ij (dout_i . v_j - D_i); one warp per query row.
+template <bool BF16>
+__global__ void k_attn_bwd_dq(float *dq, const float *dout, const float *lse, const float *Di, const float *q,
+                              const float *k, const float *v, int B, int T, int H, int D, float scale) {
+    long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= (long)B * H * T) return;
+    int i = (int)(row % T), bh = (int)(row / T), b = bh / H, h = bh % H;
+    size_t ld = (size_t)H * D, base = (size_t)b * T * ld + (size_t)h * D;
+    int nu = (D + 31) / 32;
+    float qv[ATT_MAX_U], gv[ATT_MAX_U], acc[ATT_MAX_U];
+#pragma unroll
+    for (int u = 0; u < ATT_MAX_U; u++) {
+        int d = lane + 32 * u;
+        bool ok = u < nu && d < D;
+        qv[u] = ok ? opnd<BF16>(q[base + (size_t)i * ld + d]) : 0.0f;
+        gv[u] = ok ? opnd<BF16>(dout[base + (size_t)i * ld + d]) : 0.0f;
+        acc[u] = 0.0f;
+    }
+    float lse_i = lse[row], D_i = Di[row];
+    for (int j = 0; j <= i; j++) {
+        const float *kj = k + base + (size_t)j * ld, *vj = v + base + (size_t)j * ld;
+        float ps = 0.0f, pd = 0.0f;
+#pragma unroll
+        for (int u = 0; u < ATT_MAX_U; u++) {
+            int d = lane + 32 * u;
+            if (u < nu && d < D) {
+                ps += qv[u] * opnd<BF16>(kj[d]);
+                pd += gv[u] * opnd<BF16>(vj[d]);
+            }
+        }
+        float p = expf(warp_sum(ps) * scale - lse_i);
+        float ds = opnd<BF16>(p * (warp_sum(pd) - D_i) * scale);
+#pragma unroll
+        for (int u = 0; u < ATT_MAX_U; u++) {
+            int d = lane + 32 * u;
+            if (u < nu && d < D) acc[u] += ds * opnd<BF16>(kj[d]);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < ATT_MAX_U; u++) {
+        int d = lane + 32 * u;
+        if (u < nu && d < D) dq[base + (size_t)i * ld + d] += acc[u];
+    }
+}
+
+// dk_j += scale * sum_{i >= j} ds_ij q_i, dv_j += sum_{i >= j} p_ij dout_i; one warp per key row.
+template <bool BF16>
+__global__ void k_attn_bwd_dkdv(float *dk, float *dv, const float *dout, const float *lse, const float *Di,
+                                const float *q, const float *k, const float *v, int B, int T, int H, int D,
+                                float scale) {
+    long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= (long)B * H * T) return;
+    int j = (int)(row % T), bh = (int)(row / T), b = bh / H, h = bh % H;
+    size_t ld = (size_t)H * D, base = (size_t)b * T * ld + (size_t)h * D;
+    int nu = (D + 31) / 32;
+    float kv[ATT_MAX_U], vv[ATT_MAX_U], ak[ATT_MAX_U], av[ATT_MAX_U];
+#pragma unroll
+    for (int u = 0; u < ATT_MAX_U; u++) {
+        int d = lane + 32 * u;
+        bool ok = u < nu && d < D;
+        kv[u] = ok ? opnd<BF16>(k[base + (size_t)j * ld + d]) : 0.0f;
+        vv[u] = ok ? opnd<BF16>(v[base + (size_t)j * ld + d]) : 0.0f;
+        ak[u] = av[u] = 0.0f;
+    }
+    const float *lse_b = lse + (size_t)bh * T, *D_b = Di + (size_t)bh * T;
+    for (int i = j; i < T; i++) {
+        const float *qi = q + base + (size_t)i * ld, *gi = dout + base + (size_t)i * ld;
+        float ps = 0.0f, pd = 0.0f;
+#pragma unroll
+        for (int u = 0; u < ATT_MAX_U; u++) {
+            int d = lane + 32 * u;
+            if (u < nu && d < D) {
+                ps += opnd<BF16>(qi[d]) * kv[u];
+                pd += opnd<BF16>(gi[d]) * vv[u];
+            }
+        }
+        float p = expf(warp_sum(ps) * scale - lse_b[i]);
+        float ds = opnd<BF16>(p * (warp_sum(pd) - D_b[i]) * scale);
+        float pb = opnd<BF16>(p);
+#pragma unroll
+        for (int u = 0; u < ATT_MAX_U; u++) {
+            int d = lane + 32 * u;
+            if (u < nu && d < D) {
+                ak[u] += ds * opnd<BF16>(qi[d]);
+                av[u] += pb * opnd<BF16>(gi[d]);
+            }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < ATT_MAX_U; u++) {
+        int d = lane + 32 * u;
+        if (u < nu && d < D) {
+            dk[base + (size_t)j * ld + d] += ak[u];
+            dv[base + (size_t)j * ld + d] += av[u];
+        }
+    }
+}
+
+void cuda_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
+                             const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
+                             const scalar_t *v, int B, int T, int H, int D, scalar_t scale) {
+    if (D > 32 * ATT_MAX_U) die("attention_backward: head dim %d > %d is not supported by the CUDA kernel", D, 32 * ATT_MAX_U);
+    long rows = (long)B * H * T;
+    if (rows <= 0) return;
+    unsigned blocks = (unsigned)((rows + 7) / 8);
+    float *Di = (float *)cuda_scratch(be, CS_A, (size_t)rows * sizeof(float));
+    k_attn_rowdot<<<blocks, 256>>>(Di, dout, out, B, T, H, D);
+    CHECK_LAUNCH();
+    if (use_bf16(be)) {
+        k_attn_bwd_dq<true><<<blocks, 256>>>(dq, dout, lse, Di, q, k, v, B, T, H, D, scale);
+        CHECK_LAUNCH();
+        k_attn_bwd_dkdv<true><<<blocks, 256>>>(dk, dv, dout, lse, Di, q, k, v, B, T, H, D, scale);
+    } else {
+        k_attn_bwd_dq<false><<<blocks, 256>>>(dq, dout, lse, Di, q, k, v, B, T, H, D, scale);
+        CHECK_LAUNCH();
+        k_attn_bwd_dkdv<false><<<blocks, 256>>>(dk, dv, dout, lse, Di, q, k, v, B, T, H, D, scale);
+    }
+    CHECK_LAUNCH();
+}

@@ -1,0 +1,161 @@
+// CUDA backend: creation (device checks, cuBLAS), device memory, scratch buffers, and the op table.
+// The ops live in the other .cu files of this folder; kernels/cpu/ holds the readable definition of each.
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+// ---- memory ----
+static void *cu_alloc(Backend *be, size_t bytes) {
+    void *p = nullptr;
+    size_t n = bytes ? bytes : 1;
+    cudaError_t e = cudaMalloc(&p, n);
+    if (e != cudaSuccess) die("cuda backend: out of device memory allocating %zu bytes: %s", bytes, cudaGetErrorString(e));
+    CHECK_CUDA(cudaMemset(p, 0, n)); // contract: zero-filled
+    return p;
+}
+static void cu_free(Backend *be, void *p) {
+    if (p) CHECK_CUDA(cudaFree(p));
+}
+static void cu_to_device(Backend *be, void *dst, const void *src_host, size_t bytes) {
+    if (bytes) CHECK_CUDA(cudaMemcpy(dst, src_host, bytes, cudaMemcpyHostToDevice));
+}
+static void cu_to_host(Backend *be, void *dst_host, const void *src, size_t bytes) {
+    if (bytes) CHECK_CUDA(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDeviceToHost));
+}
+static void cu_copy(Backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src) CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+}
+static void cu_zero(Backend *be, void *p, size_t bytes) {
+    if (bytes) CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, 0));
+}
+static void cu_synchronize(Backend *be) { CHECK_CUDA(cudaDeviceSynchronize()); }
+
+void *cuda_scratch(Backend *be, int slot, size_t bytes) {
+    CudaImpl *im = cuda_impl(be);
+    if (slot < 0 || slot >= CS_COUNT) die("cuda backend: bad scratch slot %d", slot);
+    if (bytes == 0) bytes = 256;
+    if (im->dev_cap[slot] < bytes) {
+        size_t grow = bytes + bytes / 4;
+        if (im->dev[slot]) CHECK_CUDA(cudaFree(im->dev[slot])); // cudaFree waits for kernels still using it
+        im->dev[slot] = nullptr;
+        cudaError_t e = cudaMalloc(&im->dev[slot], grow);
+        if (e != cudaSuccess) die("cuda backend: out of device memory for %zu bytes of scratch: %s", grow, cudaGetErrorString(e));
+        im->dev_cap[slot] = grow;
+    }
+    return im->dev[slot];
+}
+
+void *cuda_host_scratch(Backend *be, int slot, size_t bytes) {
+    CudaImpl *im = cuda_impl(be);
+    if (slot < 0 || slot >= HS_COUNT) die("cuda backend: bad host scratch slot %d", slot);
+    if (bytes == 0) bytes = 64;
+    if (im->host_cap[slot] < bytes) {
+        size_t grow = bytes + bytes / 4;
+        if (im->host[slot]) CHECK_CUDA(cudaFreeHost(im->host[slot]));
+        im->host[slot] = nullptr;
+        CHECK_CUDA(cudaMallocHost(&im->host[slot], grow));
+        im->host_cap[slot] = grow;
+    }
+    return im->host[slot];
+}
+
+static void cu_destroy(Backend *be) {
+    if (!be) return;
+    CudaImpl *im = cuda_impl(be);
+    if (im) {
+        cudaDeviceSynchronize();
+        for (int i = 0; i < CS_COUNT; i++)
+            if (im->dev[i]) cudaFree(im->dev[i]);
+        for (int i = 0; i < HS_COUNT; i++)
+            if (im->host[i]) cudaFreeHost(im->host[i]);
+        if (im->cublas) cublasDestroy(im->cublas);
+        free(im);
+    }
+    free(be);
+}
+
+static void set_err(char *err, size_t errlen, const char *reason) {
+    if (err && errlen) snprintf(err, errlen, "no usable CUDA GPU: %s", reason);
+}
+
+extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
+    if (err && errlen) err[0] = '\0';
+    int n_dev = 0;
+    cudaError_t e = cudaGetDeviceCount(&n_dev);
+    if (e != cudaSuccess) {
+        set_err(err, errlen, cudaGetErrorString(e));
+        cudaGetLastError(); // clear the sticky-free error so later runtime calls are not confused by it
+        return nullptr;
+    }
+    if (n_dev == 0) {
+        set_err(err, errlen, "no CUDA device found");
+        return nullptr;
+    }
+    e = cudaSetDevice(0);
+    if (e != cudaSuccess) {
+        set_err(err, errlen, cudaGetErrorString(e));
+        return nullptr;
+    }
+    cudaDeviceProp prop;
+    e = cudaGetDeviceProperties(&prop, 0);
+    if (e != cudaSuccess) {
+        set_err(err, errlen, cudaGetErrorString(e));
+        return nullptr;
+    }
+    CudaImpl *im = (CudaImpl *)xcalloc(1, sizeof(CudaImpl));
+    cublasStatus_t st = cublasCreate(&im->cublas);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "cublasCreate failed: %s", cublasGetStatusString(st));
+        set_err(err, errlen, msg);
+        free(im);
+        return nullptr;
+    }
+    // Default math: fp32 GEMMs with CUBLAS_COMPUTE_32F stay exact fp32 (TF32 needs an explicit opt-in, which we never
+    // give); bf16 GEMMs use tensor cores with fp32 accumulation.
+    CHECK_CUBLAS(cublasSetMathMode(im->cublas, CUBLAS_DEFAULT_MATH));
+    CHECK_CUBLAS(cublasSetStream(im->cublas, 0));
+
+    Backend *be = (Backend *)xcalloc(1, sizeof(Backend));
+    be->impl = im;
+    be->name = "cuda";
+    be->precision = PRECISION_FP32;
+    snprintf(be->device_name, sizeof be->device_name, "%.80s (%.0f GiB, sm_%d%d)", prop.name,
+             (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), prop.major, prop.minor);
+
+    be->alloc = cu_alloc;
+    be->free = cu_free;
+    be->to_device = cu_to_device;
+    be->to_host = cu_to_host;
+    be->copy = cu_copy;
+    be->zero = cu_zero;
+    be->synchronize = cu_synchronize;
+    be->destroy = cu_destroy;
+
+    be->matmul = cuda_matmul;
+    be->add_inplace = cuda_add_inplace;
+    be->scale_inplace = cuda_scale_inplace;
+    be->add_bias = cuda_add_bias;
+    be->bias_backward = cuda_bias_backward;
+    be->relu_forward = cuda_relu_forward;
+    be->relu_backward = cuda_relu_backward;
+    be->embedding_forward = cuda_embedding_forward;
+    be->embedding_backward = cuda_embedding_backward;
+    be->layernorm_forward = cuda_layernorm_forward;
+    be->layernorm_backward = cuda_layernorm_backward;
+    be->rope = cuda_rope;
+    be->attention_forward = cuda_attention_forward;
+    be->attention_backward = cuda_attention_backward;
+    be->topk_sigmoid = cuda_topk_sigmoid;
+    be->topk_sigmoid_backward = cuda_topk_sigmoid_backward;
+    be->cvmm_forward = cuda_cvmm_forward;
+    be->cvmm_backward = cuda_cvmm_backward;
+    be->entropy_reg = cuda_entropy_reg;
+    be->cross_entropy = cuda_cross_entropy;
+    be->argmax_rows = cuda_argmax_rows;
+    be->adamw_step = cuda_adamw_step;
+    be->sum_squares = cuda_sum_squares;
+    be->all_finite = cuda_all_finite;
+    return be;
+}

@@ -1,0 +1,290 @@
+// CUDA: matmul (cuBLAS), elementwise ops, embedding, LayerNorm, and the deterministic column sums they share.
+#include <cstring>
+#include <vector>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+// ---------------------------------------------------------------- GEMM
+// Row-major C[M,N] = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands, keep the flags.
+void cuda_gemm(Backend *be, int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
+               const void *B, int ldb, float beta, float *C, int ldc, bool bf16_operands) {
+    if (M <= 0 || N <= 0) return;
+    cudaDataType_t t = bf16_operands ? CUDA_R_16BF : CUDA_R_32F;
+    CHECK_CUBLAS(cublasGemmEx(cuda_impl(be)->cublas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, t, ldb, A, t, lda, &beta, C,
+                              CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+__global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
+    if (!n) return;
+    k_to_bf16<<<grid_for(n, 256), 256>>>(dst, src, n);
+    CHECK_LAUNCH();
+}
+
+__global__ void k_scale(float *y, float s, size_t n, bool overwrite_zero) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = overwrite_zero ? 0.0f : y[i] * s;
+}
+
+void cuda_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B, int M, int N, int K, int transA,
+                 int transB, scalar_t alpha, scalar_t beta) {
+    if (M <= 0 || N <= 0) return;
+    size_t nC = (size_t)M * N;
+    if (K <= 0) { // empty product: C = beta*C, and beta = 0 clears NaN like the CPU backend
+        k_scale<<<grid_for(nC, 256), 256>>>(C, beta, nC, beta == 0.0f);
+        CHECK_LAUNCH();
+        return;
+    }
+    int lda = transA ? M : K, ldb = transB ? K : N;
+    if (use_bf16(be)) {
+        __nv_bfloat16 *a16 = (__nv_bfloat16 *)cuda_scratch(be, CS_I, (size_t)M * K * sizeof(__nv_bfloat16));
+        __nv_bfloat16 *b16 = (__nv_bfloat16 *)cuda_scratch(be, CS_J, (size_t)K * N * sizeof(__nv_bfloat16));
+        cuda_to_bf16(a16, A, (size_t)M * K);
+        cuda_to_bf16(b16, B, (size_t)K * N);
+        cuda_gemm(be, transA, transB, M, N, K, alpha, a16, lda, b16, ldb, beta, C, N, true);
+    } else {
+        cuda_gemm(be, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, N, false);
+    }
+}
+
+// ---------------------------------------------------------------- elementwise
+__global__ void k_add(float *y, const float *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+void cuda_add_inplace(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {
+    if (!n) return;
+    k_add<<<grid_for(n, 256), 256>>>(y, x, n);
+    CHECK_LAUNCH();
+}
+
+void cuda_scale_inplace(Backend *be, scalar_t *y, scalar_t s, size_t n) {
+    if (!n) return;
+    k_scale<<<grid_for(n, 256), 256>>>(y, s, n, false);
+    CHECK_LAUNCH();
+}
+
+__global__ void k_add_bias(float *y, const float *bias, size_t total, int C) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+        y[i] += bias[i % C];
+}
+void cuda_add_bias(Backend *be, scalar_t *y, const scalar_t *bias, int N, int C) {
+    size_t total = (size_t)N * C;
+    if (!total) return;
+    k_add_bias<<<grid_for(total, 256), 256>>>(y, bias, total, C);
+    CHECK_LAUNCH();
+}
+
+__global__ void k_relu(float *y, const float *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+void cuda_relu_forward(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {
+    if (!n) return;
+    k_relu<<<grid_for(n, 256), 256>>>(y, x, n);
+    CHECK_LAUNCH();
+}
+
+__global__ void k_relu_bwd(float *dx, const float *dy, const float *pre, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dx[i] = pre[i] > 0.0f ? dy[i] : 0.0f;
+}
+void cuda_relu_backward(Backend *be, scalar_t *dx, const scalar_t *dy, const scalar_t *pre, size_t n) {
+    if (!n) return;
+    k_relu_bwd<<<grid_for(n, 256), 256>>>(dx, dy, pre, n);
+    CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- column sums (deterministic)
+// Rows are split into COL_CHUNKS fixed chunks; pass 1 writes per-chunk partial sums (double) of every column,
+// pass 2 adds the chunks in order. mode 0: a = dy.  mode 1: a = dy * (x - mean) * rstd, b = dy.
+#define COL_CHUNKS 64
+
+__global__ void k_colsum_partial(double *pa, double *pb, const float *dy, const float *x, const float *mean,
+                                 const float *rstd, int N, int C, int rows_per_chunk, int mode) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int chunk = blockIdx.y;
+    if (c >= C) return;
+    int n0 = chunk * rows_per_chunk, n1 = min(N, n0 + rows_per_chunk);
+    double a = 0, b = 0;
+    for (int n = n0; n < n1; n++) {
+        float g = dy[(size_t)n * C + c];
+        if (mode == 1) {
+            float xh = (x[(size_t)n * C + c] - mean[n]) * rstd[n];
+            a += (double)g * (double)xh;
+            b += g;
+        } else {
+            a += g;
+        }
+    }
+    pa[(size_t)chunk * C + c] = a;
+    if (pb) pb[(size_t)chunk * C + c] = b;
+}
+
+__global__ void k_colsum_final(float *out_a, float *out_b, const double *pa, const double *pb, int C, int chunks) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double a = 0, b = 0;
+    for (int k = 0; k < chunks; k++) {
+        a += pa[(size_t)k * C + c];
+        if (pb) b += pb[(size_t)k * C + c];
+    }
+    if (out_a) out_a[c] += (float)a;
+    if (out_b) out_b[c] += (float)b;
+}
+
+// out_a[c] += sum_n a(n,c), out_b[c] += sum_n b(n,c); mode 1 when x != NULL (LayerNorm), else mode 0 (bias).
+void cuda_column_sums(Backend *be, float *out_a, float *out_b, const float *dy, const float *x, const float *mean,
+                      const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0 || (!out_a && !out_b)) return;
+    int mode = x ? 1 : 0;
+    int chunks = N < COL_CHUNKS ? N : COL_CHUNKS;
+    int rows_per_chunk = (N + chunks - 1) / chunks;
+    chunks = (N + rows_per_chunk - 1) / rows_per_chunk;
+    double *pa = (double *)cuda_scratch(be, CS_A, (size_t)chunks * C * sizeof(double));
+    double *pb = mode ? (double *)cuda_scratch(be, CS_B, (size_t)chunks * C * sizeof(double)) : nullptr;
+    dim3 grid((C + 127) / 128, chunks);
+    k_colsum_partial<<<grid, 128>>>(pa, pb, dy, x, mean, rstd, N, C, rows_per_chunk, mode);
+    CHECK_LAUNCH();
+    k_colsum_final<<<(C + 127) / 128, 128>>>(out_a, out_b, pa, pb, C, chunks);
+    CHECK_LAUNCH();
+}
+
+void cuda_bias_backward(Backend *be, scalar_t *dbias, const scalar_t *dy, int N, int C) {
+    cuda_column_sums(be, dbias, nullptr, dy, nullptr, nullptr, nullptr, N, C);
+}
+
+// ---------------------------------------------------------------- embedding
+__global__ void k_embed(float *h, const int32_t *tokens, const float *table, int N, int C) {
+    size_t total = (size_t)N * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        size_t n = i / C, c = i % C;
+        h[i] = table[(size_t)tokens[n] * C + c];
+    }
+}
+void cuda_embedding_forward(Backend *be, scalar_t *h, const int32_t *tokens, const scalar_t *table, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    k_embed<<<grid_for((size_t)N * C, 256), 256>>>(h, tokens, table, N, C);
+    CHECK_LAUNCH();
+}
+
+// One block row per distinct token: dtable[tok] += dh[n] for its positions n in increasing order (as on the CPU).
+__global__ void k_embed_bwd(float *dtable, const float *dh, const int32_t *perm, const int32_t *start,
+                            const int32_t *uniq, int C) {
+    int u = blockIdx.x; // distinct tokens on x (no 65535 limit), column chunks on y
+    int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float *dst = dtable + (size_t)uniq[u] * C + c;
+    float acc = *dst;
+    for (int m = start[u]; m < start[u + 1]; m++) acc += dh[(size_t)perm[m] * C + c];
+    *dst = acc;
+}
+
+void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, const int32_t *tokens, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    // Stable counting sort of the positions by token on the host (tokens are a few KB): deterministic buckets.
+    int32_t *tok = (int32_t *)cuda_host_scratch(be, HS_A, (size_t)N * sizeof(int32_t));
+    CHECK_CUDA(cudaMemcpy(tok, tokens, (size_t)N * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    int32_t vmax = -1;
+    for (int n = 0; n < N; n++) {
+        if (tok[n] < 0) die("embedding_backward: negative token id %d at position %d", tok[n], n);
+        if (tok[n] > vmax) vmax = tok[n];
+    }
+    std::vector<int32_t> count((size_t)vmax + 2, 0);
+    for (int n = 0; n < N; n++) count[(size_t)tok[n] + 1]++;
+    for (int32_t v = 0; v <= vmax; v++) count[(size_t)v + 1] += count[(size_t)v];
+    // host staging: perm[N] | start[U+1] | uniq[U]
+    int32_t *stage = (int32_t *)cuda_host_scratch(be, HS_B, ((size_t)3 * N + 2) * sizeof(int32_t));
+    int32_t *perm = stage;
+    std::vector<int32_t> cursor(count.begin(), count.end() - 1);
+    for (int n = 0; n < N; n++) perm[cursor[(size_t)tok[n]]++] = n;
+    int32_t *start = perm + N;
+    int U = 0;
+    for (int32_t v = 0; v <= vmax; v++)
+        if (count[(size_t)v + 1] > count[(size_t)v]) start[U++] = count[(size_t)v];
+    start[U] = N;
+    int32_t *uniq = start + U + 1;
+    U = 0;
+    for (int32_t v = 0; v <= vmax; v++)
+        if (count[(size_t)v + 1] > count[(size_t)v]) uniq[U++] = v;
+    size_t n_stage = (size_t)N + (size_t)U + 1 + (size_t)U;
+    int32_t *d_stage = (int32_t *)cuda_scratch(be, CS_A, n_stage * sizeof(int32_t));
+    CHECK_CUDA(cudaMemcpy(d_stage, stage, n_stage * sizeof(int32_t), cudaMemcpyHostToDevice));
+    dim3 grid(U, (C + 127) / 128);
+    k_embed_bwd<<<grid, 128>>>(dtable, dh, d_stage, d_stage + N, d_stage + N + U + 1, C);
+    CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- LayerNorm
+// One warp per row; statistics in double like the CPU backend; y from the saved (float) mean/rstd.
+__global__ void k_ln_fwd(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b, int N,
+                         int C, float eps) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *xr = x + (size_t)row * C;
+    double s = 0;
+    for (int c = lane; c < C; c += 32) s += xr[c];
+    double mu = warp_sum_d(s) / C;
+    double ss = 0;
+    for (int c = lane; c < C; c += 32) {
+        double d = xr[c] - mu;
+        ss += d * d;
+    }
+    ss = warp_sum_d(ss);
+    float m = (float)mu, r = (float)(1.0 / sqrt(ss / C + (double)eps));
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+    float *yr = y + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) {
+        float xh = (xr[c] - m) * r;
+        yr[c] = xh * (w ? w[c] : 1.0f) + (b ? b[c] : 0.0f);
+    }
+}
+
+void cuda_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd, const scalar_t *x,
+                            const scalar_t *w, const scalar_t *b, int N, int C, scalar_t eps) {
+    if (N <= 0) return;
+    k_ln_fwd<<<(N + 7) / 8, 256>>>(y, mean, rstd, x, w, b, N, C, eps);
+    CHECK_LAUNCH();
+}
+
+__global__ void k_ln_bwd_dx(float *dx, const float *dy, const float *x, const float *w, const float *mean,
+                            const float *rstd, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *xr = x + (size_t)row * C, *dyr = dy + (size_t)row * C;
+    float m = mean[row], r = rstd[row];
+    double s1 = 0, s2 = 0;
+    for (int c = lane; c < C; c += 32) {
+        double dxh = (double)dyr[c] * (w ? w[c] : 1.0f);
+        double xh = (double)((xr[c] - m) * r);
+        s1 += dxh;
+        s2 += dxh * xh;
+    }
+    double mean_dxh = warp_sum_d(s1) / C, mean_dxh_xh = warp_sum_d(s2) / C;
+    float *dxr = dx + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) {
+        double dxh = (double)dyr[c] * (w ? w[c] : 1.0f);
+        double xh = (double)((xr[c] - m) * r);
+        dxr[c] += (float)((double)r * (dxh - mean_dxh - xh * mean_dxh_xh));
+    }
+}
+
+void cuda_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *db, const scalar_t *dy,
+                             const scalar_t *x, const scalar_t *w, const scalar_t *mean, const scalar_t *rstd, int N,
+                             int C) {
+    if (N <= 0) return;
+    if (dx) {
+        k_ln_bwd_dx<<<(N + 7) / 8, 256>>>(dx, dy, x, w, mean, rstd, N, C);
+        CHECK_LAUNCH();
+    }
+    // same rule as the CPU: dw when w and dw are given, db when db is given
+    cuda_column_sums(be, (w && dw) ? dw : nullptr, db, dy, x, mean, rstd, N, C);
+}

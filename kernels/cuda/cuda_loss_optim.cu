@@ -1,0 +1,163 @@
+// CUDA: cross-entropy, argmax, AdamW and the deterministic reductions behind gradient clipping.
+#include <cfloat>
+#include <cmath>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+#define SUMSQ_CHUNK 65536 // same chunking as the CPU backend
+
+// ---------------------------------------------------------------- fixed-order sum of doubles
+__global__ void k_sum_doubles(double *out, const double *x, size_t n) {
+    __shared__ double sh[256];
+    double acc = 0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
+    double s = block_sum_d(acc, sh);
+    if (threadIdx.x == 0) *out = s;
+}
+
+double cuda_sum_doubles(Backend *be, const double *x, size_t n) {
+    if (n == 0) return 0.0;
+    double *d_out = (double *)cuda_scratch(be, CS_J, sizeof(double));
+    k_sum_doubles<<<1, 256>>>(d_out, x, n);
+    CHECK_LAUNCH();
+    double r;
+    CHECK_CUDA(cudaMemcpy(&r, d_out, sizeof r, cudaMemcpyDeviceToHost));
+    return r;
+}
+
+// ---------------------------------------------------------------- cross-entropy
+// One warp per row. bad[0] is set when a target is outside [-1, V) (checked on the host afterwards).
+__global__ void k_ce(float *dlogits, float *losses, double *row_loss, int *bad, const float *logits,
+                     const int32_t *targets, int N, int V, float grad_scale) {
+    long n = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (n >= N) return;
+    const float *l = logits + (size_t)n * V;
+    int t = targets[n];
+    if (t < -1 || t >= V) {
+        if (lane == 0) *bad = 1;
+        t = -1;
+    }
+    float mx = -FLT_MAX;
+    for (int v = lane; v < V; v += 32) mx = fmaxf(mx, l[v]);
+    mx = warp_max(mx);
+    double s = 0;
+    for (int v = lane; v < V; v += 32) s += expf(l[v] - mx);
+    s = warp_sum_d(s);
+    float lt = t >= 0 ? l[t] : 0.0f;
+    __syncwarp(); // every lane has read the logits it needs before dlogits (which may alias them) is written
+    double loss = t >= 0 ? (double)mx + log(s) - (double)lt : 0.0;
+    if (lane == 0) {
+        row_loss[n] = loss;
+        if (losses) losses[n] = (float)loss;
+    }
+    if (dlogits) {
+        float *dl = dlogits + (size_t)n * V;
+        float coef = (float)((double)grad_scale / s);
+        for (int v = lane; v < V; v += 32) {
+            float val = t >= 0 ? coef * expf(l[v] - mx) : 0.0f;
+            if (v == t) val -= grad_scale;
+            dl[v] = val;
+        }
+    }
+}
+
+double cuda_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, const scalar_t *logits,
+                          const int32_t *targets, int N, int V, scalar_t grad_scale) {
+    if (N <= 0) return 0.0;
+    double *row_loss = (double *)cuda_scratch(be, CS_A, (size_t)N * sizeof(double));
+    int *bad = (int *)cuda_scratch(be, CS_B, sizeof(int));
+    CHECK_CUDA(cudaMemsetAsync(bad, 0, sizeof(int), 0));
+    k_ce<<<(unsigned)((N + 7) / 8), 256>>>(dlogits, losses, row_loss, bad, logits, targets, N, V, grad_scale);
+    CHECK_LAUNCH();
+    double total = cuda_sum_doubles(be, row_loss, (size_t)N);
+    int h_bad = 0;
+    CHECK_CUDA(cudaMemcpy(&h_bad, bad, sizeof h_bad, cudaMemcpyDeviceToHost));
+    if (h_bad) die("cross_entropy: a target is outside [-1, %d)", V);
+    return total;
+}
+
+// ---------------------------------------------------------------- argmax (ties: lowest index)
+__global__ void k_argmax(int32_t *out, const float *x, int N, int V) {
+    long n = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (n >= N) return;
+    const float *r = x + (size_t)n * V;
+    float best = -INFINITY;
+    int idx = V; // sentinel larger than every index
+    for (int v = lane; v < V; v += 32)
+        if (r[v] > best || idx == V) best = r[v], idx = v;
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (oi < V && (idx == V || ob > best || (ob == best && oi < idx))) best = ob, idx = oi;
+    }
+    if (lane == 0) out[n] = idx < V ? idx : 0;
+}
+
+void cuda_argmax_rows(Backend *be, int32_t *argmax, const scalar_t *x, int N, int V) {
+    if (N <= 0) return;
+    k_argmax<<<(unsigned)((N + 7) / 8), 256>>>(argmax, x, N, V);
+    CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- AdamW (same formula and operation order as the CPU)
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float decay, float b1, float b2,
+                        float one_m_b1, float one_m_b2, float step_size, float bc2_sqrt, float eps) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float gi = g[i];
+        float pi = p[i] * decay;
+        float mi = b1 * m[i] + one_m_b1 * gi;
+        float vi = b2 * v[i] + one_m_b2 * gi * gi;
+        float denom = sqrtf(vi) / bc2_sqrt + eps;
+        p[i] = pi - step_size * (mi / denom);
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+void cuda_adamw_step(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, scalar_t *v, size_t n, double lr,
+                     double beta1, double beta2, double eps, double wd, long t) {
+    if (t < 1) die("adamw_step: step t=%ld must be >= 1", t);
+    if (!n) return;
+    k_adamw<<<grid_for(n, 256), 256>>>(p, g, m, v, n, (float)(1.0 - lr * wd), (float)beta1, (float)beta2,
+                                       (float)(1.0 - beta1), (float)(1.0 - beta2),
+                                       (float)(lr / (1.0 - pow(beta1, (double)t))),
+                                       (float)sqrt(1.0 - pow(beta2, (double)t)), (float)eps);
+    CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- sum of squares, all_finite
+__global__ void k_sumsq_chunks(double *partial, const float *x, size_t n) {
+    __shared__ double sh[256];
+    size_t i0 = (size_t)blockIdx.x * SUMSQ_CHUNK, i1 = i0 + SUMSQ_CHUNK < n ? i0 + SUMSQ_CHUNK : n;
+    double acc = 0;
+    for (size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) acc += (double)x[i] * (double)x[i];
+    double s = block_sum_d(acc, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+double cuda_sum_squares(Backend *be, const scalar_t *x, size_t n) {
+    if (n == 0) return 0.0;
+    size_t chunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
+    double *partial = (double *)cuda_scratch(be, CS_A, chunks * sizeof(double));
+    k_sumsq_chunks<<<(unsigned)chunks, 256>>>(partial, x, n);
+    CHECK_LAUNCH();
+    return cuda_sum_doubles(be, partial, chunks);
+}
+
+__global__ void k_nonfinite(int *found, const float *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        if (!isfinite(x[i])) *found = 1; // every writer stores the same value: order does not matter
+}
+
+int cuda_all_finite(Backend *be, const scalar_t *x, size_t n) {
+    if (n == 0) return 1;
+    int *found = (int *)cuda_scratch(be, CS_B, sizeof(int));
+    CHECK_CUDA(cudaMemsetAsync(found, 0, sizeof(int), 0));
+    k_nonfinite<<<grid_for(n, 256), 256>>>(found, x, n);
+    CHECK_LAUNCH();
+    int h = 0;
+    CHECK_CUDA(cudaMemcpy(&h, found, sizeof h, cudaMemcpyDeviceToHost));
+    return h ? 0 : 1;
+}

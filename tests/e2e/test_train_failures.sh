@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# bin/train failure paths: a NaN gradient (--debug-nan) or a diverging lr stops with "non-finite ... at step S; last
+# good checkpoint step K kept", exit 1, and the checkpoint of step K stays intact and resumable; bad inputs (unknown
+# config key, n_tokens vs tokenizer, tokenizer vs shard, micro-batches, missing data) are one clear line, exit 1,
+# and leave no output directory behind.
+source "$(dirname "$0")/train_common.sh"
+
+train_data "$tmp/data"
+
+# ---- NaN injected at step 6 with checkpoints every 2 steps: step 4 is kept ----
+train_config "$tmp/nan.json" dense qa 10 checkpoint_every=2
+rc=0
+bin/train --config "$tmp/nan.json" --data "$tmp/data" --out "$tmp/nan" --threads 1 --debug-nan 6 2>"$tmp/nan.log" || rc=$?
+[ "$rc" = 1 ] || { cat "$tmp/nan.log"; fail "NaN: exit status $rc, expected 1"; }
+grep -q "non-finite gradient norm at step 6; last good checkpoint step 4 kept" "$tmp/nan.log" \
+  || { cat "$tmp/nan.log"; fail "NaN: message"; }
+[ "$(json_get "$tmp/nan/state.json" step)" = 4 ] || fail "NaN: state.json is not the step-4 checkpoint"
+[ ! -f "$tmp/nan/train_summary.json" ] || fail "NaN: train_summary.json written"
+recorded=$(grep -A2 '"files"' "$tmp/nan/state.json" | sed -n -E 's/.*"model.safetensors":[[:space:]]*"([0-9a-f]{64})".*/\1/p')
+[ "$recorded" = "$(sha256sum "$tmp/nan/model.safetensors" | cut -d' ' -f1)" ] || fail "NaN: model.safetensors changed after step 4"
+# the kept checkpoint is usable: resuming without the injection finishes the run
+bin/train --config "$tmp/nan.json" --data "$tmp/data" --out "$tmp/nan" --threads 1 --resume 2>"$tmp/nan2.log" \
+  || { cat "$tmp/nan2.log"; fail "NaN: resume from the kept checkpoint"; }
+[ "$(json_get "$tmp/nan/train_summary.json" steps)" = 10 ] || fail "NaN: resumed run did not finish"
+echo "ok: injected NaN stops the run and keeps the last good checkpoint"
+
+# ---- a diverging learning rate ----
+train_config "$tmp/lr.json" moeut qa 10 lr=1e30 warmup=0 checkpoint_every=1
+rc=0
+bin/train --config "$tmp/lr.json" --data "$tmp/data" --out "$tmp/lr" --threads 1 2>"$tmp/lr.log" || rc=$?
+[ "$rc" = 1 ] || { cat "$tmp/lr.log"; fail "lr 1e30: exit status $rc, expected 1"; }
+grep -E -q "non-finite (loss|gradient norm|weights) at step [0-9]+; last good checkpoint step [0-9a-z ()]+ kept" "$tmp/lr.log" \
+  || { cat "$tmp/lr.log"; fail "lr 1e30: message"; }
+[ ! -f "$tmp/lr/train_summary.json" ] || fail "lr 1e30: train_summary.json written"
+grep "non-finite" "$tmp/lr.log"
+echo "ok: a diverging lr stops the run"
+
+# ---- bad inputs: one line naming the culprit, exit 1, no output directory ----
+expect_error() { # expect_error LABEL PATTERN ARGS...
+  local label=$1 pattern=$2 rc=0
+  shift 2
+  rm -rf "$tmp/bad"
+  bin/train "$@" --out "$tmp/bad" --threads 1 2>"$tmp/bad.log" || rc=$?
+  [ "$rc" = 1 ] || { cat "$tmp/bad.log"; fail "$label: exit status $rc, expected 1"; }
+  grep -q -- "$pattern" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "$label: message does not match '$pattern'"; }
+  [ "$(grep -c 'error' "$tmp/bad.log")" = 1 ] || { cat "$tmp/bad.log"; fail "$label: expected one error line"; }
+  [ ! -e "$tmp/bad" ] || fail "$label: output directory created"
+  echo "ok: $label"
+}
+train_config "$tmp/good.json" dense qa 4
+sed 's/"seed": 1,/"seed": 1, "sead": 2,/' "$tmp/good.json" >"$tmp/unknown.json"
+expect_error "unknown train key" "unknown.json: unknown key train.sead" --config "$tmp/unknown.json" --data "$tmp/data"
+train_config "$tmp/ntok.json" dense qa 4 n_tokens=256
+expect_error "n_tokens vs tokenizer" "model.n_tokens is 256 but .*tokenizer.json has 512 pieces" \
+  --config "$tmp/ntok.json" --data "$tmp/data"
+train_config "$tmp/nmb.json" dense qa 4 n_microbatch=3
+expect_error "n_microbatch" "train.n_microbatch" --config "$tmp/nmb.json" --data "$tmp/data"
+expect_error "missing data" "$tmp/nodata/tokenizer.json" --config "$tmp/good.json" --data "$tmp/nodata"
+# a shard made with another tokenizer
+sed 's/"vocab_size": 512/"vocab_size": 400/' experiments/tiny/data.json >"$tmp/data400.json"
+bin/tokenize --raw "$tmp/raw" --config "$tmp/data400.json" --out "$tmp/data400" >/dev/null 2>&1 || fail "tokenize 400"
+mkdir -p "$tmp/mixed"
+cp "$tmp/data/tokenizer.json" "$tmp/mixed/"
+cp "$tmp/data400/train.shard" "$tmp/mixed/"
+expect_error "tokenizer vs shard" "train.shard: tokenizer_sha256 .* does not match .*tokenizer.json" \
+  --config "$tmp/good.json" --data "$tmp/mixed"
+rc=0
+bin/train --data "$tmp/data" --out "$tmp/bad" 2>/dev/null || rc=$?
+[ "$rc" = 2 ] || fail "missing --config: exit status $rc, expected 2"
+echo "ok: bad inputs"

@@ -1,0 +1,512 @@
+/* CUDA backend against the CPU backend: every op on the same random inputs, fp32 with tight tolerances, and the
+ * matmul-like ops (matmul, cvmm, attention) again in bf16 mode with tolerances derived from bf16 rounding.
+ * Without a usable GPU the program prints "SKIP: no usable CUDA GPU (<reason>)" and exits 77 before the suite.
+ * Runs without fork (CK_NOFORK): a CUDA context does not survive fork(). */
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "tests/unit/kernel_test_cvmm.h"
+
+static Backend *cpu, *gpu;
+
+static void setup(void) {
+    char err[256];
+    cpu = backend_create("cpu", err, sizeof err);
+    ck_assert_msg(cpu != NULL, "cpu backend: %s", err);
+    gpu = backend_create("cuda", err, sizeof err);
+    ck_assert_msg(gpu != NULL, "cuda backend: %s", err);
+    gpu->precision = PRECISION_FP32;
+}
+static void teardown(void) {
+    backend_destroy(cpu);
+    backend_destroy(gpu);
+}
+
+/* device copy of a host array */
+static void *up(const void *h, size_t bytes) {
+    void *d = gpu->alloc(gpu, bytes);
+    gpu->to_device(gpu, d, h, bytes);
+    return d;
+}
+static scalar_t *upf(const scalar_t *h, size_t n) { return up(h, n * sizeof(scalar_t)); }
+static scalar_t *downf(const scalar_t *d, size_t n) {
+    scalar_t *h = ktu_scalars(n);
+    gpu->to_host(gpu, h, d, n * sizeof(scalar_t));
+    return h;
+}
+/* max |a| */
+static double maxabs(const scalar_t *a, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i]));
+    return m;
+}
+/* |got - want| <= bound[i] */
+static void assert_within(const scalar_t *got, const scalar_t *want, const double *bound, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabs((double)got[i] - want[i]) <= bound[i] && !isnan(got[i]),
+                      "%s[%zu]: gpu %.9g vs cpu %.9g, |diff| %.3g > bound %.3g", what, i, got[i], want[i],
+                      fabs((double)got[i] - want[i]), bound[i]);
+}
+/* ||got - want||_2 <= rel * ||want||_2 */
+static void assert_normwise(const scalar_t *got, const scalar_t *want, size_t n, double rel, const char *what) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        r += (double)want[i] * want[i];
+    }
+    ck_assert_msg(sqrt(d) <= rel * sqrt(r) && !isnan(d), "%s: ||gpu-cpu|| = %.3g > %.1g * ||cpu|| = %.3g", what,
+                  sqrt(d), rel, rel * sqrt(r));
+}
+
+/* bf16 unit roundoff (round to nearest): operands carry a relative error <= U16 each, a product <= 2*U16 + U16^2. */
+#define U16 (1.0 / 512.0)
+
+/* ---------------------------------------------------------------- matmul */
+START_TEST(test_matmul) {
+    KtuRng rng = {201};
+    int shapes[][3] = {{7, 13, 5}, {1, 1, 1}, {33, 17, 65}, {128, 96, 64}};
+    for (int prec = 0; prec < 2; prec++) {
+        gpu->precision = prec ? PRECISION_BF16 : PRECISION_FP32;
+        for (size_t s = 0; s < 4; s++)
+            for (int tA = 0; tA < 2; tA++)
+                for (int tB = 0; tB < 2; tB++) {
+                    int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                    size_t nA = (size_t)M * K, nB = (size_t)K * N, nC = (size_t)M * N;
+                    scalar_t *A = ktu_random(&rng, nA, -1, 1), *B = ktu_random(&rng, nB, -1, 1);
+                    scalar_t *C = ktu_random(&rng, nC, -1, 1), *C0 = ktu_copy(C, nC);
+                    scalar_t *dA = upf(A, nA), *dB = upf(B, nB), *dC = upf(C, nC);
+                    cpu->matmul(cpu, C, A, B, M, N, K, tA, tB, (scalar_t)0.7, (scalar_t)0.3);
+                    gpu->matmul(gpu, dC, dA, dB, M, N, K, tA, tB, (scalar_t)0.7, (scalar_t)0.3);
+                    scalar_t *g = downf(dC, nC);
+                    if (!prec) {
+                        ktu_assert_close_s(g, C, nC, 1e-5, 1e-5, "matmul fp32");
+                    } else { /* |err| <= 0.7 (2u+u^2) sum_k |a||b| + fp32 accumulation slack */
+                        scalar_t *Aa = ktu_scalars(nA), *Ba = ktu_scalars(nB), *mag = ktu_scalars(nC);
+                        for (size_t i = 0; i < nA; i++) Aa[i] = fabsf(A[i]);
+                        for (size_t i = 0; i < nB; i++) Ba[i] = fabsf(B[i]);
+                        cpu->matmul(cpu, mag, Aa, Ba, M, N, K, tA, tB, 1, 0);
+                        double *bound = ktu_doubles(nC);
+                        for (size_t i = 0; i < nC; i++) bound[i] = 0.7 * (2 * U16 + U16 * U16) * mag[i] + 1e-5 * (1 + fabs(C[i]));
+                        assert_within(g, C, bound, nC, "matmul bf16");
+                        free(Aa), free(Ba), free(mag), free(bound);
+                    }
+                    /* beta = 0 over NaN */
+                    for (size_t i = 0; i < nC; i++) C0[i] = NAN;
+                    gpu->to_device(gpu, dC, C0, nC * sizeof(scalar_t));
+                    gpu->matmul(gpu, dC, dA, dB, M, N, K, tA, tB, 1, 0);
+                    scalar_t *g2 = downf(dC, nC);
+                    ck_assert_msg(cpu->all_finite(cpu, g2, nC), "beta=0 left NaN in C");
+                    gpu->free(gpu, dA), gpu->free(gpu, dB), gpu->free(gpu, dC);
+                    free(A), free(B), free(C), free(C0), free(g), free(g2);
+                }
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------------------- elementwise, embedding, LayerNorm */
+START_TEST(test_elementwise_embedding_layernorm) {
+    KtuRng rng = {202};
+    int N = 300, C = 70, V = 13;
+    size_t n = (size_t)N * C;
+    scalar_t *x = ktu_random(&rng, n, -2, 2), *y = ktu_random(&rng, n, -2, 2), *bias = ktu_random(&rng, C, -1, 1);
+    scalar_t *dx = upf(x, n), *dy = upf(y, n), *dbias = upf(bias, C);
+    /* y += x; y *= s; y += bias */
+    cpu->add_inplace(cpu, y, x, n), gpu->add_inplace(gpu, dy, dx, n);
+    cpu->scale_inplace(cpu, y, (scalar_t)0.37, n), gpu->scale_inplace(gpu, dy, (scalar_t)0.37, n);
+    cpu->add_bias(cpu, y, bias, N, C), gpu->add_bias(gpu, dy, dbias, N, C);
+    scalar_t *g = downf(dy, n);
+    ktu_assert_close_s(g, y, n, 0, 0, "add/scale/add_bias (exact)");
+    free(g);
+    /* bias_backward accumulates */
+    cpu->bias_backward(cpu, bias, x, N, C), gpu->bias_backward(gpu, dbias, dx, N, C);
+    g = downf(dbias, C);
+    ktu_assert_close_s(g, bias, C, 1e-5, 1e-6, "bias_backward");
+    free(g);
+    /* relu forward / backward */
+    scalar_t *r = ktu_scalars(n), *dr = gpu->alloc(gpu, n * sizeof(scalar_t));
+    cpu->relu_forward(cpu, r, x, n), gpu->relu_forward(gpu, dr, dx, n);
+    g = downf(dr, n);
+    ktu_assert_close_s(g, r, n, 0, 0, "relu_forward");
+    free(g);
+    cpu->relu_backward(cpu, r, y, x, n), gpu->relu_backward(gpu, dr, dy, dx, n);
+    g = downf(dr, n);
+    ktu_assert_close_s(g, r, n, 0, 0, "relu_backward");
+    free(g);
+    /* embedding */
+    int32_t *tok = ktu_ints(N);
+    for (int i = 0; i < N; i++) tok[i] = ktu_int(&rng, V);
+    int32_t *dtok = up(tok, N * sizeof(int32_t));
+    scalar_t *table = ktu_random(&rng, (size_t)V * C, -1, 1), *dtable = upf(table, (size_t)V * C);
+    cpu->embedding_forward(cpu, r, tok, table, N, C), gpu->embedding_forward(gpu, dr, dtok, dtable, N, C);
+    g = downf(dr, n);
+    ktu_assert_close_s(g, r, n, 0, 0, "embedding_forward");
+    free(g);
+    cpu->embedding_backward(cpu, table, x, tok, N, C), gpu->embedding_backward(gpu, dtable, dx, dtok, N, C);
+    g = downf(dtable, (size_t)V * C);
+    ktu_assert_close_s(g, table, (size_t)V * C, 1e-6, 1e-6, "embedding_backward");
+    free(g);
+    /* LayerNorm with and without affine */
+    for (int affine = 0; affine < 2; affine++) {
+        scalar_t *w = ktu_random(&rng, C, 0.5, 1.5), *b = ktu_random(&rng, C, -1, 1);
+        scalar_t *dw_ = upf(w, C), *db_ = upf(b, C);
+        scalar_t *mean = ktu_scalars(N), *rstd = ktu_scalars(N);
+        scalar_t *dmean = gpu->alloc(gpu, N * sizeof(scalar_t)), *drstd = gpu->alloc(gpu, N * sizeof(scalar_t));
+        cpu->layernorm_forward(cpu, r, mean, rstd, x, affine ? w : NULL, affine ? b : NULL, N, C, (scalar_t)1e-5);
+        gpu->layernorm_forward(gpu, dr, dmean, drstd, dx, affine ? dw_ : NULL, affine ? db_ : NULL, N, C, (scalar_t)1e-5);
+        g = downf(dr, n);
+        ktu_assert_close_s(g, r, n, 1e-5, 1e-5, "layernorm y");
+        free(g);
+        g = downf(drstd, N);
+        ktu_assert_close_s(g, rstd, N, 0, 1e-6, "layernorm rstd");
+        free(g);
+        scalar_t *gx = ktu_random(&rng, n, -1, 1), *gw = ktu_random(&rng, C, -1, 1), *gb = ktu_random(&rng, C, -1, 1);
+        scalar_t *dgx = upf(gx, n), *dgw = upf(gw, C), *dgb = upf(gb, C);
+        cpu->layernorm_backward(cpu, gx, affine ? gw : NULL, affine ? gb : NULL, y, x, affine ? w : NULL, mean, rstd, N, C);
+        gpu->layernorm_backward(gpu, dgx, affine ? dgw : NULL, affine ? dgb : NULL, dy, dx, affine ? dw_ : NULL, dmean,
+                                drstd, N, C);
+        g = downf(dgx, n);
+        ktu_assert_close_s(g, gx, n, 1e-5, 1e-5, "layernorm dx");
+        free(g);
+        g = downf(dgw, C);
+        ktu_assert_close_s(g, gw, C, 1e-4, 1e-5, "layernorm dw");
+        free(g);
+        g = downf(dgb, C);
+        ktu_assert_close_s(g, gb, C, 1e-4, 1e-5, "layernorm db");
+        free(g);
+        gpu->free(gpu, dw_), gpu->free(gpu, db_), gpu->free(gpu, dmean), gpu->free(gpu, drstd);
+        gpu->free(gpu, dgx), gpu->free(gpu, dgw), gpu->free(gpu, dgb);
+        free(w), free(b), free(mean), free(rstd), free(gx), free(gw), free(gb);
+    }
+    gpu->free(gpu, dx), gpu->free(gpu, dy), gpu->free(gpu, dbias), gpu->free(gpu, dr), gpu->free(gpu, dtok);
+    gpu->free(gpu, dtable);
+    free(x), free(y), free(bias), free(r), free(tok), free(table);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- RoPE and attention */
+START_TEST(test_rope) {
+    KtuRng rng = {203};
+    int B = 2, T = 37, H = 3, D = 82, n_rot = 40;
+    size_t n = (size_t)B * T * H * D;
+    scalar_t *x = ktu_random(&rng, n, -1, 1), *dx = upf(x, n);
+    for (int inverse = 0; inverse < 2; inverse++) {
+        cpu->rope(cpu, x, B, T, H, D, n_rot, 7, 10000, inverse);
+        gpu->rope(gpu, dx, B, T, H, D, n_rot, 7, 10000, inverse);
+        scalar_t *g = downf(dx, n);
+        /* cos/sin of the same fp32 angle on two libms: a few ulp */
+        ktu_assert_close_s(g, x, n, 2e-6, 2e-6, "rope");
+        free(g);
+    }
+    gpu->free(gpu, dx);
+    free(x);
+}
+END_TEST
+
+static void attention_pair(KtuRng *rng, int B, int Tq, int Tk, int H, int D, float scale, int bf16) {
+    gpu->precision = bf16 ? PRECISION_BF16 : PRECISION_FP32;
+    size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tk * H * D, nl = (size_t)B * H * Tq;
+    scalar_t *q = ktu_random(rng, nq, -1, 1), *k = ktu_random(rng, nk, -1, 1), *v = ktu_random(rng, nk, -1, 1);
+    scalar_t *o = ktu_scalars(nq), *lse = ktu_scalars(nl);
+    scalar_t *dq_ = upf(q, nq), *dk_ = upf(k, nk), *dv_ = upf(v, nk);
+    scalar_t *do_ = gpu->alloc(gpu, nq * sizeof(scalar_t)), *dl_ = gpu->alloc(gpu, nl * sizeof(scalar_t));
+    cpu->attention_forward(cpu, o, lse, q, k, v, B, Tq, Tk, H, D, scale);
+    gpu->attention_forward(gpu, do_, dl_, dq_, dk_, dv_, B, Tq, Tk, H, D, scale);
+    scalar_t *go = downf(do_, nq), *gl = downf(dl_, nl);
+    if (!bf16) {
+        ktu_assert_close_s(go, o, nq, 2e-6, 1e-5, "attention out fp32");
+        ktu_assert_close_s(gl, lse, nl, 2e-6, 1e-6, "attention lse fp32");
+    } else {
+        /* scores: |ds| <= (2u+u^2) scale sum_d |q||k| =: ds_max; out is a convex combination of v, so
+         * |dout| <= max|v| (2 ds_max + 2u) (probability perturbation, plus v and p rounding) */
+        double qk = maxabs(q, nq) * maxabs(k, nk) * D * scale, ds_max = (2 * U16 + U16 * U16) * qk;
+        double *bound = ktu_doubles(nq);
+        for (size_t i = 0; i < nq; i++) bound[i] = maxabs(v, nk) * (2 * ds_max + 2 * U16) + 1e-5;
+        assert_within(go, o, bound, nq, "attention out bf16");
+        free(bound);
+    }
+    if (Tq == Tk) {
+        size_t n = nq;
+        scalar_t *dout = ktu_random(rng, n, -1, 1), *ddout = upf(dout, n);
+        scalar_t *gq = ktu_random(rng, n, -1, 1), *gk = ktu_random(rng, n, -1, 1), *gv = ktu_random(rng, n, -1, 1);
+        scalar_t *dgq = upf(gq, n), *dgk = upf(gk, n), *dgv = upf(gv, n);
+        scalar_t *gq0 = ktu_copy(gq, n), *gk0 = ktu_copy(gk, n), *gv0 = ktu_copy(gv, n);
+        cpu->attention_backward(cpu, gq, gk, gv, dout, o, lse, q, k, v, B, Tq, H, D, scale);
+        /* the GPU backward reads its own forward's out/lse, as in training */
+        gpu->attention_backward(gpu, dgq, dgk, dgv, ddout, do_, dl_, dq_, dk_, dv_, B, Tq, H, D, scale);
+        scalar_t *rq = downf(dgq, n), *rk = downf(dgk, n), *rv = downf(dgv, n);
+        if (!bf16) {
+            ktu_assert_close_s(rq, gq, n, 1e-5, 1e-4, "attention dq fp32");
+            ktu_assert_close_s(rk, gk, n, 1e-5, 1e-4, "attention dk fp32");
+            ktu_assert_close_s(rv, gv, n, 1e-5, 1e-4, "attention dv fp32");
+        } else {
+            /* compare the gradient increments normwise: each term chains ~4 bf16-rounded factors (q.k, p, dout.v,
+             * ds or p times q/k/dout), each off by <= 2u relative, so <= 8u ~ 1.6e-2 to first order; use 2e-2 */
+            for (size_t i = 0; i < n; i++) rq[i] -= gq0[i], rk[i] -= gk0[i], rv[i] -= gv0[i];
+            for (size_t i = 0; i < n; i++) gq[i] -= gq0[i], gk[i] -= gk0[i], gv[i] -= gv0[i];
+            assert_normwise(rq, gq, n, 2e-2, "attention dq bf16");
+            assert_normwise(rk, gk, n, 2e-2, "attention dk bf16");
+            assert_normwise(rv, gv, n, 2e-2, "attention dv bf16");
+        }
+        gpu->free(gpu, ddout), gpu->free(gpu, dgq), gpu->free(gpu, dgk), gpu->free(gpu, dgv);
+        free(dout), free(gq), free(gk), free(gv), free(gq0), free(gk0), free(gv0), free(rq), free(rk), free(rv);
+    }
+    gpu->free(gpu, dq_), gpu->free(gpu, dk_), gpu->free(gpu, dv_), gpu->free(gpu, do_), gpu->free(gpu, dl_);
+    free(q), free(k), free(v), free(o), free(lse), free(go), free(gl);
+    gpu->precision = PRECISION_FP32;
+}
+
+START_TEST(test_attention) {
+    KtuRng rng = {204};
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        attention_pair(&rng, 2, 37, 37, 3, 16, 0.25f, bf16);
+        attention_pair(&rng, 1, 1, 1, 1, 1, 1.0f, bf16);
+        attention_pair(&rng, 2, 70, 70, 4, 82, 1.0f / sqrtf(82.0f), bf16); /* D not a multiple of 32 */
+        attention_pair(&rng, 2, 5, 41, 2, 32, 0.3f, bf16);                 /* KV cache: Tq < Tk */
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------------------- routing */
+START_TEST(test_topk_and_entropy) {
+    KtuRng rng = {205};
+    int N = 200, G = 3, E = 11, k = 4;
+    size_t nl = (size_t)N * G * E, ns = (size_t)N * G * k;
+    scalar_t *l = ktu_random(&rng, nl, -3, 3), *dl = upf(l, nl);
+    for (size_t i = 0; i < nl; i += 9) l[i] = 0.25f; /* ties */
+    gpu->to_device(gpu, dl, l, nl * sizeof(scalar_t));
+    uint8_t *drop = ktu_alloc(nl);
+    for (size_t i = 0; i < nl; i++) drop[i] = ktu_int(&rng, 6) == 0;
+    uint8_t *ddrop = up(drop, nl);
+    int32_t *sel = ktu_ints(ns), *dsel = gpu->alloc(gpu, ns * sizeof(int32_t)), *gsel = ktu_ints(ns);
+    scalar_t *gate = ktu_scalars(ns), *dgate = gpu->alloc(gpu, ns * sizeof(scalar_t));
+    for (int pass = 0; pass < 2; pass++) {
+        cpu->topk_sigmoid(cpu, sel, gate, l, pass ? drop : NULL, N, G, E, k);
+        gpu->topk_sigmoid(gpu, dsel, dgate, dl, pass ? ddrop : NULL, N, G, E, k);
+        gpu->to_host(gpu, gsel, dsel, ns * sizeof(int32_t));
+        for (size_t i = 0; i < ns; i++) ck_assert_msg(gsel[i] == sel[i], "topk sel[%zu]: gpu %d cpu %d", i, gsel[i], sel[i]);
+        scalar_t *g = downf(dgate, ns);
+        ktu_assert_close_s(g, gate, ns, 1e-7, 1e-6, "topk gate");
+        free(g);
+    }
+    scalar_t *dg = ktu_random(&rng, ns, -1, 1), *ddg = upf(dg, ns);
+    scalar_t *acc = ktu_random(&rng, nl, -1, 1), *dacc = upf(acc, nl);
+    cpu->topk_sigmoid_backward(cpu, acc, dg, sel, gate, N, G, E, k);
+    gpu->topk_sigmoid_backward(gpu, dacc, ddg, dsel, dgate, N, G, E, k);
+    scalar_t *g = downf(dacc, nl);
+    ktu_assert_close_s(g, acc, nl, 1e-7, 1e-6, "topk backward");
+    free(g);
+
+    /* entropy regularizer: masked (unequal counts, one empty sequence) and unmasked */
+    int R = 3, B = 4, T = 9, Ge = 2, Ee = 7;
+    size_t n = (size_t)R * B * T * Ge * Ee;
+    scalar_t *lg = ktu_random(&rng, n, -3, 3), *dlg = upf(lg, n);
+    uint8_t *valid = ktu_alloc((size_t)B * T);
+    for (int i = 0; i < B * T; i++) valid[i] = (i / T == 2) ? 0 : ktu_int(&rng, 3) != 0;
+    uint8_t *dvalid = up(valid, (size_t)B * T);
+    scalar_t *grad = ktu_scalars(n), *dgrad = gpu->alloc(gpu, n * sizeof(scalar_t));
+    for (int masked = 0; masked < 2; masked++) {
+        double vc = cpu->entropy_reg(cpu, grad, lg, masked ? valid : NULL, R, B, T, Ge, Ee, (scalar_t)0.01);
+        double vg = gpu->entropy_reg(gpu, dgrad, dlg, masked ? dvalid : NULL, R, B, T, Ge, Ee, (scalar_t)0.01);
+        ck_assert_msg(fabs(vc - vg) <= 1e-9 * (1 + fabs(vc)), "entropy value cpu %.15g gpu %.15g", vc, vg);
+        g = downf(dgrad, n);
+        ktu_assert_close_s(g, grad, n, 1e-10, 1e-6, "entropy dlogits");
+        free(g);
+    }
+    gpu->free(gpu, dl), gpu->free(gpu, ddrop), gpu->free(gpu, dsel), gpu->free(gpu, dgate), gpu->free(gpu, ddg);
+    gpu->free(gpu, dacc), gpu->free(gpu, dlg), gpu->free(gpu, dvalid), gpu->free(gpu, dgrad);
+    free(l), free(drop), free(sel), free(gsel), free(gate), free(dg), free(acc), free(lg), free(valid), free(grad);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- cvmm */
+static void cvmm_pair(KtuRng *rng, const CvmmCase *c, int bf16) {
+    gpu->precision = bf16 ? PRECISION_BF16 : PRECISION_FP32;
+    int M = cvmm_M(c), in_div = cvmm_in_div(c), out_div = cvmm_out_div(c);
+    size_t nX = (size_t)cvmm_x_rows(c) * c->Kin, nW = (size_t)c->E * c->Kin * c->Nout, nY = (size_t)cvmm_y_rows(c) * c->Nout;
+    scalar_t *X = ktu_random(rng, nX, -1, 1), *W = ktu_random(rng, nW, -1, 1);
+    scalar_t *w = cvmm_uses_w(c) ? ktu_random(rng, M, 0.05, 1) : NULL;
+    int32_t *sel = ktu_ints(M);
+    cvmm_random_sel(c, rng, sel);
+    scalar_t *dX_ = upf(X, nX), *dW_ = upf(W, nW), *dw_ = w ? upf(w, M) : NULL;
+    int32_t *dsel = up(sel, (size_t)M * sizeof(int32_t));
+    scalar_t *Y = ktu_scalars(nY), *dY_ = gpu->alloc(gpu, nY * sizeof(scalar_t));
+    cpu->cvmm_forward(cpu, Y, X, W, sel, w, M, in_div, out_div, c->E, c->Kin, c->Nout);
+    gpu->cvmm_forward(gpu, dY_, dX_, dW_, dsel, dw_, M, in_div, out_div, c->E, c->Kin, c->Nout);
+    scalar_t *g = downf(dY_, nY);
+    char what[96];
+    snprintf(what, sizeof what, "cvmm %s reduce=%d bf16=%d Y", cvmm_pattern_name[c->pat], c->reduce, bf16);
+    if (!bf16) {
+        ktu_assert_close_s(g, Y, nY, 1e-5, 1e-5, what);
+    } else { /* elementwise bound from the same op on absolute values: (2u+u^2) sum |w||x||W| */
+        scalar_t *Xa = ktu_scalars(nX), *Wa = ktu_scalars(nW), *wa = w ? ktu_scalars(M) : NULL, *mag = ktu_scalars(nY);
+        for (size_t i = 0; i < nX; i++) Xa[i] = fabsf(X[i]);
+        for (size_t i = 0; i < nW; i++) Wa[i] = fabsf(W[i]);
+        for (int p = 0; w && p < M; p++) wa[p] = fabsf(w[p]);
+        cpu->cvmm_forward(cpu, mag, Xa, Wa, sel, wa, M, in_div, out_div, c->E, c->Kin, c->Nout);
+        double *bound = ktu_doubles(nY);
+        for (size_t i = 0; i < nY; i++) bound[i] = (2 * U16 + U16 * U16) * mag[i] + 1e-5 * (1 + fabs(Y[i]));
+        assert_within(g, Y, bound, nY, what);
+        free(Xa), free(Wa), free(wa), free(mag), free(bound);
+    }
+    free(g);
+    /* backward */
+    scalar_t *G = ktu_random(rng, nY, -1, 1), *dG = upf(G, nY);
+    scalar_t *gX = ktu_random(rng, nX, -1, 1), *gW = ktu_random(rng, nW, -1, 1), *gw = ktu_scalars(M);
+    scalar_t *gX0 = ktu_copy(gX, nX), *gW0 = ktu_copy(gW, nW);
+    scalar_t *dgX = upf(gX, nX), *dgW = upf(gW, nW), *dgw = gpu->alloc(gpu, (size_t)M * sizeof(scalar_t));
+    cpu->cvmm_backward(cpu, gX, gW, w ? gw : NULL, G, X, W, sel, w, M, in_div, out_div, c->E, c->Kin, c->Nout);
+    gpu->cvmm_backward(gpu, dgX, dgW, w ? dgw : NULL, dG, dX_, dW_, dsel, dw_, M, in_div, out_div, c->E, c->Kin, c->Nout);
+    scalar_t *rX = downf(dgX, nX), *rW = downf(dgW, nW), *rw = downf(dgw, M);
+    if (!bf16) {
+        snprintf(what, sizeof what, "cvmm %s reduce=%d dX", cvmm_pattern_name[c->pat], c->reduce);
+        ktu_assert_close_s(rX, gX, nX, 1e-5, 1e-5, what);
+        snprintf(what, sizeof what, "cvmm %s reduce=%d dW", cvmm_pattern_name[c->pat], c->reduce);
+        ktu_assert_close_s(rW, gW, nW, 1e-4, 1e-5, what);
+        if (w) {
+            snprintf(what, sizeof what, "cvmm %s reduce=%d dw", cvmm_pattern_name[c->pat], c->reduce);
+            ktu_assert_close_s(rw, gw, M, 1e-5, 1e-5, what);
+        }
+    } else {
+        /* each gradient is a sum of products of two bf16-rounded factors (w is not rounded): relative error of every
+         * term <= 2u+u^2 ~ 3.9e-3; normwise over the increment that is <= 3.9e-3, checked with 1e-2 */
+        for (size_t i = 0; i < nX; i++) rX[i] -= gX0[i], gX[i] -= gX0[i];
+        for (size_t i = 0; i < nW; i++) rW[i] -= gW0[i], gW[i] -= gW0[i];
+        snprintf(what, sizeof what, "cvmm %s bf16 dX", cvmm_pattern_name[c->pat]);
+        assert_normwise(rX, gX, nX, 1e-2, what);
+        snprintf(what, sizeof what, "cvmm %s bf16 dW", cvmm_pattern_name[c->pat]);
+        assert_normwise(rW, gW, nW, 1e-2, what);
+        if (w) {
+            snprintf(what, sizeof what, "cvmm %s bf16 dw", cvmm_pattern_name[c->pat]);
+            assert_normwise(rw, gw, M, 1e-2, what);
+        }
+    }
+    gpu->free(gpu, dX_), gpu->free(gpu, dW_), gpu->free(gpu, dw_), gpu->free(gpu, dsel), gpu->free(gpu, dY_);
+    gpu->free(gpu, dG), gpu->free(gpu, dgX), gpu->free(gpu, dgW), gpu->free(gpu, dgw);
+    free(X), free(W), free(w), free(sel), free(Y), free(G), free(gX), free(gW), free(gw), free(gX0), free(gW0);
+    free(rX), free(rW), free(rw);
+    gpu->precision = PRECISION_FP32;
+}
+
+START_TEST(test_cvmm) {
+    KtuRng rng = {206};
+    CvmmCase cases[] = {
+        {PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0}, {PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1},
+        {PAT_FFN_DOWN, 30, 1, 3, 7, 19, 37, 0}, {PAT_ATT_V, 200, 4, 2, 40, 33, 17, 1},
+        {PAT_ATT_O, 200, 4, 2, 40, 17, 33, 1},  {PAT_ATT_O, 13, 2, 1, 60, 9, 11, 1}, /* n=1, zero-row experts */
+    };
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) cvmm_pair(&rng, &cases[i], bf16);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- loss and optimizer */
+START_TEST(test_loss_optim) {
+    KtuRng rng = {207};
+    int N = 150, V = 77;
+    size_t n = (size_t)N * V;
+    scalar_t *l = ktu_random(&rng, n, -4, 4), *dl = upf(l, n);
+    int32_t *tg = ktu_ints(N);
+    for (int i = 0; i < N; i++) tg[i] = i % 5 == 0 ? -1 : ktu_int(&rng, V);
+    int32_t *dtg = up(tg, N * sizeof(int32_t));
+    scalar_t *grad = ktu_scalars(n), *loss = ktu_scalars(N);
+    scalar_t *dgrad = gpu->alloc(gpu, n * sizeof(scalar_t)), *dloss = gpu->alloc(gpu, N * sizeof(scalar_t));
+    double sc = cpu->cross_entropy(cpu, grad, loss, l, tg, N, V, (scalar_t)0.5);
+    double sg = gpu->cross_entropy(gpu, dgrad, dloss, dl, dtg, N, V, (scalar_t)0.5);
+    ck_assert_msg(fabs(sc - sg) <= 1e-5 * (1 + sc), "cross_entropy sum cpu %.9g gpu %.9g", sc, sg);
+    scalar_t *g = downf(dgrad, n);
+    ktu_assert_close_s(g, grad, n, 1e-7, 1e-5, "cross_entropy dlogits");
+    free(g);
+    g = downf(dloss, N);
+    ktu_assert_close_s(g, loss, N, 1e-6, 1e-6, "cross_entropy losses");
+    free(g);
+    /* argmax with ties */
+    for (int i = 0; i < N; i += 3) l[(size_t)i * V + 5] = l[(size_t)i * V + 9] = 10;
+    gpu->to_device(gpu, dl, l, n * sizeof(scalar_t));
+    int32_t *am = ktu_ints(N), *gam = ktu_ints(N), *dam = gpu->alloc(gpu, N * sizeof(int32_t));
+    cpu->argmax_rows(cpu, am, l, N, V), gpu->argmax_rows(gpu, dam, dl, N, V);
+    gpu->to_host(gpu, gam, dam, N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) ck_assert_msg(am[i] == gam[i], "argmax row %d: cpu %d gpu %d", i, am[i], gam[i]);
+    /* AdamW: three steps */
+    size_t np = 100003;
+    scalar_t *p = ktu_random(&rng, np, -1, 1), *gr = ktu_random(&rng, np, -0.1, 0.1), *m = ktu_scalars(np), *v = ktu_scalars(np);
+    scalar_t *dp = upf(p, np), *dgr = upf(gr, np), *dm = upf(m, np), *dv = upf(v, np);
+    for (long t = 1; t <= 3; t++) {
+        cpu->adamw_step(cpu, p, gr, m, v, np, 1e-3, 0.9, 0.999, 1e-8, 0.01, t);
+        gpu->adamw_step(gpu, dp, dgr, dm, dv, np, 1e-3, 0.9, 0.999, 1e-8, 0.01, t);
+    }
+    g = downf(dp, np);
+    ktu_assert_close_s(g, p, np, 1e-7, 1e-6, "adamw p");
+    free(g);
+    /* sum of squares and all_finite */
+    double ssc = cpu->sum_squares(cpu, p, np), ssg = gpu->sum_squares(gpu, dp, np);
+    ck_assert_msg(fabs(ssc - ssg) <= 1e-9 * ssc, "sum_squares cpu %.15g gpu %.15g", ssc, ssg);
+    ck_assert_int_eq(gpu->all_finite(gpu, dp, np), 1);
+    scalar_t bad = INFINITY;
+    gpu->to_device(gpu, dp + 777, &bad, sizeof bad);
+    ck_assert_int_eq(gpu->all_finite(gpu, dp, np), 0);
+    gpu->free(gpu, dl), gpu->free(gpu, dtg), gpu->free(gpu, dgrad), gpu->free(gpu, dloss), gpu->free(gpu, dam);
+    gpu->free(gpu, dp), gpu->free(gpu, dgr), gpu->free(gpu, dm), gpu->free(gpu, dv);
+    free(l), free(tg), free(grad), free(loss), free(am), free(gam), free(p), free(gr), free(m), free(v);
+}
+END_TEST
+
+/* Repeated runs give bit-identical results (no atomics anywhere). */
+START_TEST(test_gpu_determinism) {
+    KtuRng rng = {208};
+    CvmmCase c = {PAT_FFN_DOWN, 500, 1, 4, 16, 64, 48, 1};
+    int M = cvmm_M(&c);
+    size_t nX = (size_t)cvmm_x_rows(&c) * c.Kin, nW = (size_t)c.E * c.Kin * c.Nout, nY = (size_t)cvmm_y_rows(&c) * c.Nout;
+    scalar_t *X = ktu_random(&rng, nX, -1, 1), *W = ktu_random(&rng, nW, -1, 1), *w = ktu_random(&rng, M, 0.1, 1);
+    scalar_t *G = ktu_random(&rng, nY, -1, 1);
+    int32_t *sel = ktu_ints(M);
+    cvmm_random_sel(&c, &rng, sel);
+    scalar_t *dX_ = upf(X, nX), *dW_ = upf(W, nW), *dw_ = upf(w, M), *dG = upf(G, nY);
+    int32_t *dsel = up(sel, (size_t)M * sizeof(int32_t));
+    scalar_t *res[2];
+    for (int run = 0; run < 2; run++) {
+        scalar_t *gW = gpu->alloc(gpu, nW * sizeof(scalar_t)), *gX = gpu->alloc(gpu, nX * sizeof(scalar_t));
+        scalar_t *gw = gpu->alloc(gpu, (size_t)M * sizeof(scalar_t));
+        gpu->cvmm_backward(gpu, gX, gW, gw, dG, dX_, dW_, dsel, dw_, M, cvmm_in_div(&c), cvmm_out_div(&c), c.E, c.Kin, c.Nout);
+        res[run] = downf(gW, nW);
+        gpu->free(gpu, gW), gpu->free(gpu, gX), gpu->free(gpu, gw);
+    }
+    ktu_assert_equal_bits(res[1], res[0], nW, "cvmm dW run to run");
+    gpu->free(gpu, dX_), gpu->free(gpu, dW_), gpu->free(gpu, dw_), gpu->free(gpu, dG), gpu->free(gpu, dsel);
+    free(X), free(W), free(w), free(G), free(sel), free(res[0]), free(res[1]);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("cuda_backend_vs_cpu");
+    TCase *tc = tcase_create("cuda");
+    tcase_set_timeout(tc, 120);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_matmul);
+    tcase_add_test(tc, test_elementwise_embedding_layernorm);
+    tcase_add_test(tc, test_rope);
+    tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_topk_and_entropy);
+    tcase_add_test(tc, test_cvmm);
+    tcase_add_test(tc, test_loss_optim);
+    tcase_add_test(tc, test_gpu_determinism);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    char err[256];
+    Backend *probe = backend_create("cuda", err, sizeof err);
+    if (!probe) {
+        const char *prefix = "no usable CUDA GPU: ", *reason = err;
+        if (strncmp(err, prefix, strlen(prefix)) == 0) reason = err + strlen(prefix);
+        printf("SKIP: no usable CUDA GPU (%s)\n", reason);
+        return 77;
+    }
+    backend_destroy(probe);
+    SRunner *sr = srunner_create(suite());
+    srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork() */
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
