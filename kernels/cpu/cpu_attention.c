@@ -67,13 +67,13 @@ static void attention_forward_head(scalar_t *out, scalar_t *lse, const scalar_t 
         int rows = Tq - i0 < QBLOCK ? Tq - i0 : QBLOCK;
         int kend = Tk - Tq + i0 + rows; /* keys visible to the block's last query */
         /* P[rows, kend] = scale * Q_blk @ K[0:kend]^T */
-        cpu_gemm(0, 1, rows, kend, D, scale, q + (size_t)i0 * ld, ld, k, ld, 0, p, kend);
+        cpu_gemm_serial(0, 1, rows, kend, D, scale, q + (size_t)i0 * ld, ld, k, ld, 0, p, kend);
         for (int r = 0; r < rows; r++) {
             int n_vis = Tk - Tq + i0 + r + 1;
             lse[i0 + r] = softmax_prefix(p + (size_t)r * kend, n_vis, kend);
         }
         /* O_blk[rows, D] = P @ V[0:kend] */
-        cpu_gemm(0, 0, rows, D, kend, 1, p, kend, v, ld, 0, out + (size_t)i0 * ld, ld);
+        cpu_gemm_serial(0, 0, rows, D, kend, 1, p, kend, v, ld, 0, out + (size_t)i0 * ld, ld);
     }
 }
 
@@ -110,8 +110,8 @@ static void attention_backward_head(scalar_t *dq, scalar_t *dk, scalar_t *dv, co
         int rows = T - i0 < QBLOCK ? T - i0 : QBLOCK;
         int kend = i0 + rows;
         const scalar_t *qb = q + (size_t)i0 * ld, *dob = dout + (size_t)i0 * ld;
-        cpu_gemm(0, 1, rows, kend, D, scale, qb, ld, k, ld, 0, p, kend);   /* scores */
-        cpu_gemm(0, 1, rows, kend, D, 1, dob, ld, v, ld, 0, dp, kend);     /* dP = dO V^T */
+        cpu_gemm_serial(0, 1, rows, kend, D, scale, qb, ld, k, ld, 0, p, kend);   /* scores */
+        cpu_gemm_serial(0, 1, rows, kend, D, 1, dob, ld, v, ld, 0, dp, kend);     /* dP = dO V^T */
         for (int r = 0; r < rows; r++) {
             int i = i0 + r, n_vis = i + 1;
             scalar_t *pr = p + (size_t)r * kend, *dpr = dp + (size_t)r * kend;
@@ -123,9 +123,9 @@ static void attention_backward_head(scalar_t *dq, scalar_t *dk, scalar_t *dv, co
             for (int j = 0; j < n_vis; j++) dpr[j] = scale * pr[j] * (dpr[j] - Di);
             for (int j = n_vis; j < kend; j++) pr[j] = dpr[j] = 0;
         }
-        cpu_gemm(0, 0, rows, D, kend, 1, dp, kend, k, ld, 1, dq + (size_t)i0 * ld, ld); /* dQ_blk += dS K */
-        cpu_gemm(1, 0, kend, D, rows, 1, dp, kend, qb, ld, 1, dk, ld);                 /* dK += dS^T Q_blk */
-        cpu_gemm(1, 0, kend, D, rows, 1, p, kend, dob, ld, 1, dv, ld);                 /* dV += P^T dO_blk */
+        cpu_gemm_serial(0, 0, rows, D, kend, 1, dp, kend, k, ld, 1, dq + (size_t)i0 * ld, ld); /* dQ_blk += dS K */
+        cpu_gemm_serial(1, 0, kend, D, rows, 1, dp, kend, qb, ld, 1, dk, ld);                 /* dK += dS^T Q_blk */
+        cpu_gemm_serial(1, 0, kend, D, rows, 1, p, kend, dob, ld, 1, dv, ld);                 /* dV += P^T dO_blk */
     }
 }
 

@@ -41,6 +41,11 @@ static CvmmPlan build_plan(Backend *be, const char *op, const int32_t *sel, int 
     return pl;
 }
 
+/* per-expert GEMM descriptors for cpu_gemm_batch */
+static CpuGemm *expert_gemms(Backend *be, int n_experts) {
+    return cpu_scratch(be, SCRATCH_I, (size_t)n_experts * sizeof(CpuGemm));
+}
+
 static void check_shape(const char *op, int M, int in_div, int out_div, int reduced) {
     if (M < 0 || in_div < 1 || M % in_div != 0) die("%s: M=%d is not a multiple of in_div=%d", op, M, in_div);
     if (reduced && (out_div < 1 || M % out_div != 0)) die("%s: M=%d is not a multiple of out_div=%d", op, M, out_div);
@@ -61,12 +66,11 @@ void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_
     scalar_t *Xs = cpu_scratch(be, SCRATCH_D, (size_t)M * Kin * sizeof(scalar_t));  /* [M, Kin] sorted inputs */
     scalar_t *Ys = cpu_scratch(be, SCRATCH_E, (size_t)M * Nout * sizeof(scalar_t)); /* [M, Nout] sorted outputs */
     gather_rows(Xs, X, pl.perm, M, in_div, Kin);
-    for (int e = 0; e < n_experts; e++) { /* Ys_e[c, Nout] = Xs_e[c, Kin] @ W[e][Kin, Nout] */
-        int c = pl.offset[e + 1] - pl.offset[e];
-        if (c == 0) continue;
-        cpu_gemm(0, 0, c, Nout, Kin, 1, Xs + (size_t)pl.offset[e] * Kin, Kin, W + (size_t)e * Kin * Nout, Nout, 0,
-                 Ys + (size_t)pl.offset[e] * Nout, Nout);
-    }
+    CpuGemm *g = expert_gemms(be, n_experts);
+    for (int e = 0; e < n_experts; e++) /* Ys_e[c, Nout] = Xs_e[c, Kin] @ W[e][Kin, Nout] */
+        g[e] = (CpuGemm){pl.offset[e + 1] - pl.offset[e], Nout, Kin, Xs + (size_t)pl.offset[e] * Kin, Kin,
+                         W + (size_t)e * Kin * Nout, Nout, Ys + (size_t)pl.offset[e] * Nout, Nout};
+    cpu_gemm_batch(0, 0, 1, 0, g, n_experts, be);
     if (!w) { /* Y[p] = y_p */
 #pragma omp parallel for schedule(static) if ((size_t)M * Nout > PAR_MIN)
         for (int p = 0; p < M; p++)
@@ -107,13 +111,13 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
 
     gather_rows(Gs, dY, pl.perm, M, w ? out_div : 1, Nout);
     if (want_Xs) gather_rows(Xs, X, pl.perm, M, in_div, Kin);
-    if (want_Q)
-        for (int e = 0; e < n_experts; e++) { /* Qs_e[c, Kin] = Gs_e[c, Nout] @ W[e]^T */
-            int c = pl.offset[e + 1] - pl.offset[e];
-            if (c == 0) continue;
-            cpu_gemm(0, 1, c, Kin, Nout, 1, Gs + (size_t)pl.offset[e] * Nout, Nout, W + (size_t)e * Kin * Nout, Nout,
-                     0, Qs + (size_t)pl.offset[e] * Kin, Kin);
-        }
+    CpuGemm *g = expert_gemms(be, n_experts);
+    if (want_Q) {
+        for (int e = 0; e < n_experts; e++) /* Qs_e[c, Kin] = Gs_e[c, Nout] @ W[e]^T */
+            g[e] = (CpuGemm){pl.offset[e + 1] - pl.offset[e], Kin, Nout, Gs + (size_t)pl.offset[e] * Nout, Nout,
+                             W + (size_t)e * Kin * Nout, Nout, Qs + (size_t)pl.offset[e] * Kin, Kin};
+        cpu_gemm_batch(0, 1, 1, 0, g, n_experts, be);
+    }
     if (want_dw) {
 #pragma omp parallel for schedule(static) if ((size_t)M * Kin > PAR_MIN)
         for (int p = 0; p < M; p++) {
@@ -134,12 +138,12 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
                 for (int n = 0; n < Nout; n++) g[n] *= wp;
             }
         }
-        for (int e = 0; e < n_experts; e++) { /* dW[e][Kin, Nout] += Xs_e^T @ Gs_e */
+        for (int e = 0; e < n_experts; e++) { /* dW[e][Kin, Nout] += Xs_e^T @ Gs_e (skipped for unused experts) */
             int c = pl.offset[e + 1] - pl.offset[e];
-            if (c == 0) continue;
-            cpu_gemm(1, 0, Kin, Nout, c, 1, Xs + (size_t)pl.offset[e] * Kin, Kin, Gs + (size_t)pl.offset[e] * Nout,
-                     Nout, 1, dW + (size_t)e * Kin * Nout, Nout);
+            g[e] = (CpuGemm){c ? Kin : 0, Nout, c, Xs + (size_t)pl.offset[e] * Kin, Kin, Gs + (size_t)pl.offset[e] * Nout,
+                             Nout, dW + (size_t)e * Kin * Nout, Nout};
         }
+        cpu_gemm_batch(1, 0, 1, 1, g, n_experts, be);
     }
     if (dX) {
         int rows = M / in_div; /* dX[r] += sum_{j < in_div} (w ? w[p] : 1) Q_p, p = r*in_div + j, in j order */

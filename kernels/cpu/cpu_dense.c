@@ -12,8 +12,8 @@
  * over the rows in order 0..N-1 by one thread, so the result does not depend on the thread count. */
 #define COL_BLOCK 32
 
-void cpu_gemm(int transA, int transB, int M, int N, int K, scalar_t alpha, const scalar_t *A, int lda,
-              const scalar_t *B, int ldb, scalar_t beta, scalar_t *C, int ldc) {
+void cpu_gemm_serial(int transA, int transB, int M, int N, int K, scalar_t alpha, const scalar_t *A, int lda,
+                     const scalar_t *B, int ldb, scalar_t beta, scalar_t *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) { /* op(A) @ op(B) is zero: C = beta*C (beta 0 overwrites, NaN included) */
         for (int i = 0; i < M; i++)
@@ -27,6 +27,53 @@ void cpu_gemm(int transA, int transB, int M, int N, int K, scalar_t alpha, const
     cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, M, N, K, alpha,
                 A, lda, B, ldb, beta, C, ldc);
 #endif
+}
+
+/* Tiles of C computed by one single-threaded BLAS call each. The tiling depends only on the shapes, so results do
+ * not depend on the thread count; small products stay one call. */
+#define GEMM_TILE_M 64
+#define GEMM_TILE_N 128
+#define GEMM_TILE_MIN_WORK (1 << 20) /* M*N*K below this: one call */
+
+typedef struct {
+    int g, r0, c0, rows, cols; /* GEMM index and the tile of its C */
+} GemmTile;
+
+void cpu_gemm_batch(int transA, int transB, scalar_t alpha, scalar_t beta, const CpuGemm *gemms, int n_gemms,
+                    Backend *be) {
+    int n_tiles = 0;
+    for (int g = 0; g < n_gemms; g++) {
+        const CpuGemm *d = &gemms[g];
+        if (d->M <= 0 || d->N <= 0) continue;
+        if ((double)d->M * d->N * (d->K > 0 ? d->K : 1) < GEMM_TILE_MIN_WORK)
+            n_tiles++;
+        else
+            n_tiles += ((d->M + GEMM_TILE_M - 1) / GEMM_TILE_M) * ((d->N + GEMM_TILE_N - 1) / GEMM_TILE_N);
+    }
+    if (n_tiles == 0) return;
+    GemmTile *tiles = cpu_scratch(be, SCRATCH_G, (size_t)n_tiles * sizeof(GemmTile));
+    int t = 0;
+    for (int g = 0; g < n_gemms; g++) {
+        const CpuGemm *d = &gemms[g];
+        if (d->M <= 0 || d->N <= 0) continue;
+        int whole = (double)d->M * d->N * (d->K > 0 ? d->K : 1) < GEMM_TILE_MIN_WORK;
+        int tm = whole ? d->M : GEMM_TILE_M, tn = whole ? d->N : GEMM_TILE_N;
+        for (int r0 = 0; r0 < d->M; r0 += tm)
+            for (int c0 = 0; c0 < d->N; c0 += tn)
+                tiles[t++] = (GemmTile){g, r0, c0, d->M - r0 < tm ? d->M - r0 : tm, d->N - c0 < tn ? d->N - c0 : tn};
+    }
+    int blas_threads = cpu_blas_single_begin();
+#pragma omp parallel for schedule(dynamic, 1) if (n_tiles > 1)
+    for (int i = 0; i < n_tiles; i++) {
+        const GemmTile *tl = &tiles[i];
+        const CpuGemm *d = &gemms[tl->g];
+        /* rows r0.. of op(A): a row offset in A, or a column offset when A is stored transposed; same for B's cols */
+        const scalar_t *a = transA ? d->A + tl->r0 : d->A + (size_t)tl->r0 * d->lda;
+        const scalar_t *b = transB ? d->B + (size_t)tl->c0 * d->ldb : d->B + tl->c0;
+        cpu_gemm_serial(transA, transB, tl->rows, tl->cols, d->K, alpha, a, d->lda, b, d->ldb, beta,
+                        d->C + (size_t)tl->r0 * d->ldc + tl->c0, d->ldc);
+    }
+    cpu_blas_single_end(blas_threads);
 }
 
 int cpu_blas_single_begin(void) {
@@ -44,7 +91,8 @@ void cpu_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B, 
                 int transB, scalar_t alpha, scalar_t beta) {
     int lda = transA ? M : K;
     int ldb = transB ? K : N;
-    cpu_gemm(transA, transB, M, N, K, alpha, A, lda > 0 ? lda : 1, B, ldb > 0 ? ldb : 1, beta, C, N);
+    CpuGemm g = {M, N, K, A, lda > 0 ? lda : 1, B, ldb > 0 ? ldb : 1, C, N};
+    cpu_gemm_batch(transA, transB, alpha, beta, &g, 1, be);
 }
 
 void cpu_add_inplace(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {

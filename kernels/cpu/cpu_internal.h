@@ -31,19 +31,36 @@
 
 /* Backend-private state: scratch buffers grown on demand (ops are called from one thread at a time). */
 typedef struct {
-    void *buf[8];
-    size_t cap[8];
+    void *buf[10];
+    size_t cap[10];
 } CpuImpl;
 
 /* Scratch slots (each op uses distinct slots for buffers alive at the same time). */
-enum { SCRATCH_A = 0, SCRATCH_B, SCRATCH_C, SCRATCH_D, SCRATCH_E, SCRATCH_F, SCRATCH_G, SCRATCH_H };
+enum { SCRATCH_A = 0, SCRATCH_B, SCRATCH_C, SCRATCH_D, SCRATCH_E, SCRATCH_F, SCRATCH_G, SCRATCH_H, SCRATCH_I, SCRATCH_J };
+/* SCRATCH_G is reserved for cpu_gemm_batch's tile list, SCRATCH_I for cvmm's per-expert GEMM descriptors. */
 
 /* Returns scratch slot `slot` holding at least `bytes` (contents undefined). Dies on allocation failure. */
 void *cpu_scratch(Backend *be, int slot, size_t bytes);
 
-/* C[M,N] = alpha * op(A) @ op(B) + beta * C with explicit leading dimensions (row-major), via BLAS. */
-void cpu_gemm(int transA, int transB, int M, int N, int K, scalar_t alpha, const scalar_t *A, int lda,
-              const scalar_t *B, int ldb, scalar_t beta, scalar_t *C, int ldc);
+/* C[M,N] = alpha * op(A) @ op(B) + beta * C with explicit leading dimensions (row-major), via BLAS.
+ * All CPU parallelism is OpenMP: cpu_gemm_batch splits the C of every GEMM into fixed tiles and computes all tiles in
+ * ONE parallel loop with single-threaded BLAS calls (OpenBLAS's own threads would compete with the OpenMP threads
+ * for the cores and spin between calls; one loop for a batch of per-expert GEMMs keeps the number of barriers low).
+ * The tiling depends only on the shapes: results do not depend on the thread count.
+ * cpu_gemm_serial is one BLAS call, for use inside parallel loops. */
+typedef struct {
+    int M, N, K;
+    const scalar_t *A;
+    int lda;
+    const scalar_t *B;
+    int ldb;
+    scalar_t *C;
+    int ldc;
+} CpuGemm;
+void cpu_gemm_batch(int transA, int transB, scalar_t alpha, scalar_t beta, const CpuGemm *gemms, int n_gemms,
+                    Backend *be);
+void cpu_gemm_serial(int transA, int transB, int M, int N, int K, scalar_t alpha, const scalar_t *A, int lda,
+                     const scalar_t *B, int ldb, scalar_t beta, scalar_t *C, int ldc);
 
 /* y[j] = exp(x[j] - shift) for j < n (y may alias x), vectorised; returns sum_j y[j] (double, fixed order). */
 double cpu_exp_shift(scalar_t *y, const scalar_t *x, scalar_t shift, int n);

@@ -37,7 +37,10 @@ void *cuda_scratch(Backend *be, int slot, size_t bytes) {
     if (bytes == 0) bytes = 256;
     if (im->dev_cap[slot] < bytes) {
         size_t grow = bytes + bytes / 4;
-        if (im->dev[slot]) CHECK_CUDA(cudaFree(im->dev[slot])); // cudaFree waits for kernels still using it
+        if (im->dev[slot]) {
+            CHECK_CUDA(cudaDeviceSynchronize()); // kernels queued earlier may still read the old buffer
+            CHECK_CUDA(cudaFree(im->dev[slot]));
+        }
         im->dev[slot] = nullptr;
         cudaError_t e = cudaMalloc(&im->dev[slot], grow);
         if (e != cudaSuccess) die("cuda backend: out of device memory for %zu bytes of scratch: %s", grow, cudaGetErrorString(e));
@@ -52,7 +55,10 @@ void *cuda_host_scratch(Backend *be, int slot, size_t bytes) {
     if (bytes == 0) bytes = 64;
     if (im->host_cap[slot] < bytes) {
         size_t grow = bytes + bytes / 4;
-        if (im->host[slot]) CHECK_CUDA(cudaFreeHost(im->host[slot]));
+        if (im->host[slot]) {
+            CHECK_CUDA(cudaDeviceSynchronize()); // an async copy may still read the old buffer
+            CHECK_CUDA(cudaFreeHost(im->host[slot]));
+        }
         im->host[slot] = nullptr;
         CHECK_CUDA(cudaMallocHost(&im->host[slot], grow));
         im->host_cap[slot] = grow;
@@ -64,6 +70,8 @@ static void cu_destroy(Backend *be) {
     if (!be) return;
     CudaImpl *im = cuda_impl(be);
     if (im) {
+        // Teardown is best effort and unchecked on purpose: it also runs on error paths, where dying again would
+        // only hide the first message.
         cudaDeviceSynchronize();
         for (int i = 0; i < CS_COUNT; i++)
             if (im->dev[i]) cudaFree(im->dev[i]);
