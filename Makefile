@@ -12,10 +12,12 @@ endif
 CODE_VERSION := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 WARN := -Wall -Wextra -Wno-unused-parameter
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -fopenmp -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread \
-               -DCODE_VERSION='"$(CODE_VERSION)"'
+               -include pipeline/version.h '-DCODE_VERSION=code_version()' \
+               -DHAVE_ZLIB
 OPT ?= -O2 -g
 CFLAGS ?= $(OPT)
-LDLIBS := -lcjson -lcurl -larchive -lcrypto -lopenblas -lm -fopenmp
+# zlib: fetch verifies the gzip CRC-32/length trailer that libarchive's gzip reader skips (datasets/archive_extract.c).
+LDLIBS := -lcjson -lcurl -larchive -lcrypto -lopenblas -lz -lm -fopenmp
 
 # ---- CUDA: built whenever nvcc exists (a GPU is only needed to run it) ----
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -58,6 +60,16 @@ endif
 
 all: deps $(addprefix bin/,$(STAGES))
 
+# The version string lives in one generated header, rewritten only when it changes (pipeline/version.c includes it).
+VERSION_HEADER_TEXT := \#define CODE_VERSION_STRING "$(CODE_VERSION)"
+$(shell mkdir -p build; [ "$$(cat build/code_version.h 2>/dev/null)" = '$(VERSION_HEADER_TEXT)' ] || \
+        echo '$(VERSION_HEADER_TEXT)' > build/code_version.h)
+# Objects rebuild when the compile flags change (e.g. -DHAVE_CUDA appearing once nvcc and kernels/cuda exist).
+FLAGS_TEXT := $(subst ',,$(BASE_CFLAGS) $(CUDA_DEFS) $(CFLAGS) $(NVCC_FLAGS))
+FLAGS_STAMP := build/flags-$(shell echo "$(FLAGS_TEXT)" | md5sum | cut -c1-12).stamp
+$(FLAGS_STAMP):
+	@mkdir -p build; rm -f build/flags-*.stamp; touch $@
+
 .PHONY: all deps deps-test deps-torch clean test test-unit test-f64 test-asan test-e2e test-cuda
 
 deps:
@@ -67,16 +79,16 @@ deps-test:
 deps-torch:
 	@mk/deps.sh torch
 
-$(OBJ)/%.o: %.c | deps
+$(OBJ)/%.o: %.c $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(CUDA_DEFS) $(CFLAGS) -MMD -MP -c $< -o $@
-$(OBJ)/%.o: %.cu | deps
+$(OBJ)/%.o: %.cu $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
-$(OBJ64)/%.o: %.c | deps
+$(OBJ64)/%.o: %.c $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) -DSCALAR_F64 $(CFLAGS) -MMD -MP -c $< -o $@
-$(OBJASAN)/%.o: %.c | deps
+$(OBJASAN)/%.o: %.c $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
 	  -MMD -MP -c $< -o $@
