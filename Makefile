@@ -107,6 +107,8 @@ $(NNASAN): $(patsubst %.c,$(OBJASAN)/%.o,$(NN_SRC))
 	@rm -f $@; ar rcs $@ $^
 
 .SECONDEXPANSION:
+# Keep intermediate objects (test mains) so a second make does not rebuild them.
+.SECONDARY:
 bin/%: $(OBJ)/stages/%.o $$(call nn_for,stages/$$*.c,$(NN)) $(CORE)
 	@mkdir -p bin
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(call nn_for,stages/$*.c,$(CUDA_LIBS))
