@@ -324,10 +324,10 @@ int main(int argc, char **argv) {
         if (strcmp(shards[s].tokenizer_sha256, tokenizer_sha256(tok)) != 0)
             die("%s: tokenizer_sha256 %.12s... does not match %s/tokenizer.json (%.12s...)", shard_path[s],
                 shards[s].tokenizer_sha256, data_dir, tokenizer_sha256(tok));
-        if (sha256_file_hex(shard_path[s], shard_sha[s], err, sizeof err)) die("%s", err);
+        if (shard_content_sha256(shard_path[s], shard_sha[s], err, sizeof err)) die("%s", err);
     }
     snprintf(path, sizeof path, "%s/train.shard", data_dir);
-    if (sha256_file_hex(path, train_sha, err, sizeof err)) die("%s", err);
+    if (shard_content_sha256(path, train_sha, err, sizeof err)) die("%s", err);
 
     /* Model from the checkpoint (its stored config must be the run config's model). */
     Backend *be = backend_create(backend_name, err, sizeof err);

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "datasets/shard.h"
 #include "pipeline/config.h"
+#include "pipeline/sha256.h"
 #include "pipeline/result_record.h"
 #include "tests/unit/record_test_util.h"
 
@@ -164,6 +166,38 @@ START_TEST(analysis_round_trip) {
 }
 END_TEST
 
+/* The dataset identity ignores the shard's provenance header but sees every token. */
+START_TEST(shard_content_identity) {
+    char dir[256], a[512], b[512], c[512], err[512];
+    rtu_tmpdir(dir, sizeof dir, "test_record");
+    snprintf(a, sizeof a, "%s/a.shard", dir);
+    snprintf(b, sizeof b, "%s/b.shard", dir);
+    snprintf(c, sizeof c, "%s/c.shard", dir);
+    char *mods[2] = {"arithmetic__add_or_sub", "arithmetic__mul"};
+    ShardExample ex[2] = {{0, 3, 2, 0, 0}, {5, 2, 1, 1, 0}};
+    uint16_t tok[8] = {5, 6, 7, 8, 9, 10, 11, 12};
+    const char *sha = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    ck_assert_msg(shard_write(a, "train", sha, mods, 2, ex, 2, tok, 8, "{\"code_version\":\"v1\"}", err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(shard_write(b, "train", sha, mods, 2, ex, 2, tok, 8, "{\"code_version\":\"v2\"}", err, sizeof err) == 0, "%s", err);
+    tok[7] = 13;
+    ck_assert_msg(shard_write(c, "train", sha, mods, 2, ex, 2, tok, 8, "{\"code_version\":\"v1\"}", err, sizeof err) == 0, "%s", err);
+    char ha[65], hb[65], hc[65], fa[65], fb[65];
+    ck_assert_int_eq(shard_content_sha256(a, ha, err, sizeof err), 0);
+    ck_assert_int_eq(shard_content_sha256(b, hb, err, sizeof err), 0);
+    ck_assert_int_eq(shard_content_sha256(c, hc, err, sizeof err), 0);
+    ck_assert_int_eq(sha256_file_hex(a, fa, err, sizeof err), 0);
+    ck_assert_int_eq(sha256_file_hex(b, fb, err, sizeof err), 0);
+    ck_assert_str_ne(fa, fb);      /* the files differ (provenance) */
+    ck_assert_str_eq(ha, hb);      /* the content does not */
+    ck_assert_str_ne(ha, hc);      /* one token more or less is a different dataset */
+    ck_assert_int_eq(strlen(ha), 64);
+    snprintf(c, sizeof c, "%s/missing.shard", dir);
+    ck_assert_int_eq(shard_content_sha256(c, hc, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "missing.shard") != NULL, "%s", err);
+    remove_tree(dir);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("record");
     TCase *tc = tcase_create("record");
@@ -171,6 +205,7 @@ int main(void) {
     tcase_add_test(tc, result_rejects_bad_records);
     tcase_add_test(tc, train_summary_reader);
     tcase_add_test(tc, analysis_round_trip);
+    tcase_add_test(tc, shard_content_identity);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
