@@ -45,7 +45,7 @@ RESULTS := $(foreach r,$(RUNS),$(RUNS_DIR)/$(r)/result.json)
 ANALYSES := $(foreach r,$(RUNS),$(RUNS_DIR)/$(r)/analysis.json)
 TRAIN_FLAGS := $(if $(filter 1 yes true,$(RESUME)),--resume) $(if $(THREADS),--threads $(THREADS))
 
-.PHONY: reproduce reproduce-check reproduce-clean fetch tokenize train evaluate analyze report compare FORCE
+.PHONY: reproduce reproduce-check reproduce-clean fetch tokenize train evaluate analyze report compare
 .PRECIOUS: $(RUNS_DIR)/%/train_summary.json $(RUNS_DIR)/%/result.json $(RUNS_DIR)/%/analysis.json
 
 reproduce: reproduce-check deps all $(REPORT_DIR)/report.html
@@ -58,10 +58,18 @@ reproduce-check:
 	@for r in $(RUNS); do test -f $(EXP_DIR)/$$r.json || { echo "reproduce: $(EXP_DIR)/$$r.json not found" >&2; exit 1; }; done
 
 # ---- data: fetch (reruns when its arguments change) and tokenize ----
-# fetch.args holds the fetch arguments; it is rewritten only when they change, so its time stamp marks the last change.
-$(DATA)/fetch.args: FORCE
+# fetch.args holds the fetch arguments; it is rewritten (at parse time, when a pipeline goal is asked for) only when
+# they change, so its time stamp marks the last change. Doing it at parse time rather than in an always-run rule keeps
+# `make -n` truthful (a dry run never writes it, so it does not show a refetch for a changed SOURCE either).
+repro_dry_run := $(findstring n,$(firstword -$(MAKEFLAGS)))
+ifneq ($(filter reproduce fetch tokenize train evaluate analyze report $(DATA)/% $(RUNS_DIR)/% $(REPORT_DIR)/%,$(MAKECMDGOALS)),)
+ifeq ($(repro_dry_run),)
+$(shell mkdir -p $(DATA) && { [ "$$(cat $(DATA)/fetch.args 2>/dev/null)" = "$(FETCH_ARGS)" ] || echo "$(FETCH_ARGS)" > $(DATA)/fetch.args; })
+endif
+endif
+$(DATA)/fetch.args:
 	@mkdir -p $(@D)
-	@echo "$(FETCH_ARGS)" | cmp -s - $@ 2>/dev/null || echo "$(FETCH_ARGS)" > $@
+	@echo "$(FETCH_ARGS)" > $@
 
 # fetch leaves an up-to-date raw/ (and its manifest.json) untouched, so a stamp beside it marks a finished fetch; it
 # lives inside raw/ so that deleting raw/ refetches.
@@ -106,4 +114,3 @@ report: $(REPORT_DIR)/report.html
 reproduce-clean:
 	rm -rf $(RUNS_DIR) $(REPORT_DIR)
 
-FORCE:

@@ -119,10 +119,16 @@ void svg_heatmap(StrBuf *b, const double *values, int rows, int cols, const char
     const double scale = vmax > 0 ? vmax : 1.0; /* own colour scale from 0 to the map max */
 
     const int cw = cols > 0 ? (cols <= 32 ? 24 : (cols <= 64 ? 14 : 9)) : 24; /* cell size in px */
-    const int ch = rows <= 24 ? 18 : (rows <= 48 ? 10 : 6);
+    const int ch = rows <= 8 ? 36 : (rows <= 24 ? 18 : (rows <= 48 ? 10 : 6));    /* few layers: taller rows */
     const int left = 70, top = 40, bottom = 110, bar_gap = 24, bar_w = 16, right = 90;
     const int plot_w = cols * cw, plot_h = rows * ch;
-    const int width = left + plot_w + bar_gap + bar_w + right, height = top + plot_h + bottom;
+    int width = left + plot_w + bar_gap + bar_w + right;
+    const int height = top + plot_h + bottom;
+    /* Wide enough for the title (about 8 px per character at 14 px bold). */
+    if (style && style->title) {
+        int title_w = left + 8 * (int)strlen(style->title) + 20;
+        if (title_w > width) width = title_w;
+    }
 
     sb_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                  "font-family=\"sans-serif\" font-size=\"11\">\n", width, height, width, height);

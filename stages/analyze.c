@@ -336,7 +336,7 @@ int main(int argc, char **argv) {
         char title[512];
         snprintf(title, sizeof title, "%s/%s, prompt %d: %s%s (model %s)", a.experiment, a.run, k + 1, PROMPT_Q[k],
                  PROMPT_A[k], p->model_correct ? "correct" : "WRONG");
-        HeatmapStyle st = {title, "input token (dashed: answer-predicting positions)", "layer (input of application l)",
+        HeatmapStyle st = {title, "input token (dashed: answer-predicting positions)", "layer",
                            "L2 distance", p->n_positions - p->n_answer};
         StrBuf svg;
         sb_init(&svg);

@@ -162,6 +162,15 @@ START_TEST(analysis_round_trip) {
     analysis_record_free(&b);
     cJSON_Delete(j);
     analysis_record_free(&a);
+    /* a disabled analysis is a short record that reads back as disabled */
+    AnalysisRecord off = {.enabled = false}, back;
+    snprintf(off.run, sizeof off.run, "dense_qa");
+    snprintf(off.arch, sizeof off.arch, "dense");
+    snprintf(off.loss_mode, sizeof off.loss_mode, "qa");
+    ck_assert_int_eq(analysis_record_save(&off, path, err, sizeof err), 0);
+    ck_assert_msg(analysis_record_load(&back, path, err, sizeof err) == 0, "%s", err);
+    ck_assert(!back.enabled && back.n_prompts == 0);
+    analysis_record_free(&back);
     remove_tree(dir);
 }
 END_TEST

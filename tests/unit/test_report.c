@@ -34,6 +34,14 @@ static void make_runs(void) {
             analysis_record_free(&a);
         }
     }
+    /* dense_answer's run config disabled the analysis: a record that says so */
+    AnalysisRecord off = {.enabled = false};
+    snprintf(off.experiment, sizeof off.experiment, "unit");
+    snprintf(off.run, sizeof off.run, "dense_answer");
+    snprintf(off.arch, sizeof off.arch, "dense");
+    snprintf(off.loss_mode, sizeof off.loss_mode, "answer_only");
+    snprintf(p, sizeof p, "%s/dense_answer/analysis.json", g_runs);
+    ck_assert_msg(analysis_record_save(&off, p, err, sizeof err) == 0, "%s", err);
     snprintf(p, sizeof p, "%s/dense_qa/metrics.jsonl", g_runs);
     rtu_write(p, "{\"step\": 0, \"loss\": 6.3, \"ce\": 6.2}\n{\"step\": 10, \"loss\": 3.1, \"ce\": 3.0}\n"
                  "{\"step\": 20, \"loss\": 1.6, \"ce\": 1.5}\n");
@@ -75,7 +83,9 @@ START_TEST(headline_missing_and_html) {
     ck_assert(strstr(md, "went from 6.200 (step 0) to 1.500 (step 20), so the model learned"));
     /* depth maps: 2 prompts x 2 analysed runs, linked from the Markdown and present as files */
     ck_assert(strstr(md, "](depth_dense_qa_1.svg)") && strstr(md, "](depth_moeut_answer_2.svg)"));
-    ck_assert(strstr(md, "| dense_answer | missing |  |  |"));
+    ck_assert(strstr(md, "| dense_answer | disabled |  |  |"));
+    ck_assert(strstr(md, "| 48.00% | disabled |")); /* overview column of dense_answer */
+    ck_assert(strstr(md, "| moeut_qa | MISSING: no result.json |  |  |  |  |  |  | missing |"));
     ck_assert(strstr(md, "test definition"));
     char p[700];
     snprintf(p, sizeof p, "%s/depth_moeut_answer_2.svg", g_out);
