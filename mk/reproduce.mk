@@ -34,6 +34,16 @@ SOURCE ?= $(call repro_json_str,source)
 FETCH_FILTER := $(call repro_json_str,filter)
 FETCH_PAIRS := $(call repro_json_num,tokenizer_corpus_pairs)
 FETCH_ARGS := --source '$(SOURCE)' --filter '$(FETCH_FILTER)' $(if $(FETCH_PAIRS),--tokenizer-corpus-pairs $(FETCH_PAIRS))
+# Optional "tokenizer_corpus_source": an archive whose train-easy files train the tokenizer instead of SOURCE's. The
+# reference tokenizer was trained on all 54 train-easy modules; an arithmetic-only archive (experiment small) has only
+# 9, which drops characters (M, T, x) to <unk>, so that experiment takes the corpus from the all-modules sample.
+TOKCORPUS_SOURCE := $(call repro_json_str,tokenizer_corpus_source)
+ifneq ($(TOKCORPUS_SOURCE),)
+TOKCORPUS_RAW := $(DATA)/tokenizer_raw
+TOKCORPUS_STAMP := $(TOKCORPUS_RAW)/fetch.stamp
+TOKENIZE_EXTRA := --tokenizer-raw $(TOKCORPUS_RAW)
+FETCH_ARGS += --tokenizer-corpus-source '$(TOKCORPUS_SOURCE)'
+endif
 
 repro_comma := ,
 repro_empty :=
@@ -74,12 +84,18 @@ $(DATA)/fetch.args:
 # fetch leaves an up-to-date raw/ (and its manifest.json) untouched, so a stamp beside it marks a finished fetch; it
 # lives inside raw/ so that deleting raw/ refetches.
 $(DATA)/raw/fetch.stamp: $(DATA)/fetch.args $(if $(filter embedded,$(SOURCE)),datasets/dm_math_sample.tar.gz) | bin/fetch
-	bin/fetch $(FETCH_ARGS) --out $(DATA)/raw
+	bin/fetch $(filter-out --tokenizer-corpus-source '$(TOKCORPUS_SOURCE)',$(FETCH_ARGS)) --out $(DATA)/raw
 	@touch $@
 
+ifneq ($(TOKCORPUS_SOURCE),)
+$(TOKCORPUS_STAMP): $(DATA)/fetch.args | bin/fetch
+	bin/fetch --source '$(TOKCORPUS_SOURCE)' --filter '$(FETCH_FILTER)' $(if $(FETCH_PAIRS),--tokenizer-corpus-pairs $(FETCH_PAIRS)) --out $(TOKCORPUS_RAW)
+	@touch $@
+endif
+
 # tokenize writes tokenizer.json and the shards first and the manifest last (all renamed into place together).
-$(DATA)/tokenize_manifest.json: $(DATA)/raw/fetch.stamp $(DATA_JSON) | bin/tokenize
-	bin/tokenize --raw $(DATA)/raw --config $(DATA_JSON) --out $(DATA)
+$(DATA)/tokenize_manifest.json: $(DATA)/raw/fetch.stamp $(TOKCORPUS_STAMP) $(DATA_JSON) | bin/tokenize
+	bin/tokenize --raw $(DATA)/raw --config $(DATA_JSON) --out $(DATA) $(TOKENIZE_EXTRA)
 
 # ---- per run: train (train_summary.json is written last), evaluate, analyze ----
 $(RUNS_DIR)/%/train_summary.json: $(EXP_DIR)/%.json $(DATA)/tokenize_manifest.json | bin/train
