@@ -25,15 +25,6 @@
 
 static const char *const SPLITS[] = {"train-easy", "train-medium", "train-hard", "interpolate", "extrapolate"};
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static int compile_filter(const char *filter, regex_t *re, char *err, size_t errlen) {
     size_t n = strlen(filter) + 8;
     char *anchored = xmalloc(n);

@@ -231,15 +231,6 @@ static int cmp_char_count(const void *pa, const void *pb) {
     return bpe_piece_cmp(a->s, a->len, b->s, b->len);
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* Builds the alphabet (symbols 0..kept-1 of st) and returns its size; *alpha_counts gets the occurrence counts. */
 static int build_alphabet(BpeTrainer *t, SymbolTable *st, BpeVocab *out, int64_t **alpha_counts) {
     size_t n = t->chars.count;

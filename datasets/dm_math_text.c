@@ -13,15 +13,6 @@
 #include "pipeline/log.h"
 #include "pipeline/sha256.h"
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 void dm_file_free(DmFile *f) {
     free(f->path);
     free(f->name);

@@ -17,15 +17,6 @@
 #include "pipeline/log.h"
 #include "pipeline/progress.h"
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* State of one transfer attempt, shared by the curl callbacks. */
 typedef struct {
     CURL *curl;

@@ -20,15 +20,6 @@ _Static_assert(sizeof(ShardExample) == 24, "ShardExample must be 24 bytes");
 
 #define SHARD_PREFIX_BYTES 16 /* magic, version, header length */
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static uint64_t pad8(uint64_t n) { return (n + 7) & ~(uint64_t)7; }
 
 /* Checks that the examples tile tokens in order: monotone, non-overlapping, in range, valid module ids. */

@@ -41,15 +41,6 @@ struct Tokenizer {
     char sha256[65];
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 void tokenizer_free(Tokenizer *t) {
     if (!t) return;
     for (int i = 0; i < t->n; i++) {

@@ -39,15 +39,6 @@
 #define MANIFEST_SCHEMA "dm-math-tokenized"
 #define ENCODE_CHUNK 16384
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* ---- configuration ---- */
 
 void tokenize_config_defaults(TokenizeConfig *c) {

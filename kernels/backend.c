@@ -3,15 +3,12 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-
-static void set_err(char *err, size_t errlen, const char *msg, const char *name) {
-    if (err && errlen) snprintf(err, errlen, msg, name);
-}
+#include "pipeline/log.h"
 
 Backend *backend_create(const char *name, char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
     if (!name) {
-        set_err(err, errlen, "no backend name given (expected 'cpu' or 'cuda')%s", "");
+        set_err(err, errlen, "no backend name given (expected 'cpu' or 'cuda')");
         return NULL;
     }
     if (strcmp(name, "cpu") == 0) return backend_cpu_create();

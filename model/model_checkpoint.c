@@ -14,15 +14,6 @@
 #include "pipeline/log.h"
 #include "pipeline/safetensors.h"
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 int model_save_safetensors(Model *m, const char *path, char *err, size_t errlen) {
     Backend *be = m->be;
     const size_t n = m->n_params;

@@ -23,15 +23,6 @@
 #define STATE_VERSION 1
 #define OPTIM_FORMAT "dm-math-adamw"
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static void join(char *out, size_t n, const char *dir, const char *file, const char *suffix) {
     snprintf(out, n, "%s/%s%s", dir, file, suffix);
 }

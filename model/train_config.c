@@ -9,15 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "pipeline/config.h"
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "pipeline/log.h"
 
 int train_config_from_json(TrainConfig *tc, const cJSON *obj, const char *source, char *err, size_t errlen) {
     memset(tc, 0, sizeof *tc);

@@ -12,15 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "pipeline/log.h"
 
 int file_exists(const char *path) {
     struct stat st;

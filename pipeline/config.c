@@ -9,15 +9,7 @@
 #include <string.h>
 
 #include "pipeline/atomic_file.h"
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "pipeline/log.h"
 
 cJSON *json_load_file(const char *path, char *err, size_t errlen) {
     char *text = NULL;

@@ -83,3 +83,11 @@ char *xstrdup(const char *s) {
     CHECK_ALLOC(p);
     return p;
 }
+
+void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}

@@ -26,6 +26,10 @@ _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
         if ((expr) != 0) die("%s failed at %s:%d: %s", (what), __FILE__, __LINE__, strerror(errno));        \
     } while (0)
 
+/* Writes a formatted one-line error message into a caller's buffer (the library convention: functions return -1
+ * and describe the problem in err; stages print it with die("%s", err)). err may be NULL or errlen 0. */
+void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* malloc/calloc/realloc that die on failure. */
 void *xmalloc(size_t n);
 void *xcalloc(size_t count, size_t size);

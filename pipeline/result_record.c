@@ -15,15 +15,6 @@
 
 const char *const EVAL_SET_NAMES[EVAL_N_SETS] = {"interpolate", "extrapolate"};
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 int copy_str(char *dst, size_t cap, const char *src) {
     size_t n = strlen(src);
     snprintf(dst, cap, "%s", src);

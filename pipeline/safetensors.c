@@ -13,15 +13,6 @@
 
 #define ST_MAX_HEADER (100u * 1024u * 1024u) /* the format's own limit on the JSON header */
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static const char *dtype_name(StDtype d) {
     switch (d) {
     case ST_F32: return "F32";
