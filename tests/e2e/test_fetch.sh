@@ -237,11 +237,26 @@ check "--help exits 0" test $? = 0
 "$FETCH" --out "$T/x" --bogus >/dev/null 2>&1
 check "unknown option exits 2" test $? = 2
 
-# ---- TOKENIZE (other helper's stage) --------------------------------------------------------------------------
-# The issue's e2e continues with tokenization of the fetched data. That belongs to bin/tokenize (another helper);
-# its own e2e test (tests/e2e/test_tokenize*.sh) should start from `bin/fetch --source embedded` output like
-# section 11 above. Nothing is checked here.
-# -----------------------------------------------------------------------------------------------------------------
+# ---- then tokenize what was fetched over HTTP (the resumed download, raw2) ----------------------------------------
+# The served corpus is tiny ("What is A + B?" only), so the vocabulary is small; the stage is the real one.
+if [ -x "$ROOT/bin/tokenize" ]; then
+  cat >"$T/data.json" <<'JSON'
+{"fetch": {"source": "unused here"},
+ "tokenize": {"vocab_size": 40, "max_piece_length": 16, "tokenizer_pairs_per_file": 1000, "eval_examples": 300,
+              "eval_shuffle_seed": 123, "train_shuffle_seed": 1, "exclude_tokenizer_pattern": "probability__swr_.*"}}
+JSON
+  "$ROOT/bin/tokenize" --raw "$T/raw2" --config "$T/data.json" --out "$T/tok" --quiet >"$T/log" 2>&1
+  check "tokenize of the resumed download exits 0" test $? = 0
+  check "tokenize wrote the tokenizer, three shards and its manifest" test -s "$T/tok/tokenizer.json" -a \
+    -s "$T/tok/train.shard" -a -s "$T/tok/interpolate.shard" -a -s "$T/tok/extrapolate.shard" -a \
+    -s "$T/tok/tokenize_manifest.json"
+  check "train shard holds every fetched train example (4000+4000+3000+3000)" test "$(json_get \
+    "$T/tok/tokenize_manifest.json" 'm["splits"]["train"]["n_examples"]')" = 14000
+  check "tokenize recorded the fetched manifest's archive hash" test "$(json_get \
+    "$T/tok/tokenize_manifest.json" 'm["raw"]["archive_sha256"]')" = "$SHA"
+else
+  fail "bin/tokenize not built (run make first)"
+fi
 
 if [ "$FAILS" != 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
 echo "all fetch e2e checks passed"
