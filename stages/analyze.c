@@ -13,26 +13,23 @@
  * With "analyze": {"enabled": false} in the run config it writes a record saying so, and no maps. */
 #include <libgen.h>
 #include <math.h>
-#include <omp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include <cblas.h>
-
 #include "datasets/tokenizer.h"
 #include "kernels/backend.h"
 #include "model/model.h"
-#include "model/train_config.h"
+#include "model/trained_run.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/cli.h"
 #include "pipeline/config.h"
 #include "pipeline/log.h"
 #include "pipeline/progress.h"
 #include "pipeline/result_record.h"
-#include "pipeline/sha256.h"
+#include "pipeline/threads.h"
 #include "pipeline/svg.h"
 
 /* dm-math-protocol.md §5 / dm-math-training-code.md §D: prompts (question string, answer string) and the
@@ -198,16 +195,6 @@ static int encode(const Tokenizer *tok, const char *text, int32_t **ids) {
     return n;
 }
 
-static void run_names(const char *run_dir, char *experiment, size_t elen, char *run, size_t rlen) {
-    char *a = xstrdup(run_dir), *b = xstrdup(run_dir);
-    size_t n = strlen(a);
-    while (n > 1 && a[n - 1] == '/') a[--n] = '\0', b[n] = '\0';
-    snprintf(run, rlen, "%s", basename(a));
-    snprintf(experiment, elen, "%s", basename(dirname(b)));
-    free(a);
-    free(b);
-}
-
 /* The directory of a file path (for the SVGs beside analysis.json). */
 static void dir_of(const char *path, char *out, size_t n) {
     char *c = xstrdup(path);
@@ -234,26 +221,14 @@ int main(int argc, char **argv) {
         {"threads", OPT_INT, &threads, "CPU threads (default 1: the per-example forwards are too small to gain; 0 = all cores)", false},
     };
     cli_parse(argc, argv, "analyze", SUMMARY, opts, (int)(sizeof opts / sizeof opts[0]));
-    if (threads < 0) die("--threads: must be >= 1 (got %ld)", threads);
-    int nthreads = threads > 0 ? (int)threads : omp_get_num_procs();
-    omp_set_num_threads(nthreads);
-    openblas_set_num_threads(nthreads);
+    threads_set(threads);
     const double t0 = now_seconds();
     char err[2048], path[4300], out_dir[4096];
     dir_of(out_path, out_dir, sizeof out_dir);
 
-    char *cfg_bytes = NULL;
-    size_t cfg_n = 0;
-    if (read_file_all(config_path, &cfg_bytes, &cfg_n, err, sizeof err)) die("%s", err);
-    char config_sha[65];
-    sha256_hex(cfg_bytes, cfg_n, config_sha);
-    free(cfg_bytes);
-    cJSON *root = json_load_file(config_path, err, sizeof err);
-    if (!root) die("%s", err);
-    ModelConfig run_mc;
-    TrainConfig tc;
-    if (run_config_parse(root, config_path, &run_mc, &tc, err, sizeof err)) die("%s", err);
-    const cJSON *an = cJSON_GetObjectItemCaseSensitive(root, "analyze");
+    TrainedRun tr;
+    if (trained_run_read_config(&tr, run_dir, config_path, err, sizeof err)) die("%s", err);
+    const cJSON *an = cJSON_GetObjectItemCaseSensitive(tr.config, "analyze");
     if (!an || !cJSON_IsObject(an)) die("%s: analyze: missing or not an object", config_path);
     JsonReader jr;
     json_reader_init(&jr, an, config_path, "analyze");
@@ -263,9 +238,10 @@ int main(int argc, char **argv) {
 
     AnalysisRecord a;
     memset(&a, 0, sizeof a);
-    run_names(run_dir, a.experiment, sizeof a.experiment, a.run, sizeof a.run);
-    snprintf(a.arch, sizeof a.arch, "%s", run_mc.arch == ARCH_MOEUT ? "moeut" : "dense");
-    snprintf(a.loss_mode, sizeof a.loss_mode, "%s", tc.loss_on_target_only ? "answer_only" : "qa");
+    snprintf(a.experiment, sizeof a.experiment, "%s", tr.experiment);
+    snprintf(a.run, sizeof a.run, "%s", tr.run);
+    snprintf(a.arch, sizeof a.arch, "%s", tr.arch);
+    snprintf(a.loss_mode, sizeof a.loss_mode, "%s", tr.loss_mode);
     a.enabled = enabled;
     if (!enabled) {
         /* Stale maps of an earlier enabled analysis would contradict the record: remove them. */
@@ -275,32 +251,17 @@ int main(int argc, char **argv) {
         }
         if (analysis_record_save(&a, out_path, err, sizeof err)) die("%s", err);
         log_info("analysis disabled by %s: wrote %s saying so", config_path, out_path);
-        cJSON_Delete(root);
+        trained_run_close(&tr);
         return 0;
     }
 
-    TrainSummary ts;
-    snprintf(path, sizeof path, "%s/train_summary.json", run_dir);
-    if (!file_exists(path)) die("%s: missing: training of %s has not finished (train writes it last)", path, run_dir);
-    if (train_summary_load(&ts, path, err, sizeof err)) die("%s", err);
-    if (strcmp(ts.config_sha256, config_sha) != 0)
-        die("%s: config_sha256 %.12s... differs from %s (%.12s...): the run was trained with another config; retrain",
-            path, ts.config_sha256, config_path, config_sha);
-
-    snprintf(path, sizeof path, "%s/tokenizer.json", data_dir);
-    Tokenizer *tok = tokenizer_load(path, err, sizeof err);
-    if (!tok) die("%s", err);
-    Backend *be = backend_create(backend_name, err, sizeof err);
-    if (!be) die("--backend %s: %s", backend_name, err);
-    be->precision = PRECISION_FP32; /* the analysis runs in fp32 (§D) */
-    snprintf(path, sizeof path, "%s/model.safetensors", run_dir);
-    ModelConfig mc;
-    if (model_read_checkpoint_config(path, &mc, err, sizeof err)) die("%s", err);
-    if (mc.arch != run_mc.arch || mc.n_layers != run_mc.n_layers || mc.d_model != run_mc.d_model)
-        die("%s: the checkpoint's model config differs from %s", path, config_path);
-    Model *m = model_create(&mc, be);
-    if (model_load_safetensors(m, path, err, sizeof err)) die("%s", err);
-    const int L = mc.n_layers, C = mc.d_model;
+    /* Training finished with this config; the model in fp32 (§D). */
+    if (trained_run_open(&tr, data_dir, err, sizeof err)) die("%s", err);
+    if (trained_run_load_model(&tr, backend_name, err, sizeof err)) die("%s", err);
+    const Tokenizer *tok = tr.tok;
+    Backend *be = tr.be;
+    Model *m = tr.model;
+    const int L = model_config(m)->n_layers, C = model_config(m)->d_model;
 
     int32_t *cf = NULL;
     int Tc = encode(tok, COUNTERFACTUAL, &cf);
@@ -360,10 +321,7 @@ int main(int argc, char **argv) {
     analysis_record_free(&a);
     be->free(be, erased);
     free(cf);
-    model_free(m);
-    backend_destroy(be);
-    tokenizer_free(tok);
-    cJSON_Delete(root);
+    trained_run_close(&tr);
     return 0;
 }
 #endif

@@ -13,28 +13,23 @@
  * bits. The default 1 is the protocol literally.
  * Greedy check: the first greedy_check_examples of each set are also decoded greedily with the KV cache (question,
  * then len(answer) argmax tokens one at a time); greedy correct must equal teacher-forced correct on every one. */
-#include <libgen.h>
 #include <math.h>
-#include <omp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
-
 #include "datasets/shard.h"
 #include "datasets/tokenizer.h"
 #include "kernels/backend.h"
 #include "model/model.h"
-#include "model/train_config.h"
-#include "pipeline/atomic_file.h"
+#include "model/trained_run.h"
 #include "pipeline/cli.h"
 #include "pipeline/config.h"
 #include "pipeline/log.h"
 #include "pipeline/progress.h"
 #include "pipeline/result_record.h"
-#include "pipeline/sha256.h"
+#include "pipeline/threads.h"
 
 /* ---------------------------------------------------------------- per-example core (unit-tested) ----------- */
 
@@ -246,23 +241,6 @@ static void read_eval_config(const cJSON *root, const char *path, EvalConfig *ec
     if (ec->greedy_check_examples < 0) die("%s: evaluate.greedy_check_examples: must be >= 0", path);
 }
 
-/* run = last path component of the run directory, experiment = the one before it. */
-static void run_names(const char *run_dir, char *experiment, size_t elen, char *run, size_t rlen) {
-    char *a = xstrdup(run_dir), *b = xstrdup(run_dir);
-    size_t n = strlen(a);
-    while (n > 1 && a[n - 1] == '/') a[--n] = '\0', b[n] = '\0';
-    snprintf(run, rlen, "%s", basename(a));
-    snprintf(experiment, elen, "%s", basename(dirname(b)));
-    free(a);
-    free(b);
-}
-
-static void set_threads(long threads) {
-    int n = threads > 0 ? (int)threads : omp_get_num_procs();
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
-}
-
 static const char *SUMMARY =
     "Evaluates a trained run (model.safetensors + train_summary.json in --run) on the interpolate and extrapolate "
     "shards of --data: teacher-forced exact match of the whole answer, each example alone, fp32. Writes the result "
@@ -283,39 +261,21 @@ int main(int argc, char **argv) {
     };
     cli_parse(argc, argv, "evaluate", SUMMARY, opts, (int)(sizeof opts / sizeof opts[0]));
     if (batch_size < 1 || batch_size > 4096) die("--batch-size: must be in [1, 4096] (got %ld)", batch_size);
-    if (threads < 0) die("--threads: must be >= 1 (got %ld)", threads);
-    set_threads(threads);
+    threads_set(threads);
     const double t0 = now_seconds();
     char err[2048], path[4096];
 
-    /* Run config: model/train sections through the shared parser, evaluate section here. */
-    char *cfg_bytes = NULL;
-    size_t cfg_n = 0;
-    if (read_file_all(config_path, &cfg_bytes, &cfg_n, err, sizeof err)) die("%s", err);
-    char config_sha[65];
-    sha256_hex(cfg_bytes, cfg_n, config_sha);
-    free(cfg_bytes);
-    cJSON *root = json_load_file(config_path, err, sizeof err);
-    if (!root) die("%s", err);
-    ModelConfig run_mc;
-    TrainConfig tc;
-    if (run_config_parse(root, config_path, &run_mc, &tc, err, sizeof err)) die("%s", err);
+    /* Run config: model/train sections through the shared parser, evaluate section here; then training must have
+     * finished with this very config. */
+    TrainedRun tr;
+    if (trained_run_read_config(&tr, run_dir, config_path, err, sizeof err)) die("%s", err);
     EvalConfig ec;
-    read_eval_config(root, config_path, &ec);
+    read_eval_config(tr.config, config_path, &ec);
+    if (trained_run_open(&tr, data_dir, err, sizeof err)) die("%s", err);
+    const Tokenizer *tok = tr.tok;
+    const TrainSummary *ts = &tr.summary;
 
-    /* Training must have finished, with this very config. */
-    TrainSummary ts;
-    snprintf(path, sizeof path, "%s/train_summary.json", run_dir);
-    if (!file_exists(path)) die("%s: missing: training of %s has not finished (train writes it last)", path, run_dir);
-    if (train_summary_load(&ts, path, err, sizeof err)) die("%s", err);
-    if (strcmp(ts.config_sha256, config_sha) != 0)
-        die("%s: config_sha256 %.12s... differs from %s (%.12s...): the run was trained with another config; retrain",
-            path, ts.config_sha256, config_path, config_sha);
-
-    /* Tokenizer and shards, with matching tokenizer hashes. */
-    snprintf(path, sizeof path, "%s/tokenizer.json", data_dir);
-    Tokenizer *tok = tokenizer_load(path, err, sizeof err);
-    if (!tok) die("%s", err);
+    /* Shards, with matching tokenizer hashes. */
     Shard shards[EVAL_N_SETS];
     char shard_sha[EVAL_N_SETS][65], train_sha[65], shard_path[EVAL_N_SETS][4096];
     for (int s = 0; s < EVAL_N_SETS; s++) {
@@ -329,20 +289,10 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/train.shard", data_dir);
     if (shard_content_sha256(path, train_sha, err, sizeof err)) die("%s", err);
 
-    /* Model from the checkpoint (its stored config must be the run config's model). */
-    Backend *be = backend_create(backend_name, err, sizeof err);
-    if (!be) die("--backend %s: %s", backend_name, err);
-    be->precision = PRECISION_FP32; /* evaluation is always fp32 (§C.7) */
-    snprintf(path, sizeof path, "%s/model.safetensors", run_dir);
-    ModelConfig mc;
-    if (model_read_checkpoint_config(path, &mc, err, sizeof err)) die("%s", err);
-    if (mc.arch != run_mc.arch || mc.n_layers != run_mc.n_layers || mc.d_model != run_mc.d_model ||
-        mc.n_tokens != run_mc.n_tokens)
-        die("%s: the checkpoint's model config differs from %s", path, config_path);
-    if (mc.n_tokens < tokenizer_vocab_size(tok))
-        die("%s: model has %d tokens but the tokenizer %d", path, mc.n_tokens, tokenizer_vocab_size(tok));
-    Model *m = model_create(&mc, be);
-    if (model_load_safetensors(m, path, err, sizeof err)) die("%s", err);
+    /* Model from the checkpoint (fp32, §C.7). */
+    if (trained_run_load_model(&tr, backend_name, err, sizeof err)) die("%s", err);
+    Model *m = tr.model;
+    const Backend *be = tr.be;
 
     ResultRecord r;
     memset(&r, 0, sizeof r);
@@ -357,11 +307,12 @@ int main(int argc, char **argv) {
                  disagreements, out_path);
 
     /* Provenance. */
-    run_names(run_dir, r.experiment, sizeof r.experiment, r.run, sizeof r.run);
-    snprintf(r.arch, sizeof r.arch, "%s", mc.arch == ARCH_MOEUT ? "moeut" : "dense");
-    snprintf(r.loss_mode, sizeof r.loss_mode, "%s", tc.loss_on_target_only ? "answer_only" : "qa");
-    r.config = root;
-    snprintf(r.config_sha256, sizeof r.config_sha256, "%s", config_sha);
+    snprintf(r.experiment, sizeof r.experiment, "%s", tr.experiment);
+    snprintf(r.run, sizeof r.run, "%s", tr.run);
+    snprintf(r.arch, sizeof r.arch, "%s", tr.arch);
+    snprintf(r.loss_mode, sizeof r.loss_mode, "%s", tr.loss_mode);
+    r.config = tr.config; /* borrowed: trained_run_close frees it */
+    snprintf(r.config_sha256, sizeof r.config_sha256, "%s", tr.config_sha256);
     snprintf(r.code_version, sizeof r.code_version, "%s", CODE_VERSION);
     snprintf(r.train_sha256, sizeof r.train_sha256, "%s", train_sha);
     snprintf(r.interpolate_sha256, sizeof r.interpolate_sha256, "%s", shard_sha[EVAL_INTERPOLATE]);
@@ -375,27 +326,26 @@ int main(int argc, char **argv) {
     snprintf(r.hardware, sizeof r.hardware, "%s", be->device_name);
     snprintf(r.precision, sizeof r.precision, "fp32");
     r.n_params = (long)model_n_params(m);
-    r.training.steps = ts.steps;
-    r.training.tokens = ts.tokens;
-    r.training.wall_time_s = ts.wall_time_s;
-    r.training.final_train_loss = ts.final_train_loss;
-    r.training.tokens_per_s = ts.tokens_per_s;
-    snprintf(r.training.backend, sizeof r.training.backend, "%s", ts.backend);
-    snprintf(r.training.hardware, sizeof r.training.hardware, "%s", ts.hardware);
-    snprintf(r.training.precision, sizeof r.training.precision, "%s", ts.precision);
-    if (ts.n_params != r.n_params)
-        die("%s/train_summary.json: n_params %ld differs from the checkpoint's %ld", run_dir, ts.n_params, r.n_params);
+    r.training.steps = ts->steps;
+    r.training.tokens = ts->tokens;
+    r.training.wall_time_s = ts->wall_time_s;
+    r.training.final_train_loss = ts->final_train_loss;
+    r.training.tokens_per_s = ts->tokens_per_s;
+    snprintf(r.training.backend, sizeof r.training.backend, "%s", ts->backend);
+    snprintf(r.training.hardware, sizeof r.training.hardware, "%s", ts->hardware);
+    snprintf(r.training.precision, sizeof r.training.precision, "%s", ts->precision);
+    if (ts->n_params != r.n_params)
+        die("%s/train_summary.json: n_params %ld differs from the checkpoint's %ld", run_dir, ts->n_params, r.n_params);
 
     if (result_record_save(&r, out_path, err, sizeof err)) die("%s", err);
     log_info("wrote %s: mean accuracy %.2f%% (interpolate %.2f%%, extrapolate %.2f%%) in %.1f s", out_path,
              100 * r.evaluation.mean_accuracy, 100 * r.evaluation.sets[0].accuracy, 100 * r.evaluation.sets[1].accuracy,
              now_seconds() - t0);
 
-    result_record_free(&r); /* also frees root (r.config) */
-    model_free(m);
-    backend_destroy(be);
+    r.config = NULL; /* tr's */
+    result_record_free(&r);
     for (int s = 0; s < EVAL_N_SETS; s++) shard_free(&shards[s]);
-    tokenizer_free(tok);
+    trained_run_close(&tr);
     return 0;
 }
 #endif

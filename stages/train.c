@@ -31,6 +31,7 @@
 #include "pipeline/cli.h"
 #include "pipeline/config.h"
 #include "pipeline/log.h"
+#include "pipeline/threads.h"
 #include "pipeline/progress.h"
 #include "pipeline/sha256.h"
 
@@ -105,13 +106,6 @@ static void load_data(Trainer *t) {
         if (t->shard.tokens[i] >= vocab)
             die("%s: token %llu has id %u >= vocabulary size %d", shard_path, (unsigned long long)i, t->shard.tokens[i],
                 vocab);
-}
-
-static void set_threads(long threads) {
-    int n = threads > 0 ? (int)threads : omp_get_num_procs();
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
-    log_info("threads: %d", n);
 }
 
 static void create_model(Trainer *t) {
@@ -427,7 +421,7 @@ int main(int argc, char **argv) {
               opts, (int)(sizeof opts / sizeof opts[0]));
     if (t.a.threads < 0) die("--threads: must be >= 1 (got %ld)", t.a.threads);
     install_signal_handlers();
-    set_threads(t.a.threads);
+    log_info("threads: %d", threads_set(t.a.threads));
 
     load_config(&t);
     load_data(&t);

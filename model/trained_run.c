@@ -1,0 +1,110 @@
+/* Opening a finished training run (see trained_run.h). */
+#include "model/trained_run.h"
+
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/atomic_file.h"
+#include "pipeline/config.h"
+#include "pipeline/log.h"
+#include "pipeline/sha256.h"
+
+/* dir/file into out; -1 with err if it does not fit. */
+static int join_path(char *out, size_t n, const char *dir, const char *file, char *err, size_t errlen) {
+    int len = snprintf(out, n, "%s/%s", dir, file);
+    if (len < 0 || (size_t)len >= n) {
+        set_err(err, errlen, "%s/%s: path too long", dir, file);
+        return -1;
+    }
+    return 0;
+}
+
+/* run = last path component of the run directory, experiment = the one before it (trailing slashes ignored). */
+static void run_names(const char *run_dir, char *experiment, size_t elen, char *run, size_t rlen) {
+    char *a = xstrdup(run_dir), *b = xstrdup(run_dir);
+    size_t n = strlen(a);
+    while (n > 1 && a[n - 1] == '/') a[--n] = '\0', b[n] = '\0';
+    snprintf(run, rlen, "%s", basename(a));
+    snprintf(experiment, elen, "%s", basename(dirname(b)));
+    free(a);
+    free(b);
+}
+
+int trained_run_read_config(TrainedRun *r, const char *run_dir, const char *config_path, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    r->run_dir = run_dir;
+    r->config_path = config_path;
+    run_names(run_dir, r->experiment, sizeof r->experiment, r->run, sizeof r->run);
+
+    /* The hash is of the file's bytes (as train records it), the config of its parse. */
+    char *bytes = NULL;
+    size_t n = 0;
+    if (read_file_all(config_path, &bytes, &n, err, errlen)) return -1;
+    sha256_hex(bytes, n, r->config_sha256);
+    free(bytes);
+    r->config = json_load_file(config_path, err, errlen);
+    if (!r->config) return -1;
+    if (run_config_parse(r->config, config_path, &r->config_mc, &r->tc, err, errlen)) return -1;
+    r->arch = r->config_mc.arch == ARCH_MOEUT ? "moeut" : "dense";
+    r->loss_mode = r->tc.loss_on_target_only ? "answer_only" : "qa";
+    return 0;
+}
+
+int trained_run_open(TrainedRun *r, const char *data_dir, char *err, size_t errlen) {
+    char path[4352];
+    if (join_path(path, sizeof path, r->run_dir, "train_summary.json", err, errlen)) return -1;
+    if (!file_exists(path)) {
+        set_err(err, errlen, "%s: missing: training of %s has not finished (train writes it last)", path, r->run_dir);
+        return -1;
+    }
+    if (train_summary_load(&r->summary, path, err, errlen)) return -1;
+    if (strcmp(r->summary.config_sha256, r->config_sha256) != 0) {
+        set_err(err, errlen,
+                "%s: config_sha256 %.12s... differs from %s (%.12s...): the run was trained with another config; "
+                "retrain",
+                path, r->summary.config_sha256, r->config_path, r->config_sha256);
+        return -1;
+    }
+    if (join_path(path, sizeof path, data_dir, "tokenizer.json", err, errlen)) return -1;
+    r->tok = tokenizer_load(path, err, errlen);
+    return r->tok ? 0 : -1;
+}
+
+int trained_run_load_model(TrainedRun *r, const char *backend_name, char *err, size_t errlen) {
+    char why[1024], path[4352];
+    r->be = backend_create(backend_name, why, sizeof why);
+    if (!r->be) {
+        set_err(err, errlen, "--backend %s: %s", backend_name, why);
+        return -1;
+    }
+    r->be->precision = PRECISION_FP32; /* evaluation (§C.7) and the analysis (§D) run in fp32 */
+
+    /* The model is built from the checkpoint's own config, which must be the run config's model. */
+    if (join_path(path, sizeof path, r->run_dir, "model.safetensors", err, errlen)) return -1;
+    ModelConfig mc;
+    if (model_read_checkpoint_config(path, &mc, err, errlen)) return -1;
+    const ModelConfig *want = &r->config_mc;
+    if (mc.arch != want->arch || mc.n_layers != want->n_layers || mc.d_model != want->d_model ||
+        mc.n_tokens != want->n_tokens) {
+        set_err(err, errlen, "%s: the checkpoint's model config differs from %s", path, r->config_path);
+        return -1;
+    }
+    if (mc.n_tokens < tokenizer_vocab_size(r->tok)) {
+        set_err(err, errlen, "%s: model has %d tokens but the tokenizer %d", path, mc.n_tokens,
+                tokenizer_vocab_size(r->tok));
+        return -1;
+    }
+    r->model = model_create(&mc, r->be);
+    CHECK_ALLOC(r->model);
+    return model_load_safetensors(r->model, path, err, errlen) ? -1 : 0;
+}
+
+void trained_run_close(TrainedRun *r) {
+    if (r->model) model_free(r->model);
+    if (r->be) backend_destroy(r->be);
+    if (r->tok) tokenizer_free(r->tok);
+    cJSON_Delete(r->config);
+    memset(r, 0, sizeof *r);
+}

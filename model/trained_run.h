@@ -1,0 +1,50 @@
+/* A finished training run, opened for the stages that read one (evaluate, analyze): the run config file, the check
+ * that training finished with that very config, the data's tokenizer and the fp32 model from model.safetensors.
+ *
+ * Opening goes in three steps so that a stage can check its own section of the run config (and, for evaluate, its
+ * shards) in between, in the order it reports errors:
+ *   trained_run_read_config   run config: sha256 of the file bytes, strict parse of "model" and "train", run names
+ *   trained_run_open          train_summary.json (present = finished; same config_sha256), data/EXP/tokenizer.json
+ *   trained_run_load_model    backend, checkpoint config (must match the run config and the tokenizer), weights
+ * Each returns 0, or -1 with one line in err naming the file (or option) and the problem; the stages die("%s", err).
+ * trained_run_close frees whatever was opened (safe after any step, and on a zeroed struct). */
+#ifndef MODEL_TRAINED_RUN_H
+#define MODEL_TRAINED_RUN_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "datasets/tokenizer.h"
+#include "kernels/backend.h"
+#include "model/model.h"
+#include "model/train_config.h"
+#include "pipeline/result_record.h"
+
+typedef struct {
+    const char *run_dir, *config_path; /* as given (borrowed) */
+    char experiment[128], run[128];    /* run = last component of run_dir, experiment = the one before it */
+    const char *arch;                  /* "dense" | "moeut" (the run config's model.arch) */
+    const char *loss_mode;             /* "qa" | "answer_only" (train.loss_on_target_only) */
+
+    cJSON *config;          /* the whole run config (owned: the stage reads its own section from it) */
+    char config_sha256[65]; /* sha256 of the run config file bytes (hex) */
+    ModelConfig config_mc;  /* its "model" section */
+    TrainConfig tc;         /* its "train" section */
+
+    TrainSummary summary;   /* run_dir/train_summary.json (after trained_run_open) */
+    Tokenizer *tok;         /* data_dir/tokenizer.json (after trained_run_open) */
+
+    Backend *be;            /* fp32 (after trained_run_load_model) */
+    Model *model;           /* built from the checkpoint's own config, weights loaded */
+} TrainedRun;
+
+/* Zeroes *r, then reads config_path. */
+int trained_run_read_config(TrainedRun *r, const char *run_dir, const char *config_path, char *err, size_t errlen);
+/* Training must have finished (train writes train_summary.json last) with this config; loads the tokenizer. */
+int trained_run_open(TrainedRun *r, const char *data_dir, char *err, size_t errlen);
+/* Creates the backend (always fp32: evaluation and analysis run in fp32) and the model from model.safetensors. */
+int trained_run_load_model(TrainedRun *r, const char *backend_name, char *err, size_t errlen);
+void trained_run_close(TrainedRun *r);
+
+#endif
