@@ -1,11 +1,11 @@
 # make bench-tokenize: wall time of bin/tokenize against `zcat ARCHIVE > /dev/null` (the cost of just reading the
 # compressed data once), measured in the same run, and their ratio.
-#   ARCHIVE: /work/shared/data/dm_math_arithmetic.tar.gz when present (9 arithmetic modules, 20,000 pairs per train
-#   file, 5,000 per evaluation file), else the embedded sample. Override with BENCH_TOKENIZE_ARCHIVE=path.
+#   ARCHIVE: datasets/dm_math_arithmetic.tar.gz (shipped: 9 arithmetic modules, 20,000 pairs per train
+#   file, 5,000 per evaluation file). Override with BENCH_TOKENIZE_ARCHIVE=path (e.g. the embedded sample).
 # The raw directory is extracted once with bin/fetch into build/bench/tokenize/raw (redone when the archive changes);
 # the tokenize section used is the experiments' default (vocab 512, 10,000 corpus pairs per file, 5,000 eval examples).
 
-BENCH_TOKENIZE_ARCHIVE ?= $(firstword $(wildcard /work/shared/data/dm_math_arithmetic.tar.gz) datasets/dm_math_sample.tar.gz)
+BENCH_TOKENIZE_ARCHIVE ?= datasets/dm_math_arithmetic.tar.gz
 BENCH_TOKENIZE_DIR := build/bench/tokenize
 
 .PHONY: bench-tokenize
