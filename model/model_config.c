@@ -14,6 +14,7 @@
 
 #include "model/model.h"
 #include "model/param_count.h"
+#include "pipeline/config.h"
 
 typedef enum { KEY_INT, KEY_DOUBLE, KEY_BOOL } KeyType;
 
@@ -72,16 +73,6 @@ static void set_defaults(ModelConfig *cfg, Arch arch) {
         cfg->entropy_reg = 0.01;
         cfg->att_entropy_reg = 0.001;
     }
-}
-
-static const char *json_type_name(const cJSON *v) {
-    if (cJSON_IsNull(v)) return "null";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNumber(v)) return "a number";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsObject(v)) return "an object";
-    return "an invalid value";
 }
 
 static const KeyDesc *find_key(const char *name) {

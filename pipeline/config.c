@@ -61,7 +61,7 @@ static void record_error(JsonReader *r, const char *key, const char *problem) {
     snprintf(r->error, sizeof r->error, "%s: %s: %s", r->source, k, problem);
 }
 
-static const char *type_name(const cJSON *v) {
+const char *json_type_name(const cJSON *v) {
     if (cJSON_IsNull(v)) return "null";
     if (cJSON_IsBool(v)) return "a boolean";
     if (cJSON_IsNumber(v)) return "a number";
@@ -88,7 +88,7 @@ static const cJSON *lookup(JsonReader *r, const char *key, bool required) {
 
 static void wrong_type(JsonReader *r, const char *key, const char *expected, const cJSON *v) {
     char msg[128];
-    snprintf(msg, sizeof msg, "expected %s, got %s", expected, type_name(v));
+    snprintf(msg, sizeof msg, "expected %s, got %s", expected, json_type_name(v));
     record_error(r, key, msg);
 }
 

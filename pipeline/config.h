@@ -35,6 +35,9 @@ const cJSON *json_get_object(JsonReader *r, const char *key, bool required);
 const cJSON *json_get_array(JsonReader *r, const char *key, bool required);
 int json_reader_finish(JsonReader *r, char *err, size_t errlen); /* 0 ok, -1 error (message in err) */
 
+/* "a string", "a number", ...: the JSON type of v, for "expected X, got Y" messages. */
+const char *json_type_name(const cJSON *v);
+
 /* Writes JSON atomically (pretty-printed, trailing newline). Returns 0 or -1 with err. */
 int json_save_file(const char *path, const cJSON *json, char *err, size_t errlen);
 
