@@ -114,7 +114,8 @@ bin/%: $(OBJ)/stages/%.o $$(call nn_for,stages/$$*.c,$(NN)) $(CORE)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(call nn_for,stages/$*.c,$(CUDA_LIBS))
 
 # ---- tests (Check) ----
-CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lrt -lpthread)
+# pkg-config may not see Check before deps installs it (parse time); the fallback is what Debian's check.pc says.
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck_pic -lrt -lm -lsubunit)
 build/tests/test_%: $(OBJ)/tests/unit/test_%.o $$(call nn_for,tests/unit/test_$$*.c,$(NN)) $(CORE)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(call nn_for,tests/unit/test_$*.c,$(CUDA_LIBS)) $(CHECK_LIBS)
