@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/entropy_reg_value.h"
 #include "pipeline/log.h"
 
 /* For each (n,g): the k largest logits among experts not dropped, in descending order (ties: lower index first).
@@ -126,26 +127,12 @@ double cpu_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, c
         H[bg] = h;
     }
 
-    /* value = -(1/(B^2 G)) sum_{i,j,g} r_ij (H_jg - log r_ij), r_ij = cnt_j/cnt_i, over sequences with cnt > 0:
-     * sum_{i,j} r_ij H_jg = (sum_i 1/cnt_i) * sum_j cnt_j H_jg. */
-    double inv_cnt_sum = 0, cnt_H = 0, r_log_r = 0;
-    for (int i = 0; i < B; i++)
-        if (cnt[i] > 0) inv_cnt_sum += 1.0 / cnt[i];
-    for (int j = 0; j < B; j++) {
-        if (cnt[j] == 0) continue;
-        for (int g = 0; g < G; g++) cnt_H += cnt[j] * H[(size_t)j * G + g];
-        for (int i = 0; i < B; i++) {
-            if (cnt[i] == 0) continue;
-            double r = cnt[j] / cnt[i];
-            r_log_r += r * log(r);
-        }
-    }
-    double nb = n_seq;
-    double value = -(inv_cnt_sum * cnt_H - (double)G * r_log_r) / (nb * nb * G);
+    double grad_factor;
+    double value = entropy_reg_value(cnt, H, B, G, n_seq, &grad_factor);
 
     if (dlogits) {
         /* valid position of sequence j: coef * p (log pbar_j - sum_e p log pbar_j) * mean_i(1/cnt_i) / (B*G) */
-        double factor = (double)coef * (inv_cnt_sum / nb) / (nb * G);
+        double factor = (double)coef * grad_factor;
 #pragma omp parallel for schedule(static) num_threads(n_threads)
         for (long rbt = 0; rbt < (long)R * B * T; rbt++) {
             int t = (int)(rbt % T), b = (int)((rbt / T) % B);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/entropy_reg_value.h"
 
 __device__ __forceinline__ float sigmoidf_stable(float x) {
     if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
@@ -182,23 +183,11 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     std::vector<double> H((size_t)B * G);
     CHECK_CUDA(cudaMemcpy(H.data(), d_H, (size_t)B * G * sizeof(double), cudaMemcpyDeviceToHost));
 
-    // value, in the same order as the CPU backend
-    double inv_cnt_sum = 0, cnt_H = 0, r_log_r = 0;
-    for (int i = 0; i < B; i++)
-        if (cnt[i] > 0) inv_cnt_sum += 1.0 / cnt[i];
-    for (int j = 0; j < B; j++) {
-        if (cnt[j] == 0) continue;
-        for (int g = 0; g < G; g++) cnt_H += cnt[j] * H[(size_t)j * G + g];
-        for (int i = 0; i < B; i++) {
-            if (cnt[i] == 0) continue;
-            double r = cnt[j] / cnt[i];
-            r_log_r += r * log(r);
-        }
-    }
-    double nb = n_seq;
-    double value = -(inv_cnt_sum * cnt_H - (double)G * r_log_r) / (nb * nb * G);
+    // value: the shared host formula (kernels/entropy_reg_value.c), the same order as the CPU backend
+    double grad_factor;
+    double value = entropy_reg_value(cnt.data(), H.data(), B, G, n_seq, &grad_factor);
     if (dlogits) {
-        double factor = (double)coef * (inv_cnt_sum / nb) / (nb * G);
+        double factor = (double)coef * grad_factor;
         k_entropy_grad<<<(unsigned)((rows + 7) / 8), 256>>>(dlogits, logits, d_lse, d_logpbar, valid, d_cnt, B, T, G,
                                                              E, rows, factor);
         CHECK_LAUNCH();
