@@ -12,7 +12,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "pipeline/atomic_file.h"
 #include "pipeline/cli.h"
@@ -652,7 +654,8 @@ static char **list_runs(const char *runs_dir, const char *expected, int *n_out) 
     free(copy);
     int n_expected = n;
     DIR *d = opendir(runs_dir);
-    if (d) {
+    if (!d) die("%s: cannot open the runs directory: %s", runs_dir, strerror(errno));
+    {
         for (struct dirent *e; (e = readdir(d));) {
             if (e->d_name[0] == '.') continue;
             char p[4400];
@@ -688,6 +691,10 @@ int report_main(int argc, char **argv) {
     };
     cli_parse(argc, argv, "report", SUMMARY, opts, (int)(sizeof opts / sizeof opts[0]));
 
+    /* A missing runs directory is a wrong path, not an experiment without results: refuse it before writing. */
+    struct stat st;
+    if (stat(runs_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        die("%s: not a directory (the runs of the experiment, e.g. runs/tiny)", runs_dir);
     char err[1024];
     if (mkdir_p(out, err, sizeof err)) die("%s", err);
     int n = 0;

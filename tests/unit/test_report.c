@@ -118,6 +118,8 @@ START_TEST(no_runs_at_all) {
     rtu_tmpdir(g_dir, sizeof g_dir, "test_report");
     snprintf(g_runs, sizeof g_runs, "%s/runs", g_dir);
     snprintf(g_out, sizeof g_out, "%s/out", g_dir);
+    char err[512];
+    ck_assert_int_eq(mkdir_p(g_runs, err, sizeof err), 0); /* the experiment exists but nothing has finished */
     ck_assert_int_eq(run_report(), 0);
     char *md = read_out("report.md");
     ck_assert(strstr(md, "No run has a result record yet"));
@@ -128,6 +130,25 @@ START_TEST(no_runs_at_all) {
 END_TEST
 
 static void cleanup_dir(void) { remove_tree(g_dir); }
+
+/* A runs directory that does not exist is a wrong path: exit 1 before anything is written. */
+static void check_no_output_left(void) {
+    struct stat st;
+    int out_exists = stat(g_out, &st) == 0;
+    remove_tree(g_dir);
+    if (out_exists) {
+        fprintf(stderr, "report created %s for a missing runs directory\n", g_out);
+        _exit(3); /* a different exit status fails the exit test */
+    }
+}
+START_TEST(missing_runs_dir_dies) {
+    rtu_tmpdir(g_dir, sizeof g_dir, "test_report");
+    snprintf(g_runs, sizeof g_runs, "%s/no_such_runs", g_dir);
+    snprintf(g_out, sizeof g_out, "%s/out", g_dir);
+    atexit(check_no_output_left);
+    run_report();
+}
+END_TEST
 
 /* A malformed metrics line is an error (exit 1), not a silently wrong curve. */
 START_TEST(bad_metrics_line_dies) {
@@ -146,6 +167,7 @@ int main(void) {
     tcase_add_test(tc, headline_missing_and_html);
     tcase_add_test(tc, no_runs_at_all);
     tcase_add_exit_test(tc, bad_metrics_line_dies, 1);
+    tcase_add_exit_test(tc, missing_runs_dir_dies, 1);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
