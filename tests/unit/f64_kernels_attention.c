@@ -3,21 +3,7 @@
 #include <stdint.h>
 
 #include "kernels/backend.h"
-#include "tests/unit/kernel_test_util.h"
-
-#ifndef SCALAR_F64
-#error "f64 gradient checks must be built with -DSCALAR_F64"
-#endif
-
-#define FD_EPS 1e-6
-#define FD_TOL 1e-6
-
-static Backend *cpu(void) {
-    char err[256];
-    Backend *be = backend_create("cpu", err, sizeof err);
-    ck_assert_msg(be != NULL, "backend_create(cpu): %s", err);
-    return be;
-}
+#include "tests/unit/kernel_fd_test.h"
 
 typedef struct {
     Backend *be;
@@ -34,7 +20,7 @@ static double rope_loss(void *p) {
 }
 
 START_TEST(test_rope_grad) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {81};
     int B = 2, T = 5, H = 2, D = 10, n_rot = 6, off = 3;
     size_t n = (size_t)B * T * H * D;
@@ -61,7 +47,7 @@ static double att_loss(void *p) {
 }
 
 START_TEST(test_attention_grad) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {82};
     int B = 2, T = 6, H = 2, D = 5;
     size_t n = (size_t)B * T * H * D;

@@ -3,14 +3,8 @@
 #include <stdint.h>
 
 #include "kernels/backend.h"
+#include "tests/unit/kernel_fd_test.h"
 #include "tests/unit/kernel_test_cvmm.h"
-
-#ifndef SCALAR_F64
-#error "f64 gradient checks must be built with -DSCALAR_F64"
-#endif
-
-#define FD_EPS 1e-6
-#define FD_TOL 1e-6
 
 typedef struct {
     Backend *be;
@@ -52,9 +46,7 @@ static void cvmm_fd(Backend *be, KtuRng *rng, const CvmmCase *c, int duplicates)
 }
 
 START_TEST(test_cvmm_grad_patterns) {
-    char err[256];
-    Backend *be = backend_create("cpu", err, sizeof err);
-    ck_assert_ptr_nonnull(be);
+    Backend *be = ktu_cpu();
     KtuRng rng = {91};
     CvmmCase cases[] = {
         {PAT_FFN_UP, 5, 1, 3, 6, 4, 5, 0},   {PAT_FFN_DOWN, 5, 1, 3, 6, 5, 4, 1}, {PAT_FFN_DOWN, 5, 1, 3, 6, 5, 4, 0},

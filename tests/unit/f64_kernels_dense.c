@@ -5,21 +5,7 @@
 #include <stdint.h>
 
 #include "kernels/backend.h"
-#include "tests/unit/kernel_test_util.h"
-
-#ifndef SCALAR_F64
-#error "f64 gradient checks must be built with -DSCALAR_F64"
-#endif
-
-#define FD_EPS 1e-6
-#define FD_TOL 1e-6
-
-static Backend *cpu(void) {
-    char err[256];
-    Backend *be = backend_create("cpu", err, sizeof err);
-    ck_assert_msg(be != NULL, "backend_create(cpu): %s", err);
-    return be;
-}
+#include "tests/unit/kernel_fd_test.h"
 
 /* ---- matmul ---- */
 typedef struct {
@@ -35,7 +21,7 @@ static double matmul_loss(void *p) {
 }
 
 START_TEST(test_matmul_grad) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {71};
     int M = 5, N = 4, K = 6;
     for (int tA = 0; tA < 2; tA++)
@@ -77,7 +63,7 @@ static double ln_loss(void *p) {
 }
 
 START_TEST(test_layernorm_grad) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {72};
     int N = 4, C = 9;
     for (int affine = 0; affine < 2; affine++) {
@@ -115,7 +101,7 @@ static double elem_loss(void *p) {
 }
 
 START_TEST(test_bias_relu_embedding_grad) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {73};
     int V = 5, N = 8, C = 6;
     ElemCtx c = {be, ktu_random(&rng, (size_t)V * C, -1, 1), ktu_random(&rng, C, -0.5, 0.5), ktu_scalars((size_t)N * C),
@@ -152,7 +138,7 @@ static double ce_loss(void *p) {
 }
 
 START_TEST(test_cross_entropy_grad) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {74};
     int N = 6, V = 7;
     CeCtx c = {be, ktu_random(&rng, (size_t)N * V, -3, 3), ktu_ints(N), N, V, (scalar_t)0.3};

@@ -4,21 +4,7 @@
 #include <stdint.h>
 
 #include "kernels/backend.h"
-#include "tests/unit/kernel_test_util.h"
-
-#ifndef SCALAR_F64
-#error "f64 gradient checks must be built with -DSCALAR_F64"
-#endif
-
-#define FD_EPS 1e-6
-#define FD_TOL 1e-6
-
-static Backend *cpu(void) {
-    char err[256];
-    Backend *be = backend_create("cpu", err, sizeof err);
-    ck_assert_msg(be != NULL, "backend_create(cpu): %s", err);
-    return be;
-}
+#include "tests/unit/kernel_fd_test.h"
 
 typedef struct {
     Backend *be;
@@ -36,7 +22,7 @@ static double topk_loss(void *p) {
 }
 
 START_TEST(test_topk_grad) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {101};
     int N = 6, G = 2, E = 7, k = 3;
     size_t nl = (size_t)N * G * E, ns = (size_t)N * G * k;
@@ -72,7 +58,7 @@ static double ent_loss(void *p) {
 }
 
 START_TEST(test_entropy_grad) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {102};
     int R = 2, B = 4, T = 4, G = 2, E = 4;
     size_t n = (size_t)R * B * T * G * E;

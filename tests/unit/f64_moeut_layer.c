@@ -12,6 +12,7 @@
 
 #include "model/moeut_internal.h" /* (a direct model/ include makes the build link the nn library) */
 #include "tests/unit/moeut_reference.h"
+#include "tests/unit/suite_runner.h"
 
 #define FD_EPS 1e-5
 #define FD_REL 1e-6
@@ -26,7 +27,7 @@ static ModelConfig tiny_cfg(int n_layers, int group_size, double ff_drop, double
              "\"entropy_reg\":%.17g,\"att_entropy_reg\":%.17g,\"ff_expert_dropout\":%.17g,"
              "\"att_expert_dropout\":%.17g,\"lm_head_bias\":false,\"out_norm_affine\":false}",
              n_layers, group_size, ereg, areg, ff_drop, att_drop);
-    return mt_config(json);
+    return mtu_config(json);
 }
 
 /* Regularizer mask of B=2, T=5: sequence 0 has 4 valid positions, sequence 1 has 2 (the rest are pads). */
@@ -109,26 +110,20 @@ static void fd_check_all(Model *m, MtStack *s, const double *x0, const double *p
 
 static void run_fd_case(int n_layers, int group_size, double ff_drop, double att_drop, double ereg, double areg,
                         int with_proj, uint64_t seed) {
-    Backend *be = mt_backend();
-    ModelConfig cfg = tiny_cfg(n_layers, group_size, ff_drop, att_drop, ereg, areg);
-    Model *m = model_create(&cfg, be);
-    Rng r;
-    rng_seed(&r, seed);
-    for (int l = 0; l < group_size; l++) mt_randomize_layer(m, l, 1.0, &r);
-    model_set_dropout_seed(m, seed + 1);
+    MtLayerModel f = mt_layer_model(tiny_cfg(n_layers, group_size, ff_drop, att_drop, ereg, areg), seed);
+    model_set_dropout_seed(f.m, seed + 1);
     const int B = 2, T = 5;
-    const size_t nc = (size_t)B * T * cfg.d_model;
-    double *x0 = mt_randn(nc, 1.0, &r);
-    double *proj = with_proj ? mt_randn(nc, 1.0, &r) : NULL;
-    MtStack s = mt_stack(m, B, T, VALID_2x5);
+    const size_t nc = (size_t)B * T * f.cfg.d_model;
+    double *x0 = mt_randn(nc, 1.0, &f.rng);
+    double *proj = with_proj ? mt_randn(nc, 1.0, &f.rng) : NULL;
+    MtStack s = mt_stack(f.m, B, T, VALID_2x5);
     FdReport rep = {0, 0, 0, 0.0, ""};
-    fd_check_all(m, &s, x0, proj, &rep);
+    fd_check_all(f.m, &s, x0, proj, &rep);
     ck_assert_msg(rep.bad == 0, "%ld of %ld gradients off (worst rel %.3g): %s", rep.bad, rep.checked, rep.worst,
                   rep.where);
     mt_stack_free(&s);
     free(x0), free(proj);
-    model_free(m);
-    backend_destroy(be);
+    mt_layer_model_free(&f);
 }
 
 /* One application (L = Gs = 1). */
@@ -155,12 +150,10 @@ END_TEST
 /* Layer sharing (moeut-spec.md §8.3.7): a layer shared by 2 applications gets the SUM of the gradients of two
  * unshared, identically initialised copies (regularizers off: their history is per module, so they differ). */
 START_TEST(shared_gradient_is_sum_of_unrolled_copies) {
-    Backend *be = mt_backend();
-    ModelConfig cs = tiny_cfg(2, 1, 0, 0, 0, 0), cu = tiny_cfg(2, 2, 0, 0, 0, 0);
-    Model *shared = model_create(&cs, be), *unrolled = model_create(&cu, be);
-    Rng r;
-    rng_seed(&r, 21);
-    mt_randomize_layer(shared, 0, 1.0, &r);
+    MtLayerModel f = mt_layer_model(tiny_cfg(2, 1, 0, 0, 0, 0), 21); /* the shared model: Gs = 1 */
+    Backend *be = f.be;
+    ModelConfig cu = tiny_cfg(2, 2, 0, 0, 0, 0);
+    Model *shared = f.m, *unrolled = model_create(&cu, be);
     for (int ti = 0; ti < MT_N_LAYER_TENSORS; ti++) {
         const ParamTensor *ts = mt_tensor(shared, 0, MT_LAYER_TENSORS[ti]);
         double *w = mt_download(be, model_params(shared) + ts->offset, ts->numel);
@@ -170,8 +163,8 @@ START_TEST(shared_gradient_is_sum_of_unrolled_copies) {
         free(w);
     }
     const int B = 2, T = 5;
-    const size_t nc = (size_t)B * T * cs.d_model;
-    double *x0 = mt_randn(nc, 1.0, &r), *proj = mt_randn(nc, 1.0, &r);
+    const size_t nc = (size_t)B * T * f.cfg.d_model;
+    double *x0 = mt_randn(nc, 1.0, &f.rng), *proj = mt_randn(nc, 1.0, &f.rng);
     double *ys = mt_xmalloc(nc * sizeof(double)), *yu = mt_xmalloc(nc * sizeof(double));
     MtStack ss = mt_stack(shared, B, T, NULL), su = mt_stack(unrolled, B, T, NULL);
     mt_stack_forward(&ss, x0, proj, ys, NULL);
@@ -197,30 +190,26 @@ START_TEST(shared_gradient_is_sum_of_unrolled_copies) {
                   max_abs);
     mt_stack_free(&ss), mt_stack_free(&su);
     free(x0), free(proj), free(ys), free(yu), free(dxs), free(dxu), free(gs), free(gu);
-    model_free(shared), model_free(unrolled);
-    backend_destroy(be);
+    model_free(unrolled);
+    mt_layer_model_free(&f);
 }
 END_TEST
 
 /* The regularizer gradient of every routing distribution sums to 0 over its experts (softmax invariance,
  * moeut-spec.md §8.3.8), is 0 at masked positions and nonzero at valid ones. */
 START_TEST(regularizer_gradient_sums_to_zero_per_token) {
-    Backend *be = mt_backend();
-    ModelConfig cfg = tiny_cfg(4, 2, 0, 0, 0.5, 0.3);
-    Model *m = model_create(&cfg, be);
-    Rng r;
-    rng_seed(&r, 31);
-    for (int l = 0; l < 2; l++) mt_randomize_layer(m, l, 1.0, &r);
+    MtLayerModel f = mt_layer_model(tiny_cfg(4, 2, 0, 0, 0.5, 0.3), 31);
+    const ModelConfig cfg = f.cfg;
     const int B = 2, T = 5, N = B * T, R = 2;
-    double *x0 = mt_randn((size_t)N * cfg.d_model, 1.0, &r);
-    MtStack s = mt_stack(m, B, T, VALID_2x5);
+    double *x0 = mt_randn((size_t)N * cfg.d_model, 1.0, &f.rng);
+    MtStack s = mt_stack(f.m, B, T, VALID_2x5);
     mt_stack_forward(&s, x0, NULL, NULL, NULL);
-    MoeutState *st = moeut_state(m);
+    MoeutState *st = moeut_state(f.m);
     for (int i = 0; i < cfg.group_size; i++)
         for (int kind = 0; kind < 3; kind++) {
             const scalar_t *dreg = kind == 0 ? st->dreg_f[i] : kind == 1 ? st->dreg_v[i] : st->dreg_o[i];
             const int G = kind == 0 ? 1 : cfg.n_heads, E = kind == 0 ? cfg.ff_n_experts : cfg.att_n_experts;
-            double *d = mt_download(be, dreg, (size_t)R * N * G * E);
+            double *d = mt_download(f.be, dreg, (size_t)R * N * G * E);
             for (int rr = 0; rr < R; rr++)
                 for (int n = 0; n < N; n++)
                     for (int g = 0; g < G; g++) {
@@ -238,33 +227,27 @@ START_TEST(regularizer_gradient_sums_to_zero_per_token) {
         }
     mt_stack_free(&s);
     free(x0);
-    model_free(m);
-    backend_destroy(be);
+    mt_layer_model_free(&f);
 }
 END_TEST
 
 /* The f64 forward agrees with the independent host reference to rounding (general top-k path). */
 START_TEST(forward_matches_reference_f64) {
-    Backend *be = mt_backend();
-    ModelConfig cfg = tiny_cfg(1, 1, 0, 0, 0.01, 0.001);
-    Model *m = model_create(&cfg, be);
-    Rng r;
-    rng_seed(&r, 41);
-    mt_randomize_layer(m, 0, 1.0, &r);
+    MtLayerModel f = mt_layer_model(tiny_cfg(1, 1, 0, 0, 0.01, 0.001), 41);
     const int B = 2, T = 5;
-    const size_t nc = (size_t)B * T * cfg.d_model;
-    double *x0 = mt_randn(nc, 1.0, &r), *y = mt_xmalloc(nc * sizeof(double)), *ref = mt_xmalloc(nc * sizeof(double));
-    MtStack s = mt_stack(m, B, T, NULL);
+    const size_t nc = (size_t)B * T * f.cfg.d_model;
+    double *x0 = mt_randn(nc, 1.0, &f.rng);
+    double *y = mt_xmalloc(nc * sizeof(double)), *ref = mt_xmalloc(nc * sizeof(double));
+    MtStack s = mt_stack(f.m, B, T, NULL);
     mt_stack_forward(&s, x0, NULL, y, NULL);
     RefLayer P;
-    ref_load(m, 0, &P);
-    ref_layer_forward(&cfg, &P, x0, B, T, ref, MT_REF_TOPK);
+    ref_load(f.m, 0, &P);
+    ref_layer_forward(&f.cfg, &P, x0, B, T, ref, MT_REF_TOPK);
     for (size_t i = 0; i < nc; i++) ck_assert_double_eq_tol(y[i], ref[i], 1e-10 * (1 + fabs(ref[i])));
     ref_free(&P);
     mt_stack_free(&s);
     free(x0), free(y), free(ref);
-    model_free(m);
-    backend_destroy(be);
+    mt_layer_model_free(&f);
 }
 END_TEST
 
@@ -283,9 +266,5 @@ int main(void) {
     tcase_add_test(tc, shared_gradient_is_sum_of_unrolled_copies);
     tcase_add_test(tc, regularizer_gradient_sums_to_zero_per_token);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "tests/unit/suite_runner.h"
 
 /* ---- deterministic RNG (splitmix64) ---- */
 typedef struct {
@@ -32,6 +33,14 @@ static inline double ktu_normal(KtuRng *r) {
     double u1 = ktu_unit(r), u2 = ktu_unit(r);
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* The CPU backend (creation asserted). */
+static inline Backend *ktu_cpu(void) {
+    char err[256];
+    Backend *be = backend_create("cpu", err, sizeof err);
+    ck_assert_msg(be != NULL, "backend_create(cpu): %s", err);
+    return be;
 }
 
 static inline void *ktu_alloc(size_t bytes) {
@@ -128,12 +137,6 @@ static inline double ktu_fd_check(void *ctx, KtuLossFn loss, scalar_t *param, co
 }
 
 /* Runs a Check suite; returns the process exit status (0 when every test passed). */
-static inline int ktu_run_suite(Suite *s) {
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
-}
+static inline int ktu_run_suite(Suite *s) { return run_test_suite(s); }
 
 #endif

@@ -91,4 +91,14 @@ static inline int fd_check_model(Model *m, const FdBatch *b, int per_tensor, dou
     return checked;
 }
 
+/* fd_check_model plus what every whole-model check asserts about its coverage: per_tensor elements of at least 10
+ * tensors were checked, and at least half of them carry information. */
+static inline void fd_check_model_covered(Model *m, const FdBatch *b, int per_tensor, double eps, double tol,
+                                          double floor_, uint64_t seed) {
+    int informative = 0;
+    int n = fd_check_model(m, b, per_tensor, eps, tol, floor_, seed, &informative);
+    ck_assert_int_ge(n, per_tensor * 10);
+    ck_assert_msg(informative >= n / 2, "only %d of %d checked gradients are non-negligible", informative, n);
+}
+
 #endif

@@ -65,18 +65,25 @@ static inline scalar_t *mtu_download(Model *m, const scalar_t *dev) {
     return h;
 }
 
-/* A model with non-trivial weights everywhere: init + N(0, 0.05) noise (so biases and LayerNorm affines matter). */
-static inline Model *mtu_noisy_model(Backend *be, ModelConfig c, uint64_t seed) {
+/* model_init_weights(init_seed) plus N(0, noise_std) on every parameter, drawn from an RNG seeded with noise_seed,
+ * so LayerNorm affines and biases are not at their special init values. */
+static inline Model *mtu_model_with_noise(Backend *be, ModelConfig c, uint64_t init_seed, uint64_t noise_seed,
+                                          double noise_std) {
     Model *m = model_create(&c, be);
-    model_init_weights(m, seed);
+    model_init_weights(m, init_seed);
     size_t n = model_n_params(m);
     scalar_t *p = mtu_download(m, model_params(m));
     Rng r;
-    rng_seed(&r, seed + 100);
-    for (size_t i = 0; i < n; i++) p[i] += (scalar_t)(0.05 * rng_normal(&r));
+    rng_seed(&r, noise_seed);
+    for (size_t i = 0; i < n; i++) p[i] += (scalar_t)(noise_std * rng_normal(&r));
     be->to_device(be, model_params(m), p, n * sizeof(scalar_t));
     free(p);
     return m;
+}
+
+/* A model with non-trivial weights everywhere: init + N(0, 0.05) noise (so biases and LayerNorm affines matter). */
+static inline Model *mtu_noisy_model(Backend *be, ModelConfig c, uint64_t seed) {
+    return mtu_model_with_noise(be, c, seed, seed + 100, 0.05);
 }
 
 /* Perturbing token tp of sequence 0 must leave the logits of positions < tp (and all of sequence 1) unchanged and
@@ -139,6 +146,16 @@ static inline void mtu_check_decode(ModelConfig c, uint64_t seed) {
     free(dec);
     model_free(m);
     backend_destroy(be);
+}
+
+/* Every tensor has a nonzero entry in g (a host copy of the model's gradients). */
+static inline void mtu_assert_every_tensor_has_gradient(Model *m, const scalar_t *g) {
+    for (int t = 0; t < model_n_tensors(m); t++) {
+        const ParamTensor *p = model_tensor(m, t);
+        double s = 0;
+        for (size_t i = 0; i < p->numel; i++) s += fabs(g[p->offset + i]);
+        ck_assert_msg(s > 0, "no gradient for %s", p->name);
+    }
 }
 
 typedef struct {

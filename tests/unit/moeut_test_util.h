@@ -1,6 +1,7 @@
-/* Helpers for the MoEUT layer tests (test_moeut_*.c, f64_moeut_*.c): tiny configs, random layer weights, host
- * copies, and a driver that runs the layer applications of a training step directly through the LayerImpl (no
- * embedding, head or loss), so a test can differentiate any objective of the residual stream.
+/* Helpers for the MoEUT layer tests (test_moeut_*.c, f64_moeut_*.c), on top of model_test_util.h (configs, the CPU
+ * backend): random layer weights, host copies, and a driver that runs the layer applications of a training step
+ * directly through the LayerImpl (no embedding, head or loss), so a test can differentiate any objective of the
+ * residual stream.
  * Header-only (static functions) so each test stays one translation unit. */
 #ifndef TESTS_UNIT_MOEUT_TEST_UTIL_H
 #define TESTS_UNIT_MOEUT_TEST_UTIL_H
@@ -12,30 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/moeut_internal.h"
 #include "model/rng.h"
-
-static inline ModelConfig mt_config(const char *json) {
-    cJSON *o = cJSON_Parse(json);
-    ck_assert_msg(o != NULL, "bad JSON in test: %s", json);
-    ModelConfig c;
-    char err[512] = "";
-    int rc = model_config_from_json(&c, o, "test.json", err, sizeof err);
-    ck_assert_msg(rc == 0, "config rejected: %s", err);
-    cJSON_Delete(o);
-    return c;
-}
-
-static inline Backend *mt_backend(void) {
-    char err[256] = "";
-    Backend *be = backend_create("cpu", err, sizeof err);
-    ck_assert_msg(be != NULL, "cpu backend: %s", err);
-    return be;
-}
+#include "tests/unit/model_test_util.h"
 
 static inline void *mt_xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
@@ -109,6 +91,30 @@ static inline void mt_fill_tensor(Model *m, int layer, const char *suffix, doubl
     for (size_t j = 0; j < t->numel; j++) x[j] = value;
     mt_upload(model_backend(m), model_params(m) + t->offset, x, t->numel);
     free(x);
+}
+
+/* A model on the CPU backend whose group_size distinct layers are randomised (mt_randomize_layer, gain 1, in layer
+ * order) from an RNG seeded with `seed`; the test keeps drawing its inputs from that same stream. */
+typedef struct {
+    Backend *be;
+    ModelConfig cfg;
+    Model *m;
+    Rng rng;
+} MtLayerModel;
+
+static inline MtLayerModel mt_layer_model(ModelConfig cfg, uint64_t seed) {
+    MtLayerModel f;
+    f.be = mtu_backend();
+    f.cfg = cfg;
+    f.m = model_create(&f.cfg, f.be);
+    rng_seed(&f.rng, seed);
+    for (int l = 0; l < cfg.group_size; l++) mt_randomize_layer(f.m, l, 1.0, &f.rng);
+    return f;
+}
+
+static inline void mt_layer_model_free(MtLayerModel *f) {
+    model_free(f->m);
+    backend_destroy(f->be);
 }
 
 /* ---- running the layer stack of a training step through the LayerImpl ---- */

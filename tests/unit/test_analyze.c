@@ -7,6 +7,7 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "tests/unit/model_test_util.h"
+#include "tests/unit/suite_runner.h"
 
 /* The score of cell (l, t) recomputed on its own: capture h_l, replace position t, run l..L-1 on one copy. */
 static double naive_cell(Model *m, const scalar_t *erased_dev, const int32_t *tokens, int T, int n_answer, int l,
@@ -152,9 +153,5 @@ int main(void) {
     tcase_add_test(tc, moeut_random_model);
     tcase_add_test(tc, depth_fraction_definition);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

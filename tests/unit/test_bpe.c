@@ -12,6 +12,7 @@
 #include "datasets/tokenizer.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/config.h"
+#include "tests/unit/suite_runner.h"
 
 #define SAMPLE "datasets/dm_math_sample.tar.gz"
 #define WS "\xe2\x96\x81" /* ▁ */
@@ -448,10 +449,4 @@ static Suite *suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return run_test_suite(suite()); }

@@ -6,6 +6,7 @@
 #include <check.h>
 
 #include "tests/unit/record_test_util.h"
+#include "tests/unit/suite_runner.h"
 
 static const char *TOL =
     "{\"comment\": \"unit test\", \"tolerances\": {"
@@ -43,6 +44,18 @@ static int run_compare(const char *tolerances) {
     return compare_main(tolerances ? 4 : 3, argv);
 }
 
+/* A current dense_qa record with `correct` right answers per module against the saved baseline: bin/compare must exit
+ * with `want`. */
+static void expect_dense_qa_compare(int correct, const char *tolerances, int want) {
+    ResultRecord cur;
+    rtu_record(&cur, "dense_qa", "dense", "qa", correct);
+    save(&cur, 0);
+    int got = run_compare(tolerances);
+    ck_assert_msg(got == want, "compare exit %d, want %d (current %d correct, tolerances %s)", got, want, correct,
+                  tolerances ? tolerances : "default");
+    result_record_free(&cur);
+}
+
 START_TEST(identical_is_zero) {
     setup_dirs();
     ResultRecord r;
@@ -66,15 +79,9 @@ START_TEST(regression_is_one_and_small_change_is_zero) {
     rtu_record(&base, "dense_qa", "dense", "qa", 40);
     save(&base, 1);
     /* 1 more correct of 100 in every module: +0.01 accuracy, inside the 0.02 tolerance */
-    rtu_record(&cur, "dense_qa", "dense", "qa", 41);
-    save(&cur, 0);
-    ck_assert_int_eq(run_compare(NULL), 0);
-    result_record_free(&cur);
+    expect_dense_qa_compare(41, NULL, 0);
     /* 5 fewer correct: -0.05, outside */
-    rtu_record(&cur, "dense_qa", "dense", "qa", 35);
-    save(&cur, 0);
-    ck_assert_int_eq(run_compare(NULL), 1);
-    result_record_free(&cur);
+    expect_dense_qa_compare(35, NULL, 1);
     /* only the final train loss moves beyond its tolerance */
     rtu_record(&cur, "dense_qa", "dense", "qa", 40);
     cur.training.final_train_loss += 0.01;
@@ -97,15 +104,9 @@ START_TEST(regression_is_one_and_small_change_is_zero) {
              at + strlen("\"two points\"}"));
     rtu_write(tol2, buf);
     free(t);
-    rtu_record(&cur, "dense_qa", "dense", "qa", 35);
-    save(&cur, 0);
-    ck_assert_int_eq(run_compare(tol2), 0);
-    result_record_free(&cur);
+    expect_dense_qa_compare(35, tol2, 0);
     /* but not a drop far outside the interval */
-    rtu_record(&cur, "dense_qa", "dense", "qa", 10);
-    save(&cur, 0);
-    ck_assert_int_eq(run_compare(tol2), 1);
-    result_record_free(&cur);
+    expect_dense_qa_compare(10, tol2, 1);
     result_record_free(&base);
     remove_tree(g_dir);
 }
@@ -190,9 +191,5 @@ int main(void) {
     tcase_add_test(tc, only_selects_runs);
     tcase_add_test(tc, unlike_or_missing_is_two);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

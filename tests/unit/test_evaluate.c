@@ -7,6 +7,7 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "tests/unit/model_test_util.h"
+#include "tests/unit/suite_runner.h"
 
 /* The model's own greedy continuation of q (n tokens), computed with plain full forwards. */
 static void greedy_full(Model *m, int32_t *seq, int q_len, int n) {
@@ -156,9 +157,5 @@ int main(void) {
     tcase_add_test(tc, whole_set_aggregation);
     tcase_add_test(tc, row_helpers);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

@@ -5,13 +5,6 @@
 #include "kernels/backend.h"
 #include "tests/unit/kernel_test_util.h"
 
-static Backend *cpu(void) {
-    char err[256];
-    Backend *be = backend_create("cpu", err, sizeof err);
-    ck_assert_msg(be != NULL, "backend_create(cpu): %s", err);
-    return be;
-}
-
 /* ---------------- RoPE ---------------- */
 
 static void rope_oracle(double *y, const scalar_t *x, int B, int T, int H, int D, int n_rot, int off, double base) {
@@ -30,7 +23,7 @@ static void rope_oracle(double *y, const scalar_t *x, int B, int T, int H, int D
 }
 
 START_TEST(test_rope_oracle_inverse_norm) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {31};
     int B = 2, T = 37, H = 3, D = 82, n_rot = 40, off = 5; /* D=82 -> n_rot=40 (the caller's even rounding) */
     size_t n = (size_t)B * T * H * D;
@@ -55,7 +48,7 @@ END_TEST
 
 /* The q.k score of a query rotated to position p and a key rotated to p' depends only on p - p'. */
 START_TEST(test_rope_relative_position) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {32};
     int D = 64, n_rot = 32;
     scalar_t *q = ktu_random(&rng, D, -1, 1), *k = ktu_random(&rng, D, -1, 1);
@@ -158,7 +151,7 @@ static void attention_check(Backend *be, KtuRng *rng, int B, int T, int H, int D
 }
 
 START_TEST(test_attention_oracle) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {33};
     attention_check(be, &rng, 2, 13, 3, 10, 0.3);
     attention_check(be, &rng, 1, 1, 1, 1, 1.0);
@@ -169,7 +162,7 @@ END_TEST
 
 /* Perturbing q, k, v at position t' leaves every output row t < t' bit-identical, and changes row t'. */
 START_TEST(test_attention_causality) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {34};
     int B = 2, T = 19, H = 2, D = 8, tp = 11;
     size_t n = (size_t)B * T * H * D;
@@ -197,7 +190,7 @@ END_TEST
 
 /* KV cache: queries for the last Tq positions against all Tk keys equal the last Tq rows of the full pass. */
 START_TEST(test_attention_kv_cache_rows) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {35};
     int B = 2, Tk = 23, H = 3, D = 12;
     size_t n = (size_t)B * Tk * H * D, row = (size_t)H * D;

@@ -6,13 +6,6 @@
 #include "kernels/backend.h"
 #include "tests/unit/kernel_test_cvmm.h"
 
-static Backend *cpu(void) {
-    char err[256];
-    Backend *be = backend_create("cpu", err, sizeof err);
-    ck_assert_msg(be != NULL, "backend_create(cpu): %s", err);
-    return be;
-}
-
 /* Runs forward and backward of case c with the given sel (random if NULL) and checks both against the oracle. */
 static void cvmm_check(Backend *be, KtuRng *rng, const CvmmCase *c, const int32_t *sel_in, const char *label) {
     int M = cvmm_M(c), xr = cvmm_x_rows(c), yr = cvmm_y_rows(c);
@@ -65,7 +58,7 @@ static void cvmm_check(Backend *be, KtuRng *rng, const CvmmCase *c, const int32_
 }
 
 START_TEST(test_cvmm_patterns) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {41};
     CvmmCase cases[] = {
         {PAT_FFN_UP, 13, 1, 3, 7, 37, 19, 0},    {PAT_FFN_DOWN, 13, 1, 3, 7, 19, 37, 1},
@@ -81,7 +74,7 @@ START_TEST(test_cvmm_patterns) {
 END_TEST
 
 START_TEST(test_cvmm_edge_cases) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {42};
     for (int pat = 0; pat < 4; pat++) {
         int H = pat >= PAT_ATT_V ? 2 : 1;
@@ -110,7 +103,7 @@ END_TEST
 
 /* Shuffling the top-k slots of every row (sel and w together) changes only the summation order. */
 START_TEST(test_cvmm_slot_permutation) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {43};
     for (int pat = 0; pat < 4; pat++) {
         CvmmCase c = {(CvmmPattern)pat, 23, pat >= PAT_ATT_V ? 3 : 1, 4, 24, 13, 9, 1};
@@ -173,7 +166,7 @@ END_TEST
 
 /* Optional outputs: each of dX, dW, dw may be NULL; the others must be unaffected. */
 START_TEST(test_cvmm_optional_outputs) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {44};
     CvmmCase c = {PAT_ATT_V, 9, 2, 2, 10, 7, 5, 1};
     int M = cvmm_M(&c);
@@ -200,7 +193,7 @@ END_TEST
 
 /* An expert id outside [0, n_experts) is a one-line error and exit 1, never an out-of-bounds read. */
 START_TEST(test_cvmm_bad_expert_dies) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     scalar_t X[2] = {1, 2}, W[2] = {1, 1}, Y[2];
     int32_t sel[2] = {0, 2};
     be->cvmm_forward(be, Y, X, W, sel, NULL, 2, 1, 1, 2, 1, 1);

@@ -5,13 +5,6 @@
 #include "kernels/backend.h"
 #include "tests/unit/kernel_test_util.h"
 
-static Backend *cpu(void) {
-    char err[256];
-    Backend *be = backend_create("cpu", err, sizeof err);
-    ck_assert_msg(be != NULL, "backend_create(cpu): %s", err);
-    return be;
-}
-
 START_TEST(test_backend_create) {
     char err[256];
     Backend *be = backend_create("cpu", err, sizeof err);
@@ -44,7 +37,7 @@ START_TEST(test_backend_create) {
 END_TEST
 
 START_TEST(test_memory) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     size_t sizes[] = {0, 1, 63, 64, 1000, 1 << 20};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         unsigned char *p = be->alloc(be, sizes[s]);
@@ -85,7 +78,7 @@ static void matmul_oracle(double *C, const scalar_t *A, const scalar_t *B, const
 }
 
 START_TEST(test_matmul) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {11};
     int shapes[][3] = {{7, 13, 5}, {1, 1, 1}, {33, 17, 65}, {64, 96, 128}, {3, 200, 2}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -115,7 +108,7 @@ START_TEST(test_matmul) {
 END_TEST
 
 START_TEST(test_elementwise) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {12};
     size_t n = 100003; /* above the parallel threshold, not a multiple of anything */
     scalar_t *y = ktu_random(&rng, n, -2, 2), *x = ktu_random(&rng, n, -2, 2), *y0 = ktu_copy(y, n);
@@ -162,7 +155,7 @@ START_TEST(test_elementwise) {
 END_TEST
 
 START_TEST(test_embedding) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {13};
     int V = 11, C = 45, N = 500;
     scalar_t *table = ktu_random(&rng, (size_t)V * C, -1, 1), *h = ktu_scalars((size_t)N * C);
@@ -242,7 +235,7 @@ static void layernorm_check(Backend *be, KtuRng *rng, int N, int C, int affine) 
 }
 
 START_TEST(test_layernorm) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {14};
     layernorm_check(be, &rng, 5, 7, 1);
     layernorm_check(be, &rng, 5, 7, 0);

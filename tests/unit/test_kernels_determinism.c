@@ -20,9 +20,7 @@ static void set_threads(int n) {
 }
 
 START_TEST(test_thread_count_invariance) {
-    char err[256];
-    Backend *be = backend_create("cpu", err, sizeof err);
-    ck_assert_ptr_nonnull(be);
+    Backend *be = ktu_cpu();
     KtuRng rng = {61};
     int N = 1500, C = 72, V = 97, B = 4, T = 64, H = 3, D = 16, E = 12, K = 3, S = 20, R = 2;
     size_t nNC = (size_t)N * C;

@@ -5,15 +5,8 @@
 #include "kernels/backend.h"
 #include "tests/unit/kernel_test_util.h"
 
-static Backend *cpu(void) {
-    char err[256];
-    Backend *be = backend_create("cpu", err, sizeof err);
-    ck_assert_msg(be != NULL, "backend_create(cpu): %s", err);
-    return be;
-}
-
 START_TEST(test_cross_entropy) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {21};
     int N = 97, V = 53;
     scalar_t *logits = ktu_random(&rng, (size_t)N * V, -4, 4);
@@ -61,7 +54,7 @@ START_TEST(test_cross_entropy) {
 END_TEST
 
 START_TEST(test_argmax) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     scalar_t x[3 * 4] = {1, 3, 3, 2, /* tie: lowest index */ -5, -4, -4.5f, -6, 7, 7, 7, 7};
     int32_t am[3];
     be->argmax_rows(be, am, x, 3, 4);
@@ -74,7 +67,7 @@ END_TEST
 
 /* One and then a second AdamW step against values computed by hand from the PyTorch formulas (double). */
 START_TEST(test_adamw) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {22};
     size_t n = 70001;
     scalar_t *p = ktu_random(&rng, n, -1, 1), *g = ktu_random(&rng, n, -0.1, 0.1);
@@ -108,7 +101,7 @@ END_TEST
 /* Global-norm clipping as the trainer does it: total = sqrt(sum over buffers of sum_squares), scale every gradient
  * by min(1, clip/(total+1e-6)); the clipped global norm must be clip*total/(total+1e-6). */
 START_TEST(test_sum_squares_and_clipping) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {23};
     size_t sizes[2] = {200003, 77};
     scalar_t *g[2];
@@ -133,7 +126,7 @@ START_TEST(test_sum_squares_and_clipping) {
 END_TEST
 
 START_TEST(test_all_finite) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     size_t n = 100000;
     scalar_t *x = ktu_scalars(n);
     ck_assert_int_eq(be->all_finite(be, x, n), 1);

@@ -6,13 +6,6 @@
 #include "kernels/backend.h"
 #include "tests/unit/kernel_test_util.h"
 
-static Backend *cpu(void) {
-    char err[256];
-    Backend *be = backend_create("cpu", err, sizeof err);
-    ck_assert_msg(be != NULL, "backend_create(cpu): %s", err);
-    return be;
-}
-
 /* ---------------- top-k ---------------- */
 
 /* Oracle: selection sort by (logit desc, index asc) over non-dropped experts. */
@@ -33,7 +26,7 @@ static void topk_oracle(int32_t *sel, double *gate, const scalar_t *l, const uin
 }
 
 START_TEST(test_topk_oracle_ties_drop) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {51};
     int N = 57, G = 3, E = 10, k = 4;
     size_t nl = (size_t)N * G * E, ns = (size_t)N * G * k;
@@ -84,7 +77,7 @@ START_TEST(test_topk_oracle_ties_drop) {
 END_TEST
 
 START_TEST(test_topk_backward) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {52};
     int N = 31, G = 2, E = 9, k = 3;
     size_t nl = (size_t)N * G * E, ns = (size_t)N * G * k;
@@ -168,7 +161,7 @@ static double entropy_prob_space(const scalar_t *lg, int R, int B, int T, int G,
 }
 
 START_TEST(test_entropy_all_valid) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {53};
     int R = 3, B = 4, T = 7, G = 2, E = 6;
     size_t n = (size_t)R * B * T * G * E;
@@ -200,7 +193,7 @@ END_TEST
 /* The value does not depend on how the history is stacked: permuting the R applications, swapping the roles of R
  * and T (all valid: [B,R,T] vs [B,T,R] flattening), or permuting positions together with their mask. */
 START_TEST(test_entropy_stack_order) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {54};
     int R = 3, B = 3, T = 5, G = 2, E = 4;
     size_t n = (size_t)R * B * T * G * E;
@@ -238,7 +231,7 @@ END_TEST
  * at each position, are exactly 0 at masked positions, and scale linearly with coef. A sequence with no valid
  * position is left out of B. */
 START_TEST(test_entropy_masked_broadcast) {
-    Backend *be = cpu();
+    Backend *be = ktu_cpu();
     KtuRng rng = {55};
     int R = 2, B = 5, T = 6, G = 3, E = 5;
     size_t n = (size_t)R * B * T * G * E;

@@ -11,6 +11,7 @@
 #include "model/train_config.h"
 #include "pipeline/config.h"
 #include "model_test_util.h"
+#include "suite_runner.h"
 
 /* Runs model_config_from_json on a JSON text; returns rc and fills err. */
 static int parse(const char *json, ModelConfig *c, char *err, size_t errlen) {
@@ -370,9 +371,5 @@ int main(void) {
     tcase_add_test(tc, count_matches_created_models);
     tcase_add_test(tc, dense_tensor_names_and_shapes);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

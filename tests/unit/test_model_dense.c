@@ -11,6 +11,7 @@
 #include "pipeline/atomic_file.h"
 #include "pipeline/safetensors.h"
 #include "model_test_util.h"
+#include "suite_runner.h"
 
 static char g_dir[256];
 static void setup(void) {
@@ -185,12 +186,7 @@ START_TEST(train_step_loss_and_accumulation) {
     for (size_t i = 0; i < np; i++) norm += (double)g1[i] * g1[i];
     ck_assert(norm > 0);
     /* Every tensor receives some gradient (the embedding only on rows of used tokens). */
-    for (int t = 0; t < model_n_tensors(m); t++) {
-        const ParamTensor *p = model_tensor(m, t);
-        double s = 0;
-        for (size_t i = 0; i < p->numel; i++) s += fabs(g1[p->offset + i]);
-        ck_assert_msg(s > 0, "no gradient for %s", p->name);
-    }
+    mtu_assert_every_tensor_has_gradient(m, g1);
     /* Accumulation: a second identical step doubles the gradients; grad_scale scales them. */
     model_train_step(m, in, tg, NULL, B, T, 1.0, &st, NULL);
     scalar_t *g2 = mtu_download(m, model_grads(m));
@@ -372,9 +368,5 @@ int main(void) {
     tcase_add_test(tc, checkpoint_round_trip);
     tcase_add_test(tc, checkpoint_dtypes_and_rejection);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

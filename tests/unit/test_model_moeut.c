@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "pipeline/atomic_file.h"
 #include "model_test_util.h"
+#include "suite_runner.h"
 
 START_TEST(decode_matches_forward) { mtu_check_decode(mtu_tiny_moeut(), 31); }
 END_TEST
@@ -52,12 +53,7 @@ START_TEST(train_step) {
     ck_assert_msg(st.reg_att < 0 && st.reg_att >= -2 * c.group_size * log((double)c.att_n_experts) - 1e-6,
                   "reg_att %g", st.reg_att);
     scalar_t *g = mtu_download(m, model_grads(m));
-    for (int t = 0; t < model_n_tensors(m); t++) {
-        const ParamTensor *p = model_tensor(m, t);
-        double s = 0;
-        for (size_t i = 0; i < p->numel; i++) s += fabs(g[p->offset + i]);
-        ck_assert_msg(s > 0, "no gradient for %s", p->name);
-    }
+    mtu_assert_every_tensor_has_gradient(m, g);
     /* No counted target: the regularizers alone still give a gradient (to the routers, not to the head). */
     int32_t none[12];
     for (int i = 0; i < N; i++) none[i] = -1;
@@ -186,9 +182,5 @@ int main(void) {
     tcase_add_test(tc, init_statistics);
     tcase_add_test(tc, checkpoint_round_trip);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

@@ -5,6 +5,7 @@
  * (renorm_keep_std, about 0.333); the attention routers get renorm_rows (unequal norms); LayerNorms 1 / 0. */
 #include "model/moeut_internal.h" /* (a direct model/ include makes the build link the nn library) */
 #include "tests/unit/moeut_test_util.h"
+#include "tests/unit/suite_runner.h"
 
 static const char *CFG_244M =
     "{\"arch\":\"moeut\",\"n_tokens\":512,\"d_model\":1024,\"n_layers\":18,\"n_heads\":4,\"d_head\":128,"
@@ -47,8 +48,8 @@ static void row_norm_range(Backend *be, const scalar_t *dev, int rows, int cols,
 }
 
 START_TEST(init_statistics_244M) {
-    Backend *be = mt_backend();
-    ModelConfig cfg = mt_config(CFG_244M);
+    Backend *be = mtu_backend();
+    ModelConfig cfg = mtu_config(CFG_244M);
     /* A bare Model holding only distinct layer 0 (the wrapper's model_create would allocate all 228M parameters
      * and their gradients). */
     Model *m = calloc(1, sizeof *m);
@@ -122,8 +123,8 @@ END_TEST
 
 /* Registration: names, shapes and order of one layer's tensors (the reference state_dict). */
 START_TEST(registration_names_and_shapes) {
-    Backend *be = mt_backend();
-    ModelConfig cfg = mt_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":16,\"n_layers\":4,\"n_heads\":2,"
+    Backend *be = mtu_backend();
+    ModelConfig cfg = mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":16,\"n_layers\":4,\"n_heads\":2,"
                                 "\"d_head\":8,\"ff_n_experts\":6,\"ff_expert_size\":5,\"ff_k\":2,\"att_n_experts\":3,"
                                 "\"att_k\":2,\"group_size\":2}");
     Model *m = model_create(&cfg, be);
@@ -161,9 +162,5 @@ int main(void) {
     tcase_add_test(tc, registration_names_and_shapes);
     tcase_add_test(tc, init_statistics_244M);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

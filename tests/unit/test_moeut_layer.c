@@ -2,6 +2,7 @@
  * causality, KV-cache decoding, train/eval agreement, expert dropout and the regularizer plumbing. */
 #include "model/moeut_internal.h" /* (a direct model/ include makes the build link the nn library) */
 #include "tests/unit/moeut_reference.h"
+#include "tests/unit/suite_runner.h"
 
 /* A config string with the shape parameters that vary between the tests. */
 static ModelConfig cfg_of(int n_layers, int group_size, int EA, int KA, int E, int K, double ff_drop, double att_drop) {
@@ -12,7 +13,7 @@ static ModelConfig cfg_of(int n_layers, int group_size, int EA, int KA, int E, i
              "\"group_size\":%d,\"ff_expert_dropout\":%.17g,\"att_expert_dropout\":%.17g,\"lm_head_bias\":false,"
              "\"out_norm_affine\":false}",
              n_layers, E, K, EA, KA, group_size, ff_drop, att_drop);
-    return mt_config(json);
+    return mtu_config(json);
 }
 
 /* In-place eval forward of applications [0, L) on host x (B sequences of T tokens). */
@@ -38,116 +39,91 @@ static void assert_close(const double *a, const double *b, size_t n, double tol,
                   b[at], worst, tol);
 }
 
+/* The eval forward of the single layer of f on x ~ N(0,1) [B,T,C] (drawn from f->rng) equals the reference's closed
+ * forms (MT_REF_DENSE) within 2e-5. Returns max |y - x|, how far the layer moved the residual stream. */
+static double check_dense_closed_forms(MtLayerModel *f, int B, int T, const char *what) {
+    const size_t nc = (size_t)B * T * f->cfg.d_model;
+    double *x = mt_randn(nc, 1.0, &f->rng), *ref = mt_xmalloc(nc * sizeof(double));
+    RefLayer P;
+    ref_load(f->m, 0, &P);
+    ref_layer_forward(&f->cfg, &P, x, B, T, ref, MT_REF_DENSE);
+    double *y = infer_layers(f->m, x, B, T);
+    assert_close(y, ref, nc, 2e-5, what);
+    double moved = 0;
+    for (size_t i = 0; i < nc; i++) moved = fmax(moved, fabs(y[i] - x[i]));
+    ref_free(&P);
+    free(x), free(y), free(ref);
+    return moved;
+}
+
 /* §8.3.3 and §8.3.4 (first bullet): with K = E the σ-MoE is the dense map sum_e σ(l_e) ReLU(x1 Keys_e) Values_e, and
  * with EA = KA = 1 SwitchHead is out = sum_h σ(lo_h) attn_h(σ(lv_h) x V_h) O_h, both through the generic top-k path. */
 START_TEST(dense_equivalence_K_eq_E_and_EA_1) {
-    Backend *be = mt_backend();
-    ModelConfig cfg = cfg_of(1, 1, 1, 1, 4, 4, 0, 0);
-    Model *m = model_create(&cfg, be);
-    Rng r;
-    rng_seed(&r, 101);
-    mt_randomize_layer(m, 0, 1.0, &r);
-    const int B = 2, T = 6;
-    const size_t nc = (size_t)B * T * cfg.d_model;
-    double *x = mt_randn(nc, 1.0, &r), *ref = mt_xmalloc(nc * sizeof(double));
-    RefLayer P;
-    ref_load(m, 0, &P);
-    ref_layer_forward(&cfg, &P, x, B, T, ref, MT_REF_DENSE);
-    double *y = infer_layers(m, x, B, T);
-    assert_close(y, ref, nc, 2e-5, "K=E, EA=1 vs dense formulas");
+    MtLayerModel f = mt_layer_model(cfg_of(1, 1, 1, 1, 4, 4, 0, 0), 101);
+    double moved = check_dense_closed_forms(&f, 2, 6, "K=E, EA=1 vs dense formulas");
     /* the layer must actually do something beyond the residual */
-    double moved = 0;
-    for (size_t i = 0; i < nc; i++) moved = fmax(moved, fabs(y[i] - x[i]));
     ck_assert_msg(moved > 0.1, "layer output equals its input (%g)", moved);
-    ref_free(&P);
-    free(x), free(y), free(ref);
-    model_free(m);
-    backend_destroy(be);
+    mt_layer_model_free(&f);
 }
 END_TEST
 
 /* §8.3.4 (second bullet): KA = EA with the EA experts of each head identical gives v = (sum_e σ(lv_e)) x V_h and
  * out = sum_h (sum_e σ(lo_e)) r_h O_h. */
 START_TEST(identical_attention_experts_sum_their_gates) {
-    Backend *be = mt_backend();
-    ModelConfig cfg = cfg_of(1, 1, 3, 3, 5, 5, 0, 0);
-    Model *m = model_create(&cfg, be);
-    Rng r;
-    rng_seed(&r, 102);
-    mt_randomize_layer(m, 0, 1.0, &r);
-    const int H = cfg.n_heads, EA = cfg.att_n_experts;
+    MtLayerModel f = mt_layer_model(cfg_of(1, 1, 3, 3, 5, 5, 0, 0), 102);
+    const int H = f.cfg.n_heads, EA = f.cfg.att_n_experts;
     const char *names[2] = {"attention.v", "attention.o"};
     for (int w = 0; w < 2; w++) { /* copy expert h*EA into h*EA+1 .. h*EA+EA-1 */
-        const ParamTensor *t = mt_tensor(m, 0, names[w]);
+        const ParamTensor *t = mt_tensor(f.m, 0, names[w]);
         size_t per = t->numel / (size_t)(H * EA);
-        double *x = mt_download(be, model_params(m) + t->offset, t->numel);
+        double *x = mt_download(f.be, model_params(f.m) + t->offset, t->numel);
         for (int h = 0; h < H; h++)
             for (int e = 1; e < EA; e++)
                 memcpy(x + (size_t)(h * EA + e) * per, x + (size_t)h * EA * per, per * sizeof(double));
-        mt_upload(be, model_params(m) + t->offset, x, t->numel);
+        mt_upload(f.be, model_params(f.m) + t->offset, x, t->numel);
         free(x);
     }
-    const int B = 2, T = 5;
-    const size_t nc = (size_t)B * T * cfg.d_model;
-    double *x = mt_randn(nc, 1.0, &r), *ref = mt_xmalloc(nc * sizeof(double));
-    RefLayer P;
-    ref_load(m, 0, &P);
-    ref_layer_forward(&cfg, &P, x, B, T, ref, MT_REF_DENSE);
-    double *y = infer_layers(m, x, B, T);
-    assert_close(y, ref, nc, 2e-5, "KA=EA identical experts vs summed gates");
-    ref_free(&P);
-    free(x), free(y), free(ref);
-    model_free(m);
-    backend_destroy(be);
+    check_dense_closed_forms(&f, 2, 5, "KA=EA identical experts vs summed gates");
+    mt_layer_model_free(&f);
 }
 END_TEST
 
 /* The general layer (top-k routing in both SwitchHead routers and the σ-MoE) against the host reference, for the
  * eval forward and the training forward; two distinct layers applied twice (ABAB). */
 START_TEST(general_forward_matches_reference) {
-    Backend *be = mt_backend();
-    ModelConfig cfg = cfg_of(4, 2, 4, 2, 7, 3, 0, 0);
-    Model *m = model_create(&cfg, be);
-    Rng r;
-    rng_seed(&r, 103);
-    for (int l = 0; l < 2; l++) mt_randomize_layer(m, l, 1.0, &r);
+    MtLayerModel f = mt_layer_model(cfg_of(4, 2, 4, 2, 7, 3, 0, 0), 103);
     const int B = 3, T = 5;
-    const size_t nc = (size_t)B * T * cfg.d_model;
-    double *x = mt_randn(nc, 1.0, &r), *ref = mt_xmalloc(nc * sizeof(double)), *tmp = mt_xmalloc(nc * sizeof(double));
+    const size_t nc = (size_t)B * T * f.cfg.d_model;
+    double *x = mt_randn(nc, 1.0, &f.rng);
+    double *ref = mt_xmalloc(nc * sizeof(double)), *tmp = mt_xmalloc(nc * sizeof(double));
     RefLayer P[2];
-    for (int l = 0; l < 2; l++) ref_load(m, l, &P[l]);
+    for (int l = 0; l < 2; l++) ref_load(f.m, l, &P[l]);
     memcpy(ref, x, nc * sizeof(double));
-    for (int a = 0; a < cfg.n_layers; a++) {
-        ref_layer_forward(&cfg, &P[a % 2], ref, B, T, tmp, MT_REF_TOPK);
+    for (int a = 0; a < f.cfg.n_layers; a++) {
+        ref_layer_forward(&f.cfg, &P[a % 2], ref, B, T, tmp, MT_REF_TOPK);
         memcpy(ref, tmp, nc * sizeof(double));
     }
-    double *y = infer_layers(m, x, B, T);
+    double *y = infer_layers(f.m, x, B, T);
     assert_close(y, ref, nc, 1e-4, "eval forward vs reference");
-    MtStack s = mt_stack(m, B, T, NULL);
+    MtStack s = mt_stack(f.m, B, T, NULL);
     mt_stack_forward(&s, x, NULL, tmp, NULL);
     assert_close(tmp, y, nc, 1e-6, "training forward vs eval forward");
     mt_stack_free(&s);
     for (int l = 0; l < 2; l++) ref_free(&P[l]);
     free(x), free(y), free(ref), free(tmp);
-    model_free(m);
-    backend_destroy(be);
+    mt_layer_model_free(&f);
 }
 END_TEST
 
 /* §8.3.4: perturbing token t' of one sequence changes no output at t < t' and nothing in the other sequences. */
 START_TEST(causality) {
-    Backend *be = mt_backend();
-    ModelConfig cfg = cfg_of(2, 1, 4, 2, 6, 2, 0, 0);
-    Model *m = model_create(&cfg, be);
-    Rng r;
-    rng_seed(&r, 104);
-    mt_randomize_layer(m, 0, 1.0, &r);
-    const int B = 2, T = 6, C = cfg.d_model, tp = 3;
+    MtLayerModel f = mt_layer_model(cfg_of(2, 1, 4, 2, 6, 2, 0, 0), 104);
+    const int B = 2, T = 6, C = f.cfg.d_model, tp = 3;
     const size_t nc = (size_t)B * T * C;
-    double *x = mt_randn(nc, 1.0, &r);
-    double *y0 = infer_layers(m, x, B, T);
-    for (int c = 0; c < C; c++) x[(size_t)tp * C + c] += 0.5 * rng_normal(&r); /* sequence 0, position tp */
-    double *y1 = infer_layers(m, x, B, T);
+    double *x = mt_randn(nc, 1.0, &f.rng);
+    double *y0 = infer_layers(f.m, x, B, T);
+    for (int c = 0; c < C; c++) x[(size_t)tp * C + c] += 0.5 * rng_normal(&f.rng); /* sequence 0, position tp */
+    double *y1 = infer_layers(f.m, x, B, T);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             double d = 0;
@@ -161,21 +137,17 @@ START_TEST(causality) {
                 ck_assert_msg(d <= 1e-6, "sequence %d position %d changed by %g after perturbing (0, %d)", b, t, d, tp);
         }
     free(x), free(y0), free(y1);
-    model_free(m);
-    backend_destroy(be);
+    mt_layer_model_free(&f);
 }
 END_TEST
 
 /* §8.3.5: decoding through the KV cache in uneven chunks (RoPE offset = cache length) equals the full forward. */
 START_TEST(kv_cache_matches_full_forward) {
-    Backend *be = mt_backend();
-    ModelConfig cfg = cfg_of(4, 2, 4, 2, 6, 2, 0, 0);
-    Model *m = model_create(&cfg, be);
-    Rng r;
-    rng_seed(&r, 105);
-    for (int l = 0; l < 2; l++) mt_randomize_layer(m, l, 1.0, &r);
-    const int T = 9, C = cfg.d_model, L = cfg.n_layers, HD = cfg.n_heads * cfg.d_head;
-    double *x = mt_randn((size_t)T * C, 1.0, &r);
+    MtLayerModel f = mt_layer_model(cfg_of(4, 2, 4, 2, 6, 2, 0, 0), 105);
+    Backend *be = f.be;
+    Model *m = f.m;
+    const int T = 9, C = f.cfg.d_model, L = f.cfg.n_layers, HD = f.cfg.n_heads * f.cfg.d_head;
+    double *x = mt_randn((size_t)T * C, 1.0, &f.rng);
     double *full = infer_layers(m, x, 1, T);
     LayerKV kv[4];
     for (int a = 0; a < L; a++) {
@@ -198,8 +170,7 @@ START_TEST(kv_cache_matches_full_forward) {
     be->free(be, h);
     for (int a = 0; a < L; a++) be->free(be, kv[a].k), be->free(be, kv[a].v);
     free(x), free(full);
-    model_free(m);
-    backend_destroy(be);
+    mt_layer_model_free(&f);
 }
 END_TEST
 
@@ -241,17 +212,15 @@ END_TEST
 /* In training, no dropped expert is ever selected (masks replayed from the same RNG state, in the layer's order
  * v, o, ffn), dropout changes some selections, and the eval forward ignores dropout. */
 START_TEST(expert_dropout_in_layer) {
-    Backend *be = mt_backend();
-    ModelConfig cfg = cfg_of(1, 1, 5, 2, 8, 3, 0.5, 0.5);
-    Model *m = model_create(&cfg, be);
-    Rng r;
-    rng_seed(&r, 106);
-    mt_randomize_layer(m, 0, 1.0, &r);
+    MtLayerModel f = mt_layer_model(cfg_of(1, 1, 5, 2, 8, 3, 0.5, 0.5), 106);
+    Backend *be = f.be;
+    Model *m = f.m;
+    const ModelConfig cfg = f.cfg;
     model_set_dropout_seed(m, 77);
     const int B = 2, T = 6, N = B * T, H = cfg.n_heads, EA = cfg.att_n_experts, E = cfg.ff_n_experts;
     const int KA = cfg.att_k, K = cfg.ff_k;
     const size_t nc = (size_t)N * cfg.d_model;
-    double *x = mt_randn(nc, 1.0, &r);
+    double *x = mt_randn(nc, 1.0, &f.rng);
     Rng replay = m->dropout_rng;
     MtStack s = mt_stack(m, B, T, NULL);
     mt_stack_forward(&s, x, NULL, NULL, NULL);
@@ -294,41 +263,36 @@ START_TEST(expert_dropout_in_layer) {
     assert_close(y_eval, y_plain, nc, 1e-6, "eval forward with dropout configured");
     mt_stack_free(&s);
     free(x), free(mv), free(mo), free(mf), free(sv), free(so), free(sf), free(y_drop), free(y_plain), free(y_eval);
-    model_free(m);
-    backend_destroy(be);
+    mt_layer_model_free(&f);
 }
 END_TEST
 
 /* Zero routers give uniform softmax routing: every module's term is -log(#experts), summed over the Gs distinct
  * layers (FFN) and over v and o (attention); random routers give a value in (-log E, 0]. */
 START_TEST(regularizer_values) {
-    Backend *be = mt_backend();
-    ModelConfig cfg = cfg_of(4, 2, 4, 2, 6, 2, 0, 0);
-    Model *m = model_create(&cfg, be);
-    Rng r;
-    rng_seed(&r, 107);
-    for (int l = 0; l < 2; l++) {
-        mt_randomize_layer(m, l, 1.0, &r);
+    MtLayerModel f = mt_layer_model(cfg_of(4, 2, 4, 2, 6, 2, 0, 0), 107);
+    Model *m = f.m;
+    const ModelConfig cfg = f.cfg;
+    for (int l = 0; l < 2; l++) { /* zero routers (mt_fill_tensor draws nothing from the RNG) */
         mt_fill_tensor(m, l, "ffn.expert_sel", 0);
         mt_fill_tensor(m, l, "attention.sel_v", 0);
         mt_fill_tensor(m, l, "attention.sel_o", 0);
     }
     const int B = 2, T = 5;
     const size_t nc = (size_t)B * T * cfg.d_model;
-    double *x = mt_randn(nc, 1.0, &r);
+    double *x = mt_randn(nc, 1.0, &f.rng);
     MtStack s = mt_stack(m, B, T, NULL);
     StepStats st;
     mt_stack_forward(&s, x, NULL, NULL, &st);
     ck_assert_double_eq_tol(st.reg_ffn, -2 * log((double)cfg.ff_n_experts), 1e-5);
     ck_assert_double_eq_tol(st.reg_att, -2 * 2 * log((double)cfg.att_n_experts), 1e-5);
-    for (int l = 0; l < 2; l++) mt_randomize_layer(m, l, 3.0, &r);
+    for (int l = 0; l < 2; l++) mt_randomize_layer(m, l, 3.0, &f.rng);
     mt_stack_forward(&s, x, NULL, NULL, &st);
     ck_assert_msg(st.reg_ffn > -2 * log((double)cfg.ff_n_experts) + 1e-4 && st.reg_ffn <= 0, "reg_ffn %g", st.reg_ffn);
     ck_assert_msg(st.reg_att > -4 * log((double)cfg.att_n_experts) + 1e-4 && st.reg_att <= 0, "reg_att %g", st.reg_att);
     mt_stack_free(&s);
     free(x);
-    model_free(m);
-    backend_destroy(be);
+    mt_layer_model_free(&f);
 }
 END_TEST
 
@@ -336,22 +300,19 @@ END_TEST
  * the normalised gradient direction d = g/|g| equals |g| (central difference over +-eta along d). The f64 tests
  * check every gradient element; this one runs the f32 build and the sanitizers through the backward. */
 START_TEST(backward_directional_derivative_f32) {
-    Backend *be = mt_backend();
     char json[1024];
     snprintf(json, sizeof json,
              "{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":16,\"n_layers\":2,\"n_heads\":2,\"d_head\":8,"
              "\"ff_n_experts\":6,\"ff_expert_size\":6,\"ff_k\":2,\"att_n_experts\":4,\"att_k\":2,\"group_size\":1,"
              "\"entropy_reg\":0.5,\"att_entropy_reg\":0.3,\"ff_expert_dropout\":0.2,\"att_expert_dropout\":0.2}");
-    ModelConfig cfg = mt_config(json);
-    Model *m = model_create(&cfg, be);
-    Rng r;
-    rng_seed(&r, 108);
-    mt_randomize_layer(m, 0, 1.0, &r);
+    MtLayerModel f = mt_layer_model(mtu_config(json), 108);
+    Backend *be = f.be;
+    Model *m = f.m;
     model_set_dropout_seed(m, 5);
     const int B = 2, T = 5;
     static const uint8_t valid[10] = {1, 1, 1, 0, 0, 1, 1, 1, 1, 0};
-    const size_t nc = (size_t)B * T * cfg.d_model, np = model_n_params(m);
-    double *x = mt_randn(nc, 1.0, &r), *proj = mt_randn(nc, 0.3, &r);
+    const size_t nc = (size_t)B * T * f.cfg.d_model, np = model_n_params(m);
+    double *x = mt_randn(nc, 1.0, &f.rng), *proj = mt_randn(nc, 0.3, &f.rng);
     MtStack s = mt_stack(m, B, T, valid);
     Rng drop_state = m->dropout_rng;
     mt_stack_forward(&s, x, proj, NULL, NULL);
@@ -379,8 +340,7 @@ START_TEST(backward_directional_derivative_f32) {
     ck_assert_msg(fabs(numeric / norm - 1) < 2e-2, "directional derivative %.6g vs |g| %.6g", numeric, norm);
     mt_stack_free(&s);
     free(x), free(proj), free(dx), free(g), free(p0), free(p);
-    model_free(m);
-    backend_destroy(be);
+    mt_layer_model_free(&f);
 }
 END_TEST
 
@@ -398,9 +358,5 @@ int main(void) {
     tcase_add_test(tc, regularizer_values);
     tcase_add_test(tc, backward_directional_derivative_f32);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

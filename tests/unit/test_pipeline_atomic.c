@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "pipeline/atomic_file.h"
+#include "tests/unit/suite_runner.h"
 
 static char g_dir[256];
 
@@ -136,9 +137,5 @@ int main(void) {
     tcase_add_test(tc, rename_dir_replaces_old_tree);
     tcase_add_test(tc, remove_tree_does_not_follow_links);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

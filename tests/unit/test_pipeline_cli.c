@@ -10,6 +10,7 @@
 
 #include "pipeline/cli.h"
 #include "pipeline/progress.h"
+#include "tests/unit/suite_runner.h"
 
 static const char *g_src;
 static long g_n;
@@ -112,9 +113,5 @@ int main(void) {
     tcase_add_test(tc, errors_exit_two);
     tcase_add_test(tc, progress_counts);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

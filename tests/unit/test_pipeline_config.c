@@ -7,6 +7,7 @@
 
 #include "pipeline/atomic_file.h"
 #include "pipeline/config.h"
+#include "tests/unit/suite_runner.h"
 
 static char g_dir[256];
 
@@ -168,9 +169,5 @@ int main(void) {
     tcase_add_test(tc, missing_file_named);
     tcase_add_test(tc, save_round_trip);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

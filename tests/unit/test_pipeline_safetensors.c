@@ -9,6 +9,7 @@
 
 #include "pipeline/atomic_file.h"
 #include "pipeline/safetensors.h"
+#include "tests/unit/suite_runner.h"
 
 static char g_dir[256];
 static char g_path[512];
@@ -198,9 +199,5 @@ int main(void) {
     tcase_add_test(tc, malformed_rejected);
     tcase_add_test(tc, bad_lengths_rejected);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

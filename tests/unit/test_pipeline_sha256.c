@@ -7,6 +7,7 @@
 
 #include "pipeline/atomic_file.h"
 #include "pipeline/sha256.h"
+#include "tests/unit/suite_runner.h"
 
 START_TEST(known_vectors) {
     char hex[65];
@@ -61,9 +62,5 @@ int main(void) {
     tcase_add_test(tc, streaming_equals_one_shot);
     tcase_add_test(tc, file_digest);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

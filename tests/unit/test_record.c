@@ -9,6 +9,7 @@
 #include "pipeline/sha256.h"
 #include "pipeline/result_record.h"
 #include "tests/unit/record_test_util.h"
+#include "tests/unit/suite_runner.h"
 
 /* cJSON prints doubles with 15 significant digits when that reads back within its own epsilon, so a round trip is
  * exact only to about 1e-15 relative: compare with that slack (a real change is far larger). */
@@ -216,9 +217,5 @@ int main(void) {
     tcase_add_test(tc, analysis_round_trip);
     tcase_add_test(tc, shard_content_identity);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

@@ -8,6 +8,7 @@
 
 #include "datasets/shard.h"
 #include "pipeline/atomic_file.h"
+#include "tests/unit/suite_runner.h"
 
 static char g_dir[256];
 static char g_path[512];
@@ -180,9 +181,5 @@ int main(void) {
     tcase_add_test(tc, rejects_corruption);
     tcase_add_test(tc, rejects_trailing_bytes_and_missing_file);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "pipeline/stats.h"
+#include "tests/unit/suite_runner.h"
 
 START_TEST(newcombe_table) {
     const struct { long k, n; double lo, hi; } cases[] = {
@@ -59,9 +60,5 @@ int main(void) {
     tcase_add_test(tc, newcombe_table);
     tcase_add_test(tc, properties);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

@@ -8,6 +8,7 @@
 
 #include "pipeline/svg.h"
 #include "tests/unit/xml_check.h"
+#include "tests/unit/suite_runner.h"
 
 /* The y attribute of the first <rect> whose <title> starts with `title`. */
 static int rect_y(const char *svg, const char *title) {
@@ -148,9 +149,5 @@ int main(void) {
     tcase_add_test(tc, line_plot);
     tcase_add_test(tc, strbuf_growth_and_save);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

@@ -15,6 +15,7 @@
 #include "model/rng.h"
 #include "model/train_checkpoint.h"
 #include "pipeline/atomic_file.h"
+#include "tests/unit/suite_runner.h"
 
 typedef struct {
     Backend *be;
@@ -199,9 +200,5 @@ int main(void) {
     tcase_add_test(tc, round_trip_is_exact);
     tcase_add_test(tc, commit_protocol_and_mismatch);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

@@ -8,6 +8,7 @@
 
 #include "datasets/loader.h"
 #include "model/rng.h" /* the loader samples with the project Rng (and this include links it) */
+#include "tests/unit/suite_runner.h"
 
 /* Example i: question = [MARK+i, Q, Q, ...] (q_len tokens), answer = [A, A, ...] (a_len tokens). */
 enum { MARK = 1, Q = 400, A = 500, N_EX = 60 };
@@ -246,9 +247,5 @@ int main(void) {
     tcase_add_test(tc, determinism_and_state_restore);
     tcase_add_test(tc, too_long_examples_are_never_sampled);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

@@ -11,6 +11,7 @@
 #include "kernels/backend.h"
 #include "model/optimizer.h"
 #include "model/train_config.h"
+#include "tests/unit/suite_runner.h"
 
 static Backend *cpu(void) {
     char err[256];
@@ -189,9 +190,5 @@ int main(void) {
     tcase_add_test(tc, adamw_matches_reference);
     tcase_add_test(tc, train_config_strict);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

@@ -17,6 +17,7 @@
 #include "pipeline/sha256.h"
 #include "tests/unit/model_test_util.h"
 #include "tests/unit/record_test_util.h"
+#include "tests/unit/suite_runner.h"
 
 #define TOK_VOCAB 40 /* the test tokenizer's pieces */
 
@@ -258,9 +259,5 @@ int main(void) {
     tcase_add_test(tc, open_requires_finished_training_with_this_config);
     tcase_add_test(tc, load_model_checks_and_loads_the_checkpoint);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }
