@@ -376,9 +376,10 @@ static int stream_entry(struct archive *a, const Source *src, const char *archiv
 int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     regex_t re;
-    if (compile_filter(o->filter, &re, err, errlen) != 0) return -1;
+    int have_filter = o->filter != NULL; /* NULL: no module files, only the tokenizer corpus */
+    if (have_filter && compile_filter(o->filter, &re, err, errlen) != 0) return -1;
     if (mkdir_p(o->out_dir, err, errlen) != 0) {
-        regfree(&re);
+        if (have_filter) regfree(&re);
         return -1;
     }
     Source *src = xcalloc(1, sizeof *src);
@@ -442,7 +443,7 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
         }
         char stem[256];
         snprintf(stem, sizeof stem, "%.*s", (int)(fl - 4), file);
-        int selected = regexec(&re, stem, 0, NULL, 0) == 0;
+        int selected = have_filter && regexec(&re, stem, 0, NULL, 0) == 0;
         int for_corpus = o->corpus_pairs > 0 && strcmp(split, "train-easy") == 0;
         if (!selected && !for_corpus) continue;
 
@@ -478,8 +479,16 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
             goto out;
         }
         if (lines % 2 != 0) {
-            set_err(err, errlen, "%s: '%s' has an odd number of lines (%" PRId64 "): questions and answers must alternate",
-                    o->archive_path, path, lines);
+            /* Damage inside a gzip stream can inflate to plausible bytes that break the line structure before the
+             * CRC at its end is reached: when the rest of the stream fails its checks, report that (the cause, e.g.
+             * a corrupt download) rather than the symptom. */
+            if (use_source && source_drain(src) != 0)
+                set_err(err, errlen, "%s: corrupt or truncated archive (in entry '%s'): %s", o->archive_path, path,
+                        src->error);
+            else
+                set_err(err, errlen,
+                        "%s: '%s' has an odd number of lines (%" PRId64 "): questions and answers must alternate",
+                        o->archive_path, path, lines);
             sink_discard(&fsink);
             sink_discard(&csink);
             goto out;
@@ -525,7 +534,7 @@ out:
     source_close(src);
     free(src);
     free(seen);
-    regfree(&re);
+    if (have_filter) regfree(&re);
     if (status != 0) dm_extract_result_free(r);
     return status;
 }

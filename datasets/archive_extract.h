@@ -18,7 +18,7 @@
 typedef struct {
     const char *archive_path;
     const char *out_dir;      /* created if missing; normally a temporary directory */
-    const char *filter;       /* POSIX ERE, anchored at both ends */
+    const char *filter;       /* POSIX ERE, anchored at both ends; NULL = no module files (tokenizer corpus only) */
     long corpus_pairs;        /* pairs per train-easy file for the tokenizer corpus; 0 = no corpus */
     int64_t archive_bytes;    /* for the progress bar; 0 = unknown */
 } ExtractOptions;

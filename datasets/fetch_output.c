@@ -42,6 +42,13 @@ int fetch_output_write(const char *path, const FetchRecord *rec, const ExtractRe
     cJSON_AddStringToObject(root, "code_version", CODE_VERSION);
     cJSON_AddItemToObject(root, "files", file_list(r->files, r->n_files, 1));
     cJSON_AddItemToObject(root, "tokenizer_corpus", file_list(r->corpus, r->n_corpus, 0));
+    if (rec->corpus_archive_sha256) {
+        cJSON *ca = cJSON_AddObjectToObject(root, "tokenizer_corpus_archive");
+        CHECK_ALLOC(ca);
+        cJSON_AddStringToObject(ca, "source", rec->corpus_source ? rec->corpus_source : "");
+        cJSON_AddStringToObject(ca, "sha256", rec->corpus_archive_sha256);
+        cJSON_AddNumberToObject(ca, "bytes", (double)rec->corpus_archive_bytes);
+    }
     int rc = json_save_file(path, root, err, errlen);
     cJSON_Delete(root);
     return rc;
@@ -65,6 +72,14 @@ int fetch_output_up_to_date(const char *path, const FetchRecord *rec) {
                cJSON_IsString(filter) && strcmp(filter->valuestring, rec->filter) == 0 && cJSON_IsNumber(pairs) &&
                (long)pairs->valuedouble == rec->tokenizer_corpus_pairs && cJSON_IsArray(files) &&
                cJSON_GetArraySize(files) > 0;
+    /* The tokenizer corpus's archive: the same bytes as recorded, or none on both sides. */
+    const cJSON *ca = cJSON_GetObjectItemCaseSensitive(root, "tokenizer_corpus_archive");
+    if (rec->corpus_archive_sha256) {
+        const cJSON *ca_sha = cJSON_GetObjectItemCaseSensitive(ca, "sha256");
+        same = same && cJSON_IsString(ca_sha) && strcmp(ca_sha->valuestring, rec->corpus_archive_sha256) == 0;
+    } else {
+        same = same && ca == NULL;
+    }
     cJSON_Delete(root);
     return same;
 }

@@ -27,23 +27,11 @@ REPORT_DIR := reports/$(EXPERIMENT)
 BASELINE_DIR := reports/baselines/$(EXPERIMENT)
 DATA_JSON := $(EXP_DIR)/data.json
 
-# The "fetch" section of data.json (flat scalars; bin/fetch takes them as options).
-repro_json_str = $(shell sed -n 's/.*"$(1)"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p' $(DATA_JSON) 2>/dev/null | head -n 1)
-repro_json_num = $(shell sed -n 's/.*"$(1)"[[:space:]]*:[[:space:]]*\([0-9][0-9]*\).*/\1/p' $(DATA_JSON) 2>/dev/null | head -n 1)
-SOURCE ?= $(call repro_json_str,source)
-FETCH_FILTER := $(call repro_json_str,filter)
-FETCH_PAIRS := $(call repro_json_num,tokenizer_corpus_pairs)
-FETCH_ARGS := --source '$(SOURCE)' --filter '$(FETCH_FILTER)' $(if $(FETCH_PAIRS),--tokenizer-corpus-pairs $(FETCH_PAIRS))
-# Optional "tokenizer_corpus_source": an archive whose train-easy files train the tokenizer instead of SOURCE's. The
-# reference tokenizer was trained on all 54 train-easy modules; an arithmetic-only archive (experiment small) has only
-# 9, which drops characters (M, T, x) to <unk>, so that experiment takes the corpus from the all-modules sample.
-TOKCORPUS_SOURCE := $(call repro_json_str,tokenizer_corpus_source)
-ifneq ($(TOKCORPUS_SOURCE),)
-TOKCORPUS_RAW := $(DATA)/tokenizer_raw
-TOKCORPUS_STAMP := $(TOKCORPUS_RAW)/fetch.stamp
-TOKENIZE_EXTRA := --tokenizer-raw $(TOKCORPUS_RAW)
-FETCH_ARGS += --tokenizer-corpus-source '$(TOKCORPUS_SOURCE)'
-endif
+# bin/fetch reads the "fetch" section of data.json itself (--config, strictly: a misspelt key is an error), including
+# an optional "tokenizer_corpus_source" (experiment small: its arithmetic-only archive lacks characters such as M, T,
+# x that the reference tokenizer saw, so the tokenizer corpus comes from the all-modules embedded sample). SOURCE=...
+# given on the make command line overrides the section's "source".
+FETCH_ARGS := $(strip --config $(DATA_JSON) $(if $(filter command line,$(origin SOURCE)),--source '$(SOURCE)'))
 
 repro_comma := ,
 repro_empty :=
@@ -64,13 +52,13 @@ reproduce: reproduce-check deps all $(REPORT_DIR)/report.html
 
 reproduce-check:
 	@test -f $(DATA_JSON) || { echo "reproduce: $(DATA_JSON) not found (EXPERIMENT=$(EXPERIMENT))" >&2; exit 1; }
-	@test -n "$(SOURCE)" || { echo "reproduce: $(DATA_JSON): no fetch.source (or pass SOURCE=...)" >&2; exit 1; }
 	@for r in $(RUNS); do test -f $(EXP_DIR)/$$r.json || { echo "reproduce: $(EXP_DIR)/$$r.json not found" >&2; exit 1; }; done
 
-# ---- data: fetch (reruns when its arguments change) and tokenize ----
+# ---- data: fetch (reruns when its arguments, data.json or a shipped archive change) and tokenize ----
 # fetch.args holds the fetch arguments; it is rewritten (at parse time, when a pipeline goal is asked for) only when
-# they change, so its time stamp marks the last change. Doing it at parse time rather than in an always-run rule keeps
-# `make -n` truthful (a dry run never writes it, so it does not show a refetch for a changed SOURCE either).
+# they change (SOURCE= given or dropped), so its time stamp marks the last change. Doing it at parse time rather than
+# in an always-run rule keeps `make -n` truthful (a dry run never writes it, so it does not show a refetch for a
+# changed SOURCE either).
 repro_dry_run := $(findstring n,$(firstword -$(MAKEFLAGS)))
 ifneq ($(filter reproduce fetch tokenize train evaluate analyze report $(DATA)/% $(RUNS_DIR)/% $(REPORT_DIR)/%,$(MAKECMDGOALS)),)
 ifeq ($(repro_dry_run),)
@@ -81,21 +69,23 @@ $(DATA)/fetch.args:
 	@mkdir -p $(@D)
 	@echo "$(FETCH_ARGS)" > $@
 
-# fetch leaves an up-to-date raw/ (and its manifest.json) untouched, so a stamp beside it marks a finished fetch; it
-# lives inside raw/ so that deleting raw/ refetches.
-$(DATA)/raw/fetch.stamp: $(DATA)/fetch.args $(if $(filter embedded,$(SOURCE)),datasets/dm_math_sample.tar.gz) | bin/fetch
-	bin/fetch $(filter-out --tokenizer-corpus-source '$(TOKCORPUS_SOURCE)',$(FETCH_ARGS)) --out $(DATA)/raw
+# Which archives data.json names is fetch's business (make does not parse JSON), so the stamp depends on every
+# shipped archive and the dataset manifest; that is cheap because fetch compares archive hashes and leaves an up-to-date
+# raw/ (and its manifest.json) untouched ("up to date"). The stamp lives inside raw/ so that deleting raw/ refetches.
+REPRO_SHIPPED_DATA := $(wildcard datasets/*.tar.gz) datasets/dm_math_v1.0.json
+$(DATA)/raw/fetch.stamp: $(DATA)/fetch.args $(DATA_JSON) $(REPRO_SHIPPED_DATA) | bin/fetch
+	bin/fetch $(FETCH_ARGS) --out $(DATA)/raw
 	@touch $@
 
-ifneq ($(TOKCORPUS_SOURCE),)
-$(TOKCORPUS_STAMP): $(DATA)/fetch.args | bin/fetch
-	bin/fetch --source '$(TOKCORPUS_SOURCE)' --filter '$(FETCH_FILTER)' $(if $(FETCH_PAIRS),--tokenizer-corpus-pairs $(FETCH_PAIRS)) --out $(TOKCORPUS_RAW)
-	@touch $@
-endif
+# raw/manifest.json changes only when fetch extracted something new. Its do-nothing recipe makes make look at its time
+# stamp again after the fetch, so an "up to date" fetch does not re-tokenize (and so retrain) anything; the '+' runs
+# it in dry runs too, so `make -n` does the same instead of assuming the file changed.
+$(DATA)/raw/manifest.json: $(DATA)/raw/fetch.stamp
+	+@:
 
 # tokenize writes tokenizer.json and the shards first and the manifest last (all renamed into place together).
-$(DATA)/tokenize_manifest.json: $(DATA)/raw/fetch.stamp $(TOKCORPUS_STAMP) $(DATA_JSON) | bin/tokenize
-	bin/tokenize --raw $(DATA)/raw --config $(DATA_JSON) --out $(DATA) $(TOKENIZE_EXTRA)
+$(DATA)/tokenize_manifest.json: $(DATA)/raw/manifest.json $(DATA_JSON) | bin/tokenize
+	bin/tokenize --raw $(DATA)/raw --config $(DATA_JSON) --out $(DATA)
 
 # ---- per run: train (train_summary.json is written last), evaluate, analyze ----
 $(RUNS_DIR)/%/train_summary.json: $(EXP_DIR)/%.json $(DATA)/tokenize_manifest.json | bin/train

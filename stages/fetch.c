@@ -15,6 +15,7 @@
 
 #include "datasets/archive_extract.h"
 #include "datasets/download_http.h"
+#include "datasets/fetch_config.h"
 #include "datasets/fetch_dataset_manifest.h"
 #include "datasets/fetch_output.h"
 #include "pipeline/atomic_file.h"
@@ -29,9 +30,12 @@ static const char *SUMMARY =
     "Fetches the DeepMind Mathematics v1.0 archive and extracts the module files whose name (without .txt) fully\n"
     "matches --filter into OUT/mathematics_dataset-v1.0/<split>/, plus the first --tokenizer-corpus-pairs pairs of\n"
     "EVERY train-easy file into OUT/tokenizer_corpus/, and writes OUT/manifest.json. The tree is built in\n"
-    "OUT.tmp.<pid> and renamed into place only on success.\n"
+    "OUT.tmp.<pid> and renamed into place only on success. With --tokenizer-corpus-source SRC2 the tokenizer corpus\n"
+    "comes from SRC2's train-easy files instead (e.g. the all-modules sample for an arithmetic-only archive).\n"
     "SRC: 'official' (URL and size from the manifest), 'embedded' (datasets/dm_math_sample.tar.gz), an http(s)://\n"
-    "or file:// URL, or a local archive path. Downloads go to DOWNLOADS/<name>.part and resume on a rerun.";
+    "or file:// URL, or a local archive path. Downloads go to DOWNLOADS/<name>.part and resume on a rerun.\n"
+    "--config EXP/data.json reads the \"fetch\" section strictly ({\"source\", \"filter\", \"tokenizer_corpus_pairs\",\n"
+    "\"tokenizer_corpus_source\"}); an option given on the command line overrides the same setting there.";
 
 /* Finds a project file given relative to the project root: first from the working directory, then next to the
  * executable (bin/../<rel>). Returns 0 and the path in out, or -1. */
@@ -153,29 +157,163 @@ static void lower(char *s) {
     for (; *s; s++) *s = (char)tolower((unsigned char)*s);
 }
 
+/* How to download (the same for every archive of one run). */
+typedef struct {
+    const char *downloads;
+    long retries, connect_timeout, low_speed_time;
+} NetOptions;
+
+/* One archive resolved to a local file whose size and checksum have been checked. */
+typedef struct {
+    const char *source;          /* as given: official | embedded | URL | path */
+    const char *url;             /* what it was downloaded from, or NULL for a local file */
+    char path[PATH_MAX + 512];   /* the local file */
+    char sha256[65];
+    int64_t bytes;
+} Archive;
+
+static int source_needs_manifest(const char *s) { return strcmp(s, "official") == 0 || strcmp(s, "embedded") == 0; }
+
+static int is_http_url(const char *s) { return strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0; }
+
+/* Resolves source to a local file, downloading it if it is a URL (or 'official'), checks the expected size and
+ * checksum and hashes it. label names where source came from, for messages ("--source",
+ * "experiments/x/data.json: fetch.source"). pin: expected SHA-256 in lowercase, or NULL; for 'official' and
+ * 'embedded' the dataset manifest's applies when there is no pin. dm: loaded whenever source is one of those two.
+ * Dies with one line on any error (a download that fails the checksum is removed first). */
+static void obtain_archive(const char *label, const char *source, const char *pin, const DatasetManifest *dm,
+                           const NetOptions *net, Archive *a) {
+    char err[8192];
+    memset(a, 0, sizeof *a);
+    a->source = source;
+    char pinned[65] = "";
+    if (pin) snprintf(pinned, sizeof pinned, "%s", pin);
+    int64_t expected_size = -1;
+    if (strcmp(source, "official") == 0) {
+        a->url = dm->url;
+        expected_size = dm->size;
+        if (!pinned[0] && dm->sha256) snprintf(pinned, sizeof pinned, "%s", dm->sha256);
+    } else if (strcmp(source, "embedded") == 0) {
+        if (find_project_file(dm->embedded_path, a->path, sizeof a->path) != 0)
+            die("embedded sample %s not found (looked in the working directory and next to the executable)",
+                dm->embedded_path);
+        expected_size = dm->embedded_size;
+        if (!pinned[0]) snprintf(pinned, sizeof pinned, "%s", dm->embedded_sha256);
+    } else if (is_http_url(source)) {
+        a->url = source;
+    } else if (strncmp(source, "file://", 7) == 0) {
+        char url_path[PATH_MAX];
+        if (file_url_to_path(source, url_path, sizeof url_path, err, sizeof err) != 0) die("%s", err);
+        snprintf(a->path, sizeof a->path, "%s", url_path);
+    } else if (strstr(source, "://")) {
+        die("%s %s: unsupported URL scheme (http, https and file are supported)", label, source);
+    } else {
+        snprintf(a->path, sizeof a->path, "%s", source);
+    }
+    lower(pinned);
+
+    if (a->url) {
+        char name[256];
+        download_name(a->url, name, sizeof name);
+        snprintf(a->path, sizeof a->path, "%s/%s", net->downloads, name);
+        int64_t have = file_size(a->path);
+        if (have >= 0 && expected_size > 0 && have != expected_size) {
+            log_warn("%s has %" PRId64 " bytes, expected %" PRId64 "; downloading it again", a->path, have,
+                     expected_size);
+            unlink(a->path);
+            have = -1;
+        }
+        if (have >= 0) {
+            log_info("using the earlier download %s", a->path);
+        } else {
+            DownloadOptions d = {a->url, a->path, expected_size, net->retries, net->connect_timeout,
+                                 net->low_speed_time, 1.0};
+            if (download_file(&d, err, sizeof err) != 0) die("%s", err);
+        }
+    } else if (file_size(a->path) < 0) {
+        die("%s: archive not found (%s)", a->path, label);
+    }
+
+    if (hash_archive(a->path, a->sha256, &a->bytes, err, sizeof err) != 0) die("%s", err);
+    if (expected_size > 0 && a->bytes != expected_size)
+        die("%s: size mismatch: %" PRId64 " bytes, expected %" PRId64, a->path, a->bytes, expected_size);
+    if (pinned[0] && strcmp(a->sha256, pinned) != 0) {
+        if (a->url) {
+            unlink(a->path); /* a wrong download must not be reused by the next run */
+            die("%s: SHA-256 mismatch: got %s, expected %s (downloaded file removed)", a->path, a->sha256, pinned);
+        }
+        die("%s: SHA-256 mismatch: got %s, expected %s", a->path, a->sha256, pinned);
+    }
+    log_info("archive %s: %" PRId64 " bytes, sha256 %s%s", a->path, a->bytes, a->sha256,
+             pinned[0] ? " (verified)" : "");
+}
+
+/* Extracts into tmp, or removes tmp and dies with err. */
+static void extract_or_die(const ExtractOptions *xo, const char *tmp, ExtractResult *xr) {
+    char err[8192];
+    if (dm_extract_archive(xo, xr, err, sizeof err) != 0) {
+        remove_tree(tmp);
+        die("%s", err);
+    }
+}
+
 int main(int argc, char **argv) {
     log_set_program("fetch");
-    const char *source = "official", *out = NULL, *filter = "arithmetic__.*", *pin = NULL;
-    const char *manifest_opt = NULL, *downloads = "data/downloads";
-    long corpus_pairs = 10000, retries = 5, connect_timeout = 30, low_speed_time = 60;
+    /* NULL / LONG_MIN: not given on the command line, so the --config value or the built-in default applies. */
+    const char *source = NULL, *out = NULL, *filter = NULL, *pin = NULL, *corpus_source = NULL, *config = NULL;
+    const char *manifest_opt = NULL;
+    long corpus_pairs = LONG_MIN;
+    NetOptions net = {"data/downloads", 5, 30, 60};
     const CliOption opts[] = {
+        {"config", OPT_STRING, &config, "experiment data.json: settings from its \"fetch\" section (options given here win)", false},
         {"source", OPT_STRING, &source, "official | embedded | http(s):// or file:// URL | archive path (default official)", false},
         {"out", OPT_STRING, &out, "output directory, e.g. data/tiny/raw", true},
         {"filter", OPT_STRING, &filter, "POSIX ERE, full match on the module file name (default arithmetic__.*)", false},
-        {"sha256", OPT_STRING, &pin, "expected SHA-256 of the archive (default: the manifest's, if any)", false},
+        {"sha256", OPT_STRING, &pin, "expected SHA-256 of the --source archive (default: the manifest's, if any)", false},
         {"manifest", OPT_STRING, &manifest_opt, "dataset manifest (default " DEFAULT_MANIFEST ")", false},
-        {"downloads", OPT_STRING, &downloads, "download directory (default data/downloads)", false},
+        {"downloads", OPT_STRING, &net.downloads, "download directory (default data/downloads)", false},
         {"tokenizer-corpus-pairs", OPT_INT, &corpus_pairs, "pairs per train-easy file for the tokenizer corpus (default 10000)", false},
-        {"retries", OPT_INT, &retries, "download retries after the first attempt (default 5)", false},
-        {"connect-timeout", OPT_INT, &connect_timeout, "connect timeout in seconds (default 30)", false},
-        {"low-speed-time", OPT_INT, &low_speed_time, "abort an attempt below 1 KiB/s for this many seconds (default 60)", false},
+        {"tokenizer-corpus-source", OPT_STRING, &corpus_source, "take the tokenizer corpus from this archive (same kinds "
+                                                                "as --source; '' = the --source archive, the default)", false},
+        {"retries", OPT_INT, &net.retries, "download retries after the first attempt (default 5)", false},
+        {"connect-timeout", OPT_INT, &net.connect_timeout, "connect timeout in seconds (default 30)", false},
+        {"low-speed-time", OPT_INT, &net.low_speed_time, "abort an attempt below 1 KiB/s for this many seconds (default 60)", false},
     };
     cli_parse(argc, argv, "fetch", SUMMARY, opts, (int)(sizeof opts / sizeof opts[0]));
-    if (corpus_pairs < 0) die("--tokenizer-corpus-pairs must be >= 0, got %ld", corpus_pairs);
-    if (retries < 0 || retries > 100) die("--retries must be in [0, 100], got %ld", retries);
-    if (connect_timeout <= 0 || low_speed_time <= 0) die("--connect-timeout and --low-speed-time must be positive");
+    if (corpus_pairs != LONG_MIN && corpus_pairs < 0) die("--tokenizer-corpus-pairs must be >= 0, got %ld", corpus_pairs);
+    if (net.retries < 0 || net.retries > 100) die("--retries must be in [0, 100], got %ld", net.retries);
+    if (net.connect_timeout <= 0 || net.low_speed_time <= 0) die("--connect-timeout and --low-speed-time must be positive");
     if (!out[0]) die("--out must not be empty");
     char err[8192];
+
+    /* Precedence: an option given on the command line, then the config file, then the built-in default. */
+    FetchConfig fc;
+    memset(&fc, 0, sizeof fc);
+    char source_label[PATH_MAX + 64] = "--source", corpus_label[PATH_MAX + 64] = "--tokenizer-corpus-source";
+    char filter_label[PATH_MAX + 64] = "--filter";
+    if (config) {
+        if (fetch_config_load(config, &fc, err, sizeof err) != 0) die("%s", err);
+        if (!source) {
+            source = fc.source;
+            snprintf(source_label, sizeof source_label, "%s: fetch.source", config);
+        }
+        if (!filter && fc.filter) {
+            filter = fc.filter;
+            snprintf(filter_label, sizeof filter_label, "%s: fetch.filter", config);
+        }
+        if (corpus_pairs == LONG_MIN && fc.has_tokenizer_corpus_pairs) corpus_pairs = fc.tokenizer_corpus_pairs;
+        if (!corpus_source && fc.tokenizer_corpus_source) {
+            corpus_source = fc.tokenizer_corpus_source;
+            snprintf(corpus_label, sizeof corpus_label, "%s: fetch.tokenizer_corpus_source", config);
+        }
+    }
+    if (!source) source = "official";
+    if (!filter) filter = "arithmetic__.*";
+    if (corpus_pairs == LONG_MIN) corpus_pairs = 10000;
+    if (corpus_source && !corpus_source[0]) corpus_source = NULL; /* '' on the command line: the main archive */
+    if (!source[0]) die("--source must not be empty");
+    if (corpus_source && corpus_pairs == 0)
+        die("%s %s: needs tokenizer corpus pairs > 0 (0 means no tokenizer corpus)", corpus_label, corpus_source);
     if (dm_filter_matches(filter, "", err, sizeof err) < 0) die("%s", err);
 
     char pinned[65] = "";
@@ -185,11 +323,12 @@ int main(int argc, char **argv) {
         lower(pinned);
     }
 
-    /* The dataset manifest is needed for 'official' and 'embedded', or when named explicitly. */
-    int is_official = strcmp(source, "official") == 0, is_embedded = strcmp(source, "embedded") == 0;
+    /* The dataset manifest is needed for 'official' and 'embedded' (either archive), or when named explicitly. */
+    int needs_dm = source_needs_manifest(source) || (corpus_source && source_needs_manifest(corpus_source));
     DatasetManifest dm;
+    memset(&dm, 0, sizeof dm);
     int have_dm = 0;
-    if (is_official || is_embedded || manifest_opt) {
+    if (needs_dm || manifest_opt) {
         char mpath[PATH_MAX];
         if (manifest_opt) snprintf(mpath, sizeof mpath, "%s", manifest_opt);
         else if (find_project_file(DEFAULT_MANIFEST, mpath, sizeof mpath) != 0)
@@ -198,106 +337,70 @@ int main(int argc, char **argv) {
         have_dm = 1;
     }
 
-    char archive[PATH_MAX + 512];
-    const char *url = NULL;
-    int64_t expected_size = -1;
-    char url_path[PATH_MAX];
-    if (is_official) {
-        url = dm.url;
-        expected_size = dm.size;
-        if (!pinned[0] && dm.sha256) {
-            snprintf(pinned, sizeof pinned, "%s", dm.sha256);
-            lower(pinned);
-        }
-    } else if (is_embedded) {
-        if (find_project_file(dm.embedded_path, archive, sizeof archive) != 0)
-            die("embedded sample %s not found (looked in the working directory and next to the executable)",
-                dm.embedded_path);
-        expected_size = dm.embedded_size;
-        if (!pinned[0]) {
-            snprintf(pinned, sizeof pinned, "%s", dm.embedded_sha256);
-            lower(pinned);
-        }
-    } else if (strncmp(source, "http://", 7) == 0 || strncmp(source, "https://", 8) == 0) {
-        url = source;
-    } else if (strncmp(source, "file://", 7) == 0) {
-        if (file_url_to_path(source, url_path, sizeof url_path, err, sizeof err) != 0) die("%s", err);
-        snprintf(archive, sizeof archive, "%s", url_path);
-    } else if (strstr(source, "://")) {
-        die("--source %s: unsupported URL scheme (http, https and file are supported)", source);
-    } else {
-        snprintf(archive, sizeof archive, "%s", source);
+    Archive main_ar, corpus_ar;
+    obtain_archive(source_label, source, pinned[0] ? pinned : NULL, &dm, &net, &main_ar);
+    if (corpus_source) {
+        obtain_archive(corpus_label, corpus_source, NULL, &dm, &net, &corpus_ar);
+        /* Two different URLs with the same file name would share one download: refuse rather than mix them up. */
+        if (main_ar.url && corpus_ar.url && strcmp(main_ar.url, corpus_ar.url) != 0 &&
+            strcmp(main_ar.path, corpus_ar.path) == 0)
+            die("%s and %s both download to %s: use a local copy of one of them", main_ar.url, corpus_ar.url,
+                main_ar.path);
     }
 
-    if (url) {
-        char name[256];
-        download_name(url, name, sizeof name);
-        snprintf(archive, sizeof archive, "%s/%s", downloads, name);
-        int64_t have = file_size(archive);
-        if (have >= 0 && expected_size > 0 && have != expected_size) {
-            log_warn("%s has %" PRId64 " bytes, expected %" PRId64 "; downloading it again", archive, have, expected_size);
-            unlink(archive);
-            have = -1;
-        }
-        if (have >= 0) {
-            log_info("using the earlier download %s", archive);
-        } else {
-            DownloadOptions d = {url, archive, expected_size, retries, connect_timeout, low_speed_time, 1.0};
-            if (download_file(&d, err, sizeof err) != 0) die("%s", err);
-        }
-    } else if (file_size(archive) < 0) {
-        die("%s: archive not found", archive);
-    }
-
-    char sha[65];
-    int64_t bytes = 0;
-    if (hash_archive(archive, sha, &bytes, err, sizeof err) != 0) die("%s", err);
-    if (expected_size > 0 && bytes != expected_size)
-        die("%s: size mismatch: %" PRId64 " bytes, expected %" PRId64, archive, bytes, expected_size);
-    if (pinned[0] && strcmp(sha, pinned) != 0) {
-        if (url) {
-            unlink(archive); /* a wrong download must not be reused by the next run */
-            die("%s: SHA-256 mismatch: got %s, expected %s (downloaded file removed)", archive, sha, pinned);
-        }
-        die("%s: SHA-256 mismatch: got %s, expected %s", archive, sha, pinned);
-    }
-    log_info("archive %s: %" PRId64 " bytes, sha256 %s%s", archive, bytes, sha, pinned[0] ? " (verified)" : "");
-
-    FetchRecord rec = {source, sha, bytes, filter, corpus_pairs};
+    FetchRecord rec = {source, main_ar.sha256, main_ar.bytes, filter, corpus_pairs,
+                       corpus_source, corpus_source ? corpus_ar.sha256 : NULL, corpus_source ? corpus_ar.bytes : 0};
     char manifest_path[PATH_MAX + 64];
     snprintf(manifest_path, sizeof manifest_path, "%s/manifest.json", out);
     if (fetch_output_up_to_date(manifest_path, &rec)) {
-        printf("fetch: %s is up to date (archive %.12s, filter %s)\n", out, sha, filter);
+        printf("fetch: %s is up to date (archive %.12s, filter %s", out, main_ar.sha256, filter);
+        if (corpus_source) printf(", tokenizer corpus from archive %.12s", corpus_ar.sha256);
+        printf(")\n");
         if (have_dm) dataset_manifest_free(&dm);
+        fetch_config_free(&fc);
         return 0;
     }
 
+    /* Everything goes into OUT.tmp.<pid>, renamed into place once at the end. */
     remove_stale_temps(out);
     char tmp[PATH_MAX + 64];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
     remove_tree(tmp);
-    ExtractOptions xo = {archive, tmp, filter, corpus_pairs, bytes};
-    ExtractResult xr;
-    if (dm_extract_archive(&xo, &xr, err, sizeof err) != 0) {
-        remove_tree(tmp);
-        die("%s", err);
-    }
+    /* The module files; the tokenizer corpus too unless it comes from the other archive. */
+    ExtractOptions xo = {main_ar.path, tmp, filter, corpus_source ? 0 : corpus_pairs, main_ar.bytes};
+    ExtractResult xr, cr;
+    memset(&cr, 0, sizeof cr);
+    extract_or_die(&xo, tmp, &xr);
     if (xr.n_files == 0) {
         remove_tree(tmp);
-        die("--filter '%s' matched no module file in %s", filter, archive);
+        die("%s '%s' matched no module file in %s", filter_label, filter, main_ar.path);
+    }
+    ExtractResult all = xr; /* what the manifest lists: module files from xr, the corpus from xr or cr */
+    if (corpus_source) {
+        ExtractOptions co = {corpus_ar.path, tmp, NULL /* no module files */, corpus_pairs, corpus_ar.bytes};
+        extract_or_die(&co, tmp, &cr);
+        if (cr.n_corpus == 0) {
+            remove_tree(tmp);
+            die("%s %s: no train-easy module file in %s for the tokenizer corpus", corpus_label, corpus_source,
+                corpus_ar.path);
+        }
+        all.corpus = cr.corpus;
+        all.n_corpus = cr.n_corpus;
     }
     char tmp_manifest[PATH_MAX + 128];
     snprintf(tmp_manifest, sizeof tmp_manifest, "%s/manifest.json", tmp);
-    if (fetch_output_write(tmp_manifest, &rec, &xr, err, sizeof err) != 0 ||
+    if (fetch_output_write(tmp_manifest, &rec, &all, err, sizeof err) != 0 ||
         rename_dir_atomic(tmp, out, err, sizeof err) != 0) {
         remove_tree(tmp);
         die("%s", err);
     }
     int64_t pairs = 0;
-    for (int i = 0; i < xr.n_files; i++) pairs += xr.files[i].pairs;
-    printf("fetch: wrote %s: %d files (%" PRId64 " pairs) matching '%s', %d tokenizer-corpus files\n", out, xr.n_files,
-           pairs, filter, xr.n_corpus);
+    for (int i = 0; i < all.n_files; i++) pairs += all.files[i].pairs;
+    printf("fetch: wrote %s: %d files (%" PRId64 " pairs) matching '%s', %d tokenizer-corpus files%s%s\n", out,
+           all.n_files, pairs, filter, all.n_corpus, corpus_source ? " from " : "", corpus_source ? corpus_source : "");
     dm_extract_result_free(&xr);
+    dm_extract_result_free(&cr);
     if (have_dm) dataset_manifest_free(&dm);
+    fetch_config_free(&fc);
     return 0;
 }

@@ -9,6 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#if defined(HAVE_ZLIB)
+#include <zlib.h>
+#endif
+
 #include "datasets/archive_extract.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/sha256.h"
@@ -129,6 +133,33 @@ START_TEST(filter_full_match_and_corpus) {
 }
 END_TEST
 
+/* A NULL filter extracts no module file, only the tokenizer corpus (fetch --tokenizer-corpus-source's second
+ * archive). */
+START_TEST(null_filter_corpus_only) {
+    Entry es[] = {
+        {R "train-easy/arithmetic__mul.txt", Q3, AE_IFREG, NULL},
+        {R "train-easy/algebra__linear_1d.txt", Q3, AE_IFREG, NULL},
+        {R "interpolate/arithmetic__mul.txt", Q3, AE_IFREG, NULL},
+    };
+    write_archive(g_tgz, es, 3, 1);
+    ExtractResult r;
+    char err[1024] = "";
+    ck_assert_msg(run_extract(NULL, 1, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.n_files, 0);
+    ck_assert_int_eq(r.n_corpus, 2);
+    ck_assert_str_eq(r.corpus[0].file, "algebra__linear_1d.txt");
+    ck_assert_int_eq(r.corpus[0].pairs, 1);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/" R, g_out);
+    ck_assert(!file_exists(path));
+    snprintf(path, sizeof path, "%s/tokenizer_corpus/arithmetic__mul.txt", g_out);
+    char *c = slurp(path);
+    ck_assert_str_eq(c, "What is 1+1?\n2\n");
+    free(c);
+    dm_extract_result_free(&r);
+}
+END_TEST
+
 START_TEST(plain_tar_and_regex_alternation) {
     Entry es[] = {
         {R "interpolate/arithmetic__div.txt", Q3, AE_IFREG, NULL},
@@ -222,6 +253,46 @@ START_TEST(corrupt_and_truncated_refused) {
 }
 END_TEST
 
+#if defined(HAVE_ZLIB)
+/* Damage that still inflates and breaks a file's line structure (here a newline turned into a space inside a
+ * stored, i.e. uncompressed, gzip block) is reported as a corrupt archive (the CRC check fails), not as a malformed
+ * module file. */
+START_TEST(corruption_reported_before_line_structure) {
+    /* A large entry after the damaged one keeps the gzip trailer (and its CRC) far beyond what is read ahead. */
+    size_t big_n = 4u << 20;
+    char *big = malloc(big_n + 1);
+    ck_assert_ptr_nonnull(big);
+    for (size_t i = 0; i < big_n; i += 4) memcpy(big + i, "q\na\n", 4);
+    big[big_n] = '\0';
+    Entry es[] = {{R "train-easy/arithmetic__mul.txt", Q3, AE_IFREG, NULL},
+                  {R "train-easy/arithmetic__add.txt", big, AE_IFREG, NULL}};
+    char tar_path[600], *tar, err[1024] = "";
+    size_t n;
+    snprintf(tar_path, sizeof tar_path, "%s/a.tar", g_dir);
+    write_archive(tar_path, es, 2, 0);
+    free(big);
+    ck_assert_int_eq(read_file_all(tar_path, &tar, &n, err, sizeof err), 0);
+    gzFile gz = gzopen(g_tgz, "wb0"); /* level 0: the tar bytes appear verbatim in the .gz */
+    ck_assert_ptr_nonnull(gz);
+    ck_assert_int_eq(gzwrite(gz, tar, (unsigned)n), (int)n);
+    ck_assert_int_eq(gzclose(gz), Z_OK);
+    free(tar);
+    char *gzdata;
+    ck_assert_int_eq(read_file_all(g_tgz, &gzdata, &n, err, sizeof err), 0);
+    char *hit = memmem(gzdata, n, "What is 2+2?\n", 13);
+    ck_assert_ptr_nonnull(hit);
+    ExtractResult r;
+    ck_assert_msg(run_extract(".*", 0, &r, err, sizeof err) == 0, "%s", err); /* intact: extracts */
+    dm_extract_result_free(&r);
+    hit[12] = ' '; /* 5 lines instead of 6 */
+    ck_assert_int_eq(write_file_atomic(g_tgz, gzdata, n, err, sizeof err), 0);
+    free(gzdata);
+    ck_assert_int_eq(run_extract(".*", 0, &r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "corrupt or truncated archive") && strstr(err, "incorrect data check"), "%s", err);
+}
+END_TEST
+#endif
+
 START_TEST(filter_matching) {
     char err[256];
     ck_assert_int_eq(dm_filter_matches("arithmetic__.*", "arithmetic__mul", err, sizeof err), 1);
@@ -239,11 +310,15 @@ int main(void) {
     TCase *tc = tcase_create("extract");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, filter_full_match_and_corpus);
+    tcase_add_test(tc, null_filter_corpus_only);
     tcase_add_test(tc, plain_tar_and_regex_alternation);
     tcase_add_test(tc, unsafe_entries_refused);
     tcase_add_test(tc, malformed_content_refused);
     tcase_add_test(tc, corrupt_and_truncated_refused);
     tcase_add_test(tc, filter_matching);
+#if defined(HAVE_ZLIB)
+    tcase_add_test(tc, corruption_reported_before_line_structure);
+#endif
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -93,7 +93,7 @@ START_TEST(output_manifest_up_to_date) {
     ExtractedFile files[1] = {{"train-easy", "arithmetic__mul.txt", 3, 40, "00"}};
     ExtractedFile corpus[1] = {{"train-easy", "arithmetic__mul.txt", 2, 30, "11"}};
     ExtractResult r = {files, 1, corpus, 1};
-    FetchRecord rec = {"embedded", "abcd", 1234, "arithmetic__.*", 10000};
+    FetchRecord rec = {"embedded", "abcd", 1234, "arithmetic__.*", 10000, NULL, NULL, 0};
     char path[400], err[512];
     snprintf(path, sizeof path, "%s/raw/manifest.json", g_dir);
     ck_assert_int_eq(fetch_output_up_to_date(path, &rec), 0); /* absent */
@@ -108,6 +108,11 @@ START_TEST(output_manifest_up_to_date) {
     other = rec;
     other.tokenizer_corpus_pairs = 5;
     ck_assert_int_eq(fetch_output_up_to_date(path, &other), 0);
+    other = rec; /* the corpus now wanted from another archive: not what was extracted */
+    other.corpus_source = "embedded";
+    other.corpus_archive_sha256 = "ef01";
+    other.corpus_archive_bytes = 99;
+    ck_assert_int_eq(fetch_output_up_to_date(path, &other), 0);
     /* Content check of the record. */
     cJSON *j = json_load_file(path, err, sizeof err);
     ck_assert_ptr_nonnull(j);
@@ -118,10 +123,44 @@ START_TEST(output_manifest_up_to_date) {
     const cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "tokenizer_corpus"), 0);
     ck_assert_ptr_null(cJSON_GetObjectItem(c0, "split"));
     ck_assert_int_eq(cJSON_GetObjectItem(c0, "pairs")->valueint, 2);
+    ck_assert_ptr_null(cJSON_GetObjectItem(j, "tokenizer_corpus_archive")); /* only with a second archive */
     cJSON_Delete(j);
     /* A corrupt manifest is simply not up to date. */
     ck_assert_int_eq(write_file_atomic(path, "{", 1, err, sizeof err), 0);
     ck_assert_int_eq(fetch_output_up_to_date(path, &rec), 0);
+}
+END_TEST
+
+/* --tokenizer-corpus-source: the corpus archive is recorded, and the up-to-date check compares its bytes' hash. */
+START_TEST(output_manifest_corpus_archive) {
+    ExtractedFile files[1] = {{"train-easy", "arithmetic__mul.txt", 3, 40, "00"}};
+    ExtractedFile corpus[1] = {{"train-easy", "algebra__linear_1d.txt", 2, 30, "11"}};
+    ExtractResult r = {files, 1, corpus, 1};
+    FetchRecord rec = {"arith.tar.gz", "abcd", 1234, "arithmetic__.*", 10000, "embedded", "ef01", 99};
+    char path[400], err[512];
+    snprintf(path, sizeof path, "%s/raw/manifest.json", g_dir);
+    ck_assert_int_eq(fetch_output_write(path, &rec, &r, err, sizeof err), 0);
+    ck_assert_int_eq(fetch_output_up_to_date(path, &rec), 1);
+    FetchRecord other = rec;
+    other.corpus_archive_sha256 = "ef02"; /* the corpus archive changed */
+    ck_assert_int_eq(fetch_output_up_to_date(path, &other), 0);
+    other = rec; /* no second archive any more: the corpus must come from the main one again */
+    other.corpus_source = NULL;
+    other.corpus_archive_sha256 = NULL;
+    other.corpus_archive_bytes = 0;
+    ck_assert_int_eq(fetch_output_up_to_date(path, &other), 0);
+    other = rec; /* the same bytes under another name are the same input */
+    other.corpus_source = "file:///elsewhere/sample.tar.gz";
+    ck_assert_int_eq(fetch_output_up_to_date(path, &other), 1);
+    cJSON *j = json_load_file(path, err, sizeof err);
+    ck_assert_ptr_nonnull(j);
+    const cJSON *ca = cJSON_GetObjectItem(j, "tokenizer_corpus_archive");
+    ck_assert_ptr_nonnull(ca);
+    ck_assert_str_eq(cJSON_GetObjectItem(ca, "source")->valuestring, "embedded");
+    ck_assert_str_eq(cJSON_GetObjectItem(ca, "sha256")->valuestring, "ef01");
+    ck_assert_int_eq(cJSON_GetObjectItem(ca, "bytes")->valueint, 99);
+    ck_assert_str_eq(cJSON_GetObjectItem(j, "source")->valuestring, "arith.tar.gz");
+    cJSON_Delete(j);
 }
 END_TEST
 
@@ -132,6 +171,7 @@ int main(void) {
     tcase_add_test(tc, project_manifest_loads);
     tcase_add_test(tc, bad_manifests_rejected);
     tcase_add_test(tc, output_manifest_up_to_date);
+    tcase_add_test(tc, output_manifest_corpus_archive);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
