@@ -8,6 +8,10 @@
  * work per step equals a training step on full windows. One warm-up step is run and not timed.
  * Output: one line "bench c: <arch> steps N tokens X seconds S tokens_per_s R cpu_seconds P threads T ..." on stdout
  * (cpu_seconds: process CPU time over all threads, less sensitive than wall time to a machine shared with others).
+ * Optional overrides (used by `make bench-gpu`, tests/bench/bench_gpu.py; without them the config decides):
+ * --precision fp32|bf16, --batch-size N and --n-microbatch M (windows per step and micro-batches per step),
+ * --warmup W (untimed warm-up steps, default 1). The output line ends with "precision P batch B micro_batches M
+ * device <backend device name>" after the fields above, so parsers of the older line still match.
  */
 #include <cblas.h>
 #include <omp.h>
@@ -47,13 +51,17 @@ static void random_batch(Rng *r, int32_t *inputs, int32_t *targets, int B, int T
 
 int main(int argc, char **argv) {
     log_set_program("bench_train_step");
-    const char *config_path = NULL, *backend_name = "cpu";
-    long steps = 5, threads = 2;
+    const char *config_path = NULL, *backend_name = "cpu", *precision_name = NULL;
+    long steps = 5, threads = 2, batch_override = 0, nmb_override = 0, warmup = 1;
     const CliOption opts[] = {
         {"config", OPT_STRING, &config_path, "run config experiments/EXP/RUN.json", true},
         {"steps", OPT_INT, &steps, "timed optimizer steps (default 5; one extra untimed warm-up step)", false},
         {"threads", OPT_INT, &threads, "OpenMP and OpenBLAS threads (default 2)", false},
         {"backend", OPT_STRING, &backend_name, "cpu | cuda (default cpu)", false},
+        {"precision", OPT_STRING, &precision_name, "fp32 | bf16 (default: the config's train.precision)", false},
+        {"batch-size", OPT_INT, &batch_override, "windows per step (default: the config's batch_size)", false},
+        {"n-microbatch", OPT_INT, &nmb_override, "micro-batches per step (default: the config's n_microbatch)", false},
+        {"warmup", OPT_INT, &warmup, "untimed warm-up steps before the timed ones (default 1)", false},
     };
     cli_parse(argc, argv, "bench_train_step",
               "Times full training steps (forward, backward, clip, AdamW) of the C model of a run config on random "
@@ -61,6 +69,7 @@ int main(int argc, char **argv) {
               opts, (int)(sizeof opts / sizeof opts[0]));
     if (steps < 1) die("--steps: must be >= 1 (got %ld)", steps);
     if (threads < 1) die("--threads: must be >= 1 (got %ld)", threads);
+    if (warmup < 1) die("--warmup: must be >= 1 (got %ld)", warmup);
     omp_set_num_threads((int)threads);
     openblas_set_num_threads((int)threads);
 
@@ -71,6 +80,21 @@ int main(int argc, char **argv) {
     TrainConfig tc;
     if (run_config_parse(root, config_path, &mc, &tc, err, sizeof err) != 0) die("%s", err);
     cJSON_Delete(root);
+    if (precision_name) {
+        if (strcmp(precision_name, "fp32") == 0) tc.precision = PRECISION_FP32;
+        else if (strcmp(precision_name, "bf16") == 0) tc.precision = PRECISION_BF16;
+        else die("--precision: expected fp32 or bf16 (got '%s')", precision_name);
+    }
+    if (batch_override != 0) {
+        if (batch_override < 1) die("--batch-size: must be >= 1 (got %ld)", batch_override);
+        tc.batch_size = batch_override;
+    }
+    if (nmb_override != 0) {
+        if (nmb_override < 1) die("--n-microbatch: must be >= 1 (got %ld)", nmb_override);
+        tc.n_microbatch = nmb_override;
+    }
+    if (tc.batch_size % tc.n_microbatch != 0)
+        die("batch size %ld is not a multiple of n_microbatch %ld", tc.batch_size, tc.n_microbatch);
 
     Backend *be = backend_create(backend_name, err, sizeof err);
     if (!be) die("--backend %s: %s", backend_name, err);
@@ -90,10 +114,10 @@ int main(int argc, char **argv) {
     rng_seed(&rng, 12345);
 
     double t0 = 0, c0 = 0, last_ce = 0;
-    for (long s = 0; s <= steps; s++) {
-        if (s == 1) {
+    for (long s = 0; s < warmup + steps; s++) {
+        if (s == warmup) {
             be->synchronize(be);
-            t0 = clock_s(CLOCK_MONOTONIC); /* step 0 is the untimed warm-up (allocations, caches) */
+            t0 = clock_s(CLOCK_MONOTONIC); /* steps before `warmup` are untimed (allocations, caches) */
             c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         }
         be->zero(be, model_grads(m), np * sizeof(scalar_t));
@@ -111,8 +135,10 @@ int main(int argc, char **argv) {
     double secs = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
     double tokens = (double)steps * (double)tc.batch_size * (double)tc.context;
     printf("bench c: %s steps %ld tokens %.0f seconds %.3f tokens_per_s %.1f cpu_seconds %.3f threads %ld params %zu "
-           "last_ce %.4f\n",
-           mc.arch == ARCH_MOEUT ? "moeut" : "dense", steps, tokens, secs, tokens / secs, cpu, threads, np, last_ce);
+           "last_ce %.4f precision %s batch %ld micro_batches %ld device %s\n",
+           mc.arch == ARCH_MOEUT ? "moeut" : "dense", steps, tokens, secs, tokens / secs, cpu, threads, np, last_ce,
+           tc.precision == PRECISION_BF16 && strcmp(be->name, "cpu") != 0 ? "bf16" : "fp32", tc.batch_size,
+           tc.n_microbatch, be->device_name);
 
     free(inputs);
     free(targets);

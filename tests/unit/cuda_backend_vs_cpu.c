@@ -58,8 +58,10 @@ static void assert_normwise(const scalar_t *got, const scalar_t *want, size_t n,
                   sqrt(d), rel, rel * sqrt(r));
 }
 
-/* bf16 unit roundoff (round to nearest): operands carry a relative error <= U16 each, a product <= 2*U16 + U16^2. */
-#define U16 (1.0 / 512.0)
+/* bf16 unit roundoff (round to nearest, 8 significant bits): u = 2^-8. Operands carry a relative error <= U16 each, a
+ * product <= 2*U16 + U16^2. (An earlier draft used 2^-9, half the true unit roundoff; corrected before the test ever
+ * ran on a GPU.) */
+#define U16 (1.0 / 256.0)
 
 /* ---------------------------------------------------------------- matmul */
 START_TEST(test_matmul) {

@@ -1,0 +1,52 @@
+# GPU checks and benchmark of the CUDA backend (issue 5). The work is done by mk/gpu_run.sh, so a GPU machine
+# without make can run the same steps (README, "GPU checklist (issue 5)").
+#   make test-gpu             CUDA unit programs (cuda_backend_vs_cpu, cuda_twin_compare, cuda_model_vs_cpu) and the
+#                             CUDA end-to-end scripts (test_cuda_inspect.sh, test_cuda_resume.sh); they skip (exit 77,
+#                             "SKIP: ...") where no usable GPU exists
+#   make test-gpu-sanitizer   compute-sanitizer memcheck over those programs and a short CUDA training benchmark;
+#                             skips with a message without compute-sanitizer or a GPU
+#   make bench-gpu            C (CUDA backend) vs PyTorch training tokens/s, their ratio and both MFUs for the paper's
+#                             244M dense and MoEUT configs on one GPU; fails with one line without a GPU
+#   make bench-gpu-selftest   the FLOP arithmetic and the benchmark's fast PyTorch kernels against the twin's
+#   make gpu-bundle           build/gpu-bundle.tar.gz: prebuilt binaries + the shared libraries they need + tokenized
+#                             e2e data, for a GPU machine that lacks this project's build dependencies (mk/gpu_bundle.sh)
+# Knobs: BENCH_GPU_STEPS (10), BENCH_GPU_WARMUP (2), BENCH_GPU_CONFIGS (the paper's dense_qa and moeut_qa),
+#   BENCH_GPU_ARGS (more bench_gpu.py flags, e.g. --batch-size 64 --n-microbatch 1), GPU_PY (a python with torch),
+#   GPU_PREBUILT=1 (use the binaries already in bin/, build/tests, build/bench: build nothing, e.g. after
+#   `source mk/gpu_env.sh` on a machine without the build dependencies).
+
+BENCH_GPU_STEPS ?= 10
+BENCH_GPU_WARMUP ?= 2
+BENCH_GPU_CONFIGS ?= experiments/paper/dense_qa.json experiments/paper/moeut_qa.json
+BENCH_GPU_ARGS ?=
+
+ifeq ($(GPU_PREBUILT),)
+GPU_TEST_PREREQS := all $(addprefix build/tests/,$(CUDA_TESTS)) build/bench/bench_train_step
+GPU_BENCH_PREREQS := build/bench/bench_train_step
+endif
+
+.PHONY: test-gpu test-gpu-sanitizer bench-gpu bench-gpu-selftest gpu-bundle gpu-probe
+
+test-gpu: $(GPU_TEST_PREREQS)
+	@mk/gpu_run.sh tests
+
+test-gpu-sanitizer: $(GPU_TEST_PREREQS)
+	@mk/gpu_run.sh sanitizer
+
+bench-gpu: $(GPU_BENCH_PREREQS)
+	@mk/gpu_run.sh bench --steps $(BENCH_GPU_STEPS) --warmup $(BENCH_GPU_WARMUP) \
+	  $(addprefix --config ,$(BENCH_GPU_CONFIGS)) $(BENCH_GPU_ARGS)
+
+bench-gpu-selftest:
+	@mk/gpu_run.sh selftest
+
+gpu-probe:
+	@mk/gpu_run.sh probe
+
+gpu-bundle:
+	@mk/gpu_bundle.sh
+
+# The link flags of the programs (mk/gpu_bundle.sh relinks them with an RPATH for the bundle).
+.PHONY: gpu-print-link-flags
+gpu-print-link-flags:
+	@echo '$(LDLIBS) $(CUDA_LIBS) $(CHECK_LIBS)'

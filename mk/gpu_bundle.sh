@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# make gpu-bundle: build/gpu-bundle.tar.gz, everything the GPU checks need on a machine that has a GPU, a CUDA 13
+# runtime and cuBLAS, but not this project's build dependencies (cJSON, OpenBLAS, Check, ... headers and libraries;
+# the lent GPU machines reach no package registry). Built HERE, on the development machine (nvcc compiles the kernels
+# without a GPU), then carried to the GPU machine and unpacked there by `source mk/gpu_env.sh`.
+#   bin/*                 the stages                    tests/cuda_*        the CUDA unit programs
+#   bench/bench_train_step                              lib/                the non-system shared libraries they load
+#   e2e-data/             the tokenized embedded sample that tests/e2e/test_cuda_resume.sh trains on (CUDA_E2E_DATA)
+#   VERSION               git describe of the tree the binaries were built from
+# Every program is relinked from the objects make built, with an RPATH that finds lib/ both inside the bundle and
+# where gpu_env.sh copies the programs (bin/, build/tests/, build/bench/), and /usr/local/cuda/lib64 for cuBLAS.
+# The C library, libstdc++, libgcc_s and the CUDA libraries are NOT bundled: the GPU machine's own are used (its glibc
+# must be at least this machine's; `mk/gpu_run.sh probe` prints it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+make --no-print-directory all build/tests/cuda_backend_vs_cpu build/tests/cuda_twin_compare \
+  build/tests/cuda_model_vs_cpu build/bench/bench_train_step >/dev/null
+ldd bin/train | grep -q libcudart || { echo "gpu-bundle: bin/train was built without CUDA (no nvcc here?)" >&2; exit 1; }
+
+stage=build/gpu-bundle
+rm -rf "$stage" build/gpu-bundle.tar.gz
+mkdir -p "$stage"/{bin,tests,bench,lib}
+link_flags=$(make --no-print-directory -s gpu-print-link-flags)
+rpath='$ORIGIN/../lib:$ORIGIN/../gpu-bundle/lib:$ORIGIN/../build/gpu-bundle/lib:/usr/local/cuda/lib64'
+relink() { # relink OUT OBJECT
+  gcc -O2 -o "$1" "$2" build/libnn.a build/libcore.a -Wl,--as-needed $link_flags \
+    -Wl,--disable-new-dtags -Wl,-rpath,"$rpath"
+  strip --strip-debug "$1"
+}
+for s in stages/*.c; do
+  n=$(basename "$s" .c)
+  relink "$stage/bin/$n" "build/obj/stages/$n.o"
+done
+for t in build/tests/cuda_backend_vs_cpu build/tests/cuda_twin_compare build/tests/cuda_model_vs_cpu; do
+  relink "$stage/tests/$(basename "$t")" "build/obj/tests/unit/$(basename "$t").o"
+done
+relink "$stage/bench/bench_train_step" build/obj/tests/bench/bench_train_step.o
+
+# Shared libraries: what the programs (fetch aside: the e2e data is prebuilt below) load, minus the system's own.
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libresolv\.|libstdc\+\+|libgcc_s|libcudart|libcublas)'
+for f in "$stage"/bin/* "$stage"/tests/* "$stage"/bench/*; do
+  [ "$(basename "$f")" = fetch ] && continue
+  ldd "$f" | awk '$3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  [[ $name =~ $skip ]] && continue
+  cp -L "$path" "$stage/lib/$name"
+done
+
+# The e2e training data (tests/e2e/train_common.sh's train_data: the embedded sample, arithmetic only).
+raw=$(mktemp -d /tmp/gpu_bundle_raw.XXXXXX)
+trap 'rm -rf "$raw"' EXIT
+bin/fetch --source embedded --out "$raw/raw" --filter 'arithmetic__.*' --tokenizer-corpus-pairs 10000 >/dev/null 2>&1
+bin/tokenize --raw "$raw/raw" --config experiments/tiny/data.json --out "$stage/e2e-data" >/dev/null 2>&1
+git describe --always --dirty --abbrev=12 >"$stage/VERSION" 2>/dev/null || echo unknown >"$stage/VERSION"
+
+tar czf build/gpu-bundle.tar.gz -C build gpu-bundle
+echo "gpu-bundle: build/gpu-bundle.tar.gz ($(du -h build/gpu-bundle.tar.gz | cut -f1); code $(cat "$stage/VERSION"));" \
+  "libraries: $(ls "$stage/lib" | tr '\n' ' ')"

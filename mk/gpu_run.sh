@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The GPU checks of issue 5, one step per call; `make test-gpu | test-gpu-sanitizer | bench-gpu` (mk/gpu.mk) call it,
+# and so can a GPU machine without make or without this project's build dependencies (after
+# `source mk/gpu_env.sh`, which unpacks the prebuilt bundle of mk/gpu_bundle.sh). Run from the repository root.
+#
+#   mk/gpu_run.sh probe       what the machine has: GPU, driver, nvcc, compute-sanitizer, PyTorch, build dependencies
+#   mk/gpu_run.sh tests       CUDA unit programs (build/tests/cuda_*) and the CUDA end-to-end scripts
+#                             (tests/e2e/test_cuda_*.sh); closing line "N passed, N failed, N skipped"
+#   mk/gpu_run.sh sanitizer   compute-sanitizer --tool memcheck (leak check on) over the CUDA unit programs and one
+#                             short CUDA training benchmark of each tiny config (fp32 and bf16)
+#   mk/gpu_run.sh selftest    tests/bench/bench_gpu.py --self-test on the GPU (fast PyTorch kernels vs the twin's)
+#   mk/gpu_run.sh bench [ARGS...]   tests/bench/bench_gpu.py (C vs PyTorch tokens/s and MFU; ARGS are passed on)
+# Exit status: 0 when the step passed (or skipped with a "SKIP:" line: no GPU, no compute-sanitizer), 1 on failure.
+set -u
+cd "$(dirname "$0")/.."
+step=${1:-}
+shift || true
+
+# A Python with PyTorch: plain python3 first (the GPU image's, with CUDA), then Debian's /usr/bin/python3.
+find_torch_python() {
+  local p
+  for p in ${GPU_PY:-} python3 /usr/bin/python3; do
+    command -v "$p" >/dev/null 2>&1 && "$p" -c 'import torch' >/dev/null 2>&1 && { command -v "$p"; return 0; }
+  done
+  return 1
+}
+
+cuda_unit_bins() { ls build/tests/cuda_* 2>/dev/null | grep -v '\.'; }
+
+case "$step" in
+probe)
+  echo "== GPU";           (nvidia-smi -L 2>&1 || echo "nvidia-smi: not available") | head -n 4
+  echo "== driver";        (nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true) | head -n 2
+  echo "== nvcc";          (command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || echo "nvcc: not found") | head -n 1
+  echo "== compute-sanitizer"; (command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || echo "not found") | head -n 1
+  echo "== python/torch";  py=$(find_torch_python) && "$py" -c 'import torch,sys; print(sys.executable, torch.__version__, "cuda available:", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' || echo "no python3 with torch"
+  echo "== libc";          ldd --version 2>&1 | head -n 1
+  echo "== build tools";   for t in gcc make pkg-config; do printf '%s: %s\n' "$t" "$(command -v $t || echo missing)"; done
+  echo "== build libraries (headers)"
+  for h in cjson/cJSON.h curl/curl.h archive.h openssl/sha.h cblas.h check.h zlib.h; do
+    f=$(ls /usr/include/$h /usr/include/*/$h /usr/include/x86_64-linux-gnu/*/$h 2>/dev/null | head -n 1)
+    printf '%-16s %s\n' "$h" "${f:-MISSING}"
+  done
+  echo "== prebuilt bundle"; ls -la build/gpu-bundle.tar.gz build/gpu-bundle 2>/dev/null | head -n 3 || true
+  ;;
+tests)
+  bins=$(cuda_unit_bins)
+  [ -n "$bins" ] || { echo "FAIL: no build/tests/cuda_* programs (build them: make test-cuda, or source mk/gpu_env.sh)"; exit 1; }
+  # run_suite.sh appends to build/test-results.txt (make test's record): count only the lines added here
+  mkdir -p build
+  res=build/test-results.txt
+  before=$( [ -f $res ] && wc -l <$res || echo 0 )
+  tests/run_suite.sh cuda $bins; s1=$?
+  tests/run_suite.sh e2e tests/e2e/test_cuda_*.sh; s2=$?
+  tail -n +$((before + 1)) $res >build/test-results-gpu.txt
+  tests/summarize.sh build/test-results-gpu.txt  # exits 1 when nothing passed: here only failures count
+  if [ $s1 = 0 ] && [ $s2 = 0 ] && ! awk '$3 > 0 {p = 1} END {exit !p}' build/test-results-gpu.txt; then
+    echo "test-gpu: SKIP: every CUDA test skipped (no usable GPU)"
+  fi
+  [ $s1 = 0 ] && [ $s2 = 0 ]
+  ;;
+sanitizer)
+  san=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
+        /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)}
+  [ -n "$san" ] && [ -x "$san" ] || { echo "test-gpu-sanitizer: SKIP: compute-sanitizer not found (PATH, /usr/local/cuda/bin)"; exit 0; }
+  bins=$(cuda_unit_bins)
+  [ -n "$bins" ] || { echo "FAIL: no build/tests/cuda_* programs"; exit 1; }
+  first=$(echo "$bins" | head -n 1)
+  mkdir -p build/test-logs
+  rc=0
+  "$first" >build/test-logs/memcheck-probe.log 2>&1 || rc=$?
+  [ "$rc" != 77 ] || { echo "test-gpu-sanitizer: SKIP: $(head -n 1 build/test-logs/memcheck-probe.log)"; exit 0; }
+  status=0
+  run_memcheck() { # run_memcheck LABEL CMD...
+    local label=$1 log="build/test-logs/memcheck-$(echo "$1" | tr ' /' '__').log"
+    shift
+    local start=$SECONDS rc=0
+    "$san" --tool memcheck --leak-check full --error-exitcode 99 --print-limit 50 "$@" >"$log" 2>&1 || rc=$?
+    local summary
+    summary=$(grep -E "ERROR SUMMARY" "$log" | tail -n 1)
+    if [ "$rc" = 0 ] && grep -q "ERROR SUMMARY: 0 errors" "$log"; then
+      echo "ok   memcheck $label ($((SECONDS - start))s): $summary"
+    else
+      echo "FAIL memcheck $label (exit $rc; ${summary:-no summary}) — log: $log"
+      grep -E "=========" "$log" | head -n 30 | sed 's/^/    /'
+      status=1
+    fi
+  }
+  for b in $bins; do run_memcheck "$(basename "$b")" "$b"; done
+  if [ -x build/bench/bench_train_step ]; then
+    for cfg in experiments/tiny/dense_qa.json experiments/tiny/moeut_qa.json; do
+      for prec in fp32 bf16; do
+        run_memcheck "bench_train_step $(basename "$cfg" .json) $prec" build/bench/bench_train_step --config "$cfg" \
+          --backend cuda --precision "$prec" --steps 1 --warmup 1
+      done
+    done
+  fi
+  [ $status = 0 ] && echo "test-gpu-sanitizer: memcheck clean" || echo "test-gpu-sanitizer: memcheck found errors"
+  exit $status
+  ;;
+selftest|bench)
+  py=$(find_torch_python) || { echo "bench-gpu: FAIL: no python3 with PyTorch found (tried \$GPU_PY, python3, /usr/bin/python3)"; exit 1; }
+  if [ "$step" = selftest ]; then
+    exec "$py" tests/bench/bench_gpu.py --self-test "$@"
+  fi
+  [ -x build/bench/bench_train_step ] || { echo "bench-gpu: FAIL: build/bench/bench_train_step not built"; exit 1; }
+  PYTHONUNBUFFERED=1 exec "$py" tests/bench/bench_gpu.py --c-bench build/bench/bench_train_step "$@"
+  ;;
+*)
+  echo "usage: mk/gpu_run.sh probe|tests|sanitizer|selftest|bench [bench_gpu.py args]" >&2
+  exit 2
+  ;;
+esac
