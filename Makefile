@@ -107,8 +107,9 @@ $(NNASAN): $(patsubst %.c,$(OBJASAN)/%.o,$(NN_SRC))
 	@rm -f $@; ar rcs $@ $^
 
 .SECONDEXPANSION:
-# Keep intermediate objects (test mains) so a second make does not rebuild them.
-.SECONDARY:
+# Keep intermediate objects (test mains) so a second make does not rebuild them. (Not a bare .SECONDARY:, which
+# would make every target intermediate: a deleted run output would then not be rebuilt by make reproduce.)
+.PRECIOUS: $(OBJ)/%.o $(OBJ64)/%.o $(OBJASAN)/%.o
 bin/%: $(OBJ)/stages/%.o $$(call nn_for,stages/$$*.c,$(NN)) $(CORE)
 	@mkdir -p bin
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(call nn_for,stages/$*.c,$(CUDA_LIBS))
