@@ -16,6 +16,7 @@
 #include "datasets/archive_extract.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/sha256.h"
+#include "tests/unit/suite_runner.h"
 
 static char g_dir[256], g_tgz[512], g_out[512];
 
@@ -320,9 +321,5 @@ int main(void) {
     tcase_add_test(tc, corruption_reported_before_line_structure);
 #endif
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

@@ -9,6 +9,7 @@
 #include "datasets/fetch_output.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/config.h"
+#include "tests/unit/suite_runner.h"
 
 static char g_dir[256];
 
@@ -173,9 +174,5 @@ int main(void) {
     tcase_add_test(tc, output_manifest_up_to_date);
     tcase_add_test(tc, output_manifest_corpus_archive);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

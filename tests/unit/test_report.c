@@ -7,6 +7,7 @@
 
 #include "tests/unit/record_test_util.h"
 #include "tests/unit/xml_check.h"
+#include "tests/unit/suite_runner.h"
 
 static char g_dir[256], g_runs[512], g_out[512];
 
@@ -169,9 +170,5 @@ int main(void) {
     tcase_add_exit_test(tc, bad_metrics_line_dies, 1);
     tcase_add_exit_test(tc, missing_runs_dir_dies, 1);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }

@@ -16,6 +16,7 @@
 #include "pipeline/atomic_file.h"
 #include "pipeline/config.h"
 #include "pipeline/sha256.h"
+#include "tests/unit/suite_runner.h"
 
 #define SAMPLE "datasets/dm_math_sample.tar.gz"
 static const char *SPLITS[] = {"train-easy", "train-medium", "train-hard", "interpolate", "extrapolate"};
@@ -603,9 +604,5 @@ int main(void) {
     tcase_add_test(tc, tokenizer_corpus_from_another_raw_dir);
     tcase_add_test(tc, config_is_strict);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return run_test_suite(s);
 }
