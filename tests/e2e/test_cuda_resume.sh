@@ -33,17 +33,6 @@ else
   train_data "$tmp/data"
   data=$tmp/data
 fi
-strip_rate() { sed -E 's/"tokens_per_s":[^,]*,//' "$1"; }
-
-same_as_ref() { # same_as_ref REF_DIR DIR LABEL
-  cmp "$1/model.safetensors" "$2/model.safetensors" || fail "$3: model.safetensors differs from the uninterrupted run"
-  cmp "$1/optim.safetensors" "$2/optim.safetensors" || fail "$3: optim.safetensors differs from the uninterrupted run"
-  diff <(strip_rate "$1/metrics.jsonl") <(strip_rate "$2/metrics.jsonl") >/dev/null \
-    || fail "$3: metrics.jsonl differs from the uninterrupted run"
-  [ -f "$2/train_summary.json" ] || fail "$3: no train_summary.json after the resumed run finished"
-  echo "ok: $3"
-}
-
 train() { bin/train --backend "$be" --threads 2 "$@"; }
 
 # interrupt_with SIGNAL CONFIG DIR EXPECTED_RC: starts a run, signals it once 3 steps are logged, checks the exit.

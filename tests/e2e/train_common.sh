@@ -66,3 +66,16 @@ EOF
 json_get() {
   sed -n -E "s/.*\"$2\"[[:space:]]*:[[:space:]]*\"?([^\",}]*)\"?.*/\1/p" "$1" | head -n 1
 }
+
+# Resume tests: metrics.jsonl without its wall-clock-dependent field, and the byte-identity check of a resumed run
+# against the uninterrupted reference run.
+strip_rate() { sed -E 's/"tokens_per_s":[^,]*,//' "$1"; }
+
+same_as_ref() { # same_as_ref REF_DIR DIR LABEL
+  cmp "$1/model.safetensors" "$2/model.safetensors" || fail "$3: model.safetensors differs from the uninterrupted run"
+  cmp "$1/optim.safetensors" "$2/optim.safetensors" || fail "$3: optim.safetensors differs from the uninterrupted run"
+  diff <(strip_rate "$1/metrics.jsonl") <(strip_rate "$2/metrics.jsonl") >/dev/null \
+    || fail "$3: metrics.jsonl differs from the uninterrupted run"
+  [ -f "$2/train_summary.json" ] || fail "$3: no train_summary.json after the resumed run finished"
+  echo "ok: $3"
+}
