@@ -6,6 +6,7 @@
 
 #include "kernels/backend.h"
 #include "tests/unit/kernel_test_cvmm.h"
+#include "tests/unit/cuda_test_main.h"
 
 static Backend *cpu, *gpu;
 
@@ -496,19 +497,6 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-    char err[256];
-    Backend *probe = backend_create("cuda", err, sizeof err);
-    if (!probe) {
-        const char *prefix = "no usable CUDA GPU: ", *reason = err;
-        if (strncmp(err, prefix, strlen(prefix)) == 0) reason = err + strlen(prefix);
-        printf("SKIP: no usable CUDA GPU (%s)\n", reason);
-        return 77;
-    }
-    backend_destroy(probe);
-    SRunner *sr = srunner_create(suite());
-    srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork() */
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    cuda_test_require_gpu();
+    return run_cuda_test_suite(suite());
 }

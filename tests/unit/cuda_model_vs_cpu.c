@@ -46,6 +46,7 @@
 #include "model/model.h"
 #include "model/rng.h"
 #include "tests/unit/model_test_util.h"
+#include "tests/unit/cuda_test_main.h"
 
 #define TOL_FP32 5e-5
 #define U_BF16 (1.0 / 256.0) /* bf16 unit roundoff: 8 significand bits, round to nearest */
@@ -330,19 +331,6 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-    char err[256];
-    Backend *probe = backend_create("cuda", err, sizeof err);
-    if (!probe) {
-        const char *prefix = "no usable CUDA GPU: ", *reason = err;
-        if (strncmp(err, prefix, strlen(prefix)) == 0) reason = err + strlen(prefix);
-        printf("SKIP: no usable CUDA GPU (%s)\n", reason);
-        return 77;
-    }
-    backend_destroy(probe);
-    SRunner *sr = srunner_create(suite());
-    srunner_set_fork_status(sr, CK_NOFORK); /* a CUDA context does not survive fork() */
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    cuda_test_require_gpu();
+    return run_cuda_test_suite(suite());
 }

@@ -19,18 +19,10 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "twin_compare_common.h"
+#include "tests/unit/cuda_test_main.h"
 
 int main(void) {
-    char err[256];
-    Backend *probe = backend_create("cuda", err, sizeof err);
-    if (!probe) {
-        const char *prefix = "no usable CUDA GPU: ", *reason = err;
-        if (strncmp(err, prefix, strlen(prefix)) == 0) reason = err + strlen(prefix);
-        printf("SKIP: no usable CUDA GPU (%s)\n", reason);
-        return 77;
-    }
-    printf("cuda device: %s\n", probe->device_name);
-    backend_destroy(probe);
+    cuda_test_require_gpu();
     if (setenv("CK_FORK", "no", 1) != 0) {
         perror("setenv CK_FORK");
         return 1;

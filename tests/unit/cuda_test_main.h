@@ -1,0 +1,37 @@
+/* The start and end of every CUDA unit test's main(): skip visibly (exit 77, "SKIP: ...") where no usable CUDA GPU
+ * exists, and run Check suites without fork(), because a CUDA context does not survive fork(). */
+#ifndef TESTS_UNIT_CUDA_TEST_MAIN_H
+#define TESTS_UNIT_CUDA_TEST_MAIN_H
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+
+/* Returns only when the cuda backend can be created (and prints the device); otherwise exits 77 with a SKIP line. */
+static inline void cuda_test_require_gpu(void) {
+    char err[256];
+    Backend *probe = backend_create("cuda", err, sizeof err);
+    if (!probe) {
+        const char *prefix = "no usable CUDA GPU: ", *reason = err;
+        if (strncmp(err, prefix, strlen(prefix)) == 0) reason = err + strlen(prefix);
+        printf("SKIP: no usable CUDA GPU (%s)\n", reason);
+        exit(77);
+    }
+    printf("cuda device: %s\n", probe->device_name);
+    backend_destroy(probe);
+}
+
+/* Runs every test of s (and frees it) in this process; EXIT_SUCCESS when all passed. */
+static inline int run_cuda_test_suite(Suite *s) {
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+#endif
