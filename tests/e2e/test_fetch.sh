@@ -5,32 +5,8 @@
 # and a truncated archive refused (no tree left, the old output intact), a traversal entry refused, file:// and local
 # path sources, "up to date" reruns, and the embedded sample with the default filter.
 # Exit 0 pass, 77 skip (says why), anything else fail.
-set -u
-cd "$(dirname "$0")/../.." || exit 1
-ROOT=$PWD
-
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(command -v python3 || true)
-if [ -z "$PY" ]; then echo "SKIP: no python3 for the test HTTP server"; exit 77; fi
-if [ ! -x bin/fetch ]; then make --no-print-directory bin/fetch >/dev/null || { echo "FAIL: cannot build bin/fetch"; exit 1; }; fi
-FETCH=$ROOT/bin/fetch
-
-T=$(mktemp -d /tmp/test_fetch.XXXXXX)
-SERVER_PID=
-cleanup() {
-  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; fi
-  rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
-
-FAILS=0
-pass() { echo "ok   - $*"; }
-fail() { echo "FAIL - $*"; FAILS=$((FAILS + 1)); }
-check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
-# Runs fetch, capturing output in $T/log; returns its exit status.
-run_fetch() { "$FETCH" "$@" >"$T/log" 2>&1; }
+source "$(dirname "$0")/fetch_common.sh" test_fetch fetch tokenize
 log_has() { grep -q -- "$1" "$T/log" || { echo "    expected '$1' in:"; sed 's/^/    | /' "$T/log"; return 1; }; }
-no_temp_trees() { ! ls -d "$1".tmp.* >/dev/null 2>&1; }
 
 # ---- test archives, built with tar from DM-math-format files ----
 SRC=$T/src
@@ -63,10 +39,7 @@ tar -czf "$WWW/evil.tar.gz" -P -C "$SRC" \
   --transform 's|^evil.txt$|mathematics_dataset-v1.0/train-easy/../../evil.txt|' mathematics_dataset-v1.0 evil.txt
 
 # ---- server ----
-"$PY" tests/e2e/http_server.py --root "$WWW" --port-file "$T/port" --log "$T/server.log" &
-SERVER_PID=$!
-for _ in $(seq 100); do [ -s "$T/port" ] && break; sleep 0.05; done
-[ -s "$T/port" ] || { echo "FAIL: the test HTTP server did not start"; exit 1; }
+start_server "$WWW" || { echo "FAIL: the test HTTP server did not start"; exit 1; }
 BASE=http://127.0.0.1:$(cat "$T/port")
 DL=$T/downloads
 
@@ -102,7 +75,6 @@ for c in m["tokenizer_corpus"]:
 sys.exit(0 if ok else 1)
 PY
 }
-json_get() { "$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"m": m}))' "$@"; }
 
 # 1. Plain download + extraction (default filter: 6 arithmetic files; corpus: 3 train-easy files, 100 pairs each).
 run_fetch --source "$BASE/good.tar.gz" --downloads "$DL" --out "$T/raw" --tokenizer-corpus-pairs 100

@@ -5,36 +5,10 @@
 # overriding the config, a second archive given as a local path and as an http:// URL (local test server), the
 # manifest recording it, the "up to date" check covering it, and tokenize accepting the result.
 # Exit 0 pass, 77 skip (says why), anything else fail.
-set -u
-cd "$(dirname "$0")/../.." || exit 1
-ROOT=$PWD
-
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(command -v python3 || true)
-if [ -z "$PY" ]; then echo "SKIP: no python3 for manifest checks and the test HTTP server"; exit 77; fi
-for b in fetch tokenize; do
-  if [ ! -x bin/$b ]; then make --no-print-directory bin/$b >/dev/null || { echo "FAIL: cannot build bin/$b"; exit 1; }; fi
-done
-FETCH=$ROOT/bin/fetch
-
-T=$(mktemp -d /tmp/test_fetch_config.XXXXXX)
-SERVER_PID=
-cleanup() {
-  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; fi
-  rm -rf "$T"
-}
-trap cleanup EXIT INT TERM
-
-FAILS=0
-pass() { echo "ok   - $*"; }
-fail() { echo "FAIL - $*"; FAILS=$((FAILS + 1)); }
-check() { local what=$1; shift; if "$@"; then pass "$what"; else fail "$what"; fi; }
-run_fetch() { "$FETCH" "$@" >"$T/log" 2>&1; }
+source "$(dirname "$0")/fetch_common.sh" test_fetch_config fetch tokenize
 log_has() { grep -q -F -- "$1" "$T/log" || { echo "    expected '$1' in:"; sed 's/^/    | /' "$T/log"; return 1; }; }
 one_error_line() { test "$(grep -c 'error:' "$T/log")" = 1; }
-no_temp_trees() { ! ls -d "$1".tmp.* >/dev/null 2>&1; }
 nothing_at() { test ! -e "$1" && no_temp_trees "$1"; }
-json_get() { "$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {"m": m}))' "$@"; }
 
 # ---- two small archives in the DM-math layout ----
 # main.tar.gz: arithmetic (3 files) + algebra modules, questions about sums; corpus.tar.gz: other train-easy modules
@@ -191,10 +165,7 @@ check "second archive's bytes changed: not up to date" test "$(json_get "$T/raw4
 gen "$C/train-easy/numbers__gcd.txt" 200 6 "Let x = %d. Calculate x + %d." # restore for the checks below
 
 # 5. tokenizer_corpus_source from the config, the second archive served over HTTP (local test server).
-"$PY" tests/e2e/http_server.py --root "$WWW" --port-file "$T/port" --log "$T/server.log" &
-SERVER_PID=$!
-for _ in $(seq 100); do [ -s "$T/port" ] && break; sleep 0.05; done
-if [ -s "$T/port" ]; then
+if start_server "$WWW"; then
   URL=http://127.0.0.1:$(cat "$T/port")/corpus.tar.gz
   write_config "$T/data5.json" "\"source\": \"$WWW/main.tar.gz\", \"tokenizer_corpus_pairs\": 20, \"tokenizer_corpus_source\": \"$URL\""
   run_fetch --config "$T/data5.json" --downloads "$T/dl" --out "$T/raw5"
