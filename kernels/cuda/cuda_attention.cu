@@ -41,7 +41,7 @@ void cuda_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, 
     for (int i = 0; i < half; i++) h_inv[i] = 1.0f / powf((float)base, (float)(2 * i) / (float)n_rot); // fp32
     float *d_inv = (float *)cuda_scratch(be, CS_B, (size_t)half * sizeof(float));
     CHECK_CUDA(cudaMemcpy(d_inv, h_inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice));
-    k_rope<<<grid_for(total, 256), 256>>>(x, d_inv, B, T, H, D, n_rot, pos_offset, inverse);
+    LAUNCH(k_rope, grid_for(total, 256), 256, 0)(x, d_inv, B, T, H, D, n_rot, pos_offset, inverse);
     CHECK_LAUNCH();
 }
 
@@ -106,14 +106,16 @@ void cuda_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const sca
     if (rows <= 0) return;
     unsigned blocks = (unsigned)((rows + 7) / 8);
     if (use_bf16(be))
-        k_attn_fwd<true><<<blocks, 256>>>(out, lse, q, k, v, B, Tq, Tk, H, D, scale);
+        LAUNCH(k_attn_fwd<true>, blocks, 256, 0)(out, lse, q, k, v, B, Tq, Tk, H, D, scale);
     else
-        k_attn_fwd<false><<<blocks, 256>>>(out, lse, q, k, v, B, Tq, Tk, H, D, scale);
+        LAUNCH(k_attn_fwd<false>, blocks, 256, 0)(out, lse, q, k, v, B, Tq, Tk, H, D, scale);
     CHECK_LAUNCH();
 }
 
 // ---------------------------------------------------------------- backward
-// Di[b,h,i] = dout_i . out_i
+// Di[b,h,i] = dout_i . out_i. In bf16 mode dout is rounded as the dq/dkdv kernels round it, so that
+// sum_j p_ij (dout_i . v_j) - Di stays consistent (with one key, ds is then exactly 0 as on the CPU).
+template <bool BF16>
 __global__ void k_attn_rowdot(float *Di, const float *dout, const float *out, int B, int T, int H, int D) {
     long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -121,7 +123,7 @@ __global__ void k_attn_rowdot(float *Di, const float *dout, const float *out, in
     int i = (int)(row % T), bh = (int)(row / T), b = bh / H, h = bh % H;
     size_t off = ((size_t)b * T + i) * H * D + (size_t)h * D;
     float part = 0.0f;
-    for (int d = lane; d < D; d += 32) part += dout[off + d] * out[off + d];
+    for (int d = lane; d < D; d += 32) part += opnd<BF16>(dout[off + d]) * out[off + d];
     float s = warp_sum(part);
     if (lane == 0) Di[row] = s;
 }
@@ -234,16 +236,18 @@ void cuda_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *
     if (rows <= 0) return;
     unsigned blocks = (unsigned)((rows + 7) / 8);
     float *Di = (float *)cuda_scratch(be, CS_A, (size_t)rows * sizeof(float));
-    k_attn_rowdot<<<blocks, 256>>>(Di, dout, out, B, T, H, D);
-    CHECK_LAUNCH();
     if (use_bf16(be)) {
-        k_attn_bwd_dq<true><<<blocks, 256>>>(dq, dout, lse, Di, q, k, v, B, T, H, D, scale);
+        LAUNCH(k_attn_rowdot<true>, blocks, 256, 0)(Di, dout, out, B, T, H, D);
         CHECK_LAUNCH();
-        k_attn_bwd_dkdv<true><<<blocks, 256>>>(dk, dv, dout, lse, Di, q, k, v, B, T, H, D, scale);
+        LAUNCH(k_attn_bwd_dq<true>, blocks, 256, 0)(dq, dout, lse, Di, q, k, v, B, T, H, D, scale);
+        CHECK_LAUNCH();
+        LAUNCH(k_attn_bwd_dkdv<true>, blocks, 256, 0)(dk, dv, dout, lse, Di, q, k, v, B, T, H, D, scale);
     } else {
-        k_attn_bwd_dq<false><<<blocks, 256>>>(dq, dout, lse, Di, q, k, v, B, T, H, D, scale);
+        LAUNCH(k_attn_rowdot<false>, blocks, 256, 0)(Di, dout, out, B, T, H, D);
         CHECK_LAUNCH();
-        k_attn_bwd_dkdv<false><<<blocks, 256>>>(dk, dv, dout, lse, Di, q, k, v, B, T, H, D, scale);
+        LAUNCH(k_attn_bwd_dq<false>, blocks, 256, 0)(dq, dout, lse, Di, q, k, v, B, T, H, D, scale);
+        CHECK_LAUNCH();
+        LAUNCH(k_attn_bwd_dkdv<false>, blocks, 256, 0)(dk, dv, dout, lse, Di, q, k, v, B, T, H, D, scale);
     }
     CHECK_LAUNCH();
 }

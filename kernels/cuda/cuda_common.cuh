@@ -13,9 +13,13 @@
 #include <cstdint>
 #include <cstdio>
 
+#ifdef CUDA_EMULATION // the CPU emulator used where no GPU exists (kernels/cuda/emu/cuda_emu.h says what it checks)
+#include "kernels/cuda/emu/cuda_emu.h"
+#else
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#endif
 
 extern "C" {
 #include "kernels/backend.h"
@@ -41,6 +45,16 @@ static_assert(sizeof(scalar_t) == sizeof(float), "the CUDA backend is built for 
             die("cuBLAS error at %s:%d in %s: %s (%d)", __FILE__, __LINE__, #call, cublasGetStatusString(st_),      \
                 (int)st_);                                                                                         \
     } while (0)
+
+// Kernel launches go through LAUNCH(kernel, grid, block, dynamic_shared_bytes)(args...) so that the emulator can
+// run them on the CPU; on a GPU it is exactly kernel<<<grid, block, shmem>>>(args...).
+#ifdef CUDA_EMULATION
+#define LAUNCH(kernel, grid, block, shmem) emu::launch(#kernel, (grid), (block), (shmem), kernel)
+#define DYNAMIC_SHARED(type, name) type *name = (type *)emu::dynamic_shared()
+#else
+#define LAUNCH(kernel, grid, block, shmem) kernel<<<(grid), (block), (shmem)>>>
+#define DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
 
 // After every kernel launch: reports launch-configuration errors at the launch site.
 #define CHECK_LAUNCH() CHECK_CUDA(cudaGetLastError())

@@ -114,7 +114,7 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
     __nv_bfloat16 *Xs16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, CS_F, (size_t)M * Kin * sizeof(__nv_bfloat16)) : nullptr;
     __nv_bfloat16 *W16 = nullptr;
     float *Ys = (float *)cuda_scratch(be, CS_D, (size_t)M * Nout * sizeof(float));
-    k_gather<<<grid_for((size_t)M * Kin, 256), 256>>>(Xs, Xs16, X, pl.perm, M, in_div, Kin);
+    LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0)(Xs, Xs16, X, pl.perm, M, in_div, Kin);
     CHECK_LAUNCH();
     if (bf16) {
         W16 = (__nv_bfloat16 *)cuda_scratch(be, CS_H, (size_t)n_experts * Kin * Nout * sizeof(__nv_bfloat16));
@@ -130,10 +130,10 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
                   Ys + o * Nout, Nout, bf16);
     }
     if (!w) {
-        k_unsort<<<grid_for((size_t)M * Nout, 256), 256>>>(Y, Ys, pl.inv, M, Nout);
+        LAUNCH(k_unsort, grid_for((size_t)M * Nout, 256), 256, 0)(Y, Ys, pl.inv, M, Nout);
     } else {
         int rows = M / out_div;
-        k_reduce<<<grid_for((size_t)rows * Nout, 256), 256>>>(Y, Ys, pl.inv, w, rows, out_div, Nout, false);
+        LAUNCH(k_reduce, grid_for((size_t)rows * Nout, 256), 256, 0)(Y, Ys, pl.inv, w, rows, out_div, Nout, false);
     }
     CHECK_LAUNCH();
 }
@@ -160,10 +160,10 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         cuda_to_bf16(W16, W, (size_t)n_experts * Kin * Nout);
     }
     // unweighted output gradient rows in sorted order (+ bf16 copy for the dX GEMM)
-    k_gather<<<grid_for((size_t)M * Nout, 256), 256>>>(Gs, Gs16, dY, pl.perm, M, w ? out_div : 1, Nout);
+    LAUNCH(k_gather, grid_for((size_t)M * Nout, 256), 256, 0)(Gs, Gs16, dY, pl.perm, M, w ? out_div : 1, Nout);
     CHECK_LAUNCH();
     if (want_Xs) {
-        k_gather<<<grid_for((size_t)M * Kin, 256), 256>>>(Xs, Xs16, X, pl.perm, M, in_div, Kin);
+        LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0)(Xs, Xs16, X, pl.perm, M, in_div, Kin);
         CHECK_LAUNCH();
     }
     if (want_Q) {
@@ -177,12 +177,12 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         }
     }
     if (want_dw) {
-        k_dw<<<(unsigned)((M + 7) / 8), 256>>>(dw, Qs, Xs, pl.inv, M, Kin);
+        LAUNCH(k_dw, (unsigned)((M + 7) / 8), 256, 0)(dw, Qs, Xs, pl.inv, M, Kin);
         CHECK_LAUNCH();
     }
     if (dW) {
         if (w || bf16) { // weighted rows (and their bf16 copy)
-            k_scale_rows<<<grid_for((size_t)M * Nout, 256), 256>>>(Gs, Gs16, w, pl.perm, M, Nout);
+            LAUNCH(k_scale_rows, grid_for((size_t)M * Nout, 256), 256, 0)(Gs, Gs16, w, pl.perm, M, Nout);
             CHECK_LAUNCH();
         }
         const char *xs = (const char *)bf16_or(Xs, Xs16, bf16), *gs = (const char *)bf16_or(Gs, Gs16, bf16);
@@ -196,7 +196,7 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     }
     if (dX) {
         int rows = M / in_div;
-        k_reduce<<<grid_for((size_t)rows * Kin, 256), 256>>>(dX, Qs, pl.inv, w, rows, in_div, Kin, true);
+        LAUNCH(k_reduce, grid_for((size_t)rows * Kin, 256), 256, 0)(dX, Qs, pl.inv, w, rows, in_div, Kin, true);
         CHECK_LAUNCH();
     }
 }

@@ -22,7 +22,7 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
 
 void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
     if (!n) return;
-    k_to_bf16<<<grid_for(n, 256), 256>>>(dst, src, n);
+    LAUNCH(k_to_bf16, grid_for(n, 256), 256, 0)(dst, src, n);
     CHECK_LAUNCH();
 }
 
@@ -36,7 +36,7 @@ void cuda_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B,
     if (M <= 0 || N <= 0) return;
     size_t nC = (size_t)M * N;
     if (K <= 0) { // empty product: C = beta*C, and beta = 0 clears NaN like the CPU backend
-        k_scale<<<grid_for(nC, 256), 256>>>(C, beta, nC, beta == 0.0f);
+        LAUNCH(k_scale, grid_for(nC, 256), 256, 0)(C, beta, nC, beta == 0.0f);
         CHECK_LAUNCH();
         return;
     }
@@ -59,13 +59,13 @@ __global__ void k_add(float *y, const float *x, size_t n) {
 }
 void cuda_add_inplace(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {
     if (!n) return;
-    k_add<<<grid_for(n, 256), 256>>>(y, x, n);
+    LAUNCH(k_add, grid_for(n, 256), 256, 0)(y, x, n);
     CHECK_LAUNCH();
 }
 
 void cuda_scale_inplace(Backend *be, scalar_t *y, scalar_t s, size_t n) {
     if (!n) return;
-    k_scale<<<grid_for(n, 256), 256>>>(y, s, n, false);
+    LAUNCH(k_scale, grid_for(n, 256), 256, 0)(y, s, n, false);
     CHECK_LAUNCH();
 }
 
@@ -76,7 +76,7 @@ __global__ void k_add_bias(float *y, const float *bias, size_t total, int C) {
 void cuda_add_bias(Backend *be, scalar_t *y, const scalar_t *bias, int N, int C) {
     size_t total = (size_t)N * C;
     if (!total) return;
-    k_add_bias<<<grid_for(total, 256), 256>>>(y, bias, total, C);
+    LAUNCH(k_add_bias, grid_for(total, 256), 256, 0)(y, bias, total, C);
     CHECK_LAUNCH();
 }
 
@@ -86,7 +86,7 @@ __global__ void k_relu(float *y, const float *x, size_t n) {
 }
 void cuda_relu_forward(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {
     if (!n) return;
-    k_relu<<<grid_for(n, 256), 256>>>(y, x, n);
+    LAUNCH(k_relu, grid_for(n, 256), 256, 0)(y, x, n);
     CHECK_LAUNCH();
 }
 
@@ -96,7 +96,7 @@ __global__ void k_relu_bwd(float *dx, const float *dy, const float *pre, size_t 
 }
 void cuda_relu_backward(Backend *be, scalar_t *dx, const scalar_t *dy, const scalar_t *pre, size_t n) {
     if (!n) return;
-    k_relu_bwd<<<grid_for(n, 256), 256>>>(dx, dy, pre, n);
+    LAUNCH(k_relu_bwd, grid_for(n, 256), 256, 0)(dx, dy, pre, n);
     CHECK_LAUNCH();
 }
 
@@ -149,9 +149,9 @@ void cuda_column_sums(Backend *be, float *out_a, float *out_b, const float *dy, 
     double *pa = (double *)cuda_scratch(be, CS_A, (size_t)chunks * C * sizeof(double));
     double *pb = mode ? (double *)cuda_scratch(be, CS_B, (size_t)chunks * C * sizeof(double)) : nullptr;
     dim3 grid((C + 127) / 128, chunks);
-    k_colsum_partial<<<grid, 128>>>(pa, pb, dy, x, mean, rstd, N, C, rows_per_chunk, mode);
+    LAUNCH(k_colsum_partial, grid, 128, 0)(pa, pb, dy, x, mean, rstd, N, C, rows_per_chunk, mode);
     CHECK_LAUNCH();
-    k_colsum_final<<<(C + 127) / 128, 128>>>(out_a, out_b, pa, pb, C, chunks);
+    LAUNCH(k_colsum_final, (C + 127) / 128, 128, 0)(out_a, out_b, pa, pb, C, chunks);
     CHECK_LAUNCH();
 }
 
@@ -169,7 +169,7 @@ __global__ void k_embed(float *h, const int32_t *tokens, const float *table, int
 }
 void cuda_embedding_forward(Backend *be, scalar_t *h, const int32_t *tokens, const scalar_t *table, int N, int C) {
     if (N <= 0 || C <= 0) return;
-    k_embed<<<grid_for((size_t)N * C, 256), 256>>>(h, tokens, table, N, C);
+    LAUNCH(k_embed, grid_for((size_t)N * C, 256), 256, 0)(h, tokens, table, N, C);
     CHECK_LAUNCH();
 }
 
@@ -216,7 +216,7 @@ void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, 
     int32_t *d_stage = (int32_t *)cuda_scratch(be, CS_A, n_stage * sizeof(int32_t));
     CHECK_CUDA(cudaMemcpy(d_stage, stage, n_stage * sizeof(int32_t), cudaMemcpyHostToDevice));
     dim3 grid(U, (C + 127) / 128);
-    k_embed_bwd<<<grid, 128>>>(dtable, dh, d_stage, d_stage + N, d_stage + N + U + 1, C);
+    LAUNCH(k_embed_bwd, grid, 128, 0)(dtable, dh, d_stage, d_stage + N, d_stage + N + U + 1, C);
     CHECK_LAUNCH();
 }
 
@@ -251,7 +251,7 @@ __global__ void k_ln_fwd(float *y, float *mean, float *rstd, const float *x, con
 void cuda_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd, const scalar_t *x,
                             const scalar_t *w, const scalar_t *b, int N, int C, scalar_t eps) {
     if (N <= 0) return;
-    k_ln_fwd<<<(N + 7) / 8, 256>>>(y, mean, rstd, x, w, b, N, C, eps);
+    LAUNCH(k_ln_fwd, (N + 7) / 8, 256, 0)(y, mean, rstd, x, w, b, N, C, eps);
     CHECK_LAUNCH();
 }
 
@@ -282,7 +282,7 @@ void cuda_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *
                              int C) {
     if (N <= 0) return;
     if (dx) {
-        k_ln_bwd_dx<<<(N + 7) / 8, 256>>>(dx, dy, x, w, mean, rstd, N, C);
+        LAUNCH(k_ln_bwd_dx, (N + 7) / 8, 256, 0)(dx, dy, x, w, mean, rstd, N, C);
         CHECK_LAUNCH();
     }
     // same rule as the CPU: dw when w and dw are given, db when db is given

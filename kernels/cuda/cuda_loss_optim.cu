@@ -18,7 +18,7 @@ __global__ void k_sum_doubles(double *out, const double *x, size_t n) {
 double cuda_sum_doubles(Backend *be, const double *x, size_t n) {
     if (n == 0) return 0.0;
     double *d_out = (double *)cuda_scratch(be, CS_J, sizeof(double));
-    k_sum_doubles<<<1, 256>>>(d_out, x, n);
+    LAUNCH(k_sum_doubles, 1, 256, 0)(d_out, x, n);
     CHECK_LAUNCH();
     double r;
     CHECK_CUDA(cudaMemcpy(&r, d_out, sizeof r, cudaMemcpyDeviceToHost));
@@ -68,7 +68,7 @@ double cuda_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, cons
     double *row_loss = (double *)cuda_scratch(be, CS_A, (size_t)N * sizeof(double));
     int *bad = (int *)cuda_scratch(be, CS_B, sizeof(int));
     CHECK_CUDA(cudaMemsetAsync(bad, 0, sizeof(int), 0));
-    k_ce<<<(unsigned)((N + 7) / 8), 256>>>(dlogits, losses, row_loss, bad, logits, targets, N, V, grad_scale);
+    LAUNCH(k_ce, (unsigned)((N + 7) / 8), 256, 0)(dlogits, losses, row_loss, bad, logits, targets, N, V, grad_scale);
     CHECK_LAUNCH();
     double total = cuda_sum_doubles(be, row_loss, (size_t)N);
     int h_bad = 0;
@@ -97,7 +97,7 @@ __global__ void k_argmax(int32_t *out, const float *x, int N, int V) {
 
 void cuda_argmax_rows(Backend *be, int32_t *argmax, const scalar_t *x, int N, int V) {
     if (N <= 0) return;
-    k_argmax<<<(unsigned)((N + 7) / 8), 256>>>(argmax, x, N, V);
+    LAUNCH(k_argmax, (unsigned)((N + 7) / 8), 256, 0)(argmax, x, N, V);
     CHECK_LAUNCH();
 }
 
@@ -120,7 +120,7 @@ void cuda_adamw_step(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, s
                      double beta1, double beta2, double eps, double wd, long t) {
     if (t < 1) die("adamw_step: step t=%ld must be >= 1", t);
     if (!n) return;
-    k_adamw<<<grid_for(n, 256), 256>>>(p, g, m, v, n, (float)(1.0 - lr * wd), (float)beta1, (float)beta2,
+    LAUNCH(k_adamw, grid_for(n, 256), 256, 0)(p, g, m, v, n, (float)(1.0 - lr * wd), (float)beta1, (float)beta2,
                                        (float)(1.0 - beta1), (float)(1.0 - beta2),
                                        (float)(lr / (1.0 - pow(beta1, (double)t))),
                                        (float)sqrt(1.0 - pow(beta2, (double)t)), (float)eps);
@@ -141,7 +141,7 @@ double cuda_sum_squares(Backend *be, const scalar_t *x, size_t n) {
     if (n == 0) return 0.0;
     size_t chunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
     double *partial = (double *)cuda_scratch(be, CS_A, chunks * sizeof(double));
-    k_sumsq_chunks<<<(unsigned)chunks, 256>>>(partial, x, n);
+    LAUNCH(k_sumsq_chunks, (unsigned)chunks, 256, 0)(partial, x, n);
     CHECK_LAUNCH();
     return cuda_sum_doubles(be, partial, chunks);
 }
@@ -155,7 +155,7 @@ int cuda_all_finite(Backend *be, const scalar_t *x, size_t n) {
     if (n == 0) return 1;
     int *found = (int *)cuda_scratch(be, CS_B, sizeof(int));
     CHECK_CUDA(cudaMemsetAsync(found, 0, sizeof(int), 0));
-    k_nonfinite<<<grid_for(n, 256), 256>>>(found, x, n);
+    LAUNCH(k_nonfinite, grid_for(n, 256), 256, 0)(found, x, n);
     CHECK_LAUNCH();
     int h = 0;
     CHECK_CUDA(cudaMemcpy(&h, found, sizeof h, cudaMemcpyDeviceToHost));

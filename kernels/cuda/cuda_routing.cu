@@ -55,7 +55,7 @@ void cuda_topk_sigmoid(Backend *be, int32_t *sel, scalar_t *gate, const scalar_t
     if (k < 1 || k > E) die("topk_sigmoid: k=%d must be in [1, E=%d]", k, E);
     long rows = (long)N * G;
     if (rows <= 0) return;
-    k_topk<<<grid_for((size_t)rows, 128), 128>>>(sel, gate, logits, drop, rows, G, E, k);
+    LAUNCH(k_topk, grid_for((size_t)rows, 128), 128, 0)(sel, gate, logits, drop, rows, G, E, k);
     CHECK_LAUNCH();
 }
 
@@ -78,7 +78,7 @@ void cuda_topk_sigmoid_backward(Backend *be, scalar_t *dlogits, const scalar_t *
                                 const scalar_t *gate, int N, int G, int E, int k) {
     long rows = (long)N * G;
     if (rows <= 0) return;
-    k_topk_bwd<<<grid_for((size_t)rows, 128), 128>>>(dlogits, dgate, sel, gate, rows, G, E, k);
+    LAUNCH(k_topk_bwd, grid_for((size_t)rows, 128), 128, 0)(dlogits, dgate, sel, gate, rows, G, E, k);
     CHECK_LAUNCH();
 }
 
@@ -101,7 +101,7 @@ __global__ void k_row_lse(double *lse, const float *logits, long rows, int E) {
 // Pass 2: one block per (b,g): pbar_e = mean over valid (r,t) of softmax, in (r,t) order; H and log pbar.
 __global__ void k_pbar(double *logpbar, double *H, const float *logits, const double *lse, const uint8_t *valid,
                        const double *cnt, int R, int B, int T, int G, int E) {
-    extern __shared__ double sh[];
+    DYNAMIC_SHARED(double, sh);
     int bg = blockIdx.x, b = bg / G, g = bg % G;
     double h_part = 0;
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
@@ -176,9 +176,9 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     double *d_logpbar = (double *)cuda_scratch(be, CS_C, (size_t)B * G * E * sizeof(double));
     double *d_H = (double *)cuda_scratch(be, CS_D, (size_t)B * G * sizeof(double));
     CHECK_CUDA(cudaMemcpy(d_cnt, cnt.data(), (size_t)B * sizeof(double), cudaMemcpyHostToDevice));
-    k_row_lse<<<(unsigned)((rows + 7) / 8), 256>>>(d_lse, logits, rows, E);
+    LAUNCH(k_row_lse, (unsigned)((rows + 7) / 8), 256, 0)(d_lse, logits, rows, E);
     CHECK_LAUNCH();
-    k_pbar<<<B * G, 128, 128 * sizeof(double)>>>(d_logpbar, d_H, logits, d_lse, valid, d_cnt, R, B, T, G, E);
+    LAUNCH(k_pbar, B * G, 128, 128 * sizeof(double))(d_logpbar, d_H, logits, d_lse, valid, d_cnt, R, B, T, G, E);
     CHECK_LAUNCH();
     std::vector<double> H((size_t)B * G);
     CHECK_CUDA(cudaMemcpy(H.data(), d_H, (size_t)B * G * sizeof(double), cudaMemcpyDeviceToHost));
@@ -188,7 +188,7 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     double value = entropy_reg_value(cnt.data(), H.data(), B, G, n_seq, &grad_factor);
     if (dlogits) {
         double factor = (double)coef * grad_factor;
-        k_entropy_grad<<<(unsigned)((rows + 7) / 8), 256>>>(dlogits, logits, d_lse, d_logpbar, valid, d_cnt, B, T, G,
+        LAUNCH(k_entropy_grad, (unsigned)((rows + 7) / 8), 256, 0)(dlogits, logits, d_lse, d_logpbar, valid, d_cnt, B, T, G,
                                                              E, rows, factor);
         CHECK_LAUNCH();
     }

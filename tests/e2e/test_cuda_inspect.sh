@@ -14,6 +14,8 @@
 # Exit 77 (SKIP) when this build or machine has no usable CUDA GPU.
 # Validation without a GPU: CUDA_TEST_BACKEND=cpu runs the same script with the cpu backend as the device under test
 # (every comparison must then pass trivially; it exercises the plumbing, not the CUDA code).
+# CUDA_TEST_BIN=DIR takes the device-under-test's stages from DIR (make test-cuda-emu: build/emu/bin, the CUDA
+# backend on the CPU emulator); the CPU reference always comes from bin/.
 set -u
 cd "$(dirname "$0")/../.."
 [ -x bin/inspect ] || { echo "FAIL: bin/inspect not built (run make first)"; exit 1; }
@@ -21,13 +23,15 @@ PY=$(command -v python3 || true)
 [ -n "$PY" ] || { echo "SKIP: no python3 (the comparison script uses only its standard library)"; exit 77; }
 fix=tests/fixtures/twin
 dut=${CUDA_TEST_BACKEND:-cuda}
+dut_bin=${CUDA_TEST_BIN:-bin}
+[ -x "$dut_bin/inspect" ] || { echo "FAIL: $dut_bin/inspect not built"; exit 1; }
 [ "$dut" = cuda ] || echo "NOTE: validation mode: the device under test is the $dut backend, not cuda"
 tmp=$(mktemp -d /tmp/test_cuda_inspect.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
 # Probe: the first fixture on cuda. A build without CUDA or a machine without a usable GPU is a skip.
 first=$(ls -d "$fix"/*/ | head -n 1)
-if ! bin/inspect --weights "$first/weights.safetensors" --batch "$first/batch.json" --out "$tmp/probe.out" \
+if ! "$dut_bin"/inspect --weights "$first/weights.safetensors" --batch "$first/batch.json" --out "$tmp/probe.out" \
      --backend "$dut" 2>"$tmp/probe.err" >/dev/null; then
   if grep -qE "no usable CUDA GPU|no CUDA support" "$tmp/probe.err"; then
     echo "SKIP: $(head -n 1 "$tmp/probe.err")"
@@ -44,9 +48,11 @@ for d in "$fix"/*/; do
   for run in ref:cpu:fp32 dut:$dut:fp32 dut:$dut:bf16; do
     IFS=: read -r role be prec <<<"$run"
     out="$tmp/$name.$role.$prec"
-    bin/inspect --weights "$d/weights.safetensors" --batch "$d/batch.json" --out "$out.st" \
+    exe=bin/inspect
+    [ "$role" = dut ] && exe=$dut_bin/inspect
+    "$exe" --weights "$d/weights.safetensors" --batch "$d/batch.json" --out "$out.st" \
       --backend "$be" --precision "$prec" >/dev/null 2>"$out.err" \
-      || { echo "FAIL: $name: bin/inspect --backend $be --precision $prec: $(head -n 1 "$out.err")"; exit 1; }
+      || { echo "FAIL: $name: $exe --backend $be --precision $prec: $(head -n 1 "$out.err")"; exit 1; }
   done
   n=$((n + 1))
 done

@@ -10,14 +10,18 @@
 # CUDA_E2E_DATA=DIR uses an already tokenized data directory (made by train_common.sh's train_data, e.g. carried to a
 # GPU machine by mk/gpu_bundle.sh) instead of running bin/fetch and bin/tokenize here.
 # Validation without a GPU: CUDA_TEST_BACKEND=cpu runs everything on the cpu backend (plumbing only).
+# CUDA_TEST_BIN=DIR takes bin/train and bin/inspect from DIR (make test-cuda-emu: build/emu/bin, the CUDA backend on
+# the CPU emulator, with CUDA_RESUME_STEPS lowered and CUDA_RESUME_SETTINGS="context=32 batch_size=4" (extra
+# train_config KEY=VALUE overrides) to fit its speed).
 source "$(dirname "$0")/train_common.sh"
 
 be=${CUDA_TEST_BACKEND:-cuda}
+dut_bin=${CUDA_TEST_BIN:-bin}
 [ "$be" = cuda ] || echo "NOTE: validation mode: the backend under test is $be, not cuda"
 
 # Probe the backend before preparing data: a twin fixture through bin/inspect (same backend_create path as train).
 probe=tests/fixtures/twin/dense_tiny_on
-if ! bin/inspect --weights "$probe/weights.safetensors" --batch "$probe/batch.json" --out "$tmp/probe.out" \
+if ! "$dut_bin"/inspect --weights "$probe/weights.safetensors" --batch "$probe/batch.json" --out "$tmp/probe.out" \
      --backend "$be" >/dev/null 2>"$tmp/probe.err"; then
   if grep -qE "no usable CUDA GPU|no CUDA support" "$tmp/probe.err"; then
     echo "SKIP: $(head -n 1 "$tmp/probe.err")"
@@ -33,13 +37,13 @@ else
   train_data "$tmp/data"
   data=$tmp/data
 fi
-train() { bin/train --backend "$be" --threads 2 "$@"; }
+train() { "$dut_bin"/train --backend "$be" --threads 2 "$@"; }
 
 # interrupt_with SIGNAL CONFIG DIR EXPECTED_RC: starts a run, signals it once 3 steps are logged, checks the exit.
 interrupt_with() {
   local sig=$1 cfg=$2 dir=$3 want=$4 rc=0
   # bin/train itself in the background (not the train() function, whose subshell would receive the signal)
-  bin/train --backend "$be" --threads 2 --config "$cfg" --data "$data" --out "$dir" >"$dir.log" 2>&1 &
+  "$dut_bin"/train --backend "$be" --threads 2 --config "$cfg" --data "$data" --out "$dir" >"$dir.log" 2>&1 &
   local pid=$!
   for _ in $(seq 1 3000); do # up to 60 s for the first 3 steps (CUDA start-up included)
     [ -f "$dir/metrics.jsonl" ] && [ "$(wc -l <"$dir/metrics.jsonl")" -ge 3 ] && break
@@ -56,12 +60,13 @@ interrupt_with() {
 
 # Enough steps that a signal sent after 3 logged steps arrives long before the end on a fast GPU.
 steps=${CUDA_RESUME_STEPS:-400}
+extra=${CUDA_RESUME_SETTINGS:-}
 for arch in moeut dense; do
   if [ "$arch" = moeut ]; then
-    settings=(moeut answer $steps checkpoint_every=4 ff_expert_dropout=0.1 att_expert_dropout=0.1)
+    settings=(moeut answer $steps checkpoint_every=4 ff_expert_dropout=0.1 att_expert_dropout=0.1 $extra)
     prec=bf16
   else
-    settings=(dense qa $steps checkpoint_every=0)
+    settings=(dense qa $steps checkpoint_every=0 $extra)
     prec=fp32
   fi
   cfg="$tmp/$arch.json"

@@ -1,0 +1,595 @@
+// The CUDA emulator's runtime (see cuda_emu.h for what it is and what it checks): the fiber scheduler that runs a
+// launch, device-memory bookkeeping, the runtime API calls and cublasGemmEx.
+#include "kernels/cuda/emu/cuda_emu.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <vector>
+
+#if !defined(__x86_64__)
+#include <ucontext.h> // portable fallback; x86-64 uses the syscall-free switch below
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+namespace emu {
+
+[[noreturn]] void fatal(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cuda-emu: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    fflush(stderr);
+    abort();
+}
+
+// ---------------------------------------------------------------- device memory bookkeeping
+static std::map<uintptr_t, size_t> device_allocs; // base -> bytes
+static std::map<uintptr_t, size_t> pinned_allocs;
+
+static const std::pair<const uintptr_t, size_t> *find_alloc(const std::map<uintptr_t, size_t> &m, const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = m.upper_bound(a);
+    if (it == m.begin()) return nullptr;
+    --it;
+    return a <= it->first + it->second ? &*it : nullptr; // one past the end counts (empty ranges)
+}
+
+bool is_device_range(const void *p, size_t bytes) {
+    const auto *al = find_alloc(device_allocs, p);
+    return al && (uintptr_t)p + bytes <= al->first + al->second;
+}
+static bool is_pinned(const void *p) { return find_alloc(pinned_allocs, p) != nullptr; }
+
+// ---------------------------------------------------------------- fibers
+struct ThreadState {
+#if defined(__x86_64__)
+    void *sp = nullptr; // saved stack pointer while switched out
+#else
+    ucontext_t ctx;
+#endif
+    char *stack = nullptr;
+    uint3 idx{};
+    int linear = 0, warp = 0, lane = 0;
+    enum State { RUNNABLE, AT_WARP, AT_BLOCK, DONE } state = RUNNABLE;
+    unsigned mask = 0;
+#ifdef EMU_ASAN
+    void *fake_stack = nullptr;
+#endif
+};
+
+ThreadState *current = nullptr;
+uint3 block_idx{};
+dim3 block_dim, grid_dim;
+const uint3 &thread_idx(const ThreadState *t) {
+    if (!t) fatal("threadIdx used outside a kernel");
+    return t->idx;
+}
+
+static const size_t STACK_BYTES = 256 * 1024;
+// ---- context switching
+// x86-64: a 20-instruction switch that saves the callee-saved registers and the FPU/SSE control words on the old
+// stack and pops them from the new one (swapcontext would also make a sigprocmask system call every switch: several
+// times slower, and the emulator switches at every warp shuffle).
+#if defined(__x86_64__)
+extern "C" void emu_switch_stack(void **save_sp, void *new_sp);
+asm(".text\n"
+    ".globl emu_switch_stack\n"
+    ".type emu_switch_stack,@function\n"
+    "emu_switch_stack:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_switch_stack, .-emu_switch_stack\n");
+static void *scheduler_sp = nullptr;
+#else
+static ucontext_t scheduler_ctx;
+#endif
+// One block's threads; their stacks are reused by every launch and freed at exit (so LeakSanitizer sees no leak).
+struct ThreadPool {
+    std::vector<ThreadState> v;
+    ~ThreadPool() {
+        for (ThreadState &t : v) free(t.stack);
+    }
+};
+static ThreadPool pool;
+static std::vector<ThreadState> &threads = pool.v;
+static std::vector<uint64_t> warp_slots;   // [n_warps][2][32]: double-buffered shuffle values
+static std::vector<unsigned> warp_phase;   // [n_warps]: completed warp collectives (selects the buffer)
+static std::vector<unsigned char> dyn_shared;
+static const std::function<void()> *launch_body = nullptr;
+static const char *launch_name = "";
+static bool reverse_order = false;
+static cudaError_t last_error = cudaSuccess;
+
+void *dynamic_shared(void) { return dyn_shared.empty() ? nullptr : dyn_shared.data(); }
+
+#ifdef EMU_ASAN
+// ASan must be told about every stack switch; the scheduler's stack bounds are learnt when a fiber first starts.
+static const void *scheduler_stack_bottom = nullptr;
+static size_t scheduler_stack_size = 0;
+#endif
+
+static void switch_to_scheduler(ThreadState *t) {
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(&t->fake_stack, scheduler_stack_bottom, scheduler_stack_size);
+#endif
+#if defined(__x86_64__)
+    emu_switch_stack(&t->sp, scheduler_sp);
+#else
+    swapcontext(&t->ctx, &scheduler_ctx);
+#endif
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(t->fake_stack, &scheduler_stack_bottom, &scheduler_stack_size);
+#endif
+}
+
+// A fiber lives for the whole process: it runs the current launch's body once per block it is given, then parks
+// (DONE) until the scheduler hands it the next block. Its frames unwind normally between blocks, so nothing has to
+// be reset (ASan's stack redzones included) when the same stack serves the next block or launch.
+static void fiber_entry(void) {
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &scheduler_stack_bottom, &scheduler_stack_size);
+#endif
+    for (;;) {
+        ThreadState *t = current;
+        (*launch_body)();
+        t->state = ThreadState::DONE;
+        switch_to_scheduler(t);
+    }
+}
+
+static void resume(ThreadState *t) {
+    current = t;
+#ifdef EMU_ASAN
+    void *sched_fake = nullptr;
+    __sanitizer_start_switch_fiber(&sched_fake, t->stack, STACK_BYTES);
+#endif
+#if defined(__x86_64__)
+    emu_switch_stack(&scheduler_sp, t->sp);
+#else
+    swapcontext(&scheduler_ctx, &t->ctx);
+#endif
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(sched_fake, nullptr, nullptr);
+#endif
+    current = nullptr;
+}
+
+uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane_xor) {
+    ThreadState *t = current;
+    if (!t) fatal("__shfl_xor_sync outside a kernel");
+    if (mask != 0xffffffffu) fatal("kernel %s: shuffle mask %#x: only full-warp masks are emulated", launch_name, mask);
+    if (src_lane_xor < 0 || src_lane_xor > 31) fatal("kernel %s: shuffle lane mask %d", launch_name, src_lane_xor);
+    unsigned buf = warp_phase[(size_t)t->warp] & 1u;
+    uint64_t *slots = &warp_slots[((size_t)t->warp * 2 + buf) * 32];
+    slots[t->lane] = value;
+    t->state = ThreadState::AT_WARP;
+    t->mask = mask;
+    switch_to_scheduler(t);
+    return slots[t->lane ^ src_lane_xor];
+}
+
+void warp_barrier(unsigned mask) {
+    ThreadState *t = current;
+    if (!t) fatal("__syncwarp outside a kernel");
+    if (mask != 0xffffffffu) fatal("kernel %s: __syncwarp mask %#x: only full-warp masks are emulated", launch_name, mask);
+    t->state = ThreadState::AT_WARP;
+    t->mask = mask;
+    switch_to_scheduler(t);
+}
+
+void block_barrier(void) {
+    ThreadState *t = current;
+    if (!t) fatal("__syncthreads outside a kernel");
+    t->state = ThreadState::AT_BLOCK;
+    switch_to_scheduler(t);
+}
+
+// Releases every collective that all its participants have reached; false when none could be released.
+static bool release_collectives(size_t n_threads) {
+    bool released = false;
+    size_t n_warps = (n_threads + 31) / 32;
+    size_t live = 0, at_block = 0;
+    for (size_t w = 0; w < n_warps; w++) {
+        size_t lo = w * 32, hi = lo + 32 < n_threads ? lo + 32 : n_threads;
+        size_t waiting = 0, done = 0, lanes = hi - lo;
+        for (size_t i = lo; i < hi; i++) {
+            if (threads[i].state == ThreadState::AT_WARP) waiting++;
+            if (threads[i].state == ThreadState::DONE) done++;
+        }
+        if (waiting == 0) continue;
+        if (lanes != 32) fatal("kernel %s: warp collective in a partial warp (%zu lanes)", launch_name, lanes);
+        if (done) fatal("kernel %s: block (%u,%u,%u) warp %zu: a full-mask warp collective after %zu lanes exited",
+                        launch_name, block_idx.x, block_idx.y, block_idx.z, w, done);
+        if (waiting == lanes) {
+            for (size_t i = lo; i < hi; i++) threads[i].state = ThreadState::RUNNABLE;
+            warp_phase[w]++;
+            released = true;
+        }
+    }
+    if (released) return true;
+    for (size_t i = 0; i < n_threads; i++) {
+        if (threads[i].state != ThreadState::DONE) live++;
+        if (threads[i].state == ThreadState::AT_BLOCK) at_block++;
+    }
+    // CUDA requires every thread of the block to reach __syncthreads (recent GPUs happen to tolerate exited ones)
+    if (at_block && live < n_threads)
+        fatal("kernel %s: block (%u,%u,%u): __syncthreads after %zu threads of the block exited", launch_name,
+              block_idx.x, block_idx.y, block_idx.z, n_threads - live);
+    if (live && at_block == live) {
+        for (size_t i = 0; i < n_threads; i++)
+            if (threads[i].state == ThreadState::AT_BLOCK) threads[i].state = ThreadState::RUNNABLE;
+        return true;
+    }
+    return false;
+}
+
+// Creates the fiber of thread slot i (its stack and first frame). Kept out of line: getcontext (the fallback)
+// returns twice, and locals of the caller's loop must not live across it.
+__attribute__((noinline)) static void create_fiber(size_t i) {
+    ThreadState &t = threads[i];
+    t.stack = (char *)malloc(STACK_BYTES);
+    if (!t.stack) fatal("out of memory for fiber stacks");
+#if defined(__x86_64__)
+    // The frame emu_switch_stack pops: control words, r15..rbp (zero), then fiber_entry as the return address,
+    // above it a zero fake return address so fiber_entry starts with the ABI's alignment (rsp = 8 mod 16).
+    uintptr_t top = ((uintptr_t)t.stack + STACK_BYTES) & ~(uintptr_t)15;
+    uint64_t *sp = (uint64_t *)top;
+    *--sp = 0;                               // fiber_entry's return address (it never returns)
+    *--sp = (uint64_t)(uintptr_t)fiber_entry; // popped by ret
+    for (int r = 0; r < 6; r++) *--sp = 0;   // rbp, rbx, r12, r13, r14, r15
+    --sp;
+    uint32_t mxcsr = 0x1F80u, fpucw = 0x037Fu; // the ABI's initial control words
+    memcpy((char *)sp, &mxcsr, 4);
+    memcpy((char *)sp + 4, &fpucw, 2);
+    t.sp = sp;
+#else
+    if (getcontext(&t.ctx) != 0) fatal("getcontext failed");
+    t.ctx.uc_stack.ss_sp = t.stack;
+    t.ctx.uc_stack.ss_size = STACK_BYTES;
+    t.ctx.uc_link = nullptr;
+    makecontext(&t.ctx, fiber_entry, 0);
+#endif
+}
+
+// Gives thread slot i its place in the current block.
+static void assign_thread(size_t i) {
+    ThreadState &t = threads[i];
+    if (!t.stack) create_fiber(i);
+    t.linear = (int)i;
+    t.warp = (int)(i / 32);
+    t.lane = (int)(i % 32);
+    t.idx.x = (unsigned)(i % block_dim.x);
+    t.idx.y = (unsigned)((i / block_dim.x) % block_dim.y);
+    t.idx.z = (unsigned)(i / ((size_t)block_dim.x * block_dim.y));
+    t.state = ThreadState::RUNNABLE;
+}
+
+static void run_block(size_t n_threads) {
+    for (size_t i = 0; i < n_threads; i++) assign_thread(i);
+    std::fill(warp_phase.begin(), warp_phase.end(), 0u);
+    for (;;) {
+        bool ran = false;
+        for (size_t k = 0; k < n_threads; k++) {
+            size_t i = reverse_order ? n_threads - 1 - k : k;
+            if (threads[i].state != ThreadState::RUNNABLE) continue;
+            resume(&threads[i]);
+            ran = true;
+        }
+        if (ran) continue;
+        bool all_done = true;
+        for (size_t i = 0; i < n_threads; i++) all_done &= threads[i].state == ThreadState::DONE;
+        if (all_done) return;
+        if (!release_collectives(n_threads))
+            fatal("kernel %s: block (%u,%u,%u): threads wait at different collectives (deadlock on a GPU)",
+                  launch_name, block_idx.x, block_idx.y, block_idx.z);
+    }
+}
+
+bool begin_launch(const char *kernel, dim3 grid, dim3 block, size_t shmem) {
+    launch_name = kernel;
+    size_t n = (size_t)block.x * block.y * block.z;
+    bool ok = block.x >= 1 && block.y >= 1 && block.z >= 1 && block.x <= 1024 && block.y <= 1024 && block.z <= 64 &&
+              n <= 1024 && grid.x >= 1 && grid.y >= 1 && grid.z >= 1 && grid.x <= 2147483647u && grid.y <= 65535 &&
+              grid.z <= 65535 && shmem <= 48 * 1024;
+    if (!ok) {
+        last_error = cudaErrorInvalidConfiguration;
+        if (getenv("CUDA_EMU_VERBOSE"))
+            fprintf(stderr, "cuda-emu: kernel %s: invalid configuration grid (%u,%u,%u) block (%u,%u,%u) shmem %zu\n",
+                    kernel, grid.x, grid.y, grid.z, block.x, block.y, block.z, shmem);
+        return false;
+    }
+    grid_dim = grid;
+    block_dim = block;
+    dyn_shared.assign(shmem, 0xFF); // uninitialised shared memory reads as NaN
+    return true;
+}
+
+void run_launch(const std::function<void()> &body) {
+    const char *order = getenv("CUDA_EMU_ORDER");
+    reverse_order = order && strcmp(order, "reverse") == 0;
+    size_t n = (size_t)block_dim.x * block_dim.y * block_dim.z;
+    if (threads.capacity() < 1024) threads.reserve(1024); // never reallocated: fibers keep pointers into it
+    if (threads.size() < n) threads.resize(n);
+    size_t n_warps = (n + 31) / 32;
+    warp_slots.assign(n_warps * 2 * 32, 0);
+    warp_phase.assign(n_warps, 0);
+    launch_body = &body;
+    for (unsigned z = 0; z < grid_dim.z; z++)
+        for (unsigned y = 0; y < grid_dim.y; y++)
+            for (unsigned x = 0; x < grid_dim.x; x++) {
+                block_idx = uint3{x, y, z};
+                run_block(n);
+            }
+    launch_body = nullptr;
+}
+
+} // namespace emu
+
+// ---------------------------------------------------------------- bfloat16
+__nv_bfloat16 __float2bfloat16_rn(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    __nv_bfloat16 h;
+    if ((u & 0x7fffffffu) > 0x7f800000u) { // NaN: keep it a (quiet) NaN
+        h.bits = (uint16_t)((u >> 16) | 0x0040u);
+        return h;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u); // round to nearest, ties to even
+    h.bits = (uint16_t)(u >> 16);
+    return h;
+}
+float __bfloat162float(__nv_bfloat16 h) {
+    uint32_t u = (uint32_t)h.bits << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+// ---------------------------------------------------------------- runtime API
+using emu::fatal;
+
+static cudaError_t fail(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static cudaError_t fail(cudaError_t e, const char *fmt, ...) {
+    if (getenv("CUDA_EMU_VERBOSE")) {
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "cuda-emu: ");
+        vfprintf(stderr, fmt, ap);
+        fprintf(stderr, "\n");
+        va_end(ap);
+    }
+    return e;
+}
+
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    }
+    return "unknown error";
+}
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    }
+    return "cudaErrorUnknown";
+}
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = emu::last_error;
+    emu::last_error = cudaSuccess;
+    return e;
+}
+
+// CUDA_EMU_DEVICES=0 emulates a machine without a GPU (the skip path of the tests).
+static int n_devices(void) {
+    const char *s = getenv("CUDA_EMU_DEVICES");
+    return s ? atoi(s) : 1;
+}
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = 0;
+    if (n_devices() <= 0) return cudaErrorNoDevice;
+    *n = n_devices();
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int dev) { return dev >= 0 && dev < n_devices() ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int dev) {
+    if (dev < 0 || dev >= n_devices()) return cudaErrorInvalidDevice;
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "CUDA emulator on the CPU (kernels/cuda/emu), not a GPU");
+    prop->totalGlobalMem = (size_t)16 << 30;
+    prop->major = 9;
+    prop->minor = 0;
+    prop->multiProcessorCount = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+    *p = nullptr;
+    size_t n = bytes ? bytes : 1;
+    void *q = aligned_alloc(256, (n + 255) & ~(size_t)255);
+    if (!q) return fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu): out of memory", bytes);
+    memset(q, 0xFF, n); // never-written device memory reads as NaN / -1
+    emu::device_allocs[(uintptr_t)q] = n;
+    *p = q;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    auto it = emu::device_allocs.find((uintptr_t)p);
+    if (it == emu::device_allocs.end()) return fail(cudaErrorInvalidDevicePointer, "cudaFree(%p): not an allocation", p);
+    emu::device_allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    *p = malloc(bytes ? bytes : 1);
+    if (!*p) return cudaErrorMemoryAllocation;
+    emu::pinned_allocs[(uintptr_t)*p] = bytes ? bytes : 1;
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void *p) {
+    if (!p) return cudaSuccess;
+    auto it = emu::pinned_allocs.find((uintptr_t)p);
+    if (it == emu::pinned_allocs.end()) return fail(cudaErrorInvalidValue, "cudaFreeHost(%p): not pinned memory", p);
+    emu::pinned_allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
+
+// A host range must not be device memory, and a device range must lie inside one device allocation.
+static cudaError_t check_side(const void *p, size_t bytes, bool device, const char *what) {
+    if (device && !emu::is_device_range(p, bytes))
+        return fail(cudaErrorInvalidValue, "%s: [%p, +%zu) is not inside a device allocation", what, p, bytes);
+    if (!device && emu::is_device_range(p, 0) && !emu::is_pinned(p))
+        return fail(cudaErrorInvalidValue, "%s: %p is device memory where host memory was expected", what, p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    if (bytes == 0) return cudaSuccess;
+    bool dst_dev, src_dev;
+    switch (kind) {
+    case cudaMemcpyHostToDevice: dst_dev = true, src_dev = false; break;
+    case cudaMemcpyDeviceToHost: dst_dev = false, src_dev = true; break;
+    case cudaMemcpyDeviceToDevice: dst_dev = true, src_dev = true; break;
+    default: return fail(cudaErrorInvalidValue, "cudaMemcpy: kind %d is not emulated", (int)kind);
+    }
+    cudaError_t e = check_side(dst, bytes, dst_dev, "cudaMemcpy dst");
+    if (e == cudaSuccess) e = check_side(src, bytes, src_dev, "cudaMemcpy src");
+    if (e != cudaSuccess) return e;
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+    return cudaMemcpy(dst, src, bytes, kind); // one in-order stream: async work completes immediately
+}
+cudaError_t cudaMemset(void *p, int value, size_t bytes) {
+    if (bytes == 0) return cudaSuccess;
+    cudaError_t e = check_side(p, bytes, true, "cudaMemset");
+    if (e != cudaSuccess) return e;
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
+
+// ---------------------------------------------------------------- cuBLAS
+struct cublasContext_emu {
+    int magic;
+};
+static const int CUBLAS_MAGIC = 0x6375626c;
+
+cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    *h = (cublasHandle_t)calloc(1, sizeof(cublasContext_emu));
+    if (!*h) return CUBLAS_STATUS_ALLOC_FAILED;
+    (*h)->magic = CUBLAS_MAGIC;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t h) {
+    if (!h || h->magic != CUBLAS_MAGIC) return CUBLAS_STATUS_NOT_INITIALIZED;
+    h->magic = 0;
+    free(h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t) {
+    return h && h->magic == CUBLAS_MAGIC ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t) {
+    return h && h->magic == CUBLAS_MAGIC ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
+}
+const char *cublasGetStatusString(cublasStatus_t st) {
+    switch (st) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    }
+    return "CUBLAS_STATUS_UNKNOWN";
+}
+
+static cublasStatus_t gemm_fail(cublasStatus_t st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static cublasStatus_t gemm_fail(cublasStatus_t st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cuda-emu: cublasGemmEx: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    return st;
+}
+
+static double load(const void *base, cudaDataType_t t, size_t i) {
+    if (t == CUDA_R_16BF) return (double)__bfloat162float(((const __nv_bfloat16 *)base)[i]);
+    return (double)((const float *)base)[i];
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                            const void *alpha_p, const void *A, cudaDataType_t Atype, int lda, const void *B,
+                            cudaDataType_t Btype, int ldb, const void *beta_p, void *C, cudaDataType_t Ctype, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t) {
+    if (!h || h->magic != CUBLAS_MAGIC) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (m < 0 || n < 0 || k < 0) return gemm_fail(CUBLAS_STATUS_INVALID_VALUE, "m=%d n=%d k=%d", m, n, k);
+    if (Atype != Btype || (Atype != CUDA_R_32F && Atype != CUDA_R_16BF) || Ctype != CUDA_R_32F ||
+        compute != CUBLAS_COMPUTE_32F)
+        return gemm_fail(CUBLAS_STATUS_NOT_SUPPORTED, "type combination A %d B %d C %d compute %d", (int)Atype,
+                         (int)Btype, (int)Ctype, (int)compute);
+    // stored shapes (column-major): A is [m,k] (N) or [k,m] (T); B is [k,n] (N) or [n,k] (T)
+    int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
+    int b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
+    if (lda < (a_rows > 1 ? a_rows : 1) || ldb < (b_rows > 1 ? b_rows : 1) || ldc < (m > 1 ? m : 1))
+        return gemm_fail(CUBLAS_STATUS_INVALID_VALUE, "leading dimension too small: lda %d (rows %d) ldb %d (rows %d) "
+                         "ldc %d (m %d)", lda, a_rows, ldb, b_rows, ldc, m);
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    size_t esz = Atype == CUDA_R_16BF ? 2 : 4;
+    auto extent = [](int ld, int rows, int cols) { return cols ? ((size_t)(cols - 1) * ld + rows) : 0; };
+    if (k > 0 && (!emu::is_device_range(A, extent(lda, a_rows, a_cols) * esz) ||
+                  !emu::is_device_range(B, extent(ldb, b_rows, b_cols) * esz)))
+        fatal("cublasGemmEx: operand A %p or B %p does not lie inside a device allocation (m=%d n=%d k=%d)", A, B, m, n,
+              k);
+    if (!emu::is_device_range(C, extent(ldc, m, n) * 4))
+        fatal("cublasGemmEx: C %p does not lie inside a device allocation (m=%d n=%d ldc=%d)", C, m, n, ldc);
+    float alpha = *(const float *)alpha_p, beta = *(const float *)beta_p;
+    float *c = (float *)C;
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double acc = 0;
+            for (int l = 0; l < k; l++) {
+                size_t ia = transa == CUBLAS_OP_N ? (size_t)l * lda + i : (size_t)i * lda + l;
+                size_t ib = transb == CUBLAS_OP_N ? (size_t)j * ldb + l : (size_t)l * ldb + j;
+                acc += load(A, Atype, ia) * load(B, Btype, ib);
+            }
+            float *cij = c + (size_t)j * ldc + i;
+            *cij = beta == 0.0f ? alpha * (float)acc : alpha * (float)acc + beta * *cij;
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}

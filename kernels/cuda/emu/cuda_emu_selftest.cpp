@@ -1,0 +1,288 @@
+// Self-test of the CUDA emulator (cuda_emu.h): the CUDA semantics the backend relies on (grid-stride loops, block
+// barriers with shared memory, warp shuffles, dynamic shared memory, launch errors, cuBLAS layouts), and that each
+// misuse the emulator claims to catch is caught: every misuse case runs in a child process that must die with the
+// named message. Built and run only by `make test-cuda-emu` (build/emu/tests/cuda_emu_selftest).
+// Output ends with a Check-style "100%: Checks: N, Failures: F, Errors: 0" line for tests/run_suite.sh.
+#include "kernels/cuda/emu/cuda_emu.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define LAUNCH(kernel, grid, block, shmem) emu::launch(#kernel, (grid), (block), (shmem), kernel)
+
+static int n_checks = 0, n_failed = 0;
+static void check(bool ok, const char *what) {
+    n_checks++;
+    if (!ok) n_failed++;
+    printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+}
+
+static float *dev_floats(size_t n) {
+    float *p = nullptr;
+    if (cudaMalloc(&p, n * sizeof(float)) != cudaSuccess) emu::fatal("selftest: cudaMalloc");
+    return p;
+}
+
+// ---------------------------------------------------------------- kernels with correct CUDA semantics
+__global__ void k_iota(float *y, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = (float)i;
+}
+
+// block sum through shared memory: correct only if __syncthreads separates the tree levels
+__global__ void k_block_sum(float *out, const float *x) {
+    __shared__ float sh[128];
+    sh[threadIdx.x] = x[blockIdx.x * blockDim.x + threadIdx.x];
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = sh[0];
+}
+
+// warp butterfly: every lane ends with the warp's sum; out[lane] = sum for every lane
+__global__ void k_warp_sum(float *out, const float *x) {
+    float v = x[threadIdx.x];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    out[threadIdx.x] = v;
+}
+
+__global__ void k_dyn_shared(float *out) {
+    float *sh = (float *)emu::dynamic_shared();
+    sh[threadIdx.x] = (float)(threadIdx.x * 2);
+    __syncthreads();
+    out[threadIdx.x] = sh[blockDim.x - 1 - threadIdx.x];
+}
+
+__global__ void k_index2d(float *out) { // grid (3,2) x block (4,2): every (block, thread) writes its linear id once
+    unsigned bid = blockIdx.y * gridDim.x + blockIdx.x, tid = threadIdx.y * blockDim.x + threadIdx.x;
+    out[bid * (blockDim.x * blockDim.y) + tid] += 1.0f + (float)bid;
+}
+
+// ---------------------------------------------------------------- misuse
+__global__ void k_touch(float *p) { p[threadIdx.x] = 1.0f; }
+
+__global__ void k_shfl_after_exit(float *out) {
+    if (threadIdx.x % 32 == 5) return; // one lane leaves, the others shuffle with a full mask
+    float v = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+    out[threadIdx.x] = v;
+}
+
+__global__ void k_divergent_barrier(float *out) {
+    if (threadIdx.x < 16) __syncwarp(); // half of warp 0 waits at a warp barrier, everyone else at a block barrier
+    else __syncthreads();
+    out[threadIdx.x] = 0.0f;
+}
+
+__global__ void k_barrier_after_exit(float *out) {
+    if (threadIdx.x == 3) return;
+    __syncthreads();
+    out[threadIdx.x] = 0.0f;
+}
+
+__global__ void k_out_of_bounds(float *p, int n) { p[n + threadIdx.x] = 1.0f; }
+
+// reads its neighbour's shared slot without a barrier: the result depends on the thread order
+__global__ void k_missing_barrier(float *out) {
+    __shared__ float sh[64];
+    sh[threadIdx.x] = (float)threadIdx.x;
+    out[threadIdx.x] = sh[(threadIdx.x + 1) % 64];
+}
+
+// Runs fn in a child; true if it died (abort or ASan) and its stderr contains want.
+template <class F> static bool dies_with(F fn, const char *want) {
+    int pipefd[2];
+    if (pipe(pipefd) != 0) return false;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        close(pipefd[0]);
+        fn();
+        _exit(0);
+    }
+    close(pipefd[1]);
+    std::string err;
+    char buf[4096];
+    ssize_t r;
+    while ((r = read(pipefd[0], buf, sizeof buf)) > 0) err.append(buf, (size_t)r);
+    close(pipefd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    bool died = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    bool found = err.find(want) != std::string::npos;
+    if (!died || !found) fprintf(stdout, "    child %s; stderr: %.300s\n", died ? "died" : "exited 0", err.c_str());
+    return died && found;
+}
+
+int main() {
+    // grid-stride loop over more elements than threads
+    {
+        size_t n = 1000;
+        float *d = dev_floats(n), h[1000];
+        LAUNCH(k_iota, 3, 64, 0)(d, n);
+        cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost);
+        bool ok = cudaGetLastError() == cudaSuccess;
+        for (size_t i = 0; i < n; i++) ok &= h[i] == (float)i;
+        check(ok, "grid-stride loop covers every element once");
+        cudaFree(d);
+    }
+    // block tree reduction with barriers
+    {
+        float hx[256], hs[2];
+        for (int i = 0; i < 256; i++) hx[i] = (float)(i % 7);
+        float *x = dev_floats(256), *s = dev_floats(2);
+        cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice);
+        LAUNCH(k_block_sum, 2, 128, 0)(s, x);
+        cudaMemcpy(hs, s, sizeof hs, cudaMemcpyDeviceToHost);
+        float w0 = 0, w1 = 0;
+        for (int i = 0; i < 128; i++) w0 += hx[i], w1 += hx[128 + i];
+        check(hs[0] == w0 && hs[1] == w1, "__syncthreads + shared memory tree sum per block");
+        cudaFree(x), cudaFree(s);
+    }
+    // warp shuffle butterfly
+    {
+        float hx[64], ho[64];
+        for (int i = 0; i < 64; i++) hx[i] = (float)(i + 1);
+        float *x = dev_floats(64), *o = dev_floats(64);
+        cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice);
+        LAUNCH(k_warp_sum, 1, 64, 0)(o, x);
+        cudaMemcpy(ho, o, sizeof ho, cudaMemcpyDeviceToHost);
+        bool ok = true;
+        for (int i = 0; i < 64; i++) ok &= ho[i] == (i < 32 ? 528.0f : 1552.0f); // 1..32 and 33..64
+        check(ok, "__shfl_xor_sync butterfly: every lane holds its own warp's sum");
+        cudaFree(x), cudaFree(o);
+    }
+    // dynamic shared memory
+    {
+        float ho[96];
+        float *o = dev_floats(96);
+        LAUNCH(k_dyn_shared, 1, 96, 96 * sizeof(float))(o);
+        cudaMemcpy(ho, o, sizeof ho, cudaMemcpyDeviceToHost);
+        bool ok = true;
+        for (int i = 0; i < 96; i++) ok &= ho[i] == (float)((95 - i) * 2);
+        check(ok, "dynamic shared memory is shared by the block");
+        cudaFree(o);
+    }
+    // 2-D grids and blocks
+    {
+        float ho[48];
+        float *o = dev_floats(48);
+        cudaMemset(o, 0, 48 * sizeof(float));
+        LAUNCH(k_index2d, dim3(3, 2), dim3(4, 2), 0)(o);
+        cudaMemcpy(ho, o, sizeof ho, cudaMemcpyDeviceToHost);
+        bool ok = true;
+        for (int i = 0; i < 48; i++) ok &= ho[i] == 1.0f + (float)(i / 8);
+        check(ok, "2-D grid and block indices reach every (block, thread) once");
+        cudaFree(o);
+    }
+    // launch configuration errors are reported by cudaGetLastError, and the kernel does not run
+    {
+        float *o = dev_floats(4);
+        cudaMemset(o, 0, 4 * sizeof(float));
+        LAUNCH(k_touch, 1, 2048, 0)(o);
+        cudaError_t e1 = cudaGetLastError(), e2 = cudaGetLastError();
+        LAUNCH(k_touch, dim3(1, 70000), 1, 0)(o);
+        cudaError_t e3 = cudaGetLastError();
+        LAUNCH(k_touch, 1, 1, 64 * 1024)(o);
+        cudaError_t e4 = cudaGetLastError();
+        float h[4];
+        cudaMemcpy(h, o, sizeof h, cudaMemcpyDeviceToHost);
+        check(e1 == cudaErrorInvalidConfiguration && e2 == cudaSuccess && e3 == cudaErrorInvalidConfiguration &&
+                  e4 == cudaErrorInvalidConfiguration && h[0] == 0.0f,
+              "invalid block size, grid.y and shared memory size: cudaErrorInvalidConfiguration, nothing runs");
+        cudaFree(o);
+    }
+    // fresh device memory reads as NaN
+    {
+        float *o = dev_floats(1), h;
+        cudaMemcpy(&h, o, sizeof h, cudaMemcpyDeviceToHost);
+        check(std::isnan(h), "never-written device memory reads as NaN");
+        cudaFree(o);
+    }
+    // cuBLAS: row-major C[2,3] = A[2,4] @ B^T with B stored [3,4] (the backend's transB layout)
+    {
+        float hA[8] = {1, 2, 3, 4, 5, 6, 7, 8}, hB[12] = {1, 0, 0, 0, 0, 1, 0, 0, 1, 1, 1, 1}, hC[6];
+        float *A = dev_floats(8), *B = dev_floats(12), *C = dev_floats(6);
+        cudaMemcpy(A, hA, sizeof hA, cudaMemcpyHostToDevice);
+        cudaMemcpy(B, hB, sizeof hB, cudaMemcpyHostToDevice);
+        cublasHandle_t h;
+        cublasCreate(&h);
+        float one = 1, zero = 0;
+        // column-major C^T[3,2] = B[3,4] (as op T of the [4,3] column-major view) x A^T
+        cublasStatus_t st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, 3, 2, 4, &one, B, CUDA_R_32F, 4, A, CUDA_R_32F,
+                                         4, &zero, C, CUDA_R_32F, 3, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        cudaMemcpy(hC, C, sizeof hC, cudaMemcpyDeviceToHost);
+        float want[6] = {1, 2, 10, 5, 6, 26};
+        bool ok = st == CUBLAS_STATUS_SUCCESS;
+        for (int i = 0; i < 6; i++) ok &= hC[i] == want[i];
+        cublasStatus_t bad = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 3, 2, 4, &one, B, CUDA_R_32F, 2, A, CUDA_R_32F,
+                                          4, &zero, C, CUDA_R_32F, 3, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        check(ok && bad == CUBLAS_STATUS_INVALID_VALUE,
+              "cublasGemmEx: row-major-by-swap product is right; lda smaller than the rows is INVALID_VALUE");
+        cublasDestroy(h);
+        cudaFree(A), cudaFree(B), cudaFree(C);
+    }
+    // bf16 rounding: nearest even
+    {
+        float a = __bfloat162float(__float2bfloat16_rn(1.0f + 1.0f / 256)); // a tie: rounds to even (1.0)
+        float b = __bfloat162float(__float2bfloat16_rn(1.0f + 3.0f / 256)); // a tie: rounds up to 1 + 4/256
+        check(a == 1.0f && b == 1.0f + 4.0f / 256, "bf16 conversion rounds to nearest even");
+    }
+
+    // ---- misuse must be caught
+    check(dies_with([] {
+              float host[32];
+              LAUNCH(k_touch, 1, 32, 0)(host);
+          }, "is not device memory"),
+          "a host pointer passed to a kernel is reported");
+    check(dies_with([] {
+              float *o = dev_floats(64);
+              LAUNCH(k_shfl_after_exit, 1, 64, 0)(o);
+          }, "after 1 lanes exited"),
+          "a full-mask shuffle after a lane exited is reported");
+    check(dies_with([] {
+              float *o = dev_floats(64);
+              LAUNCH(k_divergent_barrier, 1, 64, 0)(o);
+          }, "deadlock"),
+          "threads waiting at different collectives are reported as a deadlock");
+    check(dies_with([] {
+              float *o = dev_floats(64);
+              LAUNCH(k_barrier_after_exit, 1, 64, 0)(o);
+          }, "__syncthreads after 1 threads of the block exited"),
+          "a __syncthreads not reached by every thread is reported");
+    check(dies_with([] {
+              float h[4] = {0, 0, 0, 0};
+              float *o = dev_floats(4);
+              if (cudaMemcpy(o, h, 8 * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
+                  emu::fatal("cudaMemcpy refused the range");
+          }, "cudaMemcpy refused the range"),
+          "cudaMemcpy past the end of a device allocation is refused");
+#ifdef __SANITIZE_ADDRESS__
+    check(dies_with([] {
+              float *o = dev_floats(64);
+              LAUNCH(k_out_of_bounds, 1, 32, 0)(o, 64);
+          }, "heap-buffer-overflow"),
+          "an out-of-bounds store inside a kernel is reported by ASan");
+#endif
+    {
+        float fwd[64], rev[64];
+        float *o = dev_floats(64);
+        setenv("CUDA_EMU_ORDER", "forward", 1);
+        LAUNCH(k_missing_barrier, 1, 64, 0)(o);
+        cudaMemcpy(fwd, o, sizeof fwd, cudaMemcpyDeviceToHost);
+        setenv("CUDA_EMU_ORDER", "reverse", 1);
+        LAUNCH(k_missing_barrier, 1, 64, 0)(o);
+        cudaMemcpy(rev, o, sizeof rev, cudaMemcpyDeviceToHost);
+        unsetenv("CUDA_EMU_ORDER");
+        check(memcmp(fwd, rev, sizeof fwd) != 0, "a missing barrier shows as a forward/reverse order difference");
+        cudaFree(o);
+    }
+    printf("%d%%: Checks: %d, Failures: %d, Errors: 0\n", n_checks ? 100 * (n_checks - n_failed) / n_checks : 0,
+           n_checks, n_failed);
+    return n_failed ? 1 : 0;
+}

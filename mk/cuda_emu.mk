@@ -1,0 +1,52 @@
+# The CUDA backend on the CPU emulator (kernels/cuda/emu/cuda_emu.h): kernels/cuda/*.cu compiled as C++ with
+# -DCUDA_EMULATION, everything built with ASan/UBSan into build/emu/, so the CUDA tests run (and check memory
+# accesses) on machines without a GPU. Needs g++ only (no nvcc, no GPU). It does not replace a GPU run.
+#   make test-cuda-emu   the three CUDA unit-test programs and the two CUDA e2e scripts on the emulator
+.PHONY: test-cuda-emu emu-bins
+
+OBJEMU := build/emu/obj
+EMU_CXX ?= g++
+EMU_SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+EMU_CFLAGS := $(BASE_CFLAGS) -DHAVE_CUDA -O1 -g $(EMU_SAN)
+EMU_CXXFLAGS := -std=c++17 -D_GNU_SOURCE -DCUDA_EMULATION -I. $(WARN) -Wno-unknown-pragmas -O1 -g $(EMU_SAN)
+EMU_CU_OBJ := $(patsubst %.cu,$(OBJEMU)/%.o,$(CUDA_SRC)) $(OBJEMU)/kernels/cuda/emu/cuda_emu_runtime.o
+EMU_CORE := build/emu/libcore.a
+EMU_NN := build/emu/libnn.a
+EMU_TESTS := $(addprefix build/emu/tests/,$(CUDA_TESTS))
+EMU_STAGES := $(addprefix build/emu/bin/,$(STAGES))
+EMU_LDLIBS := $(LDLIBS) -lstdc++
+
+# Objects also rebuild when this fragment (the flags) changes.
+$(OBJEMU)/%.o: %.c mk/cuda_emu.mk $(FLAGS_STAMP) | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_CFLAGS) -MMD -MP -c $< -o $@
+$(OBJEMU)/%.o: %.cu mk/cuda_emu.mk | deps
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ -MMD -MP -c $< -o $@
+$(OBJEMU)/%.o: %.cpp mk/cuda_emu.mk | deps
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
+.PRECIOUS: $(OBJEMU)/%.o
+
+$(EMU_CORE): $(patsubst %.c,$(OBJEMU)/%.o,$(CORE_SRC))
+	@rm -f $@; ar rcs $@ $^
+$(EMU_NN): $(patsubst %.c,$(OBJEMU)/%.o,$(NN_SRC)) $(EMU_CU_OBJ)
+	@rm -f $@; ar rcs $@ $^
+build/emu/tests/cuda_%: $(OBJEMU)/tests/unit/cuda_%.o $(EMU_NN) $(EMU_CORE)
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_SAN) -o $@ $^ $(EMU_LDLIBS) $(CHECK_LIBS)
+build/emu/bin/%: $(OBJEMU)/stages/%.o $(EMU_NN) $(EMU_CORE)
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_SAN) -o $@ $^ $(EMU_LDLIBS)
+
+build/emu/tests/cuda_emu_selftest: $(OBJEMU)/kernels/cuda/emu/cuda_emu_selftest.o $(OBJEMU)/kernels/cuda/emu/cuda_emu_runtime.o
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_SAN) -o $@ $^
+
+emu-bins: build/emu/tests/cuda_emu_selftest $(EMU_TESTS) $(EMU_STAGES)
+
+# The e2e scripts take the stage binaries from CUDA_TEST_BIN (the emulated build) and the CPU reference from bin/.
+# Leak checking stays on (the fiber stacks stay reachable from the emulator's globals).
+EMU_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 CUDA_TEST_BIN=build/emu/bin
+test-cuda-emu: all emu-bins
+	@$(EMU_ENV) tests/run_suite.sh cuda-emu build/emu/tests/cuda_emu_selftest $(EMU_TESTS) tests/e2e/test_cuda_inspect.sh tests/e2e/test_cuda_resume.sh
