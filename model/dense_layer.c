@@ -9,7 +9,8 @@
  * Training caches per application: q, k (after RoPE), v, attention output, logsumexp, x1, the FFN pre-activation
  * and the two LayerNorms' mean/rstd. The LayerNorm outputs are recomputed in the backward (cheap) instead of kept,
  * and the layer input x is read from the wrapper's residual stream (the pointer given to forward_train, alive until
- * the backward by the LayerImpl contract of model_train_step).
+ * the backward by the LayerImpl contract of model_train_step). Every buffer below lives in the model's activation
+ * arena (dense_plan_activations); this file allocates no backend memory.
  */
 #include <math.h>
 #include <stdio.h>
@@ -30,9 +31,9 @@ typedef struct {
 typedef struct {
     DenseParams *layers; /* [n_layers] */
 
-    /* training caches, one slot per application, sized for cap_train tokens */
-    int cap_train;
-    int B, T;
+    /* training caches, one slot per application, planned for the model's arena_train_tokens */
+    int B, T;                  /* geometry of the step train_begin prepared (0: none) */
+    unsigned plan_gen;         /* m->arena_generation at that train_begin */
     scalar_t *q, *k, *v, *att; /* [L, N, H*D] */
     scalar_t *lse;             /* [L, B, H, T] */
     scalar_t *x1;              /* [L, N, C] */
@@ -40,8 +41,7 @@ typedef struct {
     scalar_t *mean1, *rstd1, *mean2, *rstd2; /* [L, N] */
     const scalar_t **x_in;     /* [L] input of each application (wrapper memory) */
 
-    /* scratch shared by training and inference, sized for cap_scratch tokens */
-    int cap_scratch;
+    /* scratch shared by training and inference, planned for max(arena_train_tokens, arena_eval_tokens) */
     scalar_t *s_c0, *s_c1;     /* [N, C] */
     scalar_t *s_ff;            /* [N, d_ff] */
     scalar_t *s_hd[4];         /* [N, H*D] */
@@ -103,75 +103,50 @@ static void dense_init(Model *m, int layer, Rng *rng) {
     init_constant(m, p->ln2_b, C, 0.0);
 }
 
-/* ---- buffers ---- */
+/* ---- buffers (all in the model's activation arena) ---- */
 
-static void free_ptr(Backend *be, scalar_t **p) {
-    if (*p) be->free(be, *p);
-    *p = NULL;
-}
-
-static void free_train(Model *m) {
+static void dense_plan_activations(Model *m, ActivationPlan *p, int n_train, int n_eval) {
     DenseState *s = state(m);
-    Backend *be = m->be;
-    scalar_t **bufs[] = {&s->q, &s->k, &s->v, &s->att, &s->lse, &s->x1, &s->u, &s->mean1, &s->rstd1, &s->mean2, &s->rstd2};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free_ptr(be, bufs[i]);
-    s->cap_train = 0;
-}
-
-static void free_scratch(Model *m) {
-    DenseState *s = state(m);
-    Backend *be = m->be;
-    free_ptr(be, &s->s_c0);
-    free_ptr(be, &s->s_c1);
-    free_ptr(be, &s->s_ff);
-    for (int i = 0; i < 4; i++) free_ptr(be, &s->s_hd[i]);
-    free_ptr(be, &s->s_lse);
-    free_ptr(be, &s->s_mean);
-    free_ptr(be, &s->s_rstd);
-    s->cap_scratch = 0;
-}
-
-static scalar_t *alloc_sc(Backend *be, size_t n) { return be->alloc(be, n * sizeof(scalar_t)); }
-
-static void ensure_scratch(Model *m, int N) {
-    DenseState *s = state(m);
-    if (N <= s->cap_scratch) return;
-    free_scratch(m);
-    Backend *be = m->be;
-    const size_t n = (size_t)N, C = (size_t)m->cfg.d_model, HD = (size_t)m->cfg.n_heads * m->cfg.d_head;
-    s->s_c0 = alloc_sc(be, n * C);
-    s->s_c1 = alloc_sc(be, n * C);
-    s->s_ff = alloc_sc(be, n * (size_t)m->cfg.d_ff);
-    for (int i = 0; i < 4; i++) s->s_hd[i] = alloc_sc(be, n * HD);
-    s->s_lse = alloc_sc(be, n * (size_t)m->cfg.n_heads);
-    s->s_mean = alloc_sc(be, n);
-    s->s_rstd = alloc_sc(be, n);
-    s->cap_scratch = N;
+    const size_t nt = (size_t)n_train, nmax = (size_t)(n_train > n_eval ? n_train : n_eval);
+    const size_t L = (size_t)m->cfg.n_layers, C = (size_t)m->cfg.d_model, F = (size_t)m->cfg.d_ff;
+    const size_t H = (size_t)m->cfg.n_heads, HD = H * (size_t)m->cfg.d_head;
+    /* training caches, one slot per application */
+    plan_scalars(p, &s->q, L * nt * HD);     /* [L, N, H*D] */
+    plan_scalars(p, &s->k, L * nt * HD);     /* [L, N, H*D] */
+    plan_scalars(p, &s->v, L * nt * HD);     /* [L, N, H*D] */
+    plan_scalars(p, &s->att, L * nt * HD);   /* [L, N, H*D] */
+    plan_scalars(p, &s->lse, L * nt * H);    /* [L, B, H, T] */
+    plan_scalars(p, &s->x1, L * nt * C);     /* [L, N, C] */
+    plan_scalars(p, &s->u, L * nt * F);      /* [L, N, d_ff] */
+    plan_scalars(p, &s->mean1, L * nt);      /* [L, N] */
+    plan_scalars(p, &s->rstd1, L * nt);      /* [L, N] */
+    plan_scalars(p, &s->mean2, L * nt);      /* [L, N] */
+    plan_scalars(p, &s->rstd2, L * nt);      /* [L, N] */
+    /* scratch of both paths */
+    plan_scalars(p, &s->s_c0, nmax * C);     /* [N, C] */
+    plan_scalars(p, &s->s_c1, nmax * C);     /* [N, C] */
+    plan_scalars(p, &s->s_ff, nmax * F);     /* [N, d_ff] */
+    for (int i = 0; i < 4; i++) plan_scalars(p, &s->s_hd[i], nmax * HD); /* [N, H*D] */
+    plan_scalars(p, &s->s_lse, nmax * H);    /* [N*H] */
+    plan_scalars(p, &s->s_mean, nmax);       /* [N] */
+    plan_scalars(p, &s->s_rstd, nmax);       /* [N] */
 }
 
 static void dense_train_begin(Model *m, int B, int T, const uint8_t *valid) {
+    if (B <= 0 || T <= 0) die("dense layer: train_begin with B=%d T=%d", B, T);
+    model_reserve_activations(m, B * T, 0);
     DenseState *s = state(m);
-    const int N = B * T;
     s->B = B;
     s->T = T;
-    ensure_scratch(m, N);
-    if (N <= s->cap_train) return;
-    free_train(m);
-    Backend *be = m->be;
-    const size_t L = (size_t)m->cfg.n_layers, n = (size_t)N, C = (size_t)m->cfg.d_model;
-    const size_t HD = (size_t)m->cfg.n_heads * m->cfg.d_head;
-    s->q = alloc_sc(be, L * n * HD);
-    s->k = alloc_sc(be, L * n * HD);
-    s->v = alloc_sc(be, L * n * HD);
-    s->att = alloc_sc(be, L * n * HD);
-    s->lse = alloc_sc(be, L * n * (size_t)m->cfg.n_heads);
-    s->x1 = alloc_sc(be, L * n * C);
-    s->u = alloc_sc(be, L * n * (size_t)m->cfg.d_ff);
-    s->mean1 = alloc_sc(be, L * n);
-    s->rstd1 = alloc_sc(be, L * n);
-    s->mean2 = alloc_sc(be, L * n);
-    s->rstd2 = alloc_sc(be, L * n);
-    s->cap_train = N;
+    s->plan_gen = m->arena_generation;
+}
+
+/* The caches forward_train wrote must still be where train_begin found them. */
+static void check_step(Model *m, const char *what, int app) {
+    const DenseState *s = state(m);
+    if (app < 0 || app >= m->cfg.n_layers || s->B == 0) die("dense layer: %s(app %d) without train_begin", what, app);
+    if (s->plan_gen != m->arena_generation)
+        die("dense layer: %s(app %d): the activation arena was re-planned after train_begin", what, app);
 }
 
 /* ---- forward ---- */
@@ -199,6 +174,7 @@ static void ffn_forward(Model *m, const DenseParams *p, scalar_t *h, const scala
 }
 
 static void dense_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_out) {
+    check_step(m, "forward_train", app);
     DenseState *s = state(m);
     Backend *be = m->be;
     const DenseParams *p = &s->layers[app];
@@ -238,6 +214,7 @@ static void dense_regularizers(Model *m, double grad_scale, StepStats *stats) {
 /* ---- backward ---- */
 
 static void dense_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) {
+    check_step(m, "backward", app);
     DenseState *s = state(m);
     Backend *be = m->be;
     const DenseParams *p = &s->layers[app];
@@ -297,7 +274,7 @@ static void dense_forward_infer(Model *m, int app, scalar_t *h, int B, int T, La
     const int N = B * T, C = m->cfg.d_model, H = m->cfg.n_heads, D = m->cfg.d_head, HD = H * D;
     const int n_rot = model_config_n_rot(&m->cfg);
     if (kv && B != 1) die("dense layer: KV-cache decoding needs batch 1 (got %d)", B);
-    ensure_scratch(m, N);
+    model_reserve_activations(m, 0, N);
     scalar_t *xn = s->s_c0, *q = s->s_hd[0], *k = s->s_hd[1], *v = s->s_hd[2], *att = s->s_hd[3];
     const int pos = kv ? kv_len : 0;
 
@@ -322,8 +299,6 @@ static void dense_forward_infer(Model *m, int app, scalar_t *h, int B, int T, La
 static void dense_destroy(Model *m) {
     DenseState *s = state(m);
     if (!s) return;
-    free_train(m);
-    free_scratch(m);
     free(s->layers);
     free(s->x_in);
     free(s);
@@ -334,6 +309,7 @@ const LayerImpl dense_layer_impl = {
     .arch_name = "dense",
     .register_params = dense_register,
     .init_params = dense_init,
+    .plan_activations = dense_plan_activations,
     .train_begin = dense_train_begin,
     .forward_train = dense_forward_train,
     .regularizers = dense_regularizers,

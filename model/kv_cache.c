@@ -2,6 +2,12 @@
  * each application, so their keys/values differ). Queries are rotated at their true positions
  * (pos_offset = cache length; moeut-spec.md §3.8 with the reference bug fixed), so decoding n tokens and then one at a
  * time gives the same logits as a full forward pass.
+ *
+ * Memory: the keys and values of all applications are ONE backend allocation of their own, carved with the
+ * activation planner, and not part of the model's activation arena: the cache is state that must survive from one
+ * model_decode call to the next, while the arena may be re-planned (its contents lost) at the start of any call that
+ * brings more tokens; and its size follows max_T, not the tokens of a call. model_decode itself allocates nothing:
+ * its residual stream and logits are the arena's eval buffers.
  */
 #include <stdlib.h>
 
@@ -10,29 +16,29 @@
 
 KVCache *kv_cache_create(Model *m, int max_T) {
     if (max_T < 1) die("kv_cache_create: max_T must be >= 1 (got %d)", max_T);
-    Backend *be = m->be;
     KVCache *c = xcalloc(1, sizeof *c);
     c->m = m;
     c->max_T = max_T;
     c->len = 0;
     const int L = m->cfg.n_layers;
     // For both archs the attention op reads [T, H, D] with H = n_heads and D = d_head.
-    const size_t per = (size_t)max_T * (size_t)m->cfg.n_heads * (size_t)m->cfg.d_head * sizeof(scalar_t);
+    const size_t per = (size_t)max_T * (size_t)m->cfg.n_heads * (size_t)m->cfg.d_head;
     c->apps = xcalloc((size_t)L, sizeof *c->apps);
+    ActivationPlan plan;
+    plan_init(&plan);
     for (int a = 0; a < L; a++) {
-        c->apps[a].k = be->alloc(be, per);
-        c->apps[a].v = be->alloc(be, per);
+        plan_scalars(&plan, &c->apps[a].k, per); /* [max_T, H, D] */
+        plan_scalars(&plan, &c->apps[a].v, per); /* [max_T, H, D] */
     }
+    arena_init(&c->mem, m->be);
+    arena_commit(&c->mem, &plan);
+    plan_free(&plan);
     return c;
 }
 
 void kv_cache_free(KVCache *c) {
     if (!c) return;
-    Backend *be = c->m->be;
-    for (int a = 0; a < c->m->cfg.n_layers; a++) {
-        be->free(be, c->apps[a].k);
-        be->free(be, c->apps[a].v);
-    }
+    arena_free(&c->mem);
     free(c->apps);
     free(c);
 }
@@ -46,9 +52,11 @@ void model_decode(Model *m, KVCache *c, const int32_t *tokens, int n, float *log
     if (c->len + n > c->max_T)
         die("model_decode: %d cached + %d new tokens exceed the cache size %d", c->len, n, c->max_T);
     Backend *be = m->be;
-    const int C = m->cfg.d_model, V = m->cfg.n_tokens;
-    scalar_t *h = be->alloc(be, (size_t)n * C * sizeof(scalar_t));      // [1, n, C]
-    scalar_t *logits = be->alloc(be, (size_t)n * V * sizeof(scalar_t)); // [n, V]
+    const int V = m->cfg.n_tokens;
+    model_reserve_activations(m, 0, n); /* the only place this call may re-plan: before h points into the arena */
+    m->arena_busy++;
+    scalar_t *h = m->eval_h;      // [1, n, C]
+    scalar_t *logits = m->logits; // [n, V]
     model_embed(m, h, tokens, 1, n);
     for (int a = 0; a < m->cfg.n_layers; a++) m->impl->forward_infer(m, a, h, 1, n, &c->apps[a], c->len);
     model_head(m, logits, h, 1, n);
@@ -61,6 +69,5 @@ void model_decode(Model *m, KVCache *c, const int32_t *tokens, int n, float *log
 #else
     be->to_host(be, logits_host, logits, (size_t)n * V * sizeof(scalar_t));
 #endif
-    be->free(be, h);
-    be->free(be, logits);
+    m->arena_busy--;
 }

@@ -1,7 +1,8 @@
 /* The LM wrapper shared by both architectures (moeut-spec.md §1.1, dm-math-training-code.md §C.1):
  *   h0 = Emb[tok]; h_{a+1} = layer_{a mod n_distinct}(h_a) for a = 0..L-1; logits = LN_out(h_L) @ W_head^T (+ b_head)
- * It owns the parameter registry (one contiguous buffer, tensors are views), the residual stream of a training step,
- * the loss and the backward through head, final norm and embedding. The per-layer math lives in a LayerImpl.
+ * It owns the parameter registry (one contiguous buffer, tensors are views), the activation arena (one allocation for
+ * every per-token buffer, its own and the LayerImpl's), the residual stream of a training step, the loss and the
+ * backward through head, final norm and embedding. The per-layer math lives in a LayerImpl.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -67,34 +68,15 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
 
     m->params = be->alloc(be, m->n_params * sizeof(scalar_t));
     m->grads = be->alloc(be, m->n_params * sizeof(scalar_t));
+    /* The activation arena stays empty until the first call says how many tokens it needs. */
+    arena_init(&m->arena, be);
     return m;
-}
-
-static void free_scratch(Model *m) {
-    Backend *be = m->be;
-    void **bufs[] = {(void **)&m->final_norm, (void **)&m->norm_mean, (void **)&m->norm_rstd, (void **)&m->logits,
-                     (void **)&m->tokens_dev, (void **)&m->targets_dev};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        if (*bufs[i]) be->free(be, *bufs[i]);
-        *bufs[i] = NULL;
-    }
-    m->cap_BT = 0;
-}
-
-static void free_resid(Model *m) {
-    Backend *be = m->be;
-    if (m->resid) be->free(be, m->resid);
-    if (m->dresid_a) be->free(be, m->dresid_a);
-    if (m->dresid_b) be->free(be, m->dresid_b);
-    m->resid = m->dresid_a = m->dresid_b = NULL;
-    m->cap_resid_BT = 0;
 }
 
 void model_free(Model *m) {
     if (!m) return;
     if (m->impl && m->impl->destroy) m->impl->destroy(m);
-    free_scratch(m);
-    free_resid(m);
+    arena_free(&m->arena);
     if (m->params) m->be->free(m->be, m->params);
     if (m->grads) m->be->free(m->be, m->grads);
     free(m);
@@ -116,33 +98,53 @@ scalar_t *model_grads(Model *m) { return m->grads; }
 void model_set_dropout_seed(Model *m, uint64_t seed) { rng_seed(&m->dropout_rng, seed); }
 
 /* ---------------------------------------------------------------------------------------------------------------
- * scratch */
+ * activation arena */
 
-/* Per-token buffers used by both the training and the eval path, grown to hold N tokens. */
-static void ensure_scratch(Model *m, int N) {
-    if (N <= m->cap_BT) return;
-    free_scratch(m);
-    Backend *be = m->be;
-    size_t n = (size_t)N, C = (size_t)m->cfg.d_model, V = (size_t)m->cfg.n_tokens;
-    m->final_norm = be->alloc(be, n * C * sizeof(scalar_t));
-    m->norm_mean = be->alloc(be, n * sizeof(scalar_t));
-    m->norm_rstd = be->alloc(be, n * sizeof(scalar_t));
-    m->logits = be->alloc(be, n * V * sizeof(scalar_t));
-    m->tokens_dev = be->alloc(be, n * sizeof(int32_t));
-    m->targets_dev = be->alloc(be, n * sizeof(int32_t));
-    m->cap_BT = N;
+/* The wrapper's own per-token buffers: nt tokens of a training step, ne of an eval call. */
+static void plan_wrapper(Model *m, ActivationPlan *p, int n_train, int n_eval) {
+    const size_t nt = (size_t)n_train, ne = (size_t)n_eval, nmax = nt > ne ? nt : ne;
+    const size_t C = (size_t)m->cfg.d_model, V = (size_t)m->cfg.n_tokens, L = (size_t)m->cfg.n_layers;
+    /* both paths */
+    plan_int32(p, &m->tokens_dev, nmax);            /* [N] */
+    plan_scalars(p, &m->final_norm, nmax * C);      /* [N, C] out_norm(h_L), kept for the head backward */
+    plan_scalars(p, &m->norm_mean, nmax);           /* [N] */
+    plan_scalars(p, &m->norm_rstd, nmax);           /* [N] */
+    plan_scalars(p, &m->logits, nmax * V);          /* [N, V] */
+    /* training */
+    plan_int32(p, &m->targets_dev, nt);             /* [N] */
+    plan_scalars(p, &m->resid, (L + 1) * nt * C);   /* [L+1, N, C] */
+    plan_scalars(p, &m->dresid_a, nt * C);          /* [N, C] */
+    plan_scalars(p, &m->dresid_b, nt * C);          /* [N, C] */
+    /* eval */
+    plan_scalars(p, &m->eval_h, ne * C);            /* [N, C] */
 }
 
-/* The training-only residual stream h_0..h_L and the two backward buffers. */
-static void ensure_resid(Model *m, int N) {
-    if (N <= m->cap_resid_BT) return;
-    free_resid(m);
-    Backend *be = m->be;
-    size_t nc = (size_t)N * (size_t)m->cfg.d_model;
-    m->resid = be->alloc(be, (size_t)(m->cfg.n_layers + 1) * nc * sizeof(scalar_t));
-    m->dresid_a = be->alloc(be, nc * sizeof(scalar_t));
-    m->dresid_b = be->alloc(be, nc * sizeof(scalar_t));
-    m->cap_resid_BT = N;
+void model_reserve_activations(Model *m, int n_train, int n_eval) {
+    if (n_train < 0 || n_eval < 0) die("model: negative token count (train %d, eval %d)", n_train, n_eval);
+    const int nt = n_train > m->arena_train_tokens ? n_train : m->arena_train_tokens;
+    const int ne = n_eval > m->arena_eval_tokens ? n_eval : m->arena_eval_tokens;
+    if (nt == m->arena_train_tokens && ne == m->arena_eval_tokens) return;
+    if (m->arena_busy)
+        die("model: internal error: the activation arena would be re-planned (train %d -> %d, eval %d -> %d tokens) "
+            "while its buffers are in use",
+            m->arena_train_tokens, nt, m->arena_eval_tokens, ne);
+    ActivationPlan plan;
+    plan_init(&plan);
+    plan_wrapper(m, &plan, nt, ne);
+    m->impl->plan_activations(m, &plan, nt, ne);
+    arena_commit(&m->arena, &plan);
+    plan_free(&plan);
+    m->arena_train_tokens = nt;
+    m->arena_eval_tokens = ne;
+    m->arena_generation++;
+}
+
+size_t model_activation_bytes(const Model *m) { return arena_capacity(&m->arena); }
+
+/* Dies unless the current plan holds the wrapper's both-paths buffers for N tokens (the callers reserved first). */
+static void require_tokens(const Model *m, int N) {
+    const int cap = m->arena_train_tokens > m->arena_eval_tokens ? m->arena_train_tokens : m->arena_eval_tokens;
+    if (N > cap) die("model: internal error: activation buffers hold %d tokens, need %d", cap, N);
 }
 
 static void check_tokens(const Model *m, const int32_t *tokens, size_t n, const char *what) {
@@ -153,7 +155,7 @@ static void check_tokens(const Model *m, const int32_t *tokens, size_t n, const 
 
 static void upload_tokens(Model *m, const int32_t *tokens_host, int N) {
     check_tokens(m, tokens_host, (size_t)N, "token");
-    ensure_scratch(m, N);
+    require_tokens(m, N);
     m->be->to_device(m->be, m->tokens_dev, tokens_host, (size_t)N * sizeof(int32_t));
 }
 
@@ -177,6 +179,7 @@ static void download_as_float(Backend *be, float *dst, const scalar_t *src, size
 
 void model_embed(Model *m, scalar_t *h, const int32_t *tokens_host, int B, int T) {
     int N = B * T;
+    model_reserve_activations(m, 0, N);
     upload_tokens(m, tokens_host, N);
     m->be->embedding_forward(m->be, h, m->tokens_dev, m->params + m->off_embedding, N, m->cfg.d_model);
 }
@@ -185,6 +188,7 @@ void model_run_layers(Model *m, scalar_t *h, int B, int T, int first_app, scalar
     const int L = m->cfg.n_layers;
     if (first_app < 0 || first_app > L) die("model_run_layers: first_app %d outside [0, %d]", first_app, L);
     size_t nc = (size_t)B * T * m->cfg.d_model;
+    model_reserve_activations(m, 0, B * T); /* before the loop: the layers then find their scratch in place */
     for (int a = first_app; a < L; a++) {
         if (captures) m->be->copy(m->be, captures + (size_t)(a - first_app) * nc, h, nc * sizeof(scalar_t));
         m->impl->forward_infer(m, a, h, B, T, NULL, 0);
@@ -192,12 +196,12 @@ void model_run_layers(Model *m, scalar_t *h, int B, int T, int first_app, scalar
     if (captures) m->be->copy(m->be, captures + (size_t)(L - first_app) * nc, h, nc * sizeof(scalar_t));
 }
 
-/* logits[N,V] = head(out_norm(h)); uses the final_norm/norm_* scratch, which the caller has sized for N tokens
- * (growing it here could free m->logits while it is the destination). */
+/* logits[N,V] = head(out_norm(h)); uses the final_norm/norm_* buffers, which the caller has reserved for N tokens
+ * (a re-plan here could move m->logits while it is the destination). */
 static void head_forward(Model *m, scalar_t *logits, const scalar_t *h, int N) {
     Backend *be = m->be;
     const int C = m->cfg.d_model, V = m->cfg.n_tokens;
-    if (N > m->cap_BT) die("model: internal error: head scratch holds %d tokens, need %d", m->cap_BT, N);
+    require_tokens(m, N);
     be->layernorm_forward(be, m->final_norm, m->norm_mean, m->norm_rstd, h, opt_ptr(m, m->off_out_norm_w),
                           opt_ptr(m, m->off_out_norm_b), N, C, (scalar_t)OUT_NORM_EPS);
     // logits[N,V] = final_norm[N,C] @ W_head[V,C]^T
@@ -206,20 +210,21 @@ static void head_forward(Model *m, scalar_t *logits, const scalar_t *h, int N) {
 }
 
 void model_head(Model *m, scalar_t *logits, const scalar_t *h, int B, int T) {
-    ensure_scratch(m, B * T);
+    model_reserve_activations(m, 0, B * T);
     head_forward(m, logits, h, B * T);
 }
 
 void model_forward_eval(Model *m, const int32_t *tokens, int B, int T, float *logits_host) {
     Backend *be = m->be;
     int N = B * T;
-    scalar_t *h = be->alloc(be, (size_t)N * m->cfg.d_model * sizeof(scalar_t)); // [B,T,C]
+    model_reserve_activations(m, 0, N); /* the only place this call may re-plan: before h points into the arena */
+    m->arena_busy++;
+    scalar_t *h = m->eval_h; // [B,T,C]
     model_embed(m, h, tokens, B, T);
     model_run_layers(m, h, B, T, 0, NULL);
-    ensure_scratch(m, N);
     head_forward(m, m->logits, h, N);
     download_as_float(be, logits_host, m->logits, (size_t)N * m->cfg.n_tokens);
-    be->free(be, h);
+    m->arena_busy--;
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -239,12 +244,13 @@ void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, c
             die("model: target[%d] = %d is outside [-1, %d)", i, (int)targets[i], V);
         n_counted += targets[i] >= 0;
     }
-    ensure_resid(m, N);
+    model_reserve_activations(m, N, 0); /* the only place a step may re-plan: before anything of it is in the arena */
+    m->arena_busy++;
     upload_tokens(m, inputs, N);
     be->to_device(be, m->targets_dev, targets, (size_t)N * sizeof(int32_t));
 
     // ---- forward: h_0 .. h_L kept in resid for the layer backward ----
-    m->impl->train_begin(m, B, T, valid);
+    m->impl->train_begin(m, B, T, valid); // finds its buffers reserved: no re-plan
     be->embedding_forward(be, m->resid, m->tokens_dev, m->params + m->off_embedding, N, C);
     for (int a = 0; a < L; a++) m->impl->forward_train(m, a, m->resid + (size_t)a * nc, m->resid + (size_t)(a + 1) * nc);
     const scalar_t *hL = m->resid + (size_t)L * nc;
@@ -284,4 +290,5 @@ void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, c
         dnext = t;
     }
     be->embedding_backward(be, m->grads + m->off_embedding, dcur, m->tokens_dev, N, C);
+    m->arena_busy--;
 }

@@ -3,7 +3,8 @@
  * Semantics: ../shared/docs/moeut-spec.md, overridden for the DM-math runs by dm-math-training-code.md.
  * Parameters live in ONE contiguous buffer (model->params, in backend memory), gradients in another of the same
  * layout (model->grads). Each named tensor is a view at an offset; names and shapes equal the reference PyTorch
- * module's state_dict, so a checkpoint loads in PyTorch as is.
+ * module's state_dict, so a checkpoint loads in PyTorch as is. Activations live in a third allocation, the
+ * activation arena (see "activation memory" below).
  */
 #ifndef MODEL_MODEL_H
 #define MODEL_MODEL_H
@@ -61,7 +62,7 @@ typedef struct {
 
 typedef struct Model Model; /* opaque; defined in model/model_internal.h */
 
-Model *model_create(const ModelConfig *cfg, Backend *be); /* allocates params, grads and buffers; weights zero */
+Model *model_create(const ModelConfig *cfg, Backend *be); /* allocates params and grads; weights zero */
 void model_free(Model *m);
 const ModelConfig *model_config(const Model *m);
 Backend *model_backend(const Model *m);
@@ -71,6 +72,15 @@ const ParamTensor *model_find_tensor(const Model *m, const char *name); /* NULL 
 size_t model_n_params(const Model *m);
 scalar_t *model_params(Model *m); /* [n_params], backend memory */
 scalar_t *model_grads(Model *m);  /* [n_params], backend memory */
+
+/* ---- activation memory ----
+ * Every per-token buffer of a model (training caches, scratch, logits, ...) lives in ONE backend allocation, the
+ * activation arena, sized on first use and re-planned as a whole when a call brings more tokens than before.
+ * model_reserve_activations sizes it up front for training steps of n_train tokens (B*T of one micro-batch) and eval
+ * calls of n_eval tokens (capacities only grow; 0 = nothing of that kind), so that later calls of those sizes never
+ * allocate. model_activation_bytes is the backend memory the arena holds now. */
+void model_reserve_activations(Model *m, int n_train, int n_eval);
+size_t model_activation_bytes(const Model *m);
 
 /* The reference initialisation (dm-math-training-code.md §C.1-3), deterministic in seed. */
 void model_init_weights(Model *m, uint64_t seed);

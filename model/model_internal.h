@@ -3,10 +3,20 @@
  *
  * The wrapper owns the parameter registry and the residual stream; a LayerImpl owns the math of ONE layer
  * application and whatever it must cache for the backward.
+ *
+ * Memory: parameters, gradients (and the trainer's AdamW m, v) are one backend allocation each. Every per-token
+ * buffer, the wrapper's and the LayerImpl's, is carved from ONE more: the activation arena (m->arena). Nobody
+ * allocates activations on their own: the wrapper plans its buffers, asks the LayerImpl to plan its own
+ * (plan_activations) and commits the plan once (model_reserve_activations). When a call needs more tokens than the
+ * plan was made for, the WHOLE arena is re-planned (all pointers move, the contents are lost). That is safe because
+ * nothing in the arena outlives one public call (model_train_step, model_forward_eval, model_decode, model_embed,
+ * model_run_layers, model_head): everything the arena holds is recomputed by the call that reads it. The only
+ * decode state that lives across calls, the KV cache, is a separate allocation (model/kv_cache.c).
  */
 #ifndef MODEL_MODEL_INTERNAL_H
 #define MODEL_MODEL_INTERNAL_H
 
+#include "model/activation_arena.h"
 #include "model/model.h"
 #include "model/rng.h"
 
@@ -24,6 +34,7 @@ struct KVCache {
     int max_T;
     int len;      /* tokens already in the cache */
     LayerKV *apps; /* [n_layers] one per application */
+    ActivationArena mem; /* the one backend allocation every apps[a].k / .v lives in */
 };
 
 typedef struct LayerImpl {
@@ -33,7 +44,13 @@ typedef struct LayerImpl {
     void (*register_params)(Model *m, int layer);
     /* Fills the layer's parameters with the reference initialisation. */
     void (*init_params)(Model *m, int layer, Rng *rng);
-    /* Prepares a training forward on B x T tokens (allocates/grows caches, clears regularizer histories).
+    /* Adds the layer's activation buffers to the model's plan (plan_scalars & co. with pointers into the arch
+     * state; see model/activation_arena.h): the training caches of every application sized for n_train tokens
+     * (n_train = 0: none), and the scratch the training and eval paths share, sized for max(n_train, n_eval).
+     * Allocates nothing itself; called by model_reserve_activations on every re-plan. */
+    void (*plan_activations)(Model *m, ActivationPlan *plan, int n_train, int n_eval);
+    /* Prepares a training forward on B x T tokens: model_reserve_activations(m, B*T, 0) (a re-plan, if needed,
+     * happens HERE, before anything of this step is in the arena), then the step geometry and the regularizer mask.
      * valid[B,T] host (1 = position has a real target), NULL = all valid. */
     void (*train_begin)(Model *m, int B, int T, const uint8_t *valid);
     /* Application `app` (0..L-1, distinct layer app % Gs) in training mode: h_out[B*T, C] = layer(h_in).
@@ -46,9 +63,10 @@ typedef struct LayerImpl {
      * into model_grads. Called in reverse application order. */
     void (*backward)(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in);
     /* Eval-mode forward of application `app` in place on h[B*T, C]. If kv != NULL (B must be 1): the new keys/values
-     * are appended at positions kv_len.. and attention reads the whole cache; RoPE offset = kv_len. */
+     * are appended at positions kv_len.. and attention reads the whole cache; RoPE offset = kv_len. Starts with
+     * model_reserve_activations(m, 0, B*T) (a no-op under the wrapper, which reserved first). */
     void (*forward_infer)(Model *m, int app, scalar_t *h, int B, int T, LayerKV *kv, int kv_len);
-    /* Frees the arch state. */
+    /* Frees the arch state (host memory only: the activation buffers belong to the model's arena). */
     void (*destroy)(Model *m);
 } LayerImpl;
 
@@ -76,15 +94,23 @@ struct Model {
     void *arch;                     /* LayerImpl private state (per-layer offsets, activation caches) */
     Rng dropout_rng;                /* expert dropout */
 
-    /* wrapper scratch, grown on demand (backend memory) */
-    int cap_BT;                     /* capacity (tokens) of final_norm, norm_*, logits, tokens_dev, targets_dev */
-    int cap_resid_BT;               /* capacity (tokens) of the training-only resid, dresid_a, dresid_b */
-    scalar_t *resid;                /* [(L+1), B*T, C] residual stream of a training step: h_0 .. h_L */
-    scalar_t *final_norm, *norm_mean, *norm_rstd; /* [B*T, C], [B*T], [B*T] */
-    scalar_t *logits;               /* [B*T, V] */
-    scalar_t *dresid_a, *dresid_b;  /* [B*T, C] */
-    int32_t *tokens_dev, *targets_dev; /* [B*T] */
+    /* The activation arena (see the top of this file). Its plan was made for arena_train_tokens tokens per training
+     * step and arena_eval_tokens per eval call; the wrapper's buffers below and the LayerImpl's all point into it. */
+    ActivationArena arena;
+    int arena_train_tokens, arena_eval_tokens;
+    unsigned arena_generation;      /* +1 on every re-plan: a LayerImpl checks its train_begin's plan is still current */
+    int arena_busy;                 /* > 0 while the wrapper holds arena pointers across calls: growing then is a bug */
+
+    /* wrapper buffers (backend memory, in the arena); N = tokens of the call */
+    scalar_t *final_norm, *norm_mean, *norm_rstd; /* [N, C], [N], [N]   both paths: N <= max(train, eval) */
+    scalar_t *logits;               /* [N, V]                               both paths (dlogits in place in training) */
+    int32_t *tokens_dev;            /* [N]                                  both paths */
+    int32_t *targets_dev;           /* [N]                                  training */
+    scalar_t *resid;                /* [(L+1), N, C] residual stream of a training step: h_0 .. h_L */
+    scalar_t *dresid_a, *dresid_b;  /* [N, C]                               training backward */
+    scalar_t *eval_h;               /* [N, C] residual stream of model_forward_eval and model_decode */
 };
+
 
 /* Registers a tensor (offsets assigned in registration order). Returns its element offset. */
 size_t model_register_tensor(Model *m, const char *name, int ndim, const int64_t *shape);

@@ -19,7 +19,7 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     MoeutState *st = moeut_state(m);
     const ModelConfig *c = &m->cfg;
     Backend *be = m->be;
-    if (app < 0 || app >= c->n_layers || st->cap_N == 0) die("moeut: backward(app %d) without a training forward", app);
+    moeut_check_step(m, "backward", app);
     const int B = st->B, T = st->T, N = B * T, C = c->d_model, H = c->n_heads, D = c->d_head, HD = H * D;
     const int EA = c->att_n_experts, KA = c->att_k, HEA = H * EA, E = c->ff_n_experts, S = c->ff_expert_size;
     const int K = c->ff_k, n_rot = model_config_n_rot(c);

@@ -90,6 +90,11 @@ static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *
 static const uint8_t *dropout_mask(Model *m, uint8_t *dev, long rows, int E, int k, double p) {
     if (p <= 0.0) return NULL;
     MoeutScratch *s = &moeut_state(m)->s;
+    const size_t need = (size_t)rows * (size_t)E;
+    if (need > s->host_drop_cap) {
+        s->host_drop = xrealloc(s->host_drop, need);
+        s->host_drop_cap = need;
+    }
     moeut_make_drop_mask(&m->dropout_rng, s->host_drop, rows, E, k, p);
     m->be->to_device(m->be, dev, s->host_drop, (size_t)rows * (size_t)E);
     return dev;
@@ -99,7 +104,7 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
     MoeutState *st = moeut_state(m);
     const ModelConfig *c = &m->cfg;
     Backend *be = m->be;
-    if (app < 0 || app >= c->n_layers || st->cap_N == 0) die("moeut: forward_train(app %d) without train_begin", app);
+    moeut_check_step(m, "forward_train", app);
     const int B = st->B, T = st->T, N = B * T, C = c->d_model, H = c->n_heads;
     const int Gs = c->group_size, layer = app % Gs, rep = app / Gs;
     const size_t HEA = (size_t)H * c->att_n_experts, E = (size_t)c->ff_n_experts;
@@ -141,7 +146,7 @@ void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *
     if (kv_len < 0 || (kv == NULL && kv_len != 0)) die("moeut: forward_infer: bad kv_len %d", kv_len);
     const int N = B * T, C = c->d_model;
     const MoeutLayerOffsets *P = &st->layers[app % c->group_size];
-    moeut_ensure_scratch(m, N);
+    model_reserve_activations(m, 0, N);
     MoeutScratch *s = &st->s;
 
     AttnIO a = {

@@ -17,6 +17,9 @@
  *   2048 + 2048 + 4 + 4 + 2048 + 20 + 2*467 ≈ 7.1k elements ≈ 28 KiB per token per application in fp32:
  *   32k tokens x 18 applications ≈ 16 GiB (a GPU concern; the tiny CPU configs need kilobytes).
  *   LN outputs xn, xs are not cached: the backward recomputes them from x / x1 and the saved LN statistics.
+ *
+ * Every backend buffer below (caches, histories, mask, scratch) lives in the model's activation arena
+ * (moeut_plan_activations in moeut_layer.c); this layer allocates no backend memory of its own.
  */
 #ifndef MODEL_MOEUT_INTERNAL_H
 #define MODEL_MOEUT_INTERNAL_H
@@ -38,7 +41,7 @@ typedef struct {
     size_t ln1_w, ln1_b, ln2_w, ln2_b; /* [C] */
 } MoeutLayerOffsets;
 
-/* What the backward of one training application needs (backend memory, sized for cap_N tokens). */
+/* What the backward of one training application needs (backend memory, planned for the model's arena_train_tokens). */
 typedef struct {
     scalar_t *x;          /* [N, C]   layer input */
     scalar_t *x1;         /* [N, C]   x + attention output */
@@ -52,11 +55,11 @@ typedef struct {
     scalar_t *gate_v, *gate_o; /* [N, H, KA] sigmoid values */
     int32_t *sel_f;       /* [N, K] */
     scalar_t *gate_f;     /* [N, K] */
-    void *block;          /* the single allocation the pointers above live in */
 } MoeutAppCache;
 
-/* Scratch shared by all applications (backend memory, sized for cap_scratch_N tokens). Forward and backward give
- * the buffers different roles; the comments name both. */
+/* Scratch shared by all applications (backend memory, planned for max(arena_train_tokens, arena_eval_tokens); the
+ * dropout masks, used in training only, for arena_train_tokens). Forward and backward give the buffers different
+ * roles; the comments name both. */
 typedef struct {
     scalar_t *nc[5];      /* [N, C]: xn, xs, attention/FFN output | dx1, dxn, dxs */
     scalar_t *hd[4];      /* [N, H*D]: q, k, v, r (inference) | dq, dk, dv, dr */
@@ -71,17 +74,18 @@ typedef struct {
     scalar_t *A;          /* [N*K, S] ReLU(U) (inference) | dA, dU */
     uint8_t *drop_v, *drop_o; /* [N, H*EA] expert-dropout masks (training with att_expert_dropout > 0) */
     uint8_t *drop_f;      /* [N, E] (training with ff_expert_dropout > 0) */
-    uint8_t *host_drop;   /* host staging for the masks, [N * max(H*EA, E)] */
-    void *block;
+    uint8_t *host_drop;   /* host staging for the masks (host memory, grown on use), [N * max(H*EA, E)] */
+    size_t host_drop_cap; /* bytes of host_drop */
 } MoeutScratch;
 
 typedef struct {
     MoeutLayerOffsets *layers; /* [n_distinct] */
     int n_layers_registered;
 
-    /* training step geometry (train_begin) */
+    /* training step geometry (train_begin; B = 0: no step prepared) */
     int B, T;
-    int cap_N;                 /* tokens the caches and histories are sized for */
+    unsigned plan_gen;         /* m->arena_generation at train_begin: caches and histories must not move until the
+                                * backward (the histories hold all R applications' logits until regularizers()) */
     MoeutAppCache *apps;       /* [L] */
     /* regularizer histories, per distinct layer: raw router logits [R, B, T, G, E] and the gradient of the
      * (scaled) regularizer with respect to them, same layout */
@@ -91,14 +95,13 @@ typedef struct {
     int have_valid;
     int reg_ready;             /* regularizers() has run since train_begin: dreg_* hold this step's gradients */
 
-    int cap_scratch_N;
     MoeutScratch s;
 } MoeutState;
 
 static inline MoeutState *moeut_state(Model *m) { return (MoeutState *)m->arch; }
 
-/* moeut_layer.c: grows the scratch buffers to at least N tokens. */
-void moeut_ensure_scratch(Model *m, int N);
+/* moeut_layer.c: dies unless train_begin prepared a step whose buffers are still in place (`what` names the caller). */
+void moeut_check_step(Model *m, const char *what, int app);
 
 /* moeut_forward.c */
 void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_out);

@@ -1,4 +1,4 @@
-/* The MoEUT layer's LayerImpl: parameter registration, initialisation and buffer management.
+/* The MoEUT layer's LayerImpl: parameter registration, initialisation and the plan of its activation buffers.
  * The math lives in moeut_forward.c, moeut_backward.c and moeut_reg.c (see moeut_internal.h for the state). */
 #include <math.h>
 #include <stdio.h>
@@ -26,27 +26,6 @@ static void check_config(const ModelConfig *c) {
             c->att_expert_dropout);
 }
 
-/* ---- block allocation: many buffers carved out of one backend allocation ---- */
-
-typedef struct {
-    void **ptr;
-    size_t bytes;
-} Carve;
-
-static size_t round_up64(size_t n) { return (n + 63) & ~(size_t)63; }
-
-static void *alloc_carved(Backend *be, const Carve *parts, int n_parts) {
-    size_t total = 0;
-    for (int i = 0; i < n_parts; i++) total += round_up64(parts[i].bytes);
-    char *base = be->alloc(be, total ? total : 64);
-    size_t off = 0;
-    for (int i = 0; i < n_parts; i++) {
-        *parts[i].ptr = base + off;
-        off += round_up64(parts[i].bytes);
-    }
-    return base;
-}
-
 /* ---- registration ---- */
 
 static size_t reg_tensor(Model *m, int layer, const char *suffix, int ndim, int64_t d0, int64_t d1, int64_t d2) {
@@ -63,6 +42,11 @@ static void moeut_register_params(Model *m, int layer) {
         check_config(c);
         MoeutState *st = xcalloc(1, sizeof *st);
         st->layers = xcalloc((size_t)c->group_size, sizeof *st->layers);
+        /* host-side arrays of buffer pointers; the buffers themselves are planned in moeut_plan_activations */
+        st->apps = xcalloc((size_t)c->n_layers, sizeof *st->apps);
+        scalar_t ***lists[] = {&st->hist_f, &st->hist_v, &st->hist_o, &st->dreg_f, &st->dreg_v, &st->dreg_o};
+        for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++)
+            *lists[l] = xcalloc((size_t)c->group_size, sizeof(scalar_t *));
         m->arch = st;
     }
     MoeutState *st = moeut_state(m);
@@ -122,100 +106,70 @@ static void moeut_init_params(Model *m, int layer, Rng *rng) {
     init_constant(m, o->ln2_b, C, 0.0);
 }
 
-/* ---- buffers ---- */
+/* ---- buffers (all in the model's activation arena) ---- */
 
-static void free_app_caches(Model *m) {
-    MoeutState *st = moeut_state(m);
-    Backend *be = m->be;
-    if (st->apps) {
-        for (int a = 0; a < m->cfg.n_layers; a++)
-            if (st->apps[a].block) be->free(be, st->apps[a].block);
-        free(st->apps);
-        st->apps = NULL;
-    }
-    scalar_t ***lists[] = {&st->hist_f, &st->hist_v, &st->hist_o, &st->dreg_f, &st->dreg_v, &st->dreg_o};
-    for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++) {
-        scalar_t **arr = *lists[l];
-        if (!arr) continue;
-        for (int i = 0; i < m->cfg.group_size; i++)
-            if (arr[i]) be->free(be, arr[i]);
-        free(arr);
-        *lists[l] = NULL;
-    }
-    if (st->valid_dev) be->free(be, st->valid_dev);
-    st->valid_dev = NULL;
-    st->cap_N = 0;
-}
-
-static void alloc_app_caches(Model *m, int N) {
+static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int n_eval) {
     MoeutState *st = moeut_state(m);
     const ModelConfig *c = &m->cfg;
-    Backend *be = m->be;
-    const size_t n = (size_t)N, C = (size_t)c->d_model, HD = (size_t)c->n_heads * (size_t)c->d_head;
-    const size_t H = (size_t)c->n_heads, HKA = H * (size_t)c->att_k, K = (size_t)c->ff_k;
-    const size_t S = (size_t)c->ff_expert_size, sc = sizeof(scalar_t), si = sizeof(int32_t);
-    st->apps = xcalloc((size_t)c->n_layers, sizeof *st->apps);
+    const size_t nt = (size_t)n_train, nmax = (size_t)(n_train > n_eval ? n_train : n_eval);
+    const size_t C = (size_t)c->d_model, H = (size_t)c->n_heads, HD = H * (size_t)c->d_head;
+    const size_t HEA = H * (size_t)c->att_n_experts, HKA = H * (size_t)c->att_k, E = (size_t)c->ff_n_experts;
+    const size_t K = (size_t)c->ff_k, S = (size_t)c->ff_expert_size, R = (size_t)(c->n_layers / c->group_size);
+
+    /* training: what each application's backward needs */
     for (int a = 0; a < c->n_layers; a++) {
         MoeutAppCache *ac = &st->apps[a];
-        Carve parts[] = {
-            {(void **)&ac->x, n * C * sc},       {(void **)&ac->x1, n * C * sc},
-            {(void **)&ac->q, n * HD * sc},      {(void **)&ac->k, n * HD * sc},
-            {(void **)&ac->v, n * HD * sc},      {(void **)&ac->r, n * HD * sc},
-            {(void **)&ac->lse, n * H * sc},     {(void **)&ac->mean1, n * sc},
-            {(void **)&ac->rstd1, n * sc},       {(void **)&ac->mean2, n * sc},
-            {(void **)&ac->rstd2, n * sc},       {(void **)&ac->A, n * K * S * sc},
-            {(void **)&ac->sel_v, n * HKA * si}, {(void **)&ac->sel_o, n * HKA * si},
-            {(void **)&ac->gate_v, n * HKA * sc}, {(void **)&ac->gate_o, n * HKA * sc},
-            {(void **)&ac->sel_f, n * K * si},   {(void **)&ac->gate_f, n * K * sc},
-        };
-        ac->block = alloc_carved(be, parts, (int)(sizeof parts / sizeof parts[0]));
+        plan_scalars(p, &ac->x, nt * C);        /* [N, C] */
+        plan_scalars(p, &ac->x1, nt * C);       /* [N, C] */
+        plan_scalars(p, &ac->q, nt * HD);       /* [N, H*D] */
+        plan_scalars(p, &ac->k, nt * HD);       /* [N, H*D] */
+        plan_scalars(p, &ac->v, nt * HD);       /* [N, H*D] */
+        plan_scalars(p, &ac->r, nt * HD);       /* [N, H*D] */
+        plan_scalars(p, &ac->lse, nt * H);      /* [B, H, T] */
+        plan_scalars(p, &ac->mean1, nt);        /* [N] */
+        plan_scalars(p, &ac->rstd1, nt);        /* [N] */
+        plan_scalars(p, &ac->mean2, nt);        /* [N] */
+        plan_scalars(p, &ac->rstd2, nt);        /* [N] */
+        plan_scalars(p, &ac->A, nt * K * S);    /* [N*K, S] */
+        plan_int32(p, &ac->sel_v, nt * HKA);    /* [N, H, KA] */
+        plan_int32(p, &ac->sel_o, nt * HKA);    /* [N, H, KA] */
+        plan_scalars(p, &ac->gate_v, nt * HKA); /* [N, H, KA] */
+        plan_scalars(p, &ac->gate_o, nt * HKA); /* [N, H, KA] */
+        plan_int32(p, &ac->sel_f, nt * K);      /* [N, K] */
+        plan_scalars(p, &ac->gate_f, nt * K);   /* [N, K] */
     }
-    const size_t R = (size_t)(c->n_layers / c->group_size);
-    const size_t att_bytes = R * n * H * (size_t)c->att_n_experts * sc;
-    const size_t ffn_bytes = R * n * (size_t)c->ff_n_experts * sc;
-    st->hist_f = xcalloc((size_t)c->group_size, sizeof(scalar_t *));
-    st->hist_v = xcalloc((size_t)c->group_size, sizeof(scalar_t *));
-    st->hist_o = xcalloc((size_t)c->group_size, sizeof(scalar_t *));
-    st->dreg_f = xcalloc((size_t)c->group_size, sizeof(scalar_t *));
-    st->dreg_v = xcalloc((size_t)c->group_size, sizeof(scalar_t *));
-    st->dreg_o = xcalloc((size_t)c->group_size, sizeof(scalar_t *));
+    /* training: regularizer histories and their gradients, per distinct layer */
     for (int i = 0; i < c->group_size; i++) {
-        st->hist_f[i] = be->alloc(be, ffn_bytes);
-        st->dreg_f[i] = be->alloc(be, ffn_bytes);
-        st->hist_v[i] = be->alloc(be, att_bytes);
-        st->dreg_v[i] = be->alloc(be, att_bytes);
-        st->hist_o[i] = be->alloc(be, att_bytes);
-        st->dreg_o[i] = be->alloc(be, att_bytes);
+        plan_scalars(p, &st->hist_f[i], R * nt * E);   /* [R, N, E] */
+        plan_scalars(p, &st->dreg_f[i], R * nt * E);   /* [R, N, E] */
+        plan_scalars(p, &st->hist_v[i], R * nt * HEA); /* [R, N, H*EA] */
+        plan_scalars(p, &st->dreg_v[i], R * nt * HEA); /* [R, N, H*EA] */
+        plan_scalars(p, &st->hist_o[i], R * nt * HEA); /* [R, N, H*EA] */
+        plan_scalars(p, &st->dreg_o[i], R * nt * HEA); /* [R, N, H*EA] */
     }
-    st->valid_dev = be->alloc(be, n);
-    st->cap_N = N;
-}
+    plan_u8(p, &st->valid_dev, nt); /* [N] */
 
-void moeut_ensure_scratch(Model *m, int N) {
-    MoeutState *st = moeut_state(m);
-    if (N <= st->cap_scratch_N) return;
-    const ModelConfig *c = &m->cfg;
-    Backend *be = m->be;
+    /* scratch of both paths */
     MoeutScratch *s = &st->s;
-    if (s->block) be->free(be, s->block);
-    free(s->host_drop);
-    const size_t n = (size_t)N, C = (size_t)c->d_model, H = (size_t)c->n_heads, HD = H * (size_t)c->d_head;
-    const size_t HEA = H * (size_t)c->att_n_experts, HKA = H * (size_t)c->att_k, E = (size_t)c->ff_n_experts;
-    const size_t K = (size_t)c->ff_k, S = (size_t)c->ff_expert_size, sc = sizeof(scalar_t), si = sizeof(int32_t);
-    Carve parts[] = {
-        {(void **)&s->nc[0], n * C * sc},     {(void **)&s->nc[1], n * C * sc},    {(void **)&s->nc[2], n * C * sc},
-        {(void **)&s->nc[3], n * C * sc},     {(void **)&s->nc[4], n * C * sc},    {(void **)&s->hd[0], n * HD * sc},
-        {(void **)&s->hd[1], n * HD * sc},    {(void **)&s->hd[2], n * HD * sc},   {(void **)&s->hd[3], n * HD * sc},
-        {(void **)&s->lse, n * H * sc},       {(void **)&s->mean, n * sc},         {(void **)&s->rstd, n * sc},
-        {(void **)&s->lv, n * HEA * sc},      {(void **)&s->lo, n * HEA * sc},     {(void **)&s->lf, n * E * sc},
-        {(void **)&s->sel_v, n * HKA * si},   {(void **)&s->sel_o, n * HKA * si},  {(void **)&s->gate_v, n * HKA * sc},
-        {(void **)&s->gate_o, n * HKA * sc},  {(void **)&s->sel_f, n * K * si},    {(void **)&s->gate_f, n * K * sc},
-        {(void **)&s->A, n * K * S * sc},     {(void **)&s->drop_v, n * HEA},      {(void **)&s->drop_o, n * HEA},
-        {(void **)&s->drop_f, n * E},
-    };
-    s->block = alloc_carved(be, parts, (int)(sizeof parts / sizeof parts[0]));
-    s->host_drop = xmalloc(n * (HEA > E ? HEA : E));
-    st->cap_scratch_N = N;
+    for (int i = 0; i < 5; i++) plan_scalars(p, &s->nc[i], nmax * C);  /* [N, C] */
+    for (int i = 0; i < 4; i++) plan_scalars(p, &s->hd[i], nmax * HD); /* [N, H*D] */
+    plan_scalars(p, &s->lse, nmax * H);       /* [N*H] */
+    plan_scalars(p, &s->mean, nmax);          /* [N] */
+    plan_scalars(p, &s->rstd, nmax);          /* [N] */
+    plan_scalars(p, &s->lv, nmax * HEA);      /* [N, H*EA] */
+    plan_scalars(p, &s->lo, nmax * HEA);      /* [N, H*EA] */
+    plan_scalars(p, &s->lf, nmax * E);        /* [N, E] */
+    plan_int32(p, &s->sel_v, nmax * HKA);     /* [N, H*KA] */
+    plan_int32(p, &s->sel_o, nmax * HKA);     /* [N, H*KA] */
+    plan_scalars(p, &s->gate_v, nmax * HKA);  /* [N, H*KA] */
+    plan_scalars(p, &s->gate_o, nmax * HKA);  /* [N, H*KA] */
+    plan_int32(p, &s->sel_f, nmax * K);       /* [N, K] */
+    plan_scalars(p, &s->gate_f, nmax * K);    /* [N, K] */
+    plan_scalars(p, &s->A, nmax * K * S);     /* [N*K, S] */
+    /* training only: expert-dropout masks */
+    plan_u8(p, &s->drop_v, nt * HEA);         /* [N, H*EA] */
+    plan_u8(p, &s->drop_o, nt * HEA);         /* [N, H*EA] */
+    plan_u8(p, &s->drop_f, nt * E);           /* [N, E] */
 }
 
 static void moeut_train_begin(Model *m, int B, int T, const uint8_t *valid) {
@@ -223,23 +177,29 @@ static void moeut_train_begin(Model *m, int B, int T, const uint8_t *valid) {
     if (st == NULL || st->n_layers_registered != m->cfg.group_size) die("moeut: train_begin before registration");
     if (B <= 0 || T <= 0) die("moeut: train_begin with B=%d T=%d", B, T);
     const int N = B * T;
-    if (N > st->cap_N) {
-        free_app_caches(m);
-        alloc_app_caches(m, N);
-    }
-    moeut_ensure_scratch(m, N);
+    model_reserve_activations(m, N, 0);
     st->B = B;
     st->T = T;
+    st->plan_gen = m->arena_generation;
     st->have_valid = valid != NULL;
     if (valid) m->be->to_device(m->be, st->valid_dev, valid, (size_t)N);
     st->reg_ready = 0; /* the histories are overwritten by this step's forwards */
 }
 
+void moeut_check_step(Model *m, const char *what, int app) {
+    const MoeutState *st = moeut_state(m);
+    if (st == NULL || app < 0 || app >= m->cfg.n_layers || st->B == 0)
+        die("moeut: %s(app %d) without train_begin", what, app);
+    if (st->plan_gen != m->arena_generation)
+        die("moeut: %s(app %d): the activation arena was re-planned after train_begin", what, app);
+}
+
 static void moeut_destroy(Model *m) {
     MoeutState *st = moeut_state(m);
     if (st == NULL) return;
-    free_app_caches(m);
-    if (st->s.block) m->be->free(m->be, st->s.block);
+    free(st->apps);
+    scalar_t **lists[] = {st->hist_f, st->hist_v, st->hist_o, st->dreg_f, st->dreg_v, st->dreg_o};
+    for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++) free(lists[l]);
     free(st->s.host_drop);
     free(st->layers);
     free(st);
@@ -250,6 +210,7 @@ const LayerImpl moeut_layer_impl = {
     .arch_name = "moeut",
     .register_params = moeut_register_params,
     .init_params = moeut_init_params,
+    .plan_activations = moeut_plan_activations,
     .train_begin = moeut_train_begin,
     .forward_train = moeut_forward_train,
     .regularizers = moeut_regularizers,

@@ -10,7 +10,7 @@ void moeut_regularizers(Model *m, double grad_scale, StepStats *stats) {
     MoeutState *st = moeut_state(m);
     const ModelConfig *c = &m->cfg;
     Backend *be = m->be;
-    if (st == NULL || st->cap_N == 0) die("moeut: regularizers() without a training forward");
+    moeut_check_step(m, "regularizers", 0);
     const int R = c->n_layers / c->group_size, H = c->n_heads, EA = c->att_n_experts, E = c->ff_n_experts;
     const uint8_t *valid = st->have_valid ? st->valid_dev : NULL;
     const scalar_t coef_ffn = (scalar_t)(c->entropy_reg * grad_scale);
