@@ -70,7 +70,7 @@ FLAGS_STAMP := build/flags-$(shell echo "$(FLAGS_TEXT)" | md5sum | cut -c1-12).s
 $(FLAGS_STAMP):
 	@mkdir -p build; rm -f build/flags-*.stamp; touch $@
 
-.PHONY: all deps deps-test deps-torch clean test test-unit test-f64 test-asan test-e2e test-cuda
+.PHONY: all deps deps-test deps-torch clean test test-unit test-f64 test-asan test-e2e test-cuda test-cuda-emu
 
 deps:
 	@mk/deps.sh build
@@ -149,7 +149,7 @@ test-e2e: all
 # Everything, then one closing line "N passed, N failed" summed over the suites.
 test: deps-test
 	@rm -f build/test-results.txt
-	@$(MAKE) --no-print-directory test-unit test-f64 test-asan test-cuda test-e2e -k; status=$$?; \
+	@$(MAKE) --no-print-directory test-unit test-f64 test-asan test-cuda test-cuda-emu test-e2e -k; status=$$?; \
 	  tests/summarize.sh build/test-results.txt; s2=$$?; [ $$status = 0 ] && [ $$s2 = 0 ]
 
 clean:

@@ -2,7 +2,7 @@
 # Installs the Debian packages a target group needs, only when one is missing (a fresh machine has none of them).
 # Usage: mk/deps.sh build|test|torch   (test includes build; torch is for the PyTorch twin and bench-cpu)
 set -euo pipefail
-build_pkgs="gcc make pkg-config zlib1g-dev libcjson-dev check libsubunit-dev libopenblas-dev libarchive-dev libcurl4-openssl-dev libssl-dev"
+build_pkgs="gcc g++ make pkg-config zlib1g-dev libcjson-dev check libsubunit-dev libopenblas-dev libarchive-dev libcurl4-openssl-dev libssl-dev"
 test_pkgs="$build_pkgs python3 chromium"
 torch_pkgs="python3 python3-torch python3-numpy"
 case "${1:-build}" in
