@@ -1,7 +1,7 @@
 # The CUDA backend on the CPU emulator (kernels/cuda/emu/cuda_emu.h): kernels/cuda/*.cu compiled as C++ with
 # -DCUDA_EMULATION, everything built with ASan/UBSan into build/emu/, so the CUDA tests run (and check memory
 # accesses) on machines without a GPU. Needs g++ only (no nvcc, no GPU). It does not replace a GPU run.
-#   make test-cuda-emu   the emulator self-test, the three CUDA unit-test programs, the two CUDA e2e scripts and the
+#   make test-cuda-emu   the emulator self-test, the three CUDA unit-test programs, the three CUDA e2e scripts and the
 #                        thread-order race check (tests/e2e/cuda_emu_order.sh) on the emulator
 .PHONY: test-cuda-emu emu-bins
 
@@ -54,4 +54,4 @@ EMU_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stac
            CUDA_RESUME_STEPS=12 CUDA_RESUME_SETTINGS="context=16 batch_size=4"
 test-cuda-emu: all emu-bins
 	@$(EMU_ENV) tests/run_suite.sh cuda-emu build/emu/tests/cuda_emu_selftest $(EMU_TESTS) tests/e2e/test_cuda_inspect.sh \
-	  tests/e2e/cuda_emu_order.sh tests/e2e/test_cuda_resume.sh
+	  tests/e2e/cuda_emu_order.sh tests/e2e/test_cuda_evaluate.sh tests/e2e/test_cuda_resume.sh
