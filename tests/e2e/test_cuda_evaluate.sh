@@ -51,25 +51,9 @@ done
 PY=$(command -v python3 || true)
 [ -n "$PY" ] || { echo "SKIP: no python3 (the comparison uses only its standard library)"; exit 77; }
 
-# Probe the backend before training anything: a twin fixture through the DUT's bin/inspect (the same backend_create
-# path that evaluate and analyze take).
-probe=tests/fixtures/twin/dense_tiny_on
-if ! "$dut_bin"/inspect --weights "$probe/weights.safetensors" --batch "$probe/batch.json" --out "$tmp/probe.out" \
-     --backend "$be" >/dev/null 2>"$tmp/probe.err"; then
-  if grep -qE "no usable CUDA GPU|no CUDA support" "$tmp/probe.err"; then
-    echo "SKIP: $(head -n 1 "$tmp/probe.err")"
-    exit 77
-  fi
-  fail "$dut_bin/inspect --backend $be: $(head -n 1 "$tmp/probe.err")"
-fi
-
-if [ -n "${CUDA_E2E_DATA:-}" ]; then
-  [ -f "$CUDA_E2E_DATA/interpolate.shard" ] || fail "CUDA_E2E_DATA=$CUDA_E2E_DATA has no interpolate.shard"
-  data=$CUDA_E2E_DATA
-else
-  train_data "$tmp/data"
-  data=$tmp/data
-fi
+# Probe the backend before training anything (the same backend_create path that evaluate and analyze take).
+require_backend "$be" "$dut_bin"
+e2e_data interpolate.shard
 
 # 300 steps (~10 s each on one CPU core) rather than 30: at 30 steps every eval example is wrong, which would leave the
 # correct-count comparison nothing to compare; at 300 each run gets an example right (still ~2%: the per-module

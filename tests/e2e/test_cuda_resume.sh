@@ -19,24 +19,8 @@ be=${CUDA_TEST_BACKEND:-cuda}
 dut_bin=${CUDA_TEST_BIN:-bin}
 [ "$be" = cuda ] || echo "NOTE: validation mode: the backend under test is $be, not cuda"
 
-# Probe the backend before preparing data: a twin fixture through bin/inspect (same backend_create path as train).
-probe=tests/fixtures/twin/dense_tiny_on
-if ! "$dut_bin"/inspect --weights "$probe/weights.safetensors" --batch "$probe/batch.json" --out "$tmp/probe.out" \
-     --backend "$be" >/dev/null 2>"$tmp/probe.err"; then
-  if grep -qE "no usable CUDA GPU|no CUDA support" "$tmp/probe.err"; then
-    echo "SKIP: $(head -n 1 "$tmp/probe.err")"
-    exit 77
-  fi
-  fail "bin/inspect --backend $be: $(head -n 1 "$tmp/probe.err")"
-fi
-
-if [ -n "${CUDA_E2E_DATA:-}" ]; then
-  [ -f "$CUDA_E2E_DATA/train.shard" ] || fail "CUDA_E2E_DATA=$CUDA_E2E_DATA has no train.shard"
-  data=$CUDA_E2E_DATA
-else
-  train_data "$tmp/data"
-  data=$tmp/data
-fi
+require_backend "$be" "$dut_bin"
+e2e_data train.shard
 train() { "$dut_bin"/train --backend "$be" --threads 2 "$@"; }
 
 # interrupt_with SIGNAL CONFIG DIR EXPECTED_RC: starts a run, signals it once 3 steps are logged, checks the exit.

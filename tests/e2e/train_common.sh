@@ -79,3 +79,30 @@ same_as_ref() { # same_as_ref REF_DIR DIR LABEL
   [ -f "$2/train_summary.json" ] || fail "$3: no train_summary.json after the resumed run finished"
   echo "ok: $3"
 }
+
+# CUDA e2e scripts: require_backend BE BIN probes `BIN/inspect --backend BE` on a twin fixture (the backend_create path
+# every stage takes) before any data is prepared: exit 77 with a SKIP line where the build or the machine has no usable
+# CUDA GPU, a failure on any other error.
+require_backend() {
+  local be=$1 bin=$2 probe=tests/fixtures/twin/dense_tiny_on
+  if ! "$bin"/inspect --weights "$probe/weights.safetensors" --batch "$probe/batch.json" --out "$tmp/probe.out" \
+       --backend "$be" >/dev/null 2>"$tmp/probe.err"; then
+    if grep -qE "no usable CUDA GPU|no CUDA support" "$tmp/probe.err"; then
+      echo "SKIP: $(head -n 1 "$tmp/probe.err")"
+      exit 77
+    fi
+    fail "$bin/inspect --backend $be: $(head -n 1 "$tmp/probe.err")"
+  fi
+}
+
+# e2e_data SHARD: sets data= to $CUDA_E2E_DATA when given (an already tokenized directory, e.g. carried to a GPU
+# machine by mk/gpu_bundle.sh; it must hold SHARD), else to the embedded sample tokenized into $tmp/data.
+e2e_data() {
+  if [ -n "${CUDA_E2E_DATA:-}" ]; then
+    [ -f "$CUDA_E2E_DATA/$1" ] || fail "CUDA_E2E_DATA=$CUDA_E2E_DATA has no $1"
+    data=$CUDA_E2E_DATA
+  else
+    train_data "$tmp/data"
+    data=$tmp/data
+  fi
+}
