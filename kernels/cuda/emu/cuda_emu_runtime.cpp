@@ -190,7 +190,8 @@ uint64_t warp_exchange(unsigned mask, uint64_t value, int src_lane_xor) {
 void warp_barrier(unsigned mask) {
     ThreadState *t = current;
     if (!t) fatal("__syncwarp outside a kernel");
-    if (mask != 0xffffffffu) fatal("kernel %s: __syncwarp mask %#x: only full-warp masks are emulated", launch_name, mask);
+    if (mask != 0xffffffffu)
+        fatal("kernel %s: __syncwarp mask %#x: only full-warp masks are emulated", launch_name, mask);
     t->state = ThreadState::AT_WARP;
     t->mask = mask;
     switch_to_scheduler(t);
@@ -443,28 +444,24 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     *p = q;
     return cudaSuccess;
 }
-cudaError_t cudaFree(void *p) {
+// Forgets and frees a tracked allocation; p must be the base of one in allocs.
+static cudaError_t free_tracked(std::map<uintptr_t, size_t> &allocs, void *p, cudaError_t not_found,
+                                const char *what) {
     if (!p) return cudaSuccess;
-    auto it = emu::device_allocs.find((uintptr_t)p);
-    if (it == emu::device_allocs.end()) return fail(cudaErrorInvalidDevicePointer, "cudaFree(%p): not an allocation", p);
-    emu::device_allocs.erase(it);
+    auto it = allocs.find((uintptr_t)p);
+    if (it == allocs.end()) return fail(not_found, "%s(%p): not an allocation of that kind", what, p);
+    allocs.erase(it);
     free(p);
     return cudaSuccess;
 }
+cudaError_t cudaFree(void *p) { return free_tracked(emu::device_allocs, p, cudaErrorInvalidDevicePointer, "cudaFree"); }
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
     *p = malloc(bytes ? bytes : 1);
     if (!*p) return cudaErrorMemoryAllocation;
     emu::pinned_allocs[(uintptr_t)*p] = bytes ? bytes : 1;
     return cudaSuccess;
 }
-cudaError_t cudaFreeHost(void *p) {
-    if (!p) return cudaSuccess;
-    auto it = emu::pinned_allocs.find((uintptr_t)p);
-    if (it == emu::pinned_allocs.end()) return fail(cudaErrorInvalidValue, "cudaFreeHost(%p): not pinned memory", p);
-    emu::pinned_allocs.erase(it);
-    free(p);
-    return cudaSuccess;
-}
+cudaError_t cudaFreeHost(void *p) { return free_tracked(emu::pinned_allocs, p, cudaErrorInvalidValue, "cudaFreeHost"); }
 
 // A host range must not be device memory, and a device range must lie inside one device allocation.
 static cudaError_t check_side(const void *p, size_t bytes, bool device, const char *what) {

@@ -3,15 +3,14 @@
 // misuse the emulator claims to catch is caught: every misuse case runs in a child process that must die with the
 // named message. Built and run only by `make test-cuda-emu` (build/emu/tests/cuda_emu_selftest).
 // Output ends with a Check-style "100%: Checks: N, Failures: F, Errors: 0" line for tests/run_suite.sh.
-#include "kernels/cuda/emu/cuda_emu.h"
+// The backend's own header: the kernels below launch through the same LAUNCH and DYNAMIC_SHARED macros.
+#include "kernels/cuda/cuda_common.cuh"
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#define LAUNCH(kernel, grid, block, shmem) emu::launch(#kernel, (grid), (block), (shmem), kernel)
 
 static int n_checks = 0, n_failed = 0;
 static void check(bool ok, const char *what) {
@@ -52,7 +51,7 @@ __global__ void k_warp_sum(float *out, const float *x) {
 }
 
 __global__ void k_dyn_shared(float *out) {
-    float *sh = (float *)emu::dynamic_shared();
+    DYNAMIC_SHARED(float, sh);
     sh[threadIdx.x] = (float)(threadIdx.x * 2);
     __syncthreads();
     out[threadIdx.x] = sh[blockDim.x - 1 - threadIdx.x];
