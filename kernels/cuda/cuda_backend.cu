@@ -87,8 +87,33 @@ static void set_err(char *err, size_t errlen, const char *reason) {
     if (err && errlen) snprintf(err, errlen, "no usable CUDA GPU: %s", reason);
 }
 
+// Reads an implementation-choice variable: unset or empty = the first choice (auto); an unknown value is an error.
+static bool read_choice(const char *var, const char *const choices[], int n_choices, int *out, char *err,
+                        size_t errlen) {
+    const char *v = getenv(var);
+    *out = 0;
+    if (!v || !*v) return true;
+    for (int i = 0; i < n_choices; i++)
+        if (strcmp(v, choices[i]) == 0) {
+            *out = i;
+            return true;
+        }
+    if (err && errlen) {
+        int n = snprintf(err, errlen, "%s=%s: expected one of", var, v);
+        for (int i = 0; i < n_choices && n > 0 && (size_t)n < errlen; i++)
+            n += snprintf(err + n, errlen - (size_t)n, " %s", choices[i]);
+    }
+    return false;
+}
+
 extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
+    static const char *const attention_choices[] = {"auto", "fused", "gemm"};
+    static const char *const cvmm_choices[] = {"auto", "loop", "grouped"};
+    int attention_impl, cvmm_impl;
+    if (!read_choice("DMMATH_CUDA_ATTENTION", attention_choices, 3, &attention_impl, err, errlen) ||
+        !read_choice("DMMATH_CUDA_CVMM", cvmm_choices, 3, &cvmm_impl, err, errlen))
+        return nullptr;
     int n_dev = 0;
     cudaError_t e = cudaGetDeviceCount(&n_dev);
     if (e != cudaSuccess) {
@@ -112,6 +137,8 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
         return nullptr;
     }
     CudaImpl *im = (CudaImpl *)xcalloc(1, sizeof(CudaImpl));
+    im->attention_impl = attention_impl;
+    im->cvmm_impl = cvmm_impl;
     cublasStatus_t st = cublasCreate(&im->cublas);
     if (st != CUBLAS_STATUS_SUCCESS) {
         char msg[128];

@@ -64,8 +64,17 @@ enum { CS_A = 0, CS_B, CS_C, CS_D, CS_E, CS_F, CS_G, CS_H, CS_I, CS_J, CS_COUNT 
 // Host (pinned) scratch slots.
 enum { HS_A = 0, HS_B, HS_C, HS_COUNT };
 
+// Implementation choices with more than one kernel path (environment variables read once at backend creation, so
+// tests and benchmarks can force each path; "auto" is the default and what results are recorded with):
+//   DMMATH_CUDA_ATTENTION = auto | fused | gemm   (cuda_attention*.cu)
+//   DMMATH_CUDA_CVMM      = auto | loop | grouped (cuda_cvmm*.cu)
+enum AttentionImpl { ATTENTION_AUTO = 0, ATTENTION_FUSED, ATTENTION_GEMM };
+enum CvmmImpl { CVMM_AUTO = 0, CVMM_LOOP, CVMM_GROUPED };
+
 struct CudaImpl {
     cublasHandle_t cublas;
+    int attention_impl; // AttentionImpl
+    int cvmm_impl;      // CvmmImpl
     void *dev[CS_COUNT];
     size_t dev_cap[CS_COUNT];
     void *host[HS_COUNT];

@@ -15,9 +15,12 @@ static inline void cuda_test_require_gpu(void) {
     char err[256];
     Backend *probe = backend_create("cuda", err, sizeof err);
     if (!probe) {
-        const char *prefix = "no usable CUDA GPU: ", *reason = err;
-        if (strncmp(err, prefix, strlen(prefix)) == 0) reason = err + strlen(prefix);
-        printf("SKIP: no usable CUDA GPU (%s)\n", reason);
+        const char *prefix = "no usable CUDA GPU: ";
+        if (strncmp(err, prefix, strlen(prefix)) != 0) { /* e.g. a bad DMMATH_CUDA_* value: a failure, not a skip */
+            printf("FAIL: the cuda backend could not be created: %s\n", err);
+            exit(EXIT_FAILURE);
+        }
+        printf("SKIP: no usable CUDA GPU (%s)\n", err + strlen(prefix));
         exit(77);
     }
     printf("cuda device: %s\n", probe->device_name);

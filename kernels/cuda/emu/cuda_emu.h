@@ -134,6 +134,28 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOp
                             const void *alpha, const void *A, cudaDataType_t Atype, int lda, const void *B,
                             cudaDataType_t Btype, int ldb, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
                             cublasComputeType_t compute, cublasGemmAlgo_t algo);
+// Batched forms: the same product per batch entry; strided operands, or pointer arrays that live in device memory.
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                          int n, int k, const void *alpha, const void *A, cudaDataType_t Atype,
+                                          int lda, long long strideA, const void *B, cudaDataType_t Btype, int ldb,
+                                          long long strideB, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
+                                          long long strideC, int batchCount, cublasComputeType_t compute,
+                                          cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                                   int k, const void *alpha, const void *const Aarray[], cudaDataType_t Atype, int lda,
+                                   const void *const Barray[], cudaDataType_t Btype, int ldb, const void *beta,
+                                   void *const Carray[], cudaDataType_t Ctype, int ldc, int batchCount,
+                                   cublasComputeType_t compute, cublasGemmAlgo_t algo);
+// Grouped: group g has its own transposes, sizes, leading dimensions, alpha and beta (host arrays) and group_size[g]
+// problems whose matrices come from the device pointer arrays, group after group.
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t transa_array[],
+                                          const cublasOperation_t transb_array[], const int m_array[],
+                                          const int n_array[], const int k_array[], const void *alpha_array,
+                                          const void *const Aarray[], cudaDataType_t Atype, const int lda_array[],
+                                          const void *const Barray[], cudaDataType_t Btype, const int ldb_array[],
+                                          const void *beta_array, void *const Carray[], cudaDataType_t Ctype,
+                                          const int ldc_array[], int group_count, const int group_size[],
+                                          cublasComputeType_t compute);
 
 // ---------------------------------------------------------------- device side
 namespace emu {

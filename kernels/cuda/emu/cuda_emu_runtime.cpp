@@ -533,11 +533,13 @@ const char *cublasGetStatusString(cublasStatus_t st) {
     return "CUBLAS_STATUS_UNKNOWN";
 }
 
-static cublasStatus_t gemm_fail(cublasStatus_t st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static cublasStatus_t gemm_fail(cublasStatus_t st, const char *fmt, ...) {
+// Every GEMM entry point reports through gemm_fail with its own name (the message names the call that failed).
+static cublasStatus_t gemm_fail(const char *call, cublasStatus_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static cublasStatus_t gemm_fail(const char *call, cublasStatus_t st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "cuda-emu: cublasGemmEx: ");
+    fprintf(stderr, "cuda-emu: %s: ", call);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
@@ -549,32 +551,49 @@ static double load(const void *base, cudaDataType_t t, size_t i) {
     return (double)((const float *)base)[i];
 }
 
-cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-                            const void *alpha_p, const void *A, cudaDataType_t Atype, int lda, const void *B,
-                            cudaDataType_t Btype, int ldb, const void *beta_p, void *C, cudaDataType_t Ctype, int ldc,
-                            cublasComputeType_t compute, cublasGemmAlgo_t) {
-    if (!h || h->magic != CUBLAS_MAGIC) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (m < 0 || n < 0 || k < 0) return gemm_fail(CUBLAS_STATUS_INVALID_VALUE, "m=%d n=%d k=%d", m, n, k);
+static bool handle_ok(cublasHandle_t h) { return h && h->magic == CUBLAS_MAGIC; }
+
+// The type combinations the emulator computes (the ones the backend uses): A = B in {fp32, bf16}, C fp32, fp32
+// compute. Whether a real cuBLAS supports a combination for a given entry point is the backend's probe's business.
+static cublasStatus_t check_types(const char *call, cudaDataType_t Atype, cudaDataType_t Btype, cudaDataType_t Ctype,
+                                  cublasComputeType_t compute) {
     if (Atype != Btype || (Atype != CUDA_R_32F && Atype != CUDA_R_16BF) || Ctype != CUDA_R_32F ||
         compute != CUBLAS_COMPUTE_32F)
-        return gemm_fail(CUBLAS_STATUS_NOT_SUPPORTED, "type combination A %d B %d C %d compute %d", (int)Atype,
+        return gemm_fail(call, CUBLAS_STATUS_NOT_SUPPORTED, "type combination A %d B %d C %d compute %d", (int)Atype,
                          (int)Btype, (int)Ctype, (int)compute);
-    // stored shapes (column-major): A is [m,k] (N) or [k,m] (T); B is [k,n] (N) or [n,k] (T)
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// Argument checks a real cuBLAS makes before touching memory (INVALID_VALUE): sizes and leading dimensions.
+static cublasStatus_t check_shape(const char *call, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                                  int k, int lda, int ldb, int ldc) {
+    if (m < 0 || n < 0 || k < 0) return gemm_fail(call, CUBLAS_STATUS_INVALID_VALUE, "m=%d n=%d k=%d", m, n, k);
+    if ((transa != CUBLAS_OP_N && transa != CUBLAS_OP_T) || (transb != CUBLAS_OP_N && transb != CUBLAS_OP_T))
+        return gemm_fail(call, CUBLAS_STATUS_INVALID_VALUE, "transa %d transb %d", (int)transa, (int)transb);
+    int a_rows = transa == CUBLAS_OP_N ? m : k, b_rows = transb == CUBLAS_OP_N ? k : n;
+    if (lda < (a_rows > 1 ? a_rows : 1) || ldb < (b_rows > 1 ? b_rows : 1) || ldc < (m > 1 ? m : 1))
+        return gemm_fail(call, CUBLAS_STATUS_INVALID_VALUE,
+                         "leading dimension too small: lda %d (rows %d) ldb %d (rows %d) ldc %d (m %d)", lda, a_rows,
+                         ldb, b_rows, ldc, m);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// One column-major product C[m,n] = alpha op(A) op(B) + beta C after the checks above; operands that do not lie in
+// device memory are fatal (a GPU would fault). Sums in double; beta = 0 never reads C.
+static void gemm_compute(const char *call, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                         float alpha, const void *A, cudaDataType_t Atype, int lda, const void *B, int ldb, float beta,
+                         void *C, int ldc) {
+    if (m == 0 || n == 0) return;
     int a_rows = transa == CUBLAS_OP_N ? m : k, a_cols = transa == CUBLAS_OP_N ? k : m;
     int b_rows = transb == CUBLAS_OP_N ? k : n, b_cols = transb == CUBLAS_OP_N ? n : k;
-    if (lda < (a_rows > 1 ? a_rows : 1) || ldb < (b_rows > 1 ? b_rows : 1) || ldc < (m > 1 ? m : 1))
-        return gemm_fail(CUBLAS_STATUS_INVALID_VALUE, "leading dimension too small: lda %d (rows %d) ldb %d (rows %d) "
-                         "ldc %d (m %d)", lda, a_rows, ldb, b_rows, ldc, m);
-    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
     size_t esz = Atype == CUDA_R_16BF ? 2 : 4;
     auto extent = [](int ld, int rows, int cols) { return cols ? ((size_t)(cols - 1) * ld + rows) : 0; };
     if (k > 0 && (!emu::is_device_range(A, extent(lda, a_rows, a_cols) * esz) ||
                   !emu::is_device_range(B, extent(ldb, b_rows, b_cols) * esz)))
-        fatal("cublasGemmEx: operand A %p or B %p does not lie inside a device allocation (m=%d n=%d k=%d)", A, B, m, n,
+        fatal("%s: operand A %p or B %p does not lie inside a device allocation (m=%d n=%d k=%d)", call, A, B, m, n,
               k);
     if (!emu::is_device_range(C, extent(ldc, m, n) * 4))
-        fatal("cublasGemmEx: C %p does not lie inside a device allocation (m=%d n=%d ldc=%d)", C, m, n, ldc);
-    float alpha = *(const float *)alpha_p, beta = *(const float *)beta_p;
+        fatal("%s: C %p does not lie inside a device allocation (m=%d n=%d ldc=%d)", call, C, m, n, ldc);
     float *c = (float *)C;
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
@@ -582,10 +601,111 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOp
             for (int l = 0; l < k; l++) {
                 size_t ia = transa == CUBLAS_OP_N ? (size_t)l * lda + i : (size_t)i * lda + l;
                 size_t ib = transb == CUBLAS_OP_N ? (size_t)j * ldb + l : (size_t)l * ldb + j;
-                acc += load(A, Atype, ia) * load(B, Btype, ib);
+                acc += load(A, Atype, ia) * load(B, Atype, ib);
             }
             float *cij = c + (size_t)j * ldc + i;
             *cij = beta == 0.0f ? alpha * (float)acc : alpha * (float)acc + beta * *cij;
         }
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                            const void *alpha_p, const void *A, cudaDataType_t Atype, int lda, const void *B,
+                            cudaDataType_t Btype, int ldb, const void *beta_p, void *C, cudaDataType_t Ctype, int ldc,
+                            cublasComputeType_t compute, cublasGemmAlgo_t) {
+    const char *call = "cublasGemmEx";
+    if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    cublasStatus_t st = check_shape(call, transa, transb, m, n, k, lda, ldb, ldc);
+    if (st == CUBLAS_STATUS_SUCCESS) st = check_types(call, Atype, Btype, Ctype, compute);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    gemm_compute(call, transa, transb, m, n, k, *(const float *)alpha_p, A, Atype, lda, B, ldb,
+                 *(const float *)beta_p, C, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m,
+                                          int n, int k, const void *alpha_p, const void *A, cudaDataType_t Atype,
+                                          int lda, long long strideA, const void *B, cudaDataType_t Btype, int ldb,
+                                          long long strideB, const void *beta_p, void *C, cudaDataType_t Ctype,
+                                          int ldc, long long strideC, int batch, cublasComputeType_t compute,
+                                          cublasGemmAlgo_t) {
+    const char *call = "cublasGemmStridedBatchedEx";
+    if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (batch < 0) return gemm_fail(call, CUBLAS_STATUS_INVALID_VALUE, "batchCount %d", batch);
+    cublasStatus_t st = check_shape(call, transa, transb, m, n, k, lda, ldb, ldc);
+    if (st == CUBLAS_STATUS_SUCCESS) st = check_types(call, Atype, Btype, Ctype, compute);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    size_t esz = Atype == CUDA_R_16BF ? 2 : 4;
+    for (int b = 0; b < batch; b++)
+        gemm_compute(call, transa, transb, m, n, k, *(const float *)alpha_p, (const char *)A + b * strideA * esz,
+                     Atype, lda, (const char *)B + b * strideB * esz, ldb, *(const float *)beta_p,
+                     (char *)C + b * strideC * 4, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// The pointer arrays of the batched and grouped calls are read by the GPU: they must be device memory.
+static void check_pointer_array(const char *call, const char *name, const void *arr, long count) {
+    if (count > 0 && !emu::is_device_range(arr, (size_t)count * sizeof(void *)))
+        fatal("%s: %s %p (%ld pointers) is not device memory (a GPU would fault)", call, name, arr, count);
+}
+
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                                   int k, const void *alpha_p, const void *const Aarray[], cudaDataType_t Atype,
+                                   int lda, const void *const Barray[], cudaDataType_t Btype, int ldb,
+                                   const void *beta_p, void *const Carray[], cudaDataType_t Ctype, int ldc, int batch,
+                                   cublasComputeType_t compute, cublasGemmAlgo_t) {
+    const char *call = "cublasGemmBatchedEx";
+    if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (batch < 0) return gemm_fail(call, CUBLAS_STATUS_INVALID_VALUE, "batchCount %d", batch);
+    cublasStatus_t st = check_shape(call, transa, transb, m, n, k, lda, ldb, ldc);
+    if (st == CUBLAS_STATUS_SUCCESS) st = check_types(call, Atype, Btype, Ctype, compute);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    check_pointer_array(call, "Aarray", Aarray, batch);
+    check_pointer_array(call, "Barray", Barray, batch);
+    check_pointer_array(call, "Carray", Carray, batch);
+    for (int b = 0; b < batch; b++)
+        gemm_compute(call, transa, transb, m, n, k, *(const float *)alpha_p, Aarray[b], Atype, lda, Barray[b], ldb,
+                     *(const float *)beta_p, Carray[b], ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// Per-group parameters live in host memory (the handle's default host pointer mode); the matrix pointer arrays in
+// device memory, group after group.
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t transa_array[],
+                                          const cublasOperation_t transb_array[], const int m_array[],
+                                          const int n_array[], const int k_array[], const void *alpha_array,
+                                          const void *const Aarray[], cudaDataType_t Atype, const int lda_array[],
+                                          const void *const Barray[], cudaDataType_t Btype, const int ldb_array[],
+                                          const void *beta_array, void *const Carray[], cudaDataType_t Ctype,
+                                          const int ldc_array[], int group_count, const int group_size[],
+                                          cublasComputeType_t compute) {
+    const char *call = "cublasGemmGroupedBatchedEx";
+    if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (group_count < 0) return gemm_fail(call, CUBLAS_STATUS_INVALID_VALUE, "group_count %d", group_count);
+    cublasStatus_t st = check_types(call, Atype, Btype, Ctype, compute);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    const void *host_arrays[] = {transa_array, transb_array, m_array, n_array, k_array, alpha_array,
+                                 lda_array,    ldb_array,    beta_array, ldc_array, group_size};
+    for (const void *a : host_arrays)
+        if (group_count > 0 && (!a || (emu::is_device_range(a, 0) && !emu::is_pinned(a))))
+            fatal("%s: a per-group parameter array (%p) is NULL or device memory; with the host pointer mode it must "
+                  "be host memory", call, a);
+    long total = 0;
+    for (int g = 0; g < group_count; g++) {
+        if (group_size[g] < 0)
+            return gemm_fail(call, CUBLAS_STATUS_INVALID_VALUE, "group_size[%d] = %d", g, group_size[g]);
+        st = check_shape(call, transa_array[g], transb_array[g], m_array[g], n_array[g], k_array[g], lda_array[g],
+                         ldb_array[g], ldc_array[g]);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+        total += group_size[g];
+    }
+    check_pointer_array(call, "Aarray", Aarray, total);
+    check_pointer_array(call, "Barray", Barray, total);
+    check_pointer_array(call, "Carray", Carray, total);
+    const float *alpha = (const float *)alpha_array, *beta = (const float *)beta_array;
+    long p = 0;
+    for (int g = 0; g < group_count; g++)
+        for (int i = 0; i < group_size[g]; i++, p++)
+            gemm_compute(call, transa_array[g], transb_array[g], m_array[g], n_array[g], k_array[g], alpha[g],
+                         Aarray[p], Atype, lda_array[g], Barray[p], ldb_array[g], beta[g], Carray[p], ldc_array[g]);
     return CUBLAS_STATUS_SUCCESS;
 }

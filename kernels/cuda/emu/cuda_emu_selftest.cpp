@@ -226,6 +226,57 @@ int main() {
         cublasDestroy(h);
         cudaFree(A), cudaFree(B), cudaFree(C);
     }
+    // cuBLAS batched and grouped forms agree with one cublasGemmEx per problem (pointer arrays in device memory)
+    {
+        // two problems: C_i[2,3] = A_i[2,4] @ B_i[4,3] column-major, A_i and B_i filled with small integers
+        float hA[16], hB[24], hC[12], ref[12];
+        for (int i = 0; i < 16; i++) hA[i] = (float)(i % 5) - 2;
+        for (int i = 0; i < 24; i++) hB[i] = (float)(i % 7) - 3;
+        float *A = dev_floats(16), *B = dev_floats(24), *C = dev_floats(12);
+        cudaMemcpy(A, hA, sizeof hA, cudaMemcpyHostToDevice);
+        cudaMemcpy(B, hB, sizeof hB, cudaMemcpyHostToDevice);
+        cublasHandle_t h;
+        cublasCreate(&h);
+        float one = 1, zero = 0;
+        for (int b = 0; b < 2; b++)
+            cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 3, 4, &one, A + 8 * b, CUDA_R_32F, 2, B + 12 * b, CUDA_R_32F, 4,
+                         &zero, C + 6 * b, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        cudaMemcpy(ref, C, sizeof ref, cudaMemcpyDeviceToHost);
+        cudaMemset(C, 0xFF, sizeof hC);
+        cublasStatus_t s1 = cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 3, 4, &one, A, CUDA_R_32F, 2, 8,
+                                                       B, CUDA_R_32F, 4, 12, &zero, C, CUDA_R_32F, 2, 6, 2,
+                                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        cudaMemcpy(hC, C, sizeof hC, cudaMemcpyDeviceToHost);
+        check(s1 == CUBLAS_STATUS_SUCCESS && memcmp(hC, ref, sizeof ref) == 0,
+              "cublasGemmStridedBatchedEx = one cublasGemmEx per batch entry");
+        const void *hptr[6] = {A, A + 8, B, B + 12, C, C + 6};
+        void **dptr = nullptr;
+        cudaMalloc((void **)&dptr, sizeof hptr);
+        cudaMemcpy(dptr, hptr, sizeof hptr, cudaMemcpyHostToDevice);
+        cudaMemset(C, 0xFF, sizeof hC);
+        cublasStatus_t s2 = cublasGemmBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 3, 4, &one, (const void *const *)dptr,
+                                                CUDA_R_32F, 2, (const void *const *)dptr + 2, CUDA_R_32F, 4, &zero,
+                                                (void *const *)dptr + 4, CUDA_R_32F, 2, 2, CUBLAS_COMPUTE_32F,
+                                                CUBLAS_GEMM_DEFAULT);
+        cudaMemcpy(hC, C, sizeof hC, cudaMemcpyDeviceToHost);
+        check(s2 == CUBLAS_STATUS_SUCCESS && memcmp(hC, ref, sizeof ref) == 0,
+              "cublasGemmBatchedEx = one cublasGemmEx per batch entry");
+        // grouped: the same two problems as two groups of one, the second with k = 0 and beta = 1 (C kept)
+        cublasOperation_t tn[2] = {CUBLAS_OP_N, CUBLAS_OP_N};
+        int m[2] = {2, 2}, n[2] = {3, 3}, k[2] = {4, 0}, lda[2] = {2, 2}, ldb[2] = {4, 4}, ldc[2] = {2, 2};
+        int gs[2] = {1, 1};
+        float alpha[2] = {1, 1}, beta[2] = {0, 1};
+        cudaMemcpy(C, ref, sizeof ref, cudaMemcpyHostToDevice);
+        cudaMemset(C, 0xFF, 6 * sizeof(float));
+        cublasStatus_t s3 = cublasGemmGroupedBatchedEx(
+            h, tn, tn, m, n, k, alpha, (const void *const *)dptr, CUDA_R_32F, lda, (const void *const *)dptr + 2,
+            CUDA_R_32F, ldb, beta, (void *const *)dptr + 4, CUDA_R_32F, ldc, 2, gs, CUBLAS_COMPUTE_32F);
+        cudaMemcpy(hC, C, sizeof hC, cudaMemcpyDeviceToHost);
+        check(s3 == CUBLAS_STATUS_SUCCESS && memcmp(hC, ref, sizeof ref) == 0,
+              "cublasGemmGroupedBatchedEx: per-group sizes, alpha and beta (k = 0 with beta = 1 keeps C)");
+        cublasDestroy(h);
+        cudaFree(A), cudaFree(B), cudaFree(C), cudaFree(dptr);
+    }
     // bf16 rounding: nearest even
     {
         float a = __bfloat162float(__float2bfloat16_rn(1.0f + 1.0f / 256)); // a tie: rounds to even (1.0)
@@ -261,6 +312,17 @@ int main() {
                   emu::fatal("cudaMemcpy refused the range");
           }, "cudaMemcpy refused the range"),
           "cudaMemcpy past the end of a device allocation is refused");
+    check(dies_with([] {
+              float *A = dev_floats(8);
+              const void *host_ptrs[3] = {A, A, A};
+              cublasHandle_t h;
+              cublasCreate(&h);
+              float one = 1;
+              cublasGemmBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, host_ptrs, CUDA_R_32F, 2, host_ptrs + 1,
+                                  CUDA_R_32F, 2, &one, (void *const *)host_ptrs + 2, CUDA_R_32F, 2, 1,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+          }, "Aarray"),
+          "a batched GEMM's pointer array in host memory is reported");
 #ifdef __SANITIZE_ADDRESS__
     check(dies_with([] {
               float *o = dev_floats(64);
