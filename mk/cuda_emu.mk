@@ -3,14 +3,17 @@
 # accesses) on machines without a GPU. Needs g++ only (no nvcc, no GPU). It does not replace a GPU run.
 #   make test-cuda-emu   the emulator self-test, the three CUDA unit-test programs, the three CUDA e2e scripts and the
 #                        thread-order race check (tests/e2e/cuda_emu_order.sh) on the emulator
-.PHONY: test-cuda-emu emu-bins
+#   make bench-emu-counts  kernel launches, cuBLAS calls and host<->device copies per training step of the paper's
+#                        layouts (tests/bench/emu_call_counts.sh), default kernel paths against the comparator paths
+.PHONY: test-cuda-emu emu-bins bench-emu-counts
 
 OBJEMU := build/emu/obj
 EMU_CXX ?= g++
 EMU_SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 EMU_CFLAGS := $(BASE_CFLAGS) -DHAVE_CUDA -O1 -g $(EMU_SAN)
 EMU_CXXFLAGS := -std=c++17 -D_GNU_SOURCE -DCUDA_EMULATION -I. $(WARN) -Wno-unknown-pragmas -O1 -g $(EMU_SAN)
-EMU_CU_OBJ := $(patsubst %.cu,$(OBJEMU)/%.o,$(CUDA_SRC)) $(OBJEMU)/kernels/cuda/emu/cuda_emu_runtime.o
+EMU_RUNTIME_OBJ := $(OBJEMU)/kernels/cuda/emu/cuda_emu_runtime.o $(OBJEMU)/kernels/cuda/emu/cuda_emu_stats.o
+EMU_CU_OBJ := $(patsubst %.cu,$(OBJEMU)/%.o,$(CUDA_SRC)) $(EMU_RUNTIME_OBJ)
 EMU_CORE := build/emu/libcore.a
 EMU_NN := build/emu/libnn.a
 EMU_TESTS := $(addprefix build/emu/tests/,$(CUDA_TESTS))
@@ -40,7 +43,7 @@ build/emu/bin/%: $(OBJEMU)/stages/%.o $(EMU_NN) $(EMU_CORE)
 	@mkdir -p $(dir $@)
 	$(CC) $(EMU_SAN) -o $@ $^ $(EMU_LDLIBS)
 
-build/emu/tests/cuda_emu_selftest: $(OBJEMU)/kernels/cuda/emu/cuda_emu_selftest.o $(OBJEMU)/kernels/cuda/emu/cuda_emu_runtime.o
+build/emu/tests/cuda_emu_selftest: $(OBJEMU)/kernels/cuda/emu/cuda_emu_selftest.o $(EMU_RUNTIME_OBJ)
 	@mkdir -p $(dir $@)
 	$(EMU_CXX) $(EMU_SAN) -o $@ $^
 
@@ -55,3 +58,10 @@ EMU_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stac
 test-cuda-emu: all emu-bins
 	@$(EMU_ENV) tests/run_suite.sh cuda-emu build/emu/tests/cuda_emu_selftest $(EMU_TESTS) tests/e2e/test_cuda_inspect.sh \
 	  tests/e2e/cuda_emu_order.sh tests/e2e/test_cuda_evaluate.sh tests/e2e/test_cuda_resume.sh
+
+build/emu/bench/bench_train_step: $(OBJEMU)/tests/bench/bench_train_step.o $(EMU_NN) $(EMU_CORE)
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_SAN) -o $@ $^ $(EMU_LDLIBS)
+
+bench-emu-counts: build/emu/bench/bench_train_step
+	@tests/bench/emu_call_counts.sh

@@ -37,11 +37,18 @@ void cuda_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, 
     size_t total = (size_t)B * T * H * (n_rot / 2);
     if (!total) return;
     int half = n_rot / 2;
-    float *h_inv = (float *)cuda_host_scratch(be, HS_C, (size_t)half * sizeof(float));
-    for (int i = 0; i < half; i++) h_inv[i] = 1.0f / powf((float)base, (float)(2 * i) / (float)n_rot); // fp32
-    float *d_inv = (float *)cuda_scratch(be, CS_B, (size_t)half * sizeof(float));
-    CHECK_CUDA(cudaMemcpy(d_inv, h_inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice));
-    LAUNCH(k_rope, grid_for(total, 256), 256, 0)(x, d_inv, B, T, H, D, n_rot, pos_offset, inverse);
+    CudaImpl *im = cuda_impl(be);
+    if (!im->rope_inv_freq || im->rope_half != half || im->rope_base != (float)base) {
+        float *h_inv = (float *)cuda_host_scratch(be, HS_C, (size_t)half * sizeof(float));
+        for (int i = 0; i < half; i++) h_inv[i] = 1.0f / powf((float)base, (float)(2 * i) / (float)n_rot); // fp32
+        if (im->rope_inv_freq) CHECK_CUDA(cudaFree(im->rope_inv_freq)); // synchronises: queued kernels may read it
+        im->rope_inv_freq = nullptr;
+        CHECK_CUDA(cudaMalloc((void **)&im->rope_inv_freq, (size_t)half * sizeof(float)));
+        CHECK_CUDA(cudaMemcpy(im->rope_inv_freq, h_inv, (size_t)half * sizeof(float), cudaMemcpyHostToDevice));
+        im->rope_half = half;
+        im->rope_base = (float)base;
+    }
+    LAUNCH(k_rope, grid_for(total, 256), 256, 0)(x, im->rope_inv_freq, B, T, H, D, n_rot, pos_offset, inverse);
     CHECK_LAUNCH();
 }
 

@@ -77,6 +77,7 @@ static void cu_destroy(Backend *be) {
             if (im->dev[i]) cudaFree(im->dev[i]);
         for (int i = 0; i < HS_COUNT; i++)
             if (im->host[i]) cudaFreeHost(im->host[i]);
+        if (im->rope_inv_freq) cudaFree(im->rope_inv_freq);
         if (im->cublas) cublasDestroy(im->cublas);
         free(im);
     }

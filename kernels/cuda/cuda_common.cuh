@@ -79,6 +79,11 @@ struct CudaImpl {
     size_t dev_cap[CS_COUNT];
     void *host[HS_COUNT];
     size_t host_cap[HS_COUNT];
+    // RoPE frequencies of the last (n_rot, base) on the device: uploaded once, not per call (a cudaMemcpy from the
+    // host waits for all queued GPU work, so a per-call upload drained the GPU's queue 4 times per layer).
+    float *rope_inv_freq;
+    int rope_half;
+    float rope_base;
 };
 
 static inline CudaImpl *cuda_impl(Backend *be) { return (CudaImpl *)be->impl; }

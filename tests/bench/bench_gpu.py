@@ -317,11 +317,26 @@ def torch_bench(cfg_path, device, bf16, steps, warmup, batch, nmb, threads, forc
     return tokens / secs, n_params
 
 
-def c_bench(exe, cfg_path, device, bf16, steps, warmup, batch, nmb, threads):
+def parse_c_variant(text):
+    """'NAME=VALUE NAME=VALUE' -> dict of environment settings for one extra C run (kernel-path choices such as
+    DMMATH_CUDA_ATTENTION=fused DMMATH_CUDA_CVMM=loop, see kernels/cuda/cuda_common.cuh)."""
+    env = {}
+    for item in text.split():
+        name, sep, value = item.partition("=")
+        if not sep or not name.startswith("DMMATH_CUDA_"):
+            fail(f"--c-variant: expected DMMATH_CUDA_NAME=VALUE items separated by spaces, got {item!r}")
+        env[name] = value
+    if not env:
+        fail("--c-variant: empty")
+    return env
+
+
+def c_bench(exe, cfg_path, device, bf16, steps, warmup, batch, nmb, threads, extra_env=None):
     cmd = [exe, "--config", cfg_path, "--backend", device, "--precision", "bf16" if bf16 else "fp32",
            "--steps", str(steps), "--warmup", str(warmup), "--batch-size", str(batch), "--n-microbatch", str(nmb),
            "--threads", str(threads)]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(os.environ, **(extra_env or {}))
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
         fail(f"C bench on {cfg_path} exited {r.returncode}: {last}")
@@ -492,6 +507,9 @@ def main():
                          "the config's on cpu)")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads (--device cpu)")
     ap.add_argument("--c-bench", default=None, help="build/bench/bench_train_step (omit: PyTorch only)")
+    ap.add_argument("--c-variant", action="append", default=[], metavar="'DMMATH_CUDA_X=V ...'",
+                    help="also time the C backend with these kernel-path settings (repeatable), e.g. "
+                         "'DMMATH_CUDA_ATTENTION=fused DMMATH_CUDA_CVMM=loop'; printed as extra rows")
     ap.add_argument("--torch-loop", action="store_true", help="PyTorch side: the twin's per-expert loop for cvmm")
     ap.add_argument("--flops", action="store_true", help="print the FLOP accounting of the configs and exit")
     ap.add_argument("--self-test", action="store_true", help="hand-checked FLOPs and fast-vs-twin kernels; exit")
@@ -530,6 +548,13 @@ def main():
               f"{batch // nmb}, {'bf16' if bf16 else 'fp32'}, {args.warmup} warm-up + {args.steps} timed steps, "
               f"{fl['total'] / 1e9:.4f} GFLOP per token", flush=True)
         c = None
+        variants = []
+        for text in args.c_variant:
+            if not args.c_bench:
+                fail("--c-variant needs --c-bench")
+            v_tps, _, _ = c_bench(args.c_bench, cfg, args.device, bf16, args.steps, args.warmup, batch, nmb,
+                                  args.threads, parse_c_variant(text))
+            variants.append((text, v_tps))
         if args.c_bench:
             c_tps, c_np, c_dev = c_bench(args.c_bench, cfg, args.device, bf16, args.steps, args.warmup, batch, nmb,
                                          args.threads)
@@ -538,7 +563,7 @@ def main():
                                   args.torch_loop)
         if args.c_bench and c_np != t_np:
             fail(f"{cfg}: parameter counts differ (C {c_np}, PyTorch {t_np})")
-        rows.append((cfg, mc["arch"], fl["total"], c, t_tps, batch, nmb, T))
+        rows.append((cfg, mc["arch"], fl["total"], c, t_tps, batch, nmb, T, variants))
 
     def mfu(tps, flops):
         return "n/a" if (peak is None or tps is None) else f"{100 * tps * flops / (peak * 1e12):.1f}%"
@@ -547,11 +572,14 @@ def main():
     print(f"\nbench-gpu summary: device {dev_name} ({peak_txt}); tokens/s of wall time, higher is better")
     print(f"  {'config':34s} {'batch':>12s} {'GFLOP/tok':>9s} {'C tok/s':>10s} {'torch tok/s':>11s} {'C/torch':>7s} "
           f"{'C MFU':>6s} {'torch MFU':>9s}")
-    for cfg, arch, flops, c, t, batch, nmb, T in rows:
+    for cfg, arch, flops, c, t, batch, nmb, T, variants in rows:
         ratio = f"{c / t:7.2f}" if c else f"{'-':>7s}"
         ctxt = f"{c:10.1f}" if c else f"{'-':>10s}"
         print(f"  {cfg:34s} {f'{batch}x{T}/{nmb}':>12s} {flops / 1e9:9.4f} {ctxt} {t:11.1f} {ratio} "
               f"{mfu(c, flops):>6s} {mfu(t, flops):>9s}")
+        for text, v in variants:
+            print(f"    C with {text}: {v:.1f} tokens/s, C/torch {v / t:.2f}, MFU {mfu(v, flops)}"
+                  f"{f', default paths / these {c / v:.2f}' if c else ''}")
 
 
 if __name__ == "__main__":

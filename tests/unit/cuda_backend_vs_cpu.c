@@ -189,17 +189,27 @@ END_TEST
 /* ---------------------------------------------------------------- RoPE and attention */
 START_TEST(test_rope) {
     KtuRng rng = {203};
-    int B = 2, T = 37, H = 3, D = 82, n_rot = 40;
+    int B = 2, T = 37, H = 3, D = 82;
     size_t n = (size_t)B * T * H * D;
     scalar_t *x = ktu_random(&rng, n, -1, 1), *dx = upf(x, n);
-    for (int inverse = 0; inverse < 2; inverse++) {
-        cpu->rope(cpu, x, B, T, H, D, n_rot, 7, 10000, inverse);
-        gpu->rope(gpu, dx, B, T, H, D, n_rot, 7, 10000, inverse);
-        scalar_t *g = downf(dx, n);
-        /* cos/sin of the same fp32 angle on two libms: a few ulp */
-        ktu_assert_close_s(g, x, n, 2e-6, 2e-6, "rope");
-        free(g);
+    /* the CUDA backend keeps the frequencies of the last (n_rot, base) on the device: every change must be seen */
+    const struct { int n_rot; float base; } settings[] = {{40, 10000}, {82, 500}, {40, 500}, {40, 10000}};
+    scalar_t *x0 = ktu_copy(x, n);
+    for (size_t si = 0; si < sizeof settings / sizeof settings[0]; si++) {
+        memcpy(x, x0, n * sizeof(scalar_t)); /* each setting from the same input: errors do not accumulate */
+        gpu->to_device(gpu, dx, x0, n * sizeof(scalar_t));
+        for (int inverse = 0; inverse < 2; inverse++) {
+            cpu->rope(cpu, x, B, T, H, D, settings[si].n_rot, 7, settings[si].base, inverse);
+            gpu->rope(gpu, dx, B, T, H, D, settings[si].n_rot, 7, settings[si].base, inverse);
+            scalar_t *g = downf(dx, n);
+            /* cos/sin of the same fp32 angle on two libms: a few ulp */
+            char what[64];
+            snprintf(what, sizeof what, "rope n_rot %d base %g", settings[si].n_rot, (double)settings[si].base);
+            ktu_assert_close_s(g, x, n, 2e-6, 2e-6, what);
+            free(g);
+        }
     }
+    free(x0);
     gpu->free(gpu, dx);
     free(x);
 }

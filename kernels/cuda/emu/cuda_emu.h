@@ -172,6 +172,14 @@ void warp_barrier(unsigned mask);
 void block_barrier(void);
 void *dynamic_shared(void);
 
+// Work counters (cuda_emu_stats.cpp; written at exit when CUDA_EMU_STATS is set)
+void stat_launch(const char *kernel);
+void stat_cublas(const char *call, long gemm_problems);
+void stat_copy(int kind, size_t bytes); // 0 host-to-device, 1 device-to-host, 2 device-to-device
+void stat_memset(void);
+void stat_device_sync(void);
+void stat_device_alloc(size_t bytes, bool freed);
+
 // Launch support
 bool is_device_range(const void *p, size_t bytes); // inside one live cudaMalloc allocation (end inclusive)
 [[noreturn]] void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

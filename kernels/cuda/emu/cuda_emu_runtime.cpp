@@ -307,6 +307,7 @@ static void run_block(size_t n_threads) {
 
 bool begin_launch(const char *kernel, dim3 grid, dim3 block, size_t shmem) {
     launch_name = kernel;
+    stat_launch(kernel);
     size_t n = (size_t)block.x * block.y * block.z;
     bool ok = block.x >= 1 && block.y >= 1 && block.z >= 1 && block.x <= 1024 && block.y <= 1024 && block.z <= 64 &&
               n <= 1024 && grid.x >= 1 && grid.y >= 1 && grid.z >= 1 && grid.x <= 2147483647u && grid.y <= 65535 &&
@@ -432,7 +433,10 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int dev) {
     prop->multiProcessorCount = 1;
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+    emu::stat_device_sync();
+    return cudaSuccess;
+}
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
     *p = nullptr;
@@ -441,6 +445,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     if (!q) return fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu): out of memory", bytes);
     memset(q, 0xFF, n); // never-written device memory reads as NaN / -1
     emu::device_allocs[(uintptr_t)q] = n;
+    emu::stat_device_alloc(n, false);
     *p = q;
     return cudaSuccess;
 }
@@ -450,6 +455,7 @@ static cudaError_t free_tracked(std::map<uintptr_t, size_t> &allocs, void *p, cu
     if (!p) return cudaSuccess;
     auto it = allocs.find((uintptr_t)p);
     if (it == allocs.end()) return fail(not_found, "%s(%p): not an allocation of that kind", what, p);
+    if (&allocs == &emu::device_allocs) emu::stat_device_alloc(it->second, true);
     allocs.erase(it);
     free(p);
     return cudaSuccess;
@@ -483,6 +489,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     cudaError_t e = check_side(dst, bytes, dst_dev, "cudaMemcpy dst");
     if (e == cudaSuccess) e = check_side(src, bytes, src_dev, "cudaMemcpy src");
     if (e != cudaSuccess) return e;
+    emu::stat_copy(kind == cudaMemcpyHostToDevice ? 0 : kind == cudaMemcpyDeviceToHost ? 1 : 2, bytes);
     memmove(dst, src, bytes);
     return cudaSuccess;
 }
@@ -493,6 +500,7 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes) {
     if (bytes == 0) return cudaSuccess;
     cudaError_t e = check_side(p, bytes, true, "cudaMemset");
     if (e != cudaSuccess) return e;
+    emu::stat_memset();
     memset(p, value, bytes);
     return cudaSuccess;
 }
@@ -617,6 +625,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOp
     cublasStatus_t st = check_shape(call, transa, transb, m, n, k, lda, ldb, ldc);
     if (st == CUBLAS_STATUS_SUCCESS) st = check_types(call, Atype, Btype, Ctype, compute);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
+    emu::stat_cublas(call, 1);
     gemm_compute(call, transa, transb, m, n, k, *(const float *)alpha_p, A, Atype, lda, B, ldb,
                  *(const float *)beta_p, C, ldc);
     return CUBLAS_STATUS_SUCCESS;
@@ -634,6 +643,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t tr
     cublasStatus_t st = check_shape(call, transa, transb, m, n, k, lda, ldb, ldc);
     if (st == CUBLAS_STATUS_SUCCESS) st = check_types(call, Atype, Btype, Ctype, compute);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
+    emu::stat_cublas(call, batch);
     size_t esz = Atype == CUDA_R_16BF ? 2 : 4;
     for (int b = 0; b < batch; b++)
         gemm_compute(call, transa, transb, m, n, k, *(const float *)alpha_p, (const char *)A + b * strideA * esz,
@@ -662,6 +672,7 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t transa, c
     check_pointer_array(call, "Aarray", Aarray, batch);
     check_pointer_array(call, "Barray", Barray, batch);
     check_pointer_array(call, "Carray", Carray, batch);
+    emu::stat_cublas(call, batch);
     for (int b = 0; b < batch; b++)
         gemm_compute(call, transa, transb, m, n, k, *(const float *)alpha_p, Aarray[b], Atype, lda, Barray[b], ldb,
                      *(const float *)beta_p, Carray[b], ldc);
@@ -701,6 +712,7 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
     check_pointer_array(call, "Aarray", Aarray, total);
     check_pointer_array(call, "Barray", Barray, total);
     check_pointer_array(call, "Carray", Carray, total);
+    emu::stat_cublas(call, total);
     const float *alpha = (const float *)alpha_array, *beta = (const float *)beta_array;
     long p = 0;
     for (int g = 0; g < group_count; g++)

@@ -118,7 +118,42 @@ template <class F> static bool dies_with(F fn, const char *want) {
     return died && found;
 }
 
+// CUDA_EMU_STATS: a child with known work (before this process touches the emulator, so the counters start at 0)
+// must write exactly that work to the JSON file at exit.
+static bool stats_count_known_work(void) {
+    char path[] = "/tmp/cuda_emu_stats_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return false;
+    close(fd);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("CUDA_EMU_STATS", path, 1);
+        float *d = dev_floats(64), h[64];
+        LAUNCH(k_iota, 2, 32, 0)(d, (size_t)64);
+        LAUNCH(k_iota, 1, 64, 0)(d, (size_t)64);
+        cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+        exit(0); // atexit writes the counters
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    std::string json;
+    if (FILE *f = fopen(path, "r")) {
+        char buf[4096];
+        size_t r;
+        while ((r = fread(buf, 1, sizeof buf, f)) > 0) json.append(buf, r);
+        fclose(f);
+    }
+    remove(path);
+    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && json.find("\"kernel_launches\": 2,") != std::string::npos &&
+              json.find("\"copies_d2h\": 1,") != std::string::npos && json.find("\"bytes_d2h\": 256,") != std::string::npos &&
+              json.find("\"k_iota\": 2") != std::string::npos && json.find("\"device_bytes_peak\": 256,") != std::string::npos;
+    if (!ok) printf("    stats file: %.400s\n", json.c_str());
+    return ok;
+}
+
 int main() {
+    check(stats_count_known_work(), "CUDA_EMU_STATS counts launches, device-to-host copies and device memory");
     // grid-stride loop over more elements than threads
     {
         size_t n = 1000;
