@@ -1,5 +1,6 @@
-// CUDA: RoPE and fused causal attention for short sequences.
-// Attention uses one warp per query row (forward, dq) or per key row (dk, dv): lanes own the head dimensions
+// CUDA: RoPE, fused causal attention for short sequences, and the choice between it and the cuBLAS path for long
+// ones (cuda_attention_gemm.cu).
+// The fused attention uses one warp per query row (forward, dq) or per key row (dk, dv): lanes own the head dimensions
 // d = lane + 32u, every score is a warp butterfly sum (same value in all lanes, fixed order), keys are visited in
 // order with an online softmax. No atomics: dq and (dk, dv) come from separate kernels, so the results are
 // deterministic. bf16 mode rounds q, k, v, dout and the probabilities to bf16 (autocast SDPA emulation).
@@ -8,6 +9,20 @@
 #include "kernels/cuda/cuda_common.cuh"
 
 #define ATT_MAX_U 8 // head dim up to 32 * 8 = 256
+
+// DMMATH_CUDA_ATTENTION=auto takes the cuBLAS path from this many query rows on (and for head dims the fused kernels
+// cannot hold), the fused kernels below it. Query rows, not keys: KV-cache decode (1 to a few queries against a long
+// cache) stays fused, since packing the whole cache head-major for a one-row GEMM per head would only add traffic.
+// 64 is a guess, to be tuned on a GPU with `make bench-gpu` (and DMMATH_CUDA_ATTENTION=fused|gemm forced).
+#define ATTN_GEMM_MIN_T 64
+
+static bool attention_uses_gemm(Backend *be, int Tq, int D) {
+    switch (cuda_impl(be)->attention_impl) {
+    case ATTENTION_FUSED: return false;
+    case ATTENTION_GEMM: return true;
+    default: return Tq >= ATTN_GEMM_MIN_T || D > 32 * ATT_MAX_U;
+    }
+}
 
 // ---------------------------------------------------------------- RoPE
 // inv_freq[i] comes from the host (the same powf expression as the CPU backend), so both backends rotate by
@@ -108,6 +123,10 @@ __global__ void k_attn_fwd(float *out, float *lse, const float *q, const float *
 void cuda_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
                             const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale) {
     if (Tk < Tq) die("attention_forward: Tk=%d < Tq=%d", Tk, Tq);
+    if (attention_uses_gemm(be, Tq, D)) {
+        cuda_attention_gemm_forward(be, out, lse, q, k, v, B, Tq, Tk, H, D, scale);
+        return;
+    }
     if (D > 32 * ATT_MAX_U) die("attention_forward: head dim %d > %d is not supported by the CUDA kernel", D, 32 * ATT_MAX_U);
     long rows = (long)B * H * Tq;
     if (rows <= 0) return;
@@ -120,8 +139,9 @@ void cuda_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const sca
 }
 
 // ---------------------------------------------------------------- backward
-// Di[b,h,i] = dout_i . out_i. In bf16 mode dout is rounded as the dq/dkdv kernels round it, so that
-// sum_j p_ij (dout_i . v_j) - Di stays consistent (with one key, ds is then exactly 0 as on the CPU).
+// Di[b,h,i] = dout_i . out_i. In bf16 mode dout is rounded as the dq/dkdv kernels (and the GEMM path's packing)
+// round it, so that sum_j p_ij (dout_i . v_j) - Di stays consistent (with one key, ds is then exactly 0 as on the
+// CPU).
 template <bool BF16>
 __global__ void k_attn_rowdot(float *Di, const float *dout, const float *out, int B, int T, int H, int D) {
     long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -235,23 +255,35 @@ __global__ void k_attn_bwd_dkdv(float *dk, float *dv, const float *dout, const f
     }
 }
 
+void cuda_attention_rowdot(Backend *be, float *Di, const float *dout, const float *out, int B, int T, int H, int D) {
+    long rows = (long)B * H * T;
+    if (rows <= 0) return;
+    unsigned blocks = (unsigned)((rows + 7) / 8);
+    if (use_bf16(be))
+        LAUNCH(k_attn_rowdot<true>, blocks, 256, 0)(Di, dout, out, B, T, H, D);
+    else
+        LAUNCH(k_attn_rowdot<false>, blocks, 256, 0)(Di, dout, out, B, T, H, D);
+    CHECK_LAUNCH();
+}
+
 void cuda_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
                              const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                              const scalar_t *v, int B, int T, int H, int D, scalar_t scale) {
+    if (attention_uses_gemm(be, T, D)) {
+        cuda_attention_gemm_backward(be, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, D, scale);
+        return;
+    }
     if (D > 32 * ATT_MAX_U) die("attention_backward: head dim %d > %d is not supported by the CUDA kernel", D, 32 * ATT_MAX_U);
     long rows = (long)B * H * T;
     if (rows <= 0) return;
     unsigned blocks = (unsigned)((rows + 7) / 8);
     float *Di = (float *)cuda_scratch(be, CS_A, (size_t)rows * sizeof(float));
+    cuda_attention_rowdot(be, Di, dout, out, B, T, H, D);
     if (use_bf16(be)) {
-        LAUNCH(k_attn_rowdot<true>, blocks, 256, 0)(Di, dout, out, B, T, H, D);
-        CHECK_LAUNCH();
         LAUNCH(k_attn_bwd_dq<true>, blocks, 256, 0)(dq, dout, lse, Di, q, k, v, B, T, H, D, scale);
         CHECK_LAUNCH();
         LAUNCH(k_attn_bwd_dkdv<true>, blocks, 256, 0)(dk, dv, dout, lse, Di, q, k, v, B, T, H, D, scale);
     } else {
-        LAUNCH(k_attn_rowdot<false>, blocks, 256, 0)(Di, dout, out, B, T, H, D);
-        CHECK_LAUNCH();
         LAUNCH(k_attn_bwd_dq<false>, blocks, 256, 0)(dq, dout, lse, Di, q, k, v, B, T, H, D, scale);
         CHECK_LAUNCH();
         LAUNCH(k_attn_bwd_dkdv<false>, blocks, 256, 0)(dk, dv, dout, lse, Di, q, k, v, B, T, H, D, scale);

@@ -107,13 +107,29 @@ static bool read_choice(const char *var, const char *const choices[], int n_choi
     return false;
 }
 
+// Reads a test-only count: unset or empty = 0 (the default); otherwise a positive decimal integer.
+static bool read_positive(const char *var, int *out, char *err, size_t errlen) {
+    const char *v = getenv(var);
+    *out = 0;
+    if (!v || !*v) return true;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end != '\0' || n < 1 || n > 1000000000L) {
+        if (err && errlen) snprintf(err, errlen, "%s=%s: expected a positive integer", var, v);
+        return false;
+    }
+    *out = (int)n;
+    return true;
+}
+
 extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
     static const char *const attention_choices[] = {"auto", "fused", "gemm"};
     static const char *const cvmm_choices[] = {"auto", "loop", "grouped"};
-    int attention_impl, cvmm_impl;
+    int attention_impl, cvmm_impl, attention_chunk_pairs;
     if (!read_choice("DMMATH_CUDA_ATTENTION", attention_choices, 3, &attention_impl, err, errlen) ||
-        !read_choice("DMMATH_CUDA_CVMM", cvmm_choices, 3, &cvmm_impl, err, errlen))
+        !read_choice("DMMATH_CUDA_CVMM", cvmm_choices, 3, &cvmm_impl, err, errlen) ||
+        !read_positive("DMMATH_CUDA_ATTENTION_CHUNK_PAIRS", &attention_chunk_pairs, err, errlen))
         return nullptr;
     int n_dev = 0;
     cudaError_t e = cudaGetDeviceCount(&n_dev);
@@ -140,6 +156,7 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     CudaImpl *im = (CudaImpl *)xcalloc(1, sizeof(CudaImpl));
     im->attention_impl = attention_impl;
     im->cvmm_impl = cvmm_impl;
+    im->attention_chunk_pairs = attention_chunk_pairs;
     cublasStatus_t st = cublasCreate(&im->cublas);
     if (st != CUBLAS_STATUS_SUCCESS) {
         char msg[128];

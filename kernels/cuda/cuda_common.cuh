@@ -68,6 +68,8 @@ enum { HS_A = 0, HS_B, HS_C, HS_COUNT };
 // tests and benchmarks can force each path; "auto" is the default and what results are recorded with):
 //   DMMATH_CUDA_ATTENTION = auto | fused | gemm   (cuda_attention*.cu)
 //   DMMATH_CUDA_CVMM      = auto | loop | grouped (cuda_cvmm*.cu)
+// and, for tests only, DMMATH_CUDA_ATTENTION_CHUNK_PAIRS = a positive number of (batch, head) pairs per chunk of the
+// GEMM attention path (unset: as many as its score budget allows), so that small shapes run in several chunks.
 enum AttentionImpl { ATTENTION_AUTO = 0, ATTENTION_FUSED, ATTENTION_GEMM };
 enum CvmmImpl { CVMM_AUTO = 0, CVMM_LOOP, CVMM_GROUPED };
 
@@ -75,6 +77,7 @@ struct CudaImpl {
     cublasHandle_t cublas;
     int attention_impl; // AttentionImpl
     int cvmm_impl;      // CvmmImpl
+    int attention_chunk_pairs; // 0: from the GEMM attention path's score budget
     void *dev[CS_COUNT];
     size_t dev_cap[CS_COUNT];
     void *host[HS_COUNT];
@@ -166,6 +169,15 @@ void cuda_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const sca
 void cuda_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
                              const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                              const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
+// Di[B,H,T] = dout . out per row (dout rounded to bf16 in bf16 mode); the backward's D_i for both attention paths.
+void cuda_attention_rowdot(Backend *be, float *Di, const float *dout, const float *out, int B, int T, int H, int D);
+// cuda_attention_gemm.cu: the same two ops on cuBLAS batched GEMMs (cuda_attention_forward/backward dispatch here
+// according to DMMATH_CUDA_ATTENTION).
+void cuda_attention_gemm_forward(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
+                                 const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale);
+void cuda_attention_gemm_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
+                                  const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
+                                  const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
 // cuda_routing.cu
 void cuda_topk_sigmoid(Backend *be, int32_t *sel, scalar_t *gate, const scalar_t *logits, const uint8_t *drop, int N,
                        int G, int E, int k);

@@ -215,8 +215,25 @@ START_TEST(test_rope) {
 }
 END_TEST
 
+/* The attention path the cases below run on (for the messages): the backend under test is `gpu`, which the tests
+ * replace by one created with DMMATH_CUDA_ATTENTION forced (cuda_backend_with_attention). */
+static const char *att_path = "default";
+
+/* A cuda backend with the attention path forced (and the GEMM path's chunk size, unless NULL); fails the test if it
+ * cannot be created. */
+static Backend *cuda_forced(const char *impl, const char *chunk_pairs) {
+    char err[256];
+    Backend *be = cuda_backend_with_attention(impl, chunk_pairs, err, sizeof err);
+    ck_assert_msg(be != NULL, "cuda backend with DMMATH_CUDA_ATTENTION=%s CHUNK_PAIRS=%s: %s", impl,
+                  chunk_pairs ? chunk_pairs : "(unset)", err);
+    return be;
+}
+
 static void attention_pair(KtuRng *rng, int B, int Tq, int Tk, int H, int D, float scale, int bf16) {
     gpu->precision = bf16 ? PRECISION_BF16 : PRECISION_FP32;
+    char what[160];
+#define ATT_WHAT(name) (snprintf(what, sizeof what, "attention[%s] B=%d Tq=%d Tk=%d H=%d D=%d %s", att_path, B, Tq, \
+                                 Tk, H, D, name), what)
     size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tk * H * D, nl = (size_t)B * H * Tq;
     scalar_t *q = ktu_random(rng, nq, -1, 1), *k = ktu_random(rng, nk, -1, 1), *v = ktu_random(rng, nk, -1, 1);
     scalar_t *o = ktu_scalars(nq), *lse = ktu_scalars(nl);
@@ -226,15 +243,15 @@ static void attention_pair(KtuRng *rng, int B, int Tq, int Tk, int H, int D, flo
     gpu->attention_forward(gpu, do_, dl_, dq_, dk_, dv_, B, Tq, Tk, H, D, scale);
     scalar_t *go = downf(do_, nq), *gl = downf(dl_, nl);
     if (!bf16) {
-        ktu_assert_close_s(go, o, nq, 2e-6, 1e-5, "attention out fp32");
-        ktu_assert_close_s(gl, lse, nl, 2e-6, 1e-6, "attention lse fp32");
+        ktu_assert_close_s(go, o, nq, 2e-6, 1e-5, ATT_WHAT("out fp32"));
+        ktu_assert_close_s(gl, lse, nl, 2e-6, 1e-6, ATT_WHAT("lse fp32"));
     } else {
         /* scores: |ds| <= (2u+u^2) scale sum_d |q||k| =: ds_max; out is a convex combination of v, so
          * |dout| <= max|v| (2 ds_max + 2u) (probability perturbation, plus v and p rounding) */
         double qk = maxabs(q, nq) * maxabs(k, nk) * D * scale, ds_max = (2 * U16 + U16 * U16) * qk;
         double *bound = ktu_doubles(nq);
         for (size_t i = 0; i < nq; i++) bound[i] = maxabs(v, nk) * (2 * ds_max + 2 * U16) + 1e-5;
-        assert_within(go, o, bound, nq, "attention out bf16");
+        assert_within(go, o, bound, nq, ATT_WHAT("out bf16"));
         free(bound);
     }
     if (Tq == Tk) {
@@ -248,34 +265,182 @@ static void attention_pair(KtuRng *rng, int B, int Tq, int Tk, int H, int D, flo
         gpu->attention_backward(gpu, dgq, dgk, dgv, ddout, do_, dl_, dq_, dk_, dv_, B, Tq, H, D, scale);
         scalar_t *rq = downf(dgq, n), *rk = downf(dgk, n), *rv = downf(dgv, n);
         if (!bf16) {
-            ktu_assert_close_s(rq, gq, n, 1e-5, 1e-4, "attention dq fp32");
-            ktu_assert_close_s(rk, gk, n, 1e-5, 1e-4, "attention dk fp32");
-            ktu_assert_close_s(rv, gv, n, 1e-5, 1e-4, "attention dv fp32");
+            ktu_assert_close_s(rq, gq, n, 1e-5, 1e-4, ATT_WHAT("dq fp32"));
+            ktu_assert_close_s(rk, gk, n, 1e-5, 1e-4, ATT_WHAT("dk fp32"));
+            ktu_assert_close_s(rv, gv, n, 1e-5, 1e-4, ATT_WHAT("dv fp32"));
         } else {
             /* compare the gradient increments normwise: each term chains ~4 bf16-rounded factors (q.k, p, dout.v,
              * ds or p times q/k/dout), each off by <= 2u relative, so <= 8u ~ 1.6e-2 to first order; use 2e-2 */
             for (size_t i = 0; i < n; i++) rq[i] -= gq0[i], rk[i] -= gk0[i], rv[i] -= gv0[i];
             for (size_t i = 0; i < n; i++) gq[i] -= gq0[i], gk[i] -= gk0[i], gv[i] -= gv0[i];
-            assert_normwise(rq, gq, n, 2e-2, "attention dq bf16");
-            assert_normwise(rk, gk, n, 2e-2, "attention dk bf16");
-            assert_normwise(rv, gv, n, 2e-2, "attention dv bf16");
+            assert_normwise(rq, gq, n, 2e-2, ATT_WHAT("dq bf16"));
+            assert_normwise(rk, gk, n, 2e-2, ATT_WHAT("dk bf16"));
+            assert_normwise(rv, gv, n, 2e-2, ATT_WHAT("dv bf16"));
         }
         gpu->free(gpu, ddout), gpu->free(gpu, dgq), gpu->free(gpu, dgk), gpu->free(gpu, dgv);
         free(dout), free(gq), free(gk), free(gv), free(gq0), free(gk0), free(gv0), free(rq), free(rk), free(rv);
     }
+#undef ATT_WHAT
     gpu->free(gpu, dq_), gpu->free(gpu, dk_), gpu->free(gpu, dv_), gpu->free(gpu, do_), gpu->free(gpu, dl_);
     free(q), free(k), free(v), free(o), free(lse), free(go), free(gl);
     gpu->precision = PRECISION_FP32;
 }
 
-START_TEST(test_attention) {
+/* Runs cases() with `gpu` replaced by a backend whose attention path is forced (restored afterwards; after a failed
+ * assertion the fixture's teardown destroys the forced one). */
+static void on_attention_path(const char *impl, const char *chunk_pairs, const char *label, void (*cases)(void)) {
+    Backend *saved = gpu;
+    gpu = cuda_forced(impl, chunk_pairs);
+    att_path = label;
+    cases();
+    backend_destroy(gpu);
+    gpu = saved;
+    att_path = "default";
+}
+
+static void attention_cases(void) {
     KtuRng rng = {204};
     for (int bf16 = 0; bf16 < 2; bf16++) {
         attention_pair(&rng, 2, 37, 37, 3, 16, 0.25f, bf16);
         attention_pair(&rng, 1, 1, 1, 1, 1, 1.0f, bf16);
         attention_pair(&rng, 2, 70, 70, 4, 82, 1.0f / sqrtf(82.0f), bf16); /* D not a multiple of 32 */
         attention_pair(&rng, 2, 5, 41, 2, 32, 0.3f, bf16);                 /* KV cache: Tq < Tk */
+        attention_pair(&rng, 1, 1, 9, 3, 8, 0.5f, bf16);                   /* one query (decode step) */
     }
+}
+
+/* Head dims above the fused kernels' 256: auto must take the GEMM path even for short sequences. */
+static void attention_wide_head_cases(void) {
+    KtuRng rng = {210};
+    for (int bf16 = 0; bf16 < 2; bf16++) attention_pair(&rng, 1, 6, 6, 2, 264, 0.06f, bf16);
+}
+
+/* Every case on each path forced: the fused kernels and the cuBLAS path (the same inputs for both). */
+START_TEST(test_attention) {
+    on_attention_path("fused", NULL, "fused", attention_cases);
+    on_attention_path("gemm", NULL, "gemm", attention_cases);
+    on_attention_path("auto", NULL, "auto", attention_wide_head_cases);
+}
+END_TEST
+
+static void attention_chunk_cases(void) {
+    KtuRng rng = {209};
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        attention_pair(&rng, 3, 37, 37, 3, 16, 0.25f, bf16);               /* 9 pairs: 3 chunks */
+        attention_pair(&rng, 1, 70, 70, 4, 82, 1.0f / sqrtf(82.0f), bf16); /* 4 pairs: 3 + 1 */
+        attention_pair(&rng, 2, 5, 41, 4, 82, 0.3f, bf16);                 /* 8 pairs: 3 + 3 + 2, Tq < Tk */
+    }
+}
+
+/* The GEMM path with (b,h) pairs in chunks of 3 (DMMATH_CUDA_ATTENTION_CHUNK_PAIRS): several full chunks, a last
+ * partial chunk, Tq < Tk, D = 82; and the variables' validation (read at backend creation). */
+START_TEST(test_attention_gemm_chunks) {
+    on_attention_path("gemm", "3", "gemm, 3 pairs per chunk", attention_chunk_cases);
+    static const char *const bad[] = {"0", "-3", "abc", "3x", " "};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[256] = "";
+        Backend *be = cuda_backend_with_attention("gemm", bad[i], err, sizeof err);
+        if (be) backend_destroy(be);
+        ck_assert_msg(be == NULL && strstr(err, "DMMATH_CUDA_ATTENTION_CHUNK_PAIRS") != NULL,
+                      "DMMATH_CUDA_ATTENTION_CHUNK_PAIRS='%s' was accepted (err '%s')", bad[i], err);
+    }
+    char err[256] = "";
+    Backend *be = cuda_backend_with_attention("flash", NULL, err, sizeof err);
+    if (be) backend_destroy(be);
+    ck_assert_msg(be == NULL && strstr(err, "DMMATH_CUDA_ATTENTION=flash") != NULL, "DMMATH_CUDA_ATTENTION=flash: '%s'",
+                  err);
+}
+END_TEST
+
+/* One attention forward (and backward when Tq == Tk, accumulating into fixed starting gradients) on backend g;
+ * r[0..4] = out, lse, dq, dk, dv downloaded (NULL when not computed), n[0..4] their sizes. */
+static const char *const att_result_names[5] = {"out", "lse", "dq", "dk", "dv"};
+static void attention_results(Backend *g, int bf16, uint64_t seed, int B, int Tq, int Tk, int H, int D, float scale,
+                              scalar_t *r[5], size_t n[5]) {
+    g->precision = bf16 ? PRECISION_BF16 : PRECISION_FP32;
+    KtuRng rng = {seed};
+    size_t nq = (size_t)B * Tq * H * D, nk = (size_t)B * Tk * H * D, nl = (size_t)B * H * Tq;
+    scalar_t *h[7] = {ktu_random(&rng, nq, -1, 1), ktu_random(&rng, nk, -1, 1), ktu_random(&rng, nk, -1, 1),
+                      ktu_random(&rng, nq, -1, 1), ktu_random(&rng, nq, -1, 1), ktu_random(&rng, nk, -1, 1),
+                      ktu_random(&rng, nk, -1, 1)}; /* q, k, v, dout, dq0, dk0, dv0 */
+    size_t hn[7] = {nq, nk, nk, nq, nq, nk, nk};
+    scalar_t *d[7];
+    for (int i = 0; i < 7; i++) {
+        d[i] = g->alloc(g, hn[i] * sizeof(scalar_t));
+        g->to_device(g, d[i], h[i], hn[i] * sizeof(scalar_t));
+    }
+    scalar_t *dout_ = g->alloc(g, nq * sizeof(scalar_t)), *dlse = g->alloc(g, nl * sizeof(scalar_t));
+    g->attention_forward(g, dout_, dlse, d[0], d[1], d[2], B, Tq, Tk, H, D, scale);
+    if (Tq == Tk) g->attention_backward(g, d[4], d[5], d[6], d[3], dout_, dlse, d[0], d[1], d[2], B, Tq, H, D, scale);
+    const scalar_t *src[5] = {dout_, dlse, d[4], d[5], d[6]};
+    size_t sn[5] = {nq, nl, nq, nk, nk};
+    for (int i = 0; i < 5; i++) {
+        n[i] = sn[i];
+        r[i] = NULL;
+        if (i >= 2 && Tq != Tk) continue;
+        r[i] = ktu_scalars(n[i]);
+        g->to_host(g, r[i], src[i], n[i] * sizeof(scalar_t));
+    }
+    for (int i = 0; i < 7; i++) g->free(g, d[i]), free(h[i]);
+    g->free(g, dout_), g->free(g, dlse);
+    g->precision = PRECISION_FP32;
+}
+
+static int bits_equal(const scalar_t *a, const scalar_t *b, size_t n) { return memcmp(a, b, n * sizeof(scalar_t)) == 0; }
+
+/* DMMATH_CUDA_ATTENTION=auto picks the GEMM path from ATTN_GEMM_MIN_T = 64 query rows on (cuda_attention.cu; update
+ * the shapes here if that is tuned) and the fused kernels below, KV-cache decode included: its results must be
+ * bit-identical to the forced path's. Each shape also checks that the two paths give different bits somewhere, or
+ * the comparison could not tell them apart. And both forced paths give bit-identical results run to run (the GEMM
+ * path also in chunks). */
+START_TEST(test_attention_auto_and_repeatable) {
+    static const struct { int B, Tq, Tk, H, D, gemm; float scale; } shapes[] = {
+        {2, 70, 70, 4, 82, 1, 0.11f}, /* Tq >= 64: gemm */
+        {2, 64, 64, 1, 16, 1, 0.25f}, /* the threshold itself: gemm */
+        {2, 37, 37, 3, 16, 0, 0.25f}, /* short: fused */
+        {2, 1, 70, 2, 32, 0, 0.3f},   /* decode step against a long cache: fused */
+    };
+    char err[256];
+    Backend *be[4];
+    static const char *const impl[4] = {"fused", "gemm", "auto", "gemm"}, *const chunks[4] = {NULL, NULL, NULL, "1"};
+    for (int m = 0; m < 4; m++) {
+        be[m] = cuda_backend_with_attention(impl[m], chunks[m], err, sizeof err);
+        ck_assert_msg(be[m] != NULL, "cuda backend %s: %s", impl[m], err);
+    }
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            int B = shapes[s].B, Tq = shapes[s].Tq, Tk = shapes[s].Tk, H = shapes[s].H, D = shapes[s].D;
+            scalar_t *r[5][5], *again[5];
+            size_t n[5];
+            for (int m = 0; m < 4; m++)
+                attention_results(be[m], bf16, 300 + s, B, Tq, Tk, H, D, shapes[s].scale, r[m], n);
+            int want = shapes[s].gemm ? 1 : 0, other = 1 - want, differs = 0;
+            for (int i = 0; i < 5; i++) {
+                if (!r[0][i]) continue;
+                char what[128];
+                snprintf(what, sizeof what, "attention auto vs %s, shape %zu %s %s", impl[want], s,
+                         bf16 ? "bf16" : "fp32", att_result_names[i]);
+                ktu_assert_equal_bits(r[2][i], r[want][i], n[i], what);
+                differs |= !bits_equal(r[2][i], r[other][i], n[i]);
+            }
+            ck_assert_msg(differs, "shape %zu %s: fused and gemm paths gave identical bits; the auto check proves "
+                          "nothing", s, bf16 ? "bf16" : "fp32");
+            for (int m = 0; m < 4; m++) {
+                if (m == 2) continue;
+                attention_results(be[m], bf16, 300 + s, B, Tq, Tk, H, D, shapes[s].scale, again, n);
+                for (int i = 0; i < 5; i++) {
+                    if (!again[i]) continue;
+                    char what[128];
+                    snprintf(what, sizeof what, "attention %s%s run to run, shape %zu %s %s", impl[m],
+                             chunks[m] ? " (1 pair per chunk)" : "", s, bf16 ? "bf16" : "fp32", att_result_names[i]);
+                    ktu_assert_equal_bits(again[i], r[m][i], n[i], what);
+                    free(again[i]);
+                }
+            }
+            for (int m = 0; m < 4; m++)
+                for (int i = 0; i < 5; i++) free(r[m][i]);
+        }
+    for (int m = 0; m < 4; m++) backend_destroy(be[m]);
 }
 END_TEST
 
@@ -498,6 +663,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_elementwise_embedding_layernorm);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_attention);
+    tcase_add_test(tc, test_attention_gemm_chunks);
+    tcase_add_test(tc, test_attention_auto_and_repeatable);
     tcase_add_test(tc, test_topk_and_entropy);
     tcase_add_test(tc, test_cvmm);
     tcase_add_test(tc, test_loss_optim);

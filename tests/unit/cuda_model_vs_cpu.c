@@ -31,6 +31,9 @@
  *    expert (K = E, KA = EA): all of cvmm's four patterns, gates, attention experts and the regularizers still run,
  *    but no top-k decision exists. Selective routing is covered in fp32 here and by cuda_backend_vs_cpu (the bf16
  *    cvmm on fixed selections).
+ * Every case runs twice: on the backend as configured (DMMATH_CUDA_ATTENTION unset: auto, which takes the fused
+ * attention kernels at these lengths) and with DMMATH_CUDA_ATTENTION=gemm (the cuBLAS attention path, KV-cache decode
+ * included), both within the same tolerances; so does the repeatability check.
  * Every comparison prints one line (error, tolerance, ok/FAIL), so the log shows the headroom.
  *
  * Without a usable GPU: "SKIP: no usable CUDA GPU (<reason>)" and exit 77. Runs without fork (CK_NOFORK): a CUDA
@@ -96,6 +99,20 @@ static void setup(void) {
 static void teardown(void) {
     backend_destroy(cpu);
     backend_destroy(gpu);
+}
+
+/* Loop index -> the variant: indices >= n_base rerun the base cases with the attention path forced to gemm (the
+ * fixture's backend is replaced; teardown destroys whichever is current). Returns the base index. */
+static int select_attention_variant(int i, int n_base, char *label, size_t label_len, const char *name) {
+    int forced = i >= n_base;
+    snprintf(label, label_len, "%s%s", name, forced ? " [attention gemm]" : "");
+    if (forced) {
+        char err[256];
+        backend_destroy(gpu);
+        gpu = cuda_backend_with_attention("gemm", NULL, err, sizeof err);
+        ck_assert_msg(gpu != NULL, "cuda backend with DMMATH_CUDA_ATTENTION=gemm: %s", err);
+    }
+    return i % n_base;
 }
 
 typedef struct {
@@ -204,17 +221,19 @@ static double *to_doubles_f(const float *x, size_t n) {
 }
 
 START_TEST(test_model_case) {
-    const Case *c = &cases[_i];
-    const uint64_t seed = 4100 + (uint64_t)_i;
+    char label[96];
+    const int ci = select_attention_variant(_i, N_CASES, label, sizeof label, cases[_i % N_CASES].name);
+    const Case *c = &cases[ci];
+    const uint64_t seed = 4100 + (uint64_t)ci;
     gpu->precision = c->prec;
     Model *mc, *mg;
     make_models(c, seed, &mc, &mg);
     const ModelConfig *cfg = model_config(mc);
     const int B = BATCH_B, T = BATCH_T, V = cfg->n_tokens;
     const size_t BT = (size_t)B * T, np = model_n_params(mc);
-    printf("case %s: %s, %zu parameters, B=%d T=%d, grad_scale %g, cuda device %s\n", c->name,
+    printf("case %s: %s, %zu parameters, B=%d T=%d, grad_scale %g, cuda device %s\n", label,
            cfg->arch == ARCH_MOEUT ? "moeut" : "dense", np, B, T, c->grad_scale, gpu->device_name);
-    Tally t = {.label = c->name, .prec = c->prec};
+    Tally t = {.label = label, .prec = c->prec};
 
     int32_t *inputs = xmalloc_test(BT * sizeof *inputs), *targets = xmalloc_test(BT * sizeof *targets);
     uint8_t *valid = xmalloc_test(BT);
@@ -233,7 +252,7 @@ START_TEST(test_model_case) {
     double *dc = to_doubles_f(lc, BT * V), *dg = to_doubles_f(lg, BT * V);
     compare(&t, "logits (train step)", dg, dc, BT * V, 'l');
     free(dc), free(dg);
-    printf("  %-34s %-56s got %ld want %ld  %s\n", c->name, "n_counted", sg.n_counted, sc.n_counted,
+    printf("  %-34s %-56s got %ld want %ld  %s\n", label, "n_counted", sg.n_counted, sc.n_counted,
            sg.n_counted == sc.n_counted ? "ok" : "FAIL");
     t.n_checked++;
     if (sg.n_counted != sc.n_counted) t.n_failed++;
@@ -278,19 +297,21 @@ START_TEST(test_model_case) {
     compare(&t, "logits (KV-cache decode, 5 then 1 at a time)", dg, dc, (size_t)TD * V, 'l');
     free(dc), free(dg);
 
-    printf("case %s: %d comparisons, %d failed, worst error/tolerance %.3g (%s)\n\n", c->name, t.n_checked,
+    printf("case %s: %d comparisons, %d failed, worst error/tolerance %.3g (%s)\n\n", label, t.n_checked,
            t.n_failed, t.worst_ratio, t.worst_name);
     fflush(stdout);
     free(inputs), free(targets), free(valid), free(lc), free(lg);
     model_free(mc);
     model_free(mg);
-    ck_assert_msg(t.n_failed == 0, "%s: %d comparison(s) outside tolerance (see the log)", c->name, t.n_failed);
+    ck_assert_msg(t.n_failed == 0, "%s: %d comparison(s) outside tolerance (see the log)", label, t.n_failed);
 }
 END_TEST
 
 /* Repeated CUDA training steps on the same inputs give bit-identical logits and gradients (the backend claims
  * deterministic reductions; checkpoint resume relies on it). */
 START_TEST(test_step_repeatable) {
+    char label[96];
+    select_attention_variant(_i, 1, label, sizeof label, "bf16 MoEUT");
     const Case *c = &cases[1];
     gpu->precision = PRECISION_BF16;
     Model *mc, *mg;
@@ -310,9 +331,11 @@ START_TEST(test_step_repeatable) {
         model_train_step(mg, inputs, targets, valid, B, T, 1.0, &st, l[run]);
         g[run] = mtu_download(mg, model_grads(mg));
     }
-    ck_assert_msg(memcmp(l[0], l[1], BT * V * sizeof(float)) == 0, "logits differ between two identical steps");
-    ck_assert_msg(memcmp(g[0], g[1], np * sizeof(scalar_t)) == 0, "gradients differ between two identical steps");
-    printf("repeatability: two bf16 MoEUT steps gave bit-identical logits and gradients\n");
+    ck_assert_msg(memcmp(l[0], l[1], BT * V * sizeof(float)) == 0, "%s: logits differ between two identical steps",
+                  label);
+    ck_assert_msg(memcmp(g[0], g[1], np * sizeof(scalar_t)) == 0, "%s: gradients differ between two identical steps",
+                  label);
+    printf("repeatability: two %s steps gave bit-identical logits and gradients\n", label);
     for (int run = 0; run < 2; run++) free(l[run]), free(g[run]);
     free(inputs), free(targets), free(valid);
     model_free(mc);
@@ -324,8 +347,8 @@ static Suite *suite(void) {
     Suite *s = suite_create("cuda_model_vs_cpu");
     TCase *tc = tcase_create("models");
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_loop_test(tc, test_model_case, 0, N_CASES);
-    tcase_add_test(tc, test_step_repeatable);
+    tcase_add_loop_test(tc, test_model_case, 0, 2 * N_CASES); /* as configured, then attention gemm */
+    tcase_add_loop_test(tc, test_step_repeatable, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }

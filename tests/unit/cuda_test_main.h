@@ -27,6 +27,31 @@ static inline void cuda_test_require_gpu(void) {
     backend_destroy(probe);
 }
 
+/* Sets (value != NULL) or unsets var; returns its previous value (malloc'd copy, NULL if it was unset). */
+static inline char *cuda_test_swap_env(const char *var, const char *value) {
+    const char *old = getenv(var);
+    char *saved = old ? strdup(old) : NULL;
+    if (value)
+        setenv(var, value, 1);
+    else
+        unsetenv(var);
+    return saved;
+}
+
+/* A cuda backend created with DMMATH_CUDA_ATTENTION=impl ("auto", "fused", "gemm") and, unless chunk_pairs is NULL,
+ * DMMATH_CUDA_ATTENTION_CHUNK_PAIRS=chunk_pairs; the backend reads them at creation only, and the environment is
+ * restored before returning. NULL on failure, with the reason in err. */
+static inline Backend *cuda_backend_with_attention(const char *impl, const char *chunk_pairs, char *err,
+                                                   size_t errlen) {
+    char *old_impl = cuda_test_swap_env("DMMATH_CUDA_ATTENTION", impl);
+    char *old_chunk = cuda_test_swap_env("DMMATH_CUDA_ATTENTION_CHUNK_PAIRS", chunk_pairs);
+    Backend *be = backend_create("cuda", err, errlen);
+    free(cuda_test_swap_env("DMMATH_CUDA_ATTENTION", old_impl));
+    free(cuda_test_swap_env("DMMATH_CUDA_ATTENTION_CHUNK_PAIRS", old_chunk));
+    free(old_impl), free(old_chunk);
+    return be;
+}
+
 /* Runs every test of s (and frees it) in this process; EXIT_SUCCESS when all passed. */
 static inline int run_cuda_test_suite(Suite *s) {
     SRunner *sr = srunner_create(s);
