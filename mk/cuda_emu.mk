@@ -1,7 +1,7 @@
 # The CUDA backend on the CPU emulator (kernels/cuda/emu/cuda_emu.h): kernels/cuda/*.cu compiled as C++ with
 # -DCUDA_EMULATION, everything built with ASan/UBSan into build/emu/, so the CUDA tests run (and check memory
 # accesses) on machines without a GPU. Needs g++ only (no nvcc, no GPU). It does not replace a GPU run.
-#   make test-cuda-emu   the emulator self-test, the three CUDA unit-test programs, the three CUDA e2e scripts and the
+#   make test-cuda-emu   the emulator self-test, the three CUDA unit-test programs, the four CUDA e2e scripts and the
 #                        thread-order race check (tests/e2e/cuda_emu_order.sh) on the emulator
 #   make bench-emu-counts  kernel launches, cuBLAS calls and host<->device copies per training step of the paper's
 #                        layouts (tests/bench/emu_call_counts.sh), default kernel paths against the comparator paths
@@ -54,10 +54,12 @@ emu-bins: build/emu/tests/cuda_emu_selftest $(EMU_TESTS) $(EMU_STAGES)
 # The resume test runs 12 training runs; at the emulator's speed (about 1 s per step of 64 tokens under ASan) they use
 # 12 steps of 4 x 16 tokens instead of the GPU's 400 steps of 8 x 128.
 EMU_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 CUDA_TEST_BIN=build/emu/bin \
+           CUDA_TEST_UNIT_DIR=build/emu/tests \
            CUDA_RESUME_STEPS=12 CUDA_RESUME_SETTINGS="context=16 batch_size=4"
 test-cuda-emu: all emu-bins
 	@$(EMU_ENV) tests/run_suite.sh cuda-emu build/emu/tests/cuda_emu_selftest $(EMU_TESTS) tests/e2e/test_cuda_inspect.sh \
-	  tests/e2e/cuda_emu_order.sh tests/e2e/test_cuda_evaluate.sh tests/e2e/test_cuda_resume.sh
+	  tests/e2e/cuda_emu_order.sh tests/e2e/test_cuda_evaluate.sh tests/e2e/test_cuda_resume.sh \
+	  tests/e2e/test_cuda_cvmm_paths.sh
 
 build/emu/bench/bench_train_step: $(OBJEMU)/tests/bench/bench_train_step.o $(EMU_NN) $(EMU_CORE)
 	@mkdir -p $(dir $@)

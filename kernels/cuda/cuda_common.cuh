@@ -78,6 +78,9 @@ struct CudaImpl {
     int attention_impl; // AttentionImpl
     int cvmm_impl;      // CvmmImpl
     int attention_chunk_pairs; // 0: from the GEMM attention path's score budget
+    // Under CVMM_AUTO, per operand type (0 fp32, 1 bf16): 0 not probed yet, 1 grouped GEMM, -1 per-expert loop
+    // (decided once by cuda_cvmm_gemm.cu's probe).
+    int cvmm_auto_grouped[2];
     void *dev[CS_COUNT];
     size_t dev_cap[CS_COUNT];
     void *host[HS_COUNT];
@@ -185,7 +188,7 @@ void cuda_topk_sigmoid_backward(Backend *be, scalar_t *dlogits, const scalar_t *
                                 const scalar_t *gate, int N, int G, int E, int k);
 double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
                         int T, int G, int E, scalar_t coef);
-// cuda_cvmm.cu
+// cuda_cvmm.cu (routing plan: cuda_cvmm_plan.cu; expert GEMMs: cuda_cvmm_gemm.cu; shared: cuda_cvmm.cuh)
 void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const int32_t *sel,
                        const scalar_t *w, int M, int in_div, int out_div, int n_experts, int Kin, int Nout);
 void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,

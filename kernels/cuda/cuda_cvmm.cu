@@ -1,42 +1,11 @@
 // CUDA: cvmm (spec §4; CPU reference kernels/cpu/cpu_cvmm.c).
-// Routing plan: the expert ids are copied to the host and sorted there by a stable counting sort (perm, inv and
-// per-expert offsets). The host needs the per-expert row counts anyway to size one cuBLAS GEMM per expert, and a
-// host sort is deterministic by construction. Rows are gathered into contiguous per-expert blocks on the device,
-// each block is one GEMM (bf16 operands + fp32 accumulation in bf16 mode), and results are scattered/reduced back
-// in entry order by deterministic kernels (no atomics).
-#include <vector>
-
-#include "kernels/cuda/cuda_common.cuh"
-
-struct CvmmPlan {
-    int32_t *perm; // device [M]: sorted position -> entry p
-    int32_t *inv;  // device [M]: entry p -> sorted position
-    std::vector<int> offset; // host [n_experts + 1]
-};
-
-static CvmmPlan build_plan(Backend *be, const char *op, const int32_t *sel_dev, int M, int n_experts) {
-    int32_t *sel = (int32_t *)cuda_host_scratch(be, HS_A, (size_t)M * sizeof(int32_t));
-    CHECK_CUDA(cudaMemcpy(sel, sel_dev, (size_t)M * sizeof(int32_t), cudaMemcpyDeviceToHost));
-    CvmmPlan pl;
-    pl.offset.assign((size_t)n_experts + 1, 0);
-    for (int p = 0; p < M; p++) {
-        if (sel[p] < 0 || sel[p] >= n_experts) die("%s: expert id %d at entry %d is outside [0, %d)", op, sel[p], p, n_experts);
-        pl.offset[(size_t)sel[p] + 1]++;
-    }
-    for (int e = 0; e < n_experts; e++) pl.offset[(size_t)e + 1] += pl.offset[(size_t)e];
-    int32_t *stage = (int32_t *)cuda_host_scratch(be, HS_B, (size_t)2 * M * sizeof(int32_t)); // perm | inv
-    std::vector<int> cursor(pl.offset.begin(), pl.offset.end() - 1);
-    for (int p = 0; p < M; p++) {
-        int m = cursor[(size_t)sel[p]]++;
-        stage[m] = p;
-        stage[M + p] = m;
-    }
-    int32_t *d = (int32_t *)cuda_scratch(be, CS_A, (size_t)2 * M * sizeof(int32_t));
-    CHECK_CUDA(cudaMemcpy(d, stage, (size_t)2 * M * sizeof(int32_t), cudaMemcpyHostToDevice));
-    pl.perm = d;
-    pl.inv = d + M;
-    return pl;
-}
+// Routing plan: built on the device (cuda_cvmm_plan.cu): a stable counting sort of the entries by expert (perm, inv
+// and per-expert offsets); the host copies only the offsets, which size the GEMMs. Rows are gathered into contiguous
+// per-expert blocks on the device, each GEMM set (forward Y_e = X_e W_e; backward Q_e = G_e W_e^T, dW_e += X_e^T G_e)
+// runs as one grouped GEMM or one GEMM per expert (cuda_cvmm_gemm.cu; bf16 operands + fp32 accumulation in bf16
+// mode), and results are scattered/reduced back in entry order by deterministic kernels (no atomics).
+// Scratch: CS_A/CS_B the plan, CS_C..CS_H the sorted blocks below, CS_I the grouped GEMM's pointer arrays.
+#include "kernels/cuda/cuda_cvmm.cuh"
 
 static void check_shape(const char *op, int M, int in_div, int out_div, bool reduced) {
     if (M < 0 || in_div < 1 || M % in_div != 0) die("%s: M=%d is not a multiple of in_div=%d", op, M, in_div);
@@ -109,7 +78,7 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
     check_shape("cvmm_forward", M, in_div, out_div, w != nullptr);
     if (M == 0) return;
     bool bf16 = use_bf16(be);
-    CvmmPlan pl = build_plan(be, "cvmm_forward", sel, M, n_experts);
+    CvmmPlan pl = cvmm_build_plan(be, "cvmm_forward", sel, M, n_experts);
     float *Xs = bf16 ? nullptr : (float *)cuda_scratch(be, CS_C, (size_t)M * Kin * sizeof(float));
     __nv_bfloat16 *Xs16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, CS_F, (size_t)M * Kin * sizeof(__nv_bfloat16)) : nullptr;
     __nv_bfloat16 *W16 = nullptr;
@@ -122,13 +91,10 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
     }
     size_t esz = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
     const char *xs = (const char *)bf16_or(Xs, Xs16, bf16), *ws = (const char *)bf16_or(W, W16, bf16);
-    for (int e = 0; e < n_experts; e++) { // Ys_e[c, Nout] = Xs_e[c, Kin] @ W[e]
-        int c = pl.offset[(size_t)e + 1] - pl.offset[(size_t)e];
-        if (c == 0) continue;
-        size_t o = (size_t)pl.offset[(size_t)e];
-        cuda_gemm(be, 0, 0, c, Nout, Kin, 1.0f, xs + o * Kin * esz, Kin, ws + (size_t)e * Kin * Nout * esz, Nout, 0.0f,
-                  Ys + o * Nout, Nout, bf16);
-    }
+    // Ys_e[r_e, Nout] = Xs_e[r_e, Kin] @ W[e][Kin, Nout]
+    ExpertGemms fwd = {0, 0, CVMM_ROWS, Nout, Kin, {xs, 0, (size_t)Kin * esz}, {ws, (size_t)Kin * Nout * esz, 0},
+                       {Ys, 0, (size_t)Nout * sizeof(float)}, Kin, Nout, Nout, 0.0f};
+    cvmm_expert_gemms(be, "cvmm_forward", pl, fwd, bf16);
     if (!w) {
         LAUNCH(k_unsort, grid_for((size_t)M * Nout, 256), 256, 0)(Y, Ys, pl.inv, M, Nout);
     } else {
@@ -148,7 +114,7 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     if (!want_Q && !dW) return;
     bool bf16 = use_bf16(be);
     size_t esz = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
-    CvmmPlan pl = build_plan(be, "cvmm_backward", sel, M, n_experts);
+    CvmmPlan pl = cvmm_build_plan(be, "cvmm_backward", sel, M, n_experts);
     float *Gs = (float *)cuda_scratch(be, CS_D, (size_t)M * Nout * sizeof(float));
     __nv_bfloat16 *Gs16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, CS_G, (size_t)M * Nout * sizeof(__nv_bfloat16)) : nullptr;
     float *Xs = want_Xs ? (float *)cuda_scratch(be, CS_C, (size_t)M * Kin * sizeof(float)) : nullptr;
@@ -168,13 +134,10 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     }
     if (want_Q) {
         const char *gs = (const char *)bf16_or(Gs, Gs16, bf16), *ws = (const char *)bf16_or(W, W16, bf16);
-        for (int e = 0; e < n_experts; e++) { // Qs_e[c, Kin] = Gs_e[c, Nout] @ W[e]^T
-            int c = pl.offset[(size_t)e + 1] - pl.offset[(size_t)e];
-            if (c == 0) continue;
-            size_t o = (size_t)pl.offset[(size_t)e];
-            cuda_gemm(be, 0, 1, c, Kin, Nout, 1.0f, gs + o * Nout * esz, Nout, ws + (size_t)e * Kin * Nout * esz, Nout,
-                      0.0f, Qs + o * Kin, Kin, bf16);
-        }
+        // Qs_e[r_e, Kin] = Gs_e[r_e, Nout] @ W[e]^T
+        ExpertGemms q = {0, 1, CVMM_ROWS, Kin, Nout, {gs, 0, (size_t)Nout * esz}, {ws, (size_t)Kin * Nout * esz, 0},
+                         {Qs, 0, (size_t)Kin * sizeof(float)}, Nout, Nout, Kin, 0.0f};
+        cvmm_expert_gemms(be, "cvmm_backward", pl, q, bf16);
     }
     if (want_dw) {
         LAUNCH(k_dw, (unsigned)((M + 7) / 8), 256, 0)(dw, Qs, Xs, pl.inv, M, Kin);
@@ -186,13 +149,10 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
             CHECK_LAUNCH();
         }
         const char *xs = (const char *)bf16_or(Xs, Xs16, bf16), *gs = (const char *)bf16_or(Gs, Gs16, bf16);
-        for (int e = 0; e < n_experts; e++) { // dW[e][Kin, Nout] += Xs_e^T @ Gs_e
-            int c = pl.offset[(size_t)e + 1] - pl.offset[(size_t)e];
-            if (c == 0) continue;
-            size_t o = (size_t)pl.offset[(size_t)e];
-            cuda_gemm(be, 1, 0, Kin, Nout, c, 1.0f, xs + o * Kin * esz, Kin, gs + o * Nout * esz, Nout, 1.0f,
-                      dW + (size_t)e * Kin * Nout, Nout, bf16);
-        }
+        // dW[e][Kin, Nout] += Xs_e[r_e, Kin]^T @ Gs_e[r_e, Nout]
+        ExpertGemms dw_set = {1, 0, Kin, Nout, CVMM_ROWS, {xs, 0, (size_t)Kin * esz}, {gs, 0, (size_t)Nout * esz},
+                              {dW, (size_t)Kin * Nout * sizeof(float), 0}, Kin, Nout, Nout, 1.0f};
+        cvmm_expert_gemms(be, "cvmm_backward", pl, dw_set, bf16);
     }
     if (dX) {
         int rows = M / in_div;

@@ -1,10 +1,16 @@
 /* CUDA backend against the CPU backend: every op on the same random inputs, fp32 with tight tolerances, and the
- * matmul-like ops (matmul, cvmm, attention) again in bf16 mode with tolerances derived from bf16 rounding.
+ * matmul-like ops (matmul, cvmm, attention) again in bf16 mode with tolerances derived from bf16 rounding. cvmm runs
+ * under each expert-GEMM path (DMMATH_CUDA_CVMM = auto, loop, grouped), and its device routing plan is compared with a
+ * host stable counting sort.
  * Without a usable GPU the program prints "SKIP: no usable CUDA GPU (<reason>)" and exits 77 before the suite.
- * Runs without fork (CK_NOFORK): a CUDA context does not survive fork(). */
+ * Runs without fork (CK_NOFORK): a CUDA context does not survive fork(); the one death test re-executes this program
+ * (popen of /proc/self/exe) instead. */
 #include <stdint.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_cvmm_hooks.h"
 #include "tests/unit/kernel_test_cvmm.h"
 #include "tests/unit/cuda_test_main.h"
 
@@ -22,6 +28,22 @@ static void teardown(void) {
     backend_destroy(cpu);
     backend_destroy(gpu);
 }
+
+/* A cuda backend created with DMMATH_CUDA_CVMM=mode (read at creation); the caller's value of the variable is
+ * restored afterwards. */
+static Backend *gpu_with_cvmm(const char *mode) {
+    const char *var = "DMMATH_CUDA_CVMM", *old = getenv(var);
+    char *saved = old ? strdup(old) : NULL;
+    setenv(var, mode, 1);
+    char err[256];
+    Backend *b = backend_create("cuda", err, sizeof err);
+    if (saved) setenv(var, saved, 1);
+    else unsetenv(var);
+    free(saved);
+    ck_assert_msg(b != NULL, "cuda backend with DMMATH_CUDA_CVMM=%s: %s", mode, err);
+    return b;
+}
+static int on_emulator(void) { return strncmp(gpu->device_name, "CUDA emulator", 13) == 0; }
 
 /* device copy of a host array */
 static void *up(const void *h, size_t bytes) {
@@ -565,15 +587,168 @@ static void cvmm_pair(KtuRng *rng, const CvmmCase *c, int bf16) {
     gpu->precision = PRECISION_FP32;
 }
 
+static const char *const cvmm_modes[] = {"auto", "loop", "grouped"};
+
+/* Every case on every expert-GEMM path, with the same inputs and bounds on each. auto must resolve to a path; on the
+ * emulator, whose cuBLAS computes both operand types in the grouped call, its probe must choose grouped. */
 START_TEST(test_cvmm) {
-    KtuRng rng = {206};
     CvmmCase cases[] = {
         {PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0}, {PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1},
         {PAT_FFN_DOWN, 30, 1, 3, 7, 19, 37, 0}, {PAT_ATT_V, 200, 4, 2, 40, 33, 17, 1},
         {PAT_ATT_O, 200, 4, 2, 40, 17, 33, 1},  {PAT_ATT_O, 13, 2, 1, 60, 9, 11, 1}, /* n=1, zero-row experts */
     };
-    for (int bf16 = 0; bf16 < 2; bf16++)
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) cvmm_pair(&rng, &cases[i], bf16);
+    Backend *fixture_gpu = gpu;
+    for (size_t m = 0; m < sizeof cvmm_modes / sizeof cvmm_modes[0]; m++) {
+        gpu = gpu_with_cvmm(cvmm_modes[m]);
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            const char *path = cuda_cvmm_path(gpu, bf16);
+            printf("cvmm DMMATH_CUDA_CVMM=%s, %s operands: %s path\n", cvmm_modes[m], bf16 ? "bf16" : "fp32", path);
+            const char *want = m == 0 ? (on_emulator() ? "grouped" : NULL) : cvmm_modes[m];
+            if (want) ck_assert_str_eq(path, want);
+            else ck_assert_msg(!strcmp(path, "loop") || !strcmp(path, "grouped"), "auto path %s", path);
+        }
+        KtuRng rng = {206}; /* the same inputs on every path */
+        for (int bf16 = 0; bf16 < 2; bf16++)
+            for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) cvmm_pair(&rng, &cases[i], bf16);
+        backend_destroy(gpu);
+    }
+    gpu = fixture_gpu;
+}
+END_TEST
+
+/* ---------------------------------------------------------------- cvmm routing plan */
+/* The plan the host built before the device plan existed: a stable counting sort of the entries by expert. */
+static void host_plan(const int32_t *sel, int M, int E, int32_t *perm, int32_t *inv, int32_t *offset) {
+    memset(offset, 0, (size_t)(E + 1) * sizeof(int32_t));
+    for (int p = 0; p < M; p++) offset[sel[p] + 1]++;
+    for (int e = 0; e < E; e++) offset[e + 1] += offset[e];
+    int32_t *cursor = ktu_ints((size_t)E);
+    memcpy(cursor, offset, (size_t)E * sizeof(int32_t));
+    for (int p = 0; p < M; p++) {
+        int m = cursor[sel[p]]++;
+        perm[m] = p;
+        inv[p] = m;
+    }
+    free(cursor);
+}
+
+typedef enum { IDS_UNIFORM, IDS_SKIP_SOME, IDS_ONE_EXPERT, IDS_SKEWED } IdsKind;
+
+/* Device plan == host plan exactly (perm, inv, offsets, the non-empty expert list), on two builds: repeated builds are
+ * identical. */
+static void plan_case(KtuRng *rng, int M, int E, IdsKind kind) {
+    int32_t *sel = ktu_ints((size_t)M + 1);
+    for (int p = 0; p < M; p++) {
+        int e = ktu_int(rng, E);
+        if (kind == IDS_SKIP_SOME) /* experts 0, 4 and E-1 stay empty (E >= 6) */
+            while (e == 0 || e == 4 || e == E - 1) e = ktu_int(rng, E);
+        if (kind == IDS_ONE_EXPERT) e = E - 1;
+        if (kind == IDS_SKEWED && ktu_int(rng, 10) != 0) e = 2 % E;
+        sel[p] = e;
+    }
+    int32_t *dsel = up(sel, ((size_t)M + 1) * sizeof(int32_t));
+    int32_t *perm = ktu_ints((size_t)M + 1), *inv = ktu_ints((size_t)M + 1), *off = ktu_ints((size_t)E + 1);
+    int32_t *hperm = ktu_ints((size_t)M + 1), *hinv = ktu_ints((size_t)M + 1), *hoff = ktu_ints((size_t)E + 1);
+    int32_t *groups = ktu_ints((size_t)E);
+    host_plan(sel, M, E, hperm, hinv, hoff);
+    for (int run = 0; run < 2; run++) {
+        int G = cuda_cvmm_plan_to_host(gpu, dsel, M, E, perm, inv, off, groups);
+        for (int p = 0; p < M; p++) {
+            ck_assert_msg(perm[p] == hperm[p], "plan M=%d E=%d kind %d: perm[%d] = %d, host %d", M, E, kind, p, perm[p],
+                          hperm[p]);
+            ck_assert_msg(inv[p] == hinv[p], "plan M=%d E=%d kind %d: inv[%d] = %d, host %d", M, E, kind, p, inv[p],
+                          hinv[p]);
+        }
+        for (int e = 0; e <= E; e++)
+            ck_assert_msg(off[e] == hoff[e], "plan M=%d E=%d kind %d: offset[%d] = %d, host %d", M, E, kind, e, off[e],
+                          hoff[e]);
+        int g = 0;
+        for (int e = 0; e < E; e++)
+            if (hoff[e + 1] > hoff[e]) {
+                ck_assert_msg(g < G && groups[g] == e, "plan M=%d E=%d: group %d is expert %d, want %d", M, E, g,
+                              g < G ? groups[g] : -1, e);
+                g++;
+            }
+        ck_assert_int_eq(G, g);
+    }
+    gpu->free(gpu, dsel);
+    free(sel), free(perm), free(inv), free(off), free(hperm), free(hinv), free(hoff), free(groups);
+}
+
+START_TEST(test_cvmm_plan) {
+    KtuRng rng = {209};
+    const int C = CUDA_CVMM_PLAN_CHUNK;
+    plan_case(&rng, 0, 5, IDS_UNIFORM);                 /* M = 0: all offsets 0, no groups */
+    plan_case(&rng, 1, 1, IDS_UNIFORM);                 /* E = 1 */
+    plan_case(&rng, 5 * C + 123, 1, IDS_UNIFORM);       /* E = 1 over six chunks */
+    plan_case(&rng, 777, 13, IDS_UNIFORM);              /* part of one chunk */
+    plan_case(&rng, 4 * C, 16, IDS_UNIFORM);            /* exactly four chunks */
+    plan_case(&rng, 3 * C + 17, 11, IDS_SKIP_SOME);     /* empty experts: the first, one inside, the last */
+    plan_case(&rng, 2 * C + 1, 9, IDS_ONE_EXPERT);      /* one group holding every entry */
+    plan_case(&rng, 3 * C - 1, 40, IDS_SKEWED);         /* 90% on one expert */
+    plan_case(&rng, 10 * C + 500, 387, IDS_UNIFORM);    /* the paper's FFN expert count over eleven chunks */
+    plan_case(&rng, 2 * C + 452, 5000, IDS_UNIFORM);    /* more experts than one shared window (2048): mostly empty */
+    plan_case(&rng, 200 * C + 3, 5400, IDS_UNIFORM);    /* > 128 chunks per thread of the offsets kernel; the
+                                                           [E, chunks] scan (1,090,800 cells) takes three levels */
+}
+END_TEST
+
+/* An expert id outside [0, n_experts) dies with the CPU backend's message naming the first bad entry (it is found on
+ * the device: per chunk, then over chunks). Child mode of this program: argv = --cvmm-bad-expert at:id ... */
+#define BAD_M (135 * CUDA_CVMM_PLAN_CHUNK) /* more chunks than threads of the block that combines them (128) */
+#define BAD_E 8
+static int cvmm_bad_expert_child(int argc, char **argv) {
+    char err[256];
+    Backend *be = backend_create("cuda", err, sizeof err);
+    if (!be) {
+        fprintf(stderr, "child: %s\n", err);
+        return 2;
+    }
+    int32_t *sel = calloc(BAD_M, sizeof(int32_t)); /* not ktu_ints: Check's asserts work only inside a test */
+    if (!sel) return 2;
+    KtuRng rng = {210};
+    for (int p = 0; p < BAD_M; p++) sel[p] = ktu_int(&rng, BAD_E);
+    for (int i = 2; i < argc; i++) {
+        int at, id;
+        if (sscanf(argv[i], "%d:%d", &at, &id) != 2 || at < 0 || at >= BAD_M) return 2;
+        sel[at] = id;
+    }
+    int32_t *dsel = be->alloc(be, BAD_M * sizeof(int32_t));
+    be->to_device(be, dsel, sel, BAD_M * sizeof(int32_t));
+    size_t nX = (size_t)BAD_M * 4, nW = (size_t)BAD_E * 4 * 3;
+    scalar_t *X = be->alloc(be, nX * sizeof(scalar_t)), *W = be->alloc(be, nW * sizeof(scalar_t));
+    scalar_t *Y = be->alloc(be, (size_t)BAD_M * 3 * sizeof(scalar_t));
+    be->cvmm_forward(be, Y, X, W, dsel, NULL, BAD_M, 1, 1, BAD_E, 4, 3);
+    be->synchronize(be);
+    fprintf(stderr, "child: cvmm_forward returned\n");
+    return 0;
+}
+
+START_TEST(test_cvmm_bad_expert_dies) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    ck_assert_msg(n > 0, "readlink /proc/self/exe failed");
+    self[n] = '\0';
+    /* the first bad entry (2100: thread 52 of chunk 2, 128 threads per chunk) has a later one in the same thread (2228)
+     * and one in a lower thread (2689: thread 1); in the second case it sits in an earlier chunk (1) than the others,
+     * one of which (132101) is in chunk 129, combined by the same thread as chunk 1 */
+    const char *args[] = {"2100:8 2228:9 2689:100", "1500:-3 2100:8 2228:9 2689:100 132101:50"};
+    const char *want[] = {"cvmm_forward: expert id 8 at entry 2100 is outside [0, 8)",
+                          "cvmm_forward: expert id -3 at entry 1500 is outside [0, 8)"};
+    for (int i = 0; i < 2; i++) {
+        char cmd[4400], out[4096] = "";
+        /* leak checking off in the child only: die() exits without freeing the backend, by design */
+        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" '%s' --cvmm-bad-expert %s 2>&1", self,
+                 args[i]);
+        FILE *f = popen(cmd, "r");
+        ck_assert_msg(f != NULL, "popen failed");
+        size_t len = fread(out, 1, sizeof out - 1, f);
+        out[len] = '\0';
+        int status = pclose(f);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "bad ids %s: child status %d, output: %s", args[i],
+                      status, out);
+        ck_assert_msg(strstr(out, want[i]) != NULL, "bad ids %s: want \"%s\" in the output: %s", args[i], want[i], out);
+    }
 }
 END_TEST
 
@@ -628,7 +803,8 @@ START_TEST(test_loss_optim) {
 }
 END_TEST
 
-/* Repeated runs give bit-identical results (no atomics anywhere). */
+/* Repeated runs give bit-identical results (no atomics anywhere), on each expert-GEMM path: cvmm forward and
+ * backward (dW, dX, dw). */
 START_TEST(test_gpu_determinism) {
     KtuRng rng = {208};
     CvmmCase c = {PAT_FFN_DOWN, 500, 1, 4, 16, 64, 48, 1};
@@ -638,19 +814,35 @@ START_TEST(test_gpu_determinism) {
     scalar_t *G = ktu_random(&rng, nY, -1, 1);
     int32_t *sel = ktu_ints(M);
     cvmm_random_sel(&c, &rng, sel);
-    scalar_t *dX_ = upf(X, nX), *dW_ = upf(W, nW), *dw_ = upf(w, M), *dG = upf(G, nY);
-    int32_t *dsel = up(sel, (size_t)M * sizeof(int32_t));
-    scalar_t *res[2];
-    for (int run = 0; run < 2; run++) {
-        scalar_t *gW = gpu->alloc(gpu, nW * sizeof(scalar_t)), *gX = gpu->alloc(gpu, nX * sizeof(scalar_t));
-        scalar_t *gw = gpu->alloc(gpu, (size_t)M * sizeof(scalar_t));
-        gpu->cvmm_backward(gpu, gX, gW, gw, dG, dX_, dW_, dsel, dw_, M, cvmm_in_div(&c), cvmm_out_div(&c), c.E, c.Kin, c.Nout);
-        res[run] = downf(gW, nW);
-        gpu->free(gpu, gW), gpu->free(gpu, gX), gpu->free(gpu, gw);
+    Backend *fixture_gpu = gpu;
+    for (size_t m = 1; m < sizeof cvmm_modes / sizeof cvmm_modes[0]; m++) { /* loop, grouped */
+        gpu = gpu_with_cvmm(cvmm_modes[m]);
+        scalar_t *dX_ = upf(X, nX), *dW_ = upf(W, nW), *dw_ = upf(w, M), *dG = upf(G, nY);
+        int32_t *dsel = up(sel, (size_t)M * sizeof(int32_t));
+        scalar_t *res[2][4];
+        for (int run = 0; run < 2; run++) {
+            scalar_t *Y = gpu->alloc(gpu, nY * sizeof(scalar_t)), *gW = gpu->alloc(gpu, nW * sizeof(scalar_t));
+            scalar_t *gX = gpu->alloc(gpu, nX * sizeof(scalar_t)), *gw = gpu->alloc(gpu, (size_t)M * sizeof(scalar_t));
+            gpu->cvmm_forward(gpu, Y, dX_, dW_, dsel, dw_, M, cvmm_in_div(&c), cvmm_out_div(&c), c.E, c.Kin, c.Nout);
+            gpu->cvmm_backward(gpu, gX, gW, gw, dG, dX_, dW_, dsel, dw_, M, cvmm_in_div(&c), cvmm_out_div(&c), c.E, c.Kin,
+                               c.Nout);
+            res[run][0] = downf(Y, nY), res[run][1] = downf(gW, nW), res[run][2] = downf(gX, nX);
+            res[run][3] = downf(gw, M);
+            gpu->free(gpu, Y), gpu->free(gpu, gW), gpu->free(gpu, gX), gpu->free(gpu, gw);
+        }
+        char what[64];
+        const char *name[] = {"Y", "dW", "dX", "dw"};
+        size_t count[] = {nY, nW, nX, (size_t)M};
+        for (int k = 0; k < 4; k++) {
+            snprintf(what, sizeof what, "cvmm %s (%s) run to run", name[k], cvmm_modes[m]);
+            ktu_assert_equal_bits(res[1][k], res[0][k], count[k], what);
+            free(res[0][k]), free(res[1][k]);
+        }
+        gpu->free(gpu, dX_), gpu->free(gpu, dW_), gpu->free(gpu, dw_), gpu->free(gpu, dG), gpu->free(gpu, dsel);
+        backend_destroy(gpu);
     }
-    ktu_assert_equal_bits(res[1], res[0], nW, "cvmm dW run to run");
-    gpu->free(gpu, dX_), gpu->free(gpu, dW_), gpu->free(gpu, dw_), gpu->free(gpu, dG), gpu->free(gpu, dsel);
-    free(X), free(W), free(w), free(G), free(sel), free(res[0]), free(res[1]);
+    gpu = fixture_gpu;
+    free(X), free(W), free(w), free(G), free(sel);
 }
 END_TEST
 
@@ -667,13 +859,16 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_attention_auto_and_repeatable);
     tcase_add_test(tc, test_topk_and_entropy);
     tcase_add_test(tc, test_cvmm);
+    tcase_add_test(tc, test_cvmm_plan);
+    tcase_add_test(tc, test_cvmm_bad_expert_dies);
     tcase_add_test(tc, test_loss_optim);
     tcase_add_test(tc, test_gpu_determinism);
     suite_add_tcase(s, tc);
     return s;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--cvmm-bad-expert") == 0) return cvmm_bad_expert_child(argc, argv);
     cuda_test_require_gpu();
     return run_cuda_test_suite(suite());
 }
