@@ -616,6 +616,34 @@ START_TEST(test_cvmm) {
 }
 END_TEST
 
+/* auto's probe on a cuBLAS that refuses the grouped call for bf16, or computes it wrongly: the emulator's fault
+ * injection (CUDA_EMU_GROUPED_GEMM, kernels/cuda/emu) stands in for such a library; a real GPU has no such switch, so
+ * this test only runs on the emulator. auto must fall back to the loop exactly where the grouped call is unusable,
+ * and cvmm must still be right. */
+START_TEST(test_cvmm_probe_fallback) {
+    if (!on_emulator()) {
+        printf("test_cvmm_probe_fallback: not on the CUDA emulator (its fault injection is what this test uses)\n");
+        return;
+    }
+    const struct { const char *fault, *want_fp32, *want_bf16; } rows[] = {
+        {"unsupported-bf16", "grouped", "loop"}, {"unsupported", "loop", "loop"}, {"wrong", "loop", "loop"}};
+    CvmmCase cases[] = {{PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0}, {PAT_ATT_O, 200, 4, 2, 40, 17, 33, 1}};
+    Backend *fixture_gpu = gpu;
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        setenv("CUDA_EMU_GROUPED_GEMM", rows[r].fault, 1);
+        gpu = gpu_with_cvmm("auto");
+        ck_assert_str_eq(cuda_cvmm_path(gpu, 0), rows[r].want_fp32);
+        ck_assert_str_eq(cuda_cvmm_path(gpu, 1), rows[r].want_bf16);
+        KtuRng rng = {207};
+        for (int bf16 = 0; bf16 < 2; bf16++)
+            for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) cvmm_pair(&rng, &cases[i], bf16);
+        backend_destroy(gpu);
+        unsetenv("CUDA_EMU_GROUPED_GEMM");
+    }
+    gpu = fixture_gpu;
+}
+END_TEST
+
 /* ---------------------------------------------------------------- cvmm routing plan */
 /* The plan the host built before the device plan existed: a stable counting sort of the entries by expert. */
 static void host_plan(const int32_t *sel, int M, int E, int32_t *perm, int32_t *inv, int32_t *offset) {
@@ -859,6 +887,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_attention_auto_and_repeatable);
     tcase_add_test(tc, test_topk_and_entropy);
     tcase_add_test(tc, test_cvmm);
+    tcase_add_test(tc, test_cvmm_probe_fallback);
     tcase_add_test(tc, test_cvmm_plan);
     tcase_add_test(tc, test_cvmm_bad_expert_dies);
     tcase_add_test(tc, test_loss_optim);

@@ -712,12 +712,21 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
     check_pointer_array(call, "Aarray", Aarray, total);
     check_pointer_array(call, "Barray", Barray, total);
     check_pointer_array(call, "Carray", Carray, total);
+    // Fault injection for the backend's probe of this call (real cuBLAS versions differ in what they support):
+    // CUDA_EMU_GROUPED_GEMM=unsupported-bf16 refuses bf16 operands, =unsupported refuses everything, =wrong computes
+    // every problem and then adds 1 to its C[0,0] (a silently wrong library).
+    const char *fault = getenv("CUDA_EMU_GROUPED_GEMM");
+    fault = fault ? fault : "";
+    if (strcmp(fault, "unsupported") == 0 || (strcmp(fault, "unsupported-bf16") == 0 && Atype == CUDA_R_16BF))
+        return gemm_fail(call, CUBLAS_STATUS_NOT_SUPPORTED, "refused (CUDA_EMU_GROUPED_GEMM=%s)", fault);
     emu::stat_cublas(call, total);
     const float *alpha = (const float *)alpha_array, *beta = (const float *)beta_array;
     long p = 0;
     for (int g = 0; g < group_count; g++)
-        for (int i = 0; i < group_size[g]; i++, p++)
+        for (int i = 0; i < group_size[g]; i++, p++) {
             gemm_compute(call, transa_array[g], transb_array[g], m_array[g], n_array[g], k_array[g], alpha[g],
                          Aarray[p], Atype, lda_array[g], Barray[p], ldb_array[g], beta[g], Carray[p], ldc_array[g]);
+            if (strcmp(fault, "wrong") == 0 && m_array[g] > 0 && n_array[g] > 0) *(float *)Carray[p] += 1.0f;
+        }
     return CUBLAS_STATUS_SUCCESS;
 }
