@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# test_cuda_inspect.sh (bin/inspect on the CUDA backend against the CPU backend and the PyTorch twin, every fixture,
+# fp32 and bf16) with the kernel paths the default does not take on these short fixtures: the cuBLAS attention
+# (DMMATH_CUDA_ATTENTION=gemm; auto picks the fused kernels below 64 query rows) and the per-expert GEMM loop of cvmm
+# (DMMATH_CUDA_CVMM=loop; auto picks the grouped GEMM where its probe passes). Same tolerances, same skips.
+set -u
+cd "$(dirname "$0")/../.."
+DMMATH_CUDA_ATTENTION=gemm DMMATH_CUDA_CVMM=loop exec tests/e2e/test_cuda_inspect.sh
