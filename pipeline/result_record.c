@@ -354,6 +354,9 @@ cJSON *analysis_record_to_json(const AnalysisRecord *a) {
     must(cJSON_AddStringToObject(o, "run", a->run));
     must(cJSON_AddStringToObject(o, "arch", a->arch));
     must(cJSON_AddStringToObject(o, "loss_mode", a->loss_mode));
+    must(cJSON_AddStringToObject(o, "code_version", a->code_version));
+    must(cJSON_AddStringToObject(o, "backend", a->backend));
+    must(cJSON_AddStringToObject(o, "hardware", a->hardware));
     must(cJSON_AddBoolToObject(o, "enabled", a->enabled));
     if (!a->enabled) return o; /* "analyze": {"enabled": false}: a record that says so, nothing else */
     must(cJSON_AddNumberToObject(o, "n_layers", a->n_layers));
@@ -466,6 +469,10 @@ int analysis_record_from_json(AnalysisRecord *a, const cJSON *json, const char *
     get_str(&r, "run", a->run, sizeof a->run, true);
     get_str(&r, "arch", a->arch, sizeof a->arch, true);
     get_str(&r, "loss_mode", a->loss_mode, sizeof a->loss_mode, true);
+    /* optional: records written before the provenance fields existed still load */
+    get_str(&r, "code_version", a->code_version, sizeof a->code_version, false);
+    get_str(&r, "backend", a->backend, sizeof a->backend, false);
+    get_str(&r, "hardware", a->hardware, sizeof a->hardware, false);
     json_get_bool(&r, "enabled", &a->enabled, true);
     if (!r.error[0] && !a->enabled) return finish(&r, err, errlen);
     json_get_int(&r, "n_layers", &n_layers, true);

@@ -103,6 +103,9 @@ typedef struct {
 
 typedef struct {
     char experiment[128], run[128], arch[16], loss_mode[16];
+    /* where the analysis ran (empty in records written before these fields existed, and for a disabled analysis's
+     * backend and hardware) */
+    char code_version[128], backend[16], hardware[256];
     bool enabled;             /* false: the run config disabled the analysis; nothing below is present */
     int n_layers;
     char *counterfactual;     /* the string whose mean residual replaces an erased one */

@@ -242,6 +242,7 @@ int main(int argc, char **argv) {
     snprintf(a.run, sizeof a.run, "%s", tr.run);
     snprintf(a.arch, sizeof a.arch, "%s", tr.arch);
     snprintf(a.loss_mode, sizeof a.loss_mode, "%s", tr.loss_mode);
+    snprintf(a.code_version, sizeof a.code_version, "%s", CODE_VERSION);
     a.enabled = enabled;
     if (!enabled) {
         /* Stale maps of an earlier enabled analysis would contradict the record: remove them. */
@@ -261,6 +262,8 @@ int main(int argc, char **argv) {
     const Tokenizer *tok = tr.tok;
     Backend *be = tr.be;
     Model *m = tr.model;
+    snprintf(a.backend, sizeof a.backend, "%s", be->name);
+    snprintf(a.hardware, sizeof a.hardware, "%s", be->device_name);
     const int L = model_config(m)->n_layers, C = model_config(m)->d_model;
 
     int32_t *cf = NULL;

@@ -612,6 +612,9 @@ static void section_provenance(Doc *d, const RunData *runs, int n) {
                       x->training.backend, x->training.hardware, x->training.precision, x->training.final_train_loss);
         doc_list_item(d, "evaluation: backend %s (%s), precision %s, %.1f s wall time", x->backend, x->hardware,
                       x->precision, x->evaluation.wall_time_s);
+        if (r->has_analysis && r->ana.enabled && r->ana.backend[0])
+            doc_list_item(d, "depth analysis: backend %s (%s), code version %s", r->ana.backend, r->ana.hardware,
+                          r->ana.code_version[0] ? r->ana.code_version : "not recorded");
         doc_list_item(d, "parameters: %ld", x->n_params);
         if (x->dataset_source) {
             char *src = cJSON_PrintUnformatted(x->dataset_source);

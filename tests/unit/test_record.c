@@ -140,8 +140,14 @@ START_TEST(analysis_round_trip) {
     snprintf(path, sizeof path, "%s/analysis.json", dir);
     AnalysisRecord a, b;
     rtu_analysis(&a, "moeut_qa", "moeut", "qa", 4);
+    snprintf(a.code_version, sizeof a.code_version, "v-test");
+    snprintf(a.backend, sizeof a.backend, "cuda");
+    snprintf(a.hardware, sizeof a.hardware, "Test GPU (80 GiB, sm_90)");
     ck_assert_int_eq(analysis_record_save(&a, path, err, sizeof err), 0);
     ck_assert_msg(analysis_record_load(&b, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(b.code_version, "v-test");
+    ck_assert_str_eq(b.backend, "cuda");
+    ck_assert_str_eq(b.hardware, "Test GPU (80 GiB, sm_90)");
     ck_assert_int_eq(b.n_layers, 4);
     ck_assert_int_eq(b.n_prompts, 2);
     for (int k = 0; k < 2; k++) {
@@ -154,6 +160,15 @@ START_TEST(analysis_round_trip) {
     }
     ck_assert_str_eq(b.summary_definition, "test definition");
     analysis_record_free(&b);
+    /* A record written before the provenance fields existed loads, with them empty. */
+    cJSON *old = analysis_record_to_json(&a);
+    cJSON_DeleteItemFromObject(old, "code_version");
+    cJSON_DeleteItemFromObject(old, "backend");
+    cJSON_DeleteItemFromObject(old, "hardware");
+    ck_assert_msg(analysis_record_from_json(&b, old, "old.json", err, sizeof err) == 0, "%s", err);
+    ck_assert(b.code_version[0] == '\0' && b.backend[0] == '\0' && b.hardware[0] == '\0' && b.n_prompts == 2);
+    analysis_record_free(&b);
+    cJSON_Delete(old);
     /* A score row of the wrong width is refused with its position in the message. */
     cJSON *j = analysis_record_to_json(&a);
     cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "prompts"), 1), "scores"), 2);
