@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 make --no-print-directory all build/tests/cuda_backend_vs_cpu build/tests/cuda_twin_compare \
   build/tests/cuda_model_vs_cpu build/bench/bench_train_step >/dev/null
-ldd bin/train | grep -q libcudart || { echo "gpu-bundle: bin/train was built without CUDA (no nvcc here?)" >&2; exit 1; }
+ldd bin/train | grep libcudart >/dev/null || { echo "gpu-bundle: bin/train was built without CUDA (no nvcc here?)" >&2; exit 1; }
 
 stage=build/gpu-bundle
 rm -rf "$stage" build/gpu-bundle.tar.gz

@@ -18,7 +18,7 @@ gpu_env_main() {
   cp -f "$b"/bin/* bin/ && cp -f "$b"/tests/* build/tests/ && cp -f "$b"/bench/* build/bench/ || return 1
   export GPU_PREBUILT=1
   export CUDA_E2E_DATA="$PWD/$b/e2e-data"
-  if [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ] && ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.13'; then
+  if [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ] && ! ldconfig -p 2>/dev/null | grep 'libcublas\.so\.13' >/dev/null; then
     local f
     f=$(find /usr/local /opt /usr/lib -name 'libcublas.so.13' 2>/dev/null | head -n 1)
     if [ -n "$f" ]; then
