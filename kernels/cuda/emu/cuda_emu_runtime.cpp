@@ -616,14 +616,23 @@ static void gemm_compute(const char *call, cublasOperation_t transa, cublasOpera
         }
 }
 
+// The checks every single-shape entry point (plain, strided, pointer-array batched) makes, in cuBLAS's order.
+static cublasStatus_t check_call(const char *call, cublasHandle_t h, int batch, cublasOperation_t transa,
+                                 cublasOperation_t transb, int m, int n, int k, int lda, int ldb, int ldc,
+                                 cudaDataType_t Atype, cudaDataType_t Btype, cudaDataType_t Ctype,
+                                 cublasComputeType_t compute) {
+    if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (batch < 0) return gemm_fail(call, CUBLAS_STATUS_INVALID_VALUE, "batchCount %d", batch);
+    cublasStatus_t st = check_shape(call, transa, transb, m, n, k, lda, ldb, ldc);
+    return st == CUBLAS_STATUS_SUCCESS ? check_types(call, Atype, Btype, Ctype, compute) : st;
+}
+
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                             const void *alpha_p, const void *A, cudaDataType_t Atype, int lda, const void *B,
                             cudaDataType_t Btype, int ldb, const void *beta_p, void *C, cudaDataType_t Ctype, int ldc,
                             cublasComputeType_t compute, cublasGemmAlgo_t) {
     const char *call = "cublasGemmEx";
-    if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
-    cublasStatus_t st = check_shape(call, transa, transb, m, n, k, lda, ldb, ldc);
-    if (st == CUBLAS_STATUS_SUCCESS) st = check_types(call, Atype, Btype, Ctype, compute);
+    cublasStatus_t st = check_call(call, h, 1, transa, transb, m, n, k, lda, ldb, ldc, Atype, Btype, Ctype, compute);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     emu::stat_cublas(call, 1);
     gemm_compute(call, transa, transb, m, n, k, *(const float *)alpha_p, A, Atype, lda, B, ldb,
@@ -638,10 +647,8 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t tr
                                           int ldc, long long strideC, int batch, cublasComputeType_t compute,
                                           cublasGemmAlgo_t) {
     const char *call = "cublasGemmStridedBatchedEx";
-    if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (batch < 0) return gemm_fail(call, CUBLAS_STATUS_INVALID_VALUE, "batchCount %d", batch);
-    cublasStatus_t st = check_shape(call, transa, transb, m, n, k, lda, ldb, ldc);
-    if (st == CUBLAS_STATUS_SUCCESS) st = check_types(call, Atype, Btype, Ctype, compute);
+    cublasStatus_t st =
+        check_call(call, h, batch, transa, transb, m, n, k, lda, ldb, ldc, Atype, Btype, Ctype, compute);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     emu::stat_cublas(call, batch);
     size_t esz = Atype == CUDA_R_16BF ? 2 : 4;
@@ -664,10 +671,8 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t transa, c
                                    const void *beta_p, void *const Carray[], cudaDataType_t Ctype, int ldc, int batch,
                                    cublasComputeType_t compute, cublasGemmAlgo_t) {
     const char *call = "cublasGemmBatchedEx";
-    if (!handle_ok(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (batch < 0) return gemm_fail(call, CUBLAS_STATUS_INVALID_VALUE, "batchCount %d", batch);
-    cublasStatus_t st = check_shape(call, transa, transb, m, n, k, lda, ldb, ldc);
-    if (st == CUBLAS_STATUS_SUCCESS) st = check_types(call, Atype, Btype, Ctype, compute);
+    cublasStatus_t st =
+        check_call(call, h, batch, transa, transb, m, n, k, lda, ldb, ldc, Atype, Btype, Ctype, compute);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     check_pointer_array(call, "Aarray", Aarray, batch);
     check_pointer_array(call, "Barray", Barray, batch);

@@ -145,9 +145,10 @@ static bool stats_count_known_work(void) {
         fclose(f);
     }
     remove(path);
-    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && json.find("\"kernel_launches\": 2,") != std::string::npos &&
-              json.find("\"copies_d2h\": 1,") != std::string::npos && json.find("\"bytes_d2h\": 256,") != std::string::npos &&
-              json.find("\"k_iota\": 2") != std::string::npos && json.find("\"device_bytes_peak\": 256,") != std::string::npos;
+    auto has = [&json](const char *text) { return json.find(text) != std::string::npos; };
+    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && has("\"kernel_launches\": 2,") &&
+              has("\"copies_d2h\": 1,") && has("\"bytes_d2h\": 256,") && has("\"k_iota\": 2") &&
+              has("\"device_bytes_peak\": 256,");
     if (!ok) printf("    stats file: %.400s\n", json.c_str());
     return ok;
 }
@@ -274,8 +275,8 @@ int main() {
         cublasCreate(&h);
         float one = 1, zero = 0;
         for (int b = 0; b < 2; b++)
-            cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 3, 4, &one, A + 8 * b, CUDA_R_32F, 2, B + 12 * b, CUDA_R_32F, 4,
-                         &zero, C + 6 * b, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 3, 4, &one, A + 8 * b, CUDA_R_32F, 2, B + 12 * b, CUDA_R_32F,
+                         4, &zero, C + 6 * b, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         cudaMemcpy(ref, C, sizeof ref, cudaMemcpyDeviceToHost);
         cudaMemset(C, 0xFF, sizeof hC);
         cublasStatus_t s1 = cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 3, 4, &one, A, CUDA_R_32F, 2, 8,
