@@ -32,13 +32,10 @@ static void teardown(void) {
 /* A cuda backend created with DMMATH_CUDA_CVMM=mode (read at creation); the caller's value of the variable is
  * restored afterwards. */
 static Backend *gpu_with_cvmm(const char *mode) {
-    const char *var = "DMMATH_CUDA_CVMM", *old = getenv(var);
-    char *saved = old ? strdup(old) : NULL;
-    setenv(var, mode, 1);
+    char *saved = cuda_test_swap_env("DMMATH_CUDA_CVMM", mode);
     char err[256];
     Backend *b = backend_create("cuda", err, sizeof err);
-    if (saved) setenv(var, saved, 1);
-    else unsetenv(var);
+    free(cuda_test_swap_env("DMMATH_CUDA_CVMM", saved));
     free(saved);
     ck_assert_msg(b != NULL, "cuda backend with DMMATH_CUDA_CVMM=%s: %s", mode, err);
     return b;
