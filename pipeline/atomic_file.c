@@ -116,6 +116,40 @@ void atomic_abort(AtomicFile *af) {
     if (af->tmp_path[0]) unlink(af->tmp_path);
 }
 
+/* Flushes and fsyncs the temporary without closing it (atomic_commit's own flush and fsync then find nothing left). */
+static int atomic_sync(AtomicFile *af, char *err, size_t errlen) {
+    if (!af->fp) {
+        set_err(err, errlen, "%s: atomic file is not open", af->path);
+        return -1;
+    }
+    errno = 0; /* ferror() of an earlier write leaves errno as it was: report EIO rather than a stale cause */
+    if (fflush(af->fp) != 0 || ferror(af->fp) || fsync(fileno(af->fp)) != 0) {
+        set_err(err, errlen, "%s: write failed: %s", af->tmp_path, strerror(errno ? errno : EIO));
+        return -1;
+    }
+    return 0;
+}
+
+int atomic_commit_all(AtomicFile *const *afs, int n, char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        if (atomic_sync(afs[i], err, errlen) != 0) {
+            for (int k = 0; k < n; k++) atomic_abort(afs[k]);
+            return -1;
+        }
+    for (int i = 0; i < n; i++)
+        if (atomic_commit(afs[i], err, errlen) != 0) {
+            for (int k = i + 1; k < n; k++) atomic_abort(afs[k]);
+            if (i > 0) { /* the set is now mixed: say so, keeping the cause */
+                char cause[1024];
+                snprintf(cause, sizeof cause, "%s", err ? err : "");
+                set_err(err, errlen, "%s (already replaced: %s%s)", cause, afs[i - 1]->path,
+                        i > 1 ? " and the files before it" : "");
+            }
+            return -1;
+        }
+    return 0;
+}
+
 int write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen) {
     AtomicFile af;
     if (atomic_open(&af, path, err, errlen) != 0) return -1;

@@ -15,6 +15,10 @@ typedef struct {
 int atomic_open(AtomicFile *af, const char *path, char *err, size_t errlen);   /* creates parent dirs */
 int atomic_commit(AtomicFile *af, char *err, size_t errlen);                   /* flush, fsync, close, rename */
 void atomic_abort(AtomicFile *af);                                              /* close and unlink the temp */
+/* Commits several files as one output set: first flushes and fsyncs every temporary (where a full disk or an I/O
+ * error shows), then renames them in order. Any failure before the first rename aborts them all, so every old file
+ * survives; after that only a rename can fail (the earlier files are then new, the rest aborted; err says which). */
+int atomic_commit_all(AtomicFile *const *afs, int n, char *err, size_t errlen);
 int write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
 int read_file_all(const char *path, char **data, size_t *n, char *err, size_t errlen); /* NUL-terminated */
 int mkdir_p(const char *dir, char *err, size_t errlen);

@@ -208,23 +208,44 @@ int json_reader_finish(JsonReader *r, char *err, size_t errlen) {
     return 0;
 }
 
-int json_save_file(const char *path, const cJSON *json, char *err, size_t errlen) {
+/* The text json_save_file writes: pretty-printed with a trailing newline (malloc'd; NULL when out of memory). */
+static char *json_file_text(const cJSON *json) {
     char *text = cJSON_Print(json);
-    if (!text) {
+    if (!text) return NULL;
+    size_t n = strlen(text);
+    char *buf = malloc(n + 2);
+    if (buf) {
+        memcpy(buf, text, n);
+        buf[n] = '\n';
+        buf[n + 1] = '\0';
+    }
+    cJSON_free(text);
+    return buf;
+}
+
+int json_save_file(const char *path, const cJSON *json, char *err, size_t errlen) {
+    char *buf = json_file_text(json);
+    if (!buf) {
         set_err(err, errlen, "%s: cannot serialize JSON (out of memory)", path);
         return -1;
     }
-    size_t n = strlen(text);
-    char *buf = malloc(n + 2);
+    int rc = write_file_atomic(path, buf, strlen(buf), err, errlen);
+    free(buf);
+    return rc;
+}
+
+int json_prepare_file(AtomicFile *af, const char *path, const cJSON *json, char *err, size_t errlen) {
+    char *buf = json_file_text(json);
     if (!buf) {
-        cJSON_free(text);
-        set_err(err, errlen, "%s: out of memory", path);
+        set_err(err, errlen, "%s: cannot serialize JSON (out of memory)", path);
         return -1;
     }
-    memcpy(buf, text, n);
-    buf[n] = '\n';
-    cJSON_free(text);
-    int rc = write_file_atomic(path, buf, n + 1, err, errlen);
+    int rc = atomic_open(af, path, err, errlen);
+    if (rc == 0 && fputs(buf, af->fp) == EOF) {
+        set_err(err, errlen, "%s: write failed: %s", af->tmp_path, strerror(errno));
+        atomic_abort(af);
+        rc = -1;
+    }
     free(buf);
     return rc;
 }

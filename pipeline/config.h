@@ -7,6 +7,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "pipeline/atomic_file.h"
+
 /* Reads and parses a JSON file. On error returns NULL and writes "<path>: <problem>" (with line for syntax errors). */
 cJSON *json_load_file(const char *path, char *err, size_t errlen);
 
@@ -40,5 +42,8 @@ const char *json_type_name(const cJSON *v);
 
 /* Writes JSON atomically (pretty-printed, trailing newline). Returns 0 or -1 with err. */
 int json_save_file(const char *path, const cJSON *json, char *err, size_t errlen);
+/* The same text written into an uncommitted atomic file, for outputs committed together (atomic_commit_all).
+ * Returns 0 (af open: commit or abort it) or -1 with err (nothing left behind). */
+int json_prepare_file(AtomicFile *af, const char *path, const cJSON *json, char *err, size_t errlen);
 
 #endif

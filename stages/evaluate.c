@@ -12,7 +12,11 @@
  * attention within a row, no cross-row op), so this is the same computation; only GEMM blocking can change the last
  * bits. The default 1 is the protocol literally.
  * Greedy check: the first greedy_check_examples of each set are also decoded greedily with the KV cache (question,
- * then len(answer) argmax tokens one at a time); greedy correct must equal teacher-forced correct on every one. */
+ * then len(answer) argmax tokens one at a time); greedy correct must equal teacher-forced correct on every one.
+ * Per-example verdicts go to predictions.jsonl (pipeline/predictions.h; --predictions, default beside --out): each
+ * example's verdict, answer loss and argmax ids are kept (never its logits) and decoded when the file is written. The
+ * predictions and the result record are written as one set: both complete and fsynced before either is renamed, so
+ * a failed or interrupted run leaves the earlier pair as it was. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,6 +31,7 @@
 #include "pipeline/cli.h"
 #include "pipeline/config.h"
 #include "pipeline/log.h"
+#include "pipeline/predictions.h"
 #include "pipeline/progress.h"
 #include "pipeline/result_record.h"
 #include "pipeline/threads.h"
@@ -60,8 +65,10 @@ typedef struct {
 } ExampleResult;
 
 /* Teacher-forced evaluation of B examples with the same input length T = q_len + a_len - 1 in one forward pass.
- * logits: host scratch of B*T*V floats; inputs: host scratch of B*T ids. */
-static void evaluate_batch(Model *m, const EvalExample *ex, int B, ExampleResult *out, float *logits, int32_t *inputs) {
+ * logits: host scratch of B*T*V floats; inputs: host scratch of B*T ids. argmax: NULL, or B destinations of a_len ids
+ * each (the argmax at each answer position, for predictions.jsonl). */
+static void evaluate_batch(Model *m, const EvalExample *ex, int B, ExampleResult *out, float *logits, int32_t *inputs,
+                           int32_t *const *argmax) {
     const int T = ex[0].q_len + ex[0].a_len - 1, V = model_config(m)->n_tokens;
     for (int b = 0; b < B; b++) {
         if (ex[b].q_len + ex[b].a_len - 1 != T) die("evaluate_batch: examples of different lengths in one batch");
@@ -75,7 +82,9 @@ static void evaluate_batch(Model *m, const EvalExample *ex, int B, ExampleResult
         for (int j = 0; j < ex[b].a_len; j++) {
             int p = ex[b].q_len - 1 + j, target = ex[b].tokens[ex[b].q_len + j];
             const float *row = logits + ((size_t)b * T + p) * V;
-            ok = ok && row_argmax(row, V) == target;
+            int am = row_argmax(row, V);
+            if (argmax) argmax[b][j] = am;
+            ok = ok && am == target;
             loss += row_ce(row, V, target);
         }
         out[b].correct = ok;
@@ -109,6 +118,39 @@ typedef struct {
     long greedy_check_examples;
 } EvalConfig;
 
+/* One set's per-example outcomes in shard order, kept for predictions.jsonl: memory grows with the examples and their
+ * answer tokens only. */
+typedef struct {
+    long n;
+    ExampleResult *res;   /* [n] verdict and answer loss */
+    signed char *greedy;  /* [n] greedy KV-cache verdict 1/0 of the checked examples, -1 for the others */
+    int32_t *argmax;      /* every example's answer-position argmax ids, example i's a_len of them from argmax_at[i] */
+    size_t *argmax_at;    /* [n] */
+} SetPredictions;
+
+static void set_predictions_free(SetPredictions *p) {
+    free(p->res);
+    free(p->greedy);
+    free(p->argmax);
+    free(p->argmax_at);
+    memset(p, 0, sizeof *p);
+}
+
+/* Room for n examples' outcomes (greedy all -1 = unchecked). */
+static void set_predictions_alloc(SetPredictions *p, const EvalExample *ex, long n) {
+    p->n = n;
+    p->res = xcalloc((size_t)n + 1, sizeof *p->res);
+    p->greedy = xmalloc((size_t)n + 1);
+    memset(p->greedy, -1, (size_t)n + 1);
+    p->argmax_at = xmalloc(((size_t)n + 1) * sizeof *p->argmax_at);
+    size_t at = 0;
+    for (long i = 0; i < n; i++) {
+        p->argmax_at[i] = at;
+        at += (size_t)ex[i].a_len;
+    }
+    p->argmax = xmalloc((at + 1) * sizeof *p->argmax);
+}
+
 /* Examples of a shard (ids widened to int32), validated. Caller frees ex[0].tokens' block and ex. */
 static EvalExample *shard_examples(const Shard *sh, const char *path, long n, int32_t **block_out) {
     uint64_t total = 0;
@@ -139,8 +181,10 @@ static int cmp_by_length(const void *a, const void *b, void *ctx) {
     return ia < ib ? -1 : (ia > ib); /* stable: shard order within a length */
 }
 
+/* Evaluates the first examples of a shard into out (counts, accuracies, losses, greedy check). pred: NULL, or
+ * receives the per-example outcomes (free with set_predictions_free). */
 static void evaluate_set(Model *m, const Shard *sh, const char *path, const EvalConfig *ec, int batch_size,
-                         SetEval *out) {
+                         SetEval *out, SetPredictions *pred) {
     const int V = model_config(m)->n_tokens;
     long n = (long)sh->n_examples;
     if (ec->max_examples_per_set > 0 && ec->max_examples_per_set < n) n = ec->max_examples_per_set;
@@ -154,11 +198,14 @@ static void evaluate_set(Model *m, const Shard *sh, const char *path, const Eval
     for (long i = 0; i < n; i++) order[i] = i;
     qsort_r(order, (size_t)n, sizeof *order, cmp_by_length, ex);
 
-    ExampleResult *res = xcalloc((size_t)n + 1, sizeof *res);
+    SetPredictions sp;
+    set_predictions_alloc(&sp, ex, n);
+    ExampleResult *res = sp.res;
     float *logits = xmalloc((size_t)batch_size * max_len * V * sizeof(float));
     int32_t *inputs = xmalloc((size_t)batch_size * max_len * sizeof(int32_t));
     EvalExample *batch = xmalloc((size_t)batch_size * sizeof *batch);
     ExampleResult *bres = xmalloc((size_t)batch_size * sizeof *bres);
+    int32_t **bargmax = xmalloc((size_t)batch_size * sizeof *bargmax);
     Progress pr;
     progress_start(&pr, sh->split, n, "examples");
     for (long i = 0; i < n;) {
@@ -166,9 +213,10 @@ static void evaluate_set(Model *m, const Shard *sh, const char *path, const Eval
         int len = ex[order[i]].q_len + ex[order[i]].a_len;
         while (i + B < n && B < batch_size && ex[order[i + B]].q_len + ex[order[i + B]].a_len == len) {
             batch[B] = ex[order[i + B]];
+            bargmax[B] = sp.argmax + sp.argmax_at[order[i + B]];
             B++;
         }
-        evaluate_batch(m, batch, B, bres, logits, inputs);
+        evaluate_batch(m, batch, B, bres, logits, inputs, bargmax);
         for (int b = 0; b < B; b++) res[order[i + b]] = bres[b];
         i += B;
         progress_update(&pr, i, NULL);
@@ -202,6 +250,7 @@ static void evaluate_set(Model *m, const Shard *sh, const char *path, const Eval
         KVCache *c = kv_cache_create(m, max_len);
         for (long i = 0; i < g; i++) {
             bool gc = greedy_correct(m, c, &ex[i], logits);
+            sp.greedy[i] = gc;
             out->greedy_n++;
             if (gc == res[i].correct) out->greedy_agree++;
             else
@@ -213,12 +262,14 @@ static void evaluate_set(Model *m, const Shard *sh, const char *path, const Eval
     }
     log_info("%s: %ld/%ld correct (%.2f%%), mean answer loss %.4f, greedy check %ld/%ld agree", sh->split, out->correct,
              out->n, 100 * out->accuracy, out->mean_answer_loss, out->greedy_agree, out->greedy_n);
+    if (pred) *pred = sp;
+    else set_predictions_free(&sp);
     free(loss_sum);
+    free(bargmax);
     free(bres);
     free(batch);
     free(inputs);
     free(logits);
-    free(res);
     free(order);
     free(ex);
     free(block);
@@ -241,20 +292,88 @@ static void read_eval_config(const cJSON *root, const char *path, EvalConfig *ec
     if (ec->greedy_check_examples < 0) die("%s: evaluate.greedy_check_examples: must be >= 0", path);
 }
 
+/* ---------------------------------------------------------------- predictions.jsonl ------------------------ */
+
+/* One set's lines in shard order: question and answer decoded from the shard's tokens, the prediction from the kept
+ * argmax ids. */
+static int write_set_predictions(FILE *fp, const char *path, int set, const Shard *sh, const SetPredictions *p,
+                                 const Tokenizer *tok, char *err, size_t errlen) {
+    int32_t *ids = NULL; /* the example's tokens widened to the tokenizer's id type */
+    size_t cap = 0;
+    int rc = 0;
+    for (long i = 0; i < p->n && rc == 0; i++) {
+        const ShardExample *e = &sh->examples[i];
+        size_t len = (size_t)e->q_len + e->a_len;
+        if (len > cap) {
+            cap = len;
+            ids = xrealloc(ids, cap * sizeof *ids);
+        }
+        for (size_t k = 0; k < len; k++) ids[k] = sh->tokens[e->q_start + k];
+        char *q = tokenizer_decode(tok, ids, (int)e->q_len);
+        char *a = tokenizer_decode(tok, ids + e->q_len, (int)e->a_len);
+        char *pr = tokenizer_decode(tok, p->argmax + p->argmax_at[i], (int)e->a_len);
+        PredictionLine line = {EVAL_SET_NAMES[set], i, sh->modules[e->module], q, a, pr, p->res[i].correct,
+                               p->res[i].answer_loss, p->greedy[i]};
+        rc = predictions_write_line(fp, path, &line, err, errlen);
+        free(pr);
+        free(a);
+        free(q);
+    }
+    free(ids);
+    return rc;
+}
+
+/* predictions.jsonl written into an uncommitted atomic file: the header, then every set's lines. Returns 0 (af open)
+ * or -1 with err (nothing left behind). */
+static int prepare_predictions(AtomicFile *af, const char *path, const PredictionsHeader *h, const Shard *shards,
+                               const SetPredictions *preds, const Tokenizer *tok, char *err, size_t errlen) {
+    if (atomic_open(af, path, err, errlen) != 0) return -1;
+    int rc = predictions_write_header(af->fp, af->tmp_path, h, err, errlen);
+    for (int s = 0; s < EVAL_N_SETS && rc == 0; s++)
+        rc = write_set_predictions(af->fp, af->tmp_path, s, &shards[s], &preds[s], tok, err, errlen);
+    if (rc != 0) atomic_abort(af);
+    return rc;
+}
+
+/* predictions.jsonl and result.json as one output set: both written and fsynced before either is renamed (a failure
+ * up to then leaves both earlier files as they were). The predictions are renamed first so that result.json, the file
+ * make tracks, is never newer than its predictions. */
+static void save_outputs(const ResultRecord *r, const char *out_path, const char *pred_path, const Shard *shards,
+                         const SetPredictions *preds, const Tokenizer *tok) {
+    char err[2048];
+    PredictionsHeader ph = {r->experiment, r->run, r->code_version, r->backend, r->hardware, r->config_sha256};
+    AtomicFile pred_af, result_af;
+    /* err may name only a parent directory: the line also says which output it was */
+    if (prepare_predictions(&pred_af, pred_path, &ph, shards, preds, tok, err, sizeof err) != 0)
+        die("%s (writing --predictions %s)", err, pred_path);
+    cJSON *rj = result_record_to_json(r);
+    int rc = json_prepare_file(&result_af, out_path, rj, err, sizeof err);
+    cJSON_Delete(rj);
+    if (rc != 0) {
+        atomic_abort(&pred_af);
+        die("%s (writing --out %s)", err, out_path);
+    }
+    AtomicFile *const outputs[] = {&pred_af, &result_af};
+    if (atomic_commit_all(outputs, 2, err, sizeof err) != 0) die("%s", err);
+}
+
 static const char *SUMMARY =
     "Evaluates a trained run (model.safetensors + train_summary.json in --run) on the interpolate and extrapolate "
     "shards of --data: teacher-forced exact match of the whole answer, each example alone, fp32. Writes the result "
-    "record (schema dm-math-result v1) atomically to --out.";
+    "record (schema dm-math-result v1) to --out and the per-example verdicts (schema dm-math-predictions v1, one JSON "
+    "object per line) to --predictions, by default predictions.jsonl beside --out; both atomically, as one set.";
 
 int main(int argc, char **argv) {
     log_set_program("evaluate");
     const char *run_dir = NULL, *config_path = NULL, *data_dir = NULL, *out_path = NULL, *backend_name = "cpu";
+    const char *pred_opt = NULL;
     long batch_size = 1, threads = 1;
     CliOption opts[] = {
         {"run", OPT_STRING, &run_dir, "trained run directory runs/EXP/RUN", true},
         {"config", OPT_STRING, &config_path, "run config experiments/EXP/RUN.json", true},
         {"data", OPT_STRING, &data_dir, "data directory data/EXP (tokenizer.json, *.shard)", true},
         {"out", OPT_STRING, &out_path, "result record to write, e.g. runs/EXP/RUN/result.json", true},
+        {"predictions", OPT_STRING, &pred_opt, "per-example verdicts to write (default: predictions.jsonl in --out's directory)", false},
         {"backend", OPT_STRING, &backend_name, "cpu | cuda (default cpu)", false},
         {"batch-size", OPT_INT, &batch_size, "examples of equal length per forward pass (default 1 = each alone)", false},
         {"threads", OPT_INT, &threads, "CPU threads (default 1: the per-example forwards are too small to gain; 0 = all cores)", false},
@@ -263,7 +382,13 @@ int main(int argc, char **argv) {
     if (batch_size < 1 || batch_size > 4096) die("--batch-size: must be in [1, 4096] (got %ld)", batch_size);
     threads_set(threads);
     const double t0 = now_seconds();
-    char err[2048], path[4096];
+    char err[2048], path[4096], pred_path[4096];
+    if (pred_opt) {
+        if (copy_str(pred_path, sizeof pred_path, pred_opt) != 0) die("--predictions: path too long: %s", pred_opt);
+    } else if (predictions_default_path(out_path, pred_path, sizeof pred_path, err, sizeof err) != 0) {
+        die("--out: %s", err);
+    }
+    if (strcmp(pred_path, out_path) == 0) die("--predictions: %s is also --out (they must be two files)", pred_path);
 
     /* Run config: model/train sections through the shared parser, evaluate section here; then training must have
      * finished with this very config. */
@@ -296,8 +421,10 @@ int main(int argc, char **argv) {
 
     ResultRecord r;
     memset(&r, 0, sizeof r);
+    SetPredictions preds[EVAL_N_SETS];
     const double te = now_seconds();
-    for (int s = 0; s < EVAL_N_SETS; s++) evaluate_set(m, &shards[s], shard_path[s], &ec, (int)batch_size, &r.evaluation.sets[s]);
+    for (int s = 0; s < EVAL_N_SETS; s++)
+        evaluate_set(m, &shards[s], shard_path[s], &ec, (int)batch_size, &r.evaluation.sets[s], &preds[s]);
     r.evaluation.wall_time_s = now_seconds() - te;
     r.evaluation.mean_accuracy = 0.5 * (r.evaluation.sets[0].accuracy + r.evaluation.sets[1].accuracy);
     long disagreements = 0;
@@ -337,14 +464,17 @@ int main(int argc, char **argv) {
     if (ts->n_params != r.n_params)
         die("%s/train_summary.json: n_params %ld differs from the checkpoint's %ld", run_dir, ts->n_params, r.n_params);
 
-    if (result_record_save(&r, out_path, err, sizeof err)) die("%s", err);
-    log_info("wrote %s: mean accuracy %.2f%% (interpolate %.2f%%, extrapolate %.2f%%) in %.1f s", out_path,
-             100 * r.evaluation.mean_accuracy, 100 * r.evaluation.sets[0].accuracy, 100 * r.evaluation.sets[1].accuracy,
-             now_seconds() - t0);
+    save_outputs(&r, out_path, pred_path, shards, preds, tok);
+    log_info("wrote %s and %s: mean accuracy %.2f%% (interpolate %.2f%%, extrapolate %.2f%%) in %.1f s", out_path,
+             pred_path, 100 * r.evaluation.mean_accuracy, 100 * r.evaluation.sets[0].accuracy,
+             100 * r.evaluation.sets[1].accuracy, now_seconds() - t0);
 
     r.config = NULL; /* tr's */
     result_record_free(&r);
-    for (int s = 0; s < EVAL_N_SETS; s++) shard_free(&shards[s]);
+    for (int s = 0; s < EVAL_N_SETS; s++) {
+        set_predictions_free(&preds[s]);
+        shard_free(&shards[s]);
+    }
     trained_run_close(&tr);
     return 0;
 }

@@ -8,8 +8,11 @@
 #                 (hardware may differ and is printed); the same n per set and per module; the same correct counts,
 #                 accuracies and Wilson intervals per set and per module and the same mean_accuracy; the same greedy
 #                 KV-cache check counts, with every checked example agreeing; mean_answer_loss per set and per module
-#                 within 1e-4 relative. The record holds no per-example predictions (stages/evaluate.c aggregates
-#                 them), so the per-module correct counts are the finest verdicts there are to compare.
+#                 within 1e-4 relative.
+#   predictions.jsonl (evaluate's per-example verdicts, beside each result.json) each valid against its own record
+#                 (tests/e2e/predictions_check.py: header, keys, order, counts, mean losses, predicted == answer iff
+#                 correct, greedy verdicts), then example by example: the same examples in the same order, identical
+#                 correct flags, predicted strings and greedy_correct, every answer_loss within 1e-4 relative.
 #   analysis.json the same key structure and prompt metadata (tokens, answer lengths, map shapes, SVG names), the
 #                 same model_correct per prompt, every erasure score within 2e-4 absolute, and the same depth
 #                 fractions (a prompt whose reference row maxima sit within the score tolerance of the 10% threshold
@@ -21,6 +24,10 @@
 #     allowing a GPU's other GEMM blocking 10x that, 5e-5, a summed answer loss (4-5 nats per answer token here: the
 #     models are barely trained) moves by <= 2 * 5e-5 / 4 = 2.5e-5 relative.
 #     The same 1e-4 as test_cuda_inspect.sh; a wrong op moves losses by whole percent.
+#     It holds for each example's answer_loss too, whatever its size: a token's cross-entropy -log p_t moves by
+#     |sum_v p_v (dz_v - dz_t)| <= 2 (1 - p_t) max|dz| <= 2 min(1, -log p_t) max|dz| (1 - p <= -log p), so by at most
+#     2 max|dz| = 1e-4 of itself at the 5e-5 bound, and a sum of such terms by at most 1e-4 of the sum.
+#   predicted strings and correct flags, exact: an argmax flips only where two logits lie within 1e-4 of each other.
 #   erasure scores, 2e-4 absolute: a score is the L2 distance between two softmax vectors (reference and erased run,
 #     maxed over answer positions). The softmax Jacobian J = diag(p) - p p^T satisfies ||J dz||_2 <= 2 max|dz|, so a
 #     score moves by at most 4 max|dz| = 2e-4 at the 5e-5 logit bound above. Maps peak at 0.4-1 here; erasing the wrong
@@ -28,9 +35,10 @@
 #   counts, accuracies, Wilson intervals, depth fractions: exact (integers, and doubles computed from those integers by
 #     the same code; compared to 1e-12 relative only because the two builds may use other compiler flags).
 # Negative controls (the comparison must be able to fail): the CPU record of the dense run compared with the CPU
-# record of the MoEUT run must report different losses (and analysis scores); a copy of a DUT record with one module's
-# loss moved by 3x the tolerance, one correct count raised by 1, the backend renamed, or one erasure score moved by
-# 3x its tolerance must each be reported.
+# record of the MoEUT run must report different losses (and analysis scores, and per-example losses); a copy of a DUT
+# record with one module's loss moved by 3x the tolerance, one correct count raised by 1, the backend renamed, or one
+# erasure score moved by 3x its tolerance must each be reported; so must a copy of a DUT predictions file with one
+# answer_loss moved by 3x the tolerance, one verdict flipped, or one predicted string changed.
 # Exit 77 (SKIP) when this build or machine has no usable CUDA GPU.
 # CUDA_E2E_DATA=DIR uses an already tokenized data directory (train_common.sh's train_data, e.g. the GPU bundle's)
 # instead of running bin/fetch and bin/tokenize here.
@@ -101,6 +109,7 @@ evaluate_and_analyze() {
   mkdir -p "$out"
   "$exe"/evaluate --backend "$backend" --run "$tmp/$arch-run" --config "$tmp/$arch.json" --data "$data" \
     --out "$out/result.json" >"$out/evaluate.log" 2>&1 || { cat "$out/evaluate.log"; return 1; }
+  [ -s "$out/predictions.jsonl" ] || { echo "$out/predictions.jsonl missing"; return 1; }
   "$exe"/analyze --backend "$backend" --run "$tmp/$arch-run" --config "$tmp/$arch.json" --data "$data" \
     --out "$out/analysis.json" >"$out/analyze.log" 2>&1 || { cat "$out/analyze.log"; return 1; }
   local k
@@ -122,6 +131,8 @@ echo "evaluated and analyzed both runs on $be ($dut_bin) in $((SECONDS - t_dut))
 rc=0
 "$PY" - "$tmp" "$be" $runs <<'EOF' || rc=$?
 import copy, json, math, os, sys
+sys.path.insert(0, "tests/e2e")
+import predictions_check
 
 tmp, want_backend, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
 TOL_LOSS = 1e-4    # relative, mean_answer_loss (see the header)
@@ -308,6 +319,13 @@ for arch in runs:
     for role in ("ref", "dut"):
         rec[arch, role, "result"] = load(os.path.join(tmp, "%s-%s" % (arch, role), "result.json"))
         rec[arch, role, "analysis"] = load(os.path.join(tmp, "%s-%s" % (arch, role), "analysis.json"))
+        path = os.path.join(tmp, "%s-%s" % (arch, role), "predictions.jsonl")
+        header, lines, problems = predictions_check.load(path)
+        d = predictions_check.validate(header, lines, rec[arch, role, "result"]) if header else {}
+        d["parse"] = problems
+        report("%s %s predictions.jsonl against its result.json" % (arch, role), d,
+               {"counts": " %d example lines, %d correct" % (len(lines), sum(x.get("correct") is True for x in lines))})
+        rec[arch, role, "predictions"] = lines
 
 for arch in runs:
     ref, dut = rec[arch, "ref", "result"], rec[arch, "dut", "result"]
@@ -323,6 +341,13 @@ for arch in runs:
                      ", ".join("%s %.4f" % (s, v["mean_answer_loss"]) for s, v in ev.items())),
     }
     report("%s evaluate (%s vs cpu)" % (arch, want_backend), compare_result(ref, dut, want_backend), detail)
+    pr, pd = rec[arch, "ref", "predictions"], rec[arch, "dut", "predictions"]
+    report("%s predictions.jsonl (%s vs cpu, per example)" % (arch, want_backend),
+           predictions_check.compare(pr, pd, TOL_LOSS),
+           {"examples": " %d examples" % len(pr),
+            "verdicts": " %d correct, identical" % sum(x["correct"] for x in pr),
+            "predicted": " identical strings",
+            "losses": " worst relative error %.2e (tol %.0e)" % (predictions_check.worst_loss_error(pr, pd), TOL_LOSS)})
     if all(v["correct"] == 0 for v in ev.values()):
         print("NOTE: %s: no example is correct on either backend; the count check compares zeros" % arch)
 
@@ -349,6 +374,9 @@ if len(runs) >= 2:
                    compare_result(rec[a, "ref", "result"], other, "cpu"), "losses")
     expect_failure("the cpu analysis of %s compared with the cpu analysis of %s" % (a, b),
                    compare_analysis(rec[a, "ref", "analysis"], rec[b, "ref", "analysis"], []), "scores")
+    expect_failure("the cpu predictions of %s compared with the cpu predictions of %s" % (a, b),
+                   predictions_check.compare(rec[a, "ref", "predictions"], rec[b, "ref", "predictions"], TOL_LOSS),
+                   "losses")
 # 2) A DUT record changed just past each tolerance.
 arch = runs[-1]
 ref, dut = rec[arch, "ref", "result"], rec[arch, "dut", "result"]
@@ -368,6 +396,16 @@ expect_failure("%s: the dut record naming backend %s" % (arch, m["backend"]), co
 aref, adut = rec[arch, "ref", "analysis"], copy.deepcopy(rec[arch, "dut", "analysis"])
 adut["prompts"][0]["scores"][-1][-1] += 3 * TOL_SCORE
 expect_failure("%s: one erasure score moved by 3x the tolerance" % arch, compare_analysis(aref, adut, []), "scores")
+pref = rec[arch, "ref", "predictions"]
+for label, check, alter in (
+        ("one answer_loss moved by 3x the tolerance", "losses",
+         lambda ls: ls[-1].update(answer_loss=ls[-1]["answer_loss"] * (1 + 3 * TOL_LOSS))),
+        ("one verdict flipped", "verdicts", lambda ls: ls[0].update(correct=not ls[0]["correct"])),
+        ("one predicted string changed", "predicted", lambda ls: ls[1].update(predicted=ls[1]["predicted"] + "1"))):
+    pdut = copy.deepcopy(rec[arch, "dut", "predictions"])
+    alter(pdut)
+    expect_failure("%s: a dut predictions.jsonl with %s" % (arch, label),
+                   predictions_check.compare(pref, pdut, TOL_LOSS), check)
 
 print("%d checks ok, %d failed" % (oks, len(fails)))
 sys.exit(1 if fails else 0)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End to end: `make reproduce EXPERIMENT=ci` from scratch (fetch, tokenize, 4 x train/evaluate/analyze, report,
-# compare against reports/baselines/ci), then checks the outputs, that a second `make reproduce` retrains nothing,
+# compare against reports/baselines/ci), then checks the outputs (each run's predictions.jsonl against its
+# result.json with tests/e2e/predictions_check.py), that a second `make reproduce` retrains nothing,
 # and that editing one run config would rerun only that run and the report. A few minutes on 2 CPU cores.
 set -u
 cd "$(dirname "$0")/../.."
@@ -17,9 +18,15 @@ echo "make reproduce EXPERIMENT=ci: exit $rc in ${secs}s (log: build/test-logs/r
 [ $rc = 0 ] || { tail -40 build/test-logs/reproduce_ci.log; fail "make reproduce EXPERIMENT=ci failed"; }
 
 for r in $RUNS; do
-  for f in train_summary.json metrics.jsonl model.safetensors result.json analysis.json depth_1.svg depth_4.svg; do
+  for f in train_summary.json metrics.jsonl model.safetensors result.json predictions.jsonl analysis.json depth_1.svg \
+           depth_4.svg; do
     [ -s runs/ci/$r/$f ] || fail "runs/ci/$r/$f missing"
   done
+  if command -v python3 >/dev/null; then # evaluate's per-example lines add up to its record
+    python3 tests/e2e/predictions_check.py validate runs/ci/$r/predictions.jsonl runs/ci/$r/result.json \
+      >build/test-logs/reproduce_ci_predictions_$r.log || { cat build/test-logs/reproduce_ci_predictions_$r.log;
+      fail "runs/ci/$r/predictions.jsonl does not agree with result.json"; }
+  fi
 done
 for f in report.md report.html loss_qa.svg loss_answer_only.svg; do [ -s reports/ci/$f ] || fail "reports/ci/$f missing"; done
 grep -q '| Transformer | 41% |' reports/ci/report.md || fail "no headline row in reports/ci/report.md"

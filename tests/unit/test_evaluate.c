@@ -1,6 +1,7 @@
 /* The evaluation core (stages/evaluate.c) on tiny random models: teacher-forced exact match and answer loss against
- * a direct computation, batched equal-length examples equal to each-alone, and greedy KV-cache decoding agreeing with
- * teacher forcing (correct on the model's own greedy answer, wrong on a corrupted one). */
+ * a direct computation, the answer positions' argmax ids (kept for predictions.jsonl), batched equal-length examples
+ * equal to each-alone, and greedy KV-cache decoding agreeing with teacher forcing (correct on the model's own greedy
+ * answer, wrong on a corrupted one); evaluate_set's per-example outcomes in shard order. */
 #define STAGE_NO_MAIN
 #include "stages/evaluate.c"
 
@@ -25,20 +26,32 @@ static void check_model(ModelConfig c, uint64_t seed) {
     Backend *be = mtu_backend();
     Model *m = mtu_noisy_model(be, c, seed);
     const int V = c.n_tokens, B = 6, QL = 7, AL = 3, T = QL + AL;
-    int32_t seqs[6][10];
+    int32_t seqs[6][10], greedy[6][10];
     EvalExample ex[6];
     for (int b = 0; b < B; b++) {
         mtu_tokens(seqs[b], QL, V, seed + 10 + b);
         greedy_full(m, seqs[b], QL, AL);                   /* answer = the model's own greedy output: correct */
+        memcpy(greedy[b], seqs[b], sizeof seqs[b]);
         if (b % 2) seqs[b][QL + 1] = (seqs[b][QL + 1] + 1) % V; /* odd examples: corrupt the 2nd answer token */
         ex[b] = (EvalExample){seqs[b], QL, AL, 0};
     }
     /* alone */
     float *lg = malloc(sizeof(float) * B * T * V);
     int32_t *in = malloc(sizeof(int32_t) * B * T);
-    ExampleResult alone[6], batched[6];
-    for (int b = 0; b < B; b++) evaluate_batch(m, &ex[b], 1, &alone[b], lg, in);
+    ExampleResult alone[6], batched[6], no_ids;
+    int32_t am_alone[6][3], am_batched[6][3];
+    int32_t *dst_alone[6], *dst_batched[6];
+    for (int b = 0; b < B; b++) dst_alone[b] = am_alone[b], dst_batched[b] = am_batched[b];
+    for (int b = 0; b < B; b++) evaluate_batch(m, &ex[b], 1, &alone[b], lg, in, &dst_alone[b]);
     for (int b = 0; b < B; b++) ck_assert_msg(alone[b].correct == (b % 2 == 0), "example %d: correct = %d", b, alone[b].correct);
+    /* argmax ids: the greedy answer where the input is the model's own (every position of a correct example, the first
+     * two of a corrupted one, whose 2nd position still predicts the uncorrupted token) */
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < (b % 2 ? 2 : AL); j++)
+            ck_assert_msg(am_alone[b][j] == greedy[b][QL + j], "example %d position %d: argmax %d, greedy %d", b, j,
+                          am_alone[b][j], greedy[b][QL + j]);
+    evaluate_batch(m, &ex[1], 1, &no_ids, lg, in, NULL); /* ids not kept: the same verdict and loss */
+    ck_assert(no_ids.correct == alone[1].correct && no_ids.answer_loss == alone[1].answer_loss);
 
     /* the answer loss is the summed CE of the answer tokens, recomputed here from one full forward */
     float *full = malloc(sizeof(float) * T * V);
@@ -57,10 +70,11 @@ static void check_model(ModelConfig c, uint64_t seed) {
         ck_assert(alone[b].answer_loss > 0);
     }
 
-    /* batched: same verdicts, same losses up to GEMM rounding */
-    evaluate_batch(m, ex, B, batched, lg, in);
+    /* batched: same verdicts and argmax ids, same losses up to GEMM rounding */
+    evaluate_batch(m, ex, B, batched, lg, in, dst_batched);
     for (int b = 0; b < B; b++) {
         ck_assert(batched[b].correct == alone[b].correct);
+        ck_assert(memcmp(am_batched[b], am_alone[b], sizeof am_alone[b]) == 0);
         ck_assert_msg(fabs(batched[b].answer_loss - alone[b].answer_loss) < 1e-5 * fmax(1, alone[b].answer_loss),
                       "batched loss %d: %g vs %g", b, batched[b].answer_loss, alone[b].answer_loss);
     }
@@ -84,7 +98,9 @@ START_TEST(moeut_random_model) { check_model(mtu_tiny_moeut(), 9); }
 END_TEST
 
 /* evaluate_set on an in-memory shard: the cap, per-module and pooled counts, mean losses, the greedy check count,
- * and batching across different lengths (examples are grouped by length, results go back to their own index). */
+ * and batching across different lengths (examples are grouped by length, results go back to their own index); the
+ * per-example outcomes for predictions.jsonl in shard order (verdicts, losses adding up to the means, argmax ids,
+ * greedy verdicts of the checked examples only), the same with and without batching. */
 START_TEST(whole_set_aggregation) {
     ModelConfig c = mtu_tiny_dense();
     Backend *be = mtu_backend();
@@ -112,10 +128,12 @@ START_TEST(whole_set_aggregation) {
     sh.modules = mods;
     sh.examples = exs;
     sh.tokens = tokens;
+    SetPredictions first = {0};
     for (int batch = 1; batch <= 4; batch += 3) {
         EvalConfig ec = {8, 5}; /* the cap leaves out example 8 */
         SetEval out;
-        evaluate_set(m, &sh, "mem.shard", &ec, batch, &out);
+        SetPredictions p;
+        evaluate_set(m, &sh, "mem.shard", &ec, batch, &out, &p);
         ck_assert_int_eq(out.n, 8);
         /* wrong: i = 1, 4, 7 -> 5 of 8 correct; module a = even i (0,2,4,6): 4,... */
         ck_assert_int_eq(out.correct, 5);
@@ -129,9 +147,45 @@ START_TEST(whole_set_aggregation) {
         ck_assert(fabs(out.mean_answer_loss - 0.5 * (out.modules[0].mean_answer_loss + out.modules[1].mean_answer_loss)) < 1e-9);
         ck_assert_int_eq(out.greedy_n, 5);
         ck_assert_int_eq(out.greedy_agree, 5);
+
+        ck_assert_int_eq(p.n, 8);
+        double sum[2] = {0, 0};
+        for (long i = 0; i < p.n; i++) {
+            const ShardExample *e = &exs[i];
+            ck_assert_msg(p.res[i].correct == (i % 3 != 1), "example %ld: correct = %d", i, p.res[i].correct);
+            ck_assert_int_eq(p.greedy[i], i < 5 ? (i % 3 != 1) : -1);
+            sum[e->module] += p.res[i].answer_loss;
+            /* a correct example's argmax ids are its answer; a wrong one's first differs (the corrupted token) */
+            const int32_t *am = p.argmax + p.argmax_at[i];
+            for (uint32_t j = 0; j < (p.res[i].correct ? e->a_len : 1); j++)
+                ck_assert_msg((am[j] == tokens[e->q_start + e->q_len + j]) == p.res[i].correct, "example %ld pos %u",
+                              i, j);
+        }
+        for (int k = 0; k < 2; k++)
+            ck_assert(fabs(sum[k] / out.modules[k].n - out.modules[k].mean_answer_loss) < 1e-12 * sum[k]);
+        if (batch == 1) {
+            first = p;
+        } else {
+            for (long i = 0; i < p.n; i++) {
+                ck_assert(p.res[i].correct == first.res[i].correct && p.greedy[i] == first.greedy[i]);
+                double want = first.res[i].answer_loss;
+                ck_assert(fabs(p.res[i].answer_loss - want) < 1e-5 * fmax(1, want));
+                ck_assert(memcmp(p.argmax + p.argmax_at[i], first.argmax + first.argmax_at[i],
+                                 exs[i].a_len * sizeof *p.argmax) == 0);
+            }
+            set_predictions_free(&p);
+        }
         for (int k = 0; k < out.n_modules; k++) free(out.modules[k].name);
         free(out.modules);
     }
+    set_predictions_free(&first);
+    /* without a destination the outcomes are freed inside (ASan's leak check covers it) */
+    EvalConfig ec = {3, 1};
+    SetEval out;
+    evaluate_set(m, &sh, "mem.shard", &ec, 1, &out, NULL);
+    ck_assert_int_eq(out.n, 3);
+    for (int k = 0; k < out.n_modules; k++) free(out.modules[k].name);
+    free(out.modules);
     model_free(m);
     backend_destroy(be);
 }

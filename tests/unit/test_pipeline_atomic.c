@@ -1,4 +1,5 @@
-/* Atomic writes: no temporary left behind, an aborted write keeps the old file, directories swap whole. */
+/* Atomic writes: no temporary left behind, an aborted write keeps the old file, directories swap whole, a set of
+ * files committed together keeps every old file when it fails before the renames. */
 #include <check.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "pipeline/atomic_file.h"
+#include "pipeline/config.h"
 #include "tests/unit/suite_runner.h"
 
 static char g_dir[256];
@@ -127,6 +129,72 @@ START_TEST(remove_tree_does_not_follow_links) {
 }
 END_TEST
 
+/* Two outputs a (plain text) and b (JSON via json_prepare_file) with old contents, opened for new ones. */
+static void open_pair(AtomicFile *a, AtomicFile *b, char *pa, char *pb, size_t n) {
+    char err[256];
+    snprintf(pa, n, "%s/a.jsonl", g_dir);
+    snprintf(pb, n, "%s/b.json", g_dir);
+    ck_assert_int_eq(write_file_atomic(pa, "old a", 5, err, sizeof err), 0);
+    ck_assert_int_eq(write_file_atomic(pb, "old b", 5, err, sizeof err), 0);
+    ck_assert_int_eq(atomic_open(a, pa, err, sizeof err), 0);
+    fputs("new a", a->fp);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "x", 1);
+    ck_assert_msg(json_prepare_file(b, pb, j, err, sizeof err) == 0, "%s", err);
+    cJSON_Delete(j);
+}
+
+START_TEST(commit_all_replaces_every_file) {
+    AtomicFile a, b;
+    char pa[512], pb[512], err[256], got[64];
+    open_pair(&a, &b, pa, pb, sizeof pa);
+    read_str(pb, got, sizeof got); /* nothing renamed before the commit */
+    ck_assert_str_eq(got, "old b");
+    AtomicFile *const set[] = {&a, &b};
+    ck_assert_msg(atomic_commit_all(set, 2, err, sizeof err) == 0, "%s", err);
+    read_str(pa, got, sizeof got);
+    ck_assert_str_eq(got, "new a");
+    read_str(pb, got, sizeof got);
+    ck_assert_str_eq(got, "{\n\t\"x\":\t1\n}\n"); /* json_save_file's text: pretty-printed, trailing newline */
+    ck_assert_int_eq(count_entries(g_dir), 2);
+}
+END_TEST
+
+START_TEST(commit_all_failure_keeps_every_old_file) {
+    AtomicFile a, b;
+    char pa[512], pb[512], err[256] = "", got[64];
+    open_pair(&a, &b, pa, pb, sizeof pa);
+    atomic_abort(&b); /* b can no longer be written: the set fails before any rename */
+    AtomicFile *const set[] = {&a, &b};
+    ck_assert_int_eq(atomic_commit_all(set, 2, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "b.json") != NULL, "message: %s", err);
+    read_str(pa, got, sizeof got);
+    ck_assert_str_eq(got, "old a");
+    read_str(pb, got, sizeof got);
+    ck_assert_str_eq(got, "old b");
+    ck_assert_int_eq(count_entries(g_dir), 2); /* no temporary left */
+}
+END_TEST
+
+START_TEST(commit_all_rename_failure_names_the_replaced_files) {
+    AtomicFile a, b;
+    char pa[512], pb[512], err[256] = "", got[64], sub[600];
+    snprintf(pb, sizeof pb, "%s/b.json", g_dir);
+    open_pair(&a, &b, pa, pb, sizeof pa);
+    /* b's target becomes a non-empty directory: only b's rename can fail, after a was renamed */
+    ck_assert_int_eq(unlink(pb), 0);
+    snprintf(sub, sizeof sub, "%s/inside", pb);
+    ck_assert_int_eq(write_file_atomic(sub, "z", 1, err, sizeof err), 0);
+    AtomicFile *const set[] = {&a, &b};
+    ck_assert_int_eq(atomic_commit_all(set, 2, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "b.json") != NULL && strstr(err, "already replaced") && strstr(err, "a.jsonl"),
+                  "message: %s", err);
+    read_str(pa, got, sizeof got);
+    ck_assert_str_eq(got, "new a");
+    ck_assert_int_eq(count_entries(g_dir), 2); /* a.jsonl and the directory b.json: no temporary */
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("pipeline_atomic");
     TCase *tc = tcase_create("atomic");
@@ -136,6 +204,9 @@ int main(void) {
     tcase_add_test(tc, commit_into_missing_dir_fails_cleanly);
     tcase_add_test(tc, rename_dir_replaces_old_tree);
     tcase_add_test(tc, remove_tree_does_not_follow_links);
+    tcase_add_test(tc, commit_all_replaces_every_file);
+    tcase_add_test(tc, commit_all_failure_keeps_every_old_file);
+    tcase_add_test(tc, commit_all_rename_failure_names_the_replaced_files);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
