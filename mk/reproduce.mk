@@ -40,13 +40,15 @@ repro_join = $(subst $(repro_space),$(repro_comma),$(strip $(1)))
 
 TRAIN_SUMMARIES := $(foreach r,$(RUNS),$(RUNS_DIR)/$(r)/train_summary.json)
 RESULTS := $(foreach r,$(RUNS),$(RUNS_DIR)/$(r)/result.json)
+PREDICTIONS := $(foreach r,$(RUNS),$(RUNS_DIR)/$(r)/predictions.jsonl)
 ANALYSES := $(foreach r,$(RUNS),$(RUNS_DIR)/$(r)/analysis.json)
 TRAIN_FLAGS := $(if $(filter 1 yes true,$(RESUME)),--resume) $(if $(THREADS),--threads $(THREADS))
 
 .PHONY: reproduce reproduce-check reproduce-clean fetch tokenize train evaluate analyze report compare
-.PRECIOUS: $(RUNS_DIR)/%/train_summary.json $(RUNS_DIR)/%/result.json $(RUNS_DIR)/%/analysis.json
+.PRECIOUS: $(RUNS_DIR)/%/train_summary.json $(RUNS_DIR)/%/result.json $(RUNS_DIR)/%/predictions.jsonl \
+  $(RUNS_DIR)/%/analysis.json
 
-reproduce: reproduce-check deps all $(REPORT_DIR)/report.html
+reproduce: reproduce-check deps all $(REPORT_DIR)/report.html $(PREDICTIONS)
 	@$(MAKE) --no-print-directory compare EXPERIMENT=$(EXPERIMENT) RUNS="$(RUNS)"
 	@echo "reproduce: done: $(REPORT_DIR)/report.md, $(REPORT_DIR)/report.html"
 
@@ -91,8 +93,12 @@ $(DATA)/tokenize_manifest.json: $(DATA)/raw/manifest.json $(DATA_JSON) | bin/tok
 $(RUNS_DIR)/%/train_summary.json: $(EXP_DIR)/%.json $(DATA)/tokenize_manifest.json | bin/train
 	bin/train --config $(EXP_DIR)/$*.json --data $(DATA) --out $(RUNS_DIR)/$* --backend $(BACKEND) $(TRAIN_FLAGS)
 
-$(RUNS_DIR)/%/result.json: $(RUNS_DIR)/%/train_summary.json $(EXP_DIR)/%.json $(DATA)/tokenize_manifest.json bin/evaluate
-	bin/evaluate --run $(RUNS_DIR)/$* --config $(EXP_DIR)/$*.json --data $(DATA) --out $@ --backend $(BACKEND) $(EVAL_FLAGS)
+# One evaluate run writes both files (a pattern rule with two targets: one recipe makes both), so deleting either
+# reruns it.
+$(RUNS_DIR)/%/result.json $(RUNS_DIR)/%/predictions.jsonl: $(RUNS_DIR)/%/train_summary.json $(EXP_DIR)/%.json \
+    $(DATA)/tokenize_manifest.json bin/evaluate
+	bin/evaluate --run $(RUNS_DIR)/$* --config $(EXP_DIR)/$*.json --data $(DATA) --out $(RUNS_DIR)/$*/result.json \
+	  --backend $(BACKEND) $(EVAL_FLAGS)
 
 $(RUNS_DIR)/%/analysis.json: $(RUNS_DIR)/%/train_summary.json $(EXP_DIR)/%.json $(DATA)/tokenize_manifest.json bin/analyze
 	bin/analyze --run $(RUNS_DIR)/$* --config $(EXP_DIR)/$*.json --data $(DATA) --out $@ --backend $(BACKEND) $(ANALYZE_FLAGS)
@@ -112,7 +118,7 @@ compare: bin/compare
 fetch: $(DATA)/raw/fetch.stamp
 tokenize: $(DATA)/tokenize_manifest.json
 train: $(foreach r,$(RUN),$(RUNS_DIR)/$(r)/train_summary.json)
-evaluate: $(foreach r,$(RUN),$(RUNS_DIR)/$(r)/result.json)
+evaluate: $(foreach r,$(RUN),$(RUNS_DIR)/$(r)/result.json $(RUNS_DIR)/$(r)/predictions.jsonl)
 analyze: $(foreach r,$(RUN),$(RUNS_DIR)/$(r)/analysis.json)
 report: $(REPORT_DIR)/report.html
 

@@ -65,4 +65,13 @@ echo "after deleting runs/ci/dense_qa/result.json, make would run:"; echo "$plan
 [ "$(echo "$plan" | grep -c -E '^bin/(fetch|tokenize|train|evaluate|analyze)')" = 1 ] &&
   echo "$plan" | grep -q '^bin/evaluate runs/ci/dense_qa' || fail "expected exactly one evaluate (dense_qa) and no other stage"
 echo "$plan" | grep -q '^bin/report' || fail "report not regenerated after a deleted result"
+# evaluate writes predictions.jsonl with result.json: deleting only the predictions reruns that one evaluate.
+mv runs/ci/dense_qa/predictions.jsonl build/test-logs/dense_qa.predictions.jsonl.saved
+make --no-print-directory -n reproduce EXPERIMENT=ci >build/test-logs/reproduce_ci_dry3.log 2>&1
+mv build/test-logs/dense_qa.predictions.jsonl.saved runs/ci/dense_qa/predictions.jsonl
+plan=$(grep -E '^bin/(fetch|tokenize|train|evaluate|analyze|report) ' build/test-logs/reproduce_ci_dry3.log | awk '{print $1, $3}')
+echo "after deleting runs/ci/dense_qa/predictions.jsonl, make would run:"; echo "$plan" | sed 's/^/    /'
+[ "$(echo "$plan" | grep -c -E '^bin/(fetch|tokenize|train|evaluate|analyze)')" = 1 ] &&
+  echo "$plan" | grep -q '^bin/evaluate runs/ci/dense_qa' ||
+  fail "expected exactly one evaluate (dense_qa) and no other stage after deleting predictions.jsonl"
 echo "ok: make reproduce EXPERIMENT=ci in ${secs}s, matches reports/baselines/ci, incremental rebuilds are minimal"
