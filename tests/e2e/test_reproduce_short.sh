@@ -56,22 +56,20 @@ echo "$plan" | grep -q '^bin/analyze runs/ci/dense_answer' || fail "dense_answer
 echo "$plan" | grep -q '^bin/report' || fail "report not regenerated"
 [ "$(echo "$plan" | grep -c -E '^bin/(evaluate|analyze)')" = 2 ] || fail "other runs were re-evaluated or re-analyzed"
 if echo "$plan" | grep -q -E '^bin/(fetch|tokenize)'; then fail "data would be rebuilt"; fi
-# A deleted run output is rebuilt (with nothing upstream of it): evaluate for dense_qa, then the report (dry run).
-mv runs/ci/dense_qa/result.json build/test-logs/dense_qa.result.json.saved
-make --no-print-directory -n reproduce EXPERIMENT=ci >build/test-logs/reproduce_ci_dry2.log 2>&1
-mv build/test-logs/dense_qa.result.json.saved runs/ci/dense_qa/result.json
-plan=$(grep -E '^bin/(fetch|tokenize|train|evaluate|analyze|report) ' build/test-logs/reproduce_ci_dry2.log | awk '{print $1, $3}')
-echo "after deleting runs/ci/dense_qa/result.json, make would run:"; echo "$plan" | sed 's/^/    /'
-[ "$(echo "$plan" | grep -c -E '^bin/(fetch|tokenize|train|evaluate|analyze)')" = 1 ] &&
-  echo "$plan" | grep -q '^bin/evaluate runs/ci/dense_qa' || fail "expected exactly one evaluate (dense_qa) and no other stage"
-echo "$plan" | grep -q '^bin/report' || fail "report not regenerated after a deleted result"
-# evaluate writes predictions.jsonl with result.json: deleting only the predictions reruns that one evaluate.
-mv runs/ci/dense_qa/predictions.jsonl build/test-logs/dense_qa.predictions.jsonl.saved
-make --no-print-directory -n reproduce EXPERIMENT=ci >build/test-logs/reproduce_ci_dry3.log 2>&1
-mv build/test-logs/dense_qa.predictions.jsonl.saved runs/ci/dense_qa/predictions.jsonl
-plan=$(grep -E '^bin/(fetch|tokenize|train|evaluate|analyze|report) ' build/test-logs/reproduce_ci_dry3.log | awk '{print $1, $3}')
-echo "after deleting runs/ci/dense_qa/predictions.jsonl, make would run:"; echo "$plan" | sed 's/^/    /'
-[ "$(echo "$plan" | grep -c -E '^bin/(fetch|tokenize|train|evaluate|analyze)')" = 1 ] &&
-  echo "$plan" | grep -q '^bin/evaluate runs/ci/dense_qa' ||
-  fail "expected exactly one evaluate (dense_qa) and no other stage after deleting predictions.jsonl"
+# A deleted run output is rebuilt with nothing upstream of it (dry runs): deleting result.json or predictions.jsonl
+# (evaluate writes both) reruns exactly dense_qa's evaluate; a deleted result also regenerates the report.
+plan_without() { # plan_without FILE LOG: the stages `make -n reproduce` lists while FILE is moved away (then restored)
+  mv "$1" "$2.saved"
+  make --no-print-directory -n reproduce EXPERIMENT=ci >"$2" 2>&1
+  mv "$2.saved" "$1"
+  grep -E '^bin/(fetch|tokenize|train|evaluate|analyze|report) ' "$2" | awk '{print $1, $3}'
+}
+for f in result.json predictions.jsonl; do
+  plan=$(plan_without runs/ci/dense_qa/$f build/test-logs/reproduce_ci_dry_$f.log)
+  echo "after deleting runs/ci/dense_qa/$f, make would run:"; echo "$plan" | sed 's/^/    /'
+  [ "$(echo "$plan" | grep -c -E '^bin/(fetch|tokenize|train|evaluate|analyze)')" = 1 ] &&
+    echo "$plan" | grep -q '^bin/evaluate runs/ci/dense_qa' ||
+    fail "expected exactly one evaluate (dense_qa) and no other stage after deleting $f"
+  if [ $f = result.json ]; then echo "$plan" | grep -q '^bin/report' || fail "report not regenerated after a deleted result"; fi
+done
 echo "ok: make reproduce EXPERIMENT=ci in ${secs}s, matches reports/baselines/ci, incremental rebuilds are minimal"
