@@ -25,12 +25,18 @@
 
 namespace emu {
 
+// Every emulator message: "cuda-emu: [call: ]text" on one line of stderr.
+static void vreport(const char *call, const char *fmt, va_list ap) {
+    fprintf(stderr, "cuda-emu: ");
+    if (call) fprintf(stderr, "%s: ", call);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+}
+
 [[noreturn]] void fatal(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "cuda-emu: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    vreport(nullptr, fmt, ap);
     va_end(ap);
     fflush(stderr);
     abort();
@@ -374,9 +380,7 @@ static cudaError_t fail(cudaError_t e, const char *fmt, ...) {
     if (getenv("CUDA_EMU_VERBOSE")) {
         va_list ap;
         va_start(ap, fmt);
-        fprintf(stderr, "cuda-emu: ");
-        vfprintf(stderr, fmt, ap);
-        fprintf(stderr, "\n");
+        emu::vreport(nullptr, fmt, ap);
         va_end(ap);
     }
     return e;
@@ -547,9 +551,7 @@ static cublasStatus_t gemm_fail(const char *call, cublasStatus_t st, const char 
 static cublasStatus_t gemm_fail(const char *call, cublasStatus_t st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "cuda-emu: %s: ", call);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    emu::vreport(call, fmt, ap);
     va_end(ap);
     return st;
 }
