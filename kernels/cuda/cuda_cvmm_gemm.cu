@@ -116,14 +116,14 @@ static bool probe_pattern(Backend *be, const char *name, int transA, int transB,
 }
 
 // The three patterns cvmm uses, each with uneven groups as experts have: rows 3, 1 and 6 for the forward (rows in M)
-// and Q (rows in M, B transposed) sets; for the dW set (A transposed, rows in K, beta = 1) one group has k = 0 and
-// must leave its C unchanged.
+// and Q (rows in M, B transposed) sets and for the dW set (A transposed, rows in K, beta = 1: adds to C). No group is
+// empty: cvmm_expert_gemms never passes an empty expert, so a cuBLAS that rejected k = 0 must not cost the grouped path.
 static bool probe_grouped(Backend *be, bool bf16, char *why, size_t whylen) {
     CHECK_CUDA(cudaDeviceSynchronize()); // a clean start: earlier work's errors are not blamed on the probe
     const int Kin = 4, Nout = 5;
     std::vector<GroupedProblem> fwd = {{3, Nout, Kin, 0.0f}, {1, Nout, Kin, 0.0f}, {6, Nout, Kin, 0.0f}};
     std::vector<GroupedProblem> q = {{3, Kin, Nout, 0.0f}, {1, Kin, Nout, 0.0f}, {6, Kin, Nout, 0.0f}};
-    std::vector<GroupedProblem> dw = {{Kin, Nout, 3, 1.0f}, {Kin, Nout, 0, 1.0f}, {Kin, Nout, 6, 1.0f}};
+    std::vector<GroupedProblem> dw = {{Kin, Nout, 3, 1.0f}, {Kin, Nout, 1, 1.0f}, {Kin, Nout, 6, 1.0f}};
     return probe_pattern(be, "forward (Y = X W)", 0, 0, fwd, Kin, Nout, Nout, bf16, why, whylen) &&
            probe_pattern(be, "backward Q = G W^T", 0, 1, q, Nout, Nout, Kin, bf16, why, whylen) &&
            probe_pattern(be, "backward dW += X^T G", 1, 0, dw, Kin, Nout, Nout, bf16, why, whylen);
