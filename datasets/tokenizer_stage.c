@@ -641,6 +641,9 @@ static const char *const OUTPUT_FILES[] = {"tokenizer.json", "train.shard", "int
 
 /* Moves the finished outputs from the staging directory into out_dir: the old manifest goes first (so a crash in
  * between never leaves a manifest that describes other files), the new manifest last. */
+/* The staging directory of a run is OUT/.tokenize.tmp.<pid>. */
+#define STAGE_PREFIX ".tokenize.tmp."
+
 static int commit_outputs(const char *stage_dir, const char *out_dir, char *err, size_t errlen) {
     char from[4300], to[4300];
     snprintf(to, sizeof to, "%s/%s", out_dir, MANIFEST_FILE);
@@ -722,7 +725,12 @@ int tokenize_run(const TokenizeJob *job, const TokenizeConfig *cfg, char *err, s
 
     /* 2. Staging directory for all outputs. */
     if (mkdir_p(job->out_dir, err, errlen) != 0) goto done;
-    snprintf(stage_dir, sizeof stage_dir, "%s/.tokenize.tmp.%ld", job->out_dir, (long)getpid());
+    /* Staging directories of killed runs (a signal ends tokenize without cleanup; with the full dataset they hold
+     * gigabytes of shards) go first. */
+    int n_stale = remove_stale_temps(job->out_dir, STAGE_PREFIX);
+    if (n_stale > 0) log_info("removed %d stale staging director%s %s/%s<pid>", n_stale, n_stale == 1 ? "y" : "ies",
+                              job->out_dir, STAGE_PREFIX);
+    snprintf(stage_dir, sizeof stage_dir, "%s/" STAGE_PREFIX "%ld", job->out_dir, (long)getpid());
     remove_tree(stage_dir);
     if (mkdir_p(stage_dir, err, errlen) != 0) {
         stage_dir[0] = '\0';

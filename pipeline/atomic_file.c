@@ -2,10 +2,12 @@
  * directory. A crash at any point leaves either the old file or the new one, plus at most a stray temporary. */
 #include "pipeline/atomic_file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +77,11 @@ int atomic_open(AtomicFile *af, const char *path, char *err, size_t errlen) {
     char dir[4096];
     dir_of(path, dir, sizeof dir);
     if (mkdir_p(dir, err, errlen) != 0) return -1;
+    /* Temporaries of this path left by killed writers (possibly large: a shard, predictions) go now. */
+    char prefix[4096], base_buf[4096];
+    snprintf(base_buf, sizeof base_buf, "%s", path);
+    snprintf(prefix, sizeof prefix, "%s.tmp.", basename(base_buf));
+    remove_stale_temps(dir, prefix);
     af->fp = fopen(af->tmp_path, "wb");
     if (!af->fp) {
         set_err(err, errlen, "%s: cannot create: %s", af->tmp_path, strerror(errno));
@@ -226,6 +233,27 @@ int remove_tree(const char *dir) {
     if (!S_ISDIR(st.st_mode)) return unlink(dir);
     /* Depth first, without following symbolic links (a link inside is removed, never its target). */
     return nftw(dir, remove_entry, 32, FTW_DEPTH | FTW_PHYS);
+}
+
+int remove_stale_temps(const char *dir, const char *prefix) {
+    DIR *dp = opendir(dir);
+    if (!dp) return 0;
+    const size_t plen = strlen(prefix);
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(dp)) != NULL) {
+        if (strncmp(e->d_name, prefix, plen) != 0) continue;
+        const char *digits = e->d_name + plen;
+        char *end = NULL;
+        long pid = strtol(digits, &end, 10);
+        if (*digits < '0' || *digits > '9' || *end != '\0' || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to judge): keep */
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (remove_tree(path) == 0) removed++;
+    }
+    closedir(dp);
+    return removed;
 }
 
 int rename_dir_atomic(const char *tmp_dir, const char *final_dir, char *err, size_t errlen) {

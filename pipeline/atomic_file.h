@@ -25,6 +25,10 @@ int mkdir_p(const char *dir, char *err, size_t errlen);
 int fsync_dir_of(const char *path);
 int rename_dir_atomic(const char *tmp_dir, const char *final_dir, char *err, size_t errlen); /* replaces final_dir */
 int remove_tree(const char *dir); /* rm -rf */
+/* Removes every entry of dir named <prefix><pid> (a temporary file or tree) whose process no longer exists: what a
+ * writer killed before its rename (SIGKILL, or a signal it does not handle) leaves behind. Entries of live processes,
+ * and names not of that form, are kept. Returns how many were removed. */
+int remove_stale_temps(const char *dir, const char *prefix);
 int file_exists(const char *path);
 
 #endif

@@ -129,28 +129,13 @@ static int hash_archive(const char *path, char hex[65], int64_t *bytes, char *er
 }
 
 /* Removes OUT.tmp.<pid> trees left by fetch processes that no longer exist (killed mid-extraction). */
-static void remove_stale_temps(const char *out_dir) {
-    char dir[PATH_MAX], base[PATH_MAX];
+static void remove_stale_fetch_temps(const char *out_dir) {
+    char dir[PATH_MAX], base[PATH_MAX], prefix[PATH_MAX + 8];
     snprintf(dir, sizeof dir, "%s", out_dir);
     snprintf(base, sizeof base, "%s", out_dir);
-    char *d = dirname(dir), *b = basename(base);
-    DIR *dp = opendir(d);
-    if (!dp) return;
-    char prefix[PATH_MAX];
-    snprintf(prefix, sizeof prefix, "%s.tmp.", b);
-    struct dirent *e;
-    while ((e = readdir(dp)) != NULL) {
-        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
-        char *end = NULL;
-        long pid = strtol(e->d_name + strlen(prefix), &end, 10);
-        if (!end || *end != '\0' || pid <= 0) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* still running (or not ours to judge) */
-        char path[PATH_MAX + 300];
-        snprintf(path, sizeof path, "%s/%s", d, e->d_name);
-        log_info("removing stale temporary tree %s", path);
-        remove_tree(path);
-    }
-    closedir(dp);
+    snprintf(prefix, sizeof prefix, "%s.tmp.", basename(base));
+    int n = remove_stale_temps(dirname(dir), prefix);
+    if (n > 0) log_info("removed %d stale temporary tree(s) %s<pid> of killed fetch runs", n, prefix);
 }
 
 static void lower(char *s) {
@@ -352,6 +337,9 @@ int main(int argc, char **argv) {
                        corpus_source, corpus_source ? corpus_ar.sha256 : NULL, corpus_source ? corpus_ar.bytes : 0};
     char manifest_path[PATH_MAX + 64];
     snprintf(manifest_path, sizeof manifest_path, "%s/manifest.json", out);
+    /* Before the up-to-date check, which ends the run early: a tree of a killed extraction (gigabytes with the
+     * official archive) must not outlive it just because the next run had nothing to do. */
+    remove_stale_fetch_temps(out);
     if (fetch_output_up_to_date(manifest_path, &rec)) {
         printf("fetch: %s is up to date (archive %.12s, filter %s", out, main_ar.sha256, filter);
         if (corpus_source) printf(", tokenizer corpus from archive %.12s", corpus_ar.sha256);
@@ -362,7 +350,6 @@ int main(int argc, char **argv) {
     }
 
     /* Everything goes into OUT.tmp.<pid>, renamed into place once at the end. */
-    remove_stale_temps(out);
     char tmp[PATH_MAX + 64];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
     remove_tree(tmp);

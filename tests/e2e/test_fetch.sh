@@ -92,6 +92,12 @@ check "no temporary tree left" no_temp_trees "$T/raw"
 run_fetch --source "$BASE/good.tar.gz" --downloads "$DL" --out "$T/raw" --tokenizer-corpus-pairs 100
 check "rerun is 'up to date' and downloads nothing" log_has "up to date"
 check "rerun made no new request" test "$(grep -c 'good.tar.gz' "$T/server.log")" = 1
+# A tree of a killed extraction (fetch has no signal handler) goes on the next run, even an up-to-date one.
+DEAD=$(sh -c 'echo $$')
+mkdir -p "$T/raw.tmp.$DEAD/mathematics_dataset-v1.0"
+run_fetch --source "$BASE/good.tar.gz" --downloads "$DL" --out "$T/raw" --tokenizer-corpus-pairs 100
+check "up-to-date rerun removes the temporary tree of a dead fetch" test ! -e "$T/raw.tmp.$DEAD"
+check "up-to-date rerun keeps the output" verify_manifest "$T/raw" "$SHA" "$BASE/good.tar.gz" 6
 
 # 2. Resume: the first request drops mid-body; with no retries the run fails and keeps the .part; the rerun resumes.
 DL2=$T/dl2

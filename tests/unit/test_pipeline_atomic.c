@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "pipeline/atomic_file.h"
@@ -41,6 +42,53 @@ static void read_str(const char *path, char *out, size_t outlen) {
     memcpy(out, data, n + 1);
     free(data);
 }
+
+/* A pid that no longer runs: a child that has exited and been reaped. */
+static long dead_pid(void) {
+    pid_t c = fork();
+    ck_assert_int_ge(c, 0);
+    if (c == 0) _exit(0);
+    ck_assert_int_eq(waitpid(c, NULL, 0), c);
+    return (long)c;
+}
+
+static void touch(const char *dir, const char *name) {
+    char p[900], err[256];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    ck_assert_int_eq(write_file_atomic(p, "x", 1, err, sizeof err), 0);
+}
+
+/* Writers killed before their rename (kill -9, or tokenize/fetch on SIGINT) left their temporaries forever; now the
+ * next writer of the same output removes those of dead processes and keeps the rest. */
+START_TEST(stale_temps_of_dead_writers_are_removed) {
+    char name[700], sub[700], err[256];
+    long dead = dead_pid();
+    snprintf(name, sizeof name, "out.json.tmp.%ld", dead);
+    touch(g_dir, name);
+    snprintf(name, sizeof name, "out.json.tmp.%ld", (long)getppid()); /* alive: kept */
+    touch(g_dir, name);
+    touch(g_dir, "out.json.tmp.notapid");
+    touch(g_dir, "other.json.tmp.1x");
+    snprintf(sub, sizeof sub, "%s/.stage.tmp.%ld", g_dir, dead); /* a whole tree */
+    ck_assert_int_eq(mkdir_p(sub, err, sizeof err), 0);
+    touch(sub, "big.shard");
+    ck_assert_int_eq(count_entries(g_dir), 5);
+
+    char path[700];
+    snprintf(path, sizeof path, "%s/out.json", g_dir);
+    ck_assert_int_eq(write_file_atomic(path, "new", 3, err, sizeof err), 0);
+    ck_assert_int_eq(count_entries(g_dir), 5); /* out.json in, the dead writer's temporary out */
+    snprintf(name, sizeof name, "%s/out.json.tmp.%ld", g_dir, dead);
+    ck_assert(!file_exists(name));
+    snprintf(name, sizeof name, "%s/out.json.tmp.%ld", g_dir, (long)getppid());
+    ck_assert(file_exists(name));
+
+    ck_assert_int_eq(remove_stale_temps(g_dir, ".stage.tmp."), 1);
+    ck_assert(!file_exists(sub));
+    ck_assert_int_eq(remove_stale_temps(g_dir, "out.json.tmp."), 0);
+    ck_assert_int_eq(count_entries(g_dir), 4);
+}
+END_TEST
 
 START_TEST(write_creates_parents_and_leaves_no_temp) {
     char path[700], sub[512], err[256], got[64];
@@ -207,6 +255,7 @@ int main(void) {
     tcase_add_test(tc, commit_all_replaces_every_file);
     tcase_add_test(tc, commit_all_failure_keeps_every_old_file);
     tcase_add_test(tc, commit_all_rename_failure_names_the_replaced_files);
+    tcase_add_test(tc, stale_temps_of_dead_writers_are_removed);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
