@@ -106,10 +106,13 @@ static void load_run(RunData *r, const char *runs_dir, const char *name) {
     snprintf(path, sizeof path, "%s/analysis.json", r->dir);
     if (file_exists(path)) {
         if (analysis_record_load(&r->ana, path, err, sizeof err)) die("%s", err);
+        if (strcmp(r->ana.run, name) != 0) die("%s: run is \"%s\", expected \"%s\"", path, r->ana.run, name);
         r->has_analysis = true;
     }
+    /* Curves are drawn for finished runs only; a run still training, or killed in the middle of a line, must not
+     * stop the report of the others. */
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->dir);
-    if (file_exists(path)) load_metrics(r, path);
+    if (r->has_result && file_exists(path)) load_metrics(r, path);
 }
 
 /* An analysis with maps (present and not disabled by the run config). */
