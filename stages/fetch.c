@@ -258,7 +258,7 @@ int main(int argc, char **argv) {
         {"manifest", OPT_STRING, &manifest_opt, "dataset manifest (default " DEFAULT_MANIFEST ")", false},
         {"downloads", OPT_STRING, &net.downloads, "download directory (default data/downloads)", false},
         {"tokenizer-corpus-pairs", OPT_INT, &corpus_pairs, "pairs per train-easy file for the tokenizer corpus (default 10000)", false},
-        {"tokenizer-corpus-source", OPT_STRING, &corpus_source, "take the tokenizer corpus from this archive (same kinds "
+        {"tokenizer-corpus-source", OPT_STRING_OR_EMPTY, &corpus_source, "take the tokenizer corpus from this archive (same kinds "
                                                                 "as --source; '' = the --source archive, the default)", false},
         {"retries", OPT_INT, &net.retries, "download retries after the first attempt (default 5)", false},
         {"connect-timeout", OPT_INT, &net.connect_timeout, "connect timeout in seconds (default 30)", false},
