@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "datasets/bpe_train.h"
+#include "datasets/data_config.h"
 #include "datasets/dm_math_text.h"
 #include "datasets/shard.h"
 #include "datasets/tokenizer.h"
@@ -77,6 +78,7 @@ int tokenize_config_load(const char *path, TokenizeConfig *c, char *err, size_t 
         set_err(err, errlen, "%s: expected a JSON object at the top level", path);
         goto done;
     }
+    if (data_config_check_sections(root, path, err, errlen) != 0) goto done;
     const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, "tokenize");
     if (!sec) {
         set_err(err, errlen, "%s: missing required key tokenize", path);
