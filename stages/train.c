@@ -315,6 +315,8 @@ static void write_summary(Trainer *t) {
     cJSON_AddStringToObject(s, "config_sha256", t->config_sha256);
     cJSON_AddNumberToObject(s, "n_params", (double)model_n_params(t->m));
     cJSON_AddStringToObject(s, "code_version", CODE_VERSION);
+    /* evaluate and analyze check it: a re-tokenized data directory would otherwise decode with other pieces */
+    cJSON_AddStringToObject(s, "tokenizer_sha256", t->shard.tokenizer_sha256);
     if (json_save_file(t->summary_path, s, err, sizeof err) != 0) die("%s", err);
     cJSON_Delete(s);
 }

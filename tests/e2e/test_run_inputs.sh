@@ -3,12 +3,15 @@
 # line naming the culprit, exit 1, and leaves the earlier result.json / analysis.json byte-identical:
 #   - eval shards swapped (interpolate.shard holding the extrapolate split): the sets would silently trade places;
 #   - a token id beyond the vocabulary inside an evaluated example (a corrupt shard);
-#   - an empty --out (an unset shell variable): a usage error (exit 2), nothing written into "/".
+#   - an empty --out (an unset shell variable): a usage error (exit 2), nothing written into "/";
+#   - data re-tokenized since training (another tokenizer of the same size): the ids would decode as other pieces.
 source "$(dirname "$0")/train_common.sh"
 for b in evaluate analyze; do [ -x "bin/$b" ] || fail "bin/$b missing (run make first)"; done
 
 train_data "$tmp/data"
-train_config "$tmp/run.json" dense qa 3
+train_config "$tmp/run.json.tmp" dense qa 3
+sed 's/"analyze": {"enabled": false}/"analyze": {"enabled": true}/' "$tmp/run.json.tmp" >"$tmp/run.json"
+grep -q '"enabled": true' "$tmp/run.json" || fail "could not enable the analysis"
 bin/train --config "$tmp/run.json" --data "$tmp/data" --out "$tmp/run" --threads 1 >"$tmp/train.log" 2>&1 \
   || { cat "$tmp/train.log"; fail "bin/train failed"; }
 bin/evaluate --run "$tmp/run" --config "$tmp/run.json" --data "$tmp/data" --out "$tmp/run/result.json" \
@@ -63,3 +66,13 @@ expect_refused "evaluate --out ''" 2 "--out: empty value" evaluate --run "$tmp/r
   --data "$tmp/data" --out ''
 expect_refused "analyze --run ''" 2 "--run: empty value" analyze --run '' --config "$tmp/run.json" \
   --data "$tmp/data" --out "$tmp/run/analysis.json"
+
+# ---- data re-tokenized since training (same vocabulary size, other pieces): refused by both stages ----
+sed 's/"tokenizer_pairs_per_file": 10000/"tokenizer_pairs_per_file": 3000/' experiments/tiny/data.json >"$tmp/data3000.json"
+grep -q '"tokenizer_pairs_per_file": 3000' "$tmp/data3000.json" || fail "could not change the tokenizer corpus size"
+bin/tokenize --raw "$tmp/raw" --config "$tmp/data3000.json" --out "$tmp/retok" --quiet || fail "re-tokenize"
+cmp -s "$tmp/data/tokenizer.json" "$tmp/retok/tokenizer.json" && fail "the re-tokenized data has the same tokenizer"
+expect_refused "evaluate on re-tokenized data" 1 "retok/tokenizer.json (sha256 .*) is not the tokenizer .* was trained with" \
+  evaluate "${eval_args[@]}" --data "$tmp/retok"
+expect_refused "analyze on re-tokenized data" 1 "retok/tokenizer.json (sha256 .*) is not the tokenizer .* was trained with" \
+  analyze --run "$tmp/run" --config "$tmp/run.json" --data "$tmp/retok" --out "$tmp/run/analysis.json"
