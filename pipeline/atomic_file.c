@@ -66,6 +66,15 @@ int fsync_dir_of(const char *path) {
     return rc;
 }
 
+int atomic_check_target(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        set_err(err, errlen, "%s: is a directory (expected a file name)", path);
+        return -1;
+    }
+    return 0;
+}
+
 int atomic_open(AtomicFile *af, const char *path, char *err, size_t errlen) {
     memset(af, 0, sizeof *af);
     if (strlen(path) + 32 >= sizeof af->tmp_path) {
@@ -74,6 +83,8 @@ int atomic_open(AtomicFile *af, const char *path, char *err, size_t errlen) {
     }
     snprintf(af->path, sizeof af->path, "%s", path);
     snprintf(af->tmp_path, sizeof af->tmp_path, "%s.tmp.%ld", path, (long)getpid());
+    /* A directory at path would survive until the final rename, after every other file of a set was committed. */
+    if (atomic_check_target(path, err, errlen) != 0) return -1;
     char dir[4096];
     dir_of(path, dir, sizeof dir);
     if (mkdir_p(dir, err, errlen) != 0) return -1;
@@ -272,6 +283,11 @@ int rename_dir_atomic(const char *tmp_dir, const char *final_dir, char *err, siz
         }
         fsync_dir_of(final_dir);
         return 0;
+    }
+    /* Only a directory is replaced: a file there (a mistyped path) would be swapped out and deleted. */
+    if (!S_ISDIR(st.st_mode)) {
+        set_err(err, errlen, "%s: exists and is not a directory", final_dir);
+        return -1;
     }
     /* The target exists: swap the two in one step where the kernel supports it, so a reader never sees no
      * directory; otherwise move the old one aside first. Either way the old tree is removed afterwards. */

@@ -13,6 +13,8 @@ typedef struct {
 } AtomicFile;
 
 int atomic_open(AtomicFile *af, const char *path, char *err, size_t errlen);   /* creates parent dirs */
+/* The check atomic_open makes on path, for a stage to run before its work: 0, or -1 with "PATH: is a directory". */
+int atomic_check_target(const char *path, char *err, size_t errlen);
 int atomic_commit(AtomicFile *af, char *err, size_t errlen);                   /* flush, fsync, close, rename */
 void atomic_abort(AtomicFile *af);                                              /* close and unlink the temp */
 /* Commits several files as one output set: first flushes and fsyncs every temporary (where a full disk or an I/O

@@ -28,6 +28,7 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/trained_run.h"
+#include "pipeline/atomic_file.h"
 #include "pipeline/cli.h"
 #include "pipeline/config.h"
 #include "pipeline/log.h"
@@ -395,6 +396,9 @@ int main(int argc, char **argv) {
         die("--out: %s", err);
     }
     if (strcmp(pred_path, out_path) == 0) die("--predictions: %s is also --out (they must be two files)", pred_path);
+    /* Before the evaluation, not after it (a directory there would only show at the last rename). */
+    if (atomic_check_target(out_path, err, sizeof err) != 0) die("--out: %s", err);
+    if (atomic_check_target(pred_path, err, sizeof err) != 0) die("--predictions: %s", err);
 
     /* Run config: model/train sections through the shared parser, evaluate section here; then training must have
      * finished with this very config. */

@@ -4,7 +4,8 @@
 #   - eval shards swapped (interpolate.shard holding the extrapolate split): the sets would silently trade places;
 #   - a token id beyond the vocabulary inside an evaluated example (a corrupt shard);
 #   - an empty --out (an unset shell variable): a usage error (exit 2), nothing written into "/";
-#   - data re-tokenized since training (another tokenizer of the same size): the ids would decode as other pieces.
+#   - data re-tokenized since training (another tokenizer of the same size): the ids would decode as other pieces;
+#   - --out naming an existing directory: refused before the work, nothing written beside it.
 source "$(dirname "$0")/train_common.sh"
 for b in evaluate analyze; do [ -x "bin/$b" ] || fail "bin/$b missing (run make first)"; done
 
@@ -76,3 +77,12 @@ expect_refused "evaluate on re-tokenized data" 1 "retok/tokenizer.json (sha256 .
   evaluate "${eval_args[@]}" --data "$tmp/retok"
 expect_refused "analyze on re-tokenized data" 1 "retok/tokenizer.json (sha256 .*) is not the tokenizer .* was trained with" \
   analyze --run "$tmp/run" --config "$tmp/run.json" --data "$tmp/retok" --out "$tmp/run/analysis.json"
+
+# ---- --out naming an existing directory: refused before any work, nothing written beside it ----
+# (evaluate used to commit predictions.jsonl beside it and then fail on result.json; analyze wrote its maps first)
+mkdir -p "$tmp/outdir/isdir"
+expect_refused "evaluate --out a directory" 1 "--out: .*isdir: is a directory" evaluate --run "$tmp/run" \
+  --config "$tmp/run.json" --data "$tmp/data" --out "$tmp/outdir/isdir"
+expect_refused "analyze --out a directory" 1 "--out: .*isdir: is a directory" analyze --run "$tmp/run" \
+  --config "$tmp/run.json" --data "$tmp/data" --out "$tmp/outdir/isdir"
+[ "$(ls -A "$tmp/outdir")" = isdir ] || fail "--out a directory: files written beside it: $(ls -A "$tmp/outdir")"

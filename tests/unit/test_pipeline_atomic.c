@@ -90,6 +90,30 @@ START_TEST(stale_temps_of_dead_writers_are_removed) {
 }
 END_TEST
 
+/* Wrong kinds at the target: a directory where a file goes is refused at open (before any rename of a set); a file
+ * where a directory tree goes is refused and kept (it used to be swapped out and deleted: fetch --out FILE). */
+START_TEST(wrong_kind_at_the_target_is_refused) {
+    char dir[700], file[700], tree[700], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/adir", g_dir);
+    ck_assert_int_eq(mkdir_p(dir, err, sizeof err), 0);
+    AtomicFile af;
+    ck_assert_int_eq(atomic_open(&af, dir, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "adir: is a directory"), "%s", err);
+    ck_assert_int_eq(atomic_check_target(dir, err, sizeof err), -1);
+
+    snprintf(file, sizeof file, "%s/data.json", g_dir);
+    ck_assert_int_eq(write_file_atomic(file, "keep", 4, err, sizeof err), 0);
+    ck_assert_int_eq(atomic_check_target(file, err, sizeof err), 0);
+    snprintf(tree, sizeof tree, "%s/tree.tmp", g_dir);
+    ck_assert_int_eq(mkdir_p(tree, err, sizeof err), 0);
+    ck_assert_int_eq(rename_dir_atomic(tree, file, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "data.json: exists and is not a directory"), "%s", err);
+    char got[16];
+    read_str(file, got, sizeof got);
+    ck_assert_str_eq(got, "keep");
+}
+END_TEST
+
 START_TEST(write_creates_parents_and_leaves_no_temp) {
     char path[700], sub[512], err[256], got[64];
     snprintf(sub, sizeof sub, "%s/a/b", g_dir);
@@ -256,6 +280,7 @@ int main(void) {
     tcase_add_test(tc, commit_all_failure_keeps_every_old_file);
     tcase_add_test(tc, commit_all_rename_failure_names_the_replaced_files);
     tcase_add_test(tc, stale_temps_of_dead_writers_are_removed);
+    tcase_add_test(tc, wrong_kind_at_the_target_is_refused);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
