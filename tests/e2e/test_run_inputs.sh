@@ -5,7 +5,8 @@
 #   - a token id beyond the vocabulary inside an evaluated example (a corrupt shard);
 #   - an empty --out (an unset shell variable): a usage error (exit 2), nothing written into "/";
 #   - data re-tokenized since training (another tokenizer of the same size): the ids would decode as other pieces;
-#   - --out naming an existing directory: refused before the work, nothing written beside it.
+#   - --out naming an existing directory: refused before the work, nothing written beside it;
+#   - an absurd --threads (100000 crashed libgomp with SIGSEGV).
 source "$(dirname "$0")/train_common.sh"
 for b in evaluate analyze; do [ -x "bin/$b" ] || fail "bin/$b missing (run make first)"; done
 
@@ -86,3 +87,13 @@ expect_refused "evaluate --out a directory" 1 "--out: .*isdir: is a directory" e
 expect_refused "analyze --out a directory" 1 "--out: .*isdir: is a directory" analyze --run "$tmp/run" \
   --config "$tmp/run.json" --data "$tmp/data" --out "$tmp/outdir/isdir"
 [ "$(ls -A "$tmp/outdir")" = isdir ] || fail "--out a directory: files written beside it: $(ls -A "$tmp/outdir")"
+
+# ---- an absurd --threads: one line (libgomp failed to create the threads, or crashed with SIGSEGV at 100000) ----
+expect_refused "evaluate --threads 100000" 1 "--threads: must be at most 4096 (got 100000)" evaluate \
+  "${eval_args[@]}" --data "$tmp/data" --threads 100000
+rc=0
+bin/train --config "$tmp/run.json" --data "$tmp/data" --out "$tmp/threads" --threads 100000 2>"$tmp/bad.log" || rc=$?
+[ "$rc" = 1 ] && grep -q -- "--threads: must be at most 4096" "$tmp/bad.log" \
+  || { cat "$tmp/bad.log"; fail "train --threads 100000: exit status $rc"; }
+[ ! -e "$tmp/threads" ] || fail "train --threads 100000: output directory created"
+echo "ok: train --threads 100000"
