@@ -99,6 +99,10 @@ run_fetch --source "$BASE/good.tar.gz" --downloads "$DL" --out "$T/afile"
 check "--out an existing file: exit 1" test $? = 1
 check "--out an existing file: named" log_has "--out $T/afile: exists and is not a directory"
 check "--out an existing file: the file is kept" test "$(cat "$T/afile" 2>/dev/null)" = keep
+mkdir -p "$T/real_raw"; ln -s "$T/real_raw" "$T/link_raw"
+run_fetch --source "$BASE/good.tar.gz" --downloads "$DL" --out "$T/link_raw"
+check "--out a symbolic link: refused, naming it" log_has "--out $T/link_raw: is a symbolic link"
+check "--out a symbolic link: the link is kept" test -L "$T/link_raw"
 # A tree of a killed extraction (fetch has no signal handler) goes on the next run, even an up-to-date one.
 DEAD=$(sh -c 'echo $$')
 mkdir -p "$T/raw.tmp.$DEAD/mathematics_dataset-v1.0"
