@@ -191,6 +191,28 @@ START_TEST(analysis_of_another_run_dies) {
 }
 END_TEST
 
+/* dense_answer evaluated on other eval sets than dense_qa (re-tokenized data, or a run copied in): refused, naming
+ * both records and the field, with no output directory; it used to be reported side by side. */
+static void check_no_report_dir(void) {
+    struct stat st;
+    int out_exists = stat(g_out, &st) == 0;
+    remove_tree(g_dir);
+    if (out_exists) _exit(3);
+}
+START_TEST(records_of_other_data_die) {
+    make_runs();
+    atexit(check_no_report_dir);
+    ResultRecord r;
+    rtu_record(&r, "dense_answer", "dense", "answer_only", 48);
+    rtu_sha(r.interpolate_sha256, 'f');
+    char p[700], err[512];
+    snprintf(p, sizeof p, "%s/dense_answer/result.json", g_runs);
+    ck_assert_msg(result_record_save(&r, p, err, sizeof err) == 0, "%s", err);
+    result_record_free(&r);
+    run_report();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("report");
     TCase *tc = tcase_create("report");
@@ -200,6 +222,7 @@ int main(void) {
     tcase_add_exit_test(tc, missing_runs_dir_dies, 1);
     tcase_add_test(tc, unfinished_run_with_torn_metrics);
     tcase_add_exit_test(tc, analysis_of_another_run_dies, 1);
+    tcase_add_exit_test(tc, records_of_other_data_die, 1);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
