@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "datasets/archive_extract.h"
+#include "datasets/data_config.h"
 #include "pipeline/config.h"
 #include "pipeline/log.h"
 
@@ -20,7 +21,8 @@ int fetch_config_load(const char *path, FetchConfig *c, char *err, size_t errlen
         set_err(err, errlen, "%s: expected a JSON object at the top level", path);
         goto fail;
     }
-    /* Only "fetch" is ours; the top level is not checked for unknown keys because other stages own the rest. */
+    /* Only "fetch" is ours, but the top level is checked too (a duplicate "fetch" would otherwise go unnoticed). */
+    if (data_config_check_sections(c->root, path, err, errlen) != 0) goto fail;
     const cJSON *sec = cJSON_GetObjectItemCaseSensitive(c->root, "fetch");
     if (!sec) {
         set_err(err, errlen, "%s: missing required key fetch", path);

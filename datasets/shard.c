@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -102,13 +103,15 @@ int shard_write(const char *path, const char *split, const char *tokenizer_sha25
         free(json);
         return -1;
     }
+    errno = 0;
     int ok = fwrite(prefix, 1, sizeof prefix, af.fp) == sizeof prefix && fwrite(json, 1, j, af.fp) == j &&
              fwrite(zeros, 1, pad8(j) - j, af.fp) == pad8(j) - j &&
              (n_examples == 0 || fwrite(examples, sizeof *examples, n_examples, af.fp) == n_examples) &&
              (n_tokens == 0 || fwrite(tokens, sizeof *tokens, n_tokens, af.fp) == n_tokens);
+    int write_errno = errno ? errno : EIO;
     free(json);
     if (!ok) {
-        set_err(err, errlen, "%s: write failed", af.tmp_path);
+        set_err(err, errlen, "%s: write failed: %s", af.tmp_path, strerror(write_errno));
         atomic_abort(&af);
         return -1;
     }

@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "datasets/bpe_train.h"
+#include "datasets/data_config.h"
 #include "datasets/dm_math_text.h"
 #include "datasets/shard.h"
 #include "datasets/tokenizer.h"
@@ -77,6 +78,7 @@ int tokenize_config_load(const char *path, TokenizeConfig *c, char *err, size_t 
         set_err(err, errlen, "%s: expected a JSON object at the top level", path);
         goto done;
     }
+    if (data_config_check_sections(root, path, err, errlen) != 0) goto done;
     const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, "tokenize");
     if (!sec) {
         set_err(err, errlen, "%s: missing required key tokenize", path);
@@ -641,6 +643,9 @@ static const char *const OUTPUT_FILES[] = {"tokenizer.json", "train.shard", "int
 
 /* Moves the finished outputs from the staging directory into out_dir: the old manifest goes first (so a crash in
  * between never leaves a manifest that describes other files), the new manifest last. */
+/* The staging directory of a run is OUT/.tokenize.tmp.<pid>. */
+#define STAGE_PREFIX ".tokenize.tmp."
+
 static int commit_outputs(const char *stage_dir, const char *out_dir, char *err, size_t errlen) {
     char from[4300], to[4300];
     snprintf(to, sizeof to, "%s/%s", out_dir, MANIFEST_FILE);
@@ -722,7 +727,12 @@ int tokenize_run(const TokenizeJob *job, const TokenizeConfig *cfg, char *err, s
 
     /* 2. Staging directory for all outputs. */
     if (mkdir_p(job->out_dir, err, errlen) != 0) goto done;
-    snprintf(stage_dir, sizeof stage_dir, "%s/.tokenize.tmp.%ld", job->out_dir, (long)getpid());
+    /* Staging directories of killed runs (a signal ends tokenize without cleanup; with the full dataset they hold
+     * gigabytes of shards) go first. */
+    int n_stale = remove_stale_temps(job->out_dir, STAGE_PREFIX);
+    if (n_stale > 0) log_info("removed %d stale staging director%s %s/%s<pid>", n_stale, n_stale == 1 ? "y" : "ies",
+                              job->out_dir, STAGE_PREFIX);
+    snprintf(stage_dir, sizeof stage_dir, "%s/" STAGE_PREFIX "%ld", job->out_dir, (long)getpid());
     remove_tree(stage_dir);
     if (mkdir_p(stage_dir, err, errlen) != 0) {
         stage_dir[0] = '\0';

@@ -18,8 +18,12 @@
  * registry and lifetime */
 
 size_t model_register_tensor(Model *m, const char *name, int ndim, const int64_t *shape) {
-    if (m->n_tensors >= MODEL_MAX_TENSORS) die("model: too many tensors (limit %d) registering %s", MODEL_MAX_TENSORS, name);
     if (ndim < 1 || ndim > 4) die("model: tensor %s: bad rank %d", name, ndim);
+    /* No fixed limit: a dense model has 12 tensors per layer, so any cap would reject some valid n_layers. */
+    if (m->n_tensors == m->tensors_capacity) {
+        m->tensors_capacity = m->tensors_capacity ? 2 * m->tensors_capacity : 64;
+        m->tensors = xrealloc(m->tensors, (size_t)m->tensors_capacity * sizeof *m->tensors);
+    }
     ParamTensor *t = &m->tensors[m->n_tensors];
     if (strlen(name) >= sizeof t->name) die("model: tensor name too long: %s", name);
     for (int i = 0; i < m->n_tensors; i++)
@@ -79,6 +83,7 @@ void model_free(Model *m) {
     arena_free(&m->arena);
     if (m->params) m->be->free(m->be, m->params);
     if (m->grads) m->be->free(m->be, m->grads);
+    free(m->tensors);
     free(m);
 }
 

@@ -20,8 +20,6 @@
 #include "model/model.h"
 #include "model/rng.h"
 
-#define MODEL_MAX_TENSORS 256
-
 /* Per-application attention cache for decoding: keys after RoPE and values after any expert mixing, the layout
  * the attention op reads. */
 typedef struct {
@@ -79,8 +77,8 @@ struct Model {
     const LayerImpl *impl;
     int n_distinct;                 /* dense: n_layers; moeut: group_size */
 
-    ParamTensor tensors[MODEL_MAX_TENSORS];
-    int n_tensors;
+    ParamTensor *tensors;           /* [n_tensors] heap; grows while registering (the count follows n_layers) */
+    int n_tensors, tensors_capacity;
     size_t n_params;
     scalar_t *params;               /* [n_params] backend memory */
     scalar_t *grads;                /* [n_params] backend memory */

@@ -367,15 +367,23 @@ int train_checkpoint_save(const char *dir, Model *m, const AdamW *opt, TrainStat
     join(optim_p, sizeof optim_p, dir, TRAIN_OPTIM_FILE, ".pending");
 
     st->dropout_rng = m->dropout_rng;
-    if (model_save_safetensors(m, model_p, err, errlen) != 0) return -1;
-    if (save_optim(optim_p, m, opt, st->step, err, errlen) != 0) return -1;
     char model_sha[65], optim_sha[65];
-    if (sha256_file_hex(model_p, model_sha, err, errlen) != 0) return -1;
-    if (sha256_file_hex(optim_p, optim_sha, err, errlen) != 0) return -1;
-    cJSON *j = state_to_json(st, model_sha, optim_sha);
-    int rc = json_save_file(state_p, j, err, errlen); /* the commit point */
-    cJSON_Delete(j);
-    if (rc != 0) return -1;
+    int rc = model_save_safetensors(m, model_p, err, errlen);
+    if (rc == 0) rc = save_optim(optim_p, m, opt, st->step, err, errlen);
+    if (rc == 0) rc = sha256_file_hex(model_p, model_sha, err, errlen);
+    if (rc == 0) rc = sha256_file_hex(optim_p, optim_sha, err, errlen);
+    if (rc == 0) {
+        cJSON *j = state_to_json(st, model_sha, optim_sha);
+        rc = json_save_file(state_p, j, err, errlen); /* the commit point */
+        cJSON_Delete(j);
+    }
+    if (rc != 0) {
+        /* Not committed: drop the partial set now (on a full disk it holds the space the next attempt needs); the
+         * previous checkpoint stays the live one. err keeps the first cause. */
+        char ignored[512];
+        train_checkpoint_recover(dir, ignored, sizeof ignored);
+        return -1;
+    }
     return train_checkpoint_recover(dir, err, errlen); /* roll forward: model, optim, then state.json */
 }
 

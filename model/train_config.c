@@ -1,6 +1,7 @@
 /* Strict parsing and validation of run configs (see train_config.h). */
 #include "model/train_config.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -49,7 +50,13 @@ int train_config_from_json(TrainConfig *tc, const cJSON *obj, const char *source
     if (tc->batch_size < 1) BAD("batch_size", "must be >= 1 (got %ld)", tc->batch_size);
     if (tc->n_microbatch < 1 || tc->batch_size % tc->n_microbatch != 0)
         BAD("n_microbatch", "must be >= 1 and divide batch_size %ld (got %ld)", tc->batch_size, tc->n_microbatch);
+    if (tc->n_microbatch > INT_MAX) BAD("n_microbatch", "must be at most %d (got %ld)", INT_MAX, tc->n_microbatch);
     if (tc->context < 2 || tc->context > 1000000) BAD("context", "must be in [2, 1000000] (got %ld)", tc->context);
+    /* The training step counts the tokens of one micro-batch (batch_size / n_microbatch windows of context tokens)
+     * in an int; beyond that the count would wrap and the run would silently use another batch size. */
+    if (tc->batch_size / tc->n_microbatch > INT_MAX / tc->context)
+        BAD("batch_size", "%ld windows per micro-batch (batch_size / n_microbatch) of context %ld tokens is more than "
+            "%d tokens per micro-batch", tc->batch_size / tc->n_microbatch, tc->context, INT_MAX);
     if (!(tc->lr > 0.0) || !isfinite(tc->lr)) BAD("lr", "must be a positive finite number (got %g)", tc->lr);
     if (!(tc->weight_decay >= 0.0) || !isfinite(tc->weight_decay))
         BAD("weight_decay", "must be >= 0 (got %g)", tc->weight_decay);

@@ -69,7 +69,17 @@ int trained_run_open(TrainedRun *r, const char *data_dir, char *err, size_t errl
     }
     if (join_path(path, sizeof path, data_dir, "tokenizer.json", err, errlen)) return -1;
     r->tok = tokenizer_load(path, err, errlen);
-    return r->tok ? 0 : -1;
+    if (!r->tok) return -1;
+    /* The model's ids mean the pieces of the tokenizer it was trained with; data re-tokenized since (another corpus
+     * or vocabulary) would be evaluated and decoded with other pieces, and recorded under the new tokenizer's hash. */
+    if (r->summary.tokenizer_sha256[0] && strcmp(r->summary.tokenizer_sha256, tokenizer_sha256(r->tok)) != 0) {
+        set_err(err, errlen,
+                "%s (sha256 %.12s...) is not the tokenizer %s was trained with (%.12s...): the data was re-tokenized "
+                "since; retrain, or pass the --data the run was trained on",
+                path, tokenizer_sha256(r->tok), r->run_dir, r->summary.tokenizer_sha256);
+        return -1;
+    }
+    return 0;
 }
 
 int trained_run_load_model(TrainedRun *r, const char *backend_name, char *err, size_t errlen) {

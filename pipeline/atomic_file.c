@@ -2,10 +2,12 @@
  * directory. A crash at any point leaves either the old file or the new one, plus at most a stray temporary. */
 #include "pipeline/atomic_file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <libgen.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +66,15 @@ int fsync_dir_of(const char *path) {
     return rc;
 }
 
+int atomic_check_target(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        set_err(err, errlen, "%s: is a directory (expected a file name)", path);
+        return -1;
+    }
+    return 0;
+}
+
 int atomic_open(AtomicFile *af, const char *path, char *err, size_t errlen) {
     memset(af, 0, sizeof *af);
     if (strlen(path) + 32 >= sizeof af->tmp_path) {
@@ -72,9 +83,16 @@ int atomic_open(AtomicFile *af, const char *path, char *err, size_t errlen) {
     }
     snprintf(af->path, sizeof af->path, "%s", path);
     snprintf(af->tmp_path, sizeof af->tmp_path, "%s.tmp.%ld", path, (long)getpid());
+    /* A directory at path would survive until the final rename, after every other file of a set was committed. */
+    if (atomic_check_target(path, err, errlen) != 0) return -1;
     char dir[4096];
     dir_of(path, dir, sizeof dir);
     if (mkdir_p(dir, err, errlen) != 0) return -1;
+    /* Temporaries of this path left by killed writers (possibly large: a shard, predictions) go now. */
+    char prefix[4096], base_buf[4096];
+    snprintf(base_buf, sizeof base_buf, "%s", path);
+    snprintf(prefix, sizeof prefix, "%s.tmp.", basename(base_buf));
+    remove_stale_temps(dir, prefix);
     af->fp = fopen(af->tmp_path, "wb");
     if (!af->fp) {
         set_err(err, errlen, "%s: cannot create: %s", af->tmp_path, strerror(errno));
@@ -228,6 +246,27 @@ int remove_tree(const char *dir) {
     return nftw(dir, remove_entry, 32, FTW_DEPTH | FTW_PHYS);
 }
 
+int remove_stale_temps(const char *dir, const char *prefix) {
+    DIR *dp = opendir(dir);
+    if (!dp) return 0;
+    const size_t plen = strlen(prefix);
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(dp)) != NULL) {
+        if (strncmp(e->d_name, prefix, plen) != 0) continue;
+        const char *digits = e->d_name + plen;
+        char *end = NULL;
+        long pid = strtol(digits, &end, 10);
+        if (*digits < '0' || *digits > '9' || *end != '\0' || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to judge): keep */
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (remove_tree(path) == 0) removed++;
+    }
+    closedir(dp);
+    return removed;
+}
+
 int rename_dir_atomic(const char *tmp_dir, const char *final_dir, char *err, size_t errlen) {
     struct stat st;
     if (lstat(final_dir, &st) != 0) {
@@ -244,6 +283,11 @@ int rename_dir_atomic(const char *tmp_dir, const char *final_dir, char *err, siz
         }
         fsync_dir_of(final_dir);
         return 0;
+    }
+    /* Only a directory is replaced: a file there (a mistyped path) would be swapped out and deleted. */
+    if (!S_ISDIR(st.st_mode)) {
+        set_err(err, errlen, "%s: exists and is not a directory", final_dir);
+        return -1;
     }
     /* The target exists: swap the two in one step where the kernel supports it, so a reader never sees no
      * directory; otherwise move the old one aside first. Either way the old tree is removed afterwards. */

@@ -13,6 +13,8 @@ typedef struct {
 } AtomicFile;
 
 int atomic_open(AtomicFile *af, const char *path, char *err, size_t errlen);   /* creates parent dirs */
+/* The check atomic_open makes on path, for a stage to run before its work: 0, or -1 with "PATH: is a directory". */
+int atomic_check_target(const char *path, char *err, size_t errlen);
 int atomic_commit(AtomicFile *af, char *err, size_t errlen);                   /* flush, fsync, close, rename */
 void atomic_abort(AtomicFile *af);                                              /* close and unlink the temp */
 /* Commits several files as one output set: first flushes and fsyncs every temporary (where a full disk or an I/O
@@ -25,6 +27,10 @@ int mkdir_p(const char *dir, char *err, size_t errlen);
 int fsync_dir_of(const char *path);
 int rename_dir_atomic(const char *tmp_dir, const char *final_dir, char *err, size_t errlen); /* replaces final_dir */
 int remove_tree(const char *dir); /* rm -rf */
+/* Removes every entry of dir named <prefix><pid> (a temporary file or tree) whose process no longer exists: what a
+ * writer killed before its rename (SIGKILL, or a signal it does not handle) leaves behind. Entries of live processes,
+ * and names not of that form, are kept. Returns how many were removed. */
+int remove_stale_temps(const char *dir, const char *prefix);
 int file_exists(const char *path);
 
 #endif

@@ -8,7 +8,8 @@
 
 static const char *type_meta(OptType t) {
     switch (t) {
-    case OPT_STRING: return "VALUE";
+    case OPT_STRING:
+    case OPT_STRING_OR_EMPTY: return "VALUE";
     case OPT_INT: return "N";
     case OPT_DOUBLE: return "X";
     case OPT_FLAG: return "";
@@ -41,6 +42,10 @@ static void assign(const char *program, const CliOption *o, const char *value) {
     char *end = NULL;
     switch (o->type) {
     case OPT_STRING:
+        if (!value[0]) usage_error(program, "--%s: empty value%s", o->name, "");
+        *(const char **)o->target = value;
+        break;
+    case OPT_STRING_OR_EMPTY:
         *(const char **)o->target = value;
         break;
     case OPT_INT: {

@@ -1,16 +1,18 @@
 /* Command-line parsing shared by every stage: long options only (--name value, --name=value, --flag),
- * --help prints the usage and exits 0, an unknown option or a missing value is one error line and exit 2. */
+ * --help prints the usage and exits 0, an unknown option, a missing or empty value is one error line and exit 2. */
 #ifndef PIPELINE_CLI_H
 #define PIPELINE_CLI_H
 
 #include <stdbool.h>
 
-typedef enum { OPT_STRING, OPT_INT, OPT_DOUBLE, OPT_FLAG } OptType;
+/* OPT_STRING refuses an empty value (an unset shell variable: "--out $DIR" with DIR empty would otherwise mean "/"
+ * once joined with a file name); OPT_STRING_OR_EMPTY is for options where '' means something. */
+typedef enum { OPT_STRING, OPT_STRING_OR_EMPTY, OPT_INT, OPT_DOUBLE, OPT_FLAG } OptType;
 
 typedef struct {
     const char *name;     /* without the leading "--" */
     OptType type;
-    void *target;         /* const char **, long *, double *, bool * */
+    void *target;         /* const char ** (both string types), long *, double *, bool * */
     const char *help;     /* one line; include the default */
     bool required;
 } CliOption;

@@ -208,6 +208,14 @@ int json_reader_finish(JsonReader *r, char *err, size_t errlen) {
     return 0;
 }
 
+int json_check_sections(const cJSON *root, const char *source, const char *const *sections, int n_sections, char *err,
+                        size_t errlen) {
+    JsonReader r;
+    json_reader_init(&r, root, source, "");
+    for (int i = 0; i < n_sections; i++) json_get_object(&r, sections[i], false);
+    return json_reader_finish(&r, err, errlen);
+}
+
 /* The text json_save_file writes: pretty-printed with a trailing newline (malloc'd; NULL when out of memory). */
 static char *json_file_text(const cJSON *json) {
     char *text = cJSON_Print(json);

@@ -37,6 +37,12 @@ const cJSON *json_get_object(JsonReader *r, const char *key, bool required);
 const cJSON *json_get_array(JsonReader *r, const char *key, bool required);
 int json_reader_finish(JsonReader *r, char *err, size_t errlen); /* 0 ok, -1 error (message in err) */
 
+/* The top level of a file shared by several readers (data.json: fetch and tokenize each read their own section):
+ * an object holding only the named sections, each an object, none twice; any of them may be absent (its reader
+ * requires it). Returns 0, or -1 with "<source>: unknown key X" / "duplicate key X" / "X: expected an object". */
+int json_check_sections(const cJSON *root, const char *source, const char *const *sections, int n_sections, char *err,
+                        size_t errlen);
+
 /* "a string", "a number", ...: the JSON type of v, for "expected X, got Y" messages. */
 const char *json_type_name(const cJSON *v);
 

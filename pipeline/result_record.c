@@ -334,6 +334,7 @@ int train_summary_load(TrainSummary *s, const char *path, char *err, size_t errl
     get_sha(&r, "config_sha256", s->config_sha256);
     json_get_int(&r, "n_params", &s->n_params, true);
     get_str(&r, "code_version", s->code_version, sizeof s->code_version, true);
+    if (cJSON_GetObjectItemCaseSensitive(j, "tokenizer_sha256")) get_sha(&r, "tokenizer_sha256", s->tokenizer_sha256);
     /* train owns this file and may add fields: only the reader's own errors count, not unknown keys. */
     int rc = 0;
     if (r.error[0]) {

@@ -84,6 +84,7 @@ typedef struct {
     long steps, tokens, n_params;
     double wall_time_s, final_train_loss, tokens_per_s;
     char backend[16], hardware[256], precision[16], config_sha256[65], code_version[128];
+    char tokenizer_sha256[65]; /* the tokenizer the run was trained with; "" in summaries written before it was */
 } TrainSummary;
 
 int train_summary_load(TrainSummary *s, const char *path, char *err, size_t errlen);

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -507,15 +508,17 @@ int st_writer_save(StWriter *w, const char *path, char *err, size_t errlen) {
     }
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)h.n >> (8 * i));
+    errno = 0;
     int ok = fwrite(len8, 1, 8, af.fp) == 8 && fwrite(h.s, 1, h.n, af.fp) == h.n;
     for (int k = 0; ok && k < w->n; k++) {
         const struct StWTensor *t = &w->t[order[k]];
         if (t->bytes > 0) ok = fwrite(t->data, 1, t->bytes, af.fp) == t->bytes;
     }
+    int write_errno = errno ? errno : EIO; /* e.g. ENOSPC: the one thing the user needs to know */
     free(order);
     free(h.s);
     if (!ok) {
-        set_err(err, errlen, "%s: write failed", path);
+        set_err(err, errlen, "%s: write failed: %s", path, strerror(write_errno));
         atomic_abort(&af);
         return -1;
     }

@@ -225,6 +225,8 @@ int main(int argc, char **argv) {
     const double t0 = now_seconds();
     char err[2048], path[4300], out_dir[4096];
     dir_of(out_path, out_dir, sizeof out_dir);
+    /* Before any map is written beside it: a directory at --out would only fail the last write. */
+    if (atomic_check_target(out_path, err, sizeof err) != 0) die("--out: %s", err);
 
     TrainedRun tr;
     if (trained_run_read_config(&tr, run_dir, config_path, err, sizeof err)) die("%s", err);

@@ -28,6 +28,7 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/trained_run.h"
+#include "pipeline/atomic_file.h"
 #include "pipeline/cli.h"
 #include "pipeline/config.h"
 #include "pipeline/log.h"
@@ -152,7 +153,7 @@ static void set_predictions_alloc(SetPredictions *p, const EvalExample *ex, long
 }
 
 /* Examples of a shard (ids widened to int32), validated. Caller frees ex[0].tokens' block and ex. */
-static EvalExample *shard_examples(const Shard *sh, const char *path, long n, int32_t **block_out) {
+static EvalExample *shard_examples(const Shard *sh, const char *path, long n, int vocab, int32_t **block_out) {
     uint64_t total = 0;
     for (long i = 0; i < n; i++) total += sh->examples[i].q_len + sh->examples[i].a_len;
     int32_t *block = xmalloc((size_t)(total + 1) * sizeof(int32_t));
@@ -166,7 +167,13 @@ static EvalExample *shard_examples(const Shard *sh, const char *path, long n, in
         ex[i].q_len = (int)e->q_len;
         ex[i].a_len = (int)e->a_len;
         ex[i].module = (int)e->module;
-        for (uint32_t k = 0; k < e->q_len + e->a_len; k++) block[at + k] = sh->tokens[e->q_start + k];
+        for (uint32_t k = 0; k < e->q_len + e->a_len; k++) {
+            /* Checked here, where the file and example can be named (the model's own check cannot). */
+            if (sh->tokens[e->q_start + k] >= vocab)
+                die("%s: example %ld: token id %u >= vocabulary size %d (corrupt shard?)", path, i,
+                    sh->tokens[e->q_start + k], vocab);
+            block[at + k] = sh->tokens[e->q_start + k];
+        }
         at += e->q_len + e->a_len;
     }
     *block_out = block;
@@ -189,7 +196,7 @@ static void evaluate_set(Model *m, const Shard *sh, const char *path, const Eval
     long n = (long)sh->n_examples;
     if (ec->max_examples_per_set > 0 && ec->max_examples_per_set < n) n = ec->max_examples_per_set;
     int32_t *block = NULL;
-    EvalExample *ex = shard_examples(sh, path, n, &block);
+    EvalExample *ex = shard_examples(sh, path, n, V, &block);
     int max_len = 1;
     for (long i = 0; i < n; i++) max_len = ex[i].q_len + ex[i].a_len > max_len ? ex[i].q_len + ex[i].a_len : max_len;
 
@@ -389,6 +396,9 @@ int main(int argc, char **argv) {
         die("--out: %s", err);
     }
     if (strcmp(pred_path, out_path) == 0) die("--predictions: %s is also --out (they must be two files)", pred_path);
+    /* Before the evaluation, not after it (a directory there would only show at the last rename). */
+    if (atomic_check_target(out_path, err, sizeof err) != 0) die("--out: %s", err);
+    if (atomic_check_target(pred_path, err, sizeof err) != 0) die("--predictions: %s", err);
 
     /* Run config: model/train sections through the shared parser, evaluate section here; then training must have
      * finished with this very config. */
@@ -406,6 +416,8 @@ int main(int argc, char **argv) {
     for (int s = 0; s < EVAL_N_SETS; s++) {
         snprintf(shard_path[s], sizeof shard_path[s], "%s/%s.shard", data_dir, EVAL_SET_NAMES[s]);
         if (shard_read(&shards[s], shard_path[s], err, sizeof err)) die("%s", err);
+        if (strcmp(shards[s].split, EVAL_SET_NAMES[s]) != 0) /* a copied or renamed file: the sets would swap */
+            die("%s: split is \"%s\", expected \"%s\"", shard_path[s], shards[s].split, EVAL_SET_NAMES[s]);
         if (strcmp(shards[s].tokenizer_sha256, tokenizer_sha256(tok)) != 0)
             die("%s: tokenizer_sha256 %.12s... does not match %s/tokenizer.json (%.12s...)", shard_path[s],
                 shards[s].tokenizer_sha256, data_dir, tokenizer_sha256(tok));

@@ -129,28 +129,13 @@ static int hash_archive(const char *path, char hex[65], int64_t *bytes, char *er
 }
 
 /* Removes OUT.tmp.<pid> trees left by fetch processes that no longer exist (killed mid-extraction). */
-static void remove_stale_temps(const char *out_dir) {
-    char dir[PATH_MAX], base[PATH_MAX];
+static void remove_stale_fetch_temps(const char *out_dir) {
+    char dir[PATH_MAX], base[PATH_MAX], prefix[PATH_MAX + 8];
     snprintf(dir, sizeof dir, "%s", out_dir);
     snprintf(base, sizeof base, "%s", out_dir);
-    char *d = dirname(dir), *b = basename(base);
-    DIR *dp = opendir(d);
-    if (!dp) return;
-    char prefix[PATH_MAX];
-    snprintf(prefix, sizeof prefix, "%s.tmp.", b);
-    struct dirent *e;
-    while ((e = readdir(dp)) != NULL) {
-        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
-        char *end = NULL;
-        long pid = strtol(e->d_name + strlen(prefix), &end, 10);
-        if (!end || *end != '\0' || pid <= 0) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* still running (or not ours to judge) */
-        char path[PATH_MAX + 300];
-        snprintf(path, sizeof path, "%s/%s", d, e->d_name);
-        log_info("removing stale temporary tree %s", path);
-        remove_tree(path);
-    }
-    closedir(dp);
+    snprintf(prefix, sizeof prefix, "%s.tmp.", basename(base));
+    int n = remove_stale_temps(dirname(dir), prefix);
+    if (n > 0) log_info("removed %d stale temporary tree(s) %s<pid> of killed fetch runs", n, prefix);
 }
 
 static void lower(char *s) {
@@ -273,7 +258,7 @@ int main(int argc, char **argv) {
         {"manifest", OPT_STRING, &manifest_opt, "dataset manifest (default " DEFAULT_MANIFEST ")", false},
         {"downloads", OPT_STRING, &net.downloads, "download directory (default data/downloads)", false},
         {"tokenizer-corpus-pairs", OPT_INT, &corpus_pairs, "pairs per train-easy file for the tokenizer corpus (default 10000)", false},
-        {"tokenizer-corpus-source", OPT_STRING, &corpus_source, "take the tokenizer corpus from this archive (same kinds "
+        {"tokenizer-corpus-source", OPT_STRING_OR_EMPTY, &corpus_source, "take the tokenizer corpus from this archive (same kinds "
                                                                 "as --source; '' = the --source archive, the default)", false},
         {"retries", OPT_INT, &net.retries, "download retries after the first attempt (default 5)", false},
         {"connect-timeout", OPT_INT, &net.connect_timeout, "connect timeout in seconds (default 30)", false},
@@ -284,6 +269,11 @@ int main(int argc, char **argv) {
     if (net.retries < 0 || net.retries > 100) die("--retries must be in [0, 100], got %ld", net.retries);
     if (net.connect_timeout <= 0 || net.low_speed_time <= 0) die("--connect-timeout and --low-speed-time must be positive");
     if (!out[0]) die("--out must not be empty");
+    struct stat out_st; /* before any download: the output tree replaces only a directory */
+    if (lstat(out, &out_st) == 0 && S_ISLNK(out_st.st_mode))
+        die("--out %s: is a symbolic link (the output tree replaces --out as a whole): pass the directory it points to",
+            out);
+    if (lstat(out, &out_st) == 0 && !S_ISDIR(out_st.st_mode)) die("--out %s: exists and is not a directory", out);
     char err[8192];
 
     /* Precedence: an option given on the command line, then the config file, then the built-in default. */
@@ -352,6 +342,9 @@ int main(int argc, char **argv) {
                        corpus_source, corpus_source ? corpus_ar.sha256 : NULL, corpus_source ? corpus_ar.bytes : 0};
     char manifest_path[PATH_MAX + 64];
     snprintf(manifest_path, sizeof manifest_path, "%s/manifest.json", out);
+    /* Before the up-to-date check, which ends the run early: a tree of a killed extraction (gigabytes with the
+     * official archive) must not outlive it just because the next run had nothing to do. */
+    remove_stale_fetch_temps(out);
     if (fetch_output_up_to_date(manifest_path, &rec)) {
         printf("fetch: %s is up to date (archive %.12s, filter %s", out, main_ar.sha256, filter);
         if (corpus_source) printf(", tokenizer corpus from archive %.12s", corpus_ar.sha256);
@@ -362,7 +355,6 @@ int main(int argc, char **argv) {
     }
 
     /* Everything goes into OUT.tmp.<pid>, renamed into place once at the end. */
-    remove_stale_temps(out);
     char tmp[PATH_MAX + 64];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
     remove_tree(tmp);

@@ -106,10 +106,38 @@ static void load_run(RunData *r, const char *runs_dir, const char *name) {
     snprintf(path, sizeof path, "%s/analysis.json", r->dir);
     if (file_exists(path)) {
         if (analysis_record_load(&r->ana, path, err, sizeof err)) die("%s", err);
+        if (strcmp(r->ana.run, name) != 0) die("%s: run is \"%s\", expected \"%s\"", path, r->ana.run, name);
         r->has_analysis = true;
     }
+    /* Curves are drawn for finished runs only; a run still training, or killed in the middle of a line, must not
+     * stop the report of the others. */
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->dir);
-    if (file_exists(path)) load_metrics(r, path);
+    if (r->has_result && file_exists(path)) load_metrics(r, path);
+}
+
+/* The report sets runs side by side, so their records must come from one tokenizer and one pair of eval sets; a run
+ * evaluated before the data was re-tokenized (or copied from another experiment) would be compared on other
+ * examples without a word. Dies naming the first two records that differ. */
+static void require_same_data(const RunData *runs, int n) {
+    const RunData *first = NULL;
+    for (int i = 0; i < n; i++) {
+        const RunData *r = &runs[i];
+        if (!r->has_result) continue;
+        if (!first) {
+            first = r;
+            continue;
+        }
+        const char *what = strcmp(r->res.tokenizer_sha256, first->res.tokenizer_sha256) != 0 ? "tokenizer_sha256"
+                           : strcmp(r->res.interpolate_sha256, first->res.interpolate_sha256) != 0
+                               ? "dataset.interpolate_sha256"
+                           : strcmp(r->res.extrapolate_sha256, first->res.extrapolate_sha256) != 0
+                               ? "dataset.extrapolate_sha256"
+                               : NULL;
+        if (what)
+            die("%s/result.json: %s differs from %s/result.json's: the runs were evaluated on other data; re-evaluate "
+                "or move one away",
+                r->dir, what, first->dir);
+    }
 }
 
 /* An analysis with maps (present and not disabled by the run config). */
@@ -698,12 +726,13 @@ int report_main(int argc, char **argv) {
     struct stat st;
     if (stat(runs_dir, &st) != 0 || !S_ISDIR(st.st_mode))
         die("%s: not a directory (the runs of the experiment, e.g. runs/tiny)", runs_dir);
-    char err[1024];
-    if (mkdir_p(out, err, sizeof err)) die("%s", err);
     int n = 0;
     char **names = list_runs(runs_dir, expected, &n);
     RunData *runs = xcalloc((size_t)n + 1, sizeof *runs);
     for (int i = 0; i < n; i++) load_run(&runs[i], runs_dir, names[i]);
+    require_same_data(runs, n);
+    char err[1024];
+    if (mkdir_p(out, err, sizeof err)) die("%s", err); /* after every record was read: a bad one leaves no output */
 
     Doc d = {.out_dir = out};
     sb_init(&d.md);

@@ -315,6 +315,8 @@ static void write_summary(Trainer *t) {
     cJSON_AddStringToObject(s, "config_sha256", t->config_sha256);
     cJSON_AddNumberToObject(s, "n_params", (double)model_n_params(t->m));
     cJSON_AddStringToObject(s, "code_version", CODE_VERSION);
+    /* evaluate and analyze check it: a re-tokenized data directory would otherwise decode with other pieces */
+    cJSON_AddStringToObject(s, "tokenizer_sha256", t->shard.tokenizer_sha256);
     if (json_save_file(t->summary_path, s, err, sizeof err) != 0) die("%s", err);
     cJSON_Delete(s);
 }
@@ -426,15 +428,17 @@ int main(int argc, char **argv) {
     load_config(&t);
     load_data(&t);
     create_model(&t);
-    start_or_resume(&t);
     log_info("%s: %s, %zu parameters, backend %s (%s), %ld steps x %ld windows x %ld tokens, %s loss", t.a.config_path,
              t.mc.arch == ARCH_MOEUT ? "moeut" : "dense", model_n_params(t.m), t.be->name, t.be->device_name,
              t.tc.steps, t.tc.batch_size, t.tc.context, t.tc.loss_on_target_only ? "answer-only" : "Q+A");
     const int bm = (int)(t.tc.batch_size / t.tc.n_microbatch);
-    model_reserve_activations(t.m, bm * (int)t.tc.context, 0); /* the whole arena now: a step never allocates */
+    /* The whole arena now (a step never allocates), and before start_or_resume: a config too large for the memory
+     * must fail while an earlier run in --out is still there, not after starting over has removed it. */
+    model_reserve_activations(t.m, bm * (int)t.tc.context, 0);
     log_info("memory: parameters %.2f MiB (x4 with gradients and AdamW m, v), activations %.2f MiB for %d x %ld tokens",
              (double)model_n_params(t.m) * sizeof(scalar_t) / 1048576.0, (double)model_activation_bytes(t.m) / 1048576.0,
              bm, t.tc.context);
+    start_or_resume(&t);
 
     int rc = 0;
     if (t.st.step < t.tc.steps || !file_exists(t.summary_path)) {

@@ -92,6 +92,23 @@ check "no temporary tree left" no_temp_trees "$T/raw"
 run_fetch --source "$BASE/good.tar.gz" --downloads "$DL" --out "$T/raw" --tokenizer-corpus-pairs 100
 check "rerun is 'up to date' and downloads nothing" log_has "up to date"
 check "rerun made no new request" test "$(grep -c 'good.tar.gz' "$T/server.log")" = 1
+# --out naming an existing file (a mistyped path): refused before downloading, the file kept (it used to be replaced
+# by the extracted tree).
+echo keep >"$T/afile"
+run_fetch --source "$BASE/good.tar.gz" --downloads "$DL" --out "$T/afile"
+check "--out an existing file: exit 1" test $? = 1
+check "--out an existing file: named" log_has "--out $T/afile: exists and is not a directory"
+check "--out an existing file: the file is kept" test "$(cat "$T/afile" 2>/dev/null)" = keep
+mkdir -p "$T/real_raw"; ln -s "$T/real_raw" "$T/link_raw"
+run_fetch --source "$BASE/good.tar.gz" --downloads "$DL" --out "$T/link_raw"
+check "--out a symbolic link: refused, naming it" log_has "--out $T/link_raw: is a symbolic link"
+check "--out a symbolic link: the link is kept" test -L "$T/link_raw"
+# A tree of a killed extraction (fetch has no signal handler) goes on the next run, even an up-to-date one.
+DEAD=$(sh -c 'echo $$')
+mkdir -p "$T/raw.tmp.$DEAD/mathematics_dataset-v1.0"
+run_fetch --source "$BASE/good.tar.gz" --downloads "$DL" --out "$T/raw" --tokenizer-corpus-pairs 100
+check "up-to-date rerun removes the temporary tree of a dead fetch" test ! -e "$T/raw.tmp.$DEAD"
+check "up-to-date rerun keeps the output" verify_manifest "$T/raw" "$SHA" "$BASE/good.tar.gz" 6
 
 # 2. Resume: the first request drops mid-body; with no retries the run fails and keeps the .part; the rerun resumes.
 DL2=$T/dl2

@@ -88,6 +88,12 @@ printf '{"tokenize": {}}\n' >"$T/nosection.json"
 run_fetch --config "$T/nosection.json" --out "$T/bad_nosection"
 check "no fetch section: refused, naming it" log_has "$T/nosection.json: missing required key fetch"
 check "no fetch section: no output" nothing_at "$T/bad_nosection"
+# the top level of data.json: a section given twice (cJSON keeps both and the first used to win silently)
+printf '{"fetch": {"source": "embedded"}, "fetch": {"source": "%s"}}\n' "$WWW/main.tar.gz" >"$T/twice.json"
+run_fetch --config "$T/twice.json" --out "$T/bad_twice"
+check "fetch section twice: refused, naming it" log_has "$T/twice.json: duplicate key fetch"
+check "fetch section twice: one error line" one_error_line
+check "fetch section twice: no output" nothing_at "$T/bad_twice"
 printf '{"fetch": {"source": "x",}}\n' >"$T/syntax.json"
 run_fetch --config "$T/syntax.json" --out "$T/bad_syntax"
 check "invalid JSON: refused with file:line:column" log_has "$T/syntax.json:1:"

@@ -59,6 +59,20 @@ done
 [ "$(ls -A "$tmp/out1" | wc -l)" = 5 ] || { ls -la "$tmp/out1"; echo "FAIL: unexpected files in the output"; exit 1; }
 echo "ok: two runs give byte-identical outputs"
 
+# ---- staging directories of killed runs (tokenize has no signal handler: SIGINT/SIGTERM/SIGKILL leave
+# OUT/.tokenize.tmp.<pid>, with the full dataset gigabytes of shards) are removed by the next run; a live one stays ----
+dead=$(sh -c 'echo $$')
+mkdir -p "$tmp/out2/.tokenize.tmp.$dead" "$tmp/out2/.tokenize.tmp.$$"
+echo x >"$tmp/out2/.tokenize.tmp.$dead/train.shard.tmp.$dead"
+bin/tokenize --raw "$tmp/raw" --config "$tmp/data.json" --out "$tmp/out2" 2>"$tmp/stale.log" \
+  || { cat "$tmp/stale.log"; echo "FAIL: tokenize over stale staging directories"; exit 1; }
+[ ! -e "$tmp/out2/.tokenize.tmp.$dead" ] || { echo "FAIL: the staging directory of a dead run was left"; exit 1; }
+[ -d "$tmp/out2/.tokenize.tmp.$$" ] || { echo "FAIL: the staging directory of a live process was removed"; exit 1; }
+grep -q "removed 1 stale staging directory" "$tmp/stale.log" || { cat "$tmp/stale.log"; echo "FAIL: not logged"; exit 1; }
+rmdir "$tmp/out2/.tokenize.tmp.$$"
+for f in $outputs; do cmp "$tmp/out1/$f" "$tmp/out2/$f" || { echo "FAIL: $f differs after the cleanup run"; exit 1; }; done
+echo "ok: stale staging directories of killed runs are removed"
+
 # ---- the manifest and the shards as a reader sees them ----
 "$PY" - "$tmp/out1" <<'EOF'
 import hashlib, json, struct, sys

@@ -68,3 +68,35 @@ rc=0
 bin/train --data "$tmp/data" --out "$tmp/bad" 2>/dev/null || rc=$?
 [ "$rc" = 2 ] || fail "missing --config: exit status $rc, expected 2"
 echo "ok: bad inputs"
+
+# ---- a config too large for the memory, run over a finished run: the error comes before starting over ----
+# (context 10^6 x 2048 windows of d_model 4096: petabytes of activations, beyond any machine's address space.) The
+# arena used to be allocated after start_or_resume had removed the earlier run's checkpoint and summary.
+cp -r "$tmp/nan" "$tmp/big"
+train_config "$tmp/big.json.tmp" dense qa 4 context=1000000 batch_size=2048
+sed 's/"d_model": 64/"d_model": 4096/' "$tmp/big.json.tmp" >"$tmp/big.json"
+before=$(cd "$tmp/big" && sha256sum model.safetensors optim.safetensors state.json train_summary.json metrics.jsonl)
+rc=0
+bin/train --config "$tmp/big.json" --data "$tmp/data" --out "$tmp/big" --threads 1 2>"$tmp/big.log" || rc=$?
+[ "$rc" = 1 ] || { cat "$tmp/big.log"; fail "too large: exit status $rc, expected 1"; }
+grep -q "out of memory" "$tmp/big.log" || { cat "$tmp/big.log"; fail "too large: no out-of-memory message"; }
+[ "$(grep -c 'error' "$tmp/big.log")" = 1 ] || { cat "$tmp/big.log"; fail "too large: expected one error line"; }
+after=$(cd "$tmp/big" && sha256sum model.safetensors optim.safetensors state.json train_summary.json metrics.jsonl 2>&1 || true)
+[ "$before" = "$after" ] || fail "too large: the earlier run in --out was changed or removed: $after"
+echo "ok: a config too large for the memory leaves the earlier run in --out intact"
+
+# ---- a checkpoint that cannot be written (a full disk, here a file size limit: EFBIG instead of ENOSPC) ----
+# One error line with the cause, exit 1, and no partial .pending files left holding the space; the limit (in KiB)
+# lets model.safetensors (~0.9 MB for this model) through and stops optim.safetensors (twice that).
+train_config "$tmp/fsz.json" dense qa 4 checkpoint_every=2
+rc=0
+( ulimit -f 1500; trap '' XFSZ; exec bin/train --config "$tmp/fsz.json" --data "$tmp/data" --out "$tmp/fsz" --threads 1 ) \
+  2>"$tmp/fsz.log" || rc=$?
+[ "$rc" = 1 ] || { cat "$tmp/fsz.log"; fail "checkpoint write failure: exit status $rc, expected 1"; }
+grep -q "optim.safetensors.pending.*: write failed: File too large" "$tmp/fsz.log" \
+  || { cat "$tmp/fsz.log"; fail "checkpoint write failure: the message does not give the cause"; }
+[ "$(grep -c 'error' "$tmp/fsz.log")" = 1 ] || { cat "$tmp/fsz.log"; fail "checkpoint write failure: expected one error line"; }
+left=$(ls -A "$tmp/fsz" | grep -E 'pending|\.tmp\.' || true)
+[ -z "$left" ] || fail "checkpoint write failure: partial files left: $left"
+[ ! -e "$tmp/fsz/state.json" ] || fail "checkpoint write failure: a state.json was committed"
+echo "ok: a checkpoint that cannot be written is one error with its cause and leaves no partial files"

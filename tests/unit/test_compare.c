@@ -129,7 +129,25 @@ START_TEST(only_selects_runs) {
     char *all[] = {"compare", a1, a2, NULL};
     ck_assert_int_eq(compare_main(3, all), 1);
     char *only_dense[] = {"compare", a1, a2, "--only", "dense_qa", NULL};
-    ck_assert_int_eq(compare_main(5, only_dense), 0);
+    /* stdout to a file: the note on moeut_qa, which has a baseline, must not claim it has none */
+    char out_path[700];
+    snprintf(out_path, sizeof out_path, "%s/stdout.txt", g_dir);
+    fflush(stdout);
+    int saved = dup(1);
+    FILE *cap = fopen(out_path, "w");
+    ck_assert_ptr_nonnull(cap);
+    dup2(fileno(cap), 1);
+    int rc = compare_main(5, only_dense);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    fclose(cap);
+    ck_assert_int_eq(rc, 0);
+    char *text = rtu_read(out_path);
+    const char *note = strstr(text, "note:") ? strstr(text, "note:") : "(no note)";
+    ck_assert_msg(strstr(text, "moeut_qa/result.json not compared (not in --only)"), "%.300s", note);
+    ck_assert_msg(!strstr(text, "no baseline"), "%.300s", note);
+    free(text);
     char *only_moeut[] = {"compare", a1, a2, "--only=moeut_qa", NULL};
     ck_assert_int_eq(compare_main(4, only_moeut), 1);
     char *unknown[] = {"compare", a1, a2, "--only=dense_qa,moeut_answer", NULL};

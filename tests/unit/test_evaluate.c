@@ -10,6 +10,9 @@
 #include "tests/unit/model_test_util.h"
 #include "tests/unit/suite_runner.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 /* The model's own greedy continuation of q (n tokens), computed with plain full forwards. */
 static void greedy_full(Model *m, int32_t *seq, int q_len, int n) {
     const int V = model_config(m)->n_tokens;
@@ -191,6 +194,51 @@ START_TEST(whole_set_aggregation) {
 }
 END_TEST
 
+/* A token id outside the vocabulary in an eval shard (a corrupt file) is one error naming the shard and the example;
+ * it used to reach the model's own check, whose "model: token[3] = ..." named neither. */
+START_TEST(bad_token_id_names_the_shard) {
+    ModelConfig c = mtu_tiny_dense();
+    Backend *be = mtu_backend();
+    Model *m = mtu_noisy_model(be, c, 3);
+    uint16_t tokens[6] = {1, 2, 3, (uint16_t)c.n_tokens, 4, 5};
+    ShardExample exs[2] = {{0, 2, 1, 0, 0}, {3, 2, 1, 0, 0}};
+    char *mods[1] = {"arithmetic__a"};
+    Shard sh = {0};
+    snprintf(sh.split, sizeof sh.split, "interpolate");
+    sh.n_examples = 2;
+    sh.n_tokens = 6;
+    sh.n_modules = 1;
+    sh.modules = mods;
+    sh.examples = exs;
+    sh.tokens = tokens;
+    char log_path[64];
+    snprintf(log_path, sizeof log_path, "/tmp/test_evaluate.%ld.log", (long)getpid());
+    fflush(stderr);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        FILE *f = freopen(log_path, "w", stderr);
+        if (!f) _exit(99);
+        EvalConfig ec = {0, 0};
+        SetEval out;
+        evaluate_set(m, &sh, "data/x/interpolate.shard", &ec, 1, &out, NULL);
+        _exit(0);
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    FILE *f = fopen(log_path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512] = "";
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    fclose(f);
+    unlink(log_path);
+    ck_assert_msg(strstr(line, "data/x/interpolate.shard: example 1: token id 11 >= vocabulary size 11"), "%s", line);
+    model_free(m);
+    backend_destroy(be);
+}
+END_TEST
+
 START_TEST(row_helpers) {
     const float row[5] = {0.5f, 2.0f, 2.0f, -1.0f, 1.0f};
     ck_assert_int_eq(row_argmax(row, 5), 1); /* ties: lowest index */
@@ -210,6 +258,7 @@ int main(void) {
     tcase_add_test(tc, moeut_random_model);
     tcase_add_test(tc, whole_set_aggregation);
     tcase_add_test(tc, row_helpers);
+    tcase_add_test(tc, bad_token_id_names_the_shard);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -256,6 +256,31 @@ START_TEST(checkpoint_round_trip) {
 }
 END_TEST
 
+/* A deep dense model (12 tensors per layer, so 48 layers are 579 tensors): once refused by a fixed registry limit of
+ * 256 tensors ("model: too many tensors", not naming the config) for any n_layers above 21. Every layer registers and
+ * its checkpoint round-trips. */
+START_TEST(deep_model_registers_every_layer) {
+    ModelConfig c = mtu_tiny_dense();
+    c.n_layers = 48;
+    Backend *be = mtu_backend();
+    Model *a = mtu_noisy_model(be, c, 9);
+    ck_assert_int_eq(model_n_tensors(a), 1 + 12 * 48 + 2 + 1 + 1); /* embedding, layers, out norm, head, head bias */
+    ck_assert_ptr_nonnull(model_find_tensor(a, "transformer.layers.47.ln2.bias"));
+    char err[512] = "";
+    const char *path = tmp_path("deep.safetensors");
+    ck_assert_msg(model_save_safetensors(a, path, err, sizeof err) == 0, "%s", err);
+    Model *b = model_create(&c, be);
+    ck_assert_msg(model_load_safetensors(b, path, err, sizeof err) == 0, "%s", err);
+    scalar_t *pa = mtu_download(a, model_params(a)), *pb = mtu_download(b, model_params(b));
+    ck_assert(memcmp(pa, pb, model_n_params(a) * sizeof(scalar_t)) == 0);
+    free(pa);
+    free(pb);
+    model_free(a);
+    model_free(b);
+    backend_destroy(be);
+}
+END_TEST
+
 /* Writes the model's tensors as a safetensors file, with one tensor changed by `mode`:
  * 0 = as is in F64, 1 = drop `name`, 2 = wrong shape for `name`, 3 = extra tensor, 4 = `name` as I32, 5 = BF16. */
 static void write_variant(Model *m, const char *path, int mode, const char *name) {
@@ -366,6 +391,7 @@ int main(void) {
     tcase_add_test(tc, run_layers_captures);
     tcase_add_test(tc, train_step_loss_and_accumulation);
     tcase_add_test(tc, checkpoint_round_trip);
+    tcase_add_test(tc, deep_model_registers_every_layer);
     tcase_add_test(tc, checkpoint_dtypes_and_rejection);
     suite_add_tcase(s, tc);
     return run_test_suite(s);

@@ -116,6 +116,7 @@ START_TEST(init_statistics_244M) {
     }
     m->impl->destroy(m);
     be->free(be, m->params);
+    free(m->tensors); /* the registry's array (model_free's part of a Model) */
     free(m);
     backend_destroy(be);
 }

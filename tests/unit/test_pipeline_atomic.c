@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "pipeline/atomic_file.h"
@@ -41,6 +42,77 @@ static void read_str(const char *path, char *out, size_t outlen) {
     memcpy(out, data, n + 1);
     free(data);
 }
+
+/* A pid that no longer runs: a child that has exited and been reaped. */
+static long dead_pid(void) {
+    pid_t c = fork();
+    ck_assert_int_ge(c, 0);
+    if (c == 0) _exit(0);
+    ck_assert_int_eq(waitpid(c, NULL, 0), c);
+    return (long)c;
+}
+
+static void touch(const char *dir, const char *name) {
+    char p[900], err[256];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    ck_assert_int_eq(write_file_atomic(p, "x", 1, err, sizeof err), 0);
+}
+
+/* Writers killed before their rename (kill -9, or tokenize/fetch on SIGINT) left their temporaries forever; now the
+ * next writer of the same output removes those of dead processes and keeps the rest. */
+START_TEST(stale_temps_of_dead_writers_are_removed) {
+    char name[700], sub[700], err[256];
+    long dead = dead_pid();
+    snprintf(name, sizeof name, "out.json.tmp.%ld", dead);
+    touch(g_dir, name);
+    snprintf(name, sizeof name, "out.json.tmp.%ld", (long)getppid()); /* alive: kept */
+    touch(g_dir, name);
+    touch(g_dir, "out.json.tmp.notapid");
+    touch(g_dir, "other.json.tmp.1x");
+    snprintf(sub, sizeof sub, "%s/.stage.tmp.%ld", g_dir, dead); /* a whole tree */
+    ck_assert_int_eq(mkdir_p(sub, err, sizeof err), 0);
+    touch(sub, "big.shard");
+    ck_assert_int_eq(count_entries(g_dir), 5);
+
+    char path[700];
+    snprintf(path, sizeof path, "%s/out.json", g_dir);
+    ck_assert_int_eq(write_file_atomic(path, "new", 3, err, sizeof err), 0);
+    ck_assert_int_eq(count_entries(g_dir), 5); /* out.json in, the dead writer's temporary out */
+    snprintf(name, sizeof name, "%s/out.json.tmp.%ld", g_dir, dead);
+    ck_assert(!file_exists(name));
+    snprintf(name, sizeof name, "%s/out.json.tmp.%ld", g_dir, (long)getppid());
+    ck_assert(file_exists(name));
+
+    ck_assert_int_eq(remove_stale_temps(g_dir, ".stage.tmp."), 1);
+    ck_assert(!file_exists(sub));
+    ck_assert_int_eq(remove_stale_temps(g_dir, "out.json.tmp."), 0);
+    ck_assert_int_eq(count_entries(g_dir), 4);
+}
+END_TEST
+
+/* Wrong kinds at the target: a directory where a file goes is refused at open (before any rename of a set); a file
+ * where a directory tree goes is refused and kept (it used to be swapped out and deleted: fetch --out FILE). */
+START_TEST(wrong_kind_at_the_target_is_refused) {
+    char dir[700], file[700], tree[700], err[512] = "";
+    snprintf(dir, sizeof dir, "%s/adir", g_dir);
+    ck_assert_int_eq(mkdir_p(dir, err, sizeof err), 0);
+    AtomicFile af;
+    ck_assert_int_eq(atomic_open(&af, dir, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "adir: is a directory"), "%s", err);
+    ck_assert_int_eq(atomic_check_target(dir, err, sizeof err), -1);
+
+    snprintf(file, sizeof file, "%s/data.json", g_dir);
+    ck_assert_int_eq(write_file_atomic(file, "keep", 4, err, sizeof err), 0);
+    ck_assert_int_eq(atomic_check_target(file, err, sizeof err), 0);
+    snprintf(tree, sizeof tree, "%s/tree.tmp", g_dir);
+    ck_assert_int_eq(mkdir_p(tree, err, sizeof err), 0);
+    ck_assert_int_eq(rename_dir_atomic(tree, file, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "data.json: exists and is not a directory"), "%s", err);
+    char got[16];
+    read_str(file, got, sizeof got);
+    ck_assert_str_eq(got, "keep");
+}
+END_TEST
 
 START_TEST(write_creates_parents_and_leaves_no_temp) {
     char path[700], sub[512], err[256], got[64];
@@ -207,6 +279,8 @@ int main(void) {
     tcase_add_test(tc, commit_all_replaces_every_file);
     tcase_add_test(tc, commit_all_failure_keeps_every_old_file);
     tcase_add_test(tc, commit_all_rename_failure_names_the_replaced_files);
+    tcase_add_test(tc, stale_temps_of_dead_writers_are_removed);
+    tcase_add_test(tc, wrong_kind_at_the_target_is_refused);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -33,6 +33,9 @@ static const CliOption OPTS[] = {
 static const CliOption OPTS_REQ[] = {
     {"out", OPT_STRING, &g_src, "output", true},
 };
+static const CliOption OPTS_EMPTY_OK[] = {
+    {"corpus", OPT_STRING_OR_EMPTY, &g_src, "'' = none", false},
+};
 
 /* Runs cli_parse in a child with stdout/stderr silenced; returns its exit status (or -1 if it did not exit). */
 static int child_status(int argc, char **argv, const CliOption *opts, int n) {
@@ -87,6 +90,13 @@ START_TEST(errors_exit_two) {
     ck_assert_int_eq(child_status(2, flag_value, OPTS, 4), 2);
     char *no_required[] = {"prog", NULL};
     ck_assert_int_eq(child_status(1, no_required, OPTS_REQ, 1), 2);
+    /* An empty path (an unset shell variable) once trained into "/": "" joined with "/model.safetensors". */
+    char *empty_out[] = {"prog", "--out", "", NULL};
+    ck_assert_int_eq(child_status(3, empty_out, OPTS_REQ, 1), 2);
+    char *empty_eq[] = {"prog", "--source=", NULL};
+    ck_assert_int_eq(child_status(2, empty_eq, OPTS, 4), 2);
+    char *empty_allowed[] = {"prog", "--corpus", "", NULL};
+    ck_assert_int_eq(child_status(3, empty_allowed, OPTS_EMPTY_OK, 1), 42);
     char *ok[] = {"prog", "--n", "-3", NULL};
     ck_assert_int_eq(child_status(3, ok, OPTS, 4), 42);
 }

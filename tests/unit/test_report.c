@@ -162,6 +162,57 @@ START_TEST(bad_metrics_line_dies) {
 }
 END_TEST
 
+/* moeut_qa has no result record yet: still training, or killed in the middle of a metrics line. Its metrics.jsonl
+ * is not the report's business (it made the whole report fail). */
+START_TEST(unfinished_run_with_torn_metrics) {
+    make_runs();
+    char p[700];
+    snprintf(p, sizeof p, "%s/moeut_qa/metrics.jsonl", g_runs);
+    rtu_write(p, "{\"step\": 0, \"loss\": 6.3}\n{\"step\": 1, \"lo");
+    ck_assert_int_eq(run_report(), 0);
+    char *md = read_out("report.md");
+    ck_assert_int_eq(count_substr(md, "MISSING: no result.json"), 1);
+    free(md);
+    remove_tree(g_dir);
+}
+END_TEST
+
+/* An analysis record of another run (a copied file) is refused like a result record of another run. */
+START_TEST(analysis_of_another_run_dies) {
+    make_runs();
+    atexit(cleanup_dir);
+    char from[700], to[700], err[512];
+    snprintf(from, sizeof from, "%s/moeut_answer/analysis.json", g_runs);
+    snprintf(to, sizeof to, "%s/dense_qa/analysis.json", g_runs);
+    char *text = rtu_read(from);
+    ck_assert_int_eq(write_file_atomic(to, text, strlen(text), err, sizeof err), 0);
+    free(text);
+    run_report();
+}
+END_TEST
+
+/* dense_answer evaluated on other eval sets than dense_qa (re-tokenized data, or a run copied in): refused, naming
+ * both records and the field, with no output directory; it used to be reported side by side. */
+static void check_no_report_dir(void) {
+    struct stat st;
+    int out_exists = stat(g_out, &st) == 0;
+    remove_tree(g_dir);
+    if (out_exists) _exit(3);
+}
+START_TEST(records_of_other_data_die) {
+    make_runs();
+    atexit(check_no_report_dir);
+    ResultRecord r;
+    rtu_record(&r, "dense_answer", "dense", "answer_only", 48);
+    rtu_sha(r.interpolate_sha256, 'f');
+    char p[700], err[512];
+    snprintf(p, sizeof p, "%s/dense_answer/result.json", g_runs);
+    ck_assert_msg(result_record_save(&r, p, err, sizeof err) == 0, "%s", err);
+    result_record_free(&r);
+    run_report();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("report");
     TCase *tc = tcase_create("report");
@@ -169,6 +220,9 @@ int main(void) {
     tcase_add_test(tc, no_runs_at_all);
     tcase_add_exit_test(tc, bad_metrics_line_dies, 1);
     tcase_add_exit_test(tc, missing_runs_dir_dies, 1);
+    tcase_add_test(tc, unfinished_run_with_torn_metrics);
+    tcase_add_exit_test(tc, analysis_of_another_run_dies, 1);
+    tcase_add_exit_test(tc, records_of_other_data_die, 1);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

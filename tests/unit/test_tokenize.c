@@ -588,6 +588,12 @@ START_TEST(config_is_strict) {
     ck_assert_msg(strstr(err, "tokenize.vocab_size"), "%s", err);
     ck_assert_int_eq(load_config("{\"tokenize\": {\"exclude_tokenizer_pattern\": \"(\"}}", &c, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "exclude_tokenizer_pattern"), "%s", err);
+    /* The top level too: a second "tokenize" section (the first used to win silently) and a misspelt section. */
+    ck_assert_int_eq(load_config("{\"tokenize\": {\"vocab_size\": 300}, \"fetch\": {}, \"tokenize\": {}}", &c, err,
+                                 sizeof err), -1);
+    ck_assert_msg(strstr(err, "data.json: duplicate key tokenize"), "%s", err);
+    ck_assert_int_eq(load_config("{\"tokenize\": {}, \"tokeniser\": {\"vocab_size\": 300}}", &c, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "data.json: unknown key tokeniser"), "%s", err);
 }
 END_TEST
 

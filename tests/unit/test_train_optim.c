@@ -170,6 +170,14 @@ START_TEST(train_config_strict) {
         {"\"context\": 256", "\"context\": 1", "train.context"},
         {"\"adam_beta2\": 0.999", "\"adam_beta2\": 1.0", "train.adam_beta2"},
         {"\"log_every\": 5,", "", "log_every"},
+        /* Micro-batch token counts are ints: 2^33 + 16 windows once wrapped to 16 and trained silently (exit 0),
+         * 10^7 x 256 tokens wrapped negative, and 2^32 micro-batches to 0 (a division by zero). */
+        {"\"batch_size\": 16, \"n_microbatch\": 2", "\"batch_size\": 8589934608, \"n_microbatch\": 1",
+         "train.batch_size"},
+        {"\"batch_size\": 16, \"n_microbatch\": 2", "\"batch_size\": 10000000, \"n_microbatch\": 1",
+         "train.batch_size"},
+        {"\"batch_size\": 16, \"n_microbatch\": 2", "\"batch_size\": 8589934592, \"n_microbatch\": 4294967296",
+         "train.n_microbatch"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         variant(text, sizeof text, cases[i].from, cases[i].to);

@@ -179,6 +179,43 @@ START_TEST(open_requires_finished_training_with_this_config) {
 }
 END_TEST
 
+/* train_summary.json records the tokenizer the run was trained with: a data directory re-tokenized since (another
+ * tokenizer.json, shards consistent with it) is refused, naming both; the same tokenizer opens. It used to be
+ * evaluated with the other pieces and recorded under the new tokenizer's hash. */
+START_TEST(open_refuses_another_tokenizer) {
+    Fixture f;
+    fixture(&f);
+    write_run_config(f.config, 64, 8, false);
+    char err[2048], sha[65], tok_sha[65], path[512], text[1024];
+    file_sha(f.config, sha);
+    snprintf(path, sizeof path, "%s/tokenizer.json", f.data);
+    file_sha(path, tok_sha);
+    const char *recorded[2] = {"fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210", tok_sha};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/train_summary.json", f.run_dir);
+        snprintf(text, sizeof text,
+                 "{\"steps\": 4, \"tokens\": 128, \"wall_time_s\": 1.5, \"final_train_loss\": 2.5, \"tokens_per_s\": 85.3,"
+                 " \"backend\": \"cpu\", \"hardware\": \"x86\", \"precision\": \"fp32\", \"config_sha256\": \"%s\","
+                 " \"n_params\": 1, \"code_version\": \"test\", \"tokenizer_sha256\": \"%s\"}",
+                 sha, recorded[k]);
+        rtu_write(path, text);
+        TrainedRun r;
+        ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, err, sizeof err) == 0, "%s", err);
+        int rc = trained_run_open(&r, f.data, err, sizeof err);
+        if (k == 0) {
+            ck_assert_int_eq(rc, -1);
+            ck_assert_msg(strstr(err, "tokenizer.json (sha256 ") && strstr(err, "is not the tokenizer") &&
+                              strstr(err, "(fedcba987654...)"), "%s", err);
+        } else {
+            ck_assert_msg(rc == 0, "%s", err);
+            ck_assert_str_eq(r.summary.tokenizer_sha256, tok_sha);
+        }
+        trained_run_close(&r);
+    }
+    remove_tree(f.dir);
+}
+END_TEST
+
 /* read_config + open (asserting success), ready for load_model. */
 static void open_ok(TrainedRun *r, const Fixture *f) {
     char err[2048], sha[65];
@@ -257,6 +294,7 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, config_names_and_hash);
     tcase_add_test(tc, open_requires_finished_training_with_this_config);
+    tcase_add_test(tc, open_refuses_another_tokenizer);
     tcase_add_test(tc, load_model_checks_and_loads_the_checkpoint);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
