@@ -12,7 +12,9 @@
 #   make fetch | tokenize | report | compare            [EXPERIMENT=...]
 #   make train RUN=dense_qa | evaluate RUN=dense_qa | analyze RUN=dense_qa
 #   make runs/tiny/dense_qa/result.json                 (any output file is a target)
-# Other knobs: RESUME=1 passes --resume to train (continue an interrupted run of the same config);
+# Other knobs: RESUME=auto (default) passes --auto-resume to train: an interrupted run continues from its checkpoint
+#   (bit-identically) when its config, length, training data and backend are unchanged, and starts over otherwise;
+#   RESUME=1 passes --resume (continue, and refuse a checkpoint that does not match); RESUME=0 always starts over;
 #   THREADS=N passes --threads N to train; EVAL_FLAGS / ANALYZE_FLAGS add flags (e.g. EVAL_FLAGS=--batch-size=32).
 
 EXPERIMENT ?= tiny
@@ -42,7 +44,10 @@ TRAIN_SUMMARIES := $(foreach r,$(RUNS),$(RUNS_DIR)/$(r)/train_summary.json)
 RESULTS := $(foreach r,$(RUNS),$(RUNS_DIR)/$(r)/result.json)
 PREDICTIONS := $(foreach r,$(RUNS),$(RUNS_DIR)/$(r)/predictions.jsonl)
 ANALYSES := $(foreach r,$(RUNS),$(RUNS_DIR)/$(r)/analysis.json)
-TRAIN_FLAGS := $(if $(filter 1 yes true,$(RESUME)),--resume) $(if $(THREADS),--threads $(THREADS))
+RESUME ?= auto
+repro_resume_flag = $(if $(filter auto,$(RESUME)),--auto-resume,$(if $(filter 1 yes true,$(RESUME)),--resume,\
+  $(if $(filter 0 no false,$(RESUME)),,$(error RESUME=$(RESUME): expected auto, 1 or 0))))
+TRAIN_FLAGS = $(repro_resume_flag) $(if $(THREADS),--threads $(THREADS))
 
 .PHONY: reproduce reproduce-check reproduce-clean fetch tokenize train evaluate analyze report compare
 .PRECIOUS: $(RUNS_DIR)/%/train_summary.json $(RUNS_DIR)/%/result.json $(RUNS_DIR)/%/predictions.jsonl \

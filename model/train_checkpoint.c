@@ -220,6 +220,7 @@ static cJSON *state_to_json(const TrainState *st, const char *model_sha, const c
     cJSON *data = cJSON_AddObjectToObject(o, "data");
     cJSON_AddStringToObject(data, "tokenizer_sha256", st->data_tokenizer_sha256);
     cJSON_AddNumberToObject(data, "n_examples", (double)st->data_n_examples);
+    if (st->data_train_sha256[0]) cJSON_AddStringToObject(data, "train_sha256", st->data_train_sha256);
     cJSON *files = cJSON_AddObjectToObject(o, "files");
     cJSON_AddStringToObject(files, TRAIN_MODEL_FILE, model_sha);
     cJSON_AddStringToObject(files, TRAIN_OPTIM_FILE, optim_sha);
@@ -309,6 +310,12 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
     st->acc.n = (long)accn->valuedouble;
     snprintf(st->data_tokenizer_sha256, sizeof st->data_tokenizer_sha256, "%s", tsha->valuestring);
     st->data_n_examples = (uint64_t)nex->valuedouble;
+    const cJSON *trsha = cJSON_GetObjectItemCaseSensitive(data, "train_sha256"); /* optional: older states lack it */
+    if (trsha && (!cJSON_IsString(trsha) || strlen(trsha->valuestring) != 64)) {
+        set_err(err, errlen, "%s: data.train_sha256: expected a 64-digit hex string", path);
+        return -1;
+    }
+    if (trsha) snprintf(st->data_train_sha256, sizeof st->data_train_sha256, "%s", trsha->valuestring);
     snprintf(model_sha, 65, "%s", msha->valuestring);
     snprintf(optim_sha, 65, "%s", osha->valuestring);
     return 0;

@@ -43,6 +43,7 @@ typedef struct {
     MetricsAcc acc;
     char data_tokenizer_sha256[65]; /* from the train shard header */
     uint64_t data_n_examples;
+    char data_train_sha256[65];     /* sha256 of train.shard; "" in checkpoints written before it was recorded */
 } TrainState;
 
 #define TRAIN_STATE_FILE "state.json"

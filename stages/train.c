@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <utime.h>
 
 #include <cblas.h>
 #include <cjson/cJSON.h>
@@ -40,7 +41,7 @@ static void on_signal(int sig) { g_signal = sig; }
 
 typedef struct {
     const char *config_path, *data_dir, *out_dir, *backend;
-    bool resume;
+    bool resume, auto_resume;
     long steps_override, threads, stop_after, debug_nan_step;
 } Args;
 
@@ -52,6 +53,7 @@ typedef struct {
     char config_sha256[65];
     cJSON *config_json;
     Shard shard;
+    char shard_sha256[65]; /* of train.shard's bytes: a reshuffled shard keeps its tokenizer and example count */
     Backend *be;
     Model *m;
     AdamW opt;
@@ -96,6 +98,7 @@ static void load_data(Trainer *t) {
     snprintf(tok_sha, sizeof tok_sha, "%s", tokenizer_sha256(tok));
     tokenizer_free(tok);
     if (shard_read(&t->shard, shard_path, err, sizeof err) != 0) die("%s", err);
+    if (sha256_file_hex(shard_path, t->shard_sha256, err, sizeof err) != 0) die("%s", err);
     if (strcmp(t->shard.split, "train") != 0) die("%s: split is \"%s\", expected \"train\"", shard_path, t->shard.split);
     if (strcmp(t->shard.tokenizer_sha256, tok_sha) != 0)
         die("%s: tokenizer_sha256 %s does not match %s (sha256 %s): re-run tokenize", shard_path,
@@ -175,6 +178,30 @@ static void truncate_metrics(const char *path, long step) {
     free(text);
 }
 
+/* Whether the checkpoint described by peek continues this run: the same config bytes, length and training data
+ * (checkpoints written before the shard's sha256 was recorded are checked on tokenizer and example count only), and
+ * for --auto-resume also the same backend (a continuation on another backend is not bit-identical, so a run that
+ * resumes on its own is always the one an uninterrupted run would have produced). If not, why says why. */
+static bool resume_compatible(const Trainer *t, const TrainState *peek, char *why, size_t whylen) {
+    if (strcmp(peek->config_sha256, t->config_sha256) != 0)
+        snprintf(why, whylen, "%s changed since the checkpoint (config sha256 %.12s..., checkpoint has %.12s...)",
+                 t->a.config_path, t->config_sha256, peek->config_sha256);
+    else if (peek->total_steps != t->tc.steps)
+        snprintf(why, whylen, "the checkpoint was made for %ld steps, this run asks for %ld (--steps must match)",
+                 peek->total_steps, t->tc.steps);
+    else if (strcmp(peek->data_tokenizer_sha256, t->shard.tokenizer_sha256) != 0 ||
+             peek->data_n_examples != t->shard.n_examples ||
+             (peek->data_train_sha256[0] && strcmp(peek->data_train_sha256, t->shard_sha256) != 0))
+        snprintf(why, whylen, "the training data in %s differs from the checkpoint's (re-tokenized since)",
+                 t->a.data_dir);
+    else if (t->a.auto_resume && strcmp(peek->backend, t->be->name) != 0)
+        snprintf(why, whylen, "the checkpoint was written by the %s backend, this run uses %s (--resume continues it "
+                 "anyway, not bit-identically)", peek->backend, t->be->name);
+    else
+        return true;
+    return false;
+}
+
 /* Fresh start or resume; leaves t->st ready for the loop and metrics.jsonl open for appending. */
 static void start_or_resume(Trainer *t) {
     char err[1024];
@@ -184,21 +211,16 @@ static void start_or_resume(Trainer *t) {
     if (train_checkpoint_recover(t->a.out_dir, err, sizeof err) != 0) die("%s", err);
     bool have_ckpt = train_checkpoint_exists(t->a.out_dir);
 
-    if (t->a.resume && have_ckpt) {
-        TrainState peek;
+    TrainState peek;
+    char why[1024] = "";
+    bool resume = false;
+    if ((t->a.resume || t->a.auto_resume) && have_ckpt) {
         if (train_state_read(t->a.out_dir, &peek, err, sizeof err) != 0) die("%s", err);
-        if (strcmp(peek.config_sha256, t->config_sha256) != 0)
-            die("refusing to resume %s: %s changed since the checkpoint (config sha256 %.12s..., checkpoint has "
-                "%.12s...); delete %s to start over",
-                t->a.out_dir, t->a.config_path, t->config_sha256, peek.config_sha256, t->a.out_dir);
-        if (peek.total_steps != t->tc.steps)
-            die("refusing to resume %s: the checkpoint was made for %ld steps, this run asks for %ld (--steps must "
-                "match)",
-                t->a.out_dir, peek.total_steps, t->tc.steps);
-        if (strcmp(peek.data_tokenizer_sha256, t->shard.tokenizer_sha256) != 0 ||
-            peek.data_n_examples != t->shard.n_examples)
-            die("refusing to resume %s: the training data in %s differs from the checkpoint's", t->a.out_dir,
-                t->a.data_dir);
+        resume = resume_compatible(t, &peek, why, sizeof why);
+        if (!resume && t->a.resume) die("refusing to resume %s: %s; run without --resume to start over", t->a.out_dir, why);
+        if (!resume) log_warn("%s: starting over: %s", t->a.out_dir, why);
+    }
+    if (resume) {
         if (strcmp(peek.backend, t->be->name) != 0)
             log_warn("resuming a %s checkpoint on the %s backend: the continuation will not be bit-identical",
                      peek.backend, t->be->name);
@@ -208,8 +230,10 @@ static void start_or_resume(Trainer *t) {
         truncate_metrics(t->metrics_path, t->st.step);
         log_info("resumed %s at step %ld of %ld", t->a.out_dir, t->st.step, t->tc.steps);
     } else {
-        if (t->a.resume) log_info("no checkpoint in %s: starting from scratch", t->a.out_dir);
-        else if (have_ckpt) log_warn("%s holds an earlier run: starting over (pass --resume to continue it)", t->a.out_dir);
+        if ((t->a.resume || t->a.auto_resume) && !have_ckpt)
+            log_info("no checkpoint in %s: starting from scratch", t->a.out_dir);
+        else if (have_ckpt && !t->a.auto_resume)
+            log_warn("%s holds an earlier run: starting over (pass --resume to continue it)", t->a.out_dir);
         remove_previous_outputs(t->a.out_dir);
         model_init_weights(t->m, train_seed_init(&t->tc));
         model_set_dropout_seed(t->m, train_seed_dropout(&t->tc));
@@ -223,6 +247,7 @@ static void start_or_resume(Trainer *t) {
     snprintf(t->st.backend, sizeof t->st.backend, "%s", t->be->name);
     snprintf(t->st.data_tokenizer_sha256, sizeof t->st.data_tokenizer_sha256, "%s", t->shard.tokenizer_sha256);
     t->st.data_n_examples = t->shard.n_examples;
+    snprintf(t->st.data_train_sha256, sizeof t->st.data_train_sha256, "%s", t->shard_sha256);
     t->metrics = fopen(t->metrics_path, "a");
     if (!t->metrics) die("%s: cannot open for appending: %s", t->metrics_path, strerror(errno));
 }
@@ -408,7 +433,13 @@ int main(int argc, char **argv) {
         {"data", OPT_STRING, &t.a.data_dir, "data directory data/EXP (tokenizer.json, train.shard)", true},
         {"out", OPT_STRING, &t.a.out_dir, "run directory runs/EXP/RUN", true},
         {"backend", OPT_STRING, &t.a.backend, "cpu | cuda (default cpu)", false},
-        {"resume", OPT_FLAG, &t.a.resume, "continue from the checkpoint in --out (from scratch if there is none)",
+        {"resume", OPT_FLAG, &t.a.resume,
+         "continue from the checkpoint in --out (from scratch if there is none); refuse one of another config, "
+         "length or training data",
+         false},
+        {"auto-resume", OPT_FLAG, &t.a.auto_resume,
+         "continue the checkpoint in --out if it has this config, length, training data and backend, else start "
+         "over saying why (make's default)",
          false},
         {"steps", OPT_INT, &t.a.steps_override, "override train.steps (also the cosine length)", false},
         {"threads", OPT_INT, &t.a.threads, "CPU threads (default: all cores)", false},
@@ -422,6 +453,7 @@ int main(int argc, char **argv) {
               "checkpoint at the step boundary and exit 130/143; --resume continues it bit-identically.",
               opts, (int)(sizeof opts / sizeof opts[0]));
     if (t.a.threads < 0) die("--threads: must be >= 1 (got %ld)", t.a.threads);
+    if (t.a.resume && t.a.auto_resume) die("--resume and --auto-resume exclude each other (give one)");
     install_signal_handlers();
     log_info("threads: %d", threads_set(t.a.threads));
 
@@ -451,6 +483,9 @@ int main(int argc, char **argv) {
         }
     } else {
         log_info("%s already finished (%ld steps)", t.a.out_dir, t.st.step);
+        /* make reran train because an input is newer than the summary (a config saved unchanged, data re-tokenized to
+         * the same bytes): mark the finished run up to date so the next make does not ask again. */
+        if (utime(t.summary_path, NULL) != 0) die("%s: cannot update its time: %s", t.summary_path, strerror(errno));
     }
     if (fclose(t.metrics) != 0) die("%s: close failed: %s", t.metrics_path, strerror(errno));
     free(t.inputs);

@@ -72,4 +72,19 @@ for f in result.json predictions.jsonl; do
     fail "expected exactly one evaluate (dense_qa) and no other stage after deleting $f"
   if [ $f = result.json ]; then echo "$plan" | grep -q '^bin/report' || fail "report not regenerated after a deleted result"; fi
 done
-echo "ok: make reproduce EXPERIMENT=ci in ${secs}s, matches reports/baselines/ci, incremental rebuilds are minimal"
+
+# An interrupted train is continued by the next make (RESUME=auto, train --auto-resume), not started over: stop
+# dense_qa's training after 3 steps (a checkpoint, no train_summary.json, as a Ctrl-C leaves it), rerun make
+# reproduce, and get the same weights as the uninterrupted run.
+done_dir=$(mktemp -d /tmp/reproduce_ci_done.XXXXXX) # outside runs/ci: report reads every run directory there
+trap 'rm -rf "$done_dir"' EXIT
+mv runs/ci/dense_qa "$done_dir/dense_qa"
+bin/train --config experiments/ci/dense_qa.json --data data/ci --out runs/ci/dense_qa --stop-after 3 \
+  >build/test-logs/reproduce_ci_stopped.log 2>&1 || { cat build/test-logs/reproduce_ci_stopped.log; fail "--stop-after 3"; }
+make --no-print-directory reproduce EXPERIMENT=ci >build/test-logs/reproduce_ci_resumed.log 2>&1 ||
+  { tail -30 build/test-logs/reproduce_ci_resumed.log; fail "make reproduce after an interrupted train"; }
+grep -q 'resumed runs/ci/dense_qa at step 3 of' build/test-logs/reproduce_ci_resumed.log ||
+  { grep 'train:' build/test-logs/reproduce_ci_resumed.log | head; fail "make reproduce did not resume the interrupted train"; }
+cmp runs/ci/dense_qa/model.safetensors "$done_dir/dense_qa/model.safetensors" ||
+  fail "the resumed dense_qa weights differ from the uninterrupted run's"
+echo "ok: make reproduce EXPERIMENT=ci in ${secs}s, matches reports/baselines/ci, incremental rebuilds are minimal, an interrupted train is resumed"
