@@ -76,6 +76,7 @@ static void fill_state(TrainState *st, long step) {
     st->acc = (MetricsAcc){0.1, 0.2, -0.3, -0.4, 0.5 / 7.0, 1.25, 3};
     snprintf(st->data_tokenizer_sha256, sizeof st->data_tokenizer_sha256, "%064d", 5);
     st->data_n_examples = 77;
+    snprintf(st->data_train_sha256, sizeof st->data_train_sha256, "%064d", 6);
 }
 
 static void make_dir(char *dir, size_t n) {
@@ -132,6 +133,22 @@ START_TEST(round_trip_is_exact) {
     ck_assert_mem_eq(&back.loader, &st.loader, sizeof st.loader);
     ck_assert(memcmp(&back.acc, &st.acc, sizeof st.acc) == 0);
     ck_assert_uint_eq(back.data_n_examples, 77);
+    ck_assert_str_eq(back.data_train_sha256, st.data_train_sha256);
+    /* data.train_sha256 is optional (states written before it existed lack it) but, when present, a 64-digit string */
+    TrainState peek;
+    ck_assert_msg(train_state_read(dir, &peek, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(peek.data_train_sha256, st.data_train_sha256);
+    char path[128], *text = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    ck_assert_msg(read_file_all(path, &text, &len, err, sizeof err) == 0, "%s", err);
+    char *at = strstr(text, st.data_train_sha256);
+    ck_assert_ptr_nonnull(at);
+    memmove(at + 10, at + 64, strlen(at + 64) + 1); /* the value cut to its first 10 digits: valid JSON, bad hash */
+    ck_assert_msg(write_file_atomic(path, text, strlen(text), err, sizeof err) == 0, "%s", err);
+    free(text);
+    ck_assert_int_eq(train_state_read(dir, &peek, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "data.train_sha256: expected a 64-digit hex string"), "%s", err);
     setup_free(&a);
     setup_free(&b);
     remove_tree(dir);
