@@ -28,6 +28,18 @@ expect_start_over() {
   [ "$(grep -c '"step"' "$1/metrics.jsonl")" = $steps ] || fail "metrics.jsonl of the started-over run is not $steps lines"
 }
 
+# resume_then_auto DIR CONFIG DATA WHY: on the interrupted run DIR, --resume with CONFIG and DATA is refused (exit 1,
+# WHY named, checkpoint untouched), then --auto-resume starts over saying WHY
+resume_then_auto() {
+  local d=$1 cfg=$2 data=$3 why=$4 rc=0
+  bin/train --config "$cfg" --data "$data" --out "$d" --threads 1 --resume 2>"$d.strict" || rc=$?
+  [ "$rc" = 1 ] || fail "--resume ($why): exit $rc, expected 1"
+  grep -q "refusing to resume .*$why" "$d.strict" || { cat "$d.strict"; fail "--resume: no 'refusing to resume ... $why'"; }
+  [ "$(json_get "$d/state.json" step)" = 5 ] || fail "a refused --resume changed the checkpoint ($why)"
+  bin/train --config "$cfg" --data "$data" --out "$d" --threads 1 --auto-resume >"$d.log2" 2>&1 || { cat "$d.log2"; fail "auto-resume ($why)"; }
+  expect_start_over "$d" "$d.log2" "$why"
+}
+
 # ---- same everything: continues bit-identically ----
 d="$tmp/auto"
 interrupted_run "$d"
@@ -40,13 +52,7 @@ sed 's/"lr": 0.003/"lr": 0.002/' "$tmp/run.json" >"$tmp/changed.json"
 grep -q '"lr": 0.002' "$tmp/changed.json" || fail "could not change the config"
 d="$tmp/changed"
 interrupted_run "$d"
-rc=0
-bin/train --config "$tmp/changed.json" --data "$tmp/data" --out "$d" --threads 1 --resume 2>"$d.strict" || rc=$?
-[ "$rc" = 1 ] || fail "--resume with a changed config: exit $rc, expected 1"
-grep -q "refusing to resume .*changed.json changed since the checkpoint" "$d.strict" || { cat "$d.strict"; fail "--resume: message"; }
-[ "$(json_get "$d/state.json" step)" = 5 ] || fail "a refused --resume changed the checkpoint"
-bin/train --config "$tmp/changed.json" --data "$tmp/data" --out "$d" --threads 1 --auto-resume >"$d.log2" 2>&1 || { cat "$d.log2"; fail "auto-resume, changed config"; }
-expect_start_over "$d" "$d.log2" ".*changed.json changed since the checkpoint"
+resume_then_auto "$d" "$tmp/changed.json" "$tmp/data" ".*changed.json changed since the checkpoint"
 fresh="$tmp/changed-fresh"
 bin/train --config "$tmp/changed.json" --data "$tmp/data" --out "$fresh" --threads 1 >/dev/null 2>&1 || fail "fresh run of changed.json"
 cmp -s "$fresh/model.safetensors" "$d/model.safetensors" || fail "the started-over run differs from a fresh run of the changed config"
@@ -61,12 +67,7 @@ cmp -s "$tmp/data/tokenizer.json" "$tmp/data2/tokenizer.json" || fail "the reshu
 cmp -s "$tmp/data/train.shard" "$tmp/data2/train.shard" && fail "train_shuffle_seed 2 gave the same shard"
 d="$tmp/reshuffled"
 interrupted_run "$d"
-rc=0
-bin/train --config "$tmp/run.json" --data "$tmp/data2" --out "$d" --threads 1 --resume 2>"$d.strict" || rc=$?
-[ "$rc" = 1 ] || fail "--resume on a reshuffled shard: exit $rc, expected 1"
-grep -q "refusing to resume .*the training data in .*data2 differs from the checkpoint's" "$d.strict" || { cat "$d.strict"; fail "--resume reshuffled: message"; }
-bin/train --config "$tmp/run.json" --data "$tmp/data2" --out "$d" --threads 1 --auto-resume >"$d.log2" 2>&1 || { cat "$d.log2"; fail "auto-resume, reshuffled"; }
-expect_start_over "$d" "$d.log2" "the training data in .*data2 differs"
+resume_then_auto "$d" "$tmp/run.json" "$tmp/data2" "the training data in .*data2 differs from the checkpoint's"
 echo "ok: a reshuffled train shard starts over (and --resume refuses it)"
 
 # ---- a checkpoint of another backend: --auto-resume starts over, --resume continues with a warning ----
