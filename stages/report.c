@@ -92,7 +92,14 @@ static void load_metrics(RunData *r, const char *path) {
     r->has_metrics = true;
 }
 
-static void load_run(RunData *r, const char *runs_dir, const char *name) {
+/* A record of another experiment (a run directory copied in from runs/OTHER) would be reported under this
+ * experiment's title and paper comparison: refused like a record of another run. */
+static void require_experiment(const char *path, const char *recorded, const char *experiment) {
+    if (strcmp(recorded, experiment) != 0)
+        die("%s: experiment is \"%s\", but this report is for --experiment %s", path, recorded, experiment);
+}
+
+static void load_run(RunData *r, const char *runs_dir, const char *name, const char *experiment) {
     memset(r, 0, sizeof *r);
     snprintf(r->name, sizeof r->name, "%s", name);
     snprintf(r->dir, sizeof r->dir, "%s/%s", runs_dir, name);
@@ -101,12 +108,14 @@ static void load_run(RunData *r, const char *runs_dir, const char *name) {
     if (file_exists(path)) {
         if (result_record_load(&r->res, path, err, sizeof err)) die("%s", err);
         if (strcmp(r->res.run, name) != 0) die("%s: run is \"%s\", expected \"%s\"", path, r->res.run, name);
+        require_experiment(path, r->res.experiment, experiment);
         r->has_result = true;
     }
     snprintf(path, sizeof path, "%s/analysis.json", r->dir);
     if (file_exists(path)) {
         if (analysis_record_load(&r->ana, path, err, sizeof err)) die("%s", err);
         if (strcmp(r->ana.run, name) != 0) die("%s: run is \"%s\", expected \"%s\"", path, r->ana.run, name);
+        require_experiment(path, r->ana.experiment, experiment);
         r->has_analysis = true;
     }
     /* Curves are drawn for finished runs only; a run still training, or killed in the middle of a line, must not
@@ -729,7 +738,7 @@ int report_main(int argc, char **argv) {
     int n = 0;
     char **names = list_runs(runs_dir, expected, &n);
     RunData *runs = xcalloc((size_t)n + 1, sizeof *runs);
-    for (int i = 0; i < n; i++) load_run(&runs[i], runs_dir, names[i]);
+    for (int i = 0; i < n; i++) load_run(&runs[i], runs_dir, names[i], experiment);
     require_same_data(runs, n);
     char err[1024];
     if (mkdir_p(out, err, sizeof err)) die("%s", err); /* after every record was read: a bad one leaves no output */

@@ -213,6 +213,19 @@ START_TEST(records_of_other_data_die) {
 }
 END_TEST
 
+/* Records of experiment "unit" reported as --experiment tiny (runs copied from another experiment): refused, with no
+ * output directory; they used to be reported under the other experiment's title. */
+START_TEST(records_of_another_experiment_die) {
+    make_runs();
+    atexit(check_no_report_dir);
+    char a1[600], a2[600];
+    snprintf(a1, sizeof a1, "--runs=%s", g_runs);
+    snprintf(a2, sizeof a2, "--out=%s", g_out);
+    char *argv[] = {"report", "--experiment", "tiny", a1, a2, NULL};
+    report_main(5, argv);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("report");
     TCase *tc = tcase_create("report");
@@ -223,6 +236,7 @@ int main(void) {
     tcase_add_test(tc, unfinished_run_with_torn_metrics);
     tcase_add_exit_test(tc, analysis_of_another_run_dies, 1);
     tcase_add_exit_test(tc, records_of_other_data_die, 1);
+    tcase_add_exit_test(tc, records_of_another_experiment_die, 1);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
