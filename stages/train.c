@@ -217,7 +217,8 @@ static void start_or_resume(Trainer *t) {
     if ((t->a.resume || t->a.auto_resume) && have_ckpt) {
         if (train_state_read(t->a.out_dir, &peek, err, sizeof err) != 0) die("%s", err);
         resume = resume_compatible(t, &peek, why, sizeof why);
-        if (!resume && t->a.resume) die("refusing to resume %s: %s; run without --resume to start over", t->a.out_dir, why);
+        if (!resume && t->a.resume)
+            die("refusing to resume %s: %s; run without --resume to start over", t->a.out_dir, why);
         if (!resume) log_warn("%s: starting over: %s", t->a.out_dir, why);
     }
     if (resume) {
