@@ -641,11 +641,11 @@ static const char *const OUTPUT_FILES[] = {"tokenizer.json", "train.shard", "int
 #define N_OUTPUT_FILES 4
 #define MANIFEST_FILE "tokenize_manifest.json"
 
-/* Moves the finished outputs from the staging directory into out_dir: the old manifest goes first (so a crash in
- * between never leaves a manifest that describes other files), the new manifest last. */
 /* The staging directory of a run is OUT/.tokenize.tmp.<pid>. */
 #define STAGE_PREFIX ".tokenize.tmp."
 
+/* Moves the finished outputs from the staging directory into out_dir: the old manifest goes first (so a crash in
+ * between never leaves a manifest that describes other files), the new manifest last. */
 static int commit_outputs(const char *stage_dir, const char *out_dir, char *err, size_t errlen) {
     char from[4300], to[4300];
     snprintf(to, sizeof to, "%s/%s", out_dir, MANIFEST_FILE);

@@ -270,10 +270,12 @@ int main(int argc, char **argv) {
     if (net.connect_timeout <= 0 || net.low_speed_time <= 0) die("--connect-timeout and --low-speed-time must be positive");
     if (!out[0]) die("--out must not be empty");
     struct stat out_st; /* before any download: the output tree replaces only a directory */
-    if (lstat(out, &out_st) == 0 && S_ISLNK(out_st.st_mode))
-        die("--out %s: is a symbolic link (the output tree replaces --out as a whole): pass the directory it points to",
-            out);
-    if (lstat(out, &out_st) == 0 && !S_ISDIR(out_st.st_mode)) die("--out %s: exists and is not a directory", out);
+    if (lstat(out, &out_st) == 0) {
+        if (S_ISLNK(out_st.st_mode))
+            die("--out %s: is a symbolic link (the output tree replaces --out as a whole): pass the directory it points "
+                "to", out);
+        if (!S_ISDIR(out_st.st_mode)) die("--out %s: exists and is not a directory", out);
+    }
     char err[8192];
 
     /* Precedence: an option given on the command line, then the config file, then the built-in default. */

@@ -92,11 +92,13 @@ static void load_metrics(RunData *r, const char *path) {
     r->has_metrics = true;
 }
 
-/* A record of another experiment (a run directory copied in from runs/OTHER) would be reported under this
- * experiment's title and paper comparison: refused like a record of another run. */
-static void require_experiment(const char *path, const char *recorded, const char *experiment) {
-    if (strcmp(recorded, experiment) != 0)
-        die("%s: experiment is \"%s\", but this report is for --experiment %s", path, recorded, experiment);
+/* A record (result or analysis) must be of this run and this experiment: one copied in from another run directory
+ * or from runs/OTHER would be reported under the wrong name, title and paper comparison. */
+static void require_owner(const char *path, const char *rec_run, const char *rec_experiment, const char *run,
+                          const char *experiment) {
+    if (strcmp(rec_run, run) != 0) die("%s: run is \"%s\", expected \"%s\"", path, rec_run, run);
+    if (strcmp(rec_experiment, experiment) != 0)
+        die("%s: experiment is \"%s\", but this report is for --experiment %s", path, rec_experiment, experiment);
 }
 
 static void load_run(RunData *r, const char *runs_dir, const char *name, const char *experiment) {
@@ -107,15 +109,13 @@ static void load_run(RunData *r, const char *runs_dir, const char *name, const c
     snprintf(path, sizeof path, "%s/result.json", r->dir);
     if (file_exists(path)) {
         if (result_record_load(&r->res, path, err, sizeof err)) die("%s", err);
-        if (strcmp(r->res.run, name) != 0) die("%s: run is \"%s\", expected \"%s\"", path, r->res.run, name);
-        require_experiment(path, r->res.experiment, experiment);
+        require_owner(path, r->res.run, r->res.experiment, name, experiment);
         r->has_result = true;
     }
     snprintf(path, sizeof path, "%s/analysis.json", r->dir);
     if (file_exists(path)) {
         if (analysis_record_load(&r->ana, path, err, sizeof err)) die("%s", err);
-        if (strcmp(r->ana.run, name) != 0) die("%s: run is \"%s\", expected \"%s\"", path, r->ana.run, name);
-        require_experiment(path, r->ana.experiment, experiment);
+        require_owner(path, r->ana.run, r->ana.experiment, name, experiment);
         r->has_analysis = true;
     }
     /* Curves are drawn for finished runs only; a run still training, or killed in the middle of a line, must not

@@ -455,7 +455,6 @@ int main(int argc, char **argv) {
               "metrics.jsonl and, when training finished, train_summary.json into --out. SIGINT/SIGTERM save a "
               "checkpoint at the step boundary and exit 130/143; --resume continues it bit-identically.",
               opts, (int)(sizeof opts / sizeof opts[0]));
-    if (t.a.threads < 0) die("--threads: must be >= 1 (got %ld)", t.a.threads);
     if (t.a.resume && t.a.auto_resume) die("--resume and --auto-resume exclude each other (give one)");
     install_signal_handlers();
     log_info("threads: %d", threads_set(t.a.threads));
