@@ -157,7 +157,14 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
         if (strcmp(name, "arch") == 0) continue;
         const KeyDesc *k = find_key(name);
         if (!k) {
-            snprintf(err, errlen, "%s: model.%s: unknown key", source, name);
+            const char *names[N_KEYS + 1];
+            int n_names = 0;
+            names[n_names++] = "arch";
+            for (int i = 0; i < N_KEYS; i++)
+                if (KEYS[i].archs & arch_bit(arch)) names[n_names++] = KEYS[i].name;
+            const char *hint = json_closest_key(name, names, n_names);
+            if (hint) snprintf(err, errlen, "%s: model.%s: unknown key (did you mean model.%s?)", source, name, hint);
+            else snprintf(err, errlen, "%s: model.%s: unknown key", source, name);
             return -1;
         }
         if (!(k->archs & arch_bit(arch))) {

@@ -198,6 +198,7 @@ static cJSON *state_to_json(const TrainState *st, const char *model_sha, const c
     cJSON_AddNumberToObject(o, "step", (double)st->step);
     cJSON_AddNumberToObject(o, "total_steps", (double)st->total_steps);
     cJSON_AddStringToObject(o, "config_sha256", st->config_sha256);
+    run_provenance_to_json(o, &st->prov);
     cJSON_AddStringToObject(o, "backend", st->backend);
     cJSON_AddStringToObject(o, "code_version", CODE_VERSION);
     cJSON_AddNumberToObject(o, "tokens", (double)st->tokens);
@@ -240,6 +241,7 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
     json_get_int(&r, "step", &step, true);
     json_get_int(&r, "total_steps", &total, true);
     json_get_string(&r, "config_sha256", &cfg, true);
+    run_provenance_read(&r, &st->prov);
     json_get_string(&r, "backend", &backend, true);
     json_get_string(&r, "code_version", &code, true);
     json_get_int(&r, "tokens", &tokens, true);

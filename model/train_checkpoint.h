@@ -22,6 +22,7 @@
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "model/rng.h"
+#include "pipeline/run_provenance.h"
 
 /* Running sums of the metrics of the current log interval (so a resumed run logs the same values). */
 typedef struct {
@@ -32,7 +33,9 @@ typedef struct {
 typedef struct {
     long step;                 /* completed optimizer steps */
     long total_steps;          /* the run's length (the schedule's T_max) */
-    char config_sha256[65];    /* sha256 of the run config file bytes */
+    char config_sha256[65];    /* config_sha256 of the run config file and its --set overrides */
+    RunProvenance prov;        /* the --set overrides, seed and run_config (optional in state.json: older ones lack
+                                * them, read as none) */
     char backend[16];          /* backend that wrote the checkpoint (informational) */
     uint64_t tokens;           /* positions processed so far (batch_size * context per step) */
     uint64_t real_tokens;      /* non-pad tokens processed so far */

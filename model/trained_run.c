@@ -9,7 +9,6 @@
 #include "pipeline/atomic_file.h"
 #include "pipeline/config.h"
 #include "pipeline/log.h"
-#include "pipeline/sha256.h"
 
 /* dir/file into out; -1 with err if it does not fit. */
 static int join_path(char *out, size_t n, const char *dir, const char *file, char *err, size_t errlen) {
@@ -32,21 +31,22 @@ static void run_names(const char *run_dir, char *experiment, size_t elen, char *
     free(b);
 }
 
-int trained_run_read_config(TrainedRun *r, const char *run_dir, const char *config_path, char *err, size_t errlen) {
+int trained_run_read_config(TrainedRun *r, const char *run_dir, const char *config_path, const char *const *sets,
+                            int n_sets, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     r->run_dir = run_dir;
     r->config_path = config_path;
     run_names(run_dir, r->experiment, sizeof r->experiment, r->run, sizeof r->run);
 
-    /* The hash is of the file's bytes (as train records it), the config of its parse. */
-    char *bytes = NULL;
-    size_t n = 0;
-    if (read_file_all(config_path, &bytes, &n, err, errlen)) return -1;
-    sha256_hex(bytes, n, r->config_sha256);
-    free(bytes);
-    r->config = json_load_file(config_path, err, errlen);
-    if (!r->config) return -1;
+    /* The hash and the config exactly as train computes them from the same file and --set arguments. */
+    LoadedConfig lc;
+    int rc = config_load_with_overrides(&lc, config_path, sets, n_sets, err, errlen);
+    if (rc) return rc;
+    r->config = lc.json;
+    memcpy(r->config_sha256, lc.sha256, sizeof r->config_sha256);
+    r->prov = lc.prov;
     if (run_config_parse(r->config, config_path, &r->config_mc, &r->tc, err, errlen)) return -1;
+    r->prov.seed = r->tc.seed;
     r->arch = r->config_mc.arch == ARCH_MOEUT ? "moeut" : "dense";
     r->loss_mode = r->tc.loss_on_target_only ? "answer_only" : "qa";
     return 0;
@@ -60,6 +60,15 @@ int trained_run_open(TrainedRun *r, const char *data_dir, char *err, size_t errl
         return -1;
     }
     if (train_summary_load(&r->summary, path, err, errlen)) return -1;
+    if (strcmp(r->summary.config_sha256, r->config_sha256) != 0 &&
+        !run_provenance_same_overrides(&r->summary.prov, &r->prov)) {
+        char trained[2048], given[2048];
+        run_provenance_describe_overrides(&r->summary.prov, trained, sizeof trained);
+        run_provenance_describe_overrides(&r->prov, given, sizeof given);
+        set_err(err, errlen, "%s: the run was trained with %s, this stage was given %s: pass the same --set as train",
+                path, trained, given);
+        return -1;
+    }
     if (strcmp(r->summary.config_sha256, r->config_sha256) != 0) {
         set_err(err, errlen,
                 "%s: config_sha256 %.12s... differs from %s (%.12s...): the run was trained with another config; "

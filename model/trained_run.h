@@ -3,10 +3,13 @@
  *
  * Opening goes in three steps so that a stage can check its own section of the run config (and, for evaluate, its
  * shards) in between, in the order it reports errors:
- *   trained_run_read_config   run config: sha256 of the file bytes, strict parse of "model" and "train", run names
- *   trained_run_open          train_summary.json (present = finished; same config_sha256), data/EXP/tokenizer.json
+ *   trained_run_read_config   run config with its --set overrides (config_load_with_overrides): config_sha256,
+ *                             strict parse of "model" and "train", run names, provenance
+ *   trained_run_open          train_summary.json (present = finished; same config_sha256, so the same --set as
+ *                             train), data/EXP/tokenizer.json
  *   trained_run_load_model    backend, checkpoint config (must match the run config and the tokenizer), weights
  * Each returns 0, or -1 with one line in err naming the file (or option) and the problem; the stages die("%s", err).
+ * trained_run_read_config returns CONFIG_USAGE_ERROR for a malformed --set (the stages exit 2 with cli_usage_die).
  * trained_run_close frees whatever was opened (safe after any step, and on a zeroed struct). */
 #ifndef MODEL_TRAINED_RUN_H
 #define MODEL_TRAINED_RUN_H
@@ -19,6 +22,7 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/train_config.h"
+#include "pipeline/config_override.h"
 #include "pipeline/result_record.h"
 
 typedef struct {
@@ -27,8 +31,9 @@ typedef struct {
     const char *arch;                  /* "dense" | "moeut" (the run config's model.arch) */
     const char *loss_mode;             /* "qa" | "answer_only" (train.loss_on_target_only) */
 
-    cJSON *config;          /* the whole run config (owned: the stage reads its own section from it) */
-    char config_sha256[65]; /* sha256 of the run config file bytes (hex) */
+    cJSON *config;          /* the whole run config, --set overrides applied (owned: stages read their section) */
+    char config_sha256[65]; /* config_sha256 of the file and the overrides (pipeline/config_override.h) */
+    RunProvenance prov;     /* overrides, effective train.seed, run_config name: for the records */
     ModelConfig config_mc;  /* its "model" section */
     TrainConfig tc;         /* its "train" section */
 
@@ -39,8 +44,9 @@ typedef struct {
     Model *model;           /* built from the checkpoint's own config, weights loaded */
 } TrainedRun;
 
-/* Zeroes *r, then reads config_path. */
-int trained_run_read_config(TrainedRun *r, const char *run_dir, const char *config_path, char *err, size_t errlen);
+/* Zeroes *r, then reads config_path with the --set arguments sets[0..n_sets) applied (NULL, 0 for none). */
+int trained_run_read_config(TrainedRun *r, const char *run_dir, const char *config_path, const char *const *sets,
+                            int n_sets, char *err, size_t errlen);
 /* Training must have finished (train writes train_summary.json last) with this config; loads the tokenizer. */
 int trained_run_open(TrainedRun *r, const char *data_dir, char *err, size_t errlen);
 /* Creates the backend (always fp32: evaluation and analysis run in fp32) and the model from model.safetensors. */

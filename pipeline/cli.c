@@ -9,7 +9,8 @@
 static const char *type_meta(OptType t) {
     switch (t) {
     case OPT_STRING:
-    case OPT_STRING_OR_EMPTY: return "VALUE";
+    case OPT_STRING_OR_EMPTY:
+    case OPT_STRING_LIST: return "VALUE";
     case OPT_INT: return "N";
     case OPT_DOUBLE: return "X";
     case OPT_FLAG: return "";
@@ -65,7 +66,18 @@ static void assign(const char *program, const CliOption *o, const char *value) {
     case OPT_FLAG:
         *(bool *)o->target = true;
         break;
+    case OPT_STRING_LIST: {
+        CliStringList *list = o->target;
+        if (!value[0]) usage_error(program, "--%s: empty value%s", o->name, "");
+        if (list->n >= CLI_LIST_MAX) usage_error(program, "--%s: given more than 64 times%s", o->name, "");
+        list->items[list->n++] = value;
+        break;
     }
+    }
+}
+
+_Noreturn void cli_usage_die(const char *program, const char *message) {
+    usage_error(program, "%s%s", message, "");
 }
 
 void cli_parse(int argc, char **argv, const char *program, const char *summary, const CliOption *opts, int n_opts) {

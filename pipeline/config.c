@@ -2,6 +2,7 @@
  * required keys and wrong types errors that name the file and the dotted key path. */
 #include "pipeline/config.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -73,8 +74,12 @@ const char *json_type_name(const cJSON *v) {
 
 /* Finds the key (case-sensitively) and marks it as known. Missing required keys record an error. */
 static const cJSON *lookup(JsonReader *r, const char *key, bool required) {
-    if (r->n_seen < (int)(sizeof r->seen / sizeof r->seen[0])) r->seen[r->n_seen++] = key;
-    else record_error(r, key, "too many keys for one JsonReader (internal limit)");
+    if (r->n_seen < (int)(sizeof r->seen / sizeof r->seen[0])) {
+        r->seen[r->n_seen++] = key;
+    } else {
+        r->overflow = true;
+        record_error(r, key, "too many keys for one JsonReader (internal limit)");
+    }
     const cJSON *v = (r->obj && cJSON_IsObject(r->obj)) ? cJSON_GetObjectItemCaseSensitive(r->obj, key) : NULL;
     if (!v && required) {
         if (!r->error[0]) {
@@ -181,26 +186,106 @@ const cJSON *json_get_array(JsonReader *r, const char *key, bool required) {
     return v;
 }
 
-int json_reader_finish(JsonReader *r, char *err, size_t errlen) {
-    if (!r->error[0] && r->obj && cJSON_IsObject(r->obj)) {
-        for (const cJSON *c = r->obj->child; c && !r->error[0]; c = c->next) {
-            const char *name = c->string ? c->string : "";
-            bool known = false;
-            for (int i = 0; i < r->n_seen && !known; i++) known = strcmp(r->seen[i], name) == 0;
-            char k[384];
-            full_key(r, name, k, sizeof k);
-            if (!known) {
-                snprintf(r->error, sizeof r->error, "%s: unknown key %s", r->source, k);
-                break;
-            }
-            /* cJSON keeps duplicate keys and returns the first: refuse them rather than ignore one silently. */
-            for (const cJSON *d = c->next; d; d = d->next)
-                if (d->string && strcmp(d->string, name) == 0) {
-                    snprintf(r->error, sizeof r->error, "%s: duplicate key %s", r->source, k);
-                    break;
-                }
+/* Edit distance with adjacent transpositions (optimal string alignment), case-insensitive; stops early once every
+ * entry of a row exceeds limit (returns limit + 1). */
+static size_t edit_distance(const char *a, const char *b, size_t limit) {
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > 64 || nb > 64) return limit + 1; /* keys are short; longer names get no suggestion */
+    size_t d[65][65];
+    for (size_t i = 0; i <= na; i++) d[i][0] = i;
+    for (size_t j = 0; j <= nb; j++) d[0][j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t row_min = (size_t)-1;
+        for (size_t j = 1; j <= nb; j++) {
+            int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+            size_t best = d[i - 1][j - 1] + (ca != cb);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) && tolower((unsigned char)a[i - 2]) == cb &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+            if (best < row_min) row_min = best;
         }
+        if (row_min > limit) return limit + 1;
     }
+    return d[na][nb];
+}
+
+/* Whether the initials of long's '_'-separated words (two or more) spell short, case-insensitively. */
+static bool is_acronym(const char *shortname, const char *longname) {
+    size_t k = 0;
+    int words = 0;
+    for (const char *p = longname; *p; p++) {
+        if (p != longname && p[-1] != '_') continue;
+        if (*p == '_') continue;
+        if (!shortname[k] || tolower((unsigned char)shortname[k]) != tolower((unsigned char)*p)) return false;
+        k++, words++;
+    }
+    return words >= 2 && shortname[k] == '\0';
+}
+
+const char *json_closest_key(const char *name, const char *const *candidates, int n_candidates) {
+    const char *best = NULL, *acronym = NULL;
+    size_t best_d = (size_t)-1;
+    for (int i = 0; i < n_candidates; i++) {
+        const char *c = candidates[i];
+        if (!c || strcmp(c, name) == 0) continue;
+        size_t longer = strlen(c) > strlen(name) ? strlen(c) : strlen(name);
+        size_t limit = longer / 3; /* at most a third of the characters differ */
+        size_t d = edit_distance(name, c, limit);
+        if (d <= limit && d < best_d) best = c, best_d = d;
+        if (!acronym && (is_acronym(name, c) || is_acronym(c, name))) acronym = c;
+    }
+    return best ? best : acronym;
+}
+
+/* The closest key this reader asked for that the object lacks (a misspelling's intended key is missing), else the
+ * closest of all it asked for. */
+static const char *suggest_key(const JsonReader *r, const char *name) {
+    const char *absent[128];
+    int n_absent = 0;
+    for (int i = 0; i < r->n_seen; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(r->obj, r->seen[i])) absent[n_absent++] = r->seen[i];
+    const char *s = json_closest_key(name, absent, n_absent);
+    return s ? s : json_closest_key(name, r->seen, r->n_seen);
+}
+
+/* An unknown or duplicate key of the object, in object order, into r->error (replacing any recorded error).
+ * Returns true if one was found. */
+static bool find_structural_error(JsonReader *r) {
+    for (const cJSON *c = r->obj->child; c; c = c->next) {
+        const char *name = c->string ? c->string : "";
+        bool known = false;
+        for (int i = 0; i < r->n_seen && !known; i++) known = strcmp(r->seen[i], name) == 0;
+        char k[384];
+        full_key(r, name, k, sizeof k);
+        if (!known) {
+            const char *hint = suggest_key(r, name);
+            if (hint) {
+                char h[384];
+                full_key(r, hint, h, sizeof h);
+                set_err(r->error, sizeof r->error, "%s: %s: unknown key (did you mean %s?)", r->source, k, h);
+            } else {
+                snprintf(r->error, sizeof r->error, "%s: %s: unknown key", r->source, k);
+            }
+            return true;
+        }
+        /* cJSON keeps duplicate keys and returns the first: refuse them rather than ignore one silently. */
+        for (const cJSON *d = c->next; d; d = d->next)
+            if (d->string && strcmp(d->string, name) == 0) {
+                snprintf(r->error, sizeof r->error, "%s: %s: duplicate key", r->source, k);
+                return true;
+            }
+    }
+    return false;
+}
+
+int json_reader_finish(JsonReader *r, char *err, size_t errlen) {
+    /* Unknown and duplicate keys first: "missing required key train.lr" is only the consequence of
+     * "train.learning_rate: unknown key (did you mean train.lr?)". Not after the internal limit (seen[] is
+     * incomplete) nor when the value is not an object (init recorded that). */
+    if (!r->overflow && r->obj && cJSON_IsObject(r->obj)) find_structural_error(r);
     if (r->error[0]) {
         set_err(err, errlen, "%s", r->error);
         return -1;

@@ -16,7 +16,10 @@ cJSON *json_load_file(const char *path, char *err, size_t errlen);
  *   JsonReader r; json_reader_init(&r, obj, "experiments/tiny.json", "train");
  *   json_get_int(&r, "steps", &steps, true); ...; if (json_reader_finish(&r, err, sizeof err)) -> error
  * Each getter marks the key as known; a missing required key, a wrong type or an out-of-range integer records the
- * first error. json_reader_finish also reports any key that no getter asked for ("unknown key"). */
+ * first error. json_reader_finish reports a key that no getter asked for ("<source>: train.lerning_rate: unknown key
+ * (did you mean train.lr?)", the suggestion being the closest key the reader asked for) or given twice
+ * ("<source>: train.steps: duplicate key") IN PREFERENCE to the recorded error: a misspelt key is the cause of the
+ * "missing required key" its correct spelling then gets, so it is the error worth reporting. */
 typedef struct {
     const cJSON *obj;
     const char *source;   /* file name, for messages */
@@ -24,6 +27,7 @@ typedef struct {
     const char *seen[128];
     int n_seen;
     char error[512];      /* first error, empty if none */
+    bool overflow;        /* more keys asked for than seen[] holds: unknown-key checks would be wrong */
 } JsonReader;
 
 void json_reader_init(JsonReader *r, const cJSON *obj, const char *source, const char *path);
@@ -36,6 +40,12 @@ bool json_get_string_or_null(JsonReader *r, const char *key, const char **out, b
 const cJSON *json_get_object(JsonReader *r, const char *key, bool required);
 const cJSON *json_get_array(JsonReader *r, const char *key, bool required);
 int json_reader_finish(JsonReader *r, char *err, size_t errlen); /* 0 ok, -1 error (message in err) */
+
+/* The candidate closest to name, for "did you mean" hints: the smallest edit distance (insertions, deletions,
+ * substitutions, adjacent transpositions; case-insensitive) when at most a third of the longer name's characters
+ * differ, else one whose underscore-separated words' initials spell the other ("learning_rate" -> "lr"); NULL when
+ * none is close. Candidates equal to name are ignored. */
+const char *json_closest_key(const char *name, const char *const *candidates, int n_candidates);
 
 /* The top level of a file shared by several readers (data.json: fetch and tokenize each read their own section):
  * an object holding only the named sections, each an object, none twice; any of them may be absent (its reader

@@ -38,6 +38,7 @@ int predictions_write_header(FILE *fp, const char *path, const PredictionsHeader
     must(cJSON_AddStringToObject(o, "backend", h->backend));
     must(cJSON_AddStringToObject(o, "hardware", h->hardware));
     must(cJSON_AddStringToObject(o, "config_sha256", h->config_sha256));
+    if (h->prov) run_provenance_to_json(o, h->prov);
     return write_object_line(fp, path, o, err, errlen);
 }
 

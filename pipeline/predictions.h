@@ -1,7 +1,8 @@
 /* predictions.jsonl: evaluate's per-example verdicts (schema "dm-math-predictions", version 1), one JSON object per
  * line, written with cJSON so every string is escaped:
  *
- *   {"schema", "schema_version", "experiment", "run", "code_version", "backend", "hardware", "config_sha256"}
+ *   {"schema", "schema_version", "experiment", "run", "code_version", "backend", "hardware", "config_sha256",
+ *    "overrides", "seed", "run_config"}   (the last three as in result.json: pipeline/run_provenance.h)
  *   {"set", "index", "module", "question", "answer", "predicted", "correct", "answer_loss"[, "greedy_correct"]}
  *   ... one line per evaluated example, interpolate then extrapolate, each in shard order
  *
@@ -15,12 +16,15 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "pipeline/run_provenance.h"
+
 #define PREDICTIONS_SCHEMA "dm-math-predictions"
 #define PREDICTIONS_SCHEMA_VERSION 1
 #define PREDICTIONS_FILE_NAME "predictions.jsonl"
 
 typedef struct {
     const char *experiment, *run, *code_version, *backend, *hardware, *config_sha256;
+    const RunProvenance *prov; /* NULL: the provenance fields are left out */
 } PredictionsHeader;
 
 typedef struct {

@@ -84,6 +84,7 @@ cJSON *result_record_to_json(const ResultRecord *r) {
     must(cJSON_AddStringToObject(o, "loss_mode", r->loss_mode));
     cJSON_AddItemToObject(o, "config", r->config ? must(cJSON_Duplicate(r->config, 1)) : must(cJSON_CreateObject()));
     must(cJSON_AddStringToObject(o, "config_sha256", r->config_sha256));
+    run_provenance_to_json(o, &r->prov);
     must(cJSON_AddStringToObject(o, "code_version", r->code_version));
     cJSON *ds = must(cJSON_AddObjectToObject(o, "dataset"));
     must(cJSON_AddStringToObject(ds, "train_sha256", r->train_sha256));
@@ -212,6 +213,7 @@ int result_record_from_json(ResultRecord *rec, const cJSON *json, const char *so
     get_str(&r, "loss_mode", rec->loss_mode, sizeof rec->loss_mode, true);
     const cJSON *config = json_get_object(&r, "config", true);
     get_sha(&r, "config_sha256", rec->config_sha256);
+    run_provenance_read(&r, &rec->prov);
     get_str(&r, "code_version", rec->code_version, sizeof rec->code_version, true);
     const cJSON *ds = json_get_object(&r, "dataset", true);
     get_sha(&r, "tokenizer_sha256", rec->tokenizer_sha256);
@@ -335,6 +337,7 @@ int train_summary_load(TrainSummary *s, const char *path, char *err, size_t errl
     json_get_int(&r, "n_params", &s->n_params, true);
     get_str(&r, "code_version", s->code_version, sizeof s->code_version, true);
     if (cJSON_GetObjectItemCaseSensitive(j, "tokenizer_sha256")) get_sha(&r, "tokenizer_sha256", s->tokenizer_sha256);
+    run_provenance_read(&r, &s->prov);
     /* train owns this file and may add fields: only the reader's own errors count, not unknown keys. */
     int rc = 0;
     if (r.error[0]) {
@@ -355,6 +358,7 @@ cJSON *analysis_record_to_json(const AnalysisRecord *a) {
     must(cJSON_AddStringToObject(o, "run", a->run));
     must(cJSON_AddStringToObject(o, "arch", a->arch));
     must(cJSON_AddStringToObject(o, "loss_mode", a->loss_mode));
+    run_provenance_to_json(o, &a->prov);
     must(cJSON_AddStringToObject(o, "code_version", a->code_version));
     must(cJSON_AddStringToObject(o, "backend", a->backend));
     must(cJSON_AddStringToObject(o, "hardware", a->hardware));
@@ -470,6 +474,7 @@ int analysis_record_from_json(AnalysisRecord *a, const cJSON *json, const char *
     get_str(&r, "run", a->run, sizeof a->run, true);
     get_str(&r, "arch", a->arch, sizeof a->arch, true);
     get_str(&r, "loss_mode", a->loss_mode, sizeof a->loss_mode, true);
+    run_provenance_read(&r, &a->prov);
     /* optional: records written before the provenance fields existed still load */
     get_str(&r, "code_version", a->code_version, sizeof a->code_version, false);
     get_str(&r, "backend", a->backend, sizeof a->backend, false);

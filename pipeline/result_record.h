@@ -17,6 +17,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "pipeline/run_provenance.h"
+
 #define RESULT_SCHEMA "dm-math-result"
 #define RESULT_SCHEMA_VERSION 1
 #define ANALYSIS_SCHEMA "dm-math-analysis"
@@ -48,7 +50,8 @@ typedef struct {
     char arch[16];            /* "dense" | "moeut" */
     char loss_mode[16];       /* "qa" | "answer_only" */
     cJSON *config;            /* the run config object (owned) */
-    char config_sha256[65];   /* sha256 of the run config file bytes */
+    char config_sha256[65];   /* config_sha256 of the run config file and its --set overrides */
+    RunProvenance prov;       /* "overrides", "seed", "run_config" (optional on read) */
     char code_version[128];
     char train_sha256[65], interpolate_sha256[65], extrapolate_sha256[65]; /* shard_content_sha256 */
     cJSON *dataset_source;    /* optional provenance copied from the shard header ("source"); owned, may be NULL */
@@ -85,6 +88,7 @@ typedef struct {
     double wall_time_s, final_train_loss, tokens_per_s;
     char backend[16], hardware[256], precision[16], config_sha256[65], code_version[128];
     char tokenizer_sha256[65]; /* the tokenizer the run was trained with; "" in summaries written before it was */
+    RunProvenance prov;        /* "overrides", "seed", "run_config" (optional: absent in older summaries) */
 } TrainSummary;
 
 int train_summary_load(TrainSummary *s, const char *path, char *err, size_t errlen);
@@ -104,6 +108,7 @@ typedef struct {
 
 typedef struct {
     char experiment[128], run[128], arch[16], loss_mode[16];
+    RunProvenance prov;       /* "overrides", "seed", "run_config" (optional on read) */
     /* where the analysis ran (empty in records written before these fields existed, and for a disabled analysis's
      * backend and hardware) */
     char code_version[128], backend[16], hardware[256];

@@ -212,9 +212,11 @@ int main(int argc, char **argv) {
     log_set_program("analyze");
     const char *run_dir = NULL, *config_path = NULL, *data_dir = NULL, *out_path = NULL, *backend_name = "cpu";
     long threads = 1;
+    CliStringList sets = {0};
     CliOption opts[] = {
         {"run", OPT_STRING, &run_dir, "trained run directory runs/EXP/RUN", true},
         {"config", OPT_STRING, &config_path, "run config experiments/EXP/RUN.json", true},
+        {"set", OPT_STRING_LIST, &sets, "KEY=VALUE: override a run config key, repeatable (the same as train's)", false},
         {"data", OPT_STRING, &data_dir, "data directory data/EXP (tokenizer.json)", true},
         {"out", OPT_STRING, &out_path, "analysis record to write, e.g. runs/EXP/RUN/analysis.json", true},
         {"backend", OPT_STRING, &backend_name, "cpu | cuda (default cpu)", false},
@@ -229,7 +231,9 @@ int main(int argc, char **argv) {
     if (atomic_check_target(out_path, err, sizeof err) != 0) die("--out: %s", err);
 
     TrainedRun tr;
-    if (trained_run_read_config(&tr, run_dir, config_path, err, sizeof err)) die("%s", err);
+    int rc = trained_run_read_config(&tr, run_dir, config_path, sets.items, sets.n, err, sizeof err);
+    if (rc == CONFIG_USAGE_ERROR) cli_usage_die("analyze", err);
+    if (rc) die("%s", err);
     const cJSON *an = cJSON_GetObjectItemCaseSensitive(tr.config, "analyze");
     if (!an || !cJSON_IsObject(an)) die("%s: analyze: missing or not an object", config_path);
     JsonReader jr;
@@ -244,6 +248,7 @@ int main(int argc, char **argv) {
     snprintf(a.run, sizeof a.run, "%s", tr.run);
     snprintf(a.arch, sizeof a.arch, "%s", tr.arch);
     snprintf(a.loss_mode, sizeof a.loss_mode, "%s", tr.loss_mode);
+    a.prov = tr.prov;
     snprintf(a.code_version, sizeof a.code_version, "%s", CODE_VERSION);
     a.enabled = enabled;
     if (!enabled) {

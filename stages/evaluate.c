@@ -348,7 +348,8 @@ static int prepare_predictions(AtomicFile *af, const char *path, const Predictio
 static void save_outputs(const ResultRecord *r, const char *out_path, const char *pred_path, const Shard *shards,
                          const SetPredictions *preds, const Tokenizer *tok) {
     char err[2048];
-    PredictionsHeader ph = {r->experiment, r->run, r->code_version, r->backend, r->hardware, r->config_sha256};
+    PredictionsHeader ph = {r->experiment, r->run, r->code_version, r->backend, r->hardware, r->config_sha256,
+                           &r->prov};
     AtomicFile pred_af, result_af;
     /* err may name only a parent directory: the line also says which output it was */
     if (prepare_predictions(&pred_af, pred_path, &ph, shards, preds, tok, err, sizeof err) != 0)
@@ -375,9 +376,11 @@ int main(int argc, char **argv) {
     const char *run_dir = NULL, *config_path = NULL, *data_dir = NULL, *out_path = NULL, *backend_name = "cpu";
     const char *pred_opt = NULL;
     long batch_size = 1, threads = 1;
+    CliStringList sets = {0};
     CliOption opts[] = {
         {"run", OPT_STRING, &run_dir, "trained run directory runs/EXP/RUN", true},
         {"config", OPT_STRING, &config_path, "run config experiments/EXP/RUN.json", true},
+        {"set", OPT_STRING_LIST, &sets, "KEY=VALUE: override a run config key, repeatable (the same as train's)", false},
         {"data", OPT_STRING, &data_dir, "data directory data/EXP (tokenizer.json, *.shard)", true},
         {"out", OPT_STRING, &out_path, "result record to write, e.g. runs/EXP/RUN/result.json", true},
         {"predictions", OPT_STRING, &pred_opt, "per-example verdicts to write (default: predictions.jsonl in --out's directory)", false},
@@ -403,7 +406,9 @@ int main(int argc, char **argv) {
     /* Run config: model/train sections through the shared parser, evaluate section here; then training must have
      * finished with this very config. */
     TrainedRun tr;
-    if (trained_run_read_config(&tr, run_dir, config_path, err, sizeof err)) die("%s", err);
+    int rc = trained_run_read_config(&tr, run_dir, config_path, sets.items, sets.n, err, sizeof err);
+    if (rc == CONFIG_USAGE_ERROR) cli_usage_die("evaluate", err);
+    if (rc) die("%s", err);
     EvalConfig ec;
     read_eval_config(tr.config, config_path, &ec);
     if (trained_run_open(&tr, data_dir, err, sizeof err)) die("%s", err);
@@ -452,6 +457,7 @@ int main(int argc, char **argv) {
     snprintf(r.loss_mode, sizeof r.loss_mode, "%s", tr.loss_mode);
     r.config = tr.config; /* borrowed: trained_run_close frees it */
     snprintf(r.config_sha256, sizeof r.config_sha256, "%s", tr.config_sha256);
+    r.prov = tr.prov;
     snprintf(r.code_version, sizeof r.code_version, "%s", CODE_VERSION);
     snprintf(r.train_sha256, sizeof r.train_sha256, "%s", train_sha);
     snprintf(r.interpolate_sha256, sizeof r.interpolate_sha256, "%s", shard_sha[EVAL_INTERPOLATE]);

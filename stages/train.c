@@ -31,6 +31,7 @@
 #include "pipeline/atomic_file.h"
 #include "pipeline/cli.h"
 #include "pipeline/config.h"
+#include "pipeline/config_override.h"
 #include "pipeline/log.h"
 #include "pipeline/threads.h"
 #include "pipeline/progress.h"
@@ -42,6 +43,7 @@ static void on_signal(int sig) { g_signal = sig; }
 typedef struct {
     const char *config_path, *data_dir, *out_dir, *backend;
     bool resume, auto_resume;
+    CliStringList sets; /* --set KEY=VALUE overrides of the run config */
     long steps_override, threads, stop_after, debug_nan_step;
 } Args;
 
@@ -50,7 +52,8 @@ typedef struct {
     Args a;
     ModelConfig mc;
     TrainConfig tc;
-    char config_sha256[65];
+    char config_sha256[65]; /* of the file and the --set overrides (pipeline/config_override.h) */
+    RunProvenance prov;     /* the overrides, seed and config name train_summary.json and state.json record */
     cJSON *config_json;
     Shard shard;
     char shard_sha256[65]; /* of train.shard's bytes: a reshuffled shard keeps its tokenizer and example count */
@@ -74,14 +77,15 @@ static void path_join(char *out, size_t n, const char *dir, const char *file) { 
 
 static void load_config(Trainer *t) {
     char err[1024];
-    char *bytes = NULL;
-    size_t n = 0;
-    if (read_file_all(t->a.config_path, &bytes, &n, err, sizeof err) != 0) die("%s", err);
-    sha256_hex(bytes, n, t->config_sha256);
-    free(bytes);
-    t->config_json = json_load_file(t->a.config_path, err, sizeof err);
-    if (!t->config_json) die("%s", err);
+    LoadedConfig lc;
+    int rc = config_load_with_overrides(&lc, t->a.config_path, t->a.sets.items, t->a.sets.n, err, sizeof err);
+    if (rc == CONFIG_USAGE_ERROR) cli_usage_die("train", err);
+    if (rc) die("%s", err);
+    t->config_json = lc.json;
+    memcpy(t->config_sha256, lc.sha256, sizeof t->config_sha256);
+    t->prov = lc.prov;
     if (run_config_parse(t->config_json, t->a.config_path, &t->mc, &t->tc, err, sizeof err) != 0) die("%s", err);
+    t->prov.seed = t->tc.seed;
     if (t->a.steps_override > 0) t->tc.steps = t->a.steps_override;
     else if (t->a.steps_override != 0) die("--steps: must be >= 1 (got %ld)", t->a.steps_override);
 }
@@ -183,7 +187,13 @@ static void truncate_metrics(const char *path, long step) {
  * for --auto-resume also the same backend (a continuation on another backend is not bit-identical, so a run that
  * resumes on its own is always the one an uninterrupted run would have produced). If not, why says why. */
 static bool resume_compatible(const Trainer *t, const TrainState *peek, char *why, size_t whylen) {
-    if (strcmp(peek->config_sha256, t->config_sha256) != 0)
+    char was[1024], now[1024];
+    run_provenance_describe_overrides(&peek->prov, was, sizeof was);
+    run_provenance_describe_overrides(&t->prov, now, sizeof now);
+    if (strcmp(peek->config_sha256, t->config_sha256) != 0 && !run_provenance_same_overrides(&peek->prov, &t->prov))
+        set_err(why, whylen, "the --set overrides changed since the checkpoint (it was trained with %s, this run has "
+                "%s)", was, now);
+    else if (strcmp(peek->config_sha256, t->config_sha256) != 0)
         snprintf(why, whylen, "%s changed since the checkpoint (config sha256 %.12s..., checkpoint has %.12s...)",
                  t->a.config_path, t->config_sha256, peek->config_sha256);
     else if (peek->total_steps != t->tc.steps)
@@ -245,6 +255,7 @@ static void start_or_resume(Trainer *t) {
     /* Fields that describe this run (identical on resume, checked above). */
     t->st.total_steps = t->tc.steps;
     snprintf(t->st.config_sha256, sizeof t->st.config_sha256, "%s", t->config_sha256);
+    t->st.prov = t->prov;
     snprintf(t->st.backend, sizeof t->st.backend, "%s", t->be->name);
     snprintf(t->st.data_tokenizer_sha256, sizeof t->st.data_tokenizer_sha256, "%s", t->shard.tokenizer_sha256);
     t->st.data_n_examples = t->shard.n_examples;
@@ -341,6 +352,7 @@ static void write_summary(Trainer *t) {
     cJSON_AddStringToObject(s, "hardware", t->be->device_name);
     cJSON_AddStringToObject(s, "precision", (!cpu && t->tc.precision == PRECISION_BF16) ? "bf16" : "fp32");
     cJSON_AddStringToObject(s, "config_sha256", t->config_sha256);
+    run_provenance_to_json(s, &t->prov);
     cJSON_AddNumberToObject(s, "n_params", (double)model_n_params(t->m));
     cJSON_AddStringToObject(s, "code_version", CODE_VERSION);
     /* evaluate and analyze check it: a re-tokenized data directory would otherwise decode with other pieces */
@@ -444,6 +456,10 @@ int main(int argc, char **argv) {
          "continue the checkpoint in --out if it has this config, length, training data and backend, else start "
          "over saying why (make's default)",
          false},
+        {"set", OPT_STRING_LIST, &t.a.sets,
+         "KEY=VALUE: override a run config key (train.lr=1e-3, train.seed=2, model.d_model=64), repeatable; VALUE is "
+         "JSON or else a string; recorded in the run and in its config_sha256",
+         false},
         {"steps", OPT_INT, &t.a.steps_override, "override train.steps (also the cosine length)", false},
         {"threads", OPT_INT, &t.a.threads, "CPU threads (default: all cores)", false},
         {"stop-after", OPT_INT, &t.a.stop_after, "testing: checkpoint and exit 0 after this many completed steps",
@@ -462,9 +478,12 @@ int main(int argc, char **argv) {
     load_config(&t);
     load_data(&t);
     create_model(&t);
-    log_info("%s: %s, %zu parameters, backend %s (%s), %ld steps x %ld windows x %ld tokens, %s loss", t.a.config_path,
-             t.mc.arch == ARCH_MOEUT ? "moeut" : "dense", model_n_params(t.m), t.be->name, t.be->device_name,
-             t.tc.steps, t.tc.batch_size, t.tc.context, t.tc.loss_on_target_only ? "answer-only" : "Q+A");
+    char overrides[2048];
+    run_provenance_describe_overrides(&t.prov, overrides, sizeof overrides);
+    log_info("%s (%s): %s, %zu parameters, backend %s (%s), %ld steps x %ld windows x %ld tokens, %s loss, seed %ld",
+             t.a.config_path, overrides, t.mc.arch == ARCH_MOEUT ? "moeut" : "dense", model_n_params(t.m),
+             t.be->name, t.be->device_name, t.tc.steps, t.tc.batch_size, t.tc.context,
+             t.tc.loss_on_target_only ? "answer-only" : "Q+A", t.tc.seed);
     const int bm = (int)(t.tc.batch_size / t.tc.n_microbatch);
     /* The whole arena now (a step never allocates), and before start_or_resume: a config too large for the memory
      * must fail while an earlier run in --out is still there, not after starting over has removed it. */

@@ -16,6 +16,17 @@ import sys
 SCHEMA, SCHEMA_VERSION = "dm-math-predictions", 1
 SETS = ("interpolate", "extrapolate")
 HEADER_KEYS = ("schema", "schema_version", "experiment", "run", "code_version", "backend", "hardware", "config_sha256")
+# Run provenance after them (pipeline/run_provenance.h): "overrides" always, "seed" and "run_config" when known;
+# absent from files written before they existed.
+PROVENANCE_KEYS = ("overrides", "seed", "run_config")
+
+
+def _header_keys_ok(header):
+    keys = tuple(header)
+    if keys[:len(HEADER_KEYS)] != HEADER_KEYS:
+        return False
+    rest = keys[len(HEADER_KEYS):]
+    return rest == tuple(k for k in PROVENANCE_KEYS if k in rest)
 LINE_TYPES = {"set": str, "index": int, "module": str, "question": str, "answer": str, "predicted": str,
               "correct": bool, "answer_loss": float}
 TOL_MEAN = 1e-9  # relative: the record's means are sums of the same doubles (cJSON prints them to ~1e-16)
@@ -64,12 +75,13 @@ def close(a, b, rel):
 def validate(header, lines, record):
     """A predictions file against the result record of the same evaluation."""
     d = {k: [] for k in ("header", "fields", "order", "counts", "losses", "predicted", "greedy")}
-    if not isinstance(header, dict) or tuple(header) != HEADER_KEYS:
-        d["header"].append("header keys %s, expected %s" % (list(header or {}), list(HEADER_KEYS)))
+    if not isinstance(header, dict) or not _header_keys_ok(header):
+        d["header"].append("header keys %s, expected %s [+ %s]" % (list(header or {}), list(HEADER_KEYS),
+                                                                   list(PROVENANCE_KEYS)))
     else:
         if (header["schema"], header["schema_version"]) != (SCHEMA, SCHEMA_VERSION):
             d["header"].append("schema %r v%r" % (header["schema"], header["schema_version"]))
-        for k in HEADER_KEYS[2:]:
+        for k in HEADER_KEYS[2:] + tuple(k for k in PROVENANCE_KEYS if k in header):
             if header[k] != record.get(k):
                 d["header"].append("%s %r, the record has %r" % (k, header[k], record.get(k)))
     by_set = {s: [] for s in SETS}

@@ -91,7 +91,7 @@ check "no fetch section: no output" nothing_at "$T/bad_nosection"
 # the top level of data.json: a section given twice (cJSON keeps both and the first used to win silently)
 printf '{"fetch": {"source": "embedded"}, "fetch": {"source": "%s"}}\n' "$WWW/main.tar.gz" >"$T/twice.json"
 run_fetch --config "$T/twice.json" --out "$T/bad_twice"
-check "fetch section twice: refused, naming it" log_has "$T/twice.json: duplicate key fetch"
+check "fetch section twice: refused, naming it" log_has "$T/twice.json: fetch: duplicate key"
 check "fetch section twice: one error line" one_error_line
 check "fetch section twice: no output" nothing_at "$T/bad_twice"
 printf '{"fetch": {"source": "x",}}\n' >"$T/syntax.json"

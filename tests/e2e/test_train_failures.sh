@@ -49,7 +49,7 @@ expect_error() { # expect_error LABEL PATTERN ARGS...
 }
 train_config "$tmp/good.json" dense qa 4
 sed 's/"seed": 1,/"seed": 1, "sead": 2,/' "$tmp/good.json" >"$tmp/unknown.json"
-expect_error "unknown train key" "unknown.json: unknown key train.sead" --config "$tmp/unknown.json" --data "$tmp/data"
+expect_error "unknown train key" "unknown.json: train.sead: unknown key (did you mean train.seed?)" --config "$tmp/unknown.json" --data "$tmp/data"
 train_config "$tmp/ntok.json" dense qa 4 n_tokens=256
 expect_error "n_tokens vs tokenizer" "model.n_tokens is 256 but .*tokenizer.json has 512 pieces" \
   --config "$tmp/ntok.json" --data "$tmp/data"

@@ -73,7 +73,7 @@ static void no_url(cJSON *r) { cJSON_DeleteItemFromObject(r, "url"); }
 START_TEST(bad_manifests_rejected) {
     char err[512];
     ck_assert_int_eq(load_edited(add_unknown, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "m.json: unknown key mirror"), "%s", err);
+    ck_assert_msg(strstr(err, "m.json: mirror: unknown key"), "%s", err);
     ck_assert_int_eq(load_edited(size_string, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "size: expected an integer, got a string"), "%s", err);
     ck_assert_int_eq(load_edited(bad_sha, err, sizeof err), -1);
@@ -84,7 +84,7 @@ START_TEST(bad_manifests_rejected) {
     ck_assert_int_eq(load_edited(wrong_area, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "train_modules.algebra[8]"), "%s", err);
     ck_assert_int_eq(load_edited(emb_unknown, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "unknown key embedded_sample.sha1"), "%s", err);
+    ck_assert_msg(strstr(err, "embedded_sample.sha1: unknown key"), "%s", err);
     ck_assert_int_eq(load_edited(no_url, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "missing required key url"), "%s", err);
 }

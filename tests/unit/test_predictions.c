@@ -49,7 +49,13 @@ START_TEST(header_and_lines_round_trip) {
     FILE *fp = tmpfile();
     ck_assert(fp != NULL);
     char err[256];
-    PredictionsHeader h = {"tiny", "dense_qa", "abc123-dirty", "cpu", "AMD EPYC \"2 cores\"", "0123abcd"};
+    RunProvenance prov;
+    run_provenance_init(&prov);
+    prov.n_overrides = 1;
+    snprintf(prov.overrides[0], sizeof prov.overrides[0], "train.seed=2");
+    prov.seed = 2;
+    snprintf(prov.run_config, sizeof prov.run_config, "dense_qa");
+    PredictionsHeader h = {"tiny", "dense_qa.seed2", "abc123-dirty", "cpu", "AMD EPYC \"2 cores\"", "0123abcd", &prov};
     ck_assert_int_eq(predictions_write_header(fp, "p.jsonl", &h, err, sizeof err), 0);
     /* quote, backslash, newline, tab, ^A, ▁ */
     const char *q = "Q: What is \"-2\" \\ 3?\nTab\there \x01 \xe2\x96\x81 A:";
@@ -62,7 +68,13 @@ START_TEST(header_and_lines_round_trip) {
     ck_assert_int_eq(read_lines(fp, l, 4), 3);
     char keys[512];
     keys_of(l[0], keys, sizeof keys);
-    ck_assert_str_eq(keys, "schema,schema_version,experiment,run,code_version,backend,hardware,config_sha256");
+    ck_assert_str_eq(keys, "schema,schema_version,experiment,run,code_version,backend,hardware,config_sha256,overrides,seed,"
+                           "run_config");
+    const cJSON *ov = cJSON_GetObjectItem(l[0], "overrides");
+    ck_assert_int_eq(cJSON_GetArraySize(ov), 1);
+    ck_assert_str_eq(cJSON_GetArrayItem(ov, 0)->valuestring, "train.seed=2");
+    ck_assert_int_eq(cJSON_GetObjectItem(l[0], "seed")->valueint, 2);
+    ck_assert_str_eq(str(l[0], "run_config"), "dense_qa");
     ck_assert_str_eq(str(l[0], "schema"), PREDICTIONS_SCHEMA);
     ck_assert_int_eq(cJSON_GetObjectItem(l[0], "schema_version")->valueint, PREDICTIONS_SCHEMA_VERSION);
     ck_assert_str_eq(str(l[0], "hardware"), "AMD EPYC \"2 cores\"");

@@ -591,9 +591,9 @@ START_TEST(config_is_strict) {
     /* The top level too: a second "tokenize" section (the first used to win silently) and a misspelt section. */
     ck_assert_int_eq(load_config("{\"tokenize\": {\"vocab_size\": 300}, \"fetch\": {}, \"tokenize\": {}}", &c, err,
                                  sizeof err), -1);
-    ck_assert_msg(strstr(err, "data.json: duplicate key tokenize"), "%s", err);
+    ck_assert_msg(strstr(err, "data.json: tokenize: duplicate key"), "%s", err);
     ck_assert_int_eq(load_config("{\"tokenize\": {}, \"tokeniser\": {\"vocab_size\": 300}}", &c, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "data.json: unknown key tokeniser"), "%s", err);
+    ck_assert_msg(strstr(err, "data.json: tokeniser: unknown key (did you mean tokenize?)"), "%s", err);
 }
 END_TEST
 

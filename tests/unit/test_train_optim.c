@@ -163,7 +163,7 @@ START_TEST(train_config_strict) {
     ck_assert_double_eq(tc.grad_clip, 0.25);
 
     struct { const char *from, *to, *expect; } cases[] = {
-        {"\"seed\": 3,", "\"seed\": 3, \"sede\": 1,", "unknown key train.sede"},
+        {"\"seed\": 3,", "\"seed\": 3, \"sede\": 1,", "train.sede: unknown key"},
         {"\"n_microbatch\": 2", "\"n_microbatch\": 3", "train.n_microbatch"},
         {"\"precision\": \"bf16\"", "\"precision\": \"fp16\"", "train.precision"},
         {"\"steps\": 100", "\"steps\": \"100\"", "train.steps"},

@@ -111,7 +111,7 @@ START_TEST(config_names_and_hash) {
     file_sha(f.config, want_sha);
     snprintf(slashed, sizeof slashed, "%s//", f.run_dir); /* trailing slashes do not change the names */
     TrainedRun r;
-    ck_assert_msg(trained_run_read_config(&r, slashed, f.config, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(trained_run_read_config(&r, slashed, f.config, NULL, 0, err, sizeof err) == 0, "%s", err);
     ck_assert_str_eq(r.experiment, "exp");
     ck_assert_str_eq(r.run, "run");
     ck_assert_str_eq(r.arch, "dense");
@@ -123,18 +123,18 @@ START_TEST(config_names_and_hash) {
     trained_run_close(&r);
 
     write_run_config(f.config, 64, 8, false);
-    ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, NULL, 0, err, sizeof err) == 0, "%s", err);
     ck_assert_str_eq(r.loss_mode, "qa");
     trained_run_close(&r);
 
     /* errors name the file */
     char path[512];
     snprintf(path, sizeof path, "%s/missing.json", f.dir);
-    ck_assert_int_eq(trained_run_read_config(&r, f.run_dir, path, err, sizeof err), -1);
+    ck_assert_int_eq(trained_run_read_config(&r, f.run_dir, path, NULL, 0, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "missing.json"), "%s", err);
     trained_run_close(&r);
     rtu_write(f.config, "{\"description\": \"x\", \"model\": {\"arch\": \"dense\"}}");
-    ck_assert_int_eq(trained_run_read_config(&r, f.run_dir, f.config, err, sizeof err), -1);
+    ck_assert_int_eq(trained_run_read_config(&r, f.run_dir, f.config, NULL, 0, err, sizeof err), -1);
     ck_assert_msg(strstr(err, f.config), "%s", err);
     trained_run_close(&r);
     remove_tree(f.dir);
@@ -150,26 +150,26 @@ START_TEST(open_requires_finished_training_with_this_config) {
     TrainedRun r;
 
     /* no train_summary.json: not finished */
-    ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, NULL, 0, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(trained_run_open(&r, f.data, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "train_summary.json: missing: training of") && strstr(err, "has not finished"), "%s", err);
     trained_run_close(&r);
 
     /* trained with another config */
     write_summary(f.run_dir, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
-    ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, NULL, 0, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(trained_run_open(&r, f.data, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "config_sha256 0123456789ab... differs from") && strstr(err, f.config), "%s", err);
     trained_run_close(&r);
 
     /* finished with this config, but no tokenizer in the data directory */
     write_summary(f.run_dir, sha);
-    ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, NULL, 0, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(trained_run_open(&r, f.exp, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "tokenizer.json"), "%s", err);
     trained_run_close(&r);
 
-    ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, NULL, 0, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(trained_run_open(&r, f.data, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(tokenizer_vocab_size(r.tok), TOK_VOCAB);
     ck_assert_int_eq(r.summary.steps, 4);
@@ -200,7 +200,7 @@ START_TEST(open_refuses_another_tokenizer) {
                  sha, recorded[k]);
         rtu_write(path, text);
         TrainedRun r;
-        ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, NULL, 0, err, sizeof err) == 0, "%s", err);
         int rc = trained_run_open(&r, f.data, err, sizeof err);
         if (k == 0) {
             ck_assert_int_eq(rc, -1);
@@ -221,7 +221,7 @@ static void open_ok(TrainedRun *r, const Fixture *f) {
     char err[2048], sha[65];
     file_sha(f->config, sha);
     write_summary(f->run_dir, sha);
-    ck_assert_msg(trained_run_read_config(r, f->run_dir, f->config, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(trained_run_read_config(r, f->run_dir, f->config, NULL, 0, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(trained_run_open(r, f->data, err, sizeof err) == 0, "%s", err);
 }
 
