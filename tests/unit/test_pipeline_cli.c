@@ -102,6 +102,39 @@ START_TEST(errors_exit_two) {
 }
 END_TEST
 
+/* A repeatable option collects its values in order; an empty one, a usage error found later, and too many exit 2. */
+static CliStringList g_sets;
+static const CliOption OPTS_LIST[] = {
+    {"set", OPT_STRING_LIST, &g_sets, "KEY=VALUE, repeatable", false},
+};
+
+START_TEST(string_list_repeats) {
+    memset(&g_sets, 0, sizeof g_sets);
+    char *argv[] = {"prog", "--set", "train.lr=1e-3", "--set=train.seed=2", NULL};
+    cli_parse(4, argv, "prog", "s", OPTS_LIST, 1);
+    ck_assert_int_eq(g_sets.n, 2);
+    ck_assert_str_eq(g_sets.items[0], "train.lr=1e-3");
+    ck_assert_str_eq(g_sets.items[1], "train.seed=2"); /* only the first '=' separates the option's name */
+    char *empty[] = {"prog", "--set", "", NULL};
+    ck_assert_int_eq(child_status(3, empty, OPTS_LIST, 1), 2);
+    char *many[2 + 2 * (CLI_LIST_MAX + 1)];
+    many[0] = "prog";
+    for (int i = 0; i <= CLI_LIST_MAX; i++) many[1 + 2 * i] = "--set", many[2 + 2 * i] = "a.b=1";
+    many[1 + 2 * (CLI_LIST_MAX + 1)] = NULL;
+    ck_assert_int_eq(child_status(1 + 2 * (CLI_LIST_MAX + 1), many, OPTS_LIST, 1), 2);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 2);
+        cli_usage_die("prog", "--set 'x': expected KEY=VALUE");
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+}
+END_TEST
+
 START_TEST(progress_counts) {
     Progress p;
     progress_start(&p, "test", 100, "B");
@@ -121,6 +154,7 @@ int main(void) {
     tcase_add_test(tc, parses_values_and_keeps_defaults);
     tcase_add_test(tc, help_exits_zero);
     tcase_add_test(tc, errors_exit_two);
+    tcase_add_test(tc, string_list_repeats);
     tcase_add_test(tc, progress_counts);
     suite_add_tcase(s, tc);
     return run_test_suite(s);

@@ -116,6 +116,48 @@ START_TEST(duplicate_key_refused) {
 }
 END_TEST
 
+/* The misspelling is the cause, the missing key its consequence: the unknown key is reported, with the closest key
+ * the reader asked for (issue 13). */
+START_TEST(unknown_key_before_missing_with_suggestion) {
+    char err[512] = "";
+    long steps = 0;
+    ck_assert_int_eq(read_train("{\"train\": {\"steps\": 1, \"learning_rate\": 2}}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "cfg.json: train.learning_rate: unknown key (did you mean train.lr?)"), "message: %s", err);
+    ck_assert_msg(!strstr(err, "missing"), "message: %s", err);
+    ck_assert_int_eq(read_train("{\"train\": {\"setps\": 1, \"lr\": 2}}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "cfg.json: train.setps: unknown key (did you mean train.steps?)"), "message: %s", err);
+    /* also before a wrong type recorded earlier */
+    ck_assert_int_eq(read_train("{\"train\": {\"steps\": \"x\", \"lr\": 2, \"nmae\": \"a\"}}", err, sizeof err, &steps),
+                     -1);
+    ck_assert_msg(strstr(err, "train.nmae: unknown key (did you mean train.name?)"), "message: %s", err);
+    /* a missing section caused by a misspelt one */
+    ck_assert_int_eq(read_train("{\"trian\": {\"steps\": 1, \"lr\": 2}}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "cfg.json: trian: unknown key (did you mean train?)"), "message: %s", err);
+    /* nothing close: no suggestion, still before the missing key */
+    ck_assert_int_eq(read_train("{\"train\": {\"steps\": 1, \"momentum\": 2}}", err, sizeof err, &steps), -1);
+    ck_assert_msg(strstr(err, "cfg.json: train.momentum: unknown key") && !strstr(err, "did you mean"), "message: %s",
+                  err);
+}
+END_TEST
+
+START_TEST(closest_key_cutoffs) {
+    const char *keys[] = {"steps", "lr", "seed", "warmup", "batch_size", "n_microbatch", "weight_decay"};
+    const int n = (int)(sizeof keys / sizeof keys[0]);
+    ck_assert_str_eq(json_closest_key("sead", keys, n), "seed");        /* substitution */
+    ck_assert_str_eq(json_closest_key("sede", keys, n), "seed");        /* transposition */
+    ck_assert_str_eq(json_closest_key("step", keys, n), "steps");       /* deletion */
+    ck_assert_str_eq(json_closest_key("LR", keys, n), "lr");            /* case */
+    ck_assert_str_eq(json_closest_key("batchsize", keys, n), "batch_size");
+    ck_assert_str_eq(json_closest_key("learning_rate", keys, n), "lr"); /* initials */
+    ck_assert_str_eq(json_closest_key("nm", keys, n), "n_microbatch");
+    ck_assert_ptr_null(json_closest_key("x", keys, n));
+    ck_assert_ptr_null(json_closest_key("momentum", keys, n));
+    ck_assert_ptr_null(json_closest_key("sd", keys, n)); /* 2 edits of 4 characters: too far */
+    ck_assert_ptr_null(json_closest_key("lr", (const char *[]){"lr"}, 1)); /* itself is no suggestion */
+    ck_assert_ptr_null(json_closest_key("lr", keys, 0));
+}
+END_TEST
+
 START_TEST(syntax_error_has_line) {
     char err[512] = "";
     long steps = 0;
@@ -165,6 +207,8 @@ int main(void) {
     tcase_add_test(tc, fractional_int_refused);
     tcase_add_test(tc, missing_required_named);
     tcase_add_test(tc, duplicate_key_refused);
+    tcase_add_test(tc, unknown_key_before_missing_with_suggestion);
+    tcase_add_test(tc, closest_key_cutoffs);
     tcase_add_test(tc, syntax_error_has_line);
     tcase_add_test(tc, missing_file_named);
     tcase_add_test(tc, save_round_trip);

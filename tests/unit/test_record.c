@@ -127,6 +127,17 @@ START_TEST(train_summary_reader) {
     ck_assert(s.final_train_loss == 0.75);
     ck_assert_str_eq(s.precision, "fp32");
     ck_assert_int_eq(s.n_params, 999);
+    ck_assert(s.prov.n_overrides == 0 && s.prov.seed == -1 && s.prov.run_config[0] == '\0'); /* older summary */
+    rtu_write(path, "{\"steps\": 100, \"tokens\": 102400, \"wall_time_s\": 3.5, \"final_train_loss\": 0.75,"
+                    " \"tokens_per_s\": 29257.1, \"backend\": \"cpu\", \"hardware\": \"x86\", \"precision\": \"fp32\","
+                    " \"config_sha256\": \"" "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" "\","
+                    " \"n_params\": 999, \"code_version\": \"abc\", \"overrides\": [\"train.seed=2\"], \"seed\": 2,"
+                    " \"run_config\": \"dense_qa\"}");
+    ck_assert_msg(train_summary_load(&s, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(s.prov.n_overrides, 1);
+    ck_assert_str_eq(s.prov.overrides[0], "train.seed=2");
+    ck_assert_int_eq(s.prov.seed, 2);
+    ck_assert_str_eq(s.prov.run_config, "dense_qa");
     rtu_write(path, "{\"steps\": 100}");
     ck_assert_int_eq(train_summary_load(&s, path, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "missing required key") && strstr(err, path), "%s", err);
@@ -191,6 +202,93 @@ START_TEST(analysis_round_trip) {
 }
 END_TEST
 
+/* A provenance as evaluate and analyze record it for `--set train.seed=2 --set train.lr=1e-3`. */
+static void sample_provenance(RunProvenance *p) {
+    run_provenance_init(p);
+    p->n_overrides = 2;
+    snprintf(p->overrides[0], RUN_OVERRIDE_MAX, "train.lr=0.001");
+    snprintf(p->overrides[1], RUN_OVERRIDE_MAX, "train.seed=2");
+    p->seed = 2;
+    snprintf(p->run_config, sizeof p->run_config, "dense_qa");
+}
+
+static void assert_same_provenance(const RunProvenance *a, const RunProvenance *b) {
+    ck_assert_int_eq(a->n_overrides, b->n_overrides);
+    for (int i = 0; i < a->n_overrides; i++) ck_assert_str_eq(a->overrides[i], b->overrides[i]);
+    ck_assert_int_eq(a->seed, b->seed);
+    ck_assert_str_eq(a->run_config, b->run_config);
+}
+
+static void drop_provenance(cJSON *j) {
+    cJSON_DeleteItemFromObject(j, "overrides");
+    cJSON_DeleteItemFromObject(j, "seed");
+    cJSON_DeleteItemFromObject(j, "run_config");
+}
+
+/* overrides, seed and run_config round-trip through result.json and analysis.json; records without them (written
+ * before they existed, e.g. the committed baselines) still load, with no overrides, seed -1 and no run_config. */
+START_TEST(provenance_fields_round_trip) {
+    char dir[256], path[512], err[512];
+    rtu_tmpdir(dir, sizeof dir, "test_record");
+    snprintf(path, sizeof path, "%s/result.json", dir);
+    ResultRecord r, back;
+    rtu_record(&r, "dense_qa.seed2", "dense", "qa", 37);
+    sample_provenance(&r.prov);
+    ck_assert_int_eq(result_record_save(&r, path, err, sizeof err), 0);
+    char *text = rtu_read(path);
+    ck_assert_msg(strstr(text, "\"overrides\":\t[\"train.lr=0.001\", \"train.seed=2\"]"), "%s", text);
+    ck_assert_msg(strstr(text, "\"seed\":\t2,") && strstr(text, "\"run_config\":\t\"dense_qa\""), "%s", text);
+    free(text);
+    ck_assert_msg(result_record_load(&back, path, err, sizeof err) == 0, "%s", err);
+    assert_same_provenance(&r.prov, &back.prov);
+    assert_records_equal(&r, &back);
+    result_record_free(&back);
+
+    cJSON *old = result_record_to_json(&r);
+    drop_provenance(old);
+    ck_assert_msg(result_record_from_json(&back, old, "old.json", err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(back.prov.n_overrides, 0);
+    ck_assert_int_eq(back.prov.seed, -1);
+    ck_assert_str_eq(back.prov.run_config, "");
+    result_record_free(&back);
+    /* ... and such a record written again says "no overrides", not a made-up seed or name */
+    cJSON *again = result_record_to_json(&(ResultRecord){.prov = {.seed = -1}});
+    ck_assert(cJSON_IsArray(cJSON_GetObjectItem(again, "overrides")));
+    ck_assert_ptr_null(cJSON_GetObjectItem(again, "seed"));
+    ck_assert_ptr_null(cJSON_GetObjectItem(again, "run_config"));
+    cJSON_Delete(again);
+    /* wrong types are refused, naming the field */
+    cJSON_AddItemToObject(old, "overrides", cJSON_CreateIntArray((const int[]){1}, 1));
+    ck_assert_int_eq(result_record_from_json(&back, old, "bad.json", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "bad.json: overrides[0]: expected a string"), "%s", err);
+    result_record_free(&back);
+    cJSON_DeleteItemFromObject(old, "overrides");
+    cJSON_AddStringToObject(old, "seed", "2");
+    ck_assert_int_eq(result_record_from_json(&back, old, "bad.json", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "bad.json: seed: expected an integer"), "%s", err);
+    result_record_free(&back);
+    cJSON_Delete(old);
+    result_record_free(&r);
+
+    AnalysisRecord a, b;
+    rtu_analysis(&a, "dense_qa.seed2", "dense", "qa", 4);
+    sample_provenance(&a.prov);
+    snprintf(path, sizeof path, "%s/analysis.json", dir);
+    ck_assert_int_eq(analysis_record_save(&a, path, err, sizeof err), 0);
+    ck_assert_msg(analysis_record_load(&b, path, err, sizeof err) == 0, "%s", err);
+    assert_same_provenance(&a.prov, &b.prov);
+    analysis_record_free(&b);
+    old = analysis_record_to_json(&a);
+    drop_provenance(old);
+    ck_assert_msg(analysis_record_from_json(&b, old, "old.json", err, sizeof err) == 0, "%s", err);
+    ck_assert(b.prov.n_overrides == 0 && b.prov.seed == -1 && b.prov.run_config[0] == '\0' && b.n_prompts == 2);
+    analysis_record_free(&b);
+    cJSON_Delete(old);
+    analysis_record_free(&a);
+    remove_tree(dir);
+}
+END_TEST
+
 /* The dataset identity ignores the shard's provenance header but sees every token. */
 START_TEST(shard_content_identity) {
     char dir[256], a[512], b[512], c[512], err[512];
@@ -231,6 +329,7 @@ int main(void) {
     tcase_add_test(tc, train_summary_reader);
     tcase_add_test(tc, analysis_round_trip);
     tcase_add_test(tc, shard_content_identity);
+    tcase_add_test(tc, provenance_fields_round_trip);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

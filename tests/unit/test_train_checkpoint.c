@@ -14,6 +14,7 @@
 #include "model/optimizer.h"
 #include "model/rng.h"
 #include "model/train_checkpoint.h"
+#include "pipeline/config.h"
 #include "pipeline/atomic_file.h"
 #include "tests/unit/suite_runner.h"
 
@@ -77,6 +78,11 @@ static void fill_state(TrainState *st, long step) {
     snprintf(st->data_tokenizer_sha256, sizeof st->data_tokenizer_sha256, "%064d", 5);
     st->data_n_examples = 77;
     snprintf(st->data_train_sha256, sizeof st->data_train_sha256, "%064d", 6);
+    run_provenance_init(&st->prov);
+    st->prov.n_overrides = 1;
+    snprintf(st->prov.overrides[0], RUN_OVERRIDE_MAX, "train.seed=2");
+    st->prov.seed = 2;
+    snprintf(st->prov.run_config, sizeof st->prov.run_config, "dense_qa");
 }
 
 static void make_dir(char *dir, size_t n) {
@@ -141,6 +147,21 @@ START_TEST(round_trip_is_exact) {
     char path[128], *text = NULL;
     size_t len = 0;
     snprintf(path, sizeof path, "%s/state.json", dir);
+    /* the run provenance round-trips; a state.json written before it existed reads as none */
+    ck_assert_int_eq(back.prov.n_overrides, 1);
+    ck_assert_str_eq(back.prov.overrides[0], "train.seed=2");
+    ck_assert_int_eq(back.prov.seed, 2);
+    ck_assert_str_eq(back.prov.run_config, "dense_qa");
+    cJSON *sj = json_load_file(path, err, sizeof err);
+    ck_assert_msg(sj != NULL, "%s", err);
+    cJSON_DeleteItemFromObject(sj, "overrides");
+    cJSON_DeleteItemFromObject(sj, "seed");
+    cJSON_DeleteItemFromObject(sj, "run_config");
+    ck_assert_msg(json_save_file(path, sj, err, sizeof err) == 0, "%s", err);
+    cJSON_Delete(sj);
+    ck_assert_msg(train_state_read(dir, &peek, err, sizeof err) == 0, "%s", err);
+    ck_assert(peek.prov.n_overrides == 0 && peek.prov.seed == -1 && peek.prov.run_config[0] == '\0');
+    ck_assert_int_eq(peek.step, 5);
     ck_assert_msg(read_file_all(path, &text, &len, err, sizeof err) == 0, "%s", err);
     char *at = strstr(text, st.data_train_sha256);
     ck_assert_ptr_nonnull(at);
