@@ -288,12 +288,77 @@ START_TEST(load_model_checks_and_loads_the_checkpoint) {
 }
 END_TEST
 
+/* --set overrides: applied to the config the stages read, recorded (effective seed, run_config name), hashed as
+ * config_sha256; a run trained with other overrides is refused naming both lists; a malformed one is a usage error. */
+START_TEST(overrides_must_match_training) {
+    Fixture f;
+    fixture(&f);
+    write_run_config(f.config, 64, 8, false);
+    char err[2048], sha[65];
+    TrainedRun r;
+    const char *sets[] = {"train.seed=3", "evaluate.max_examples_per_set=5"};
+    ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, sets, 2, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.tc.seed, 3);
+    ck_assert_int_eq(r.prov.seed, 3);
+    ck_assert_str_eq(r.prov.run_config, "run");
+    ck_assert_int_eq(r.prov.n_overrides, 2);
+    ck_assert_str_eq(r.prov.overrides[0], "evaluate.max_examples_per_set=5");
+    ck_assert_str_eq(r.prov.overrides[1], "train.seed=3");
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(r.config, "evaluate");
+    ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(ev, "max_examples_per_set")->valueint, 5);
+    snprintf(sha, sizeof sha, "%s", r.config_sha256);
+    char file[65];
+    file_sha(f.config, file);
+    ck_assert_str_ne(sha, file);
+    trained_run_close(&r);
+
+    /* trained without --set (an older summary has no "overrides"): refused naming both lists */
+    write_summary(f.run_dir, file);
+    ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, sets, 2, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(trained_run_open(&r, f.data, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "train_summary.json: the run was trained with no --set, this stage was given --set "
+                              "evaluate.max_examples_per_set=5 --set train.seed=3: pass the same --set as train"),
+                  "%s", err);
+    trained_run_close(&r);
+
+    /* trained with the same overrides (in another order): opens */
+    char path[512], text[1024];
+    snprintf(path, sizeof path, "%s/train_summary.json", f.run_dir);
+    snprintf(text, sizeof text,
+             "{\"steps\": 4, \"tokens\": 128, \"wall_time_s\": 1.5, \"final_train_loss\": 2.5, \"tokens_per_s\": 85.3,"
+             " \"backend\": \"cpu\", \"hardware\": \"x86\", \"precision\": \"fp32\", \"config_sha256\": \"%s\","
+             " \"overrides\": [\"evaluate.max_examples_per_set=5\", \"train.seed=3\"], \"seed\": 3,"
+             " \"run_config\": \"run\", \"n_params\": 1, \"code_version\": \"test\"}",
+             sha);
+    rtu_write(path, text);
+    const char *reordered[] = {"evaluate.max_examples_per_set=5", "train.seed=3"};
+    ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, reordered, 2, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(trained_run_open(&r, f.data, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.summary.prov.seed, 3);
+    trained_run_close(&r);
+    /* ... and without them it is refused the other way round */
+    ck_assert_msg(trained_run_read_config(&r, f.run_dir, f.config, NULL, 0, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(trained_run_open(&r, f.data, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "trained with --set evaluate.max_examples_per_set=5 --set train.seed=3, this stage was "
+                              "given no --set"), "%s", err);
+    trained_run_close(&r);
+
+    /* a malformed --set is a usage error */
+    const char *bad[] = {"seed=3"};
+    ck_assert_int_eq(trained_run_read_config(&r, f.run_dir, f.config, bad, 1, err, sizeof err), CONFIG_USAGE_ERROR);
+    ck_assert_msg(strstr(err, "--set 'seed=3'"), "%s", err);
+    trained_run_close(&r);
+    remove_tree(f.dir);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("trained_run");
     TCase *tc = tcase_create("trained_run");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, config_names_and_hash);
     tcase_add_test(tc, open_requires_finished_training_with_this_config);
+    tcase_add_test(tc, overrides_must_match_training);
     tcase_add_test(tc, open_refuses_another_tokenizer);
     tcase_add_test(tc, load_model_checks_and_loads_the_checkpoint);
     suite_add_tcase(s, tc);
