@@ -81,6 +81,19 @@ static const KeyDesc *find_key(const char *name) {
     return NULL;
 }
 
+/* "<source>: model.<name>: unknown key", with the closest key of the archs in arch_mask (and "arch") when one is
+ * close. */
+static void unknown_key_error(const char *source, const char *name, int arch_mask, char *err, size_t errlen) {
+    const char *names[N_KEYS + 1];
+    int n_names = 0;
+    names[n_names++] = "arch";
+    for (int i = 0; i < N_KEYS; i++)
+        if (KEYS[i].archs & arch_mask) names[n_names++] = KEYS[i].name;
+    const char *hint = json_closest_key(name, names, n_names);
+    if (hint) snprintf(err, errlen, "%s: model.%s: unknown key (did you mean model.%s?)", source, name, hint);
+    else snprintf(err, errlen, "%s: model.%s: unknown key", source, name);
+}
+
 /* Reads one value into cfg; on a type problem writes it (without prefix) into problem and returns -1. */
 static int read_value(ModelConfig *cfg, const KeyDesc *k, const cJSON *v, char *problem, size_t plen) {
     char *base = (char *)cfg + k->offset;
@@ -129,6 +142,12 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
     }
     const cJSON *arch_v = cJSON_GetObjectItemCaseSensitive(obj, "arch");
     if (!arch_v) {
+        /* A misspelt "arch" ("arc") is the cause of the missing one: name it first, like the JsonReader does. */
+        for (const cJSON *it = obj->child; it; it = it->next)
+            if (it->string && !find_key(it->string)) {
+                unknown_key_error(source, it->string, FOR_BOTH, err, errlen);
+                return -1;
+            }
         snprintf(err, errlen, "%s: model.arch: missing required key (\"dense\" or \"moeut\")", source);
         return -1;
     }
@@ -157,14 +176,7 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
         if (strcmp(name, "arch") == 0) continue;
         const KeyDesc *k = find_key(name);
         if (!k) {
-            const char *names[N_KEYS + 1];
-            int n_names = 0;
-            names[n_names++] = "arch";
-            for (int i = 0; i < N_KEYS; i++)
-                if (KEYS[i].archs & arch_bit(arch)) names[n_names++] = KEYS[i].name;
-            const char *hint = json_closest_key(name, names, n_names);
-            if (hint) snprintf(err, errlen, "%s: model.%s: unknown key (did you mean model.%s?)", source, name, hint);
-            else snprintf(err, errlen, "%s: model.%s: unknown key", source, name);
+            unknown_key_error(source, name, arch_bit(arch), err, errlen);
             return -1;
         }
         if (!(k->archs & arch_bit(arch))) {

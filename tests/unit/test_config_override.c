@@ -185,6 +185,11 @@ START_TEST(unknown_key_reported_with_suggestion) {
     ck_assert_int_eq(run_config_parse(c.json, g_cfg, &mc, &tc, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "model.d_modle: unknown key (did you mean model.d_model?)"), "%s", err);
     loaded_config_free(&c);
+    /* the model section's own reader: a misspelt arch before the missing arch it causes */
+    cJSON *model = cJSON_Parse("{\"arc\": \"dense\", \"d_model\": 8}");
+    ck_assert_int_eq(model_config_from_json(&mc, model, "m.json", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "m.json: model.arc: unknown key (did you mean model.arch?)"), "%s", err);
+    cJSON_Delete(model);
     ck_assert_msg(load(&c, err, sizeof err, 1, wrong_type) == 0, "%s", err);
     ck_assert_int_eq(run_config_parse(c.json, g_cfg, &mc, &tc, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "train.steps: expected an integer, got a string"), "%s", err);
