@@ -44,7 +44,7 @@ static void on_signal(int sig) { g_signal = sig; }
 typedef struct {
     const char *config_path, *data_dir, *out_dir, *backend;
     bool resume, auto_resume;
-    long steps_override, threads, stop_after, debug_nan_step, dist_timeout;
+    long steps_override, threads, stop_after, debug_nan_step, dist_timeout, debug_diverge_step;
 } Args;
 
 /* Everything the loop needs, set up once. */
@@ -427,6 +427,12 @@ static int train_loop(Trainer *t) {
         double norm = clip_grad_norm(t->be, grads, n_params, t->tc.grad_clip);
         if (!isfinite(norm)) fail_non_finite(t, step_number, "gradient norm");
         adamw_update(&t->opt, params, grads, lr);
+        if (t->a.debug_diverge_step == step_number && dist_rank() == dist_world() - 1) { /* testing hook */
+            scalar_t w0;
+            t->be->to_host(t->be, &w0, params, sizeof w0);
+            w0 += (scalar_t)1e-3;
+            t->be->to_device(t->be, params, &w0, sizeof w0);
+        }
         t->st.step = step_number;
         t->st.tokens += (uint64_t)tokens_per_step;
         t->st.real_tokens += (uint64_t)r.real_tokens;
@@ -503,6 +509,8 @@ int main(int argc, char **argv) {
         {"stop-after", OPT_INT, &t.a.stop_after, "testing: checkpoint and exit 0 after this many completed steps",
          false},
         {"debug-nan", OPT_INT, &t.a.debug_nan_step, "testing: inject a NaN gradient at this (1-based) step", false},
+        {"debug-diverge", OPT_INT, &t.a.debug_diverge_step,
+         "testing: nudge one weight of the last rank after this (1-based) step", false},
         {"dist-timeout", OPT_INT, &t.a.dist_timeout,
          "under mpirun: seconds a rank waits in one collective before it gives up on the others (default 600)", false},
     };

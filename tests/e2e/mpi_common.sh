@@ -8,6 +8,9 @@ command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not installed (mk/deps
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
+# A failing check must not leave a background job behind (mpirun and its ranks) in a removed directory.
+trap 'for j in $(jobs -p); do kill "$j" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$tmp"' EXIT
+
 mpi_train() { # mpi_train NP ARGS...: the launch make train NPROC=NP uses
   local np=$1
   shift
