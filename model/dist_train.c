@@ -6,6 +6,9 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#ifdef HAVE_CUDA
+#include "kernels/cuda/cuda_nccl.h"
+#endif
 #include "pipeline/dist.h"
 #include "pipeline/log.h"
 #include "pipeline/sha256.h"
@@ -17,6 +20,33 @@ uint64_t dist_microbatch_dropout_seed(uint64_t run_seed, long step, int n_microb
     uint64_t index = (uint64_t)step * (uint64_t)n_microbatch + (uint64_t)k;
     return run_seed ^ (index * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull);
 }
+
+void dist_assign_device(void) {
+    if (dist_world() == 1) return;
+    char idx[16];
+    snprintf(idx, sizeof idx, "%d", dist_local_rank());
+    if (setenv("DMMATH_CUDA_DEVICE", idx, 0) != 0) die("setenv DMMATH_CUDA_DEVICE failed");
+}
+
+#ifdef HAVE_CUDA
+/* The NCCL communicator, made at the first gradient all-reduce (every rank reaches it together): rank 0's id is
+ * broadcast over MPI. */
+static void nccl_ensure(void) {
+    static bool ready = false;
+    if (ready) return;
+    char err[512];
+    unsigned char id[CUDA_NCCL_ID_BYTES];
+    memset(id, 0, sizeof id);
+    if (dist_is_root() && cuda_nccl_unique_id(id, err, sizeof err) != 0) die("%s", err);
+    dist_bcast(id, sizeof id, 0, "broadcast of the NCCL id");
+    dist_watch_begin("NCCL communicator setup");
+    if (cuda_nccl_init(id, dist_rank(), dist_world(), err, sizeof err) != 0) die("%s", err);
+    dist_watch_end();
+    dist_at_finalize(cuda_nccl_finalize);
+    log_info("gradient all-reduce: NCCL over %d ranks", dist_world());
+    ready = true;
+}
+#endif
 
 static void allreduce_host(scalar_t *x, size_t n, const char *what) {
 #ifdef SCALAR_F64
@@ -34,7 +64,18 @@ void dist_allreduce_grads(Backend *be, scalar_t *grads, size_t n, long step_numb
         allreduce_host(grads, n, what);
         return;
     }
-    /* Device memory through the host (correct on any backend; the cuda backend's NCCL path replaces it). */
+#ifdef HAVE_CUDA
+    if (strcmp(be->name, "cuda") == 0) {
+        nccl_ensure();
+        char err[512];
+        dist_watch_begin(what); /* a dead peer never completes the all-reduce: the watchdog ends the wait */
+        if (cuda_nccl_allreduce_sum(be, grads, n, sizeof(scalar_t) == 8, err, sizeof err) != 0)
+            die("%s: %s (another rank probably died; the last committed checkpoint is intact)", what, err);
+        dist_watch_end();
+        return;
+    }
+#endif
+    /* Any other backend: device memory through the host. */
     size_t bytes = n * sizeof(scalar_t);
     scalar_t *host = xmalloc(bytes);
     be->to_host(be, host, grads, bytes);

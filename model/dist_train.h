@@ -21,6 +21,10 @@ bool dist_owns_microbatch(int k);
  * global micro-batch index only, so the masks do not depend on which rank draws them or on W. */
 uint64_t dist_microbatch_dropout_seed(uint64_t run_seed, long step, int n_microbatch, int k);
 
+/* Under a launcher with several ranks: the GPU of this rank for the cuda backend, one per rank on a host
+ * (DMMATH_CUDA_DEVICE = the local rank, unless already set). Call before creating the backend. */
+void dist_assign_device(void);
+
 /* Sums the gradient buffer over the ranks (in place; NCCL on the cuda backend, MPI on the cpu backend). */
 void dist_allreduce_grads(Backend *be, scalar_t *grads, size_t n, long step_number);
 

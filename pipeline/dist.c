@@ -28,7 +28,9 @@ typedef struct {
 
 static struct {
     bool active;
-    int rank, world, local_size;
+    int rank, world, local_rank, local_size;
+    void (*at_finalize[8])(void);
+    int n_at_finalize;
     double timeout_s;
     PeerId *peers; /* [world] */
     char program[96];
@@ -56,6 +58,7 @@ static bool launched_by_mpi(void) {
 bool dist_active(void) { return g.active; }
 int dist_rank(void) { return g.rank; }
 int dist_world(void) { return g.world; }
+int dist_local_rank(void) { return g.local_rank; }
 
 long dist_default_threads(void) {
     if (!g.active) return 0;
@@ -166,6 +169,7 @@ void dist_init(const char *program, int *argc, char ***argv, double timeout_s) {
     MPI_Comm local;
     MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g.rank, MPI_INFO_NULL, &local), "setup");
     MPI_Comm_size(local, &g.local_size);
+    MPI_Comm_rank(local, &g.local_rank);
     MPI_Comm_free(&local);
     if (g.world > 1) {
         snprintf(g.program, sizeof g.program, "%s[rank %d]", program, g.rank);
@@ -184,7 +188,13 @@ void dist_init(const char *program, int *argc, char ***argv, double timeout_s) {
     g.thread_started = true;
 }
 
+void dist_at_finalize(void (*fn)(void)) {
+    if (g.n_at_finalize == (int)(sizeof g.at_finalize / sizeof g.at_finalize[0])) die("dist_at_finalize: too many");
+    g.at_finalize[g.n_at_finalize++] = fn;
+}
+
 void dist_finalize(void) {
+    while (g.n_at_finalize > 0) g.at_finalize[--g.n_at_finalize]();
     if (!g.active) return;
     /* The watchdog sleeps between polls and touches no MPI state: it ends with the process. */
     MPI_Finalize();

@@ -20,11 +20,15 @@
  * warnings would repeat rank 0's). timeout_s: the watchdog's limit on one collective (<= 0: the default, 600 s).
  * Call once, early in main. */
 void dist_init(const char *program, int *argc, char ***argv, double timeout_s);
-void dist_finalize(void); /* MPI_Finalize when dist_init started MPI */
+void dist_finalize(void); /* runs the dist_at_finalize functions, then MPI_Finalize when dist_init started MPI */
+/* Registers fn to run at dist_finalize before MPI ends (last registered first; e.g. destroying an NCCL
+ * communicator, whose emulation frees an MPI communicator). At most 8. */
+void dist_at_finalize(void (*fn)(void));
 
 bool dist_active(void); /* launched as one rank of an MPI job (even of size 1) */
 int dist_rank(void);    /* 0 when not active */
 int dist_world(void);   /* 1 when not active */
+int dist_local_rank(void); /* index among the ranks on this host (0 when not active): which GPU a rank takes */
 static inline bool dist_is_root(void) { return dist_rank() == 0; }
 /* OpenMP threads for this rank when --threads is not given: the host's cores shared among the ranks on this host
  * (0 = not distributed, let threads_set choose all cores). */

@@ -119,6 +119,7 @@ static void load_data(Trainer *t) {
 
 static void create_model(Trainer *t) {
     char err[1024];
+    dist_assign_device(); /* one GPU per rank on a host */
     t->be = backend_create(t->a.backend, err, sizeof err);
     if (!t->be) die("--backend %s: %s", t->a.backend, err);
     t->be->precision = t->tc.precision;
