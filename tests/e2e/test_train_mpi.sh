@@ -57,3 +57,14 @@ mpi_train 3 --config "$cfg" --data "$tmp/data" --out "$tmp/dense-2" >"$tmp/bad.l
 grep -q "train.n_microbatch 2 is not a multiple of the 3 ranks" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "no clear refusal"; }
 [ "$(sha256sum "$tmp/dense-2/model.safetensors")" = "$before" ] || fail "the refused run changed --out"
 echo "ok: 3 ranks for n_microbatch 2 refused, --out untouched"
+
+# state.json's world_size is checked on read (absent = 1, written before issue 12; below 1 is refused).
+cp -r "$tmp/dense-2" "$tmp/bad-ws"
+sed -i -E 's/"world_size":[[:space:]]*2/"world_size": 0/' "$tmp/bad-ws/state.json"
+rc=0
+bin/train --config "$cfg" --data "$tmp/data" --out "$tmp/bad-ws" --resume --threads 1 >"$tmp/bad-ws.log" 2>&1 || rc=$?
+[ "$rc" != 0 ] && grep -q "world_size: must be >= 1, got 0" "$tmp/bad-ws.log" || { cat "$tmp/bad-ws.log"; fail "world_size 0 accepted"; }
+sed -i -E '/"world_size"/d' "$tmp/bad-ws/state.json"
+bin/train --config "$cfg" --data "$tmp/data" --out "$tmp/bad-ws" --resume --threads 1 >"$tmp/bad-ws.log" 2>&1 \
+  || { cat "$tmp/bad-ws.log"; fail "a state.json without world_size (before issue 12) not accepted"; }
+echo "ok: state.json world_size 0 refused, absent accepted"
