@@ -86,10 +86,12 @@ static void load_config(Trainer *t) {
     if (run_config_parse(t->config_json, t->a.config_path, &t->mc, &t->tc, err, sizeof err) != 0) die("%s", err);
     if (t->a.steps_override > 0) t->tc.steps = t->a.steps_override;
     else if (t->a.steps_override != 0) die("--steps: must be >= 1 (got %ld)", t->a.steps_override);
-    if (t->tc.n_microbatch % dist_world() != 0)
+    if (t->tc.n_microbatch % dist_world() != 0) {
+        if (!dist_is_root()) exit(1); /* rank 0 says why: every rank would print the same line */
         die("%s: train.n_microbatch %ld is not a multiple of the %d ranks (micro-batch k runs on rank k mod %d): "
             "use a number of ranks that divides %ld", t->a.config_path, t->tc.n_microbatch, dist_world(),
             dist_world(), t->tc.n_microbatch);
+    }
 }
 
 /* Train shard + tokenizer consistency: the shard was made with this tokenizer, whose size is the model's V. */
