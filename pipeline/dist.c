@@ -62,7 +62,12 @@ int dist_local_rank(void) { return g.local_rank; }
 
 long dist_default_threads(void) {
     if (!g.active) return 0;
-    long n = omp_get_num_procs() / (g.local_size > 0 ? g.local_size : 1);
+    /* The host's cores shared among its ranks, and never more than this rank may run on: mpirun binds each rank to
+     * one core (2 ranks or fewer) or one socket, which omp_get_num_procs reports. */
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    long share = (online > 0 ? online : 1) / (g.local_size > 0 ? g.local_size : 1);
+    long mine = omp_get_num_procs();
+    long n = share < mine ? share : mine;
     return n >= 1 ? n : 1;
 }
 

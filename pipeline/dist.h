@@ -30,8 +30,8 @@ int dist_rank(void);    /* 0 when not active */
 int dist_world(void);   /* 1 when not active */
 int dist_local_rank(void); /* index among the ranks on this host (0 when not active): which GPU a rank takes */
 static inline bool dist_is_root(void) { return dist_rank() == 0; }
-/* OpenMP threads for this rank when --threads is not given: the host's cores shared among the ranks on this host
- * (0 = not distributed, let threads_set choose all cores). */
+/* OpenMP threads for this rank when --threads is not given: the host's cores shared among the ranks on this host,
+ * at most the cores this rank is bound to (0 = not distributed: threads_set's default, every core). */
 long dist_default_threads(void);
 
 /* Collectives. `what` names the operation for the failure line ("gradient all-reduce at step 12"). Any failure
