@@ -18,6 +18,11 @@ OPT ?= -O2 -g
 CFLAGS ?= $(OPT)
 # zlib: fetch verifies the gzip CRC-32/length trailer that libarchive's gzip reader skips (datasets/archive_extract.c).
 LDLIBS := -lcjson -lcurl -larchive -lcrypto -lopenblas -lz -lm -fopenmp
+# MPI (OpenMPI, pipeline/dist.c: train's data parallelism). --as-needed: programs that never call MPI do not load it.
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null || echo -I/usr/lib/x86_64-linux-gnu/openmpi/include)
+MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null || echo -L/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi)
+BASE_CFLAGS += $(MPI_CFLAGS)
+LDLIBS += -Wl,--as-needed $(MPI_LIBS) -Wl,--no-as-needed
 
 # ---- CUDA: built whenever nvcc exists (a GPU is only needed to run it) ----
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)

@@ -11,9 +11,9 @@ OBJEMU := build/emu/obj
 EMU_CXX ?= g++
 EMU_SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 EMU_CFLAGS := $(BASE_CFLAGS) -DHAVE_CUDA -O1 -g $(EMU_SAN)
-EMU_CXXFLAGS := -std=c++17 -D_GNU_SOURCE -DCUDA_EMULATION -I. $(WARN) -Wno-unknown-pragmas -O1 -g $(EMU_SAN)
+EMU_CXXFLAGS := -std=c++17 -D_GNU_SOURCE -DCUDA_EMULATION -I. $(WARN) -Wno-unknown-pragmas -O1 -g $(EMU_SAN) $(MPI_CFLAGS)
 EMU_RUNTIME_OBJ := $(OBJEMU)/kernels/cuda/emu/cuda_emu_runtime.o $(OBJEMU)/kernels/cuda/emu/cuda_emu_stats.o
-EMU_CU_OBJ := $(patsubst %.cu,$(OBJEMU)/%.o,$(CUDA_SRC)) $(EMU_RUNTIME_OBJ)
+EMU_CU_OBJ := $(patsubst %.cu,$(OBJEMU)/%.o,$(CUDA_SRC)) $(EMU_RUNTIME_OBJ) $(OBJEMU)/kernels/cuda/emu/nccl_emu.o
 EMU_CORE := build/emu/libcore.a
 EMU_NN := build/emu/libnn.a
 EMU_TESTS := $(addprefix build/emu/tests/,$(CUDA_TESTS))
@@ -59,7 +59,7 @@ EMU_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stac
 test-cuda-emu: all emu-bins
 	@$(EMU_ENV) tests/run_suite.sh cuda-emu build/emu/tests/cuda_emu_selftest $(EMU_TESTS) tests/e2e/test_cuda_inspect.sh \
 	  tests/e2e/cuda_emu_order.sh tests/e2e/test_cuda_evaluate.sh tests/e2e/test_cuda_resume.sh \
-	  tests/e2e/test_cuda_cvmm_paths.sh tests/e2e/test_cuda_inspect_other_paths.sh
+	  tests/e2e/test_cuda_cvmm_paths.sh tests/e2e/test_cuda_inspect_other_paths.sh tests/e2e/test_cuda_mpi.sh
 
 build/emu/bench/bench_train_step: $(OBJEMU)/tests/bench/bench_train_step.o $(EMU_NN) $(EMU_CORE)
 	@mkdir -p $(dir $@)

@@ -3,7 +3,7 @@
 # Usage: mk/deps.sh build|test|torch   (test includes build and torch: tests/e2e/test_twin_chain.sh runs the twin;
 # torch alone is for the twin's fixture and benchmark targets)
 set -euo pipefail
-build_pkgs="gcc g++ make pkg-config zlib1g-dev libcjson-dev check libsubunit-dev libopenblas-dev libarchive-dev libcurl4-openssl-dev libssl-dev"
+build_pkgs="gcc g++ make pkg-config zlib1g-dev libcjson-dev check libsubunit-dev libopenblas-dev libarchive-dev libcurl4-openssl-dev libssl-dev openmpi-bin libopenmpi-dev"
 test_pkgs="$build_pkgs python3 python3-torch python3-numpy chromium"
 torch_pkgs="python3 python3-torch python3-numpy"
 case "${1:-build}" in

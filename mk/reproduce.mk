@@ -16,6 +16,8 @@
 #   (bit-identically) when its config, length, training data and backend are unchanged, and starts over otherwise;
 #   RESUME=1 passes --resume (continue, and refuse a checkpoint that does not match); RESUME=0 always starts over;
 #   THREADS=N passes --threads N to train; EVAL_FLAGS / ANALYZE_FLAGS add flags (e.g. EVAL_FLAGS=--batch-size=32).
+#   NPROC=W trains each run as W data-parallel ranks on this host (mpirun -np W --oversubscribe bin/train ...; the
+#   runs' n_microbatch must be a multiple of W); NPROC unset or 1 is the single process.
 
 EXPERIMENT ?= tiny
 BACKEND ?= cpu
@@ -48,6 +50,12 @@ RESUME ?= auto
 repro_resume_flag = $(if $(filter auto,$(RESUME)),--auto-resume,$(if $(filter 1 yes true,$(RESUME)),--resume,\
   $(if $(filter 0 no false,$(RESUME)),,$(error RESUME=$(RESUME): expected auto, 1 or 0))))
 TRAIN_FLAGS = $(repro_resume_flag) $(if $(THREADS),--threads $(THREADS))
+NPROC ?= 1
+ifeq ($(shell [[ '$(NPROC)' =~ ^[1-9][0-9]*$$ ]] && echo ok),)
+$(error NPROC=$(NPROC): expected a number of processes >= 1)
+endif
+# OpenMPI refuses to run as root unless told (CI runs as root).
+TRAIN_LAUNCH = $(if $(filter-out 1,$(NPROC)),mpirun -np $(NPROC) --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root))
 
 .PHONY: reproduce reproduce-check reproduce-clean fetch tokenize train evaluate analyze report compare
 .PRECIOUS: $(RUNS_DIR)/%/train_summary.json $(RUNS_DIR)/%/result.json $(RUNS_DIR)/%/predictions.jsonl \
@@ -96,7 +104,7 @@ $(DATA)/tokenize_manifest.json: $(DATA)/raw/manifest.json $(DATA_JSON) | bin/tok
 
 # ---- per run: train (train_summary.json is written last), evaluate, analyze ----
 $(RUNS_DIR)/%/train_summary.json: $(EXP_DIR)/%.json $(DATA)/tokenize_manifest.json | bin/train
-	bin/train --config $(EXP_DIR)/$*.json --data $(DATA) --out $(RUNS_DIR)/$* --backend $(BACKEND) $(TRAIN_FLAGS)
+	$(TRAIN_LAUNCH) bin/train --config $(EXP_DIR)/$*.json --data $(DATA) --out $(RUNS_DIR)/$* --backend $(BACKEND) $(TRAIN_FLAGS)
 
 # One evaluate run writes both files (a pattern rule with two targets: one recipe makes both), so deleting either
 # reruns it.

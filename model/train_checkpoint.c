@@ -222,6 +222,7 @@ static cJSON *state_to_json(const TrainState *st, const char *model_sha, const c
     cJSON_AddStringToObject(data, "tokenizer_sha256", st->data_tokenizer_sha256);
     cJSON_AddNumberToObject(data, "n_examples", (double)st->data_n_examples);
     if (st->data_train_sha256[0]) cJSON_AddStringToObject(data, "train_sha256", st->data_train_sha256);
+    cJSON_AddNumberToObject(o, "world_size", (double)(st->world_size > 0 ? st->world_size : 1));
     cJSON *files = cJSON_AddObjectToObject(o, "files");
     cJSON_AddStringToObject(files, TRAIN_MODEL_FILE, model_sha);
     cJSON_AddStringToObject(files, TRAIN_OPTIM_FILE, optim_sha);
@@ -235,7 +236,7 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
     JsonReader r;
     json_reader_init(&r, o, path, "");
     const char *format = NULL, *cfg = NULL, *backend = NULL, *code = NULL;
-    long version = 0, step = 0, total = 0, tokens = 0, real_tokens = 0;
+    long version = 0, step = 0, total = 0, tokens = 0, real_tokens = 0, world_size = 1;
     json_get_string(&r, "format", &format, true);
     json_get_int(&r, "version", &version, true);
     json_get_int(&r, "step", &step, true);
@@ -246,6 +247,7 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
     json_get_string(&r, "code_version", &code, true);
     json_get_int(&r, "tokens", &tokens, true);
     json_get_int(&r, "real_tokens", &real_tokens, true);
+    json_get_int(&r, "world_size", &world_size, false); /* absent in checkpoints of before issue 12: one process */
     const cJSON *wall = cJSON_GetObjectItemCaseSensitive(o, "wall_time_s");
     const cJSON *last_ce = cJSON_GetObjectItemCaseSensitive(o, "last_ce");
     json_get_string(&r, "wall_time_s", &(const char *){NULL}, true);
@@ -264,6 +266,11 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
     st->total_steps = total;
     st->tokens = (uint64_t)tokens;
     st->real_tokens = (uint64_t)real_tokens;
+    if (world_size < 1) {
+        set_err(err, errlen, "%s: world_size: must be >= 1, got %ld", path, world_size);
+        return -1;
+    }
+    st->world_size = world_size;
     snprintf(st->config_sha256, sizeof st->config_sha256, "%s", cfg);
     snprintf(st->backend, sizeof st->backend, "%s", backend);
     if (parse_exact_double(wall, &st->wall_time_s) || parse_exact_double(last_ce, &st->last_ce)) {

@@ -47,6 +47,7 @@ typedef struct {
     char data_tokenizer_sha256[65]; /* from the train shard header */
     uint64_t data_n_examples;
     char data_train_sha256[65];     /* sha256 of train.shard; "" in checkpoints written before it was recorded */
+    long world_size;                /* data-parallel ranks that wrote it (informational: any W resumes it); 1 if absent */
 } TrainState;
 
 #define TRAIN_STATE_FILE "state.json"

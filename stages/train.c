@@ -23,6 +23,7 @@
 #include "datasets/shard.h"
 #include "datasets/tokenizer.h"
 #include "kernels/backend.h"
+#include "model/dist_train.h"
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "model/rng.h"
@@ -32,6 +33,7 @@
 #include "pipeline/cli.h"
 #include "pipeline/config.h"
 #include "pipeline/config_override.h"
+#include "pipeline/dist.h"
 #include "pipeline/log.h"
 #include "pipeline/threads.h"
 #include "pipeline/progress.h"
@@ -44,7 +46,7 @@ typedef struct {
     const char *config_path, *data_dir, *out_dir, *backend;
     bool resume, auto_resume;
     CliStringList sets; /* --set KEY=VALUE overrides of the run config */
-    long steps_override, threads, stop_after, debug_nan_step;
+    long steps_override, threads, stop_after, debug_nan_step, dist_timeout, debug_diverge_step;
 } Args;
 
 /* Everything the loop needs, set up once. */
@@ -88,6 +90,12 @@ static void load_config(Trainer *t) {
     t->prov.seed = t->tc.seed;
     if (t->a.steps_override > 0) t->tc.steps = t->a.steps_override;
     else if (t->a.steps_override != 0) die("--steps: must be >= 1 (got %ld)", t->a.steps_override);
+    if (t->tc.n_microbatch % dist_world() != 0) {
+        if (!dist_is_root()) exit(1); /* rank 0 says why: every rank would print the same line */
+        die("%s: train.n_microbatch %ld is not a multiple of the %d ranks (micro-batch k runs on rank k mod %d): "
+            "use a number of ranks that divides %ld", t->a.config_path, t->tc.n_microbatch, dist_world(),
+            dist_world(), t->tc.n_microbatch);
+    }
 }
 
 /* Train shard + tokenizer consistency: the shard was made with this tokenizer, whose size is the model's V. */
@@ -117,6 +125,7 @@ static void load_data(Trainer *t) {
 
 static void create_model(Trainer *t) {
     char err[1024];
+    dist_assign_device(); /* one GPU per rank on a host */
     t->be = backend_create(t->a.backend, err, sizeof err);
     if (!t->be) die("--backend %s: %s", t->a.backend, err);
     t->be->precision = t->tc.precision;
@@ -260,8 +269,23 @@ static void start_or_resume(Trainer *t) {
     snprintf(t->st.data_tokenizer_sha256, sizeof t->st.data_tokenizer_sha256, "%s", t->shard.tokenizer_sha256);
     t->st.data_n_examples = t->shard.n_examples;
     snprintf(t->st.data_train_sha256, sizeof t->st.data_train_sha256, "%s", t->shard_sha256);
+    if (resume && t->st.world_size != dist_world())
+        log_info("the checkpoint was written by %ld rank(s), continuing with %d (the same trajectory: the data stream "
+                 "and the micro-batches do not depend on the number of ranks)", t->st.world_size, dist_world());
+    t->st.world_size = dist_world();
     t->metrics = fopen(t->metrics_path, "a");
     if (!t->metrics) die("%s: cannot open for appending: %s", t->metrics_path, strerror(errno));
+}
+
+/* Rank 0 starts or resumes the run directory (the only rank that touches it) and hands its state to the others. */
+static void start_or_resume_ranks(Trainer *t) {
+    if (dist_is_root()) {
+        start_or_resume(t);
+        t->st.loader = loader_get_state(&t->loader); /* fresh or resumed: the stream position every rank continues */
+    }
+    dist_broadcast_train_state(t->m, &t->opt, &t->st);
+    dist_bcast(&t->last_saved_step, sizeof t->last_saved_step, 0, "broadcast of rank 0's training state");
+    if (!dist_is_root()) loader_set_state(&t->loader, &t->st.loader);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -272,21 +296,37 @@ typedef struct {
     long real_tokens;
 } StepResult;
 
-/* Forward/backward over the micro-batches of one step; gradients end up in model_grads. */
-static StepResult run_microbatches(Trainer *t) {
+/* Forward/backward over the micro-batches of one step; gradients end up in model_grads, summed over the ranks.
+ * Every rank draws every micro-batch's windows (one sample stream whatever the number of ranks) and runs those k
+ * with k mod W == its rank. The per-micro-batch values are reduced as an array (each slot has one non-zero
+ * contribution, so the reduction is exact) and summed in micro-batch order: the metrics are a single process's. */
+static StepResult run_microbatches(Trainer *t, long step_number) {
     StepResult r = {0};
     const int nmb = (int)t->tc.n_microbatch, bm = (int)(t->tc.batch_size / nmb), T = (int)t->tc.context;
     const double w = 1.0 / nmb;
+    double *mb = xcalloc((size_t)nmb * 3, sizeof *mb); /* per micro-batch: ce, reg_ffn, reg_att */
     for (int k = 0; k < nmb; k++) {
         r.real_tokens += loader_next_batch(&t->loader, bm, t->inputs, t->targets, t->valid);
+        if (!dist_owns_microbatch(k)) continue;
+        model_set_dropout_seed(t->m, dist_microbatch_dropout_seed(train_seed_dropout(&t->tc), t->st.step, nmb, k));
         StepStats ss = {0};
         model_train_step(t->m, t->inputs, t->targets, t->valid, bm, T, w, &ss, NULL);
-        double ce = ss.n_counted > 0 ? ss.ce_sum / (double)ss.n_counted : 0.0;
-        r.ce += w * ce;
-        r.reg_ffn += w * ss.reg_ffn;
-        r.reg_att += w * ss.reg_att;
-        r.loss += w * (ce + t->mc.entropy_reg * ss.reg_ffn + t->mc.att_entropy_reg * ss.reg_att);
+        mb[3 * k] = ss.n_counted > 0 ? ss.ce_sum / (double)ss.n_counted : 0.0;
+        mb[3 * k + 1] = ss.reg_ffn;
+        mb[3 * k + 2] = ss.reg_att;
     }
+    char what[96];
+    snprintf(what, sizeof what, "loss all-reduce of step %ld", step_number);
+    dist_allreduce_sum_f64(mb, (size_t)nmb * 3, what);
+    dist_allreduce_grads(t->be, model_grads(t->m), model_n_params(t->m), step_number);
+    for (int k = 0; k < nmb; k++) {
+        double ce = mb[3 * k], reg_ffn = mb[3 * k + 1], reg_att = mb[3 * k + 2];
+        r.ce += w * ce;
+        r.reg_ffn += w * reg_ffn;
+        r.reg_att += w * reg_att;
+        r.loss += w * (ce + t->mc.entropy_reg * reg_ffn + t->mc.att_entropy_reg * reg_att);
+    }
+    free(mb);
     /* reg_ffn is the FFN entropy regularizer summed over the distinct MoE modules: minus the entropy of the mean routing
      * distribution as the reference computes it (masked, with its [B,B] broadcast, so it differs from the plain
      * entropy by a small -r*log r term, ~1e-3 on tiny windows). Logged per module with the sign flipped. */
@@ -300,7 +340,12 @@ static void save_checkpoint(Trainer *t, double session_start, double wall_base) 
     t->st.wall_time_s = wall_base + (now_seconds() - session_start);
     if (!t->be->all_finite(t->be, model_params(t->m), model_n_params(t->m)))
         die("non-finite weights at step %ld; last good checkpoint step %ld kept", t->st.step, t->last_saved_step);
-    if (train_checkpoint_save(t->a.out_dir, t->m, &t->opt, &t->st, err, sizeof err) != 0) die("%s", err);
+    dist_check_replicas(t->m, &t->opt, t->st.step);
+    if (dist_is_root() && train_checkpoint_save(t->a.out_dir, t->m, &t->opt, &t->st, err, sizeof err) != 0)
+        die("%s", err);
+    char what[96];
+    snprintf(what, sizeof what, "wait for rank 0's checkpoint of step %ld", t->st.step);
+    dist_barrier(what); /* no rank leaves (or stops) before the checkpoint is committed */
     t->last_saved_step = t->st.step;
 }
 
@@ -322,7 +367,7 @@ static void log_metrics(Trainer *t, double lr, double interval_s) {
     cJSON_AddNumberToObject(j, "expert_entropy", a->expert_entropy / n);
     char *line = cJSON_PrintUnformatted(j);
     CHECK_ALLOC(line);
-    if (fprintf(t->metrics, "%s\n", line) < 0 || fflush(t->metrics) != 0)
+    if (t->metrics && (fprintf(t->metrics, "%s\n", line) < 0 || fflush(t->metrics) != 0)) /* rank 0 only */
         die("%s: write failed: %s", t->metrics_path, strerror(errno));
     cJSON_free(line);
     cJSON_Delete(j);
@@ -361,13 +406,24 @@ static void write_summary(Trainer *t) {
     cJSON_Delete(s);
 }
 
+/* The signal every rank acts on at this step boundary: SIGINT if any rank got one, else SIGTERM if any did, else 0
+ * (in a single process: g_signal). */
+static int agree_on_signal(long step_number) {
+    int got[2] = {g_signal == SIGINT, g_signal == SIGTERM};
+    char what[96];
+    snprintf(what, sizeof what, "stop-signal agreement of step %ld", step_number);
+    dist_allreduce_max_int(got, 2, what);
+    return got[0] ? SIGINT : got[1] ? SIGTERM : 0;
+}
+
 static int train_loop(Trainer *t) {
     const long total = t->tc.steps;
     const double session_start = now_seconds(), wall_base = t->st.wall_time_s;
     double interval_start = session_start;
     Progress prog;
-    progress_start(&prog, "train", total, "steps");
-    progress_update(&prog, t->st.step, NULL);
+    const bool root = dist_is_root(); /* the other ranks show no progress */
+    if (root) progress_start(&prog, "train", total, "steps");
+    if (root) progress_update(&prog, t->st.step, NULL);
     scalar_t *params = model_params(t->m), *grads = model_grads(t->m);
     const size_t n_params = model_n_params(t->m);
     const long tokens_per_step = t->tc.batch_size * t->tc.context;
@@ -377,7 +433,7 @@ static int train_loop(Trainer *t) {
         const long step_number = t->st.step + 1; /* 1-based: the metrics "step" after this update */
         double lr = lr_at(&t->sched, t->st.step);
         t->be->zero(t->be, grads, n_params * sizeof(scalar_t));
-        StepResult r = run_microbatches(t);
+        StepResult r = run_microbatches(t, step_number);
         if (t->a.debug_nan_step == step_number) { /* testing hook: poison one gradient */
             scalar_t nan_value = (scalar_t)NAN;
             t->be->to_device(t->be, grads, &nan_value, sizeof nan_value);
@@ -386,6 +442,12 @@ static int train_loop(Trainer *t) {
         double norm = clip_grad_norm(t->be, grads, n_params, t->tc.grad_clip);
         if (!isfinite(norm)) fail_non_finite(t, step_number, "gradient norm");
         adamw_update(&t->opt, params, grads, lr);
+        if (t->a.debug_diverge_step == step_number && dist_rank() == dist_world() - 1) { /* testing hook */
+            scalar_t w0;
+            t->be->to_host(t->be, &w0, params, sizeof w0);
+            w0 += (scalar_t)1e-3;
+            t->be->to_device(t->be, params, &w0, sizeof w0);
+        }
         t->st.step = step_number;
         t->st.tokens += (uint64_t)tokens_per_step;
         t->st.real_tokens += (uint64_t)r.real_tokens;
@@ -402,27 +464,28 @@ static int train_loop(Trainer *t) {
         double tok_s = elapsed > 0 ? (double)(t->st.step - session_first_step) * (double)tokens_per_step / elapsed : 0.0;
         char extra[128];
         snprintf(extra, sizeof extra, "loss %.4f | %.0f tok/s", r.ce, tok_s);
-        progress_update(&prog, t->st.step, extra);
+        if (root) progress_update(&prog, t->st.step, extra);
 
         bool last = t->st.step == total;
         bool periodic = t->tc.checkpoint_every > 0 && t->st.step % t->tc.checkpoint_every == 0;
         bool stop_after = t->a.stop_after > 0 && t->st.step == t->a.stop_after && !last;
-        if (last || periodic || stop_after || g_signal) save_checkpoint(t, session_start, wall_base);
-        if (g_signal && !last) {
-            progress_finish(&prog);
-            const char *name = g_signal == SIGINT ? "SIGINT" : "SIGTERM";
+        const int sig = agree_on_signal(step_number); /* a signal to any rank stops every rank after this step */
+        if (last || periodic || stop_after || sig) save_checkpoint(t, session_start, wall_base);
+        if (sig && !last) {
+            if (root) progress_finish(&prog);
+            const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
             log_info("interrupted by %s: checkpoint saved at step %ld of %ld; continue with --resume", name,
                      t->st.step, total);
-            return 128 + g_signal;
+            return 128 + sig;
         }
         if (stop_after) {
-            progress_finish(&prog);
+            if (root) progress_finish(&prog);
             log_info("stopped after step %ld of %ld (--stop-after): checkpoint saved; continue with --resume",
                      t->st.step, total);
             return 0;
         }
     }
-    progress_finish(&prog);
+    if (root) progress_finish(&prog);
     return -1; /* finished */
 }
 
@@ -439,7 +502,7 @@ static void install_signal_handlers(void) {
 }
 
 int main(int argc, char **argv) {
-    log_set_program("train");
+    log_set_program("train"); /* dist_init adds the rank under mpirun */
     Trainer t;
     memset(&t, 0, sizeof t);
     t.a.backend = "cpu";
@@ -465,6 +528,10 @@ int main(int argc, char **argv) {
         {"stop-after", OPT_INT, &t.a.stop_after, "testing: checkpoint and exit 0 after this many completed steps",
          false},
         {"debug-nan", OPT_INT, &t.a.debug_nan_step, "testing: inject a NaN gradient at this (1-based) step", false},
+        {"debug-diverge", OPT_INT, &t.a.debug_diverge_step,
+         "testing: nudge one weight of the last rank after this (1-based) step", false},
+        {"dist-timeout", OPT_INT, &t.a.dist_timeout,
+         "under mpirun: seconds a rank waits in one collective before it gives up on the others (default 600)", false},
     };
     cli_parse(argc, argv, "train",
               "Trains one run on data/EXP/train.shard and writes model.safetensors, optim.safetensors, state.json, "
@@ -472,8 +539,11 @@ int main(int argc, char **argv) {
               "checkpoint at the step boundary and exit 130/143; --resume continues it bit-identically.",
               opts, (int)(sizeof opts / sizeof opts[0]));
     if (t.a.resume && t.a.auto_resume) die("--resume and --auto-resume exclude each other (give one)");
+    if (t.a.dist_timeout < 0) die("--dist-timeout: must be >= 1 (got %ld)", t.a.dist_timeout);
+    dist_init("train", &argc, &argv, (double)t.a.dist_timeout); /* one rank of W under mpirun/srun, else nothing */
     install_signal_handlers();
-    log_info("threads: %d", threads_set(t.a.threads));
+    log_info("threads: %d", threads_set(t.a.threads ? t.a.threads : dist_default_threads()));
+    if (dist_active()) log_info("data-parallel: %d rank(s) (MPI)", dist_world());
 
     load_config(&t);
     load_data(&t);
@@ -491,13 +561,15 @@ int main(int argc, char **argv) {
     log_info("memory: parameters %.2f MiB (x4 with gradients and AdamW m, v), activations %.2f MiB for %d x %ld tokens",
              (double)model_n_params(t.m) * sizeof(scalar_t) / 1048576.0, (double)model_activation_bytes(t.m) / 1048576.0,
              bm, t.tc.context);
-    start_or_resume(&t);
+    start_or_resume_ranks(&t);
 
     int rc = 0;
-    if (t.st.step < t.tc.steps || !file_exists(t.summary_path)) {
+    int need_training = t.st.step < t.tc.steps || (dist_is_root() && !file_exists(t.summary_path));
+    dist_bcast(&need_training, sizeof need_training, 0, "broadcast of rank 0's training state");
+    if (need_training) {
         rc = train_loop(&t);
         if (rc < 0) {
-            write_summary(&t); /* last: its presence means training finished */
+            if (dist_is_root()) write_summary(&t); /* last: its presence means training finished */
             log_info("done: %ld steps, final train loss %.4f, %.1f s, %.0f tokens/s", t.st.step, t.st.last_ce,
                      t.st.wall_time_s, t.st.wall_time_s > 0 ? (double)t.st.tokens / t.st.wall_time_s : 0.0);
             rc = 0;
@@ -506,9 +578,9 @@ int main(int argc, char **argv) {
         log_info("%s already finished (%ld steps)", t.a.out_dir, t.st.step);
         /* make reran train because an input is newer than the summary (a config saved unchanged, data re-tokenized to
          * the same bytes): mark the finished run up to date so the next make does not ask again. */
-        if (utime(t.summary_path, NULL) != 0) die("%s: cannot update its time: %s", t.summary_path, strerror(errno));
+        if (dist_is_root() && utime(t.summary_path, NULL) != 0) die("%s: cannot update its time: %s", t.summary_path, strerror(errno));
     }
-    if (fclose(t.metrics) != 0) die("%s: close failed: %s", t.metrics_path, strerror(errno));
+    if (t.metrics && fclose(t.metrics) != 0) die("%s: close failed: %s", t.metrics_path, strerror(errno));
     free(t.inputs);
     free(t.targets);
     free(t.valid);
@@ -518,5 +590,6 @@ int main(int argc, char **argv) {
     backend_destroy(t.be);
     shard_free(&t.shard);
     cJSON_Delete(t.config_json);
+    dist_finalize();
     return rc;
 }

@@ -142,13 +142,27 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
         set_err(err, errlen, "no CUDA device found");
         return nullptr;
     }
-    e = cudaSetDevice(0);
+    // DMMATH_CUDA_DEVICE: the device index (train under mpirun sets it to the rank's index on its host).
+    int dev = 0;
+    if (const char *ds = getenv("DMMATH_CUDA_DEVICE"); ds && *ds) {
+        char *end = nullptr;
+        long v = strtol(ds, &end, 10);
+        if (*end != '\0' || v < 0 || v >= n_dev) {
+            char msg[192];
+            snprintf(msg, sizeof msg, "DMMATH_CUDA_DEVICE=%s: not a device index below %d (the CUDA devices this "
+                     "process sees; one rank per GPU)", ds, n_dev);
+            set_err(err, errlen, msg);
+            return nullptr;
+        }
+        dev = (int)v;
+    }
+    e = cudaSetDevice(dev);
     if (e != cudaSuccess) {
         set_err(err, errlen, cudaGetErrorString(e));
         return nullptr;
     }
     cudaDeviceProp prop;
-    e = cudaGetDeviceProperties(&prop, 0);
+    e = cudaGetDeviceProperties(&prop, dev);
     if (e != cudaSuccess) {
         set_err(err, errlen, cudaGetErrorString(e));
         return nullptr;

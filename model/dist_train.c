@@ -1,0 +1,151 @@
+/* Data-parallel step helpers (see dist_train.h). */
+#include "model/dist_train.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#ifdef HAVE_CUDA
+#include "kernels/cuda/cuda_nccl.h"
+#endif
+#include "pipeline/dist.h"
+#include "pipeline/log.h"
+#include "pipeline/sha256.h"
+
+bool dist_owns_microbatch(int k) { return k % dist_world() == dist_rank(); }
+
+uint64_t dist_microbatch_dropout_seed(uint64_t run_seed, long step, int n_microbatch, int k) {
+    /* rng_seed runs the value through splitmix64, so adjacent indices give unrelated streams. */
+    uint64_t index = (uint64_t)step * (uint64_t)n_microbatch + (uint64_t)k;
+    return run_seed ^ (index * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull);
+}
+
+void dist_assign_device(void) {
+    if (dist_world() == 1) return;
+    char idx[16];
+    snprintf(idx, sizeof idx, "%d", dist_local_rank());
+    if (setenv("DMMATH_CUDA_DEVICE", idx, 0) != 0) die("setenv DMMATH_CUDA_DEVICE failed");
+}
+
+#ifdef HAVE_CUDA
+/* The NCCL communicator, made at the first gradient all-reduce (every rank reaches it together): rank 0's id is
+ * broadcast over MPI. */
+static void nccl_ensure(void) {
+    static bool ready = false;
+    if (ready) return;
+    char err[512];
+    unsigned char id[CUDA_NCCL_ID_BYTES];
+    memset(id, 0, sizeof id);
+    if (dist_is_root() && cuda_nccl_unique_id(id, err, sizeof err) != 0) die("%s", err);
+    dist_bcast(id, sizeof id, 0, "broadcast of the NCCL id");
+    dist_watch_begin("NCCL communicator setup");
+    if (cuda_nccl_init(id, dist_rank(), dist_world(), err, sizeof err) != 0) die("%s", err);
+    dist_watch_end();
+    dist_at_finalize(cuda_nccl_finalize);
+    log_info("gradient all-reduce: NCCL over %d ranks", dist_world());
+    ready = true;
+}
+#endif
+
+static void allreduce_host(scalar_t *x, size_t n, const char *what) {
+#ifdef SCALAR_F64
+    dist_allreduce_sum_f64(x, n, what);
+#else
+    dist_allreduce_sum_f32(x, n, what);
+#endif
+}
+
+void dist_allreduce_grads(Backend *be, scalar_t *grads, size_t n, long step_number) {
+    if (dist_world() == 1) return;
+    char what[96];
+    snprintf(what, sizeof what, "gradient all-reduce of step %ld", step_number);
+    if (strcmp(be->name, "cpu") == 0) {
+        allreduce_host(grads, n, what);
+        return;
+    }
+#ifdef HAVE_CUDA
+    if (strcmp(be->name, "cuda") == 0) {
+        nccl_ensure();
+        char err[512];
+        dist_watch_begin(what); /* a dead peer never completes the all-reduce: the watchdog ends the wait */
+        if (cuda_nccl_allreduce_sum(be, grads, n, sizeof(scalar_t) == 8, err, sizeof err) != 0)
+            die("%s: %s (another rank probably died; the last committed checkpoint is intact)", what, err);
+        dist_watch_end();
+        return;
+    }
+#endif
+    /* Any other backend: device memory through the host. */
+    size_t bytes = n * sizeof(scalar_t);
+    scalar_t *host = xmalloc(bytes);
+    be->to_host(be, host, grads, bytes);
+    allreduce_host(host, n, what);
+    be->to_device(be, grads, host, bytes);
+    free(host);
+}
+
+/* Broadcasts a backend buffer from rank 0 through host memory (once per run: its speed does not matter). */
+static void bcast_backend_buffer(Backend *be, scalar_t *buf, size_t n, const char *what) {
+    size_t bytes = n * sizeof(scalar_t);
+    if (strcmp(be->name, "cpu") == 0) {
+        dist_bcast(buf, bytes, 0, what);
+        return;
+    }
+    scalar_t *host = xmalloc(bytes);
+    be->to_host(be, host, buf, bytes);
+    dist_bcast(host, bytes, 0, what);
+    be->to_device(be, buf, host, bytes);
+    free(host);
+}
+
+void dist_broadcast_train_state(Model *m, AdamW *opt, TrainState *st) {
+    if (dist_world() == 1) return;
+    Backend *be = opt->be;
+    bcast_backend_buffer(be, model_params(m), model_n_params(m), "broadcast of rank 0's weights");
+    bcast_backend_buffer(be, opt->m, opt->n, "broadcast of rank 0's AdamW state");
+    bcast_backend_buffer(be, opt->v, opt->n, "broadcast of rank 0's AdamW state");
+    dist_bcast(&opt->t, sizeof opt->t, 0, "broadcast of rank 0's AdamW state");
+    /* TrainState is plain data and every rank runs the same binary. */
+    dist_bcast(st, sizeof *st, 0, "broadcast of rank 0's training state");
+}
+
+static void hash_backend_buffer(Backend *be, Sha256 *h, const scalar_t *buf, size_t n) {
+    size_t bytes = n * sizeof(scalar_t);
+    if (strcmp(be->name, "cpu") == 0) {
+        sha256_update(h, buf, bytes);
+        return;
+    }
+    scalar_t *host = xmalloc(bytes);
+    be->to_host(be, host, buf, bytes);
+    sha256_update(h, host, bytes);
+    free(host);
+}
+
+void dist_check_replicas(Model *m, const AdamW *opt, long step) {
+    const int W = dist_world();
+    if (W == 1) return;
+    Sha256 *h = sha256_new();
+    CHECK_ALLOC(h);
+    hash_backend_buffer(opt->be, h, model_params(m), model_n_params(m));
+    hash_backend_buffer(opt->be, h, opt->m, opt->n);
+    hash_backend_buffer(opt->be, h, opt->v, opt->n);
+    char mine[65];
+    sha256_final_hex(h, mine);
+    char *all = xmalloc((size_t)W * 128);
+    char what[96];
+    snprintf(what, sizeof what, "weight hash check of step %ld", step);
+    dist_allgather_str(mine, all, what);
+    char differ[256] = "";
+    size_t used = 0;
+    for (int r = 1; r < W; r++)
+        if (strcmp(all + (size_t)r * 128, all) != 0) {
+            int k = snprintf(differ + used, sizeof differ - used, "%s%d", used ? ", " : "", r);
+            if (k > 0 && (size_t)k < sizeof differ - used) used += (size_t)k;
+        }
+    char root[65];
+    snprintf(root, sizeof root, "%s", all);
+    free(all);
+    if (used > 0)
+        die("step %ld: the weights/AdamW state of rank(s) %s differ from rank 0's (sha256 %.12s...): the replicas "
+            "diverged; no checkpoint written", step, differ, root);
+}

@@ -1,0 +1,39 @@
+/* The data-parallel parts of a training step that touch the model (issue 12; the process group is pipeline/dist.h).
+ *
+ * Micro-batch k of a step runs on rank k mod W; every rank draws every micro-batch's windows from the one loader
+ * so the sample stream is the one a single process sees. After its micro-batches each rank holds the partial sum of
+ * the gradients of its micro-batches; one all-reduce over the contiguous gradient buffer gives every rank the sum
+ * over all of them, after which clipping and AdamW are the same computation on identical inputs on every rank. */
+#ifndef MODEL_DIST_TRAIN_H
+#define MODEL_DIST_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "model/optimizer.h"
+#include "model/train_checkpoint.h"
+
+/* Whether this rank runs micro-batch k (always true in a single process). */
+bool dist_owns_microbatch(int k);
+
+/* The expert-dropout seed of micro-batch k of step `step` (0-based): a function of the run's dropout seed and the
+ * global micro-batch index only, so the masks do not depend on which rank draws them or on W. */
+uint64_t dist_microbatch_dropout_seed(uint64_t run_seed, long step, int n_microbatch, int k);
+
+/* Under a launcher with several ranks: the GPU of this rank for the cuda backend, one per rank on a host
+ * (DMMATH_CUDA_DEVICE = the local rank, unless already set). Call before creating the backend. */
+void dist_assign_device(void);
+
+/* Sums the gradient buffer over the ranks (in place; NCCL on the cuda backend, MPI on the cpu backend). */
+void dist_allreduce_grads(Backend *be, scalar_t *grads, size_t n, long step_number);
+
+/* Gives every rank rank 0's weights, AdamW state and training state (after rank 0 started or resumed the run:
+ * only rank 0 reads the run directory). */
+void dist_broadcast_train_state(Model *m, AdamW *opt, TrainState *st);
+
+/* Checks that the weights and AdamW moments are bit-identical on every rank (sha256 compared); an error naming the
+ * ranks that differ from rank 0 otherwise. */
+void dist_check_replicas(Model *m, const AdamW *opt, long step);
+
+#endif
