@@ -138,7 +138,7 @@ int train_eval_keep_checkpoint(const TrainEval *te, Model *m, long step, const c
     snprintf(name, sizeof name, KEEP_TMP_PREFIX "%ld", (long)getpid());
     if (join(tmp, sizeof tmp, te->checkpoints_dir, name, err, errlen)) return -1;
     remove_stale_temps(te->checkpoints_dir, KEEP_TMP_PREFIX);
-    if (remove_tree(tmp) != 0 && errno != ENOENT) {
+    if (remove_tree(tmp) != 0) { /* a leftover of this very pid (absent is fine) */
         set_err(err, errlen, "%s: cannot remove: %s", tmp, strerror(errno));
         return -1;
     }
@@ -161,7 +161,7 @@ int train_eval_start_over(const char *run_dir, char *err, size_t errlen) {
         return -1;
     }
     if (join(path, sizeof path, run_dir, TRAIN_EVAL_CHECKPOINTS_DIR, err, errlen)) return -1;
-    if (file_exists(path) && remove_tree(path) != 0) {
+    if (remove_tree(path) != 0) { /* absent is fine */
         set_err(err, errlen, "%s: cannot remove: %s", path, strerror(errno));
         return -1;
     }

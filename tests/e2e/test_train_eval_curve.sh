@@ -82,7 +82,11 @@ for name in ("interpolate", "extrapolate"):
     assert c["mean_answer_loss"] == e["mean_answer_loss"], (name, c["mean_answer_loss"], e["mean_answer_loss"])
 print("step 8: curve and bin/evaluate --checkpoint agree:", {n: curve[8]["sets"][n]["mean_answer_loss"] for n in curve[8]["sets"]})
 PY
-echo "ok: checkpoints/step<S> kept at each evaluation; bin/evaluate --checkpoint step8 reproduces the curve line"
+bin/analyze --run "$tmp/eval" --config "$tmp/eval.json" --data "$tmp/data" --checkpoint step8 \
+  --out "$tmp/eval/checkpoints/step8/analysis.json" >"$tmp/an8.log" 2>&1 || { cat "$tmp/an8.log"; fail "analyze --checkpoint step8"; }
+[ -s "$tmp/eval/checkpoints/step8/analysis.json" ] || fail "analyze --checkpoint step8 wrote no record"
+echo "ok: checkpoints/step<S> kept at each evaluation; bin/evaluate --checkpoint step8 reproduces the curve line;"
+echo "    bin/analyze --checkpoint step8 reads it too"
 
 # resume: stop after step 6, fake what a crash after the step-8 evaluation would leave, continue
 d="$tmp/resumed"
