@@ -147,14 +147,12 @@ $(REPORT_DIR)/report.html: $(RESULTS) $(ANALYSES) bin/report
 	bin/report --experiment $(EXPERIMENT) --runs $(RUNS_DIR) --out $(REPORT_DIR) --expected-runs $(call repro_join,$(REPRO_RUN_DIRS))
 
 # Compared: the runs' own-seed directories (a missing baseline is an error, as without seeds) and the other seeds'
-# directories that have a baseline RUN.seed<S>.result.json (the others are named as not compared).
+# directories that have a baseline RUN.seed<S>.result.json (compare notes the others as having no baseline).
 repro_compared = $(strip $(filter $(RUNS),$(REPRO_RUN_DIRS)) $(foreach d,$(filter-out $(RUNS),$(REPRO_RUN_DIRS)),\
   $(if $(wildcard $(BASELINE_DIR)/$(d).result.json),$(d))))
-repro_not_compared = $(filter-out $(repro_compared),$(REPRO_RUN_DIRS))
-repro_compare_note = $(if $(repro_not_compared),echo "reproduce: no baseline in $(BASELINE_DIR) for $(repro_not_compared): not compared"; )
 compare: bin/compare
 	@if [ -d $(BASELINE_DIR) ]; then \
-	  $(repro_compare_note)$(if $(repro_compared),bin/compare --baselines $(BASELINE_DIR) --runs $(RUNS_DIR) --only $(call repro_join,$(repro_compared)) --only-failures,:); \
+	  $(if $(repro_compared),bin/compare --baselines $(BASELINE_DIR) --runs $(RUNS_DIR) --only $(call repro_join,$(repro_compared)) --only-failures,:); \
 	else \
 	  echo "reproduce: no baselines in $(BASELINE_DIR): compare skipped"; \
 	fi
