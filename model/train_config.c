@@ -34,6 +34,9 @@ int train_config_from_json(TrainConfig *tc, const cJSON *obj, const char *source
     json_get_int(&r, "checkpoint_every", &tc->checkpoint_every, true);
     json_get_int(&r, "log_every", &tc->log_every, true);
     json_get_string(&r, "precision", &precision, true);
+    json_get_int(&r, "evaluate_every", &tc->evaluate_every, false);
+    json_get_int(&r, "evaluate_examples", &tc->evaluate_examples, false);
+    json_get_bool(&r, "keep_checkpoints", &tc->keep_checkpoints, false);
     if (json_reader_finish(&r, err, errlen) != 0) return -1;
 
 #define BAD(key, ...)                                                                                               \
@@ -72,6 +75,12 @@ int train_config_from_json(TrainConfig *tc, const cJSON *obj, const char *source
     if (tc->checkpoint_every < 0) BAD("checkpoint_every", "must be >= 0 (0 = only at the end) (got %ld)",
                                       tc->checkpoint_every);
     if (tc->log_every < 1) BAD("log_every", "must be >= 1 (got %ld)", tc->log_every);
+    if (tc->evaluate_every < 0) BAD("evaluate_every", "must be >= 0 (0 = off) (got %ld)", tc->evaluate_every);
+    if (tc->evaluate_examples < 0)
+        BAD("evaluate_examples", "must be >= 0 (0 = the whole shard) (got %ld)", tc->evaluate_examples);
+    /* A kept checkpoint is written at each evaluation: without evaluations the key would silently do nothing. */
+    if (tc->keep_checkpoints && tc->evaluate_every == 0)
+        BAD("keep_checkpoints", "needs evaluate_every > 0 (checkpoints are kept at the evaluated steps)");
 #undef BAD
     return 0;
 }

@@ -1,6 +1,8 @@
 /* The "train" section of a run config (experiments/EXP/RUN.json) and the strict reader of the whole run file.
  * Keys (all required): loss_on_target_only, steps, batch_size, n_microbatch, context, lr, weight_decay, warmup,
- * min_lr_multiplier, grad_clip, adam_beta1, adam_beta2, adam_eps, seed, checkpoint_every, log_every, precision. */
+ * min_lr_multiplier, grad_clip, adam_beta1, adam_beta2, adam_eps, seed, checkpoint_every, log_every, precision.
+ * Optional (absent = off, so configs without them keep their bytes and hashes): evaluate_every, evaluate_examples,
+ * keep_checkpoints (accuracy during training: model/train_eval.h). */
 #ifndef MODEL_TRAIN_CONFIG_H
 #define MODEL_TRAIN_CONFIG_H
 
@@ -27,6 +29,9 @@ typedef struct {
     long checkpoint_every;    /* steps between checkpoints; 0 = only at the end and on signals */
     long log_every;           /* steps between metrics lines */
     Precision precision;      /* "fp32" | "bf16" */
+    long evaluate_every;      /* steps between evaluations during training (eval_curve.jsonl); 0 = off (default) */
+    long evaluate_examples;   /* the first N examples of each eval shard; 0 = the whole shard (default) */
+    bool keep_checkpoints;    /* keep the weights of each evaluated step under checkpoints/step<S>/ (default false) */
 } TrainConfig;
 
 /* Reads and validates a "train" object strictly. 0 or -1 with "<source>: train.<key>: <problem>". */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/train_eval.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/config.h"
 #include "pipeline/log.h"
@@ -37,6 +38,10 @@ int trained_run_read_config(TrainedRun *r, const char *run_dir, const char *conf
     r->run_dir = run_dir;
     r->config_path = config_path;
     run_names(run_dir, r->experiment, sizeof r->experiment, r->run, sizeof r->run);
+    if (snprintf(r->weights_dir, sizeof r->weights_dir, "%s", run_dir) >= (int)sizeof r->weights_dir) {
+        set_err(err, errlen, "%s: path too long", run_dir);
+        return -1;
+    }
 
     /* The hash and the config exactly as train computes them from the same file and --set arguments. */
     LoadedConfig lc;
@@ -52,9 +57,30 @@ int trained_run_read_config(TrainedRun *r, const char *run_dir, const char *conf
     return 0;
 }
 
+int trained_run_use_checkpoint(TrainedRun *r, const char *name, char *err, size_t errlen) {
+    if (!train_eval_checkpoint_name_ok(name)) {
+        set_err(err, errlen, "--checkpoint %s: expected step<S>, the name of a directory in %s/%s", name, r->run_dir,
+                TRAIN_EVAL_CHECKPOINTS_DIR);
+        return -1;
+    }
+    char dir[4352];
+    if (join_path(dir, sizeof dir, r->run_dir, TRAIN_EVAL_CHECKPOINTS_DIR, err, errlen)) return -1;
+    if (join_path(r->weights_dir, sizeof r->weights_dir, dir, name, err, errlen)) return -1;
+    if (!file_exists(r->weights_dir)) {
+        set_err(err, errlen, "--checkpoint %s: %s does not exist (train keeps checkpoints at evaluate_every steps when "
+                "train.keep_checkpoints is true)", name, r->weights_dir);
+        return -1;
+    }
+    return 0;
+}
+
 int trained_run_open(TrainedRun *r, const char *data_dir, char *err, size_t errlen) {
     char path[4352];
-    if (join_path(path, sizeof path, r->run_dir, "train_summary.json", err, errlen)) return -1;
+    if (join_path(path, sizeof path, r->weights_dir, "train_summary.json", err, errlen)) return -1;
+    if (!file_exists(path) && strcmp(r->weights_dir, r->run_dir) != 0) {
+        set_err(err, errlen, "%s: missing: the checkpoint %s was not completely written", path, r->weights_dir);
+        return -1;
+    }
     if (!file_exists(path)) {
         set_err(err, errlen, "%s: missing: training of %s has not finished (train writes it last)", path, r->run_dir);
         return -1;
@@ -101,7 +127,7 @@ int trained_run_load_model(TrainedRun *r, const char *backend_name, char *err, s
     r->be->precision = PRECISION_FP32; /* evaluation (§C.7) and the analysis (§D) run in fp32 */
 
     /* The model is built from the checkpoint's own config, which must be the run config's model. */
-    if (join_path(path, sizeof path, r->run_dir, "model.safetensors", err, errlen)) return -1;
+    if (join_path(path, sizeof path, r->weights_dir, "model.safetensors", err, errlen)) return -1;
     ModelConfig mc;
     if (model_read_checkpoint_config(path, &mc, err, errlen)) return -1;
     const ModelConfig *want = &r->config_mc;

@@ -27,6 +27,8 @@
 
 typedef struct {
     const char *run_dir, *config_path; /* as given (borrowed) */
+    char weights_dir[4352];            /* where train_summary.json and model.safetensors are read: run_dir, or a kept
+                                        * checkpoint run_dir/checkpoints/step<S> (trained_run_use_checkpoint) */
     char experiment[128], run[128];    /* run = last component of run_dir, experiment = the one before it */
     const char *arch;                  /* "dense" | "moeut" (the run config's model.arch) */
     const char *loss_mode;             /* "qa" | "answer_only" (train.loss_on_target_only) */
@@ -47,6 +49,10 @@ typedef struct {
 /* Zeroes *r, then reads config_path with the --set arguments sets[0..n_sets) applied (NULL, 0 for none). */
 int trained_run_read_config(TrainedRun *r, const char *run_dir, const char *config_path, const char *const *sets,
                             int n_sets, char *err, size_t errlen);
+/* Reads train_summary.json and model.safetensors from the checkpoint kept at an evaluation step (train.keep_checkpoints,
+ * model/train_eval.h) instead: name is "step<S>", the directory run_dir/checkpoints/<name>. The run's names stay
+ * those of run_dir; the summary's steps say which step. Call between read_config and open. 0 or -1 with err. */
+int trained_run_use_checkpoint(TrainedRun *r, const char *name, char *err, size_t errlen);
 /* Training must have finished (train writes train_summary.json last) with this config; loads the tokenizer. */
 int trained_run_open(TrainedRun *r, const char *data_dir, char *err, size_t errlen);
 /* Creates the backend (always fp32: evaluation and analysis run in fp32) and the model from model.safetensors. */

@@ -211,6 +211,7 @@ static const char *SUMMARY =
 int main(int argc, char **argv) {
     log_set_program("analyze");
     const char *run_dir = NULL, *config_path = NULL, *data_dir = NULL, *out_path = NULL, *backend_name = "cpu";
+    const char *checkpoint = NULL;
     long threads = 1;
     CliStringList sets = {0};
     CliOption opts[] = {
@@ -220,6 +221,9 @@ int main(int argc, char **argv) {
         {"data", OPT_STRING, &data_dir, "data directory data/EXP (tokenizer.json)", true},
         {"out", OPT_STRING, &out_path, "analysis record to write, e.g. runs/EXP/RUN/analysis.json", true},
         {"backend", OPT_STRING, &backend_name, "cpu | cuda (default cpu)", false},
+        {"checkpoint", OPT_STRING, &checkpoint,
+         "analyze the weights kept at an evaluation step, step<S> in --run's checkpoints/ (train.keep_checkpoints)",
+         false},
         {"threads", OPT_INT, &threads, "CPU threads (default 1: the per-example forwards are too small to gain; 0 = all cores)", false},
     };
     cli_parse(argc, argv, "analyze", SUMMARY, opts, (int)(sizeof opts / sizeof opts[0]));
@@ -234,6 +238,7 @@ int main(int argc, char **argv) {
     int rc = trained_run_read_config(&tr, run_dir, config_path, sets.items, sets.n, err, sizeof err);
     if (rc == CONFIG_USAGE_ERROR) cli_usage_die("analyze", err);
     if (rc) die("%s", err);
+    if (checkpoint && trained_run_use_checkpoint(&tr, checkpoint, err, sizeof err)) die("%s", err);
     const cJSON *an = cJSON_GetObjectItemCaseSensitive(tr.config, "analyze");
     if (!an || !cJSON_IsObject(an)) die("%s: analyze: missing or not an object", config_path);
     JsonReader jr;

@@ -29,6 +29,7 @@
 #include "model/rng.h"
 #include "model/train_checkpoint.h"
 #include "model/train_config.h"
+#include "model/train_eval.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/cli.h"
 #include "pipeline/config.h"
@@ -70,6 +71,7 @@ typedef struct {
     FILE *metrics;
     int32_t *inputs, *targets; /* [Bm, T] host */
     uint8_t *valid;            /* [Bm, T] host */
+    TrainEval eval;            /* train.evaluate_every: accuracy during training (model/train_eval.h) */
 } Trainer;
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -161,36 +163,6 @@ static void remove_previous_outputs(const char *dir) {
     }
 }
 
-/* Keeps only the metrics lines of steps <= step (lines logged after the checkpoint are replayed by the resume). */
-static void truncate_metrics(const char *path, long step) {
-    if (!file_exists(path)) return;
-    char err[1024];
-    char *text = NULL;
-    size_t n = 0;
-    if (read_file_all(path, &text, &n, err, sizeof err) != 0) die("%s", err);
-    char *out = xmalloc(n + 1);
-    size_t o = 0;
-    for (char *line = text; *line;) {
-        char *nl = strchr(line, '\n');
-        size_t len = nl ? (size_t)(nl - line) : strlen(line);
-        char saved = line[len];
-        line[len] = '\0';
-        cJSON *j = cJSON_Parse(line);
-        const cJSON *s = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
-        if (cJSON_IsNumber(s) && s->valuedouble <= (double)step) {
-            memcpy(out + o, line, len);
-            o += len;
-            out[o++] = '\n';
-        }
-        cJSON_Delete(j);
-        line[len] = saved;
-        line += len + (nl ? 1 : 0);
-    }
-    if (write_file_atomic(path, out, o, err, sizeof err) != 0) die("%s", err);
-    free(out);
-    free(text);
-}
-
 /* Whether the checkpoint described by peek continues this run: the same config bytes, length and training data
  * (checkpoints written before the shard's sha256 was recorded are checked on tokenizer and example count only), and
  * for --auto-resume also the same backend (a continuation on another backend is not bit-identical, so a run that
@@ -247,7 +219,9 @@ static void start_or_resume(Trainer *t) {
         if (train_checkpoint_load(t->a.out_dir, t->m, &t->opt, &t->st, err, sizeof err) != 0) die("%s", err);
         loader_set_state(&t->loader, &t->st.loader);
         t->last_saved_step = t->st.step;
-        truncate_metrics(t->metrics_path, t->st.step);
+        if (jsonl_keep_steps_upto(t->metrics_path, t->st.step, err, sizeof err) != 0 ||
+            train_eval_resume(t->a.out_dir, t->st.step, err, sizeof err) != 0)
+            die("%s", err);
         log_info("resumed %s at step %ld of %ld", t->a.out_dir, t->st.step, t->tc.steps);
     } else {
         if ((t->a.resume || t->a.auto_resume) && !have_ckpt)
@@ -255,6 +229,7 @@ static void start_or_resume(Trainer *t) {
         else if (have_ckpt && !t->a.auto_resume)
             log_warn("%s holds an earlier run: starting over (pass --resume to continue it)", t->a.out_dir);
         remove_previous_outputs(t->a.out_dir);
+        if (train_eval_start_over(t->a.out_dir, err, sizeof err) != 0) die("%s", err);
         model_init_weights(t->m, train_seed_init(&t->tc));
         model_set_dropout_seed(t->m, train_seed_dropout(&t->tc));
         memset(&t->st, 0, sizeof t->st);
@@ -382,8 +357,8 @@ static void fail_non_finite(Trainer *t, long step_number, const char *what) {
     die("non-finite %s at step %ld; last good checkpoint step %s kept", what, step_number, kept);
 }
 
-static void write_summary(Trainer *t) {
-    char err[1024];
+/* train_summary.json's record of the run as it stands (also kept with each checkpoint of keep_checkpoints). */
+static cJSON *summary_json(const Trainer *t) {
     cJSON *s = cJSON_CreateObject();
     CHECK_ALLOC(s);
     double wall = t->st.wall_time_s;
@@ -402,6 +377,12 @@ static void write_summary(Trainer *t) {
     cJSON_AddStringToObject(s, "code_version", CODE_VERSION);
     /* evaluate and analyze check it: a re-tokenized data directory would otherwise decode with other pieces */
     cJSON_AddStringToObject(s, "tokenizer_sha256", t->shard.tokenizer_sha256);
+    return s;
+}
+
+static void write_summary(Trainer *t) {
+    char err[1024];
+    cJSON *s = summary_json(t);
     if (json_save_file(t->summary_path, s, err, sizeof err) != 0) die("%s", err);
     cJSON_Delete(s);
 }
@@ -414,6 +395,18 @@ static int agree_on_signal(long step_number) {
     snprintf(what, sizeof what, "stop-signal agreement of step %ld", step_number);
     dist_allreduce_max_int(got, 2, what);
     return got[0] ? SIGINT : got[1] ? SIGTERM : 0;
+}
+
+/* train.evaluate_every: evaluate (and keep the weights of) this step; before a checkpoint of the same step is saved,
+ * so that a checkpoint never precedes its step's curve line (a resume truncates the curve to the checkpoint). */
+static void evaluate_during_training(Trainer *t, double session_start, double wall_base) {
+    char err[1024];
+    if (train_eval_run(&t->eval, t->m, t->st.step, t->st.tokens, err, sizeof err) != 0) die("%s", err);
+    if (!t->eval.keep_checkpoints) return;
+    t->st.wall_time_s = wall_base + (now_seconds() - session_start);
+    cJSON *s = summary_json(t);
+    if (train_eval_keep_checkpoint(&t->eval, t->m, t->st.step, s, err, sizeof err) != 0) die("%s", err);
+    cJSON_Delete(s);
 }
 
 static int train_loop(Trainer *t) {
@@ -466,6 +459,8 @@ static int train_loop(Trainer *t) {
         snprintf(extra, sizeof extra, "loss %.4f | %.0f tok/s", r.ce, tok_s);
         if (root) progress_update(&prog, t->st.step, extra);
 
+        /* Only rank 0 evaluates and writes the curve (the others' weights are the same, checked at checkpoints). */
+        if (root && train_eval_due(&t->eval, t->st.step)) evaluate_during_training(t, session_start, wall_base);
         bool last = t->st.step == total;
         bool periodic = t->tc.checkpoint_every > 0 && t->st.step % t->tc.checkpoint_every == 0;
         bool stop_after = t->a.stop_after > 0 && t->st.step == t->a.stop_after && !last;
@@ -557,7 +552,10 @@ int main(int argc, char **argv) {
     const int bm = (int)(t.tc.batch_size / t.tc.n_microbatch);
     /* The whole arena now (a step never allocates), and before start_or_resume: a config too large for the memory
      * must fail while an earlier run in --out is still there, not after starting over has removed it. */
-    model_reserve_activations(t.m, bm * (int)t.tc.context, 0);
+    char err[1024];
+    if (train_eval_open(&t.eval, &t.tc, t.a.out_dir, t.a.data_dir, t.shard.tokenizer_sha256, err, sizeof err) != 0)
+        die("%s", err);
+    model_reserve_activations(t.m, bm * (int)t.tc.context, train_eval_max_tokens(&t.eval));
     log_info("memory: parameters %.2f MiB (x4 with gradients and AdamW m, v), activations %.2f MiB for %d x %ld tokens",
              (double)model_n_params(t.m) * sizeof(scalar_t) / 1048576.0, (double)model_activation_bytes(t.m) / 1048576.0,
              bm, t.tc.context);
@@ -589,6 +587,7 @@ int main(int argc, char **argv) {
     model_free(t.m);
     backend_destroy(t.be);
     shard_free(&t.shard);
+    train_eval_close(&t.eval);
     cJSON_Delete(t.config_json);
     dist_finalize();
     return rc;

@@ -1,9 +1,11 @@
-/* The evaluation core (stages/evaluate.c) on tiny random models: teacher-forced exact match and answer loss against
+/* The evaluation library (model/evaluation.c, used by bin/evaluate and bin/train) on tiny random models: teacher-forced exact match and answer loss against
  * a direct computation, the answer positions' argmax ids (kept for predictions.jsonl), batched equal-length examples
  * equal to each-alone, and greedy KV-cache decoding agreeing with teacher forcing (correct on the model's own greedy
  * answer, wrong on a corrupted one); evaluate_set's per-example outcomes in shard order. */
-#define STAGE_NO_MAIN
-#include "stages/evaluate.c"
+#include "model/evaluation.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/backend.h"
 #include "model/model.h"
@@ -20,7 +22,7 @@ static void greedy_full(Model *m, int32_t *seq, int q_len, int n) {
     for (int j = 0; j < n; j++) {
         int T = q_len + j;
         model_forward_eval(m, seq, 1, T, lg);
-        seq[T] = row_argmax(lg + (size_t)(T - 1) * V, V);
+        seq[T] = eval_row_argmax(lg + (size_t)(T - 1) * V, V);
     }
     free(lg);
 }
@@ -133,7 +135,7 @@ START_TEST(whole_set_aggregation) {
     sh.tokens = tokens;
     SetPredictions first = {0};
     for (int batch = 1; batch <= 4; batch += 3) {
-        EvalConfig ec = {8, 5}; /* the cap leaves out example 8 */
+        EvalConfig ec = {8, 5, false}; /* the cap leaves out example 8 */
         SetEval out;
         SetPredictions p;
         evaluate_set(m, &sh, "mem.shard", &ec, batch, &out, &p);
@@ -183,7 +185,7 @@ START_TEST(whole_set_aggregation) {
     }
     set_predictions_free(&first);
     /* without a destination the outcomes are freed inside (ASan's leak check covers it) */
-    EvalConfig ec = {3, 1};
+    EvalConfig ec = {3, 1, true}; /* quiet: the same counts, no log line */
     SetEval out;
     evaluate_set(m, &sh, "mem.shard", &ec, 1, &out, NULL);
     ck_assert_int_eq(out.n, 3);
@@ -219,7 +221,7 @@ START_TEST(bad_token_id_names_the_shard) {
     if (pid == 0) {
         FILE *f = freopen(log_path, "w", stderr);
         if (!f) _exit(99);
-        EvalConfig ec = {0, 0};
+        EvalConfig ec = {0, 0, false};
         SetEval out;
         evaluate_set(m, &sh, "data/x/interpolate.shard", &ec, 1, &out, NULL);
         _exit(0);
@@ -241,12 +243,12 @@ END_TEST
 
 START_TEST(row_helpers) {
     const float row[5] = {0.5f, 2.0f, 2.0f, -1.0f, 1.0f};
-    ck_assert_int_eq(row_argmax(row, 5), 1); /* ties: lowest index */
+    ck_assert_int_eq(eval_row_argmax(row, 5), 1); /* ties: lowest index */
     double s = 0;
     for (int v = 0; v < 5; v++) s += exp(row[v]);
-    ck_assert(fabs(row_ce(row, 5, 3) - (log(s) + 1.0)) < 1e-12);
+    ck_assert(fabs(eval_row_ce(row, 5, 3) - (log(s) + 1.0)) < 1e-12);
     const float big[2] = {1000.0f, 0.0f}; /* no overflow */
-    ck_assert(fabs(row_ce(big, 2, 1) - 1000.0) < 1e-9);
+    ck_assert(fabs(eval_row_ce(big, 2, 1) - 1000.0) < 1e-9);
 }
 END_TEST
 
