@@ -399,8 +399,12 @@ static int train_loop(Trainer *t) {
         if (g_signal && !last) {
             progress_finish(&prog);
             const char *name = g_signal == SIGINT ? "SIGINT" : "SIGTERM";
-            log_info("interrupted by %s: checkpoint saved at step %ld of %ld; continue with --resume", name,
-                     t->st.step, total);
+            /* Under make (which exports MAKELEVEL) the user typed a make command, not this one: make passes
+             * --auto-resume, so the same make command continues from the checkpoint. */
+            const char *how = getenv("MAKELEVEL") ? "rerun `make reproduce` (or the same make command) to continue "
+                                                    "from the checkpoint"
+                                                  : "continue with --resume";
+            log_info("interrupted by %s: checkpoint saved at step %ld of %ld; %s", name, t->st.step, total, how);
             return 128 + g_signal;
         }
         if (stop_after) {
