@@ -75,8 +75,10 @@ RESUME ?= auto
 repro_resume_flag = $(if $(filter auto,$(RESUME)),--auto-resume,$(if $(filter 1 yes true,$(RESUME)),--resume,\
   $(if $(filter 0 no false,$(RESUME)),,$(error RESUME=$(RESUME): expected auto, 1 or 0))))
 TRAIN_FLAGS = $(repro_resume_flag) $(if $(THREADS),--threads $(THREADS))
-# --backend, --set and the RESUME/THREADS flags of a run's train (one printed line per train, which tests grep).
-repro_train_flags = --backend $(BACKEND) $(call repro_set_flags,$(1)) $(TRAIN_FLAGS)
+# What train, evaluate and analyze of a run are all given (each stage's command stays one printed line: tests grep
+# "bin/train --config ..." and the flags in make's output).
+repro_stage_args = --config $(EXP_DIR)/$(call repro_config,$(1)).json --data $(DATA) --backend $(BACKEND) \
+  $(call repro_set_flags,$(1))
 # How train is started: NPROC processes under mpirun (INTERFACES.md §4), else directly.
 REPRO_TRAIN_LAUNCH = $(if $(filter-out 1,$(NPROC)),mpirun -np $(NPROC) --oversubscribe )
 
@@ -180,21 +182,19 @@ repro-force:
 $(RUNS_DIR)/%/train_summary.json: $(EXP_DIR)/$$(call repro_config,$$*).json $(DATA)/tokenize_manifest.json \
     $(RUNS_DIR)/%/train.inputs | bin/train
 	$(call repro_stage,train,$*)
-	$(REPRO_TRAIN_LAUNCH)bin/train --config $(EXP_DIR)/$(call repro_config,$*).json --data $(DATA) --out $(RUNS_DIR)/$* $(call repro_train_flags,$*)
+	$(REPRO_TRAIN_LAUNCH)bin/train $(call repro_stage_args,$*) --out $(RUNS_DIR)/$* $(TRAIN_FLAGS)
 
 # One evaluate run writes both files (a pattern rule with two targets: one recipe makes both), so deleting either
 # reruns it. evaluate and analyze take --backend and --set too, hence the stamp among their prerequisites.
 $(RUNS_DIR)/%/result.json $(RUNS_DIR)/%/predictions.jsonl: $(RUNS_DIR)/%/train_summary.json \
     $(EXP_DIR)/$$(call repro_config,$$*).json $(DATA)/tokenize_manifest.json $(RUNS_DIR)/%/train.inputs bin/evaluate
 	$(call repro_stage,evaluate,$*)
-	bin/evaluate --run $(RUNS_DIR)/$* --config $(EXP_DIR)/$(call repro_config,$*).json --data $(DATA) \
-	  --out $(RUNS_DIR)/$*/result.json --backend $(BACKEND) $(call repro_set_flags,$*) $(EVAL_FLAGS)
+	bin/evaluate --run $(RUNS_DIR)/$* $(call repro_stage_args,$*) --out $(RUNS_DIR)/$*/result.json $(EVAL_FLAGS)
 
 $(RUNS_DIR)/%/analysis.json: $(RUNS_DIR)/%/train_summary.json $(EXP_DIR)/$$(call repro_config,$$*).json \
     $(DATA)/tokenize_manifest.json $(RUNS_DIR)/%/train.inputs bin/analyze
 	$(call repro_stage,analyze,$*)
-	bin/analyze --run $(RUNS_DIR)/$* --config $(EXP_DIR)/$(call repro_config,$*).json --data $(DATA) --out $@ \
-	  --backend $(BACKEND) $(call repro_set_flags,$*) $(ANALYZE_FLAGS)
+	bin/analyze --run $(RUNS_DIR)/$* $(call repro_stage_args,$*) --out $@ $(ANALYZE_FLAGS)
 
 # ---- report (report.html is written last) and compare ----
 $(REPORT_DIR)/report.html: $(RESULTS) $(ANALYSES) bin/report
