@@ -7,7 +7,7 @@
 #
 # Estimates: train = tokens to train (steps x batch_size x context from the run config and SET, less what an
 # interrupted run already did) / throughput, the throughput measured by an earlier run on the same backend
-# (runs/EXP/RUN/train_summary.json, its metrics.jsonl when interrupted, else the mean of the experiment's other runs),
+# (runs/EXP/RUN/train_summary.json, its state.json when interrupted, else the mean of the experiment's other runs),
 # else a stated default; evaluate = the same run's last evaluation time, else a default per example; the others are
 # defaults. Usage: mk/reproduce_plan.sh PLAN_DIR DRY; environment: REPRO_EXPERIMENT, REPRO_BACKEND, REPRO_SET,
 # REPRO_RESUME (exported by mk/reproduce.mk).
@@ -49,9 +49,12 @@ train_estimate() { # prints "SECONDS WHERE_FROM"
   if [ -f "$dir/train_summary.json" ]; then
     [ "$(json_string "$dir/train_summary.json" backend)" = "$backend" ] &&
       tps=$(json_number "$dir/train_summary.json" tokens_per_s) && from="$run's last run"
-  elif [ -s "$dir/metrics.jsonl" ]; then # interrupted: resumed from its checkpoint unless RESUME=0
-    tps=$(tail -1 "$dir/metrics.jsonl" | grep -o '"tokens_per_s":[-+0-9.eE]*' | cut -d: -f2) && from="$run's interrupted run"
-    [ "${REPRO_RESUME:-auto}" = 0 ] || done=$(tail -1 "$dir/metrics.jsonl" | grep -o '"tokens":[0-9.eE+]*' | cut -d: -f2)
+  elif [ -f "$dir/state.json" ]; then # interrupted: its checkpoint is continued (RESUME=auto or 1) on this backend
+    if [ "$(json_string "$dir/state.json" backend)" = "$backend" ]; then
+      tps=$(awk -v n="$(json_number "$dir/state.json" tokens)" -v s="$(json_number "$dir/state.json" wall_time_s)" \
+        'BEGIN { if (s > 0 && n > 0) printf "%.0f", n / s }') from="$run's interrupted run"
+      [ "${REPRO_RESUME:-auto}" = 0 ] || done=$(json_number "$dir/state.json" tokens)
+    fi
   fi
   if [ -z "$tps" ] || ! awk -v t="$tps" 'BEGIN { exit !(t > 0) }'; then
     if [ -n "$measured_mean" ]; then tps=$measured_mean from="runs/$exp on $backend"

@@ -129,6 +129,13 @@ printf '{"steps": 40, "tokens": 81920, "tokens_per_s": 1234.5, "backend": "cuda"
 REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_plan.sh "$plan_dir" "$tmp/stages_dry.log" >"$tmp/plan2.out"
 grep -q "training at 1234 tokens/s (dense_qa's last run); 1234 tokens/s (runs/$exp on cuda)" "$tmp/plan2.out" ||
   { cat "$tmp/plan2.out"; fail "the estimate does not use the measured throughput"; }
+# An interrupted run (a checkpoint, no summary): its own throughput so far, and only the tokens still to train
+# (40 x 8 x 256 = 81920 in all, 40960 done at 2048 tokens/s: 20 s left).
+rm "runs/$exp/moeut_qa/train_summary.json"
+printf '{"step": 20, "tokens": 40960, "wall_time_s": "20.0", "backend": "cuda"}\n' >"runs/$exp/moeut_qa/state.json"
+REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_plan.sh "$plan_dir" "$tmp/stages_dry.log" >"$tmp/plan3.out"
+grep -qx "train moeut_qa 20 2048 tokens/s (moeut_qa's interrupted run)" "$plan_dir/plan" ||
+  { cat "$plan_dir/plan"; fail "the estimate of an interrupted run"; }
 echo "ok: the plan counts only the stages that will run, with an estimate; the counter is right under concurrency"
 cleanup_exp
 
