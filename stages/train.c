@@ -399,11 +399,13 @@ static int train_loop(Trainer *t) {
         if (g_signal && !last) {
             progress_finish(&prog);
             const char *name = g_signal == SIGINT ? "SIGINT" : "SIGTERM";
-            /* Under make (which exports MAKELEVEL) the user typed a make command, not this one: make passes
-             * --auto-resume, so the same make command continues from the checkpoint. */
-            const char *how = getenv("MAKELEVEL") ? "rerun `make reproduce` (or the same make command) to continue "
-                                                    "from the checkpoint"
-                                                  : "continue with --resume";
+            /* Under make (which exports MAKELEVEL) the user typed a make command, not this one: with make's
+             * RESUME=auto (--auto-resume) or RESUME=1 (--resume) the same make command continues the checkpoint. */
+            const char *how = !getenv("MAKELEVEL") ? "continue with --resume"
+                              : (t->a.auto_resume || t->a.resume)
+                                  ? "rerun `make reproduce` (or the same make command) to continue from the checkpoint"
+                                  : "rerun `make reproduce` (or the same make command) with RESUME=auto to continue "
+                                    "from the checkpoint (RESUME=0 starts over)";
             log_info("interrupted by %s: checkpoint saved at step %ld of %ld; %s", name, t->st.step, total, how);
             return 128 + g_signal;
         }

@@ -174,9 +174,9 @@ echo "ok: the build is quiet ($(head -1 "$tmp/quiet.log" | sed 's/^ *//')); V=1 
 # ---- bin/train interrupted under make ----
 train_data "$tmp/data"
 train_config "$tmp/run.json" dense qa 400
-interrupted_message() { # interrupted_message DIR ENV...: SIGINT after 3 logged steps; prints train's message line
-  local dir=$1 rc=0; shift
-  env "$@" bin/train --config "$tmp/run.json" --data "$tmp/data" --out "$dir" --threads 1 >"$dir.log" 2>&1 &
+interrupted_message() { # interrupted_message DIR FLAG ENV...: SIGINT after 3 logged steps; prints train's message
+  local dir=$1 flag=$2 rc=0; shift 2
+  env "$@" bin/train --config "$tmp/run.json" --data "$tmp/data" --out "$dir" --threads 1 $flag >"$dir.log" 2>&1 &
   local pid=$!
   for _ in $(seq 1 600); do
     [ -f "$dir/metrics.jsonl" ] && [ "$(wc -l <"$dir/metrics.jsonl")" -ge 3 ] && break
@@ -188,9 +188,12 @@ interrupted_message() { # interrupted_message DIR ENV...: SIGINT after 3 logged 
   [ "$rc" = 130 ] || { cat "$dir.log"; fail "SIGINT: exit status $rc, expected 130"; }
   grep 'interrupted by SIGINT' "$dir.log" || { cat "$dir.log"; fail "no interrupt message"; }
 }
-msg=$(interrupted_message "$tmp/under_make" MAKELEVEL=1)
-echo "$msg" | grep -q 'checkpoint saved at step [0-9]* of 400; rerun `make reproduce` (or the same make command) to continue from the checkpoint' ||
+msg=$(interrupted_message "$tmp/under_make" --auto-resume MAKELEVEL=1) # as make passes it (RESUME=auto)
+echo "$msg" | grep -q 'checkpoint saved at step [0-9]* of 400; rerun `make reproduce` (or the same make command) to continue from the checkpoint$' ||
   fail "under make: $msg"
-msg=$(interrupted_message "$tmp/alone" -u MAKELEVEL)
+msg=$(interrupted_message "$tmp/under_make_resume0" "" MAKELEVEL=1) # RESUME=0: the same command would start over
+echo "$msg" | grep -q 'with RESUME=auto to continue from the checkpoint (RESUME=0 starts over)$' ||
+  fail "under make with RESUME=0: $msg"
+msg=$(interrupted_message "$tmp/alone" "" -u MAKELEVEL)
 echo "$msg" | grep -q 'checkpoint saved at step [0-9]* of 400; continue with --resume$' || fail "without make: $msg"
 echo "ok: an interrupted train says to rerun the make command under make, --resume otherwise"
