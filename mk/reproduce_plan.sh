@@ -50,9 +50,10 @@ train_estimate() { # prints "SECONDS WHERE_FROM"
     [ "$(json_string "$dir/train_summary.json" backend)" = "$backend" ] &&
       tps=$(json_number "$dir/train_summary.json" tokens_per_s) && from="$run's last run"
   elif [ -f "$dir/state.json" ]; then # interrupted: its checkpoint is continued (RESUME=auto or 1) on this backend
+    # (its own throughput only after 30 s of training: the first steps are dominated by start-up)
     if [ "$(json_string "$dir/state.json" backend)" = "$backend" ]; then
       tps=$(awk -v n="$(json_number "$dir/state.json" tokens)" -v s="$(json_number "$dir/state.json" wall_time_s)" \
-        'BEGIN { if (s > 0 && n > 0) printf "%.0f", n / s }') from="$run's interrupted run"
+        'BEGIN { if (s >= 30 && n > 0) printf "%.0f", n / s }') from="$run's interrupted run"
       [ "${REPRO_RESUME:-auto}" = 0 ] || done=$(json_number "$dir/state.json" tokens)
     fi
   fi

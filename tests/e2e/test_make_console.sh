@@ -130,12 +130,17 @@ REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_plan.sh "$plan_dir" "$tmp/
 grep -q "training at 1234 tokens/s (dense_qa's last run); 1234 tokens/s (runs/$exp on cuda)" "$tmp/plan2.out" ||
   { cat "$tmp/plan2.out"; fail "the estimate does not use the measured throughput"; }
 # An interrupted run (a checkpoint, no summary): its own throughput so far, and only the tokens still to train
-# (40 x 8 x 256 = 81920 in all, 40960 done at 2048 tokens/s: 20 s left).
+# (40 x 8 x 256 = 81920 in all, 40960 done at 1024 tokens/s: 40 s left).
 rm "runs/$exp/moeut_qa/train_summary.json"
-printf '{"step": 20, "tokens": 40960, "wall_time_s": "20.0", "backend": "cuda"}\n' >"runs/$exp/moeut_qa/state.json"
+printf '{"step": 20, "tokens": 40960, "wall_time_s": "40.0", "backend": "cuda"}\n' >"runs/$exp/moeut_qa/state.json"
 REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_plan.sh "$plan_dir" "$tmp/stages_dry.log" >"$tmp/plan3.out"
-grep -qx "train moeut_qa 20 2048 tokens/s (moeut_qa's interrupted run)" "$plan_dir/plan" ||
+grep -qx "train moeut_qa 40 1024 tokens/s (moeut_qa's interrupted run)" "$plan_dir/plan" ||
   { cat "$plan_dir/plan"; fail "the estimate of an interrupted run"; }
+# After only a few seconds the start-up dominates: the experiment's measured mean is used instead (20480 tokens left).
+printf '{"step": 2, "tokens": 61440, "wall_time_s": "5.0", "backend": "cuda"}\n' >"runs/$exp/moeut_qa/state.json"
+REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_plan.sh "$plan_dir" "$tmp/stages_dry.log" >"$tmp/plan4.out"
+grep -qx "train moeut_qa 17 1234 tokens/s (runs/$exp on cuda)" "$plan_dir/plan" ||
+  { cat "$plan_dir/plan"; fail "the estimate of a briefly interrupted run"; }
 echo "ok: the plan counts only the stages that will run, with an estimate; the counter is right under concurrency"
 cleanup_exp
 
