@@ -4,12 +4,25 @@
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
+
+# Quiet by default: a compile prints "  CC      pipeline/config.c", a link "  LD      bin/train". V=1 shows the
+# commands. ($(call quiet,TAG,WHAT) goes in front of a recipe line that has no @ of its own.)
+V ?= 0
+ifeq ($(V),1)
+quiet =
+else
+quiet = @printf '  %-7s %s\n' '$(1)' '$(2)';
+MAKEFLAGS += --no-print-directory
+endif
 CC ?= gcc
 ifeq ($(origin CC),default)
 CC := gcc
 endif
 
-CODE_VERSION := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+# The commit, plus "-dirty" when a tracked file differs from it, except files under experiments/ and reports/baselines/:
+# those are inputs and records, not code (editing a run config must not stamp every record "-dirty" and so rebuild
+# bin/evaluate and re-evaluate every run). Untracked files (data/, runs/, new files) never count, as with describe.
+CODE_VERSION := $(shell mk/code_version.sh 2>/dev/null || echo unknown)
 WARN := -Wall -Wextra -Wno-unused-parameter
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -fopenmp -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread \
                -include pipeline/version.h '-DCODE_VERSION=code_version()' \
@@ -86,30 +99,30 @@ deps-torch:
 
 $(OBJ)/%.o: %.c $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(BASE_CFLAGS) $(CUDA_DEFS) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(call quiet,CC,$<)$(CC) $(BASE_CFLAGS) $(CUDA_DEFS) $(CFLAGS) -MMD -MP -c $< -o $@
 $(OBJ)/%.o: %.cu $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
+	$(call quiet,NVCC,$<)$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
 $(OBJ64)/%.o: %.c $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(BASE_CFLAGS) -DSCALAR_F64 $(CFLAGS) -MMD -MP -c $< -o $@
+	$(call quiet,CC-F64,$<)$(CC) $(BASE_CFLAGS) -DSCALAR_F64 $(CFLAGS) -MMD -MP -c $< -o $@
 $(OBJASAN)/%.o: %.c $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(BASE_CFLAGS) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
+	$(call quiet,CC-ASAN,$<)$(CC) $(BASE_CFLAGS) -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined \
 	  -MMD -MP -c $< -o $@
 
 $(CORE): $(patsubst %.c,$(OBJ)/%.o,$(CORE_SRC))
-	@rm -f $@; ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@; ar rcs $@ $^
 $(NN): $(patsubst %.c,$(OBJ)/%.o,$(NN_SRC)) $(CUDA_OBJ)
-	@rm -f $@; ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@; ar rcs $@ $^
 $(CORE64): $(patsubst %.c,$(OBJ64)/%.o,$(CORE_SRC))
-	@rm -f $@; ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@; ar rcs $@ $^
 $(NN64): $(patsubst %.c,$(OBJ64)/%.o,$(NN_SRC))
-	@rm -f $@; ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@; ar rcs $@ $^
 $(COREASAN): $(patsubst %.c,$(OBJASAN)/%.o,$(CORE_SRC))
-	@rm -f $@; ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@; ar rcs $@ $^
 $(NNASAN): $(patsubst %.c,$(OBJASAN)/%.o,$(NN_SRC))
-	@rm -f $@; ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@; ar rcs $@ $^
 
 .SECONDEXPANSION:
 # Keep intermediate objects (test mains) so a second make does not rebuild them. (Not a bare .SECONDARY:, which
@@ -117,23 +130,23 @@ $(NNASAN): $(patsubst %.c,$(OBJASAN)/%.o,$(NN_SRC))
 .PRECIOUS: $(OBJ)/%.o $(OBJ64)/%.o $(OBJASAN)/%.o
 bin/%: $(OBJ)/stages/%.o $$(call nn_for,stages/$$*.c,$(NN)) $(CORE)
 	@mkdir -p bin
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(call nn_for,stages/$*.c,$(CUDA_LIBS))
+	$(call quiet,LD,$@)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(call nn_for,stages/$*.c,$(CUDA_LIBS))
 
 # ---- tests (Check) ----
 # pkg-config may not see Check before deps installs it (parse time); the fallback is what Debian's check.pc says.
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null || echo -lcheck_pic -lrt -lm -lsubunit)
 build/tests/test_%: $(OBJ)/tests/unit/test_%.o $$(call nn_for,tests/unit/test_$$*.c,$(NN)) $(CORE)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(call nn_for,tests/unit/test_$*.c,$(CUDA_LIBS)) $(CHECK_LIBS)
+	$(call quiet,LD,$@)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(call nn_for,tests/unit/test_$*.c,$(CUDA_LIBS)) $(CHECK_LIBS)
 build/tests/f64_%: $(OBJ64)/tests/unit/f64_%.o $(NN64) $(CORE64)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
+	$(call quiet,LD,$@)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
 build/tests/cuda_%: $(OBJ)/tests/unit/cuda_%.o $(NN) $(CORE)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) $(CHECK_LIBS)
+	$(call quiet,LD,$@)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS) $(CHECK_LIBS)
 build/asan/tests/test_%: $(OBJASAN)/tests/unit/test_%.o $$(call nn_for,tests/unit/test_$$*.c,$(NNASAN)) $(COREASAN)
 	@mkdir -p $(dir $@)
-	$(CC) -fsanitize=address,undefined -fopenmp -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
+	$(call quiet,LD,$@)$(CC) -fsanitize=address,undefined -fopenmp -o $@ $^ $(LDLIBS) $(CHECK_LIBS)
 
 UNIT_BINS := $(addprefix build/tests/,$(UNIT_TESTS))
 F64_BINS := $(addprefix build/tests/,$(F64_TESTS))

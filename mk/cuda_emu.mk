@@ -23,29 +23,29 @@ EMU_LDLIBS := $(LDLIBS) -lstdc++
 # Objects also rebuild when this fragment (the flags) changes.
 $(OBJEMU)/%.o: %.c mk/cuda_emu.mk $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(EMU_CFLAGS) -MMD -MP -c $< -o $@
+	$(call quiet,CC-EMU,$<)$(CC) $(EMU_CFLAGS) -MMD -MP -c $< -o $@
 $(OBJEMU)/%.o: %.cu mk/cuda_emu.mk | deps
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ -MMD -MP -c $< -o $@
+	$(call quiet,CXX-EMU,$<)$(EMU_CXX) $(EMU_CXXFLAGS) -x c++ -MMD -MP -c $< -o $@
 $(OBJEMU)/%.o: %.cpp mk/cuda_emu.mk | deps
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
+	$(call quiet,CXX-EMU,$<)$(EMU_CXX) $(EMU_CXXFLAGS) -MMD -MP -c $< -o $@
 .PRECIOUS: $(OBJEMU)/%.o
 
 $(EMU_CORE): $(patsubst %.c,$(OBJEMU)/%.o,$(CORE_SRC))
-	@rm -f $@; ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@; ar rcs $@ $^
 $(EMU_NN): $(patsubst %.c,$(OBJEMU)/%.o,$(NN_SRC)) $(EMU_CU_OBJ)
-	@rm -f $@; ar rcs $@ $^
+	$(call quiet,AR,$@)rm -f $@; ar rcs $@ $^
 build/emu/tests/cuda_%: $(OBJEMU)/tests/unit/cuda_%.o $(EMU_NN) $(EMU_CORE)
 	@mkdir -p $(dir $@)
-	$(CC) $(EMU_SAN) -o $@ $^ $(EMU_LDLIBS) $(CHECK_LIBS)
+	$(call quiet,LD,$@)$(CC) $(EMU_SAN) -o $@ $^ $(EMU_LDLIBS) $(CHECK_LIBS)
 build/emu/bin/%: $(OBJEMU)/stages/%.o $(EMU_NN) $(EMU_CORE)
 	@mkdir -p $(dir $@)
-	$(CC) $(EMU_SAN) -o $@ $^ $(EMU_LDLIBS)
+	$(call quiet,LD,$@)$(CC) $(EMU_SAN) -o $@ $^ $(EMU_LDLIBS)
 
 build/emu/tests/cuda_emu_selftest: $(OBJEMU)/kernels/cuda/emu/cuda_emu_selftest.o $(EMU_RUNTIME_OBJ)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_SAN) -o $@ $^
+	$(call quiet,LD,$@)$(EMU_CXX) $(EMU_SAN) -o $@ $^
 
 emu-bins: build/emu/tests/cuda_emu_selftest $(EMU_TESTS) $(EMU_STAGES)
 
@@ -63,7 +63,7 @@ test-cuda-emu: all emu-bins
 
 build/emu/bench/bench_train_step: $(OBJEMU)/tests/bench/bench_train_step.o $(EMU_NN) $(EMU_CORE)
 	@mkdir -p $(dir $@)
-	$(CC) $(EMU_SAN) -o $@ $^ $(EMU_LDLIBS)
+	$(call quiet,LD,$@)$(CC) $(EMU_SAN) -o $@ $^ $(EMU_LDLIBS)
 
 bench-emu-counts: build/emu/bench/bench_train_step
 	@tests/bench/emu_call_counts.sh

@@ -6,7 +6,7 @@
 #   bin/*                 the stages                    tests/cuda_*        the CUDA unit programs
 #   bench/bench_train_step                              lib/                the non-system shared libraries they load
 #   e2e-data/             the tokenized embedded sample that tests/e2e/test_cuda_resume.sh trains on (CUDA_E2E_DATA)
-#   VERSION               git describe of the tree the binaries were built from
+#   VERSION               the code version of the tree the binaries were built from (mk/code_version.sh)
 # Every program is relinked from the objects make built, with an RPATH that finds lib/ both inside the bundle and
 # where gpu_env.sh copies the programs (bin/, build/tests/, build/bench/), and /usr/local/cuda/lib64 for cuBLAS.
 # The C library, libstdc++, libgcc_s and the CUDA libraries are NOT bundled: the GPU machine's own are used (its glibc
@@ -51,7 +51,7 @@ raw=$(mktemp -d /tmp/gpu_bundle_raw.XXXXXX)
 trap 'rm -rf "$raw"' EXIT
 bin/fetch --source embedded --out "$raw/raw" --filter 'arithmetic__.*' --tokenizer-corpus-pairs 10000 >/dev/null 2>&1
 bin/tokenize --raw "$raw/raw" --config experiments/tiny/data.json --out "$stage/e2e-data" >/dev/null 2>&1
-git describe --always --dirty --abbrev=12 >"$stage/VERSION" 2>/dev/null || echo unknown >"$stage/VERSION"
+mk/code_version.sh >"$stage/VERSION" 2>/dev/null || echo unknown >"$stage/VERSION"
 
 tar czf build/gpu-bundle.tar.gz -C build gpu-bundle
 echo "gpu-bundle: build/gpu-bundle.tar.gz ($(du -h build/gpu-bundle.tar.gz | cut -f1); code $(cat "$stage/VERSION"));" \

@@ -30,7 +30,7 @@ gpu_env_main() {
   fi
   local have want
   have=$(cat "$b/VERSION" 2>/dev/null || echo unknown)
-  want=$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+  want=$(mk/code_version.sh 2>/dev/null || echo unknown) # the CODE_VERSION the Makefile builds in
   [ "$have" = "$want" ] || echo "gpu_env: WARNING: the bundle was built from $have, this checkout is $want" >&2
   echo "gpu_env: prebuilt programs from $have in place (bin/, build/tests/, build/bench/); GPU_PREBUILT=1"
 }

@@ -1,7 +1,6 @@
 # make reproduce: the whole experiment, end to end, with file-level dependencies.
 #
 #   make reproduce [EXPERIMENT=tiny] [BACKEND=cpu] [SOURCE=<from data.json>] [RUNS="dense_qa dense_answer ..."]
-#                  [SEEDS=N]
 #
 # Chain: bin/fetch -> bin/tokenize -> per run bin/train, bin/evaluate, bin/analyze -> bin/report -> bin/compare
 # (compare only when reports/baselines/EXPERIMENT exists). Editing experiments/EXP/RUN.json reruns only that run's
@@ -17,16 +16,30 @@
 #   (bit-identically) when its config, length, training data and backend are unchanged, and starts over otherwise;
 #   RESUME=1 passes --resume (continue, and refuse a checkpoint that does not match); RESUME=0 always starts over;
 #   THREADS=N passes --threads N to train; EVAL_FLAGS / ANALYZE_FLAGS add flags (e.g. EVAL_FLAGS=--batch-size=32).
-#   NPROC=W trains each run as W data-parallel ranks on this host (mpirun -np W --oversubscribe bin/train ...; the
-#   runs' n_microbatch must be a multiple of W); NPROC unset or 1 is the single process.
+#   SET="train.lr=1e-3 train.precision=bf16" passes --set KEY=VALUE (one per word) to train, evaluate and analyze of
+#   every run; NPROC=W trains each run as W data-parallel ranks on this host (mpirun -np W --oversubscribe
+#   bin/train ...; the runs' n_microbatch must be a multiple of W); NPROC 1 is the single process. `make help` lists
+#   every target and variable.
 # Seeds: SEEDS=N trains, evaluates and analyzes every run for seeds 1..N; without SEEDS, the "seeds" list of
 #   experiments/EXP/seeds.json ({"comment": "...", "seeds": [1, 2, 3]}) if there is one; else each run once with its
 #   config's own train.seed, exactly as without seeds. The seed equal to a run config's own train.seed keeps the
 #   directory runs/EXP/RUN, any other seed S is runs/EXP/RUN.seed<S>, run with --set train.seed=S (data and tokenizer
 #   are shared). Report and compare get every run directory (compare those that have a baseline RUN[.seed<S>]).
+#
+# What make knows about a run's training: its config file and the data (prerequisites), plus a per-run stamp
+# runs/EXP/RUN/train.inputs holding the inputs given on the command line (BACKEND, NPROC, SET). A stamp is rewritten
+# only when its text changes, so changing any of them retrains that run (train --auto-resume then starts over, saying
+# why) and re-evaluates and re-analyzes it; leaving them alone leaves the run alone.
+#
+# Console: `make reproduce` builds, then asks make for the plan (a dry run of reproduce-stages), says how many stages
+# will run and about how long they take (mk/reproduce_plan.sh: an estimate from the configs and the throughput of
+# earlier runs), runs them, each announced as "[k/N] stage run (experiment, backend)" with the time left
+# (mk/reproduce_stage.sh), then compares with the baselines. With nothing to do it says everything is up to date.
 
 EXPERIMENT ?= tiny
 BACKEND ?= cpu
+NPROC ?= 1
+SET ?=
 RUNS ?= dense_qa dense_answer moeut_qa moeut_answer
 RUN ?= $(RUNS)
 
@@ -36,6 +49,36 @@ RUNS_DIR := runs/$(EXPERIMENT)
 REPORT_DIR := reports/$(EXPERIMENT)
 BASELINE_DIR := reports/baselines/$(EXPERIMENT)
 DATA_JSON := $(EXP_DIR)/data.json
+
+# ---- the runs: the one place where run names expand (seeds hook in here) ----
+# repro_run_dirs: the run directories for a list of run config names; repro_config: the config name of a run
+# directory; repro_run_sets: the --set overrides of a run directory (KEY=VALUE words). Every rule below goes through
+# these three, so a run directory other than its config's name (e.g. RUN.seed2 trained with train.seed=2) needs
+# changes here only.
+# Seeds: the list needs each run config's own train.seed and a strict read of seeds.json, so bin/seeds computes it
+# into a generated makefile that make includes (and so builds first, dry runs included); only when seeds are asked
+# for and a pipeline goal is given. Its name holds SEEDS and RUNS, its prerequisites are the files it reads.
+REPRO_RUN_DIRS := $(RUNS)
+REPRO_SEEDS_JSON := $(wildcard $(EXP_DIR)/seeds.json)
+ifneq ($(strip $(SEEDS))$(REPRO_SEEDS_JSON),)
+ifneq ($(filter reproduce reproduce-stages train evaluate analyze report compare repro-inputs $(RUNS_DIR)/% \
+                $(REPORT_DIR)/%,$(MAKECMDGOALS)),)
+REPRO_SEEDS_MK := build/seeds/$(EXPERIMENT)-$(if $(strip $(SEEDS)),n$(strip $(SEEDS)),json)-$(call repro_join,$(RUNS)).mk
+include $(REPRO_SEEDS_MK)
+$(REPRO_SEEDS_MK): $(REPRO_SEEDS_JSON) $(foreach r,$(RUNS),$(EXP_DIR)/$(r).json) bin/seeds
+	@mkdir -p $(@D)
+	@dirs=$$(bin/seeds --experiment $(EXP_DIR) --runs $(call repro_join,$(RUNS)) \
+	  $(if $(strip $(SEEDS)),--count '$(strip $(SEEDS))')) && echo "REPRO_RUN_DIRS := $$dirs" > $@
+endif
+endif
+# A run directory's config name (RUN of RUN.seed<S>); its overrides: SET, plus train.seed=S for RUN.seed<S>.
+repro_config = $(firstword $(subst .seed, ,$(1)))
+repro_run_sets = $(SET) $(if $(findstring .seed,$(1)),train.seed=$(lastword $(subst .seed, ,$(1))))
+# The run directories of the run names in $(1) (a name that is not in RUNS stands for its own directory).
+repro_run_dirs = $(foreach d,$(REPRO_RUN_DIRS),$(if $(filter $(call repro_config,$(d)),$(1)),$(d))) \
+  $(filter-out $(RUNS),$(1))
+REPRO_RUN_SELECTED = $(strip $(call repro_run_dirs,$(RUN)))
+repro_set_flags = $(foreach s,$(call repro_run_sets,$(1)),--set '$(s)')
 
 # bin/fetch reads the "fetch" section of data.json itself (--config, strictly: a misspelt key is an error), including
 # an optional "tokenizer_corpus_source" (experiment small: its arithmetic-only archive lacks characters such as M, T,
@@ -48,57 +91,75 @@ repro_empty :=
 repro_space := $(repro_empty) $(repro_empty)
 repro_join = $(subst $(repro_space),$(repro_comma),$(strip $(1)))
 
-# ---- run directories: every run for every seed (REPRO_RUN_DIRS, computed here only) ----
-# The list needs each run config's own train.seed and a strict read of seeds.json, so bin/seeds computes it into a
-# generated makefile that make includes (and so builds first, dry runs included); only when seeds are asked for and a
-# pipeline goal is given. Its name holds SEEDS and RUNS, its prerequisites are the files it reads.
-REPRO_RUN_DIRS := $(RUNS)
-REPRO_SEEDS_JSON := $(wildcard $(EXP_DIR)/seeds.json)
-ifneq ($(strip $(SEEDS))$(REPRO_SEEDS_JSON),)
-ifneq ($(filter reproduce train evaluate analyze report compare $(RUNS_DIR)/% $(REPORT_DIR)/%,$(MAKECMDGOALS)),)
-REPRO_SEEDS_MK := build/seeds/$(EXPERIMENT)-$(if $(strip $(SEEDS)),n$(strip $(SEEDS)),json)-$(call repro_join,$(RUNS)).mk
-include $(REPRO_SEEDS_MK)
-$(REPRO_SEEDS_MK): $(REPRO_SEEDS_JSON) $(foreach r,$(RUNS),$(EXP_DIR)/$(r).json) bin/seeds
-	@mkdir -p $(@D)
-	@dirs=$$(bin/seeds --experiment $(EXP_DIR) --runs $(call repro_join,$(RUNS)) \
-	  $(if $(strip $(SEEDS)),--count '$(strip $(SEEDS))')) && echo "REPRO_RUN_DIRS := $$dirs" > $@
-endif
-endif
-# A run directory's config name (RUN of RUN.seed<S>), the seed override of a RUN.seed<S> directory
-# (with its leading space, so that a run of the config's own seed prints today's command exactly) and its config.
-repro_config = $(firstword $(subst .seed, ,$(1)))
-repro_seed_flags = $(if $(findstring .seed,$(1)), --set train.seed=$(lastword $(subst .seed, ,$(1))))
-repro_cfg = $(EXP_DIR)/$(call repro_config,$(1)).json
-# The run directories of the run names in $(1) (a name that is not in RUNS stands for its own directory).
-repro_dirs_of = $(foreach d,$(REPRO_RUN_DIRS),$(if $(filter $(call repro_config,$(d)),$(1)),$(d))) \
-  $(filter-out $(RUNS),$(1))
-
 TRAIN_SUMMARIES := $(foreach r,$(REPRO_RUN_DIRS),$(RUNS_DIR)/$(r)/train_summary.json)
 RESULTS := $(foreach r,$(REPRO_RUN_DIRS),$(RUNS_DIR)/$(r)/result.json)
 PREDICTIONS := $(foreach r,$(REPRO_RUN_DIRS),$(RUNS_DIR)/$(r)/predictions.jsonl)
 ANALYSES := $(foreach r,$(REPRO_RUN_DIRS),$(RUNS_DIR)/$(r)/analysis.json)
+TRAIN_INPUTS := $(foreach r,$(REPRO_RUN_DIRS),$(RUNS_DIR)/$(r)/train.inputs)
 RESUME ?= auto
 repro_resume_flag = $(if $(filter auto,$(RESUME)),--auto-resume,$(if $(filter 1 yes true,$(RESUME)),--resume,\
   $(if $(filter 0 no false,$(RESUME)),,$(error RESUME=$(RESUME): expected auto, 1 or 0))))
 TRAIN_FLAGS = $(repro_resume_flag) $(if $(THREADS),--threads $(THREADS))
-NPROC ?= 1
+# What train, evaluate and analyze of a run are all given (each stage's command stays one printed line: tests grep
+# "bin/train --config ..." and the flags in make's output).
+repro_stage_args = --config $(EXP_DIR)/$(call repro_config,$(1)).json --data $(DATA) --backend $(BACKEND) \
+  $(call repro_set_flags,$(1))
+# How train is started: NPROC ranks under mpirun, else directly. OpenMPI refuses to run as root unless told (CI runs
+# as root).
 ifeq ($(shell [[ '$(NPROC)' =~ ^[1-9][0-9]*$$ ]] && echo ok),)
 $(error NPROC=$(NPROC): expected a number of processes >= 1)
 endif
-# OpenMPI refuses to run as root unless told (CI runs as root).
-TRAIN_LAUNCH = $(if $(filter-out 1,$(NPROC)),mpirun -np $(NPROC) --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root))
+REPRO_TRAIN_LAUNCH = $(if $(filter-out 1,$(NPROC)),mpirun -np $(NPROC) --oversubscribe \
+  $(if $(filter 0,$(shell id -u)),--allow-run-as-root ))
 
-.PHONY: reproduce reproduce-check reproduce-clean fetch tokenize train evaluate analyze report compare
+.PHONY: reproduce reproduce-check reproduce-stages reproduce-clean fetch tokenize train evaluate analyze report \
+  compare repro-force repro-inputs
 .PRECIOUS: $(RUNS_DIR)/%/train_summary.json $(RUNS_DIR)/%/result.json $(RUNS_DIR)/%/predictions.jsonl \
-  $(RUNS_DIR)/%/analysis.json
+  $(RUNS_DIR)/%/analysis.json $(RUNS_DIR)/%/train.inputs
 
-reproduce: reproduce-check deps all $(REPORT_DIR)/report.html $(PREDICTIONS)
-	@$(MAKE) --no-print-directory compare EXPERIMENT=$(EXPERIMENT) RUNS="$(RUNS)"
+# ---- checks before anything runs: an unknown experiment or run is one clear error (parse time, exit 2) ----
+REPRO_GOALS := reproduce reproduce-stages reproduce-check fetch tokenize train evaluate analyze report compare \
+  reproduce-clean $(DATA)/% $(RUNS_DIR)/% $(REPORT_DIR)/%
+ifneq ($(filter $(REPRO_GOALS),$(MAKECMDGOALS)),)
+ifeq ($(wildcard $(DATA_JSON)),)
+$(error EXPERIMENT=$(EXPERIMENT): $(DATA_JSON) not found; the experiments are: \
+  $(patsubst experiments/%/data.json,%,$(wildcard experiments/*/data.json)))
+endif
+repro_missing_configs := $(filter-out $(wildcard $(EXP_DIR)/*.json),\
+  $(foreach r,$(sort $(REPRO_RUN_DIRS) $(REPRO_RUN_SELECTED)),$(EXP_DIR)/$(call repro_config,$(r)).json))
+ifneq ($(repro_missing_configs),)
+$(error $(repro_missing_configs): not found (RUNS/RUN name a run with no config); the runs of $(EXPERIMENT) are: \
+  $(filter-out data,$(patsubst $(EXP_DIR)/%.json,%,$(wildcard $(EXP_DIR)/*.json))))
+endif
+endif
+
+# The plan of one make reproduce (mk/reproduce_plan.sh writes it, mk/reproduce_stage.sh reads it).
+REPRO_PLAN_DIR := build/reproduce/$(EXPERIMENT)
+# What mk/reproduce_plan.sh and mk/reproduce_stage.sh need to know (environment variables of their own names).
+export REPRO_EXPERIMENT := $(EXPERIMENT)
+export REPRO_BACKEND := $(BACKEND)
+export REPRO_SET := $(SET)
+export REPRO_RESUME := $(RESUME)
+export REPRO_PLAN
+# The line that starts each stage's recipe: "[k/N] train dense_qa (tiny, cpu): ..." (also names the stage in make -n).
+repro_stage = @mk/reproduce_stage.sh $(1) $(2)
+
+# Build, plan (a dry run of the stages: only those that will run are counted), run the stages, compare. The dry run
+# and the stages are $(MAKE) lines, so `make -n reproduce` lists the stage commands (and writes only the plan's
+# scratch file under build/reproduce/).
+reproduce: reproduce-check
+	@$(MAKE) all
+	@mkdir -p $(REPRO_PLAN_DIR); $(MAKE) -n reproduce-stages >$(REPRO_PLAN_DIR)/dry-run.txt 2>&1 || \
+	  { cat $(REPRO_PLAN_DIR)/dry-run.txt >&2; exit 1; }
+	@mk/reproduce_plan.sh $(REPRO_PLAN_DIR) $(REPRO_PLAN_DIR)/dry-run.txt
+	@$(MAKE) reproduce-stages REPRO_PLAN=$(REPRO_PLAN_DIR)
+	@$(MAKE) compare COMPARE_CONFIG_CHANGE=note
 	@echo "reproduce: done: $(REPORT_DIR)/report.md, $(REPORT_DIR)/report.html"
+
+reproduce-stages: $(REPORT_DIR)/report.html $(PREDICTIONS)
 
 reproduce-check:
 	@test -f $(DATA_JSON) || { echo "reproduce: $(DATA_JSON) not found (EXPERIMENT=$(EXPERIMENT))" >&2; exit 1; }
-	@for r in $(RUNS); do test -f $(EXP_DIR)/$$r.json || { echo "reproduce: $(EXP_DIR)/$$r.json not found" >&2; exit 1; }; done
 
 # ---- data: fetch (reruns when its arguments, data.json or a shipped archive change) and tokenize ----
 # fetch.args holds the fetch arguments; it is rewritten (at parse time, when a pipeline goal is asked for) only when
@@ -106,7 +167,7 @@ reproduce-check:
 # in an always-run rule keeps `make -n` truthful (a dry run never writes it, so it does not show a refetch for a
 # changed SOURCE either).
 repro_dry_run := $(findstring n,$(firstword -$(MAKEFLAGS)))
-ifneq ($(filter reproduce fetch tokenize train evaluate analyze report $(DATA)/% $(RUNS_DIR)/% $(REPORT_DIR)/%,$(MAKECMDGOALS)),)
+ifneq ($(filter $(REPRO_GOALS),$(MAKECMDGOALS)),)
 ifeq ($(repro_dry_run),)
 $(shell mkdir -p $(DATA) && { [ "$$(cat $(DATA)/fetch.args 2>/dev/null)" = "$(FETCH_ARGS)" ] || echo "$(FETCH_ARGS)" > $(DATA)/fetch.args; })
 endif
@@ -120,6 +181,7 @@ $(DATA)/fetch.args:
 # raw/ (and its manifest.json) untouched ("up to date"). The stamp lives inside raw/ so that deleting raw/ refetches.
 REPRO_SHIPPED_DATA := $(wildcard datasets/*.tar.gz) datasets/dm_math_v1.0.json
 $(DATA)/raw/fetch.stamp: $(DATA)/fetch.args $(DATA_JSON) $(REPRO_SHIPPED_DATA) | bin/fetch
+	$(call repro_stage,fetch)
 	bin/fetch $(FETCH_ARGS) --out $(DATA)/raw
 	@touch $@
 
@@ -131,36 +193,57 @@ $(DATA)/raw/manifest.json: $(DATA)/raw/fetch.stamp
 
 # tokenize writes tokenizer.json and the shards first and the manifest last (all renamed into place together).
 $(DATA)/tokenize_manifest.json: $(DATA)/raw/manifest.json $(DATA_JSON) | bin/tokenize
+	$(call repro_stage,tokenize)
 	bin/tokenize --raw $(DATA)/raw --config $(DATA_JSON) --out $(DATA)
 
-# ---- per run: train (train_summary.json is written last), evaluate, analyze ----
-# Each run directory's outputs depend on its run config (RUN.json for RUN and RUN.seed<S>).
-$(foreach d,$(REPRO_RUN_DIRS),$(eval $(addprefix $(RUNS_DIR)/$(d)/,train_summary.json result.json predictions.jsonl \
-  analysis.json): $(EXP_DIR)/$(call repro_config,$(d)).json))
-$(RUNS_DIR)/%/train_summary.json: $(DATA)/tokenize_manifest.json | bin/train
-	$(TRAIN_LAUNCH) bin/train --config $(call repro_cfg,$*) --data $(DATA) --out $(RUNS_DIR)/$* --backend $(BACKEND) $(TRAIN_FLAGS)$(call repro_seed_flags,$*)
+# ---- per run: the stamp of the command-line training inputs, train, evaluate, analyze ----
+# The stamp's text; it is compared with the file when make considers the stamp (second expansion: before any recipe
+# runs) and, when it differs, the stamp depends on the phony repro-force, so its recipe rewrites it (printed, not run,
+# by make -n, which then truthfully lists the retrain). A stamp that matches is never touched.
+repro_inputs_text = backend=$(BACKEND) nproc=$(NPROC) set=$(call repro_join,$(sort $(call repro_run_sets,$(1))))
+repro_inputs_file = $(RUNS_DIR)/$(1)/train.inputs
+repro_inputs_stale = $(if $(subst $(call repro_inputs_text,$(1)),,$(file <$(call repro_inputs_file,$(1))))$(subst \
+  $(file <$(call repro_inputs_file,$(1))),,$(call repro_inputs_text,$(1))),repro-force)
+$(RUNS_DIR)/%/train.inputs: $$(call repro_inputs_stale,$$*)
+	@mkdir -p $(@D)
+	@echo '$(call repro_inputs_text,$*)' >$@
+repro-force:
+
+$(RUNS_DIR)/%/train_summary.json: $(EXP_DIR)/$$(call repro_config,$$*).json $(DATA)/tokenize_manifest.json \
+    $(RUNS_DIR)/%/train.inputs | bin/train
+	$(call repro_stage,train,$*)
+	$(REPRO_TRAIN_LAUNCH)bin/train $(call repro_stage_args,$*) --out $(RUNS_DIR)/$* $(TRAIN_FLAGS)
 
 # One evaluate run writes both files (a pattern rule with two targets: one recipe makes both), so deleting either
-# reruns it.
+# reruns it. evaluate and analyze take --backend and --set too, hence the stamp among their prerequisites.
 $(RUNS_DIR)/%/result.json $(RUNS_DIR)/%/predictions.jsonl: $(RUNS_DIR)/%/train_summary.json \
-    $(DATA)/tokenize_manifest.json bin/evaluate
-	bin/evaluate --run $(RUNS_DIR)/$* --config $(call repro_cfg,$*) --data $(DATA) --out $(RUNS_DIR)/$*/result.json \
-	  --backend $(BACKEND) $(EVAL_FLAGS)$(call repro_seed_flags,$*)
+    $(EXP_DIR)/$$(call repro_config,$$*).json $(DATA)/tokenize_manifest.json $(RUNS_DIR)/%/train.inputs bin/evaluate
+	$(call repro_stage,evaluate,$*)
+	bin/evaluate --run $(RUNS_DIR)/$* $(call repro_stage_args,$*) --out $(RUNS_DIR)/$*/result.json $(EVAL_FLAGS)
 
-$(RUNS_DIR)/%/analysis.json: $(RUNS_DIR)/%/train_summary.json $(DATA)/tokenize_manifest.json bin/analyze
-	bin/analyze --run $(RUNS_DIR)/$* --config $(call repro_cfg,$*) --data $(DATA) --out $@ --backend $(BACKEND) $(ANALYZE_FLAGS)$(call repro_seed_flags,$*)
+$(RUNS_DIR)/%/analysis.json: $(RUNS_DIR)/%/train_summary.json $(EXP_DIR)/$$(call repro_config,$$*).json \
+    $(DATA)/tokenize_manifest.json $(RUNS_DIR)/%/train.inputs bin/analyze
+	$(call repro_stage,analyze,$*)
+	bin/analyze --run $(RUNS_DIR)/$* $(call repro_stage_args,$*) --out $@ $(ANALYZE_FLAGS)
 
 # ---- report (report.html is written last) and compare ----
 $(REPORT_DIR)/report.html: $(RESULTS) $(ANALYSES) bin/report
-	bin/report --experiment $(EXPERIMENT) --runs $(RUNS_DIR) --out $(REPORT_DIR) --expected-runs $(call repro_join,$(REPRO_RUN_DIRS))
+	$(call repro_stage,report)
+	bin/report --experiment $(EXPERIMENT) --runs $(RUNS_DIR) --out $(REPORT_DIR) \
+	  --expected-runs $(call repro_join,$(REPRO_RUN_DIRS))
 
-# Compared: the runs' own-seed directories (a missing baseline is an error, as without seeds) and the other seeds'
-# directories that have a baseline RUN.seed<S>.result.json (compare notes the others as having no baseline).
+# The runs compared: every run of its config's own seed, and the other seeds' runs that have a baseline record.
 repro_compared = $(strip $(filter $(RUNS),$(REPRO_RUN_DIRS)) $(foreach d,$(filter-out $(RUNS),$(REPRO_RUN_DIRS)),\
   $(if $(wildcard $(BASELINE_DIR)/$(d).result.json),$(d))))
+# `make compare` is the explicit check (CI's): a run whose config differs from its baseline's is an error (exit 2).
+# make reproduce passes COMPARE_CONFIG_CHANGE=note: such a run is one note line, exit 0 (a changed config is not a
+# regression of the code).
+COMPARE_CONFIG_CHANGE ?= error
 compare: bin/compare
 	@if [ -d $(BASELINE_DIR) ]; then \
-	  $(if $(repro_compared),bin/compare --baselines $(BASELINE_DIR) --runs $(RUNS_DIR) --only $(call repro_join,$(repro_compared)) --only-failures,:); \
+	  echo "compare: $(RUNS_DIR) against $(BASELINE_DIR)"; \
+	  $(if $(repro_compared),bin/compare --baselines $(BASELINE_DIR) --runs $(RUNS_DIR) \
+	    --only $(call repro_join,$(repro_compared)) --only-failures --config-change=$(COMPARE_CONFIG_CHANGE),:); \
 	else \
 	  echo "reproduce: no baselines in $(BASELINE_DIR): compare skipped"; \
 	fi
@@ -168,12 +251,13 @@ compare: bin/compare
 # ---- single stages ----
 fetch: $(DATA)/raw/fetch.stamp
 tokenize: $(DATA)/tokenize_manifest.json
-train: $(foreach r,$(call repro_dirs_of,$(RUN)),$(RUNS_DIR)/$(r)/train_summary.json)
-evaluate: $(foreach r,$(call repro_dirs_of,$(RUN)),$(RUNS_DIR)/$(r)/result.json $(RUNS_DIR)/$(r)/predictions.jsonl)
-analyze: $(foreach r,$(call repro_dirs_of,$(RUN)),$(RUNS_DIR)/$(r)/analysis.json)
+train: $(foreach r,$(REPRO_RUN_SELECTED),$(RUNS_DIR)/$(r)/train_summary.json)
+evaluate: $(foreach r,$(REPRO_RUN_SELECTED),$(RUNS_DIR)/$(r)/result.json $(RUNS_DIR)/$(r)/predictions.jsonl)
+analyze: $(foreach r,$(REPRO_RUN_SELECTED),$(RUNS_DIR)/$(r)/analysis.json)
 report: $(REPORT_DIR)/report.html
+# Mentioned here so that make treats the stamps as ordinary files (not intermediates it may skip when missing).
+repro-inputs: $(TRAIN_INPUTS)
 
 # Removes this experiment's runs and report (not the data, not the baselines).
 reproduce-clean:
 	rm -rf $(RUNS_DIR) $(REPORT_DIR)
-

@@ -29,7 +29,7 @@ twin-chain-check: deps-torch all
 
 build/bench/bench_train_step: $(OBJ)/tests/bench/bench_train_step.o $(NN) $(CORE)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+	$(call quiet,LD,$@)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 bench-cpu: deps-torch build/bench/bench_train_step
 	$(TWIN_PY) tests/reference/bench_twin.py --c-bench build/bench/bench_train_step --steps $(BENCH_STEPS) \

@@ -469,8 +469,14 @@ static int train_loop(Trainer *t) {
         if (sig && !last) {
             if (root) progress_finish(&prog);
             const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-            log_info("interrupted by %s: checkpoint saved at step %ld of %ld; continue with --resume", name,
-                     t->st.step, total);
+            /* Under make (which exports MAKELEVEL) the user typed a make command, not this one: with make's
+             * RESUME=auto (--auto-resume) or RESUME=1 (--resume) the same make command continues the checkpoint. */
+            const char *how = !getenv("MAKELEVEL") ? "continue with --resume"
+                              : (t->a.auto_resume || t->a.resume)
+                                  ? "rerun `make reproduce` (or the same make command) to continue from the checkpoint"
+                                  : "rerun `make reproduce` (or the same make command) with RESUME=auto to continue "
+                                    "from the checkpoint (RESUME=0 starts over)";
+            if (root) log_info("interrupted by %s: checkpoint saved at step %ld of %ld; %s", name, t->st.step, total, how);
             return 128 + sig;
         }
         if (stop_after) {

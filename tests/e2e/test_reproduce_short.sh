@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End to end: `make reproduce EXPERIMENT=ci` from scratch (fetch, tokenize, 4 x train/evaluate/analyze, report,
-# compare against reports/baselines/ci), then checks the outputs (each run's predictions.jsonl against its
+# compare against reports/baselines/ci), then checks the console (the plan, the [k/N] stage lines), the outputs (each run's predictions.jsonl against its
 # result.json with tests/e2e/predictions_check.py), that a second `make reproduce` retrains nothing,
 # and that editing one run config would rerun only that run and the report. A few minutes on 2 CPU cores.
 set -u
@@ -17,6 +17,15 @@ secs=$(( $(date +%s) - start ))
 echo "make reproduce EXPERIMENT=ci: exit $rc in ${secs}s (log: build/test-logs/reproduce_ci.log)"
 [ $rc = 0 ] || { tail -40 build/test-logs/reproduce_ci.log; fail "make reproduce EXPERIMENT=ci failed"; }
 
+# The console: the plan (15 stages, an estimate), each stage counted "[k/15] stage run (ci, cpu)" in front of its
+# command, and the commands themselves (one "bin/train --config ..." line per run).
+grep -q '^reproduce: EXPERIMENT=ci on cpu: 15 stages to run (fetch, tokenize, 4 train, 4 evaluate, 4 analyze, report), about .* (an estimate' \
+  build/test-logs/reproduce_ci.log || fail "make reproduce did not announce its plan"
+[ "$(grep -c -E '^\[[0-9]+/15\] (fetch|tokenize|train|evaluate|analyze|report)( [a-z_]+)? \(ci, cpu\): about .* left in all \(estimate\)$' \
+  build/test-logs/reproduce_ci.log)" = 15 ] || fail "expected 15 counted stage lines [k/15]"
+grep -q '^\[15/15\] ' build/test-logs/reproduce_ci.log || fail "no stage line [15/15]"
+[ "$(grep -c '^bin/train --config experiments/ci/' build/test-logs/reproduce_ci.log)" = 4 ] ||
+  fail "expected 4 bin/train command lines in the log"
 for r in $RUNS; do
   for f in train_summary.json metrics.jsonl model.safetensors result.json predictions.jsonl analysis.json depth_1.svg \
            depth_4.svg; do
@@ -36,11 +45,15 @@ if grep -q 'MISSING' reports/ci/report.md; then fail "report lists a missing run
 # The comparison with the recorded baselines, explicitly (make reproduce already ran it): must be 0.
 bin/compare --baselines reports/baselines/ci --runs runs/ci --only-failures || fail "bin/compare vs reports/baselines/ci"
 
-# A second make reproduce is up to date: nothing is fetched, tokenized, trained, evaluated or reported again.
+# A second make reproduce is up to date: nothing is fetched, tokenized, trained, evaluated or reported again; it says
+# so and still compares with the baselines.
 make --no-print-directory reproduce EXPERIMENT=ci >build/test-logs/reproduce_ci_again.log 2>&1 || fail "second make reproduce"
-if grep -E '^bin/(fetch|tokenize|train|evaluate|analyze|report) ' build/test-logs/reproduce_ci_again.log; then
+if grep -E '^(bin/(fetch|tokenize|train|evaluate|analyze|report) |\[[0-9]+/)' build/test-logs/reproduce_ci_again.log; then
   fail "the second make reproduce reran a stage"
 fi
+grep -q '^reproduce: everything is up to date for EXPERIMENT=ci' build/test-logs/reproduce_ci_again.log ||
+  fail "the second make reproduce did not say everything is up to date"
+grep -q 'all metrics within tolerances' build/test-logs/reproduce_ci_again.log || fail "the second make reproduce did not compare"
 
 # Editing one run config reruns that run (train, evaluate, analyze) and the report, nothing else (dry run).
 orig=$(stat -c %Y experiments/ci/dense_answer.json)
@@ -85,6 +98,10 @@ make --no-print-directory reproduce EXPERIMENT=ci >build/test-logs/reproduce_ci_
   { tail -30 build/test-logs/reproduce_ci_resumed.log; fail "make reproduce after an interrupted train"; }
 grep -q 'resumed runs/ci/dense_qa at step 3 of' build/test-logs/reproduce_ci_resumed.log ||
   { grep 'train:' build/test-logs/reproduce_ci_resumed.log | head; fail "make reproduce did not resume the interrupted train"; }
+# Only the stages that run are counted, with an estimate from measured throughput (after 3 steps, the other runs').
+grep -q "^reproduce: EXPERIMENT=ci on cpu: 4 stages to run (train, evaluate, analyze, report), about .* training at [0-9]* tokens/s (\(dense_qa's interrupted run\|runs/ci on cpu\)))" \
+  build/test-logs/reproduce_ci_resumed.log || { grep '^reproduce:' build/test-logs/reproduce_ci_resumed.log; fail "resumed plan"; }
+grep -q '^\[1/4\] train dense_qa (ci, cpu): ' build/test-logs/reproduce_ci_resumed.log || fail "no [1/4] train dense_qa line"
 cmp runs/ci/dense_qa/model.safetensors "$done_dir/dense_qa/model.safetensors" ||
   fail "the resumed dense_qa weights differ from the uninterrupted run's"
 echo "ok: make reproduce EXPERIMENT=ci in ${secs}s, matches reports/baselines/ci, incremental rebuilds are minimal, an interrupted train is resumed"

@@ -1,0 +1,31 @@
+# make help: the targets and variables a newcomer needs, one line each (details: README, mk/reproduce.mk).
+.PHONY: help code-version
+help:
+	@echo 'Targets:'
+	@echo '  all (default)     build every stage into bin/ (quiet; V=1 shows the compiler commands)'
+	@echo '  reproduce         the whole experiment: fetch, tokenize, train/evaluate/analyze each run, report, compare'
+	@echo '  fetch, tokenize   the data of EXPERIMENT (data/EXP/)'
+	@echo '  train, evaluate, analyze   one stage for the runs in RUN (runs/EXP/RUN/)'
+	@echo '  report, compare   the report (reports/EXP/) and the comparison with reports/baselines/EXP/'
+	@echo '  reproduce-clean   delete the runs and report of EXPERIMENT (not the data, not the baselines)'
+	@echo '  test              the whole test suite (10+ min); test-unit, test-e2e, test-asan, test-f64: one suite'
+	@echo '  clean             delete build/ and bin/'
+	@echo '  code-version      print the code version written into every record'
+	@echo '  help              this list'
+	@echo 'Variables (NAME=value on the make command line):'
+	@echo '  EXPERIMENT=tiny   the experiment: a directory experiments/EXP/ ($(patsubst experiments/%/data.json,%,$(wildcard experiments/*/data.json)))'
+	@echo '  BACKEND=cpu       cpu or cuda, for train, evaluate and analyze (changing it redoes them)'
+	@echo '  RUNS="..."        the runs of make reproduce (default: dense_qa dense_answer moeut_qa moeut_answer)'
+	@echo '  RUN=name          the runs of make train/evaluate/analyze (default: all of RUNS)'
+	@echo '  SEEDS=N           train seeds 1..N of every run (runs/EXP/RUN.seed<S>; default: the config'"'"'s own seed)'
+	@echo '  NPROC=1           processes that train one run together (mpirun -np NPROC; changing it retrains)'
+	@echo '  SET="k=v ..."     config overrides, e.g. SET="train.lr=1e-3 train.precision=bf16" (changing it retrains)'
+	@echo '  RESUME=auto       auto: continue an interrupted train when it can; 1: must continue; 0: start over'
+	@echo '  THREADS=N         CPU threads of train (default: all cores)'
+	@echo '  SOURCE=...        where fetch gets the data (overrides data.json "source")'
+	@echo '  EVAL_FLAGS=...    extra flags for bin/evaluate (e.g. EVAL_FLAGS=--batch-size=32)'
+	@echo '  ANALYZE_FLAGS=... extra flags for bin/analyze'
+	@echo '  V=1               show the full compiler and linker commands'
+
+code-version:
+	@echo '$(CODE_VERSION)'

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# make's console and what it knows about a run, mostly with dry runs (seconds, no training):
+#  - make help names every variable; an unknown EXPERIMENT lists the experiments and stops before doing anything;
+#  - on a scratch experiment whose outputs are faked (files touched in pipeline order, so make sees them up to date):
+#    a second make reproduce says everything is up to date; BACKEND, SET and NPROC changes redo train, evaluate and
+#    analyze of every run (make -n lists them, and writes nothing); the same SET in another order changes nothing;
+#  - the plan and the stage counter of make reproduce (mk/reproduce_plan.sh, mk/reproduce_stage.sh), also when the
+#    stages start at once as under make -j;
+#  - CODE_VERSION ignores edits under experiments/ and reports/baselines/ but not elsewhere (in a scratch clone);
+#  - the build is quiet (a "CC file" line) and V=1 shows the compiler command;
+#  - bin/train's interrupt message under make (MAKELEVEL set) says to rerun the make command.
+source "$(dirname "$0")/train_common.sh" # set -euo pipefail, cd to the root, $tmp, fail, train_data, train_config
+# make as a user types it: not the flags or variables of a make that runs this test (make test V=1 would pass V=1).
+mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory "$@"; }
+
+# ---- make help, unknown experiment ----
+help=$(mk help) || fail "make help failed"
+for v in EXPERIMENT BACKEND RUNS RUN SEEDS NPROC SET RESUME THREADS SOURCE EVAL_FLAGS ANALYZE_FLAGS V; do
+  echo "$help" | grep -q "^  $v=" || fail "make help does not list $v"
+done
+rc=0; out=$(mk reproduce EXPERIMENT=no_such_experiment 2>&1) || rc=$?
+[ $rc != 0 ] || fail "make reproduce EXPERIMENT=no_such_experiment exited 0"
+for d in experiments/*/data.json; do
+  e=${d#experiments/}; e=${e%/data.json}
+  echo "$out" | grep -q "experiments are:.* $e\b" || { echo "$out"; fail "the unknown experiment's error does not list $e"; }
+done
+[ ! -e data/no_such_experiment ] && [ ! -e runs/no_such_experiment ] || fail "an unknown experiment created files"
+echo "ok: make help lists every variable; an unknown EXPERIMENT lists the experiments (exit $rc)"
+
+# ---- a scratch experiment with faked, up-to-date outputs ----
+exp=zz_make_console_$$
+runs="dense_qa moeut_qa"
+cleanup_exp() { rm -rf "experiments/$exp" "data/$exp" "runs/$exp" "reports/$exp" "build/reproduce/$exp"; }
+trap 'cleanup_exp; rm -rf "$tmp"' EXIT
+mkdir -p "experiments/$exp"
+cp experiments/ci/data.json experiments/ci/dense_qa.json experiments/ci/moeut_qa.json "experiments/$exp/"
+fake_outputs() { # every output of the chain, touched in the order make would write them
+  mkdir -p "data/$exp/raw" "reports/$exp"
+  echo "--config experiments/$exp/data.json" >"data/$exp/fetch.args"
+  touch "data/$exp/raw/fetch.stamp" "data/$exp/raw/manifest.json" "data/$exp/tokenize_manifest.json"
+  for r in $runs; do
+    mkdir -p "runs/$exp/$r"
+    echo "backend=cpu nproc=1 set=" >"runs/$exp/$r/train.inputs"
+    touch "runs/$exp/$r/train_summary.json" "runs/$exp/$r/result.json" "runs/$exp/$r/predictions.jsonl" \
+      "runs/$exp/$r/analysis.json"
+  done
+  touch "reports/$exp/report.html"
+}
+mk all >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "make all"; } # bin/ current: older than the fakes
+fake_outputs
+# stages_of LOG: "stage target" per stage command make printed (train: its --config; others: their --run or first arg)
+stages_of() { sed -E 's|^mpirun [^/]* bin/|bin/|' "$1" | grep -E '^bin/(fetch|tokenize|train|evaluate|analyze|report) ' |
+  awk '{print $1, $3}' || true; }
+dry() { # dry NAME [VAR=VALUE...]: make -n reproduce into $tmp/NAME.log
+  local name=$1; shift
+  mk -n reproduce EXPERIMENT="$exp" RUNS="$runs" "$@" >"$tmp/$name.log" 2>&1 || { cat "$tmp/$name.log"; fail "make -n $*"; }
+}
+stamps() { cat "runs/$exp/dense_qa/train.inputs" "runs/$exp/moeut_qa/train.inputs"; }
+
+dry same
+[ -z "$(stages_of "$tmp/same.log")" ] || { stages_of "$tmp/same.log"; fail "up-to-date outputs: make -n would run stages"; }
+mk reproduce EXPERIMENT="$exp" RUNS="$runs" >"$tmp/again.log" 2>&1 || { cat "$tmp/again.log"; fail "make reproduce"; }
+grep -q "^reproduce: everything is up to date for EXPERIMENT=$exp" "$tmp/again.log" ||
+  { cat "$tmp/again.log"; fail "an up-to-date make reproduce does not say so"; }
+grep -q "compare skipped" "$tmp/again.log" || { cat "$tmp/again.log"; fail "an up-to-date make reproduce did not compare"; }
+[ -z "$(stages_of "$tmp/again.log")" ] || fail "an up-to-date make reproduce ran a stage"
+echo "ok: with nothing to do, make reproduce says everything is up to date and still compares"
+
+# every_run_redone LOG WHAT: train, evaluate and analyze of both runs and the report, no fetch or tokenize
+every_run_redone() {
+  local plan
+  plan=$(stages_of "$1")
+  for r in $runs; do
+    echo "$plan" | grep -q "^bin/train experiments/$exp/$r.json" || { echo "$plan"; fail "$2: $r not retrained"; }
+    echo "$plan" | grep -q "^bin/evaluate runs/$exp/$r\$" || { echo "$plan"; fail "$2: $r not re-evaluated"; }
+    echo "$plan" | grep -q "^bin/analyze runs/$exp/$r\$" || { echo "$plan"; fail "$2: $r not re-analyzed"; }
+  done
+  echo "$plan" | grep -q '^bin/report' || fail "$2: report not regenerated"
+  if echo "$plan" | grep -q -E '^bin/(fetch|tokenize)'; then fail "$2: data would be rebuilt"; fi
+}
+before=$(stamps)
+dry cuda BACKEND=cuda
+every_run_redone "$tmp/cuda.log" "BACKEND=cuda"
+grep -q -- '^bin/evaluate .*--backend cuda' "$tmp/cuda.log" || fail "BACKEND=cuda: evaluate not given --backend cuda"
+grep -q -- '^bin/analyze .*--backend cuda' "$tmp/cuda.log" || fail "BACKEND=cuda: analyze not given --backend cuda"
+dry set SET="train.lr=0.001 train.precision=bf16"
+every_run_redone "$tmp/set.log" "SET"
+for b in train evaluate analyze; do
+  grep -q -- "^bin/$b .*--set 'train.lr=0.001' --set 'train.precision=bf16'" "$tmp/set.log" ||
+    { grep "^bin/$b" "$tmp/set.log"; fail "SET: bin/$b not given the --set flags"; }
+done
+dry nproc NPROC=2
+every_run_redone "$tmp/nproc.log" "NPROC=2"
+grep -q '^mpirun -np 2 .*bin/train ' "$tmp/nproc.log" || fail "NPROC=2: train not started by mpirun -np 2"
+[ "$(stamps)" = "$before" ] || fail "make -n rewrote a stamp"
+echo "ok: BACKEND, SET and NPROC changes redo train, evaluate and analyze of every run (make -n lists them, writes nothing)"
+
+# A real stamp rewrite: only the runs whose stamp changed are redone, and a reordered SET is the same stamp.
+mk EXPERIMENT="$exp" RUNS="$runs" "runs/$exp/dense_qa/train.inputs" SET="train.lr=0.001 train.warmup=2" >/dev/null
+grep -qx 'backend=cpu nproc=1 set=train.lr=0.001,train.warmup=2' "runs/$exp/dense_qa/train.inputs" ||
+  fail "stamp: $(cat "runs/$exp/dense_qa/train.inputs")"
+touch "runs/$exp/dense_qa/"{train_summary.json,result.json,predictions.jsonl,analysis.json} "reports/$exp/report.html"
+dry reordered SET="train.warmup=2 train.lr=0.001" RUNS=dense_qa
+[ -z "$(stages_of "$tmp/reordered.log")" ] || { stages_of "$tmp/reordered.log"; fail "a reordered SET redid a stage"; }
+dry dropped RUNS="$runs"
+plan=$(stages_of "$tmp/dropped.log")
+[ "$(echo "$plan" | grep -c '^bin/train')" = 1 ] && echo "$plan" | grep -q "^bin/train experiments/$exp/dense_qa.json" ||
+  { echo "$plan"; fail "dropping SET should retrain dense_qa only"; }
+echo "ok: a reordered SET is the same stamp; dropping it retrains only the run it was given to"
+
+# ---- the plan and the stage counter ----
+fake_outputs
+dry plan BACKEND=cuda
+mk -n reproduce-stages EXPERIMENT="$exp" RUNS="$runs" BACKEND=cuda >"$tmp/stages_dry.log" 2>&1
+plan_dir=$tmp/plan
+REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_plan.sh "$plan_dir" "$tmp/stages_dry.log" >"$tmp/plan.out"
+grep -q "^reproduce: EXPERIMENT=$exp on cuda: 7 stages to run (2 train, 2 evaluate, 2 analyze, report), about .* in all (an estimate; training at [0-9]* tokens/s (default))" \
+  "$tmp/plan.out" || { cat "$tmp/plan.out"; fail "plan summary"; }
+line=$(REPRO_PLAN=$plan_dir REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_stage.sh train moeut_qa)
+echo "$line" | grep -q "^\[1/7\] train moeut_qa ($exp, cuda): about .* left in all (estimate)$" || fail "stage line: $line"
+for i in 2 3 4 5 6 7; do # the other six at once, as make -j starts them
+  REPRO_PLAN=$plan_dir REPRO_EXPERIMENT=$exp mk/reproduce_stage.sh evaluate dense_qa >"$tmp/stage$i.out" &
+done
+wait
+counts=$(sed -E 's/^\[([0-9]+)\/7\].*/\1/' "$tmp"/stage[2-7].out | sort -n | paste -sd' ')
+[ "$counts" = "2 3 4 5 6 7" ] || fail "concurrent stages were counted $counts, expected 2 3 4 5 6 7"
+# Measured throughput beats the default: a finished run on this backend gives its tokens/s.
+printf '{"steps": 40, "tokens": 81920, "tokens_per_s": 1234.5, "backend": "cuda"}\n' >"runs/$exp/dense_qa/train_summary.json"
+REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_plan.sh "$plan_dir" "$tmp/stages_dry.log" >"$tmp/plan2.out"
+grep -q "training at 1234 tokens/s (dense_qa's last run); 1234 tokens/s (runs/$exp on cuda)" "$tmp/plan2.out" ||
+  { cat "$tmp/plan2.out"; fail "the estimate does not use the measured throughput"; }
+# An interrupted run (a checkpoint, no summary): its own throughput so far, and only the tokens still to train
+# (40 x 8 x 256 = 81920 in all, 40960 done at 1024 tokens/s: 40 s left).
+rm "runs/$exp/moeut_qa/train_summary.json"
+printf '{"step": 20, "tokens": 40960, "wall_time_s": "40.0", "backend": "cuda"}\n' >"runs/$exp/moeut_qa/state.json"
+REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_plan.sh "$plan_dir" "$tmp/stages_dry.log" >"$tmp/plan3.out"
+grep -qx "train moeut_qa 40 1024 tokens/s (moeut_qa's interrupted run)" "$plan_dir/plan" ||
+  { cat "$plan_dir/plan"; fail "the estimate of an interrupted run"; }
+# After only a few seconds the start-up dominates: the experiment's measured mean is used instead (20480 tokens left).
+printf '{"step": 2, "tokens": 61440, "wall_time_s": "5.0", "backend": "cuda"}\n' >"runs/$exp/moeut_qa/state.json"
+REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_plan.sh "$plan_dir" "$tmp/stages_dry.log" >"$tmp/plan4.out"
+grep -qx "train moeut_qa 17 1234 tokens/s (runs/$exp on cuda)" "$plan_dir/plan" ||
+  { cat "$plan_dir/plan"; fail "the estimate of a briefly interrupted run"; }
+echo "ok: the plan counts only the stages that will run, with an estimate; the counter is right under concurrency"
+cleanup_exp
+
+# ---- CODE_VERSION ignores experiments/ and reports/baselines/ (in a scratch clone at this commit) ----
+clone=$tmp/clone
+git clone -q --no-checkout "$(git rev-parse --show-toplevel)" "$clone"
+git -C "$clone" checkout -q "$(git rev-parse HEAD)"
+# This checkout's make files (possibly uncommitted) become the clone's commit, so the clone starts clean.
+cp Makefile "$clone/"; cp mk/* "$clone/mk/"
+git -C "$clone" add -A Makefile mk
+git -C "$clone" -c user.name=test -c user.email=test@example.invalid commit -q -m "make files under test" --allow-empty
+version() { mk -s -C "$clone" code-version; }
+v0=$(version)
+case "$v0" in *-dirty | unknown | "") fail "the clean clone's version is '$v0'" ;; esac
+echo " " >>"$clone/experiments/ci/dense_qa.json"
+echo " " >>"$clone/reports/baselines/ci/tolerances.json"
+git -C "$clone" diff --quiet && fail "git does not see the edits under experiments/ and reports/baselines/"
+[ "$(version)" = "$v0" ] || fail "editing experiments/ or reports/baselines/ changed the version to $(version)"
+grep -q "\"$v0\"" "$clone/build/code_version.h" || fail "build/code_version.h: $(cat "$clone/build/code_version.h")"
+echo "/* edit */" >>"$clone/pipeline/log.c"
+[ "$(version)" = "$v0-dirty" ] || fail "editing pipeline/log.c gave version $(version), expected $v0-dirty"
+echo "ok: CODE_VERSION $v0 stays clean for edits under experiments/ and reports/baselines/, and is -dirty otherwise"
+
+# ---- quiet build, V=1 ----
+src=$(ls tests/unit/test_*.c | head -1)
+obj=build/obj/${src%.c}.o
+rm -f "$obj"
+mk "$obj" >"$tmp/quiet.log" 2>&1 || { cat "$tmp/quiet.log"; fail "make $obj"; }
+grep -q "^  CC  *$src\$" "$tmp/quiet.log" || { cat "$tmp/quiet.log"; fail "quiet make: no 'CC $src' line"; }
+if grep -q -- '-MMD' "$tmp/quiet.log"; then cat "$tmp/quiet.log"; fail "quiet make printed the compiler command"; fi
+rm -f "$obj"
+mk V=1 "$obj" >"$tmp/verbose.log" 2>&1 || { cat "$tmp/verbose.log"; fail "make V=1 $obj"; }
+grep -q -- "-MMD -MP -c $src -o $obj" "$tmp/verbose.log" || { cat "$tmp/verbose.log"; fail "make V=1: no compiler command"; }
+echo "ok: the build is quiet ($(head -1 "$tmp/quiet.log" | sed 's/^ *//')); V=1 shows the compiler command"
+
+# ---- bin/train interrupted under make ----
+train_data "$tmp/data"
+train_config "$tmp/run.json" dense qa 400
+interrupted_message() { # interrupted_message DIR FLAG ENV...: SIGINT after 3 logged steps; prints train's message
+  local dir=$1 flag=$2 rc=0; shift 2
+  env "$@" bin/train --config "$tmp/run.json" --data "$tmp/data" --out "$dir" --threads 1 $flag >"$dir.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 600); do
+    [ -f "$dir/metrics.jsonl" ] && [ "$(wc -l <"$dir/metrics.jsonl")" -ge 3 ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -INT "$pid" 2>/dev/null || true
+  wait "$pid" || rc=$?
+  [ "$rc" = 130 ] || { cat "$dir.log"; fail "SIGINT: exit status $rc, expected 130"; }
+  grep 'interrupted by SIGINT' "$dir.log" || { cat "$dir.log"; fail "no interrupt message"; }
+}
+msg=$(interrupted_message "$tmp/under_make" --auto-resume MAKELEVEL=1) # as make passes it (RESUME=auto)
+echo "$msg" | grep -q 'checkpoint saved at step [0-9]* of 400; rerun `make reproduce` (or the same make command) to continue from the checkpoint$' ||
+  fail "under make: $msg"
+msg=$(interrupted_message "$tmp/under_make_resume0" "" MAKELEVEL=1) # RESUME=0: the same command would start over
+echo "$msg" | grep -q 'with RESUME=auto to continue from the checkpoint (RESUME=0 starts over)$' ||
+  fail "under make with RESUME=0: $msg"
+msg=$(interrupted_message "$tmp/alone" "" -u MAKELEVEL)
+echo "$msg" | grep -q 'checkpoint saved at step [0-9]* of 400; continue with --resume$' || fail "without make: $msg"
+echo "ok: an interrupted train says to rerun the make command under make, --resume otherwise"
