@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Measures how far honest reruns of an experiment drift from its recorded baselines, to derive compare's tolerances.
+#
+#   tests/baselines/measure_spread.sh EXPERIMENT [VARIANT ...]
+#
+# Needs bin/ built and data/EXPERIMENT made (make tokenize EXPERIMENT=EXP). Trains and evaluates every run of
+# experiments/EXPERIMENT once per variant into $SPREAD_WORK/EXP/<variant>/<run> (default /tmp/spread), never into
+# runs/, then writes reports/baselines/EXP/spread.json (tests/baselines/spread_table.py: per metric class and variant
+# the largest |new - baseline| and |new - baseline| / baseline, and the across-seed standard deviation).
+# Variants (default: all honest ones, then the degraded ones):
+#   rerun              the baseline's own config and environment (checks the baseline reproduces here)
+#   seed2, seed3       train.seed 2 / 3 (a temp copy of the config: a different config_sha256, compared anyway)
+#   coretype-NAME      OPENBLAS_CORETYPE=NAME (Haswell = this machine's default, Sandybridge = AVX, Nehalem = SSE4)
+#   threadsN           train --threads N (the others use 2, as make reproduce does on 2 cores)
+#   steps90, lrhalf    DEGRADED on purpose: 10% fewer steps / half the learning rate (what compare must catch)
+# Existing finished variant directories are reused (delete $SPREAD_WORK/EXP/<variant> to redo one); SPREAD_RUNS
+# limits the runs (default: all four). Run it with nice: a tiny variant is 4 training runs of ~40 s on 2 free cores.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+EXP=${1:?usage: measure_spread.sh EXPERIMENT [VARIANT ...]}
+shift
+VARIANTS=("$@")
+[ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=(rerun seed2 seed3 coretype-Haswell coretype-Sandybridge coretype-Nehalem
+                                      threads1 steps90 lrhalf)
+RUNS=${SPREAD_RUNS:-dense_qa dense_answer moeut_qa moeut_answer}
+WORK=${SPREAD_WORK:-/tmp/spread}/$EXP
+BASE=reports/baselines/$EXP
+# On a shared machine, spinning OpenMP/OpenBLAS threads waiting at barriers slow training many-fold; passive waiting
+# changes the speed only, never the numbers (the reduction order is fixed by the code, not by the wait policy).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+for f in bin/train bin/evaluate data/$EXP/tokenize_manifest.json $BASE/tolerances.json; do
+    [ -e "$f" ] || { echo "measure_spread: $f missing (make all; make tokenize EXPERIMENT=$EXP)" >&2; exit 2; }
+done
+
+run_variant() { # variant run
+    local v=$1 r=$2 cfg=experiments/$EXP/$2.json out=$WORK/$1/$2 threads=2 env=()
+    [ -f "$out/result.json" ] && { echo "measure_spread: $out/result.json exists (reused)"; return 0; }
+    mkdir -p "$out"
+    case $v in
+        rerun) ;;
+        seed*) jq ".train.seed = ${v#seed}" "$cfg" >"$out/config.json"; cfg=$out/config.json ;;
+        coretype-*) env=(OPENBLAS_CORETYPE="${v#coretype-}") ;;
+        threads*) threads=${v#threads} ;;
+        steps90) jq '.train.steps = (.train.steps * 9 / 10 | floor)' "$cfg" >"$out/config.json"; cfg=$out/config.json ;;
+        lrhalf) jq '.train.lr = .train.lr / 2' "$cfg" >"$out/config.json"; cfg=$out/config.json ;;
+        *) echo "measure_spread: unknown variant $v" >&2; exit 2 ;;
+    esac
+    echo "measure_spread: $EXP/$v/$r: training ($(date +%T))"
+    env "${env[@]}" bin/train --config "$cfg" --data "data/$EXP" --out "$out" --threads "$threads" >"$out/train.log" 2>&1
+    env "${env[@]}" bin/evaluate --run "$out" --config "$cfg" --data "data/$EXP" --out "$out/result.json.tmp.json" \
+        --predictions "$out/predictions.jsonl" >"$out/evaluate.log" 2>&1
+    mv "$out/result.json.tmp.json" "$out/result.json"
+}
+
+for v in "${VARIANTS[@]}"; do
+    for r in $RUNS; do run_variant "$v" "$r"; done
+done
+python3 tests/baselines/spread_table.py --experiment "$EXP" --baselines "$BASE" --work "$WORK" \
+    --command "tests/baselines/measure_spread.sh $EXP${*:+ $*}" --out "$BASE/spread.json"
