@@ -283,8 +283,7 @@ static bool same_run_config(const char *a, const char *b) {
 }
 
 /* Loads the baseline for `name`; names[0..n) are all baseline names. Returns 0, or 2 after logging why not. */
-static int load_baseline(Baseline *bl, const char *baselines, const char *name, char *const *names, int n,
-                         const Tolerances *tol, const char *tol_path) {
+static int load_baseline(Baseline *bl, const char *baselines, const char *name, char *const *names, int n) {
     char path[4096], err[1024];
     memset(bl, 0, sizeof *bl);
     snprintf(path, sizeof path, "%s/%s.result.json", baselines, name);
@@ -296,12 +295,7 @@ static int load_baseline(Baseline *bl, const char *baselines, const char *name, 
     bl->n_seeds = 1;
     int n_group = 0;
     for (int i = 0; i < n; i++) n_group += same_run_config(names[i], name);
-    if (n_group < 2) return 0;
-    if (tol->seed_k <= 0) {
-        log_error("%s: baselines hold %d seeds of %.*s, so the file needs \"seed_spread\": {\"k\": ..., \"comment\": ...}",
-                  tol_path, n_group, (int)run_config_len(name), name);
-        return 2;
-    }
+    if (n_group < 2) return 0; /* main checked that the tolerances file has seed_spread.k for groups */
     /* Sums over the seeds (Welford would be overkill for 2-10 values of similar size). */
     int nm = bl->metrics.n;
     double *sum = xcalloc((size_t)nm, sizeof *sum), *sum2 = xcalloc((size_t)nm, sizeof *sum2);
@@ -364,12 +358,12 @@ static void baseline_free(Baseline *bl) {
 
 /* Compares one run. Returns 0 (nothing failed), 1 (some metric failed) or 2 (not comparable). */
 static int compare_run(const char *run, const char *baselines, char *const *names, int n_names, const char *runs,
-                       const Tolerances *tol, const char *tol_path, const CompareOptions *o) {
+                       const Tolerances *tol, const CompareOptions *o) {
     char err[1024], baseline_path[4096], result_path[4096];
     snprintf(baseline_path, sizeof baseline_path, "%s/%s.result.json", baselines, run);
     snprintf(result_path, sizeof result_path, "%s/%s/result.json", runs, run);
     Baseline bl;
-    if (load_baseline(&bl, baselines, run, names, n_names, tol, tol_path)) {
+    if (load_baseline(&bl, baselines, run, names, n_names)) {
         baseline_free(&bl);
         return 2;
     }
@@ -532,7 +526,7 @@ int compare_main(int argc, char **argv) {
         }
     }
     closedir(d);
-    qsort(all, (size_t)n_all, sizeof *all, cmp_str);
+    if (n_all) qsort(all, (size_t)n_all, sizeof *all, cmp_str);
     char **names = xcalloc((size_t)n_all + 1, sizeof *names); /* the selected ones (pointers into all) */
     int n_names = 0;
     for (int i = 0; i < n_all; i++)
@@ -543,6 +537,16 @@ int compare_main(int argc, char **argv) {
                   only ? only : "");
         worst = 2;
     }
+    /* Baselines of several seeds of one run config are pooled with seed_spread.k, which the file must then declare. */
+    for (int i = 0; i < n_names && worst == 0 && tol.seed_k <= 0; i++)
+        for (int j = 0; j < n_all; j++)
+            if (all[j] != names[i] && same_run_config(all[j], names[i])) {
+                log_error("%s: %s holds several seeds of %.*s (%s.result.json, %s.result.json), so the tolerances file "
+                          "needs \"seed_spread\": {\"k\": K, \"comment\": \"why\"}",
+                          tol_path, baselines, (int)run_config_len(names[i]), names[i], names[i], all[j]);
+                worst = 2;
+                break;
+            }
     /* Every run asked for with --only must have a baseline. */
     if (only && worst == 0) {
         char *copy = xstrdup(only);
@@ -559,7 +563,7 @@ int compare_main(int argc, char **argv) {
     /* A run that cannot be compared stops nothing: the others are still reported. */
     bool selection_ok = worst == 0;
     for (int i = 0; i < n_names && selection_ok; i++) {
-        int s = compare_run(names[i], baselines, all, n_all, runs, &tol, tol_path, &o);
+        int s = compare_run(names[i], baselines, all, n_all, runs, &tol, &o);
         if (s > worst) worst = s;
     }
     /* Runs without a baseline are reported, not compared: a new run is not a regression. */
