@@ -55,5 +55,29 @@ run_variant() { # variant run
 for v in "${VARIANTS[@]}"; do
     for r in $RUNS; do run_variant "$v" "$r"; done
 done
+# compare's verdict on each variant with the current tolerances. Seed and degraded variants were trained from a config
+# copy (another config_sha256), so compare sees a copy of each record carrying the baseline's identity (config,
+# config_sha256, and the step/token counts that steps90 changes): every loss and accuracy in it is the variant's own.
+: >"$WORK/verdicts.tsv"
+for vdir in "$WORK"/*/; do
+    v=$(basename "$vdir")
+    [ "$v" = _as_baseline ] && continue
+    as=$WORK/_as_baseline/$v
+    rm -rf "$as"
+    n=0
+    for r in $RUNS; do
+        [ -f "$vdir/$r/result.json" ] || continue
+        mkdir -p "$as/$r"
+        jq --slurpfile b "$BASE/$r.result.json" '.config = $b[0].config | .config_sha256 = $b[0].config_sha256
+            | .training.steps = $b[0].training.steps | .training.tokens = $b[0].training.tokens' \
+            "$vdir/$r/result.json" >"$as/$r/result.json"
+        n=$((n + 1))
+    done
+    [ $n -gt 0 ] || continue
+    rc=0
+    bin/compare --baselines "$BASE" --runs "$as" --only "$(ls "$as" | paste -sd,)" --only-failures \
+        >"$WORK/$v.compare.log" 2>&1 || rc=$?
+    printf '%s\t%s\t%s\n' "$v" "$rc" "$(grep -c ' WORSE' "$WORK/$v.compare.log" || true)" >>"$WORK/verdicts.tsv"
+done
 python3 tests/baselines/spread_table.py --experiment "$EXP" --baselines "$BASE" --work "$WORK" \
     --command "tests/baselines/measure_spread.sh $EXP${*:+ $*}" --out "$BASE/spread.json"

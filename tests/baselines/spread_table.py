@@ -32,9 +32,9 @@ def metrics(rec):
 
 
 def subclass(name, klass):
-    """mean_answer_loss splits into the pooled per-set means and the per-module means (modules move more)."""
-    if klass == "mean_answer_loss":
-        return "mean_answer_loss.pooled" if name.count(".") == 1 else "mean_answer_loss.module"
+    """Answer losses: mean_answer_loss per evaluation set, module_mean_answer_loss per module (compare's classes)."""
+    if klass == "mean_answer_loss" and name.count(".") > 1:
+        return "module_mean_answer_loss"
     return klass
 
 
@@ -68,7 +68,16 @@ def main():
     base = {r: metrics(load(os.path.join(a.baselines, r + ".result.json"))) for r in runs}
     variants = {}
     seeds = {r: [base[r]] for r in runs}
+    verdicts = {}
+    vpath = os.path.join(a.work, "verdicts.tsv")
+    if os.path.exists(vpath):
+        with open(vpath) as f:
+            for line in f:
+                v, rc, n_worse = line.rstrip("\n").split("\t")
+                verdicts[v] = {"compare_exit": int(rc), "metrics_worse": int(n_worse)}
     for v in sorted(os.listdir(a.work)):
+        if v.startswith("_") or not os.path.isdir(os.path.join(a.work, v)):
+            continue
         per_class = {}
         done = [r for r in runs if os.path.exists(os.path.join(a.work, v, r, "result.json"))]
         if not done:
@@ -99,6 +108,8 @@ def main():
             if e["max_rel"] == 0:
                 del e["max_rel_at"]
         variants[v] = {"kind": "honest" if v.startswith(HONEST) else "degraded", "runs": done, "classes": per_class}
+        if v in verdicts:
+            variants[v]["compare"] = verdicts[v]
     sd = {}
     for r in runs:
         if len(seeds[r]) < 3:
@@ -129,6 +140,8 @@ def main():
                       "runs from the baseline records, per tolerance class of bin/compare. max_abs/max_rel: the "
                       "largest |new - baseline| (relative: / |baseline|; not for accuracies) over every metric of "
                       "the class in every run; worse_*: the same counting only moves in the worse direction. "
+                      "compare: bin/compare's exit status on the variant with the tolerances.json of the time (on copies carrying the "
+                      "baseline's config identity, see measure_spread.sh) and how many metrics it found WORSE. "
                       "seed_sd: per metric the sample standard deviation over the baseline (seed 1) and the seed "
                       "variants, its largest and median value over the class.",
            "experiment": a.experiment, "command": a.command, "measured": time.strftime("%Y-%m-%d"),
@@ -140,13 +153,15 @@ def main():
     os.replace(tmp, a.out)
     # A readable table on stdout.
     classes = sorted({c for v in variants.values() for c in v["classes"]})
+    print("per class: max |delta|, max |delta|/|baseline|, max worse delta; then compare's exit and WORSE count")
     print(f"{'variant':22s} " + " ".join(f"{c:>30s}" for c in classes))
     for v, e in variants.items():
         cells = []
         for c in classes:
             x = e["classes"].get(c)
             cells.append(f"{'-':>30s}" if not x else f"{x['max_abs']:12.4g} {100 * x['max_rel']:8.3f}% {x['worse_max_abs']:8.3g}")
-        print(f"{v:22s} " + " ".join(cells))
+        verdict = e.get("compare")
+        print(f"{v:22s} " + " ".join(cells) + (f"  exit {verdict['compare_exit']} worse {verdict['metrics_worse']}" if verdict else ""))
     for c, o in seed_sd.items():
         print(f"seed sd {c:32s} max {o['max_abs']:.4g} ({100 * o.get('max_rel', 0):.3f}%) median {o['median_abs']:.4g} "
               f"({100 * o.get('median_rel', 0):.3f}%)")

@@ -14,6 +14,7 @@ static const char *TOL =
     "{\"comment\": \"unit test\", \"tolerances\": {"
     "\"accuracy\": {\"abs\": 0.02, \"comment\": \"two points\"},"
     "\"mean_answer_loss\": {\"abs\": 0.01, \"comment\": \"x\"},"
+    "\"module_mean_answer_loss\": {\"abs\": 0.01, \"comment\": \"x\"},"
     "\"final_train_loss\": {\"abs\": 0.001, \"comment\": \"x\"},"
     "\"count\": {\"abs\": 0, \"comment\": \"exact\"},"
     "\"greedy_disagreements\": {\"abs\": 0, \"comment\": \"must stay 0\"}}}";
@@ -300,7 +301,8 @@ END_TEST
 static const char *TOL_SEEDS =
     "{\"comment\": \"unit test\", \"seed_spread\": {\"k\": 3, \"comment\": \"three sd\"}, \"tolerances\": {"
     "\"accuracy\": {\"abs\": 0.02, \"comment\": \"two points\"},"
-    "\"mean_answer_loss\": {\"abs\": 0.01, \"rel\": 0.02, \"comment\": \"x\"},"
+    "\"mean_answer_loss\": {\"abs\": 0.01, \"comment\": \"x\"},"
+    "\"module_mean_answer_loss\": {\"abs\": 0.01, \"rel\": 0.02, \"comment\": \"x\"},"
     "\"final_train_loss\": {\"abs\": 0.001, \"comment\": \"x\"},"
     "\"count\": {\"abs\": 0, \"comment\": \"exact\"},"
     "\"greedy_disagreements\": {\"abs\": 0, \"comment\": \"must stay 0\"}}}";
@@ -383,6 +385,7 @@ START_TEST(tolerances_validated) {
         {"\"rel\": 0.02", "\"rel\": -0.02"},          /* negative */
         {"\"rel\": 0.02", "\"rel\": \"2%\""},         /* not a number */
         {"\"rel\": 0.02", "\"rell\": 0.02"},          /* unknown key */
+        {"\"module_mean_answer_loss\"", "\"module_loss\""}, /* a class misspelt (so also missing) */
         {"\"k\": 3", "\"k\": 0"},                      /* k must be positive */
         {"\"k\": 3", "\"k\": 3, \"sd\": 1"},          /* unknown key in seed_spread */
         {", \"comment\": \"three sd\"}", "}"},         /* seed_spread without its comment */
