@@ -359,9 +359,10 @@ static void baseline_free(Baseline *bl) {
     result_record_free(&bl->rec);
 }
 
-/* Compares one run. Returns 0 (nothing failed), 1 (some metric failed) or 2 (not comparable). */
+/* Compares one run. Returns 0 (nothing failed), 1 (some metric failed) or 2 (not comparable); *noted is set when the
+ * run was passed with a note instead of compared (--config-change=note). */
 static int compare_run(const char *run, const char *baselines, char *const *names, int n_names, const char *runs,
-                       const Tolerances *tol, const CompareOptions *o) {
+                       const Tolerances *tol, const CompareOptions *o, bool *noted) {
     char err[1024], baseline_path[4096], result_path[4096];
     snprintf(baseline_path, sizeof baseline_path, "%s/%s.result.json", baselines, run);
     snprintf(result_path, sizeof result_path, "%s/%s/result.json", runs, run);
@@ -396,6 +397,7 @@ static int compare_run(const char *run, const char *baselines, char *const *name
         if (!diff[0]) {
             baseline_free(&bl);
             result_record_free(&cur);
+            *noted = true;
             return 0;
         }
     }
@@ -484,9 +486,11 @@ int compare_main(int argc, char **argv) {
         {"baselines", OPT_STRING, &baselines, "directory of <RUN>.result.json baseline records", true},
         {"runs", OPT_STRING, &runs, "directory of run directories <RUN>/result.json", true},
         {"tolerances", OPT_STRING, &tolerances, "tolerances file (default <baselines>/tolerances.json)", false},
-        {"only", OPT_STRING, &only, "comma-separated runs to compare (default: every baseline record)", false},
-        {"only-failures", OPT_FLAG, &o.only_failures, "print only metrics outside their tolerance (default: all)",
+        {"only", OPT_STRING, &only,
+         "comma-separated runs to compare; RUN also selects its seeds RUN.seed<S> (default: every baseline record)",
          false},
+        {"only-failures", OPT_FLAG, &o.only_failures,
+         "print only metrics outside their tolerance (WORSE, BETTER, CHANGED; default: all)", false},
         {"strict", OPT_FLAG, &o.strict, "a metric BETTER than its baseline beyond the tolerance fails too", false},
         {"config-change", OPT_STRING, &config_change,
          "error (default): a run whose config_sha256 differs from its baseline's is not comparable (exit 2); note: "
@@ -565,8 +569,11 @@ int compare_main(int argc, char **argv) {
     }
     /* A run that cannot be compared stops nothing: the others are still reported. */
     bool selection_ok = worst == 0;
+    int n_noted = 0;
     for (int i = 0; i < n_names && selection_ok; i++) {
-        int s = compare_run(names[i], baselines, all, n_all, runs, &tol, &o);
+        bool noted = false;
+        int s = compare_run(names[i], baselines, all, n_all, runs, &tol, &o, &noted);
+        n_noted += noted;
         if (s > worst) worst = s;
     }
     /* Runs without a baseline are reported, not compared: a new run is not a regression. */
@@ -588,10 +595,15 @@ int compare_main(int argc, char **argv) {
         }
         closedir(rd);
     }
-    if (selection_ok)
-        printf("compare: %d run(s): %s\n", n_names,
+    if (selection_ok) {
+        char noted_text[96] = "";
+        if (n_noted)
+            snprintf(noted_text, sizeof noted_text, " (%d of them not compared: config changed since the baseline)",
+                     n_noted);
+        printf("compare: %d run(s)%s: %s\n", n_names, noted_text,
                worst == 0 ? "all metrics within tolerances (or better)"
                           : (worst == 1 ? "some metric outside its tolerance" : "some records missing or not comparable"));
+    }
     for (int i = 0; i < n_all; i++) free(all[i]);
     free(all);
     free(names);

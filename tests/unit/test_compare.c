@@ -283,6 +283,8 @@ START_TEST(config_change_note) {
     ck_assert_msg(strstr(text, "note: dense_qa: not compared: its config changed since the baseline (train.steps 10 -> 9;"),
                   "%.2000s", text);
     ck_assert_msg(!strstr(text, "WORSE"), "%.2000s", text);
+    ck_assert_msg(strstr(text, "compare: 1 run(s) (1 of them not compared: config changed since the baseline)"), "%.2000s",
+                  text);
     free(text);
     ck_assert_int_eq(run_compare_capture(&text, 1, "--config-change=error"), 2);
     free(text);
