@@ -14,7 +14,8 @@
 #   threadsN           train --threads N (the others use 2, as make reproduce does on 2 cores)
 #   steps90, lrhalf    DEGRADED on purpose: 10% fewer steps / half the learning rate (what compare must catch)
 # Existing finished variant directories are reused (delete $SPREAD_WORK/EXP/<variant> to redo one); SPREAD_RUNS
-# limits the runs (default: all four). Run it with nice: a tiny variant is 4 training runs of ~40 s on 2 free cores.
+# limits the runs (default: all four); SPREAD_TABLE_ONLY=1 trains nothing and only rewrites the verdicts and the table
+# from what $SPREAD_WORK/EXP holds. Run it with nice: a tiny variant is 4 training runs of ~40 s on 2 free cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 EXP=${1:?usage: measure_spread.sh EXPERIMENT [VARIANT ...]}
@@ -52,9 +53,11 @@ run_variant() { # variant run
     mv "$out/result.json.tmp.json" "$out/result.json"
 }
 
-for v in "${VARIANTS[@]}"; do
-    for r in $RUNS; do run_variant "$v" "$r"; done
-done
+if [ -z "${SPREAD_TABLE_ONLY:-}" ]; then
+    for v in "${VARIANTS[@]}"; do
+        for r in $RUNS; do run_variant "$v" "$r"; done
+    done
+fi
 # compare's verdict on each variant with the current tolerances. Seed and degraded variants were trained from a config
 # copy (another config_sha256), so compare sees a copy of each record carrying the baseline's identity (config,
 # config_sha256, and the step/token counts that steps90 changes): every loss and accuracy in it is the variant's own.
@@ -80,4 +83,5 @@ for vdir in "$WORK"/*/; do
     printf '%s\t%s\t%s\n' "$v" "$rc" "$(grep -c ' WORSE' "$WORK/$v.compare.log" || true)" >>"$WORK/verdicts.tsv"
 done
 python3 tests/baselines/spread_table.py --experiment "$EXP" --baselines "$BASE" --work "$WORK" \
-    --command "tests/baselines/measure_spread.sh $EXP${*:+ $*}" --out "$BASE/spread.json"
+    \
+    --command "${SPREAD_RUNS:+SPREAD_RUNS=\"$SPREAD_RUNS\" }tests/baselines/measure_spread.sh $EXP${VARIANTS[*]:+ ${VARIANTS[*]}}" --out "$BASE/spread.json"
