@@ -10,7 +10,8 @@
 # Variants (default: all honest ones, then the degraded ones):
 #   rerun              the baseline's own config and environment (checks the baseline reproduces here)
 #   seed2, seed3       train.seed 2 / 3 (a temp copy of the config: a different config_sha256, compared anyway)
-#   coretype-NAME      OPENBLAS_CORETYPE=NAME (Haswell = this machine's default, Sandybridge = AVX, Nehalem = SSE4)
+#   coretype-NAME      OPENBLAS_CORETYPE=NAME (Sandybridge = AVX, Nehalem = SSE4; Haswell, AVX2, is what OpenBLAS picks
+#                      on the AVX2 machine the baselines were recorded on, so there it equals rerun; SkylakeX needs AVX-512)
 #   threadsN           train --threads N (the others use 2, as make reproduce does on 2 cores)
 #   steps90, lrhalf    DEGRADED on purpose: 10% fewer steps / half the learning rate (what compare must catch)
 # Existing finished variant directories are reused (delete $SPREAD_WORK/EXP/<variant> to redo one); SPREAD_RUNS
@@ -21,7 +22,7 @@ cd "$(dirname "$0")/../.."
 EXP=${1:?usage: measure_spread.sh EXPERIMENT [VARIANT ...]}
 shift
 VARIANTS=("$@")
-[ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=(rerun seed2 seed3 coretype-Haswell coretype-Sandybridge coretype-Nehalem
+[ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=(rerun seed2 seed3 coretype-Sandybridge coretype-Nehalem
                                       threads1 steps90 lrhalf)
 RUNS=${SPREAD_RUNS:-dense_qa dense_answer moeut_qa moeut_answer}
 WORK=${SPREAD_WORK:-/tmp/spread}/$EXP
@@ -84,4 +85,4 @@ for vdir in "$WORK"/*/; do
 done
 python3 tests/baselines/spread_table.py --experiment "$EXP" --baselines "$BASE" --work "$WORK" \
     \
-    --command "${SPREAD_RUNS:+SPREAD_RUNS=\"$SPREAD_RUNS\" }tests/baselines/measure_spread.sh $EXP${VARIANTS[*]:+ ${VARIANTS[*]}}" --out "$BASE/spread.json"
+    --command "${SPREAD_RUNS:+SPREAD_RUNS=\"$SPREAD_RUNS\" }tests/baselines/measure_spread.sh $EXP $(ls "$WORK" | grep -v '^_' | grep -v '\.' | paste -sd' ')" --out "$BASE/spread.json"
