@@ -299,7 +299,7 @@ static int load_baseline(Baseline *bl, const char *baselines, const char *name, 
     int n_group = 0;
     for (int i = 0; i < n; i++) n_group += same_run_config(names[i], name);
     if (n_group < 2) return 0; /* main checked that the tolerances file has seed_spread.k for groups */
-    /* Sums over the seeds (Welford would be overkill for 2-10 values of similar size). */
+    /* Sums of the deviations from this name's own record (shifted, so that a tiny sd of a large value survives). */
     int nm = bl->metrics.n;
     double *sum = xcalloc((size_t)nm, sizeof *sum), *sum2 = xcalloc((size_t)nm, sizeof *sum2);
     int rc = 0;
@@ -312,8 +312,10 @@ static int load_baseline(Baseline *bl, const char *baselines, const char *name, 
             rc = 2;
             break;
         }
+        /* Seeds differ in config_sha256 (by their --set train.seed), never in the data they were trained on. */
+        memcpy(s.config_sha256, bl->rec.config_sha256, sizeof s.config_sha256);
         const char *diff = unlike_field(&bl->rec, &s);
-        if (diff[0] && strcmp(diff, "config_sha256") != 0) { /* seeds differ in config_sha256 by their --set */
+        if (diff[0]) {
             log_error("%s: cannot pool with %s/%s.result.json: %s differs", path, baselines, name, diff);
             rc = 2;
         }
@@ -326,8 +328,16 @@ static int load_baseline(Baseline *bl, const char *baselines, const char *name, 
                 rc = 2;
                 break;
             }
-            sum[k] += m->value;
-            sum2[k] += m->value * m->value;
+            double d = m->value - bl->metrics.m[k].value;
+            /* Counts must agree across seeds exactly: pooling unequal counts would hide a broken baseline. */
+            if (bl->metrics.m[k].klass == M_COUNT && d != 0) {
+                log_error("%s: %s differs from %s/%s.result.json's (%.0f vs %.0f)", path, m->name, baselines, name,
+                          m->value, bl->metrics.m[k].value);
+                rc = 2;
+                break;
+            }
+            sum[k] += d;
+            sum2[k] += d * d;
         }
         free(sm.m);
         result_record_free(&s);
@@ -335,16 +345,8 @@ static int load_baseline(Baseline *bl, const char *baselines, const char *name, 
     if (rc == 0) {
         for (int k = 0; k < nm; k++) {
             Metric *m = &bl->metrics.m[k];
-            double mean = sum[k] / n_group;
-            double var = (sum2[k] - n_group * mean * mean) / (n_group - 1);
-            /* Counts must agree across seeds exactly: pooling unequal counts would hide a broken baseline. */
-            if (m->klass == M_COUNT && m->value != mean) {
-                log_error("%s/%.*s*.result.json: %s differs between the seeds' baselines", baselines,
-                          (int)run_config_len(name), name, m->name);
-                rc = 2;
-                break;
-            }
-            m->value = mean;
+            double var = (sum2[k] - sum[k] * sum[k] / n_group) / (n_group - 1);
+            m->value += sum[k] / n_group;
             m->seed_sd = var > 0 ? sqrt(var) : 0;
         }
         bl->n_seeds = n_group;

@@ -376,6 +376,38 @@ START_TEST(seed_spread_rule) {
 }
 END_TEST
 
+/* Seeds' baselines are pooled only when they share the data and every count (their config_sha256 may differ). */
+START_TEST(seed_baselines_must_match) {
+    setup_dirs();
+    char tol[700];
+    snprintf(tol, sizeof tol, "%s/tolerances.json", g_base);
+    rtu_write(tol, TOL_SEEDS);
+    ResultRecord a, b;
+    rtu_record(&a, "dense_qa", "dense", "qa", 40);
+    rtu_record(&b, "dense_qa.seed2", "dense", "qa", 40);
+    rtu_sha(b.config_sha256, '7'); /* another --set train.seed: fine */
+    save(&a, 1);
+    save(&a, 0);
+    save(&b, 1);
+    save(&b, 0);
+    char *text = NULL;
+    ck_assert_int_eq(run_compare_capture(&text, 0), 0);
+    free(text);
+    rtu_sha(b.train_sha256, '0'); /* trained on other data: not poolable, even behind a config difference */
+    save(&b, 1);
+    ck_assert_int_eq(run_compare_capture(&text, 0), 2);
+    free(text);
+    rtu_sha(b.train_sha256, 'b');
+    b.n_params += 1; /* another model size */
+    save(&b, 1);
+    ck_assert_int_eq(run_compare_capture(&text, 0), 2);
+    free(text);
+    result_record_free(&a);
+    result_record_free(&b);
+    remove_tree(g_dir);
+}
+END_TEST
+
 /* The new tolerances fields are validated strictly: each bad file gives exit 2. */
 START_TEST(tolerances_validated) {
     setup_dirs();
@@ -419,6 +451,7 @@ int main(void) {
     tcase_add_test(tc, better_is_reported_not_failed);
     tcase_add_test(tc, config_change_note);
     tcase_add_test(tc, seed_spread_rule);
+    tcase_add_test(tc, seed_baselines_must_match);
     tcase_add_test(tc, tolerances_validated);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
