@@ -93,9 +93,11 @@ START_TEST(headline_missing_and_html) {
     ck_assert(file_exists(p));
     snprintf(p, sizeof p, "%s/loss_qa.svg", g_out);
     ck_assert(file_exists(p));
-    /* provenance: hashes and the run config */
-    ck_assert(strstr(md, "run config sha256: aaaaaaaa"));
-    ck_assert(strstr(md, "\"description\":\t\"hand-made\""));
+    /* provenance: each value once with the runs sharing it, config hashes per run, each distinct config once */
+    ck_assert(strstr(md, "- code version: test-version (all 3 runs)"));
+    ck_assert(strstr(md, "| dense_qa | aaaaaaaa"));
+    ck_assert_int_eq(count_substr(md, "\"description\":\t\"hand-made\""), 1);
+    ck_assert(strstr(md, "### Run config of dense_qa, dense_answer, moeut_answer"));
     /* HTML: well-formed, self-contained (inline SVG, no external references), figures inlined */
     char *html = read_out("report.html");
     char why[256];

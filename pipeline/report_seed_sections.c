@@ -1,0 +1,521 @@
+/* Report sections across runs: seeds, paired comparisons, verdicts on the paper's claims, what differs between the
+ * runs' configs, provenance once per distinct value, and the document's order (see report_sections.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/config_diff.h"
+#include "pipeline/log.h"
+#include "pipeline/report_sections.h"
+#include "pipeline/report_stats.h"
+#include "pipeline/verdict.h"
+
+static const RunGroup *kind(const ReportInput *in, const char *arch, const char *mode) {
+    return report_find_group(in->groups, in->n_groups, arch, mode);
+}
+
+/* "+1.5" in points from a fraction. */
+static void fmt_points(char *out, size_t cap, double frac) { snprintf(out, cap, "%+.1f", 100 * frac); }
+
+/* ---------------------------------------------------------------- seeds ------------------------------------ */
+
+/* "12.3% [10.1, 14.5] (12.0, 12.6)" or, with one seed, "12.3% (1 seed)"; scale 100 for accuracies, 1 for depth. */
+static void fmt_summary(char *out, size_t cap, const SeedSummary *s, double scale, const char *unit) {
+    if (s->n == 0) {
+        snprintf(out, cap, "-");
+        return;
+    }
+    const char *fmt = scale == 1 ? "%.3f" : "%.1f";
+    char v[64], lo[64], hi[64];
+    snprintf(v, sizeof v, fmt, scale * s->mean);
+    if (s->n == 1) {
+        snprintf(out, cap, "%s%s (1 seed)", v, unit);
+        return;
+    }
+    snprintf(lo, sizeof lo, fmt, scale * s->lo);
+    snprintf(hi, sizeof hi, fmt, scale * s->hi);
+    int len = snprintf(out, cap, "%s%s [%s, %s] (", v, unit, lo, hi);
+    for (int i = 0; i < s->n && len > 0 && (size_t)len < cap; i++) {
+        char x[64];
+        snprintf(x, sizeof x, fmt, scale * s->values[i]);
+        len += snprintf(out + len, cap - (size_t)len, "%s%s", i ? ", " : "", x);
+    }
+    if (len > 0 && (size_t)len < cap) snprintf(out + len, cap - (size_t)len, ")");
+}
+
+void section_seeds(Doc *d, const ReportInput *in) {
+    doc_heading(d, 2, "Across seeds");
+    if (in->n_groups == 0) {
+        doc_para(d, "No run has a result record.");
+        return;
+    }
+    const int seeds = report_max_seeds(in);
+    doc_para(d, "One row per run configuration (runs/EXP/RUN is the config's own seed, runs/EXP/RUN.seed<S> seed S). "
+                "Each cell: the mean over seeds, the 95%% t-interval for the mean across seeds (Student t with n-1 "
+                "degrees of freedom: mean +- t * sd / sqrt(n), sd the sample standard deviation of the per-seed "
+                "values), then the per-seed values in seed order. It measures seed-to-seed variance of the per-seed "
+                "figures, each of which also carries example noise. %s",
+             seeds >= 2 ? "" : "Intervals need >= 2 seeds: with one seed per configuration only the values are shown.");
+    const char *h[] = {"run config", "seeds", "headline accuracy", "interpolate", "extrapolate", "mean accuracy",
+                       "depth summary"};
+    doc_table_begin(d, 7, h);
+    for (int g = 0; g < in->n_groups; g++) {
+        const RunGroup *grp = &in->groups[g];
+        char seedlist[256] = "", cells[5][512];
+        for (int i = 0; i < grp->n; i++) {
+            size_t len = strlen(seedlist);
+            snprintf(seedlist + len, sizeof seedlist - len, "%s%ld", i ? ", " : "", grp->runs[i]->seed);
+        }
+        const Metric ms[5] = {METRIC_HEADLINE, METRIC_INTERPOLATE, METRIC_EXTRAPOLATE, METRIC_MEAN, METRIC_DEPTH};
+        for (int m = 0; m < 5; m++) {
+            SeedSummary s;
+            report_seed_summary(grp, ms[m], &s);
+            fmt_summary(cells[m], sizeof cells[m], &s, ms[m] == METRIC_DEPTH ? 1 : 100, ms[m] == METRIC_DEPTH ? "" : "%");
+        }
+        const char *row[] = {grp->run_config, seedlist, cells[0], cells[1], cells[2], cells[3], cells[4]};
+        doc_table_row(d, 7, row, false);
+    }
+    doc_table_end(d);
+}
+
+/* ---------------------------------------------------------------- paired comparisons ----------------------- */
+
+typedef struct {
+    const char *label;
+    const char *arch[4], *mode[4];
+    double weight[4];
+    int n;
+    double paper_points; /* the paper's value of the same contrast on its headline numbers */
+} ContrastSpec;
+
+static const ContrastSpec CONTRASTS[5] = {
+    {"MoEUT - Transformer, Q+A", {"moeut", "dense"}, {"qa", "qa"}, {1, -1}, 2, 36 - 41},
+    {"MoEUT - Transformer, answer-only", {"moeut", "dense"}, {"answer_only", "answer_only"}, {1, -1}, 2, 63 - 48},
+    {"answer-only - Q+A, Transformer", {"dense", "dense"}, {"answer_only", "qa"}, {1, -1}, 2, 48 - 41},
+    {"answer-only - Q+A, MoEUT", {"moeut", "moeut"}, {"answer_only", "qa"}, {1, -1}, 2, 63 - 36},
+    {"interaction (MoEUT answer-only gain - Transformer answer-only gain)",
+     {"moeut", "moeut", "dense", "dense"},
+     {"answer_only", "qa", "answer_only", "qa"},
+     {1, -1, -1, 1},
+     4,
+     (63 - 36) - (48 - 41)},
+};
+enum { CONTRAST_INTERACTION = 4 };
+
+static void compute_contrast(const ReportInput *in, const ContrastSpec *c, Scope scope, Contrast *out) {
+    const RunGroup *g[4];
+    for (int k = 0; k < c->n; k++) g[k] = kind(in, c->arch[k], c->mode[k]);
+    report_contrast(g, c->weight, c->n, scope, out);
+}
+
+static void fmt_contrast(char *out, size_t cap, const Contrast *c) {
+    if (!c->ok) {
+        snprintf(out, cap, "not computed: %s", c->why);
+        return;
+    }
+    char e[32], lo[32], hi[32];
+    fmt_points(e, sizeof e, c->boot.estimate);
+    fmt_points(lo, sizeof lo, c->boot.lo);
+    fmt_points(hi, sizeof hi, c->boot.hi);
+    snprintf(out, cap, "%s [%s, %s] (%d seed%s x %ld examples)", e, lo, hi, c->n_seeds, c->n_seeds == 1 ? "" : "s",
+             c->n_examples);
+}
+
+static void fmt_mcnemar(char *out, size_t cap, const Contrast *c) {
+    out[0] = '\0';
+    if (!c->ok) return;
+    int len = 0;
+    for (int s = 0; s < c->n_seeds && len >= 0 && (size_t)len < cap; s++) {
+        char v[32];
+        fmt_points(v, sizeof v, c->per_seed[s]);
+        if (c->has_mcnemar)
+            len += snprintf(out + len, cap - (size_t)len, "%sseed %ld: %s (b=%ld, c=%ld, p=%.3g)", s ? "; " : "",
+                            c->seeds[s], v, c->b[s], c->c[s], c->p[s]);
+        else
+            len += snprintf(out + len, cap - (size_t)len, "%sseed %ld: %s", s ? "; " : "", c->seeds[s], v);
+    }
+}
+
+void section_comparisons(Doc *d, const ReportInput *in) {
+    doc_heading(d, 2, "Paired comparisons on the same examples");
+    doc_para(d, "Differences in accuracy, in points, between run configurations evaluated on the same examples "
+                "(per-example verdicts from each run's predictions.jsonl, checked to list the same examples by set, "
+                "index, module, question and answer). Seeds are paired by seed number. The 95%% interval is a "
+                "hierarchical bootstrap that accounts for seed AND example variance: %d replicates, RNG seed %llu "
+                "(splitmix64); each replicate resamples the seeds with replacement, then the examples with "
+                "replacement (one draw shared by the drawn seeds, as every seed saw the same examples), and takes "
+                "the mean difference; the interval is the 2.5%% and 97.5%% quantiles. With one seed it reflects "
+                "example variance only. Per seed: the difference, and for two-configuration comparisons the exact "
+                "McNemar test (b = examples only the first gets right, c = only the second; two-sided p = min(1, 2 "
+                "P(X <= min(b, c))), X ~ Binomial(b + c, 1/2)). The paper column applies the same contrast to the "
+                "paper's four headline numbers.",
+             REPORT_BOOT_REPLICATES, (unsigned long long)REPORT_BOOT_RNG_SEED);
+    const char *h[] = {"comparison", "paper", "ours, headline module", "per seed (McNemar)", "ours, all examples",
+                       "per seed (McNemar), all examples"};
+    doc_table_begin(d, 6, h);
+    for (int k = 0; k < 5; k++) {
+        Contrast head, all;
+        compute_contrast(in, &CONTRASTS[k], SCOPE_HEADLINE, &head);
+        compute_contrast(in, &CONTRASTS[k], SCOPE_ALL, &all);
+        char paper[32], a[1200], b[2048], c[1200], e[2048];
+        snprintf(paper, sizeof paper, "%+.0f", CONTRASTS[k].paper_points);
+        fmt_contrast(a, sizeof a, &head);
+        fmt_mcnemar(b, sizeof b, &head);
+        fmt_contrast(c, sizeof c, &all);
+        fmt_mcnemar(e, sizeof e, &all);
+        const char *row[] = {CONTRASTS[k].label, paper, a, b, c, e};
+        doc_table_row(d, 6, row, false);
+    }
+    doc_table_end(d);
+}
+
+/* ---------------------------------------------------------------- verdicts --------------------------------- */
+
+/* The interval the headline-number rule uses for one run config: with >= 2 seeds the union of the t-interval of the
+ * per-seed accuracies and the Wilson interval of all seeds' examples pooled (never narrower than what the examples
+ * alone resolve, even when the seeds happen to agree); with one seed that run's Wilson interval. */
+static bool headline_interval(const RunGroup *g, double *mean, double *lo, double *hi, long *n_per_seed, int *seeds,
+                              double *params, double *tokens) {
+    SeedSummary s;
+    report_seed_summary(g, METRIC_HEADLINE, &s);
+    if (s.n == 0) return false;
+    long correct = 0, n = 0;
+    *params = *tokens = 0;
+    for (int i = 0; i < g->n; i++) {
+        const ModuleEval *me =
+            set_eval_find_module(&g->runs[i]->res.evaluation.sets[REPORT_HEADLINE_SET], REPORT_HEADLINE_MODULE);
+        if (!me || me->n == 0) continue;
+        correct += me->correct;
+        n += me->n;
+        *n_per_seed = me->n;
+        *params = fmax(*params, (double)g->runs[i]->res.n_params);
+        *tokens = fmax(*tokens, (double)g->runs[i]->res.training.tokens);
+    }
+    double wl, wh;
+    wilson_interval(correct, n, STATS_Z95, &wl, &wh);
+    *mean = s.mean;
+    *seeds = s.n;
+    *lo = s.n >= 2 ? fmin(s.lo, wl) : wl;
+    *hi = s.n >= 2 ? fmax(s.hi, wh) : wh;
+    return true;
+}
+
+typedef struct {
+    const char *claim;
+    const char *arch_a, *mode_a, *arch_b, *mode_b; /* the paper says depth(a) > depth(b) */
+} DepthClaim;
+static const DepthClaim DEPTH_CLAIMS[4] = {
+    {"answer-only loss makes the Transformer use more depth than Q+A loss", "dense", "answer_only", "dense", "qa"},
+    {"MoEUT uses more depth than the Transformer with Q+A loss", "moeut", "qa", "dense", "qa"},
+    {"MoEUT uses more depth than the Transformer with answer-only loss", "moeut", "answer_only", "dense",
+     "answer_only"},
+    {"MoEUT uses most depth with answer-only loss (more than MoEUT Q+A)", "moeut", "answer_only", "moeut", "qa"},
+};
+
+void section_verdicts(Doc *d, const ReportInput *in) {
+    doc_heading(d, 2, "Do the paper's claims hold here?");
+    doc_para(d, "One line per claim of the paper (dm-math-protocol.md §4 and §5), each with exactly one verdict: "
+                "consistent, contradicted, or not resolved at this size. The rules (pipeline/verdict.h):");
+    doc_list_begin(d);
+    doc_list_item(d, "Claims about a difference (the interaction, the depth ordering): consistent when the 95%% "
+                     "interval of the difference excludes 0 on the paper's side, contradicted when it excludes 0 on "
+                     "the other side, not resolved otherwise; and not resolved whenever fewer than %d paired seeds "
+                     "went into it (seed-to-seed variance, as large as the effects here, would be unmeasured). "
+                     "Accuracy differences use the hierarchical bootstrap of the comparisons section on the headline "
+                     "module; depth differences the t-interval across paired seeds of the per-seed depth summary.",
+                  VERDICT_MIN_SEEDS);
+    doc_list_item(d, "The four headline numbers: an absolute accuracy depends on model size and training length, so "
+                     "unless the runs have at least %.0f%% of the paper's parameters (about 228M) AND of its training "
+                     "token slots (6.55B) the verdict is not resolved at this size, whatever the interval. At that "
+                     "scale: consistent when our 95%% interval contains the paper's number, contradicted when it "
+                     "excludes it. Our interval: one seed, the run's Wilson interval; several seeds, the union of the "
+                     "t-interval across seeds and the Wilson interval of all seeds' examples pooled.",
+                  100 * VERDICT_SCALE_FRACTION);
+    doc_list_end(d);
+
+    doc_list_begin(d);
+    for (int k = 0; k < 4; k++) {
+        const PaperNumber *p = &PAPER_HEADLINE[k];
+        const RunGroup *g = kind(in, p->arch, p->loss_mode);
+        double mean, lo, hi, params, tokens;
+        long n_per = 0;
+        int seeds = 0;
+        if (!g || !headline_interval(g, &mean, &lo, &hi, &n_per, &seeds, &params, &tokens)) {
+            doc_list_item(d, "%s, %.0f%% on %s: %s. No result for it (run missing or module not evaluated).", p->label,
+                          p->paper_percent, REPORT_HEADLINE_MODULE, verdict_label(VERDICT_NOT_RESOLVED));
+            continue;
+        }
+        const bool scale = verdict_at_paper_scale(params, tokens);
+        const Verdict v = verdict_paper_number(lo, hi, p->paper_percent / 100, scale);
+        char pp[32], tt[32];
+        fmt_big(pp, sizeof pp, params);
+        fmt_big(tt, sizeof tt, tokens);
+        doc_list_item(d, "%s, %.0f%% on %s: %s. Ours %.1f%% [%.1f, %.1f] (%d seed%s, %ld examples each); %s "
+                         "parameters, %s training token slots%s.",
+                      p->label, p->paper_percent, REPORT_HEADLINE_MODULE, verdict_label(v), 100 * mean, 100 * lo,
+                      100 * hi, seeds, seeds == 1 ? "" : "s", n_per, pp, tt,
+                      scale ? " (the paper's scale)"
+                            : ": below the paper's scale, where an absolute accuracy is not comparable to its 244M "
+                              "models");
+    }
+    /* The interaction, on the headline module. */
+    Contrast c;
+    compute_contrast(in, &CONTRASTS[CONTRAST_INTERACTION], SCOPE_HEADLINE, &c);
+    {
+        const Verdict v = c.ok ? verdict_direction(c.boot.lo, c.boot.hi, c.n_seeds, +1) : VERDICT_NOT_RESOLVED;
+        char why[1400];
+        fmt_contrast(why, sizeof why, &c);
+        doc_list_item(d, "Answer-only loss helps MoEUT more than the Transformer, i.e. (moeut_answer - moeut_qa) - "
+                         "(dense_answer - dense_qa) > 0 (paper: (63 - 36) - (48 - 41) = +20 points): %s. Ours, in "
+                         "points on %s: %s%s.",
+                      verdict_label(v), REPORT_HEADLINE_MODULE, why,
+                      c.ok && c.n_seeds < VERDICT_MIN_SEEDS ? "; one seed: not resolved by rule" : "");
+    }
+    for (int k = 0; k < 4; k++) {
+        const DepthClaim *dc = &DEPTH_CLAIMS[k];
+        const RunGroup *a = kind(in, dc->arch_a, dc->mode_a), *b = kind(in, dc->arch_b, dc->mode_b);
+        PairedSeedDiff pd;
+        report_paired_metric_diff(a, b, METRIC_DEPTH, &pd);
+        const Verdict v = verdict_direction(pd.lo, pd.hi, pd.n, +1);
+        char nums[1024];
+        if (pd.n == 0)
+            snprintf(nums, sizeof nums, "no paired seed has both depth summaries (analysis missing or disabled)");
+        else {
+            int len = snprintf(nums, sizeof nums, "difference %+.3f", pd.mean);
+            if (pd.n >= 2) len += snprintf(nums + len, sizeof nums - (size_t)len, " [%+.3f, %+.3f]", pd.lo, pd.hi);
+            len += snprintf(nums + len, sizeof nums - (size_t)len, " over %d paired seed%s (", pd.n, pd.n == 1 ? "" : "s");
+            for (int s = 0; s < pd.n && (size_t)len < sizeof nums; s++)
+                len += snprintf(nums + len, sizeof nums - (size_t)len, "%sseed %ld: %+.3f", s ? ", " : "", pd.seeds[s],
+                                pd.diffs[s]);
+            if ((size_t)len < sizeof nums) snprintf(nums + len, sizeof nums - (size_t)len, ")");
+        }
+        const char *name_a = a ? a->run_config : "missing", *name_b = b ? b->run_config : "missing";
+        doc_list_item(d, "Depth (§5): %s, i.e. depth summary of %s > %s: %s. Ours: %s.", dc->claim, name_a, name_b,
+                      verdict_label(v), nums);
+    }
+    doc_list_end(d);
+}
+
+/* ---------------------------------------------------------------- config differences ----------------------- */
+
+void section_config_diff(Doc *d, const ReportInput *in) {
+    doc_heading(d, 2, "What differs between the runs");
+    int n = 0;
+    const RunData **runs = xcalloc((size_t)in->n + 1, sizeof *runs);
+    for (int i = 0; i < in->n; i++)
+        if (in->runs[i].has_result) runs[n++] = &in->runs[i];
+    if (n < 2) {
+        doc_para(d, "Fewer than two runs with a result record: nothing to compare.");
+        free(runs);
+        return;
+    }
+    /* Each run's effective config as recorded, plus the run's own inputs that are not in it. */
+    cJSON **cfg = xcalloc((size_t)n, sizeof *cfg);
+    for (int i = 0; i < n; i++) {
+        cfg[i] = cJSON_Duplicate(runs[i]->res.config, 1);
+        CHECK_ALLOC(cfg[i]);
+        char seed[32];
+        snprintf(seed, sizeof seed, "%ld", runs[i]->seed);
+        CHECK_ALLOC(cJSON_AddStringToObject(cfg[i], "(run) seed", runs[i]->seed >= 0 ? seed : "unknown"));
+        CHECK_ALLOC(cJSON_AddStringToObject(cfg[i], "(run) overrides",
+                                            runs[i]->identity.has_overrides ? runs[i]->identity.overrides
+                                                                            : "not recorded"));
+        CHECK_ALLOC(cJSON_AddStringToObject(cfg[i], "(run) training backend", runs[i]->res.training.backend));
+        CHECK_ALLOC(cJSON_AddStringToObject(cfg[i], "(run) training precision", runs[i]->res.training.precision));
+    }
+    const char *skip[] = {"description", NULL};
+    ConfigDiff diff;
+    config_diff((const cJSON *const *)cfg, n, skip, &diff);
+    doc_para(d, "Every key of the recorded run configs (result.json \"config\": the effective config, overrides "
+                "applied) whose value is not the same in all %d runs, plus the run's seed, --set overrides and "
+                "training backend and precision (rows \"(run) ...\"). A comparison between two runs is clean only when "
+                "they differ in the factor under study (model.arch, the loss mode) and the seed. The free-text "
+                "\"description\" key is left out. %d key%s differ%s.",
+             n, diff.n_rows, diff.n_rows == 1 ? "" : "s", diff.n_rows == 1 ? "s" : "");
+    if (diff.n_rows) {
+        const char **h = xcalloc((size_t)n + 1, sizeof *h);
+        const char **row = xcalloc((size_t)n + 1, sizeof *row);
+        h[0] = "key";
+        for (int i = 0; i < n; i++) h[i + 1] = runs[i]->name;
+        doc_table_begin(d, n + 1, h);
+        for (int r = 0; r < diff.n_rows; r++) {
+            row[0] = diff.rows[r].key;
+            for (int i = 0; i < n; i++) row[i + 1] = diff.rows[r].values[i] ? diff.rows[r].values[i] : "(absent)";
+            doc_table_row(d, n + 1, row, false);
+        }
+        doc_table_end(d);
+        free(row);
+        free(h);
+    }
+    config_diff_free(&diff);
+    for (int i = 0; i < n; i++) cJSON_Delete(cfg[i]);
+    free(cfg);
+    free(runs);
+}
+
+/* ---------------------------------------------------------------- provenance ------------------------------- */
+
+/* "value (runs a, b); other (run c)", or "value (all N runs)". */
+typedef const char *(*RunField)(const RunData *r, char *buf, size_t cap);
+
+static void provenance_item(Doc *d, const char *label, const RunData *const *runs, int n, RunField field) {
+    char *text = xcalloc(1, 1);
+    size_t len = 0;
+    bool *done = xcalloc((size_t)n + 1, sizeof *done);
+    int n_distinct = 0;
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        char vi[1024], vj[1024];
+        const char *v = field(runs[i], vi, sizeof vi);
+        char names[4096] = "";
+        int count = 0;
+        for (int j = i; j < n; j++) {
+            if (done[j] || strcmp(field(runs[j], vj, sizeof vj), v) != 0) continue;
+            done[j] = true;
+            size_t nl = strlen(names);
+            snprintf(names + nl, sizeof names - nl, "%s%s", count ? ", " : "", runs[j]->name);
+            count++;
+        }
+        size_t add = strlen(v) + strlen(names) + 32;
+        text = xrealloc(text, len + add);
+        if (count == n) len += (size_t)snprintf(text + len, add, "%s (all %d runs)", v, n);
+        else len += (size_t)snprintf(text + len, add, "%s%s (%s)", n_distinct ? "; " : "", v, names);
+        n_distinct++;
+    }
+    doc_list_item(d, "%s: %s", label, text);
+    free(done);
+    free(text);
+}
+
+static const char *f_code(const RunData *r, char *b, size_t n) { return snprintf(b, n, "%s", r->res.code_version), b; }
+static const char *f_train_hw(const RunData *r, char *b, size_t n) {
+    return snprintf(b, n, "backend %s (%s), precision %s", r->res.training.backend, r->res.training.hardware,
+                    r->res.training.precision),
+           b;
+}
+static const char *f_eval_hw(const RunData *r, char *b, size_t n) {
+    return snprintf(b, n, "backend %s (%s), precision %s", r->res.backend, r->res.hardware, r->res.precision), b;
+}
+static const char *f_analysis(const RunData *r, char *b, size_t n) {
+    if (!r->has_analysis) return "no analysis";
+    if (!r->ana.enabled) return "disabled";
+    return snprintf(b, n, "backend %s (%s), code version %s", r->ana.backend[0] ? r->ana.backend : "not recorded",
+                    r->ana.hardware[0] ? r->ana.hardware : "not recorded",
+                    r->ana.code_version[0] ? r->ana.code_version : "not recorded"),
+           b;
+}
+static const char *f_data(const RunData *r, char *b, size_t n) {
+    return snprintf(b, n, "train %s, interpolate %s, extrapolate %s", r->res.train_sha256, r->res.interpolate_sha256,
+                    r->res.extrapolate_sha256),
+           b;
+}
+static const char *f_tok(const RunData *r, char *b, size_t n) { return snprintf(b, n, "%s", r->res.tokenizer_sha256), b; }
+static const char *f_source(const RunData *r, char *b, size_t n) {
+    if (!r->res.dataset_source) return "not recorded";
+    char *src = cJSON_PrintUnformatted(r->res.dataset_source);
+    CHECK_ALLOC(src);
+    snprintf(b, n, "%s", src);
+    cJSON_free(src);
+    return b;
+}
+
+void section_provenance(Doc *d, const ReportInput *in) {
+    doc_heading(d, 2, "Provenance");
+    int n = 0;
+    const RunData **runs = xcalloc((size_t)in->n + 1, sizeof *runs);
+    for (int i = 0; i < in->n; i++) {
+        if (in->runs[i].has_result) runs[n++] = &in->runs[i];
+        else doc_para(d, "MISSING: %s/result.json does not exist.", in->runs[i].dir);
+    }
+    if (n == 0) {
+        free(runs);
+        return;
+    }
+    doc_para(d, "Each fact once per distinct value, with the runs that share it.");
+    doc_list_begin(d);
+    provenance_item(d, "code version", runs, n, f_code);
+    provenance_item(d, "training", runs, n, f_train_hw);
+    provenance_item(d, "evaluation", runs, n, f_eval_hw);
+    provenance_item(d, "depth analysis", runs, n, f_analysis);
+    provenance_item(d, "dataset sha256", runs, n, f_data);
+    provenance_item(d, "tokenizer sha256", runs, n, f_tok);
+    provenance_item(d, "data source", runs, n, f_source);
+    doc_list_end(d);
+    const char *h[] = {"run", "run config sha256", "parameters", "steps", "tokens", "train wall s", "tokens/s",
+                       "final train loss", "eval wall s"};
+    doc_table_begin(d, 9, h);
+    for (int i = 0; i < n; i++) {
+        const ResultRecord *x = &runs[i]->res;
+        char c[5][64];
+        snprintf(c[0], sizeof c[0], "%ld", x->n_params);
+        snprintf(c[1], sizeof c[1], "%ld", x->training.steps);
+        snprintf(c[2], sizeof c[2], "%ld", x->training.tokens);
+        snprintf(c[3], sizeof c[3], "%.1f", x->training.wall_time_s);
+        snprintf(c[4], sizeof c[4], "%.0f", x->training.tokens_per_s);
+        char loss[32], ew[32];
+        snprintf(loss, sizeof loss, "%.4f", x->training.final_train_loss);
+        snprintf(ew, sizeof ew, "%.1f", x->evaluation.wall_time_s);
+        const char *row[] = {runs[i]->name, x->config_sha256, c[0], c[1], c[2], c[3], c[4], loss, ew};
+        doc_table_row(d, 9, row, false);
+    }
+    doc_table_end(d);
+    /* Each distinct recorded config once, with the runs that share it. */
+    bool *done = xcalloc((size_t)n + 1, sizeof *done);
+    for (int i = 0; i < n; i++) {
+        if (done[i]) continue;
+        char names[4096] = "";
+        for (int j = i; j < n; j++) {
+            if (done[j] || !cJSON_Compare(runs[i]->res.config, runs[j]->res.config, 1)) continue;
+            done[j] = true;
+            size_t len = strlen(names);
+            snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", runs[j]->name);
+        }
+        char title[4200];
+        snprintf(title, sizeof title, "Run config of %s", names);
+        doc_heading(d, 3, title);
+        char *cfg = cJSON_Print(runs[i]->res.config);
+        CHECK_ALLOC(cfg);
+        doc_pre(d, cfg);
+        cJSON_free(cfg);
+    }
+    free(done);
+    free(runs);
+}
+
+/* ---------------------------------------------------------------- document --------------------------------- */
+
+static const char *HTML_HEAD =
+    "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>%s</title>\n<style>\n"
+    "body{font-family:sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222;line-height:1.4}\n"
+    "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}\n"
+    "th,td{border:1px solid #bbb;padding:0.25em 0.6em;text-align:right}\n"
+    "th:first-child,td:first-child{text-align:left}\nth{background:#eee}\n"
+    "pre{background:#f6f6f6;padding:0.6em;overflow-x:auto;font-size:0.85em}\n"
+    "figure{margin:1em 0;overflow-x:auto}figcaption{font-size:0.9em;color:#444}\n"
+    "</style>\n</head>\n<body>\n";
+
+void report_write_document(Doc *d, const ReportInput *in, const char *experiment, const char *runs_dir) {
+    char title[256];
+    snprintf(title, sizeof title, "DM-math depth reproduction: experiment %s", experiment);
+    sb_printf(&d->html, HTML_HEAD, "DM-math depth reproduction report");
+    doc_heading(d, 1, title);
+    doc_para(d, "Reproduction of the DeepMind Mathematics experiment of \"Do Language Models Use Their Depth "
+                "Efficiently?\" (Csordás, Manning, Potts, 2025): a dense Transformer and MoEUT, each trained with the "
+                "loss on question+answer and on the answer only. Generated by bin/report (code version %s) from %s.",
+             CODE_VERSION, runs_dir);
+    section_caveats(d, in);
+    section_verdicts(d, in);
+    section_overview(d, in);
+    section_config_diff(d, in);
+    section_headline(d, in);
+    section_seeds(d, in);
+    section_comparisons(d, in);
+    section_pooled(d, in);
+    section_modules(d, in, EVAL_INTERPOLATE);
+    section_modules(d, in, EVAL_EXTRAPOLATE);
+    section_curves(d, in);
+    section_depth(d, in);
+    section_provenance(d, in);
+    sb_puts(&d->html, "</body>\n</html>\n");
+}
