@@ -192,6 +192,21 @@ void report_require_same_data(const RunData *runs, int n) {
     }
 }
 
+void report_require_same_examples(const RunData *runs, int n) {
+    const RunData *first = NULL;
+    for (int i = 0; i < n; i++) {
+        if (!runs[i].has_predictions) continue;
+        if (!first) {
+            first = &runs[i];
+            continue;
+        }
+        char err[2048], pa[4200], pb[4200];
+        snprintf(pa, sizeof pa, "%s/%s", first->dir, PREDICTIONS_FILE_NAME);
+        snprintf(pb, sizeof pb, "%s/%s", runs[i].dir, PREDICTIONS_FILE_NAME);
+        if (prediction_tables_match(&first->pred, pa, &runs[i].pred, pb, err, sizeof err)) die("%s", err);
+    }
+}
+
 static bool listed(char **names, int n, const char *name) {
     for (int i = 0; i < n; i++)
         if (strcmp(names[i], name) == 0) return true;

@@ -39,6 +39,10 @@ char **report_list_runs(const char *runs_dir, const char *expected, int *n_out);
 /* Dies naming the first two result records evaluated on other data (tokenizer or eval sets). */
 void report_require_same_data(const RunData *runs, int n);
 
+/* Every run's predictions.jsonl must list the same examples (the runs share their eval data, so paired comparisons
+ * are possible between any two); dies naming the first two files that differ. Runs without the file are skipped. */
+void report_require_same_examples(const RunData *runs, int n);
+
 /* The seeds of one run config, ascending by seed (runs without a result are left out). */
 typedef struct {
     char run_config[128];

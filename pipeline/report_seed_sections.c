@@ -54,9 +54,10 @@ void section_seeds(Doc *d, const ReportInput *in) {
     doc_para(d, "One row per run configuration (runs/EXP/RUN is the config's own seed, runs/EXP/RUN.seed<S> seed S). "
                 "Each cell: the mean over seeds, the 95%% t-interval for the mean across seeds (Student t with n-1 "
                 "degrees of freedom: mean +- t * sd / sqrt(n), sd the sample standard deviation of the per-seed "
-                "values), then the per-seed values in seed order. It measures seed-to-seed variance of the per-seed "
+                "values; clipped to [0, 1], the range of every metric here), then the per-seed values in seed order. It measures seed-to-seed variance of the per-seed "
                 "figures, each of which also carries example noise. %s",
-             seeds >= 2 ? "" : "Intervals need >= 2 seeds: with one seed per configuration only the values are shown.");
+             seeds >= 2 ? "A configuration with one seed shows its value only."
+                        : "Intervals need >= 2 seeds: with one seed per configuration only the values are shown.");
     const char *h[] = {"run config", "seeds", "headline accuracy", "interpolate", "extrapolate", "mean accuracy",
                        "depth summary"};
     doc_table_begin(d, 7, h);
@@ -118,8 +119,13 @@ static void fmt_contrast(char *out, size_t cap, const Contrast *c) {
     fmt_points(e, sizeof e, c->boot.estimate);
     fmt_points(lo, sizeof lo, c->boot.lo);
     fmt_points(hi, sizeof hi, c->boot.hi);
-    snprintf(out, cap, "%s [%s, %s] (%d seed%s x %ld examples)", e, lo, hi, c->n_seeds, c->n_seeds == 1 ? "" : "s",
-             c->n_examples);
+    int len = snprintf(out, cap, "%s [%s, %s] (%d seed%s x %ld examples)", e, lo, hi, c->n_seeds,
+                       c->n_seeds == 1 ? "" : "s", c->n_examples);
+    if (c->n_seeds >= 2 && len > 0 && (size_t)len < cap) {
+        fmt_points(lo, sizeof lo, c->t_lo);
+        fmt_points(hi, sizeof hi, c->t_hi);
+        snprintf(out + len, cap - (size_t)len, "; t across seeds [%s, %s]", lo, hi);
+    }
 }
 
 static void fmt_mcnemar(char *out, size_t cap, const Contrast *c) {
@@ -146,7 +152,9 @@ void section_comparisons(Doc *d, const ReportInput *in) {
                 "(splitmix64); each replicate resamples the seeds with replacement, then the examples with "
                 "replacement (one draw shared by the drawn seeds, as every seed saw the same examples), and takes "
                 "the mean difference; the interval is the 2.5%% and 97.5%% quantiles. With one seed it reflects "
-                "example variance only. Per seed: the difference, and for two-configuration comparisons the exact "
+                "example variance only; with few seeds it understates seed variance, so with >= 2 seeds the "
+                "t-interval of the per-seed differences across seeds is given too (\"t across seeds\"), and the "
+                "verdicts use the union of the two. Per seed: the difference, and for two-configuration comparisons the exact "
                 "McNemar test (b = examples only the first gets right, c = only the second; two-sided p = min(1, 2 "
                 "P(X <= min(b, c))), X ~ Binomial(b + c, 1/2)). The paper column applies the same contrast to the "
                 "paper's four headline numbers.",
@@ -222,8 +230,10 @@ void section_verdicts(Doc *d, const ReportInput *in) {
                      "interval of the difference excludes 0 on the paper's side, contradicted when it excludes 0 on "
                      "the other side, not resolved otherwise; and not resolved whenever fewer than %d paired seeds "
                      "went into it (seed-to-seed variance, as large as the effects here, would be unmeasured). "
-                     "Accuracy differences use the hierarchical bootstrap of the comparisons section on the headline "
-                     "module; depth differences the t-interval across paired seeds of the per-seed depth summary.",
+                     "The interval: the union of a hierarchical bootstrap interval (accuracy: seeds and examples of "
+                     "the headline module, as in the comparisons section; depth: seeds and the analysis prompts) and "
+                     "the t-interval of the per-seed differences across paired seeds; the bootstrap alone understates "
+                     "seed variance with 2 or 3 seeds, the t-interval alone ignores example (prompt) variance.",
                   VERDICT_MIN_SEEDS);
     doc_list_item(d, "The four headline numbers: an absolute accuracy depends on model size and training length, so "
                      "unless the runs have at least %.0f%% of the paper's parameters (about 228M) AND of its training "
@@ -263,9 +273,14 @@ void section_verdicts(Doc *d, const ReportInput *in) {
     Contrast c;
     compute_contrast(in, &CONTRASTS[CONTRAST_INTERACTION], SCOPE_HEADLINE, &c);
     {
-        const Verdict v = c.ok ? verdict_direction(c.boot.lo, c.boot.hi, c.n_seeds, +1) : VERDICT_NOT_RESOLVED;
-        char why[1400];
+        const Verdict v = c.ok ? verdict_direction(c.verdict_lo, c.verdict_hi, c.n_seeds, +1) : VERDICT_NOT_RESOLVED;
+        char why[1600];
         fmt_contrast(why, sizeof why, &c);
+        if (c.ok && c.n_seeds >= 2) {
+            size_t len = strlen(why);
+            snprintf(why + len, sizeof why - len, "; verdict interval (union) [%+.1f, %+.1f]", 100 * c.verdict_lo,
+                     100 * c.verdict_hi);
+        }
         doc_list_item(d, "Answer-only loss helps MoEUT more than the Transformer, i.e. (moeut_answer - moeut_qa) - "
                          "(dense_answer - dense_qa) > 0 (paper: (63 - 36) - (48 - 41) = +20 points): %s. Ours, in "
                          "points on %s: %s%s.",
@@ -275,20 +290,27 @@ void section_verdicts(Doc *d, const ReportInput *in) {
     for (int k = 0; k < 4; k++) {
         const DepthClaim *dc = &DEPTH_CLAIMS[k];
         const RunGroup *a = kind(in, dc->arch_a, dc->mode_a), *b = kind(in, dc->arch_b, dc->mode_b);
-        PairedSeedDiff pd;
-        report_paired_metric_diff(a, b, METRIC_DEPTH, &pd);
-        const Verdict v = verdict_direction(pd.lo, pd.hi, pd.n, +1);
-        char nums[1024];
+        DepthDiff dd;
+        report_depth_diff(a, b, &dd);
+        const PairedSeedDiff pd = dd.diff;
+        const Verdict v = verdict_direction(dd.verdict_lo, dd.verdict_hi, pd.n, +1);
+        char nums[1400];
         if (pd.n == 0)
             snprintf(nums, sizeof nums, "no paired seed has both depth summaries (analysis missing or disabled)");
         else {
             int len = snprintf(nums, sizeof nums, "difference %+.3f", pd.mean);
-            if (pd.n >= 2) len += snprintf(nums + len, sizeof nums - (size_t)len, " [%+.3f, %+.3f]", pd.lo, pd.hi);
-            len += snprintf(nums + len, sizeof nums - (size_t)len, " over %d paired seed%s (", pd.n, pd.n == 1 ? "" : "s");
-            for (int s = 0; s < pd.n && (size_t)len < sizeof nums; s++)
+            if (pd.n >= 2) len += snprintf(nums + len, sizeof nums - (size_t)len, ", t across seeds [%+.3f, %+.3f]",
+                                           pd.lo, pd.hi);
+            if (dd.n_prompts)
+                len += snprintf(nums + len, sizeof nums - (size_t)len, ", bootstrap over seeds and %d prompts "
+                                "[%+.3f, %+.3f]", dd.n_prompts, dd.boot.lo, dd.boot.hi);
+            else
+                len += snprintf(nums + len, sizeof nums - (size_t)len, ", no bootstrap (the runs' prompts differ)");
+            len += snprintf(nums + len, sizeof nums - (size_t)len, "; %d paired seed%s (", pd.n, pd.n == 1 ? "" : "s");
+            for (int s = 0; s < pd.n && len > 0 && (size_t)len < sizeof nums; s++)
                 len += snprintf(nums + len, sizeof nums - (size_t)len, "%sseed %ld: %+.3f", s ? ", " : "", pd.seeds[s],
                                 pd.diffs[s]);
-            if ((size_t)len < sizeof nums) snprintf(nums + len, sizeof nums - (size_t)len, ")");
+            if (len > 0 && (size_t)len < sizeof nums) snprintf(nums + len, sizeof nums - (size_t)len, ")");
         }
         const char *name_a = a ? a->run_config : "missing", *name_b = b ? b->run_config : "missing";
         doc_list_item(d, "Depth (§5): %s, i.e. depth summary of %s > %s: %s. Ours: %s.", dc->claim, name_a, name_b,

@@ -46,6 +46,21 @@ void report_seed_summary(const RunGroup *g, Metric m, SeedSummary *out) {
         return;
     }
     mean_t_interval(out->values, out->n, &out->mean, &out->lo, &out->hi, NULL);
+    /* Every metric here is a fraction in [0, 1]; the t-interval of 2 or 3 seeds easily reaches past its ends. */
+    if (out->n >= 2) {
+        out->lo = fmax(out->lo, 0.0);
+        out->hi = fmin(out->hi, 1.0);
+    }
+}
+
+/* [min lo, max hi]; NaN when either interval is undefined (one seed: no t-interval, so no verdict interval). */
+static void union_interval(double lo1, double hi1, double lo2, double hi2, double *lo, double *hi) {
+    if (!isfinite(lo1) || !isfinite(hi1) || !isfinite(lo2) || !isfinite(hi2)) {
+        *lo = *hi = NAN;
+        return;
+    }
+    *lo = fmin(lo1, lo2);
+    *hi = fmax(hi1, hi2);
 }
 
 /* Seeds shared by every group (ascending, as the groups are). */
@@ -63,6 +78,7 @@ static int shared_seeds(const RunGroup *const *groups, int n_groups, long *seeds
 void report_contrast(const RunGroup *const *groups, const double *weights, int n_groups, Scope scope, Contrast *out) {
     memset(out, 0, sizeof *out);
     out->boot.estimate = out->boot.lo = out->boot.hi = NAN;
+    out->t_lo = out->t_hi = out->verdict_lo = out->verdict_hi = NAN;
     for (int k = 0; k < n_groups; k++)
         if (!groups[k]) {
             snprintf(out->why, sizeof out->why, "a run config of the comparison has no results");
@@ -130,6 +146,9 @@ void report_contrast(const RunGroup *const *groups, const double *weights, int n
         }
     }
     hierarchical_bootstrap_mean(values, out->n_seeds, ne, REPORT_BOOT_REPLICATES, REPORT_BOOT_RNG_SEED, &out->boot);
+    double mean;
+    mean_t_interval(out->per_seed, out->n_seeds, &mean, &out->t_lo, &out->t_hi, NULL);
+    union_interval(out->boot.lo, out->boot.hi, out->t_lo, out->t_hi, &out->verdict_lo, &out->verdict_hi);
     out->ok = true;
     free(values);
     free(idx);
@@ -147,4 +166,38 @@ void report_paired_metric_diff(const RunGroup *a, const RunGroup *b, Metric m, P
         out->diffs[out->n++] = va - vb;
     }
     if (out->n) mean_t_interval(out->diffs, out->n, &out->mean, &out->lo, &out->hi, NULL);
+}
+
+/* The analysis prompts of two records are the same ones (count and strings). */
+static bool same_prompts(const AnalysisRecord *a, const AnalysisRecord *b) {
+    if (a->n_prompts != b->n_prompts) return false;
+    for (int k = 0; k < a->n_prompts; k++)
+        if (strcmp(a->prompts[k].question, b->prompts[k].question) != 0 ||
+            strcmp(a->prompts[k].answer, b->prompts[k].answer) != 0)
+            return false;
+    return true;
+}
+
+void report_depth_diff(const RunGroup *a, const RunGroup *b, DepthDiff *out) {
+    memset(out, 0, sizeof *out);
+    out->boot.estimate = out->boot.lo = out->boot.hi = NAN;
+    out->verdict_lo = out->verdict_hi = NAN;
+    report_paired_metric_diff(a, b, METRIC_DEPTH, &out->diff);
+    if (out->diff.n == 0) return;
+    const AnalysisRecord *ref = &report_group_seed(a, out->diff.seeds[0])->ana;
+    const int np = ref->n_prompts;
+    for (int s = 0; s < out->diff.n; s++)
+        if (!same_prompts(ref, &report_group_seed(a, out->diff.seeds[s])->ana) ||
+            !same_prompts(ref, &report_group_seed(b, out->diff.seeds[s])->ana))
+            return;
+    if (np == 0) return;
+    out->n_prompts = np;
+    double *v = xcalloc((size_t)out->diff.n * (size_t)np, sizeof *v);
+    for (int s = 0; s < out->diff.n; s++)
+        for (int k = 0; k < np; k++)
+            v[(size_t)s * np + k] = report_group_seed(a, out->diff.seeds[s])->ana.prompts[k].depth_value -
+                                    report_group_seed(b, out->diff.seeds[s])->ana.prompts[k].depth_value;
+    hierarchical_bootstrap_mean(v, out->diff.n, np, REPORT_BOOT_REPLICATES, REPORT_BOOT_RNG_SEED, &out->boot);
+    free(v);
+    union_interval(out->boot.lo, out->boot.hi, out->diff.lo, out->diff.hi, &out->verdict_lo, &out->verdict_hi);
 }

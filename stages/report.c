@@ -49,6 +49,7 @@ int report_main(int argc, char **argv) {
     RunData *runs = xcalloc((size_t)n + 1, sizeof *runs);
     for (int i = 0; i < n; i++) report_run_load(&runs[i], runs_dir, names[i], experiment);
     report_require_same_data(runs, n);
+    report_require_same_examples(runs, n);
     int n_groups = 0;
     RunGroup *groups = report_group_runs(runs, n, &n_groups);
     char err[1024];
