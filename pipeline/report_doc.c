@@ -144,11 +144,11 @@ void doc_figure_row(Doc *d, int n, const char *const *files, const StrBuf *const
     sb_puts(&d->md, "\n|");
     for (int i = 0; i < n; i++) sb_puts(&d->md, "---|");
     sb_puts(&d->md, "\n|");
-    sb_puts(&d->html, "<figure><div style=\"display:flex;gap:0.5em;align-items:flex-start\">");
+    sb_puts(&d->html, "<figure><div class=\"figrow\">");
     for (int i = 0; i < n; i++) {
         if (!svgs[i]) {
             sb_puts(&d->md, " - |");
-            sb_puts(&d->html, "<div>(no map)</div>");
+            sb_puts(&d->html, "<div>(none)</div>");
             continue;
         }
         char path[4200];

@@ -251,7 +251,7 @@ char **report_list_runs(const char *runs_dir, const char *expected, int *n_out) 
         extra[n_extra++] = xstrdup(e->d_name);
     }
     closedir(d);
-    qsort(extra, (size_t)n_extra, sizeof *extra, cmp_run_name);
+    if (n_extra) qsort(extra, (size_t)n_extra, sizeof *extra, cmp_run_name);
     /* Each expected run followed by its other seeds, then the rest. */
     bool *used = xcalloc((size_t)n_extra + 1, sizeof *used);
     char **out = xmalloc((size_t)(n + n_extra + 1) * sizeof *out);
@@ -306,6 +306,9 @@ RunGroup *report_group_runs(const RunData *runs, int n, int *n_groups) {
             if (grp->runs[s]->seed == r->seed)
                 die("%s/result.json: seed %ld of run config %s is also in %s; remove one of the two", r->dir, r->seed,
                     grp->run_config, grp->runs[s]->dir);
+        if (grp->n == REPORT_MAX_SEEDS)
+            die("%s/result.json: run config %s has more than %d seeds, the most the report aggregates", r->dir,
+                grp->run_config, REPORT_MAX_SEEDS);
         grp->runs[grp->n++] = r;
     }
     for (int j = 0; j < k; j++) qsort(g[j].runs, (size_t)g[j].n, sizeof *g[j].runs, cmp_seed);

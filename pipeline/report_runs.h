@@ -43,6 +43,9 @@ void report_require_same_data(const RunData *runs, int n);
  * are possible between any two); dies naming the first two files that differ. Runs without the file are skipped. */
 void report_require_same_examples(const RunData *runs, int n);
 
+/* Most seeds of one run config the report aggregates (report_group_runs refuses more). */
+#define REPORT_MAX_SEEDS 64
+
 /* The seeds of one run config, ascending by seed (runs without a result are left out). */
 typedef struct {
     char run_config[128];
@@ -52,7 +55,7 @@ typedef struct {
 } RunGroup;
 
 /* Groups the runs with a result by run_config, in order of first appearance. Dies when two runs of one config
- * have the same seed, or differ in arch or loss mode. */
+ * have the same seed, differ in arch or loss mode, or number more than REPORT_MAX_SEEDS. */
 RunGroup *report_group_runs(const RunData *runs, int n, int *n_groups);
 void report_groups_free(RunGroup *g, int n);
 /* The group with this arch and loss mode (first in report order), or NULL. */

@@ -515,6 +515,9 @@ static const char *HTML_HEAD =
     "th:first-child,td:first-child{text-align:left}\nth{background:#eee}\n"
     "pre{background:#f6f6f6;padding:0.6em;overflow-x:auto;font-size:0.85em}\n"
     "figure{margin:1em 0;overflow-x:auto}figcaption{font-size:0.9em;color:#444}\n"
+    /* side-by-side figures share the row and scale down with it (the SVGs have viewBoxes; hover shows values) */
+    ".figrow{display:flex;gap:0.5em;align-items:flex-start}.figrow>div{flex:1 1 0;min-width:0}\n"
+    ".figrow svg{width:100%;height:auto}\n"
     "</style>\n</head>\n<body>\n";
 
 void report_write_document(Doc *d, const ReportInput *in, const char *experiment, const char *runs_dir) {

@@ -17,7 +17,6 @@
 #define REPORT_HEADLINE_MODULE "arithmetic__mul_div_multiple_longer"
 #define REPORT_BOOT_REPLICATES 2000
 #define REPORT_BOOT_RNG_SEED 20250607ull
-#define REPORT_MAX_SEEDS 64
 
 typedef enum {
     METRIC_HEADLINE,    /* extrapolate accuracy on REPORT_HEADLINE_MODULE */

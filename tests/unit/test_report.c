@@ -402,6 +402,12 @@ START_TEST(seeds_aggregated_compared_and_judged) {
     /* depth maps side by side: one row per prompt, the four configs' seed-1 runs */
     ck_assert(strstr(md, "| ![Transformer, loss on Q+A (dense_qa)](depth_dense_qa_1.svg) | ![Transformer, "
                          "answer-only loss (dense_answer)](depth_dense_answer_1.svg) |"));
+    /* ... on the row's question-region scale: question columns 0..3 peak at 0.1 * 4 * 3 / 6 = 0.2, the answer
+     * columns reach 0.333, so the bar's top tick reads ">=0.2" (saturated cells) */
+    ck_assert(strstr(md, "colour scale 0 to 0.2 (largest question-region score of the row)"));
+    char *svg = read_out("depth_dense_qa_1.svg");
+    ck_assert_msg(strstr(svg, ">\u22650.2</text>"), "no saturated-scale tick in the map");
+    free(svg);
     /* HTML well-formed, deterministic */
     char *html = read_out("report.html");
     char why[256];
