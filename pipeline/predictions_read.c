@@ -68,7 +68,8 @@ int prediction_table_load(PredictionTable *t, const char *path, char *err, size_
         }
         const char *set = str_field(j, "set"), *module = str_field(j, "module"), *q = str_field(j, "question"),
                    *a = str_field(j, "answer");
-        const cJSON *idx = cJSON_GetObjectItemCaseSensitive(j, "index"), *ok = cJSON_GetObjectItemCaseSensitive(j, "correct");
+        const cJSON *idx = cJSON_GetObjectItemCaseSensitive(j, "index"),
+                    *ok = cJSON_GetObjectItemCaseSensitive(j, "correct");
         int set_id = set && strcmp(set, "interpolate") == 0 ? 0 : set && strcmp(set, "extrapolate") == 0 ? 1 : -1;
         if (set_id < 0 || !module || !q || !a || !cJSON_IsNumber(idx) || !cJSON_IsBool(ok)) {
             snprintf(err, errlen, "%s:%ld: needs \"set\" (interpolate|extrapolate), numeric \"index\", string "

@@ -82,13 +82,15 @@ static void load_eval_curve(RunData *r, const char *path) {
         if (r->n_curve == cap) {
             cap *= 2;
             r->curve_step = xrealloc(r->curve_step, (size_t)cap * sizeof(double));
-            for (int s = 0; s < EVAL_N_SETS; s++) r->curve_acc[s] = xrealloc(r->curve_acc[s], (size_t)cap * sizeof(double));
+            for (int s = 0; s < EVAL_N_SETS; s++)
+                r->curve_acc[s] = xrealloc(r->curve_acc[s], (size_t)cap * sizeof(double));
         }
         r->curve_step[r->n_curve] = st->valuedouble;
         for (int s = 0; s < EVAL_N_SETS; s++) {
             const cJSON *set = cJSON_GetObjectItemCaseSensitive(sets, EVAL_SET_NAMES[s]);
             const cJSON *acc = set ? cJSON_GetObjectItemCaseSensitive(set, "accuracy") : NULL;
-            if (set && !cJSON_IsNumber(acc)) die("%s:%d: sets.%s.accuracy: must be a number", path, line_no, EVAL_SET_NAMES[s]);
+            if (set && !cJSON_IsNumber(acc))
+                die("%s:%d: sets.%s.accuracy: must be a number", path, line_no, EVAL_SET_NAMES[s]);
             r->curve_acc[s][r->n_curve] = set ? acc->valuedouble : NAN;
         }
         r->n_curve++;

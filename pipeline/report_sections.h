@@ -1,6 +1,7 @@
 /* The sections of bin/report, each written to both formats of the document (report_doc.h) from the loaded runs
- * (report_runs.h). report_sections.c: runs, headline, pooled and per-module accuracy, curves, depth maps,
- * caveats, provenance; report_seed_sections.c: seeds, paired comparisons, verdicts, config differences. */
+ * (report_runs.h). report_sections.c: caveats, runs, headline, pooled and per-module accuracy, curves, depth maps;
+ * report_seed_sections.c: across seeds, paired comparisons, verdicts; report_provenance.c: config differences,
+ * provenance; report_document.c: the order of the sections. */
 #ifndef PIPELINE_REPORT_SECTIONS_H
 #define PIPELINE_REPORT_SECTIONS_H
 

@@ -1,11 +1,10 @@
-/* Report sections across runs: seeds, paired comparisons, verdicts on the paper's claims, what differs between the
- * runs' configs, provenance once per distinct value, and the document's order (see report_sections.h). */
+/* Report sections across seeds: the across-seed table, paired comparisons on the same examples and the verdicts on
+ * the paper's claims (see report_sections.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/config_diff.h"
 #include "pipeline/log.h"
 #include "pipeline/report_sections.h"
 #include "pipeline/report_stats.h"
@@ -54,8 +53,9 @@ void section_seeds(Doc *d, const ReportInput *in) {
     doc_para(d, "One row per run configuration (runs/EXP/RUN is the config's own seed, runs/EXP/RUN.seed<S> seed S). "
                 "Each cell: the mean over seeds, the 95%% t-interval for the mean across seeds (Student t with n-1 "
                 "degrees of freedom: mean +- t * sd / sqrt(n), sd the sample standard deviation of the per-seed "
-                "values; clipped to [0, 1], the range of every metric here), then the per-seed values in seed order. It measures seed-to-seed variance of the per-seed "
-                "figures, each of which also carries example noise. %s",
+                "values; clipped to [0, 1], the range of every metric here), then the per-seed values in seed "
+                "order. It measures seed-to-seed variance of the per-seed figures, each of which also carries "
+                "example noise. %s",
              seeds >= 2 ? "A configuration with one seed shows its value only."
                         : "Intervals need >= 2 seeds: with one seed per configuration only the values are shown.");
     const char *h[] = {"run config", "seeds", "headline accuracy", "interpolate", "extrapolate", "mean accuracy",
@@ -72,7 +72,8 @@ void section_seeds(Doc *d, const ReportInput *in) {
         for (int m = 0; m < 5; m++) {
             SeedSummary s;
             report_seed_summary(grp, ms[m], &s);
-            fmt_summary(cells[m], sizeof cells[m], &s, ms[m] == METRIC_DEPTH ? 1 : 100, ms[m] == METRIC_DEPTH ? "" : "%");
+            fmt_summary(cells[m], sizeof cells[m], &s, ms[m] == METRIC_DEPTH ? 1 : 100,
+                        ms[m] == METRIC_DEPTH ? "" : "%");
         }
         const char *row[] = {grp->run_config, seedlist, cells[0], cells[1], cells[2], cells[3], cells[4]};
         doc_table_row(d, 7, row, false);
@@ -154,10 +155,10 @@ void section_comparisons(Doc *d, const ReportInput *in) {
                 "the mean difference; the interval is the 2.5%% and 97.5%% quantiles. With one seed it reflects "
                 "example variance only; with few seeds it understates seed variance, so with >= 2 seeds the "
                 "t-interval of the per-seed differences across seeds is given too (\"t across seeds\"), and the "
-                "verdicts use the union of the two. Per seed: the difference, and for two-configuration comparisons the exact "
-                "McNemar test (b = examples only the first gets right, c = only the second; two-sided p = min(1, 2 "
-                "P(X <= min(b, c))), X ~ Binomial(b + c, 1/2)). The paper column applies the same contrast to the "
-                "paper's four headline numbers.",
+                "verdicts use the union of the two. Per seed: the difference, and for two-configuration comparisons "
+                "the exact McNemar test (b = examples only the first gets right, c = only the second; two-sided p = "
+                "min(1, 2 P(X <= min(b, c))), X ~ Binomial(b + c, 1/2)). The paper column applies the same contrast "
+                "to the paper's four headline numbers.",
              REPORT_BOOT_REPLICATES, (unsigned long long)REPORT_BOOT_RNG_SEED);
     const char *h[] = {"comparison", "paper", "ours, headline module", "per seed (McNemar)", "ours, all examples",
                        "per seed (McNemar), all examples"};
@@ -317,230 +318,4 @@ void section_verdicts(Doc *d, const ReportInput *in) {
                       verdict_label(v), nums);
     }
     doc_list_end(d);
-}
-
-/* ---------------------------------------------------------------- config differences ----------------------- */
-
-void section_config_diff(Doc *d, const ReportInput *in) {
-    doc_heading(d, 2, "What differs between the runs");
-    int n = 0;
-    const RunData **runs = xcalloc((size_t)in->n + 1, sizeof *runs);
-    for (int i = 0; i < in->n; i++)
-        if (in->runs[i].has_result) runs[n++] = &in->runs[i];
-    if (n < 2) {
-        doc_para(d, "Fewer than two runs with a result record: nothing to compare.");
-        free(runs);
-        return;
-    }
-    /* Each run's effective config as recorded, plus the run's own inputs that are not in it. */
-    cJSON **cfg = xcalloc((size_t)n, sizeof *cfg);
-    for (int i = 0; i < n; i++) {
-        cfg[i] = cJSON_Duplicate(runs[i]->res.config, 1);
-        CHECK_ALLOC(cfg[i]);
-        char seed[32];
-        snprintf(seed, sizeof seed, "%ld", runs[i]->seed);
-        CHECK_ALLOC(cJSON_AddStringToObject(cfg[i], "(run) seed", runs[i]->seed >= 0 ? seed : "unknown"));
-        CHECK_ALLOC(cJSON_AddStringToObject(cfg[i], "(run) overrides",
-                                            runs[i]->identity.has_overrides ? runs[i]->identity.overrides
-                                                                            : "not recorded"));
-        CHECK_ALLOC(cJSON_AddStringToObject(cfg[i], "(run) training backend", runs[i]->res.training.backend));
-        CHECK_ALLOC(cJSON_AddStringToObject(cfg[i], "(run) training precision", runs[i]->res.training.precision));
-    }
-    const char *skip[] = {"description", NULL};
-    ConfigDiff diff;
-    config_diff((const cJSON *const *)cfg, n, skip, &diff);
-    doc_para(d, "Every key of the recorded run configs (result.json \"config\": the effective config, overrides "
-                "applied) whose value is not the same in all %d runs, plus the run's seed, --set overrides and "
-                "training backend and precision (rows \"(run) ...\"). A comparison between two runs is clean only when "
-                "they differ in the factor under study (model.arch, the loss mode) and the seed. The free-text "
-                "\"description\" key is left out. %d key%s differ%s.",
-             n, diff.n_rows, diff.n_rows == 1 ? "" : "s", diff.n_rows == 1 ? "s" : "");
-    if (diff.n_rows) {
-        const char **h = xcalloc((size_t)n + 1, sizeof *h);
-        const char **row = xcalloc((size_t)n + 1, sizeof *row);
-        h[0] = "key";
-        for (int i = 0; i < n; i++) h[i + 1] = runs[i]->name;
-        doc_table_begin(d, n + 1, h);
-        for (int r = 0; r < diff.n_rows; r++) {
-            row[0] = diff.rows[r].key;
-            for (int i = 0; i < n; i++) row[i + 1] = diff.rows[r].values[i] ? diff.rows[r].values[i] : "(absent)";
-            doc_table_row(d, n + 1, row, false);
-        }
-        doc_table_end(d);
-        free(row);
-        free(h);
-    }
-    config_diff_free(&diff);
-    for (int i = 0; i < n; i++) cJSON_Delete(cfg[i]);
-    free(cfg);
-    free(runs);
-}
-
-/* ---------------------------------------------------------------- provenance ------------------------------- */
-
-/* "value (runs a, b); other (run c)", or "value (all N runs)". */
-typedef const char *(*RunField)(const RunData *r, char *buf, size_t cap);
-
-static void provenance_item(Doc *d, const char *label, const RunData *const *runs, int n, RunField field) {
-    char *text = xcalloc(1, 1);
-    size_t len = 0;
-    bool *done = xcalloc((size_t)n + 1, sizeof *done);
-    int n_distinct = 0;
-    for (int i = 0; i < n; i++) {
-        if (done[i]) continue;
-        char vi[1024], vj[1024];
-        const char *v = field(runs[i], vi, sizeof vi);
-        char names[4096] = "";
-        int count = 0;
-        for (int j = i; j < n; j++) {
-            if (done[j] || strcmp(field(runs[j], vj, sizeof vj), v) != 0) continue;
-            done[j] = true;
-            size_t nl = strlen(names);
-            snprintf(names + nl, sizeof names - nl, "%s%s", count ? ", " : "", runs[j]->name);
-            count++;
-        }
-        size_t add = strlen(v) + strlen(names) + 32;
-        text = xrealloc(text, len + add);
-        if (count == n) len += (size_t)snprintf(text + len, add, "%s (all %d runs)", v, n);
-        else len += (size_t)snprintf(text + len, add, "%s%s (%s)", n_distinct ? "; " : "", v, names);
-        n_distinct++;
-    }
-    doc_list_item(d, "%s: %s", label, text);
-    free(done);
-    free(text);
-}
-
-static const char *f_code(const RunData *r, char *b, size_t n) { return snprintf(b, n, "%s", r->res.code_version), b; }
-static const char *f_train_hw(const RunData *r, char *b, size_t n) {
-    return snprintf(b, n, "backend %s (%s), precision %s", r->res.training.backend, r->res.training.hardware,
-                    r->res.training.precision),
-           b;
-}
-static const char *f_eval_hw(const RunData *r, char *b, size_t n) {
-    return snprintf(b, n, "backend %s (%s), precision %s", r->res.backend, r->res.hardware, r->res.precision), b;
-}
-static const char *f_analysis(const RunData *r, char *b, size_t n) {
-    if (!r->has_analysis) return "no analysis";
-    if (!r->ana.enabled) return "disabled";
-    return snprintf(b, n, "backend %s (%s), code version %s", r->ana.backend[0] ? r->ana.backend : "not recorded",
-                    r->ana.hardware[0] ? r->ana.hardware : "not recorded",
-                    r->ana.code_version[0] ? r->ana.code_version : "not recorded"),
-           b;
-}
-static const char *f_data(const RunData *r, char *b, size_t n) {
-    return snprintf(b, n, "train %s, interpolate %s, extrapolate %s", r->res.train_sha256, r->res.interpolate_sha256,
-                    r->res.extrapolate_sha256),
-           b;
-}
-static const char *f_tok(const RunData *r, char *b, size_t n) { return snprintf(b, n, "%s", r->res.tokenizer_sha256), b; }
-static const char *f_source(const RunData *r, char *b, size_t n) {
-    if (!r->res.dataset_source) return "not recorded";
-    char *src = cJSON_PrintUnformatted(r->res.dataset_source);
-    CHECK_ALLOC(src);
-    snprintf(b, n, "%s", src);
-    cJSON_free(src);
-    return b;
-}
-
-void section_provenance(Doc *d, const ReportInput *in) {
-    doc_heading(d, 2, "Provenance");
-    int n = 0;
-    const RunData **runs = xcalloc((size_t)in->n + 1, sizeof *runs);
-    for (int i = 0; i < in->n; i++) {
-        if (in->runs[i].has_result) runs[n++] = &in->runs[i];
-        else doc_para(d, "MISSING: %s/result.json does not exist.", in->runs[i].dir);
-    }
-    if (n == 0) {
-        free(runs);
-        return;
-    }
-    doc_para(d, "Each fact once per distinct value, with the runs that share it.");
-    doc_list_begin(d);
-    provenance_item(d, "code version", runs, n, f_code);
-    provenance_item(d, "training", runs, n, f_train_hw);
-    provenance_item(d, "evaluation", runs, n, f_eval_hw);
-    provenance_item(d, "depth analysis", runs, n, f_analysis);
-    provenance_item(d, "dataset sha256", runs, n, f_data);
-    provenance_item(d, "tokenizer sha256", runs, n, f_tok);
-    provenance_item(d, "data source", runs, n, f_source);
-    doc_list_end(d);
-    const char *h[] = {"run", "run config sha256", "parameters", "steps", "tokens", "train wall s", "tokens/s",
-                       "final train loss", "eval wall s"};
-    doc_table_begin(d, 9, h);
-    for (int i = 0; i < n; i++) {
-        const ResultRecord *x = &runs[i]->res;
-        char c[5][64];
-        snprintf(c[0], sizeof c[0], "%ld", x->n_params);
-        snprintf(c[1], sizeof c[1], "%ld", x->training.steps);
-        snprintf(c[2], sizeof c[2], "%ld", x->training.tokens);
-        snprintf(c[3], sizeof c[3], "%.1f", x->training.wall_time_s);
-        snprintf(c[4], sizeof c[4], "%.0f", x->training.tokens_per_s);
-        char loss[32], ew[32];
-        snprintf(loss, sizeof loss, "%.4f", x->training.final_train_loss);
-        snprintf(ew, sizeof ew, "%.1f", x->evaluation.wall_time_s);
-        const char *row[] = {runs[i]->name, x->config_sha256, c[0], c[1], c[2], c[3], c[4], loss, ew};
-        doc_table_row(d, 9, row, false);
-    }
-    doc_table_end(d);
-    /* Each distinct recorded config once, with the runs that share it. */
-    bool *done = xcalloc((size_t)n + 1, sizeof *done);
-    for (int i = 0; i < n; i++) {
-        if (done[i]) continue;
-        char names[4096] = "";
-        for (int j = i; j < n; j++) {
-            if (done[j] || !cJSON_Compare(runs[i]->res.config, runs[j]->res.config, 1)) continue;
-            done[j] = true;
-            size_t len = strlen(names);
-            snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", runs[j]->name);
-        }
-        char title[4200];
-        snprintf(title, sizeof title, "Run config of %s", names);
-        doc_heading(d, 3, title);
-        char *cfg = cJSON_Print(runs[i]->res.config);
-        CHECK_ALLOC(cfg);
-        doc_pre(d, cfg);
-        cJSON_free(cfg);
-    }
-    free(done);
-    free(runs);
-}
-
-/* ---------------------------------------------------------------- document --------------------------------- */
-
-static const char *HTML_HEAD =
-    "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>%s</title>\n<style>\n"
-    "body{font-family:sans-serif;max-width:1150px;margin:2em auto;padding:0 1em;color:#222;line-height:1.4}\n"
-    "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}\n"
-    "th,td{border:1px solid #bbb;padding:0.25em 0.6em;text-align:right}\n"
-    "th:first-child,td:first-child{text-align:left}\nth{background:#eee}\n"
-    "pre{background:#f6f6f6;padding:0.6em;overflow-x:auto;font-size:0.85em}\n"
-    "figure{margin:1em 0;overflow-x:auto}figcaption{font-size:0.9em;color:#444}\n"
-    /* side-by-side figures share the row and scale down with it (the SVGs have viewBoxes; hover shows values) */
-    ".figrow{display:flex;gap:0.5em;align-items:flex-start}.figrow>div{flex:1 1 0;min-width:0}\n"
-    ".figrow svg{width:100%;height:auto}\n"
-    "</style>\n</head>\n<body>\n";
-
-void report_write_document(Doc *d, const ReportInput *in, const char *experiment, const char *runs_dir) {
-    char title[256];
-    snprintf(title, sizeof title, "DM-math depth reproduction: experiment %s", experiment);
-    sb_printf(&d->html, HTML_HEAD, "DM-math depth reproduction report");
-    doc_heading(d, 1, title);
-    doc_para(d, "Reproduction of the DeepMind Mathematics experiment of \"Do Language Models Use Their Depth "
-                "Efficiently?\" (Csordás, Manning, Potts, 2025): a dense Transformer and MoEUT, each trained with the "
-                "loss on question+answer and on the answer only. Generated by bin/report (code version %s) from %s.",
-             CODE_VERSION, runs_dir);
-    section_caveats(d, in);
-    section_verdicts(d, in);
-    section_overview(d, in);
-    section_config_diff(d, in);
-    section_headline(d, in);
-    section_seeds(d, in);
-    section_comparisons(d, in);
-    section_pooled(d, in);
-    section_modules(d, in, EVAL_INTERPOLATE);
-    section_modules(d, in, EVAL_EXTRAPOLATE);
-    section_curves(d, in);
-    section_depth(d, in);
-    section_provenance(d, in);
-    sb_puts(&d->html, "</body>\n</html>\n");
 }

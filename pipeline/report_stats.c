@@ -116,8 +116,8 @@ void report_contrast(const RunGroup *const *groups, const double *weights, int n
     for (long i = 0; i < t0->n; i++)
         if (scope == SCOPE_ALL || (t0->set[i] == REPORT_HEADLINE_SET && t0->module[i] == headline)) idx[ne++] = i;
     if (ne == 0) {
-        snprintf(out->why, sizeof out->why, "no %s example of %s in predictions.jsonl", EVAL_SET_NAMES[REPORT_HEADLINE_SET],
-                 REPORT_HEADLINE_MODULE);
+        snprintf(out->why, sizeof out->why, "no %s example of %s in predictions.jsonl",
+                 EVAL_SET_NAMES[REPORT_HEADLINE_SET], REPORT_HEADLINE_MODULE);
         free(idx);
         return;
     }

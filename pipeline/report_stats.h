@@ -61,8 +61,9 @@ typedef struct {
  * group are left out). The verdict interval is the union of the hierarchical-bootstrap interval and the t-interval
  * of the per-seed values: the percentile bootstrap over 2 or 3 seeds understates seed variance (it cannot reach
  * beyond the seeds it has; the t quantile 12.7 / 4.3 corrects for that), while the t-interval alone misses example
- * variance and collapses to a point when the seeds happen to agree; a claim is settled only when both exclude 0. Not ok (with why) when a group is NULL, a run has no predictions.jsonl, no seed is shared,
- * or the scope is empty. Dies when two paired runs list different examples (prediction_tables_match). */
+ * variance and collapses to a point when the seeds happen to agree; a claim is settled only when both exclude 0.
+ * Not ok (with why) when a group is NULL, a run has no predictions.jsonl, no seed is shared, or the scope is empty.
+ * Dies when two paired runs list different examples (prediction_tables_match). */
 void report_contrast(const RunGroup *const *groups, const double *weights, int n_groups, Scope scope, Contrast *out);
 
 /* Paired across-seed difference of a per-run metric (a - b by seed number) with its t-interval. */

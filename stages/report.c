@@ -7,7 +7,7 @@
  * RUN.seed<S> (INTERFACES.md §2); the report aggregates over them. Writes report.md, report.html (SVGs inlined) and
  * the figures as .svg files beside report.md (which links them). Expected runs that have no result.json are listed
  * as missing, never silently dropped. The output holds no timestamps: the same records give byte-identical reports.
- * The sections live in pipeline/report_sections.c and report_seed_sections.c, the statistics in
+ * The sections live in pipeline/report_*.c (report_sections.h), the statistics in
  * pipeline/report_stats.c and stats.c, the verdict rules in pipeline/verdict.c. */
 #include <stdio.h>
 #include <stdlib.h>

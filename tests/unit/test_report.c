@@ -236,7 +236,8 @@ END_TEST
  *   dense_qa 40, 44; dense_answer 48, 50; moeut_qa 36, 30; moeut_answer 63, 56 (correct of 100)
  *   depth summary: dense_qa .40, .41; dense_answer .70, .72; moeut_qa .90, .92; moeut_answer .70, .71
  * so that the depth claims come out consistent (dense_answer > dense_qa: +.30, +.31; moeut_qa > dense_qa: +.50,
- * +.51), not resolved (moeut_answer vs dense_answer: 0, -.01) and contradicted (moeut_answer < moeut_qa: -.20, -.21). */
+ * +.51), not resolved (moeut_answer vs dense_answer: 0, -.01) and contradicted (moeut_answer < moeut_qa: -.20,
+ * -.21). */
 static const struct {
     const char *cfg, *arch, *mode;
     long correct[2];
@@ -252,8 +253,10 @@ static void write_predictions(const char *path, const char *run, long correct, l
     sb_printf(&b, "{\"schema\":\"dm-math-predictions\",\"schema_version\":1,\"experiment\":\"unit\",\"run\":\"%s\","
                   "\"code_version\":\"t\",\"backend\":\"cpu\",\"hardware\":\"t\",\"config_sha256\":\"a\"}\n", run);
     for (int i = 0; i < 3; i++)
-        sb_printf(&b, "{\"set\":\"interpolate\",\"index\":%d,\"module\":\"arithmetic__mul\",\"question\":\"Q: %d*2 A:\","
-                      "\"answer\":\"%d\",\"predicted\":\"0\",\"correct\":false,\"answer_loss\":1}\n", i, i, 2 * i);
+        sb_printf(&b, "{\"set\":\"interpolate\",\"index\":%d,\"module\":\"arithmetic__mul\","
+                      "\"question\":\"Q: %d*2 A:\",\"answer\":\"%d\",\"predicted\":\"0\",\"correct\":false,"
+                      "\"answer_loss\":1}\n",
+                  i, i, 2 * i);
     for (long i = 0; i < 100; i++)
         sb_printf(&b, "{\"set\":\"extrapolate\",\"index\":%ld,\"module\":\"arithmetic__mul_div_multiple_longer\","
                       "\"question\":\"Q: %ld A:\",\"answer\":\"%ld\",\"predicted\":\"x\",\"correct\":%s,"

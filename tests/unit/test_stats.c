@@ -99,7 +99,8 @@ START_TEST(t_interval_hand_worked) {
 END_TEST
 
 /* Exact McNemar: p = min(1, 2 P(X <= min(b,c))), X ~ Bin(b+c, 1/2), worked by hand:
- *   (0, 5): 2 / 32 = 0.0625;  (1, 9): 2 (1 + 10) / 1024 = 0.021484375;  (2, 10): 2 (1 + 12 + 66) / 4096 = 0.03857421875;
+ *   (0, 5): 2 / 32 = 0.0625;  (1, 9): 2 (1 + 10) / 1024 = 0.021484375;
+ *   (2, 10): 2 (1 + 12 + 66) / 4096 = 0.03857421875;
  *   (3, 3): 2 * 42 / 64 > 1 -> 1;  (0, 0): no discordant pair -> 1. */
 START_TEST(mcnemar_hand_worked) {
     ck_assert(fabs(mcnemar_exact_p(0, 5) - 0.0625) < 1e-14);
