@@ -113,10 +113,18 @@ static void fmt_tick(double v, char *out, size_t n) {
 
 void svg_heatmap(StrBuf *b, const double *values, int rows, int cols, const char *const *col_labels,
                  const HeatmapStyle *style) {
+    svg_heatmap_scaled(b, values, rows, cols, col_labels, style, 0.0);
+}
+
+void svg_heatmap_scaled(StrBuf *b, const double *values, int rows, int cols, const char *const *col_labels,
+                        const HeatmapStyle *style, double scale_max) {
     double vmax = 0;
     for (size_t i = 0; i < (size_t)rows * cols; i++)
         if (isfinite(values[i]) && values[i] > vmax) vmax = values[i];
-    const double scale = vmax > 0 ? vmax : 1.0; /* own colour scale from 0 to the map max */
+    /* Own colour scale from 0 to the map max, or the caller's (values above it saturate). */
+    const double scale = scale_max > 0 ? scale_max : (vmax > 0 ? vmax : 1.0);
+    const double bar_top = scale_max > 0 ? scale_max : vmax;
+    const int clipped = scale_max > 0 && vmax > scale_max;
 
     const int cw = cols > 0 ? (cols <= 32 ? 24 : (cols <= 64 ? 14 : 9)) : 24; /* cell size in px */
     const int ch = rows <= 8 ? 36 : (rows <= 24 ? 18 : (rows <= 48 ? 10 : 6));    /* few layers: taller rows */
@@ -205,11 +213,13 @@ void svg_heatmap(StrBuf *b, const double *values, int rows, int cols, const char
     sb_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"url(#cbar%016llx)\" stroke=\"black\"/>\n",
               bx, top, bar_w, plot_h, (unsigned long long)gid);
     for (int s = 0; s <= 2; s++) {
-        char t[32];
-        fmt_tick(vmax * s / 2.0, t, sizeof t);
+        char t[32], shown[40];
+        fmt_tick(bar_top * s / 2.0, t, sizeof t);
+        /* brighter cells exist: the top colour means "this or more" */
+        snprintf(shown, sizeof shown, "%s%s", s == 2 && clipped ? "\u2265" : "", t);
         int y = top + plot_h - (int)lround(plot_h * s / 2.0);
         sb_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>", bx + bar_w, y, bx + bar_w + 4, y);
-        sb_printf(b, "<text x=\"%d\" y=\"%d\" dominant-baseline=\"middle\">%s</text>\n", bx + bar_w + 6, y, t);
+        sb_printf(b, "<text x=\"%d\" y=\"%d\" dominant-baseline=\"middle\">%s</text>\n", bx + bar_w + 6, y, shown);
     }
     if (style && style->bar_label) {
         sb_printf(b, "<text transform=\"translate(%d,%d) rotate(-90)\" text-anchor=\"middle\">", bx + bar_w + 60,

@@ -34,6 +34,11 @@ typedef struct {
 } HeatmapStyle;
 void svg_heatmap(StrBuf *b, const double *values, int rows, int cols, const char *const *col_labels,
                  const HeatmapStyle *style);
+/* The same with a given colour scale 0..scale_max (scale_max <= 0: the map's own maximum). Values above scale_max
+ * get the top colour, and the bar's top tick reads "\u2265max", so several maps can share one scale chosen to show
+ * a region of small values (the report's question region) while the brighter cells stay visible as saturated. */
+void svg_heatmap_scaled(StrBuf *b, const double *values, int rows, int cols, const char *const *col_labels,
+                        const HeatmapStyle *style, double scale_max);
 
 /* Line plot of n_series series sharing the axes. Points with non-finite y are skipped. log_y: logarithmic y axis
  * (non-positive values skipped). */

@@ -93,9 +93,11 @@ START_TEST(headline_missing_and_html) {
     ck_assert(file_exists(p));
     snprintf(p, sizeof p, "%s/loss_qa.svg", g_out);
     ck_assert(file_exists(p));
-    /* provenance: hashes and the run config */
-    ck_assert(strstr(md, "run config sha256: aaaaaaaa"));
-    ck_assert(strstr(md, "\"description\":\t\"hand-made\""));
+    /* provenance: each value once with the runs sharing it, config hashes per run, each distinct config once */
+    ck_assert(strstr(md, "- code version: test-version (all 3 runs)"));
+    ck_assert(strstr(md, "| dense_qa | aaaaaaaa"));
+    ck_assert_int_eq(count_substr(md, "\"description\":\t\"hand-made\""), 1);
+    ck_assert(strstr(md, "### Run config of dense_qa, dense_answer, moeut_answer"));
     /* HTML: well-formed, self-contained (inline SVG, no external references), figures inlined */
     char *html = read_out("report.html");
     char why[256];
@@ -226,6 +228,233 @@ START_TEST(records_of_another_experiment_die) {
 }
 END_TEST
 
+
+/* ---------------------------------------------------------------- seeds ------------------------------------ */
+
+/* 2 seeds x 4 run configs: runs/EXP/RUN (seed 1) and RUN.seed2. Headline module: 100 extrapolate examples, example i
+ * correct iff i < k (nested correct sets, so McNemar's b and c are the accuracy differences). Per seed:
+ *   dense_qa 40, 44; dense_answer 48, 50; moeut_qa 36, 30; moeut_answer 63, 56 (correct of 100)
+ *   depth summary: dense_qa .40, .41; dense_answer .70, .72; moeut_qa .90, .92; moeut_answer .70, .71
+ * so that the depth claims come out consistent (dense_answer > dense_qa: +.30, +.31; moeut_qa > dense_qa: +.50,
+ * +.51), not resolved (moeut_answer vs dense_answer: 0, -.01) and contradicted (moeut_answer < moeut_qa: -.20,
+ * -.21). */
+static const struct {
+    const char *cfg, *arch, *mode;
+    long correct[2];
+    double depth[2];
+} SEEDED[4] = {{"dense_qa", "dense", "qa", {40, 44}, {0.40, 0.41}},
+               {"dense_answer", "dense", "answer_only", {48, 50}, {0.70, 0.72}},
+               {"moeut_qa", "moeut", "qa", {36, 30}, {0.90, 0.92}},
+               {"moeut_answer", "moeut", "answer_only", {63, 56}, {0.70, 0.71}}};
+
+static void write_predictions(const char *path, const char *run, long correct, long shift_index) {
+    StrBuf b;
+    sb_init(&b);
+    sb_printf(&b, "{\"schema\":\"dm-math-predictions\",\"schema_version\":1,\"experiment\":\"unit\",\"run\":\"%s\","
+                  "\"code_version\":\"t\",\"backend\":\"cpu\",\"hardware\":\"t\",\"config_sha256\":\"a\"}\n", run);
+    for (int i = 0; i < 3; i++)
+        sb_printf(&b, "{\"set\":\"interpolate\",\"index\":%d,\"module\":\"arithmetic__mul\","
+                      "\"question\":\"Q: %d*2 A:\",\"answer\":\"%d\",\"predicted\":\"0\",\"correct\":false,"
+                      "\"answer_loss\":1}\n",
+                  i, i, 2 * i);
+    for (long i = 0; i < 100; i++)
+        sb_printf(&b, "{\"set\":\"extrapolate\",\"index\":%ld,\"module\":\"arithmetic__mul_div_multiple_longer\","
+                      "\"question\":\"Q: %ld A:\",\"answer\":\"%ld\",\"predicted\":\"x\",\"correct\":%s,"
+                      "\"answer_loss\":1}\n", i + shift_index, i, i, i < correct ? "true" : "false");
+    rtu_write(path, b.data);
+    sb_free(&b);
+}
+
+static void make_seeded_runs(void) {
+    rtu_tmpdir(g_dir, sizeof g_dir, "test_report_seeds");
+    snprintf(g_runs, sizeof g_runs, "%s/runs", g_dir);
+    snprintf(g_out, sizeof g_out, "%s/out", g_dir);
+    char p[800], err[512], run[160];
+    for (int k = 0; k < 4; k++)
+        for (int s = 0; s < 2; s++) {
+            if (s == 0) snprintf(run, sizeof run, "%s", SEEDED[k].cfg);
+            else snprintf(run, sizeof run, "%s.seed2", SEEDED[k].cfg);
+            ResultRecord r;
+            rtu_record(&r, run, SEEDED[k].arch, SEEDED[k].mode, SEEDED[k].correct[s]);
+            /* the effective config records the seed (train --set train.seed=2 for the second) */
+            cJSON *train = cJSON_GetObjectItemCaseSensitive(r.config, "train");
+            cJSON_AddNumberToObject(train, "seed", s + 1);
+            snprintf(p, sizeof p, "%s/%s/result.json", g_runs, run);
+            ck_assert_msg(result_record_save(&r, p, err, sizeof err) == 0, "%s", err);
+            result_record_free(&r);
+            AnalysisRecord a;
+            rtu_analysis(&a, run, SEEDED[k].arch, SEEDED[k].mode, 4);
+            a.summary_value = SEEDED[k].depth[s]; /* the mean of the prompts' values, as analyze writes it */
+            for (int q = 0; q < a.n_prompts; q++) a.prompts[q].depth_value = SEEDED[k].depth[s];
+            snprintf(p, sizeof p, "%s/%s/analysis.json", g_runs, run);
+            ck_assert_msg(analysis_record_save(&a, p, err, sizeof err) == 0, "%s", err);
+            analysis_record_free(&a);
+            snprintf(p, sizeof p, "%s/%s/predictions.jsonl", g_runs, run);
+            write_predictions(p, run, SEEDED[k].correct[s], 0);
+        }
+    /* accuracy during training for one run only: drawn for it, no error for the others */
+    snprintf(p, sizeof p, "%s/dense_qa/eval_curve.jsonl", g_runs);
+    rtu_write(p, "{\"step\": 10, \"tokens\": 100, \"sets\": {\"interpolate\": {\"n\": 10, \"correct\": 1, "
+                 "\"accuracy\": 0.1, \"mean_answer_loss\": 2}, \"extrapolate\": {\"n\": 10, \"correct\": 0, "
+                 "\"accuracy\": 0, \"mean_answer_loss\": 3}}}\n"
+                 "{\"step\": 20, \"tokens\": 200, \"sets\": {\"interpolate\": {\"n\": 10, \"correct\": 3, "
+                 "\"accuracy\": 0.3, \"mean_answer_loss\": 1.5}, \"extrapolate\": {\"n\": 10, \"correct\": 1, "
+                 "\"accuracy\": 0.1, \"mean_answer_loss\": 2.5}}}\n");
+}
+
+/* The line of the Markdown that contains `key` (a static copy), for messages and further searches. */
+static const char *md_line(const char *md, const char *key) {
+    static char line[8192];
+    const char *at = strstr(md, key);
+    if (!at) return NULL;
+    const char *start = at;
+    while (start > md && start[-1] != '\n') start--;
+    const char *end = strchr(at, '\n');
+    size_t n = end ? (size_t)(end - start) : strlen(start);
+    if (n >= sizeof line) n = sizeof line - 1;
+    memcpy(line, start, n);
+    line[n] = '\0';
+    return line;
+}
+
+START_TEST(seeds_aggregated_compared_and_judged) {
+    make_seeded_runs();
+    ck_assert_int_eq(run_report(), 0);
+    char *md = read_out("report.md");
+    const char *l;
+    /* runs listed with their config and seed, each expected run followed by its other seed */
+    ck_assert(strstr(md, "| dense_qa | Transformer | Q+A |") && strstr(md, "| dense_qa.seed2 | Transformer | Q+A |"));
+    ck_assert(strstr(md, "| dense_qa | 1 |\n| dense_qa.seed2 |") || strstr(md, "| yes | dense_qa | 1 |\n"));
+    ck_assert((l = md_line(md, "| yes | dense_qa | 2 |")) != NULL);
+    /* across seeds: moeut_answer headline .63, .56 -> mean 59.5, sd .049497, half-width 12.7062 * .049497 / sqrt 2
+     * = 44.47 points -> [15.0, 104.0], clipped to 100 */
+    l = md_line(md, "| moeut_answer | 1, 2 |");
+    ck_assert_msg(l && strstr(l, "| 59.5% [15.0, 100.0] (63.0, 56.0) |"), "seeds row: %s", l ? l : md);
+    /* depth: .70, .71 -> mean .705, half-width 12.7062 * .0070711 / sqrt 2 = .0635 -> [0.641, 0.769] */
+    ck_assert_msg(strstr(l, "| 0.705 [0.641, 0.769] (0.700, 0.710) |"), "depth cell: %s", l);
+    /* headline table with seeds: mean, interval and the per-seed values */
+    /* MoEUT Q+A .36, .30: half-width 12.7062 * .042426 / sqrt 2 = 38.12 points -> [-5.1, 71.1], clipped to 0 */
+    ck_assert_msg(strstr(md, "| MoEUT | 36% | 33.0% [0.0, 71.1] over 2 seeds (36.0, 30.0; n=100 each) | 63% | "
+                             "59.5% [15.0, 100.0] over 2 seeds (63.0, 56.0; n=100 each) |"),
+                  "headline MoEUT row:\n%s", md_line(md, "| MoEUT | 36% |"));
+    ck_assert(strstr(md, "One training seed per configuration") == NULL);
+    ck_assert(strstr(md, "Seeds per configuration: dense_qa 2, dense_answer 2, moeut_qa 2, moeut_answer 2."));
+    /* paired comparisons: answer-only - Q+A for MoEUT, per seed +27 (b = 27, c = 0, p = 2 / 2^27 = 1.49e-08) and
+     * +26 (p = 2 / 2^26 = 2.98e-08); mean +26.5; t across seeds: sd .7071, half-width 6.35 -> [+20.1, +32.9] */
+    l = md_line(md, "| answer-only - Q+A, MoEUT | +27 |");
+    ck_assert_msg(l && strstr(l, "| +26.5 [") && strstr(l, "(2 seeds x 100 examples); t across seeds [+20.1, +32.9]"),
+                  "%s", l ? l : "no row");
+    ck_assert_msg(strstr(l, "seed 1: +27.0 (b=27, c=0, p=1.49e-08); seed 2: +26.0 (b=26, c=0, p=2.98e-08)"), "%s", l);
+    /* all examples: 103 per seed (3 interpolate examples all wrong) */
+    ck_assert_msg(strstr(l, "(2 seeds x 103 examples)"), "%s", l);
+    /* interaction per seed: (63-36)-(48-40) = 19, (56-30)-(50-44) = 20; mean 19.5, t across seeds [+13.1, +25.9] */
+    l = md_line(md, "| interaction (");
+    ck_assert_msg(l && strstr(l, "| +20 | +19.5 [") && strstr(l, "t across seeds [+13.1, +25.9]") &&
+                      strstr(l, "seed 1: +19.0; seed 2: +20.0"),
+                  "%s", l ? l : "");
+    /* verdicts: one line per claim, each with exactly one of the three labels */
+    ck_assert_msg(strstr(md, "- Transformer, loss on Q+A, 41% on arithmetic__mul_div_multiple_longer: not resolved at "
+                             "this size. Ours 42.0% ["),
+                  "%s", md_line(md, "- Transformer, loss on Q+A, 41%"));
+    l = md_line(md, "- Answer-only loss helps MoEUT more than the Transformer");
+    ck_assert_msg(l && strstr(l, "+20 points): consistent. Ours, in points on arithmetic__mul_div_multiple_longer: "
+                                 "+19.5 ["),
+                  "%s", l ? l : md);
+    l = md_line(md, "depth summary of dense_answer > dense_qa:");
+    /* t across seeds: sd .0070711, half-width 12.7062 * .0070711 / sqrt 2 = .0635; the prompts agree, so the
+     * bootstrap only resamples the two seeds: [.300, .310] */
+    ck_assert_msg(l && strstr(l, ": consistent. Ours: difference +0.305, t across seeds [+0.241, +0.369], bootstrap "
+                                 "over seeds and 2 prompts [+0.300, +0.310]; 2 paired seeds (seed 1: +0.300, seed 2: "
+                                 "+0.310)."),
+                  "%s", l ? l : md);
+    l = md_line(md, "depth summary of moeut_answer > dense_answer:");
+    ck_assert_msg(l && strstr(l, ": not resolved at this size. Ours: difference -0.005"), "%s", l ? l : md);
+    l = md_line(md, "depth summary of moeut_answer > moeut_qa:");
+    ck_assert_msg(l && strstr(l, ": contradicted. Ours: difference -0.205"), "%s", l ? l : md);
+    const char *v = strstr(md, "## Do the paper's claims hold here?"), *v_end = strstr(md, "## Runs");
+    ck_assert(v && v_end);
+    int n_lines = 0;
+    for (const char *q = v; q < v_end && (q = strstr(q, "\n- ")) && q < v_end; q++) {
+        const char *e = strchr(q + 1, '\n');
+        char item[4096];
+        size_t len = (size_t)(e - q);
+        if (len >= sizeof item) len = sizeof item - 1;
+        memcpy(item, q, len);
+        item[len] = '\0';
+        if (strstr(item, "Claims about a difference") || strstr(item, "The four headline numbers")) continue;
+        int labels = (strstr(item, ": consistent.") != NULL) + (strstr(item, ": contradicted.") != NULL) +
+                     (strstr(item, ": not resolved at this size.") != NULL);
+        ck_assert_msg(labels == 1, "verdict line with %d labels: %s", labels, item);
+        n_lines++;
+    }
+    ck_assert_int_eq(n_lines, 4 + 1 + 4);
+    /* what differs: the seed (recorded config and the run's own), the arch and the loss mode; not steps */
+    ck_assert(strstr(md, "| train.seed | 1 | 2 | 1 | 2 | 1 | 2 | 1 | 2 |"));
+    ck_assert(strstr(md, "| (run) seed | \"1\" | \"2\" |"));
+    ck_assert(strstr(md, "| train.steps |") == NULL);
+    /* provenance once per value */
+    ck_assert(strstr(md, "- code version: test-version (all 8 runs)"));
+    ck_assert_int_eq(count_substr(md, "test-version"), 1);
+    /* accuracy during training beside the loss for the Q+A runs; none for answer-only (no eval_curve.jsonl) */
+    char p[800];
+    snprintf(p, sizeof p, "%s/accuracy_qa.svg", g_out);
+    ck_assert(file_exists(p));
+    snprintf(p, sizeof p, "%s/accuracy_answer_only.svg", g_out);
+    ck_assert(!file_exists(p));
+    ck_assert(strstr(md, "| training loss | accuracy during training |"));
+    /* depth maps side by side: one row per prompt, the four configs' seed-1 runs */
+    ck_assert(strstr(md, "| ![Transformer, loss on Q+A (dense_qa)](depth_dense_qa_1.svg) | ![Transformer, "
+                         "answer-only loss (dense_answer)](depth_dense_answer_1.svg) |"));
+    /* ... on the row's question-region scale: question columns 0..3 peak at 0.1 * 4 * 3 / 6 = 0.2, the answer
+     * columns reach 0.333, so the bar's top tick reads ">=0.2" (saturated cells) */
+    ck_assert(strstr(md, "colour scale 0 to 0.2 (largest question-region score of the row)"));
+    char *svg = read_out("depth_dense_qa_1.svg");
+    ck_assert_msg(strstr(svg, ">\u22650.2</text>"), "no saturated-scale tick in the map");
+    free(svg);
+    /* HTML well-formed, deterministic */
+    char *html = read_out("report.html");
+    char why[256];
+    ck_assert_msg(xml_check(html, 1, why, sizeof why) == 0, "report.html not well-formed: %s", why);
+    ck_assert_int_eq(run_report(), 0);
+    char *md2 = read_out("report.md");
+    ck_assert(strcmp(md, md2) == 0);
+    free(md2);
+    free(html);
+    free(md);
+    remove_tree(g_dir);
+}
+END_TEST
+
+/* Two paired runs whose predictions.jsonl list other examples cannot be compared: refused, naming both files. */
+START_TEST(predictions_of_other_examples_die) {
+    make_seeded_runs();
+    atexit(check_no_report_dir);
+    char p[800];
+    snprintf(p, sizeof p, "%s/moeut_qa.seed2/predictions.jsonl", g_runs);
+    write_predictions(p, "moeut_qa.seed2", 30, 1000); /* other shard indices */
+    run_report();
+}
+END_TEST
+
+/* A record whose own seed disagrees with its directory name (a run copied into another seed's directory). */
+START_TEST(seed_field_disagreeing_with_directory_dies) {
+    make_seeded_runs();
+    atexit(cleanup_dir);
+    char p[800];
+    snprintf(p, sizeof p, "%s/dense_qa.seed2/result.json", g_runs);
+    char *text = rtu_read(p);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    cJSON_AddNumberToObject(j, "seed", 3);
+    char *out = cJSON_Print(j);
+    cJSON_Delete(j);
+    /* the typed reader refuses unknown keys until the seeds work adds the field; either refusal is an exit 1 */
+    rtu_write(p, out);
+    free(out);
+    run_report();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("report");
     TCase *tc = tcase_create("report");
@@ -237,6 +466,9 @@ int main(void) {
     tcase_add_exit_test(tc, analysis_of_another_run_dies, 1);
     tcase_add_exit_test(tc, records_of_other_data_die, 1);
     tcase_add_exit_test(tc, records_of_another_experiment_die, 1);
+    tcase_add_test(tc, seeds_aggregated_compared_and_judged);
+    tcase_add_exit_test(tc, predictions_of_other_examples_die, 1);
+    tcase_add_exit_test(tc, seed_field_disagreeing_with_directory_dies, 1);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

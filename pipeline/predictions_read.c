@@ -1,0 +1,148 @@
+/* predictions.jsonl reader (see predictions_read.h). */
+#include "pipeline/predictions_read.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "pipeline/atomic_file.h"
+#include "pipeline/log.h"
+#include "pipeline/predictions.h"
+
+static unsigned long long fnv1a(unsigned long long h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+/* Fields are hashed with their terminating NUL so that ("ab","c") and ("a","bc") differ. */
+static unsigned long long fnv1a_str(unsigned long long h, const char *s) { return fnv1a(h, s, strlen(s) + 1); }
+
+static const char *str_field(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+int prediction_table_module(const PredictionTable *t, const char *name) {
+    for (int i = 0; i < t->n_modules; i++)
+        if (strcmp(t->modules[i], name) == 0) return i;
+    return -1;
+}
+
+int prediction_table_load(PredictionTable *t, const char *path, char *err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    char *text = NULL;
+    size_t size = 0;
+    if (read_file_all(path, &text, &size, err, errlen)) return -1;
+    long cap = 1024, line_no = 0;
+    bool header = false;
+    int rc = -1;
+    t->set = xmalloc((size_t)cap);
+    t->module = xmalloc((size_t)cap * sizeof *t->module);
+    t->correct = xmalloc((size_t)cap);
+    t->key = xmalloc((size_t)cap * sizeof *t->key);
+    t->line = xmalloc((size_t)cap * sizeof *t->line);
+    cJSON *j = NULL;
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        line_no++;
+        if (line[strspn(line, " \t\r")] == '\0') continue;
+        j = cJSON_Parse(line);
+        if (!cJSON_IsObject(j)) {
+            snprintf(err, errlen, "%s:%ld: not a JSON object", path, line_no);
+            goto out;
+        }
+        if (!header) {
+            const char *schema = str_field(j, "schema"), *run = str_field(j, "run");
+            if (!schema || strcmp(schema, PREDICTIONS_SCHEMA) != 0 || !run) {
+                snprintf(err, errlen, "%s:%ld: not a %s header (schema, run)", path, line_no, PREDICTIONS_SCHEMA);
+                goto out;
+            }
+            snprintf(t->run, sizeof t->run, "%s", run);
+            header = true;
+            cJSON_Delete(j);
+            j = NULL;
+            continue;
+        }
+        const char *set = str_field(j, "set"), *module = str_field(j, "module"), *q = str_field(j, "question"),
+                   *a = str_field(j, "answer");
+        const cJSON *idx = cJSON_GetObjectItemCaseSensitive(j, "index"),
+                    *ok = cJSON_GetObjectItemCaseSensitive(j, "correct");
+        int set_id = set && strcmp(set, "interpolate") == 0 ? 0 : set && strcmp(set, "extrapolate") == 0 ? 1 : -1;
+        if (set_id < 0 || !module || !q || !a || !cJSON_IsNumber(idx) || !cJSON_IsBool(ok)) {
+            snprintf(err, errlen, "%s:%ld: needs \"set\" (interpolate|extrapolate), numeric \"index\", string "
+                                  "\"module\", \"question\", \"answer\" and boolean \"correct\"",
+                     path, line_no);
+            goto out;
+        }
+        if (t->n == cap) {
+            cap *= 2;
+            t->set = xrealloc(t->set, (size_t)cap);
+            t->module = xrealloc(t->module, (size_t)cap * sizeof *t->module);
+            t->correct = xrealloc(t->correct, (size_t)cap);
+            t->key = xrealloc(t->key, (size_t)cap * sizeof *t->key);
+            t->line = xrealloc(t->line, (size_t)cap * sizeof *t->line);
+        }
+        int m = prediction_table_module(t, module);
+        if (m < 0) {
+            t->modules = xrealloc(t->modules, (size_t)(t->n_modules + 1) * sizeof *t->modules);
+            t->modules[t->n_modules] = xstrdup(module);
+            m = t->n_modules++;
+        }
+        long index = (long)idx->valuedouble;
+        unsigned long long h = 1469598103934665603ull;
+        h = fnv1a_str(h, set);
+        h = fnv1a(h, &index, sizeof index);
+        h = fnv1a_str(fnv1a_str(fnv1a_str(h, module), q), a);
+        t->set[t->n] = (unsigned char)set_id;
+        t->module[t->n] = m;
+        t->correct[t->n] = cJSON_IsTrue(ok) ? 1 : 0;
+        t->key[t->n] = h;
+        t->line[t->n] = line_no;
+        t->n++;
+        cJSON_Delete(j);
+        j = NULL;
+    }
+    if (!header) {
+        snprintf(err, errlen, "%s: empty (no header line)", path);
+        goto out;
+    }
+    rc = 0;
+out:
+    cJSON_Delete(j);
+    free(text);
+    if (rc) prediction_table_free(t);
+    return rc;
+}
+
+void prediction_table_free(PredictionTable *t) {
+    free(t->set);
+    free(t->module);
+    free(t->correct);
+    free(t->key);
+    free(t->line);
+    for (int i = 0; i < t->n_modules; i++) free(t->modules[i]);
+    free(t->modules);
+    memset(t, 0, sizeof *t);
+}
+
+int prediction_tables_match(const PredictionTable *a, const char *path_a, const PredictionTable *b,
+                            const char *path_b, char *err, size_t errlen) {
+    long n = a->n < b->n ? a->n : b->n;
+    for (long i = 0; i < n; i++)
+        if (a->key[i] != b->key[i]) {
+            snprintf(err, errlen, "%s:%ld and %s:%ld: example %ld differs (set, index, module, question or answer): "
+                                  "the runs were not evaluated on the same examples, so they cannot be paired",
+                     path_a, a->line[i], path_b, b->line[i], i + 1);
+            return -1;
+        }
+    if (a->n != b->n) {
+        snprintf(err, errlen, "%s has %ld examples, %s has %ld: the runs were not evaluated on the same examples, so "
+                              "they cannot be paired",
+                 path_a, a->n, path_b, b->n);
+        return -1;
+    }
+    return 0;
+}

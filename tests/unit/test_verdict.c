@@ -1,0 +1,176 @@
+/* The report's pure pieces on constructed inputs: the verdict rules (each of the three outcomes, both directions,
+ * the one-seed and below-paper-scale rules), the config-difference table, and run identity (RUN.seed<S> names,
+ * the records' optional seed/run_config/overrides, their agreement with the directory name). */
+#include <check.h>
+#include <math.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "pipeline/config_diff.h"
+#include "pipeline/run_identity.h"
+#include "pipeline/verdict.h"
+#include "tests/unit/suite_runner.h"
+
+START_TEST(direction_three_outcomes) {
+    /* the paper says positive */
+    ck_assert_int_eq(verdict_direction(0.01, 0.20, 3, +1), VERDICT_CONSISTENT);
+    ck_assert_int_eq(verdict_direction(-0.20, -0.01, 3, +1), VERDICT_CONTRADICTED);
+    ck_assert_int_eq(verdict_direction(-0.05, 0.20, 3, +1), VERDICT_NOT_RESOLVED);
+    /* the paper says negative: the same intervals, mirrored verdicts */
+    ck_assert_int_eq(verdict_direction(0.01, 0.20, 3, -1), VERDICT_CONTRADICTED);
+    ck_assert_int_eq(verdict_direction(-0.20, -0.01, 3, -1), VERDICT_CONSISTENT);
+    ck_assert_int_eq(verdict_direction(-0.05, 0.20, 3, -1), VERDICT_NOT_RESOLVED);
+    /* an interval touching 0 does not exclude it */
+    ck_assert_int_eq(verdict_direction(0.0, 0.20, 3, +1), VERDICT_NOT_RESOLVED);
+    /* one seed: not resolved whatever the interval (seed variance unmeasured) */
+    ck_assert_int_eq(verdict_direction(0.10, 0.20, 1, +1), VERDICT_NOT_RESOLVED);
+    ck_assert_int_eq(verdict_direction(0.10, 0.20, VERDICT_MIN_SEEDS, +1), VERDICT_CONSISTENT);
+    /* undefined or inverted interval */
+    ck_assert_int_eq(verdict_direction(NAN, 0.2, 3, +1), VERDICT_NOT_RESOLVED);
+    ck_assert_int_eq(verdict_direction(0.3, 0.2, 3, +1), VERDICT_NOT_RESOLVED);
+    ck_assert_str_eq(verdict_label(VERDICT_CONSISTENT), "consistent");
+    ck_assert_str_eq(verdict_label(VERDICT_CONTRADICTED), "contradicted");
+    ck_assert_str_eq(verdict_label(VERDICT_NOT_RESOLVED), "not resolved at this size");
+}
+END_TEST
+
+START_TEST(paper_number_rule) {
+    const double tokens = PAPER_TOKENS;
+    ck_assert(verdict_at_paper_scale(228e6, tokens));
+    ck_assert(verdict_at_paper_scale(0.5 * PAPER_PARAMS, 0.5 * PAPER_TOKENS));
+    ck_assert(!verdict_at_paper_scale(0.9e6, tokens));      /* the CPU models */
+    ck_assert(!verdict_at_paper_scale(228e6, 81920));       /* paper-sized but barely trained */
+    /* at the paper's scale: inside / outside the interval */
+    ck_assert_int_eq(verdict_paper_number(0.58, 0.66, 0.63, true), VERDICT_CONSISTENT);
+    ck_assert_int_eq(verdict_paper_number(0.40, 0.50, 0.63, true), VERDICT_CONTRADICTED);
+    ck_assert_int_eq(verdict_paper_number(0.70, 0.80, 0.63, true), VERDICT_CONTRADICTED);
+    ck_assert_int_eq(verdict_paper_number(NAN, 0.8, 0.63, true), VERDICT_NOT_RESOLVED);
+    /* below it: not resolved, even when the interval excludes the number by far */
+    ck_assert_int_eq(verdict_paper_number(0.0, 0.079, 0.41, false), VERDICT_NOT_RESOLVED);
+    ck_assert_int_eq(verdict_paper_number(0.38, 0.44, 0.41, false), VERDICT_NOT_RESOLVED);
+}
+END_TEST
+
+START_TEST(config_differences) {
+    cJSON *a = cJSON_Parse("{\"description\":\"a\",\"model\":{\"arch\":\"dense\",\"d_model\":128,\"d_ff\":512},"
+                           "\"train\":{\"lr\":0.002,\"seed\":1,\"betas\":[0.9,0.99]}}");
+    cJSON *b = cJSON_Parse("{\"description\":\"b\",\"model\":{\"arch\":\"moeut\",\"d_model\":128},"
+                           "\"train\":{\"lr\":0.001,\"seed\":1,\"betas\":[0.9,0.99]}}");
+    cJSON *c = cJSON_Parse("{\"description\":\"c\",\"model\":{\"arch\":\"moeut\",\"d_model\":128},"
+                           "\"train\":{\"lr\":0.002,\"seed\":2,\"betas\":[0.9,0.999]}}");
+    ck_assert(a && b && c);
+    const cJSON *cfg[4] = {a, b, c, NULL};
+    const char *skip[] = {"description", NULL};
+    ConfigDiff d;
+    config_diff(cfg, 3, skip, &d);
+    /* sorted keys: model.arch, model.d_ff (absent in b, c), train.betas, train.lr, train.seed; d_model is equal */
+    ck_assert_int_eq(d.n_rows, 5);
+    ck_assert_str_eq(d.rows[0].key, "model.arch");
+    ck_assert_str_eq(d.rows[0].values[0], "\"dense\"");
+    ck_assert_str_eq(d.rows[0].values[2], "\"moeut\"");
+    ck_assert_str_eq(d.rows[1].key, "model.d_ff");
+    ck_assert_str_eq(d.rows[1].values[0], "512");
+    ck_assert(d.rows[1].values[1] == NULL && d.rows[1].values[2] == NULL);
+    ck_assert_str_eq(d.rows[2].key, "train.betas");
+    ck_assert_str_eq(d.rows[2].values[2], "[0.9,0.999]");
+    ck_assert_str_eq(d.rows[3].key, "train.lr");
+    ck_assert_str_eq(d.rows[3].values[1], "0.001");
+    ck_assert_str_eq(d.rows[4].key, "train.seed");
+    config_diff_free(&d);
+    /* without the skip list the description differs too; a NULL config has every key absent */
+    config_diff(cfg, 3, NULL, &d);
+    ck_assert_int_eq(d.n_rows, 6);
+    ck_assert_str_eq(d.rows[0].key, "description");
+    config_diff_free(&d);
+    const cJSON *same[2] = {a, a};
+    config_diff(same, 2, NULL, &d);
+    ck_assert_int_eq(d.n_rows, 0);
+    config_diff_free(&d);
+    const cJSON *with_null[2] = {a, NULL};
+    config_diff(with_null, 2, skip, &d);
+    ck_assert_int_eq(d.n_rows, 6); /* every key of a but the description: arch, d_model, d_ff, lr, seed, betas */
+    config_diff_free(&d);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    cJSON_Delete(c);
+}
+END_TEST
+
+START_TEST(run_names) {
+    char cfg[64];
+    long seed = -7;
+    bool suffix = true;
+    ck_assert_int_eq(run_name_split("moeut_answer", cfg, sizeof cfg, &seed, &suffix), 0);
+    ck_assert_str_eq(cfg, "moeut_answer");
+    ck_assert(!suffix && seed == -7);
+    ck_assert_int_eq(run_name_split("moeut_answer.seed12", cfg, sizeof cfg, &seed, &suffix), 0);
+    ck_assert_str_eq(cfg, "moeut_answer");
+    ck_assert(suffix && seed == 12);
+    /* not a seed suffix: the whole name is the config */
+    const char *names[] = {"x.seed", "x.seed2b", "x.seeds2", ".seed3", "a.seed2.b"};
+    for (int i = 0; i < 5; i++) {
+        suffix = false;
+        run_name_split(names[i], cfg, sizeof cfg, &seed, &suffix);
+        ck_assert_msg(!suffix && strcmp(cfg, names[i]) == 0, "%s", names[i]);
+    }
+    ck_assert_int_eq(run_name_split("abcdef.seed1", cfg, 4, &seed, &suffix), -1);
+}
+END_TEST
+
+START_TEST(record_identity) {
+    char err[512], cfgname[64];
+    long seed;
+    RecordIdentity id;
+    cJSON *config = cJSON_Parse("{\"train\":{\"seed\":5}}");
+    /* an old record (no fields): the directory suffix, else the config's train.seed */
+    cJSON *old = cJSON_Parse("{\"run\":\"dense_qa\"}");
+    ck_assert_int_eq(record_identity_read(old, "r.json", &id, err, sizeof err), 0);
+    ck_assert(!id.has_seed && !id.has_run_config && !id.has_overrides);
+    ck_assert_int_eq(run_identity_resolve("dense_qa", &id, config, "r.json", cfgname, sizeof cfgname, &seed, err,
+                                          sizeof err), 0);
+    ck_assert(seed == 5 && strcmp(cfgname, "dense_qa") == 0);
+    ck_assert_int_eq(run_identity_resolve("dense_qa.seed3", &id, config, "r.json", cfgname, sizeof cfgname, &seed,
+                                          err, sizeof err), 0);
+    ck_assert(seed == 3 && strcmp(cfgname, "dense_qa") == 0);
+    /* a new record: its own fields, checked against the directory name */
+    cJSON *rec = cJSON_Parse("{\"seed\":3,\"run_config\":\"dense_qa\",\"overrides\":[\"train.lr=0.001\","
+                             "\"train.seed=3\"]}");
+    ck_assert_int_eq(record_identity_read(rec, "r.json", &id, err, sizeof err), 0);
+    ck_assert(id.has_seed && id.seed == 3 && id.has_overrides);
+    ck_assert_str_eq(id.overrides, "train.lr=0.001, train.seed=3");
+    ck_assert_int_eq(run_identity_resolve("dense_qa.seed3", &id, config, "r.json", cfgname, sizeof cfgname, &seed,
+                                          err, sizeof err), 0);
+    ck_assert(seed == 3);
+    ck_assert_int_eq(run_identity_resolve("dense_qa.seed4", &id, config, "r.json", cfgname, sizeof cfgname, &seed,
+                                          err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "r.json: seed is 3, but the directory name \"dense_qa.seed4\" says seed 4"), "%s", err);
+    ck_assert_int_eq(run_identity_resolve("moeut_qa.seed3", &id, config, "r.json", cfgname, sizeof cfgname, &seed,
+                                          err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "run_config is \"dense_qa\""), "%s", err);
+    /* wrong types are refused, naming the field */
+    cJSON *bad = cJSON_Parse("{\"seed\":\"3\"}");
+    ck_assert_int_eq(record_identity_read(bad, "r.json", &id, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "r.json: seed:"), "%s", err);
+    cJSON_Delete(bad);
+    bad = cJSON_Parse("{\"overrides\":[1]}");
+    ck_assert_int_eq(record_identity_read(bad, "r.json", &id, err, sizeof err), -1);
+    ck_assert(strstr(err, "overrides"));
+    cJSON_Delete(bad);
+    cJSON_Delete(rec);
+    cJSON_Delete(old);
+    cJSON_Delete(config);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("verdict");
+    TCase *tc = tcase_create("verdict");
+    tcase_add_test(tc, direction_three_outcomes);
+    tcase_add_test(tc, paper_number_rule);
+    tcase_add_test(tc, config_differences);
+    tcase_add_test(tc, run_names);
+    tcase_add_test(tc, record_identity);
+    suite_add_tcase(s, tc);
+    return run_test_suite(s);
+}
