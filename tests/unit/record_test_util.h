@@ -24,6 +24,7 @@ static inline void rtu_sha(char out[65], char fill) {
 static inline void rtu_record(ResultRecord *r, const char *run, const char *arch, const char *mode,
                               long correct_per_module) {
     memset(r, 0, sizeof *r);
+    run_provenance_init(&r->prov); /* seed -1: not recorded (a zeroed struct would claim seed 0) */
     snprintf(r->experiment, sizeof r->experiment, "unit");
     snprintf(r->run, sizeof r->run, "%s", run);
     snprintf(r->arch, sizeof r->arch, "%s", arch);

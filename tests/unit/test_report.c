@@ -279,6 +279,9 @@ static void make_seeded_runs(void) {
             /* the effective config records the seed (train --set train.seed=2 for the second) */
             cJSON *train = cJSON_GetObjectItemCaseSensitive(r.config, "train");
             cJSON_AddNumberToObject(train, "seed", s + 1);
+            r.prov.seed = s + 1; /* and the record says so, as evaluate writes it */
+            snprintf(r.prov.run_config, sizeof r.prov.run_config, "%s", SEEDED[k].cfg);
+            if (s == 1) snprintf(r.prov.overrides[r.prov.n_overrides++], RUN_OVERRIDE_MAX, "train.seed=2");
             snprintf(p, sizeof p, "%s/%s/result.json", g_runs, run);
             ck_assert_msg(result_record_save(&r, p, err, sizeof err) == 0, "%s", err);
             result_record_free(&r);
@@ -445,10 +448,9 @@ START_TEST(seed_field_disagreeing_with_directory_dies) {
     char *text = rtu_read(p);
     cJSON *j = cJSON_Parse(text);
     free(text);
-    cJSON_AddNumberToObject(j, "seed", 3);
+    cJSON_ReplaceItemInObject(j, "seed", cJSON_CreateNumber(3)); /* evaluate's field, here disagreeing with ".seed2" */
     char *out = cJSON_Print(j);
     cJSON_Delete(j);
-    /* the typed reader refuses unknown keys until the seeds work adds the field; either refusal is an exit 1 */
     rtu_write(p, out);
     free(out);
     run_report();
