@@ -33,7 +33,7 @@ for r in $RUNS; do
     n=$((n + 1))
   done
   cmp -s runs/ci/$r/model.safetensors runs/ci/$r.seed2/model.safetensors && fail "$r: seed 2 has the weights of seed 1"
-  grep -q "^bin/train --config experiments/ci/$r.json .*--out runs/ci/$r.seed2 .*--set train.seed=2" $log \
+  grep -q "^bin/train --config experiments/ci/$r.json .*--set 'train.seed=2' --out runs/ci/$r.seed2 " $log \
     || fail "$r.seed2 not trained with --set train.seed=2"
   python3 - runs/ci/$r.seed2 $r <<'PY' || fail "$r.seed2: records"
 import json, sys

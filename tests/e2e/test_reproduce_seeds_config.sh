@@ -17,13 +17,13 @@ dry() { make --no-print-directory -n reproduce "$@" 2>&1; }
 
 out=$(dry EXPERIMENT=ci SEEDS=2) || { echo "$out"; fail "make -n reproduce EXPERIMENT=ci SEEDS=2"; }
 for r in dense_qa dense_answer moeut_qa moeut_answer; do
-  echo "$out" | grep -q "^bin/train --config experiments/ci/$r.json .*--out runs/ci/$r.seed2 .*--set train.seed=2$" \
+  echo "$out" | grep -q "^bin/train --config experiments/ci/$r.json .*--set 'train.seed=2' --out runs/ci/$r.seed2 " \
     || { echo "$out"; fail "SEEDS=2: no train of runs/ci/$r.seed2 with --set train.seed=2"; }
   echo "$out" | grep -q "^bin/evaluate --run runs/ci/$r.seed2 --config experiments/ci/$r.json" \
     || fail "SEEDS=2: no evaluate of $r.seed2"
-  echo "$out" | grep -q "^bin/analyze --run runs/ci/$r.seed2 --config experiments/ci/$r.json .*--set train.seed=2$" \
+  echo "$out" | grep -q "^bin/analyze --run runs/ci/$r.seed2 --config experiments/ci/$r.json .*--set 'train.seed=2' --out " \
     || fail "SEEDS=2: no analyze of $r.seed2 with --set train.seed=2"
-  echo "$out" | grep -q "^bin/train --config experiments/ci/$r.json .*--out runs/ci/$r --backend cpu --auto-resume $" \
+  echo "$out" | grep -q "^bin/train --config experiments/ci/$r.json --data data/ci --backend cpu  --out runs/ci/$r --auto-resume $" \
     || fail "SEEDS=2: the config's own seed 1 is not trained in runs/ci/$r as without seeds"
 done
 echo "$out" | grep -q -- "--expected-runs dense_qa,dense_qa.seed2,dense_answer,dense_answer.seed2,moeut_qa,moeut_qa.seed2,moeut_answer,moeut_answer.seed2$" \
@@ -41,8 +41,8 @@ cp experiments/ci/data.json experiments/ci/dense_qa.json "experiments/$exp/"
 seeds_json() { printf '%s\n' "$1" >"experiments/$exp/seeds.json"; }
 seeds_json '{"comment": "two seeds", "seeds": [1, 3]}'
 out=$(dry EXPERIMENT=$exp RUNS=dense_qa) || { echo "$out"; fail "seeds.json [1, 3]"; }
-echo "$out" | grep -q "^bin/train .*--out runs/$exp/dense_qa --backend cpu --auto-resume $" || fail "seeds.json: no own-seed run"
-echo "$out" | grep -q "^bin/train .*--out runs/$exp/dense_qa.seed3 .*--set train.seed=3$" || fail "seeds.json: no seed 3"
+echo "$out" | grep -q "^bin/train .*--backend cpu  --out runs/$exp/dense_qa --auto-resume $" || fail "seeds.json: no own-seed run"
+echo "$out" | grep -q "^bin/train .*--set 'train.seed=3' --out runs/$exp/dense_qa.seed3 " || fail "seeds.json: no seed 3"
 [ "$(echo "$out" | grep -c '^bin/train ')" = 2 ] || fail "seeds.json [1, 3]: not 2 trainings"
 out=$(dry EXPERIMENT=$exp RUNS=dense_qa SEEDS=1) || fail "SEEDS=1 with seeds.json"
 echo "$out" | grep -q -E "\.seed|--set" && fail "SEEDS=1 does not override seeds.json"
@@ -64,7 +64,7 @@ refused "a fractional seed" "experiments/$exp/seeds.json: seeds\[1\]: expected a
 seeds_json '{"seeds": []}'
 refused "no seeds" "experiments/$exp/seeds.json: seeds: expected 1 to 1000 seeds, got 0" EXPERIMENT=$exp RUNS=dense_qa
 seeds_json '{"comment": "x", "seeds": [1], "seed": 2}'
-refused "an unknown key" "experiments/$exp/seeds.json: unknown key seed" EXPERIMENT=$exp RUNS=dense_qa
+refused "an unknown key" "experiments/$exp/seeds.json: seed: unknown key (did you mean seeds?)" EXPERIMENT=$exp RUNS=dense_qa
 seeds_json '{"seeds": [1, 2'
 refused "broken JSON" "experiments/$exp/seeds.json:" EXPERIMENT=$exp RUNS=dense_qa
 rm "experiments/$exp/seeds.json"

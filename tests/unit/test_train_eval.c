@@ -64,7 +64,7 @@ START_TEST(keys_refused) {
         {", \"evaluate_every\": 10, \"keep_checkpoints\": 1", "train.keep_checkpoints"},
         {", \"keep_checkpoints\": true", "train.keep_checkpoints: needs evaluate_every > 0"},
         {", \"evaluate_every\": 0, \"keep_checkpoints\": true", "train.keep_checkpoints: needs evaluate_every > 0"},
-        {", \"evaluate_evry\": 10", "unknown key train.evaluate_evry"},
+        {", \"evaluate_evry\": 10", "train.evaluate_evry: unknown key (did you mean train.evaluate_every?)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TrainConfig tc;
