@@ -67,6 +67,7 @@ typedef struct {
     LrSchedule sched;
     TrainState st;
     long last_saved_step; /* -1 = no checkpoint of this run on disk */
+    long resumed_world_size; /* ranks that wrote the checkpoint continued here (rank 0; 0 = started fresh) */
     char metrics_path[4096], summary_path[4096];
     FILE *metrics;
     int32_t *inputs, *targets; /* [Bm, T] host */
@@ -244,6 +245,7 @@ static void start_or_resume(Trainer *t) {
     snprintf(t->st.data_tokenizer_sha256, sizeof t->st.data_tokenizer_sha256, "%s", t->shard.tokenizer_sha256);
     t->st.data_n_examples = t->shard.n_examples;
     snprintf(t->st.data_train_sha256, sizeof t->st.data_train_sha256, "%s", t->shard_sha256);
+    if (resume) t->resumed_world_size = t->st.world_size;
     if (resume && t->st.world_size != dist_world())
         log_info("the checkpoint was written by %ld rank(s), continuing with %d (the same trajectory: the data stream "
                  "and the micro-batches do not depend on the number of ranks)", t->st.world_size, dist_world());
@@ -579,7 +581,14 @@ int main(int argc, char **argv) {
             rc = 0;
         }
     } else {
-        log_info("%s already finished (%ld steps)", t.a.out_dir, t.st.step);
+        if (t.resumed_world_size > 0 && t.resumed_world_size != dist_world())
+            /* A changed NPROC: the same training within rounding (pipeline/dist.md), so the finished run stands. */
+            log_info("%s already finished (%ld steps) with %ld rank(s): %d rank(s) would train the same windows and "
+                     "micro-batches (equal within rounding), so it is left as is; to train it again with %d, start over "
+                     "(make RESUME=0, or train without --resume/--auto-resume)",
+                     t.a.out_dir, t.st.step, t.resumed_world_size, dist_world(), dist_world());
+        else
+            log_info("%s already finished (%ld steps)", t.a.out_dir, t.st.step);
         /* make reran train because an input is newer than the summary (a config saved unchanged, data re-tokenized to
          * the same bytes): mark the finished run up to date so the next make does not ask again. */
         if (dist_is_root() && utime(t.summary_path, NULL) != 0) die("%s: cannot update its time: %s", t.summary_path, strerror(errno));
