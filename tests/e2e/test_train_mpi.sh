@@ -49,6 +49,16 @@ for order in "2 1" "1 2"; do
   weights_within "$tmp/dense-1" "$d" $((8 * 128)) "resume from $1 to $2 rank(s)"
 done
 
+# A finished 1-process run asked for again with 2 ranks and --auto-resume (make NPROC=2 after a 1-process reproduce)
+# is left as is, saying why and how to retrain it.
+before=$(sha256sum "$tmp/dense-1/model.safetensors")
+mpi_train 2 --config "$cfg" --data "$tmp/data" --out "$tmp/dense-1" --auto-resume >"$tmp/again2.log" 2>&1 \
+  || { cat "$tmp/again2.log"; fail "a finished run rerun with 2 ranks"; }
+grep -q "already finished (4 steps) with 1 rank(s): 2 rank(s) would train the same windows" "$tmp/again2.log" \
+  || { cat "$tmp/again2.log"; fail "no note saying why a finished 1-process run is not retrained with 2 ranks"; }
+[ "$(sha256sum "$tmp/dense-1/model.safetensors")" = "$before" ] || fail "the finished run was changed"
+echo "ok: a finished 1-process run rerun with 2 ranks is left as is, saying why"
+
 # Refused: 3 ranks for n_microbatch 2; the finished run in --out is left alone.
 before=$(sha256sum "$tmp/dense-2/model.safetensors")
 rc=0
