@@ -50,6 +50,12 @@ REPORT_DIR := reports/$(EXPERIMENT)
 BASELINE_DIR := reports/baselines/$(EXPERIMENT)
 DATA_JSON := $(EXP_DIR)/data.json
 
+# "a b c" -> "a,b,c" (for --only and --expected-runs, and the seeds makefile's name below).
+repro_comma := ,
+repro_empty :=
+repro_space := $(repro_empty) $(repro_empty)
+repro_join = $(subst $(repro_space),$(repro_comma),$(strip $(1)))
+
 # ---- the runs: the one place where run names expand (seeds hook in here) ----
 # repro_run_dirs: the run directories for a list of run config names; repro_config: the config name of a run
 # directory; repro_run_sets: the --set overrides of a run directory (KEY=VALUE words). Every rule below goes through
@@ -86,10 +92,6 @@ repro_set_flags = $(foreach s,$(call repro_run_sets,$(1)),--set '$(s)')
 # given on the make command line overrides the section's "source".
 FETCH_ARGS := $(strip --config $(DATA_JSON) $(if $(filter command line,$(origin SOURCE)),--source '$(SOURCE)'))
 
-repro_comma := ,
-repro_empty :=
-repro_space := $(repro_empty) $(repro_empty)
-repro_join = $(subst $(repro_space),$(repro_comma),$(strip $(1)))
 
 TRAIN_SUMMARIES := $(foreach r,$(REPRO_RUN_DIRS),$(RUNS_DIR)/$(r)/train_summary.json)
 RESULTS := $(foreach r,$(REPRO_RUN_DIRS),$(RUNS_DIR)/$(r)/result.json)

@@ -10,28 +10,34 @@ cd "$(dirname "$0")/../.."
 fail() { echo "FAIL: $*"; exit 1; }
 for b in seeds train evaluate; do [ -x "bin/$b" ] || fail "bin/$b missing (run make first)"; done
 exp=_seeds_test_$$
+civ=_seeds_ci_$$ # a scratch copy of experiment ci (below)
 tmp=$(mktemp -d /tmp/test_seeds.XXXXXX)
-trap 'rm -rf "experiments/$exp" "$tmp" build/seeds/$exp-*' EXIT
+trap 'rm -rf "experiments/$exp" "experiments/$civ" "$tmp" build/seeds/$exp-* build/seeds/$civ-* "data/$civ" "runs/$civ" \
+  "reports/$civ" build/reproduce/$civ' EXIT
 
 dry() { make --no-print-directory -n reproduce "$@" 2>&1; }
 
-out=$(dry EXPERIMENT=ci SEEDS=2) || { echo "$out"; fail "make -n reproduce EXPERIMENT=ci SEEDS=2"; }
+# A scratch copy of experiment ci, so that the dry runs list every stage whatever runs/ci holds (runs of another
+# test, e.g. the seed-2 runs test_reproduce_seeds.sh leaves, would make them up to date).
+mkdir -p "experiments/$civ"
+cp experiments/ci/*.json "experiments/$civ/"
+out=$(dry EXPERIMENT=$civ SEEDS=2) || { echo "$out"; fail "make -n reproduce EXPERIMENT=$civ SEEDS=2"; }
 for r in dense_qa dense_answer moeut_qa moeut_answer; do
-  echo "$out" | grep -q "^bin/train --config experiments/ci/$r.json .*--set 'train.seed=2' --out runs/ci/$r.seed2 " \
-    || { echo "$out"; fail "SEEDS=2: no train of runs/ci/$r.seed2 with --set train.seed=2"; }
-  echo "$out" | grep -q "^bin/evaluate --run runs/ci/$r.seed2 --config experiments/ci/$r.json" \
+  echo "$out" | grep -q "^bin/train --config experiments/$civ/$r.json .*--set 'train.seed=2' --out runs/$civ/$r.seed2 " \
+    || { echo "$out"; fail "SEEDS=2: no train of runs/$civ/$r.seed2 with --set train.seed=2"; }
+  echo "$out" | grep -q "^bin/evaluate --run runs/$civ/$r.seed2 --config experiments/$civ/$r.json" \
     || fail "SEEDS=2: no evaluate of $r.seed2"
-  echo "$out" | grep -q "^bin/analyze --run runs/ci/$r.seed2 --config experiments/ci/$r.json .*--set 'train.seed=2' --out " \
+  echo "$out" | grep -q "^bin/analyze --run runs/$civ/$r.seed2 --config experiments/$civ/$r.json .*--set 'train.seed=2' --out " \
     || fail "SEEDS=2: no analyze of $r.seed2 with --set train.seed=2"
-  echo "$out" | grep -q "^bin/train --config experiments/ci/$r.json --data data/ci --backend cpu  --out runs/ci/$r --auto-resume $" \
-    || fail "SEEDS=2: the config's own seed 1 is not trained in runs/ci/$r as without seeds"
+  echo "$out" | grep -q "^bin/train --config experiments/$civ/$r.json --data data/$civ --backend cpu  --out runs/$civ/$r --auto-resume $" \
+    || fail "SEEDS=2: the config's own seed 1 is not trained in runs/$civ/$r as without seeds"
 done
 echo "$out" | grep -q -- "--expected-runs dense_qa,dense_qa.seed2,dense_answer,dense_answer.seed2,moeut_qa,moeut_qa.seed2,moeut_answer,moeut_answer.seed2$" \
   || fail "SEEDS=2: the report does not expect all 8 run directories"
 echo "$out" | grep -q "seed1" && fail "SEEDS=2: a .seed1 directory (seed 1 is the configs' own)"
 echo "ok: SEEDS=2 dry run: RUN and RUN.seed2 (--set train.seed=2) for each run, report expects 8"
 
-out=$(dry EXPERIMENT=ci) || fail "make -n reproduce EXPERIMENT=ci"
+out=$(dry EXPERIMENT=$civ) || fail "make -n reproduce EXPERIMENT=$civ"
 echo "$out" | grep -q -E "\.seed|--set" && { echo "$out"; fail "a single seed shows seed directories or --set"; }
 [ "$(echo "$out" | grep -c '^bin/train ')" = 4 ] || fail "a single seed does not train 4 runs"
 echo "ok: without seeds: 4 runs, no .seed directory, no --set"
