@@ -1,7 +1,7 @@
 /* SentencePiece-style BPE tokenizer (dm-math-training-code.md §C.4), written here in C.
  * 512 pieces, ids 0-2 reserved for <unk>, <s>, </s>; whitespace as U+2581 with a dummy prefix; runs of whitespace
  * collapsed and leading/trailing whitespace removed; pieces never cross whitespace; digits are always single pieces;
- * pieces are at most 16 characters. Stored as JSON (see README "Tokenizer file"). */
+ * pieces are at most 16 characters. Stored as JSON (see datasets/README.md). */
 #ifndef DATASETS_TOKENIZER_H
 #define DATASETS_TOKENIZER_H
 

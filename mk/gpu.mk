@@ -1,5 +1,5 @@
 # GPU checks and benchmark of the CUDA backend (issue 5). The work is done by mk/gpu_run.sh, so a GPU machine
-# without make can run the same steps (README, "GPU checklist (issue 5)").
+# without make can run the same steps (tests/GPU_CHECKLIST.md).
 #   make test-gpu             CUDA unit programs (cuda_backend_vs_cpu, cuda_twin_compare, cuda_model_vs_cpu) and the
 #                             CUDA end-to-end scripts (test_cuda_inspect.sh, test_cuda_resume.sh); they skip (exit 77,
 #                             "SKIP: ...") where no usable GPU exists

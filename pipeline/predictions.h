@@ -7,7 +7,7 @@
  *   ... one line per evaluated example, interpolate then extrapolate, each in shard order
  *
  * The header's fields equal the result record's of the same evaluation (config_sha256 matches a predictions file to
- * its record); the lines' counts and losses add up to the record's (README "evaluate"). The writers only format: the
+ * its record); the lines' counts and losses add up to the record's (stages/README.md, "evaluate"). The writers only format: the
  * caller owns the (atomic) file. */
 #ifndef PIPELINE_PREDICTIONS_H
 #define PIPELINE_PREDICTIONS_H

@@ -378,7 +378,7 @@ def self_test(device):
     fl = train_flops_per_token(moe, 8)
     check("FLOPs by hand, MoEUT", (fl["active_params"], fl["matmul"], fl["attention"], fl["total"]) ==
           (1272, 7632, 2304, 9936), str(fl))
-    # (2) the paper configs (values worked out by hand in the README GPU checklist section and below):
+    # (2) the paper configs (values worked out by hand in tests/GPU_CHECKLIST.md and below):
     #   dense: per layer 4*1024*1024 + 2*1024*4110 = 12,611,584; x18 = 227,008,512; + head 524,288 = 227,532,800
     #   MoEUT: per application 1,048,576 (q,k) + 81,920 (att routers) + 2,097,152 (V,O: 4 heads x 2 experts) +
     #          396,288 (FFN router) + 4,194,304 (16 experts) = 7,818,240; x18 = 140,728,320; + head = 141,252,608

@@ -235,7 +235,7 @@ def check_evaluate(name, model, run_dir, data):
 
 
 def bpe_encode(pieces, text):
-    """SentencePiece BPE encoding (README 'tokenize'): whitespace collapsed, dummy prefix, spaces as U+2581, pieces
+    """SentencePiece BPE encoding (datasets/README.md): whitespace collapsed, dummy prefix, spaces as U+2581, pieces
     never cross a U+2581 boundary, repeatedly merge the adjacent pair whose concatenation is the highest-scoring
     piece (leftmost on ties)."""
     score = {p["piece"]: (p["score"], i) for i, p in enumerate(pieces) if p["type"] == "normal"}
