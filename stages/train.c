@@ -72,6 +72,7 @@ typedef struct {
     FILE *metrics;
     int32_t *inputs, *targets; /* [Bm, T] host */
     uint8_t *valid;            /* [Bm, T] host */
+    double *mb_values;         /* [n_microbatch, 3] host: each micro-batch's ce, reg_ffn, reg_att, reduced per step */
     TrainEval eval;            /* train.evaluate_every: accuracy during training (model/train_eval.h) */
 } Trainer;
 
@@ -144,6 +145,7 @@ static void create_model(Trainer *t) {
     t->inputs = xmalloc(cells * sizeof *t->inputs);
     t->targets = xmalloc(cells * sizeof *t->targets);
     t->valid = xmalloc(cells * sizeof *t->valid);
+    t->mb_values = xmalloc((size_t)t->tc.n_microbatch * 3 * sizeof *t->mb_values);
     if (loader_init(&t->loader, &t->shard, (int)t->tc.context, t->tc.loss_on_target_only, train_seed_loader(&t->tc),
                     err, sizeof err) != 0)
         die("%s/train.shard: %s", t->a.data_dir, err);
@@ -281,7 +283,8 @@ static StepResult run_microbatches(Trainer *t, long step_number) {
     StepResult r = {0};
     const int nmb = (int)t->tc.n_microbatch, bm = (int)(t->tc.batch_size / nmb), T = (int)t->tc.context;
     const double w = 1.0 / nmb;
-    double *mb = xcalloc((size_t)nmb * 3, sizeof *mb); /* per micro-batch: ce, reg_ffn, reg_att */
+    double *mb = t->mb_values; /* allocated at setup: a step allocates nothing */
+    memset(mb, 0, (size_t)nmb * 3 * sizeof *mb); /* other ranks' slots stay 0 for the sum */
     for (int k = 0; k < nmb; k++) {
         r.real_tokens += loader_next_batch(&t->loader, bm, t->inputs, t->targets, t->valid);
         if (!dist_owns_microbatch(k)) continue;
@@ -303,7 +306,6 @@ static StepResult run_microbatches(Trainer *t, long step_number) {
         r.reg_att += w * reg_att;
         r.loss += w * (ce + t->mc.entropy_reg * reg_ffn + t->mc.att_entropy_reg * reg_att);
     }
-    free(mb);
     /* reg_ffn is the FFN entropy regularizer summed over the distinct MoE modules: minus the entropy of the mean routing
      * distribution as the reference computes it (masked, with its [B,B] broadcast, so it differs from the plain
      * entropy by a small -r*log r term, ~1e-3 on tiny windows). Logged per module with the sign flipped. */
@@ -597,6 +599,7 @@ int main(int argc, char **argv) {
     free(t.inputs);
     free(t.targets);
     free(t.valid);
+    free(t.mb_values);
     loader_free(&t.loader);
     adamw_free(&t.opt);
     model_free(t.m);
