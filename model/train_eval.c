@@ -17,15 +17,6 @@
 /* Temporary directory of a checkpoint being kept: "<checkpoints>/.keep.tmp.<pid>" (stale ones are removed). */
 #define KEEP_TMP_PREFIX ".keep.tmp."
 
-static int join(char *out, size_t n, const char *dir, const char *file, char *err, size_t errlen) {
-    int len = snprintf(out, n, "%s/%s", dir, file);
-    if (len < 0 || (size_t)len >= n) {
-        set_err(err, errlen, "%s/%s: path too long", dir, file);
-        return -1;
-    }
-    return 0;
-}
-
 int train_eval_open(TrainEval *te, const TrainConfig *tc, const char *run_dir, const char *data_dir,
                     const char *tokenizer_sha256, char *err, size_t errlen) {
     memset(te, 0, sizeof *te);
@@ -36,8 +27,8 @@ int train_eval_open(TrainEval *te, const TrainConfig *tc, const char *run_dir, c
         set_err(err, errlen, "%s: path too long", run_dir);
         return -1;
     }
-    if (join(te->curve_path, sizeof te->curve_path, run_dir, TRAIN_EVAL_CURVE_FILE, err, errlen) ||
-        join(te->checkpoints_dir, sizeof te->checkpoints_dir, run_dir, TRAIN_EVAL_CHECKPOINTS_DIR, err, errlen))
+    if (path_join_checked(te->curve_path, sizeof te->curve_path, run_dir, TRAIN_EVAL_CURVE_FILE, err, errlen) ||
+        path_join_checked(te->checkpoints_dir, sizeof te->checkpoints_dir, run_dir, TRAIN_EVAL_CHECKPOINTS_DIR, err, errlen))
         return -1;
     if (te->every == 0) return 0;
     return eval_shards_open(data_dir, tokenizer_sha256, te->shards, te->shard_paths, err, errlen);
@@ -134,9 +125,9 @@ int train_eval_keep_checkpoint(const TrainEval *te, Model *m, long step, const c
                                size_t errlen) {
     char tmp[4608], final_dir[4608], name[64], path[4700];
     snprintf(name, sizeof name, "step%ld", step);
-    if (join(final_dir, sizeof final_dir, te->checkpoints_dir, name, err, errlen)) return -1;
+    if (path_join_checked(final_dir, sizeof final_dir, te->checkpoints_dir, name, err, errlen)) return -1;
     snprintf(name, sizeof name, KEEP_TMP_PREFIX "%ld", (long)getpid());
-    if (join(tmp, sizeof tmp, te->checkpoints_dir, name, err, errlen)) return -1;
+    if (path_join_checked(tmp, sizeof tmp, te->checkpoints_dir, name, err, errlen)) return -1;
     remove_stale_temps(te->checkpoints_dir, KEEP_TMP_PREFIX);
     if (remove_tree(tmp) != 0) { /* a leftover of this very pid (absent is fine) */
         set_err(err, errlen, "%s: cannot remove: %s", tmp, strerror(errno));
@@ -144,9 +135,9 @@ int train_eval_keep_checkpoint(const TrainEval *te, Model *m, long step, const c
     }
     if (mkdir_p(tmp, err, errlen) != 0) return -1;
     /* the summary last, as in the run directory: its presence means the weights beside it are complete */
-    int rc = join(path, sizeof path, tmp, "model.safetensors", err, errlen);
+    int rc = path_join_checked(path, sizeof path, tmp, "model.safetensors", err, errlen);
     if (rc == 0) rc = model_save_safetensors(m, path, err, errlen);
-    if (rc == 0) rc = join(path, sizeof path, tmp, "train_summary.json", err, errlen);
+    if (rc == 0) rc = path_join_checked(path, sizeof path, tmp, "train_summary.json", err, errlen);
     if (rc == 0) rc = json_save_file(path, summary, err, errlen);
     if (rc == 0) rc = rename_dir_atomic(tmp, final_dir, err, errlen);
     if (rc != 0) remove_tree(tmp);
@@ -155,12 +146,12 @@ int train_eval_keep_checkpoint(const TrainEval *te, Model *m, long step, const c
 
 int train_eval_start_over(const char *run_dir, char *err, size_t errlen) {
     char path[4352];
-    if (join(path, sizeof path, run_dir, TRAIN_EVAL_CURVE_FILE, err, errlen)) return -1;
+    if (path_join_checked(path, sizeof path, run_dir, TRAIN_EVAL_CURVE_FILE, err, errlen)) return -1;
     if (unlink(path) != 0 && errno != ENOENT) {
         set_err(err, errlen, "%s: cannot remove: %s", path, strerror(errno));
         return -1;
     }
-    if (join(path, sizeof path, run_dir, TRAIN_EVAL_CHECKPOINTS_DIR, err, errlen)) return -1;
+    if (path_join_checked(path, sizeof path, run_dir, TRAIN_EVAL_CHECKPOINTS_DIR, err, errlen)) return -1;
     if (remove_tree(path) != 0) { /* absent is fine */
         set_err(err, errlen, "%s: cannot remove: %s", path, strerror(errno));
         return -1;
@@ -170,16 +161,16 @@ int train_eval_start_over(const char *run_dir, char *err, size_t errlen) {
 
 int train_eval_resume(const char *run_dir, long step, char *err, size_t errlen) {
     char path[4352];
-    if (join(path, sizeof path, run_dir, TRAIN_EVAL_CURVE_FILE, err, errlen)) return -1;
+    if (path_join_checked(path, sizeof path, run_dir, TRAIN_EVAL_CURVE_FILE, err, errlen)) return -1;
     if (jsonl_keep_steps_upto(path, step, err, errlen) != 0) return -1;
-    if (join(path, sizeof path, run_dir, TRAIN_EVAL_CHECKPOINTS_DIR, err, errlen)) return -1;
+    if (path_join_checked(path, sizeof path, run_dir, TRAIN_EVAL_CHECKPOINTS_DIR, err, errlen)) return -1;
     DIR *d = opendir(path);
     if (!d) return 0; /* none kept */
     int rc = 0;
     for (struct dirent *e; rc == 0 && (e = readdir(d));) {
         if (!train_eval_checkpoint_name_ok(e->d_name) || strtol(e->d_name + 4, NULL, 10) <= step) continue;
         char sub[4700];
-        rc = join(sub, sizeof sub, path, e->d_name, err, errlen);
+        rc = path_join_checked(sub, sizeof sub, path, e->d_name, err, errlen);
         if (rc == 0 && remove_tree(sub) != 0) {
             set_err(err, errlen, "%s: cannot remove: %s", sub, strerror(errno));
             rc = -1;

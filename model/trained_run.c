@@ -11,16 +11,6 @@
 #include "pipeline/config.h"
 #include "pipeline/log.h"
 
-/* dir/file into out; -1 with err if it does not fit. */
-static int join_path(char *out, size_t n, const char *dir, const char *file, char *err, size_t errlen) {
-    int len = snprintf(out, n, "%s/%s", dir, file);
-    if (len < 0 || (size_t)len >= n) {
-        set_err(err, errlen, "%s/%s: path too long", dir, file);
-        return -1;
-    }
-    return 0;
-}
-
 /* run = last path component of the run directory, experiment = the one before it (trailing slashes ignored). */
 static void run_names(const char *run_dir, char *experiment, size_t elen, char *run, size_t rlen) {
     char *a = xstrdup(run_dir), *b = xstrdup(run_dir);
@@ -64,8 +54,8 @@ int trained_run_use_checkpoint(TrainedRun *r, const char *name, char *err, size_
         return -1;
     }
     char dir[4352];
-    if (join_path(dir, sizeof dir, r->run_dir, TRAIN_EVAL_CHECKPOINTS_DIR, err, errlen)) return -1;
-    if (join_path(r->weights_dir, sizeof r->weights_dir, dir, name, err, errlen)) return -1;
+    if (path_join_checked(dir, sizeof dir, r->run_dir, TRAIN_EVAL_CHECKPOINTS_DIR, err, errlen)) return -1;
+    if (path_join_checked(r->weights_dir, sizeof r->weights_dir, dir, name, err, errlen)) return -1;
     if (!file_exists(r->weights_dir)) {
         set_err(err, errlen, "--checkpoint %s: %s does not exist (train keeps checkpoints at evaluate_every steps when "
                 "train.keep_checkpoints is true)", name, r->weights_dir);
@@ -76,7 +66,7 @@ int trained_run_use_checkpoint(TrainedRun *r, const char *name, char *err, size_
 
 int trained_run_open(TrainedRun *r, const char *data_dir, char *err, size_t errlen) {
     char path[4352];
-    if (join_path(path, sizeof path, r->weights_dir, "train_summary.json", err, errlen)) return -1;
+    if (path_join_checked(path, sizeof path, r->weights_dir, "train_summary.json", err, errlen)) return -1;
     if (!file_exists(path) && strcmp(r->weights_dir, r->run_dir) != 0) {
         set_err(err, errlen, "%s: missing: the checkpoint %s was not completely written", path, r->weights_dir);
         return -1;
@@ -102,7 +92,7 @@ int trained_run_open(TrainedRun *r, const char *data_dir, char *err, size_t errl
                 path, r->summary.config_sha256, r->config_path, r->config_sha256);
         return -1;
     }
-    if (join_path(path, sizeof path, data_dir, "tokenizer.json", err, errlen)) return -1;
+    if (path_join_checked(path, sizeof path, data_dir, "tokenizer.json", err, errlen)) return -1;
     r->tok = tokenizer_load(path, err, errlen);
     if (!r->tok) return -1;
     /* The model's ids mean the pieces of the tokenizer it was trained with; data re-tokenized since (another corpus
@@ -127,7 +117,7 @@ int trained_run_load_model(TrainedRun *r, const char *backend_name, char *err, s
     r->be->precision = PRECISION_FP32; /* evaluation (§C.7) and the analysis (§D) run in fp32 */
 
     /* The model is built from the checkpoint's own config, which must be the run config's model. */
-    if (join_path(path, sizeof path, r->weights_dir, "model.safetensors", err, errlen)) return -1;
+    if (path_join_checked(path, sizeof path, r->weights_dir, "model.safetensors", err, errlen)) return -1;
     ModelConfig mc;
     if (model_read_checkpoint_config(path, &mc, err, errlen)) return -1;
     const ModelConfig *want = &r->config_mc;

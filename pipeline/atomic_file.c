@@ -321,3 +321,12 @@ int rename_dir_atomic(const char *tmp_dir, const char *final_dir, char *err, siz
     }
     return 0;
 }
+
+int path_join_checked(char *out, size_t n, const char *dir, const char *file, char *err, size_t errlen) {
+    int len = snprintf(out, n, "%s/%s", dir, file);
+    if (len < 0 || (size_t)len >= n) {
+        set_err(err, errlen, "%s/%s: path too long", dir, file);
+        return -1;
+    }
+    return 0;
+}

@@ -32,5 +32,7 @@ int remove_tree(const char *dir); /* rm -rf */
  * and names not of that form, are kept. Returns how many were removed. */
 int remove_stale_temps(const char *dir, const char *prefix);
 int file_exists(const char *path);
+/* "dir/file" into out[n]: 0, or -1 with "dir/file: path too long" in err when it does not fit. */
+int path_join_checked(char *out, size_t n, const char *dir, const char *file, char *err, size_t errlen);
 
 #endif
