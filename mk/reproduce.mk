@@ -71,12 +71,23 @@ ifneq ($(filter reproduce reproduce-stages train evaluate analyze report compare
                 $(REPORT_DIR)/%,$(MAKECMDGOALS)),)
 REPRO_SEEDS_MK := build/seeds/$(EXPERIMENT)-$(if $(strip $(SEEDS)),n$(strip $(SEEDS)),json)-$(call repro_join,$(RUNS)).mk
 include $(REPRO_SEEDS_MK)
+# A refusal is recorded IN the generated makefile (REPRO_SEEDS_ERROR) rather than as a failed recipe: under make -k
+# (also make test's -k, which reaches inner makes through MAKEFLAGS) a failed recipe let make go on with the seeds
+# list of an earlier, stale file. repro_seeds_refusal raises it as $(error) where the first recipe line of every
+# stage, of reproduce-check and of compare is expanded: after make has remade this file (so a fixed seeds.json is
+# read again; not in a prerequisite list, whose second expansion make may do before remaking) and before any work. ('$$' -> '$$$$' and '#' -> '\#' keep the message literal.)
 $(REPRO_SEEDS_MK): $(REPRO_SEEDS_JSON) $(foreach r,$(RUNS),$(EXP_DIR)/$(r).json) bin/seeds
 	@mkdir -p $(@D)
-	@dirs=$$(bin/seeds --experiment $(EXP_DIR) --runs $(call repro_join,$(RUNS)) \
-	  $(if $(strip $(SEEDS)),--count '$(strip $(SEEDS))')) && echo "REPRO_RUN_DIRS := $$dirs" > $@
+	@if dirs=$$(bin/seeds --experiment $(EXP_DIR) --runs $(call repro_join,$(RUNS)) \
+	      $(if $(strip $(SEEDS)),--count '$(strip $(SEEDS))') 2>$@.err); then \
+	  echo "REPRO_RUN_DIRS := $$dirs" > $@.tmp; \
+	else \
+	  msg=$$(grep -m1 . $@.err | sed -e 's/\$$/$$$$/g' -e 's/#/\\#/g'); \
+	  echo "REPRO_SEEDS_ERROR := $${msg:-bin/seeds failed without a message}" > $@.tmp; \
+	fi; rm -f $@.err; mv -f $@.tmp $@
 endif
 endif
+repro_seeds_refusal = $(if $(REPRO_SEEDS_ERROR),$(error $(REPRO_SEEDS_ERROR)))
 # A run directory's config name (RUN of RUN.seed<S>); its overrides: SET, plus train.seed=S for RUN.seed<S>.
 repro_config = $(firstword $(subst .seed, ,$(1)))
 repro_run_sets = $(SET) $(if $(findstring .seed,$(1)),train.seed=$(lastword $(subst .seed, ,$(1))))
@@ -144,7 +155,7 @@ export REPRO_SET := $(SET)
 export REPRO_RESUME := $(RESUME)
 export REPRO_PLAN
 # The line that starts each stage's recipe: "[k/N] train dense_qa (tiny, cpu): ..." (also names the stage in make -n).
-repro_stage = @mk/reproduce_stage.sh $(1) $(2)
+repro_stage = $(repro_seeds_refusal)@mk/reproduce_stage.sh $(1) $(2)
 
 # Build, plan (a dry run of the stages: only those that will run are counted), run the stages, compare. The dry run
 # and the stages are $(MAKE) lines, so `make -n reproduce` lists the stage commands (and writes only the plan's
@@ -161,7 +172,7 @@ reproduce: reproduce-check
 reproduce-stages: $(REPORT_DIR)/report.html $(PREDICTIONS)
 
 reproduce-check:
-	@test -f $(DATA_JSON) || { echo "reproduce: $(DATA_JSON) not found (EXPERIMENT=$(EXPERIMENT))" >&2; exit 1; }
+	$(repro_seeds_refusal)@test -f $(DATA_JSON) || { echo "reproduce: $(DATA_JSON) not found (EXPERIMENT=$(EXPERIMENT))" >&2; exit 1; }
 
 # ---- data: fetch (reruns when its arguments, data.json or a shipped archive change) and tokenize ----
 # fetch.args holds the fetch arguments; it is rewritten (at parse time, when a pipeline goal is asked for) only when
@@ -242,7 +253,7 @@ repro_compared = $(strip $(filter $(RUNS),$(REPRO_RUN_DIRS)) $(foreach d,$(filte
 # regression of the code).
 COMPARE_CONFIG_CHANGE ?= error
 compare: bin/compare
-	@if [ -d $(BASELINE_DIR) ]; then \
+	$(repro_seeds_refusal)@if [ -d $(BASELINE_DIR) ]; then \
 	  echo "compare: $(RUNS_DIR) against $(BASELINE_DIR)"; \
 	  $(if $(repro_compared),bin/compare --baselines $(BASELINE_DIR) --runs $(RUNS_DIR) \
 	    --only $(call repro_join,$(repro_compared)) --only-failures --config-change=$(COMPARE_CONFIG_CHANGE),:); \
