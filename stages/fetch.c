@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "datasets/archive_extract.h"
@@ -161,6 +162,36 @@ static int source_needs_manifest(const char *s) { return strcmp(s, "official") =
 
 static int is_http_url(const char *s) { return strncmp(s, "http://", 7) == 0 || strncmp(s, "https://", 8) == 0; }
 
+/* A downloaded archive that fails to verify or extract must not stay where the next run would take it as "the
+ * earlier download" (and fail again, run after run, until someone deletes it by hand): it is moved aside to
+ * DOWNLOADS/rejected/NAME.<UTC time> (kept for a look, never read again) and the error names where it went. A local
+ * file given as the source is the user's and is left where it is. Writes the suffix for the error line into note. */
+static void reject_download(const Archive *a, char *note, size_t cap) {
+    note[0] = '\0';
+    if (!a->url) return;
+    char err[512], dir[PATH_MAX + 512], moved[2 * PATH_MAX + 1300];
+    snprintf(dir, sizeof dir, "%s", a->path);
+    char *slash = strrchr(dir, '/');
+    const char *base = slash ? slash + 1 : a->path;
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    char stamp[32];
+    time_t now = time(NULL);
+    struct tm tmv;
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", gmtime_r(&now, &tmv));
+    snprintf(moved, sizeof moved, "%s/rejected/%s.%s", dir, base, stamp);
+    char rejected_dir[PATH_MAX + 600];
+    snprintf(rejected_dir, sizeof rejected_dir, "%s/rejected", dir);
+    if (mkdir_p(rejected_dir, err, sizeof err) == 0 && rename(a->path, moved) == 0) {
+        snprintf(note, cap, " (the download was moved aside to %s; the next run downloads it afresh)", moved);
+    } else if (unlink(a->path) == 0) {
+        snprintf(note, cap, " (the download was removed; the next run downloads it afresh)");
+    } else {
+        snprintf(note, cap, " (the download %s could not be moved or removed: %s; delete it before rerunning)",
+                 a->path, strerror(errno));
+    }
+}
+
 /* Resolves source to a local file, downloading it if it is a URL (or 'official'), checks the expected size and
  * checksum and hashes it. label names where source came from, for messages ("--source",
  * "experiments/x/data.json: fetch.source"). pin: expected SHA-256 in lowercase, or NULL; for 'official' and
@@ -219,26 +250,33 @@ static void obtain_archive(const char *label, const char *source, const char *pi
         die("%s: archive not found (%s)", a->path, label);
     }
 
-    if (hash_archive(a->path, a->sha256, &a->bytes, err, sizeof err) != 0) die("%s", err);
-    if (expected_size > 0 && a->bytes != expected_size)
-        die("%s: size mismatch: %" PRId64 " bytes, expected %" PRId64, a->path, a->bytes, expected_size);
+    char note[2 * PATH_MAX + 1500];
+    if (hash_archive(a->path, a->sha256, &a->bytes, err, sizeof err) != 0) {
+        reject_download(a, note, sizeof note);
+        die("%s%s", err, note);
+    }
+    if (expected_size > 0 && a->bytes != expected_size) {
+        reject_download(a, note, sizeof note);
+        die("%s: size mismatch: %" PRId64 " bytes, expected %" PRId64 "%s", a->path, a->bytes, expected_size, note);
+    }
     if (pinned[0] && strcmp(a->sha256, pinned) != 0) {
-        if (a->url) {
-            unlink(a->path); /* a wrong download must not be reused by the next run */
-            die("%s: SHA-256 mismatch: got %s, expected %s (downloaded file removed)", a->path, a->sha256, pinned);
-        }
-        die("%s: SHA-256 mismatch: got %s, expected %s", a->path, a->sha256, pinned);
+        reject_download(a, note, sizeof note);
+        die("%s: SHA-256 mismatch: got %s, expected %s%s", a->path, a->sha256, pinned, note);
     }
     log_info("archive %s: %" PRId64 " bytes, sha256 %s%s", a->path, a->bytes, a->sha256,
              pinned[0] ? " (verified)" : "");
 }
 
-/* Extracts into tmp, or removes tmp and dies with err. */
-static void extract_or_die(const ExtractOptions *xo, const char *tmp, ExtractResult *xr) {
-    char err[8192];
+/* Extracts into tmp, or removes tmp, moves a downloaded archive aside (reject_download) and dies with err. */
+static void extract_or_die(const ExtractOptions *xo, const char *tmp, const Archive *a, ExtractResult *xr) {
+    char err[8192], note[2 * PATH_MAX + 1500];
     if (dm_extract_archive(xo, xr, err, sizeof err) != 0) {
         remove_tree(tmp);
-        die("%s", err);
+        /* An error that names the temporary tree is our disk's (cannot create, write failed), not the archive's:
+         * then the download is kept. */
+        note[0] = '\0';
+        if (strncmp(err, tmp, strlen(tmp)) != 0) reject_download(a, note, sizeof note);
+        die("%s%s", err, note);
     }
 }
 
@@ -364,7 +402,7 @@ int main(int argc, char **argv) {
     ExtractOptions xo = {main_ar.path, tmp, filter, corpus_source ? 0 : corpus_pairs, main_ar.bytes};
     ExtractResult xr, cr;
     memset(&cr, 0, sizeof cr);
-    extract_or_die(&xo, tmp, &xr);
+    extract_or_die(&xo, tmp, &main_ar, &xr);
     if (xr.n_files == 0) {
         remove_tree(tmp);
         die("%s '%s' matched no module file in %s", filter_label, filter, main_ar.path);
@@ -372,7 +410,7 @@ int main(int argc, char **argv) {
     ExtractResult all = xr; /* what the manifest lists: module files from xr, the corpus from xr or cr */
     if (corpus_source) {
         ExtractOptions co = {corpus_ar.path, tmp, NULL /* no module files */, corpus_pairs, corpus_ar.bytes};
-        extract_or_die(&co, tmp, &cr);
+        extract_or_die(&co, tmp, &corpus_ar, &cr);
         if (cr.n_corpus == 0) {
             remove_tree(tmp);
             die("%s %s: no train-easy module file in %s for the tokenizer corpus", corpus_label, corpus_source,

@@ -179,6 +179,28 @@ check "old output still consistent" verify_manifest "$T/raw" "$SHA" "$BASE/good.
 run_fetch --source "$WWW/corrupt.tar.gz" --out "$T/raw8"
 rc=$?
 check "corrupt local archive: refused, no tree at all" test $rc != 0 -a ! -e "$T/raw8"
+check "corrupt local archive: the user's file is left where it is" test -s "$WWW/corrupt.tar.gz"
+
+# 8b. A bad download does not poison the cache: a corrupt archive served under a name is refused and moved aside to
+# DOWNLOADS/rejected/ (named in the error); once the server has the good archive under that name, the rerun downloads
+# it afresh (no "using the earlier download") and succeeds, without anyone deleting a file by hand.
+cp "$WWW/corrupt.tar.gz" "$WWW/swap.tar.gz"
+run_fetch --source "$BASE/swap.tar.gz" --downloads "$T/dl8b" --out "$T/raw8b"
+rc=$?
+check "corrupt download: refused" test $rc != 0 -a ! -e "$T/raw8b"
+check "corrupt download: the error names where it was moved" log_has "moved aside to $T/dl8b/rejected/swap.tar.gz."
+check "corrupt download: one error line" test "$(grep -c 'error:' "$T/log")" = 1
+check "corrupt download: not left in the downloads directory" test ! -e "$T/dl8b/swap.tar.gz"
+check "corrupt download: kept under rejected/" test "$(ls "$T/dl8b/rejected" | grep -c '^swap\.tar\.gz\.')" = 1
+cp "$WWW/good.tar.gz" "$WWW/swap.tar.gz"
+run_fetch --source "$BASE/swap.tar.gz" --downloads "$T/dl8b" --out "$T/raw8b"
+check "after a rejected download: the rerun succeeds" test $? = 0
+check "after a rejected download: the rerun downloaded afresh" sh -c "! grep -q 'using the earlier download' '$T/log'"
+check "after a rejected download: the good archive extracted" verify_manifest "$T/raw8b" "$SHA" "$BASE/swap.tar.gz" 6
+# A pinned checksum that does not match: the same (moved aside, named).
+run_fetch --source "$BASE/good.tar.gz" --sha256 "$(printf '0%.0s' $(seq 64))" --downloads "$T/dl8c" --out "$T/raw8c"
+check "checksum mismatch: download moved aside and named" log_has "moved aside to $T/dl8c/rejected/good.tar.gz."
+check "checksum mismatch: not left in the downloads directory" test ! -e "$T/dl8c/good.tar.gz"
 
 # 9. Traversal entry.
 run_fetch --source "$BASE/evil.tar.gz" --downloads "$T/dl9" --out "$T/raw9/out"
