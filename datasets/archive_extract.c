@@ -87,7 +87,8 @@ static int split_path(const char *path, char comps[4][256]) {
         const char *slash = strchr(p, '/');
         size_t len = slash ? (size_t)(slash - p) : strlen(p);
         if (len > 0 && !(len == 1 && p[0] == '.')) {
-            if (n == 4 || len >= 256) return 99; /* deeper or longer than anything we extract */
+            if (len >= 256) return -1;          /* longer than a file name can be: the caller refuses it */
+            if (n == 4) return 99;              /* deeper than anything we extract */
             memcpy(comps[n], p, len);
             comps[n][len] = '\0';
             n++;
@@ -406,19 +407,28 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
     int orc = use_source ? archive_read_open(a, src, NULL, on_archive_read, NULL)
                          : archive_read_open_filename(a, o->archive_path, 1 << 16);
     if (orc != ARCHIVE_OK) {
-        set_err(err, errlen, "%s: corrupt or truncated archive: %s", o->archive_path, read_problem(a, src, "cannot open"));
+        set_err(err, errlen, "%s: corrupt or truncated archive (before the first entry): %s", o->archive_path,
+                read_problem(a, src, "cannot open"));
         goto out;
     }
+    /* The last entry whose header was read: a corruption found while skipping an entry the filter does not take
+     * (libarchive skips its data when asked for the next header) or in the gzip trailer is named "in or after" it. */
+    char last_entry[1024] = "";
     for (;;) {
         struct archive_entry *e;
         int rc = archive_read_next_header(a, &e);
         if (rc == ARCHIVE_EOF) break;
         if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) {
-            set_err(err, errlen, "%s: corrupt or truncated archive: %s", o->archive_path,
-                    read_problem(a, src, "cannot read the next entry"));
+            if (last_entry[0])
+                set_err(err, errlen, "%s: corrupt or truncated archive (in or after entry '%s'): %s", o->archive_path,
+                        last_entry, read_problem(a, src, "cannot read the next entry"));
+            else
+                set_err(err, errlen, "%s: corrupt or truncated archive (at the first entry): %s", o->archive_path,
+                        read_problem(a, src, "cannot read the next entry"));
             goto out;
         }
         const char *path = archive_entry_pathname(e);
+        if (path) snprintf(last_entry, sizeof last_entry, "%s", path);
         if (!path || !path[0]) {
             set_err(err, errlen, "%s: refusing an entry with an empty or unreadable name", o->archive_path);
             goto out;
@@ -431,6 +441,12 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
         if (archive_entry_filetype(e) != AE_IFREG) continue; /* directories: we create our own */
         char comps[4][256];
         int nc = split_path(path, comps);
+        if (nc < 0) {
+            /* No file system takes a name over 255 bytes: refused (never skipped silently, whatever the filter). */
+            set_err(err, errlen, "%s: refusing entry '%.300s...': a path component is over 255 bytes", o->archive_path,
+                    path);
+            goto out;
+        }
         if (nc != 3 || strcmp(comps[0], DM_ARCHIVE_ROOT) != 0 || !known_split(comps[1])) {
             log_debug("skipping %s (not a dataset file)", path);
             continue;
@@ -510,7 +526,8 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
         }
     }
     if (use_source && source_drain(src) != 0) {
-        set_err(err, errlen, "%s: corrupt or truncated archive: %s", o->archive_path, src->error);
+        set_err(err, errlen, "%s: corrupt or truncated archive (after the last entry '%s'): %s", o->archive_path,
+                last_entry, src->error);
         goto out;
     }
     progress_update(&prog, bytes_consumed(a, src), NULL);

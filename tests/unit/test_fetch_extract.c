@@ -254,6 +254,50 @@ START_TEST(corrupt_and_truncated_refused) {
 }
 END_TEST
 
+/* A truncation inside an entry the filter does not take (its data is skipped, not read) is named by that entry, so
+ * that the error says where the damage is also with the default filter. */
+START_TEST(truncation_in_skipped_entry_names_it) {
+    size_t big_n = 256u << 10;
+    char *big = malloc(big_n + 1);
+    ck_assert_ptr_nonnull(big);
+    for (size_t i = 0; i < big_n; i += 4) memcpy(big + i, "q\na\n", 4);
+    big[big_n] = '\0';
+    Entry es[] = {{R "train-easy/algebra__linear_1d.txt", big, AE_IFREG, NULL},
+                  {R "train-easy/arithmetic__mul.txt", Q3, AE_IFREG, NULL}};
+    char tar_path[600], *tar, err[1024] = "";
+    size_t n;
+    snprintf(tar_path, sizeof tar_path, "%s/a.tar", g_dir);
+    write_archive(tar_path, es, 2, 0);
+    free(big);
+    ck_assert_int_eq(read_file_all(tar_path, &tar, &n, err, sizeof err), 0);
+    ck_assert_int_eq(write_file_atomic(g_tgz, tar, n / 2, err, sizeof err), 0); /* cut inside algebra's data */
+    free(tar);
+    ExtractResult r;
+    ck_assert_int_eq(run_extract("arithmetic__.*", 0, &r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "corrupt or truncated archive") &&
+                      strstr(err, "entry '" R "train-easy/algebra__linear_1d.txt'"), "%s", err);
+}
+END_TEST
+
+/* A member name with a component over 255 bytes (no file system takes it) is refused, naming the entry, whether or
+ * not the filter would take it: never skipped silently. */
+START_TEST(overlong_name_refused) {
+    char name[600], body[300];
+    memset(body, 'x', sizeof body - 1);
+    body[sizeof body - 1] = '\0';
+    const char *stems[] = {"arithmetic__", "algebra__"}; /* taken and not taken by the default filter */
+    for (int i = 0; i < 2; i++) {
+        snprintf(name, sizeof name, R "train-easy/%s%s.txt", stems[i], body);
+        Entry es[] = {{R "train-easy/arithmetic__mul.txt", Q3, AE_IFREG, NULL}, {name, Q3, AE_IFREG, NULL}};
+        write_archive(g_tgz, es, 2, 1);
+        char err[1024] = "";
+        ExtractResult r;
+        ck_assert_int_eq(run_extract("arithmetic__.*", 0, &r, err, sizeof err), -1);
+        ck_assert_msg(strstr(err, "refusing entry '" R "train-easy/") && strstr(err, "over 255 bytes"), "%s", err);
+    }
+}
+END_TEST
+
 #if defined(HAVE_ZLIB)
 /* Damage that still inflates and breaks a file's line structure (here a newline turned into a space inside a
  * stored, i.e. uncompressed, gzip block) is reported as a corrupt archive (the CRC check fails), not as a malformed
@@ -316,6 +360,8 @@ int main(void) {
     tcase_add_test(tc, unsafe_entries_refused);
     tcase_add_test(tc, malformed_content_refused);
     tcase_add_test(tc, corrupt_and_truncated_refused);
+    tcase_add_test(tc, truncation_in_skipped_entry_names_it);
+    tcase_add_test(tc, overlong_name_refused);
     tcase_add_test(tc, filter_matching);
 #if defined(HAVE_ZLIB)
     tcase_add_test(tc, corruption_reported_before_line_structure);
