@@ -175,7 +175,8 @@ static int attempt(const DownloadOptions *o, const char *part, char *err, size_t
     long code = 0;
     curl_easy_getinfo(t.curl, CURLINFO_RESPONSE_CODE, &code);
     curl_easy_cleanup(t.curl);
-    int close_failed = (fflush(t.fp) != 0) | (fsync(fileno(t.fp)) != 0);
+    int close_failed = fflush(t.fp) != 0;
+    close_failed |= fsync(fileno(t.fp)) != 0; /* both run, whatever the first gave */
     close_failed |= fclose(t.fp) != 0;
     progress_update(&t.progress, file_size_or_zero(part), NULL);
     progress_finish(&t.progress);

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Installs the Debian packages a target group needs, only when one is missing (a fresh machine has none of them).
-# Usage: mk/deps.sh build|test|torch   (test includes build and torch: tests/e2e/test_twin_chain.sh runs the twin;
-# torch alone is for the twin's fixture and benchmark targets)
+# Usage: mk/deps.sh build|test|torch|fuzz   (test includes build, torch and fuzz: tests/e2e/test_twin_chain.sh runs
+# the twin and tests/e2e/test_fuzz_regressions.sh the fuzz harnesses; torch alone is for the twin's fixture and
+# benchmark targets; fuzz is clang with its libFuzzer runtime, libclang-rt-dev, for mk/fuzz.mk)
 set -euo pipefail
 build_pkgs="gcc g++ make pkg-config zlib1g-dev libcjson-dev check libsubunit-dev libopenblas-dev libarchive-dev libcurl4-openssl-dev libssl-dev openmpi-bin libopenmpi-dev"
-test_pkgs="$build_pkgs python3 python3-torch python3-numpy chromium"
+test_pkgs="$build_pkgs python3 python3-torch python3-numpy chromium clang libclang-rt-dev"
 torch_pkgs="python3 python3-torch python3-numpy"
+fuzz_pkgs="$build_pkgs clang libclang-rt-dev"
 case "${1:-build}" in
   build) want="$build_pkgs" ;;
   test) want="$test_pkgs" ;;
   torch) want="$torch_pkgs" ;;
-  *) echo "deps.sh: unknown group '$1' (build|test|torch)" >&2; exit 2 ;;
+  fuzz) want="$fuzz_pkgs" ;;
+  *) echo "deps.sh: unknown group '$1' (build|test|torch|fuzz)" >&2; exit 2 ;;
 esac
 missing=""
 for p in $want; do

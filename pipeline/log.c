@@ -10,10 +10,25 @@ static int g_verbosity = 1;
 void log_set_program(const char *name) { g_program = name ? name : "dm-math"; }
 void log_set_verbosity(int level) { g_verbosity = level; }
 
+/* Control characters in a message (a key or value quoted from a hostile file may hold newlines or escape sequences)
+ * are written escaped, so that every message stays ONE line and cannot drive the terminal. */
+static void escape_controls(const char *in, char *out, size_t cap) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p && o + 5 < cap; p++) {
+        if (*p == '\n') o += (size_t)snprintf(out + o, cap - o, "\\n");
+        else if (*p == '\r') o += (size_t)snprintf(out + o, cap - o, "\\r");
+        else if (*p == '\t') o += (size_t)snprintf(out + o, cap - o, "\\t");
+        else if (*p < 0x20 || *p == 0x7f) o += (size_t)snprintf(out + o, cap - o, "\\x%02x", *p);
+        else out[o++] = (char)*p;
+    }
+    out[o] = '\0';
+}
+
 /* One complete line per call: format into a buffer first so concurrent writers do not interleave mid-line. */
 static void vlog(const char *tag, const char *fmt, va_list ap) {
-    char msg[4096];
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char raw[4096], msg[4096];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    escape_controls(raw, msg, sizeof msg);
     if (tag)
         fprintf(stderr, "%s: %s: %s\n", g_program, tag, msg);
     else

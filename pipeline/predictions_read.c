@@ -77,6 +77,14 @@ int prediction_table_load(PredictionTable *t, const char *path, char *err, size_
                      path, line_no);
             goto out;
         }
+        /* The index is an example's position in its evaluation set: a whole number that fits a long (a huge or
+         * fractional one is a damaged file, and converting it would be undefined behaviour). */
+        double idx_value = idx->valuedouble;
+        if (!(idx_value >= 0 && idx_value <= 1e15) || idx_value != (double)(long)idx_value) {
+            snprintf(err, errlen, "%s:%ld: index: expected a whole number in [0, 1e15], got %g", path, line_no,
+                     idx_value);
+            goto out;
+        }
         if (t->n == cap) {
             cap *= 2;
             t->set = xrealloc(t->set, (size_t)cap);
@@ -91,7 +99,7 @@ int prediction_table_load(PredictionTable *t, const char *path, char *err, size_
             t->modules[t->n_modules] = xstrdup(module);
             m = t->n_modules++;
         }
-        long index = (long)idx->valuedouble;
+        long index = (long)idx_value;
         unsigned long long h = 1469598103934665603ull;
         h = fnv1a_str(h, set);
         h = fnv1a(h, &index, sizeof index);

@@ -1,0 +1,20 @@
+/* The manifests of the data stages: the dataset manifest (datasets/dm_math_v1.0.json, or --manifest, read by fetch:
+ * datasets/fetch_dataset_manifest.c) and fetch's own OUT/manifest.json as its up-to-date check reads it
+ * (datasets/fetch_output.c), from the same input. */
+#include "datasets/fetch_dataset_manifest.h"
+#include "datasets/fetch_output.h"
+#include "tests/fuzz/fuzz_common.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    char path[600], err[4096] = "";
+    fuzz_write_file("manifest.json", data, size, path, sizeof path);
+    DatasetManifest m;
+    memset(&m, 0, sizeof m);
+    int rc = dataset_manifest_load(path, &m, err, sizeof err);
+    fuzz_check_error(rc, err);
+    if (rc == 0) dataset_manifest_free(&m);
+    FetchRecord rec = {"embedded", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", 1234,
+                       "arithmetic__.*", 10000, NULL, NULL, 0};
+    (void)fetch_output_up_to_date(path, &rec);
+    return 0;
+}
