@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "datasets/shard.h"
-#include "model/rng.h"
+#include "pipeline/rng.h"
 
 typedef struct {
     Rng rng;            /* sampling state */

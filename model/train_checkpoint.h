@@ -21,7 +21,7 @@
 #include "datasets/loader.h"
 #include "model/model.h"
 #include "model/optimizer.h"
-#include "model/rng.h"
+#include "pipeline/rng.h"
 #include "pipeline/run_provenance.h"
 
 /* Running sums of the metrics of the current log interval (so a resumed run logs the same values). */

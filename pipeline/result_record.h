@@ -128,11 +128,6 @@ int analysis_record_save(const AnalysisRecord *a, const char *path, char *err, s
 int analysis_record_load(AnalysisRecord *a, const char *path, char *err, size_t errlen);
 void analysis_record_free(AnalysisRecord *a);
 
-/* Dataset identity for records: sha256 of a shard's CONTENT (split name, tokenizer sha256, module names, the example
- * table and the tokens: everything a model trains or is evaluated on), not of the file. The header's "source"
- * provenance is left out because it carries the code version of the stages that wrote the data, and a new code
- * version must not make identical data look different to bin/compare. Returns 0 or -1 with err. */
-int shard_content_sha256(const char *path, char hex[65], char *err, size_t errlen);
 
 /* Bounded copy that reports truncation: returns -1 if src does not fit (dst then holds a truncated copy). */
 int copy_str(char *dst, size_t cap, const char *src);

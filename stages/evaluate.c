@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "datasets/shard.h"
+#include "datasets/shard_hash.h"
 #include "datasets/tokenizer.h"
 #include "kernels/backend.h"
 #include "model/evaluation.h"

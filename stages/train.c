@@ -26,7 +26,7 @@
 #include "model/dist_train.h"
 #include "model/model.h"
 #include "model/optimizer.h"
-#include "model/rng.h"
+#include "pipeline/rng.h"
 #include "model/train_checkpoint.h"
 #include "model/train_config.h"
 #include "model/train_eval.h"

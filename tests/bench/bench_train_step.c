@@ -26,7 +26,7 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/optimizer.h"
-#include "model/rng.h"
+#include "pipeline/rng.h"
 #include "model/train_config.h"
 #include "pipeline/cli.h"
 #include "pipeline/config.h"

@@ -47,7 +47,7 @@
 
 #include "kernels/backend.h"
 #include "model/model.h"
-#include "model/rng.h"
+#include "pipeline/rng.h"
 #include "tests/unit/model_test_util.h"
 #include "tests/unit/cuda_test_main.h"
 

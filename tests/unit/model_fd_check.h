@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 #include "model/model.h"
-#include "model/rng.h"
+#include "pipeline/rng.h"
 
 typedef struct {
     const int32_t *inputs, *targets;

@@ -14,7 +14,7 @@
 
 #include "kernels/backend.h"
 #include "model/model.h"
-#include "model/rng.h"
+#include "pipeline/rng.h"
 
 /* Parses a JSON text into a ModelConfig (asserting success). */
 static inline ModelConfig mtu_config(const char *json) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "datasets/shard.h"
+#include "datasets/shard_hash.h"
 #include "pipeline/config.h"
 #include "pipeline/sha256.h"
 #include "pipeline/result_record.h"

@@ -12,7 +12,7 @@
 #include "model/model.h"
 #include "model/model_internal.h" /* to inspect the dropout RNG state */
 #include "model/optimizer.h"
-#include "model/rng.h"
+#include "pipeline/rng.h"
 #include "model/train_checkpoint.h"
 #include "pipeline/config.h"
 #include "pipeline/atomic_file.h"

@@ -1,7 +1,7 @@
 /* Deterministic random numbers (xoshiro256** seeded with splitmix64): initialisation, expert dropout, data sampling.
  * The state is plain data so it can be checkpointed and restored bit-exactly. */
-#ifndef MODEL_RNG_H
-#define MODEL_RNG_H
+#ifndef PIPELINE_RNG_H
+#define PIPELINE_RNG_H
 
 #include <stdint.h>
 

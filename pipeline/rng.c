@@ -1,4 +1,4 @@
-#include "model/rng.h"
+#include "pipeline/rng.h"
 
 #include <math.h>
 
