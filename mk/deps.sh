@@ -5,7 +5,7 @@
 # benchmark targets; fuzz is clang with its libFuzzer runtime, libclang-rt-dev, for mk/fuzz.mk)
 set -euo pipefail
 build_pkgs="gcc g++ make pkg-config zlib1g-dev libcjson-dev check libsubunit-dev libopenblas-dev libarchive-dev libcurl4-openssl-dev libssl-dev openmpi-bin libopenmpi-dev"
-test_pkgs="$build_pkgs python3 python3-torch python3-numpy chromium clang libclang-rt-dev"
+test_pkgs="$build_pkgs python3 python3-torch python3-numpy chromium clang libclang-rt-dev strace"
 torch_pkgs="python3 python3-torch python3-numpy"
 fuzz_pkgs="$build_pkgs clang libclang-rt-dev"
 case "${1:-build}" in

@@ -130,6 +130,9 @@ void model_decode(Model *m, KVCache *c, const int32_t *tokens, int n, float *log
  * Errors: return -1 with "<path>: <tensor or field>: <problem>" in err. Saves are atomic. */
 int model_save_safetensors(Model *m, const char *path, char *err, size_t errlen);
 int model_load_safetensors(Model *m, const char *path, char *err, size_t errlen);
+/* 0 when every weight is finite; else -1 with "<source>: tensor <name>: element <i> is NaN|inf" (the first one, in
+ * tensor order). Evaluate and analyze refuse such weights: every score from them would be meaningless. */
+int model_check_finite(Model *m, const char *source, char *err, size_t errlen);
 /* Reads only the config stored in a checkpoint (to create the right model before loading). */
 int model_read_checkpoint_config(const char *path, ModelConfig *cfg, char *err, size_t errlen);
 

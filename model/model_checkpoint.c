@@ -3,6 +3,7 @@
  * Loading is strict: every model tensor must be present with its exact shape, nothing else may be in the file.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,5 +160,30 @@ done:
     cJSON_Delete(h);
     free(hdr);
     fclose(fp);
+    return rc;
+}
+
+int model_check_finite(Model *m, const char *source, char *err, size_t errlen) {
+    Backend *be = model_backend(m);
+    /* One tensor at a time through a host buffer (the weights may live on a GPU). */
+    size_t cap = 0;
+    scalar_t *host = NULL;
+    int rc = 0;
+    for (int t = 0; t < model_n_tensors(m) && rc == 0; t++) {
+        const ParamTensor *pt = model_tensor(m, t);
+        if (pt->numel > cap) {
+            cap = pt->numel;
+            host = xrealloc(host, cap * sizeof *host);
+        }
+        be->to_host(be, host, model_params(m) + pt->offset, pt->numel * sizeof *host);
+        for (size_t i = 0; i < pt->numel; i++)
+            if (!isfinite(host[i])) {
+                set_err(err, errlen, "%s: tensor %s: element %zu is %s", source, pt->name, i,
+                        isnan(host[i]) ? "NaN" : "infinite");
+                rc = -1;
+                break;
+            }
+    }
+    free(host);
     return rc;
 }

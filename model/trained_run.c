@@ -133,7 +133,8 @@ int trained_run_load_model(TrainedRun *r, const char *backend_name, char *err, s
     }
     r->model = model_create(&mc, r->be);
     CHECK_ALLOC(r->model);
-    return model_load_safetensors(r->model, path, err, errlen) ? -1 : 0;
+    if (model_load_safetensors(r->model, path, err, errlen)) return -1;
+    return model_check_finite(r->model, path, err, errlen) ? -1 : 0;
 }
 
 void trained_run_close(TrainedRun *r) {

@@ -11,6 +11,7 @@
  * reference and of the erased run. Position 0 is never erased (score 0). Everything runs in fp32 eval mode.
  * Writes analysis.json (schema dm-math-analysis v1) and one heat map depth_<k>.svg per prompt beside it.
  * With "analyze": {"enabled": false} in the run config it writes a record saying so, and no maps. */
+#include <errno.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdbool.h>
@@ -208,6 +209,37 @@ static const char *SUMMARY =
     "fp32 and score the L2 change of the answer distributions. Writes --out (analysis.json, schema dm-math-analysis "
     "v1) and depth_<k>.svg heat maps beside it.";
 
+/* Writes the maps and analysis.json as ONE output set (as evaluate writes result.json and predictions.jsonl): all
+ * are written to temporaries and fsynced first, then renamed, so an analyze that is interrupted or fails (full disk)
+ * leaves the earlier complete set, never new maps beside an old record. Dies with one line on failure. */
+static void save_analysis_set(const AnalysisRecord *a, const StrBuf *maps, const char *out_dir, const char *out_path) {
+    char err[2048], path[4300];
+    AtomicFile files[N_PROMPTS + 1];
+    AtomicFile *outputs[N_PROMPTS + 1];
+    int opened = 0;
+    for (int k = 0; k < N_PROMPTS; k++) {
+        if (path_join_checked(path, sizeof path, out_dir, a->prompts[k].svg, err, sizeof err) != 0 ||
+            atomic_open(&files[k], path, err, sizeof err) != 0)
+            goto fail;
+        outputs[opened++] = &files[k];
+        if (fwrite(maps[k].data, 1, maps[k].len, files[k].fp) != maps[k].len) {
+            set_err(err, sizeof err, "%s: write failed: %s", files[k].tmp_path, strerror(errno));
+            goto fail;
+        }
+    }
+    cJSON *json = analysis_record_to_json(a);
+    CHECK_ALLOC(json);
+    int rc = json_prepare_file(&files[N_PROMPTS], out_path, json, err, sizeof err);
+    cJSON_Delete(json);
+    if (rc != 0) goto fail;
+    outputs[N_PROMPTS] = &files[N_PROMPTS];
+    if (atomic_commit_all(outputs, N_PROMPTS + 1, err, sizeof err) != 0) die("%s", err);
+    return;
+fail:
+    for (int k = 0; k < opened; k++) atomic_abort(outputs[k]); /* no temporary left behind */
+    die("%s", err);
+}
+
 int main(int argc, char **argv) {
     log_set_program("analyze");
     const char *run_dir = NULL, *config_path = NULL, *data_dir = NULL, *out_path = NULL, *backend_name = "cpu";
@@ -288,6 +320,7 @@ int main(int argc, char **argv) {
     a.n_prompts = N_PROMPTS;
     a.prompts = xcalloc(N_PROMPTS, sizeof *a.prompts);
     double depth_sum = 0;
+    StrBuf maps[N_PROMPTS]; /* the heat maps, written with analysis.json as one set at the end */
     for (int k = 0; k < N_PROMPTS; k++) {
         AnalysisPrompt *p = &a.prompts[k];
         int32_t *q = NULL, *ans = NULL;
@@ -314,12 +347,8 @@ int main(int argc, char **argv) {
                  PROMPT_A[k], p->model_correct ? "correct" : "WRONG");
         HeatmapStyle st = {title, "input token (dashed: answer-predicting positions)", "layer",
                            "L2 distance", p->n_positions - p->n_answer};
-        StrBuf svg;
-        sb_init(&svg);
-        svg_heatmap(&svg, p->scores, L, p->n_positions, (const char *const *)p->pieces, &st);
-        snprintf(path, sizeof path, "%s/%s", out_dir, p->svg);
-        if (sb_save(&svg, path, err, sizeof err)) die("%s", err);
-        sb_free(&svg);
+        sb_init(&maps[k]);
+        svg_heatmap(&maps[k], p->scores, L, p->n_positions, (const char *const *)p->pieces, &st);
         log_info("prompt %d: %d tokens (%d answer), model %s, depth fraction %.3f", k + 1, T, na,
                  p->model_correct ? "correct" : "wrong", p->depth_value);
         free(ids);
@@ -329,7 +358,8 @@ int main(int argc, char **argv) {
     snprintf(a.summary_name, sizeof a.summary_name, DEPTH_NAME);
     a.summary_value = depth_sum / N_PROMPTS;
     a.summary_definition = xstrdup(DEPTH_DEFINITION);
-    if (analysis_record_save(&a, out_path, err, sizeof err)) die("%s", err);
+    save_analysis_set(&a, maps, out_dir, out_path);
+    for (int k = 0; k < N_PROMPTS; k++) sb_free(&maps[k]);
     log_info("wrote %s and %d maps: %s = %.3f (%.1f s)", out_path, N_PROMPTS, DEPTH_NAME, a.summary_value,
              now_seconds() - t0);
 
