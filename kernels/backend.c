@@ -5,6 +5,12 @@
 #include "kernels/backend.h"
 #include "pipeline/log.h"
 
+void backend_die_out_of_memory(const Backend *be, size_t bytes, const char *detail) {
+    die("%s backend: out of %smemory allocating %.2f GiB (%zu bytes)%s%s%s%s", be->name,
+        strcmp(be->name, "cuda") == 0 ? "device " : "", (double)bytes / (1024.0 * 1024.0 * 1024.0), bytes,
+        be->alloc_purpose[0] ? " for " : "", be->alloc_purpose, detail && detail[0] ? ": " : "", detail ? detail : "");
+}
+
 Backend *backend_create(const char *name, char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
     if (!name) {

@@ -33,6 +33,9 @@ struct Backend {
     char device_name[128]; /* human-readable hardware description, e.g. CPU model or GPU name */
     Precision precision;   /* set by the caller before use; CPU ignores it */
     void *impl;            /* backend-private state (cuBLAS handle, workspaces, ...) */
+    /* What the large allocations being made are for, in the words of the config keys that size them ("" = not
+     * said); set by the model around them, quoted by alloc's out-of-memory message so that it names what to change. */
+    char alloc_purpose[320];
 
     /* ---- memory ---- */
     void *(*alloc)(Backend *be, size_t bytes); /* zero-filled; dies with a message on failure */
@@ -162,6 +165,8 @@ struct Backend {
 /* Creates a backend by name: "cpu" always works; "cuda" works when built with nvcc and a usable GPU is present.
  * On failure returns NULL and writes one line into err. */
 Backend *backend_create(const char *name, char *err, size_t errlen);
+/* The out-of-memory end of alloc: "<backend> backend: out of memory allocating X GiB (N bytes) for <purpose>". */
+__attribute__((noreturn)) void backend_die_out_of_memory(const Backend *be, size_t bytes, const char *detail);
 void backend_destroy(Backend *be);
 
 /* Implementations (backend_create dispatches to these). */

@@ -70,8 +70,19 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
     m->off_head_w = register_2d(m, "lm_head.weight", V, C);
     if (cfg->lm_head_bias) m->off_head_b = register_1d(m, "lm_head.bias", V);
 
+    if (cfg->arch == ARCH_DENSE)
+        snprintf(be->alloc_purpose, sizeof be->alloc_purpose,
+                 "the weights and gradients of %zu parameters (model.n_tokens=%d, d_model=%d, n_layers=%d, d_ff=%d)",
+                 m->n_params, cfg->n_tokens, cfg->d_model, cfg->n_layers, cfg->d_ff);
+    else
+        snprintf(be->alloc_purpose, sizeof be->alloc_purpose,
+                 "the weights and gradients of %zu parameters (model.n_tokens=%d, d_model=%d, group_size=%d, "
+                 "ff_n_experts=%d, ff_expert_size=%d, att_n_experts=%d)",
+                 m->n_params, cfg->n_tokens, cfg->d_model, cfg->group_size, cfg->ff_n_experts, cfg->ff_expert_size,
+                 cfg->att_n_experts);
     m->params = be->alloc(be, m->n_params * sizeof(scalar_t));
     m->grads = be->alloc(be, m->n_params * sizeof(scalar_t));
+    be->alloc_purpose[0] = '\0';
     /* The activation arena stays empty until the first call says how many tokens it needs. */
     arena_init(&m->arena, be);
     return m;
@@ -137,7 +148,12 @@ void model_reserve_activations(Model *m, int n_train, int n_eval) {
     plan_init(&plan);
     plan_wrapper(m, &plan, nt, ne);
     m->impl->plan_activations(m, &plan, nt, ne);
+    snprintf(m->be->alloc_purpose, sizeof m->be->alloc_purpose,
+             "the activations of %d training tokens per micro-batch (train.batch_size / train.n_microbatch x "
+             "train.context) and %d evaluation tokens per call, at model.d_model=%d, n_layers=%d, n_tokens=%d",
+             nt, ne, m->cfg.d_model, m->cfg.n_layers, m->cfg.n_tokens);
     arena_commit(&m->arena, &plan);
+    m->be->alloc_purpose[0] = '\0';
     plan_free(&plan);
     m->arena_train_tokens = nt;
     m->arena_eval_tokens = ne;

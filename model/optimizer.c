@@ -3,6 +3,7 @@
 #include "model/optimizer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 double lr_at(const LrSchedule *s, long i) {
@@ -27,8 +28,10 @@ void adamw_init(AdamW *o, Backend *be, size_t n, double beta1, double beta2, dou
     o->be = be;
     o->n = n;
     /* backend alloc zero-fills (and dies with a message on failure): m = v = 0 as in PyTorch. */
+    snprintf(be->alloc_purpose, sizeof be->alloc_purpose, "the AdamW moments of %zu parameters (the model config)", n);
     o->m = be->alloc(be, n * sizeof(scalar_t));
     o->v = be->alloc(be, n * sizeof(scalar_t));
+    be->alloc_purpose[0] = '\0';
     o->beta1 = beta1;
     o->beta2 = beta2;
     o->eps = eps;

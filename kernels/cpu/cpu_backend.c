@@ -17,7 +17,7 @@ static void *cpu_alloc(Backend *be, size_t bytes) {
     if (rounded == 0) rounded = CPU_ALIGN; /* a valid, freeable pointer even for 0 bytes */
     void *p = NULL;
     if (posix_memalign(&p, CPU_ALIGN, rounded) != 0 || p == NULL)
-        die("cpu backend: out of memory allocating %zu bytes", bytes);
+        backend_die_out_of_memory(be, bytes, NULL);
     memset(p, 0, rounded);
     return p;
 }

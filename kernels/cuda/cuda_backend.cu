@@ -10,7 +10,7 @@ static void *cu_alloc(Backend *be, size_t bytes) {
     void *p = nullptr;
     size_t n = bytes ? bytes : 1;
     cudaError_t e = cudaMalloc(&p, n);
-    if (e != cudaSuccess) die("cuda backend: out of device memory allocating %zu bytes: %s", bytes, cudaGetErrorString(e));
+    if (e != cudaSuccess) backend_die_out_of_memory(be, bytes, cudaGetErrorString(e));
     CHECK_CUDA(cudaMemset(p, 0, n)); // contract: zero-filled
     return p;
 }

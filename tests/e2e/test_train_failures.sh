@@ -79,11 +79,23 @@ before=$(cd "$tmp/big" && sha256sum model.safetensors optim.safetensors state.js
 rc=0
 bin/train --config "$tmp/big.json" --data "$tmp/data" --out "$tmp/big" --threads 1 2>"$tmp/big.log" || rc=$?
 [ "$rc" = 1 ] || { cat "$tmp/big.log"; fail "too large: exit status $rc, expected 1"; }
-grep -q "out of memory" "$tmp/big.log" || { cat "$tmp/big.log"; fail "too large: no out-of-memory message"; }
+grep -q "out of memory allocating [0-9.]* GiB ([0-9]* bytes) for the activations of [0-9]* training tokens per micro-batch (train.batch_size / train.n_microbatch x train.context)" "$tmp/big.log" \
+  || { cat "$tmp/big.log"; fail "too large: no out-of-memory message naming the size and the config keys"; }
 [ "$(grep -c 'error' "$tmp/big.log")" = 1 ] || { cat "$tmp/big.log"; fail "too large: expected one error line"; }
 after=$(cd "$tmp/big" && sha256sum model.safetensors optim.safetensors state.json train_summary.json metrics.jsonl 2>&1 || true)
 [ "$before" = "$after" ] || fail "too large: the earlier run in --out was changed or removed: $after"
 echo "ok: a config too large for the memory leaves the earlier run in --out intact"
+# Weights too large: d_model 2^18 (10^9 parameters, 4.3 GB of weights) under a 3 GB address-space limit (ulimit -v,
+# so the allocation fails the same way on any machine, whatever its memory and overcommit settings); the message
+# names the size and the keys that set it.
+sed 's/"d_model": 64/"d_model": 262144/' "$tmp/nan.json" >"$tmp/wide.json"
+rc=0
+(ulimit -v 3000000; exec bin/train --config "$tmp/wide.json" --data "$tmp/data" --out "$tmp/wide" --threads 1) \
+  2>"$tmp/wide.log" || rc=$?
+[ "$rc" = 1 ] || { cat "$tmp/wide.log"; fail "wide: exit status $rc, expected 1"; }
+grep -q "out of memory allocating [0-9.]* GiB ([0-9]* bytes) for the weights and gradients of [0-9]* parameters (model.n_tokens=512, d_model=262144, n_layers=4, d_ff=256)" "$tmp/wide.log" \
+  || { cat "$tmp/wide.log"; fail "wide: no out-of-memory message naming the size and the model keys"; }
+echo "ok: out-of-memory errors name the size and the config keys: $(grep -o 'out of memory.*' "$tmp/wide.log" | cut -c1-120)..."
 
 # ---- a checkpoint that cannot be written (a full disk, here a file size limit: EFBIG instead of ENOSPC) ----
 # One error line with the cause, exit 1, and no partial .pending files left holding the space; the limit (in KiB)
