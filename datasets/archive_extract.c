@@ -16,6 +16,7 @@
 
 #include "pipeline/atomic_file.h"
 #include "pipeline/log.h"
+#include "pipeline/module_regex.h"
 #include "pipeline/progress.h"
 #include "pipeline/sha256.h"
 
@@ -26,18 +27,7 @@
 static const char *const SPLITS[] = {"train-easy", "train-medium", "train-hard", "interpolate", "extrapolate"};
 
 static int compile_filter(const char *filter, regex_t *re, char *err, size_t errlen) {
-    size_t n = strlen(filter) + 8;
-    char *anchored = xmalloc(n);
-    snprintf(anchored, n, "^(%s)$", filter); /* full match, as the paper's re.fullmatch */
-    int rc = regcomp(re, anchored, REG_EXTENDED | REG_NOSUB);
-    free(anchored);
-    if (rc != 0) {
-        char msg[256];
-        regerror(rc, re, msg, sizeof msg);
-        set_err(err, errlen, "invalid --filter '%s': %s", filter, msg);
-        return -1;
-    }
-    return 0;
+    return module_regex_compile(re, filter, "--filter", err, errlen);
 }
 
 int dm_filter_matches(const char *filter, const char *stem, char *err, size_t errlen) {

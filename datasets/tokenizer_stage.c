@@ -27,6 +27,7 @@
 #include "pipeline/atomic_file.h"
 #include "pipeline/config.h"
 #include "pipeline/log.h"
+#include "pipeline/module_regex.h"
 #include "pipeline/progress.h"
 #include "pipeline/sha256.h"
 
@@ -55,18 +56,7 @@ void tokenize_config_defaults(TokenizeConfig *c) {
 
 /* Compiles "^(pattern)$" (full match). */
 static int compile_full_match(regex_t *re, const char *pattern, char *err, size_t errlen) {
-    size_t n = strlen(pattern) + 8;
-    char *anchored = xmalloc(n);
-    snprintf(anchored, n, "^(%s)$", pattern);
-    int rc = regcomp(re, anchored, REG_EXTENDED | REG_NOSUB);
-    free(anchored);
-    if (rc != 0) {
-        char msg[256];
-        regerror(rc, re, msg, sizeof msg);
-        set_err(err, errlen, "invalid regular expression \"%s\": %s", pattern, msg);
-        return -1;
-    }
-    return 0;
+    return module_regex_compile(re, pattern, "regular expression", err, errlen);
 }
 
 int tokenize_config_load(const char *path, TokenizeConfig *c, char *err, size_t errlen) {

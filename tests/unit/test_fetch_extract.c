@@ -347,6 +347,17 @@ START_TEST(filter_matching) {
     ck_assert_int_eq(dm_filter_matches("a|b", "b", err, sizeof err), 1);
     ck_assert_int_eq(dm_filter_matches("(", "x", err, sizeof err), -1);
     ck_assert_msg(strstr(err, "invalid --filter '('"), "%s", err);
+    /* Stacked repetitions (found by fuzzing: regcomp took over 2 GiB) are refused before regcomp sees them; a few
+     * plain ones are fine. */
+    char bomb[128] = "ar";
+    for (int i = 0; i < 70; i++) strcat(bomb, "+");
+    strcat(bomb, "ithmetic__.*");
+    char big_err[512];
+    ck_assert_int_eq(dm_filter_matches(bomb, "arithmetic__mul", big_err, sizeof big_err), -1);
+    ck_assert_msg(strstr(big_err, "70 '+' operators") && strstr(big_err, "more than the 8 accepted"), "%s", big_err);
+    ck_assert_int_eq(dm_filter_matches("(a{99}){99}", "a", big_err, sizeof big_err), -1);
+    ck_assert_msg(strstr(big_err, "counted repetition"), "%s", big_err);
+    ck_assert_int_eq(dm_filter_matches("arithmetic__(add|mul)+(_big)?", "arithmetic__mul_big", err, sizeof err), 1);
 }
 END_TEST
 
