@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "pipeline/atomic_file.h"
+#include "pipeline/limits.h"
 #include "pipeline/log.h"
 #include "pipeline/sha256.h"
 
@@ -53,7 +54,7 @@ int dm_file_read(DmFile *f, const char *path, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
     char *buf = NULL;
     size_t size = 0;
-    if (read_file_all(path, &buf, &size, err, errlen) != 0) return -1;
+    if (read_file_limited(path, LIMIT_MODULE_TEXT_BYTES, "module text file", &buf, &size, err, errlen) != 0) return -1;
     if (size == 0) {
         set_err(err, errlen, "%s:1: empty file", path);
         free(buf);

@@ -16,6 +16,7 @@
 #include "datasets/bpe_text.h"
 #include "datasets/bpe_train.h"
 #include "pipeline/atomic_file.h"
+#include "pipeline/limits.h"
 #include "pipeline/log.h"
 #include "pipeline/sha256.h"
 
@@ -221,7 +222,7 @@ fail:
 Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
     char *text = NULL;
     size_t n = 0;
-    if (read_file_all(path, &text, &n, err, errlen) != 0) return NULL;
+    if (read_file_limited(path, LIMIT_JSON_FILE_BYTES, "JSON file", &text, &n, err, errlen) != 0) return NULL;
     if (strlen(text) != n) {
         set_err(err, errlen, "%s: contains a NUL byte (not a tokenizer file)", path);
         free(text);

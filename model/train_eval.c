@@ -12,6 +12,7 @@
 #include "model/evaluation.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/config.h"
+#include "pipeline/limits.h"
 #include "pipeline/log.h"
 
 /* Temporary directory of a checkpoint being kept: "<checkpoints>/.keep.tmp.<pid>" (stale ones are removed). */
@@ -77,7 +78,9 @@ char *train_eval_curve_line(long step, uint64_t tokens, const SetEval sets[EVAL_
 static int append_line_atomic(const char *path, const char *line, char *err, size_t errlen) {
     char *old = NULL;
     size_t n = 0;
-    if (file_exists(path) && read_file_all(path, &old, &n, err, errlen) != 0) return -1;
+    if (file_exists(path) &&
+        read_file_limited(path, LIMIT_JSONL_FILE_BYTES, "JSON-lines file", &old, &n, err, errlen) != 0)
+        return -1;
     size_t len = strlen(line);
     char *text = xmalloc(n + len + 2);
     if (n) memcpy(text, old, n);
@@ -184,7 +187,7 @@ int jsonl_keep_steps_upto(const char *path, long step, char *err, size_t errlen)
     if (!file_exists(path)) return 0;
     char *text = NULL;
     size_t n = 0;
-    if (read_file_all(path, &text, &n, err, errlen) != 0) return -1;
+    if (read_file_limited(path, LIMIT_JSONL_FILE_BYTES, "JSON-lines file", &text, &n, err, errlen) != 0) return -1;
     char *out = xmalloc(n + 1);
     size_t o = 0;
     for (char *line = text; *line;) {

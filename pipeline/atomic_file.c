@@ -179,6 +179,20 @@ int write_file_atomic(const char *path, const void *data, size_t n, char *err, s
     return atomic_commit(&af, err, errlen);
 }
 
+int read_file_limited(const char *path, uint64_t max_bytes, const char *kind, char **data, size_t *n, char *err,
+                      size_t errlen) {
+    *data = NULL;
+    if (n) *n = 0;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > max_bytes) {
+        set_err(err, errlen, "%s: %lld bytes, more than the %llu MiB a %s may hold", path, (long long)st.st_size,
+                (unsigned long long)(max_bytes >> 20), kind);
+        return -1;
+    }
+    /* (A pipe or a file growing meanwhile is still read whole: the bound is against claims, not a sandbox.) */
+    return read_file_all(path, data, n, err, errlen);
+}
+
 int read_file_all(const char *path, char **data, size_t *n, char *err, size_t errlen) {
     *data = NULL;
     if (n) *n = 0;

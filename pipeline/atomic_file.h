@@ -4,6 +4,7 @@
 #define PIPELINE_ATOMIC_FILE_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 typedef struct {
@@ -23,6 +24,10 @@ void atomic_abort(AtomicFile *af);                                              
 int atomic_commit_all(AtomicFile *const *afs, int n, char *err, size_t errlen);
 int write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
 int read_file_all(const char *path, char **data, size_t *n, char *err, size_t errlen); /* NUL-terminated */
+/* read_file_all of a file that may hold at most max_bytes (pipeline/limits.h): a larger one is refused before
+ * anything is allocated, with "<path>: <N> bytes, more than the <M> MiB a <kind> may hold". */
+int read_file_limited(const char *path, uint64_t max_bytes, const char *kind, char **data, size_t *n, char *err,
+                      size_t errlen);
 int mkdir_p(const char *dir, char *err, size_t errlen);
 int fsync_dir_of(const char *path);
 int rename_dir_atomic(const char *tmp_dir, const char *final_dir, char *err, size_t errlen); /* replaces final_dir */

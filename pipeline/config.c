@@ -10,12 +10,13 @@
 #include <string.h>
 
 #include "pipeline/atomic_file.h"
+#include "pipeline/limits.h"
 #include "pipeline/log.h"
 
 cJSON *json_load_file(const char *path, char *err, size_t errlen) {
     char *text = NULL;
     size_t n = 0;
-    if (read_file_all(path, &text, &n, err, errlen) != 0) return NULL;
+    if (read_file_limited(path, LIMIT_JSON_FILE_BYTES, "JSON file", &text, &n, err, errlen) != 0) return NULL;
     if (strlen(text) != n) {
         set_err(err, errlen, "%s: contains a NUL byte (not a JSON text file)", path);
         free(text);

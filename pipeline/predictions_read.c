@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 
 #include "pipeline/atomic_file.h"
+#include "pipeline/limits.h"
 #include "pipeline/log.h"
 #include "pipeline/predictions.h"
 
@@ -34,7 +35,7 @@ int prediction_table_load(PredictionTable *t, const char *path, char *err, size_
     memset(t, 0, sizeof *t);
     char *text = NULL;
     size_t size = 0;
-    if (read_file_all(path, &text, &size, err, errlen)) return -1;
+    if (read_file_limited(path, LIMIT_JSONL_FILE_BYTES, "JSON-lines file", &text, &size, err, errlen)) return -1;
     long cap = 1024, line_no = 0;
     bool header = false;
     int rc = -1;

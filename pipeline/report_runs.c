@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "pipeline/atomic_file.h"
+#include "pipeline/limits.h"
 #include "pipeline/log.h"
 #include "pipeline/predictions.h"
 
@@ -18,7 +19,8 @@ static void load_metrics(RunData *r, const char *path) {
     char *text = NULL;
     size_t n = 0;
     char err[1024];
-    if (read_file_all(path, &text, &n, err, sizeof err)) die("%s", err);
+    if (read_file_limited(path, LIMIT_JSONL_FILE_BYTES, "JSON-lines file", &text, &n, err, sizeof err))
+        die("%s", err);
     int cap = 256, line_no = 0;
     r->step = xmalloc((size_t)cap * sizeof(double));
     r->loss = xmalloc((size_t)cap * sizeof(double));
@@ -65,7 +67,8 @@ static void load_eval_curve(RunData *r, const char *path) {
     char *text = NULL;
     size_t n = 0;
     char err[1024];
-    if (read_file_all(path, &text, &n, err, sizeof err)) die("%s", err);
+    if (read_file_limited(path, LIMIT_JSONL_FILE_BYTES, "JSON-lines file", &text, &n, err, sizeof err))
+        die("%s", err);
     int cap = 64, line_no = 0;
     r->curve_step = xmalloc((size_t)cap * sizeof(double));
     for (int s = 0; s < EVAL_N_SETS; s++) r->curve_acc[s] = xmalloc((size_t)cap * sizeof(double));
@@ -104,7 +107,8 @@ static void load_eval_curve(RunData *r, const char *path) {
 static void load_identity(RunData *r, const char *path) {
     char *text = NULL, err[1024];
     size_t n = 0;
-    if (read_file_all(path, &text, &n, err, sizeof err)) die("%s", err);
+    if (read_file_limited(path, LIMIT_JSON_FILE_BYTES, "JSON file", &text, &n, err, sizeof err))
+        die("%s", err);
     cJSON *j = cJSON_Parse(text);
     free(text);
     if (!j) die("%s: not valid JSON", path);
