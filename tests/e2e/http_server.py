@@ -6,6 +6,13 @@ A is past the end). Path prefixes inject faults, each only on the FIRST request 
   /drop/<file>        sends the headers of the full response and half of the body, then drops the connection
   /stall/<file>       sends half of the body, then stalls (the client's low-speed timeout must fire)
   /dropnorange/<file> drops like /drop on the first request, then ignores Range headers (always 200, full body)
+Hostile servers (every request, not only the first):
+  /badrange/<file>    drops like /drop on the first request; answers a later Range request with 206 and the body
+                      from byte 0 under "Content-Range: bytes 0-..." (not where the client asked to resume)
+  /badcr/<file>       drops like /drop on the first request; a later Range request gets 206 with a malformed
+                      Content-Range ("bytes garbage")
+  /longlen/<file>     says Content-Length 100 bytes SHORTER than the file, then sends the whole file
+  /shortlen/<file>    says Content-Length 100 bytes LONGER than the file, sends the file, closes the connection
 Every request is appended to --log as one line: "<method> <path> range=<Range header or ->".
 The chosen port (the kernel picks a free one) is written to --port-file once the server is listening.
 """
@@ -16,7 +23,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAULTS = ("drop", "stall", "dropnorange")
+FAULTS = ("drop", "stall", "dropnorange", "badrange", "badcr", "longlen", "shortlen")
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -66,14 +73,37 @@ class Handler(BaseHTTPRequestHandler):
                 return
             status = 206
         body = data[start:end + 1]
+        if fault in ("badrange", "badcr") and not first and status == 206:
+            body = data  # the whole file again, whatever offset was asked for
+        if fault in ("longlen", "shortlen"):
+            declared = len(body) + (100 if fault == "shortlen" else -100)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/gzip")
+            self.send_header("Content-Length", str(declared))
+            self.send_header("Accept-Ranges", "bytes")
+            if status == 206:
+                self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end, size))
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+            self.close_connection = True
+            try:
+                self.connection.shutdown(2)
+            except OSError:
+                pass
+            return
         self.send_response(status)
         self.send_header("Content-Type", "application/gzip")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Accept-Ranges", "bytes" if honour_range else "none")
-        if status == 206:
+        if status == 206 and fault == "badrange" and not first:
+            self.send_header("Content-Range", "bytes 0-%d/%d" % (size - 1, size))
+        elif status == 206 and fault == "badcr" and not first:
+            self.send_header("Content-Range", "bytes garbage")
+        elif status == 206:
             self.send_header("Content-Range", "bytes %d-%d/%d" % (start, end, size))
         self.end_headers()
-        if fault and first:
+        if fault in ("drop", "stall", "dropnorange", "badrange", "badcr") and first:
             self.wfile.write(body[: len(body) // 2])
             self.wfile.flush()
             if fault == "stall":

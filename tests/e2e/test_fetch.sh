@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of bin/fetch against a local HTTP server (tests/e2e/http_server.py on 127.0.0.1, random port):
 # download, resume after a dropped connection (Range request seen by the server), in-run retry after a stall,
-# a server that cannot resume, checksum pinning, the manifest size check, extraction + manifest content, a corrupted
+# a server that cannot resume, hostile servers (a resume at the wrong offset, a malformed Content-Range,
+# Content-Length shorter or longer than the body), checksum pinning, the manifest size check, extraction + manifest content, a corrupted
 # and a truncated archive refused (no tree left, the old output intact), a traversal entry refused, file:// and local
 # path sources, "up to date" reruns, and the embedded sample with the default filter.
 # Exit 0 pass, 77 skip (says why), anything else fail.
@@ -133,6 +134,28 @@ check "stalled-then-resumed file is byte-identical" cmp -s "$T/dl3/good.tar.gz" 
 run_fetch --source "$BASE/dropnorange/good.tar.gz" --downloads "$T/dl4" --out "$T/raw4" --retries 3
 check "non-resuming server: download restarts and succeeds" test $? = 0
 check "non-resuming server: file is byte-identical" cmp -s "$T/dl4/good.tar.gz" "$WWW/good.tar.gz"
+
+# 4b. Hostile servers. A resume answered at another offset, or with a malformed Content-Range: the partial file is
+# discarded (never spliced), the download restarts, and the result is the exact archive.
+for mode in badrange badcr; do
+  run_fetch --source "$BASE/$mode/good.tar.gz" --downloads "$T/dl4$mode" --out "$T/raw4$mode" --retries 3
+  check "$mode: the download restarts and succeeds" test $? = 0
+  check "$mode: the resume answer was refused and the partial file discarded" log_has "discarding the partial file"
+  check "$mode: file is byte-identical" cmp -s "$T/dl4$mode/good.tar.gz" "$WWW/good.tar.gz"
+done
+# Content-Length 100 bytes short of the file: the client stops early, so the archive is truncated; extraction
+# refuses it and the download is moved aside (the next run must not trust it).
+run_fetch --source "$BASE/longlen/good.tar.gz" --downloads "$T/dl4l" --out "$T/raw4l" --retries 1
+check "Content-Length shorter than the body: refused" test $? != 0 -a ! -e "$T/raw4l"
+check "Content-Length shorter than the body: one error line" test "$(grep -c 'error:' "$T/log")" = 1
+check "Content-Length shorter than the body: the download is moved aside" \
+  test ! -e "$T/dl4l/good.tar.gz" -a -n "$(ls "$T/dl4l/rejected" 2>/dev/null)"
+# Content-Length 100 bytes past the file, then the connection closes: an incomplete transfer each time; after the
+# retries one clear error, non-zero exit, no output tree.
+run_fetch --source "$BASE/shortlen/good.tar.gz" --downloads "$T/dl4s" --out "$T/raw4s" --retries 1
+check "Content-Length longer than the body: refused" test $? != 0 -a ! -e "$T/raw4s"
+check "Content-Length longer than the body: one error line" test "$(grep -c 'error:' "$T/log")" = 1
+check "Content-Length longer than the body: no archive taken as complete" test ! -e "$T/dl4s/good.tar.gz"
 
 # 5. Errors that must not retry forever: 404.
 run_fetch --source "$BASE/missing.tar.gz" --downloads "$T/dl5" --out "$T/raw5" --retries 3
