@@ -12,9 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pipeline/atomic_file.h"
+#include "pipeline/limits.h"
 #include "pipeline/log.h"
 #include "pipeline/module_regex.h"
 #include "pipeline/progress.h"
@@ -337,6 +339,20 @@ static la_ssize_t on_archive_read(struct archive *a, void *ud, const void **buf)
     return n;
 }
 
+/* Skips request bytes of a plain (uncompressed) tar with a seek, so that members the filter does not take cost no
+ * reading; a gzip stream cannot seek (0: libarchive then reads and discards). */
+static la_int64_t on_archive_skip(struct archive *a, void *ud, la_int64_t request) {
+    Source *src = ud;
+    if (src->is_gzip || request <= 0) return 0;
+    /* Never past the end: a member cut short must still read as a truncated archive, not end it cleanly. */
+    struct stat st;
+    off_t at = ftello(src->fp);
+    if (at < 0 || fstat(fileno(src->fp), &st) != 0 || (int64_t)at + request > (int64_t)st.st_size) return 0;
+    if (fseeko(src->fp, (off_t)request, SEEK_CUR) != 0) return 0;
+    src->compressed_read += request;
+    return request;
+}
+
 /* Streams the current entry into the sinks, counting all lines of the entry (for the odd-count check). */
 static int stream_entry(struct archive *a, const Source *src, const char *archive_path, const char *entry, Sink *file, Sink *corpus,
                         int64_t *total_lines, int64_t *last_byte_newline, Progress *prog, char *err, size_t errlen) {
@@ -394,7 +410,7 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
     archive_read_support_filter_none(a);
     if (src->is_gzip) log_warn("built without zlib: the gzip CRC of %s is not verified", o->archive_path);
 #endif
-    int orc = use_source ? archive_read_open(a, src, NULL, on_archive_read, NULL)
+    int orc = use_source ? archive_read_open2(a, src, NULL, on_archive_read, on_archive_skip, NULL)
                          : archive_read_open_filename(a, o->archive_path, 1 << 16);
     if (orc != ARCHIVE_OK) {
         set_err(err, errlen, "%s: corrupt or truncated archive (before the first entry): %s", o->archive_path,
@@ -404,6 +420,7 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
     /* The last entry whose header was read: a corruption found while skipping an entry the filter does not take
      * (libarchive skips its data when asked for the next header) or in the gzip trailer is named "in or after" it. */
     char last_entry[1024] = "";
+    int64_t total_claimed = 0; /* sum of the regular members' sizes so far */
     for (;;) {
         struct archive_entry *e;
         int rc = archive_read_next_header(a, &e);
@@ -429,6 +446,23 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
             goto out;
         }
         if (archive_entry_filetype(e) != AE_IFREG) continue; /* directories: we create our own */
+        /* Bounds before writing a byte (pipeline/limits.h): a member whose header claims more than any module file,
+         * or members adding up past what any archive of the dataset holds (a decompression bomb expands a small
+         * download into all of the disk). */
+        int64_t claimed = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
+        if (claimed < 0 || (uint64_t)claimed > LIMIT_MODULE_TEXT_BYTES) {
+            set_err(err, errlen, "%s: refusing entry '%s': %" PRId64 " bytes, more than the %llu MiB a module file "
+                                 "may hold", o->archive_path, path, claimed,
+                    (unsigned long long)(LIMIT_MODULE_TEXT_BYTES >> 20));
+            goto out;
+        }
+        total_claimed += claimed;
+        if ((uint64_t)total_claimed > LIMIT_ARCHIVE_TOTAL_BYTES) {
+            set_err(err, errlen, "%s: refusing entry '%s': the members so far hold %" PRId64 " bytes, more than the "
+                                 "%llu GiB any archive of the dataset holds", o->archive_path, path, total_claimed,
+                    (unsigned long long)(LIMIT_ARCHIVE_TOTAL_BYTES >> 30));
+            goto out;
+        }
         char comps[4][256];
         int nc = split_path(path, comps);
         if (nc < 0) {

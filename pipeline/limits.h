@@ -15,7 +15,11 @@
 /* A JSON-lines file: predictions.jsonl, metrics.jsonl, eval_curve.jsonl (largest written: predictions of the paper's
  * 10,000 evaluation examples, about 5 MiB; metrics of 100,000 steps logged every 10, about 10 MiB). */
 #define LIMIT_JSONL_FILE_BYTES (1ull << 30)
-/* A module text file of the dataset, read whole by tokenize (largest in the official archive: about 200 MiB). */
+/* A module text file of the dataset, read whole by tokenize and the largest archive member fetch extracts (largest in
+ * the official archive: about 200 MiB). */
 #define LIMIT_MODULE_TEXT_BYTES (4ull << 30)
+/* All regular members of one archive together, as their headers state them before extraction (the official
+ * archive, 2.2 GB compressed, holds about 8 GB). A decompression bomb stops here, before filling the disk. */
+#define LIMIT_ARCHIVE_TOTAL_BYTES (64ull << 30)
 
 #endif

@@ -3,6 +3,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <check.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,6 +299,64 @@ START_TEST(overlong_name_refused) {
 }
 END_TEST
 
+/* A plain tar written by hand: one ustar header per member, whose data is a hole (lseek), so members can claim
+ * gigabytes in a sparse file that costs no disk. */
+static void write_sparse_tar(const char *path, const char *const *names, const long long *sizes, int n) {
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    ck_assert_int_ge(fd, 0);
+    off_t at = 0;
+    for (int i = 0; i < n; i++) {
+        unsigned char h[512];
+        memset(h, 0, sizeof h);
+        snprintf((char *)h, 100, "%s", names[i]);
+        memcpy(h + 100, "0000644", 8);
+        memcpy(h + 108, "0000000", 8);
+        memcpy(h + 116, "0000000", 8);
+        snprintf((char *)h + 124, 12, "%011llo", sizes[i]);
+        memcpy(h + 136, "00000000000", 12);
+        h[156] = '0';
+        memcpy(h + 257, "ustar", 6);
+        memcpy(h + 263, "00", 2);
+        memset(h + 148, ' ', 8);
+        unsigned sum = 0;
+        for (int k = 0; k < 512; k++) sum += h[k];
+        snprintf((char *)h + 148, 8, "%06o", sum);
+        ck_assert_int_eq(pwrite(fd, h, 512, at), 512);
+        at += 512 + (off_t)((sizes[i] + 511) / 512 * 512);
+    }
+    unsigned char zero[1024] = {0};
+    ck_assert_int_eq(pwrite(fd, zero, sizeof zero, at), (ssize_t)sizeof zero);
+    close(fd);
+}
+
+/* A member whose header claims more than any module file (5 GiB), and members that together claim more than any
+ * archive of the dataset (22 x 3 GiB, a bomb's shape): refused at the header, naming the entry and the bound, before
+ * anything is written. */
+START_TEST(huge_members_and_bombs_refused) {
+    const char *one[] = {R "train-easy/arithmetic__mul.txt"};
+    const long long five_gib[] = {5ll << 30};
+    write_sparse_tar(g_tgz, one, five_gib, 1);
+    char err[1024] = "";
+    ExtractResult r;
+    ck_assert_int_eq(run_extract(".*", 0, &r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "refusing entry '" R "train-easy/arithmetic__mul.txt': 5368709120 bytes, more than the "
+                              "4096 MiB a module file may hold"), "%s", err);
+    enum { N = 22 };
+    char names[N][64];
+    const char *name_ptrs[N];
+    long long sizes[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "junk/part%02d", i);
+        name_ptrs[i] = names[i];
+        sizes[i] = 3ll << 30;
+    }
+    write_sparse_tar(g_tgz, name_ptrs, sizes, N);
+    ck_assert_int_eq(run_extract(".*", 0, &r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "refusing entry 'junk/part21': the members so far hold 70866960384 bytes, more than "
+                              "the 64 GiB"), "%s", err);
+}
+END_TEST
+
 #if defined(HAVE_ZLIB)
 /* Damage that still inflates and breaks a file's line structure (here a newline turned into a space inside a
  * stored, i.e. uncompressed, gzip block) is reported as a corrupt archive (the CRC check fails), not as a malformed
@@ -373,6 +432,7 @@ int main(void) {
     tcase_add_test(tc, corrupt_and_truncated_refused);
     tcase_add_test(tc, truncation_in_skipped_entry_names_it);
     tcase_add_test(tc, overlong_name_refused);
+    tcase_add_test(tc, huge_members_and_bombs_refused);
     tcase_add_test(tc, filter_matching);
 #if defined(HAVE_ZLIB)
     tcase_add_test(tc, corruption_reported_before_line_structure);
