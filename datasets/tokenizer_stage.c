@@ -233,6 +233,13 @@ static int raw_manifest_load(RawManifest *m, const char *raw_dir, char *err, siz
     return 0;
 }
 
+int tokenize_check_fetch_manifest(const char *raw_dir, char *err, size_t errlen) {
+    RawManifest m;
+    int rc = raw_manifest_load(&m, raw_dir, err, errlen);
+    raw_manifest_free(&m);
+    return rc;
+}
+
 /* The file must be listed in fetch's manifest with the same sha256. */
 static int raw_manifest_check(RawManifest *m, const char *raw_dir, const InputFile *f, char *err, size_t errlen) {
     for (int i = 0; i < m->n; i++) {

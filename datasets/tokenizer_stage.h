@@ -39,6 +39,9 @@ typedef struct {
 
 /* Runs the stage. Returns 0, or -1 with one line in err (bad input names file and line); on error no output file
  * in out_dir was created or changed. */
+/* Reads and validates RAW_DIR/manifest.json (fetch's) as tokenize_run does, then frees it: 0, or -1 with err. (The
+ * fuzz harness tests/fuzz/fuzz_manifests.c reads it through this.) */
+int tokenize_check_fetch_manifest(const char *raw_dir, char *err, size_t errlen);
 int tokenize_run(const TokenizeJob *job, const TokenizeConfig *cfg, char *err, size_t errlen);
 
 #endif
