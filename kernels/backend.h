@@ -27,6 +27,9 @@ typedef float scalar_t;
 /* Numeric precision used by a backend for its matmuls (CUDA only honours bf16; CPU is always exact scalar_t). */
 typedef enum { PRECISION_FP32 = 0, PRECISION_BF16 = 1 } Precision;
 
+/* Gating transform of a router (router_gates). */
+typedef enum { ROUTER_SIGMOID = 0, ROUTER_SOFTMAX = 1 } RouterKind;
+
 typedef struct Backend Backend;
 struct Backend {
     const char *name;      /* "cpu" or "cuda" */
@@ -98,17 +101,40 @@ struct Backend {
                                const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                                const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
 
-    /* ---- sigmoid top-k routing ----
+    /* ---- routing primitives: selection, gating transform, balancing losses (moe-variants.md) ----
      * logits[N,G,E] (G independent groups, e.g. attention heads; G=1 for the FFN).
-     * For each (n,g): the k experts with the largest logits (ties: lower index first), excluding experts whose
-     * drop mask entry is nonzero (drop[N,G,E], may be NULL; expert dropout).
-     * sel[N,G,k] = g*E + e (GLOBAL expert id, ready for cvmm); gate[N,G,k] = sigmoid(logits[n,g,e]).
-     * Slot order: descending logit. */
-    void (*topk_sigmoid)(Backend *be, int32_t *sel, scalar_t *gate, const scalar_t *logits, const uint8_t *drop,
-                         int N, int G, int E, int k);
-    /* dlogits[N,G,E] += dgate * gate * (1 - gate) scattered to the selected experts. */
-    void (*topk_sigmoid_backward)(Backend *be, scalar_t *dlogits, const scalar_t *dgate, const int32_t *sel,
-                                  const scalar_t *gate, int N, int G, int E, int k);
+     *
+     * topk_select: for each (n,g) the k experts with the largest logits (ties: lower index first), excluding experts
+     * whose drop mask entry is nonzero (drop[N,G,E], may be NULL; expert dropout). Slot order: descending logit.
+     * sel[N,G,k] = g*E + e (GLOBAL expert id, ready for cvmm). If fewer than k experts survive the mask, the remaining
+     * slots take the lowest-index dropped experts, in index order; router_gates gives those slots gate 0 (the
+     * reference sets dropped scores to -inf before top-k, so such an entry contributes nothing). Selecting on the
+     * logits equals selecting on sigmoid or softmax scores, which are increasing functions of them. */
+    void (*topk_select)(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, int N, int G, int E,
+                        int k);
+    /* router_gates: gate[N,G,k] at the selected experts (sel from topk_select):
+     *   ROUTER_SIGMOID: s_j = sigmoid(l[sel_j])                   (MoEUT's sigma-MoE)
+     *   ROUTER_SOFTMAX: s_j = softmax over the group's E logits, at sel_j (all E experts, dropped or not)
+     *   renorm == 0: gate_j = s_j;  renorm != 0: gate_j = s_j / sum_i s_i over the k slots
+     * A slot whose expert is dropped (drop[n,g,e] != 0; only the filler slots of topk_select) gets gate 0 and is
+     * left out of the sum. */
+    void (*router_gates)(Backend *be, scalar_t *gate, const scalar_t *logits, const int32_t *sel, const uint8_t *drop,
+                         int N, int G, int E, int k, RouterKind kind, int renorm);
+    /* dlogits[N,G,E] += the gradient of sum_j dgate_j * gate_j through router_gates (same arguments; gate is its
+     * output). Sigmoid without renorm touches only the selected logits; softmax touches every logit of the group. */
+    void (*router_gates_backward)(Backend *be, scalar_t *dlogits, const scalar_t *dgate, const scalar_t *gate,
+                                  const scalar_t *logits, const int32_t *sel, const uint8_t *drop, int N, int G,
+                                  int E, int k, RouterKind kind, int renorm);
+    /* switch_balance: the Switch Transformer load-balancing loss (Fedus et al. 2021, eqs. 4-6) of ONE routing
+     * decision, logits[B,T,G,E] with its selection sel[B,T,G,k] (global ids g*E+e), over the positions with
+     * valid[B,T] != 0 (NULL = all), n of them:
+     *   f_{g,i} = (number of slots of group g selecting expert i) / (k n)     (sums to 1; not differentiated)
+     *   P_{g,i} = (1/n) sum_t softmax(l_{t,g})_i
+     *   value   = (1/G) sum_g E sum_i f_{g,i} P_{g,i}                    (1 for a uniform router)
+     * Returns value (unscaled; 0 when n = 0). If dlogits != NULL: dlogits = coef * d(value)/d(logits) (overwrite),
+     * i.e. coef * E / (G n) * p_e (f_e - sum_i f_i p_i) at valid positions, 0 elsewhere. */
+    double (*switch_balance)(Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
+                             const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef);
 
     /* ---- cvmm: conditional (expert-selected) vector-matrix multiply ----
      * M entries p = 0..M-1, expert sel[p] in [0,n_experts), weights W[n_experts, Kin, Nout].

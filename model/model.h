@@ -17,6 +17,9 @@
 
 typedef enum { ARCH_DENSE = 0, ARCH_MOEUT = 1 } Arch;
 
+/* How the FFN router's load is balanced (model.balance; formulas in backend.h and the README's switch table). */
+typedef enum { BALANCE_ENTROPY = 0, BALANCE_SWITCH = 1, BALANCE_NONE = 2 } BalanceKind;
+
 /* Keys of the JSON "model" object. MoEUT keys are the reference constructor's argument names; the dense model uses
  * n_tokens, d_model, n_layers, n_heads, d_head, d_ff, dropout. */
 typedef struct {
@@ -33,7 +36,11 @@ typedef struct {
     int att_n_experts;    /* EA */
     int att_k;            /* KA */
     int group_size;       /* Gs = number of distinct layers; n_layers % group_size == 0 */
-    double entropy_reg;   /* gamma, FFN (0.01) */
+    RouterKind router;    /* "router": FFN gating transform, "sigmoid" (MoEUT, default) | "softmax" */
+    bool router_renorm;   /* "router_renorm": FFN gates divided by their sum over the selected experts (default false) */
+    BalanceKind balance;  /* "balance": FFN balancing, "entropy" (MoEUT, default) | "switch" | "none" */
+    double balance_alpha; /* alpha of the Switch loss (0.01; only with balance "switch") */
+    double entropy_reg;   /* gamma, FFN (0.01; only with balance "entropy") */
     double att_entropy_reg; /* delta, attention (0.001) */
     double ff_expert_dropout;
     double att_expert_dropout;
@@ -49,6 +56,9 @@ int model_config_from_json(ModelConfig *cfg, const struct cJSON *obj, const char
 struct cJSON *model_config_to_json(const ModelConfig *cfg); /* every key, for provenance and checkpoints */
 int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen);
 int model_config_n_rot(const ModelConfig *cfg); /* int(0.5*D) rounded down to even */
+/* Coefficient of StepStats.reg_ffn in the objective: entropy_reg (balance "entropy"), balance_alpha ("switch"),
+ * 0 ("none", and the dense model). */
+double model_config_ffn_balance_coef(const ModelConfig *cfg);
 /* Number of parameters the config implies (equals model_n_params of a created model), computed without allocating. */
 size_t model_count_params(const ModelConfig *cfg);
 
@@ -89,14 +99,15 @@ void model_init_weights(Model *m, uint64_t seed);
 typedef struct {
     double ce_sum;      /* sum of -log p(target) over counted targets */
     long n_counted;     /* number of counted targets */
-    double reg_ffn;     /* unscaled FFN entropy terms, summed over distinct modules (0 for dense) */
+    double reg_ffn;     /* unscaled FFN balancing terms (model.balance), summed over distinct modules (0 for dense) */
     double reg_att;     /* unscaled attention entropy terms (o + v), summed over distinct modules */
 } StepStats;
 
 /* One micro-batch in training mode: forward, loss, backward. Gradients ACCUMULATE into model_grads (caller zeroes).
  * inputs[B,T], targets[B,T] (host memory; -1 = not counted), valid[B,T] (host; 1 where the position's target is real,
  * used by the regularizer mask; NULL = all valid).
- * The differentiated objective is  grad_scale * (ce_sum / n_counted + entropy_reg*reg_ffn + att_entropy_reg*reg_att),
+ * The differentiated objective is  grad_scale * (ce_sum / n_counted + c_ffn*reg_ffn + att_entropy_reg*reg_att),
+ * c_ffn = model_config_ffn_balance_coef (entropy_reg, balance_alpha or 0; reg_ffn is the matching unscaled term),
  * i.e. the per-micro-batch mean CE; the caller passes grad_scale = 1/n_microbatches.
  * logits_out (host, may be NULL) receives the logits [B,T,V]. */
 void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, const uint8_t *valid, int B, int T,

@@ -16,7 +16,7 @@
 #include "model/param_count.h"
 #include "pipeline/config.h"
 
-typedef enum { KEY_INT, KEY_DOUBLE, KEY_BOOL } KeyType;
+typedef enum { KEY_INT, KEY_DOUBLE, KEY_BOOL, KEY_ENUM } KeyType;
 
 enum { FOR_DENSE = 1, FOR_MOEUT = 2, FOR_BOTH = 3 };
 
@@ -26,30 +26,40 @@ typedef struct {
     int archs;      /* FOR_* mask */
     int required;   /* FOR_* mask of the archs that require it */
     size_t offset;  /* into ModelConfig */
+    const char *const *names; /* KEY_ENUM: the accepted strings, index = enum value, NULL-terminated */
 } KeyDesc;
+
+_Static_assert(sizeof(RouterKind) == sizeof(int) && sizeof(BalanceKind) == sizeof(int),
+               "KEY_ENUM fields are read and written as int");
+static const char *const ROUTER_NAMES[] = {"sigmoid", "softmax", NULL};
+static const char *const BALANCE_NAMES[] = {"entropy", "switch", "none", NULL};
 
 #define F(field) offsetof(ModelConfig, field)
 /* Order = serialisation order of model_config_to_json. "arch" is handled separately. */
 static const KeyDesc KEYS[] = {
-    {"n_tokens", KEY_INT, FOR_BOTH, FOR_BOTH, F(n_tokens)},
-    {"d_model", KEY_INT, FOR_BOTH, FOR_BOTH, F(d_model)},
-    {"n_layers", KEY_INT, FOR_BOTH, FOR_BOTH, F(n_layers)},
-    {"n_heads", KEY_INT, FOR_BOTH, FOR_BOTH, F(n_heads)},
-    {"d_head", KEY_INT, FOR_BOTH, 0, F(d_head)},
-    {"d_ff", KEY_INT, FOR_DENSE, FOR_DENSE, F(d_ff)},
-    {"ff_n_experts", KEY_INT, FOR_MOEUT, FOR_MOEUT, F(ff_n_experts)},
-    {"ff_expert_size", KEY_INT, FOR_MOEUT, 0, F(ff_expert_size)},
-    {"ff_k", KEY_INT, FOR_MOEUT, 0, F(ff_k)},
-    {"att_n_experts", KEY_INT, FOR_MOEUT, FOR_MOEUT, F(att_n_experts)},
-    {"att_k", KEY_INT, FOR_MOEUT, 0, F(att_k)},
-    {"group_size", KEY_INT, FOR_MOEUT, 0, F(group_size)},
-    {"entropy_reg", KEY_DOUBLE, FOR_MOEUT, 0, F(entropy_reg)},
-    {"att_entropy_reg", KEY_DOUBLE, FOR_MOEUT, 0, F(att_entropy_reg)},
-    {"ff_expert_dropout", KEY_DOUBLE, FOR_MOEUT, 0, F(ff_expert_dropout)},
-    {"att_expert_dropout", KEY_DOUBLE, FOR_MOEUT, 0, F(att_expert_dropout)},
-    {"dropout", KEY_DOUBLE, FOR_BOTH, 0, F(dropout)},
-    {"lm_head_bias", KEY_BOOL, FOR_BOTH, 0, F(lm_head_bias)},
-    {"out_norm_affine", KEY_BOOL, FOR_BOTH, 0, F(out_norm_affine)},
+    {"n_tokens", KEY_INT, FOR_BOTH, FOR_BOTH, F(n_tokens), NULL},
+    {"d_model", KEY_INT, FOR_BOTH, FOR_BOTH, F(d_model), NULL},
+    {"n_layers", KEY_INT, FOR_BOTH, FOR_BOTH, F(n_layers), NULL},
+    {"n_heads", KEY_INT, FOR_BOTH, FOR_BOTH, F(n_heads), NULL},
+    {"d_head", KEY_INT, FOR_BOTH, 0, F(d_head), NULL},
+    {"d_ff", KEY_INT, FOR_DENSE, FOR_DENSE, F(d_ff), NULL},
+    {"ff_n_experts", KEY_INT, FOR_MOEUT, FOR_MOEUT, F(ff_n_experts), NULL},
+    {"ff_expert_size", KEY_INT, FOR_MOEUT, 0, F(ff_expert_size), NULL},
+    {"ff_k", KEY_INT, FOR_MOEUT, 0, F(ff_k), NULL},
+    {"att_n_experts", KEY_INT, FOR_MOEUT, FOR_MOEUT, F(att_n_experts), NULL},
+    {"att_k", KEY_INT, FOR_MOEUT, 0, F(att_k), NULL},
+    {"group_size", KEY_INT, FOR_MOEUT, 0, F(group_size), NULL},
+    {"router", KEY_ENUM, FOR_MOEUT, 0, F(router), ROUTER_NAMES},
+    {"router_renorm", KEY_BOOL, FOR_MOEUT, 0, F(router_renorm), NULL},
+    {"balance", KEY_ENUM, FOR_MOEUT, 0, F(balance), BALANCE_NAMES},
+    {"balance_alpha", KEY_DOUBLE, FOR_MOEUT, 0, F(balance_alpha), NULL},
+    {"entropy_reg", KEY_DOUBLE, FOR_MOEUT, 0, F(entropy_reg), NULL},
+    {"att_entropy_reg", KEY_DOUBLE, FOR_MOEUT, 0, F(att_entropy_reg), NULL},
+    {"ff_expert_dropout", KEY_DOUBLE, FOR_MOEUT, 0, F(ff_expert_dropout), NULL},
+    {"att_expert_dropout", KEY_DOUBLE, FOR_MOEUT, 0, F(att_expert_dropout), NULL},
+    {"dropout", KEY_DOUBLE, FOR_BOTH, 0, F(dropout), NULL},
+    {"lm_head_bias", KEY_BOOL, FOR_BOTH, 0, F(lm_head_bias), NULL},
+    {"out_norm_affine", KEY_BOOL, FOR_BOTH, 0, F(out_norm_affine), NULL},
 };
 #undef F
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -72,7 +82,18 @@ static void set_defaults(ModelConfig *cfg, Arch arch) {
         cfg->ff_expert_size = 128;
         cfg->entropy_reg = 0.01;
         cfg->att_entropy_reg = 0.001;
+        cfg->router = ROUTER_SIGMOID;
+        cfg->balance = BALANCE_ENTROPY;
+        cfg->balance_alpha = 0.01; /* Fedus et al. 2021 */
     }
+}
+
+/* A key whose value has no effect under the chosen switches is refused when given and not written: a config then
+ * says only what the model does. */
+static bool key_applies(const ModelConfig *cfg, const KeyDesc *k) {
+    if (strcmp(k->name, "entropy_reg") == 0) return cfg->balance == BALANCE_ENTROPY;
+    if (strcmp(k->name, "balance_alpha") == 0) return cfg->balance == BALANCE_SWITCH;
+    return true;
 }
 
 static const KeyDesc *find_key(const char *name) {
@@ -129,6 +150,24 @@ static int read_value(ModelConfig *cfg, const KeyDesc *k, const cJSON *v, char *
         }
         *(bool *)base = cJSON_IsTrue(v);
         return 0;
+    case KEY_ENUM: {
+        char accepted[160] = "";
+        for (int i = 0; k->names[i]; i++) {
+            size_t used = strlen(accepted);
+            snprintf(accepted + used, sizeof accepted - used, "%s\"%s\"", i ? ", " : "", k->names[i]);
+        }
+        if (!cJSON_IsString(v) || !v->valuestring) {
+            snprintf(problem, plen, "expected a string (%s), got %s", accepted, json_type_name(v));
+            return -1;
+        }
+        for (int i = 0; k->names[i]; i++)
+            if (strcmp(v->valuestring, k->names[i]) == 0) {
+                *(int *)base = i;
+                return 0;
+            }
+        snprintf(problem, plen, "unknown value \"%.40s\" (expected %s)", v->valuestring, accepted);
+        return -1;
+    }
     }
     return -1;
 }
@@ -196,6 +235,13 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
                      arch_name(arch));
             return -1;
         }
+    for (int i = 0; i < N_KEYS; i++)
+        if ((KEYS[i].archs & arch_bit(arch)) && !key_applies(&c, &KEYS[i]) &&
+            cJSON_GetObjectItemCaseSensitive(obj, KEYS[i].name)) {
+            snprintf(err, errlen, "%s: model.%s: has no effect with model.balance \"%s\" (remove it)", source,
+                     KEYS[i].name, BALANCE_NAMES[c.balance]);
+            return -1;
+        }
     if (!d_head_given) {
         /* Reference default d_head = d_model // n_heads; an uneven split would silently change the width, so it
          * must then be given explicitly. */
@@ -221,12 +267,18 @@ cJSON *model_config_to_json(const ModelConfig *cfg) {
     bool ok = cJSON_AddStringToObject(o, "arch", arch_name(cfg->arch)) != NULL;
     for (int i = 0; i < N_KEYS && ok; i++) {
         const KeyDesc *k = &KEYS[i];
-        if (!(k->archs & arch_bit(cfg->arch))) continue;
+        if (!(k->archs & arch_bit(cfg->arch)) || !key_applies(cfg, k)) continue;
         const char *base = (const char *)cfg + k->offset;
         switch (k->type) {
         case KEY_INT: ok = cJSON_AddNumberToObject(o, k->name, *(const int *)base) != NULL; break;
         case KEY_DOUBLE: ok = cJSON_AddNumberToObject(o, k->name, *(const double *)base) != NULL; break;
         case KEY_BOOL: ok = cJSON_AddBoolToObject(o, k->name, *(const bool *)base) != NULL; break;
+        case KEY_ENUM: {
+            int v = *(const int *)base, n = 0;
+            while (k->names[n]) n++;
+            ok = v >= 0 && v < n && cJSON_AddStringToObject(o, k->name, k->names[v]) != NULL;
+            break;
+        }
         }
     }
     if (!ok) {
@@ -288,6 +340,18 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
                      cfg->group_size);
             return -1;
         }
+        if ((int)cfg->router < 0 || (int)cfg->router > ROUTER_SOFTMAX) {
+            snprintf(err, errlen, "model.router: invalid value %d", (int)cfg->router);
+            return -1;
+        }
+        if ((int)cfg->balance < 0 || (int)cfg->balance > BALANCE_NONE) {
+            snprintf(err, errlen, "model.balance: invalid value %d", (int)cfg->balance);
+            return -1;
+        }
+        if (cfg->balance == BALANCE_SWITCH && (!(cfg->balance_alpha >= 0.0) || !isfinite(cfg->balance_alpha))) {
+            snprintf(err, errlen, "model.balance_alpha: must be a finite number >= 0, got %g", cfg->balance_alpha);
+            return -1;
+        }
         if (!(cfg->entropy_reg >= 0.0) || !isfinite(cfg->entropy_reg)) {
             snprintf(err, errlen, "model.entropy_reg: must be a finite number >= 0, got %g", cfg->entropy_reg);
             return -1;
@@ -316,4 +380,14 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
 int model_config_n_rot(const ModelConfig *cfg) {
     int n = (int)(0.5 * cfg->d_head);
     return n - n % 2;
+}
+
+double model_config_ffn_balance_coef(const ModelConfig *cfg) {
+    if (cfg->arch != ARCH_MOEUT) return 0.0;
+    switch (cfg->balance) {
+    case BALANCE_ENTROPY: return cfg->entropy_reg;
+    case BALANCE_SWITCH: return cfg->balance_alpha;
+    case BALANCE_NONE: return 0.0;
+    }
+    return 0.0;
 }

@@ -1,6 +1,8 @@
 /* MoEUT layer backward (moeut-spec.md §8.2): the exact reverse of moeut_forward.c for one training application.
  * Parameter gradients accumulate (+=) into Model.grads, so a shared layer receives the sum over its R applications.
- * Router-logit gradients = top-k sigmoid backward of the gate gradients + the stored regularizer gradients. */
+ * Router-logit gradients = the gating transform's backward of the gate gradients + the stored regularizer gradients.
+ * The expert-dropout masks are not kept for the backward: moeut_make_drop_mask always leaves k experts, so no slot
+ * is a filler of topk_select and router_gates_backward needs no mask (NULL). */
 #include <math.h>
 
 #include "model/moeut_internal.h"
@@ -47,7 +49,9 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     /* router: l = xs Sel^T */
     scalar_t *dl = s->lf; /* [N, E] */
     router_logit_grad(m, dl, st->dreg_f[layer] + (size_t)rep * N * E, (size_t)N * E);
-    be->topk_sigmoid_backward(be, dl, dgate_f, ac->sel_f, ac->gate_f, N, 1, E, K);
+    const scalar_t *lf = st->hist_f[layer] + (size_t)rep * N * E; /* this application's raw router logits */
+    be->router_gates_backward(be, dl, dgate_f, ac->gate_f, lf, ac->sel_f, NULL, N, 1, E, K, c->router,
+                              c->router_renorm);
     scalar_t *xs = s->nc[1]; /* recompute LN2(x1) (identical to the forward's) */
     be->layernorm_forward(be, xs, s->mean, s->rstd, ac->x1, W + P->ln2_w, W + P->ln2_b, N, C, eps);
     be->matmul(be, G + P->expert_sel, dl, xs, E, C, N, 1, 0, 1, 1); /* dSel[E,C] += dl^T xs */
@@ -91,9 +95,10 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     /* ---- attention routers: lv = xn Sel_v^T, lo = xn Sel_o^T ---- */
     scalar_t *dlv = s->lv, *dlo = s->lo; /* [N, H*EA] */
     router_logit_grad(m, dlv, st->dreg_v[layer] + (size_t)rep * N * HEA, (size_t)N * HEA);
-    be->topk_sigmoid_backward(be, dlv, dgate_v, ac->sel_v, ac->gate_v, N, H, EA, KA);
+    const scalar_t *lv = st->hist_v[layer] + (size_t)rep * N * HEA, *lo = st->hist_o[layer] + (size_t)rep * N * HEA;
+    be->router_gates_backward(be, dlv, dgate_v, ac->gate_v, lv, ac->sel_v, NULL, N, H, EA, KA, ROUTER_SIGMOID, 0);
     router_logit_grad(m, dlo, st->dreg_o[layer] + (size_t)rep * N * HEA, (size_t)N * HEA);
-    be->topk_sigmoid_backward(be, dlo, dgate_o, ac->sel_o, ac->gate_o, N, H, EA, KA);
+    be->router_gates_backward(be, dlo, dgate_o, ac->gate_o, lo, ac->sel_o, NULL, N, H, EA, KA, ROUTER_SIGMOID, 0);
     be->matmul(be, G + P->sel_v, dlv, xn, HEA, C, N, 1, 0, 1, 1);
     be->matmul(be, G + P->sel_o, dlo, xn, HEA, C, N, 1, 0, 1, 1);
     be->matmul(be, dxn, dlv, W + P->sel_v, N, C, HEA, 0, 0, 1, 1);

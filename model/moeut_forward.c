@@ -1,11 +1,12 @@
 /* MoEUT layer forward (moeut-spec.md §1.3, §2.2, §3.2, §8.1), training and inference.
  *
  *   xn = LN1(x); q = (xn Wq^T) D^-1/4; k = (xn Wk^T) D^-1/4; lv = xn Sel_v^T; lo = xn Sel_o^T
- *   (sel_v, gate_v) = topk_sigmoid(lv, KA) per head; (sel_o, gate_o) likewise
+ *   sel_v = topk_select(lv, KA) per head; gate_v = sigmoid(lv[sel_v]); (sel_o, gate_o) likewise
  *   v = sum_j gate_v * (x V[sel_v])             (V experts read the RAW x)
  *   q, k = RoPE(q, k); r = causal_softmax(q k^T) v (scale 1)
  *   x1 = x + sum_{h,j} gate_o * (r_h O[sel_o])
- *   xs = LN2(x1); l = xs Sel^T; (sel, gate) = topk_sigmoid(l, K)
+ *   xs = LN2(x1); l = xs Sel^T; sel = topk_select(l, K); gate = router_gates(l, sel): sigmoid or softmax of l at
+ *   sel, renormalised over the K selected or not (model.router, model.router_renorm; MoEUT: sigmoid, not renormalised)
  *   y = x1 + sum_j gate * (ReLU(x1 Keys[sel]) Values[sel])   (keys read the RAW x1)
  */
 #include <math.h>
@@ -59,8 +60,11 @@ static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, 
     be->matmul(be, k_new, io->xn, W + P->k, N, HD, C, 0, 1, qk_scale, 0);
     be->matmul(be, io->lv, io->xn, W + P->sel_v, N, H * EA, C, 0, 1, 1, 0); /* [N, H*EA] */
     be->matmul(be, io->lo, io->xn, W + P->sel_o, N, H * EA, C, 0, 1, 1, 0);
-    be->topk_sigmoid(be, io->sel_v, io->gate_v, io->lv, io->drop_v, N, H, EA, KA);
-    be->topk_sigmoid(be, io->sel_o, io->gate_o, io->lo, io->drop_o, N, H, EA, KA);
+    /* SwitchHead keeps MoEUT's routing: sigmoid gates, not renormalised */
+    be->topk_select(be, io->sel_v, io->lv, io->drop_v, N, H, EA, KA);
+    be->router_gates(be, io->gate_v, io->lv, io->sel_v, io->drop_v, N, H, EA, KA, ROUTER_SIGMOID, 0);
+    be->topk_select(be, io->sel_o, io->lo, io->drop_o, N, H, EA, KA);
+    be->router_gates(be, io->gate_o, io->lo, io->sel_o, io->drop_o, N, H, EA, KA, ROUTER_SIGMOID, 0);
     /* v[n,h] = sum_j gate_v[n,h,j] * x[n] @ V[sel_v[n,h,j]]   -> [N*H, D] */
     be->cvmm_forward(be, v_new, io->x, W + P->v, io->sel_v, io->gate_v, N * H * KA, H * KA, KA, H * EA, C, D);
     if (n_rot > 0) {
@@ -80,7 +84,8 @@ static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *
     be->layernorm_forward(be, io->xs, io->mean, io->rstd, io->x1, W + P->ln2_w, W + P->ln2_b, N, C,
                           (scalar_t)MOEUT_LN_EPS);
     be->matmul(be, io->l, io->xs, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* [N, E] */
-    be->topk_sigmoid(be, io->sel, io->gate, io->l, io->drop, N, 1, E, K);
+    be->topk_select(be, io->sel, io->l, io->drop, N, 1, E, K);
+    be->router_gates(be, io->gate, io->l, io->sel, io->drop, N, 1, E, K, c->router, c->router_renorm);
     be->cvmm_forward(be, io->A, io->x1, W + P->keys, io->sel, NULL, N * K, K, 1, E, C, S); /* U [N*K, S] */
     be->relu_forward(be, io->A, io->A, (size_t)N * K * S);
     be->cvmm_forward(be, io->f, io->A, W + P->values, io->sel, io->gate, N * K, 1, K, E, S, C); /* [N, C] */

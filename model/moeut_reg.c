@@ -1,5 +1,6 @@
-/* MoEUT regularizers (entropy of the mean routing distribution, dm-math-training-code.md §B/§C.6: the masked
- * [B,B]-broadcast form) and the expert-dropout masks. */
+/* MoEUT regularizers and the expert-dropout masks. The attention routers are balanced by the entropy of the mean
+ * routing distribution (dm-math-training-code.md §B/§C.6: the masked [B,B]-broadcast form); the FFN router by the
+ * term model.balance names: that entropy (MoEUT), the Switch loss (per application) or nothing. */
 #include "model/moeut_internal.h"
 #include "pipeline/log.h"
 
@@ -13,11 +14,24 @@ void moeut_regularizers(Model *m, double grad_scale, StepStats *stats) {
     moeut_check_step(m, "regularizers", 0);
     const int R = c->n_layers / c->group_size, H = c->n_heads, EA = c->att_n_experts, E = c->ff_n_experts;
     const uint8_t *valid = st->have_valid ? st->valid_dev : NULL;
-    const scalar_t coef_ffn = (scalar_t)(c->entropy_reg * grad_scale);
+    const scalar_t coef_ffn = (scalar_t)(model_config_ffn_balance_coef(c) * grad_scale);
+    const int N = st->B * st->T, Gs = c->group_size;
+    const size_t NE = (size_t)N * E;
     const scalar_t coef_att = (scalar_t)(c->att_entropy_reg * grad_scale);
     double reg_ffn = 0.0, reg_att = 0.0;
     for (int i = 0; i < c->group_size; i++) {
-        reg_ffn += be->entropy_reg(be, st->dreg_f[i], st->hist_f[i], valid, R, st->B, st->T, 1, E, coef_ffn);
+        switch (c->balance) {
+        case BALANCE_ENTROPY:
+            reg_ffn += be->entropy_reg(be, st->dreg_f[i], st->hist_f[i], valid, R, st->B, st->T, 1, E, coef_ffn);
+            break;
+        case BALANCE_SWITCH: /* one Switch loss per application, as each Switch layer adds its own */
+            for (int r = 0; r < R; r++)
+                reg_ffn += be->switch_balance(be, st->dreg_f[i] + (size_t)r * NE, st->hist_f[i] + (size_t)r * NE,
+                                              st->apps[r * Gs + i].sel_f, valid, st->B, st->T, 1, E, c->ff_k,
+                                              coef_ffn);
+            break;
+        case BALANCE_NONE: be->zero(be, st->dreg_f[i], (size_t)R * NE * sizeof(scalar_t)); break;
+        }
         reg_att += be->entropy_reg(be, st->dreg_v[i], st->hist_v[i], valid, R, st->B, st->T, H, EA, coef_att);
         reg_att += be->entropy_reg(be, st->dreg_o[i], st->hist_o[i], valid, R, st->B, st->T, H, EA, coef_att);
     }

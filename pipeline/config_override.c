@@ -100,7 +100,9 @@ int config_overrides_apply(const ConfigOverrides *o, cJSON *root, const char *so
             part = dot + 1;
             depth++;
         }
-        if (rc == 0) {
+        if (rc == 0 && cJSON_IsNull(o->items[i].value)) {
+            cJSON_DeleteItemFromObjectCaseSensitive(obj, part); /* null removes the key (absent: nothing to do) */
+        } else if (rc == 0) {
             cJSON *value = cJSON_Duplicate(o->items[i].value, 1);
             CHECK_ALLOC(value);
             if (cJSON_GetObjectItemCaseSensitive(obj, part)) cJSON_ReplaceItemInObjectCaseSensitive(obj, part, value);

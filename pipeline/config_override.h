@@ -4,6 +4,8 @@
  *          ("a.b.c") reach nested objects. The section must exist in the file; the key itself need not (the
  *          strict reader of the section then reports it as unknown, with the closest valid key).
  *   VALUE  parsed as JSON when it is JSON (1e-3, 2, true, "x", [1]), else taken as a string (train.precision=bf16).
+ *          null removes the key, so that its default applies (model.entropy_reg=null beside model.balance=switch,
+ *          whose config refuses a coefficient that has no effect).
  *
  * Canonical form of one override: KEY=<cJSON_PrintUnformatted(value)> ("train.lr=0.001"); the list is sorted by
  * KEY, so the order of the arguments does not matter. The same KEY twice is an error.

@@ -10,7 +10,8 @@
  * counts positions with valid && loss_mask. Expert dropout is disabled. Output tensors (F32):
  *   logits [B,T,V], cross_entropy [] (mean over counted targets), reg_ffn [], reg_att [] (unscaled, summed over the
  *   distinct modules; 0 for dense), grad.<name> for every parameter: the gradient of
- *   cross_entropy + entropy_reg * reg_ffn + att_entropy_reg * reg_att.
+ *   cross_entropy + c_ffn * reg_ffn + att_entropy_reg * reg_att (c_ffn: entropy_reg, balance_alpha or 0 by
+ *   model.balance; reg_ffn is that balancing term).
  */
 #include <math.h>
 #include <stdbool.h>
@@ -95,7 +96,8 @@ static const char *SUMMARY =
     "Runs one training-mode forward/backward of the checkpoint --weights on the batch --batch (JSON {\"inputs\": "
     "[[...]], \"targets\": [[...]] with -1 = no target, optional \"loss_mask\": [[0/1...]]}) with expert dropout "
     "disabled, and writes logits [B,T,V], cross_entropy, reg_ffn, reg_att and grad.<name> for every parameter (the "
-    "gradient of cross_entropy + entropy_reg*reg_ffn + att_entropy_reg*reg_att) as F32 tensors to --out.";
+    "gradient of cross_entropy + c_ffn*reg_ffn + att_entropy_reg*reg_att, c_ffn = entropy_reg, balance_alpha or 0 by "
+    "model.balance) as F32 tensors to --out.";
 
 int main(int argc, char **argv) {
     log_set_program("inspect");

@@ -304,12 +304,13 @@ static StepResult run_microbatches(Trainer *t, long step_number) {
         r.ce += w * ce;
         r.reg_ffn += w * reg_ffn;
         r.reg_att += w * reg_att;
-        r.loss += w * (ce + t->mc.entropy_reg * reg_ffn + t->mc.att_entropy_reg * reg_att);
+        r.loss += w * (ce + model_config_ffn_balance_coef(&t->mc) * reg_ffn + t->mc.att_entropy_reg * reg_att);
     }
-    /* reg_ffn is the FFN entropy regularizer summed over the distinct MoE modules: minus the entropy of the mean routing
-     * distribution as the reference computes it (masked, with its [B,B] broadcast, so it differs from the plain
-     * entropy by a small -r*log r term, ~1e-3 on tiny windows). Logged per module with the sign flipped. */
-    if (t->mc.arch == ARCH_MOEUT) r.expert_entropy = -r.reg_ffn / t->mc.group_size;
+    /* With balance "entropy", reg_ffn is the FFN entropy regularizer summed over the distinct MoE modules: minus the
+     * entropy of the mean routing distribution as the reference computes it (masked, with its [B,B] broadcast, so it
+     * differs from the plain entropy by a small -r*log r term, ~1e-3 on tiny windows). Logged per module with the
+     * sign flipped. */
+    if (t->mc.arch == ARCH_MOEUT && t->mc.balance == BALANCE_ENTROPY) r.expert_entropy = -r.reg_ffn / t->mc.group_size;
     return r;
 }
 

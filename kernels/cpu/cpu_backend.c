@@ -113,8 +113,10 @@ Backend *backend_cpu_create(void) {
     be->rope = cpu_rope;
     be->attention_forward = cpu_attention_forward;
     be->attention_backward = cpu_attention_backward;
-    be->topk_sigmoid = cpu_topk_sigmoid;
-    be->topk_sigmoid_backward = cpu_topk_sigmoid_backward;
+    be->topk_select = cpu_topk_select;
+    be->router_gates = cpu_router_gates;
+    be->router_gates_backward = cpu_router_gates_backward;
+    be->switch_balance = cpu_switch_balance;
     be->cvmm_forward = cpu_cvmm_forward;
     be->cvmm_backward = cpu_cvmm_backward;
     be->entropy_reg = cpu_entropy_reg;

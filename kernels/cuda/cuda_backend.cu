@@ -214,8 +214,10 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     be->rope = cuda_rope;
     be->attention_forward = cuda_attention_forward;
     be->attention_backward = cuda_attention_backward;
-    be->topk_sigmoid = cuda_topk_sigmoid;
-    be->topk_sigmoid_backward = cuda_topk_sigmoid_backward;
+    be->topk_select = cuda_topk_select;
+    be->router_gates = cuda_router_gates;
+    be->router_gates_backward = cuda_router_gates_backward;
+    be->switch_balance = cuda_switch_balance;
     be->cvmm_forward = cuda_cvmm_forward;
     be->cvmm_backward = cuda_cvmm_backward;
     be->entropy_reg = cuda_entropy_reg;

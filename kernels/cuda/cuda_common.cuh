@@ -182,10 +182,15 @@ void cuda_attention_gemm_backward(Backend *be, scalar_t *dq, scalar_t *dk, scala
                                   const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                                   const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
 // cuda_routing.cu
-void cuda_topk_sigmoid(Backend *be, int32_t *sel, scalar_t *gate, const scalar_t *logits, const uint8_t *drop, int N,
-                       int G, int E, int k);
-void cuda_topk_sigmoid_backward(Backend *be, scalar_t *dlogits, const scalar_t *dgate, const int32_t *sel,
-                                const scalar_t *gate, int N, int G, int E, int k);
+void cuda_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, int N, int G, int E,
+                      int k);
+void cuda_router_gates(Backend *be, scalar_t *gate, const scalar_t *logits, const int32_t *sel, const uint8_t *drop,
+                       int N, int G, int E, int k, RouterKind kind, int renorm);
+void cuda_router_gates_backward(Backend *be, scalar_t *dlogits, const scalar_t *dgate, const scalar_t *gate,
+                                const scalar_t *logits, const int32_t *sel, const uint8_t *drop, int N, int G, int E,
+                                int k, RouterKind kind, int renorm);
+double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
+                           const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef);
 double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
                         int T, int G, int E, scalar_t coef);
 // cuda_cvmm.cu (routing plan: cuda_cvmm_plan.cu; expert GEMMs: cuda_cvmm_gemm.cu; shared: cuda_cvmm.cuh)

@@ -1,4 +1,5 @@
-// CUDA: sigmoid top-k routing and the masked entropy regularizer (formulas in kernels/backend.h; the CPU version in
+// CUDA: the routing primitives (top-k selection, gating transforms) and the balancing losses (masked entropy
+// regularizer, Switch loss) (formulas in kernels/backend.h; the CPU version in
 // kernels/cpu/cpu_routing.c is the reference these kernels mirror).
 #include <cfloat>
 #include <cmath>
@@ -13,72 +14,167 @@ __device__ __forceinline__ float sigmoidf_stable(float x) {
     return e / (1.0f + e);
 }
 
-// One thread per (n,g): insertion into the k slots (descending logit, ties to the lower index), exactly as the CPU.
-__global__ void k_topk(int32_t *sel, float *gate, const float *logits, const uint8_t *drop, long rows, int G, int E,
-                       int k) {
+// One thread per (n,g): insertion into the k slots (descending logit, ties to the lower index), exactly as the CPU;
+// the slots hold local expert ids until the end, and the comparisons read the logits through them.
+__global__ void k_topk_select(int32_t *sel, const float *logits, const uint8_t *drop, long rows, int G, int E, int k) {
     for (long ng = blockIdx.x * (long)blockDim.x + threadIdx.x; ng < rows; ng += (long)gridDim.x * blockDim.x) {
         int g = (int)(ng % G);
         const float *l = logits + (size_t)ng * E;
         const uint8_t *dr = drop ? drop + (size_t)ng * E : nullptr;
         int32_t *s = sel + (size_t)ng * k;
-        float *gv = gate + (size_t)ng * k;
         int count = 0;
         for (int e = 0; e < E; e++) {
             if (dr && dr[e]) continue;
             float val = l[e];
-            if (count == k && !(val > gv[k - 1])) continue;
+            if (count == k && !(val > l[s[k - 1]])) continue;
             int pos = count < k ? count : k - 1;
-            while (pos > 0 && val > gv[pos - 1]) {
-                gv[pos] = gv[pos - 1];
+            while (pos > 0 && val > l[s[pos - 1]]) {
                 s[pos] = s[pos - 1];
                 pos--;
             }
-            gv[pos] = val;
             s[pos] = e;
             if (count < k) count++;
         }
-        for (int j = 0; j < count; j++) {
-            gv[j] = sigmoidf_stable(gv[j]);
-            s[j] += g * E;
-        }
+        for (int j = 0; j < count; j++) s[j] += g * E;
         for (int e = 0; e < E && count < k; e++)
-            if (dr && dr[e]) {
-                s[count] = g * E + e;
-                gv[count] = 0.0f;
-                count++;
-            }
+            if (dr && dr[e]) s[count++] = g * E + e;
     }
 }
 
-void cuda_topk_sigmoid(Backend *be, int32_t *sel, scalar_t *gate, const scalar_t *logits, const uint8_t *drop, int N,
-                       int G, int E, int k) {
-    if (k < 1 || k > E) die("topk_sigmoid: k=%d must be in [1, E=%d]", k, E);
+void cuda_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, int N, int G, int E,
+                      int k) {
+    (void)be;
+    if (k < 1 || k > E) die("topk_select: k=%d must be in [1, E=%d]", k, E);
     long rows = (long)N * G;
     if (rows <= 0) return;
-    LAUNCH(k_topk, grid_for((size_t)rows, 128), 128, 0)(sel, gate, logits, drop, rows, G, E, k);
+    LAUNCH(k_topk_select, grid_for((size_t)rows, 128), 128, 0)(sel, logits, drop, rows, G, E, k);
     CHECK_LAUNCH();
 }
 
-__global__ void k_topk_bwd(float *dlogits, const float *dgate, const int32_t *sel, const float *gate, long rows, int G,
-                           int E, int k) {
-    // one thread per (n,g): its k slots hit distinct experts, so the += are race-free
+// Max and sum of exp(l - max) of one row (double), as the CPU's softmax_stats.
+__device__ void row_softmax_stats(const float *l, int E, double *mx_out, double *sum_out) {
+    double mx = -DBL_MAX;
+    for (int e = 0; e < E; e++) mx = fmax(mx, (double)l[e]);
+    double s = 0;
+    for (int e = 0; e < E; e++) s += exp((double)l[e] - mx);
+    *mx_out = mx;
+    *sum_out = s;
+}
+
+// One thread per (n,g). Expert ids outside the group cannot come from topk_select; they are skipped (gate 0) here
+// and reported by the CPU reference in the tests.
+__global__ void k_router_gates(float *gate, const float *logits, const int32_t *sel, const uint8_t *drop, long rows,
+                               int G, int E, int k, int softmax, int renorm) {
     for (long ng = blockIdx.x * (long)blockDim.x + threadIdx.x; ng < rows; ng += (long)gridDim.x * blockDim.x) {
         int g = (int)(ng % G);
+        const float *l = logits + (size_t)ng * E;
+        const uint8_t *dr = drop ? drop + (size_t)ng * E : nullptr;
+        const int32_t *s = sel + (size_t)ng * k;
+        float *gv = gate + (size_t)ng * k;
+        double mx = 0, sum = 1;
+        if (softmax) row_softmax_stats(l, E, &mx, &sum);
+        double total = 0;
+        for (int j = 0; j < k; j++) {
+            int e = s[j] - g * E;
+            if (e < 0 || e >= E || (dr && dr[e])) gv[j] = 0.0f;
+            else gv[j] = softmax ? (float)(exp((double)l[e] - mx) / sum) : sigmoidf_stable(l[e]);
+            total += gv[j];
+        }
+        if (renorm && total > 0)
+            for (int j = 0; j < k; j++) gv[j] = (float)((double)gv[j] / total);
+    }
+}
+
+void cuda_router_gates(Backend *be, scalar_t *gate, const scalar_t *logits, const int32_t *sel, const uint8_t *drop,
+                       int N, int G, int E, int k, RouterKind kind, int renorm) {
+    (void)be;
+    if (kind != ROUTER_SIGMOID && kind != ROUTER_SOFTMAX) die("router_gates: unknown router kind %d", (int)kind);
+    long rows = (long)N * G;
+    if (rows <= 0) return;
+    LAUNCH(k_router_gates, grid_for((size_t)rows, 128), 128, 0)(gate, logits, sel, drop, rows, G, E, k,
+                                                               kind == ROUTER_SOFTMAX, renorm != 0);
+    CHECK_LAUNCH();
+}
+
+// Sigmoid without renorm (MoEUT): dl += dgate * gate * (1 - gate) at the selected experts; one thread per (n,g), its
+// k slots hit distinct experts, so the += are race-free.
+__global__ void k_sigmoid_gates_bwd(float *dlogits, const float *dgate, const int32_t *sel, const float *gate,
+                                    const uint8_t *drop, long rows, int G, int E, int k) {
+    for (long ng = blockIdx.x * (long)blockDim.x + threadIdx.x; ng < rows; ng += (long)gridDim.x * blockDim.x) {
+        int g = (int)(ng % G);
+        const uint8_t *dr = drop ? drop + (size_t)ng * E : nullptr;
         for (int j = 0; j < k; j++) {
             size_t slot = (size_t)ng * k + j;
             int e = sel[slot] - g * E;
-            if (e < 0 || e >= E) continue;
+            if (e < 0 || e >= E || (dr && dr[e])) continue;
             float y = gate[slot];
             dlogits[(size_t)ng * E + e] += dgate[slot] * y * (1.0f - y);
         }
     }
 }
 
-void cuda_topk_sigmoid_backward(Backend *be, scalar_t *dlogits, const scalar_t *dgate, const int32_t *sel,
-                                const scalar_t *gate, int N, int G, int E, int k) {
+// The general case (formulas in kernels/cpu/cpu_routing.c), one thread per (n,g), the same double arithmetic.
+__global__ void k_router_gates_bwd(float *dlogits, const float *dgate, const float *gate, const float *logits,
+                                   const int32_t *sel, const uint8_t *drop, long rows, int G, int E, int k,
+                                   int softmax, int renorm) {
+    for (long ng = blockIdx.x * (long)blockDim.x + threadIdx.x; ng < rows; ng += (long)gridDim.x * blockDim.x) {
+        int g = (int)(ng % G);
+        const float *l = logits + (size_t)ng * E;
+        const uint8_t *dr = drop ? drop + (size_t)ng * E : nullptr;
+        const int32_t *s = sel + (size_t)ng * k;
+        const float *c = dgate + (size_t)ng * k, *gv = gate + (size_t)ng * k;
+        float *dl = dlogits + (size_t)ng * E;
+        double mx = 0, sum = 1;
+        if (softmax) row_softmax_stats(l, E, &mx, &sum);
+        double total = 0, cg = 0;
+        for (int j = 0; j < k; j++) {
+            int e = s[j] - g * E;
+            if (e < 0 || e >= E || (dr && dr[e])) continue;
+            total += softmax ? exp((double)l[e] - mx) / sum : 1.0 / (1.0 + exp(-(double)l[e]));
+            cg += (double)c[j] * gv[j];
+        }
+        if (renorm && !(total > 0)) continue;
+        if (!softmax) {
+            for (int j = 0; j < k; j++) {
+                int e = s[j] - g * E;
+                if (e < 0 || e >= E || (dr && dr[e])) continue;
+                double sj = 1.0 / (1.0 + exp(-(double)l[e]));
+                double ds = ((double)c[j] - cg) / total;
+                dl[e] += (float)(ds * sj * (1.0 - sj));
+            }
+            continue;
+        }
+        double qp = 0;
+        for (int j = 0; j < k; j++) {
+            int e = s[j] - g * E;
+            if (e < 0 || e >= E || (dr && dr[e])) continue;
+            double q = renorm ? ((double)c[j] - cg) / total : (double)c[j];
+            qp += q * (exp((double)l[e] - mx) / sum);
+        }
+        for (int e = 0; e < E; e++) {
+            double p = exp((double)l[e] - mx) / sum, q = 0;
+            for (int j = 0; j < k; j++)
+                if (s[j] - g * E == e && !(dr && dr[e])) q = renorm ? ((double)c[j] - cg) / total : (double)c[j];
+            dl[e] += (float)(p * (q - qp));
+        }
+    }
+}
+
+void cuda_router_gates_backward(Backend *be, scalar_t *dlogits, const scalar_t *dgate, const scalar_t *gate,
+                                const scalar_t *logits, const int32_t *sel, const uint8_t *drop, int N, int G, int E,
+                                int k, RouterKind kind, int renorm) {
+    (void)be;
+    if (kind != ROUTER_SIGMOID && kind != ROUTER_SOFTMAX)
+        die("router_gates_backward: unknown router kind %d", (int)kind);
     long rows = (long)N * G;
     if (rows <= 0) return;
-    LAUNCH(k_topk_bwd, grid_for((size_t)rows, 128), 128, 0)(dlogits, dgate, sel, gate, rows, G, E, k);
+    if (kind == ROUTER_SIGMOID && !renorm)
+        LAUNCH(k_sigmoid_gates_bwd, grid_for((size_t)rows, 128), 128, 0)(dlogits, dgate, sel, gate, drop, rows, G, E,
+                                                                          k);
+    else
+        LAUNCH(k_router_gates_bwd, grid_for((size_t)rows, 128), 128, 0)(dlogits, dgate, gate, logits, sel, drop,
+                                                                         rows, G, E, k, kind == ROUTER_SOFTMAX,
+                                                                         renorm != 0);
     CHECK_LAUNCH();
 }
 
@@ -190,6 +286,98 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
         double factor = (double)coef * grad_factor;
         LAUNCH(k_entropy_grad, (unsigned)((rows + 7) / 8), 256, 0)(dlogits, logits, d_lse, d_logpbar, valid, d_cnt, B, T, G,
                                                              E, rows, factor);
+        CHECK_LAUNCH();
+    }
+    return value;
+}
+
+// ---------------------------------------------------------------- Switch load-balancing loss
+// One block per group g, one thread per expert e (strided): the load count and the probability sum of e over the valid
+// positions, in position order (deterministic). lse[N*G] from k_row_lse.
+__global__ void k_switch_stats(double *f, double *P, const float *logits, const double *lse, const int32_t *sel,
+                               const uint8_t *valid, long N, int G, int E, int k) {
+    int g = blockIdx.x;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        double load = 0, prob = 0;
+        for (long t = 0; t < N; t++) {
+            if (valid && !valid[t]) continue;
+            size_t row = (size_t)t * G + g;
+            const int32_t *s = sel + row * k;
+            for (int j = 0; j < k; j++) load += s[j] == g * E + e;
+            prob += exp((double)logits[row * E + e] - lse[row]);
+        }
+        f[(size_t)g * E + e] = load;
+        P[(size_t)g * E + e] = prob;
+    }
+}
+
+// One warp per row (t,g): dl = factor * p (f - sum_i f_i p_i) at valid positions, 0 elsewhere. f is normalised.
+__global__ void k_switch_grad(float *dlogits, const float *logits, const double *lse, const double *f,
+                              const uint8_t *valid, long rows, int G, int E, double factor) {
+    long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    long t = row / G;
+    int g = (int)(row % G);
+    float *dl = dlogits + (size_t)row * E;
+    if (valid && !valid[t]) {
+        for (int e = lane; e < E; e += 32) dl[e] = 0.0f;
+        return;
+    }
+    const float *l = logits + (size_t)row * E;
+    const double *fg = f + (size_t)g * E;
+    double r_lse = lse[row], part = 0;
+    for (int e = lane; e < E; e += 32) part += exp((double)l[e] - r_lse) * fg[e];
+    double fp = warp_sum_d(part);
+    for (int e = lane; e < E; e += 32) {
+        double p = exp((double)l[e] - r_lse);
+        dl[e] = (float)(factor * p * (fg[e] - fp));
+    }
+}
+
+double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
+                           const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef) {
+    long N = (long)B * T, rows = N * G;
+    size_t GE = (size_t)G * E;
+    long n = N;
+    if (valid && N > 0) {
+        uint8_t *hv = (uint8_t *)cuda_host_scratch(be, HS_A, (size_t)N);
+        CHECK_CUDA(cudaMemcpy(hv, valid, (size_t)N, cudaMemcpyDeviceToHost));
+        n = 0;
+        for (long t = 0; t < N; t++) n += hv[t] != 0;
+    }
+    if (n == 0 || rows == 0) {
+        if (dlogits && rows) CHECK_CUDA(cudaMemsetAsync(dlogits, 0, (size_t)rows * E * sizeof(float), 0));
+        return 0.0;
+    }
+    double *d_lse = (double *)cuda_scratch(be, CS_B, (size_t)rows * sizeof(double));
+    double *d_f = (double *)cuda_scratch(be, CS_C, GE * sizeof(double));
+    double *d_P = (double *)cuda_scratch(be, CS_D, GE * sizeof(double));
+    LAUNCH(k_row_lse, (unsigned)((rows + 7) / 8), 256, 0)(d_lse, logits, rows, E);
+    CHECK_LAUNCH();
+    LAUNCH(k_switch_stats, G, 128, 0)(d_f, d_P, logits, d_lse, sel, valid, N, G, E, k);
+    CHECK_LAUNCH();
+    std::vector<double> f(GE), P(GE);
+    CHECK_CUDA(cudaMemcpy(f.data(), d_f, GE * sizeof(double), cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(P.data(), d_P, GE * sizeof(double), cudaMemcpyDeviceToHost));
+    // normalise and sum on the host in the CPU backend's order
+    double value = 0;
+    for (int g = 0; g < G; g++) {
+        double acc = 0;
+        for (int e = 0; e < E; e++) {
+            size_t i = (size_t)g * E + e;
+            f[i] /= (double)k * (double)n;
+            P[i] /= (double)n;
+            acc += f[i] * P[i];
+        }
+        value += (double)E * acc;
+    }
+    value /= G;
+    if (dlogits) {
+        CHECK_CUDA(cudaMemcpy(d_f, f.data(), GE * sizeof(double), cudaMemcpyHostToDevice));
+        double factor = (double)coef * E / ((double)G * (double)n);
+        LAUNCH(k_switch_grad, (unsigned)((rows + 7) / 8), 256, 0)(dlogits, logits, d_lse, d_f, valid, rows, G, E,
+                                                                 factor);
         CHECK_LAUNCH();
     }
     return value;

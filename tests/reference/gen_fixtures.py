@@ -13,7 +13,8 @@ Each fixture tests/fixtures/twin/<name>/ holds
   fixture.json          {"description", "B", "T", "grad_scale", "loss_mode"}
   expected.safetensors  F64, computed by the twin in float64 from those weights: logits [B,T,V], cross_entropy,
                         ce_sum, n_counted, reg_ffn, reg_att, total (each [1]) and grad.<name> for every parameter
-                        (the gradient of total = grad_scale * (ce + entropy_reg*reg_ffn + att_entropy_reg*reg_att)).
+                        (the gradient of total = grad_scale * (ce + c_ffn*reg_ffn + att_entropy_reg*reg_att), c_ffn =
+                        entropy_reg, balance_alpha or 0 by the config's balance switch).
 Everything is deterministic in the per-fixture seed. Weights are random (not the reference init) and scaled so that
 routing and attention are far from uniform; a draw is rejected (next seed) when any top-k decision has a logit margin
 below ROUTING_MARGIN or any ReLU pre-activation lies within RELU_MARGIN of 0, so that f32 and f64 builds make the same
@@ -42,6 +43,8 @@ def moeut_cfg(**kw):
     cfg = dict(arch="moeut", d_ff=0, entropy_reg=0.01, att_entropy_reg=0.001, ff_expert_dropout=0.0,
                att_expert_dropout=0.0, dropout=0.0)
     cfg.update(kw)
+    if cfg.get("balance", "entropy") != "entropy":
+        del cfg["entropy_reg"]  # the C config refuses a key that has no effect
     return cfg
 
 
@@ -84,6 +87,25 @@ FIXTURES = {
         dict(B=3, T=8, rows=[9, 0, 5], answer_only=False, grad_scale=1.0), 505,
         "Project contract (backend.h entropy_reg), not reference behaviour: a row with no valid position at all is "
         "left out of the regularizer's B (the reference code would give NaN there)"),
+    "moeut_softmax_renorm_switch": (
+        moeut_cfg(n_tokens=44, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=6, ff_expert_size=6, ff_k=2,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=False, out_norm_affine=False,
+                  router="softmax", router_renorm=True, balance="switch", balance_alpha=0.25),
+        dict(B=3, T=9, rows=[10, 7, 4], answer_only=True, grad_scale=1.0), 808,
+        "MoE variants: softmax router renormalised over the top-K (Mixtral / GShard), Switch balancing loss per "
+        "application (alpha 0.25 so its gradient is visible), padding and an answer-only loss"),
+    "moeut_softmax_none": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=3, n_heads=2, d_head=8, ff_n_experts=5, ff_expert_size=6, ff_k=2,
+                  att_n_experts=3, att_k=1, group_size=1, lm_head_bias=True, out_norm_affine=True,
+                  router="softmax", balance="none"),
+        dict(B=2, T=8, rows=[9, 6], answer_only=False, grad_scale=1.0), 909,
+        "MoE variants: softmax probabilities at the top-K, not renormalised (Switch / DeepSeekMoE), no FFN balancing"),
+    "moeut_sigmoid_renorm_entropy": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=2, n_heads=2, d_head=8, ff_n_experts=6, ff_expert_size=8, ff_k=3,
+                  att_n_experts=4, att_k=2, group_size=2, lm_head_bias=True, out_norm_affine=False,
+                  router="sigmoid", router_renorm=True, balance="entropy"),
+        dict(B=2, T=10, rows=[11, 8], answer_only=False, grad_scale=0.5), 1010,
+        "MoE variants: sigmoid gates normalised over the selected (DeepSeek-V3 without its bias), entropy balancing"),
     "dense_tiny_on": (
         dense_cfg(n_tokens=40, d_model=16, n_layers=2, n_heads=2, d_head=8, d_ff=40, lm_head_bias=True,
                   out_norm_affine=True),

@@ -141,7 +141,7 @@ def sigma_moe_dense_equivalence():
             p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64))
     x = torch.randn(2, 3, C, generator=gen, dtype=torch.float64)
     xs = torch.randn(2, 3, C, generator=gen, dtype=torch.float64)
-    f, _ = moe(x, xs)
+    f, _, _ = moe(x, xs)
     g = torch.sigmoid(xs @ moe.expert_sel.T)  # [2,3,E]
     dense = sum(g[..., e:e + 1] * (torch.relu(x @ moe.keys[e]) @ moe.values[e]) for e in range(E))
     check("sigma-MoE with K=E equals the dense formula", float((f - dense).abs().max()) < 1e-12)
@@ -237,10 +237,25 @@ def main():
     rope_checks()
     lr_checks()
     st_roundtrip()
+    switch_balance_checks()
     if failures:
         print(f"test_twin: {len(failures)} check(s) FAILED: {', '.join(failures)}")
         sys.exit(1)
     print("test_twin: all checks passed")
+
+
+def switch_balance_checks():
+    """Fedus et al. eq. 4 without alpha: a uniform router gives 1 whatever it selects; a collapsed router (every slot
+    on expert 0, probability 1 there) gives E (f_0 = 1, P_0 = 1)."""
+    gen = torch.Generator().manual_seed(11)
+    B, T, E, K = 2, 5, 6, 2
+    flat = torch.zeros(B, T, E, dtype=torch.float64)
+    sel = torch.randint(0, E, (B, T, K), generator=gen)
+    check("switch loss of a uniform router is 1", abs(float(twin.switch_balance_loss(flat, sel, None)) - 1) < 1e-12)
+    peaked = flat.clone()
+    peaked[..., 0] = 1e4
+    sel0 = torch.zeros(B, T, K, dtype=torch.long)
+    check("switch loss of a collapsed router is E", abs(float(twin.switch_balance_loss(peaked, sel0, None)) - E) < 1e-9)
 
 
 if __name__ == "__main__":

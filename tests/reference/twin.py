@@ -11,6 +11,12 @@ Semantics (DM-math version):
     base 1e4, angle table computed in fp32 as the reference does), causal softmax with scale 1; V and O are experts
     chosen per head by sigmoid top-KA routers that read LN1(x); V experts read the RAW x; gates = sigmoid values.
   * sigma-MoE: router on LN2(x1), sigmoid top-K, keys read the raw x1, ReLU, gate-weighted sum (no renormalisation).
+    The MoE-variant switches (shared/docs/moe-variants.md, from the cited papers): router "softmax" gates with the
+    softmax over all E logits at the top-K (Switch / GShard / DeepSeekMoE), router_renorm divides the K gates by their
+    sum (GShard, Mixtral's softmax over the top-K logits; DeepSeek-V3's normalised sigmoid); balance "switch" replaces
+    the FFN entropy regularizer by Fedus et al.'s alpha * E * sum_i f_i P_i per layer application (f: fraction of the
+    K*n routed slots per expert, not differentiated; P: mean softmax probability; over the valid positions), "none"
+    by nothing.
   * Loss: CE over targets != -1, mean over the counted ones; regularizers in the masked [B,B]-broadcast form of the
     reference code (log_softmax, masked logsumexp over the [B, R*T] axis, minus log(cnt) broadcast [B,..]-[B,1,..]),
     history of the R applications of each distinct module concatenated along time.
@@ -34,6 +40,9 @@ MOEUT_KEYS = [
     "att_n_experts", "att_k", "group_size", "entropy_reg", "att_entropy_reg", "ff_expert_dropout",
     "att_expert_dropout", "dropout", "lm_head_bias", "out_norm_affine",
 ]
+# MoE-variant switches: written only when the config sets them, so configs without them keep their exact bytes
+# (model_config.c reads their defaults: router "sigmoid", router_renorm false, balance "entropy").
+MOEUT_SWITCH_KEYS = ["router", "router_renorm", "balance", "balance_alpha"]
 
 
 def n_rot_of(d_head):
@@ -166,19 +175,29 @@ class SwitchHead(nn.Module):
 
 
 class SigmaMoE(nn.Module):
-    def __init__(self, C, E, S, K):
+    def __init__(self, C, E, S, K, router="sigmoid", renorm=False):
         super().__init__()
         self.C, self.E, self.S, self.K = C, E, S, K
+        self.router, self.renorm = router, bool(renorm)
         self.keys = nn.Parameter(torch.empty(E, C, S))
         self.values = nn.Parameter(torch.empty(E, S, C))
         self.expert_sel = nn.Parameter(torch.empty(E, C))
 
     def forward(self, x1, xs, route_log=None):
-        """keys read the raw x1, the router reads xs = LN2(x1). Returns f[B,T,C], raw router logits l[B,T,E]."""
+        """keys read the raw x1, the router reads xs = LN2(x1). Returns f[B,T,C], raw router logits l[B,T,E] and the
+        selection idx[B,T,K]."""
         B, T, C = x1.shape
         N, K = B * T, self.K
         l = F.linear(xs, self.expert_sel)  # [B,T,E]
-        idx, w = topk_sigmoid(l, K)  # [B,T,K]
+        if self.router == "softmax":
+            scores = torch.softmax(l, dim=-1)
+            with torch.no_grad():
+                idx = scores.topk(K, dim=-1, sorted=False).indices
+            w = scores.gather(-1, idx)
+        else:
+            idx, w = topk_sigmoid(l, K)  # [B,T,K]
+        if self.renorm:
+            w = w / w.sum(-1, keepdim=True)
         if route_log is not None:
             route_log.append(("ffn", l.detach(), K))
         sel = idx.reshape(-1)  # [N*K], entry (n,j) at n*K + j
@@ -188,7 +207,7 @@ class SigmaMoE(nn.Module):
             route_log.append(("relu", u.detach(), None))
         y = cvmm(F.relu(u), entry, sel, self.values)  # [N*K, C]
         f = (w.reshape(N * K, 1) * y).view(N, K, C).sum(1)
-        return f.view(B, T, C), l
+        return f.view(B, T, C), l, idx
 
 
 class MoEUTLayer(nn.Module):
@@ -196,7 +215,8 @@ class MoEUTLayer(nn.Module):
         super().__init__()
         C = cfg["d_model"]
         self.attention = SwitchHead(C, cfg["n_heads"], cfg["d_head"], cfg["att_n_experts"], cfg["att_k"])
-        self.ffn = SigmaMoE(C, cfg["ff_n_experts"], cfg["ff_expert_size"], cfg["ff_k"])
+        self.ffn = SigmaMoE(C, cfg["ff_n_experts"], cfg["ff_expert_size"], cfg["ff_k"], cfg.get("router", "sigmoid"),
+                            cfg.get("router_renorm", False))
         self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
         self.ln2 = nn.LayerNorm(C, eps=LN_EPS)
 
@@ -204,8 +224,8 @@ class MoEUTLayer(nn.Module):
         xn = layer_norm(x, self.ln1)
         att, att_logits = self.attention(xn, x, cos, sin, n_rot, route_log)
         x1 = x + att
-        upd, ffn_logits = self.ffn(x1, layer_norm(x1, self.ln2), route_log)
-        return x1 + upd, att_logits, ffn_logits
+        upd, ffn_logits, ffn_sel = self.ffn(x1, layer_norm(x1, self.ln2), route_log)
+        return x1 + upd, att_logits, (ffn_logits, ffn_sel)
 
 
 class _Stack(nn.Module):
@@ -243,11 +263,12 @@ class MoEUTLM(_LMBase):
         h = self.embedding(tokens)
         cos, sin = rope_tables(T, self.n_rot, h.dtype, h.device)
         layers = self.transformer.layers
-        hist = [{"ffn": [], "att_o": [], "att_v": []} for _ in layers]
+        hist = [{"ffn": [], "ffn_sel": [], "att_o": [], "att_v": []} for _ in layers]
         for a in range(self.cfg["n_layers"]):
             i = a % len(layers)  # ABAB sharing
-            h, (lo, lv), lf = layers[i](h, cos, sin, self.n_rot, route_log)
+            h, (lo, lv), (lf, sf) = layers[i](h, cos, sin, self.n_rot, route_log)
             hist[i]["ffn"].append(lf)
+            hist[i]["ffn_sel"].append(sf)
             hist[i]["att_o"].append(lo)
             hist[i]["att_v"].append(lv)
         return self.head(h), hist
@@ -353,10 +374,34 @@ def masked_entropy_reg(hist, valid):
     return -entropy.mean()
 
 
+def switch_balance_loss(logits, sel, valid):
+    """Fedus et al. 2021 eqs. 4-6 for ONE routing decision (without alpha): E * sum_i f_i P_i, logits[B,T,E],
+    sel[B,T,K] (the chosen experts), over the positions where valid[B,T] (None = all). f_i = fraction of the K*n routed
+    slots that chose i (no gradient), P_i = mean over the n positions of softmax(logits)_i."""
+    E, K = logits.shape[-1], sel.shape[-1]
+    if valid is None:
+        valid = torch.ones(logits.shape[:2], dtype=torch.bool, device=logits.device)
+    n = int(valid.sum())
+    if n == 0:
+        return logits.new_zeros(())
+    with torch.no_grad():
+        f = torch.bincount(sel[valid].reshape(-1), minlength=E).to(logits.dtype) / (K * n)
+    P = torch.softmax(logits[valid], dim=-1).mean(0)
+    return E * (f * P).sum()
+
+
+def ffn_balance_coef(cfg):
+    """The coefficient of reg_ffn in the objective, by cfg["balance"]."""
+    balance = cfg.get("balance", "entropy")
+    if balance == "switch":
+        return cfg.get("balance_alpha", 0.01)
+    return cfg.get("entropy_reg", 0.0) if balance == "entropy" else 0.0
+
+
 def objective(model, inputs, targets, valid=None, grad_scale=1.0, route_log=None):
     """The quantities model_train_step computes. inputs/targets [B,T] long (targets -1 = not counted),
     valid[B,T] bool (regularizer mask) or None. Returns a dict of tensors; 'total' is the differentiated objective
-    grad_scale * (ce + entropy_reg * reg_ffn + att_entropy_reg * reg_att)."""
+    grad_scale * (ce + c_ffn * reg_ffn + att_entropy_reg * reg_att), c_ffn and reg_ffn by cfg["balance"]."""
     cfg = model.cfg
     logits, hist = model(inputs, route_log)
     V = logits.shape[-1]
@@ -370,11 +415,16 @@ def objective(model, inputs, targets, valid=None, grad_scale=1.0, route_log=None
     zero = logits.new_zeros(())
     reg_ffn, reg_att = zero, zero
     if hist is not None:
+        balance = cfg.get("balance", "entropy")
         for layer_hist in hist:
-            reg_ffn = reg_ffn + masked_entropy_reg(layer_hist["ffn"], valid)
+            if balance == "entropy":
+                reg_ffn = reg_ffn + masked_entropy_reg(layer_hist["ffn"], valid)
+            elif balance == "switch":  # one loss per layer application, as every Switch layer adds its own
+                for lf, sf in zip(layer_hist["ffn"], layer_hist["ffn_sel"]):
+                    reg_ffn = reg_ffn + switch_balance_loss(lf, sf, valid)
             reg_att = reg_att + masked_entropy_reg(layer_hist["att_o"], valid) + masked_entropy_reg(
                 layer_hist["att_v"], valid)
-    total = grad_scale * (ce + cfg.get("entropy_reg", 0.0) * reg_ffn + cfg.get("att_entropy_reg", 0.0) * reg_att)
+    total = grad_scale * (ce + ffn_balance_coef(cfg) * reg_ffn + cfg.get("att_entropy_reg", 0.0) * reg_att)
     return {"logits": logits, "ce": ce, "ce_sum": ce_sum, "n_counted": n_counted, "reg_ffn": reg_ffn,
             "reg_att": reg_att, "total": total}
 
@@ -474,5 +524,5 @@ def lr_at(i, lr, warmup, steps, min_lr_multiplier):
 
 def config_json(cfg):
     """The model config as the JSON text stored in a checkpoint's __metadata__.config (every key of its arch)."""
-    keys = MOEUT_KEYS if cfg["arch"] == "moeut" else DENSE_KEYS
-    return json.dumps({k: cfg[k] for k in keys})
+    keys = MOEUT_KEYS + MOEUT_SWITCH_KEYS if cfg["arch"] == "moeut" else DENSE_KEYS
+    return json.dumps({k: cfg[k] for k in keys if k in cfg})

@@ -464,7 +464,7 @@ START_TEST(test_attention_auto_and_repeatable) {
 END_TEST
 
 /* ---------------------------------------------------------------- routing */
-START_TEST(test_topk_and_entropy) {
+START_TEST(test_routing_and_balance) {
     KtuRng rng = {205};
     int N = 200, G = 3, E = 11, k = 4;
     size_t nl = (size_t)N * G * E, ns = (size_t)N * G * k;
@@ -476,22 +476,54 @@ START_TEST(test_topk_and_entropy) {
     uint8_t *ddrop = up(drop, nl);
     int32_t *sel = ktu_ints(ns), *dsel = gpu->alloc(gpu, ns * sizeof(int32_t)), *gsel = ktu_ints(ns);
     scalar_t *gate = ktu_scalars(ns), *dgate = gpu->alloc(gpu, ns * sizeof(scalar_t));
+    scalar_t *dg = ktu_random(&rng, ns, -1, 1), *ddg = upf(dg, ns);
+    scalar_t *acc0 = ktu_random(&rng, nl, -1, 1), *acc = ktu_scalars(nl), *dacc = gpu->alloc(gpu, nl * sizeof(scalar_t));
     for (int pass = 0; pass < 2; pass++) {
-        cpu->topk_sigmoid(cpu, sel, gate, l, pass ? drop : NULL, N, G, E, k);
-        gpu->topk_sigmoid(gpu, dsel, dgate, dl, pass ? ddrop : NULL, N, G, E, k);
+        const uint8_t *hd = pass ? drop : NULL, *gd = pass ? ddrop : NULL;
+        cpu->topk_select(cpu, sel, l, hd, N, G, E, k);
+        gpu->topk_select(gpu, dsel, dl, gd, N, G, E, k);
         gpu->to_host(gpu, gsel, dsel, ns * sizeof(int32_t));
         for (size_t i = 0; i < ns; i++) ck_assert_msg(gsel[i] == sel[i], "topk sel[%zu]: gpu %d cpu %d", i, gsel[i], sel[i]);
-        scalar_t *g = downf(dgate, ns);
-        ktu_assert_close_s(g, gate, ns, 1e-7, 1e-6, "topk gate");
-        free(g);
+        /* every gating transform, forward and backward, on the same selection */
+        for (int mode = 0; mode < 4; mode++) {
+            RouterKind kind = mode / 2 ? ROUTER_SOFTMAX : ROUTER_SIGMOID;
+            int renorm = mode % 2;
+            char what[96];
+            snprintf(what, sizeof what, "router_gates kind %d renorm %d drop %d", (int)kind, renorm, pass);
+            cpu->router_gates(cpu, gate, l, sel, hd, N, G, E, k, kind, renorm);
+            gpu->router_gates(gpu, dgate, dl, dsel, gd, N, G, E, k, kind, renorm);
+            scalar_t *g = downf(dgate, ns);
+            ktu_assert_close_s(g, gate, ns, 1e-7, 1e-6, what);
+            free(g);
+            memcpy(acc, acc0, nl * sizeof(scalar_t));
+            gpu->to_device(gpu, dacc, acc0, nl * sizeof(scalar_t));
+            cpu->router_gates_backward(cpu, acc, dg, gate, l, sel, hd, N, G, E, k, kind, renorm);
+            gpu->router_gates_backward(gpu, dacc, ddg, dgate, dl, dsel, gd, N, G, E, k, kind, renorm);
+            g = downf(dacc, nl);
+            snprintf(what, sizeof what, "router_gates_backward kind %d renorm %d drop %d", (int)kind, renorm, pass);
+            ktu_assert_close_s(g, acc, nl, 1e-7, 1e-6, what);
+            free(g);
+        }
     }
-    scalar_t *dg = ktu_random(&rng, ns, -1, 1), *ddg = upf(dg, ns);
-    scalar_t *acc = ktu_random(&rng, nl, -1, 1), *dacc = upf(acc, nl);
-    cpu->topk_sigmoid_backward(cpu, acc, dg, sel, gate, N, G, E, k);
-    gpu->topk_sigmoid_backward(gpu, dacc, ddg, dsel, dgate, N, G, E, k);
-    scalar_t *g = downf(dacc, nl);
-    ktu_assert_close_s(g, acc, nl, 1e-7, 1e-6, "topk backward");
-    free(g);
+    scalar_t *g;
+
+    /* Switch balance on the last selection (G = 3 groups), masked and unmasked */
+    {
+        int Bs = 8, Ts = 25; /* Bs * Ts = N */
+        uint8_t *sv = ktu_alloc((size_t)N);
+        for (int i = 0; i < N; i++) sv[i] = ktu_int(&rng, 4) != 0;
+        uint8_t *dsv = up(sv, (size_t)N);
+        for (int masked = 0; masked < 2; masked++) {
+            double vc = cpu->switch_balance(cpu, acc, l, sel, masked ? sv : NULL, Bs, Ts, G, E, k, (scalar_t)0.01);
+            double vg = gpu->switch_balance(gpu, dacc, dl, dsel, masked ? dsv : NULL, Bs, Ts, G, E, k, (scalar_t)0.01);
+            ck_assert_msg(fabs(vc - vg) <= 1e-9 * (1 + fabs(vc)), "switch value cpu %.15g gpu %.15g", vc, vg);
+            g = downf(dacc, nl);
+            ktu_assert_close_s(g, acc, nl, 1e-10, 1e-6, "switch_balance dlogits");
+            free(g);
+        }
+        gpu->free(gpu, dsv);
+        free(sv);
+    }
 
     /* entropy regularizer: masked (unequal counts, one empty sequence) and unmasked */
     int R = 3, B = 4, T = 9, Ge = 2, Ee = 7;
@@ -511,7 +543,8 @@ START_TEST(test_topk_and_entropy) {
     }
     gpu->free(gpu, dl), gpu->free(gpu, ddrop), gpu->free(gpu, dsel), gpu->free(gpu, dgate), gpu->free(gpu, ddg);
     gpu->free(gpu, dacc), gpu->free(gpu, dlg), gpu->free(gpu, dvalid), gpu->free(gpu, dgrad);
-    free(l), free(drop), free(sel), free(gsel), free(gate), free(dg), free(acc), free(lg), free(valid), free(grad);
+    free(l), free(drop), free(sel), free(gsel), free(gate), free(dg), free(acc), free(acc0), free(lg), free(valid);
+    free(grad);
 }
 END_TEST
 
@@ -882,7 +915,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_attention);
     tcase_add_test(tc, test_attention_gemm_chunks);
     tcase_add_test(tc, test_attention_auto_and_repeatable);
-    tcase_add_test(tc, test_topk_and_entropy);
+    tcase_add_test(tc, test_routing_and_balance);
     tcase_add_test(tc, test_cvmm);
     tcase_add_test(tc, test_cvmm_probe_fallback);
     tcase_add_test(tc, test_cvmm_plan);

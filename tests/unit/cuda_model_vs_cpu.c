@@ -78,10 +78,21 @@ typedef struct {
     "\"group_size\":2,\"entropy_reg\":0.01,\"att_entropy_reg\":0.001,\"ff_expert_dropout\":" #DROP ","            \
     "\"att_expert_dropout\":" #DROP ",\"lm_head_bias\":false,\"out_norm_affine\":false}"
 
+/* The MoE-variant switches (README: softmax router renormalised + Switch loss; sigmoid renormalised + no balancing) */
+#define MOEUT_VARIANT_JSON(SWITCHES)                                                                              \
+    "{\"arch\":\"moeut\",\"n_tokens\":37,\"d_model\":48,\"n_layers\":4,\"n_heads\":2,\"d_head\":20,"               \
+    "\"ff_n_experts\":9,\"ff_expert_size\":12,\"ff_k\":3,\"att_n_experts\":4,\"att_k\":2,\"group_size\":2,"         \
+    "\"att_entropy_reg\":0.001,\"lm_head_bias\":false,\"out_norm_affine\":false," SWITCHES "}"
+
 static const Case cases[] = {
     {"dense fp32", DENSE_JSON, PRECISION_FP32, 1.0},
     {"moeut fp32 (K<E, KA<EA)", MOEUT_JSON_(9, 3, 4, 2, 0.0), PRECISION_FP32, 0.5},
     {"moeut fp32 expert dropout 0.25", MOEUT_JSON_(9, 3, 4, 2, 0.25), PRECISION_FP32, 1.0},
+    {"moeut fp32 softmax renorm switch",
+     MOEUT_VARIANT_JSON("\"router\":\"softmax\",\"router_renorm\":true,\"balance\":\"switch\",\"balance_alpha\":0.1"),
+     PRECISION_FP32, 1.0},
+    {"moeut fp32 sigmoid renorm no balancing", MOEUT_VARIANT_JSON("\"router_renorm\":true,\"balance\":\"none\""),
+     PRECISION_FP32, 1.0},
     {"dense bf16", DENSE_JSON, PRECISION_BF16, 1.0},
     {"moeut bf16 (K=E, KA=EA)", MOEUT_JSON_(6, 6, 3, 3, 0.0), PRECISION_BF16, 1.0},
 };
@@ -260,7 +271,11 @@ START_TEST(test_model_case) {
     compare_scalar(&t, "cross_entropy", sg.ce_sum / (double)sg.n_counted, sc.ce_sum / (double)sc.n_counted);
     compare_scalar(&t, "reg_ffn", sg.reg_ffn, sc.reg_ffn);
     compare_scalar(&t, "reg_att", sg.reg_att, sc.reg_att);
-    if (cfg->arch == ARCH_MOEUT) ck_assert_msg(sc.reg_ffn < 0 && sc.reg_att < 0, "regularizers not exercised");
+    if (cfg->arch == ARCH_MOEUT) /* entropy terms are negative, the Switch loss positive, no balancing exactly 0 */
+        ck_assert_msg(sc.reg_att < 0 && (cfg->balance == BALANCE_ENTROPY ? sc.reg_ffn < 0
+                                         : cfg->balance == BALANCE_SWITCH ? sc.reg_ffn > 0
+                                                                          : sc.reg_ffn == 0),
+                      "regularizers not exercised (reg_ffn %g, reg_att %g)", sc.reg_ffn, sc.reg_att);
 
     scalar_t *gc = mtu_download(mc, model_grads(mc)), *gg = mtu_download(mg, model_grads(mg));
     double *gcd = xmalloc_test(np * sizeof *gcd), *ggd = xmalloc_test(np * sizeof *ggd);

@@ -1,7 +1,10 @@
-/* CPU backend, scalar_t = double: finite-difference checks of topk_sigmoid_backward (logits with top-k margins
- * > 1e-3, so no perturbation changes the selection) and of the entropy regularizer's gradient (masked positions,
- * unequal counts per sequence, an empty sequence, several groups). */
+/* CPU backend, scalar_t = double: finite-difference checks of router_gates_backward for every gating transform
+ * (sigmoid, softmax, each renormalised or not; logits with top-k margins > 1e-3, so no perturbation changes the
+ * selection), of the Switch balancing loss's gradient (selection held fixed: f is not differentiated) and of the
+ * entropy regularizer's gradient (masked positions, unequal counts per sequence, an empty sequence, several groups). */
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "kernels/backend.h"
 #include "tests/unit/kernel_fd_test.h"
@@ -11,12 +14,15 @@ typedef struct {
     scalar_t *logits, *gate, *R;
     int32_t *sel, *sel0;
     int N, G, E, k;
+    RouterKind kind;
+    int renorm;
 } TopkCtx;
 
 static double topk_loss(void *p) {
     TopkCtx *c = p;
     size_t ns = (size_t)c->N * c->G * c->k;
-    c->be->topk_sigmoid(c->be, c->sel, c->gate, c->logits, NULL, c->N, c->G, c->E, c->k);
+    c->be->topk_select(c->be, c->sel, c->logits, NULL, c->N, c->G, c->E, c->k);
+    c->be->router_gates(c->be, c->gate, c->logits, c->sel, NULL, c->N, c->G, c->E, c->k, c->kind, c->renorm);
     ck_assert_msg(memcmp(c->sel, c->sel0, ns * sizeof(int32_t)) == 0, "a perturbation changed the selection");
     return ktu_dot(c->gate, c->R, ns);
 }
@@ -26,7 +32,8 @@ START_TEST(test_topk_grad) {
     KtuRng rng = {101};
     int N = 6, G = 2, E = 7, k = 3;
     size_t nl = (size_t)N * G * E, ns = (size_t)N * G * k;
-    TopkCtx c = {be, ktu_scalars(nl), ktu_scalars(ns), ktu_random(&rng, ns, -1, 1), ktu_ints(ns), ktu_ints(ns), N, G, E, k};
+    TopkCtx c = {be, ktu_scalars(nl), ktu_scalars(ns), ktu_random(&rng, ns, -1, 1), ktu_ints(ns), ktu_ints(ns), N, G, E, k,
+                 ROUTER_SIGMOID, 0};
     /* each row: a shuffled grid with spacing 0.1 plus noise < 0.01, so every pair differs by > 0.08 */
     for (int r = 0; r < N * G; r++) {
         int perm[7] = {0, 1, 2, 3, 4, 5, 6};
@@ -36,10 +43,18 @@ START_TEST(test_topk_grad) {
         }
         for (int e = 0; e < E; e++) c.logits[(size_t)r * E + e] = (scalar_t)(-0.3 + 0.1 * perm[e] + 0.01 * ktu_unit(&rng));
     }
-    be->topk_sigmoid(be, c.sel0, c.gate, c.logits, NULL, N, G, E, k);
+    be->topk_select(be, c.sel0, c.logits, NULL, N, G, E, k);
     scalar_t *dl = ktu_scalars(nl);
-    be->topk_sigmoid_backward(be, dl, c.R, c.sel0, c.gate, N, G, E, k);
-    ktu_fd_check(&c, topk_loss, c.logits, dl, nl, FD_EPS, FD_TOL, 0, "topk_sigmoid_backward");
+    for (int mode = 0; mode < 4; mode++) {
+        c.kind = mode / 2 ? ROUTER_SOFTMAX : ROUTER_SIGMOID;
+        c.renorm = mode % 2;
+        char what[64];
+        snprintf(what, sizeof what, "router_gates_backward kind %d renorm %d", (int)c.kind, c.renorm);
+        be->router_gates(be, c.gate, c.logits, c.sel0, NULL, N, G, E, k, c.kind, c.renorm);
+        memset(dl, 0, nl * sizeof(scalar_t));
+        be->router_gates_backward(be, dl, c.R, c.gate, c.logits, c.sel0, NULL, N, G, E, k, c.kind, c.renorm);
+        ktu_fd_check(&c, topk_loss, c.logits, dl, nl, FD_EPS, FD_TOL, 0, what);
+    }
     free(c.logits), free(c.gate), free(c.R), free(c.sel), free(c.sel0), free(dl);
     backend_destroy(be);
 }
@@ -80,12 +95,47 @@ START_TEST(test_entropy_grad) {
 }
 END_TEST
 
+typedef struct {
+    Backend *be;
+    scalar_t *logits;
+    const int32_t *sel;
+    const uint8_t *valid;
+    int B, T, G, E, k;
+} SwitchCtx;
+
+static double switch_loss(void *p) {
+    SwitchCtx *c = p;
+    return c->be->switch_balance(c->be, NULL, c->logits, c->sel, c->valid, c->B, c->T, c->G, c->E, c->k, 1);
+}
+
+START_TEST(test_switch_grad) {
+    Backend *be = ktu_cpu();
+    KtuRng rng = {103};
+    int B = 3, T = 4, G = 2, E = 5, k = 2;
+    size_t nl = (size_t)B * T * G * E, ns = (size_t)B * T * G * k;
+    static const uint8_t valid[12] = {1, 1, 0, 1, /**/ 0, 0, 1, 1, /**/ 1, 0, 0, 0};
+    int32_t *sel = ktu_ints(ns);
+    for (int masked = 0; masked < 2; masked++) {
+        SwitchCtx c = {be, ktu_random(&rng, nl, -2, 2), sel, masked ? valid : NULL, B, T, G, E, k};
+        be->topk_select(be, sel, c.logits, NULL, B * T, G, E, k);
+        scalar_t *dl = ktu_scalars(nl);
+        be->switch_balance(be, dl, c.logits, sel, c.valid, B, T, G, E, k, 1);
+        ktu_fd_check(&c, switch_loss, c.logits, dl, nl, 1e-5, FD_TOL, 0,
+                     masked ? "switch_balance (masked)" : "switch_balance");
+        free(c.logits), free(dl);
+    }
+    free(sel);
+    backend_destroy(be);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("f64_kernels_routing");
     TCase *tc = tcase_create("fd");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_topk_grad);
     tcase_add_test(tc, test_entropy_grad);
+    tcase_add_test(tc, test_switch_grad);
     suite_add_tcase(s, tc);
     return s;
 }

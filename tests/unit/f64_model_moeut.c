@@ -63,12 +63,39 @@ START_TEST(grad_moeut_strong_regularizers) {
 }
 END_TEST
 
+/* The MoE-variant switches (model.router, router_renorm, balance): every gating transform and balancing loss in the
+ * whole model's gradient; the Switch loss with alpha 1 (100 x the paper's) so its gradient is a sizable part of the
+ * router's. */
+#define SWITCH_BASE                                                                                                  \
+    "{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":6,"                      \
+    "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,\"att_k\":1,\"group_size\":2,"
+
+START_TEST(grad_moeut_softmax_renorm_switch) {
+    run_check(mtu_config(SWITCH_BASE "\"router\":\"softmax\",\"router_renorm\":true,\"balance\":\"switch\","
+                                     "\"balance_alpha\":1.0}"),
+              3);
+}
+END_TEST
+
+START_TEST(grad_moeut_softmax_switch) {
+    run_check(mtu_config(SWITCH_BASE "\"router\":\"softmax\",\"balance\":\"switch\",\"balance_alpha\":1.0}"), 4);
+}
+END_TEST
+
+START_TEST(grad_moeut_sigmoid_renorm_none) {
+    run_check(mtu_config(SWITCH_BASE "\"router_renorm\":true,\"balance\":\"none\"}"), 5);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("f64_model_moeut");
     TCase *tc = tcase_create("fd");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, grad_tiny_moeut);
     tcase_add_test(tc, grad_moeut_strong_regularizers);
+    tcase_add_test(tc, grad_moeut_softmax_renorm_switch);
+    tcase_add_test(tc, grad_moeut_softmax_switch);
+    tcase_add_test(tc, grad_moeut_sigmoid_renorm_none);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -81,6 +81,20 @@ START_TEST(nested_keys) {
 }
 END_TEST
 
+/* null removes a key (its default then applies); removing an absent key is not an error. */
+START_TEST(null_removes_the_key) {
+    const char *sets[] = {"model.d_model=null", "model.absent=null", "model.sub.x=null"};
+    LoadedConfig c;
+    char err[512] = "";
+    ck_assert_msg(load(&c, err, sizeof err, 3, sets) == 0, "%s", err);
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c.json, "model"), "d_model"));
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c.json, "model"), "absent"));
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(at(c.json, "model", "sub"), "x"));
+    ck_assert_ptr_nonnull(at(c.json, "train", "lr"));
+    loaded_config_free(&c);
+}
+END_TEST
+
 START_TEST(usage_errors_name_the_argument) {
     struct {
         const char *arg, *second, *want;
@@ -233,6 +247,7 @@ int main(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, values_are_json_or_strings);
     tcase_add_test(tc, nested_keys);
+    tcase_add_test(tc, null_removes_the_key);
     tcase_add_test(tc, usage_errors_name_the_argument);
     tcase_add_test(tc, unreadable_file_is_not_a_usage_error);
     tcase_add_test(tc, sha256_without_overrides_is_the_file_hash);

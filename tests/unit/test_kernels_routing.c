@@ -1,4 +1,6 @@
-/* CPU backend, f32: sigmoid top-k routing (oracle, ties, drop mask, backward) and the masked entropy regularizer
+/* CPU backend, f32: the routing primitives (top-k selection: oracle, ties, drop mask; gates: sigmoid and softmax,
+ * renormalised or not, against a literal evaluation; the sigmoid backward), the Switch balancing loss (oracle,
+ * uniform router = 1, masked positions) and the masked entropy regularizer
  * (range, uniform optimum, probability-space formula, stack-order invariance, zero-sum and masked gradients, and
  * the [B,B]-broadcast value with unequal counts against a literal evaluation of the reference's broadcast). */
 #include <stdint.h>
@@ -50,7 +52,8 @@ START_TEST(test_topk_oracle_ties_drop) {
             topk_oracle(wsel + (size_t)ng * k, wgate + (size_t)ng * k, l + (size_t)ng * E,
                         dm ? dm + (size_t)ng * E : NULL, E, k, ng % G);
         }
-        be->topk_sigmoid(be, sel, gate, l, dm, N, G, E, k);
+        be->topk_select(be, sel, l, dm, N, G, E, k);
+        be->router_gates(be, gate, l, sel, dm, N, G, E, k, ROUTER_SIGMOID, 0);
         for (size_t i = 0; i < ns; i++) ck_assert_msg(sel[i] == wsel[i], "sel[%zu] = %d, want %d (drop=%d)", i, sel[i], wsel[i], pass);
         ktu_assert_close(gate, wgate, ns, 1e-7, 1e-6, "gate");
         /* slot order is descending logit */
@@ -64,13 +67,17 @@ START_TEST(test_topk_oracle_ties_drop) {
     scalar_t tl[5] = {1, 2, 2, 0, 2};
     int32_t ts[3];
     scalar_t tg[3];
-    be->topk_sigmoid(be, ts, tg, tl, NULL, 1, 1, 5, 3);
+    be->topk_select(be, ts, tl, NULL, 1, 1, 5, 3);
     ck_assert(ts[0] == 1 && ts[1] == 2 && ts[2] == 4);
     /* fewer survivors than k: the survivors first, then dropped experts with gate 0 */
     uint8_t td[5] = {1, 0, 1, 1, 1};
-    be->topk_sigmoid(be, ts, tg, tl, td, 1, 1, 5, 3);
-    ck_assert(ts[0] == 1 && tg[0] > 0.5f);
-    ck_assert(ts[1] == 0 && tg[1] == 0 && ts[2] == 2 && tg[2] == 0);
+    be->topk_select(be, ts, tl, td, 1, 1, 5, 3);
+    for (int kind = 0; kind < 2; kind++)
+        for (int renorm = 0; renorm < 2; renorm++) {
+            be->router_gates(be, tg, tl, ts, td, 1, 1, 5, 3, (RouterKind)kind, renorm);
+            ck_assert(ts[0] == 1 && tg[0] > (renorm ? 0.999f : kind ? 0.1f : 0.5f)); /* renorm: the one live slot = 1 */
+            ck_assert(ts[1] == 0 && tg[1] == 0 && ts[2] == 2 && tg[2] == 0);
+        }
     free(l), free(drop);
     backend_destroy(be);
 }
@@ -83,7 +90,8 @@ START_TEST(test_topk_backward) {
     size_t nl = (size_t)N * G * E, ns = (size_t)N * G * k;
     scalar_t *l = ktu_random(&rng, nl, -3, 3), *gate = ktu_scalars(ns), *dgate = ktu_random(&rng, ns, -1, 1);
     int32_t *sel = ktu_ints(ns);
-    be->topk_sigmoid(be, sel, gate, l, NULL, N, G, E, k);
+    be->topk_select(be, sel, l, NULL, N, G, E, k);
+    be->router_gates(be, gate, l, sel, NULL, N, G, E, k, ROUTER_SIGMOID, 0);
     scalar_t *dl = ktu_random(&rng, nl, -1, 1);
     double *want = ktu_doubles(nl);
     for (size_t i = 0; i < nl; i++) want[i] = dl[i];
@@ -93,9 +101,111 @@ START_TEST(test_topk_backward) {
             double s = 1 / (1 + exp(-(double)l[(size_t)ng * E + e]));
             want[(size_t)ng * E + e] += dgate[(size_t)ng * k + j] * s * (1 - s);
         }
-    be->topk_sigmoid_backward(be, dl, dgate, sel, gate, N, G, E, k);
-    ktu_assert_close(dl, want, nl, 1e-7, 1e-6, "topk_sigmoid_backward");
+    be->router_gates_backward(be, dl, dgate, gate, l, sel, NULL, N, G, E, k, ROUTER_SIGMOID, 0);
+    ktu_assert_close(dl, want, nl, 1e-7, 1e-6, "router_gates_backward sigmoid");
     free(l), free(gate), free(dgate), free(sel), free(dl), free(want);
+    backend_destroy(be);
+}
+END_TEST
+
+
+/* Gates of every transform against a literal evaluation in double: s = sigmoid(l) or softmax over the group's E
+ * logits, at the selected experts; renorm divides by the sum over the k slots. */
+START_TEST(test_router_gates_oracle) {
+    Backend *be = ktu_cpu();
+    KtuRng rng = {53};
+    int N = 23, G = 2, E = 7, k = 3;
+    size_t nl = (size_t)N * G * E, ns = (size_t)N * G * k;
+    scalar_t *l = ktu_random(&rng, nl, -4, 4), *gate = ktu_scalars(ns);
+    int32_t *sel = ktu_ints(ns);
+    double *want = ktu_doubles(ns);
+    be->topk_select(be, sel, l, NULL, N, G, E, k);
+    for (int mode = 0; mode < 4; mode++) {
+        RouterKind kind = mode / 2 ? ROUTER_SOFTMAX : ROUTER_SIGMOID;
+        int renorm = mode % 2;
+        for (int ng = 0; ng < N * G; ng++) {
+            const scalar_t *row = l + (size_t)ng * E;
+            double z = 0, total = 0;
+            for (int e = 0; e < E; e++) z += exp((double)row[e]);
+            for (int j = 0; j < k; j++) {
+                double v = row[sel[(size_t)ng * k + j] - (ng % G) * E];
+                want[(size_t)ng * k + j] = kind == ROUTER_SOFTMAX ? exp(v) / z : 1 / (1 + exp(-v));
+                total += want[(size_t)ng * k + j];
+            }
+            if (renorm)
+                for (int j = 0; j < k; j++) want[(size_t)ng * k + j] /= total;
+        }
+        be->router_gates(be, gate, l, sel, NULL, N, G, E, k, kind, renorm);
+        ktu_assert_close(gate, want, ns, 1e-7, 1e-6, kind == ROUTER_SOFTMAX ? "softmax gates" : "sigmoid gates");
+        if (renorm) /* the gates of a row sum to 1 */
+            for (int ng = 0; ng < N * G; ng++) {
+                double sum = 0;
+                for (int j = 0; j < k; j++) sum += gate[(size_t)ng * k + j];
+                ck_assert_msg(fabs(sum - 1) < 1e-6, "renormalised gates of row %d sum to %.9g", ng, sum);
+            }
+    }
+    free(l), free(gate), free(sel), free(want);
+    backend_destroy(be);
+}
+END_TEST
+
+/* Switch loss against a literal evaluation of alpha * E * sum_i f_i P_i (Fedus et al. eq. 4, f counted over the
+ * k slots), per group and averaged over groups; a uniform router gives exactly 1 whatever it selects; masked
+ * positions get zero gradient and do not count; every valid row's gradient sums to 0 (softmax Jacobian). */
+START_TEST(test_switch_balance_oracle) {
+    Backend *be = ktu_cpu();
+    KtuRng rng = {54};
+    int B = 3, T = 5, G = 2, E = 6, k = 2, N = B * T;
+    size_t nl = (size_t)N * G * E, ns = (size_t)N * G * k;
+    scalar_t *l = ktu_random(&rng, nl, -3, 3), *dl = ktu_scalars(nl);
+    int32_t *sel = ktu_ints(ns);
+    uint8_t valid[15] = {1, 1, 0, 1, 1, /**/ 0, 0, 0, 0, 0, /**/ 1, 0, 1, 1, 0};
+    be->topk_select(be, sel, l, NULL, N, G, E, k);
+    for (int masked = 0; masked < 2; masked++) {
+        const uint8_t *v = masked ? valid : NULL;
+        double want = 0;
+        int n = 0;
+        for (int t = 0; t < N; t++) n += v ? v[t] : 1;
+        for (int g = 0; g < G; g++) {
+            double acc = 0;
+            for (int e = 0; e < E; e++) {
+                double f = 0, P = 0;
+                for (int t = 0; t < N; t++) {
+                    if (v && !v[t]) continue;
+                    const scalar_t *row = l + ((size_t)t * G + g) * E;
+                    double z = 0;
+                    for (int i = 0; i < E; i++) z += exp((double)row[i]);
+                    P += exp((double)row[e]) / z;
+                    for (int j = 0; j < k; j++) f += sel[((size_t)t * G + g) * k + j] == g * E + e;
+                }
+                acc += (f / ((double)k * n)) * (P / n);
+            }
+            want += E * acc;
+        }
+        want /= G;
+        double got = be->switch_balance(be, dl, l, sel, v, B, T, G, E, k, (scalar_t)0.5);
+        ck_assert_msg(fabs(got - want) < 1e-9, "switch value %.12g, want %.12g (masked %d)", got, want, masked);
+        for (int t = 0; t < N; t++)
+            for (int g = 0; g < G; g++) {
+                double sum = 0, amax = 0;
+                for (int e = 0; e < E; e++) {
+                    double d = dl[((size_t)t * G + g) * E + e];
+                    sum += d, amax = fmax(amax, fabs(d));
+                }
+                if (v && !v[t]) ck_assert_msg(amax == 0, "masked position %d has a gradient", t);
+                else ck_assert_msg(fabs(sum) < 1e-6, "gradient of row %d sums to %g", t, sum);
+            }
+    }
+    /* uniform router: value 1 (P = 1/E, f sums to 1), gradient 0 */
+    for (size_t i = 0; i < nl; i++) l[i] = 0.75f;
+    be->topk_select(be, sel, l, NULL, N, G, E, k);
+    double u = be->switch_balance(be, dl, l, sel, NULL, B, T, G, E, k, 1);
+    ck_assert_msg(fabs(u - 1) < 1e-12, "uniform router: switch value %.15g, want 1", u);
+    /* no valid position: 0 and a zero gradient */
+    uint8_t none[15] = {0};
+    ck_assert(be->switch_balance(be, dl, l, sel, none, B, T, G, E, k, 1) == 0);
+    for (size_t i = 0; i < nl; i++) ck_assert(dl[i] == 0);
+    free(l), free(dl), free(sel);
     backend_destroy(be);
 }
 END_TEST
@@ -284,6 +394,8 @@ static Suite *suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_topk_oracle_ties_drop);
     tcase_add_test(tc, test_topk_backward);
+    tcase_add_test(tc, test_router_gates_oracle);
+    tcase_add_test(tc, test_switch_balance_oracle);
     tcase_add_test(tc, test_entropy_all_valid);
     tcase_add_test(tc, test_entropy_stack_order);
     tcase_add_test(tc, test_entropy_masked_broadcast);

@@ -160,6 +160,8 @@ static void round_trip(const char *json) {
     ck_assert(a.entropy_reg == b.entropy_reg && a.att_entropy_reg == b.att_entropy_reg);
     ck_assert(a.ff_expert_dropout == b.ff_expert_dropout && a.att_expert_dropout == b.att_expert_dropout);
     ck_assert(a.dropout == b.dropout && a.lm_head_bias == b.lm_head_bias && a.out_norm_affine == b.out_norm_affine);
+    ck_assert(a.router == b.router && a.router_renorm == b.router_renorm && a.balance == b.balance);
+    ck_assert(a.balance_alpha == b.balance_alpha);
     /* Every key is written (d_head included), none of the other arch. */
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_head"));
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "lm_head_bias"));
@@ -168,10 +170,45 @@ static void round_trip(const char *json) {
         ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_ff"));
     } else {
         ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(o, "d_ff"));
-        ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "entropy_reg"));
+        /* the balancing coefficient of the chosen balance only */
+        ck_assert(!cJSON_GetObjectItemCaseSensitive(o, "entropy_reg") == (a.balance != BALANCE_ENTROPY));
+        ck_assert(!cJSON_GetObjectItemCaseSensitive(o, "balance_alpha") == (a.balance != BALANCE_SWITCH));
+        ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "router"));
+        ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "balance"));
     }
     cJSON_Delete(o);
 }
+
+/* The MoE-variant switches: defaults are MoEUT's, values are checked strictly, a coefficient of another balance is
+ * refused, each combination round-trips, and the objective's FFN coefficient follows the balance. */
+START_TEST(moe_variant_switches) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert(c.router == ROUTER_SIGMOID && !c.router_renorm && c.balance == BALANCE_ENTROPY);
+    ck_assert(model_config_ffn_balance_coef(&c) == c.entropy_reg);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"router\":\"softmax\",\"router_renorm\":true,"
+                           "\"balance\":\"switch\",\"balance_alpha\":0.02}", &c, err, sizeof err), 0);
+    ck_assert(c.router == ROUTER_SOFTMAX && c.router_renorm && c.balance == BALANCE_SWITCH);
+    ck_assert(model_config_ffn_balance_coef(&c) == 0.02);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"balance\":\"switch\"}", &c, err, sizeof err), 0);
+    ck_assert(c.balance_alpha == 0.01); /* Fedus et al.'s alpha */
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"balance\":\"none\"}", &c, err, sizeof err), 0);
+    ck_assert(model_config_ffn_balance_coef(&c) == 0);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"router\":\"relu\"}", "exp.json: model.router:", "\"softmax\"");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"router\":1}", "exp.json: model.router:", "string");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"balance\":\"aux\"}", "exp.json: model.balance:", "\"switch\"");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"router_renorm\":\"yes\"}", "exp.json: model.router_renorm:", "boolean");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"balance\":\"switch\",\"entropy_reg\":0.01}",
+                 "exp.json: model.entropy_reg:", "no effect");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"balance_alpha\":0.01}", "exp.json: model.balance_alpha:", "\"entropy\"");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"balance\":\"switch\",\"balance_alpha\":-1}",
+                 "exp.json: model.balance_alpha:", ">= 0");
+    expect_error("{" DENSE_BASE ",\"router\":\"softmax\"}", "exp.json: model.router:", "moeut");
+    round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"router\":\"softmax\",\"balance\":\"switch\",\"balance_alpha\":0.03}");
+    round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"router_renorm\":true,\"balance\":\"none\"}");
+}
+END_TEST
 
 START_TEST(to_json_round_trips) {
     round_trip("{" DENSE_BASE ",\"d_head\":3,\"lm_head_bias\":false}");
@@ -368,6 +405,7 @@ int main(void) {
     tcase_add_test(tc, n_rot_rule);
     tcase_add_test(tc, paper_param_counts);
     tcase_add_test(tc, paper_run_files);
+    tcase_add_test(tc, moe_variant_switches);
     tcase_add_test(tc, count_matches_created_models);
     tcase_add_test(tc, dense_tensor_names_and_shapes);
     suite_add_tcase(s, tc);
