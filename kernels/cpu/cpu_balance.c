@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/entropy_reg_value.h"
+#include "kernels/switch_balance_value.h"
 #include "pipeline/log.h"
 
 /* Softmax of l[E] into p[E], in double. */
@@ -127,20 +128,11 @@ double cpu_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits
             softmax_row(p, logits + ((size_t)t * G + g) * E, E);
             for (int e = 0; e < E; e++) Pg[e] += p[e];
         }
-        for (int e = 0; e < E; e++) {
-            fg[e] /= (double)k * (double)n;
-            Pg[e] /= (double)n;
-        }
     }
-    double value = 0;
-    for (int g = 0; g < G; g++) {
-        double acc = 0;
-        for (int e = 0; e < E; e++) acc += f[(size_t)g * E + e] * P[(size_t)g * E + e];
-        value += (double)E * acc;
-    }
-    value /= G;
+    double grad_factor;
+    double value = switch_balance_value(f, P, G, E, k, n, &grad_factor);
     if (dlogits) {
-        const double factor = (double)coef * E / ((double)G * (double)n);
+        const double factor = (double)coef * grad_factor;
 #pragma omp parallel for schedule(static) num_threads(n_threads)
         for (long t = 0; t < N; t++) {
             scalar_t *dl = dlogits + (size_t)t * GE;

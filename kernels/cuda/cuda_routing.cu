@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/entropy_reg_value.h"
+#include "kernels/switch_balance_value.h"
 
 __device__ __forceinline__ float sigmoidf_stable(float x) {
     if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
@@ -360,22 +361,12 @@ double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logit
     std::vector<double> f(GE), P(GE);
     CHECK_CUDA(cudaMemcpy(f.data(), d_f, GE * sizeof(double), cudaMemcpyDeviceToHost));
     CHECK_CUDA(cudaMemcpy(P.data(), d_P, GE * sizeof(double), cudaMemcpyDeviceToHost));
-    // normalise and sum on the host in the CPU backend's order
-    double value = 0;
-    for (int g = 0; g < G; g++) {
-        double acc = 0;
-        for (int e = 0; e < E; e++) {
-            size_t i = (size_t)g * E + e;
-            f[i] /= (double)k * (double)n;
-            P[i] /= (double)n;
-            acc += f[i] * P[i];
-        }
-        value += (double)E * acc;
-    }
-    value /= G;
+    // normalise and sum on the host: the shared formula (kernels/switch_balance_value.c), as the CPU backend does
+    double grad_factor;
+    double value = switch_balance_value(f.data(), P.data(), G, E, k, n, &grad_factor);
     if (dlogits) {
         CHECK_CUDA(cudaMemcpy(d_f, f.data(), GE * sizeof(double), cudaMemcpyHostToDevice));
-        double factor = (double)coef * E / ((double)G * (double)n);
+        double factor = (double)coef * grad_factor;
         LAUNCH(k_switch_grad, (unsigned)((rows + 7) / 8), 256, 0)(dlogits, logits, d_lse, d_f, valid, rows, G, E,
                                                                  factor);
         CHECK_LAUNCH();
