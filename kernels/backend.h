@@ -136,6 +136,14 @@ struct Backend {
     double (*switch_balance)(Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
                              const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef);
 
+    /* expert_count: counts[g*E + e] += the number of slots j of the positions n with valid[n] != 0 (valid[N], NULL =
+     * all) whose selection sel[N,G,k] is g*E + e (global ids, as topk_select writes them), leaving out the slots
+     * whose expert is dropped (drop[N,G,E] != 0, may be NULL: the filler slots of topk_select carry gate 0 and route
+     * nothing). counts[G*E] is int64 so that it stays exact over any number of calls. Feeds the routing statistics
+     * (model_routing_counts) and, later, load-based balancing. */
+    void (*expert_count)(Backend *be, int64_t *counts, const int32_t *sel, const uint8_t *drop, const uint8_t *valid,
+                         int N, int G, int E, int k);
+
     /* ---- cvmm: conditional (expert-selected) vector-matrix multiply ----
      * M entries p = 0..M-1, expert sel[p] in [0,n_experts), weights W[n_experts, Kin, Nout].
      *   y_p = X[p / in_div, :] @ W[sel[p]]                        (X has M/in_div rows of Kin)

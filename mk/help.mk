@@ -15,7 +15,7 @@ help:
 	@echo 'Variables (NAME=value on the make command line):'
 	@echo '  EXPERIMENT=tiny   the experiment: a directory experiments/EXP/ ($(patsubst experiments/%/data.json,%,$(wildcard experiments/*/data.json)))'
 	@echo '  BACKEND=cpu       cpu or cuda, for train, evaluate and analyze (changing it redoes them)'
-	@echo '  RUNS="..."        the runs of make reproduce (default: dense_qa dense_answer moeut_qa moeut_answer)'
+	@echo '  RUNS="..."        the runs of make reproduce (default: every run config of EXPERIMENT, the paper four first)'
 	@echo '  RUN=name          the runs of make train/evaluate/analyze (default: all of RUNS)'
 	@echo '  SEEDS=N           train seeds 1..N of every run (runs/EXP/RUN.seed<S>; default: the config'"'"'s own seed)'
 	@echo '  NPROC=1           processes that train one run together (mpirun -np NPROC; changing it retrains)'

@@ -40,7 +40,13 @@ EXPERIMENT ?= tiny
 BACKEND ?= cpu
 NPROC ?= 1
 SET ?=
-RUNS ?= dense_qa dense_answer moeut_qa moeut_answer
+# The runs of an experiment: the paper's four that experiments/EXP has, in the paper's order, then its other run
+# configs by name (every experiments/EXP/*.json but data.json and seeds.json; e.g. the ablations' variants).
+REPRO_PAPER_RUNS := dense_qa dense_answer moeut_qa moeut_answer
+repro_exp_configs = $(filter-out data seeds,$(patsubst experiments/$(EXPERIMENT)/%.json,%,\
+  $(wildcard experiments/$(EXPERIMENT)/*.json)))
+RUNS ?= $(strip $(filter $(repro_exp_configs),$(REPRO_PAPER_RUNS)) \
+  $(sort $(filter-out $(REPRO_PAPER_RUNS),$(repro_exp_configs))))
 RUN ?= $(RUNS)
 
 EXP_DIR := experiments/$(EXPERIMENT)
@@ -142,7 +148,7 @@ repro_missing_configs := $(filter-out $(wildcard $(EXP_DIR)/*.json),\
   $(foreach r,$(sort $(REPRO_RUN_DIRS) $(REPRO_RUN_SELECTED)),$(EXP_DIR)/$(call repro_config,$(r)).json))
 ifneq ($(repro_missing_configs),)
 $(error $(repro_missing_configs): not found (RUNS/RUN name a run with no config); the runs of $(EXPERIMENT) are: \
-  $(filter-out data,$(patsubst $(EXP_DIR)/%.json,%,$(wildcard $(EXP_DIR)/*.json))))
+  $(repro_exp_configs))
 endif
 endif
 

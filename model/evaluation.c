@@ -135,6 +135,18 @@ static int cmp_by_length(const void *a, const void *b, void *ctx) {
     return ia < ib ? -1 : (ia > ib); /* stable: shard order within a length */
 }
 
+/* The routing statistics of the forwards since the last reset (NULL for the dense model). */
+static RoutingStats *take_routing_stats(Model *m) {
+    const int E = model_routed_experts(m), L = model_config(m)->n_layers;
+    if (E == 0) return NULL;
+    int64_t *counts = xmalloc((size_t)L * (size_t)E * sizeof *counts), tokens = 0;
+    model_take_routing_counts(m, counts, &tokens);
+    RoutingStats *rs = xmalloc(sizeof *rs);
+    routing_stats_from_counts(rs, counts, L, E, model_config(m)->ff_k, tokens);
+    free(counts);
+    return rs;
+}
+
 /* Evaluates the first examples of a shard into out (counts, accuracies, losses, greedy check). pred: NULL, or
  * receives the per-example outcomes (free with set_predictions_free). */
 void evaluate_set(Model *m, const Shard *sh, const char *path, const EvalConfig *ec, int batch_size, SetEval *out,
@@ -162,6 +174,7 @@ void evaluate_set(Model *m, const Shard *sh, const char *path, const EvalConfig 
     int32_t **bargmax = xmalloc((size_t)batch_size * sizeof *bargmax);
     Progress pr;
     if (!ec->quiet) progress_start(&pr, sh->split, n, "examples");
+    model_reset_routing_counts(m); /* the set's routing statistics: its teacher-forced forwards only */
     for (long i = 0; i < n;) {
         int B = 0;
         int len = ex[order[i]].q_len + ex[order[i]].a_len;
@@ -176,9 +189,11 @@ void evaluate_set(Model *m, const Shard *sh, const char *path, const EvalConfig 
         if (!ec->quiet) progress_update(&pr, i, NULL);
     }
     if (!ec->quiet) progress_finish(&pr);
+    RoutingStats *routing = take_routing_stats(m);
 
     /* Counts per module and pooled. */
     memset(out, 0, sizeof *out);
+    out->routing = routing;
     out->n_modules = sh->n_modules;
     out->modules = xcalloc((size_t)sh->n_modules + 1, sizeof *out->modules);
     double *loss_sum = xcalloc((size_t)sh->n_modules + 1, sizeof *loss_sum);

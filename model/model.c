@@ -83,6 +83,8 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
     m->params = be->alloc(be, m->n_params * sizeof(scalar_t));
     m->grads = be->alloc(be, m->n_params * sizeof(scalar_t));
     be->alloc_purpose[0] = '\0';
+    if (cfg->arch == ARCH_MOEUT)
+        m->routing_counts = be->alloc(be, (size_t)cfg->n_layers * (size_t)cfg->ff_n_experts * sizeof(int64_t));
     /* The activation arena stays empty until the first call says how many tokens it needs. */
     arena_init(&m->arena, be);
     return m;
@@ -94,6 +96,7 @@ void model_free(Model *m) {
     arena_free(&m->arena);
     if (m->params) m->be->free(m->be, m->params);
     if (m->grads) m->be->free(m->be, m->grads);
+    if (m->routing_counts) m->be->free(m->be, m->routing_counts);
     free(m->tensors);
     free(m);
 }
@@ -242,7 +245,10 @@ void model_forward_eval(Model *m, const int32_t *tokens, int B, int T, float *lo
     m->arena_busy++;
     scalar_t *h = m->eval_h; // [B,T,C]
     model_embed(m, h, tokens, B, T);
+    m->counting_eval++; /* the routing counts of an eval forward (decoding and analysis interventions don't count) */
     model_run_layers(m, h, B, T, 0, NULL);
+    m->counting_eval--;
+    if (m->routing_counts) m->routing_tokens += N;
     head_forward(m, m->logits, h, N);
     download_as_float(be, logits_host, m->logits, (size_t)N * m->cfg.n_tokens);
     m->arena_busy--;
@@ -264,6 +270,14 @@ void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, c
         if (targets[i] < -1 || targets[i] >= V)
             die("model: target[%d] = %d is outside [-1, %d)", i, (int)targets[i], V);
         n_counted += targets[i] >= 0;
+    }
+    if (m->routing_counts) { /* the positions the routing counts cover: those of the regularizer mask */
+        int64_t n_valid = N;
+        if (valid) {
+            n_valid = 0;
+            for (int i = 0; i < N; i++) n_valid += valid[i] != 0;
+        }
+        m->routing_tokens += n_valid;
     }
     model_reserve_activations(m, N, 0); /* the only place a step may re-plan: before anything of it is in the arena */
     m->arena_busy++;

@@ -127,6 +127,16 @@ void model_head(Model *m, scalar_t *logits, const scalar_t *h, int B, int T);
 /* Convenience: full eval forward of tokens[B,T] (host) into logits_host[B,T,V]. */
 void model_forward_eval(Model *m, const int32_t *tokens, int B, int T, float *logits_host);
 
+/* ---- routing statistics (MoEUT's FFN router; model/routing_counts.c, the figures in pipeline/routing_stats.h) ----
+ * The model counts, per layer application, the selections each FFN expert gets (the backend's expert_count, on the
+ * device): in training steps at the positions with valid = 1 (expert-dropout fillers left out), and in
+ * model_forward_eval at every position. model_run_layers on its own and KV-cache decoding are not counted. */
+int model_routed_experts(const Model *m);  /* E of the FFN router; 0 for the dense model, which counts nothing */
+/* Zeroes the counts (no synchronisation). */
+void model_reset_routing_counts(Model *m);
+/* counts_host[L * E] = the counts since the last reset or take, tokens_out = the positions counted; then resets. */
+void model_take_routing_counts(Model *m, int64_t *counts_host, int64_t *tokens_out);
+
 /* ---- KV-cache decoding (batch 1; queries offset by the cache length, spec §3.8 with the bug fixed) ---- */
 typedef struct KVCache KVCache;
 KVCache *kv_cache_create(Model *m, int max_T);

@@ -89,6 +89,14 @@ struct Model {
     size_t off_head_w;              /* [V, C] */
     size_t off_head_b;              /* [V] when lm_head_bias */
 
+    /* routing counts (model/routing_counts.c): the selections each FFN expert got per layer application since the
+     * last reset, [L, E] int64 in backend memory, a separate allocation (it outlives every call, unlike the arena);
+     * NULL for the dense model. routing_tokens counts the positions; counting_eval > 0 while model_forward_eval runs
+     * (the only eval-mode forward that counts). */
+    int64_t *routing_counts;
+    int64_t routing_tokens;
+    int counting_eval;
+
     void *arch;                     /* LayerImpl private state (per-layer offsets, activation caches) */
     Rng dropout_rng;                /* expert dropout */
 

@@ -40,6 +40,8 @@ typedef struct {
     const uint8_t *drop;        /* [N, E] or NULL */
     int32_t *sel;               /* [N, K] */
     scalar_t *gate;             /* [N, K] */
+    int64_t *counts;            /* [E] this application's routing counts (model_routed_experts), NULL = not counted */
+    const uint8_t *valid;       /* [N] positions the counts cover, NULL = all */
     scalar_t *A;                /* [N*K, S] ReLU(x1 Keys[sel]) */
     scalar_t *f;                /* [N, C] block output (without the residual) */
 } FfnIO;
@@ -86,6 +88,7 @@ static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *
     be->matmul(be, io->l, io->xs, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* [N, E] */
     be->topk_select(be, io->sel, io->l, io->drop, N, 1, E, K);
     be->router_gates(be, io->gate, io->l, io->sel, io->drop, N, 1, E, K, c->router, c->router_renorm);
+    if (io->counts) be->expert_count(be, io->counts, io->sel, io->drop, io->valid, N, 1, E, K);
     be->cvmm_forward(be, io->A, io->x1, W + P->keys, io->sel, NULL, N * K, K, 1, E, C, S); /* U [N*K, S] */
     be->relu_forward(be, io->A, io->A, (size_t)N * K * S);
     be->cvmm_forward(be, io->f, io->A, W + P->values, io->sel, io->gate, N * K, 1, K, E, S, C); /* [N, C] */
@@ -136,6 +139,7 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
     FfnIO f = {
         .x1 = ac->x1, .xs = s->nc[1], .mean = ac->mean2, .rstd = ac->rstd2,
         .l = st->hist_f[layer] + (size_t)rep * N * E, .drop = drop_f, .sel = ac->sel_f, .gate = ac->gate_f,
+        .counts = m->routing_counts + (size_t)app * E, .valid = st->have_valid ? st->valid_dev : NULL,
         .A = ac->A, .f = h_out,
     };
     ffn_block(m, P, N, &f);
@@ -165,7 +169,9 @@ void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *
     be->add_inplace(be, h, s->nc[2], (size_t)N * C); /* h = x1 */
     FfnIO f = {
         .x1 = h, .xs = s->nc[1], .mean = s->mean, .rstd = s->rstd, .l = s->lf, .drop = NULL, .sel = s->sel_f,
-        .gate = s->gate_f, .A = s->A, .f = s->nc[2],
+        .gate = s->gate_f,
+        .counts = (m->counting_eval && kv == NULL) ? m->routing_counts + (size_t)app * c->ff_n_experts : NULL,
+        .valid = NULL, .A = s->A, .f = s->nc[2],
     };
     ffn_block(m, P, N, &f);
     be->add_inplace(be, h, s->nc[2], (size_t)N * C); /* h = x1 + f */

@@ -93,12 +93,6 @@ static int append_line_atomic(const char *path, const char *line, char *err, siz
     return rc;
 }
 
-static void free_set_eval(SetEval *s) {
-    for (int k = 0; k < s->n_modules; k++) free(s->modules[k].name);
-    free(s->modules);
-    memset(s, 0, sizeof *s);
-}
-
 int train_eval_run(TrainEval *te, Model *m, long step, uint64_t tokens, char *err, size_t errlen) {
     Backend *be = model_backend(m);
     const Precision training_precision = be->precision;
@@ -113,7 +107,7 @@ int train_eval_run(TrainEval *te, Model *m, long step, uint64_t tokens, char *er
     char *line = train_eval_curve_line(step, tokens, sets);
     int rc = append_line_atomic(te->curve_path, line, err, errlen);
     cJSON_free(line);
-    for (int s = 0; s < EVAL_N_SETS; s++) free_set_eval(&sets[s]);
+    for (int s = 0; s < EVAL_N_SETS; s++) set_eval_free(&sets[s]);
     return rc;
 }
 

@@ -28,6 +28,7 @@ void report_write_document(Doc *d, const ReportInput *in, const char *experiment
     section_caveats(d, in);
     section_verdicts(d, in);
     section_overview(d, in);
+    section_ablations(d, in);
     section_config_diff(d, in);
     section_headline(d, in);
     section_seeds(d, in);
@@ -37,6 +38,7 @@ void report_write_document(Doc *d, const ReportInput *in, const char *experiment
     section_modules(d, in, EVAL_EXTRAPOLATE);
     section_curves(d, in);
     section_depth(d, in);
+    section_expert_load(d, in);
     section_provenance(d, in);
     sb_puts(&d->html, "</body>\n</html>\n");
 }

@@ -33,6 +33,10 @@ void section_modules(Doc *d, const ReportInput *in, int set);
 void section_curves(Doc *d, const ReportInput *in);
 void section_depth(Doc *d, const ReportInput *in);
 void section_provenance(Doc *d, const ReportInput *in);
+/* report_routing.c: the expert load of the runs with routing statistics (nothing without any), and the ablation
+ * tables of run configs that share an arch and loss mode (nothing when every config is alone in its family). */
+void section_expert_load(Doc *d, const ReportInput *in);
+void section_ablations(Doc *d, const ReportInput *in);
 
 void section_verdicts(Doc *d, const ReportInput *in);
 void section_seeds(Doc *d, const ReportInput *in);

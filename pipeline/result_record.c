@@ -70,6 +70,7 @@ static cJSON *set_to_json(const SetEval *s) {
         add_ci(mo, m->ci95);
         must(cJSON_AddNumberToObject(mo, "mean_answer_loss", m->mean_answer_loss));
     }
+    if (s->routing) cJSON_AddItemToObject(o, "routing", routing_stats_to_json(s->routing));
     return o;
 }
 
@@ -167,7 +168,14 @@ static int set_from_json(SetEval *s, const cJSON *obj, const char *source, const
     json_get_int(&r, "greedy_n", &s->greedy_n, true);
     json_get_int(&r, "greedy_agree", &s->greedy_agree, true);
     const cJSON *mods = json_get_object(&r, "modules", true);
+    const cJSON *routing = json_get_object(&r, "routing", false);
     if (finish(&r, err, errlen)) return -1;
+    if (routing) {
+        char rpath[512];
+        snprintf(rpath, sizeof rpath, "%s.routing", path);
+        s->routing = xcalloc(1, sizeof *s->routing);
+        if (routing_stats_from_json(s->routing, routing, source, rpath, err, errlen) != 0) return -1;
+    }
     s->n_modules = cJSON_GetArraySize(mods);
     s->modules = xcalloc((size_t)s->n_modules + 1, sizeof *s->modules);
     int i = 0;
@@ -282,15 +290,19 @@ int result_record_load(ResultRecord *r, const char *path, char *err, size_t errl
     return rc;
 }
 
+void set_eval_free(SetEval *s) {
+    for (int m = 0; m < s->n_modules; m++) free(s->modules[m].name);
+    free(s->modules);
+    routing_stats_free(s->routing);
+    free(s->routing);
+    memset(s, 0, sizeof *s);
+}
+
 void result_record_free(ResultRecord *r) {
     if (!r) return;
     cJSON_Delete(r->config);
     cJSON_Delete(r->dataset_source);
-    for (int i = 0; i < EVAL_N_SETS; i++) {
-        SetEval *s = &r->evaluation.sets[i];
-        for (int m = 0; m < s->n_modules; m++) free(s->modules[m].name);
-        free(s->modules);
-    }
+    for (int i = 0; i < EVAL_N_SETS; i++) set_eval_free(&r->evaluation.sets[i]);
     memset(r, 0, sizeof *r);
 }
 

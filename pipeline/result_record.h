@@ -17,6 +17,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "pipeline/routing_stats.h"
 #include "pipeline/run_provenance.h"
 
 #define RESULT_SCHEMA "dm-math-result"
@@ -43,6 +44,8 @@ typedef struct {
     long greedy_n, greedy_agree; /* greedy KV-cache decoding vs teacher forcing on the first greedy_n examples */
     int n_modules;
     ModuleEval *modules;      /* in the shard's module order */
+    RoutingStats *routing;    /* the FFN router's expert load on this set's teacher-forced forwards (owned); NULL for
+                               * the dense model and in records written before it existed ("routing" is optional) */
 } SetEval;
 
 typedef struct {
@@ -75,6 +78,7 @@ typedef struct {
 void module_eval_finish(ModuleEval *m);
 void set_eval_finish(SetEval *s);
 const ModuleEval *set_eval_find_module(const SetEval *s, const char *name); /* NULL if absent */
+void set_eval_free(SetEval *s); /* frees the modules, their names and the routing statistics; zeroes *s */
 
 cJSON *result_record_to_json(const ResultRecord *r);
 int result_record_from_json(ResultRecord *r, const cJSON *json, const char *source, char *err, size_t errlen);

@@ -38,6 +38,7 @@
 #include "pipeline/log.h"
 #include "pipeline/threads.h"
 #include "pipeline/progress.h"
+#include "pipeline/routing_stats.h"
 #include "pipeline/sha256.h"
 
 static volatile sig_atomic_t g_signal = 0;
@@ -73,6 +74,8 @@ typedef struct {
     int32_t *inputs, *targets; /* [Bm, T] host */
     uint8_t *valid;            /* [Bm, T] host */
     double *mb_values;         /* [n_microbatch, 3] host: each micro-batch's ce, reg_ffn, reg_att, reduced per step */
+    int64_t *routing_counts;   /* [L, E] host (MoEUT): the logged step's expert counts (model_take_routing_counts) */
+    double *routing_sum;       /* [L * E + 1] host: the same as doubles (and the token count), summed over the ranks */
     TrainEval eval;            /* train.evaluate_every: accuracy during training (model/train_eval.h) */
 } Trainer;
 
@@ -146,6 +149,9 @@ static void create_model(Trainer *t) {
     t->targets = xmalloc(cells * sizeof *t->targets);
     t->valid = xmalloc(cells * sizeof *t->valid);
     t->mb_values = xmalloc((size_t)t->tc.n_microbatch * 3 * sizeof *t->mb_values);
+    const size_t n_counts = (size_t)t->mc.n_layers * (size_t)model_routed_experts(t->m);
+    t->routing_counts = xcalloc(n_counts + 1, sizeof *t->routing_counts);
+    t->routing_sum = xcalloc(n_counts + 1, sizeof *t->routing_sum);
     if (loader_init(&t->loader, &t->shard, (int)t->tc.context, t->tc.loss_on_target_only, train_seed_loader(&t->tc),
                     err, sizeof err) != 0)
         die("%s/train.shard: %s", t->a.data_dir, err);
@@ -285,6 +291,7 @@ static StepResult run_microbatches(Trainer *t, long step_number) {
     const double w = 1.0 / nmb;
     double *mb = t->mb_values; /* allocated at setup: a step allocates nothing */
     memset(mb, 0, (size_t)nmb * 3 * sizeof *mb); /* other ranks' slots stay 0 for the sum */
+    model_reset_routing_counts(t->m); /* the counts a log line reports are its step's (an eval between steps adds) */
     for (int k = 0; k < nmb; k++) {
         r.real_tokens += loader_next_batch(&t->loader, bm, t->inputs, t->targets, t->valid);
         if (!dist_owns_microbatch(k)) continue;
@@ -329,6 +336,27 @@ static void save_checkpoint(Trainer *t, double session_start, double wall_base) 
     t->last_saved_step = t->st.step;
 }
 
+/* The routing statistics of the step just taken (every micro-batch of every rank); NULL for the dense model. Called
+ * by every rank: the sum is a collective. Counts up to 2^53 are exact in the double all-reduce. */
+static cJSON *step_routing_json(Trainer *t, long step_number) {
+    const int E = model_routed_experts(t->m), L = t->mc.n_layers;
+    if (E == 0) return NULL;
+    const size_t n = (size_t)L * (size_t)E;
+    int64_t tokens = 0;
+    model_take_routing_counts(t->m, t->routing_counts, &tokens);
+    for (size_t i = 0; i < n; i++) t->routing_sum[i] = (double)t->routing_counts[i];
+    t->routing_sum[n] = (double)tokens;
+    char what[96];
+    snprintf(what, sizeof what, "routing-count all-reduce of step %ld", step_number);
+    dist_allreduce_sum_f64(t->routing_sum, n + 1, what);
+    for (size_t i = 0; i < n; i++) t->routing_counts[i] = (int64_t)t->routing_sum[i];
+    RoutingStats rs;
+    routing_stats_from_counts(&rs, t->routing_counts, L, E, t->mc.ff_k, (int64_t)t->routing_sum[n]);
+    cJSON *j = routing_stats_to_json(&rs);
+    routing_stats_free(&rs);
+    return j;
+}
+
 static void log_metrics(Trainer *t, double lr, double interval_s) {
     const MetricsAcc *a = &t->st.acc;
     double n = (double)a->n;
@@ -345,6 +373,8 @@ static void log_metrics(Trainer *t, double lr, double interval_s) {
     cJSON_AddNumberToObject(j, "tokens", (double)t->st.tokens);
     cJSON_AddNumberToObject(j, "tokens_per_s", interval_s > 0 ? (double)tokens_interval / interval_s : 0.0);
     cJSON_AddNumberToObject(j, "expert_entropy", a->expert_entropy / n);
+    cJSON *routing = step_routing_json(t, t->st.step);
+    if (routing) cJSON_AddItemToObject(j, "routing", routing);
     char *line = cJSON_PrintUnformatted(j);
     CHECK_ALLOC(line);
     if (t->metrics && (fprintf(t->metrics, "%s\n", line) < 0 || fflush(t->metrics) != 0)) /* rank 0 only */
@@ -600,6 +630,8 @@ int main(int argc, char **argv) {
     free(t.inputs);
     free(t.targets);
     free(t.valid);
+    free(t.routing_counts);
+    free(t.routing_sum);
     free(t.mb_values);
     loader_free(&t.loader);
     adamw_free(&t.opt);

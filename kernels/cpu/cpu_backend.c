@@ -114,6 +114,7 @@ Backend *backend_cpu_create(void) {
     be->attention_forward = cpu_attention_forward;
     be->attention_backward = cpu_attention_backward;
     be->topk_select = cpu_topk_select;
+    be->expert_count = cpu_expert_count;
     be->router_gates = cpu_router_gates;
     be->router_gates_backward = cpu_router_gates_backward;
     be->switch_balance = cpu_switch_balance;

@@ -105,6 +105,8 @@ void cpu_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *d
 /* cpu_routing.c */
 void cpu_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, int N, int G, int E,
                      int k);
+void cpu_expert_count(Backend *be, int64_t *counts, const int32_t *sel, const uint8_t *drop, const uint8_t *valid,
+                      int N, int G, int E, int k);
 void cpu_router_gates(Backend *be, scalar_t *gate, const scalar_t *logits, const int32_t *sel, const uint8_t *drop,
                       int N, int G, int E, int k, RouterKind kind, int renorm);
 void cpu_router_gates_backward(Backend *be, scalar_t *dlogits, const scalar_t *dgate, const scalar_t *gate,

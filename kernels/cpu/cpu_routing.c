@@ -155,3 +155,20 @@ void cpu_router_gates_backward(Backend *be, scalar_t *dlogits, const scalar_t *d
         }
     }
 }
+
+/* Serial on purpose: N*G*k increments are cheap next to the GEMMs, and a fixed order needs no atomics. */
+void cpu_expert_count(Backend *be, int64_t *counts, const int32_t *sel, const uint8_t *drop, const uint8_t *valid,
+                      int N, int G, int E, int k) {
+    (void)be;
+    for (long ng = 0; ng < (long)N * G; ng++) {
+        if (valid && !valid[ng / G]) continue;
+        const int g = (int)(ng % G);
+        const uint8_t *dr = drop ? drop + (size_t)ng * E : NULL;
+        const int32_t *s = sel + (size_t)ng * k;
+        for (int j = 0; j < k; j++) {
+            const int e = local_expert(s[j], g, E, "expert_count");
+            if (dr && dr[e]) continue; /* a filler slot of topk_select: gate 0, routes nothing */
+            counts[(size_t)g * E + e]++;
+        }
+    }
+}

@@ -215,6 +215,7 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     be->attention_forward = cuda_attention_forward;
     be->attention_backward = cuda_attention_backward;
     be->topk_select = cuda_topk_select;
+    be->expert_count = cuda_expert_count;
     be->router_gates = cuda_router_gates;
     be->router_gates_backward = cuda_router_gates_backward;
     be->switch_balance = cuda_switch_balance;

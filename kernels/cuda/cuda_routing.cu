@@ -52,6 +52,34 @@ void cuda_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const u
     CHECK_LAUNCH();
 }
 
+// One thread per (n,g): an atomic increment per counted slot. Ids outside the group cannot come from topk_select;
+// they are skipped here (the CPU reference dies on them; a kernel cannot).
+__global__ void k_expert_count(unsigned long long *counts, const int32_t *sel, const uint8_t *drop,
+                               const uint8_t *valid, long rows, int G, int E, int k) {
+    for (long ng = blockIdx.x * (long)blockDim.x + threadIdx.x; ng < rows; ng += (long)gridDim.x * blockDim.x) {
+        if (valid && !valid[ng / G]) continue;
+        const int g = (int)(ng % G);
+        const uint8_t *dr = drop ? drop + (size_t)ng * E : nullptr;
+        const int32_t *s = sel + (size_t)ng * k;
+        for (int j = 0; j < k; j++) {
+            const int e = s[j] - g * E;
+            if (e < 0 || e >= E || (dr && dr[e])) continue; // a filler slot (gate 0) routes nothing
+            atomicAdd(&counts[(size_t)g * E + e], 1ULL);
+        }
+    }
+}
+
+void cuda_expert_count(Backend *be, int64_t *counts, const int32_t *sel, const uint8_t *drop, const uint8_t *valid,
+                       int N, int G, int E, int k) {
+    (void)be;
+    long rows = (long)N * G;
+    if (rows <= 0) return;
+    static_assert(sizeof(unsigned long long) == sizeof(int64_t), "int64 counts as CUDA's 64-bit atomics");
+    LAUNCH(k_expert_count, grid_for((size_t)rows, 128), 128, 0)((unsigned long long *)counts, sel, drop, valid, rows,
+                                                               G, E, k);
+    CHECK_LAUNCH();
+}
+
 // Max and sum of exp(l - max) of one row (double), as the CPU's softmax_stats.
 __device__ void row_softmax_stats(const float *l, int E, double *mx_out, double *sum_out) {
     double mx = -DBL_MAX;

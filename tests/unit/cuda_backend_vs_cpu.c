@@ -484,6 +484,31 @@ START_TEST(test_routing_and_balance) {
         gpu->topk_select(gpu, dsel, dl, gd, N, G, E, k);
         gpu->to_host(gpu, gsel, dsel, ns * sizeof(int32_t));
         for (size_t i = 0; i < ns; i++) ck_assert_msg(gsel[i] == sel[i], "topk sel[%zu]: gpu %d cpu %d", i, gsel[i], sel[i]);
+        /* expert counts of this selection, masked and not, into pre-filled counts (the op accumulates): equal */
+        {
+            const size_t nc = (size_t)G * E;
+            int64_t *hc = malloc(nc * sizeof *hc), *gc = malloc(nc * sizeof *gc);
+            uint8_t *cv = ktu_alloc((size_t)N);
+            for (int i = 0; i < N; i++) cv[i] = ktu_int(&rng, 3) != 0;
+            uint8_t *dcv = up(cv, (size_t)N);
+            int64_t *dc = gpu->alloc(gpu, nc * sizeof *dc);
+            for (int masked = 0; masked < 2; masked++) {
+                for (size_t i = 0; i < nc; i++) hc[i] = (int64_t)(i * 7 % 5);
+                gpu->to_device(gpu, dc, hc, nc * sizeof *hc);
+                cpu->expert_count(cpu, hc, sel, hd, masked ? cv : NULL, N, G, E, k);
+                gpu->expert_count(gpu, dc, dsel, gd, masked ? dcv : NULL, N, G, E, k);
+                gpu->to_host(gpu, gc, dc, nc * sizeof *gc);
+                int64_t total = 0;
+                for (size_t i = 0; i < nc; i++) {
+                    ck_assert_msg(gc[i] == hc[i], "expert_count[%zu] drop %d masked %d: gpu %lld cpu %lld", i, pass,
+                                  masked, (long long)gc[i], (long long)hc[i]);
+                    total += hc[i] - (int64_t)(i * 7 % 5);
+                }
+                ck_assert_msg(total > 0 && total <= (int64_t)ns, "expert_count total %lld", (long long)total);
+            }
+            gpu->free(gpu, dc), gpu->free(gpu, dcv);
+            free(hc), free(gc), free(cv);
+        }
         /* every gating transform, forward and backward, on the same selection */
         for (int mode = 0; mode < 4; mode++) {
             RouterKind kind = mode / 2 ? ROUTER_SOFTMAX : ROUTER_SIGMOID;

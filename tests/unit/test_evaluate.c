@@ -180,8 +180,7 @@ START_TEST(whole_set_aggregation) {
             }
             set_predictions_free(&p);
         }
-        for (int k = 0; k < out.n_modules; k++) free(out.modules[k].name);
-        free(out.modules);
+        set_eval_free(&out);
     }
     set_predictions_free(&first);
     /* without a destination the outcomes are freed inside (ASan's leak check covers it) */

@@ -83,6 +83,29 @@ START_TEST(test_topk_oracle_ties_drop) {
 }
 END_TEST
 
+/* expert_count by hand: N=3 positions, G=2 groups of E=3, k=2 (global ids g*E+e). Position 1 is masked out by valid;
+ * position 2's group-1 slot 1 selects a dropped expert (a filler). Two calls accumulate. */
+START_TEST(test_expert_count_by_hand) {
+    Backend *be = ktu_cpu();
+    const int N = 3, G = 2, E = 3, k = 2;
+    const int32_t sel[] = {0, 2, 4, 5, /* n=0: g0 {0,2}, g1 {1,2} */
+                           1, 0, 3, 4, /* n=1 (masked when valid is given) */
+                           2, 1, 5, 3}; /* n=2: g1 slot 1 = expert 0 of group 1, dropped */
+    uint8_t drop[3 * 2 * 3] = {0};
+    drop[(2 * G + 1) * E + 0] = 1;
+    const uint8_t valid[] = {1, 0, 1};
+    int64_t c[6] = {0};
+    be->expert_count(be, c, sel, NULL, NULL, N, G, E, k);
+    const int64_t all[6] = {2, 2, 2, 2, 2, 2};
+    for (int i = 0; i < 6; i++) ck_assert_msg(c[i] == all[i], "unmasked [%d] = %lld", i, (long long)c[i]);
+    be->expert_count(be, c, sel, drop, valid, N, G, E, k); /* += n=0 and n=2 without the filler */
+    const int64_t want[6] = {2 + 1, 2 + 1, 2 + 2, 2 + 0, 2 + 1, 2 + 2};
+    for (int i = 0; i < 6; i++) ck_assert_msg(c[i] == want[i], "masked [%d] = %lld, want %lld", i, (long long)c[i],
+                                              (long long)want[i]);
+    backend_destroy(be);
+}
+END_TEST
+
 START_TEST(test_topk_backward) {
     Backend *be = ktu_cpu();
     KtuRng rng = {52};
@@ -393,6 +416,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("cpu");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_topk_oracle_ties_drop);
+    tcase_add_test(tc, test_expert_count_by_hand);
     tcase_add_test(tc, test_topk_backward);
     tcase_add_test(tc, test_router_gates_oracle);
     tcase_add_test(tc, test_switch_balance_oracle);

@@ -67,16 +67,21 @@ static size_t live_bytes(const void *p) {
     return 0;
 }
 
-/* Exactly params + grads + the arena (+ `extra` more, named by the caller), the arena being the one live block
- * that is neither params nor grads, of model_activation_bytes bytes. */
+/* Exactly params + grads + the arena (+ MoEUT's routing counts, + `extra` more, named by the caller), the arena
+ * being the one live block that is neither params nor grads, of model_activation_bytes bytes. */
 static void expect_live(Model *m, int extra) {
     const size_t pbytes = model_n_params(m) * sizeof(scalar_t);
     ck_assert_uint_eq(live_bytes(model_params(m)), pbytes);
     ck_assert_uint_eq(live_bytes(model_grads(m)), pbytes);
     const int arena = model_activation_bytes(m) > 0;
-    ck_assert_msg(g.live == 2 + arena + extra, "%d live allocations, expected params + grads%s + %d", g.live,
-                  arena ? " + arena" : "", extra);
+    /* MoEUT's routing counts: [L, E] int64, not per token, made once at model_create (model.h) */
+    const int counts = m->routing_counts != NULL;
+    ck_assert_msg(g.live == 2 + arena + counts + extra, "%d live allocations, expected params + grads%s%s + %d",
+                  g.live, arena ? " + arena" : "", counts ? " + routing counts" : "", extra);
     if (arena) ck_assert_uint_eq(live_bytes(m->arena.block), model_activation_bytes(m));
+    if (counts)
+        ck_assert_uint_eq(live_bytes(m->routing_counts),
+                          (size_t)m->cfg.n_layers * (size_t)m->cfg.ff_n_experts * sizeof(int64_t));
 }
 
 /* ---- configs and batches ---- */

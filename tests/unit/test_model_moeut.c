@@ -77,6 +77,65 @@ START_TEST(train_step) {
 }
 END_TEST
 
+/* Routing counts (model_take_routing_counts) against an independent fact: with every FFN router row zero, all E
+ * logits tie and topk_select takes experts 0..K-1 (ties: lower index first) for every position, so application a's
+ * counts are n positions for e < K and 0 beyond. Training counts the valid positions, model_forward_eval every
+ * position, KV-cache decoding nothing; a take resets; the dense model counts nothing. */
+START_TEST(routing_counts) {
+    ModelConfig c = mtu_tiny_moeut();
+    Backend *be = mtu_backend();
+    Model *m = mtu_noisy_model(be, c, 37);
+    for (int l = 0; l < c.group_size; l++) {
+        char name[96];
+        snprintf(name, sizeof name, "transformer.layers.%d.ffn.expert_sel", l);
+        const ParamTensor *t = model_find_tensor(m, name);
+        ck_assert_ptr_nonnull(t);
+        be->zero(be, model_params(m) + t->offset, t->numel * sizeof(scalar_t));
+    }
+    const int B = 2, T = 6, V = c.n_tokens, N = B * T, L = c.n_layers, E = c.ff_n_experts, K = c.ff_k;
+    ck_assert_int_eq(model_routed_experts(m), E);
+    int32_t in[12], tg[12];
+    uint8_t valid[12];
+    mtu_tokens(in, N, V, 38);
+    mtu_tokens(tg, N, V, 39);
+    int n_valid = 0;
+    for (int i = 0; i < N; i++) n_valid += valid[i] = (i % 4) != 3;
+    int64_t *counts = malloc(sizeof(int64_t) * (size_t)L * E), tokens = -1;
+    for (int pass = 0; pass < 3; pass++) {
+        int64_t expect_n = 0;
+        if (pass == 0) { /* two training steps accumulate */
+            be->zero(be, model_grads(m), model_n_params(m) * sizeof(scalar_t));
+            model_train_step(m, in, tg, valid, B, T, 1.0, NULL, NULL);
+            model_train_step(m, in, tg, valid, B, T, 1.0, NULL, NULL);
+            expect_n = 2 * n_valid;
+        } else if (pass == 1) { /* an eval forward counts every position; decoding counts nothing */
+            float *lg = malloc(sizeof(float) * (size_t)N * V);
+            model_forward_eval(m, in, B, T, lg);
+            KVCache *kv = kv_cache_create(m, T);
+            model_decode(m, kv, in, T, lg);
+            kv_cache_free(kv);
+            free(lg);
+            expect_n = N;
+        } /* pass 2: nothing since the last take */
+        model_take_routing_counts(m, counts, &tokens);
+        ck_assert_int_eq(tokens, expect_n);
+        for (int a = 0; a < L; a++)
+            for (int e = 0; e < E; e++)
+                ck_assert_msg(counts[(size_t)a * E + e] == (e < K ? expect_n : 0), "pass %d app %d expert %d: %lld",
+                              pass, a, e, (long long)counts[(size_t)a * E + e]);
+    }
+    free(counts);
+    model_free(m);
+    ModelConfig dc = mtu_tiny_dense();
+    Model *d = model_create(&dc, be);
+    ck_assert_int_eq(model_routed_experts(d), 0);
+    model_take_routing_counts(d, NULL, &tokens); /* the dense model has no counts: nothing is written */
+    ck_assert_int_eq(tokens, 0);
+    model_free(d);
+    backend_destroy(be);
+}
+END_TEST
+
 START_TEST(init_statistics) {
     /* L=18 applications of Gs=2 layers like the paper (s = sqrt(2/18) = 1/3), smaller widths. */
     ModelConfig c = mtu_config("{\"arch\":\"moeut\",\"n_tokens\":64,\"d_model\":256,\"n_layers\":18,\"n_heads\":2,"
@@ -179,6 +238,7 @@ int main(void) {
     tcase_add_test(tc, decode_matches_forward_gs1);
     tcase_add_test(tc, causal);
     tcase_add_test(tc, train_step);
+    tcase_add_test(tc, routing_counts);
     tcase_add_test(tc, init_statistics);
     tcase_add_test(tc, checkpoint_round_trip);
     suite_add_tcase(s, tc);

@@ -219,6 +219,13 @@ template <class F> inline BoundLaunch<F> launch(const char *name, dim3 grid, dim
 
 inline void __syncthreads(void) { emu::block_barrier(); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_barrier(mask); }
+// Atomic add: the threads of a launch never run truly at once here (fibers switch only at the collectives), so a
+// plain read-modify-write is atomic; returns the old value as CUDA's does.
+inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
+    unsigned long long old = *p;
+    *p = old + v;
+    return old;
+}
 template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
     static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffle of an 8-byte or smaller value");
     if (width != 32) emu::fatal("__shfl_xor_sync: width %d is not emulated (only 32)", width);

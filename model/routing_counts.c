@@ -1,0 +1,22 @@
+/* The model's routing counts (see "routing statistics" in model.h): reading and resetting them. The counting itself
+ * happens in the MoEUT layer's FFN block (moeut_forward.c), one expert_count per routing decision. */
+#include "model/model_internal.h"
+
+int model_routed_experts(const Model *m) { return m->routing_counts ? m->cfg.ff_n_experts : 0; }
+
+void model_reset_routing_counts(Model *m) {
+    if (!m->routing_counts) return;
+    m->be->zero(m->be, m->routing_counts, (size_t)m->cfg.n_layers * (size_t)m->cfg.ff_n_experts * sizeof(int64_t));
+    m->routing_tokens = 0;
+}
+
+void model_take_routing_counts(Model *m, int64_t *counts_host, int64_t *tokens_out) {
+    if (!m->routing_counts) {
+        *tokens_out = 0;
+        return;
+    }
+    m->be->to_host(m->be, counts_host, m->routing_counts,
+                   (size_t)m->cfg.n_layers * (size_t)m->cfg.ff_n_experts * sizeof(int64_t));
+    *tokens_out = m->routing_tokens;
+    model_reset_routing_counts(m);
+}
