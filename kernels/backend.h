@@ -104,14 +104,17 @@ struct Backend {
     /* ---- routing primitives: selection, gating transform, balancing losses (moe-variants.md) ----
      * logits[N,G,E] (G independent groups, e.g. attention heads; G=1 for the FFN).
      *
-     * topk_select: for each (n,g) the k experts with the largest logits (ties: lower index first), excluding experts
-     * whose drop mask entry is nonzero (drop[N,G,E], may be NULL; expert dropout). Slot order: descending logit.
+     * topk_select: for each (n,g) the k experts with the largest key (ties: lower index first), excluding experts
+     * whose drop mask entry is nonzero (drop[N,G,E], may be NULL; expert dropout). Slot order: descending key.
      * sel[N,G,k] = g*E + e (GLOBAL expert id, ready for cvmm). If fewer than k experts survive the mask, the remaining
      * slots take the lowest-index dropped experts, in index order; router_gates gives those slots gate 0 (the
-     * reference sets dropped scores to -inf before top-k, so such an entry contributes nothing). Selecting on the
-     * logits equals selecting on sigmoid or softmax scores, which are increasing functions of them. */
-    void (*topk_select)(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, int N, int G, int E,
-                        int k);
+     * reference sets dropped scores to -inf before top-k, so such an entry contributes nothing).
+     * The key (kernels/routing_key.h): without a bias (bias == NULL) the logit itself: selecting on the logits equals
+     * selecting on sigmoid or softmax scores, which are increasing functions of them. With bias[G*E] (balance "bias",
+     * DeepSeek-V3 eq. 16): score_e + bias[g*E+e], score = the gating transform `score` of the logits (sigmoid, or
+     * softmax over the group's E logits), computed in double; the bias moves the selection only, never a gate. */
+    void (*topk_select)(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, const scalar_t *bias,
+                        RouterKind score, int N, int G, int E, int k);
     /* router_gates: gate[N,G,k] at the selected experts (sel from topk_select):
      *   ROUTER_SIGMOID: s_j = sigmoid(l[sel_j])                   (MoEUT's sigma-MoE)
      *   ROUTER_SOFTMAX: s_j = softmax over the group's E logits, at sel_j (all E experts, dropped or not)

@@ -3,8 +3,9 @@
  *   q, k <- RoPE (n_rot = model_config_n_rot, base 1e4, NeoX layout);  a = causal softmax attention, scale 1
  *   x1 = x + a Wo^T
  *   x2 = x1 + (ReLU(LN2(x1) W1^T + b1) W2^T + b2)
- * One distinct layer per application (layer = app). Init: every Linear weight N(0, 2/(L*fan_in)) (not truncated),
- * biases 0, LayerNorms weight 1 bias 0.
+ * One distinct layer per application: every layer of the dense model, or the dense prefix of a MoEUT
+ * (model.n_dense_first, tensors "transformer.dense_layers.<i>."). Init: every Linear weight N(0, 2/(L*fan_in)) (not
+ * truncated; L = all applications of the model), biases 0, LayerNorms weight 1 bias 0.
  *
  * Training caches per application: q, k (after RoPE), v, attention output, logsumexp, x1, the FFN pre-activation
  * and the two LayerNorms' mean/rstd. The LayerNorm outputs are recomputed in the backward (cheap) instead of kept,
@@ -29,9 +30,10 @@ typedef struct {
 } DenseParams;
 
 typedef struct {
-    DenseParams *layers; /* [n_layers] */
+    DenseParams *layers; /* [n_distinct[LAYER_DENSE]] */
 
-    /* training caches, one slot per application, planned for the model's arena_train_tokens */
+    /* training caches, one slot per dense application (LayerApp.slot), planned for the model's arena_train_tokens;
+     * L below = n_apps_of[LAYER_DENSE] */
     int B, T;                  /* geometry of the step train_begin prepared (0: none) */
     unsigned plan_gen;         /* m->arena_generation at that train_begin */
     scalar_t *q, *k, *v, *att; /* [L, N, H*D] */
@@ -49,17 +51,18 @@ typedef struct {
     scalar_t *s_mean, *s_rstd; /* [N] */
 } DenseState;
 
-static DenseState *state(Model *m) { return (DenseState *)m->arch; }
+static DenseState *state(Model *m) { return (DenseState *)m->layer_state[LAYER_DENSE]; }
 static scalar_t *P(Model *m, size_t off) { return m->params + off; }
 static scalar_t *G(Model *m, size_t off) { return m->grads + off; }
 
 static void dense_register(Model *m, int layer) {
-    if (!m->arch) {
+    if (!m->layer_state[LAYER_DENSE]) {
         DenseState *s = xcalloc(1, sizeof *s);
-        s->layers = xcalloc((size_t)m->cfg.n_layers, sizeof *s->layers);
-        s->x_in = xcalloc((size_t)m->cfg.n_layers, sizeof *s->x_in);
-        m->arch = s;
+        s->layers = xcalloc((size_t)m->n_distinct[LAYER_DENSE], sizeof *s->layers);
+        s->x_in = xcalloc((size_t)m->n_apps_of[LAYER_DENSE], sizeof *s->x_in);
+        m->layer_state[LAYER_DENSE] = s;
     }
+    if (layer < 0 || layer >= m->n_distinct[LAYER_DENSE]) die("dense layer: register_params for layer %d", layer);
     DenseParams *p = &state(m)->layers[layer];
     const int64_t C = m->cfg.d_model, HD = (int64_t)m->cfg.n_heads * m->cfg.d_head, F = m->cfg.d_ff;
     char name[96];
@@ -78,7 +81,7 @@ static void dense_register(Model *m, int layer) {
         {"ln2.bias", &p->ln2_b, 1, C, 0},
     };
     for (size_t i = 0; i < sizeof regs / sizeof regs[0]; i++) {
-        snprintf(name, sizeof name, "transformer.layers.%d.%s", layer, regs[i].suffix);
+        snprintf(name, sizeof name, "%s.%d.%s", m->layer_prefix[LAYER_DENSE], layer, regs[i].suffix);
         int64_t shape[2] = {regs[i].s0, regs[i].s1};
         *regs[i].off = model_register_tensor(m, name, regs[i].ndim, shape);
     }
@@ -108,7 +111,7 @@ static void dense_init(Model *m, int layer, Rng *rng) {
 static void dense_plan_activations(Model *m, ActivationPlan *p, int n_train, int n_eval) {
     DenseState *s = state(m);
     const size_t nt = (size_t)n_train, nmax = (size_t)(n_train > n_eval ? n_train : n_eval);
-    const size_t L = (size_t)m->cfg.n_layers, C = (size_t)m->cfg.d_model, F = (size_t)m->cfg.d_ff;
+    const size_t L = (size_t)m->n_apps_of[LAYER_DENSE], C = (size_t)m->cfg.d_model, F = (size_t)m->cfg.d_ff;
     const size_t H = (size_t)m->cfg.n_heads, HD = H * (size_t)m->cfg.d_head;
     /* training caches, one slot per application */
     plan_scalars(p, &s->q, L * nt * HD);     /* [L, N, H*D] */
@@ -141,12 +144,14 @@ static void dense_train_begin(Model *m, int B, int T, const uint8_t *valid) {
     s->plan_gen = m->arena_generation;
 }
 
-/* The caches forward_train wrote must still be where train_begin found them. */
-static void check_step(Model *m, const char *what, int app) {
+/* The caches forward_train wrote must still be where train_begin found them. Returns the application's cache slot. */
+static size_t check_step(Model *m, const char *what, int app) {
     const DenseState *s = state(m);
-    if (app < 0 || app >= m->cfg.n_layers || s->B == 0) die("dense layer: %s(app %d) without train_begin", what, app);
+    if (app < 0 || app >= m->cfg.n_layers || m->apps[app].kind != LAYER_DENSE || s->B == 0)
+        die("dense layer: %s(app %d) without train_begin", what, app);
     if (s->plan_gen != m->arena_generation)
         die("dense layer: %s(app %d): the activation arena was re-planned after train_begin", what, app);
+    return (size_t)m->apps[app].slot;
 }
 
 /* ---- forward ---- */
@@ -174,19 +179,19 @@ static void ffn_forward(Model *m, const DenseParams *p, scalar_t *h, const scala
 }
 
 static void dense_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_out) {
-    check_step(m, "forward_train", app);
+    const size_t slot = check_step(m, "forward_train", app);
     DenseState *s = state(m);
     Backend *be = m->be;
-    const DenseParams *p = &s->layers[app];
+    const DenseParams *p = &s->layers[m->apps[app].layer];
     const int B = s->B, T = s->T, N = B * T, C = m->cfg.d_model, H = m->cfg.n_heads, D = m->cfg.d_head;
     const size_t n = (size_t)N, HD = (size_t)H * D;
-    scalar_t *q = s->q + app * n * HD, *k = s->k + app * n * HD, *v = s->v + app * n * HD;
-    scalar_t *att = s->att + app * n * HD, *lse = s->lse + app * n * H;
-    scalar_t *x1 = s->x1 + app * n * C, *u = s->u + app * n * m->cfg.d_ff;
-    scalar_t *mean1 = s->mean1 + app * n, *rstd1 = s->rstd1 + app * n;
-    scalar_t *mean2 = s->mean2 + app * n, *rstd2 = s->rstd2 + app * n;
+    scalar_t *q = s->q + slot * n * HD, *k = s->k + slot * n * HD, *v = s->v + slot * n * HD;
+    scalar_t *att = s->att + slot * n * HD, *lse = s->lse + slot * n * H;
+    scalar_t *x1 = s->x1 + slot * n * C, *u = s->u + slot * n * m->cfg.d_ff;
+    scalar_t *mean1 = s->mean1 + slot * n, *rstd1 = s->rstd1 + slot * n;
+    scalar_t *mean2 = s->mean2 + slot * n, *rstd2 = s->rstd2 + slot * n;
     const int n_rot = model_config_n_rot(&m->cfg);
-    s->x_in[app] = h_in;
+    s->x_in[slot] = h_in;
 
     // attention block
     scalar_t *xn = s->s_c0; // [N,C]
@@ -204,29 +209,28 @@ static void dense_forward_train(Model *m, int app, const scalar_t *h_in, scalar_
     ffn_forward(m, p, h_out, xn, u, s->s_ff, N);
 }
 
-static void dense_regularizers(Model *m, double grad_scale, StepStats *stats) {
+static void dense_regularizers(Model *m, double grad_scale, StepStats *stats) { /* no router: nothing to add */
     (void)m;
     (void)grad_scale;
-    stats->reg_ffn = 0;
-    stats->reg_att = 0;
+    (void)stats;
 }
 
 /* ---- backward ---- */
 
 static void dense_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) {
-    check_step(m, "backward", app);
+    const size_t slot = check_step(m, "backward", app);
     DenseState *s = state(m);
     Backend *be = m->be;
-    const DenseParams *p = &s->layers[app];
+    const DenseParams *p = &s->layers[m->apps[app].layer];
     const int B = s->B, T = s->T, N = B * T, C = m->cfg.d_model, H = m->cfg.n_heads, D = m->cfg.d_head;
     const int F = m->cfg.d_ff, HD = H * D;
     const size_t n = (size_t)N;
-    const scalar_t *q = s->q + app * n * HD, *k = s->k + app * n * HD, *v = s->v + app * n * HD;
-    const scalar_t *att = s->att + app * n * HD, *lse = s->lse + app * n * H;
-    const scalar_t *x1 = s->x1 + app * n * C, *u = s->u + app * n * F;
-    scalar_t *mean1 = s->mean1 + app * n, *rstd1 = s->rstd1 + app * n;
-    scalar_t *mean2 = s->mean2 + app * n, *rstd2 = s->rstd2 + app * n;
-    const scalar_t *x = s->x_in[app];
+    const scalar_t *q = s->q + slot * n * HD, *k = s->k + slot * n * HD, *v = s->v + slot * n * HD;
+    const scalar_t *att = s->att + slot * n * HD, *lse = s->lse + slot * n * H;
+    const scalar_t *x1 = s->x1 + slot * n * C, *u = s->u + slot * n * F;
+    scalar_t *mean1 = s->mean1 + slot * n, *rstd1 = s->rstd1 + slot * n;
+    scalar_t *mean2 = s->mean2 + slot * n, *rstd2 = s->rstd2 + slot * n;
+    const scalar_t *x = s->x_in[slot];
     const int n_rot = model_config_n_rot(&m->cfg);
     const scalar_t qk_scale = (scalar_t)pow((double)D, -0.25);
     scalar_t *xn = s->s_c0, *dxn = s->s_c1, *ff = s->s_ff;
@@ -270,7 +274,9 @@ static void dense_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *
 static void dense_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *kv, int kv_len) {
     DenseState *s = state(m);
     Backend *be = m->be;
-    const DenseParams *p = &s->layers[app];
+    if (app < 0 || app >= m->cfg.n_layers || m->apps[app].kind != LAYER_DENSE)
+        die("dense layer: forward_infer of application %d, not a dense one", app);
+    const DenseParams *p = &s->layers[m->apps[app].layer];
     const int N = B * T, C = m->cfg.d_model, H = m->cfg.n_heads, D = m->cfg.d_head, HD = H * D;
     const int n_rot = model_config_n_rot(&m->cfg);
     if (kv && B != 1) die("dense layer: KV-cache decoding needs batch 1 (got %d)", B);
@@ -302,12 +308,13 @@ static void dense_destroy(Model *m) {
     free(s->layers);
     free(s->x_in);
     free(s);
-    m->arch = NULL;
+    m->layer_state[LAYER_DENSE] = NULL;
 }
 
 const LayerImpl dense_layer_impl = {
     .arch_name = "dense",
     .register_params = dense_register,
+    .register_buffers = NULL,
     .init_params = dense_init,
     .plan_activations = dense_plan_activations,
     .train_begin = dense_train_begin,

@@ -101,7 +101,7 @@ static void bcast_backend_buffer(Backend *be, scalar_t *buf, size_t n, const cha
 void dist_broadcast_train_state(Model *m, AdamW *opt, TrainState *st) {
     if (dist_world() == 1) return;
     Backend *be = opt->be;
-    bcast_backend_buffer(be, model_params(m), model_n_params(m), "broadcast of rank 0's weights");
+    bcast_backend_buffer(be, model_params(m), model_n_state(m), "broadcast of rank 0's weights");
     bcast_backend_buffer(be, opt->m, opt->n, "broadcast of rank 0's AdamW state");
     bcast_backend_buffer(be, opt->v, opt->n, "broadcast of rank 0's AdamW state");
     dist_bcast(&opt->t, sizeof opt->t, 0, "broadcast of rank 0's AdamW state");
@@ -126,7 +126,7 @@ void dist_check_replicas(Model *m, const AdamW *opt, long step) {
     if (W == 1) return;
     Sha256 *h = sha256_new();
     CHECK_ALLOC(h);
-    hash_backend_buffer(opt->be, h, model_params(m), model_n_params(m));
+    hash_backend_buffer(opt->be, h, model_params(m), model_n_state(m)); /* weights and buffers */
     hash_backend_buffer(opt->be, h, opt->m, opt->n);
     hash_backend_buffer(opt->be, h, opt->v, opt->n);
     char mine[65];
@@ -148,4 +148,14 @@ void dist_check_replicas(Model *m, const AdamW *opt, long step) {
     if (used > 0)
         die("step %ld: the weights/AdamW state of rank(s) %s differ from rank 0's (sha256 %.12s...): the replicas "
             "diverged; no checkpoint written", step, differ, root);
+}
+
+void dist_update_expert_bias(Model *m, double *counts_scratch, long step_number) {
+    const int n = model_bias_count_len(m);
+    if (n == 0) return;
+    model_take_bias_counts(m, counts_scratch);
+    char what[96];
+    snprintf(what, sizeof what, "expert-bias count all-reduce of step %ld", step_number);
+    dist_allreduce_sum_f64(counts_scratch, (size_t)n, what);
+    model_apply_bias_update(m, counts_scratch);
 }

@@ -28,6 +28,10 @@ void dist_assign_device(void);
 /* Sums the gradient buffer over the ranks (in place; NCCL on the cuda backend, MPI on the cpu backend). */
 void dist_allreduce_grads(Backend *be, scalar_t *grads, size_t n, long step_number);
 
+/* balance "bias": after the optimizer step, the step's expert selection counts of every rank are summed and every
+ * rank applies the same bias update (model_apply_bias_update), so the replicas stay identical. No-op otherwise. */
+void dist_update_expert_bias(Model *m, double *counts_scratch, long step_number);
+
 /* Gives every rank rank 0's weights, AdamW state and training state (after rank 0 started or resumed the run:
  * only rank 0 reads the run directory). */
 void dist_broadcast_train_state(Model *m, AdamW *opt, TrainState *st);

@@ -137,12 +137,13 @@ static int cmp_by_length(const void *a, const void *b, void *ctx) {
 
 /* The routing statistics of the forwards since the last reset (NULL for the dense model). */
 static RoutingStats *take_routing_stats(Model *m) {
-    const int E = model_routed_experts(m), L = model_config(m)->n_layers;
+    int first_app = 0;
+    const int E = model_routed_experts(m), A = model_routed_applications(m, &first_app);
     if (E == 0) return NULL;
-    int64_t *counts = xmalloc((size_t)L * (size_t)E * sizeof *counts), tokens = 0;
+    int64_t *counts = xmalloc((size_t)A * (size_t)E * sizeof *counts), tokens = 0;
     model_take_routing_counts(m, counts, &tokens);
     RoutingStats *rs = xmalloc(sizeof *rs);
-    routing_stats_from_counts(rs, counts, L, E, model_config(m)->ff_k, tokens);
+    routing_stats_from_counts(rs, counts, first_app, A, E, model_config(m)->ff_k, tokens);
     free(counts);
     return rs;
 }

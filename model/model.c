@@ -1,5 +1,6 @@
 /* The LM wrapper shared by both architectures (moeut-spec.md §1.1, dm-math-training-code.md §C.1):
- *   h0 = Emb[tok]; h_{a+1} = layer_{a mod n_distinct}(h_a) for a = 0..L-1; logits = LN_out(h_L) @ W_head^T (+ b_head)
+ *   h0 = Emb[tok]; h_{a+1} = layer_{apps[a]}(h_a) for a = 0..L-1; logits = LN_out(h_L) @ W_head^T (+ b_head)
+ * where apps is the layer schedule (layer_schedule.c: dense layers, a MoEUT's dense prefix, its shared group).
  * It owns the parameter registry (one contiguous buffer, tensors are views), the activation arena (one allocation for
  * every per-token buffer, its own and the LayerImpl's), the residual stream of a training step, the loss and the
  * backward through head, final norm and embedding. The per-layer math lives in a LayerImpl.
@@ -17,8 +18,10 @@
 /* ---------------------------------------------------------------------------------------------------------------
  * registry and lifetime */
 
-size_t model_register_tensor(Model *m, const char *name, int ndim, const int64_t *shape) {
+static size_t register_any(Model *m, const char *name, int ndim, const int64_t *shape, bool buffer) {
     if (ndim < 1 || ndim > 4) die("model: tensor %s: bad rank %d", name, ndim);
+    /* buffers follow every parameter, so that the trainable parameters are one prefix [0, n_params) */
+    if (!buffer && m->n_buffer_elems > 0) die("model: parameter %s registered after a buffer", name);
     /* No fixed limit: a dense model has 12 tensors per layer, so any cap would reject some valid n_layers. */
     if (m->n_tensors == m->tensors_capacity) {
         m->tensors_capacity = m->tensors_capacity ? 2 * m->tensors_capacity : 64;
@@ -37,10 +40,19 @@ size_t model_register_tensor(Model *m, const char *name, int ndim, const int64_t
         t->shape[i] = shape[i];
         t->numel *= (size_t)shape[i];
     }
-    t->offset = m->n_params;
-    m->n_params += t->numel;
+    t->buffer = buffer;
+    t->offset = m->n_params + m->n_buffer_elems;
+    if (buffer) m->n_buffer_elems += t->numel;
+    else m->n_params += t->numel;
     m->n_tensors++;
     return t->offset;
+}
+
+size_t model_register_tensor(Model *m, const char *name, int ndim, const int64_t *shape) {
+    return register_any(m, name, ndim, shape, false);
+}
+size_t model_register_buffer(Model *m, const char *name, int ndim, const int64_t *shape) {
+    return register_any(m, name, ndim, shape, true);
 }
 
 static size_t register_1d(Model *m, const char *name, int64_t n) { return model_register_tensor(m, name, 1, &n); }
@@ -55,20 +67,30 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
     Model *m = xcalloc(1, sizeof *m);
     m->cfg = *cfg;
     m->be = be;
-    m->impl = cfg->arch == ARCH_MOEUT ? &moeut_layer_impl : &dense_layer_impl;
-    m->n_distinct = cfg->arch == ARCH_MOEUT ? cfg->group_size : cfg->n_layers;
+    m->apps = xcalloc((size_t)cfg->n_layers, sizeof *m->apps);
+    model_layer_schedule(cfg, m->apps, m->n_distinct, m->n_apps_of);
+    static const LayerImpl *const impl_of_kind[N_LAYER_KINDS] = {&dense_layer_impl, &moeut_layer_impl};
+    for (int k = 0; k < N_LAYER_KINDS; k++) m->impls[k] = m->n_distinct[k] > 0 ? impl_of_kind[k] : NULL;
+    m->layer_prefix[LAYER_DENSE] = cfg->arch == ARCH_DENSE ? "transformer.layers" : "transformer.dense_layers";
+    m->layer_prefix[LAYER_MOEUT] = "transformer.layers";
     m->off_out_norm_w = m->off_out_norm_b = m->off_head_b = SIZE_MAX;
     rng_seed(&m->dropout_rng, 0);
 
+    /* registration order = the reference state_dict order: embedding, dense (prefix) layers, MoEUT layers, out_norm,
+     * head; then the buffers */
     const int64_t V = cfg->n_tokens, C = cfg->d_model;
     m->off_embedding = register_2d(m, "embedding.weight", V, C);
-    for (int l = 0; l < m->n_distinct; l++) m->impl->register_params(m, l);
+    for (int k = 0; k < N_LAYER_KINDS; k++)
+        for (int l = 0; l < m->n_distinct[k]; l++) m->impls[k]->register_params(m, l);
     if (cfg->out_norm_affine) {
         m->off_out_norm_w = register_1d(m, "out_norm.weight", C);
         m->off_out_norm_b = register_1d(m, "out_norm.bias", C);
     }
     m->off_head_w = register_2d(m, "lm_head.weight", V, C);
     if (cfg->lm_head_bias) m->off_head_b = register_1d(m, "lm_head.bias", V);
+    for (int k = 0; k < N_LAYER_KINDS; k++)
+        if (m->impls[k] && m->impls[k]->register_buffers)
+            for (int l = 0; l < m->n_distinct[k]; l++) m->impls[k]->register_buffers(m, l);
 
     if (cfg->arch == ARCH_DENSE)
         snprintf(be->alloc_purpose, sizeof be->alloc_purpose,
@@ -80,11 +102,12 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
                  "ff_n_experts=%d, ff_expert_size=%d, att_n_experts=%d)",
                  m->n_params, cfg->n_tokens, cfg->d_model, cfg->group_size, cfg->ff_n_experts, cfg->ff_expert_size,
                  cfg->att_n_experts);
-    m->params = be->alloc(be, m->n_params * sizeof(scalar_t));
+    m->params = be->alloc(be, (m->n_params + m->n_buffer_elems) * sizeof(scalar_t));
     m->grads = be->alloc(be, m->n_params * sizeof(scalar_t));
     be->alloc_purpose[0] = '\0';
-    if (cfg->arch == ARCH_MOEUT)
-        m->routing_counts = be->alloc(be, (size_t)cfg->n_layers * (size_t)cfg->ff_n_experts * sizeof(int64_t));
+    if (m->n_apps_of[LAYER_MOEUT] > 0)
+        m->routing_counts =
+            be->alloc(be, (size_t)m->n_apps_of[LAYER_MOEUT] * (size_t)cfg->ff_n_experts * sizeof(int64_t));
     /* The activation arena stays empty until the first call says how many tokens it needs. */
     arena_init(&m->arena, be);
     return m;
@@ -92,12 +115,14 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
 
 void model_free(Model *m) {
     if (!m) return;
-    if (m->impl && m->impl->destroy) m->impl->destroy(m);
+    for (int k = 0; k < N_LAYER_KINDS; k++)
+        if (m->impls[k] && m->impls[k]->destroy) m->impls[k]->destroy(m);
     arena_free(&m->arena);
     if (m->params) m->be->free(m->be, m->params);
     if (m->grads) m->be->free(m->be, m->grads);
     if (m->routing_counts) m->be->free(m->be, m->routing_counts);
     free(m->tensors);
+    free(m->apps);
     free(m);
 }
 
@@ -111,6 +136,7 @@ const ParamTensor *model_find_tensor(const Model *m, const char *name) {
     return NULL;
 }
 size_t model_n_params(const Model *m) { return m->n_params; }
+size_t model_n_state(const Model *m) { return m->n_params + m->n_buffer_elems; }
 scalar_t *model_params(Model *m) { return m->params; }
 scalar_t *model_grads(Model *m) { return m->grads; }
 
@@ -150,7 +176,8 @@ void model_reserve_activations(Model *m, int n_train, int n_eval) {
     ActivationPlan plan;
     plan_init(&plan);
     plan_wrapper(m, &plan, nt, ne);
-    m->impl->plan_activations(m, &plan, nt, ne);
+    for (int k = 0; k < N_LAYER_KINDS; k++)
+        if (m->impls[k]) m->impls[k]->plan_activations(m, &plan, nt, ne);
     snprintf(m->be->alloc_purpose, sizeof m->be->alloc_purpose,
              "the activations of %d training tokens per micro-batch (train.batch_size / train.n_microbatch x "
              "train.context) and %d evaluation tokens per call, at model.d_model=%d, n_layers=%d, n_tokens=%d",
@@ -215,7 +242,7 @@ void model_run_layers(Model *m, scalar_t *h, int B, int T, int first_app, scalar
     model_reserve_activations(m, 0, B * T); /* before the loop: the layers then find their scratch in place */
     for (int a = first_app; a < L; a++) {
         if (captures) m->be->copy(m->be, captures + (size_t)(a - first_app) * nc, h, nc * sizeof(scalar_t));
-        m->impl->forward_infer(m, a, h, B, T, NULL, 0);
+        model_app_impl(m, a)->forward_infer(m, a, h, B, T, NULL, 0);
     }
     if (captures) m->be->copy(m->be, captures + (size_t)(L - first_app) * nc, h, nc * sizeof(scalar_t));
 }
@@ -285,9 +312,11 @@ void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, c
     be->to_device(be, m->targets_dev, targets, (size_t)N * sizeof(int32_t));
 
     // ---- forward: h_0 .. h_L kept in resid for the layer backward ----
-    m->impl->train_begin(m, B, T, valid); // finds its buffers reserved: no re-plan
+    for (int k = 0; k < N_LAYER_KINDS; k++) // they find their buffers reserved: no re-plan
+        if (m->impls[k]) m->impls[k]->train_begin(m, B, T, valid);
     be->embedding_forward(be, m->resid, m->tokens_dev, m->params + m->off_embedding, N, C);
-    for (int a = 0; a < L; a++) m->impl->forward_train(m, a, m->resid + (size_t)a * nc, m->resid + (size_t)(a + 1) * nc);
+    for (int a = 0; a < L; a++)
+        model_app_impl(m, a)->forward_train(m, a, m->resid + (size_t)a * nc, m->resid + (size_t)(a + 1) * nc);
     const scalar_t *hL = m->resid + (size_t)L * nc;
     head_forward(m, m->logits, hL, N); // final_norm, norm_mean, norm_rstd are kept for the backward
     if (logits_out) download_as_float(be, logits_out, m->logits, (size_t)N * V);
@@ -300,7 +329,8 @@ void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, c
         st.ce_sum = be->cross_entropy(be, m->logits, NULL, m->logits, m->targets_dev, N, V,
                                       (scalar_t)(grad_scale / (double)n_counted));
     }
-    m->impl->regularizers(m, grad_scale, &st);
+    for (int k = 0; k < N_LAYER_KINDS; k++)
+        if (m->impls[k]) m->impls[k]->regularizers(m, grad_scale, &st);
     if (stats) *stats = st;
 
     // ---- backward: head, out_norm, layers in reverse, embedding ----
@@ -319,7 +349,7 @@ void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, c
         be->zero(be, dcur, nc * sizeof(scalar_t));
     }
     for (int a = L - 1; a >= 0; a--) {
-        m->impl->backward(m, a, dcur, dnext);
+        model_app_impl(m, a)->backward(m, a, dcur, dnext);
         scalar_t *t = dcur;
         dcur = dnext;
         dnext = t;

@@ -18,7 +18,7 @@
 typedef enum { ARCH_DENSE = 0, ARCH_MOEUT = 1 } Arch;
 
 /* How the FFN router's load is balanced (model.balance; formulas in backend.h and the README's switch table). */
-typedef enum { BALANCE_ENTROPY = 0, BALANCE_SWITCH = 1, BALANCE_NONE = 2 } BalanceKind;
+typedef enum { BALANCE_ENTROPY = 0, BALANCE_SWITCH = 1, BALANCE_NONE = 2, BALANCE_BIAS = 3 } BalanceKind;
 
 /* Keys of the JSON "model" object. MoEUT keys are the reference constructor's argument names; the dense model uses
  * n_tokens, d_model, n_layers, n_heads, d_head, d_ff, dropout. */
@@ -29,17 +29,23 @@ typedef struct {
     int n_layers;         /* L = number of layer APPLICATIONS */
     int n_heads;          /* H */
     int d_head;           /* D (dense default: d_model / n_heads) */
-    int d_ff;             /* dense only: FFN width (4110 in the paper) */
+    int d_ff;             /* FFN width of a dense layer (4110 in the paper); MoEUT: of the dense prefix (n_dense_first > 0),
+                           * default (ff_k + n_shared_experts) * ff_expert_size, the active width of a MoE layer */
     int ff_n_experts;     /* E */
     int ff_expert_size;   /* S */
     int ff_k;             /* K */
     int att_n_experts;    /* EA */
     int att_k;            /* KA */
-    int group_size;       /* Gs = number of distinct layers; n_layers % group_size == 0 */
+    int group_size;       /* Gs = number of distinct MoEUT layers; (n_layers - n_dense_first) % group_size == 0 */
+    int n_dense_first;    /* "n_dense_first": the first applications are dense pre-LN layers with their own weights
+                           * (DeepSeekMoE's dense early layers; default 0) */
+    int n_shared_experts; /* "n_shared_experts": K_s experts of size S applied to every token with gate 1, beside the
+                           * K routed ones (DeepSeekMoE's shared experts; default 0) */
     RouterKind router;    /* "router": FFN gating transform, "sigmoid" (MoEUT, default) | "softmax" */
     bool router_renorm;   /* "router_renorm": FFN gates divided by their sum over the selected experts (default false) */
-    BalanceKind balance;  /* "balance": FFN balancing, "entropy" (MoEUT, default) | "switch" | "none" */
+    BalanceKind balance;  /* "balance": FFN balancing, "entropy" (MoEUT, default) | "switch" | "none" | "bias" */
     double balance_alpha; /* alpha of the Switch loss (0.01; only with balance "switch") */
+    double balance_gamma; /* gamma, the bias step of balance "bias" (DeepSeek-V3: 0.001; only with "bias") */
     double entropy_reg;   /* gamma, FFN (0.01; only with balance "entropy") */
     double att_entropy_reg; /* delta, attention (0.001) */
     double ff_expert_dropout;
@@ -66,8 +72,10 @@ typedef struct {
     char name[96];     /* state_dict name, e.g. "transformer.layers.0.ffn.keys" */
     int ndim;
     int64_t shape[4];
-    size_t offset;     /* in elements, into params / grads */
+    size_t offset;     /* in elements, into params (and grads, for a parameter) */
     size_t numel;
+    bool buffer;       /* a buffer (PyTorch's register_buffer): model state saved with the weights but not trained, no
+                        * gradient; offset >= model_n_params (see model_n_state) */
 } ParamTensor;
 
 typedef struct Model Model; /* opaque; defined in model/model_internal.h */
@@ -79,8 +87,11 @@ Backend *model_backend(const Model *m);
 int model_n_tensors(const Model *m);
 const ParamTensor *model_tensor(const Model *m, int i);
 const ParamTensor *model_find_tensor(const Model *m, const char *name); /* NULL if absent */
-size_t model_n_params(const Model *m);
-scalar_t *model_params(Model *m); /* [n_params], backend memory */
+size_t model_n_params(const Model *m); /* trainable parameters: the optimizer, clipping and the all-reduce cover these */
+/* Elements of model_params: the n_params trainable parameters, then the buffers (balance "bias"'s expert_bias), which
+ * the optimizer never touches. Saving, loading, replica checks and broadcasts cover all of them. */
+size_t model_n_state(const Model *m);
+scalar_t *model_params(Model *m); /* [n_state], backend memory */
 scalar_t *model_grads(Model *m);  /* [n_params], backend memory */
 
 /* ---- activation memory ----
@@ -132,10 +143,26 @@ void model_forward_eval(Model *m, const int32_t *tokens, int B, int T, float *lo
  * device): in training steps at the positions with valid = 1 (expert-dropout fillers left out), and in
  * model_forward_eval at every position. model_run_layers on its own and KV-cache decoding are not counted. */
 int model_routed_experts(const Model *m);  /* E of the FFN router; 0 for the dense model, which counts nothing */
+/* A = the layer applications with a router (MoEUT's, after its n_dense_first dense ones): applications
+ * first_app .. first_app + A - 1. 0 (and first_app 0) for the dense model. */
+int model_routed_applications(const Model *m, int *first_app);
 /* Zeroes the counts (no synchronisation). */
 void model_reset_routing_counts(Model *m);
-/* counts_host[L * E] = the counts since the last reset or take, tokens_out = the positions counted; then resets. */
+/* counts_host[A * E] = the counts since the last reset or take (A = model_routed_applications), tokens_out = the
+ * positions counted; then resets. */
 void model_take_routing_counts(Model *m, int64_t *counts_host, int64_t *tokens_out);
+
+/* ---- balance "bias" (DeepSeek-V3 §2.1.2; model/moeut_bias.c) ----
+ * The training forwards count, per distinct MoEUT layer, the selections each expert gets at the positions with
+ * valid = 1 (all R applications of the layer, every micro-batch). After each optimizer step the trainer takes the
+ * counts (model_take_bias_counts, then sums them over the ranks) and applies the update
+ *   b_e <- b_e - gamma * sign(c_e - mean_e c)   per distinct layer (model.balance_gamma; sign 0 at the mean)
+ * to the layer's expert_bias buffer (model_apply_bias_update), which topk_select adds to the routing scores. */
+int model_bias_count_len(const Model *m); /* Gs * E with balance "bias", else 0 (nothing to do) */
+/* counts_host[Gs * E] (as doubles, for the all-reduce) = the counts since the last take; then resets them. */
+void model_take_bias_counts(Model *m, double *counts_host);
+/* Applies the update from counts[Gs * E] (the step's, summed over the ranks). */
+void model_apply_bias_update(Model *m, const double *counts);
 
 /* ---- KV-cache decoding (batch 1; queries offset by the cache length, spec §3.8 with the bug fixed) ---- */
 typedef struct KVCache KVCache;

@@ -17,7 +17,7 @@
 
 int model_save_safetensors(Model *m, const char *path, char *err, size_t errlen) {
     Backend *be = m->be;
-    const size_t n = m->n_params;
+    const size_t n = model_n_state(m); /* parameters and buffers */
     float *host = xmalloc((n ? n : 1) * sizeof(float));
 #ifdef SCALAR_F64
     double *tmp = xmalloc((n ? n : 1) * sizeof(double));
@@ -65,10 +65,11 @@ int model_load_safetensors(Model *m, const char *path, char *err, size_t errlen)
     for (int i = 0; i < f.n_tensors; i++)
         if (!model_find_tensor(m, f.tensors[i].name)) {
             set_err(err, errlen, "%s: %s: unexpected tensor (not a parameter of this %s model)", path,
-                    f.tensors[i].name, m->impl->arch_name);
+                    f.tensors[i].name, m->cfg.arch == ARCH_MOEUT ? "moeut" : "dense");
             goto done;
         }
-    host = xmalloc((m->n_params ? m->n_params : 1) * sizeof(scalar_t));
+    const size_t n_state = model_n_state(m);
+    host = xmalloc((n_state ? n_state : 1) * sizeof(scalar_t));
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamTensor *t = &m->tensors[i];
         const StTensor *s = st_find(&f, t->name);
@@ -95,7 +96,7 @@ int model_load_safetensors(Model *m, const char *path, char *err, size_t errlen)
         st_to_f32(s, host + t->offset);
 #endif
     }
-    m->be->to_device(m->be, m->params, host, m->n_params * sizeof(scalar_t));
+    m->be->to_device(m->be, m->params, host, n_state * sizeof(scalar_t));
     rc = 0;
 done:
     free(host);

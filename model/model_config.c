@@ -32,7 +32,7 @@ typedef struct {
 _Static_assert(sizeof(RouterKind) == sizeof(int) && sizeof(BalanceKind) == sizeof(int),
                "KEY_ENUM fields are read and written as int");
 static const char *const ROUTER_NAMES[] = {"sigmoid", "softmax", NULL};
-static const char *const BALANCE_NAMES[] = {"entropy", "switch", "none", NULL};
+static const char *const BALANCE_NAMES[] = {"entropy", "switch", "none", "bias", NULL};
 
 #define F(field) offsetof(ModelConfig, field)
 /* Order = serialisation order of model_config_to_json. "arch" is handled separately. */
@@ -42,17 +42,20 @@ static const KeyDesc KEYS[] = {
     {"n_layers", KEY_INT, FOR_BOTH, FOR_BOTH, F(n_layers), NULL},
     {"n_heads", KEY_INT, FOR_BOTH, FOR_BOTH, F(n_heads), NULL},
     {"d_head", KEY_INT, FOR_BOTH, 0, F(d_head), NULL},
-    {"d_ff", KEY_INT, FOR_DENSE, FOR_DENSE, F(d_ff), NULL},
+    {"d_ff", KEY_INT, FOR_BOTH, FOR_DENSE, F(d_ff), NULL},
     {"ff_n_experts", KEY_INT, FOR_MOEUT, FOR_MOEUT, F(ff_n_experts), NULL},
     {"ff_expert_size", KEY_INT, FOR_MOEUT, 0, F(ff_expert_size), NULL},
     {"ff_k", KEY_INT, FOR_MOEUT, 0, F(ff_k), NULL},
     {"att_n_experts", KEY_INT, FOR_MOEUT, FOR_MOEUT, F(att_n_experts), NULL},
     {"att_k", KEY_INT, FOR_MOEUT, 0, F(att_k), NULL},
     {"group_size", KEY_INT, FOR_MOEUT, 0, F(group_size), NULL},
+    {"n_dense_first", KEY_INT, FOR_MOEUT, 0, F(n_dense_first), NULL},
+    {"n_shared_experts", KEY_INT, FOR_MOEUT, 0, F(n_shared_experts), NULL},
     {"router", KEY_ENUM, FOR_MOEUT, 0, F(router), ROUTER_NAMES},
     {"router_renorm", KEY_BOOL, FOR_MOEUT, 0, F(router_renorm), NULL},
     {"balance", KEY_ENUM, FOR_MOEUT, 0, F(balance), BALANCE_NAMES},
     {"balance_alpha", KEY_DOUBLE, FOR_MOEUT, 0, F(balance_alpha), NULL},
+    {"balance_gamma", KEY_DOUBLE, FOR_MOEUT, 0, F(balance_gamma), NULL},
     {"entropy_reg", KEY_DOUBLE, FOR_MOEUT, 0, F(entropy_reg), NULL},
     {"att_entropy_reg", KEY_DOUBLE, FOR_MOEUT, 0, F(att_entropy_reg), NULL},
     {"ff_expert_dropout", KEY_DOUBLE, FOR_MOEUT, 0, F(ff_expert_dropout), NULL},
@@ -85,15 +88,30 @@ static void set_defaults(ModelConfig *cfg, Arch arch) {
         cfg->router = ROUTER_SIGMOID;
         cfg->balance = BALANCE_ENTROPY;
         cfg->balance_alpha = 0.01; /* Fedus et al. 2021 */
+        cfg->balance_gamma = 0.001; /* DeepSeek-V3 §2.1.2 (the bias update speed of its first 14.3T tokens) */
     }
 }
 
 /* A key whose value has no effect under the chosen switches is refused when given and not written: a config then
- * says only what the model does. */
+ * says only what the model does. Returns NULL when the key applies, else the switch that makes it void (for the
+ * error message, e.g. "model.balance \"switch\""). */
+static const char *key_void_under(const ModelConfig *cfg, const KeyDesc *k, char *buf, size_t buflen) {
+    if ((strcmp(k->name, "entropy_reg") == 0 && cfg->balance != BALANCE_ENTROPY) ||
+        (strcmp(k->name, "balance_alpha") == 0 && cfg->balance != BALANCE_SWITCH) ||
+        (strcmp(k->name, "balance_gamma") == 0 && cfg->balance != BALANCE_BIAS)) {
+        snprintf(buf, buflen, "model.balance \"%s\"", BALANCE_NAMES[cfg->balance]);
+        return buf;
+    }
+    if (strcmp(k->name, "d_ff") == 0 && cfg->arch == ARCH_MOEUT && cfg->n_dense_first == 0) {
+        snprintf(buf, buflen, "model.n_dense_first 0 (no dense layer)");
+        return buf;
+    }
+    return NULL;
+}
+
 static bool key_applies(const ModelConfig *cfg, const KeyDesc *k) {
-    if (strcmp(k->name, "entropy_reg") == 0) return cfg->balance == BALANCE_ENTROPY;
-    if (strcmp(k->name, "balance_alpha") == 0) return cfg->balance == BALANCE_SWITCH;
-    return true;
+    char buf[64];
+    return key_void_under(cfg, k, buf, sizeof buf) == NULL;
 }
 
 static const KeyDesc *find_key(const char *name) {
@@ -235,13 +253,20 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
                      arch_name(arch));
             return -1;
         }
-    for (int i = 0; i < N_KEYS; i++)
-        if ((KEYS[i].archs & arch_bit(arch)) && !key_applies(&c, &KEYS[i]) &&
-            cJSON_GetObjectItemCaseSensitive(obj, KEYS[i].name)) {
-            snprintf(err, errlen, "%s: model.%s: has no effect with model.balance \"%s\" (remove it)", source,
-                     KEYS[i].name, BALANCE_NAMES[c.balance]);
+    for (int i = 0; i < N_KEYS; i++) {
+        char why[64];
+        const char *void_under = (KEYS[i].archs & arch_bit(arch)) ? key_void_under(&c, &KEYS[i], why, sizeof why) : NULL;
+        if (void_under && cJSON_GetObjectItemCaseSensitive(obj, KEYS[i].name)) {
+            snprintf(err, errlen, "%s: model.%s: has no effect with %s (remove it)", source, KEYS[i].name, void_under);
             return -1;
         }
+    }
+    /* The dense prefix's FFN width defaults to the active FFN width of a MoE layer (K routed + K_s shared experts of
+     * S), so that a dense layer costs the FLOPs per token of the MoE layer it replaces. */
+    if (arch == ARCH_MOEUT && c.n_dense_first > 0 && !cJSON_GetObjectItemCaseSensitive(obj, "d_ff")) {
+        double d_ff = ((double)c.ff_k + (double)c.n_shared_experts) * (double)c.ff_expert_size;
+        c.d_ff = d_ff <= (double)INT_MAX ? (int)d_ff : INT_MAX;
+    }
     if (!d_head_given) {
         /* Reference default d_head = d_model // n_heads; an uneven split would silently change the width, so it
          * must then be given explicitly. */
@@ -335,21 +360,41 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
             snprintf(err, errlen, "model.att_k: %d is larger than att_n_experts %d", cfg->att_k, cfg->att_n_experts);
             return -1;
         }
-        if (cfg->n_layers % cfg->group_size != 0) {
-            snprintf(err, errlen, "model.group_size: n_layers %d is not a multiple of group_size %d", cfg->n_layers,
-                     cfg->group_size);
+        if (cfg->n_dense_first < 0 || cfg->n_dense_first >= cfg->n_layers) {
+            snprintf(err, errlen, "model.n_dense_first: must be in [0, n_layers %d) (at least one MoEUT application), got %d",
+                     cfg->n_layers, cfg->n_dense_first);
+            return -1;
+        }
+        if ((cfg->n_layers - cfg->n_dense_first) % cfg->group_size != 0) {
+            if (cfg->n_dense_first == 0)
+                snprintf(err, errlen, "model.group_size: n_layers %d is not a multiple of group_size %d", cfg->n_layers,
+                         cfg->group_size);
+            else
+                snprintf(err, errlen,
+                         "model.group_size: n_layers %d - n_dense_first %d = %d MoEUT applications is not a multiple of "
+                         "group_size %d",
+                         cfg->n_layers, cfg->n_dense_first, cfg->n_layers - cfg->n_dense_first, cfg->group_size);
+            return -1;
+        }
+        if (cfg->n_dense_first > 0 && check_dim("d_ff", cfg->d_ff, err, errlen)) return -1;
+        if (cfg->n_shared_experts < 0 || cfg->n_shared_experts > MAX_DIM) {
+            snprintf(err, errlen, "model.n_shared_experts: must be in [0, %d], got %d", MAX_DIM, cfg->n_shared_experts);
             return -1;
         }
         if ((int)cfg->router < 0 || (int)cfg->router > ROUTER_SOFTMAX) {
             snprintf(err, errlen, "model.router: invalid value %d", (int)cfg->router);
             return -1;
         }
-        if ((int)cfg->balance < 0 || (int)cfg->balance > BALANCE_NONE) {
+        if ((int)cfg->balance < 0 || (int)cfg->balance > BALANCE_BIAS) {
             snprintf(err, errlen, "model.balance: invalid value %d", (int)cfg->balance);
             return -1;
         }
         if (cfg->balance == BALANCE_SWITCH && (!(cfg->balance_alpha >= 0.0) || !isfinite(cfg->balance_alpha))) {
             snprintf(err, errlen, "model.balance_alpha: must be a finite number >= 0, got %g", cfg->balance_alpha);
+            return -1;
+        }
+        if (cfg->balance == BALANCE_BIAS && (!(cfg->balance_gamma >= 0.0) || !isfinite(cfg->balance_gamma))) {
+            snprintf(err, errlen, "model.balance_gamma: must be a finite number >= 0, got %g", cfg->balance_gamma);
             return -1;
         }
         if (!(cfg->entropy_reg >= 0.0) || !isfinite(cfg->entropy_reg)) {
@@ -387,7 +432,8 @@ double model_config_ffn_balance_coef(const ModelConfig *cfg) {
     switch (cfg->balance) {
     case BALANCE_ENTROPY: return cfg->entropy_reg;
     case BALANCE_SWITCH: return cfg->balance_alpha;
-    case BALANCE_NONE: return 0.0;
+    case BALANCE_NONE:
+    case BALANCE_BIAS: return 0.0; /* the bias balances without a loss term */
     }
     return 0.0;
 }

@@ -106,7 +106,8 @@ void model_init_weights(Model *m, uint64_t seed) {
     const size_t V = (size_t)c->n_tokens, C = (size_t)c->d_model;
     const double inv_sqrt_c = 1.0 / sqrt((double)c->d_model);
     init_normal(m, m->off_embedding, V * C, inv_sqrt_c, &rng);
-    for (int l = 0; l < m->n_distinct; l++) m->impl->init_params(m, l, &rng);
+    for (int k = 0; k < N_LAYER_KINDS; k++) /* the registration order: dense (prefix) layers, then MoEUT layers */
+        for (int l = 0; l < m->n_distinct[k]; l++) m->impls[k]->init_params(m, l, &rng);
     if (m->off_out_norm_w != SIZE_MAX) init_constant(m, m->off_out_norm_w, C, 1.0);
     if (m->off_out_norm_b != SIZE_MAX) init_constant(m, m->off_out_norm_b, C, 0.0);
     init_uniform(m, m->off_head_w, V * C, inv_sqrt_c, &rng);

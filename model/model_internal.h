@@ -35,11 +35,36 @@ struct KVCache {
     ActivationArena mem; /* the one backend allocation every apps[a].k / .v lives in */
 };
 
+/* The layer kinds a model is made of; every application of the model is one of them (model->apps). */
+typedef enum { LAYER_DENSE = 0, LAYER_MOEUT = 1 } LayerKind;
+#define N_LAYER_KINDS 2
+
+/* One layer application a = 0..n_layers-1: which kind, which of that kind's distinct layers (its parameters), how
+ * many earlier applications used the same layer (the universal transformer's repeat), and its index among the
+ * applications of its kind (where a LayerImpl keeps its training caches). The one definition of the schedule:
+ * model_layer_schedule (layer_schedule.c). */
+typedef struct {
+    LayerKind kind;
+    int layer;
+    int rep;
+    int slot;
+} LayerApp;
+
+/* Fills apps[n_layers] for cfg and, per kind, the number of distinct layers and of applications. Dense arch: dense
+ * layer a at application a. MoEUT: the n_dense_first dense layers, then MoEUT layer (a - n_dense_first) % group_size,
+ * repeat (a - n_dense_first) / group_size. */
+void model_layer_schedule(const ModelConfig *cfg, LayerApp *apps, int n_distinct[N_LAYER_KINDS],
+                          int n_apps[N_LAYER_KINDS]);
+
 typedef struct LayerImpl {
     const char *arch_name;
-    /* Registers the tensors of distinct layer `layer` via model_register_tensor (name prefix "transformer.layers.<i>.").
-     * Called for layer = 0..n_distinct-1 in order, after the embedding and before the head. */
+    /* Registers the parameters of distinct layer `layer` via model_register_tensor (name prefix
+     * model->layer_prefix[kind], e.g. "transformer.layers.<i>."). Called for layer = 0..n_distinct-1 in order, after
+     * the embedding and the layers of the kinds before it, and before the head. */
     void (*register_params)(Model *m, int layer);
+    /* Registers the buffers of distinct layer `layer` (model_register_buffer), after every parameter of the model;
+     * NULL when the kind has none. */
+    void (*register_buffers)(Model *m, int layer);
     /* Fills the layer's parameters with the reference initialisation. */
     void (*init_params)(Model *m, int layer, Rng *rng);
     /* Adds the layer's activation buffers to the model's plan (plan_scalars & co. with pointers into the arch
@@ -54,8 +79,8 @@ typedef struct LayerImpl {
     /* Application `app` (0..L-1, distinct layer app % Gs) in training mode: h_out[B*T, C] = layer(h_in).
      * Caches what backward needs for this application. h_out never aliases h_in. */
     void (*forward_train)(Model *m, int app, const scalar_t *h_in, scalar_t *h_out);
-    /* After all forwards and before any backward: computes the regularizers into stats (unscaled values summed over
-     * distinct modules) and keeps their logit gradients (scaled by coef * grad_scale) for backward. Dense: zeros. */
+    /* After all forwards and before any backward: ADDS the regularizers to stats (unscaled values summed over
+     * distinct modules) and keeps their logit gradients (scaled by coef * grad_scale) for backward. Dense: nothing. */
     void (*regularizers)(Model *m, double grad_scale, StepStats *stats);
     /* Backward of application `app`: dh_in = d(objective)/d(h_in) (overwrite), parameter gradients accumulate
      * into model_grads. Called in reverse application order. */
@@ -74,13 +99,19 @@ extern const LayerImpl moeut_layer_impl;
 struct Model {
     ModelConfig cfg;
     Backend *be;
-    const LayerImpl *impl;
-    int n_distinct;                 /* dense: n_layers; moeut: group_size */
+    /* the layer kinds present (NULL = none of that kind), their private state, name prefixes and counts */
+    const LayerImpl *impls[N_LAYER_KINDS];
+    void *layer_state[N_LAYER_KINDS];
+    const char *layer_prefix[N_LAYER_KINDS]; /* "transformer.layers" or, for a MoEUT's dense prefix, "transformer.dense_layers" */
+    int n_distinct[N_LAYER_KINDS];  /* distinct layers (parameter sets) of each kind */
+    int n_apps_of[N_LAYER_KINDS];   /* applications of each kind */
+    LayerApp *apps;                 /* [n_layers] the schedule (model_layer_schedule) */
 
     ParamTensor *tensors;           /* [n_tensors] heap; grows while registering (the count follows n_layers) */
     int n_tensors, tensors_capacity;
-    size_t n_params;
-    scalar_t *params;               /* [n_params] backend memory */
+    size_t n_params;                /* trainable parameters, offsets [0, n_params) */
+    size_t n_buffer_elems;          /* buffers, offsets [n_params, n_params + n_buffer_elems) */
+    scalar_t *params;               /* [n_params + n_buffer_elems] backend memory */
     scalar_t *grads;                /* [n_params] backend memory */
 
     /* wrapper tensors (element offsets into params/grads; SIZE_MAX when absent) */
@@ -89,15 +120,15 @@ struct Model {
     size_t off_head_w;              /* [V, C] */
     size_t off_head_b;              /* [V] when lm_head_bias */
 
-    /* routing counts (model/routing_counts.c): the selections each FFN expert got per layer application since the
-     * last reset, [L, E] int64 in backend memory, a separate allocation (it outlives every call, unlike the arena);
-     * NULL for the dense model. routing_tokens counts the positions; counting_eval > 0 while model_forward_eval runs
-     * (the only eval-mode forward that counts). */
+    /* routing counts (model/routing_counts.c): the selections each FFN expert got per MoEUT layer application
+     * (slot order = application order, from application n_dense_first on) since the last reset, [n_apps_of[MOEUT],
+     * E] int64 in backend memory, a separate allocation (it outlives every call, unlike the arena); NULL without
+     * MoEUT layers. routing_tokens counts the positions; counting_eval > 0 while model_forward_eval runs (the only
+     * eval-mode forward that counts). */
     int64_t *routing_counts;
     int64_t routing_tokens;
     int counting_eval;
 
-    void *arch;                     /* LayerImpl private state (per-layer offsets, activation caches) */
     Rng dropout_rng;                /* expert dropout */
 
     /* The activation arena (see the top of this file). Its plan was made for arena_train_tokens tokens per training
@@ -118,8 +149,12 @@ struct Model {
 };
 
 
-/* Registers a tensor (offsets assigned in registration order). Returns its element offset. */
+/* Registers a parameter (offsets assigned in registration order). Returns its element offset. */
 size_t model_register_tensor(Model *m, const char *name, int ndim, const int64_t *shape);
+/* Registers a buffer (ParamTensor.buffer; only after every parameter). Returns its element offset into params. */
+size_t model_register_buffer(Model *m, const char *name, int ndim, const int64_t *shape);
+/* The application's layer implementation. */
+static inline const LayerImpl *model_app_impl(const Model *m, int app) { return m->impls[m->apps[app].kind]; }
 static inline scalar_t *model_param_ptr(Model *m, size_t off) { return m->params + off; }
 static inline scalar_t *model_grad_ptr(Model *m, size_t off) { return m->grads + off; }
 

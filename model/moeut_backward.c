@@ -25,9 +25,9 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     const int B = st->B, T = st->T, N = B * T, C = c->d_model, H = c->n_heads, D = c->d_head, HD = H * D;
     const int EA = c->att_n_experts, KA = c->att_k, HEA = H * EA, E = c->ff_n_experts, S = c->ff_expert_size;
     const int K = c->ff_k, n_rot = model_config_n_rot(c);
-    const int Gs = c->group_size, layer = app % Gs, rep = app / Gs;
+    const int layer = m->apps[app].layer, rep = m->apps[app].rep;
     const MoeutLayerOffsets *P = &st->layers[layer];
-    const MoeutAppCache *ac = &st->apps[app];
+    const MoeutAppCache *ac = &st->apps[m->apps[app].slot];
     MoeutScratch *s = &st->s;
     scalar_t *W = m->params, *G = m->grads;
     const scalar_t qk_scale = (scalar_t)pow((double)D, -0.25);
@@ -46,6 +46,18 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     be->relu_backward(be, dA, dA, ac->A, (size_t)N * K * S); /* dU = dA * (U > 0); A > 0 iff U > 0 */
     /* U_j = x1 @ Keys[sel_j]: dx1 += sum_j dU_j Keys^T */
     be->cvmm_backward(be, dx1, G + P->keys, NULL, dA, ac->x1, W + P->keys, ac->sel_f, NULL, N * K, K, 1, E, C, S);
+    /* shared experts: f += A_s SharedValues[s], A_s = ReLU(x1 SharedKeys[s]) (df = dy = dh_out, intact until dh_in is
+     * written below) */
+    for (int sh = 0; sh < c->n_shared_experts; sh++) {
+        const scalar_t *A_s = ac->A_shared + (size_t)sh * N * S; /* [N, S] */
+        const size_t ks = P->shared_keys + (size_t)sh * C * S, vs = P->shared_values + (size_t)sh * S * C;
+        scalar_t *dU = s->shared_A; /* [N, S] */
+        be->matmul(be, dU, dh_out, W + vs, N, S, C, 0, 1, 1, 0);  /* dA[N,S] = df @ SharedValues[s]^T */
+        be->matmul(be, G + vs, A_s, dh_out, S, C, N, 1, 0, 1, 1); /* dSharedValues[s][S,C] += A_s^T df */
+        be->relu_backward(be, dU, dU, A_s, (size_t)N * S);        /* dU = dA * (U > 0); A_s > 0 iff U > 0 */
+        be->matmul(be, G + ks, ac->x1, dU, C, S, N, 1, 0, 1, 1);  /* dSharedKeys[s][C,S] += x1^T dU */
+        be->matmul(be, dx1, dU, W + ks, N, C, S, 0, 1, 1, 1);     /* dx1 += dU SharedKeys[s]^T */
+    }
     /* router: l = xs Sel^T */
     scalar_t *dl = s->lf; /* [N, E] */
     router_logit_grad(m, dl, st->dreg_f[layer] + (size_t)rep * N * E, (size_t)N * E);

@@ -7,7 +7,9 @@
  *   x1 = x + sum_{h,j} gate_o * (r_h O[sel_o])
  *   xs = LN2(x1); l = xs Sel^T; sel = topk_select(l, K); gate = router_gates(l, sel): sigmoid or softmax of l at
  *   sel, renormalised over the K selected or not (model.router, model.router_renorm; MoEUT: sigmoid, not renormalised)
+ *   (balance "bias": topk_select ranks score(l) + expert_bias instead of l; the gates do not see the bias)
  *   y = x1 + sum_j gate * (ReLU(x1 Keys[sel]) Values[sel])   (keys read the RAW x1)
+ *          + sum_{s < K_s} ReLU(x1 SharedKeys[s]) SharedValues[s]   (shared experts, gate 1; none by default)
  */
 #include <math.h>
 
@@ -41,8 +43,12 @@ typedef struct {
     int32_t *sel;               /* [N, K] */
     scalar_t *gate;             /* [N, K] */
     int64_t *counts;            /* [E] this application's routing counts (model_routed_experts), NULL = not counted */
+    int64_t *bias_counts;       /* [E] its layer's balance-"bias" counts (training), NULL = not counted */
     const uint8_t *valid;       /* [N] positions the counts cover, NULL = all */
     scalar_t *A;                /* [N*K, S] ReLU(x1 Keys[sel]) */
+    scalar_t *A_shared;         /* [K_s, N, S] ReLU(x1 SharedKeys[s]) (training: kept for the backward), or [N, S]
+                                 * scratch reused by every shared expert (shared_stride 0) */
+    size_t shared_stride;       /* elements between the shared experts' A blocks: N*S, or 0 */
     scalar_t *f;                /* [N, C] block output (without the residual) */
 } FfnIO;
 
@@ -63,9 +69,9 @@ static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, 
     be->matmul(be, io->lv, io->xn, W + P->sel_v, N, H * EA, C, 0, 1, 1, 0); /* [N, H*EA] */
     be->matmul(be, io->lo, io->xn, W + P->sel_o, N, H * EA, C, 0, 1, 1, 0);
     /* SwitchHead keeps MoEUT's routing: sigmoid gates, not renormalised */
-    be->topk_select(be, io->sel_v, io->lv, io->drop_v, N, H, EA, KA);
+    be->topk_select(be, io->sel_v, io->lv, io->drop_v, NULL, ROUTER_SIGMOID, N, H, EA, KA);
     be->router_gates(be, io->gate_v, io->lv, io->sel_v, io->drop_v, N, H, EA, KA, ROUTER_SIGMOID, 0);
-    be->topk_select(be, io->sel_o, io->lo, io->drop_o, N, H, EA, KA);
+    be->topk_select(be, io->sel_o, io->lo, io->drop_o, NULL, ROUTER_SIGMOID, N, H, EA, KA);
     be->router_gates(be, io->gate_o, io->lo, io->sel_o, io->drop_o, N, H, EA, KA, ROUTER_SIGMOID, 0);
     /* v[n,h] = sum_j gate_v[n,h,j] * x[n] @ V[sel_v[n,h,j]]   -> [N*H, D] */
     be->cvmm_forward(be, v_new, io->x, W + P->v, io->sel_v, io->gate_v, N * H * KA, H * KA, KA, H * EA, C, D);
@@ -86,12 +92,21 @@ static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *
     be->layernorm_forward(be, io->xs, io->mean, io->rstd, io->x1, W + P->ln2_w, W + P->ln2_b, N, C,
                           (scalar_t)MOEUT_LN_EPS);
     be->matmul(be, io->l, io->xs, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* [N, E] */
-    be->topk_select(be, io->sel, io->l, io->drop, N, 1, E, K);
+    const scalar_t *bias = P->expert_bias != SIZE_MAX ? W + P->expert_bias : NULL; /* [E] balance "bias" */
+    be->topk_select(be, io->sel, io->l, io->drop, bias, c->router, N, 1, E, K);
     be->router_gates(be, io->gate, io->l, io->sel, io->drop, N, 1, E, K, c->router, c->router_renorm);
     if (io->counts) be->expert_count(be, io->counts, io->sel, io->drop, io->valid, N, 1, E, K);
+    if (io->bias_counts) be->expert_count(be, io->bias_counts, io->sel, io->drop, io->valid, N, 1, E, K);
     be->cvmm_forward(be, io->A, io->x1, W + P->keys, io->sel, NULL, N * K, K, 1, E, C, S); /* U [N*K, S] */
     be->relu_forward(be, io->A, io->A, (size_t)N * K * S);
     be->cvmm_forward(be, io->f, io->A, W + P->values, io->sel, io->gate, N * K, 1, K, E, S, C); /* [N, C] */
+    /* shared experts: f += ReLU(x1 SharedKeys[s]) SharedValues[s], every token, gate 1 */
+    for (int sh = 0; sh < c->n_shared_experts; sh++) {
+        scalar_t *A_s = io->A_shared + (size_t)sh * io->shared_stride; /* [N, S] */
+        be->matmul(be, A_s, io->x1, W + P->shared_keys + (size_t)sh * C * S, N, S, C, 0, 0, 1, 0);
+        be->relu_forward(be, A_s, A_s, (size_t)N * S);
+        be->matmul(be, io->f, A_s, W + P->shared_values + (size_t)sh * S * C, N, C, S, 0, 0, 1, 1);
+    }
 }
 
 /* Draws an expert-dropout mask on the host and uploads it; returns NULL when p == 0 (no dropout). */
@@ -114,10 +129,10 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
     Backend *be = m->be;
     moeut_check_step(m, "forward_train", app);
     const int B = st->B, T = st->T, N = B * T, C = c->d_model, H = c->n_heads;
-    const int Gs = c->group_size, layer = app % Gs, rep = app / Gs;
+    const int layer = m->apps[app].layer, rep = m->apps[app].rep, slot = m->apps[app].slot;
     const size_t HEA = (size_t)H * c->att_n_experts, E = (size_t)c->ff_n_experts;
     const MoeutLayerOffsets *P = &st->layers[layer];
-    MoeutAppCache *ac = &st->apps[app];
+    MoeutAppCache *ac = &st->apps[slot];
     MoeutScratch *s = &st->s;
 
     be->copy(be, ac->x, h_in, (size_t)N * C * sizeof(scalar_t)); /* the caller's buffer may be reused */
@@ -139,8 +154,10 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
     FfnIO f = {
         .x1 = ac->x1, .xs = s->nc[1], .mean = ac->mean2, .rstd = ac->rstd2,
         .l = st->hist_f[layer] + (size_t)rep * N * E, .drop = drop_f, .sel = ac->sel_f, .gate = ac->gate_f,
-        .counts = m->routing_counts + (size_t)app * E, .valid = st->have_valid ? st->valid_dev : NULL,
-        .A = ac->A, .f = h_out,
+        .counts = m->routing_counts + (size_t)slot * E,
+        .bias_counts = st->bias_counts ? st->bias_counts + (size_t)layer * E : NULL,
+        .valid = st->have_valid ? st->valid_dev : NULL, .A = ac->A, .A_shared = ac->A_shared,
+        .shared_stride = (size_t)N * c->ff_expert_size, .f = h_out,
     };
     ffn_block(m, P, N, &f);
     be->add_inplace(be, h_out, ac->x1, (size_t)N * C); /* y = x1 + f */
@@ -150,11 +167,12 @@ void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *
     MoeutState *st = moeut_state(m);
     const ModelConfig *c = &m->cfg;
     Backend *be = m->be;
-    if (st == NULL || app < 0 || app >= c->n_layers) die("moeut: forward_infer: bad application %d", app);
+    if (st == NULL || app < 0 || app >= c->n_layers || m->apps[app].kind != LAYER_MOEUT)
+        die("moeut: forward_infer: bad application %d", app);
     if (kv != NULL && B != 1) die("moeut: forward_infer with a KV cache needs B == 1 (got %d)", B);
     if (kv_len < 0 || (kv == NULL && kv_len != 0)) die("moeut: forward_infer: bad kv_len %d", kv_len);
     const int N = B * T, C = c->d_model;
-    const MoeutLayerOffsets *P = &st->layers[app % c->group_size];
+    const MoeutLayerOffsets *P = &st->layers[m->apps[app].layer];
     model_reserve_activations(m, 0, N);
     MoeutScratch *s = &st->s;
 
@@ -170,8 +188,9 @@ void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *
     FfnIO f = {
         .x1 = h, .xs = s->nc[1], .mean = s->mean, .rstd = s->rstd, .l = s->lf, .drop = NULL, .sel = s->sel_f,
         .gate = s->gate_f,
-        .counts = (m->counting_eval && kv == NULL) ? m->routing_counts + (size_t)app * c->ff_n_experts : NULL,
-        .valid = NULL, .A = s->A, .f = s->nc[2],
+        .counts = (m->counting_eval && kv == NULL) ? m->routing_counts + (size_t)m->apps[app].slot * c->ff_n_experts
+                                                   : NULL,
+        .bias_counts = NULL, .valid = NULL, .A = s->A, .A_shared = s->shared_A, .shared_stride = 0, .f = s->nc[2],
     };
     ffn_block(m, P, N, &f);
     be->add_inplace(be, h, s->nc[2], (size_t)N * C); /* h = x1 + f */

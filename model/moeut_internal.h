@@ -6,8 +6,9 @@
  * backend; the host only does index bookkeeping and the expert-dropout masks.
  *
  * Notation: N = B*T tokens, C = d_model, H heads of width D, EA attention experts per head (KA active), E FFN
- * experts of width S (K active), Gs distinct layers applied R = L/Gs times (application a uses layer a % Gs and is
- * repeat a / Gs of it).
+ * experts of width S (K active, plus K_s shared experts applied to every token), Gs distinct layers applied
+ * R = (L - n_dense_first)/Gs times (the model's schedule, model->apps: MoEUT application j = slot uses layer j % Gs and
+ * is repeat j / Gs of it; the first n_dense_first applications of the model are dense layers, dense_layer.c).
  *
  * Training memory per token and per application (scalar_t elements unless noted):
  *   cache:   x, x1 (2C) + q, k, v, r (4HD) + lse (H) + LN stats (4) + A = ReLU(U) (K*S)
@@ -38,6 +39,9 @@ typedef struct {
     size_t keys;          /* [E, C, S] */
     size_t values;        /* [E, S, C] */
     size_t expert_sel;    /* [E, C] */
+    size_t shared_keys;   /* [K_s, C, S]  (SIZE_MAX without shared experts) */
+    size_t shared_values; /* [K_s, S, C] */
+    size_t expert_bias;   /* [E] buffer of balance "bias" (SIZE_MAX otherwise) */
     size_t ln1_w, ln1_b, ln2_w, ln2_b; /* [C] */
 } MoeutLayerOffsets;
 
@@ -55,6 +59,7 @@ typedef struct {
     scalar_t *gate_v, *gate_o; /* [N, H, KA] sigmoid values */
     int32_t *sel_f;       /* [N, K] */
     scalar_t *gate_f;     /* [N, K] */
+    scalar_t *A_shared;   /* [K_s, N, S] ReLU(x1 shared_keys[s]), also the ReLU mask (NULL without shared experts) */
 } MoeutAppCache;
 
 /* Scratch shared by all applications (backend memory, planned for max(arena_train_tokens, arena_eval_tokens); the
@@ -72,6 +77,7 @@ typedef struct {
     int32_t *sel_f;       /* [N, K] */
     scalar_t *gate_f;     /* [N, K] */
     scalar_t *A;          /* [N*K, S] ReLU(U) (inference) | dA, dU */
+    scalar_t *shared_A;   /* [N, S] one shared expert's ReLU(U) (inference) | its dA, dU (NULL without shared experts) */
     uint8_t *drop_v, *drop_o; /* [N, H*EA] expert-dropout masks (training with att_expert_dropout > 0) */
     uint8_t *drop_f;      /* [N, E] (training with ff_expert_dropout > 0) */
     uint8_t *host_drop;   /* host staging for the masks (host memory, grown on use), [N * max(H*EA, E)] */
@@ -79,14 +85,15 @@ typedef struct {
 } MoeutScratch;
 
 typedef struct {
-    MoeutLayerOffsets *layers; /* [n_distinct] */
+    MoeutLayerOffsets *layers; /* [Gs] */
     int n_layers_registered;
+    int n_apps, R;             /* MoEUT applications (m->n_apps_of[LAYER_MOEUT]) and R = n_apps / Gs */
 
     /* training step geometry (train_begin; B = 0: no step prepared) */
     int B, T;
     unsigned plan_gen;         /* m->arena_generation at train_begin: caches and histories must not move until the
                                 * backward (the histories hold all R applications' logits until regularizers()) */
-    MoeutAppCache *apps;       /* [L] */
+    MoeutAppCache *apps;       /* [n_apps] by LayerApp.slot */
     /* regularizer histories, per distinct layer: raw router logits [R, B, T, G, E] and the gradient of the
      * (scaled) regularizer with respect to them, same layout */
     scalar_t **hist_f, **hist_v, **hist_o;    /* [Gs] each -> [R, N, E] / [R, N, H*EA] */
@@ -94,13 +101,20 @@ typedef struct {
     uint8_t *valid_dev;        /* [N] backend copy of the regularizer mask (NULL = all valid) */
     int have_valid;
     int reg_ready;             /* regularizers() has run since train_begin: dreg_* hold this step's gradients */
+    /* balance "bias": the selections each expert of each distinct layer got in the training forwards since the last
+     * moeut_take_bias_counts, [Gs, E] int64, a backend allocation of its own (it lives across steps' calls); NULL
+     * with another balance */
+    int64_t *bias_counts;
+    int64_t *bias_host_counts; /* [Gs * E] host staging of bias_counts (the update allocates nothing) */
+    scalar_t *bias_host;       /* [E] host staging of one layer's expert_bias */
 
     MoeutScratch s;
 } MoeutState;
 
-static inline MoeutState *moeut_state(Model *m) { return (MoeutState *)m->arch; }
+static inline MoeutState *moeut_state(Model *m) { return (MoeutState *)m->layer_state[LAYER_MOEUT]; }
 
-/* moeut_layer.c: dies unless train_begin prepared a step whose buffers are still in place (`what` names the caller). */
+/* moeut_layer.c: dies unless train_begin prepared a step whose buffers are still in place and app is a MoEUT
+ * application (`what` names the caller). */
 void moeut_check_step(Model *m, const char *what, int app);
 
 /* moeut_forward.c */

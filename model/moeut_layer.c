@@ -12,8 +12,10 @@
 static void check_config(const ModelConfig *c) {
     if (c->d_model <= 0 || c->n_heads <= 0 || c->d_head <= 0 || c->n_layers <= 0 || c->group_size <= 0)
         die("moeut: d_model, n_heads, d_head, n_layers and group_size must be positive");
-    if (c->n_layers % c->group_size != 0)
-        die("moeut: n_layers (%d) must be a multiple of group_size (%d)", c->n_layers, c->group_size);
+    if (c->n_dense_first < 0 || c->n_dense_first >= c->n_layers || (c->n_layers - c->n_dense_first) % c->group_size != 0)
+        die("moeut: n_layers (%d) - n_dense_first (%d) must be a positive multiple of group_size (%d)", c->n_layers,
+            c->n_dense_first, c->group_size);
+    if (c->n_shared_experts < 0) die("moeut: n_shared_experts must be >= 0 (got %d)", c->n_shared_experts);
     if (c->ff_n_experts <= 0 || c->ff_expert_size <= 0 || c->ff_k <= 0 || c->ff_k > c->ff_n_experts)
         die("moeut: need 0 < ff_k (%d) <= ff_n_experts (%d) and ff_expert_size > 0 (%d)", c->ff_k, c->ff_n_experts,
             c->ff_expert_size);
@@ -30,7 +32,7 @@ static void check_config(const ModelConfig *c) {
 
 static size_t reg_tensor(Model *m, int layer, const char *suffix, int ndim, int64_t d0, int64_t d1, int64_t d2) {
     char name[96];
-    int n = snprintf(name, sizeof name, "transformer.layers.%d.%s", layer, suffix);
+    int n = snprintf(name, sizeof name, "%s.%d.%s", m->layer_prefix[LAYER_MOEUT], layer, suffix);
     if (n < 0 || (size_t)n >= sizeof name) die("moeut: tensor name too long for layer %d: %s", layer, suffix);
     int64_t shape[3] = {d0, d1, d2};
     return model_register_tensor(m, name, ndim, shape);
@@ -38,16 +40,24 @@ static size_t reg_tensor(Model *m, int layer, const char *suffix, int ndim, int6
 
 static void moeut_register_params(Model *m, int layer) {
     const ModelConfig *c = &m->cfg;
-    if (m->arch == NULL) {
+    if (m->layer_state[LAYER_MOEUT] == NULL) {
         check_config(c);
         MoeutState *st = xcalloc(1, sizeof *st);
         st->layers = xcalloc((size_t)c->group_size, sizeof *st->layers);
+        st->n_apps = m->n_apps_of[LAYER_MOEUT];
+        st->R = st->n_apps / c->group_size;
         /* host-side arrays of buffer pointers; the buffers themselves are planned in moeut_plan_activations */
-        st->apps = xcalloc((size_t)c->n_layers, sizeof *st->apps);
+        st->apps = xcalloc((size_t)st->n_apps, sizeof *st->apps);
         scalar_t ***lists[] = {&st->hist_f, &st->hist_v, &st->hist_o, &st->dreg_f, &st->dreg_v, &st->dreg_o};
         for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++)
             *lists[l] = xcalloc((size_t)c->group_size, sizeof(scalar_t *));
-        m->arch = st;
+        if (c->balance == BALANCE_BIAS) {
+            const size_t n = (size_t)c->group_size * (size_t)c->ff_n_experts;
+            st->bias_counts = m->be->alloc(m->be, n * sizeof(int64_t));
+            st->bias_host_counts = xcalloc(n, sizeof(int64_t));
+            st->bias_host = xcalloc((size_t)c->ff_n_experts, sizeof(scalar_t));
+        }
+        m->layer_state[LAYER_MOEUT] = st;
     }
     MoeutState *st = moeut_state(m);
     if (layer < 0 || layer >= c->group_size || layer != st->n_layers_registered)
@@ -66,11 +76,28 @@ static void moeut_register_params(Model *m, int layer) {
     o->keys = reg_tensor(m, layer, "ffn.keys", 3, E, C, S);
     o->values = reg_tensor(m, layer, "ffn.values", 3, E, S, C);
     o->expert_sel = reg_tensor(m, layer, "ffn.expert_sel", 2, E, C, 0);
+    o->shared_keys = o->shared_values = o->expert_bias = SIZE_MAX;
+    if (c->n_shared_experts > 0) { /* DeepSeekMoE's shared experts: K_s experts of the routed experts' shape */
+        o->shared_keys = reg_tensor(m, layer, "ffn.shared_keys", 3, c->n_shared_experts, C, S);
+        o->shared_values = reg_tensor(m, layer, "ffn.shared_values", 3, c->n_shared_experts, S, C);
+    }
     o->ln1_w = reg_tensor(m, layer, "ln1.weight", 1, C, 0, 0);
     o->ln1_b = reg_tensor(m, layer, "ln1.bias", 1, C, 0, 0);
     o->ln2_w = reg_tensor(m, layer, "ln2.weight", 1, C, 0, 0);
     o->ln2_b = reg_tensor(m, layer, "ln2.bias", 1, C, 0, 0);
     st->n_layers_registered++;
+}
+
+/* balance "bias": the per-expert selection bias of DeepSeek-V3 is state, not a parameter (PyTorch: a buffer). */
+static void moeut_register_buffers(Model *m, int layer) {
+    const ModelConfig *c = &m->cfg;
+    MoeutState *st = moeut_state(m);
+    if (st == NULL || layer < 0 || layer >= st->n_layers_registered) die("moeut: register_buffers for layer %d", layer);
+    if (c->balance != BALANCE_BIAS) return;
+    char name[96];
+    snprintf(name, sizeof name, "%s.%d.ffn.expert_bias", m->layer_prefix[LAYER_MOEUT], layer);
+    int64_t shape[1] = {c->ff_n_experts};
+    st->layers[layer].expert_bias = model_register_buffer(m, name, 1, shape);
 }
 
 /* ---- initialisation (dm-math-training-code.md §C.2) ---- */
@@ -95,6 +122,12 @@ static void moeut_init_params(Model *m, int layer, Rng *rng) {
     init_normal(m, o->keys, E * C * S, std_in, rng);
     init_normal(m, o->values, E * S * C, s / sqrt((double)(E * S)), rng);
     init_normal(m, o->expert_sel, E * C, std_in, rng);
+    if (o->shared_keys != SIZE_MAX) { /* the routed experts' distributions (drawn last: other tensors keep their draws) */
+        const size_t Ks = (size_t)c->n_shared_experts;
+        init_normal(m, o->shared_keys, Ks * C * S, std_in, rng);
+        init_normal(m, o->shared_values, Ks * S * C, s / sqrt((double)(E * S)), rng);
+    }
+    if (o->expert_bias != SIZE_MAX) init_constant(m, o->expert_bias, E, 0.0); /* DeepSeek-V3: every bias starts at 0 */
     /* [S]-style router renorms (the DM-math code): equal-norm FFN router rows; renorm_rows on the attention
      * routers; v and o stay plain Gaussian. */
     init_renorm_keep_std_rows(m, o->expert_sel, (int)E, (int)C);
@@ -114,10 +147,11 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
     const size_t nt = (size_t)n_train, nmax = (size_t)(n_train > n_eval ? n_train : n_eval);
     const size_t C = (size_t)c->d_model, H = (size_t)c->n_heads, HD = H * (size_t)c->d_head;
     const size_t HEA = H * (size_t)c->att_n_experts, HKA = H * (size_t)c->att_k, E = (size_t)c->ff_n_experts;
-    const size_t K = (size_t)c->ff_k, S = (size_t)c->ff_expert_size, R = (size_t)(c->n_layers / c->group_size);
+    const size_t K = (size_t)c->ff_k, S = (size_t)c->ff_expert_size, R = (size_t)st->R;
+    const size_t Ks = (size_t)c->n_shared_experts;
 
     /* training: what each application's backward needs */
-    for (int a = 0; a < c->n_layers; a++) {
+    for (int a = 0; a < st->n_apps; a++) {
         MoeutAppCache *ac = &st->apps[a];
         plan_scalars(p, &ac->x, nt * C);        /* [N, C] */
         plan_scalars(p, &ac->x1, nt * C);       /* [N, C] */
@@ -137,6 +171,7 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
         plan_scalars(p, &ac->gate_o, nt * HKA); /* [N, H, KA] */
         plan_int32(p, &ac->sel_f, nt * K);      /* [N, K] */
         plan_scalars(p, &ac->gate_f, nt * K);   /* [N, K] */
+        if (Ks > 0) plan_scalars(p, &ac->A_shared, Ks * nt * S); /* [K_s, N, S] */
     }
     /* training: regularizer histories and their gradients, per distinct layer */
     for (int i = 0; i < c->group_size; i++) {
@@ -166,6 +201,7 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
     plan_int32(p, &s->sel_f, nmax * K);       /* [N, K] */
     plan_scalars(p, &s->gate_f, nmax * K);    /* [N, K] */
     plan_scalars(p, &s->A, nmax * K * S);     /* [N*K, S] */
+    if (Ks > 0) plan_scalars(p, &s->shared_A, nmax * S); /* [N, S] */
     /* training only: expert-dropout masks */
     plan_u8(p, &s->drop_v, nt * HEA);         /* [N, H*EA] */
     plan_u8(p, &s->drop_o, nt * HEA);         /* [N, H*EA] */
@@ -188,7 +224,7 @@ static void moeut_train_begin(Model *m, int B, int T, const uint8_t *valid) {
 
 void moeut_check_step(Model *m, const char *what, int app) {
     const MoeutState *st = moeut_state(m);
-    if (st == NULL || app < 0 || app >= m->cfg.n_layers || st->B == 0)
+    if (st == NULL || app < 0 || app >= m->cfg.n_layers || m->apps[app].kind != LAYER_MOEUT || st->B == 0)
         die("moeut: %s(app %d) without train_begin", what, app);
     if (st->plan_gen != m->arena_generation)
         die("moeut: %s(app %d): the activation arena was re-planned after train_begin", what, app);
@@ -202,13 +238,17 @@ static void moeut_destroy(Model *m) {
     for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++) free(lists[l]);
     free(st->s.host_drop);
     free(st->layers);
+    if (st->bias_counts) m->be->free(m->be, st->bias_counts);
+    free(st->bias_host_counts);
+    free(st->bias_host);
     free(st);
-    m->arch = NULL;
+    m->layer_state[LAYER_MOEUT] = NULL;
 }
 
 const LayerImpl moeut_layer_impl = {
     .arch_name = "moeut",
     .register_params = moeut_register_params,
+    .register_buffers = moeut_register_buffers,
     .init_params = moeut_init_params,
     .plan_activations = moeut_plan_activations,
     .train_begin = moeut_train_begin,

@@ -11,8 +11,8 @@ void moeut_regularizers(Model *m, double grad_scale, StepStats *stats) {
     MoeutState *st = moeut_state(m);
     const ModelConfig *c = &m->cfg;
     Backend *be = m->be;
-    moeut_check_step(m, "regularizers", 0);
-    const int R = c->n_layers / c->group_size, H = c->n_heads, EA = c->att_n_experts, E = c->ff_n_experts;
+    moeut_check_step(m, "regularizers", c->n_layers - 1); /* the last application is always a MoEUT one */
+    const int R = st->R, H = c->n_heads, EA = c->att_n_experts, E = c->ff_n_experts;
     const uint8_t *valid = st->have_valid ? st->valid_dev : NULL;
     const scalar_t coef_ffn = (scalar_t)(model_config_ffn_balance_coef(c) * grad_scale);
     const int N = st->B * st->T, Gs = c->group_size;
@@ -30,7 +30,10 @@ void moeut_regularizers(Model *m, double grad_scale, StepStats *stats) {
                                               st->apps[r * Gs + i].sel_f, valid, st->B, st->T, 1, E, c->ff_k,
                                               coef_ffn);
             break;
-        case BALANCE_NONE: be->zero(be, st->dreg_f[i], (size_t)R * NE * sizeof(scalar_t)); break;
+        case BALANCE_NONE:
+        case BALANCE_BIAS: /* no loss term: the bias balances by selection (moeut_bias.c) */
+            be->zero(be, st->dreg_f[i], (size_t)R * NE * sizeof(scalar_t));
+            break;
         }
         reg_att += be->entropy_reg(be, st->dreg_v[i], st->hist_v[i], valid, R, st->B, st->T, H, EA, coef_att);
         reg_att += be->entropy_reg(be, st->dreg_o[i], st->hist_o[i], valid, R, st->B, st->T, H, EA, coef_att);

@@ -39,7 +39,7 @@ static void expert_load_map(Doc *d, const RunGroup *g) {
     double *rel = xcalloc((size_t)A * E, sizeof *rel); /* [A, E] load relative to balanced (1 = 1/E) */
     for (int a = 0; a < A; a++)
         for (int e = 0; e < E; e++) rel[(size_t)a * E + e] = routing_stats_load(s, a, e) * E;
-    char title[256], file[256], caption[512];
+    char title[256], file[256], caption[768];
     snprintf(title, sizeof title, "%s: expert load per layer application", r->name);
     snprintf(file, sizeof file, "expert_load_%s.svg", r->name);
     HeatmapStyle st = {title, "expert", "layer application", "load x E", -1};
@@ -48,9 +48,10 @@ static void expert_load_map(Doc *d, const RunGroup *g) {
     svg_heatmap(&svg, rel, A, E, NULL, &st);
     snprintf(caption, sizeof caption,
              "%s (run config %s, its lowest seed), interpolate set: the share of the FFN selections each expert "
-             "got, times E = %d (1 = balanced, 0 = unused), per layer application (application 0 at the bottom); "
-             "colour scale 0 to the map's maximum.",
-             r->name, g->run_config, E);
+             "got, times E = %d (1 = balanced, 0 = unused), per routed layer application (application %d at the "
+             "bottom%s); colour scale 0 to the map's maximum.",
+             r->name, g->run_config, E, s->first_app,
+             s->first_app > 0 ? ": the applications before it are dense layers, which route nothing" : "");
     doc_figure(d, file, &svg, caption);
     sb_free(&svg);
     free(rel);

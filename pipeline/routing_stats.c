@@ -41,9 +41,10 @@ static RoutingApp derive(const int64_t *counts, int E) {
     return a;
 }
 
-void routing_stats_from_counts(RoutingStats *s, const int64_t *counts, int n_apps, int n_experts, int k,
-                               int64_t tokens) {
+void routing_stats_from_counts(RoutingStats *s, const int64_t *counts, int first_app, int n_apps, int n_experts,
+                               int k, int64_t tokens) {
     memset(s, 0, sizeof *s);
+    s->first_app = first_app;
     s->n_apps = n_apps;
     s->n_experts = n_experts;
     s->k = k;
@@ -83,6 +84,7 @@ cJSON *routing_stats_to_json(const RoutingStats *s) {
     must(cJSON_AddNumberToObject(o, "n_experts", s->n_experts));
     must(cJSON_AddNumberToObject(o, "k", s->k));
     must(cJSON_AddNumberToObject(o, "tokens", (double)s->tokens));
+    must(cJSON_AddNumberToObject(o, "first_application", s->first_app));
     cJSON *apps = must(cJSON_AddArrayToObject(o, "applications"));
     for (int a = 0; a < s->n_apps; a++) {
         cJSON *ao = must(cJSON_CreateObject());
@@ -156,15 +158,21 @@ int routing_stats_from_json(RoutingStats *s, const cJSON *obj, const char *sourc
     memset(s, 0, sizeof *s);
     JsonReader r;
     json_reader_init(&r, obj, source, path);
-    long n_experts = 0, k = 0, tokens = 0;
+    long n_experts = 0, k = 0, tokens = 0, first_app = 0;
     json_get_int(&r, "n_experts", &n_experts, true);
     json_get_int(&r, "k", &k, true);
     json_get_int(&r, "tokens", &tokens, true);
+    json_get_int(&r, "first_application", &first_app, false);
     const cJSON *apps = json_get_array(&r, "applications", true);
     if (json_reader_finish(&r, err, errlen)) return -1;
     if (n_experts < 1 || n_experts > ROUTING_MAX_EXPERTS || k < 1 || k > n_experts || tokens < 0) {
         set_err(err, errlen, "%s: %s: need 1 <= k (%ld) <= n_experts (%ld) <= %d and tokens (%ld) >= 0", source, path,
                 k, n_experts, ROUTING_MAX_EXPERTS, tokens);
+        return -1;
+    }
+    if (first_app < 0 || first_app > ROUTING_MAX_APPS) {
+        set_err(err, errlen, "%s: %s.first_application: %ld, expected 0 to %d", source, path, first_app,
+                ROUTING_MAX_APPS);
         return -1;
     }
     const int n_apps = cJSON_GetArraySize(apps);
@@ -173,6 +181,7 @@ int routing_stats_from_json(RoutingStats *s, const cJSON *obj, const char *sourc
                 ROUTING_MAX_APPS);
         return -1;
     }
+    s->first_app = (int)first_app;
     s->n_apps = n_apps;
     s->n_experts = (int)n_experts;
     s->k = (int)k;

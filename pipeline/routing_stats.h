@@ -12,8 +12,10 @@
  *                                                         load, normalised so that router sizes compare
  * An application with c = 0 (no routed position) has load 0, max_over_mean 0, unused_fraction 1 and entropy 0.
  *
- * JSON: {"n_experts": E, "k": k, "tokens": n, "applications": [{"counts": [E ints], "max_over_mean": x,
- *        "unused_fraction": x, "entropy": x}, ... A of them]}
+ * JSON: {"n_experts": E, "k": k, "tokens": n, "first_application": a0, "applications": [{"counts": [E ints],
+ *        "max_over_mean": x, "unused_fraction": x, "entropy": x}, ... A of them]}
+ * The applications are the model's routed ones, a0 .. a0 + A - 1 (a0 = model.n_dense_first: the dense prefix routes
+ * nothing); "first_application" may be absent in records written before it existed (then 0).
  * The counts are the record (exact integers); the reader recomputes the derived fields from them and refuses a
  * record whose written ones disagree, so that the file cannot say two things. */
 #ifndef PIPELINE_ROUTING_STATS_H
@@ -30,15 +32,16 @@ typedef struct {
 } RoutingApp;
 
 typedef struct {
+    int first_app;           /* model application of apps[0] */
     int n_apps, n_experts, k;
     int64_t tokens;          /* routed positions (each makes k selections, fewer where expert dropout left fillers) */
     int64_t *counts;         /* [n_apps, n_experts] */
     RoutingApp *apps;        /* [n_apps] */
 } RoutingStats;
 
-/* Copies counts[n_apps * n_experts] and derives the per-application figures. */
-void routing_stats_from_counts(RoutingStats *s, const int64_t *counts, int n_apps, int n_experts, int k,
-                               int64_t tokens);
+/* Copies counts[n_apps * n_experts] (applications first_app ..) and derives the per-application figures. */
+void routing_stats_from_counts(RoutingStats *s, const int64_t *counts, int first_app, int n_apps, int n_experts,
+                               int k, int64_t tokens);
 /* load_e of application a (0 when the application routed nothing). */
 double routing_stats_load(const RoutingStats *s, int a, int e);
 /* The mean over applications of max_over_mean, unused_fraction and entropy (a run's one-line summary). */

@@ -76,6 +76,7 @@ typedef struct {
     double *mb_values;         /* [n_microbatch, 3] host: each micro-batch's ce, reg_ffn, reg_att, reduced per step */
     int64_t *routing_counts;   /* [L, E] host (MoEUT): the logged step's expert counts (model_take_routing_counts) */
     double *routing_sum;       /* [L * E + 1] host: the same as doubles (and the token count), summed over the ranks */
+    double *bias_counts;       /* [Gs * E] host (balance "bias"): the step's selection counts, summed over the ranks */
     TrainEval eval;            /* train.evaluate_every: accuracy during training (model/train_eval.h) */
 } Trainer;
 
@@ -149,9 +150,10 @@ static void create_model(Trainer *t) {
     t->targets = xmalloc(cells * sizeof *t->targets);
     t->valid = xmalloc(cells * sizeof *t->valid);
     t->mb_values = xmalloc((size_t)t->tc.n_microbatch * 3 * sizeof *t->mb_values);
-    const size_t n_counts = (size_t)t->mc.n_layers * (size_t)model_routed_experts(t->m);
+    const size_t n_counts = (size_t)model_routed_applications(t->m, NULL) * (size_t)model_routed_experts(t->m);
     t->routing_counts = xcalloc(n_counts + 1, sizeof *t->routing_counts);
     t->routing_sum = xcalloc(n_counts + 1, sizeof *t->routing_sum);
+    t->bias_counts = xcalloc((size_t)model_bias_count_len(t->m) + 1, sizeof *t->bias_counts);
     if (loader_init(&t->loader, &t->shard, (int)t->tc.context, t->tc.loss_on_target_only, train_seed_loader(&t->tc),
                     err, sizeof err) != 0)
         die("%s/train.shard: %s", t->a.data_dir, err);
@@ -339,9 +341,10 @@ static void save_checkpoint(Trainer *t, double session_start, double wall_base) 
 /* The routing statistics of the step just taken (every micro-batch of every rank); NULL for the dense model. Called
  * by every rank: the sum is a collective. Counts up to 2^53 are exact in the double all-reduce. */
 static cJSON *step_routing_json(Trainer *t, long step_number) {
-    const int E = model_routed_experts(t->m), L = t->mc.n_layers;
+    int first_app = 0;
+    const int E = model_routed_experts(t->m), A = model_routed_applications(t->m, &first_app);
     if (E == 0) return NULL;
-    const size_t n = (size_t)L * (size_t)E;
+    const size_t n = (size_t)A * (size_t)E;
     int64_t tokens = 0;
     model_take_routing_counts(t->m, t->routing_counts, &tokens);
     for (size_t i = 0; i < n; i++) t->routing_sum[i] = (double)t->routing_counts[i];
@@ -351,7 +354,7 @@ static cJSON *step_routing_json(Trainer *t, long step_number) {
     dist_allreduce_sum_f64(t->routing_sum, n + 1, what);
     for (size_t i = 0; i < n; i++) t->routing_counts[i] = (int64_t)t->routing_sum[i];
     RoutingStats rs;
-    routing_stats_from_counts(&rs, t->routing_counts, L, E, t->mc.ff_k, (int64_t)t->routing_sum[n]);
+    routing_stats_from_counts(&rs, t->routing_counts, first_app, A, E, t->mc.ff_k, (int64_t)t->routing_sum[n]);
     cJSON *j = routing_stats_to_json(&rs);
     routing_stats_free(&rs);
     return j;
@@ -470,6 +473,7 @@ static int train_loop(Trainer *t) {
         double norm = clip_grad_norm(t->be, grads, n_params, t->tc.grad_clip);
         if (!isfinite(norm)) fail_non_finite(t, step_number, "gradient norm");
         adamw_update(&t->opt, params, grads, lr);
+        dist_update_expert_bias(t->m, t->bias_counts, step_number); /* balance "bias" only */
         if (t->a.debug_diverge_step == step_number && dist_rank() == dist_world() - 1) { /* testing hook */
             scalar_t w0;
             t->be->to_host(t->be, &w0, params, sizeof w0);
@@ -632,6 +636,7 @@ int main(int argc, char **argv) {
     free(t.valid);
     free(t.routing_counts);
     free(t.routing_sum);
+    free(t.bias_counts);
     free(t.mb_values);
     loader_free(&t.loader);
     adamw_free(&t.opt);

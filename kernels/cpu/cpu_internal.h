@@ -103,8 +103,8 @@ void cpu_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *d
                             const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                             const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
 /* cpu_routing.c */
-void cpu_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, int N, int G, int E,
-                     int k);
+void cpu_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, const scalar_t *bias,
+                     RouterKind score, int N, int G, int E, int k);
 void cpu_expert_count(Backend *be, int64_t *counts, const int32_t *sel, const uint8_t *drop, const uint8_t *valid,
                       int N, int G, int E, int k);
 void cpu_router_gates(Backend *be, scalar_t *gate, const scalar_t *logits, const int32_t *sel, const uint8_t *drop,

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/entropy_reg_value.h"
+#include "kernels/routing_key.h"
 #include "kernels/switch_balance_value.h"
 
 __device__ __forceinline__ float sigmoidf_stable(float x) {
@@ -15,40 +16,50 @@ __device__ __forceinline__ float sigmoidf_stable(float x) {
     return e / (1.0f + e);
 }
 
-// One thread per (n,g): insertion into the k slots (descending logit, ties to the lower index), exactly as the CPU;
-// the slots hold local expert ids until the end, and the comparisons read the logits through them.
-__global__ void k_topk_select(int32_t *sel, const float *logits, const uint8_t *drop, long rows, int G, int E, int k) {
+// One thread per (n,g): insertion into the k slots (descending key, ties to the lower index), exactly as the CPU;
+// the slots hold local expert ids until the end, and the comparisons recompute the keys through them
+// (kernels/routing_key.h: the logit, or score + bias with balance "bias").
+__global__ void k_topk_select(int32_t *sel, const float *logits, const uint8_t *drop, const float *bias, int softmax,
+                              long rows, int G, int E, int k) {
+    const int has_bias = bias != nullptr;
     for (long ng = blockIdx.x * (long)blockDim.x + threadIdx.x; ng < rows; ng += (long)gridDim.x * blockDim.x) {
         int g = (int)(ng % G);
         const float *l = logits + (size_t)ng * E;
+        const float *b = has_bias ? bias + (size_t)g * E : nullptr;
         const uint8_t *dr = drop ? drop + (size_t)ng * E : nullptr;
         int32_t *s = sel + (size_t)ng * k;
+        double mx = 0, sum = 1;
+        if (has_bias && softmax) routing_softmax_stats_f(l, E, &mx, &sum);
+#define KEY(e) routing_key((double)l[e], has_bias, has_bias ? (double)b[e] : 0.0, softmax, mx, sum)
         int count = 0;
         for (int e = 0; e < E; e++) {
             if (dr && dr[e]) continue;
-            float val = l[e];
-            if (count == k && !(val > l[s[k - 1]])) continue;
+            double val = KEY(e);
+            if (count == k && !(val > KEY(s[k - 1]))) continue;
             int pos = count < k ? count : k - 1;
-            while (pos > 0 && val > l[s[pos - 1]]) {
+            while (pos > 0 && val > KEY(s[pos - 1])) {
                 s[pos] = s[pos - 1];
                 pos--;
             }
             s[pos] = e;
             if (count < k) count++;
         }
+#undef KEY
         for (int j = 0; j < count; j++) s[j] += g * E;
         for (int e = 0; e < E && count < k; e++)
             if (dr && dr[e]) s[count++] = g * E + e;
     }
 }
 
-void cuda_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, int N, int G, int E,
-                      int k) {
+void cuda_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, const scalar_t *bias,
+                      RouterKind score, int N, int G, int E, int k) {
     (void)be;
     if (k < 1 || k > E) die("topk_select: k=%d must be in [1, E=%d]", k, E);
+    if (score != ROUTER_SIGMOID && score != ROUTER_SOFTMAX) die("topk_select: unknown router kind %d", (int)score);
     long rows = (long)N * G;
     if (rows <= 0) return;
-    LAUNCH(k_topk_select, grid_for((size_t)rows, 128), 128, 0)(sel, logits, drop, rows, G, E, k);
+    LAUNCH(k_topk_select, grid_for((size_t)rows, 128), 128, 0)(sel, logits, drop, bias, score == ROUTER_SOFTMAX,
+                                                               rows, G, E, k);
     CHECK_LAUNCH();
 }
 
@@ -80,16 +91,6 @@ void cuda_expert_count(Backend *be, int64_t *counts, const int32_t *sel, const u
     CHECK_LAUNCH();
 }
 
-// Max and sum of exp(l - max) of one row (double), as the CPU's softmax_stats.
-__device__ void row_softmax_stats(const float *l, int E, double *mx_out, double *sum_out) {
-    double mx = -DBL_MAX;
-    for (int e = 0; e < E; e++) mx = fmax(mx, (double)l[e]);
-    double s = 0;
-    for (int e = 0; e < E; e++) s += exp((double)l[e] - mx);
-    *mx_out = mx;
-    *sum_out = s;
-}
-
 // One thread per (n,g). Expert ids outside the group cannot come from topk_select; they are skipped (gate 0) here
 // and reported by the CPU reference in the tests.
 __global__ void k_router_gates(float *gate, const float *logits, const int32_t *sel, const uint8_t *drop, long rows,
@@ -101,7 +102,7 @@ __global__ void k_router_gates(float *gate, const float *logits, const int32_t *
         const int32_t *s = sel + (size_t)ng * k;
         float *gv = gate + (size_t)ng * k;
         double mx = 0, sum = 1;
-        if (softmax) row_softmax_stats(l, E, &mx, &sum);
+        if (softmax) routing_softmax_stats_f(l, E, &mx, &sum);
         double total = 0;
         for (int j = 0; j < k; j++) {
             int e = s[j] - g * E;
@@ -154,7 +155,7 @@ __global__ void k_router_gates_bwd(float *dlogits, const float *dgate, const flo
         const float *c = dgate + (size_t)ng * k, *gv = gate + (size_t)ng * k;
         float *dl = dlogits + (size_t)ng * E;
         double mx = 0, sum = 1;
-        if (softmax) row_softmax_stats(l, E, &mx, &sum);
+        if (softmax) routing_softmax_stats_f(l, E, &mx, &sum);
         double total = 0, cg = 0;
         for (int j = 0; j < k; j++) {
             int e = s[j] - g * E;

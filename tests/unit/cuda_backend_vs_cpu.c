@@ -480,8 +480,8 @@ START_TEST(test_routing_and_balance) {
     scalar_t *acc0 = ktu_random(&rng, nl, -1, 1), *acc = ktu_scalars(nl), *dacc = gpu->alloc(gpu, nl * sizeof(scalar_t));
     for (int pass = 0; pass < 2; pass++) {
         const uint8_t *hd = pass ? drop : NULL, *gd = pass ? ddrop : NULL;
-        cpu->topk_select(cpu, sel, l, hd, N, G, E, k);
-        gpu->topk_select(gpu, dsel, dl, gd, N, G, E, k);
+        cpu->topk_select(cpu, sel, l, hd, NULL, ROUTER_SIGMOID, N, G, E, k);
+        gpu->topk_select(gpu, dsel, dl, gd, NULL, ROUTER_SIGMOID, N, G, E, k);
         gpu->to_host(gpu, gsel, dsel, ns * sizeof(int32_t));
         for (size_t i = 0; i < ns; i++) ck_assert_msg(gsel[i] == sel[i], "topk sel[%zu]: gpu %d cpu %d", i, gsel[i], sel[i]);
         /* expert counts of this selection, masked and not, into pre-filled counts (the op accumulates): equal */

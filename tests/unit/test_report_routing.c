@@ -17,7 +17,7 @@ static char g_dir[256], g_runs[512], g_out[512];
 static RoutingStats *hand_routing(void) {
     const int64_t counts[8] = {3, 1, 0, 0, 1, 1, 1, 1};
     RoutingStats *s = xmalloc(sizeof *s);
-    routing_stats_from_counts(s, counts, 2, 4, 1, 4);
+    routing_stats_from_counts(s, counts, 0, 2, 4, 1, 4);
     return s;
 }
 

@@ -13,7 +13,7 @@ START_TEST(derived_figures) {
      * token, but the figures do not care); {6,6,0,0}; empty */
     const int64_t c[16] = {3, 3, 3, 3, 12, 0, 0, 0, 6, 6, 0, 0, 0, 0, 0, 0};
     RoutingStats s;
-    routing_stats_from_counts(&s, c, 4, 4, 2, 6);
+    routing_stats_from_counts(&s, c, 0, 4, 4, 2, 6);
     const double want[4][3] = {{1, 0, 1}, {4, 0.75, 0}, {2, 0.5, 0.5}, {0, 1, 0}}; /* ln 2 / ln 4 = 0.5 */
     for (int a = 0; a < 4; a++) {
         ck_assert_msg(fabs(s.apps[a].max_over_mean - want[a][0]) < 1e-15, "app %d max/mean %g", a,
@@ -34,7 +34,7 @@ END_TEST
 static cJSON *written(void) {
     const int64_t c[6] = {5, 1, 0, 2, 2, 2};
     RoutingStats s;
-    routing_stats_from_counts(&s, c, 2, 3, 1, 6);
+    routing_stats_from_counts(&s, c, 0, 2, 3, 1, 6);
     cJSON *j = routing_stats_to_json(&s);
     routing_stats_free(&s);
     return j;
