@@ -268,7 +268,8 @@ def check_analyze(name, model, run_dir, data):
         for a in range(first, L):
             if capture is not None:
                 capture.append(h)
-            out = layers[a % len(layers)](h, cos, sin, model.n_rot)
+            layer = model.layer_of(a) if hasattr(model, "layer_of") else layers[a % len(layers)]  # dense prefix
+            out = layer(h, cos, sin, model.n_rot)
             h = out[0] if isinstance(out, tuple) else out
         return h
 

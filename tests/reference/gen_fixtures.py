@@ -14,11 +14,12 @@ Each fixture tests/fixtures/twin/<name>/ holds
   expected.safetensors  F64, computed by the twin in float64 from those weights: logits [B,T,V], cross_entropy,
                         ce_sum, n_counted, reg_ffn, reg_att, total (each [1]) and grad.<name> for every parameter
                         (the gradient of total = grad_scale * (ce + c_ffn*reg_ffn + att_entropy_reg*reg_att), c_ffn =
-                        entropy_reg, balance_alpha or 0 by the config's balance switch).
+                        entropy_reg, balance_alpha or 0 by the config's balance switch); buffers (expert_bias of
+                        balance "bias") are in weights.safetensors but have no grad. entry.
 Everything is deterministic in the per-fixture seed. Weights are random (not the reference init) and scaled so that
 routing and attention are far from uniform; a draw is rejected (next seed) when any top-k decision has a logit margin
 below ROUTING_MARGIN or any ReLU pre-activation lies within RELU_MARGIN of 0, so that f32 and f64 builds make the same
-discrete choices.
+discrete choices (for a balance "bias" FFN router the margin is taken on score + expert_bias, what its top-K ranks).
 """
 import argparse
 import filecmp
@@ -106,6 +107,31 @@ FIXTURES = {
                   router="sigmoid", router_renorm=True, balance="entropy"),
         dict(B=2, T=10, rows=[11, 8], answer_only=False, grad_scale=0.5), 1010,
         "MoE variants: sigmoid gates normalised over the selected (DeepSeek-V3 without its bias), entropy balancing"),
+    "moeut_shared_bias": (
+        moeut_cfg(n_tokens=44, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=6, ff_expert_size=6, ff_k=2,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=True, out_norm_affine=False,
+                  n_shared_experts=2, router="sigmoid", router_renorm=True, balance="bias", balance_gamma=0.001),
+        dict(B=3, T=9, rows=[10, 7, 4], answer_only=True, grad_scale=1.0), 1111,
+        "MoE variants: DeepSeek-V3 router (sigmoid scores + expert_bias for the top-K only, gates normalised over the "
+        "selected, unbiased), 2 shared experts (gate 1, raw x1), bias balancing (no FFN loss, reg_ffn 0; the "
+        "expert_bias buffer is random so that it changes selections), Gs=2 R=2, padding and an answer-only loss"),
+    "moeut_dense_first": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=5, n_heads=2, d_head=8, ff_n_experts=5, ff_expert_size=6, ff_k=2,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=True, out_norm_affine=True,
+                  n_dense_first=1, d_ff=20),
+        dict(B=2, T=8, rows=[9, 5], answer_only=False, grad_scale=0.5), 1212,
+        "MoE variants: a dense first layer application (transformer.dense_layers.0, d_ff 20), then the MoEUT group "
+        "Gs=2 applied R=2 times; default sigmoid routing and entropy balancing, head bias and final-norm affine ON, "
+        "one padded row, grad_scale 0.5"),
+    "moeut_dense_first_shared_softmax_bias": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=4, d_head=4, ff_n_experts=6, ff_expert_size=6, ff_k=2,
+                  att_n_experts=3, att_k=1, group_size=1, lm_head_bias=False, out_norm_affine=True,
+                  n_dense_first=2, d_ff=18, n_shared_experts=1, router="softmax", balance="bias"),
+        dict(B=2, T=8, rows=[9, 6], answer_only=False, grad_scale=1.0), 1313,
+        "MoE variants: two dense first applications (d_ff 18 = (ff_k + n_shared_experts) * ff_expert_size, the "
+        "default, written explicitly), then one MoEUT layer applied twice with 1 shared expert and a softmax router "
+        "(probabilities at the top-K, not renormalised) with bias balancing (balance_gamma left at its default); "
+        "D=4 -> n_rot=2, one padded row"),
     "dense_tiny_on": (
         dense_cfg(n_tokens=40, d_model=16, n_layers=2, n_heads=2, d_head=8, d_ff=40, lm_head_bias=True,
                   out_norm_affine=True),
@@ -159,15 +185,35 @@ def step_inputs(targets, loss_mask):
     return valid, torch.where(valid & loss_mask, targets, torch.full_like(targets, -1))
 
 
+# std of the random expert_bias of a balance "bias" fixture, by router: comparable to the spread of the scores it is
+# added to (sigmoid values of logits of std ~2; softmax probabilities over E ~ 6 experts), so that it changes selections
+EXPERT_BIAS_STD = {"sigmoid": 0.25, "softmax": 0.1}
+
+
 @torch.no_grad()
 def fixture_weights(model, gen):
     """Random weights with O(1) activations: routers sharp enough that top-k is decided by clear margins, attention
-    far from uniform, non-trivial LayerNorm affines and biases."""
+    far from uniform, non-trivial LayerNorm affines and biases. Order of the draws: embedding, head, final norm, the
+    dense prefix (MoEUT with n_dense_first), the layers; a draw exists only for a tensor the config has."""
     cfg = model.cfg
     C = cfg["d_model"]
 
     def normal(t, std, mean=0.0):
         t.copy_(torch.randn(t.shape, generator=gen, dtype=torch.float64) * std + mean)
+
+    def dense_layer(layer):
+        for ln in (layer.ln1, layer.ln2):
+            normal(ln.weight, 0.2, 1.0)
+            normal(ln.bias, 0.2)
+        a, f = layer.attention, layer.ffn
+        for lin in (a.q, a.k):
+            normal(lin.weight, 1.5 / math.sqrt(C))
+        normal(a.v.weight, 1.0 / math.sqrt(C))
+        normal(a.o.weight, 1.0 / math.sqrt(a.o.weight.shape[1]))
+        normal(f.linear1.weight, 1.0 / math.sqrt(C))
+        normal(f.linear1.bias, 0.1)
+        normal(f.linear2.weight, 1.0 / math.sqrt(f.linear2.weight.shape[1]))
+        normal(f.linear2.bias, 0.1)
 
     normal(model.embedding.weight, 1.0)
     normal(model.lm_head.weight, 1.0 / math.sqrt(C))
@@ -176,35 +222,54 @@ def fixture_weights(model, gen):
     if model.out_norm.weight is not None:
         normal(model.out_norm.weight, 0.2, 1.0)
         normal(model.out_norm.bias, 0.2)
+    for layer in model.transformer.dense_layers:
+        dense_layer(layer)
     for layer in model.transformer.layers:
+        if cfg["arch"] != "moeut":
+            dense_layer(layer)
+            continue
         for ln in (layer.ln1, layer.ln2):
             normal(ln.weight, 0.2, 1.0)
             normal(ln.bias, 0.2)
-        if cfg["arch"] == "moeut":
-            att, ffn = layer.attention, layer.ffn
-            D, S = cfg["d_head"], cfg["ff_expert_size"]
-            normal(att.q.weight, 1.5 / math.sqrt(C))
-            normal(att.k.weight, 1.5 / math.sqrt(C))
-            normal(att.v, 1.0 / math.sqrt(C))
-            normal(att.o, 1.0 / math.sqrt(D))
-            normal(att.sel_v, 2.0 / math.sqrt(C))
-            normal(att.sel_o, 2.0 / math.sqrt(C))
-            normal(ffn.keys, 1.0 / math.sqrt(C))
-            normal(ffn.values, 1.0 / math.sqrt(S))
-            normal(ffn.expert_sel, 2.0 / math.sqrt(C))
-        else:
-            a, f = layer.attention, layer.ffn
-            for lin in (a.q, a.k):
-                normal(lin.weight, 1.5 / math.sqrt(C))
-            normal(a.v.weight, 1.0 / math.sqrt(C))
-            normal(a.o.weight, 1.0 / math.sqrt(a.o.weight.shape[1]))
-            normal(f.linear1.weight, 1.0 / math.sqrt(C))
-            normal(f.linear1.bias, 0.1)
-            normal(f.linear2.weight, 1.0 / math.sqrt(cfg["d_ff"]))
-            normal(f.linear2.bias, 0.1)
+        att, ffn = layer.attention, layer.ffn
+        D, S = cfg["d_head"], cfg["ff_expert_size"]
+        normal(att.q.weight, 1.5 / math.sqrt(C))
+        normal(att.k.weight, 1.5 / math.sqrt(C))
+        normal(att.v, 1.0 / math.sqrt(C))
+        normal(att.o, 1.0 / math.sqrt(D))
+        normal(att.sel_v, 2.0 / math.sqrt(C))
+        normal(att.sel_o, 2.0 / math.sqrt(C))
+        normal(ffn.keys, 1.0 / math.sqrt(C))
+        normal(ffn.values, 1.0 / math.sqrt(S))
+        normal(ffn.expert_sel, 2.0 / math.sqrt(C))
+        if ffn.n_shared > 0:
+            normal(ffn.shared_keys, 1.0 / math.sqrt(C))
+            normal(ffn.shared_values, 1.0 / math.sqrt(S))
+        if ffn.expert_bias is not None:
+            normal(ffn.expert_bias, EXPERT_BIAS_STD[ffn.router])
     # Round to f32: the stored weights are F32, and the twin computes from exactly those values.
-    for p in model.parameters():
+    for p in list(model.parameters()) + list(model.buffers()):
         p.copy_(p.float().double())
+
+
+@torch.no_grad()
+def bias_changed_selections(model, inputs, valid):
+    """For a balance "bias" model: how many (layer application, valid position) top-K sets differ from those of the
+    same model with expert_bias = 0, and the total number compared."""
+    _, hist = model(inputs)
+    saved = [layer.ffn.expert_bias.clone() for layer in model.transformer.layers]
+    for layer in model.transformer.layers:
+        layer.ffn.expert_bias.zero_()
+    _, hist0 = model(inputs)
+    for layer, b in zip(model.transformer.layers, saved):
+        layer.ffn.expert_bias.copy_(b)
+    changed = total = 0
+    for lh, lh0 in zip(hist, hist0):
+        for s, s0 in zip(lh["ffn_sel"], lh0["ffn_sel"]):
+            diff = (s.sort(-1).values != s0.sort(-1).values).any(-1)[valid]
+            changed += int(diff.sum())
+            total += int(diff.numel())
+    return changed, total
 
 
 def build_fixture(name, out_dir):
@@ -226,6 +291,13 @@ def build_fixture(name, out_dir):
     else:
         raise SystemExit(f"{name}: no draw with routing margin > {ROUTING_MARGIN} in {MAX_ATTEMPTS} attempts")
 
+    extra_meta = {}
+    if cfg.get("balance") == "bias":  # the bias must really change the routing (else the fixture could not see it)
+        changed, total = bias_changed_selections(model, inputs, valid)
+        if changed == 0:
+            raise SystemExit(f"{name}: the expert_bias changes no selection")
+        extra_meta["bias_changed_selections"] = f"{changed}/{total}"
+
     model.zero_grad()
     res = twin.objective(model, inputs, ce_targets, valid, spec["grad_scale"])
     res["total"].backward()
@@ -244,11 +316,12 @@ def build_fixture(name, out_dir):
         "reg_att": one(res["reg_att"]),
         "total": one(res["total"]),
     }
-    for n, p in model.named_parameters():
+    for n, p in model.named_parameters():  # parameters only: the expert_bias buffer has no gradient
         expected["grad." + n] = p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
     st_io.save(os.path.join(out_dir, "expected.safetensors"), expected,
                {"generator": "tests/reference/gen_fixtures.py", "torch": torch.__version__,
-                "routing_margin": repr(r_margin), "relu_margin": repr(u_margin), "seed": str(seed * 1000 + attempt)})
+                "routing_margin": repr(r_margin), "relu_margin": repr(u_margin), "seed": str(seed * 1000 + attempt),
+                **extra_meta})
     # batch.json in the format of bin/inspect: targets are the real next tokens (-1 = none; valid = targets >= 0) and
     # loss_mask selects the counted ones (the CE counts targets >= 0 with loss_mask 1)
     batch = {"inputs": inputs.tolist(), "targets": targets.tolist(), "loss_mask": loss_mask.int().tolist()}
@@ -262,7 +335,8 @@ def build_fixture(name, out_dir):
         f.write("\n")
     print(f"{name}: attempt {attempt}, routing margin {r_margin:.3g}, relu margin {u_margin:.3g}, "
           f"ce {float(res['ce']):.6f}, reg_ffn {float(res['reg_ffn']):.6f}, reg_att {float(res['reg_att']):.6f}, "
-          f"{sum(p.numel() for p in model.parameters())} params")
+          f"{sum(p.numel() for p in model.parameters())} params" +
+          (f", bias changes {extra_meta['bias_changed_selections']} selections" if extra_meta else ""))
 
 
 CHECK_RTOL = 1e-12

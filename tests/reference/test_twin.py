@@ -8,7 +8,12 @@
   * sigma-MoE with K = E equals the dense formula (spec §8.3.3); RoPE scores depend only on p - p' (§8.3.5);
   * the fp32 RoPE inverse frequencies equal the C recipe 1.0f / powf(base, (float)(2i) / (float)n_rot);
   * the LR schedule values of spec §8.3.10, and the closed form against torch's CosineAnnealingLR;
-  * safetensors round trip.
+  * safetensors round trip;
+  * MoE-variant switches: finite differences for shared-expert / dense-prefix / biased-router models; shared experts
+    = routed output + hand-computed sum ReLU(x1 Ks) Vs, outside the router and the load counts; expert_bias changes
+    selections, never gates, a zero bias is exactly the unbiased model, the update rule on hand-made counts; the dense
+    prefix equals DenseLayer applied to the same weights, application order, R; parameter counts of the fixture
+    configs against a closed formula, state_dict order and config JSON keys.
 Exit status 0 when every check passes; prints one line per check.
 """
 import ctypes
@@ -238,6 +243,11 @@ def main():
     lr_checks()
     st_roundtrip()
     switch_balance_checks()
+    variant_fd_checks()
+    shared_expert_checks()
+    expert_bias_checks()
+    dense_prefix_checks()
+    variant_count_checks()
     if failures:
         print(f"test_twin: {len(failures)} check(s) FAILED: {', '.join(failures)}")
         sys.exit(1)
@@ -256,6 +266,316 @@ def switch_balance_checks():
     peaked[..., 0] = 1e4
     sel0 = torch.zeros(B, T, K, dtype=torch.long)
     check("switch loss of a collapsed router is E", abs(float(twin.switch_balance_loss(peaked, sel0, None)) - E) < 1e-9)
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# MoE-variant switches: n_shared_experts, n_dense_first, balance "bias"
+# -----------------------------------------------------------------------------------------------------------------
+def _variant_cfg(**kw):
+    base = dict(n_tokens=24, d_model=12, n_layers=4, n_heads=2, d_head=6, ff_n_experts=5, ff_expert_size=4, ff_k=2,
+                att_n_experts=3, att_k=2, group_size=2, lm_head_bias=True, out_norm_affine=True)
+    base.update(kw)
+    return gen_fixtures.moeut_cfg(**base)
+
+
+def _random_fill(module, gen, scale=1.0):
+    with torch.no_grad():
+        for t in list(module.parameters()) + list(module.buffers()):
+            t.copy_(torch.randn(t.shape, generator=gen, dtype=torch.float64) * scale)
+
+
+def _set_ln(layer):
+    with torch.no_grad():
+        for ln in (layer.ln1, layer.ln2):
+            ln.weight.fill_(1.0)
+            ln.bias.zero_()
+
+
+def variant_fd_checks():
+    fd_gradcheck("MoEUT 2 shared experts, sigmoid renorm + expert_bias, padding, answer-only",
+                 _variant_cfg(n_shared_experts=2, router="sigmoid", router_renorm=True, balance="bias"),
+                 dict(B=3, T=7, rows=[8, 5, 2], answer_only=True, grad_scale=1.0), 21)
+    fd_gradcheck("MoEUT dense prefix n=1 (L=3, Gs=2), entropy balancing",
+                 _variant_cfg(n_layers=3, n_dense_first=1, d_ff=10),
+                 dict(B=2, T=6, rows=[7, 4], answer_only=False, grad_scale=0.5), 22)
+    fd_gradcheck("MoEUT dense prefix n=2, Gs=1, 1 shared expert, softmax + expert_bias",
+                 _variant_cfg(n_layers=3, group_size=1, n_dense_first=2, n_shared_experts=1, router="softmax",
+                              balance="bias", lm_head_bias=False),
+                 dict(B=2, T=6, rows=[7, 5], answer_only=True, grad_scale=1.0), 23)
+
+
+def shared_expert_checks():
+    """y = x1 + f_routed + sum_s ReLU(x1 @ Ks[s]) @ Vs[s]: against the same layer without shared experts (same
+    weights) plus the sum computed here by hand; the router, its logits and the load counts ignore shared experts."""
+    gen = torch.Generator().manual_seed(31)
+    cfg = _variant_cfg(n_shared_experts=2)
+    layer = twin.MoEUTLayer(cfg).double()
+    _random_fill(layer, gen, 0.5)
+    _set_ln(layer)
+    plain = twin.MoEUTLayer(dict(cfg, n_shared_experts=0)).double()
+    missing = plain.load_state_dict(layer.state_dict(), strict=False)
+    B, T, C = 2, 5, cfg["d_model"]
+    x = torch.randn(B, T, C, generator=gen, dtype=torch.float64)
+    n_rot = twin.n_rot_of(cfg["d_head"])
+    cos, sin = twin.rope_tables(T, n_rot, torch.float64)
+    x1s = []
+    hook = layer.ffn.register_forward_hook(lambda m, inp, out: x1s.append(inp[0].detach()))
+    y, _, (l, sel) = layer(x, cos, sin, n_rot)
+    hook.remove()
+    y0, _, (l0, sel0) = plain(x, cos, sin, n_rot)
+    x1 = x1s[0]
+    Ks, Vs = layer.ffn.shared_keys.detach(), layer.ffn.shared_values.detach()
+    hand = torch.zeros(B, T, C, dtype=torch.float64)
+    for b in range(B):
+        for t in range(T):
+            for k in range(Ks.shape[0]):
+                hand[b, t] += torch.clamp(x1[b, t] @ Ks[k], min=0) @ Vs[k]
+    err = float((y.detach() - (y0.detach() + hand)).abs().max())
+    check("shared experts: layer output = routed output + sum_s ReLU(x1 Ks_s) Vs_s (raw x1, gate 1)",
+          err < 1e-12 and float(hand.abs().max()) > 1e-2 and missing.unexpected_keys == [
+              "ffn.shared_keys", "ffn.shared_values"], f"max err {err:.1e}")
+    check("shared experts: router logits and selections unchanged", torch.equal(l, l0) and torch.equal(sel, sel0))
+    hist = [{"ffn_sel": [sel, sel]}]
+    valid = torch.ones(B, T, dtype=torch.bool)
+    valid[1, 3:] = False
+    c = twin.expert_load_counts(hist, valid, cfg["ff_n_experts"])[0]
+    check("shared experts: load counts hold only routed slots (sum = K * valid positions * R)",
+          int(c.sum()) == cfg["ff_k"] * int(valid.sum()) * 2)
+
+
+def expert_bias_checks():
+    gen = torch.Generator().manual_seed(41)
+    E, K, C = 6, 2, 8
+    # routing of a lone SigmaMoE: biased vs unbiased, for each router
+    for router, renorm in (("sigmoid", False), ("softmax", False), ("sigmoid", True), ("softmax", True)):
+        moe = twin.SigmaMoE(C, E, 4, K, router, renorm, 0, True).double()
+        _random_fill(moe, gen, 0.5)
+        l = torch.randn(40, E, generator=gen, dtype=torch.float64) * 2
+        with torch.no_grad():
+            moe.expert_bias.copy_(torch.randn(E, generator=gen, dtype=torch.float64) *
+                                  gen_fixtures.EXPERT_BIAS_STD[router])
+        idx_b, w_b, ranked = moe.route(l)
+        scores = torch.softmax(l, -1) if router == "softmax" else torch.sigmoid(l)
+        with torch.no_grad():
+            saved = moe.expert_bias.clone()
+            moe.expert_bias.zero_()
+        idx_0, w_0, _ = moe.route(l)
+        with torch.no_grad():
+            moe.expert_bias.copy_(saved)
+        sb, s0 = idx_b.sort(-1).values, idx_0.sort(-1).values
+        changed = (sb != s0).any(-1)
+        # the selection is the top-K of score + bias (brute force)
+        rk = scores + saved
+        chosen = torch.zeros_like(rk, dtype=torch.bool).scatter(-1, idx_b, True)
+        topk_ok = bool((rk.masked_fill(~chosen, math.inf).min(-1).values >
+                        rk.masked_fill(chosen, -math.inf).max(-1).values).all())
+        # gates: the unbiased scores at the chosen experts (renormalised over them iff renorm)
+        g = scores.gather(-1, idx_b)
+        if renorm:
+            g = g / g.sum(-1, keepdim=True)
+        gates_ok = torch.equal(w_b, g)
+        if not renorm:  # an expert selected with and without the bias has exactly the same gate
+            same = True
+            for n in range(l.shape[0]):
+                for j in range(K):
+                    hit = (idx_0[n] == idx_b[n, j]).nonzero()
+                    if hit.numel() and float(w_0[n, hit[0, 0]]) != float(w_b[n, j]):
+                        same = False
+        else:  # the set decides the normaliser: an unchanged set keeps its gates exactly
+            same = torch.equal(w_b.gather(-1, idx_b.argsort(-1))[~changed], w_0.gather(-1, idx_0.argsort(-1))[~changed])
+        check(f"expert_bias ({router}{', renorm' if renorm else ''}): changes selections "
+              f"({int(changed.sum())}/{changed.numel()}), top-K of score + b, gates from the unbiased scores, a kept "
+              f"expert keeps its gate", bool(changed.any()) and topk_ok and gates_ok and same)
+        log = []
+        x1 = torch.randn(3, 4, C, generator=gen, dtype=torch.float64)
+        _, lf, _ = moe(x1, torch.randn(3, 4, C, generator=gen, dtype=torch.float64), log)
+        sf = torch.softmax(lf, -1) if router == "softmax" else torch.sigmoid(lf)
+        ffn_logged = [t for kind, t, _ in log if kind == "ffn"]
+        check(f"expert_bias ({router}{', renorm' if renorm else ''}): the margin check sees score + b",
+              torch.equal(ranked.detach(), scores + saved) and len(ffn_logged) == 1 and
+              torch.equal(ffn_logged[0], (sf + saved).detach()))
+
+    # a bias of 0 is exactly the no-bias model (balance "none": no FFN loss either)
+    for router, renorm in (("sigmoid", True), ("softmax", False)):
+        cfg = _variant_cfg(n_shared_experts=1, router=router, router_renorm=renorm, balance="bias")
+        spec = dict(B=2, T=6, rows=[7, 4], answer_only=True, grad_scale=1.0)
+        g2 = torch.Generator().manual_seed(43)
+        inputs, tg, lm = gen_fixtures.make_batch(spec, cfg["n_tokens"], g2)
+        valid, targets = gen_fixtures.step_inputs(tg, lm)
+        m_b = twin.build_model(cfg).double()
+        gen_fixtures.fixture_weights(m_b, g2)
+        with torch.no_grad():
+            for layer in m_b.transformer.layers:
+                layer.ffn.expert_bias.zero_()
+        cfg_n = dict(cfg, balance="none")
+        m_n = twin.build_model(cfg_n).double()
+        m_n.load_state_dict({k: v for k, v in m_b.state_dict().items() if "expert_bias" not in k})
+        rb = twin.objective(m_b, inputs, targets, valid, 1.0)
+        rn = twin.objective(m_n, inputs, targets, valid, 1.0)
+        rb["total"].backward()
+        rn["total"].backward()
+        gn = dict(m_n.named_parameters())
+        ok = torch.equal(rb["logits"], rn["logits"]) and float(rb["total"]) == float(rn["total"]) and all(
+            torch.equal(p.grad, gn[k].grad) for k, p in m_b.named_parameters())
+        check(f"expert_bias = 0 gives exactly the unbiased model ({router}; logits, total, every gradient)", ok)
+        check(f"balance bias ({router}): reg_ffn = 0, coefficient 0; expert_bias is a buffer without gradient",
+              float(rb["reg_ffn"]) == 0.0 and twin.ffn_balance_coef(cfg) == 0.0 and
+              all("expert_bias" not in k for k, _ in m_b.named_parameters()) and
+              all(not layer.ffn.expert_bias.requires_grad for layer in m_b.transformer.layers) and
+              sum("expert_bias" in k for k in m_b.state_dict()) == cfg["group_size"])
+
+    # the update rule on hand-made counts: overloaded -gamma, underloaded +gamma, exactly-mean unchanged
+    gamma = 0.001
+    b = torch.tensor([0.5, -0.25, 0.125, 0.0, 1.0, -1.0], dtype=torch.float32)
+    counts = torch.tensor([5, 2, 3, 3, 1, 4])  # mean 3
+    want = torch.tensor([0.5 - gamma, -0.25 + gamma, 0.125, 0.0, 1.0 + gamma, -1.0 - gamma], dtype=torch.float32)
+    got = twin.update_expert_bias(b.clone(), counts, gamma)
+    check("bias update: b -= gamma sign(c - mean c) on hand-made counts (mean 3: 5,4 -gamma; 2,1 +gamma; 3 kept)",
+          torch.equal(got, want), f"{got.tolist()}")
+    got2 = twin.update_expert_bias(torch.zeros(3, dtype=torch.float64), torch.tensor([1, 1, 2]), 0.5)  # mean 4/3
+    got3 = twin.update_expert_bias(torch.zeros(4, dtype=torch.float64), torch.tensor([7, 7, 7, 7]), 0.5)
+    check("bias update: non-integer mean (1,1,2 -> +,+,-) and all equal (unchanged)",
+          got2.tolist() == [0.5, 0.5, -0.5] and got3.tolist() == [0.0] * 4)
+    # the counts: over the R applications and the valid positions only, shared experts not included
+    sel_a = torch.tensor([[[0, 1], [2, 1], [3, 0]]])  # [B=1,T=3,K=2]
+    sel_b = torch.tensor([[[1, 4], [4, 0], [2, 2]]])
+    valid = torch.tensor([[True, True, False]])
+    c = twin.expert_load_counts([{"ffn_sel": [sel_a, sel_b]}], valid, 5)[0]
+    check("bias update: counts over R applications and valid positions", c.tolist() == [2, 3, 1, 0, 2],
+          f"{c.tolist()}")
+    # expert_bias_step on a model uses the config's balance_gamma and each layer's own counts
+    cfg = _variant_cfg(router="sigmoid", balance="bias", balance_gamma=0.25, group_size=2)
+    m = twin.build_model(cfg).double()
+    counts = [torch.tensor([4, 0, 2, 2, 2]), torch.tensor([1, 1, 1, 1, 6])]
+    twin.expert_bias_step(m, counts)
+    check("bias update: expert_bias_step per distinct layer with balance_gamma",
+          m.transformer.layers[0].ffn.expert_bias.tolist() == [-0.25, 0.25, 0.0, 0.0, 0.0] and
+          m.transformer.layers[1].ffn.expert_bias.tolist() == [0.25, 0.25, 0.25, 0.25, -0.25])
+
+
+def dense_prefix_checks():
+    """With n_dense_first = n, the first n applications equal twin.DenseLayer modules built from the dense config and
+    loaded with the same weights; then the MoEUT group in ABAB order, R = (L - n) / Gs histories per distinct layer."""
+    for n, L, Gs in ((1, 5, 2), (2, 4, 1)):
+        cfg = _variant_cfg(n_layers=L, group_size=Gs, n_dense_first=n, d_ff=14)
+        spec = dict(B=2, T=6, rows=[7, 5], answer_only=False, grad_scale=1.0)
+        gen = torch.Generator().manual_seed(50 + n)
+        inputs, _, _ = gen_fixtures.make_batch(spec, cfg["n_tokens"], gen)
+        model = twin.build_model(cfg).double()
+        gen_fixtures.fixture_weights(model, gen)
+        calls, outs = [], []
+        names = {id(m): f"d{i}" for i, m in enumerate(model.transformer.dense_layers)}
+        names.update({id(m): f"m{i}" for i, m in enumerate(model.transformer.layers)})
+        def hook(m, inp, out):
+            calls.append(names[id(m)])
+            outs.append(out)
+
+        hooks = [mod.register_forward_hook(hook)
+                 for mod in list(model.transformer.dense_layers) + list(model.transformer.layers)]
+        with torch.no_grad():
+            _, hist = model(inputs)
+        for hk in hooks:
+            hk.remove()
+        want = [f"d{a}" for a in range(n)] + [f"m{(a - n) % Gs}" for a in range(n, L)]
+        check(f"dense prefix n={n}, L={L}, Gs={Gs}: application order {want}", calls == want, f"{calls}")
+        check(f"dense prefix n={n}: R = (L - n)/Gs = {(L - n) // Gs} histories per distinct layer, none for the prefix",
+              len(hist) == Gs and all(len(hl["ffn"]) == (L - n) // Gs and len(hl["att_o"]) == (L - n) // Gs
+                                      for hl in hist))
+        dense_cfg = gen_fixtures.dense_cfg(n_tokens=cfg["n_tokens"], d_model=cfg["d_model"], n_layers=n,
+                                           n_heads=cfg["n_heads"], d_head=cfg["d_head"], d_ff=14,
+                                           lm_head_bias=True, out_norm_affine=True)
+        with torch.no_grad():
+            h = model.embedding(inputs)
+            n_rot = twin.n_rot_of(cfg["d_head"])
+            cos, sin = twin.rope_tables(inputs.shape[1], n_rot, torch.float64)
+            worst = 0.0
+            for a in range(n):
+                ref = twin.DenseLayer(dense_cfg).double()
+                ref.load_state_dict(model.transformer.dense_layers[a].state_dict())
+                h = ref(h, cos, sin, n_rot)
+                worst = max(worst, float((h - outs[a]).abs().max()))
+        check(f"dense prefix n={n}: the first n applications equal twin.DenseLayer on the same weights",
+              worst == 0.0, f"max diff {worst:.1e}")
+    cfg = _variant_cfg(n_shared_experts=1, n_dense_first=1, n_layers=3)
+    del cfg["d_ff"]
+    lin1 = twin.build_model(cfg).transformer.dense_layers[0].ffn.linear1
+    check("dense prefix: d_ff default (ff_k + n_shared_experts) * ff_expert_size",
+          twin.dense_prefix_d_ff(cfg) == 12 and lin1.out_features == 12 and '"d_ff": 12' in twin.config_json(cfg))
+
+
+def param_count_formula(cfg):
+    """Parameters of a MoEUT config written from the spec (buffers not counted)."""
+    V, C = cfg["n_tokens"], cfg["d_model"]
+    H, D, EA = cfg["n_heads"], cfg["d_head"], cfg["att_n_experts"]
+    E, S, Ks = cfg["ff_n_experts"], cfg["ff_expert_size"], cfg.get("n_shared_experts", 0)
+    n, Gs = cfg.get("n_dense_first", 0), cfg["group_size"]
+    d_ff = cfg.get("d_ff") or (cfg["ff_k"] + Ks) * S
+    ln = 2 * C
+    dense_layer = 4 * H * D * C + (C * d_ff + d_ff) + (d_ff * C + C) + 2 * ln
+    attention = 2 * H * D * C + H * EA * C * D + H * EA * D * C + 2 * H * EA * C
+    ffn = E * C * S + E * S * C + E * C + Ks * (C * S + S * C)
+    moe_layer = attention + ffn + 2 * ln
+    head = V * C + (V if cfg["lm_head_bias"] else 0) + (2 * C if cfg["out_norm_affine"] else 0)
+    return V * C + n * dense_layer + Gs * moe_layer + head
+
+
+def spec_state_dict_names(cfg):
+    """The state_dict order the spec prescribes, written out by hand."""
+    n, Gs = cfg.get("n_dense_first", 0), cfg["group_size"]
+    names = ["embedding.weight"]
+    for i in range(n):
+        p = f"transformer.dense_layers.{i}."
+        names += [p + s for s in ("attention.q.weight", "attention.k.weight", "attention.v.weight",
+                                  "attention.o.weight", "ffn.linear1.weight", "ffn.linear1.bias", "ffn.linear2.weight",
+                                  "ffn.linear2.bias", "ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias")]
+    for i in range(Gs):
+        p = f"transformer.layers.{i}."
+        # attention as today: SwitchHead's own tensors, then its q/k Linear children
+        names += [p + "attention." + s for s in ("v", "o", "sel_v", "sel_o", "q.weight", "k.weight")]
+        names += [p + "ffn.keys", p + "ffn.values", p + "ffn.expert_sel"]
+        if cfg.get("n_shared_experts", 0) > 0:
+            names += [p + "ffn.shared_keys", p + "ffn.shared_values"]
+        if cfg.get("balance") == "bias":
+            names += [p + "ffn.expert_bias"]
+        names += [p + s for s in ("ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias")]
+    if cfg["out_norm_affine"]:
+        names += ["out_norm.weight", "out_norm.bias"]
+    names += ["lm_head.weight"] + (["lm_head.bias"] if cfg["lm_head_bias"] else [])
+    return names
+
+
+def variant_count_checks():
+    new_keys = ("n_shared_experts", "n_dense_first", "d_ff", "balance_gamma")
+    for name in ("moeut_shared_bias", "moeut_dense_first", "moeut_dense_first_shared_softmax_bias"):
+        cfg = gen_fixtures.FIXTURES[name][0]
+        model = twin.build_model(cfg)
+        got = sum(p.numel() for p in model.parameters())
+        want = param_count_formula(cfg)
+        check(f"{name}: {got} parameters = closed formula {want}", got == want)
+        check(f"{name}: state_dict order as the spec", list(model.state_dict()) == spec_state_dict_names(cfg))
+        j = twin.json.loads(twin.config_json(cfg))
+        check(f"{name}: config JSON carries the keys it sets ({', '.join(k for k in new_keys if k in j)})",
+              all((k in j) == (k in cfg and (k != "d_ff" or cfg.get("n_dense_first", 0) > 0)) for k in new_keys) and
+              "entropy_reg" not in j if cfg.get("balance") == "bias" else True)
+    old = [n for n, (c, *_) in gen_fixtures.FIXTURES.items()
+           if not any(k in c for k in ("n_shared_experts", "n_dense_first", "balance_gamma"))]
+    check(f"configs without the new switches carry none of their keys ({len(old)} fixtures)",
+          all(not any(k in twin.json.loads(twin.config_json(gen_fixtures.FIXTURES[n][0])) for k in new_keys
+                      if not (k == "d_ff" and gen_fixtures.FIXTURES[n][0]["arch"] == "dense")) for n in old))
+    # reference_init of the new tensors: shared experts like the routed ones, dense prefix as the dense model
+    cfg = _variant_cfg(d_model=64, n_heads=4, d_head=16, ff_n_experts=8, ff_expert_size=32, n_shared_experts=2,
+                       n_dense_first=1, n_layers=5, d_ff=96, balance="bias", router="sigmoid")
+    model = twin.build_model(cfg)
+    twin.reference_init(model, torch.Generator().manual_seed(9))
+    s = math.sqrt(2.0 / 5)
+    lay, dl = model.transformer.layers[0].ffn, model.transformer.dense_layers[0]
+    ratios = [float(lay.shared_keys.std()) / (s / 8), float(lay.shared_values.std()) / (s / 16),
+              float(dl.ffn.linear1.weight.std()) / (s / 8), float(dl.ffn.linear2.weight.std()) / (s / math.sqrt(96)),
+              float(dl.attention.o.weight.std()) / (s / 8)]
+    check("reference_init: shared experts and dense prefix at their stds (L = every application), bias 0",
+          all(abs(r - 1) < 0.1 for r in ratios) and float(lay.expert_bias.abs().max()) == 0.0 and
+          float(dl.ffn.linear1.bias.abs().max()) == 0.0 and float(dl.ln1.weight.min()) == 1.0,
+          " ".join(f"{r:.3f}" for r in ratios))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,13 @@ Semantics (DM-math version):
     sum (GShard, Mixtral's softmax over the top-K logits; DeepSeek-V3's normalised sigmoid); balance "switch" replaces
     the FFN entropy regularizer by Fedus et al.'s alpha * E * sum_i f_i P_i per layer application (f: fraction of the
     K*n routed slots per expert, not differentiated; P: mean softmax probability; over the valid positions), "none"
-    by nothing.
+    by nothing. balance "bias" (DeepSeek-V3 §2.1.2, Wang et al. 2024, auxiliary-loss-free): a per-layer BUFFER
+    expert_bias[E] is added to the scores (sigmoid or softmax of the logits) for the top-K selection only, the gates
+    are those of the unbiased scores; no FFN balancing loss; after an optimizer step b_e -= gamma * sign(c_e - mean c)
+    (update_expert_bias). n_shared_experts K_s (DeepSeekMoE §3.2 eq. 9): K_s always-on experts of size S, gate 1,
+    reading the raw x1, outside the router and the balancing statistics (y = x1 + f_routed + f_shared).
+    n_dense_first n: the first n layer applications are dense pre-LN layers (DenseLayer, width d_ff) with their own
+    weights (transformer.dense_layers.{i}); application a >= n uses MoEUT layer (a - n) % Gs.
   * Loss: CE over targets != -1, mean over the counted ones; regularizers in the masked [B,B]-broadcast form of the
     reference code (log_softmax, masked logsumexp over the [B, R*T] axis, minus log(cnt) broadcast [B,..]-[B,1,..]),
     history of the R applications of each distinct module concatenated along time.
@@ -42,7 +48,20 @@ MOEUT_KEYS = [
 ]
 # MoE-variant switches: written only when the config sets them, so configs without them keep their exact bytes
 # (model_config.c reads their defaults: router "sigmoid", router_renorm false, balance "entropy").
-MOEUT_SWITCH_KEYS = ["router", "router_renorm", "balance", "balance_alpha"]
+# n_shared_experts, n_dense_first and balance_gamma likewise; d_ff is written only when n_dense_first > 0 (the dense
+# prefix's width; MOEUT_KEYS has no d_ff).
+MOEUT_SWITCH_KEYS = ["router", "router_renorm", "balance", "balance_alpha", "balance_gamma", "n_shared_experts",
+                     "n_dense_first"]
+BALANCES = ("entropy", "switch", "none", "bias")
+BALANCE_GAMMA_DEFAULT = 0.001
+
+
+def dense_prefix_d_ff(cfg):
+    """Width of the dense-prefix FFNs of a MoEUT config: d_ff when given (nonzero), else the C default
+    (ff_k + n_shared_experts) * ff_expert_size (the active expert width)."""
+    if cfg.get("d_ff"):
+        return cfg["d_ff"]
+    return (cfg["ff_k"] + cfg.get("n_shared_experts", 0)) * cfg["ff_expert_size"]
 
 
 def n_rot_of(d_head):
@@ -175,31 +194,45 @@ class SwitchHead(nn.Module):
 
 
 class SigmaMoE(nn.Module):
-    def __init__(self, C, E, S, K, router="sigmoid", renorm=False):
+    def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False):
         super().__init__()
         self.C, self.E, self.S, self.K = C, E, S, K
         self.router, self.renorm = router, bool(renorm)
+        self.n_shared = int(n_shared)
+        # registration order = state_dict order: keys, values, expert_sel, shared_keys, shared_values, expert_bias
         self.keys = nn.Parameter(torch.empty(E, C, S))
         self.values = nn.Parameter(torch.empty(E, S, C))
         self.expert_sel = nn.Parameter(torch.empty(E, C))
+        if self.n_shared > 0:
+            self.shared_keys = nn.Parameter(torch.empty(self.n_shared, C, S))
+            self.shared_values = nn.Parameter(torch.empty(self.n_shared, S, C))
+        if bias_balance:
+            self.register_buffer("expert_bias", torch.zeros(E))  # a buffer: no gradient, not trained
+        else:
+            self.expert_bias = None
+
+    def route(self, l):
+        """Routing of logits l[..., E]: (idx[..., K] chosen experts, w[..., K] gates, ranked[..., E] the quantity the
+        top-K ranks). scores = sigmoid(l) or softmax(l) over E; ranked = scores (+ expert_bias with balance "bias");
+        gates = scores at idx (never the bias), divided by their sum iff router_renorm."""
+        scores = torch.softmax(l, dim=-1) if self.router == "softmax" else torch.sigmoid(l)
+        ranked = scores if self.expert_bias is None else scores + self.expert_bias
+        with torch.no_grad():
+            idx = ranked.topk(self.K, dim=-1, sorted=False).indices
+        w = scores.gather(-1, idx)
+        if self.renorm:
+            w = w / w.sum(-1, keepdim=True)
+        return idx, w, ranked
 
     def forward(self, x1, xs, route_log=None):
-        """keys read the raw x1, the router reads xs = LN2(x1). Returns f[B,T,C], raw router logits l[B,T,E] and the
-        selection idx[B,T,K]."""
+        """keys read the raw x1, the router reads xs = LN2(x1). Returns the ROUTED output f[B,T,C], raw router logits
+        l[B,T,E] and the selection idx[B,T,K] (shared experts: shared_forward)."""
         B, T, C = x1.shape
         N, K = B * T, self.K
         l = F.linear(xs, self.expert_sel)  # [B,T,E]
-        if self.router == "softmax":
-            scores = torch.softmax(l, dim=-1)
-            with torch.no_grad():
-                idx = scores.topk(K, dim=-1, sorted=False).indices
-            w = scores.gather(-1, idx)
-        else:
-            idx, w = topk_sigmoid(l, K)  # [B,T,K]
-        if self.renorm:
-            w = w / w.sum(-1, keepdim=True)
-        if route_log is not None:
-            route_log.append(("ffn", l.detach(), K))
+        idx, w, ranked = self.route(l)  # [B,T,K]
+        if route_log is not None:  # the margin check looks at what the top-K ranks: the logits unless biased
+            route_log.append(("ffn", (l if self.expert_bias is None else ranked).detach(), K))
         sel = idx.reshape(-1)  # [N*K], entry (n,j) at n*K + j
         entry = torch.arange(N * K, device=x1.device)
         u = cvmm(x1.reshape(N, C), entry // K, sel, self.keys)  # [N*K, S]
@@ -209,6 +242,21 @@ class SigmaMoE(nn.Module):
         f = (w.reshape(N * K, 1) * y).view(N, K, C).sum(1)
         return f.view(B, T, C), l, idx
 
+    def shared_forward(self, x1, route_log=None):
+        """f_shared = sum_{s < K_s} ReLU(x1 @ shared_keys[s]) @ shared_values[s] (gate 1, raw x1), or None."""
+        if self.n_shared == 0:
+            return None
+        B, T, C = x1.shape
+        x = x1.reshape(B * T, C)
+        f = None
+        for s in range(self.n_shared):
+            u = x @ self.shared_keys[s]  # [N, S]
+            if route_log is not None:
+                route_log.append(("relu", u.detach(), None))
+            y = F.relu(u) @ self.shared_values[s]
+            f = y if f is None else f + y
+        return f.view(B, T, C)
+
 
 class MoEUTLayer(nn.Module):
     def __init__(self, cfg):
@@ -216,7 +264,8 @@ class MoEUTLayer(nn.Module):
         C = cfg["d_model"]
         self.attention = SwitchHead(C, cfg["n_heads"], cfg["d_head"], cfg["att_n_experts"], cfg["att_k"])
         self.ffn = SigmaMoE(C, cfg["ff_n_experts"], cfg["ff_expert_size"], cfg["ff_k"], cfg.get("router", "sigmoid"),
-                            cfg.get("router_renorm", False))
+                            cfg.get("router_renorm", False), cfg.get("n_shared_experts", 0),
+                            cfg.get("balance", "entropy") == "bias")
         self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
         self.ln2 = nn.LayerNorm(C, eps=LN_EPS)
 
@@ -224,25 +273,28 @@ class MoEUTLayer(nn.Module):
         xn = layer_norm(x, self.ln1)
         att, att_logits = self.attention(xn, x, cos, sin, n_rot, route_log)
         x1 = x + att
-        upd, ffn_logits, ffn_sel = self.ffn(x1, layer_norm(x1, self.ln2), route_log)
-        return x1 + upd, att_logits, (ffn_logits, ffn_sel)
+        f_routed, ffn_logits, ffn_sel = self.ffn(x1, layer_norm(x1, self.ln2), route_log)
+        f_shared = self.ffn.shared_forward(x1, route_log)
+        y = x1 + f_routed if f_shared is None else x1 + f_routed + f_shared
+        return y, att_logits, (ffn_logits, ffn_sel)
 
 
 class _Stack(nn.Module):
-    def __init__(self, layers):
+    def __init__(self, layers, dense_layers=()):
         super().__init__()
+        self.dense_layers = nn.ModuleList(dense_layers)  # MoEUT's dense prefix (registered first: state_dict order)
         self.layers = nn.ModuleList(layers)
 
 
 class _LMBase(nn.Module):
     """Embedding, layer stack under `transformer.layers`, final norm, head: the state_dict names of model.h."""
 
-    def __init__(self, cfg, layers):
+    def __init__(self, cfg, layers, dense_layers=()):
         super().__init__()
         self.cfg = dict(cfg)
         V, C = cfg["n_tokens"], cfg["d_model"]
         self.embedding = nn.Embedding(V, C)
-        self.transformer = _Stack(layers)
+        self.transformer = _Stack(layers, dense_layers)
         self.out_norm = nn.LayerNorm(C, eps=LN_EPS, elementwise_affine=bool(cfg["out_norm_affine"]))
         self.lm_head = nn.Linear(C, V, bias=bool(cfg["lm_head_bias"]))
         self.n_rot = n_rot_of(cfg["d_head"])
@@ -254,18 +306,37 @@ class _LMBase(nn.Module):
 class MoEUTLM(_LMBase):
     def __init__(self, cfg):
         assert cfg["arch"] == "moeut"
-        assert cfg["n_layers"] % cfg["group_size"] == 0
-        super().__init__(cfg, [MoEUTLayer(cfg) for _ in range(cfg["group_size"])])
+        n = cfg.get("n_dense_first", 0)
+        assert n >= 0 and cfg["n_layers"] - n > 0 and (cfg["n_layers"] - n) % cfg["group_size"] == 0
+        assert cfg.get("balance", "entropy") in BALANCES and cfg.get("router", "sigmoid") in ("sigmoid", "softmax")
+        assert "balance_gamma" not in cfg or cfg.get("balance") == "bias"
+        assert cfg.get("n_shared_experts", 0) >= 0
+        dense_cfg = dict(cfg, d_ff=dense_prefix_d_ff(cfg))
+        super().__init__(cfg, [MoEUTLayer(cfg) for _ in range(cfg["group_size"])],
+                         [DenseLayer(dense_cfg) for _ in range(n)])
+        self.n_dense_first = n
+
+    def layer_of(self, a):
+        """The module of layer application a: dense_layers[a] for a < n_dense_first, else the shared group's
+        layers[(a - n_dense_first) % group_size] (ABAB sharing)."""
+        n = self.n_dense_first
+        if a < n:
+            return self.transformer.dense_layers[a]
+        return self.transformer.layers[(a - n) % len(self.transformer.layers)]
 
     def forward(self, tokens, route_log=None):
-        """tokens[B,T] long -> logits[B,T,V], histories {distinct layer: {"ffn"|"att_o"|"att_v": [R x logits]}}."""
+        """tokens[B,T] long -> logits[B,T,V], histories {distinct MoEUT layer: {"ffn"|"ffn_sel"|"att_o"|"att_v":
+        [R x logits or selections]}} (R = (n_layers - n_dense_first) / group_size; the dense prefix has none)."""
         B, T = tokens.shape
         h = self.embedding(tokens)
         cos, sin = rope_tables(T, self.n_rot, h.dtype, h.device)
         layers = self.transformer.layers
         hist = [{"ffn": [], "ffn_sel": [], "att_o": [], "att_v": []} for _ in layers]
-        for a in range(self.cfg["n_layers"]):
-            i = a % len(layers)  # ABAB sharing
+        n = self.n_dense_first
+        for a in range(n):
+            h = self.transformer.dense_layers[a](h, cos, sin, self.n_rot, route_log)
+        for a in range(n, self.cfg["n_layers"]):
+            i = (a - n) % len(layers)  # ABAB sharing
             h, (lo, lv), (lf, sf) = layers[i](h, cos, sin, self.n_rot, route_log)
             hist[i]["ffn"].append(lf)
             hist[i]["ffn_sel"].append(sf)
@@ -390,6 +461,39 @@ def switch_balance_loss(logits, sel, valid):
     return E * (f * P).sum()
 
 
+def expert_load_counts(hist, valid, E):
+    """Per distinct MoEUT layer, c_e = the number of top-K selections of expert e summed over its R applications
+    (hist[i]["ffn_sel"], [B,T,K] each) and over the positions where valid[B,T] (None = all). Shared experts are not
+    routed and not counted. Returns a list of [E] int64 tensors."""
+    out = []
+    for layer_hist in hist:
+        c = torch.zeros(E, dtype=torch.long)
+        for sel in layer_hist["ffn_sel"]:
+            s = sel if valid is None else sel[valid]
+            c += torch.bincount(s.reshape(-1).cpu(), minlength=E)
+        out.append(c)
+    return out
+
+
+@torch.no_grad()
+def update_expert_bias(bias, counts, gamma):
+    """DeepSeek-V3 §2.1.2 / Wang et al. 2024: b_e <- b_e - gamma * sign(c_e - mean_e c) (sign 0 when equal), in
+    place. The sign is taken exactly in integers: sign(E * c_e - sum c) (mean c = sum c / E)."""
+    E = counts.numel()
+    sign = torch.sign(E * counts.to(torch.long) - counts.to(torch.long).sum())
+    bias.sub_(gamma * sign.to(device=bias.device, dtype=bias.dtype))
+    return bias
+
+
+@torch.no_grad()
+def expert_bias_step(model, counts):
+    """The after-optimizer-step update of every distinct MoEUT layer's expert_bias (balance "bias" only), with
+    counts = expert_load_counts summed over the step's micro-batches (training only)."""
+    gamma = model.cfg.get("balance_gamma", BALANCE_GAMMA_DEFAULT)
+    for layer, c in zip(model.transformer.layers, counts):
+        update_expert_bias(layer.ffn.expert_bias, c, gamma)
+
+
 def ffn_balance_coef(cfg):
     """The coefficient of reg_ffn in the objective, by cfg["balance"]."""
     balance = cfg.get("balance", "entropy")
@@ -430,11 +534,12 @@ def objective(model, inputs, targets, valid=None, grad_scale=1.0, route_log=None
 
 
 def min_routing_margin(route_log):
-    """Smallest gap, in logits, between the k-th and (k+1)-th largest router logit over every routing decision of a
-    forward (route_log entries: (kind, logits[..., E], k); "relu" entries are skipped). A tiny gap would make the
-    top-k choice precision-dependent."""
+    """Smallest gap between the k-th and (k+1)-th largest ranked value over every routing decision of a forward
+    (route_log entries: (kind, values[..., E], k); "relu" entries are skipped). The values are the logits, or
+    score + expert_bias for a balance "bias" FFN router (what its top-K ranks). A tiny gap would make the top-k choice
+    precision-dependent."""
     m = math.inf
-    for kind, l, k in route_log:
+    for kind, l, k in route_log:  # "ffn" entries of a biased router carry score + bias (what its top-K ranks)
         if kind == "relu" or k >= l.shape[-1]:
             continue
         top = l.topk(k + 1, dim=-1, sorted=True).values
@@ -489,6 +594,17 @@ def reference_init(model, gen=None):
     if model.out_norm.weight is not None:
         model.out_norm.weight.fill_(1.0)
         model.out_norm.bias.fill_(0.0)
+    def init_dense(layer):  # Linear weights N(0, 2/(L fan_in)) with L = every application, biases 0
+        for lin in (layer.attention.q, layer.attention.k, layer.attention.v, layer.attention.o,
+                    layer.ffn.linear1, layer.ffn.linear2):
+            normal(lin.weight, s / math.sqrt(lin.weight.shape[1]))
+            if lin.bias is not None:
+                lin.bias.fill_(0.0)
+
+    for layer in model.transformer.dense_layers:  # MoEUT's dense prefix: as the dense model
+        layer.ln1.weight.fill_(1.0), layer.ln1.bias.fill_(0.0)
+        layer.ln2.weight.fill_(1.0), layer.ln2.bias.fill_(0.0)
+        init_dense(layer)
     for layer in model.transformer.layers:
         layer.ln1.weight.fill_(1.0), layer.ln1.bias.fill_(0.0)
         layer.ln2.weight.fill_(1.0), layer.ln2.bias.fill_(0.0)
@@ -499,15 +615,16 @@ def reference_init(model, gen=None):
                 normal(t, s / math.sqrt(C))
             normal(att.o, s / math.sqrt(H * D))
             normal(ffn.values, s / math.sqrt(E * S))
+            if ffn.n_shared > 0:  # shared experts like the routed ones
+                normal(ffn.shared_keys, s / math.sqrt(C))
+                normal(ffn.shared_values, s / math.sqrt(E * S))
+            if ffn.expert_bias is not None:
+                ffn.expert_bias.zero_()
             _renorm_keep_std_rows(ffn.expert_sel)
             _renorm_rows(att.sel_v)
             _renorm_rows(att.sel_o)
         else:
-            for lin in (layer.attention.q, layer.attention.k, layer.attention.v, layer.attention.o,
-                        layer.ffn.linear1, layer.ffn.linear2):
-                normal(lin.weight, s / math.sqrt(lin.weight.shape[1]))
-                if lin.bias is not None:
-                    lin.bias.fill_(0.0)
+            init_dense(layer)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -523,6 +640,10 @@ def lr_at(i, lr, warmup, steps, min_lr_multiplier):
 
 
 def config_json(cfg):
-    """The model config as the JSON text stored in a checkpoint's __metadata__.config (every key of its arch)."""
+    """The model config as the JSON text stored in a checkpoint's __metadata__.config (every key of its arch; the
+    MoEUT switch keys only where the config sets them, d_ff only with a dense prefix)."""
     keys = MOEUT_KEYS + MOEUT_SWITCH_KEYS if cfg["arch"] == "moeut" else DENSE_KEYS
-    return json.dumps({k: cfg[k] for k in keys if k in cfg})
+    out = {k: cfg[k] for k in keys if k in cfg}
+    if cfg["arch"] == "moeut" and cfg.get("n_dense_first", 0) > 0:
+        out["d_ff"] = dense_prefix_d_ff(cfg)
+    return json.dumps(out)
