@@ -312,8 +312,7 @@ void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, c
     be->to_device(be, m->targets_dev, targets, (size_t)N * sizeof(int32_t));
 
     // ---- forward: h_0 .. h_L kept in resid for the layer backward ----
-    for (int k = 0; k < N_LAYER_KINDS; k++) // they find their buffers reserved: no re-plan
-        if (m->impls[k]) m->impls[k]->train_begin(m, B, T, valid);
+    model_layers_train_begin(m, B, T, valid); // they find their buffers reserved: no re-plan
     be->embedding_forward(be, m->resid, m->tokens_dev, m->params + m->off_embedding, N, C);
     for (int a = 0; a < L; a++)
         model_app_impl(m, a)->forward_train(m, a, m->resid + (size_t)a * nc, m->resid + (size_t)(a + 1) * nc);
@@ -329,8 +328,7 @@ void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, c
         st.ce_sum = be->cross_entropy(be, m->logits, NULL, m->logits, m->targets_dev, N, V,
                                       (scalar_t)(grad_scale / (double)n_counted));
     }
-    for (int k = 0; k < N_LAYER_KINDS; k++)
-        if (m->impls[k]) m->impls[k]->regularizers(m, grad_scale, &st);
+    model_layers_regularizers(m, grad_scale, &st);
     if (stats) *stats = st;
 
     // ---- backward: head, out_norm, layers in reverse, embedding ----

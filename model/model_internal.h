@@ -155,6 +155,15 @@ size_t model_register_tensor(Model *m, const char *name, int ndim, const int64_t
 size_t model_register_buffer(Model *m, const char *name, int ndim, const int64_t *shape);
 /* The application's layer implementation. */
 static inline const LayerImpl *model_app_impl(const Model *m, int app) { return m->impls[m->apps[app].kind]; }
+/* train_begin / regularizers of every layer kind present (model_train_step's order). */
+static inline void model_layers_train_begin(Model *m, int B, int T, const uint8_t *valid) {
+    for (int k = 0; k < N_LAYER_KINDS; k++)
+        if (m->impls[k]) m->impls[k]->train_begin(m, B, T, valid);
+}
+static inline void model_layers_regularizers(Model *m, double grad_scale, StepStats *stats) {
+    for (int k = 0; k < N_LAYER_KINDS; k++)
+        if (m->impls[k]) m->impls[k]->regularizers(m, grad_scale, stats);
+}
 static inline scalar_t *model_param_ptr(Model *m, size_t off) { return m->params + off; }
 static inline scalar_t *model_grad_ptr(Model *m, size_t off) { return m->grads + off; }
 

@@ -484,6 +484,26 @@ START_TEST(test_routing_and_balance) {
         gpu->topk_select(gpu, dsel, dl, gd, NULL, ROUTER_SIGMOID, N, G, E, k);
         gpu->to_host(gpu, gsel, dsel, ns * sizeof(int32_t));
         for (size_t i = 0; i < ns; i++) ck_assert_msg(gsel[i] == sel[i], "topk sel[%zu]: gpu %d cpu %d", i, gsel[i], sel[i]);
+        /* with a selection bias (balance "bias"), ranking sigmoid or softmax scores + bias */
+        {
+            scalar_t *bias = ktu_random(&rng, (size_t)G * E, -0.3, 0.3), *dbias = upf(bias, (size_t)G * E);
+            int32_t *bsel = ktu_ints(ns);
+            for (int kind = 0; kind < 2; kind++) {
+                cpu->topk_select(cpu, bsel, l, hd, bias, (RouterKind)kind, N, G, E, k);
+                gpu->topk_select(gpu, dsel, dl, gd, dbias, (RouterKind)kind, N, G, E, k);
+                gpu->to_host(gpu, gsel, dsel, ns * sizeof(int32_t));
+                size_t moved = 0;
+                for (size_t i = 0; i < ns; i++) {
+                    ck_assert_msg(gsel[i] == bsel[i], "biased topk (kind %d) sel[%zu]: gpu %d cpu %d", kind, i,
+                                  gsel[i], bsel[i]);
+                    moved += bsel[i] != sel[i];
+                }
+                ck_assert_msg(moved > ns / 20, "the bias moved only %zu of %zu selections", moved, ns);
+            }
+            gpu->topk_select(gpu, dsel, dl, gd, NULL, ROUTER_SIGMOID, N, G, E, k); /* back to the unbiased selection */
+            free(bias), free(bsel);
+            gpu->free(gpu, dbias);
+        }
         /* expert counts of this selection, masked and not, into pre-filled counts (the op accumulates): equal */
         {
             const size_t nc = (size_t)G * E;

@@ -28,6 +28,7 @@ static void run_check(ModelConfig c, uint64_t seed) {
     uint64_t s = seed;
     for (int attempt = 0; attempt < 50; attempt++, s += 101) {
         m = mtu_model_with_noise(be, c, s, s + 1, 0.2);
+        mtu_randomize_buffers(m, s + 5, 0.3); /* balance "bias": a bias that changes selections */
         mtu_tokens(in, B * T, c.n_tokens, s + 2);
         mtu_tokens(tg, B * T, c.n_tokens, s + 3);
         tg[B * T - 1] = -1; /* a trailing pad: not valid, no target */
@@ -87,6 +88,34 @@ START_TEST(grad_moeut_sigmoid_renorm_none) {
 }
 END_TEST
 
+/* DeepSeekMoE's shared experts beside the routed ones (their weights in every token's gradient). */
+START_TEST(grad_moeut_shared_experts) { run_check(mtu_config(SWITCH_BASE "\"n_shared_experts\":2}"), 6); }
+END_TEST
+
+/* A dense first layer with its own weights (d_ff 7), then MoEUT's group of 2 applied twice: 5 applications. */
+START_TEST(grad_moeut_dense_first) {
+    run_check(mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":5,\"n_heads\":2,\"d_head\":6,"
+                         "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,\"att_k\":1,"
+                         "\"group_size\":2,\"n_dense_first\":1,\"d_ff\":7}"),
+              7);
+}
+END_TEST
+
+/* balance "bias" (a random nonzero bias moves the selections; it is not differentiated), sigmoid router. */
+START_TEST(grad_moeut_bias_sigmoid) { run_check(mtu_config(SWITCH_BASE "\"balance\":\"bias\"}"), 8); }
+END_TEST
+
+/* Everything at once: 2 dense layers, one shared group layer applied twice, a shared expert, softmax renormalised,
+ * bias balancing. */
+START_TEST(grad_moeut_dense_shared_softmax_bias) {
+    run_check(mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":6,"
+                         "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,\"att_k\":1,"
+                         "\"group_size\":1,\"n_dense_first\":2,\"n_shared_experts\":1,\"router\":\"softmax\","
+                         "\"router_renorm\":true,\"balance\":\"bias\",\"balance_gamma\":0.01}"),
+              9);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("f64_model_moeut");
     TCase *tc = tcase_create("fd");
@@ -96,6 +125,10 @@ int main(void) {
     tcase_add_test(tc, grad_moeut_softmax_renorm_switch);
     tcase_add_test(tc, grad_moeut_softmax_switch);
     tcase_add_test(tc, grad_moeut_sigmoid_renorm_none);
+    tcase_add_test(tc, grad_moeut_shared_experts);
+    tcase_add_test(tc, grad_moeut_dense_first);
+    tcase_add_test(tc, grad_moeut_bias_sigmoid);
+    tcase_add_test(tc, grad_moeut_dense_shared_softmax_bias);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

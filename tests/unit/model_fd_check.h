@@ -79,6 +79,7 @@ static inline int fd_check_model(Model *m, const FdBatch *b, int per_tensor, dou
     double worst = 0;
     for (int t = 0; t < model_n_tensors(m); t++) {
         const ParamTensor *pt = model_tensor(m, t);
+        if (pt->buffer) continue; /* not differentiated: the objective is piecewise constant in a selection bias */
         int k = (size_t)per_tensor < pt->numel ? per_tensor : (int)pt->numel;
         for (int j = 0; j < k; j++) {
             size_t i = pt->offset + (k == (int)pt->numel ? (size_t)j : rng_below(&r, pt->numel));

@@ -81,6 +81,23 @@ static inline Model *mtu_model_with_noise(Backend *be, ModelConfig c, uint64_t i
     return m;
 }
 
+/* Fills every buffer of the model (balance "bias"'s expert_bias) with N(0, std^2) values: a trained-looking bias
+ * that moves selections (a fresh model's is 0). No-op without buffers. */
+static inline void mtu_randomize_buffers(Model *m, uint64_t seed, double std) {
+    Backend *be = model_backend(m);
+    Rng r;
+    rng_seed(&r, seed);
+    for (int t = 0; t < model_n_tensors(m); t++) {
+        const ParamTensor *pt = model_tensor(m, t);
+        if (!pt->buffer) continue;
+        scalar_t *x = malloc(pt->numel * sizeof *x);
+        ck_assert(x != NULL);
+        for (size_t i = 0; i < pt->numel; i++) x[i] = (scalar_t)(std * rng_normal(&r));
+        be->to_device(be, model_params(m) + pt->offset, x, pt->numel * sizeof *x);
+        free(x);
+    }
+}
+
 /* A model with non-trivial weights everywhere: init + N(0, 0.05) noise (so biases and LayerNorm affines matter). */
 static inline Model *mtu_noisy_model(Backend *be, ModelConfig c, uint64_t seed) {
     return mtu_model_with_noise(be, c, seed, seed + 100, 0.05);

@@ -154,12 +154,12 @@ static inline double mt_stack_forward(MtStack *s, const double *x0, const double
     const ModelConfig *c = model_config(m);
     const int L = c->n_layers;
     const size_t nc = (size_t)s->B * s->T * (size_t)c->d_model;
-    m->impl->train_begin(m, s->B, s->T, s->valid);
+    model_layers_train_begin(m, s->B, s->T, s->valid);
     mt_upload(be, s->h, x0, nc);
-    for (int a = 0; a < L; a++) m->impl->forward_train(m, a, s->h + (size_t)a * nc, s->h + (size_t)(a + 1) * nc);
+    for (int a = 0; a < L; a++) model_app_impl(m, a)->forward_train(m, a, s->h + (size_t)a * nc, s->h + (size_t)(a + 1) * nc);
     StepStats st;
     memset(&st, 0, sizeof st);
-    m->impl->regularizers(m, 1.0, &st);
+    model_layers_regularizers(m, 1.0, &st);
     double *hL = mt_download(be, s->h + (size_t)L * nc, nc);
     double J = model_config_ffn_balance_coef(c) * st.reg_ffn + c->att_entropy_reg * st.reg_att;
     if (proj)
@@ -184,7 +184,7 @@ static inline double *mt_stack_backward(MtStack *s, const double *proj) {
         be->zero(be, s->dh_a, nc * sizeof(scalar_t));
     scalar_t *cur = s->dh_a, *next = s->dh_b;
     for (int a = c->n_layers - 1; a >= 0; a--) {
-        m->impl->backward(m, a, cur, next);
+        model_app_impl(m, a)->backward(m, a, cur, next);
         scalar_t *t = cur;
         cur = next;
         next = t;
@@ -198,7 +198,7 @@ static inline double mt_min_topk_margin(Model *m) {
     MoeutState *st = moeut_state(m);
     const ModelConfig *c = model_config(m);
     Backend *be = model_backend(m);
-    const int R = c->n_layers / c->group_size, N = st->B * st->T;
+    const int R = st->R, N = st->B * st->T;
     double best = INFINITY;
     for (int i = 0; i < c->group_size; i++) {
         for (int kind = 0; kind < 3; kind++) {
@@ -208,12 +208,24 @@ static inline double mt_min_topk_margin(Model *m) {
             if (k == E) continue;
             size_t n = (size_t)R * N * G * E;
             double *l = mt_download(be, hist, n);
+            /* balance "bias": the FFN selection ranks score + bias (kernels/routing_key.h), so its margin is there */
+            double *bias = kind == 0 && st->layers[i].expert_bias != SIZE_MAX
+                               ? mt_download(be, model_params(m) + st->layers[i].expert_bias, (size_t)E)
+                               : NULL;
             for (size_t g = 0; g < n / E; g++) {
                 double *row = l + g * E;
                 /* sort a copy descending (E is tiny) */
                 double tmp[64];
                 ck_assert_int_le(E, 64);
                 memcpy(tmp, row, (size_t)E * sizeof(double));
+                if (bias) {
+                    double mx = -INFINITY, sum = 0;
+                    for (int e = 0; e < E; e++) mx = fmax(mx, row[e]);
+                    for (int e = 0; e < E; e++) sum += exp(row[e] - mx);
+                    for (int e = 0; e < E; e++)
+                        tmp[e] = (c->router == ROUTER_SOFTMAX ? exp(row[e] - mx) / sum : 1 / (1 + exp(-row[e]))) +
+                                 bias[e];
+                }
                 for (int a = 1; a < E; a++)
                     for (int b = a; b > 0 && tmp[b] > tmp[b - 1]; b--) {
                         double t = tmp[b];
@@ -224,6 +236,7 @@ static inline double mt_min_topk_margin(Model *m) {
                 if (gap < best) best = gap;
             }
             free(l);
+            free(bias);
         }
     }
     return best;

@@ -83,6 +83,81 @@ START_TEST(test_topk_oracle_ties_drop) {
 }
 END_TEST
 
+/* topk_select with a selection bias (balance "bias"): by hand, then against an oracle that ranks score + bias.
+ * Hand case, E = 4, k = 2, logits {2, 1, 0, -1}: without a bias experts {0, 1}; with bias {-1, 0, 0.5, 0} the sigmoid
+ * keys are {-0.119, 0.731, 1.0, 0.269} -> {2, 1}; the softmax probabilities {0.644, 0.237, 0.087, 0.032} plus the
+ * bias give {-0.356, 0.237, 0.587, 0.032} -> {2, 1} as well; a bias of 0.3 on expert 1 alone separates the two
+ * scores: sigmoid keys {0.881, 1.031, ...} -> {1, 0}, softmax keys {0.644, 0.537, ...} -> {0, 1}. */
+START_TEST(test_topk_bias) {
+    Backend *be = ktu_cpu();
+    const scalar_t l[4] = {2, 1, 0, -1};
+    int32_t s[2];
+    be->topk_select(be, s, l, NULL, NULL, ROUTER_SOFTMAX, 1, 1, 4, 2);
+    ck_assert(s[0] == 0 && s[1] == 1);
+    const scalar_t b1[4] = {-1, 0, 0.5f, 0};
+    for (int kind = 0; kind < 2; kind++) {
+        be->topk_select(be, s, l, NULL, b1, (RouterKind)kind, 1, 1, 4, 2);
+        ck_assert_msg(s[0] == 2 && s[1] == 1, "kind %d: {%d, %d}", kind, s[0], s[1]);
+    }
+    const scalar_t b2[4] = {0, 0.3f, 0, 0};
+    be->topk_select(be, s, l, NULL, b2, ROUTER_SIGMOID, 1, 1, 4, 2);
+    ck_assert_msg(s[0] == 1 && s[1] == 0, "sigmoid + 0.3: {%d, %d}", s[0], s[1]);
+    be->topk_select(be, s, l, NULL, b2, ROUTER_SOFTMAX, 1, 1, 4, 2);
+    ck_assert_msg(s[0] == 0 && s[1] == 1, "softmax + 0.3: {%d, %d}", s[0], s[1]);
+    /* a zero bias selects exactly as no bias (ties aside: the scores are increasing in the logit) */
+    const scalar_t b0[4] = {0, 0, 0, 0};
+    be->topk_select(be, s, l, NULL, b0, ROUTER_SOFTMAX, 1, 1, 4, 2);
+    ck_assert(s[0] == 0 && s[1] == 1);
+
+    /* oracle: groups (the bias is per group) and a drop mask */
+    KtuRng rng = {77};
+    const int N = 41, G = 2, E = 7, k = 3;
+    const size_t nl = (size_t)N * G * E, ns = (size_t)N * G * k;
+    scalar_t *lg = ktu_random(&rng, nl, -2, 2), *bias = ktu_random(&rng, (size_t)G * E, -0.4, 0.4);
+    uint8_t *drop = ktu_alloc(nl);
+    for (size_t i = 0; i < nl; i++) drop[i] = ktu_int(&rng, 6) == 0;
+    for (int ng = 0; ng < N * G; ng++) { /* keep >= k survivors per row (fillers are tested above) */
+        int avail = 0;
+        for (int e = 0; e < E; e++) avail += !drop[(size_t)ng * E + e];
+        if (avail < k)
+            for (int e = 0; e < E; e++) drop[(size_t)ng * E + e] = 0;
+    }
+    int32_t *sel = ktu_ints(ns);
+    int differs_from_unbiased = 0;
+    for (int kind = 0; kind < 2; kind++) {
+        be->topk_select(be, sel, lg, drop, bias, (RouterKind)kind, N, G, E, k);
+        for (int ng = 0; ng < N * G; ng++) {
+            const int g = ng % G;
+            const scalar_t *row = lg + (size_t)ng * E;
+            double key[7], mx = row[0], sum = 0;
+            for (int e = 1; e < E; e++) mx = fmax(mx, row[e]);
+            for (int e = 0; e < E; e++) sum += exp((double)row[e] - mx);
+            for (int e = 0; e < E; e++)
+                key[e] = (kind == ROUTER_SOFTMAX ? exp((double)row[e] - mx) / sum : 1 / (1 + exp(-(double)row[e]))) +
+                         bias[g * E + e];
+            uint8_t taken[7] = {0};
+            for (int j = 0; j < k; j++) {
+                int best = -1;
+                for (int e = 0; e < E; e++)
+                    if (!taken[e] && !drop[(size_t)ng * E + e] && (best < 0 || key[e] > key[best])) best = e;
+                taken[best] = 1;
+                ck_assert_msg(sel[(size_t)ng * k + j] == g * E + best, "kind %d row %d slot %d: %d, want %d", kind, ng,
+                              j, sel[(size_t)ng * k + j], g * E + best);
+                int by_logit = 1; /* is `best` also among the k largest logits of the survivors? */
+                int larger = 0;
+                for (int e = 0; e < E; e++) larger += !drop[(size_t)ng * E + e] && row[e] > row[best];
+                by_logit = larger < k;
+                differs_from_unbiased += !by_logit;
+            }
+        }
+    }
+    ck_assert_msg(differs_from_unbiased > 10, "the bias changed only %d selections: the test does not exercise it",
+                  differs_from_unbiased);
+    free(lg), free(bias), free(drop), free(sel);
+    backend_destroy(be);
+}
+END_TEST
+
 /* expert_count by hand: N=3 positions, G=2 groups of E=3, k=2 (global ids g*E+e). Position 1 is masked out by valid;
  * position 2's group-1 slot 1 selects a dropped expert (a filler). Two calls accumulate. */
 START_TEST(test_expert_count_by_hand) {
@@ -416,6 +491,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("cpu");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_topk_oracle_ties_drop);
+    tcase_add_test(tc, test_topk_bias);
     tcase_add_test(tc, test_expert_count_by_hand);
     tcase_add_test(tc, test_topk_backward);
     tcase_add_test(tc, test_router_gates_oracle);

@@ -266,11 +266,11 @@ static void guard_case(int arch) {
     model_init_weights(g_m, 1);
     const size_t nc = (size_t)2 * 3 * c.d_model;
     g_h = g_be->alloc(g_be, 3 * nc * sizeof(scalar_t)); /* h_0, h_1, h_2 */
-    g_m->impl->train_begin(g_m, 2, 3, NULL);
-    g_m->impl->forward_train(g_m, 0, g_h, g_h + nc);
+    model_layers_train_begin(g_m, 2, 3, NULL);
+    model_app_impl(g_m, 0)->forward_train(g_m, 0, g_h, g_h + nc);
     int32_t tok[40] = {0};
     model_forward_eval(g_m, tok, 4, 10, g_logits);
-    g_m->impl->forward_train(g_m, 1, g_h + nc, g_h + 2 * nc); /* dies */
+    model_app_impl(g_m, 1)->forward_train(g_m, 1, g_h + nc, g_h + 2 * nc); /* dies */
 }
 START_TEST(dense_replan_after_train_begin_dies) { guard_case(0); }
 END_TEST

@@ -161,7 +161,8 @@ static void round_trip(const char *json) {
     ck_assert(a.ff_expert_dropout == b.ff_expert_dropout && a.att_expert_dropout == b.att_expert_dropout);
     ck_assert(a.dropout == b.dropout && a.lm_head_bias == b.lm_head_bias && a.out_norm_affine == b.out_norm_affine);
     ck_assert(a.router == b.router && a.router_renorm == b.router_renorm && a.balance == b.balance);
-    ck_assert(a.balance_alpha == b.balance_alpha);
+    ck_assert(a.balance_alpha == b.balance_alpha && a.balance_gamma == b.balance_gamma);
+    ck_assert(a.n_dense_first == b.n_dense_first && a.n_shared_experts == b.n_shared_experts);
     /* Every key is written (d_head included), none of the other arch. */
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_head"));
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "lm_head_bias"));
@@ -169,10 +170,12 @@ static void round_trip(const char *json) {
         ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(o, "group_size"));
         ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_ff"));
     } else {
-        ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(o, "d_ff"));
+        /* the dense prefix's width only with a dense prefix */
+        ck_assert(!cJSON_GetObjectItemCaseSensitive(o, "d_ff") == (a.n_dense_first == 0));
         /* the balancing coefficient of the chosen balance only */
         ck_assert(!cJSON_GetObjectItemCaseSensitive(o, "entropy_reg") == (a.balance != BALANCE_ENTROPY));
         ck_assert(!cJSON_GetObjectItemCaseSensitive(o, "balance_alpha") == (a.balance != BALANCE_SWITCH));
+        ck_assert(!cJSON_GetObjectItemCaseSensitive(o, "balance_gamma") == (a.balance != BALANCE_BIAS));
         ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "router"));
         ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "balance"));
     }
@@ -207,6 +210,44 @@ START_TEST(moe_variant_switches) {
     expect_error("{" DENSE_BASE ",\"router\":\"softmax\"}", "exp.json: model.router:", "moeut");
     round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"router\":\"softmax\",\"balance\":\"switch\",\"balance_alpha\":0.03}");
     round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"router_renorm\":true,\"balance\":\"none\"}");
+}
+END_TEST
+
+/* The switches of issue 16's second step: the dense prefix (n_dense_first, its d_ff), shared experts and the
+ * bias balancing (balance "bias", balance_gamma): defaults, strict refusals naming the key, round trips. */
+START_TEST(moe_structure_switches) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert(c.n_dense_first == 0 && c.n_shared_experts == 0 && c.balance_gamma == 0.001);
+    /* the dense prefix's FFN width defaults to the active width of a MoE layer: (K + K_s) * S */
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"ff_expert_size\":5,\"n_shared_experts\":1,"
+                           "\"n_dense_first\":2}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.d_ff, (2 + 1) * 5);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"n_dense_first\":2,\"d_ff\":9}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.d_ff, 9);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"balance\":\"bias\"}", &c, err, sizeof err), 0);
+    ck_assert(c.balance == BALANCE_BIAS && c.balance_gamma == 0.001 && model_config_ffn_balance_coef(&c) == 0);
+    /* n_layers 4, group_size 2 (default): 4 - 1 = 3 MoEUT applications do not fill groups of 2 */
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_dense_first\":1}", "exp.json: model.group_size:",
+                 "3 MoEUT applications");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_dense_first\":4}", "exp.json: model.n_dense_first:",
+                 "at least one MoEUT application");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_dense_first\":-2}", "exp.json: model.n_dense_first:", NULL);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"d_ff\":12}", "exp.json: model.d_ff:", "n_dense_first 0");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_dense_first\":2,\"d_ff\":0}", "exp.json: model.d_ff:", ">= 1");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_shared_experts\":-1}", "exp.json: model.n_shared_experts:", NULL);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"balance_gamma\":0.01}", "exp.json: model.balance_gamma:",
+                 "no effect with model.balance \"entropy\"");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"balance\":\"bias\",\"entropy_reg\":0.01}",
+                 "exp.json: model.entropy_reg:", "\"bias\"");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"balance\":\"bias\",\"balance_gamma\":-1}",
+                 "exp.json: model.balance_gamma:", ">= 0");
+    expect_error("{" DENSE_BASE ",\"n_dense_first\":1}", "exp.json: model.n_dense_first:", "moeut");
+    expect_error("{" DENSE_BASE ",\"n_shared_experts\":1}", "exp.json: model.n_shared_experts:", "moeut");
+    round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"n_dense_first\":2,\"n_shared_experts\":2,\"balance\":\"bias\","
+               "\"balance_gamma\":0.005}");
+    round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"group_size\":1,\"n_dense_first\":1,\"d_ff\":7}");
 }
 END_TEST
 
@@ -321,26 +362,41 @@ START_TEST(count_matches_created_models) {
         "{\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":2,\"n_heads\":1,\"ff_n_experts\":4,"
         "\"ff_expert_size\":2,\"ff_k\":1,\"att_n_experts\":2,\"att_k\":1,\"group_size\":1,"
         "\"lm_head_bias\":false,\"out_norm_affine\":false}",
+        /* the dense prefix, shared experts and the bias buffer */
+        "{\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":5,\"n_heads\":2,\"d_head\":4,"
+        "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,\"att_k\":2,\"group_size\":2,"
+        "\"n_dense_first\":1,\"d_ff\":11,\"n_shared_experts\":2,\"balance\":\"bias\"}",
+        "{\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":3,\"n_heads\":1,\"ff_n_experts\":4,"
+        "\"ff_expert_size\":2,\"ff_k\":1,\"att_n_experts\":2,\"att_k\":1,\"group_size\":1,\"n_dense_first\":2,"
+        "\"lm_head_bias\":false,\"out_norm_affine\":false}",
     };
     Backend *be = mtu_backend();
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
         ModelConfig c = mtu_config(cfgs[i]);
         Model *m = model_create(&c, be);
         ck_assert_uint_eq(model_n_params(m), model_count_params(&c));
-        /* The registry covers the buffer exactly, in registration order, without gaps. */
+        /* The registry covers the buffer exactly, in registration order, without gaps: the parameters [0, n_params),
+         * then the buffers up to n_state. */
         size_t off = 0;
+        int n_buffers = 0;
         for (int t = 0; t < model_n_tensors(m); t++) {
             const ParamTensor *p = model_tensor(m, t);
             ck_assert_uint_eq(p->offset, off);
             size_t numel = 1;
             for (int d = 0; d < p->ndim; d++) numel *= (size_t)p->shape[d];
             ck_assert_uint_eq(p->numel, numel);
+            ck_assert(p->buffer == (off >= model_n_params(m)));
+            n_buffers += p->buffer;
             off += p->numel;
         }
-        ck_assert_uint_eq(off, model_n_params(m));
-        /* Wrapper tensors: first the embedding, last the head; optional ones present iff configured. */
+        ck_assert_uint_eq(off, model_n_state(m));
+        ck_assert_int_eq(n_buffers, c.balance == BALANCE_BIAS ? c.group_size : 0);
+        ck_assert_uint_eq(model_n_state(m) - model_n_params(m),
+                          c.balance == BALANCE_BIAS ? (size_t)c.group_size * c.ff_n_experts : 0);
+        /* Wrapper tensors: first the embedding, last the head (then the buffers); optional ones present iff
+         * configured. */
         ck_assert_str_eq(model_tensor(m, 0)->name, "embedding.weight");
-        const char *last = model_tensor(m, model_n_tensors(m) - 1)->name;
+        const char *last = model_tensor(m, model_n_tensors(m) - 1 - n_buffers)->name;
         ck_assert_str_eq(last, c.lm_head_bias ? "lm_head.bias" : "lm_head.weight");
         ck_assert((model_find_tensor(m, "out_norm.weight") != NULL) == c.out_norm_affine);
         ck_assert((model_find_tensor(m, "out_norm.bias") != NULL) == c.out_norm_affine);
@@ -392,10 +448,53 @@ START_TEST(dense_tensor_names_and_shapes) {
 }
 END_TEST
 
+/* MoEUT with a dense prefix, shared experts and the bias buffer: names, shapes and the state_dict order (the twin's
+ * tests/reference/twin.py is the other side: its fixtures load by these names). */
+START_TEST(moeut_switch_tensor_names) {
+    ModelConfig c = mtu_config("{\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":3,\"n_heads\":2,"
+                               "\"d_head\":4,\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,"
+                               "\"group_size\":1,\"n_dense_first\":1,\"n_shared_experts\":2,\"balance\":\"bias\"}");
+    Backend *be = mtu_backend();
+    Model *m = model_create(&c, be);
+    struct { const char *name; int ndim; int64_t s0, s1, s2; } want[] = {
+        {"transformer.dense_layers.0.attention.q.weight", 2, 8, 6, 0},
+        {"transformer.dense_layers.0.ffn.linear1.weight", 2, (2 + 2) * 3, 6, 0}, /* default d_ff (K + K_s) S */
+        {"transformer.dense_layers.0.ln2.bias", 1, 6, 0, 0},
+        {"transformer.layers.0.ffn.keys", 3, 5, 6, 3},
+        {"transformer.layers.0.ffn.shared_keys", 3, 2, 6, 3},
+        {"transformer.layers.0.ffn.shared_values", 3, 2, 3, 6},
+        {"transformer.layers.0.ffn.expert_bias", 1, 5, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const ParamTensor *t = model_find_tensor(m, want[i].name);
+        ck_assert_msg(t != NULL, "missing %s", want[i].name);
+        ck_assert_int_eq(t->ndim, want[i].ndim);
+        ck_assert_int_eq(t->shape[0], want[i].s0);
+        if (want[i].ndim >= 2) ck_assert_int_eq(t->shape[1], want[i].s1);
+        if (want[i].ndim == 3) ck_assert_int_eq(t->shape[2], want[i].s2);
+    }
+    ck_assert_ptr_null(model_find_tensor(m, "transformer.layers.1.ffn.keys")); /* one MoEUT layer (group_size 1) */
+    ck_assert_ptr_null(model_find_tensor(m, "transformer.dense_layers.1.ln1.weight"));
+    /* order: embedding, dense prefix, MoEUT layers (shared experts after expert_sel, before ln1), head, buffers */
+    const char *order[] = {"embedding.weight", "transformer.dense_layers.0.ln2.bias", "transformer.layers.0.ffn.expert_sel",
+                           "transformer.layers.0.ffn.shared_keys", "transformer.layers.0.ffn.shared_values",
+                           "transformer.layers.0.ln1.weight", "lm_head.bias", "transformer.layers.0.ffn.expert_bias"};
+    for (size_t i = 1; i < sizeof order / sizeof order[0]; i++)
+        ck_assert_msg(model_find_tensor(m, order[i - 1])->offset < model_find_tensor(m, order[i])->offset, "%s < %s",
+                      order[i - 1], order[i]);
+    ck_assert(model_find_tensor(m, "transformer.layers.0.ffn.expert_bias")->buffer);
+    ck_assert(!model_find_tensor(m, "transformer.layers.0.ffn.shared_keys")->buffer);
+    model_free(m);
+    backend_destroy(be);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model_config");
     TCase *tc = tcase_create("config");
     tcase_add_test(tc, dense_defaults);
+    tcase_add_test(tc, moe_structure_switches);
+    tcase_add_test(tc, moeut_switch_tensor_names);
     tcase_add_test(tc, moeut_defaults_are_reference_ctor);
     tcase_add_test(tc, moeut_default_ff_k_is_8);
     tcase_add_test(tc, errors_name_the_key);

@@ -136,6 +136,95 @@ START_TEST(routing_counts) {
 }
 END_TEST
 
+/* balance "bias" (model/moeut_bias.c) with a dense first layer and a shared expert, against tie facts. With every
+ * FFN router row zero, all sigmoid scores are 0.5, so the selection is decided by the bias alone: bias +1 on expert
+ * E-1 and -1 on expert 0 select {E-1, 1, .., K-1} at every position (ties: lower index first). Then:
+ *  - the routing counts cover the 4 MoEUT applications only (first application 1: the dense layer routes nothing);
+ *  - the bias counts of each distinct layer are the sum of its R = 2 applications' routing counts;
+ *  - the update moves exactly the selected (overloaded) experts by -gamma and the others by +gamma;
+ *  - hand cases: a non-integer mean, and experts exactly at an integer mean, which do not move. */
+START_TEST(bias_balance_counts_and_update) {
+    ModelConfig c = mtu_config("{\"arch\":\"moeut\",\"n_tokens\":11,\"d_model\":8,\"n_layers\":5,\"n_heads\":2,"
+                               "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":3,\"att_n_experts\":3,\"att_k\":2,"
+                               "\"group_size\":2,\"n_dense_first\":1,\"n_shared_experts\":1,\"balance\":\"bias\","
+                               "\"balance_gamma\":0.25}");
+    Backend *be = mtu_backend();
+    Model *m = mtu_noisy_model(be, c, 41);
+    const int E = c.ff_n_experts, K = c.ff_k, Gs = c.group_size;
+    ck_assert_int_eq(model_bias_count_len(m), Gs * E);
+    scalar_t bias[5] = {-1, 0, 0, 0, 1};
+    for (int l = 0; l < Gs; l++) {
+        char name[96];
+        snprintf(name, sizeof name, "transformer.layers.%d.ffn.expert_sel", l);
+        const ParamTensor *t = model_find_tensor(m, name);
+        be->zero(be, model_params(m) + t->offset, t->numel * sizeof(scalar_t));
+        snprintf(name, sizeof name, "transformer.layers.%d.ffn.expert_bias", l);
+        t = model_find_tensor(m, name);
+        ck_assert(t != NULL && t->buffer && t->numel == (size_t)E);
+        be->to_device(be, model_params(m) + t->offset, bias, sizeof bias);
+    }
+    int first_app = -1;
+    ck_assert_int_eq(model_routed_applications(m, &first_app), 4);
+    ck_assert_int_eq(first_app, 1);
+    const int B = 2, T = 5, N = B * T;
+    int32_t in[10], tg[10];
+    uint8_t valid[10];
+    mtu_tokens(in, N, c.n_tokens, 42);
+    mtu_tokens(tg, N, c.n_tokens, 43);
+    int n_valid = 0;
+    for (int i = 0; i < N; i++) n_valid += valid[i] = (i % 5) != 4;
+    be->zero(be, model_grads(m), model_n_params(m) * sizeof(scalar_t));
+    model_reset_routing_counts(m);
+    model_train_step(m, in, tg, valid, B, T, 1.0, NULL, NULL);
+    model_train_step(m, in, tg, valid, B, T, 1.0, NULL, NULL);
+    int64_t routing[4 * 5], tokens = 0;
+    model_take_routing_counts(m, routing, &tokens);
+    double counts[2 * 5];
+    model_take_bias_counts(m, counts);
+    for (int e = 0; e < E; e++) {
+        const int selected = e == E - 1 || (e >= 1 && e < K);
+        for (int a = 0; a < 4; a++)
+            ck_assert_msg(routing[a * E + e] == (selected ? 2 * n_valid : 0), "app %d expert %d: %lld", a, e,
+                          (long long)routing[a * E + e]);
+        for (int l = 0; l < Gs; l++) /* MoEUT applications j = 0..3 use layer j % 2 */
+            ck_assert_msg(counts[l * E + e] == (double)(routing[l * E + e] + routing[(l + 2) * E + e]),
+                          "layer %d expert %d: %g", l, e, counts[l * E + e]);
+    }
+    double again[2 * 5];
+    model_take_bias_counts(m, again); /* a take resets */
+    for (int i = 0; i < Gs * E; i++) ck_assert(again[i] == 0);
+
+    model_apply_bias_update(m, counts);
+    for (int l = 0; l < Gs; l++) {
+        char name[96];
+        snprintf(name, sizeof name, "transformer.layers.%d.ffn.expert_bias", l);
+        scalar_t *b = mtu_download(m, model_params(m) + model_find_tensor(m, name)->offset);
+        for (int e = 0; e < E; e++) {
+            const int selected = e == E - 1 || (e >= 1 && e < K);
+            ck_assert_msg(b[e] == (scalar_t)((double)bias[e] + (selected ? -0.25 : 0.25)), "layer %d expert %d: %g",
+                          l, e, (double)b[e]);
+        }
+        free(b);
+    }
+    /* hand counts: layer 0 {1, 2, 2, 0, 1} (mean 1.2: only 2s are over); layer 1 {2, 0, 1, 1, 1} (mean 1: the 1s are
+     * exactly at the mean and do not move) */
+    scalar_t before[2][5], after[2][5];
+    const ParamTensor *tb[2] = {model_find_tensor(m, "transformer.layers.0.ffn.expert_bias"),
+                                model_find_tensor(m, "transformer.layers.1.ffn.expert_bias")};
+    for (int l = 0; l < 2; l++) be->to_host(be, before[l], model_params(m) + tb[l]->offset, sizeof before[l]);
+    const double hand[10] = {1, 2, 2, 0, 1, 2, 0, 1, 1, 1};
+    model_apply_bias_update(m, hand);
+    for (int l = 0; l < 2; l++) be->to_host(be, after[l], model_params(m) + tb[l]->offset, sizeof after[l]);
+    const double step[2][5] = {{0.25, -0.25, -0.25, 0.25, 0.25}, {-0.25, 0.25, 0, 0, 0}};
+    for (int l = 0; l < 2; l++)
+        for (int e = 0; e < E; e++)
+            ck_assert_msg(after[l][e] == (scalar_t)((double)before[l][e] + step[l][e]), "hand layer %d expert %d", l,
+                          e);
+    model_free(m);
+    backend_destroy(be);
+}
+END_TEST
+
 START_TEST(init_statistics) {
     /* L=18 applications of Gs=2 layers like the paper (s = sqrt(2/18) = 1/3), smaller widths. */
     ModelConfig c = mtu_config("{\"arch\":\"moeut\",\"n_tokens\":64,\"d_model\":256,\"n_layers\":18,\"n_heads\":2,"
@@ -239,6 +328,7 @@ int main(void) {
     tcase_add_test(tc, causal);
     tcase_add_test(tc, train_step);
     tcase_add_test(tc, routing_counts);
+    tcase_add_test(tc, bias_balance_counts_and_update);
     tcase_add_test(tc, init_statistics);
     tcase_add_test(tc, checkpoint_round_trip);
     suite_add_tcase(s, tc);

@@ -56,9 +56,11 @@ START_TEST(init_statistics_244M) {
     ck_assert_ptr_nonnull(m);
     m->cfg = cfg;
     m->be = be;
-    m->impl = &moeut_layer_impl;
-    m->n_distinct = 1;
-    m->impl->register_params(m, 0);
+    m->impls[LAYER_MOEUT] = &moeut_layer_impl;
+    m->n_distinct[LAYER_MOEUT] = 1;
+    m->n_apps_of[LAYER_MOEUT] = cfg.n_layers;
+    m->layer_prefix[LAYER_MOEUT] = "transformer.layers";
+    m->impls[LAYER_MOEUT]->register_params(m, 0);
     const size_t C = 1024, H = 4, D = 128, EA = 10, E = 387, S = 128, V = 512;
     const size_t layer_params =
         2 * H * D * C + 2 * H * EA * C * D + 2 * H * EA * C + 2 * C /* attention */ + 2 * E * S * C + E * C + 2 * C;
@@ -68,7 +70,7 @@ START_TEST(init_statistics_244M) {
     m->params = be->alloc(be, m->n_params * sizeof(scalar_t));
     Rng rng;
     rng_seed(&rng, 1234);
-    m->impl->init_params(m, 0, &rng);
+    m->impls[LAYER_MOEUT]->init_params(m, 0, &rng);
 
     const double s = sqrt(2.0 / 18.0);
     struct {
@@ -114,7 +116,7 @@ START_TEST(init_statistics_244M) {
         for (size_t j = 0; j < t->numel; j++) ck_assert_double_eq(x[j], (i % 2 == 0) ? 1.0 : 0.0);
         free(x);
     }
-    m->impl->destroy(m);
+    m->impls[LAYER_MOEUT]->destroy(m);
     be->free(be, m->params);
     free(m->tensors); /* the registry's array (model_free's part of a Model) */
     free(m);
