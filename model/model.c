@@ -129,6 +129,11 @@ void model_free(Model *m) {
 const ModelConfig *model_config(const Model *m) { return &m->cfg; }
 Backend *model_backend(const Model *m) { return m->be; }
 int model_n_tensors(const Model *m) { return m->n_tensors; }
+int model_n_param_tensors(const Model *m) {
+    int n = 0;
+    while (n < m->n_tensors && !m->tensors[n].buffer) n++;
+    return n;
+}
 const ParamTensor *model_tensor(const Model *m, int i) { return (i >= 0 && i < m->n_tensors) ? &m->tensors[i] : NULL; }
 const ParamTensor *model_find_tensor(const Model *m, const char *name) {
     for (int i = 0; i < m->n_tensors; i++)

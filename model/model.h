@@ -85,6 +85,7 @@ void model_free(Model *m);
 const ModelConfig *model_config(const Model *m);
 Backend *model_backend(const Model *m);
 int model_n_tensors(const Model *m);
+int model_n_param_tensors(const Model *m); /* the parameters: tensors [0, n) of the registry; the buffers follow */
 const ParamTensor *model_tensor(const Model *m, int i);
 const ParamTensor *model_find_tensor(const Model *m, const char *name); /* NULL if absent */
 size_t model_n_params(const Model *m); /* trainable parameters: the optimizer, clipping and the all-reduce cover these */

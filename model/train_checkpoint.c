@@ -78,9 +78,10 @@ static int save_optim(const char *path, Model *m, const AdamW *opt, long step, c
 
     StWriter w;
     st_writer_init(&w);
-    char (*names)[2][160] = calloc((size_t)model_n_tensors(m), sizeof *names);
+    /* the trainable parameters only: the buffers (expert_bias) have no AdamW state */
+    char (*names)[2][160] = calloc((size_t)model_n_param_tensors(m) + 1, sizeof *names);
     CHECK_ALLOC(names);
-    for (int i = 0; i < model_n_tensors(m); i++) {
+    for (int i = 0; i < model_n_param_tensors(m); i++) {
         const ParamTensor *t = model_tensor(m, i);
         snprintf(names[i][0], sizeof names[i][0], "%s.exp_avg", t->name);
         snprintf(names[i][1], sizeof names[i][1], "%s.exp_avg_sq", t->name);
@@ -137,16 +138,16 @@ static int load_optim(const char *path, Model *m, AdamW *opt, long expect_step, 
                 expect_step);
         goto done;
     }
-    if (f.n_tensors != 2 * model_n_tensors(m)) {
-        set_err(err, errlen, "%s: %d tensors, expected %d (exp_avg and exp_avg_sq per model tensor)", path,
-                f.n_tensors, 2 * model_n_tensors(m));
+    if (f.n_tensors != 2 * model_n_param_tensors(m)) {
+        set_err(err, errlen, "%s: %d tensors, expected %d (exp_avg and exp_avg_sq per model parameter)", path,
+                f.n_tensors, 2 * model_n_param_tensors(m));
         goto done;
     }
     mh = malloc(opt->n * sizeof *mh);
     vh = malloc(opt->n * sizeof *vh);
     CHECK_ALLOC(mh);
     CHECK_ALLOC(vh);
-    for (int i = 0; i < model_n_tensors(m); i++) {
+    for (int i = 0; i < model_n_param_tensors(m); i++) {
         const ParamTensor *t = model_tensor(m, i);
         for (int k = 0; k < 2; k++) {
             char name[160];

@@ -163,8 +163,8 @@ int main(int argc, char **argv) {
     st_writer_add(&w, "cross_entropy", ST_F32, 0, NULL, &ce);
     st_writer_add(&w, "reg_ffn", ST_F32, 0, NULL, &reg_ffn);
     st_writer_add(&w, "reg_att", ST_F32, 0, NULL, &reg_att);
-    char (*names)[128] = xmalloc((size_t)model_n_tensors(m) * sizeof *names);
-    for (int i = 0; i < model_n_tensors(m); i++) {
+    char (*names)[128] = xmalloc(((size_t)model_n_param_tensors(m) + 1) * sizeof *names);
+    for (int i = 0; i < model_n_param_tensors(m); i++) { /* parameters only: a buffer has no gradient */
         const ParamTensor *t = model_tensor(m, i);
         snprintf(names[i], sizeof names[i], "grad.%s", t->name);
         st_writer_add(&w, names[i], ST_F32, t->ndim, t->shape, grads + t->offset);

@@ -27,7 +27,8 @@ import json, math, sys
 tmp = sys.argv[1]
 
 def check(r, where, n_apps=4, E=8, k=4):
-    assert set(r) == {"n_experts", "k", "tokens", "applications"}, f"{where}: keys {sorted(r)}"
+    assert set(r) == {"n_experts", "k", "tokens", "first_application", "applications"}, f"{where}: keys {sorted(r)}"
+    assert r["first_application"] == 0, f"{where}: first_application {r['first_application']} without a dense prefix"
     assert (r["n_experts"], r["k"]) == (E, k), f"{where}: n_experts/k {r['n_experts']}/{r['k']}"
     assert r["tokens"] > 0, f"{where}: no tokens"
     assert len(r["applications"]) == n_apps, f"{where}: {len(r['applications'])} applications"

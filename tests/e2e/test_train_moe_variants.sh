@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The MoE-variant switches (README "MoE-variant switches") through bin/train on the CPU: every switch trains (loss
-# finite and falling), reg_ffn is the balancing term the switch names (the Switch loss > 0, "none" exactly 0,
-# expert_entropy 0 outside "entropy"), a Switch run interrupted and resumed ends byte-identical to the uninterrupted
-# one, and a coefficient of another balance is refused with one line naming the key (--set KEY=null removes it).
+# finite and falling), reg_ffn is the balancing term the switch names (the Switch loss > 0, "none" and "bias" exactly
+# 0, expert_entropy 0 outside "entropy"), a Switch run and a bias run interrupted and resumed end byte-identical to the
+# uninterrupted ones, the bias moves in steps of gamma and evaluation routes with it, a dense prefix leaves its
+# applications out of the routing statistics, and a coefficient of another balance is refused with one line naming
+# the key (--set KEY=null removes it).
 source "$(dirname "$0")/train_common.sh"
 
 train_data "$tmp/data"
@@ -22,8 +24,14 @@ run switch --set model.router=softmax --set model.router_renorm=true --set model
   --set model.balance_alpha=0.05 --set model.entropy_reg=null
 run none --set model.router=softmax --set model.balance=none --set model.entropy_reg=null
 run sigmoid_renorm --set model.router_renorm=true
+bias_sets=(--set model.balance=bias --set model.balance_gamma=0.01 --set model.entropy_reg=null)
+run bias "${bias_sets[@]}"
+# DeepSeek-V3's router (sigmoid normalised over the selected, bias balancing) with a dense first pair of layers and a
+# shared expert: 2 dense applications, then the MoEUT group of 2 once
+run deepseek --set model.router_renorm=true "${bias_sets[@]}" --set model.n_dense_first=2 \
+  --set model.n_shared_experts=1
 
-for name in switch none sigmoid_renorm; do
+for name in switch none sigmoid_renorm bias deepseek; do
   first=$(metric "$tmp/$name" 1 loss) last=$(metric "$tmp/$name" '$' loss)
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b == b + 0 && b < a) }' \
     || fail "$name: loss did not fall (first $first, last $last)"
@@ -34,6 +42,7 @@ reg=$(metric "$tmp/switch" '$' reg_ffn)
 awk -v r="$reg" 'BEGIN { exit !(r > 0.5 && r < 4 * 8) }' || fail "switch: reg_ffn $reg is not a sum of 4 Switch losses"
 [ "$(metric "$tmp/switch" '$' expert_entropy)" = 0 ] || fail "switch: expert_entropy should be 0"
 [ "$(metric "$tmp/none" '$' reg_ffn)" = 0 ] || fail "none: reg_ffn should be exactly 0"
+[ "$(metric "$tmp/bias" '$' reg_ffn)" = 0 ] || fail "bias: reg_ffn should be exactly 0 (no loss term)"
 ent=$(metric "$tmp/sigmoid_renorm" '$' expert_entropy)
 awk -v e="$ent" 'BEGIN { exit !(e > 0 && e <= log(8) + 1e-9) }' || fail "sigmoid_renorm: expert_entropy $ent"
 echo "ok: reg_ffn follows the balance (switch $reg, none 0, entropy run's expert_entropy $ent)"
@@ -46,6 +55,57 @@ bin/train --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/switch_resum
 bin/train --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/switch_resumed" --threads 1 "${sets[@]}" \
   --resume >"$tmp/resume.log" 2>&1 || { cat "$tmp/resume.log"; fail "--resume run failed"; }
 same_as_ref "$tmp/switch" "$tmp/switch_resumed" "switch run stopped at step 8 and resumed"
+
+# balance "bias": the biases are buffers in model.safetensors (no AdamW state), start at 0 and move by exactly
+# gamma = 0.01 per step (24 steps: integer multiples of 0.01 in [-0.24, 0.24], not all 0); the dense prefix has no
+# router: 2 routed applications from application 2 on, in metrics.jsonl and in result.json
+python3 - "$tmp" <<'PY' || fail "expert bias / dense-prefix routing"
+import json, struct, sys
+tmp = sys.argv[1]
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: struct.unpack(f"<{(v['data_offsets'][1] - v['data_offsets'][0]) // 4}f",
+                             b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+for run, n_layers in (("bias", 2), ("deepseek", 2)):
+    w = tensors(f"{tmp}/{run}/model.safetensors")
+    o = tensors(f"{tmp}/{run}/optim.safetensors")
+    for i in range(n_layers):
+        b = w[f"transformer.layers.{i}.ffn.expert_bias"]
+        assert len(b) == 8 and any(x != 0 for x in b), f"{run} layer {i}: bias {b}"
+        for x in b:
+            steps = x / 0.01
+            assert abs(steps - round(steps)) < 1e-3 and abs(round(steps)) <= 24, f"{run} layer {i}: bias {x}"
+    assert not any("expert_bias" in k for k in o), f"{run}: the optimizer holds state for a buffer"
+lines = [json.loads(l) for l in open(f"{tmp}/deepseek/metrics.jsonl")]
+for l in lines:
+    r = l["routing"]
+    assert r["first_application"] == 2 and len(r["applications"]) == 2, (r["first_application"], len(r["applications"]))
+w = tensors(f"{tmp}/deepseek/model.safetensors")
+assert "transformer.dense_layers.1.ffn.linear1.weight" in w and "transformer.dense_layers.2.ln1.weight" not in w
+assert "transformer.layers.1.ffn.keys" in w and "transformer.layers.2.ffn.keys" not in w
+assert len(w["transformer.layers.0.ffn.shared_keys"]) == 1 * 64 * 32
+print("ok: the expert biases move in steps of gamma and are not optimised; the dense prefix routes nothing")
+PY
+bin/evaluate --run "$tmp/deepseek" --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/deepseek/result.json" \
+  "${bias_sets[@]}" --set model.router_renorm=true --set model.n_dense_first=2 --set model.n_shared_experts=1 \
+  2>"$tmp/ev.log" || { cat "$tmp/ev.log"; fail "bin/evaluate of the deepseek run failed"; }
+python3 - "$tmp/deepseek/result.json" <<'PY' || fail "result.json routing of the dense-prefix run"
+import json, sys
+for name, s in json.load(open(sys.argv[1]))["evaluation"]["sets"].items():
+    r = s["routing"]
+    assert r["first_application"] == 2 and len(r["applications"]) == 2, name
+    assert all(sum(a["counts"]) == r["k"] * r["tokens"] for a in r["applications"]), name
+print("ok: evaluate routes the dense-prefix bias run and records applications 2..3")
+PY
+# a bias run stopped at step 8 and resumed: byte-identical (the bias is in the checkpoint)
+bin/train --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/bias_resumed" --threads 1 "${bias_sets[@]}" \
+  --stop-after 8 >"$tmp/stopb.log" 2>&1 || { cat "$tmp/stopb.log"; fail "--stop-after bias run failed"; }
+bin/train --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/bias_resumed" --threads 1 "${bias_sets[@]}" \
+  --resume >"$tmp/resumeb.log" 2>&1 || { cat "$tmp/resumeb.log"; fail "--resume bias run failed"; }
+same_as_ref "$tmp/bias" "$tmp/bias_resumed" "bias run stopped at step 8 and resumed"
 
 # a coefficient that has no effect under the chosen balance: refused, one line naming the key, no run written
 rc=0

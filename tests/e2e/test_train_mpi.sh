@@ -33,6 +33,20 @@ for arch in dense moeut; do
   [ "$(json_get "$one/state.json" world_size)" = 1 ] || fail "$arch: state.json world_size is not 1"
 done
 
+# balance "bias": each step's expert selection counts are summed over the ranks before every rank moves its biases,
+# so the replicas stay identical (checked at every checkpoint: the replica hash covers the buffers), two 2-rank runs
+# are bit-identical, and the biases equal the 1-process run's within the bound (biases from one rank's counts alone
+# would move by the whole 2 gamma where the ranks disagree)
+bias=(--set model.balance=bias --set model.entropy_reg=null --set model.balance_gamma=0.01 --set train.checkpoint_every=2)
+bin/train --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/bias-1" --threads 1 "${bias[@]}" \
+  >"$tmp/bias-1.log" 2>&1 || { cat "$tmp/bias-1.log"; fail "bias: 1 process"; }
+for out in bias-2 bias-2b; do
+  mpi_train 2 --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/$out" "${bias[@]}" >"$tmp/$out.log" 2>&1 \
+    || { cat "$tmp/$out.log"; fail "bias: 2 ranks ($out)"; }
+done
+same_as_ref "$tmp/bias-2" "$tmp/bias-2b" "bias: two 2-rank runs bit-identical"
+weights_within "$tmp/bias-1" "$tmp/bias-2" $((8 * 128 * 2)) "bias: 2 ranks vs 1 process after 4 steps (weights and biases)"
+
 # Resume with another number of ranks: 2 ranks for 2 steps, then 1 process (and the other way round); the stream
 # position at the end equals the uninterrupted run's, the weights are within the bound.
 cfg=$tmp/dense.json

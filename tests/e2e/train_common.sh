@@ -7,7 +7,7 @@ for b in fetch tokenize train; do
   [ -x "bin/$b" ] || { echo "bin/$b missing (run make first)"; exit 1; }
 done
 tmp=$(mktemp -d /tmp/test_train_e2e.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
 
 fail() { echo "FAIL: $*"; exit 1; }
 

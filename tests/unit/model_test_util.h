@@ -165,9 +165,9 @@ static inline void mtu_check_decode(ModelConfig c, uint64_t seed) {
     backend_destroy(be);
 }
 
-/* Every tensor has a nonzero entry in g (a host copy of the model's gradients). */
+/* Every parameter tensor has a nonzero entry in g (a host copy of the model's gradients). */
 static inline void mtu_assert_every_tensor_has_gradient(Model *m, const scalar_t *g) {
-    for (int t = 0; t < model_n_tensors(m); t++) {
+    for (int t = 0; t < model_n_param_tensors(m); t++) {
         const ParamTensor *p = model_tensor(m, t);
         double s = 0;
         for (size_t i = 0; i < p->numel; i++) s += fabs(g[p->offset + i]);
