@@ -106,6 +106,17 @@ void cuda_gemm(Backend *be, int transA, int transB, int M, int N, int K, float a
 // dst[n] = bf16(src[n]) (round to nearest even).
 void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n);
 
+// Bytes a data-movement step reads plus writes (row data, not indices), for the emulator's work counters
+// (CUDA_EMU_STATS, make bench-emu-counts): the cost the issue-16 routing plan removes shows as a number there. Nothing
+// on a GPU.
+static inline void count_traffic(const char *kind, size_t bytes) {
+#ifdef CUDA_EMULATION
+    emu::stat_traffic(kind, bytes);
+#else
+    (void)kind, (void)bytes;
+#endif
+}
+
 // ---- launch helpers ----
 static inline unsigned grid_for(size_t n, unsigned block) {
     size_t g = (n + block - 1) / block;

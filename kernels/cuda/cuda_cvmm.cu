@@ -83,6 +83,7 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
     __nv_bfloat16 *Xs16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, CS_F, (size_t)M * Kin * sizeof(__nv_bfloat16)) : nullptr;
     __nv_bfloat16 *W16 = nullptr;
     float *Ys = (float *)cuda_scratch(be, CS_D, (size_t)M * Nout * sizeof(float));
+    count_traffic("cvmm_rows", (size_t)M * Kin * (sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : sizeof(float))));
     LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0)(Xs, Xs16, X, pl.perm, M, in_div, Kin);
     CHECK_LAUNCH();
     if (bf16) {
@@ -96,9 +97,11 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
                        {Ys, 0, (size_t)Nout * sizeof(float)}, Kin, Nout, Nout, 0.0f};
     cvmm_expert_gemms(be, "cvmm_forward", pl, fwd, bf16);
     if (!w) {
+        count_traffic("cvmm_rows", (size_t)M * Nout * 2 * sizeof(float));
         LAUNCH(k_unsort, grid_for((size_t)M * Nout, 256), 256, 0)(Y, Ys, pl.inv, M, Nout);
     } else {
         int rows = M / out_div;
+        count_traffic("cvmm_rows", ((size_t)M + rows) * Nout * sizeof(float));
         LAUNCH(k_reduce, grid_for((size_t)rows * Nout, 256), 256, 0)(Y, Ys, pl.inv, w, rows, out_div, Nout, false);
     }
     CHECK_LAUNCH();
@@ -126,9 +129,11 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         cuda_to_bf16(W16, W, (size_t)n_experts * Kin * Nout);
     }
     // unweighted output gradient rows in sorted order (+ bf16 copy for the dX GEMM)
+    count_traffic("cvmm_rows", (size_t)M * Nout * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0)));
     LAUNCH(k_gather, grid_for((size_t)M * Nout, 256), 256, 0)(Gs, Gs16, dY, pl.perm, M, w ? out_div : 1, Nout);
     CHECK_LAUNCH();
     if (want_Xs) {
+        count_traffic("cvmm_rows", (size_t)M * Kin * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0)));
         LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0)(Xs, Xs16, X, pl.perm, M, in_div, Kin);
         CHECK_LAUNCH();
     }
@@ -145,6 +150,7 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     }
     if (dW) {
         if (w || bf16) { // weighted rows (and their bf16 copy)
+            count_traffic("cvmm_rows", (size_t)M * Nout * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0)));
             LAUNCH(k_scale_rows, grid_for((size_t)M * Nout, 256), 256, 0)(Gs, Gs16, w, pl.perm, M, Nout);
             CHECK_LAUNCH();
         }
@@ -156,6 +162,7 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     }
     if (dX) {
         int rows = M / in_div;
+        count_traffic("cvmm_rows", ((size_t)M + 2 * (size_t)rows) * Kin * sizeof(float));
         LAUNCH(k_reduce, grid_for((size_t)rows * Kin, 256), 256, 0)(dX, Qs, pl.inv, w, rows, in_div, Kin, true);
         CHECK_LAUNCH();
     }

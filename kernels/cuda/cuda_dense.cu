@@ -22,6 +22,7 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
 
 void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
     if (!n) return;
+    count_traffic("bf16_convert", n * (sizeof(float) + sizeof(__nv_bfloat16)));
     LAUNCH(k_to_bf16, grid_for(n, 256), 256, 0)(dst, src, n);
     CHECK_LAUNCH();
 }

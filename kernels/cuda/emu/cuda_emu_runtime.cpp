@@ -332,6 +332,7 @@ bool begin_launch(const char *kernel, dim3 grid, dim3 block, size_t shmem) {
 }
 
 void run_launch(const std::function<void()> &body) {
+    long bf16_before = bf16_roundings; // the roundings of this launch are attributed to its kernel
     const char *order = getenv("CUDA_EMU_ORDER");
     reverse_order = order && strcmp(order, "reverse") == 0;
     size_t n = (size_t)block_dim.x * block_dim.y * block_dim.z;
@@ -348,12 +349,16 @@ void run_launch(const std::function<void()> &body) {
                 run_block(n);
             }
     launch_body = nullptr;
+    stat_bf16(launch_name, bf16_roundings - bf16_before);
 }
+
+long bf16_roundings = 0;
 
 } // namespace emu
 
 // ---------------------------------------------------------------- bfloat16
 __nv_bfloat16 __float2bfloat16_rn(float f) {
+    emu::bf16_roundings++; // a plain counter: the per-kernel attribution happens once per launch (run_launch)
     uint32_t u;
     std::memcpy(&u, &f, 4);
     __nv_bfloat16 h;
@@ -504,7 +509,7 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes) {
     if (bytes == 0) return cudaSuccess;
     cudaError_t e = check_side(p, bytes, true, "cudaMemset");
     if (e != cudaSuccess) return e;
-    emu::stat_memset();
+    emu::stat_memset(bytes);
     memset(p, value, bytes);
     return cudaSuccess;
 }
