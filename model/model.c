@@ -83,6 +83,7 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
     m->params = be->alloc(be, m->n_params * sizeof(scalar_t));
     m->grads = be->alloc(be, m->n_params * sizeof(scalar_t));
     be->alloc_purpose[0] = '\0';
+    be->register_weights(be, m->params, m->n_params); /* CUDA bf16: converted once per change, not per matmul */
     if (cfg->arch == ARCH_MOEUT)
         m->routing_counts = be->alloc(be, (size_t)cfg->n_layers * (size_t)cfg->ff_n_experts * sizeof(int64_t));
     /* The activation arena stays empty until the first call says how many tokens it needs. */

@@ -55,8 +55,11 @@ struct dim3 {
 struct __nv_bfloat16 {
     uint16_t bits;
 };
-__nv_bfloat16 __float2bfloat16_rn(float f); // round to nearest even; NaN stays NaN
+__nv_bfloat16 __float2bfloat16_rn(float f); // round to nearest even; NaN stays NaN (counted: CUDA_EMU_STATS)
 float __bfloat162float(__nv_bfloat16 h);
+namespace emu {
+uint16_t bf16_round_bits(float f); // the bits __float2bfloat16_rn gives, not counted (for host-side checks)
+}
 
 // ---------------------------------------------------------------- runtime API
 typedef enum {

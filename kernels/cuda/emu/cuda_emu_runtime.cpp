@@ -357,17 +357,17 @@ long bf16_roundings = 0;
 } // namespace emu
 
 // ---------------------------------------------------------------- bfloat16
-__nv_bfloat16 __float2bfloat16_rn(float f) {
-    emu::bf16_roundings++; // a plain counter: the per-kernel attribution happens once per launch (run_launch)
+uint16_t emu::bf16_round_bits(float f) {
     uint32_t u;
     std::memcpy(&u, &f, 4);
-    __nv_bfloat16 h;
-    if ((u & 0x7fffffffu) > 0x7f800000u) { // NaN: keep it a (quiet) NaN
-        h.bits = (uint16_t)((u >> 16) | 0x0040u);
-        return h;
-    }
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); // NaN: keep it a (quiet) NaN
     u += 0x7fffu + ((u >> 16) & 1u); // round to nearest, ties to even
-    h.bits = (uint16_t)(u >> 16);
+    return (uint16_t)(u >> 16);
+}
+__nv_bfloat16 __float2bfloat16_rn(float f) {
+    emu::bf16_roundings++; // a plain counter: the per-kernel attribution happens once per launch (run_launch)
+    __nv_bfloat16 h;
+    h.bits = emu::bf16_round_bits(f);
     return h;
 }
 float __bfloat162float(__nv_bfloat16 h) {
