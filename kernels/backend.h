@@ -30,6 +30,24 @@ typedef enum { PRECISION_FP32 = 0, PRECISION_BF16 = 1 } Precision;
 /* Gating transform of a router (router_gates). */
 typedef enum { ROUTER_SIGMOID = 0, ROUTER_SOFTMAX = 1 } RouterKind;
 
+/* The routing plan of one routing decision (routing_plan fills it; cvmm_forward/cvmm_backward read it). The caller
+ * provides the memory and sets the pointers and capacities; routing_plan sets the rest. Backend memory holds what
+ * the kernels read; host_offset is what the host needs to size the expert GEMMs (the CUDA backend copies the
+ * offsets there once, when the plan is built, so no cvmm call waits for the GPU). */
+typedef struct {
+    int max_entries, max_experts; /* capacity of the memory below (set by the caller) */
+    int32_t *perm;         /* [max_entries] backend: sorted position m -> entry p (ascending expert, then p) */
+    int32_t *inv;          /* [max_entries] backend: entry p -> sorted position */
+    int32_t *offset;       /* [max_experts + 1] backend: expert e's rows are sorted positions [offset[e], offset[e+1]) */
+    int32_t *group_expert; /* [max_experts] backend: the non-empty experts, ascending, [0, n_groups) */
+    int32_t *host_offset;  /* [max_experts + 1] HOST memory: a copy of offset */
+    int M, n_experts;      /* set by routing_plan: entries and experts of the decision */
+    int n_groups;          /* set by routing_plan: number of non-empty experts */
+} RoutingPlan;
+
+/* cvmm's row-order flags (see cvmm_forward). */
+enum { CVMM_ENTRY_ORDER = 0, CVMM_IN_SORTED = 1, CVMM_OUT_SORTED = 2 };
+
 typedef struct Backend Backend;
 struct Backend {
     const char *name;      /* "cpu" or "cuda" */
@@ -49,6 +67,12 @@ struct Backend {
     void (*zero)(Backend *be, void *p, size_t bytes);
     void (*synchronize)(Backend *be);
     void (*destroy)(Backend *be);
+    /* The model's weights p[n] (one backend buffer) are registered so that a backend may keep derived copies of
+     * them: every op that writes into [p, p + n) marks such a copy stale and its next use refreshes it. CUDA keeps
+     * the bf16 copy that bf16-mode matmul and cvmm read for operands inside the range (converted once after each
+     * change, e.g. once per optimizer step, instead of in every call). p = NULL (or freeing the buffer) forgets the
+     * registration. The CPU keeps nothing. */
+    void (*register_weights)(Backend *be, const scalar_t *p, size_t n);
 
     /* ---- dense linear algebra ----
      * C[M,N] = alpha * op(A) @ op(B) + beta * C, op(A) is [M,K], op(B) is [K,N].
@@ -147,26 +171,38 @@ struct Backend {
     void (*expert_count)(Backend *be, int64_t *counts, const int32_t *sel, const uint8_t *drop, const uint8_t *valid,
                          int N, int G, int E, int k);
 
+    /* ---- routing plan: the entries of one routing decision sorted by expert, built once, read by every cvmm ----
+     * routing_plan fills plan (memory provided by the caller, see RoutingPlan) from sel[M], values in
+     * [0, n_experts): perm/inv/offset are the stable counting sort of the entries by expert (sorted position m holds
+     * entry perm[m]; expert e's entries are the sorted positions [offset[e], offset[e+1]), in entry order), and the
+     * non-empty experts in increasing order. An id outside [0, n_experts) dies naming the first such entry. One
+     * routing decision (e.g. the FFN's sel[N,K]) is planned once per forward and its plan serves the forward's and
+     * the backward's cvmm calls of that decision (route once, sort once: ScatterMoE, MegaBlocks). */
+    void (*routing_plan)(Backend *be, RoutingPlan *plan, const int32_t *sel, int M, int n_experts);
+
     /* ---- cvmm: conditional (expert-selected) vector-matrix multiply ----
-     * M entries p = 0..M-1, expert sel[p] in [0,n_experts), weights W[n_experts, Kin, Nout].
+     * The M entries p = 0..M-1 of plan (M = plan->M), expert sel[p], weights W[n_experts, Kin, Nout].
      *   y_p = X[p / in_div, :] @ W[sel[p]]                        (X has M/in_div rows of Kin)
      * Without reduction (w == NULL): Y[p, :] = y_p                (Y[M, Nout], overwritten)
      * With reduction weights w[M]:   Y[r, :] = sum_{p: p/out_div == r} w[p] * y_p   (Y[M/out_div, Nout], overwritten)
+     * order (CvmmOrder flags) lets rows stay in plan order between calls that share a plan:
+     *   CVMM_IN_SORTED:  X (and the backward's dX) row m is entry perm[m]'s row; needs in_div == 1
+     *   CVMM_OUT_SORTED: Y (and the backward's dY) row m is y_{perm[m]}; needs w == NULL (no reduction)
      * The four MoE call patterns (spec §4.3):
-     *   FFN up   : X=x[N,C],       sel[N,K],      in_div=K,    w=NULL          -> U[N*K, S]
-     *   FFN down : X=A[N*K,S],     sel[N,K],      in_div=1,    w[N*K], out_div=K     -> f[N, C]
+     *   FFN up   : X=x[N,C],       sel[N,K],      in_div=K,    w=NULL          -> U[N*K, S]  (MoEUT: OUT_SORTED)
+     *   FFN down : X=A[N*K,S],     sel[N,K],      in_div=1,    w[N*K], out_div=K     -> f[N, C]  (MoEUT: IN_SORTED)
      *   Att V    : X=x[N,C],       sel[N,H,KA],   in_div=H*KA, w[N*H*KA], out_div=KA -> v[N*H, D]
      *   Att O    : X=r[N*H,D],     sel[N,H,KA],   in_div=KA,   w[N*H*KA], out_div=H*KA -> out[N, C] */
-    void (*cvmm_forward)(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const int32_t *sel,
-                         const scalar_t *w, int M, int in_div, int out_div, int n_experts, int Kin, int Nout);
-    /* Backward of cvmm_forward, given dY (shape of Y):
+    void (*cvmm_forward)(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *plan,
+                         const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order);
+    /* Backward of cvmm_forward, given dY (shape and order of Y), same plan, order and divisors:
      *   G_p = (w ? w[p] * dY[p/out_div] : dY[p])
      *   dX[p/in_div] += G_p @ W[sel[p]]^T      (dX may be NULL)
      *   dW[sel[p]]   += X[p/in_div]^T (x) G_p  (dW may be NULL)
      *   dw[p]         = <dY[p/out_div], y_p>   (overwrite; only when w and dw are non-NULL) */
     void (*cvmm_backward)(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY,
-                          const scalar_t *X, const scalar_t *W, const int32_t *sel, const scalar_t *w, int M,
-                          int in_div, int out_div, int n_experts, int Kin, int Nout);
+                          const scalar_t *X, const scalar_t *W, const RoutingPlan *plan, const scalar_t *w, int in_div,
+                          int out_div, int Kin, int Nout, int order);
 
     /* ---- entropy ("perplexity") regularizer, masked [B,B]-broadcast form of the DM-math training code ----
      * logits[R,B,T,G,E]: the raw router logits of the R applications of ONE module (history in application order).

@@ -105,6 +105,7 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
     m->params = be->alloc(be, (m->n_params + m->n_buffer_elems) * sizeof(scalar_t));
     m->grads = be->alloc(be, m->n_params * sizeof(scalar_t));
     be->alloc_purpose[0] = '\0';
+    be->register_weights(be, m->params, m->n_params); /* CUDA bf16: converted once per change, not per matmul */
     if (m->n_apps_of[LAYER_MOEUT] > 0)
         m->routing_counts =
             be->alloc(be, (size_t)m->n_apps_of[LAYER_MOEUT] * (size_t)cfg->ff_n_experts * sizeof(int64_t));

@@ -38,14 +38,15 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     be->copy(be, dx1, dh_out, NC * sizeof(scalar_t)); /* dh_out is not read again: dh_in may alias it */
 
     /* ---- σ-MoE: f = sum_j gate_j * A_j @ Values[sel_j] (df = dy = dx1 at this point) ---- */
-    scalar_t *dA = s->A;          /* [N*K, S] */
+    scalar_t *dA = s->A;          /* [N*K, S] in plan_f order, as A */
     scalar_t *dgate_f = s->gate_f; /* [N, K] */
     be->zero(be, dA, (size_t)N * K * S * sizeof(scalar_t));
-    be->cvmm_backward(be, dA, G + P->values, dgate_f, dx1, ac->A, W + P->values, ac->sel_f, ac->gate_f, N * K, 1, K,
-                      E, S, C);
+    be->cvmm_backward(be, dA, G + P->values, dgate_f, dx1, ac->A, W + P->values, &ac->plan_f, ac->gate_f, 1, K, S, C,
+                      CVMM_IN_SORTED);
     be->relu_backward(be, dA, dA, ac->A, (size_t)N * K * S); /* dU = dA * (U > 0); A > 0 iff U > 0 */
     /* U_j = x1 @ Keys[sel_j]: dx1 += sum_j dU_j Keys^T */
-    be->cvmm_backward(be, dx1, G + P->keys, NULL, dA, ac->x1, W + P->keys, ac->sel_f, NULL, N * K, K, 1, E, C, S);
+    be->cvmm_backward(be, dx1, G + P->keys, NULL, dA, ac->x1, W + P->keys, &ac->plan_f, NULL, K, 1, C, S,
+                      CVMM_OUT_SORTED);
     /* shared experts: f += A_s SharedValues[s], A_s = ReLU(x1 SharedKeys[s]) (df = dy = dh_out, intact until dh_in is
      * written below) */
     for (int sh = 0; sh < c->n_shared_experts; sh++) {
@@ -76,8 +77,8 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     scalar_t *dr = s->hd[3];        /* [N, H*D] */
     scalar_t *dgate_o = s->gate_o;  /* [N, H, KA] */
     be->zero(be, dr, (size_t)N * HD * sizeof(scalar_t));
-    be->cvmm_backward(be, dr, G + P->o, dgate_o, dx1, ac->r, W + P->o, ac->sel_o, ac->gate_o, N * H * KA, KA, H * KA,
-                      HEA, D, C);
+    be->cvmm_backward(be, dr, G + P->o, dgate_o, dx1, ac->r, W + P->o, &ac->plan_o, ac->gate_o, KA, H * KA, D, C,
+                      CVMM_ENTRY_ORDER);
     be->copy(be, dh_in, dx1, NC * sizeof(scalar_t)); /* residual path x -> x1 */
 
     /* ---- softmax attention, RoPE, q/k projections ---- */
@@ -101,8 +102,8 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
 
     /* ---- V experts: v_h = sum_j gate_v * x @ V[sel_v] (reads the raw x) ---- */
     scalar_t *dgate_v = s->gate_v;
-    be->cvmm_backward(be, dh_in, G + P->v, dgate_v, dv, ac->x, W + P->v, ac->sel_v, ac->gate_v, N * H * KA, H * KA,
-                      KA, HEA, C, D);
+    be->cvmm_backward(be, dh_in, G + P->v, dgate_v, dv, ac->x, W + P->v, &ac->plan_v, ac->gate_v, H * KA, KA, C, D,
+                      CVMM_ENTRY_ORDER);
 
     /* ---- attention routers: lv = xn Sel_v^T, lo = xn Sel_o^T ---- */
     scalar_t *dlv = s->lv, *dlo = s->lo; /* [N, H*EA] */

@@ -29,6 +29,7 @@ typedef struct {
     const uint8_t *drop_v, *drop_o; /* [N, H*EA] or NULL */
     int32_t *sel_v, *sel_o;     /* [N, H, KA] */
     scalar_t *gate_v, *gate_o;  /* [N, H, KA] */
+    RoutingPlan *plan_v, *plan_o; /* built here from sel_v, sel_o */
     scalar_t *r;                /* [N, H*D] attention output */
     scalar_t *lse;              /* [B, H, T] */
     scalar_t *att;              /* [N, C] block output (without the residual) */
@@ -42,10 +43,11 @@ typedef struct {
     const uint8_t *drop;        /* [N, E] or NULL */
     int32_t *sel;               /* [N, K] */
     scalar_t *gate;             /* [N, K] */
+    RoutingPlan *plan;          /* built here from sel */
     int64_t *counts;            /* [E] this application's routing counts (model_routed_experts), NULL = not counted */
     int64_t *bias_counts;       /* [E] its layer's balance-"bias" counts (training), NULL = not counted */
     const uint8_t *valid;       /* [N] positions the counts cover, NULL = all */
-    scalar_t *A;                /* [N*K, S] ReLU(x1 Keys[sel]) */
+    scalar_t *A;                /* [N*K, S] ReLU(x1 Keys[sel]), rows in plan order */
     scalar_t *A_shared;         /* [K_s, N, S] ReLU(x1 SharedKeys[s]) (training: kept for the backward), or [N, S]
                                  * scratch reused by every shared expert (shared_stride 0) */
     size_t shared_stride;       /* elements between the shared experts' A blocks: N*S, or 0 */
@@ -70,18 +72,20 @@ static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, 
     be->matmul(be, io->lo, io->xn, W + P->sel_o, N, H * EA, C, 0, 1, 1, 0);
     /* SwitchHead keeps MoEUT's routing: sigmoid gates, not renormalised */
     be->topk_select(be, io->sel_v, io->lv, io->drop_v, NULL, ROUTER_SIGMOID, N, H, EA, KA);
+    be->routing_plan(be, io->plan_v, io->sel_v, N * H * KA, H * EA);
     be->router_gates(be, io->gate_v, io->lv, io->sel_v, io->drop_v, N, H, EA, KA, ROUTER_SIGMOID, 0);
     be->topk_select(be, io->sel_o, io->lo, io->drop_o, NULL, ROUTER_SIGMOID, N, H, EA, KA);
+    be->routing_plan(be, io->plan_o, io->sel_o, N * H * KA, H * EA);
     be->router_gates(be, io->gate_o, io->lo, io->sel_o, io->drop_o, N, H, EA, KA, ROUTER_SIGMOID, 0);
     /* v[n,h] = sum_j gate_v[n,h,j] * x[n] @ V[sel_v[n,h,j]]   -> [N*H, D] */
-    be->cvmm_forward(be, v_new, io->x, W + P->v, io->sel_v, io->gate_v, N * H * KA, H * KA, KA, H * EA, C, D);
+    be->cvmm_forward(be, v_new, io->x, W + P->v, io->plan_v, io->gate_v, H * KA, KA, C, D, CVMM_ENTRY_ORDER);
     if (n_rot > 0) {
         be->rope(be, io->q, B, T, H, D, n_rot, io->pos_offset, (scalar_t)MOEUT_ROPE_BASE, 0);
         be->rope(be, k_new, B, T, H, D, n_rot, io->pos_offset, (scalar_t)MOEUT_ROPE_BASE, 0);
     }
     be->attention_forward(be, io->r, io->lse, io->q, io->k_all, io->v_all, B, T, io->Tk, H, D, 1);
     /* att[n] = sum_{h,j} gate_o[n,h,j] * r[n,h] @ O[sel_o[n,h,j]]   -> [N, C] */
-    be->cvmm_forward(be, io->att, io->r, W + P->o, io->sel_o, io->gate_o, N * H * KA, KA, H * KA, H * EA, D, C);
+    be->cvmm_forward(be, io->att, io->r, W + P->o, io->plan_o, io->gate_o, KA, H * KA, D, C, CVMM_ENTRY_ORDER);
 }
 
 static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *io) {
@@ -94,12 +98,14 @@ static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *
     be->matmul(be, io->l, io->xs, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* [N, E] */
     const scalar_t *bias = P->expert_bias != SIZE_MAX ? W + P->expert_bias : NULL; /* [E] balance "bias" */
     be->topk_select(be, io->sel, io->l, io->drop, bias, c->router, N, 1, E, K);
+    be->routing_plan(be, io->plan, io->sel, N * K, E);
     be->router_gates(be, io->gate, io->l, io->sel, io->drop, N, 1, E, K, c->router, c->router_renorm);
     if (io->counts) be->expert_count(be, io->counts, io->sel, io->drop, io->valid, N, 1, E, K);
     if (io->bias_counts) be->expert_count(be, io->bias_counts, io->sel, io->drop, io->valid, N, 1, E, K);
-    be->cvmm_forward(be, io->A, io->x1, W + P->keys, io->sel, NULL, N * K, K, 1, E, C, S); /* U [N*K, S] */
+    /* U [N*K, S] and A = ReLU(U) stay in plan order: the values read A's rows where the keys wrote them */
+    be->cvmm_forward(be, io->A, io->x1, W + P->keys, io->plan, NULL, K, 1, C, S, CVMM_OUT_SORTED);
     be->relu_forward(be, io->A, io->A, (size_t)N * K * S);
-    be->cvmm_forward(be, io->f, io->A, W + P->values, io->sel, io->gate, N * K, 1, K, E, S, C); /* [N, C] */
+    be->cvmm_forward(be, io->f, io->A, W + P->values, io->plan, io->gate, 1, K, S, C, CVMM_IN_SORTED); /* [N, C] */
     /* shared experts: f += ReLU(x1 SharedKeys[s]) SharedValues[s], every token, gate 1 */
     for (int sh = 0; sh < c->n_shared_experts; sh++) {
         scalar_t *A_s = io->A_shared + (size_t)sh * io->shared_stride; /* [N, S] */
@@ -144,7 +150,8 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
         .v_all = ac->v, .Tk = T, .pos_offset = 0,
         .lv = st->hist_v[layer] + (size_t)rep * N * HEA, /* written straight into the regularizer history */
         .lo = st->hist_o[layer] + (size_t)rep * N * HEA, .drop_v = drop_v, .drop_o = drop_o, .sel_v = ac->sel_v,
-        .sel_o = ac->sel_o, .gate_v = ac->gate_v, .gate_o = ac->gate_o, .r = ac->r, .lse = ac->lse, .att = s->nc[2],
+        .sel_o = ac->sel_o, .gate_v = ac->gate_v, .gate_o = ac->gate_o, .plan_v = &ac->plan_v, .plan_o = &ac->plan_o,
+        .r = ac->r, .lse = ac->lse, .att = s->nc[2],
     };
     attention_block(m, P, B, T, &a);
     be->copy(be, ac->x1, ac->x, (size_t)N * C * sizeof(scalar_t));
@@ -157,7 +164,7 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
         .counts = m->routing_counts + (size_t)slot * E,
         .bias_counts = st->bias_counts ? st->bias_counts + (size_t)layer * E : NULL,
         .valid = st->have_valid ? st->valid_dev : NULL, .A = ac->A, .A_shared = ac->A_shared,
-        .shared_stride = (size_t)N * c->ff_expert_size, .f = h_out,
+        .shared_stride = (size_t)N * c->ff_expert_size, .f = h_out, .plan = &ac->plan_f,
     };
     ffn_block(m, P, N, &f);
     be->add_inplace(be, h_out, ac->x1, (size_t)N * C); /* y = x1 + f */
@@ -181,13 +188,14 @@ void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *
         .k_all = kv ? kv->k : s->hd[1], .v_all = kv ? kv->v : s->hd[2],
         .Tk = kv ? kv_len + T : T, .pos_offset = kv ? kv_len : 0,
         .lv = s->lv, .lo = s->lo, .drop_v = NULL, .drop_o = NULL, .sel_v = s->sel_v, .sel_o = s->sel_o,
-        .gate_v = s->gate_v, .gate_o = s->gate_o, .r = s->hd[3], .lse = s->lse, .att = s->nc[2],
+        .gate_v = s->gate_v, .gate_o = s->gate_o, .plan_v = &s->plan_v, .plan_o = &s->plan_o, .r = s->hd[3],
+        .lse = s->lse, .att = s->nc[2],
     };
     attention_block(m, P, B, T, &a);
     be->add_inplace(be, h, s->nc[2], (size_t)N * C); /* h = x1 */
     FfnIO f = {
         .x1 = h, .xs = s->nc[1], .mean = s->mean, .rstd = s->rstd, .l = s->lf, .drop = NULL, .sel = s->sel_f,
-        .gate = s->gate_f,
+        .gate = s->gate_f, .plan = &s->plan_f,
         .counts = (m->counting_eval && kv == NULL) ? m->routing_counts + (size_t)m->apps[app].slot * c->ff_n_experts
                                                    : NULL,
         .bias_counts = NULL, .valid = NULL, .A = s->A, .A_shared = s->shared_A, .shared_stride = 0, .f = s->nc[2],

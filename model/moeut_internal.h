@@ -12,12 +12,17 @@
  *
  * Training memory per token and per application (scalar_t elements unless noted):
  *   cache:   x, x1 (2C) + q, k, v, r (4HD) + lse (H) + LN stats (4) + A = ReLU(U) (K*S)
- *            + gates (2*H*KA + K) + selections (int32: 2*H*KA + K)
+ *            + gates (2*H*KA + K) + selections (int32: 2*H*KA + K) + routing plans (int32: 2 (2*H*KA + K))
  *   history: router logits (2*H*EA + E) and their regularizer gradients (same again), per application
  *   For the DM-math 244M config (C=1024, H=4, D=128, K=16, S=128, EA=10, E=387) that is about
- *   2048 + 2048 + 4 + 4 + 2048 + 20 + 2*467 ≈ 7.1k elements ≈ 28 KiB per token per application in fp32:
+ *   2048 + 2048 + 4 + 4 + 2048 + 20 + 2*467 + 64 ≈ 7.2k elements ≈ 28 KiB per token per application in fp32:
  *   32k tokens x 18 applications ≈ 16 GiB (a GPU concern; the tiny CPU configs need kilobytes).
  *   LN outputs xn, xs are not cached: the backward recomputes them from x / x1 and the saved LN statistics.
+ *
+ * Routing plans: each routing decision (sel_v, sel_o, sel_f) is planned once, right after its topk_select, and
+ * the plan serves all cvmm calls of that decision, forward and backward (3 plan builds per training application
+ * instead of 8). The FFN keeps its hidden rows U, A, dA, dU in plan_f order throughout, so neither the up- nor the
+ * down-projection gathers or scatters them.
  *
  * Every backend buffer below (caches, histories, mask, scratch) lives in the model's activation arena
  * (moeut_plan_activations in moeut_layer.c); this layer allocates no backend memory of its own.
@@ -54,12 +59,13 @@ typedef struct {
     scalar_t *r;          /* [N, H*D] attention output (per head) */
     scalar_t *lse;        /* [B, H, T] */
     scalar_t *mean1, *rstd1, *mean2, *rstd2; /* [N] LayerNorm statistics */
-    scalar_t *A;          /* [N*K, S] ReLU(U); A > 0 exactly where U > 0, so it also serves as the ReLU mask */
+    scalar_t *A;          /* [N*K, S] ReLU(U), rows in plan_f order; A > 0 exactly where U > 0 (the ReLU mask) */
     int32_t *sel_v, *sel_o; /* [N, H, KA] global expert ids h*EA+e */
     scalar_t *gate_v, *gate_o; /* [N, H, KA] sigmoid values */
     int32_t *sel_f;       /* [N, K] */
     scalar_t *gate_f;     /* [N, K] */
     scalar_t *A_shared;   /* [K_s, N, S] ReLU(x1 shared_keys[s]), also the ReLU mask (NULL without shared experts) */
+    RoutingPlan plan_v, plan_o, plan_f; /* of sel_v, sel_o, sel_f: built in the forward, reused by the backward */
 } MoeutAppCache;
 
 /* Scratch shared by all applications (backend memory, planned for max(arena_train_tokens, arena_eval_tokens); the
@@ -76,8 +82,9 @@ typedef struct {
     scalar_t *gate_v, *gate_o; /* [N, H*KA] gates (inference) | gate gradients */
     int32_t *sel_f;       /* [N, K] */
     scalar_t *gate_f;     /* [N, K] */
-    scalar_t *A;          /* [N*K, S] ReLU(U) (inference) | dA, dU */
+    scalar_t *A;          /* [N*K, S] ReLU(U) (inference) | dA, dU; rows in plan order */
     scalar_t *shared_A;   /* [N, S] one shared expert's ReLU(U) (inference) | its dA, dU (NULL without shared experts) */
+    RoutingPlan plan_v, plan_o, plan_f; /* inference: the plans of sel_v, sel_o, sel_f */
     uint8_t *drop_v, *drop_o; /* [N, H*EA] expert-dropout masks (training with att_expert_dropout > 0) */
     uint8_t *drop_f;      /* [N, E] (training with ff_expert_dropout > 0) */
     uint8_t *host_drop;   /* host staging for the masks (host memory, grown on use), [N * max(H*EA, E)] */
@@ -109,6 +116,7 @@ typedef struct {
     scalar_t *bias_host;       /* [E] host staging of one layer's expert_bias */
 
     MoeutScratch s;
+    int32_t *plan_host;        /* host memory of every RoutingPlan above (their host_offset arrays) */
 } MoeutState;
 
 static inline MoeutState *moeut_state(Model *m) { return (MoeutState *)m->layer_state[LAYER_MOEUT]; }

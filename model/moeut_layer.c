@@ -1,5 +1,6 @@
 /* The MoEUT layer's LayerImpl: parameter registration, initialisation and the plan of its activation buffers.
  * The math lives in moeut_forward.c, moeut_backward.c and moeut_reg.c (see moeut_internal.h for the state). */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -141,6 +142,19 @@ static void moeut_init_params(Model *m, int layer, Rng *rng) {
 
 /* ---- buffers (all in the model's activation arena) ---- */
 
+/* The memory of a routing plan of up to `entries` entries over `experts` experts: its backend arrays from the plan,
+ * its host offsets from *host (advanced past them). Unbuilt until routing_plan fills it. */
+static void plan_routing(ActivationPlan *p, RoutingPlan *rp, size_t entries, size_t experts, int32_t **host) {
+    if (entries > INT_MAX || experts >= INT_MAX) die("moeut: %zu routing entries of %zu experts overflow int", entries,
+                                                      experts);
+    *rp = (RoutingPlan){.max_entries = (int)entries, .max_experts = (int)experts, .host_offset = *host};
+    *host += experts + 1;
+    plan_int32(p, &rp->perm, entries);         /* [M] */
+    plan_int32(p, &rp->inv, entries);          /* [M] */
+    plan_int32(p, &rp->offset, experts + 1);   /* [E + 1] */
+    plan_int32(p, &rp->group_expert, experts); /* [E] */
+}
+
 static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int n_eval) {
     MoeutState *st = moeut_state(m);
     const ModelConfig *c = &m->cfg;
@@ -206,6 +220,20 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
     plan_u8(p, &s->drop_v, nt * HEA);         /* [N, H*EA] */
     plan_u8(p, &s->drop_o, nt * HEA);         /* [N, H*EA] */
     plan_u8(p, &s->drop_f, nt * E);           /* [N, E] */
+
+    /* routing plans: one per decision of each training application, and the inference scratch's three */
+    const size_t host_per_set = 2 * (HEA + 1) + (E + 1); /* host offsets of one (v, o, f) set */
+    if (st->plan_host == NULL) st->plan_host = xcalloc(((size_t)st->n_apps + 1) * host_per_set, sizeof(int32_t));
+    int32_t *host = st->plan_host;
+    for (int a = 0; a < st->n_apps; a++) {
+        MoeutAppCache *ac = &st->apps[a];
+        plan_routing(p, &ac->plan_v, nt * HKA, HEA, &host);
+        plan_routing(p, &ac->plan_o, nt * HKA, HEA, &host);
+        plan_routing(p, &ac->plan_f, nt * K, E, &host);
+    }
+    plan_routing(p, &s->plan_v, nmax * HKA, HEA, &host);
+    plan_routing(p, &s->plan_o, nmax * HKA, HEA, &host);
+    plan_routing(p, &s->plan_f, nmax * K, E, &host);
 }
 
 static void moeut_train_begin(Model *m, int B, int T, const uint8_t *valid) {
@@ -237,6 +265,7 @@ static void moeut_destroy(Model *m) {
     scalar_t **lists[] = {st->hist_f, st->hist_v, st->hist_o, st->dreg_f, st->dreg_v, st->dreg_o};
     for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++) free(lists[l]);
     free(st->s.host_drop);
+    free(st->plan_host);
     free(st->layers);
     if (st->bias_counts) m->be->free(m->be, st->bias_counts);
     free(st->bias_host_counts);

@@ -52,6 +52,9 @@ void *cpu_scratch(Backend *be, int slot, size_t bytes) {
     return impl->buf[slot];
 }
 
+/* The CPU computes in scalar_t whatever the precision: no derived copy of the weights to keep. */
+static void cpu_register_weights(Backend *be, const scalar_t *p, size_t n) { (void)be, (void)p, (void)n; }
+
 static void cpu_destroy(Backend *be) {
     if (!be) return;
     CpuImpl *impl = (CpuImpl *)be->impl;
@@ -98,6 +101,7 @@ Backend *backend_cpu_create(void) {
     be->zero = cpu_zero;
     be->synchronize = cpu_synchronize;
     be->destroy = cpu_destroy;
+    be->register_weights = cpu_register_weights;
 
     be->matmul = cpu_matmul;
     be->add_inplace = cpu_add_inplace;
@@ -118,6 +122,7 @@ Backend *backend_cpu_create(void) {
     be->router_gates = cpu_router_gates;
     be->router_gates_backward = cpu_router_gates_backward;
     be->switch_balance = cpu_switch_balance;
+    be->routing_plan = cpu_routing_plan;
     be->cvmm_forward = cpu_cvmm_forward;
     be->cvmm_backward = cpu_cvmm_backward;
     be->entropy_reg = cpu_entropy_reg;

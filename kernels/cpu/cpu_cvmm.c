@@ -1,9 +1,11 @@
-/* CPU reference: cvmm, the expert-selected vector-matrix multiply of the MoE layers (spec §4).
+/* CPU reference: the routing plan and cvmm, the expert-selected vector-matrix multiply of the MoE layers (spec §4).
  *
- * Plan: a stable counting sort of the M entries by expert gives perm (sorted position m -> entry p), per-expert
- * offsets, and inv (entry p -> sorted position). Rows are gathered into contiguous per-expert blocks, each block is
- * one GEMM against its expert's weight, and results are scattered/reduced back in entry order. The order of every
- * floating-point sum depends only on sel, never on the thread count.
+ * Plan (routing_plan, once per routing decision): a stable counting sort of the M entries by expert gives perm
+ * (sorted position m -> entry p), per-expert offsets, and inv (entry p -> sorted position). cvmm gathers rows into
+ * contiguous per-expert blocks (unless the caller passes them in plan order already), runs each block as one GEMM
+ * against its expert's weight, and scatters/reduces the results back in entry order (unless the caller takes them
+ * in plan order). The order of every floating-point sum depends only on sel, never on the thread count, and not on
+ * the row-order flags either: a sorted operand is exactly the block the gather would have made.
  */
 #include <string.h>
 
@@ -12,33 +14,39 @@
 
 #define PAR_MIN 32768
 
-typedef struct {
-    int32_t *perm;   /* [M] sorted position -> entry p (ascending expert, entries of one expert in p order) */
-    int32_t *inv;    /* [M] entry p -> sorted position */
-    int32_t *offset; /* [n_experts + 1] start of each expert's block in sorted order */
-} CvmmPlan;
-
-static CvmmPlan build_plan(Backend *be, const char *op, const int32_t *sel, int M, int n_experts) {
-    CvmmPlan pl;
-    pl.perm = cpu_scratch(be, SCRATCH_A, (size_t)M * sizeof(int32_t));
-    pl.inv = cpu_scratch(be, SCRATCH_B, (size_t)M * sizeof(int32_t));
-    pl.offset = cpu_scratch(be, SCRATCH_C, ((size_t)n_experts + 1) * sizeof(int32_t));
-    memset(pl.offset, 0, ((size_t)n_experts + 1) * sizeof(int32_t));
+/* See backend.h. A stable counting sort: count the entries of each expert, prefix-sum the counts into offsets, then
+ * visit the entries in p order and give each the next free sorted position of its expert. */
+void cpu_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, int n_experts) {
+    if (n_experts < 1) die("routing_plan: n_experts=%d must be at least 1", n_experts);
+    if (M < 0) die("routing_plan: M=%d entries", M);
+    if (M > pl->max_entries || n_experts > pl->max_experts)
+        die("routing_plan: %d entries of %d experts do not fit the plan's memory (%d entries, %d experts)", M,
+            n_experts, pl->max_entries, pl->max_experts);
+    if (!pl->offset || !pl->group_expert || !pl->host_offset || (M > 0 && (!pl->perm || !pl->inv)))
+        die("routing_plan: the plan's memory is not set (perm, inv, offset, group_expert, host_offset)");
+    int32_t *offset = pl->offset;
+    memset(offset, 0, ((size_t)n_experts + 1) * sizeof(int32_t));
     for (int p = 0; p < M; p++) {
         if (sel[p] < 0 || sel[p] >= n_experts)
-            die("%s: expert id %d at entry %d is outside [0, %d)", op, sel[p], p, n_experts);
-        pl.offset[sel[p] + 1]++;
+            die("routing_plan: expert id %d at entry %d is outside [0, %d)", sel[p], p, n_experts);
+        offset[sel[p] + 1]++;
     }
-    for (int e = 0; e < n_experts; e++) pl.offset[e + 1] += pl.offset[e];
+    for (int e = 0; e < n_experts; e++) offset[e + 1] += offset[e];
     /* stable scatter: entries are visited in p order, cursor[e] = next free sorted position of expert e */
     int32_t *cursor = cpu_scratch(be, SCRATCH_H, (size_t)n_experts * sizeof(int32_t));
-    memcpy(cursor, pl.offset, (size_t)n_experts * sizeof(int32_t));
+    memcpy(cursor, offset, (size_t)n_experts * sizeof(int32_t));
     for (int p = 0; p < M; p++) {
         int m = cursor[sel[p]]++;
-        pl.perm[m] = p;
-        pl.inv[p] = m;
+        pl->perm[m] = p;
+        pl->inv[p] = m;
     }
-    return pl;
+    int groups = 0;
+    for (int e = 0; e < n_experts; e++)
+        if (offset[e + 1] > offset[e]) pl->group_expert[groups++] = e;
+    memcpy(pl->host_offset, offset, ((size_t)n_experts + 1) * sizeof(int32_t)); /* host memory here already */
+    pl->M = M;
+    pl->n_experts = n_experts;
+    pl->n_groups = groups;
 }
 
 /* per-expert GEMM descriptors for cpu_gemm_batch */
@@ -46,9 +54,15 @@ static CpuGemm *expert_gemms(Backend *be, int n_experts) {
     return cpu_scratch(be, SCRATCH_I, (size_t)n_experts * sizeof(CpuGemm));
 }
 
-static void check_shape(const char *op, int M, int in_div, int out_div, int reduced) {
+/* Dies unless plan was built and the call's divisors and row-order flags fit it. */
+static void check_call(const char *op, const RoutingPlan *pl, int in_div, int out_div, int reduced, int order) {
+    if (pl->n_experts < 1) die("%s: the routing plan was not built (routing_plan)", op);
+    int M = pl->M;
     if (M < 0 || in_div < 1 || M % in_div != 0) die("%s: M=%d is not a multiple of in_div=%d", op, M, in_div);
     if (reduced && (out_div < 1 || M % out_div != 0)) die("%s: M=%d is not a multiple of out_div=%d", op, M, out_div);
+    if (order & ~(CVMM_IN_SORTED | CVMM_OUT_SORTED)) die("%s: unknown row-order flags %#x", op, (unsigned)order);
+    if ((order & CVMM_IN_SORTED) && in_div != 1) die("%s: inputs in plan order need in_div = 1 (got %d)", op, in_div);
+    if ((order & CVMM_OUT_SORTED) && reduced) die("%s: outputs in plan order cannot be reduced (w given)", op);
 }
 
 /* Xs[m, :] = X[perm[m] / in_div, :]  (rows gathered in sorted order) */
@@ -58,23 +72,30 @@ static void gather_rows(scalar_t *dst, const scalar_t *src, const int32_t *perm,
         memcpy(dst + (size_t)m * width, src + (size_t)(perm[m] / div) * width, (size_t)width * sizeof(scalar_t));
 }
 
-void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const int32_t *sel,
-                      const scalar_t *w, int M, int in_div, int out_div, int n_experts, int Kin, int Nout) {
-    check_shape("cvmm_forward", M, in_div, out_div, w != NULL);
+void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *pl,
+                      const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order) {
+    check_call("cvmm_forward", pl, in_div, out_div, w != NULL, order);
+    const int M = pl->M, n_experts = pl->n_experts;
     if (M == 0) return;
-    CvmmPlan pl = build_plan(be, "cvmm_forward", sel, M, n_experts);
-    scalar_t *Xs = cpu_scratch(be, SCRATCH_D, (size_t)M * Kin * sizeof(scalar_t));  /* [M, Kin] sorted inputs */
-    scalar_t *Ys = cpu_scratch(be, SCRATCH_E, (size_t)M * Nout * sizeof(scalar_t)); /* [M, Nout] sorted outputs */
-    gather_rows(Xs, X, pl.perm, M, in_div, Kin);
+    const scalar_t *Xs = X; /* [M, Kin] inputs in plan order */
+    if (!(order & CVMM_IN_SORTED)) {
+        scalar_t *buf = cpu_scratch(be, SCRATCH_D, (size_t)M * Kin * sizeof(scalar_t));
+        gather_rows(buf, X, pl->perm, M, in_div, Kin);
+        Xs = buf;
+    }
+    /* [M, Nout] outputs in plan order: the caller's Y itself when it takes them so */
+    scalar_t *Ys = (order & CVMM_OUT_SORTED) ? Y : cpu_scratch(be, SCRATCH_E, (size_t)M * Nout * sizeof(scalar_t));
+    const int32_t *off = pl->offset;
     CpuGemm *g = expert_gemms(be, n_experts);
     for (int e = 0; e < n_experts; e++) /* Ys_e[c, Nout] = Xs_e[c, Kin] @ W[e][Kin, Nout] */
-        g[e] = (CpuGemm){pl.offset[e + 1] - pl.offset[e], Nout, Kin, Xs + (size_t)pl.offset[e] * Kin, Kin,
-                         W + (size_t)e * Kin * Nout, Nout, Ys + (size_t)pl.offset[e] * Nout, Nout};
+        g[e] = (CpuGemm){off[e + 1] - off[e], Nout, Kin, Xs + (size_t)off[e] * Kin, Kin, W + (size_t)e * Kin * Nout,
+                         Nout, Ys + (size_t)off[e] * Nout, Nout};
     cpu_gemm_batch(0, 0, 1, 0, g, n_experts, be);
+    if (order & CVMM_OUT_SORTED) return;
     if (!w) { /* Y[p] = y_p */
 #pragma omp parallel for schedule(static) if ((size_t)M * Nout > PAR_MIN)
         for (int p = 0; p < M; p++)
-            memcpy(Y + (size_t)p * Nout, Ys + (size_t)pl.inv[p] * Nout, (size_t)Nout * sizeof(scalar_t));
+            memcpy(Y + (size_t)p * Nout, Ys + (size_t)pl->inv[p] * Nout, (size_t)Nout * sizeof(scalar_t));
         return;
     }
     int rows = M / out_div; /* Y[r] = sum_{j < out_div} w[p] y_p, p = r*out_div + j, summed in j order */
@@ -84,7 +105,7 @@ void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_
         for (int n = 0; n < Nout; n++) yr[n] = 0;
         for (int j = 0; j < out_div; j++) {
             int p = r * out_div + j;
-            const scalar_t *yp = Ys + (size_t)pl.inv[p] * Nout;
+            const scalar_t *yp = Ys + (size_t)pl->inv[p] * Nout;
             scalar_t wp = w[p];
 #pragma omp simd
             for (int n = 0; n < Nout; n++) yr[n] += wp * yp[n];
@@ -96,32 +117,45 @@ void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_
  *   dX[p/in_div] += (w ? w[p] : 1) * Q_p,   dw[p] = <Q_p, X[p/in_div]> (= <dY[p/out_div], y_p>),
  *   dW[e] += Xs_e^T @ (w-scaled Gu)_e. */
 void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
-                       const scalar_t *W, const int32_t *sel, const scalar_t *w, int M, int in_div, int out_div,
-                       int n_experts, int Kin, int Nout) {
-    check_shape("cvmm_backward", M, in_div, out_div, w != NULL);
+                       const scalar_t *W, const RoutingPlan *pl, const scalar_t *w, int in_div, int out_div, int Kin,
+                       int Nout, int order) {
+    check_call("cvmm_backward", pl, in_div, out_div, w != NULL, order);
+    const int M = pl->M, n_experts = pl->n_experts;
     if (M == 0) return;
     int want_dw = (w != NULL && dw != NULL);
     int want_Q = (dX != NULL || want_dw);
     int want_Xs = (dW != NULL || want_dw);
     if (!want_Q && !dW) return;
-    CvmmPlan pl = build_plan(be, "cvmm_backward", sel, M, n_experts);
-    scalar_t *Gs = cpu_scratch(be, SCRATCH_E, (size_t)M * Nout * sizeof(scalar_t)); /* [M, Nout] sorted grads */
-    scalar_t *Xs = want_Xs ? cpu_scratch(be, SCRATCH_D, (size_t)M * Kin * sizeof(scalar_t)) : NULL; /* [M, Kin] */
-    scalar_t *Qs = want_Q ? cpu_scratch(be, SCRATCH_F, (size_t)M * Kin * sizeof(scalar_t)) : NULL;  /* [M, Kin] */
+    const int32_t *perm = pl->perm, *inv = pl->inv, *off = pl->offset;
+    /* [M, Nout] output gradients in plan order: dY itself when it comes so (then w is NULL: never scaled below) */
+    scalar_t *Gbuf = NULL;
+    const scalar_t *Gs = dY;
+    if (!(order & CVMM_OUT_SORTED)) {
+        Gbuf = cpu_scratch(be, SCRATCH_E, (size_t)M * Nout * sizeof(scalar_t));
+        gather_rows(Gbuf, dY, perm, M, w ? out_div : 1, Nout);
+        Gs = Gbuf;
+    }
+    const scalar_t *Xs = NULL; /* [M, Kin] inputs in plan order */
+    if (want_Xs && (order & CVMM_IN_SORTED)) {
+        Xs = X;
+    } else if (want_Xs) {
+        scalar_t *buf = cpu_scratch(be, SCRATCH_D, (size_t)M * Kin * sizeof(scalar_t));
+        gather_rows(buf, X, perm, M, in_div, Kin);
+        Xs = buf;
+    }
+    scalar_t *Qs = want_Q ? cpu_scratch(be, SCRATCH_F, (size_t)M * Kin * sizeof(scalar_t)) : NULL; /* [M, Kin] */
 
-    gather_rows(Gs, dY, pl.perm, M, w ? out_div : 1, Nout);
-    if (want_Xs) gather_rows(Xs, X, pl.perm, M, in_div, Kin);
     CpuGemm *g = expert_gemms(be, n_experts);
     if (want_Q) {
         for (int e = 0; e < n_experts; e++) /* Qs_e[c, Kin] = Gs_e[c, Nout] @ W[e]^T */
-            g[e] = (CpuGemm){pl.offset[e + 1] - pl.offset[e], Kin, Nout, Gs + (size_t)pl.offset[e] * Nout, Nout,
-                             W + (size_t)e * Kin * Nout, Nout, Qs + (size_t)pl.offset[e] * Kin, Kin};
+            g[e] = (CpuGemm){off[e + 1] - off[e], Kin, Nout, Gs + (size_t)off[e] * Nout, Nout,
+                             W + (size_t)e * Kin * Nout, Nout, Qs + (size_t)off[e] * Kin, Kin};
         cpu_gemm_batch(0, 1, 1, 0, g, n_experts, be);
     }
     if (want_dw) {
 #pragma omp parallel for schedule(static) if ((size_t)M * Kin > PAR_MIN)
         for (int p = 0; p < M; p++) {
-            const scalar_t *qp = Qs + (size_t)pl.inv[p] * Kin, *xp = Xs + (size_t)pl.inv[p] * Kin;
+            const scalar_t *qp = Qs + (size_t)inv[p] * Kin, *xp = Xs + (size_t)inv[p] * Kin;
             double acc = 0;
 #pragma omp simd reduction(+ : acc)
             for (int i = 0; i < Kin; i++) acc += (double)qp[i] * xp[i];
@@ -129,30 +163,39 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
         }
     }
     if (dW) {
-        if (w) {
+        if (w) { /* w != NULL means Gs is the gathered copy Gbuf (check_call) */
 #pragma omp parallel for schedule(static) if ((size_t)M * Nout > PAR_MIN)
             for (int m = 0; m < M; m++) {
-                scalar_t wp = w[pl.perm[m]];
-                scalar_t *g = Gs + (size_t)m * Nout;
+                scalar_t wp = w[perm[m]];
+                scalar_t *gm = Gbuf + (size_t)m * Nout;
 #pragma omp simd
-                for (int n = 0; n < Nout; n++) g[n] *= wp;
+                for (int n = 0; n < Nout; n++) gm[n] *= wp;
             }
         }
         for (int e = 0; e < n_experts; e++) { /* dW[e][Kin, Nout] += Xs_e^T @ Gs_e (skipped for unused experts) */
-            int c = pl.offset[e + 1] - pl.offset[e];
-            g[e] = (CpuGemm){c ? Kin : 0, Nout, c, Xs + (size_t)pl.offset[e] * Kin, Kin, Gs + (size_t)pl.offset[e] * Nout,
-                             Nout, dW + (size_t)e * Kin * Nout, Nout};
+            int c = off[e + 1] - off[e];
+            g[e] = (CpuGemm){c ? Kin : 0, Nout, c, Xs + (size_t)off[e] * Kin, Kin, Gs + (size_t)off[e] * Nout, Nout,
+                             dW + (size_t)e * Kin * Nout, Nout};
         }
         cpu_gemm_batch(1, 0, 1, 1, g, n_experts, be);
     }
-    if (dX) {
+    if (dX && (order & CVMM_IN_SORTED)) { /* dX[m] += (w ? w[perm[m]] : 1) Q_{perm[m]} (in_div = 1: one term per row) */
+#pragma omp parallel for schedule(static) if ((size_t)M * Kin > PAR_MIN)
+        for (int m = 0; m < M; m++) {
+            scalar_t *dxm = dX + (size_t)m * Kin;
+            const scalar_t *qm = Qs + (size_t)m * Kin;
+            scalar_t wp = w ? w[perm[m]] : (scalar_t)1;
+#pragma omp simd
+            for (int i = 0; i < Kin; i++) dxm[i] += wp * qm[i];
+        }
+    } else if (dX) {
         int rows = M / in_div; /* dX[r] += sum_{j < in_div} (w ? w[p] : 1) Q_p, p = r*in_div + j, in j order */
 #pragma omp parallel for schedule(static) if ((size_t)M * Kin > PAR_MIN)
         for (int r = 0; r < rows; r++) {
             scalar_t *dxr = dX + (size_t)r * Kin;
             for (int j = 0; j < in_div; j++) {
                 int p = r * in_div + j;
-                const scalar_t *qp = Qs + (size_t)pl.inv[p] * Kin;
+                const scalar_t *qp = Qs + (size_t)inv[p] * Kin;
                 scalar_t wp = w ? w[p] : (scalar_t)1;
 #pragma omp simd
                 for (int i = 0; i < Kin; i++) dxr[i] += wp * qp[i];

@@ -118,11 +118,12 @@ double cpu_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits
 double cpu_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
                        int T, int G, int E, scalar_t coef);
 /* cpu_cvmm.c */
-void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const int32_t *sel,
-                      const scalar_t *w, int M, int in_div, int out_div, int n_experts, int Kin, int Nout);
+void cpu_routing_plan(Backend *be, RoutingPlan *plan, const int32_t *sel, int M, int n_experts);
+void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *plan,
+                      const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order);
 void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
-                       const scalar_t *W, const int32_t *sel, const scalar_t *w, int M, int in_div, int out_div,
-                       int n_experts, int Kin, int Nout);
+                       const scalar_t *W, const RoutingPlan *plan, const scalar_t *w, int in_div, int out_div, int Kin,
+                       int Nout, int order);
 /* cpu_loss_optim.c */
 double cpu_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, const scalar_t *logits,
                          const int32_t *targets, int N, int V, scalar_t grad_scale);

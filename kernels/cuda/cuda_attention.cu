@@ -48,6 +48,7 @@ __global__ void k_rope(float *x, const float *inv_freq, int B, int T, int H, int
 
 void cuda_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, int pos_offset, scalar_t base,
                int inverse) {
+    cuda_weights_written(be, x, (size_t)B * T * H * D * sizeof(float));
     if (n_rot < 0 || n_rot % 2 != 0 || n_rot > D) die("rope: n_rot=%d must be even and in [0, D=%d]", n_rot, D);
     size_t total = (size_t)B * T * H * (n_rot / 2);
     if (!total) return;
@@ -122,6 +123,8 @@ __global__ void k_attn_fwd(float *out, float *lse, const float *q, const float *
 
 void cuda_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
                             const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale) {
+    cuda_weights_written(be, out, (size_t)B * Tq * H * D * sizeof(float));
+    cuda_weights_written(be, lse, (size_t)B * H * Tq * sizeof(float));
     if (Tk < Tq) die("attention_forward: Tk=%d < Tq=%d", Tk, Tq);
     if (attention_uses_gemm(be, Tq, D)) {
         cuda_attention_gemm_forward(be, out, lse, q, k, v, B, Tq, Tk, H, D, scale);
@@ -269,6 +272,7 @@ void cuda_attention_rowdot(Backend *be, float *Di, const float *dout, const floa
 void cuda_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
                              const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                              const scalar_t *v, int B, int T, int H, int D, scalar_t scale) {
+    for (float *g : {dq, dk, dv}) cuda_weights_written(be, g, (size_t)B * T * H * D * sizeof(float));
     if (attention_uses_gemm(be, T, D)) {
         cuda_attention_gemm_backward(be, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, D, scale);
         return;

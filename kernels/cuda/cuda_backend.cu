@@ -15,18 +15,22 @@ static void *cu_alloc(Backend *be, size_t bytes) {
     return p;
 }
 static void cu_free(Backend *be, void *p) {
+    cuda_weights_freed(be, p);
     if (p) CHECK_CUDA(cudaFree(p));
 }
 static void cu_to_device(Backend *be, void *dst, const void *src_host, size_t bytes) {
+    cuda_weights_written(be, dst, bytes);
     if (bytes) CHECK_CUDA(cudaMemcpy(dst, src_host, bytes, cudaMemcpyHostToDevice));
 }
 static void cu_to_host(Backend *be, void *dst_host, const void *src, size_t bytes) {
     if (bytes) CHECK_CUDA(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDeviceToHost));
 }
 static void cu_copy(Backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_weights_written(be, dst, bytes);
     if (bytes && dst != src) CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
 }
 static void cu_zero(Backend *be, void *p, size_t bytes) {
+    cuda_weights_written(be, p, bytes);
     if (bytes) CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, 0));
 }
 static void cu_synchronize(Backend *be) { CHECK_CUDA(cudaDeviceSynchronize()); }
@@ -78,6 +82,7 @@ static void cu_destroy(Backend *be) {
         for (int i = 0; i < HS_COUNT; i++)
             if (im->host[i]) cudaFreeHost(im->host[i]);
         if (im->rope_inv_freq) cudaFree(im->rope_inv_freq);
+        if (im->weights16) cudaFree(im->weights16);
         if (im->cublas) cublasDestroy(im->cublas);
         free(im);
     }
@@ -199,6 +204,7 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     be->zero = cu_zero;
     be->synchronize = cu_synchronize;
     be->destroy = cu_destroy;
+    be->register_weights = cuda_register_weights;
 
     be->matmul = cuda_matmul;
     be->add_inplace = cuda_add_inplace;
@@ -219,6 +225,7 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     be->router_gates = cuda_router_gates;
     be->router_gates_backward = cuda_router_gates_backward;
     be->switch_balance = cuda_switch_balance;
+    be->routing_plan = cuda_routing_plan;
     be->cvmm_forward = cuda_cvmm_forward;
     be->cvmm_backward = cuda_cvmm_backward;
     be->entropy_reg = cuda_entropy_reg;

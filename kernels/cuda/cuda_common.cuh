@@ -90,6 +90,12 @@ struct CudaImpl {
     float *rope_inv_freq;
     int rope_half;
     float rope_base;
+    // The registered weights (register_weights; cuda_weights_bf16.cu) and their bf16 copy for bf16-mode matmul and
+    // cvmm operands: allocated on first use, converted again on the first use after any write into the weights.
+    const float *weights;
+    size_t weights_n;
+    __nv_bfloat16 *weights16;
+    bool weights16_stale;
 };
 
 static inline CudaImpl *cuda_impl(Backend *be) { return (CudaImpl *)be->impl; }
@@ -105,6 +111,29 @@ void cuda_gemm(Backend *be, int transA, int transB, int M, int N, int K, float a
                const void *B, int ldb, float beta, float *C, int ldc, bool bf16_operands);
 // dst[n] = bf16(src[n]) (round to nearest even).
 void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n);
+
+// ---- the registered weights' bf16 copy (cuda_weights_bf16.cu) ----
+void cuda_register_weights(Backend *be, const scalar_t *p, size_t n);
+// Every op that writes device memory calls this for each of its outputs BEFORE writing (dst, bytes: the range it may
+// write): a write into the registered weights marks their bf16 copy stale. Cheap (a range comparison); a write path
+// that skipped it would leave a stale copy, which the emulator's check at every use reports (cuda_weights_bf16.cu).
+void cuda_weights_written(Backend *be, const void *dst, size_t bytes);
+// cu_free of the registered buffer forgets the registration (and frees the copy).
+void cuda_weights_freed(Backend *be, const void *p);
+// The bf16 form of the fp32 operand p[n] for a bf16 GEMM: the weights' copy at p's offset when [p, p + n) lies inside
+// the registered weights (converting all of them first if stale), else p converted into scratch slot `slot`.
+const __nv_bfloat16 *cuda_bf16_operand(Backend *be, const float *p, size_t n, int slot);
+
+// Bytes a data-movement step reads plus writes (row data, not indices), for the emulator's work counters
+// (CUDA_EMU_STATS, make bench-emu-counts): the cost the issue-16 routing plan removes shows as a number there. Nothing
+// on a GPU.
+static inline void count_traffic(const char *kind, size_t bytes) {
+#ifdef CUDA_EMULATION
+    emu::stat_traffic(kind, bytes);
+#else
+    (void)kind, (void)bytes;
+#endif
+}
 
 // ---- launch helpers ----
 static inline unsigned grid_for(size_t n, unsigned block) {
@@ -195,12 +224,13 @@ double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logit
                            const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef);
 double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
                         int T, int G, int E, scalar_t coef);
-// cuda_cvmm.cu (routing plan: cuda_cvmm_plan.cu; expert GEMMs: cuda_cvmm_gemm.cu; shared: cuda_cvmm.cuh)
-void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const int32_t *sel,
-                       const scalar_t *w, int M, int in_div, int out_div, int n_experts, int Kin, int Nout);
+// cuda_cvmm_plan.cu (the routing plan), cuda_cvmm.cu (cvmm; expert GEMMs: cuda_cvmm_gemm.cu; shared: cuda_cvmm.cuh)
+void cuda_routing_plan(Backend *be, RoutingPlan *plan, const int32_t *sel, int M, int n_experts);
+void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *plan,
+                       const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order);
 void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
-                        const scalar_t *W, const int32_t *sel, const scalar_t *w, int M, int in_div, int out_div,
-                        int n_experts, int Kin, int Nout);
+                        const scalar_t *W, const RoutingPlan *plan, const scalar_t *w, int in_div, int out_div, int Kin,
+                        int Nout, int order);
 // cuda_loss_optim.cu
 double cuda_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, const scalar_t *logits,
                           const int32_t *targets, int N, int V, scalar_t grad_scale);

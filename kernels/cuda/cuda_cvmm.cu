@@ -1,15 +1,23 @@
 // CUDA: cvmm (spec §4; CPU reference kernels/cpu/cpu_cvmm.c).
-// Routing plan: built on the device (cuda_cvmm_plan.cu): a stable counting sort of the entries by expert (perm, inv
-// and per-expert offsets); the host copies only the offsets, which size the GEMMs. Rows are gathered into contiguous
-// per-expert blocks on the device, each GEMM set (forward Y_e = X_e W_e; backward Q_e = G_e W_e^T, dW_e += X_e^T G_e)
-// runs as one grouped GEMM or one GEMM per expert (cuda_cvmm_gemm.cu; bf16 operands + fp32 accumulation in bf16
-// mode), and results are scattered/reduced back in entry order by deterministic kernels (no atomics).
-// Scratch: CS_A/CS_B the plan, CS_C..CS_H the sorted blocks below, CS_I the grouped GEMM's pointer arrays.
+// The routing plan comes built (cuda_cvmm_plan.cu, once per routing decision): its device perm/inv/offsets feed the
+// kernels here, its host offsets size the GEMMs, so a cvmm call never waits for the GPU. Rows are gathered into
+// contiguous per-expert blocks on the device unless the caller passes them in plan order already (CVMM_IN_SORTED),
+// each GEMM set (forward Y_e = X_e W_e; backward Q_e = G_e W_e^T, dW_e += X_e^T G_e) runs as one grouped GEMM or one
+// GEMM per expert (cuda_cvmm_gemm.cu; bf16 operands + fp32 accumulation in bf16 mode, the weights' bf16 copy from
+// cuda_weights_bf16.cu when W is part of the registered weights), and results are scattered/reduced back in entry
+// order by deterministic kernels (no atomics) unless the caller takes them in plan order (CVMM_OUT_SORTED).
+// Scratch: CS_C..CS_H the sorted blocks below, CS_I the grouped GEMM's pointer arrays.
 #include "kernels/cuda/cuda_cvmm.cuh"
 
-static void check_shape(const char *op, int M, int in_div, int out_div, bool reduced) {
+// Dies unless plan was built and the call's divisors and row-order flags fit it (the CPU backend's messages).
+static void check_call(const char *op, const RoutingPlan *pl, int in_div, int out_div, bool reduced, int order) {
+    if (pl->n_experts < 1) die("%s: the routing plan was not built (routing_plan)", op);
+    int M = pl->M;
     if (M < 0 || in_div < 1 || M % in_div != 0) die("%s: M=%d is not a multiple of in_div=%d", op, M, in_div);
     if (reduced && (out_div < 1 || M % out_div != 0)) die("%s: M=%d is not a multiple of out_div=%d", op, M, out_div);
+    if (order & ~(CVMM_IN_SORTED | CVMM_OUT_SORTED)) die("%s: unknown row-order flags %#x", op, (unsigned)order);
+    if ((order & CVMM_IN_SORTED) && in_div != 1) die("%s: inputs in plan order need in_div = 1 (got %d)", op, in_div);
+    if ((order & CVMM_OUT_SORTED) && reduced) die("%s: outputs in plan order cannot be reduced (w given)", op);
 }
 
 // dst[m, :] = src[perm[m] / div, :] (optionally also a bf16 copy)
@@ -48,6 +56,18 @@ __global__ void k_reduce(float *Y, const float *Ys, const int32_t *inv, const fl
     }
 }
 
+// dX[m, :] += coef_m * Qs[m, :], coef_m = w[perm[m]] or 1: dX in plan order (in_div = 1, one term per row); the same
+// arithmetic as k_reduce's accumulate with div = 1.
+__global__ void k_add_rows(float *dX, const float *Qs, const float *w, const int32_t *perm, int M, int width) {
+    size_t total = (size_t)M * width;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        size_t m = i / width;
+        float acc = dX[i];
+        acc += (w ? w[perm[m]] : 1.0f) * Qs[i];
+        dX[i] = acc;
+    }
+}
+
 // rows of G scaled by w[perm[m]] (in place), with an optional bf16 copy
 __global__ void k_scale_rows(float *G, __nv_bfloat16 *G16, const float *w, const int32_t *perm, int M, int width) {
     size_t total = (size_t)M * width;
@@ -71,92 +91,130 @@ __global__ void k_dw(float *dw, const float *Qs, const float *Xs, const int32_t 
     if (lane == 0) dw[p] = (float)s;
 }
 
-static const void *bf16_or(const void *f32, const __nv_bfloat16 *b16, bool bf16) { return bf16 ? (const void *)b16 : f32; }
+// bf16 copy of n fp32 values in plan order (a sorted operand in bf16 mode) in scratch slot `slot`
+static __nv_bfloat16 *bf16_copy(Backend *be, const float *src, size_t n, int slot) {
+    __nv_bfloat16 *dst = (__nv_bfloat16 *)cuda_scratch(be, slot, n * sizeof(__nv_bfloat16));
+    cuda_to_bf16(dst, src, n);
+    return dst;
+}
 
-void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const int32_t *sel,
-                       const scalar_t *w, int M, int in_div, int out_div, int n_experts, int Kin, int Nout) {
-    check_shape("cvmm_forward", M, in_div, out_div, w != nullptr);
+void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *pl,
+                       const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order) {
+    check_call("cvmm_forward", pl, in_div, out_div, w != nullptr, order);
+    const int M = pl->M, E = pl->n_experts;
+    cuda_weights_written(be, Y, (size_t)(w ? M / out_div : M) * Nout * sizeof(float));
     if (M == 0) return;
-    bool bf16 = use_bf16(be);
-    CvmmPlan pl = cvmm_build_plan(be, "cvmm_forward", sel, M, n_experts);
-    float *Xs = bf16 ? nullptr : (float *)cuda_scratch(be, CS_C, (size_t)M * Kin * sizeof(float));
-    __nv_bfloat16 *Xs16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, CS_F, (size_t)M * Kin * sizeof(__nv_bfloat16)) : nullptr;
-    __nv_bfloat16 *W16 = nullptr;
-    float *Ys = (float *)cuda_scratch(be, CS_D, (size_t)M * Nout * sizeof(float));
-    LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0)(Xs, Xs16, X, pl.perm, M, in_div, Kin);
-    CHECK_LAUNCH();
-    if (bf16) {
-        W16 = (__nv_bfloat16 *)cuda_scratch(be, CS_H, (size_t)n_experts * Kin * Nout * sizeof(__nv_bfloat16));
-        cuda_to_bf16(W16, W, (size_t)n_experts * Kin * Nout);
+    const bool bf16 = use_bf16(be), in_sorted = order & CVMM_IN_SORTED, out_sorted = order & CVMM_OUT_SORTED;
+    const size_t esz = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
+    // X rows in plan order [M, Kin]: fp32, or their bf16 copy in bf16 mode
+    const void *xs = X;
+    if (in_sorted && bf16) {
+        xs = bf16_copy(be, X, (size_t)M * Kin, CS_F);
+    } else if (!in_sorted) {
+        float *Xs = bf16 ? nullptr : (float *)cuda_scratch(be, CS_C, (size_t)M * Kin * sizeof(float));
+        __nv_bfloat16 *Xs16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, CS_F, (size_t)M * Kin * esz) : nullptr;
+        count_traffic("cvmm_rows", (size_t)M * Kin * (sizeof(float) + esz));
+        LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0)(Xs, Xs16, X, pl->perm, M, in_div, Kin);
+        CHECK_LAUNCH();
+        xs = bf16 ? (const void *)Xs16 : (const void *)Xs;
     }
-    size_t esz = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
-    const char *xs = (const char *)bf16_or(Xs, Xs16, bf16), *ws = (const char *)bf16_or(W, W16, bf16);
+    const void *ws = bf16 ? (const void *)cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, CS_H) : (const void *)W;
+    // outputs in plan order [M, Nout]: the caller's Y itself when it takes them so
+    float *Ys = out_sorted ? Y : (float *)cuda_scratch(be, CS_D, (size_t)M * Nout * sizeof(float));
     // Ys_e[r_e, Nout] = Xs_e[r_e, Kin] @ W[e][Kin, Nout]
     ExpertGemms fwd = {0, 0, CVMM_ROWS, Nout, Kin, {xs, 0, (size_t)Kin * esz}, {ws, (size_t)Kin * Nout * esz, 0},
                        {Ys, 0, (size_t)Nout * sizeof(float)}, Kin, Nout, Nout, 0.0f};
-    cvmm_expert_gemms(be, "cvmm_forward", pl, fwd, bf16);
+    cvmm_expert_gemms(be, "cvmm_forward", *pl, fwd, bf16);
+    if (out_sorted) return;
     if (!w) {
-        LAUNCH(k_unsort, grid_for((size_t)M * Nout, 256), 256, 0)(Y, Ys, pl.inv, M, Nout);
+        count_traffic("cvmm_rows", (size_t)M * Nout * 2 * sizeof(float));
+        LAUNCH(k_unsort, grid_for((size_t)M * Nout, 256), 256, 0)(Y, Ys, pl->inv, M, Nout);
     } else {
         int rows = M / out_div;
-        LAUNCH(k_reduce, grid_for((size_t)rows * Nout, 256), 256, 0)(Y, Ys, pl.inv, w, rows, out_div, Nout, false);
+        count_traffic("cvmm_rows", ((size_t)M + rows) * Nout * sizeof(float));
+        LAUNCH(k_reduce, grid_for((size_t)rows * Nout, 256), 256, 0)(Y, Ys, pl->inv, w, rows, out_div, Nout, false);
     }
     CHECK_LAUNCH();
 }
 
 void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
-                        const scalar_t *W, const int32_t *sel, const scalar_t *w, int M, int in_div, int out_div,
-                        int n_experts, int Kin, int Nout) {
-    check_shape("cvmm_backward", M, in_div, out_div, w != nullptr);
+                        const scalar_t *W, const RoutingPlan *pl, const scalar_t *w, int in_div, int out_div, int Kin,
+                        int Nout, int order) {
+    check_call("cvmm_backward", pl, in_div, out_div, w != nullptr, order);
+    const int M = pl->M, E = pl->n_experts;
+    const bool in_sorted = order & CVMM_IN_SORTED, out_sorted = order & CVMM_OUT_SORTED;
+    if (dX) cuda_weights_written(be, dX, (size_t)(in_sorted ? M : M / in_div) * Kin * sizeof(float));
+    if (dW) cuda_weights_written(be, dW, (size_t)E * Kin * Nout * sizeof(float));
+    if (dw && w) cuda_weights_written(be, dw, (size_t)M * sizeof(float));
     if (M == 0) return;
     bool want_dw = (w != nullptr && dw != nullptr), want_Q = (dX != nullptr || want_dw);
     bool want_Xs = (dW != nullptr || want_dw);
     if (!want_Q && !dW) return;
-    bool bf16 = use_bf16(be);
-    size_t esz = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
-    CvmmPlan pl = cvmm_build_plan(be, "cvmm_backward", sel, M, n_experts);
-    float *Gs = (float *)cuda_scratch(be, CS_D, (size_t)M * Nout * sizeof(float));
-    __nv_bfloat16 *Gs16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, CS_G, (size_t)M * Nout * sizeof(__nv_bfloat16)) : nullptr;
-    float *Xs = want_Xs ? (float *)cuda_scratch(be, CS_C, (size_t)M * Kin * sizeof(float)) : nullptr;
-    __nv_bfloat16 *Xs16 = (want_Xs && bf16) ? (__nv_bfloat16 *)cuda_scratch(be, CS_F, (size_t)M * Kin * sizeof(__nv_bfloat16)) : nullptr;
-    float *Qs = want_Q ? (float *)cuda_scratch(be, CS_E, (size_t)M * Kin * sizeof(float)) : nullptr;
-    __nv_bfloat16 *W16 = nullptr;
-    if (bf16 && want_Q) {
-        W16 = (__nv_bfloat16 *)cuda_scratch(be, CS_H, (size_t)n_experts * Kin * Nout * sizeof(__nv_bfloat16));
-        cuda_to_bf16(W16, W, (size_t)n_experts * Kin * Nout);
-    }
-    // unweighted output gradient rows in sorted order (+ bf16 copy for the dX GEMM)
-    LAUNCH(k_gather, grid_for((size_t)M * Nout, 256), 256, 0)(Gs, Gs16, dY, pl.perm, M, w ? out_div : 1, Nout);
-    CHECK_LAUNCH();
-    if (want_Xs) {
-        LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0)(Xs, Xs16, X, pl.perm, M, in_div, Kin);
+    const bool bf16 = use_bf16(be);
+    const size_t esz = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
+    // output gradient rows in plan order [M, Nout] (unweighted; + bf16 copy for the GEMMs): dY itself when it comes
+    // so (then w is NULL: never scaled below)
+    float *Gbuf = nullptr;
+    const float *Gs = dY;
+    __nv_bfloat16 *Gs16 = nullptr;
+    if (out_sorted) {
+        if (bf16) Gs16 = bf16_copy(be, dY, (size_t)M * Nout, CS_G);
+    } else {
+        Gbuf = (float *)cuda_scratch(be, CS_D, (size_t)M * Nout * sizeof(float));
+        Gs16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, CS_G, (size_t)M * Nout * sizeof(__nv_bfloat16)) : nullptr;
+        count_traffic("cvmm_rows", (size_t)M * Nout * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0)));
+        LAUNCH(k_gather, grid_for((size_t)M * Nout, 256), 256, 0)(Gbuf, Gs16, dY, pl->perm, M, w ? out_div : 1, Nout);
         CHECK_LAUNCH();
+        Gs = Gbuf;
     }
+    // input rows in plan order [M, Kin] (+ bf16 copy)
+    const float *Xs = nullptr;
+    __nv_bfloat16 *Xs16 = nullptr;
+    if (want_Xs && in_sorted) {
+        Xs = X;
+        if (bf16) Xs16 = bf16_copy(be, X, (size_t)M * Kin, CS_F);
+    } else if (want_Xs) {
+        float *buf = (float *)cuda_scratch(be, CS_C, (size_t)M * Kin * sizeof(float));
+        if (bf16) Xs16 = (__nv_bfloat16 *)cuda_scratch(be, CS_F, (size_t)M * Kin * sizeof(__nv_bfloat16));
+        count_traffic("cvmm_rows", (size_t)M * Kin * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0)));
+        LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0)(buf, Xs16, X, pl->perm, M, in_div, Kin);
+        CHECK_LAUNCH();
+        Xs = buf;
+    }
+    float *Qs = want_Q ? (float *)cuda_scratch(be, CS_E, (size_t)M * Kin * sizeof(float)) : nullptr; // [M, Kin]
     if (want_Q) {
-        const char *gs = (const char *)bf16_or(Gs, Gs16, bf16), *ws = (const char *)bf16_or(W, W16, bf16);
+        const void *gs = bf16 ? (const void *)Gs16 : (const void *)Gs;
+        const void *ws = bf16 ? (const void *)cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, CS_H) : (const void *)W;
         // Qs_e[r_e, Kin] = Gs_e[r_e, Nout] @ W[e]^T
         ExpertGemms q = {0, 1, CVMM_ROWS, Kin, Nout, {gs, 0, (size_t)Nout * esz}, {ws, (size_t)Kin * Nout * esz, 0},
                          {Qs, 0, (size_t)Kin * sizeof(float)}, Nout, Nout, Kin, 0.0f};
-        cvmm_expert_gemms(be, "cvmm_backward", pl, q, bf16);
+        cvmm_expert_gemms(be, "cvmm_backward", *pl, q, bf16);
     }
     if (want_dw) {
-        LAUNCH(k_dw, (unsigned)((M + 7) / 8), 256, 0)(dw, Qs, Xs, pl.inv, M, Kin);
+        LAUNCH(k_dw, (unsigned)((M + 7) / 8), 256, 0)(dw, Qs, Xs, pl->inv, M, Kin);
         CHECK_LAUNCH();
     }
     if (dW) {
-        if (w || bf16) { // weighted rows (and their bf16 copy)
-            LAUNCH(k_scale_rows, grid_for((size_t)M * Nout, 256), 256, 0)(Gs, Gs16, w, pl.perm, M, Nout);
+        if (w) { // weighted rows (and their bf16 copy); w != NULL means Gs is the gathered copy Gbuf (check_call)
+            count_traffic("cvmm_rows", (size_t)M * Nout * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0)));
+            LAUNCH(k_scale_rows, grid_for((size_t)M * Nout, 256), 256, 0)(Gbuf, Gs16, w, pl->perm, M, Nout);
             CHECK_LAUNCH();
         }
-        const char *xs = (const char *)bf16_or(Xs, Xs16, bf16), *gs = (const char *)bf16_or(Gs, Gs16, bf16);
+        const void *xs = bf16 ? (const void *)Xs16 : (const void *)Xs;
+        const void *gs = bf16 ? (const void *)Gs16 : (const void *)Gs;
         // dW[e][Kin, Nout] += Xs_e[r_e, Kin]^T @ Gs_e[r_e, Nout]
         ExpertGemms dw_set = {1, 0, Kin, Nout, CVMM_ROWS, {xs, 0, (size_t)Kin * esz}, {gs, 0, (size_t)Nout * esz},
                               {dW, (size_t)Kin * Nout * sizeof(float), 0}, Kin, Nout, Nout, 1.0f};
-        cvmm_expert_gemms(be, "cvmm_backward", pl, dw_set, bf16);
+        cvmm_expert_gemms(be, "cvmm_backward", *pl, dw_set, bf16);
     }
-    if (dX) {
+    if (dX && in_sorted) {
+        count_traffic("cvmm_rows", (size_t)M * Kin * 3 * sizeof(float));
+        LAUNCH(k_add_rows, grid_for((size_t)M * Kin, 256), 256, 0)(dX, Qs, w, pl->perm, M, Kin);
+        CHECK_LAUNCH();
+    } else if (dX) {
         int rows = M / in_div;
-        LAUNCH(k_reduce, grid_for((size_t)rows * Kin, 256), 256, 0)(dX, Qs, pl.inv, w, rows, in_div, Kin, true);
+        count_traffic("cvmm_rows", ((size_t)M + 2 * (size_t)rows) * Kin * sizeof(float));
+        LAUNCH(k_reduce, grid_for((size_t)rows * Kin, 256), 256, 0)(dX, Qs, pl->inv, w, rows, in_div, Kin, true);
         CHECK_LAUNCH();
     }
 }

@@ -9,6 +9,7 @@
 // With 387 experts the loop issues 387 small GEMMs (~1,355 x 128 each, a dozen thread blocks on a 132-SM GPU) per
 // set; the grouped call fills the GPU with all of them at once.
 #include <cstring>
+#include <vector>
 
 #include "kernels/cuda/cuda_cvmm.cuh"
 
@@ -165,14 +166,14 @@ __global__ void k_expert_pointers(void **ptrs, int G, const int32_t *group_exper
     }
 }
 
-void cvmm_expert_gemms(Backend *be, const char *op, const CvmmPlan &pl, const ExpertGemms &s, bool bf16) {
+void cvmm_expert_gemms(Backend *be, const char *op, const RoutingPlan &pl, const ExpertGemms &s, bool bf16) {
     if (pl.n_groups == 0 || s.M == 0 || s.N == 0) return; // nothing to compute (cuda_gemm skips empty outputs too)
     auto dim = [](int d, int rows) { return d == CVMM_ROWS ? rows : d; };
     if (!use_grouped(be, bf16)) {
         for (int e = 0; e < pl.n_experts; e++) {
-            int rows = pl.offset[(size_t)e + 1] - pl.offset[(size_t)e];
+            int rows = pl.host_offset[e + 1] - pl.host_offset[e];
             if (rows == 0) continue;
-            size_t o = (size_t)pl.offset[(size_t)e];
+            size_t o = (size_t)pl.host_offset[e];
             cuda_gemm(be, s.transA, s.transB, dim(s.M, rows), dim(s.N, rows), dim(s.K, rows), 1.0f,
                       expert_operand_at(s.A, e, o), s.lda, expert_operand_at(s.B, e, o), s.ldb, s.beta,
                       (float *)expert_operand_at(s.C, e, o), s.ldc, bf16);
@@ -182,13 +183,13 @@ void cvmm_expert_gemms(Backend *be, const char *op, const CvmmPlan &pl, const Ex
     std::vector<GroupedProblem> problem;
     problem.reserve((size_t)pl.n_groups);
     for (int e = 0; e < pl.n_experts; e++) { // the same order as the device's group_expert list
-        int rows = pl.offset[(size_t)e + 1] - pl.offset[(size_t)e];
+        int rows = pl.host_offset[e + 1] - pl.host_offset[e];
         if (rows > 0) problem.push_back({dim(s.M, rows), dim(s.N, rows), dim(s.K, rows), s.beta});
     }
     int G = pl.n_groups;
     // Stream order keeps the reuse of this slot safe: a later set's pointer kernel runs after this set's GEMMs.
     void **ptrs = (void **)cuda_scratch(be, CS_I, (size_t)3 * G * sizeof(void *));
-    LAUNCH(k_expert_pointers, grid_for((size_t)G, 128), 128, 0)(ptrs, G, pl.group_expert, pl.offset_dev, s.A, s.B, s.C);
+    LAUNCH(k_expert_pointers, grid_for((size_t)G, 128), 128, 0)(ptrs, G, pl.group_expert, pl.offset, s.A, s.B, s.C);
     CHECK_LAUNCH();
     cublasStatus_t st = grouped_gemm(be, s.transA, s.transB, problem, s.lda, s.ldb, s.ldc, ptrs, bf16);
     if (st != CUBLAS_STATUS_SUCCESS)

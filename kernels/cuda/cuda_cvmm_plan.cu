@@ -1,4 +1,5 @@
-// CUDA: the routing plan of cvmm (perm, inv, per-expert offsets) built on the device by a stable counting sort.
+// CUDA: the routing plan (backend.h's routing_plan: perm, inv, per-expert offsets, non-empty experts) built on the
+// device by a stable counting sort, into the caller's plan memory.
 //
 // The entries are cut into chunks of PLAN_CHUNK (one thread block each). Within a chunk, expert e is owned by thread
 // e % PLAN_THREADS, which walks the chunk's ids in entry order and counts (or places) only its own experts, so every
@@ -10,10 +11,12 @@
 //   3. k_plan_offsets  offset[e] = base[e, 0], offset[E] = M; the first bad entry over all chunks; the non-empty
 //                      experts in order (the groups of the grouped GEMM)
 //   4. k_plan_scatter  perm[base[e, c] + rank] = p and inv[p] = base[e, c] + rank, rank = earlier entries of e in c
-// The host copies offsets + the bad-entry record (E + 3 ints): it needs the offsets for the GEMM sizes, and that copy
-// is the only synchronisation of a cvmm call. Cost on a GPU: each step is one pass over the M ids per owning thread
+// The host copies offsets + the bad-entry record (E + 3 ints) into the plan's host_offset: it needs the offsets for
+// the GEMM sizes, and that copy is the only synchronisation of a routing decision (one per plan; the cvmm calls that
+// share the plan add none). Cost on a GPU: each step is one pass over the M ids per owning thread
 // group (tens of microseconds for M = 524,288, E = 387), against ~2 ms of host sorting before.
 #include <cstring>
+#include <vector>
 
 #include "kernels/cuda/cuda_cvmm.cuh"
 
@@ -151,11 +154,12 @@ static void device_exclusive_scan(int32_t *out, const int32_t *in, long n, int32
 }
 
 // ---------------------------------------------------------------- 3. offsets, first bad entry, group list
-// info = [offset[0..E] | first bad entry or -1 | its id]; group_expert[0..G) = the experts with offset[e+1] > offset[e].
-__global__ void k_plan_offsets(int32_t *info, int32_t *group_expert, const int32_t *base, const int32_t *chunk_bad,
-                               const int32_t *sel, int M, int E, int n_chunks) {
+// offset[0..E] = the plan's offsets; info = [the same offsets | first bad entry or -1 | its id] (what the host copies);
+// group_expert[0..G) = the experts with offset[e+1] > offset[e].
+__global__ void k_plan_offsets(int32_t *offset, int32_t *info, int32_t *group_expert, const int32_t *base,
+                               const int32_t *chunk_bad, const int32_t *sel, int M, int E, int n_chunks) {
     __shared__ int32_t sh[PLAN_THREADS];
-    for (int e = threadIdx.x; e <= E; e += blockDim.x) info[e] = base[(size_t)e * n_chunks];
+    for (int e = threadIdx.x; e <= E; e += blockDim.x) offset[e] = info[e] = base[(size_t)e * n_chunks];
     int32_t bad = M;
     for (int c = threadIdx.x; c < n_chunks; c += blockDim.x) bad = min(bad, chunk_bad[c]);
     bad = block_min(bad, sh);
@@ -196,23 +200,32 @@ __global__ void k_plan_scatter(int32_t *perm, int32_t *inv, const int32_t *base,
 }
 
 // ---------------------------------------------------------------- host side
-CvmmPlan cvmm_build_plan(Backend *be, const char *op, const int32_t *sel, int M, int n_experts) {
-    if (n_experts < 1) die("%s: n_experts=%d must be at least 1", op, n_experts);
-    int E = n_experts;
-    CvmmPlan pl;
-    pl.n_experts = E;
-    pl.perm = pl.inv = nullptr;
-    pl.offset_dev = pl.group_expert = nullptr;
-    pl.offset.assign((size_t)E + 1, 0);
-    pl.n_groups = 0;
-    if (M == 0) return pl;
+void cuda_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, int n_experts) {
+    if (n_experts < 1) die("routing_plan: n_experts=%d must be at least 1", n_experts);
+    if (M < 0) die("routing_plan: M=%d entries", M);
+    if (M > pl->max_entries || n_experts > pl->max_experts)
+        die("routing_plan: %d entries of %d experts do not fit the plan's memory (%d entries, %d experts)", M,
+            n_experts, pl->max_entries, pl->max_experts);
+    if (!pl->offset || !pl->group_expert || !pl->host_offset || (M > 0 && (!pl->perm || !pl->inv)))
+        die("routing_plan: the plan's memory is not set (perm, inv, offset, group_expert, host_offset)");
+    const int E = n_experts;
+    cuda_weights_written(be, pl->perm, (size_t)M * sizeof(int32_t));
+    cuda_weights_written(be, pl->inv, (size_t)M * sizeof(int32_t));
+    cuda_weights_written(be, pl->offset, ((size_t)E + 1) * sizeof(int32_t));
+    cuda_weights_written(be, pl->group_expert, (size_t)E * sizeof(int32_t));
+    pl->M = M;
+    pl->n_experts = E;
+    pl->n_groups = 0;
+    if (M == 0) { // no device work beyond clearing the offsets (no copy back: the host knows them)
+        CHECK_CUDA(cudaMemsetAsync(pl->offset, 0, ((size_t)E + 1) * sizeof(int32_t), 0));
+        memset(pl->host_offset, 0, ((size_t)E + 1) * sizeof(int32_t));
+        return;
+    }
 
     int n_chunks = (M + PLAN_CHUNK - 1) / PLAN_CHUNK;
     long cells = (long)E * n_chunks; // counts/base are expert-major [E, n_chunks]
-    // CS_A (lives through the op): perm[M] | inv[M] | info[E + 3] | group_expert[E]
-    int32_t *a = (int32_t *)cuda_scratch(be, CS_A, ((size_t)2 * M + (size_t)2 * E + 3) * sizeof(int32_t));
-    int32_t *perm = a, *inv = a + M, *info = a + 2 * (size_t)M, *group_expert = info + E + 3;
-    // CS_B (temporaries): counts[cells] | base[cells + 1] | chunk_bad[n_chunks] | scan temporaries
+    // CS_A: info[E + 3]; CS_B (temporaries): counts[cells] | base[cells + 1] | chunk_bad[n_chunks] | scan temporaries
+    int32_t *info = (int32_t *)cuda_scratch(be, CS_A, ((size_t)E + 3) * sizeof(int32_t));
     size_t n_tmp = (size_t)2 * cells + 1 + (size_t)n_chunks + (size_t)scan_temp_count(cells);
     int32_t *b = (int32_t *)cuda_scratch(be, CS_B, n_tmp * sizeof(int32_t));
     int32_t *counts = b, *base = b + cells, *chunk_bad = base + cells + 1, *scan_tmp = chunk_bad + n_chunks;
@@ -220,35 +233,17 @@ CvmmPlan cvmm_build_plan(Backend *be, const char *op, const int32_t *sel, int M,
     LAUNCH(k_plan_count, (unsigned)n_chunks, PLAN_THREADS, 0)(counts, chunk_bad, sel, M, E, n_chunks);
     CHECK_LAUNCH();
     device_exclusive_scan(base, counts, cells, scan_tmp);
-    LAUNCH(k_plan_offsets, 1, PLAN_THREADS, 0)(info, group_expert, base, chunk_bad, sel, M, E, n_chunks);
+    LAUNCH(k_plan_offsets, 1, PLAN_THREADS, 0)(pl->offset, info, pl->group_expert, base, chunk_bad, sel, M, E,
+                                               n_chunks);
     CHECK_LAUNCH();
-    LAUNCH(k_plan_scatter, (unsigned)n_chunks, PLAN_THREADS, 0)(perm, inv, base, sel, M, E, n_chunks);
+    LAUNCH(k_plan_scatter, (unsigned)n_chunks, PLAN_THREADS, 0)(pl->perm, pl->inv, base, sel, M, E, n_chunks);
     CHECK_LAUNCH();
 
     std::vector<int32_t> host((size_t)E + 3);
     CHECK_CUDA(cudaMemcpy(host.data(), info, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost)); // the sync
     if (host[(size_t)E + 1] >= 0)
-        die("%s: expert id %d at entry %d is outside [0, %d)", op, host[(size_t)E + 2], host[(size_t)E + 1], E);
-    if (host[(size_t)E] != M) die("%s: routing plan places %d of %d entries (internal error)", op, host[(size_t)E], M);
-    pl.offset.assign(host.begin(), host.begin() + E + 1);
-    for (int e = 0; e < E; e++) pl.n_groups += pl.offset[(size_t)e + 1] > pl.offset[(size_t)e];
-    pl.perm = perm;
-    pl.inv = inv;
-    pl.offset_dev = info;
-    pl.group_expert = group_expert;
-    return pl;
-}
-
-extern "C" int cuda_cvmm_plan_to_host(Backend *be, const int32_t *sel, int M, int n_experts, int32_t *perm,
-                                      int32_t *inv, int32_t *offset, int32_t *group_expert) {
-    CvmmPlan pl = cvmm_build_plan(be, "cvmm_plan", sel, M, n_experts);
-    if (M > 0) {
-        CHECK_CUDA(cudaMemcpy(perm, pl.perm, (size_t)M * sizeof(int32_t), cudaMemcpyDeviceToHost));
-        CHECK_CUDA(cudaMemcpy(inv, pl.inv, (size_t)M * sizeof(int32_t), cudaMemcpyDeviceToHost));
-    }
-    memcpy(offset, pl.offset.data(), pl.offset.size() * sizeof(int32_t));
-    if (group_expert && pl.n_groups > 0)
-        CHECK_CUDA(cudaMemcpy(group_expert, pl.group_expert, (size_t)pl.n_groups * sizeof(int32_t),
-                              cudaMemcpyDeviceToHost));
-    return pl.n_groups;
+        die("routing_plan: expert id %d at entry %d is outside [0, %d)", host[(size_t)E + 2], host[(size_t)E + 1], E);
+    if (host[(size_t)E] != M) die("routing_plan: %d of %d entries placed (internal error)", host[(size_t)E], M);
+    memcpy(pl->host_offset, host.data(), ((size_t)E + 1) * sizeof(int32_t));
+    for (int e = 0; e < E; e++) pl->n_groups += pl->host_offset[e + 1] > pl->host_offset[e];
 }

@@ -22,6 +22,7 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
 
 void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
     if (!n) return;
+    count_traffic("bf16_convert", n * (sizeof(float) + sizeof(__nv_bfloat16)));
     LAUNCH(k_to_bf16, grid_for(n, 256), 256, 0)(dst, src, n);
     CHECK_LAUNCH();
 }
@@ -35,17 +36,16 @@ void cuda_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B,
                  int transB, scalar_t alpha, scalar_t beta) {
     if (M <= 0 || N <= 0) return;
     size_t nC = (size_t)M * N;
+    cuda_weights_written(be, C, nC * sizeof(float));
     if (K <= 0) { // empty product: C = beta*C, and beta = 0 clears NaN like the CPU backend
         LAUNCH(k_scale, grid_for(nC, 256), 256, 0)(C, beta, nC, beta == 0.0f);
         CHECK_LAUNCH();
         return;
     }
     int lda = transA ? M : K, ldb = transB ? K : N;
-    if (use_bf16(be)) {
-        __nv_bfloat16 *a16 = (__nv_bfloat16 *)cuda_scratch(be, CS_I, (size_t)M * K * sizeof(__nv_bfloat16));
-        __nv_bfloat16 *b16 = (__nv_bfloat16 *)cuda_scratch(be, CS_J, (size_t)K * N * sizeof(__nv_bfloat16));
-        cuda_to_bf16(a16, A, (size_t)M * K);
-        cuda_to_bf16(b16, B, (size_t)K * N);
+    if (use_bf16(be)) { // a weight operand comes from the registered weights' bf16 copy, others are converted here
+        const __nv_bfloat16 *a16 = cuda_bf16_operand(be, A, (size_t)M * K, CS_I);
+        const __nv_bfloat16 *b16 = cuda_bf16_operand(be, B, (size_t)K * N, CS_J);
         cuda_gemm(be, transA, transB, M, N, K, alpha, a16, lda, b16, ldb, beta, C, N, true);
     } else {
         cuda_gemm(be, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, N, false);
@@ -58,12 +58,14 @@ __global__ void k_add(float *y, const float *x, size_t n) {
         y[i] += x[i];
 }
 void cuda_add_inplace(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {
+    cuda_weights_written(be, y, n * sizeof(float));
     if (!n) return;
     LAUNCH(k_add, grid_for(n, 256), 256, 0)(y, x, n);
     CHECK_LAUNCH();
 }
 
 void cuda_scale_inplace(Backend *be, scalar_t *y, scalar_t s, size_t n) {
+    cuda_weights_written(be, y, n * sizeof(float));
     if (!n) return;
     LAUNCH(k_scale, grid_for(n, 256), 256, 0)(y, s, n, false);
     CHECK_LAUNCH();
@@ -74,6 +76,7 @@ __global__ void k_add_bias(float *y, const float *bias, size_t total, int C) {
         y[i] += bias[i % C];
 }
 void cuda_add_bias(Backend *be, scalar_t *y, const scalar_t *bias, int N, int C) {
+    cuda_weights_written(be, y, (size_t)N * C * sizeof(float));
     size_t total = (size_t)N * C;
     if (!total) return;
     LAUNCH(k_add_bias, grid_for(total, 256), 256, 0)(y, bias, total, C);
@@ -85,6 +88,7 @@ __global__ void k_relu(float *y, const float *x, size_t n) {
         y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 void cuda_relu_forward(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {
+    cuda_weights_written(be, y, n * sizeof(float));
     if (!n) return;
     LAUNCH(k_relu, grid_for(n, 256), 256, 0)(y, x, n);
     CHECK_LAUNCH();
@@ -95,6 +99,7 @@ __global__ void k_relu_bwd(float *dx, const float *dy, const float *pre, size_t 
         dx[i] = pre[i] > 0.0f ? dy[i] : 0.0f;
 }
 void cuda_relu_backward(Backend *be, scalar_t *dx, const scalar_t *dy, const scalar_t *pre, size_t n) {
+    cuda_weights_written(be, dx, n * sizeof(float));
     if (!n) return;
     LAUNCH(k_relu_bwd, grid_for(n, 256), 256, 0)(dx, dy, pre, n);
     CHECK_LAUNCH();
@@ -141,6 +146,8 @@ __global__ void k_colsum_final(float *out_a, float *out_b, const double *pa, con
 // out_a[c] += sum_n a(n,c), out_b[c] += sum_n b(n,c); mode 1 when x != NULL (LayerNorm), else mode 0 (bias).
 void cuda_column_sums(Backend *be, float *out_a, float *out_b, const float *dy, const float *x, const float *mean,
                       const float *rstd, int N, int C) {
+    cuda_weights_written(be, out_a, (size_t)C * sizeof(float));
+    cuda_weights_written(be, out_b, (size_t)C * sizeof(float));
     if (N <= 0 || C <= 0 || (!out_a && !out_b)) return;
     int mode = x ? 1 : 0;
     int chunks = N < COL_CHUNKS ? N : COL_CHUNKS;
@@ -168,6 +175,7 @@ __global__ void k_embed(float *h, const int32_t *tokens, const float *table, int
     }
 }
 void cuda_embedding_forward(Backend *be, scalar_t *h, const int32_t *tokens, const scalar_t *table, int N, int C) {
+    cuda_weights_written(be, h, (size_t)N * C * sizeof(float));
     if (N <= 0 || C <= 0) return;
     LAUNCH(k_embed, grid_for((size_t)N * C, 256), 256, 0)(h, tokens, table, N, C);
     CHECK_LAUNCH();
@@ -212,6 +220,7 @@ void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, 
     U = 0;
     for (int32_t v = 0; v <= vmax; v++)
         if (count[(size_t)v + 1] > count[(size_t)v]) uniq[U++] = v;
+    cuda_weights_written(be, dtable, ((size_t)vmax + 1) * C * sizeof(float)); // the rows it adds to
     size_t n_stage = (size_t)N + (size_t)U + 1 + (size_t)U;
     int32_t *d_stage = (int32_t *)cuda_scratch(be, CS_A, n_stage * sizeof(int32_t));
     CHECK_CUDA(cudaMemcpy(d_stage, stage, n_stage * sizeof(int32_t), cudaMemcpyHostToDevice));
@@ -250,6 +259,9 @@ __global__ void k_ln_fwd(float *y, float *mean, float *rstd, const float *x, con
 
 void cuda_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd, const scalar_t *x,
                             const scalar_t *w, const scalar_t *b, int N, int C, scalar_t eps) {
+    cuda_weights_written(be, y, (size_t)N * C * sizeof(float));
+    cuda_weights_written(be, mean, (size_t)N * sizeof(float));
+    cuda_weights_written(be, rstd, (size_t)N * sizeof(float));
     if (N <= 0) return;
     LAUNCH(k_ln_fwd, (N + 7) / 8, 256, 0)(y, mean, rstd, x, w, b, N, C, eps);
     CHECK_LAUNCH();
@@ -280,6 +292,7 @@ __global__ void k_ln_bwd_dx(float *dx, const float *dy, const float *x, const fl
 void cuda_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *db, const scalar_t *dy,
                              const scalar_t *x, const scalar_t *w, const scalar_t *mean, const scalar_t *rstd, int N,
                              int C) {
+    cuda_weights_written(be, dx, (size_t)N * C * sizeof(float)); // dw, db: in cuda_column_sums
     if (N <= 0) return;
     if (dx) {
         LAUNCH(k_ln_bwd_dx, (N + 7) / 8, 256, 0)(dx, dy, x, w, mean, rstd, N, C);

@@ -64,6 +64,8 @@ __global__ void k_ce(float *dlogits, float *losses, double *row_loss, int *bad, 
 
 double cuda_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, const scalar_t *logits,
                           const int32_t *targets, int N, int V, scalar_t grad_scale) {
+    cuda_weights_written(be, dlogits, (size_t)N * V * sizeof(float));
+    cuda_weights_written(be, losses, (size_t)N * sizeof(float));
     if (N <= 0) return 0.0;
     double *row_loss = (double *)cuda_scratch(be, CS_A, (size_t)N * sizeof(double));
     int *bad = (int *)cuda_scratch(be, CS_B, sizeof(int));
@@ -96,6 +98,7 @@ __global__ void k_argmax(int32_t *out, const float *x, int N, int V) {
 }
 
 void cuda_argmax_rows(Backend *be, int32_t *argmax, const scalar_t *x, int N, int V) {
+    cuda_weights_written(be, argmax, (size_t)N * sizeof(int32_t));
     if (N <= 0) return;
     LAUNCH(k_argmax, (unsigned)((N + 7) / 8), 256, 0)(argmax, x, N, V);
     CHECK_LAUNCH();
@@ -118,6 +121,7 @@ __global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, 
 
 void cuda_adamw_step(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, scalar_t *v, size_t n, double lr,
                      double beta1, double beta2, double eps, double wd, long t) {
+    for (float *x : {p, m, v}) cuda_weights_written(be, x, n * sizeof(float));
     if (t < 1) die("adamw_step: step t=%ld must be >= 1", t);
     if (!n) return;
     LAUNCH(k_adamw, grid_for(n, 256), 256, 0)(p, g, m, v, n, (float)(1.0 - lr * wd), (float)beta1, (float)beta2,

@@ -4,11 +4,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "kernels/cuda/cuda_common.cuh" // cuda_weights_written
 #ifdef CUDA_EMULATION
-#include "kernels/cuda/emu/cuda_emu.h"
 #include "kernels/cuda/emu/nccl_emu.h"
 #else
-#include <cuda_runtime.h>
 #include <nccl.h>
 #endif
 
@@ -43,11 +42,12 @@ extern "C" int cuda_nccl_init(const unsigned char id[CUDA_NCCL_ID_BYTES], int ra
 }
 
 extern "C" int cuda_nccl_allreduce_sum(Backend *be, void *buf, size_t n, bool f64, char *err, size_t errlen) {
-    (void)be; // the backend works on the default stream (cublasSetStream(.., 0)); so does the all-reduce
+    // the backend works on the default stream (cublasSetStream(.., 0)); so does the all-reduce
     if (!g_comm) {
         if (err && errlen) snprintf(err, errlen, "cuda_nccl_allreduce_sum: no communicator (cuda_nccl_init not called)");
         return -1;
     }
+    cuda_weights_written(be, buf, n * (f64 ? sizeof(double) : sizeof(float)));
     ncclResult_t r = ncclAllReduce(buf, buf, n, f64 ? ncclFloat64 : ncclFloat32, ncclSum, g_comm, 0);
     if (r != ncclSuccess) return nccl_fail(r, "ncclAllReduce", err, errlen);
     cudaError_t e = cudaDeviceSynchronize();

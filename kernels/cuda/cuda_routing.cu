@@ -53,6 +53,7 @@ __global__ void k_topk_select(int32_t *sel, const float *logits, const uint8_t *
 
 void cuda_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, const scalar_t *bias,
                       RouterKind score, int N, int G, int E, int k) {
+    cuda_weights_written(be, sel, (size_t)N * G * k * sizeof(int32_t));
     (void)be;
     if (k < 1 || k > E) die("topk_select: k=%d must be in [1, E=%d]", k, E);
     if (score != ROUTER_SIGMOID && score != ROUTER_SOFTMAX) die("topk_select: unknown router kind %d", (int)score);
@@ -82,6 +83,7 @@ __global__ void k_expert_count(unsigned long long *counts, const int32_t *sel, c
 
 void cuda_expert_count(Backend *be, int64_t *counts, const int32_t *sel, const uint8_t *drop, const uint8_t *valid,
                        int N, int G, int E, int k) {
+    cuda_weights_written(be, counts, (size_t)G * E * sizeof(int64_t));
     (void)be;
     long rows = (long)N * G;
     if (rows <= 0) return;
@@ -117,6 +119,7 @@ __global__ void k_router_gates(float *gate, const float *logits, const int32_t *
 
 void cuda_router_gates(Backend *be, scalar_t *gate, const scalar_t *logits, const int32_t *sel, const uint8_t *drop,
                        int N, int G, int E, int k, RouterKind kind, int renorm) {
+    cuda_weights_written(be, gate, (size_t)N * G * k * sizeof(float));
     (void)be;
     if (kind != ROUTER_SIGMOID && kind != ROUTER_SOFTMAX) die("router_gates: unknown router kind %d", (int)kind);
     long rows = (long)N * G;
@@ -193,6 +196,7 @@ __global__ void k_router_gates_bwd(float *dlogits, const float *dgate, const flo
 void cuda_router_gates_backward(Backend *be, scalar_t *dlogits, const scalar_t *dgate, const scalar_t *gate,
                                 const scalar_t *logits, const int32_t *sel, const uint8_t *drop, int N, int G, int E,
                                 int k, RouterKind kind, int renorm) {
+    cuda_weights_written(be, dlogits, (size_t)N * G * E * sizeof(float));
     (void)be;
     if (kind != ROUTER_SIGMOID && kind != ROUTER_SOFTMAX)
         die("router_gates_backward: unknown router kind %d", (int)kind);
@@ -276,6 +280,7 @@ __global__ void k_entropy_grad(float *dlogits, const float *logits, const double
 
 double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
                         int T, int G, int E, scalar_t coef) {
+    cuda_weights_written(be, dlogits, (size_t)R * B * T * G * E * sizeof(float));
     long rows = (long)R * B * T * G;
     size_t n_logits = (size_t)rows * E;
     // counts per sequence on the host (the mask is B*T bytes)
@@ -367,6 +372,7 @@ __global__ void k_switch_grad(float *dlogits, const float *logits, const double 
 
 double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
                            const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef) {
+    cuda_weights_written(be, dlogits, (size_t)B * T * G * E * sizeof(float));
     long N = (long)B * T, rows = N * G;
     size_t GE = (size_t)G * E;
     long n = N;

@@ -1,7 +1,8 @@
 /* CUDA backend against the CPU backend: every op on the same random inputs, fp32 with tight tolerances, and the
  * matmul-like ops (matmul, cvmm, attention) again in bf16 mode with tolerances derived from bf16 rounding. cvmm runs
  * under each expert-GEMM path (DMMATH_CUDA_CVMM = auto, loop, grouped), and its device routing plan is compared with a
- * host stable counting sort.
+ * host stable counting sort; the routing plan shared by forward and backward with rows in plan order; the bf16 copy of
+ * the registered weights after writes through every op.
  * Without a usable GPU the program prints "SKIP: no usable CUDA GPU (<reason>)" and exits 77 before the suite.
  * Runs without fork (CK_NOFORK): a CUDA context does not survive fork(); the one death test re-executes this program
  * (popen of /proc/self/exe) instead. */
@@ -9,8 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <mpi.h>
+
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_cvmm_hooks.h"
+#include "kernels/cuda/cuda_nccl.h"
 #include "tests/unit/kernel_test_cvmm.h"
 #include "tests/unit/cuda_test_main.h"
 
@@ -49,11 +53,33 @@ static void *up(const void *h, size_t bytes) {
     return d;
 }
 static scalar_t *upf(const scalar_t *h, size_t n) { return up(h, n * sizeof(scalar_t)); }
+/* device array of n uniform random values in [lo, hi) */
+static scalar_t *up_random(KtuRng *rng, size_t n, double lo, double hi) {
+    scalar_t *h = ktu_random(rng, n, lo, hi), *d = upf(h, n);
+    free(h);
+    return d;
+}
 static scalar_t *downf(const scalar_t *d, size_t n) {
     scalar_t *h = ktu_scalars(n);
     gpu->to_host(gpu, h, d, n * sizeof(scalar_t));
     return h;
 }
+/* A routing plan in the memory of backend b (device arrays from b->alloc, host offsets on the host), built from the
+ * ids sel[M] in b's memory by b->routing_plan. */
+static RoutingPlan plan_on(Backend *b, const int32_t *sel, int M, int E) {
+    RoutingPlan pl = {.max_entries = M, .max_experts = E, .perm = b->alloc(b, (size_t)M * sizeof(int32_t)),
+                      .inv = b->alloc(b, (size_t)M * sizeof(int32_t)),
+                      .offset = b->alloc(b, ((size_t)E + 1) * sizeof(int32_t)),
+                      .group_expert = b->alloc(b, (size_t)E * sizeof(int32_t)), .host_offset = ktu_ints((size_t)E + 1)};
+    b->routing_plan(b, &pl, sel, M, E);
+    return pl;
+}
+static void plan_free(Backend *b, RoutingPlan *pl) {
+    b->free(b, pl->perm), b->free(b, pl->inv), b->free(b, pl->offset), b->free(b, pl->group_expert);
+    free(pl->host_offset);
+    memset(pl, 0, sizeof *pl);
+}
+
 /* max |a| */
 static double maxabs(const scalar_t *a, size_t n) {
     double m = 0;
@@ -594,7 +620,10 @@ START_TEST(test_routing_and_balance) {
 END_TEST
 
 /* ---------------------------------------------------------------- cvmm */
-static void cvmm_pair(KtuRng *rng, const CvmmCase *c, int bf16) {
+/* One case on both backends with the same inputs: each builds its plan once and uses it for the forward and the
+ * backward, with rows in the given order (CvmmOrder flags: X/dX, Y/dY in plan order; the inputs are then taken as
+ * given in that order, which is just another set of random rows). */
+static void cvmm_pair_order(KtuRng *rng, const CvmmCase *c, int bf16, int order) {
     gpu->precision = bf16 ? PRECISION_BF16 : PRECISION_FP32;
     int M = cvmm_M(c), in_div = cvmm_in_div(c), out_div = cvmm_out_div(c);
     size_t nX = (size_t)cvmm_x_rows(c) * c->Kin, nW = (size_t)c->E * c->Kin * c->Nout, nY = (size_t)cvmm_y_rows(c) * c->Nout;
@@ -605,11 +634,13 @@ static void cvmm_pair(KtuRng *rng, const CvmmCase *c, int bf16) {
     scalar_t *dX_ = upf(X, nX), *dW_ = upf(W, nW), *dw_ = w ? upf(w, M) : NULL;
     int32_t *dsel = up(sel, (size_t)M * sizeof(int32_t));
     scalar_t *Y = ktu_scalars(nY), *dY_ = gpu->alloc(gpu, nY * sizeof(scalar_t));
-    cpu->cvmm_forward(cpu, Y, X, W, sel, w, M, in_div, out_div, c->E, c->Kin, c->Nout);
-    gpu->cvmm_forward(gpu, dY_, dX_, dW_, dsel, dw_, M, in_div, out_div, c->E, c->Kin, c->Nout);
+    RoutingPlan cpl = plan_on(cpu, sel, M, c->E), gpl = plan_on(gpu, dsel, M, c->E);
+    cpu->cvmm_forward(cpu, Y, X, W, &cpl, w, in_div, out_div, c->Kin, c->Nout, order);
+    gpu->cvmm_forward(gpu, dY_, dX_, dW_, &gpl, dw_, in_div, out_div, c->Kin, c->Nout, order);
     scalar_t *g = downf(dY_, nY);
     char what[96];
-    snprintf(what, sizeof what, "cvmm %s reduce=%d bf16=%d Y", cvmm_pattern_name[c->pat], c->reduce, bf16);
+    snprintf(what, sizeof what, "cvmm %s reduce=%d bf16=%d order=%d Y", cvmm_pattern_name[c->pat], c->reduce, bf16,
+             order);
     if (!bf16) {
         ktu_assert_close_s(g, Y, nY, 1e-5, 1e-5, what);
     } else { /* elementwise bound from the same op on absolute values: (2u+u^2) sum |w||x||W| */
@@ -617,7 +648,7 @@ static void cvmm_pair(KtuRng *rng, const CvmmCase *c, int bf16) {
         for (size_t i = 0; i < nX; i++) Xa[i] = fabsf(X[i]);
         for (size_t i = 0; i < nW; i++) Wa[i] = fabsf(W[i]);
         for (int p = 0; w && p < M; p++) wa[p] = fabsf(w[p]);
-        cpu->cvmm_forward(cpu, mag, Xa, Wa, sel, wa, M, in_div, out_div, c->E, c->Kin, c->Nout);
+        cpu->cvmm_forward(cpu, mag, Xa, Wa, &cpl, wa, in_div, out_div, c->Kin, c->Nout, order);
         double *bound = ktu_doubles(nY);
         for (size_t i = 0; i < nY; i++) bound[i] = (2 * U16 + U16 * U16) * mag[i] + 1e-5 * (1 + fabs(Y[i]));
         assert_within(g, Y, bound, nY, what);
@@ -629,16 +660,16 @@ static void cvmm_pair(KtuRng *rng, const CvmmCase *c, int bf16) {
     scalar_t *gX = ktu_random(rng, nX, -1, 1), *gW = ktu_random(rng, nW, -1, 1), *gw = ktu_scalars(M);
     scalar_t *gX0 = ktu_copy(gX, nX), *gW0 = ktu_copy(gW, nW);
     scalar_t *dgX = upf(gX, nX), *dgW = upf(gW, nW), *dgw = gpu->alloc(gpu, (size_t)M * sizeof(scalar_t));
-    cpu->cvmm_backward(cpu, gX, gW, w ? gw : NULL, G, X, W, sel, w, M, in_div, out_div, c->E, c->Kin, c->Nout);
-    gpu->cvmm_backward(gpu, dgX, dgW, w ? dgw : NULL, dG, dX_, dW_, dsel, dw_, M, in_div, out_div, c->E, c->Kin, c->Nout);
+    cpu->cvmm_backward(cpu, gX, gW, w ? gw : NULL, G, X, W, &cpl, w, in_div, out_div, c->Kin, c->Nout, order);
+    gpu->cvmm_backward(gpu, dgX, dgW, w ? dgw : NULL, dG, dX_, dW_, &gpl, dw_, in_div, out_div, c->Kin, c->Nout, order);
     scalar_t *rX = downf(dgX, nX), *rW = downf(dgW, nW), *rw = downf(dgw, M);
     if (!bf16) {
-        snprintf(what, sizeof what, "cvmm %s reduce=%d dX", cvmm_pattern_name[c->pat], c->reduce);
+        snprintf(what, sizeof what, "cvmm %s reduce=%d order=%d dX", cvmm_pattern_name[c->pat], c->reduce, order);
         ktu_assert_close_s(rX, gX, nX, 1e-5, 1e-5, what);
-        snprintf(what, sizeof what, "cvmm %s reduce=%d dW", cvmm_pattern_name[c->pat], c->reduce);
+        snprintf(what, sizeof what, "cvmm %s reduce=%d order=%d dW", cvmm_pattern_name[c->pat], c->reduce, order);
         ktu_assert_close_s(rW, gW, nW, 1e-4, 1e-5, what);
         if (w) {
-            snprintf(what, sizeof what, "cvmm %s reduce=%d dw", cvmm_pattern_name[c->pat], c->reduce);
+            snprintf(what, sizeof what, "cvmm %s reduce=%d order=%d dw", cvmm_pattern_name[c->pat], c->reduce, order);
             ktu_assert_close_s(rw, gw, M, 1e-5, 1e-5, what);
         }
     } else {
@@ -646,21 +677,23 @@ static void cvmm_pair(KtuRng *rng, const CvmmCase *c, int bf16) {
          * term <= 2u+u^2 ~ 3.9e-3; normwise over the increment that is <= 3.9e-3, checked with 1e-2 */
         for (size_t i = 0; i < nX; i++) rX[i] -= gX0[i], gX[i] -= gX0[i];
         for (size_t i = 0; i < nW; i++) rW[i] -= gW0[i], gW[i] -= gW0[i];
-        snprintf(what, sizeof what, "cvmm %s bf16 dX", cvmm_pattern_name[c->pat]);
+        snprintf(what, sizeof what, "cvmm %s bf16 order=%d dX", cvmm_pattern_name[c->pat], order);
         assert_normwise(rX, gX, nX, 1e-2, what);
-        snprintf(what, sizeof what, "cvmm %s bf16 dW", cvmm_pattern_name[c->pat]);
+        snprintf(what, sizeof what, "cvmm %s bf16 order=%d dW", cvmm_pattern_name[c->pat], order);
         assert_normwise(rW, gW, nW, 1e-2, what);
         if (w) {
-            snprintf(what, sizeof what, "cvmm %s bf16 dw", cvmm_pattern_name[c->pat]);
+            snprintf(what, sizeof what, "cvmm %s bf16 order=%d dw", cvmm_pattern_name[c->pat], order);
             assert_normwise(rw, gw, M, 1e-2, what);
         }
     }
+    plan_free(cpu, &cpl), plan_free(gpu, &gpl);
     gpu->free(gpu, dX_), gpu->free(gpu, dW_), gpu->free(gpu, dw_), gpu->free(gpu, dsel), gpu->free(gpu, dY_);
     gpu->free(gpu, dG), gpu->free(gpu, dgX), gpu->free(gpu, dgW), gpu->free(gpu, dgw);
     free(X), free(W), free(w), free(sel), free(Y), free(G), free(gX), free(gW), free(gw), free(gX0), free(gW0);
     free(rX), free(rW), free(rw);
     gpu->precision = PRECISION_FP32;
 }
+static void cvmm_pair(KtuRng *rng, const CvmmCase *c, int bf16) { cvmm_pair_order(rng, c, bf16, CVMM_ENTRY_ORDER); }
 
 static const char *const cvmm_modes[] = {"auto", "loop", "grouped"};
 
@@ -671,6 +704,12 @@ START_TEST(test_cvmm) {
         {PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0}, {PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1},
         {PAT_FFN_DOWN, 30, 1, 3, 7, 19, 37, 0}, {PAT_ATT_V, 200, 4, 2, 40, 33, 17, 1},
         {PAT_ATT_O, 200, 4, 2, 40, 17, 33, 1},  {PAT_ATT_O, 13, 2, 1, 60, 9, 11, 1}, /* n=1, zero-row experts */
+    };
+    const struct { CvmmCase c; int order; } sorted[] = { /* rows in plan order (MoEUT's FFN: up OUT, down IN) */
+        {{PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0}, CVMM_OUT_SORTED},
+        {{PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1}, CVMM_IN_SORTED},
+        {{PAT_FFN_DOWN, 30, 1, 3, 7, 19, 37, 0}, CVMM_IN_SORTED | CVMM_OUT_SORTED},
+        {{PAT_ATT_O, 13, 2, 1, 60, 9, 11, 0}, CVMM_OUT_SORTED}, /* zero-row experts */
     };
     Backend *fixture_gpu = gpu;
     for (size_t m = 0; m < sizeof cvmm_modes / sizeof cvmm_modes[0]; m++) {
@@ -685,6 +724,9 @@ START_TEST(test_cvmm) {
         KtuRng rng = {206}; /* the same inputs on every path */
         for (int bf16 = 0; bf16 < 2; bf16++)
             for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) cvmm_pair(&rng, &cases[i], bf16);
+        for (int bf16 = 0; bf16 < 2; bf16++)
+            for (size_t i = 0; i < sizeof sorted / sizeof sorted[0]; i++)
+                cvmm_pair_order(&rng, &sorted[i].c, bf16, sorted[i].order);
         backend_destroy(gpu);
     }
     gpu = fixture_gpu;
@@ -719,7 +761,88 @@ START_TEST(test_cvmm_probe_fallback) {
 }
 END_TEST
 
-/* ---------------------------------------------------------------- cvmm routing plan */
+/* ---------------------------------------------------------------- cvmm: one plan for the whole FFN, rows in plan order */
+typedef struct {
+    scalar_t *A, *f, *dA, *dx, *dK, *dV, *dg; /* [N*K,S], [N,C], [N*K,S], [N,C], [E,C,S], [E,S,C], [N*K] */
+} FfnOut;
+
+/* MoEUT's FFN as the model runs it, on backend b (inputs in b's memory): ONE plan serves U = x Keys[sel] (rows in plan
+ * order when sorted), A = ReLU(U), f = sum_j gate_j A_j Values[sel_j] (reading A in plan order), then the backward:
+ * dA (plan order) and dgate from the values, dU = dA (U > 0), dx and dKeys from the keys reading dU (plan order). */
+static FfnOut ffn_chain(Backend *b, const RoutingPlan *pl, int sorted, const scalar_t *x, const scalar_t *keys,
+                        const scalar_t *values, const scalar_t *gate, const scalar_t *df, int N, int K, int C, int S) {
+    size_t nA = (size_t)N * K * S, nNC = (size_t)N * C, nW = (size_t)pl->n_experts * C * S;
+    FfnOut o = {b->alloc(b, nA * sizeof(scalar_t)), b->alloc(b, nNC * sizeof(scalar_t)),
+                b->alloc(b, nA * sizeof(scalar_t)), b->alloc(b, nNC * sizeof(scalar_t)),
+                b->alloc(b, nW * sizeof(scalar_t)), b->alloc(b, nW * sizeof(scalar_t)),
+                b->alloc(b, (size_t)N * K * sizeof(scalar_t))}; /* zero-filled: the backward's += start from 0 */
+    b->cvmm_forward(b, o.A, x, keys, pl, NULL, K, 1, C, S, sorted ? CVMM_OUT_SORTED : CVMM_ENTRY_ORDER);
+    b->relu_forward(b, o.A, o.A, nA);
+    b->cvmm_forward(b, o.f, o.A, values, pl, gate, 1, K, S, C, sorted ? CVMM_IN_SORTED : CVMM_ENTRY_ORDER);
+    b->cvmm_backward(b, o.dA, o.dV, o.dg, df, o.A, values, pl, gate, 1, K, S, C,
+                     sorted ? CVMM_IN_SORTED : CVMM_ENTRY_ORDER);
+    b->relu_backward(b, o.dA, o.dA, o.A, nA);
+    b->cvmm_backward(b, o.dx, o.dK, NULL, o.dA, x, keys, pl, NULL, K, 1, C, S,
+                     sorted ? CVMM_OUT_SORTED : CVMM_ENTRY_ORDER);
+    return o;
+}
+static void ffn_free(Backend *b, FfnOut *o) {
+    scalar_t *all[] = {o->A, o->f, o->dA, o->dx, o->dK, o->dV, o->dg};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) b->free(b, all[i]);
+}
+
+/* The GPU's plan-order chain is bit-identical to its entry-order chain with the rows permuted (fp32 and bf16: the
+ * same arithmetic, without the gathers), and in fp32 agrees with the CPU reference. (bf16 against the CPU is checked
+ * per op in test_cvmm, sorted cases included; through the chain a bf16 rounding can flip the ReLU of a U near 0, which
+ * no elementwise bound covers.) */
+START_TEST(test_cvmm_plan_reuse_sorted_ffn) {
+    KtuRng rng = {211};
+    const int N = 150, K = 4, E = 16, C = 24, S = 20, M = N * K;
+    size_t nA = (size_t)M * S, nNC = (size_t)N * C, nW = (size_t)E * C * S;
+    scalar_t *x = ktu_random(&rng, nNC, -1, 1), *keys = ktu_random(&rng, nW, -0.5, 0.5);
+    scalar_t *values = ktu_random(&rng, nW, -0.5, 0.5), *gate = ktu_random(&rng, (size_t)M, 0.05, 1);
+    scalar_t *df = ktu_random(&rng, nNC, -1, 1);
+    int32_t *sel = ktu_ints((size_t)M);
+    for (int p = 0; p < M; p++) sel[p] = p % 7 == 3 ? 5 : ktu_int(&rng, E - 1); /* expert E-1 empty, 5 popular */
+    scalar_t *dx_ = upf(x, nNC), *dkeys = upf(keys, nW), *dvalues = upf(values, nW), *dgate = upf(gate, (size_t)M);
+    scalar_t *ddf = upf(df, nNC);
+    int32_t *dsel = up(sel, (size_t)M * sizeof(int32_t));
+    RoutingPlan cpl = plan_on(cpu, sel, M, E), gpl = plan_on(gpu, dsel, M, E);
+    FfnOut c = ffn_chain(cpu, &cpl, 1, x, keys, values, gate, df, N, K, C, S);
+    const char *name[] = {"A (plan order)", "f", "dA (plan order)", "dx", "dKeys", "dValues", "dgate"};
+    size_t count[] = {nA, nNC, nA, nNC, nW, nW, (size_t)M};
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        gpu->precision = bf16 ? PRECISION_BF16 : PRECISION_FP32;
+        FfnOut gs = ffn_chain(gpu, &gpl, 1, dx_, dkeys, dvalues, dgate, ddf, N, K, C, S);
+        FfnOut ge = ffn_chain(gpu, &gpl, 0, dx_, dkeys, dvalues, dgate, ddf, N, K, C, S);
+        scalar_t *want[] = {c.A, c.f, c.dA, c.dx, c.dK, c.dV, c.dg};
+        scalar_t *got_s[] = {gs.A, gs.f, gs.dA, gs.dx, gs.dK, gs.dV, gs.dg};
+        scalar_t *got_e[] = {ge.A, ge.f, ge.dA, ge.dx, ge.dK, ge.dV, ge.dg};
+        int32_t *perm = ktu_ints((size_t)M);
+        gpu->to_host(gpu, perm, gpl.perm, (size_t)M * sizeof(int32_t));
+        for (int k = 0; k < 7; k++) {
+            scalar_t *s_ = downf(got_s[k], count[k]), *e_ = downf(got_e[k], count[k]), *ep = ktu_copy(e_, count[k]);
+            if (k == 0 || k == 2) cvmm_rows_to_plan(ep, e_, perm, M, S); /* entry order -> plan order */
+            char what[96];
+            snprintf(what, sizeof what, "FFN chain bf16=%d %s: plan order vs entry order", bf16, name[k]);
+            ktu_assert_equal_bits(s_, ep, count[k], what);
+            snprintf(what, sizeof what, "FFN chain %s: gpu vs cpu", name[k]);
+            if (!bf16) ktu_assert_close_s(s_, want[k], count[k], 1e-5, 1e-4, what);
+            free(s_), free(e_), free(ep);
+        }
+        free(perm);
+        ffn_free(gpu, &gs), ffn_free(gpu, &ge);
+    }
+    gpu->precision = PRECISION_FP32;
+    ffn_free(cpu, &c);
+    plan_free(cpu, &cpl), plan_free(gpu, &gpl);
+    gpu->free(gpu, dx_), gpu->free(gpu, dkeys), gpu->free(gpu, dvalues), gpu->free(gpu, dgate), gpu->free(gpu, ddf);
+    gpu->free(gpu, dsel);
+    free(x), free(keys), free(values), free(gate), free(df), free(sel);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- routing plan */
 /* The plan the host built before the device plan existed: a stable counting sort of the entries by expert. */
 static void host_plan(const int32_t *sel, int M, int E, int32_t *perm, int32_t *inv, int32_t *offset) {
     memset(offset, 0, (size_t)(E + 1) * sizeof(int32_t));
@@ -737,8 +860,8 @@ static void host_plan(const int32_t *sel, int M, int E, int32_t *perm, int32_t *
 
 typedef enum { IDS_UNIFORM, IDS_SKIP_SOME, IDS_ONE_EXPERT, IDS_SKEWED } IdsKind;
 
-/* Device plan == host plan exactly (perm, inv, offsets, the non-empty expert list), on two builds: repeated builds are
- * identical. */
+/* Device plan == host plan exactly (perm, inv, offsets on the device and on the host, the non-empty expert list), on
+ * two builds: repeated builds are identical; the CPU backend's plan is the same. */
 static void plan_case(KtuRng *rng, int M, int E, IdsKind kind) {
     int32_t *sel = ktu_ints((size_t)M + 1);
     for (int p = 0; p < M; p++) {
@@ -754,8 +877,25 @@ static void plan_case(KtuRng *rng, int M, int E, IdsKind kind) {
     int32_t *hperm = ktu_ints((size_t)M + 1), *hinv = ktu_ints((size_t)M + 1), *hoff = ktu_ints((size_t)E + 1);
     int32_t *groups = ktu_ints((size_t)E);
     host_plan(sel, M, E, hperm, hinv, hoff);
+    RoutingPlan cpl = plan_on(cpu, sel, M, E); /* the CPU reference builds the same plan */
     for (int run = 0; run < 2; run++) {
-        int G = cuda_cvmm_plan_to_host(gpu, dsel, M, E, perm, inv, off, groups);
+        RoutingPlan pl = plan_on(gpu, dsel, M, E);
+        int G = pl.n_groups;
+        ck_assert_int_eq(pl.M, M);
+        ck_assert_int_eq(pl.n_experts, E);
+        ck_assert_int_eq(G, cpl.n_groups);
+        gpu->to_host(gpu, perm, pl.perm, (size_t)M * sizeof(int32_t));
+        gpu->to_host(gpu, inv, pl.inv, (size_t)M * sizeof(int32_t));
+        gpu->to_host(gpu, off, pl.offset, ((size_t)E + 1) * sizeof(int32_t));
+        gpu->to_host(gpu, groups, pl.group_expert, (size_t)G * sizeof(int32_t));
+        for (int e = 0; e <= E; e++)
+            ck_assert_msg(pl.host_offset[e] == hoff[e] && cpl.host_offset[e] == hoff[e],
+                          "plan M=%d E=%d: host_offset[%d] = %d (cpu %d), host %d", M, E, e, pl.host_offset[e],
+                          cpl.host_offset[e], hoff[e]);
+        for (int p = 0; p < M; p++)
+            ck_assert_msg(cpl.perm[p] == hperm[p] && cpl.inv[p] == hinv[p], "cpu plan M=%d E=%d differs at %d", M, E, p);
+        for (int g = 0; g < G; g++) ck_assert_int_eq(cpl.group_expert[g], groups[g]);
+        plan_free(gpu, &pl);
         for (int p = 0; p < M; p++) {
             ck_assert_msg(perm[p] == hperm[p], "plan M=%d E=%d kind %d: perm[%d] = %d, host %d", M, E, kind, p, perm[p],
                           hperm[p]);
@@ -774,6 +914,7 @@ static void plan_case(KtuRng *rng, int M, int E, IdsKind kind) {
             }
         ck_assert_int_eq(G, g);
     }
+    plan_free(cpu, &cpl);
     gpu->free(gpu, dsel);
     free(sel), free(perm), free(inv), free(off), free(hperm), free(hinv), free(hoff), free(groups);
 }
@@ -818,12 +959,13 @@ static int cvmm_bad_expert_child(int argc, char **argv) {
     }
     int32_t *dsel = be->alloc(be, BAD_M * sizeof(int32_t));
     be->to_device(be, dsel, sel, BAD_M * sizeof(int32_t));
-    size_t nX = (size_t)BAD_M * 4, nW = (size_t)BAD_E * 4 * 3;
-    scalar_t *X = be->alloc(be, nX * sizeof(scalar_t)), *W = be->alloc(be, nW * sizeof(scalar_t));
-    scalar_t *Y = be->alloc(be, (size_t)BAD_M * 3 * sizeof(scalar_t));
-    be->cvmm_forward(be, Y, X, W, dsel, NULL, BAD_M, 1, 1, BAD_E, 4, 3);
+    int32_t host_offset[BAD_E + 1];
+    RoutingPlan pl = {.max_entries = BAD_M, .max_experts = BAD_E, .perm = be->alloc(be, BAD_M * sizeof(int32_t)),
+                      .inv = be->alloc(be, BAD_M * sizeof(int32_t)), .offset = be->alloc(be, (BAD_E + 1) * sizeof(int32_t)),
+                      .group_expert = be->alloc(be, BAD_E * sizeof(int32_t)), .host_offset = host_offset};
+    be->routing_plan(be, &pl, dsel, BAD_M, BAD_E);
     be->synchronize(be);
-    fprintf(stderr, "child: cvmm_forward returned\n");
+    fprintf(stderr, "child: routing_plan returned\n");
     return 0;
 }
 
@@ -836,8 +978,8 @@ START_TEST(test_cvmm_bad_expert_dies) {
      * and one in a lower thread (2689: thread 1); in the second case it sits in an earlier chunk (1) than the others,
      * one of which (132101) is in chunk 129, combined by the same thread as chunk 1 */
     const char *args[] = {"2100:8 2228:9 2689:100", "1500:-3 2100:8 2228:9 2689:100 132101:50"};
-    const char *want[] = {"cvmm_forward: expert id 8 at entry 2100 is outside [0, 8)",
-                          "cvmm_forward: expert id -3 at entry 1500 is outside [0, 8)"};
+    const char *want[] = {"routing_plan: expert id 8 at entry 2100 is outside [0, 8)",
+                          "routing_plan: expert id -3 at entry 1500 is outside [0, 8)"};
     for (int i = 0; i < 2; i++) {
         char cmd[4400], out[4096] = "";
         /* leak checking off in the child only: die() exits without freeing the backend, by design */
@@ -851,6 +993,229 @@ START_TEST(test_cvmm_bad_expert_dies) {
         ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "bad ids %s: child status %d, output: %s", args[i],
                       status, out);
         ck_assert_msg(strstr(out, want[i]) != NULL, "bad ids %s: want \"%s\" in the output: %s", args[i], want[i], out);
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------------------- the registered weights' bf16 copy */
+/* Weights laid out for every use below: [WE=3, WK=16, WN=8] as cvmm's W, [WK=16, 24] as a matmul operand. */
+enum { WE = 3, WK = 16, WN = 8, WROWS = 16, WCOLS = 24, NWT = WE * WK * WN };
+
+/* In bf16 mode, matmul and cvmm read a weight operand from the backend's bf16 copy of the registered weights. After
+ * any write into the weights the next use must see the new values: bit for bit what the same op computes from an
+ * unregistered buffer holding the same fp32 values (which it converts in the call). Checks matmul with the weights as
+ * B and as A, and cvmm's forward and backward (its W in both GEMM sets). */
+static void expect_fresh(const scalar_t *Wt, const char *after) {
+    KtuRng rng = {212};
+    const int Mx = 5, M = 12;
+    scalar_t *U = gpu->alloc(gpu, NWT * sizeof(scalar_t)); /* unregistered twin of the weights */
+    gpu->copy(gpu, U, Wt, NWT * sizeof(scalar_t));
+    scalar_t *hx = ktu_random(&rng, (size_t)Mx * WROWS, -1, 1), *x = upf(hx, (size_t)Mx * WROWS);
+    scalar_t *c1 = gpu->alloc(gpu, (size_t)Mx * WCOLS * sizeof(scalar_t)), *c2 = gpu->alloc(gpu, (size_t)Mx * WCOLS * sizeof(scalar_t));
+    char what[160];
+    /* C[Mx, 24] = x[Mx, 16] @ W[16, 24]: the weights as B */
+    gpu->matmul(gpu, c1, x, Wt, Mx, WCOLS, WROWS, 0, 0, 1, 0);
+    gpu->matmul(gpu, c2, x, U, Mx, WCOLS, WROWS, 0, 0, 1, 0);
+    scalar_t *r1 = downf(c1, (size_t)Mx * WCOLS), *r2 = downf(c2, (size_t)Mx * WCOLS);
+    snprintf(what, sizeof what, "bf16 matmul (weights as B) after %s", after);
+    ktu_assert_equal_bits(r1, r2, (size_t)Mx * WCOLS, what);
+    free(r1), free(r2);
+    /* C[24, Mx] = W^T[24, 16] @ x^T: the weights as A (stored [K, M], transA) */
+    gpu->matmul(gpu, c1, Wt, x, WCOLS, Mx, WROWS, 1, 1, 1, 0);
+    gpu->matmul(gpu, c2, U, x, WCOLS, Mx, WROWS, 1, 1, 1, 0);
+    r1 = downf(c1, (size_t)Mx * WCOLS), r2 = downf(c2, (size_t)Mx * WCOLS);
+    snprintf(what, sizeof what, "bf16 matmul (weights as A) after %s", after);
+    ktu_assert_equal_bits(r1, r2, (size_t)Mx * WCOLS, what);
+    free(r1), free(r2);
+    /* cvmm over WE experts of [WK, WN]: forward, and the backward's dX (G W^T) */
+    int32_t hsel[M];
+    for (int p = 0; p < M; p++) hsel[p] = p % WE;
+    int32_t *dsel = up(hsel, sizeof hsel);
+    RoutingPlan pl = plan_on(gpu, dsel, M, WE);
+    scalar_t *hX = ktu_random(&rng, (size_t)M * WK, -1, 1), *X = upf(hX, (size_t)M * WK);
+    scalar_t *y1 = gpu->alloc(gpu, (size_t)M * WN * sizeof(scalar_t)), *y2 = gpu->alloc(gpu, (size_t)M * WN * sizeof(scalar_t));
+    gpu->cvmm_forward(gpu, y1, X, Wt, &pl, NULL, 1, 1, WK, WN, CVMM_ENTRY_ORDER);
+    gpu->cvmm_forward(gpu, y2, X, U, &pl, NULL, 1, 1, WK, WN, CVMM_ENTRY_ORDER);
+    r1 = downf(y1, (size_t)M * WN), r2 = downf(y2, (size_t)M * WN);
+    snprintf(what, sizeof what, "bf16 cvmm_forward after %s", after);
+    ktu_assert_equal_bits(r1, r2, (size_t)M * WN, what);
+    free(r1), free(r2);
+    scalar_t *g1 = gpu->alloc(gpu, (size_t)M * WK * sizeof(scalar_t)), *g2 = gpu->alloc(gpu, (size_t)M * WK * sizeof(scalar_t));
+    gpu->cvmm_backward(gpu, g1, NULL, NULL, y2, X, Wt, &pl, NULL, 1, 1, WK, WN, CVMM_ENTRY_ORDER);
+    gpu->cvmm_backward(gpu, g2, NULL, NULL, y2, X, U, &pl, NULL, 1, 1, WK, WN, CVMM_ENTRY_ORDER);
+    r1 = downf(g1, (size_t)M * WK), r2 = downf(g2, (size_t)M * WK);
+    snprintf(what, sizeof what, "bf16 cvmm_backward dX after %s", after);
+    ktu_assert_equal_bits(r1, r2, (size_t)M * WK, what);
+    free(r1), free(r2);
+    plan_free(gpu, &pl);
+    gpu->free(gpu, U), gpu->free(gpu, x), gpu->free(gpu, c1), gpu->free(gpu, c2), gpu->free(gpu, dsel);
+    gpu->free(gpu, X), gpu->free(gpu, y1), gpu->free(gpu, y2), gpu->free(gpu, g1), gpu->free(gpu, g2);
+    free(hx), free(hX);
+}
+
+/* The weights' values, to check that a write path really changed them (else "sees the new values" proves nothing). */
+static scalar_t *weights_now(const scalar_t *Wt) { return downf(Wt, NWT); }
+static void expect_changed(const scalar_t *before, const scalar_t *Wt, const char *path) {
+    scalar_t *now = weights_now(Wt);
+    int changed = 0;
+    for (int i = 0; i < NWT; i++) changed |= memcmp(&now[i], &before[i], sizeof(scalar_t)) != 0;
+    ck_assert_msg(changed, "%s did not change the weights: the test would prove nothing", path);
+    free(now);
+}
+
+START_TEST(test_weights_bf16_copy_follows_writes) {
+    KtuRng rng = {213};
+    gpu->precision = PRECISION_BF16;
+    scalar_t *hw = ktu_random(&rng, NWT, -1, 1), *Wt = upf(hw, NWT);
+    gpu->register_weights(gpu, Wt, NWT);
+    expect_fresh(Wt, "registration");
+    /* inputs of the write paths (device memory) */
+    const int NR = WROWS, NC = WCOLS; /* the weights seen as [16, 24] rows x columns */
+    scalar_t *src = up_random(&rng, NWT, -2, 2), *g = up_random(&rng, NWT, -1, 1);
+    scalar_t *am = gpu->alloc(gpu, NWT * sizeof(scalar_t)), *av = gpu->alloc(gpu, NWT * sizeof(scalar_t));
+    scalar_t *bias = up_random(&rng, NC, -1, 1), *xa = up_random(&rng, (size_t)NR * 7, -1, 1);
+    scalar_t *xb = up_random(&rng, (size_t)7 * NC, -1, 1);
+    scalar_t *mean = gpu->alloc(gpu, NR * sizeof(scalar_t)), *rstd = gpu->alloc(gpu, NR * sizeof(scalar_t));
+    scalar_t *losses = gpu->alloc(gpu, NR * sizeof(scalar_t));
+    int32_t htok[NR], htg[NR], hsel[WROWS * 2];
+    for (int i = 0; i < NR; i++) htok[i] = (i * 5) % NR, htg[i] = (i * 7) % NC;
+    for (int i = 0; i < WROWS * 2; i++) hsel[i] = i % WE;
+    int32_t *tok = up(htok, sizeof htok), *tg = up(htg, sizeof htg), *dsel = up(hsel, sizeof hsel);
+    RoutingPlan pl = plan_on(gpu, dsel, WROWS * 2, WE);
+    scalar_t *cX = up_random(&rng, (size_t)WROWS * 2 * WK, -1, 1);
+    scalar_t *cG = up_random(&rng, (size_t)WROWS * 2 * WN, -1, 1);
+    scalar_t host_new[100];
+    for (int i = 0; i < 100; i++) host_new[i] = (scalar_t)(0.37 * i - 11);
+
+    for (int path = 0;; path++) {
+        scalar_t *before = weights_now(Wt);
+        const char *name = NULL;
+        switch (path) {
+        case 0: name = "to_device"; gpu->to_device(gpu, Wt + 10, host_new, sizeof host_new); break;
+        case 1: name = "copy"; gpu->copy(gpu, Wt + 50, src, 200 * sizeof(scalar_t)); break;
+        case 2: name = "zero"; gpu->zero(gpu, Wt + 100, 64 * sizeof(scalar_t)); break;
+        case 3: name = "adamw_step"; gpu->adamw_step(gpu, Wt, g, am, av, NWT, 0.1, 0.9, 0.999, 1e-8, 0.01, 1); break;
+        case 4: name = "scale_inplace"; gpu->scale_inplace(gpu, Wt, (scalar_t)-1.75, NWT); break;
+        case 5: name = "add_inplace"; gpu->add_inplace(gpu, Wt, src, NWT); break;
+        case 6: name = "add_bias"; gpu->add_bias(gpu, Wt, bias, NR, NC); break;
+        case 7: name = "relu_forward"; gpu->relu_forward(gpu, Wt, src, NWT); break;
+        case 8: name = "matmul (C)"; gpu->matmul(gpu, Wt, xa, xb, NR, NC, 7, 0, 0, 1, 0); break;
+        case 9: name = "embedding_forward"; gpu->embedding_forward(gpu, Wt, tok, src, NR, NC); break;
+        case 10: name = "embedding_backward"; gpu->embedding_backward(gpu, Wt, src, tok, NR, NC); break;
+        case 11: name = "layernorm_forward"; gpu->layernorm_forward(gpu, Wt, mean, rstd, src, NULL, NULL, NR, NC, (scalar_t)1e-5); break;
+        case 12: name = "rope"; gpu->rope(gpu, Wt, 1, NR, 2, NC / 2, NC / 2, 3, (scalar_t)10000, 0); break;
+        case 13: name = "cvmm_forward (Y)"; gpu->cvmm_forward(gpu, Wt, cX, src, &pl, NULL, 1, 1, WK, WN, CVMM_ENTRY_ORDER); break;
+        case 14: name = "cvmm_backward (dW)";
+            gpu->cvmm_backward(gpu, NULL, Wt, NULL, cG, cX, src, &pl, NULL, 1, 1, WK, WN, CVMM_ENTRY_ORDER); break;
+        case 15: name = "cross_entropy (dlogits)"; gpu->cross_entropy(gpu, Wt, losses, src, tg, NR, NC, (scalar_t)3); break;
+        case 16: name = "layernorm_backward (dx)";
+            gpu->layernorm_backward(gpu, Wt, NULL, NULL, src, g, NULL, mean, rstd, NR, NC); break;
+        case 17: name = "relu_backward"; gpu->relu_backward(gpu, Wt, src, g, NWT); break;
+        default: break;
+        }
+        if (!name) {
+            free(before);
+            break;
+        }
+        expect_changed(before, Wt, name);
+        expect_fresh(Wt, name);
+        free(before);
+    }
+    /* re-registration and freeing: a new buffer at the weights' place is read as what it holds */
+    gpu->register_weights(gpu, NULL, 0);
+    expect_fresh(Wt, "unregistering");
+    gpu->register_weights(gpu, Wt, NWT);
+    expect_fresh(Wt, "registering again");
+    plan_free(gpu, &pl);
+    scalar_t *bufs[] = {Wt, src, g, am, av, bias, xa, xb, mean, rstd, losses, cX, cG};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) gpu->free(gpu, bufs[i]);
+    gpu->free(gpu, tok), gpu->free(gpu, tg), gpu->free(gpu, dsel);
+    free(hw);
+    gpu->precision = PRECISION_FP32;
+}
+END_TEST
+
+/* The emulator's safety net (its device memory is host memory, so a test can write the weights behind the backend's
+ * back): a write no op reported leaves the bf16 copy stale, and the next use must stop with a message instead of
+ * computing with old weights. With --nccl, the write is followed by the NCCL all-reduce over the same range (one rank:
+ * the sum leaves the values as they are), which must mark the copy stale like every other write path, so the next use
+ * converts again and succeeds. Child mode of this program (exit 0: the last matmul ran and matched a fresh conversion). */
+static int stale_weights_child(int nccl) {
+    char err[256];
+    Backend *be = backend_create("cuda", err, sizeof err);
+    if (!be) {
+        fprintf(stderr, "child: %s\n", err);
+        return 2;
+    }
+    if (nccl) {
+        int argc = 0;
+        char **argv = NULL;
+        unsigned char id[CUDA_NCCL_ID_BYTES];
+        if (MPI_Init(&argc, &argv) != MPI_SUCCESS || cuda_nccl_unique_id(id, err, sizeof err) != 0 ||
+            cuda_nccl_init(id, 0, 1, err, sizeof err) != 0) {
+            fprintf(stderr, "child: NCCL setup: %s\n", err);
+            return 2;
+        }
+    }
+    be->precision = PRECISION_BF16;
+    float hw[64], hx[8];
+    for (int i = 0; i < 64; i++) hw[i] = (float)(i % 9) - 4.25f;
+    for (int i = 0; i < 8; i++) hx[i] = (float)i * 0.5f - 1.0f;
+    float *W = be->alloc(be, sizeof hw), *U = be->alloc(be, sizeof hw), *x = be->alloc(be, sizeof hx);
+    float *c1 = be->alloc(be, 8 * sizeof(float)), *c2 = be->alloc(be, 8 * sizeof(float));
+    be->to_device(be, W, hw, sizeof hw);
+    be->to_device(be, x, hx, sizeof hx);
+    be->register_weights(be, W, 64);
+    be->matmul(be, c1, x, W, 1, 8, 8, 0, 0, 1, 0); /* the copy is made here */
+    W[3] = 1234.5f, W[40] = -0.0625f;              /* behind the backend's back: emulator memory is host memory */
+    if (nccl && cuda_nccl_allreduce_sum(be, W, 64, false, err, sizeof err) != 0) {
+        fprintf(stderr, "child: %s\n", err);
+        return 2;
+    }
+    be->matmul(be, c1, x, W, 1, 8, 8, 0, 0, 1, 0);
+    be->copy(be, U, W, sizeof hw);
+    be->matmul(be, c2, x, U, 1, 8, 8, 0, 0, 1, 0); /* unregistered: converted in the call */
+    float r1[8], r2[8];
+    be->to_host(be, r1, c1, sizeof r1);
+    be->to_host(be, r2, c2, sizeof r2);
+    if (nccl) {
+        cuda_nccl_finalize();
+        MPI_Finalize();
+    }
+    if (memcmp(r1, r2, sizeof r1) != 0) {
+        fprintf(stderr, "child: the matmul read stale weights\n");
+        return 3;
+    }
+    fprintf(stderr, "child: the matmul saw the new weights\n");
+    return 0;
+}
+
+START_TEST(test_weights_bf16_copy_stale_is_caught) {
+    if (!on_emulator()) {
+        printf("test_weights_bf16_copy_stale_is_caught: not on the CUDA emulator (it writes device memory from the "
+               "host)\n");
+        return;
+    }
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    ck_assert_msg(n > 0, "readlink /proc/self/exe failed");
+    self[n] = '\0';
+    const struct { const char *arg, *want; int status; } rows[] = {
+        {"--stale-weights", "the bf16 copy of the weights is stale at element 3", 1},
+        {"--stale-weights-nccl", "child: the matmul saw the new weights", 0},
+    };
+    for (int i = 0; i < 2; i++) {
+        char cmd[4400], out[4096] = "";
+        snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=\"$ASAN_OPTIONS:detect_leaks=0\" '%s' %s 2>&1", self, rows[i].arg);
+        FILE *f = popen(cmd, "r");
+        ck_assert_msg(f != NULL, "popen failed");
+        size_t len = fread(out, 1, sizeof out - 1, f);
+        out[len] = '\0';
+        int status = pclose(f);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == rows[i].status, "%s: child status %d, output: %s",
+                      rows[i].arg, status, out);
+        ck_assert_msg(strstr(out, rows[i].want) != NULL, "%s: want \"%s\" in the output: %s", rows[i].arg, rows[i].want,
+                      out);
     }
 }
 END_TEST
@@ -926,9 +1291,12 @@ START_TEST(test_gpu_determinism) {
         for (int run = 0; run < 2; run++) {
             scalar_t *Y = gpu->alloc(gpu, nY * sizeof(scalar_t)), *gW = gpu->alloc(gpu, nW * sizeof(scalar_t));
             scalar_t *gX = gpu->alloc(gpu, nX * sizeof(scalar_t)), *gw = gpu->alloc(gpu, (size_t)M * sizeof(scalar_t));
-            gpu->cvmm_forward(gpu, Y, dX_, dW_, dsel, dw_, M, cvmm_in_div(&c), cvmm_out_div(&c), c.E, c.Kin, c.Nout);
-            gpu->cvmm_backward(gpu, gX, gW, gw, dG, dX_, dW_, dsel, dw_, M, cvmm_in_div(&c), cvmm_out_div(&c), c.E, c.Kin,
-                               c.Nout);
+            RoutingPlan pl = plan_on(gpu, dsel, M, c.E); /* rebuilt in each run: the plan is part of what repeats */
+            gpu->cvmm_forward(gpu, Y, dX_, dW_, &pl, dw_, cvmm_in_div(&c), cvmm_out_div(&c), c.Kin, c.Nout,
+                              CVMM_ENTRY_ORDER);
+            gpu->cvmm_backward(gpu, gX, gW, gw, dG, dX_, dW_, &pl, dw_, cvmm_in_div(&c), cvmm_out_div(&c), c.Kin, c.Nout,
+                               CVMM_ENTRY_ORDER);
+            plan_free(gpu, &pl);
             res[run][0] = downf(Y, nY), res[run][1] = downf(gW, nW), res[run][2] = downf(gX, nX);
             res[run][3] = downf(gw, M);
             gpu->free(gpu, Y), gpu->free(gpu, gW), gpu->free(gpu, gX), gpu->free(gpu, gw);
@@ -963,9 +1331,12 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_routing_and_balance);
     tcase_add_test(tc, test_cvmm);
     tcase_add_test(tc, test_cvmm_probe_fallback);
+    tcase_add_test(tc, test_cvmm_plan_reuse_sorted_ffn);
     tcase_add_test(tc, test_cvmm_plan);
     tcase_add_test(tc, test_cvmm_bad_expert_dies);
     tcase_add_test(tc, test_loss_optim);
+    tcase_add_test(tc, test_weights_bf16_copy_follows_writes);
+    tcase_add_test(tc, test_weights_bf16_copy_stale_is_caught);
     tcase_add_test(tc, test_gpu_determinism);
     suite_add_tcase(s, tc);
     return s;
@@ -973,6 +1344,8 @@ static Suite *suite(void) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--cvmm-bad-expert") == 0) return cvmm_bad_expert_child(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--stale-weights") == 0) return stale_weights_child(0);
+    if (argc > 1 && strcmp(argv[1], "--stale-weights-nccl") == 0) return stale_weights_child(1);
     cuda_test_require_gpu();
     return run_cuda_test_suite(suite());
 }

@@ -104,6 +104,25 @@ static inline void cvmm_oracle_backward(const CvmmCase *c, double *dX, double *d
     }
 }
 
+/* A routing plan in host memory (the CPU backend's memory) for M entries of E experts, built by be->routing_plan from
+ * sel; free with cvmm_host_plan_free. */
+static inline RoutingPlan cvmm_host_plan(Backend *be, const int32_t *sel, int M, int E) {
+    RoutingPlan pl = {.max_entries = M, .max_experts = E, .perm = ktu_ints((size_t)M), .inv = ktu_ints((size_t)M),
+                      .offset = ktu_ints((size_t)E + 1), .group_expert = ktu_ints((size_t)E),
+                      .host_offset = ktu_ints((size_t)E + 1)};
+    be->routing_plan(be, &pl, sel, M, E);
+    return pl;
+}
+static inline void cvmm_host_plan_free(RoutingPlan *pl) {
+    free(pl->perm), free(pl->inv), free(pl->offset), free(pl->group_expert), free(pl->host_offset);
+    memset(pl, 0, sizeof *pl);
+}
+
+/* dst[m] = src[perm[m]] for M rows of width (entry order -> plan order); unsort does the inverse. */
+static inline void cvmm_rows_to_plan(scalar_t *dst, const scalar_t *src, const int32_t *perm, int M, int width) {
+    for (int m = 0; m < M; m++) memcpy(dst + (size_t)m * width, src + (size_t)perm[m] * width, width * sizeof(scalar_t));
+}
+
 /* Random selection: expert ids in the global range; attention ids are head-shifted (h*EA + e, EA = E/H). */
 static inline void cvmm_random_sel(const CvmmCase *c, KtuRng *rng, int32_t *sel) {
     int M = cvmm_M(c), per_head = c->E / c->H;

@@ -1,6 +1,7 @@
-/* CPU backend, f32: cvmm forward/backward in the four call patterns against the dense oracle, with and without
- * reduction, and the edge cases of spec §8.3.1-2 (zero-row experts, one expert for everything, duplicate experts in
- * a row, n=1, odd sizes, top-k slot permutation invariance). */
+/* CPU backend, f32: the routing plan (by hand, misuse) and cvmm forward/backward in the four call patterns against
+ * the dense oracle, with and without reduction, the edge cases of spec §8.3.1-2 (zero-row experts, one expert for
+ * everything, duplicate experts in a row, n=1, odd sizes, top-k slot permutation invariance), and rows in plan order
+ * (by hand, and bit-identical to entry order permuted). */
 #include <stdint.h>
 
 #include "kernels/backend.h"
@@ -23,7 +24,8 @@ static void cvmm_check(Backend *be, KtuRng *rng, const CvmmCase *c, const int32_
     for (size_t i = 0; i < nY; i++) Y[i] = NAN; /* output is overwritten */
     double *wY = ktu_doubles(nY);
     cvmm_oracle_forward(c, wY, X, W, sel, w);
-    be->cvmm_forward(be, Y, X, W, sel, w, M, cvmm_in_div(c), cvmm_out_div(c), c->E, c->Kin, c->Nout);
+    RoutingPlan pl = cvmm_host_plan(be, sel, M, c->E);
+    be->cvmm_forward(be, Y, X, W, &pl, w, cvmm_in_div(c), cvmm_out_div(c), c->Kin, c->Nout, CVMM_ENTRY_ORDER);
     snprintf(what, sizeof what, "%s %s reduce=%d Y", label, cvmm_pattern_name[c->pat], c->reduce);
     ktu_assert_close(Y, wY, nY, 1e-5, 1e-5, what);
 
@@ -36,7 +38,8 @@ static void cvmm_check(Backend *be, KtuRng *rng, const CvmmCase *c, const int32_
     if (dw)
         for (int p = 0; p < M; p++) dw[p] = NAN; /* dw is overwritten */
     cvmm_oracle_backward(c, wdX, wdW, wdw, dY, X, W, sel, w);
-    be->cvmm_backward(be, dX, dW, dw, dY, X, W, sel, w, M, cvmm_in_div(c), cvmm_out_div(c), c->E, c->Kin, c->Nout);
+    be->cvmm_backward(be, dX, dW, dw, dY, X, W, &pl, w, cvmm_in_div(c), cvmm_out_div(c), c->Kin, c->Nout,
+                      CVMM_ENTRY_ORDER);
     snprintf(what, sizeof what, "%s %s reduce=%d dX", label, cvmm_pattern_name[c->pat], c->reduce);
     ktu_assert_close(dX, wdX, nX, 1e-4, 1e-5, what);
     snprintf(what, sizeof what, "%s %s reduce=%d dW", label, cvmm_pattern_name[c->pat], c->reduce);
@@ -53,6 +56,7 @@ static void cvmm_check(Backend *be, KtuRng *rng, const CvmmCase *c, const int32_
             ktu_assert_equal_bits(dW + (size_t)e * c->Kin * c->Nout, dW0 + (size_t)e * c->Kin * c->Nout,
                                   (size_t)c->Kin * c->Nout, "dW of an unselected expert");
     }
+    cvmm_host_plan_free(&pl);
     free(X), free(W), free(w), free(sel), free(Y), free(wY), free(dY), free(dX), free(dW), free(dw), free(dW0);
     free(wdX), free(wdW), free(wdw);
 }
@@ -133,8 +137,9 @@ START_TEST(test_cvmm_slot_permutation) {
         int in_div = cvmm_in_div(&c), out_div = cvmm_out_div(&c);
         const scalar_t *wp = cvmm_uses_w(&c) ? w : NULL, *wp2 = cvmm_uses_w(&c) ? w2 : NULL;
         scalar_t *Y = ktu_scalars(nY), *Y2 = ktu_scalars(nY);
-        be->cvmm_forward(be, Y, X, W, sel, wp, M, in_div, out_div, c.E, c.Kin, c.Nout);
-        be->cvmm_forward(be, Y2, X2, W, sel2, wp2, M, in_div, out_div, c.E, c.Kin, c.Nout);
+        RoutingPlan pl = cvmm_host_plan(be, sel, M, c.E), pl2 = cvmm_host_plan(be, sel2, M, c.E);
+        be->cvmm_forward(be, Y, X, W, &pl, wp, in_div, out_div, c.Kin, c.Nout, CVMM_ENTRY_ORDER);
+        be->cvmm_forward(be, Y2, X2, W, &pl2, wp2, in_div, out_div, c.Kin, c.Nout, CVMM_ENTRY_ORDER);
         if (pat == PAT_FFN_UP) { /* un-reduced: row p of Y2 is row perm[p] of Y */
             for (int p = 0; p < M; p++)
                 ktu_assert_close_s(Y2 + (size_t)p * c.Nout, Y + (size_t)perm[p] * c.Nout, c.Nout, 1e-6, 1e-6, "ffn_up rows");
@@ -146,8 +151,10 @@ START_TEST(test_cvmm_slot_permutation) {
             for (int p = 0; p < M; p++) memcpy(dY2 + (size_t)p * c.Nout, dY + (size_t)perm[p] * c.Nout, c.Nout * sizeof(scalar_t));
         scalar_t *dX = ktu_scalars(nX), *dX2 = ktu_scalars(nX), *dW = ktu_scalars(nW), *dW2 = ktu_scalars(nW);
         scalar_t *dw = ktu_scalars(M), *dw2 = ktu_scalars(M);
-        be->cvmm_backward(be, dX, dW, wp ? dw : NULL, dY, X, W, sel, wp, M, in_div, out_div, c.E, c.Kin, c.Nout);
-        be->cvmm_backward(be, dX2, dW2, wp2 ? dw2 : NULL, dY2, X2, W, sel2, wp2, M, in_div, out_div, c.E, c.Kin, c.Nout);
+        be->cvmm_backward(be, dX, dW, wp ? dw : NULL, dY, X, W, &pl, wp, in_div, out_div, c.Kin, c.Nout,
+                          CVMM_ENTRY_ORDER);
+        be->cvmm_backward(be, dX2, dW2, wp2 ? dw2 : NULL, dY2, X2, W, &pl2, wp2, in_div, out_div, c.Kin, c.Nout,
+                          CVMM_ENTRY_ORDER);
         ktu_assert_close_s(dW2, dW, nW, 1e-5, 1e-5, "dW under slot permutation");
         if (pat == PAT_FFN_DOWN) {
             for (int p = 0; p < M; p++)
@@ -157,6 +164,7 @@ START_TEST(test_cvmm_slot_permutation) {
         }
         if (wp)
             for (int p = 0; p < M; p++) ktu_assert_close_s(&dw2[p], &dw[perm[p]], 1, 1e-5, 1e-5, "dw permuted");
+        cvmm_host_plan_free(&pl), cvmm_host_plan_free(&pl2);
         free(X), free(X2), free(W), free(w), free(w2), free(sel), free(sel2), free(perm), free(Y), free(Y2);
         free(dY), free(dY2), free(dX), free(dX2), free(dW), free(dW2), free(dw), free(dw2);
     }
@@ -176,16 +184,19 @@ START_TEST(test_cvmm_optional_outputs) {
     int32_t *sel = ktu_ints(M);
     cvmm_random_sel(&c, &rng, sel);
     scalar_t *dX = ktu_scalars(nX), *dW = ktu_scalars(nW), *dw = ktu_scalars(M);
-    be->cvmm_backward(be, dX, dW, dw, dY, X, W, sel, w, M, cvmm_in_div(&c), cvmm_out_div(&c), c.E, c.Kin, c.Nout);
+    RoutingPlan pl = cvmm_host_plan(be, sel, M, c.E);
+    be->cvmm_backward(be, dX, dW, dw, dY, X, W, &pl, w, cvmm_in_div(&c), cvmm_out_div(&c), c.Kin, c.Nout,
+                      CVMM_ENTRY_ORDER);
     for (int mask = 0; mask < 8; mask++) {
         scalar_t *a = ktu_scalars(nX), *b = ktu_scalars(nW), *d = ktu_scalars(M);
-        be->cvmm_backward(be, (mask & 1) ? a : NULL, (mask & 2) ? b : NULL, (mask & 4) ? d : NULL, dY, X, W, sel, w, M,
-                          cvmm_in_div(&c), cvmm_out_div(&c), c.E, c.Kin, c.Nout);
+        be->cvmm_backward(be, (mask & 1) ? a : NULL, (mask & 2) ? b : NULL, (mask & 4) ? d : NULL, dY, X, W, &pl, w,
+                          cvmm_in_div(&c), cvmm_out_div(&c), c.Kin, c.Nout, CVMM_ENTRY_ORDER);
         if (mask & 1) ktu_assert_close_s(a, dX, nX, 0, 1e-6, "dX alone");
         if (mask & 2) ktu_assert_close_s(b, dW, nW, 0, 1e-6, "dW alone");
         if (mask & 4) ktu_assert_close_s(d, dw, M, 0, 1e-6, "dw alone");
         free(a), free(b), free(d);
     }
+    cvmm_host_plan_free(&pl);
     free(X), free(W), free(w), free(dY), free(sel), free(dX), free(dW), free(dw);
     backend_destroy(be);
 }
@@ -194,9 +205,186 @@ END_TEST
 /* An expert id outside [0, n_experts) is a one-line error and exit 1, never an out-of-bounds read. */
 START_TEST(test_cvmm_bad_expert_dies) {
     Backend *be = ktu_cpu();
-    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, Y[2];
     int32_t sel[2] = {0, 2};
-    be->cvmm_forward(be, Y, X, W, sel, NULL, 2, 1, 1, 2, 1, 1);
+    RoutingPlan pl = cvmm_host_plan(be, sel, 2, 2);
+    (void)pl;
+}
+END_TEST
+
+/* routing_plan on a hand-sorted case: sel = {2, 0, 2, 1, 0, 2} over E = 4 experts (expert 3 unused). */
+START_TEST(test_routing_plan_by_hand) {
+    Backend *be = ktu_cpu();
+    const int32_t sel[6] = {2, 0, 2, 1, 0, 2};
+    RoutingPlan pl = cvmm_host_plan(be, sel, 6, 4);
+    const int32_t perm[6] = {1, 4, 3, 0, 2, 5}, inv[6] = {3, 0, 4, 2, 1, 5}, offset[5] = {0, 2, 3, 6, 6};
+    const int32_t groups[3] = {0, 1, 2};
+    ck_assert_int_eq(pl.M, 6);
+    ck_assert_int_eq(pl.n_experts, 4);
+    ck_assert_int_eq(pl.n_groups, 3);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_msg(pl.perm[i] == perm[i], "perm[%d] = %d, want %d", i, pl.perm[i], perm[i]);
+        ck_assert_msg(pl.inv[i] == inv[i], "inv[%d] = %d, want %d", i, pl.inv[i], inv[i]);
+    }
+    for (int e = 0; e <= 4; e++) {
+        ck_assert_msg(pl.offset[e] == offset[e], "offset[%d] = %d, want %d", e, pl.offset[e], offset[e]);
+        ck_assert_msg(pl.host_offset[e] == offset[e], "host_offset[%d] = %d, want %d", e, pl.host_offset[e], offset[e]);
+    }
+    for (int g = 0; g < 3; g++) ck_assert_int_eq(pl.group_expert[g], groups[g]);
+    cvmm_host_plan_free(&pl);
+    /* no entries: empty offsets, no groups */
+    pl = cvmm_host_plan(be, sel, 0, 3);
+    ck_assert_int_eq(pl.M, 0);
+    ck_assert_int_eq(pl.n_groups, 0);
+    for (int e = 0; e <= 3; e++) ck_assert_int_eq(pl.host_offset[e], 0);
+    cvmm_host_plan_free(&pl);
+    backend_destroy(be);
+}
+END_TEST
+
+/* The FFN pair with rows in plan order, computed by hand (small integers and halves: exact in f32 and f64).
+ * N = 2 tokens x = [[1, 2], [3, 4]], K = 2 slots, sel = {1, 0, 0, 0}; plan: perm = {1, 2, 3, 0}.
+ * Up (Kin 2, Nout 1): Keys[0] = [1, 10]^T, Keys[1] = [100, 1000]^T -> y = {2100, 21, 43, 43}, in plan order
+ * {21, 43, 43, 2100}. Down (Kin 1, Nout 1) reading those rows: Values = {2, 5}, w = {0.5, 2, 1, 3}:
+ * f[0] = 0.5*2100*5 + 2*21*2 = 5334, f[1] = 1*43*2 + 3*43*2 = 344. Backward with df = {1, 10}:
+ * dA (plan order) = {2*1*2, 1*10*2, 3*10*2, 0.5*1*5} = {4, 20, 60, 2.5}, dw = {1*2100*5, 1*21*2, 10*86, 10*86},
+ * dValues = {21*2*1 + 43*1*10 + 43*3*10, 2100*0.5*1} = {1762, 1050}. Keys backward of dU = {1, 2, 3, 4} (plan order):
+ * dx[0] = 4*[100, 1000] + 1*[1, 10] = [401, 4010], dx[1] = 2*[1, 10] + 3*[1, 10] = [5, 50],
+ * dKeys[0] = 1*[1, 2] + 2*[3, 4] + 3*[3, 4] = [16, 22], dKeys[1] = 4*[1, 2] = [4, 8]. */
+START_TEST(test_cvmm_sorted_by_hand) {
+    Backend *be = ktu_cpu();
+    const int32_t sel[4] = {1, 0, 0, 0};
+    RoutingPlan pl = cvmm_host_plan(be, sel, 4, 2);
+    const scalar_t x[4] = {1, 2, 3, 4}, keys[4] = {1, 10, 100, 1000}, values[2] = {2, 5}, w[4] = {0.5, 2, 1, 3};
+    scalar_t U[4], f[2];
+    be->cvmm_forward(be, U, x, keys, &pl, NULL, 2, 1, 2, 1, CVMM_OUT_SORTED);
+    const scalar_t wantU[4] = {21, 43, 43, 2100};
+    for (int m = 0; m < 4; m++) ck_assert_msg(U[m] == wantU[m], "U[%d] = %g, want %g", m, (double)U[m], (double)wantU[m]);
+    be->cvmm_forward(be, f, U, values, &pl, w, 1, 2, 1, 1, CVMM_IN_SORTED);
+    ck_assert_msg(f[0] == 5334 && f[1] == 344, "f = {%g, %g}, want {5334, 344}", (double)f[0], (double)f[1]);
+
+    const scalar_t df[2] = {1, 10};
+    scalar_t dA[4] = {0, 0, 0, 0}, dV[2] = {0, 0}, dw[4];
+    be->cvmm_backward(be, dA, dV, dw, df, U, values, &pl, w, 1, 2, 1, 1, CVMM_IN_SORTED);
+    const scalar_t wantdA[4] = {4, 20, 60, 2.5}, wantdw[4] = {10500, 42, 860, 860};
+    for (int m = 0; m < 4; m++) {
+        ck_assert_msg(dA[m] == wantdA[m], "dA[%d] = %g, want %g", m, (double)dA[m], (double)wantdA[m]);
+        ck_assert_msg(dw[m] == wantdw[m], "dw[%d] = %g, want %g", m, (double)dw[m], (double)wantdw[m]);
+    }
+    ck_assert_msg(dV[0] == 1762 && dV[1] == 1050, "dValues = {%g, %g}, want {1762, 1050}", (double)dV[0],
+                  (double)dV[1]);
+
+    const scalar_t dU[4] = {1, 2, 3, 4};
+    scalar_t dx[4] = {0, 0, 0, 0}, dK[4] = {0, 0, 0, 0};
+    be->cvmm_backward(be, dx, dK, NULL, dU, x, keys, &pl, NULL, 2, 1, 2, 1, CVMM_OUT_SORTED);
+    const scalar_t wantdx[4] = {401, 4010, 5, 50}, wantdK[4] = {16, 22, 4, 8};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_msg(dx[i] == wantdx[i], "dx[%d] = %g, want %g", i, (double)dx[i], (double)wantdx[i]);
+        ck_assert_msg(dK[i] == wantdK[i], "dKeys[%d] = %g, want %g", i, (double)dK[i], (double)wantdK[i]);
+    }
+    cvmm_host_plan_free(&pl);
+    backend_destroy(be);
+}
+END_TEST
+
+/* Rows in plan order give exactly (bit for bit) the entry-order results, permuted: the same sums in the same order.
+ * Every pattern the flags allow: OUT_SORTED without reduction, IN_SORTED with in_div = 1. One plan per case serves
+ * all four calls (forward and backward, each order), as in the model. */
+static void sorted_case(Backend *be, KtuRng *rng, const CvmmCase *c, int order) {
+    int M = cvmm_M(c), in_div = cvmm_in_div(c), out_div = cvmm_out_div(c), xr = cvmm_x_rows(c), yr = cvmm_y_rows(c);
+    size_t nX = (size_t)xr * c->Kin, nW = (size_t)c->E * c->Kin * c->Nout, nY = (size_t)yr * c->Nout;
+    scalar_t *X = ktu_random(rng, nX, -1, 1), *W = ktu_random(rng, nW, -1, 1), *dY = ktu_random(rng, nY, -1, 1);
+    scalar_t *w = cvmm_uses_w(c) ? ktu_random(rng, M, 0.05, 1) : NULL;
+    int32_t *sel = ktu_ints((size_t)M);
+    cvmm_random_sel(c, rng, sel);
+    RoutingPlan pl = cvmm_host_plan(be, sel, M, c->E);
+    int in_sorted = (order & CVMM_IN_SORTED) != 0, out_sorted = (order & CVMM_OUT_SORTED) != 0;
+    /* the sorted operands: X rows (in_div = 1: one row per entry) and dY rows in plan order */
+    scalar_t *Xp = ktu_scalars(nX), *dYp = ktu_scalars(nY);
+    if (in_sorted) cvmm_rows_to_plan(Xp, X, pl.perm, M, c->Kin);
+    else memcpy(Xp, X, nX * sizeof(scalar_t));
+    if (out_sorted) cvmm_rows_to_plan(dYp, dY, pl.perm, M, c->Nout);
+    else memcpy(dYp, dY, nY * sizeof(scalar_t));
+
+    scalar_t *Y = ktu_scalars(nY), *Ys = ktu_scalars(nY), *Yp = ktu_scalars(nY);
+    be->cvmm_forward(be, Y, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, CVMM_ENTRY_ORDER);
+    be->cvmm_forward(be, Ys, Xp, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order);
+    if (out_sorted) cvmm_rows_to_plan(Yp, Y, pl.perm, M, c->Nout);
+    else memcpy(Yp, Y, nY * sizeof(scalar_t));
+    char what[128];
+    snprintf(what, sizeof what, "%s reduce=%d order=%d Y", cvmm_pattern_name[c->pat], c->reduce, order);
+    ktu_assert_equal_bits(Ys, Yp, nY, what);
+
+    scalar_t *dX = ktu_random(rng, nX, -1, 1), *dW = ktu_random(rng, nW, -1, 1), *dw = ktu_scalars((size_t)M);
+    scalar_t *dXs = ktu_scalars(nX), *dWs = ktu_copy(dW, nW), *dws = ktu_scalars((size_t)M), *dXp = ktu_scalars(nX);
+    if (in_sorted) cvmm_rows_to_plan(dXs, dX, pl.perm, M, c->Kin);
+    else memcpy(dXs, dX, nX * sizeof(scalar_t));
+    be->cvmm_backward(be, dX, dW, w ? dw : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, CVMM_ENTRY_ORDER);
+    be->cvmm_backward(be, dXs, dWs, w ? dws : NULL, dYp, Xp, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order);
+    if (in_sorted) cvmm_rows_to_plan(dXp, dX, pl.perm, M, c->Kin);
+    else memcpy(dXp, dX, nX * sizeof(scalar_t));
+    snprintf(what, sizeof what, "%s reduce=%d order=%d dX", cvmm_pattern_name[c->pat], c->reduce, order);
+    ktu_assert_equal_bits(dXs, dXp, nX, what);
+    snprintf(what, sizeof what, "%s reduce=%d order=%d dW", cvmm_pattern_name[c->pat], c->reduce, order);
+    ktu_assert_equal_bits(dWs, dW, nW, what);
+    if (w) {
+        snprintf(what, sizeof what, "%s reduce=%d order=%d dw", cvmm_pattern_name[c->pat], c->reduce, order);
+        ktu_assert_equal_bits(dws, dw, (size_t)M, what);
+    }
+    cvmm_host_plan_free(&pl);
+    free(X), free(W), free(dY), free(w), free(sel), free(Xp), free(dYp), free(Y), free(Ys), free(Yp), free(dX);
+    free(dW), free(dw), free(dXs), free(dWs), free(dws), free(dXp);
+}
+
+START_TEST(test_cvmm_sorted_equals_entry_order) {
+    Backend *be = ktu_cpu();
+    KtuRng rng = {45};
+    const CvmmCase up = {PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0}, down = {PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1};
+    const CvmmCase down_unreduced = {PAT_FFN_DOWN, 30, 1, 3, 7, 19, 37, 0};
+    const CvmmCase att_v = {PAT_ATT_V, 11, 3, 2, 15, 21, 10, 0}, att_o = {PAT_ATT_O, 11, 3, 2, 15, 10, 21, 0};
+    const CvmmCase sparse = {PAT_FFN_UP, 3, 1, 2, 60, 9, 11, 0}; /* most experts without rows */
+    sorted_case(be, &rng, &up, CVMM_OUT_SORTED);
+    sorted_case(be, &rng, &sparse, CVMM_OUT_SORTED);
+    sorted_case(be, &rng, &down, CVMM_IN_SORTED);
+    sorted_case(be, &rng, &down_unreduced, CVMM_IN_SORTED);
+    sorted_case(be, &rng, &down_unreduced, CVMM_OUT_SORTED);
+    sorted_case(be, &rng, &down_unreduced, CVMM_IN_SORTED | CVMM_OUT_SORTED);
+    sorted_case(be, &rng, &att_v, CVMM_OUT_SORTED);
+    sorted_case(be, &rng, &att_o, CVMM_OUT_SORTED);
+    backend_destroy(be);
+}
+END_TEST
+
+/* Misuse is a one-line error and exit 1: a plan too small for the call, cvmm with an unbuilt plan, sorted inputs
+ * with in_div > 1, sorted outputs with a reduction. */
+START_TEST(test_routing_plan_too_small_dies) {
+    Backend *be = ktu_cpu();
+    int32_t sel[3] = {0, 1, 0}, perm[2], inv[2], off[3], groups[2], host[3];
+    RoutingPlan pl = {.max_entries = 2, .max_experts = 2, .perm = perm, .inv = inv, .offset = off,
+                      .group_expert = groups, .host_offset = host};
+    be->routing_plan(be, &pl, sel, 3, 2);
+}
+END_TEST
+START_TEST(test_cvmm_unbuilt_plan_dies) {
+    Backend *be = ktu_cpu();
+    RoutingPlan pl = {0};
+    scalar_t X[1] = {1}, W[1] = {1}, Y[1];
+    be->cvmm_forward(be, Y, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_ENTRY_ORDER);
+}
+END_TEST
+START_TEST(test_cvmm_sorted_in_div_dies) {
+    Backend *be = ktu_cpu();
+    int32_t sel[2] = {0, 1};
+    RoutingPlan pl = cvmm_host_plan(be, sel, 2, 2);
+    scalar_t X[1] = {1}, W[2] = {1, 1}, Y[2];
+    be->cvmm_forward(be, Y, X, W, &pl, NULL, 2, 1, 1, 1, CVMM_IN_SORTED);
+}
+END_TEST
+START_TEST(test_cvmm_sorted_reduced_dies) {
+    Backend *be = ktu_cpu();
+    int32_t sel[2] = {0, 1};
+    RoutingPlan pl = cvmm_host_plan(be, sel, 2, 2);
+    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, w[2] = {1, 1}, dY[1] = {1}, dX[2];
+    be->cvmm_backward(be, dX, NULL, NULL, dY, X, W, &pl, w, 1, 2, 1, 1, CVMM_OUT_SORTED);
 }
 END_TEST
 
@@ -209,6 +397,13 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_cvmm_slot_permutation);
     tcase_add_test(tc, test_cvmm_optional_outputs);
     tcase_add_exit_test(tc, test_cvmm_bad_expert_dies, 1);
+    tcase_add_test(tc, test_routing_plan_by_hand);
+    tcase_add_test(tc, test_cvmm_sorted_by_hand);
+    tcase_add_test(tc, test_cvmm_sorted_equals_entry_order);
+    tcase_add_exit_test(tc, test_routing_plan_too_small_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_unbuilt_plan_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_sorted_in_div_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_sorted_reduced_dies, 1);
     suite_add_tcase(s, tc);
     return s;
 }

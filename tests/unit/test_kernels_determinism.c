@@ -7,7 +7,7 @@
 #include <omp.h>
 
 #include "kernels/backend.h"
-#include "tests/unit/kernel_test_util.h"
+#include "tests/unit/kernel_test_cvmm.h"
 
 typedef struct {
     size_t n;
@@ -59,8 +59,11 @@ START_TEST(test_thread_count_invariance) {
         be->attention_forward(be, o[5].out[th], o[6].out[th], q, k, v, B, T, T, H, D, (scalar_t)0.25);
         be->attention_backward(be, o[7].out[th], o[8].out[th], o[9].out[th], v, o[5].out[th], o[6].out[th], q, k, v,
                                B, T, H, D, (scalar_t)0.25);
-        be->cvmm_forward(be, o[10].out[th], A, Wv, sel, gate, N * K, 1, K, E, S, C); /* FFN down */
-        be->cvmm_backward(be, o[11].out[th], o[12].out[th], o[13].out[th], dy, A, Wv, sel, gate, N * K, 1, K, E, S, C);
+        RoutingPlan pl = cvmm_host_plan(be, sel, N * K, E);
+        be->cvmm_forward(be, o[10].out[th], A, Wv, &pl, gate, 1, K, S, C, CVMM_ENTRY_ORDER); /* FFN down */
+        be->cvmm_backward(be, o[11].out[th], o[12].out[th], o[13].out[th], dy, A, Wv, &pl, gate, 1, K, S, C,
+                          CVMM_ENTRY_ORDER);
+        cvmm_host_plan_free(&pl);
         scalars[th][0] = be->entropy_reg(be, o[14].out[th], rl, valid, R, B, T, H, E, (scalar_t)0.001);
         scalars[th][1] = be->cross_entropy(be, o[15].out[th], NULL, logits, tg, N, V, (scalar_t)0.5);
         scalars[th][2] = be->sum_squares(be, Wk, (size_t)E * C * S) + be->sum_squares(be, A, (size_t)N * K * S);

@@ -55,8 +55,11 @@ struct dim3 {
 struct __nv_bfloat16 {
     uint16_t bits;
 };
-__nv_bfloat16 __float2bfloat16_rn(float f); // round to nearest even; NaN stays NaN
+__nv_bfloat16 __float2bfloat16_rn(float f); // round to nearest even; NaN stays NaN (counted: CUDA_EMU_STATS)
 float __bfloat162float(__nv_bfloat16 h);
+namespace emu {
+uint16_t bf16_round_bits(float f); // the bits __float2bfloat16_rn gives, not counted (for host-side checks)
+}
 
 // ---------------------------------------------------------------- runtime API
 typedef enum {
@@ -176,9 +179,16 @@ void *dynamic_shared(void);
 void stat_launch(const char *kernel);
 void stat_cublas(const char *call, long gemm_problems);
 void stat_copy(int kind, size_t bytes); // 0 host-to-device, 1 device-to-host, 2 device-to-device
-void stat_memset(void);
+void stat_memset(size_t bytes);
 void stat_device_sync(void);
 void stat_device_alloc(size_t bytes, bool freed);
+// fp32 -> bf16 roundings (__float2bfloat16_rn calls): bf16_roundings counts them all; run_launch adds a launch's
+// share to its kernel's entry (stat_bf16), so the record says which kernels convert how much.
+extern long bf16_roundings;
+void stat_bf16(const char *kernel, long roundings);
+// Bytes a data-movement step reads plus writes, reported by the backend itself (count_traffic in
+// kernels/cuda/cuda_common.cuh), per named kind.
+void stat_traffic(const char *kind, size_t bytes);
 
 // Launch support
 bool is_device_range(const void *p, size_t bytes); // inside one live cudaMalloc allocation (end inclusive)

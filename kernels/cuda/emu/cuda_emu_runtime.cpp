@@ -332,6 +332,7 @@ bool begin_launch(const char *kernel, dim3 grid, dim3 block, size_t shmem) {
 }
 
 void run_launch(const std::function<void()> &body) {
+    long bf16_before = bf16_roundings; // the roundings of this launch are attributed to its kernel
     const char *order = getenv("CUDA_EMU_ORDER");
     reverse_order = order && strcmp(order, "reverse") == 0;
     size_t n = (size_t)block_dim.x * block_dim.y * block_dim.z;
@@ -348,21 +349,25 @@ void run_launch(const std::function<void()> &body) {
                 run_block(n);
             }
     launch_body = nullptr;
+    stat_bf16(launch_name, bf16_roundings - bf16_before);
 }
+
+long bf16_roundings = 0;
 
 } // namespace emu
 
 // ---------------------------------------------------------------- bfloat16
-__nv_bfloat16 __float2bfloat16_rn(float f) {
+uint16_t emu::bf16_round_bits(float f) {
     uint32_t u;
     std::memcpy(&u, &f, 4);
-    __nv_bfloat16 h;
-    if ((u & 0x7fffffffu) > 0x7f800000u) { // NaN: keep it a (quiet) NaN
-        h.bits = (uint16_t)((u >> 16) | 0x0040u);
-        return h;
-    }
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); // NaN: keep it a (quiet) NaN
     u += 0x7fffu + ((u >> 16) & 1u); // round to nearest, ties to even
-    h.bits = (uint16_t)(u >> 16);
+    return (uint16_t)(u >> 16);
+}
+__nv_bfloat16 __float2bfloat16_rn(float f) {
+    emu::bf16_roundings++; // a plain counter: the per-kernel attribution happens once per launch (run_launch)
+    __nv_bfloat16 h;
+    h.bits = emu::bf16_round_bits(f);
     return h;
 }
 float __bfloat162float(__nv_bfloat16 h) {
@@ -504,7 +509,7 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes) {
     if (bytes == 0) return cudaSuccess;
     cudaError_t e = check_side(p, bytes, true, "cudaMemset");
     if (e != cudaSuccess) return e;
-    emu::stat_memset();
+    emu::stat_memset(bytes);
     memset(p, value, bytes);
     return cudaSuccess;
 }

@@ -32,6 +32,11 @@ __global__ void k_iota(float *y, size_t n) {
 }
 
 // block sum through shared memory: correct only if __syncthreads separates the tree levels
+// y16[i] = bf16(x[i]): one rounding per element, counted by CUDA_EMU_STATS
+__global__ void k_round16(__nv_bfloat16 *y16, const float *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y16[i] = __float2bfloat16_rn(x[i]);
+}
 __global__ void k_block_sum(float *out, const float *x) {
     __shared__ float sh[128];
     sh[threadIdx.x] = x[blockIdx.x * blockDim.x + threadIdx.x];
@@ -133,6 +138,13 @@ static bool stats_count_known_work(void) {
         LAUNCH(k_iota, 2, 32, 0)(d, (size_t)64);
         LAUNCH(k_iota, 1, 64, 0)(d, (size_t)64);
         cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+        __nv_bfloat16 *d16 = nullptr;
+        cudaMalloc(&d16, 40 * sizeof(__nv_bfloat16));
+        LAUNCH(k_round16, 1, 32, 0)(d16, d, (size_t)40);
+        cudaMemcpy(d + 32, d, 12 * sizeof(float), cudaMemcpyDeviceToDevice);
+        cudaMemset(d, 0, 20);
+        emu::stat_traffic("selftest", 1000);
+        emu::stat_traffic("selftest", 24);
         exit(0); // atexit writes the counters
     }
     int status = 0;
@@ -146,15 +158,19 @@ static bool stats_count_known_work(void) {
     }
     remove(path);
     auto has = [&json](const char *text) { return json.find(text) != std::string::npos; };
-    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && has("\"kernel_launches\": 2,") &&
+    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0 && has("\"kernel_launches\": 3,") &&
               has("\"copies_d2h\": 1,") && has("\"bytes_d2h\": 256,") && has("\"k_iota\": 2") &&
-              has("\"device_bytes_peak\": 256,");
+              has("\"device_bytes_peak\": 336,") && has("\"bf16_roundings\": 40,") &&
+              has("\"bf16_per_kernel\": {\"k_round16\": 40}") && has("\"copies_d2d\": 1, \"bytes_d2d\": 48,") &&
+              has("\"memsets\": 1, \"bytes_memset\": 20,") && has("\"traffic\": {\"selftest\": 1024}") &&
+              has("\"bytes_traffic\": 1024,");
     if (!ok) printf("    stats file: %.400s\n", json.c_str());
     return ok;
 }
 
 int main() {
-    check(stats_count_known_work(), "CUDA_EMU_STATS counts launches, device-to-host copies and device memory");
+    check(stats_count_known_work(), "CUDA_EMU_STATS counts launches, copies, memsets, device memory, bf16 roundings "
+                                    "and reported traffic");
     // grid-stride loop over more elements than threads
     {
         size_t n = 1000;
