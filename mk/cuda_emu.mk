@@ -3,8 +3,9 @@
 # accesses) on machines without a GPU. Needs g++ only (no nvcc, no GPU). It does not replace a GPU run.
 #   make test-cuda-emu   the emulator self-test, the three CUDA unit-test programs, the four CUDA e2e scripts and the
 #                        thread-order race check (tests/e2e/cuda_emu_order.sh) on the emulator
-#   make bench-emu-counts  kernel launches, cuBLAS calls and host<->device copies per training step of the paper's
-#                        layouts (tests/bench/emu_call_counts.sh), default kernel paths against the comparator paths
+#   make bench-emu-counts  kernel launches, cuBLAS calls, routing-plan builds, host<->device copies, bf16 roundings and
+#                        bytes moved per training step of the paper's layouts in fp32 and bf16
+#                        (tests/bench/emu_call_counts.sh), default kernel paths against the comparator paths
 .PHONY: test-cuda-emu emu-bins bench-emu-counts
 
 OBJEMU := build/emu/obj

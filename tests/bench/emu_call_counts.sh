@@ -12,7 +12,8 @@
 # so set-up and teardown cancel. These are counts, not times: they show where per-call overhead and host-GPU round
 # trips go, which no CPU run can time. Needs build/emu/bench/bench_train_step.
 # Usage: tests/bench/emu_call_counts.sh [CONFIG ...]
-#   COMPARATOR_ENV  the comparator's environment, or none;  PRECISIONS  "fp32 bf16" (default) or one of them
+#   COMPARATOR_ENV  the comparator's environment, or none;  PRECISIONS  "fp32 bf16" (default) or one of them;
+#   STATS_DIR       keep every run's CUDA_EMU_STATS record there (per-kernel launches and bf16 roundings, traffic)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 exe=build/emu/bench/bench_train_step
@@ -37,6 +38,7 @@ counts() {
     echo "emu_call_counts: bench_train_step failed on $cfg ($prec, $*)" >&2
     exit 1
   fi
+  if [ -n "${STATS_DIR:-}" ]; then mkdir -p "$STATS_DIR" && cp "$out" "$STATS_DIR/"; fi
   echo "$out"
 }
 
@@ -48,16 +50,18 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 def get(d, k):
     if k == "plans": return d["per_kernel"].get("k_plan_count", 0)
     if k == "moved": return sum(d["traffic"].values()) + d["bytes_d2d"]
+    if k == "rows": return d["traffic"].get("cvmm_rows", 0)
     if k == "weights16": return d["bf16_per_kernel"].get("k_to_bf16", 0)
     return d[k]
 keys = ["kernel_launches", "cublas_calls", "gemm_problems", "plans", "copies_d2h", "bytes_d2h", "copies_h2d",
-        "bf16_roundings", "weights16", "moved"]
+        "bf16_roundings", "weights16", "moved", "rows"]
 print(" ".join(str(get(b, k) - get(a, k)) for k in keys))
 PY
 }
 
-fmt='%-34s %-4s %-10s %9s %7s %8s %6s %6s %9s %5s %11s %11s %12s\n'
-printf "$fmt" config prec paths launches cuBLAS GEMMs plans d2h d2h_bytes h2d bf16_values k_to_bf16 bytes_moved
+fmt='%-34s %-4s %-10s %9s %7s %8s %6s %6s %9s %5s %11s %11s %12s %12s\n'
+printf "$fmt" config prec paths launches cuBLAS GEMMs plans d2h d2h_bytes h2d bf16_values k_to_bf16 bytes_moved \
+  cvmm_rows
 for cfg in "${configs[@]}"; do
   [ -f "$cfg" ] || { echo "emu_call_counts: no such config: $cfg" >&2; exit 1; }
   name=$(basename "$cfg" .json)
@@ -72,7 +76,8 @@ for cfg in "${configs[@]}"; do
 import sys
 name, new, old = sys.argv[1], [int(x) for x in sys.argv[2].split()], [int(x) for x in sys.argv[3].split()]
 labels = ["launches", "cuBLAS calls", "GEMM problems", "routing-plan builds", "device-to-host copies",
-          "device-to-host bytes", "host-to-device copies", "bf16 roundings", "k_to_bf16 roundings", "bytes moved"]
+          "device-to-host bytes", "host-to-device copies", "bf16 roundings", "k_to_bf16 roundings", "bytes moved",
+          "cvmm row bytes"]
 parts = [f"{l} {o / n:.2f}x" if n else f"{l} {o} vs 0" for l, n, o in zip(labels, new, old)]
 print(f"  {name}: comparator/default per step: " + ", ".join(parts))
 PY
@@ -81,4 +86,4 @@ done
 echo "(counts per optimizer step on the CUDA emulator; comparator: $comparator_env; bf16_values: fp32 values rounded"
 echo " to bf16 by all kernels, k_to_bf16: by the whole-tensor conversion kernel (weights and matmul operands);"
 echo " bytes_moved: bytes read + written by cvmm's row kernels and the bf16 conversion kernel, plus device-to-device"
-echo " copies)"
+echo " copies; cvmm_rows: the row kernels' share)"
