@@ -120,7 +120,10 @@ for name in sorted(os.listdir(fix)):
         if m.get("n_counted") != mcpu.get("n_counted"):
             fails.append("%s: n_counted %s vs cpu %s" % (name, m.get("n_counted"), mcpu.get("n_counted")))
     gs = float(info["grad_scale"])
-    dense = "dense" in name
+    # the architecture from the checkpoint's config, not the fixture name ("moeut_dense_first" routes with K < E)
+    with open(os.path.join(d, "weights.safetensors"), "rb") as f:
+        hdr = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    dense = json.loads(hdr["__metadata__"]["config"])["arch"] == "dense"
     for t in sorted(cpu):
         # cuda fp32 against the cpu backend and against the twin's float64 values (gradients: grad_scale 1)
         check(name + ": %s fp32 vs cpu fp32" % dut, t, maxrel(gpu[t], cpu[t]), 1e-4)
