@@ -11,6 +11,26 @@ void backend_die_out_of_memory(const Backend *be, size_t bytes, const char *deta
         be->alloc_purpose[0] ? " for " : "", be->alloc_purpose, detail && detail[0] ? ": " : "", detail ? detail : "");
 }
 
+void routing_plan_check_args(const RoutingPlan *pl, int M, int n_experts) {
+    if (n_experts < 1) die("routing_plan: n_experts=%d must be at least 1", n_experts);
+    if (M < 0) die("routing_plan: M=%d entries", M);
+    if (M > pl->max_entries || n_experts > pl->max_experts)
+        die("routing_plan: %d entries of %d experts do not fit the plan's memory (%d entries, %d experts)", M,
+            n_experts, pl->max_entries, pl->max_experts);
+    if (!pl->offset || !pl->group_expert || !pl->host_offset || (M > 0 && (!pl->perm || !pl->inv)))
+        die("routing_plan: the plan's memory is not set (perm, inv, offset, group_expert, host_offset)");
+}
+
+void cvmm_check_args(const char *op, const RoutingPlan *pl, int in_div, int out_div, int reduced, int order) {
+    if (pl->n_experts < 1) die("%s: the routing plan was not built (routing_plan)", op);
+    int M = pl->M;
+    if (M < 0 || in_div < 1 || M % in_div != 0) die("%s: M=%d is not a multiple of in_div=%d", op, M, in_div);
+    if (reduced && (out_div < 1 || M % out_div != 0)) die("%s: M=%d is not a multiple of out_div=%d", op, M, out_div);
+    if (order & ~(CVMM_IN_SORTED | CVMM_OUT_SORTED)) die("%s: unknown row-order flags %#x", op, (unsigned)order);
+    if ((order & CVMM_IN_SORTED) && in_div != 1) die("%s: inputs in plan order need in_div = 1 (got %d)", op, in_div);
+    if ((order & CVMM_OUT_SORTED) && reduced) die("%s: outputs in plan order cannot be reduced (w given)", op);
+}
+
 Backend *backend_create(const char *name, char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
     if (!name) {

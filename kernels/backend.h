@@ -38,7 +38,7 @@ typedef struct {
     int max_entries, max_experts; /* capacity of the memory below (set by the caller) */
     int32_t *perm;         /* [max_entries] backend: sorted position m -> entry p (ascending expert, then p) */
     int32_t *inv;          /* [max_entries] backend: entry p -> sorted position */
-    int32_t *offset;       /* [max_experts + 1] backend: expert e's rows are sorted positions [offset[e], offset[e+1]) */
+    int32_t *offset;       /* [max_experts + 1] backend: expert e owns sorted positions [offset[e], offset[e+1]) */
     int32_t *group_expert; /* [max_experts] backend: the non-empty experts, ascending, [0, n_groups) */
     int32_t *host_offset;  /* [max_experts + 1] HOST memory: a copy of offset */
     int M, n_experts;      /* set by routing_plan: entries and experts of the decision */
@@ -240,6 +240,11 @@ struct Backend {
 Backend *backend_create(const char *name, char *err, size_t errlen);
 /* The out-of-memory end of alloc: "<backend> backend: out of memory allocating X GiB (N bytes) for <purpose>". */
 __attribute__((noreturn)) void backend_die_out_of_memory(const Backend *be, size_t bytes, const char *detail);
+/* The argument checks every backend's routing_plan and cvmm_forward/cvmm_backward make first (one definition, one
+ * set of messages): the plan's memory fits M entries of n_experts experts; the plan was built and the call's
+ * divisors and row-order flags fit it (reduced: w given). Each dies with one line naming the problem. */
+void routing_plan_check_args(const RoutingPlan *pl, int M, int n_experts);
+void cvmm_check_args(const char *op, const RoutingPlan *pl, int in_div, int out_div, int reduced, int order);
 void backend_destroy(Backend *be);
 
 /* Implementations (backend_create dispatches to these). */

@@ -17,13 +17,7 @@
 /* See backend.h. A stable counting sort: count the entries of each expert, prefix-sum the counts into offsets, then
  * visit the entries in p order and give each the next free sorted position of its expert. */
 void cpu_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, int n_experts) {
-    if (n_experts < 1) die("routing_plan: n_experts=%d must be at least 1", n_experts);
-    if (M < 0) die("routing_plan: M=%d entries", M);
-    if (M > pl->max_entries || n_experts > pl->max_experts)
-        die("routing_plan: %d entries of %d experts do not fit the plan's memory (%d entries, %d experts)", M,
-            n_experts, pl->max_entries, pl->max_experts);
-    if (!pl->offset || !pl->group_expert || !pl->host_offset || (M > 0 && (!pl->perm || !pl->inv)))
-        die("routing_plan: the plan's memory is not set (perm, inv, offset, group_expert, host_offset)");
+    routing_plan_check_args(pl, M, n_experts);
     int32_t *offset = pl->offset;
     memset(offset, 0, ((size_t)n_experts + 1) * sizeof(int32_t));
     for (int p = 0; p < M; p++) {
@@ -54,17 +48,6 @@ static CpuGemm *expert_gemms(Backend *be, int n_experts) {
     return cpu_scratch(be, SCRATCH_I, (size_t)n_experts * sizeof(CpuGemm));
 }
 
-/* Dies unless plan was built and the call's divisors and row-order flags fit it. */
-static void check_call(const char *op, const RoutingPlan *pl, int in_div, int out_div, int reduced, int order) {
-    if (pl->n_experts < 1) die("%s: the routing plan was not built (routing_plan)", op);
-    int M = pl->M;
-    if (M < 0 || in_div < 1 || M % in_div != 0) die("%s: M=%d is not a multiple of in_div=%d", op, M, in_div);
-    if (reduced && (out_div < 1 || M % out_div != 0)) die("%s: M=%d is not a multiple of out_div=%d", op, M, out_div);
-    if (order & ~(CVMM_IN_SORTED | CVMM_OUT_SORTED)) die("%s: unknown row-order flags %#x", op, (unsigned)order);
-    if ((order & CVMM_IN_SORTED) && in_div != 1) die("%s: inputs in plan order need in_div = 1 (got %d)", op, in_div);
-    if ((order & CVMM_OUT_SORTED) && reduced) die("%s: outputs in plan order cannot be reduced (w given)", op);
-}
-
 /* Xs[m, :] = X[perm[m] / in_div, :]  (rows gathered in sorted order) */
 static void gather_rows(scalar_t *dst, const scalar_t *src, const int32_t *perm, int M, int div, int width) {
 #pragma omp parallel for schedule(static) if ((size_t)M * width > PAR_MIN)
@@ -74,7 +57,7 @@ static void gather_rows(scalar_t *dst, const scalar_t *src, const int32_t *perm,
 
 void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *pl,
                       const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order) {
-    check_call("cvmm_forward", pl, in_div, out_div, w != NULL, order);
+    cvmm_check_args("cvmm_forward", pl, in_div, out_div, w != NULL, order);
     const int M = pl->M, n_experts = pl->n_experts;
     if (M == 0) return;
     const scalar_t *Xs = X; /* [M, Kin] inputs in plan order */
@@ -119,7 +102,7 @@ void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_
 void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
                        const scalar_t *W, const RoutingPlan *pl, const scalar_t *w, int in_div, int out_div, int Kin,
                        int Nout, int order) {
-    check_call("cvmm_backward", pl, in_div, out_div, w != NULL, order);
+    cvmm_check_args("cvmm_backward", pl, in_div, out_div, w != NULL, order);
     const int M = pl->M, n_experts = pl->n_experts;
     if (M == 0) return;
     int want_dw = (w != NULL && dw != NULL);
@@ -163,7 +146,7 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
         }
     }
     if (dW) {
-        if (w) { /* w != NULL means Gs is the gathered copy Gbuf (check_call) */
+        if (w) { /* w != NULL means Gs is the gathered copy Gbuf (cvmm_check_args) */
 #pragma omp parallel for schedule(static) if ((size_t)M * Nout > PAR_MIN)
             for (int m = 0; m < M; m++) {
                 scalar_t wp = w[perm[m]];

@@ -9,17 +9,6 @@
 // Scratch: CS_C..CS_H the sorted blocks below, CS_I the grouped GEMM's pointer arrays.
 #include "kernels/cuda/cuda_cvmm.cuh"
 
-// Dies unless plan was built and the call's divisors and row-order flags fit it (the CPU backend's messages).
-static void check_call(const char *op, const RoutingPlan *pl, int in_div, int out_div, bool reduced, int order) {
-    if (pl->n_experts < 1) die("%s: the routing plan was not built (routing_plan)", op);
-    int M = pl->M;
-    if (M < 0 || in_div < 1 || M % in_div != 0) die("%s: M=%d is not a multiple of in_div=%d", op, M, in_div);
-    if (reduced && (out_div < 1 || M % out_div != 0)) die("%s: M=%d is not a multiple of out_div=%d", op, M, out_div);
-    if (order & ~(CVMM_IN_SORTED | CVMM_OUT_SORTED)) die("%s: unknown row-order flags %#x", op, (unsigned)order);
-    if ((order & CVMM_IN_SORTED) && in_div != 1) die("%s: inputs in plan order need in_div = 1 (got %d)", op, in_div);
-    if ((order & CVMM_OUT_SORTED) && reduced) die("%s: outputs in plan order cannot be reduced (w given)", op);
-}
-
 // dst[m, :] = src[perm[m] / div, :] (optionally also a bf16 copy)
 __global__ void k_gather(float *dst, __nv_bfloat16 *dst16, const float *src, const int32_t *perm, int M, int div,
                          int width) {
@@ -100,7 +89,7 @@ static __nv_bfloat16 *bf16_copy(Backend *be, const float *src, size_t n, int slo
 
 void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *pl,
                        const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order) {
-    check_call("cvmm_forward", pl, in_div, out_div, w != nullptr, order);
+    cvmm_check_args("cvmm_forward", pl, in_div, out_div, w != nullptr, order);
     const int M = pl->M, E = pl->n_experts;
     cuda_weights_written(be, Y, (size_t)(w ? M / out_div : M) * Nout * sizeof(float));
     if (M == 0) return;
@@ -140,7 +129,7 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
 void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
                         const scalar_t *W, const RoutingPlan *pl, const scalar_t *w, int in_div, int out_div, int Kin,
                         int Nout, int order) {
-    check_call("cvmm_backward", pl, in_div, out_div, w != nullptr, order);
+    cvmm_check_args("cvmm_backward", pl, in_div, out_div, w != nullptr, order);
     const int M = pl->M, E = pl->n_experts;
     const bool in_sorted = order & CVMM_IN_SORTED, out_sorted = order & CVMM_OUT_SORTED;
     if (dX) cuda_weights_written(be, dX, (size_t)(in_sorted ? M : M / in_div) * Kin * sizeof(float));
@@ -195,7 +184,7 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         CHECK_LAUNCH();
     }
     if (dW) {
-        if (w) { // weighted rows (and their bf16 copy); w != NULL means Gs is the gathered copy Gbuf (check_call)
+        if (w) { // weighted rows (and their bf16 copy); w != NULL means Gs is the gathered copy Gbuf (cvmm_check_args)
             count_traffic("cvmm_rows", (size_t)M * Nout * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0)));
             LAUNCH(k_scale_rows, grid_for((size_t)M * Nout, 256), 256, 0)(Gbuf, Gs16, w, pl->perm, M, Nout);
             CHECK_LAUNCH();

@@ -201,13 +201,7 @@ __global__ void k_plan_scatter(int32_t *perm, int32_t *inv, const int32_t *base,
 
 // ---------------------------------------------------------------- host side
 void cuda_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, int n_experts) {
-    if (n_experts < 1) die("routing_plan: n_experts=%d must be at least 1", n_experts);
-    if (M < 0) die("routing_plan: M=%d entries", M);
-    if (M > pl->max_entries || n_experts > pl->max_experts)
-        die("routing_plan: %d entries of %d experts do not fit the plan's memory (%d entries, %d experts)", M,
-            n_experts, pl->max_entries, pl->max_experts);
-    if (!pl->offset || !pl->group_expert || !pl->host_offset || (M > 0 && (!pl->perm || !pl->inv)))
-        die("routing_plan: the plan's memory is not set (perm, inv, offset, group_expert, host_offset)");
+    routing_plan_check_args(pl, M, n_experts);
     const int E = n_experts;
     cuda_weights_written(be, pl->perm, (size_t)M * sizeof(int32_t));
     cuda_weights_written(be, pl->inv, (size_t)M * sizeof(int32_t));
