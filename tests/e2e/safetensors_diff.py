@@ -47,4 +47,5 @@ def main():
     print(f"{worst:.9g} {biggest:.9g} {worst_name or '-'}")
 
 
-main()
+if __name__ == "__main__":  # also imported for load() by tests/e2e scripts
+    main()

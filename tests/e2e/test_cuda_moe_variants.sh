@@ -10,10 +10,7 @@
 # in test_cuda_resume.sh (make test-cuda-emu runs this on the CUDA emulator).
 source "$(dirname "$0")/train_common.sh"
 
-be=${CUDA_TEST_BACKEND:-cuda}
-dut_bin=${CUDA_TEST_BIN:-bin}
-[ "$be" = cuda ] || echo "NOTE: validation mode: the backend under test is $be, not cuda"
-require_backend "$be" "$dut_bin"
+cuda_device_under_test
 e2e_data train.shard
 
 steps=12
@@ -34,15 +31,12 @@ run "$dut_bin" "$be" "$tmp/res" --resume
 same_as_ref "$tmp/ref" "$tmp/res" "$be: a bias + dense-prefix + shared-expert run stopped at step 5 and resumed"
 
 python3 - "$tmp" "$be" <<'PY' || fail "$be: the switches' run"
-import json, struct, sys
+import json, sys
 tmp, be = sys.argv[1:3]
+sys.path.insert(0, "tests/e2e")
+from safetensors_diff import load  # noqa: E402
 def tensors(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop("__metadata__", None)
-    return {k: struct.unpack(f"<{(v['data_offsets'][1] - v['data_offsets'][0]) // 4}f",
-                             b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+    return {name: values for name, (shape, values) in load(path).items()}
 dev = [json.loads(l) for l in open(f"{tmp}/ref/metrics.jsonl")]
 cpu = [json.loads(l) for l in open(f"{tmp}/cpu/metrics.jsonl")]
 a, b = dev[0]["loss"], cpu[0]["loss"]

@@ -15,11 +15,7 @@
 # train_config KEY=VALUE overrides) to fit its speed).
 source "$(dirname "$0")/train_common.sh"
 
-be=${CUDA_TEST_BACKEND:-cuda}
-dut_bin=${CUDA_TEST_BIN:-bin}
-[ "$be" = cuda ] || echo "NOTE: validation mode: the backend under test is $be, not cuda"
-
-require_backend "$be" "$dut_bin"
+cuda_device_under_test
 e2e_data train.shard
 train() { "$dut_bin"/train --backend "$be" --threads 2 "$@"; }
 

@@ -60,15 +60,12 @@ same_as_ref "$tmp/switch" "$tmp/switch_resumed" "switch run stopped at step 8 an
 # gamma = 0.01 per step (24 steps: integer multiples of 0.01 in [-0.24, 0.24], not all 0); the dense prefix has no
 # router: 2 routed applications from application 2 on, in metrics.jsonl and in result.json
 python3 - "$tmp" <<'PY' || fail "expert bias / dense-prefix routing"
-import json, struct, sys
+import json, sys
 tmp = sys.argv[1]
+sys.path.insert(0, "tests/e2e")
+from safetensors_diff import load  # noqa: E402
 def tensors(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    h.pop("__metadata__", None)
-    return {k: struct.unpack(f"<{(v['data_offsets'][1] - v['data_offsets'][0]) // 4}f",
-                             b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+    return {name: values for name, (shape, values) in load(path).items()}
 for run, n_layers in (("bias", 2), ("deepseek", 2)):
     w = tensors(f"{tmp}/{run}/model.safetensors")
     o = tensors(f"{tmp}/{run}/optim.safetensors")

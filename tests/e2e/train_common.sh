@@ -95,6 +95,16 @@ require_backend() {
   fi
 }
 
+# cuda_device_under_test: the backend and stages a CUDA e2e script tests, be (CUDA_TEST_BACKEND, default cuda) and
+# dut_bin (CUDA_TEST_BIN, default bin; make test-cuda-emu: build/emu/bin), a note in validation mode, then
+# require_backend (exit 77 without a usable GPU).
+cuda_device_under_test() {
+  be=${CUDA_TEST_BACKEND:-cuda}
+  dut_bin=${CUDA_TEST_BIN:-bin}
+  [ "$be" = cuda ] || echo "NOTE: validation mode: the backend under test is $be, not cuda"
+  require_backend "$be" "$dut_bin"
+}
+
 # e2e_data SHARD: sets data= to $CUDA_E2E_DATA when given (an already tokenized directory, e.g. carried to a GPU
 # machine by mk/gpu_bundle.sh; it must hold SHARD), else to the embedded sample tokenized into $tmp/data.
 e2e_data() {
