@@ -1,5 +1,5 @@
 # Shared helpers of the tests/e2e/test_train_*.sh scripts (sourced, not a test itself).
-# Provides: $tmp (removed on exit), train_data DIR (fetch + tokenize of the embedded sample), train_config PATH ARCH
+# Provides: $tmp (removed on exit; KEEP_TMP=1 keeps it to look into a failure), train_data DIR (fetch + tokenize of the embedded sample), train_config PATH ARCH
 # MODE STEPS [KEY=VALUE ...] (a small run config; KEY=VALUE overrides a "train" or "model" key), json_get FILE EXPR.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
