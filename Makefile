@@ -76,7 +76,17 @@ CUDA_DEFS := -DHAVE_CUDA
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcudart -lstdc++
 endif
 
+ifeq ($(GPU_PREBUILT),)
 all: deps $(addprefix bin/,$(STAGES))
+else
+# GPU_PREBUILT=1 (exported by `source mk/gpu_env.sh` on a GPU machine that lacks this project's build dependencies and
+# reaches no package registry): the stages in bin/ come prebuilt from build/gpu-bundle.tar.gz, so `all` (and with it
+# make reproduce) installs and compiles nothing; it only checks that every stage is there. Their rule below is off too,
+# so a stage that is present is up to date.
+all:
+	@for s in $(STAGES); do [ -x bin/$$s ] || { echo "GPU_PREBUILT=1: bin/$$s missing (source mk/gpu_env.sh first)" >&2; \
+	  exit 1; }; done
+endif
 
 # The version string lives in one generated header, rewritten only when it changes (pipeline/version.c includes it).
 VERSION_HEADER_TEXT := \#define CODE_VERSION_STRING "$(CODE_VERSION)"
@@ -128,9 +138,11 @@ $(NNASAN): $(patsubst %.c,$(OBJASAN)/%.o,$(NN_SRC))
 # Keep intermediate objects (test mains) so a second make does not rebuild them. (Not a bare .SECONDARY:, which
 # would make every target intermediate: a deleted run output would then not be rebuilt by make reproduce.)
 .PRECIOUS: $(OBJ)/%.o $(OBJ64)/%.o $(OBJASAN)/%.o
+ifeq ($(GPU_PREBUILT),)
 bin/%: $(OBJ)/stages/%.o $$(call nn_for,stages/$$*.c,$(NN)) $(CORE)
 	@mkdir -p bin
 	$(call quiet,LD,$@)$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(call nn_for,stages/$*.c,$(CUDA_LIBS))
+endif
 
 # ---- tests (Check) ----
 # pkg-config may not see Check before deps installs it (parse time); the fallback is what Debian's check.pc says.

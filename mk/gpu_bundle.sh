@@ -6,20 +6,28 @@
 #   bin/*                 the stages                    tests/cuda_*        the CUDA unit programs
 #   bench/bench_train_step                              lib/                the non-system shared libraries they load
 #   e2e-data/             the tokenized embedded sample that tests/e2e/test_cuda_resume.sh trains on (CUDA_E2E_DATA)
+#   data-small/           data/small as `make tokenize EXPERIMENT=small` made it here (tokenizer, shards, manifests and
+#                         the fetch stamps): bin/fetch needs libcurl and libarchive, which are not bundled (with their
+#                         dependencies they weigh 58 MB), so `mk/gpu_run.sh small` trains on this copy
+#   tools/make            this machine's GNU make, used there only when the GPU machine has none
 #   VERSION               the code version of the tree the binaries were built from (mk/code_version.sh)
+# The device tool carries at most 64 MiB (the tracked tree, about 16 MiB, included), so the bundle must stay under
+# GPU_BUNDLE_MAX_MIB (default 44) and the script fails above it: NCCL (218 MB) and the CUDA runtime are NOT bundled,
+# the GPU machine's own are found by gpu_env.sh.
 # Every program is relinked from the objects make built, with an RPATH that finds lib/ both inside the bundle and
 # where gpu_env.sh copies the programs (bin/, build/tests/, build/bench/), and /usr/local/cuda/lib64 for cuBLAS.
-# The C library, libstdc++, libgcc_s and the CUDA libraries are NOT bundled: the GPU machine's own are used (its glibc
-# must be at least this machine's; `mk/gpu_run.sh probe` prints it).
+# The C library, libstdc++, libgcc_s and the CUDA libraries (cudart, cuBLAS, NCCL) are NOT bundled: the GPU machine's
+# own are used (its glibc must be at least this machine's; `mk/gpu_run.sh probe` prints it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make --no-print-directory all build/tests/cuda_backend_vs_cpu build/tests/cuda_twin_compare \
   build/tests/cuda_model_vs_cpu build/bench/bench_train_step >/dev/null
+make --no-print-directory tokenize EXPERIMENT=small >/dev/null
 ldd bin/train | grep libcudart >/dev/null || { echo "gpu-bundle: bin/train was built without CUDA (no nvcc here?)" >&2; exit 1; }
 
 stage=build/gpu-bundle
 rm -rf "$stage" build/gpu-bundle.tar.gz
-mkdir -p "$stage"/{bin,tests,bench,lib}
+mkdir -p "$stage"/{bin,tests,bench,lib,tools}
 link_flags=$(make --no-print-directory -s gpu-print-link-flags)
 rpath='$ORIGIN/../lib:$ORIGIN/../gpu-bundle/lib:$ORIGIN/../build/gpu-bundle/lib:/usr/local/cuda/lib64'
 relink() { # relink OUT OBJECT
@@ -37,7 +45,7 @@ done
 relink "$stage/bench/bench_train_step" build/obj/tests/bench/bench_train_step.o
 
 # Shared libraries: what the programs (fetch aside: the e2e data is prebuilt below) load, minus the system's own.
-skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libresolv\.|libstdc\+\+|libgcc_s|libcudart|libcublas)'
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.|libresolv\.|libstdc\+\+|libgcc_s|libcudart|libcublas|libnccl)'
 for f in "$stage"/bin/* "$stage"/tests/* "$stage"/bench/*; do
   [ "$(basename "$f")" = fetch ] && continue
   ldd "$f" | awk '$3 ~ /^\// {print $1, $3}'
@@ -51,8 +59,21 @@ raw=$(mktemp -d /tmp/gpu_bundle_raw.XXXXXX)
 trap 'rm -rf "$raw"' EXIT
 bin/fetch --source embedded --out "$raw/raw" --filter 'arithmetic__.*' --tokenizer-corpus-pairs 10000 >/dev/null 2>&1
 bin/tokenize --raw "$raw/raw" --config experiments/tiny/data.json --out "$stage/e2e-data" >/dev/null 2>&1
+# data/small: the files make reproduce's data rules look at (their time stamps keep their order: tar keeps them).
+mkdir -p "$stage/data-small/raw"
+cp -p data/small/{fetch.args,tokenizer.json,train.shard,interpolate.shard,extrapolate.shard,tokenize_manifest.json} \
+  "$stage/data-small/"
+cp -p data/small/raw/{fetch.stamp,manifest.json} "$stage/data-small/raw/"
+cp -L "$(command -v make)" "$stage/tools/make"
 mk/code_version.sh >"$stage/VERSION" 2>/dev/null || echo unknown >"$stage/VERSION"
 
 tar czf build/gpu-bundle.tar.gz -C build gpu-bundle
-echo "gpu-bundle: build/gpu-bundle.tar.gz ($(du -h build/gpu-bundle.tar.gz | cut -f1); code $(cat "$stage/VERSION"));" \
+mib=$(( ($(stat -c %s build/gpu-bundle.tar.gz) + 1048575) / 1048576 ))
+max=${GPU_BUNDLE_MAX_MIB:-44}
+if [ "$mib" -gt "$max" ]; then
+  echo "gpu-bundle: build/gpu-bundle.tar.gz is $mib MiB, over GPU_BUNDLE_MAX_MIB=$max (the device tool carries 64 MiB" \
+    "with the tree); largest parts: $(du -sm "$stage"/* "$stage"/lib/* | sort -rn | head -n 4 | awk '{printf "%s %s MiB; ", $2, $1}')" >&2
+  exit 1
+fi
+echo "gpu-bundle: build/gpu-bundle.tar.gz ($mib MiB; code $(cat "$stage/VERSION"));" \
   "libraries: $(ls "$stage/lib" | tr '\n' ' ')"

@@ -10,7 +10,21 @@
 #                             short CUDA training benchmark of each tiny config (fp32 and bf16)
 #   mk/gpu_run.sh selftest    tests/bench/bench_gpu.py --self-test on the GPU (fast PyTorch kernels vs the twin's)
 #   mk/gpu_run.sh bench [ARGS...]   tests/bench/bench_gpu.py (C vs PyTorch tokens/s and MFU; ARGS are passed on)
-# Exit status: 0 when the step passed (or skipped with a "SKIP:" line: no GPU, no compute-sanitizer), 1 on failure.
+#   mk/gpu_run.sh small [--seeds N] [--runs "a b"] [--limit S] [--jobs J] [--backend B] [--set "KEY=VALUE ..."]
+#                             make reproduce EXPERIMENT=small BACKEND=cuda (GPU_PREBUILT=1: the bundle's programs and
+#                             data/small) for at most S seconds (default 540, inside one 10-minute device call), then
+#                             packs runs/small (all but the checkpoints' *.safetensors), reports/small and make's log
+#                             into $OUT/small-results.tar.gz ($OUT unset: build/). At the limit, training saves a
+#                             checkpoint (SIGTERM) and the same command, called again while the machine is warm,
+#                             continues (RESUME=auto). Last line: "small: complete" or "small: incomplete ...".
+#                             --jobs J runs J stages at once (make -j J; default 1): a 14.6M-parameter run leaves
+#                             most of an H100 idle (its kernels are small), so J runs share it at little cost each;
+#                             their records' tokens/s are then those of a shared GPU (the results are the same: no
+#                             kernel choice depends on timing).
+#                             --backend and --set (make's BACKEND and SET) are for rehearsing it without a GPU
+#                             (tests/e2e/test_gpu_bundle.sh: --backend cpu with a few steps).
+# Exit status: 0 when the step passed (or skipped with a "SKIP:" line: no GPU, no compute-sanitizer), 1 on failure,
+# 3 when `small` stopped at its time limit (rerun it to continue).
 set -u
 cd "$(dirname "$0")/.."
 step=${1:-}
@@ -106,8 +120,61 @@ selftest|bench)
   [ -x build/bench/bench_train_step ] || { echo "bench-gpu: FAIL: build/bench/bench_train_step not built"; exit 1; }
   PYTHONUNBUFFERED=1 exec "$py" tests/bench/bench_gpu.py --c-bench build/bench/bench_train_step "$@"
   ;;
+small)
+  seeds= runs= limit=540 backend=cuda sets= jobs=1
+  while [ $# -gt 0 ]; do
+    [ $# -ge 2 ] || { echo "mk/gpu_run.sh small: $1 needs a value" >&2; exit 2; }
+    case "$1" in
+      --seeds) seeds=$2 ;;
+      --runs) runs=$2 ;;
+      --limit) limit=$2 ;;
+      --jobs) jobs=$2 ;;
+      --backend) backend=$2 ;;
+      --set) sets=$2 ;;
+      *) echo "mk/gpu_run.sh small: unknown argument '$1' (--seeds N, --runs \"a b\", --limit SECONDS, --jobs J, --backend B, --set \"K=V ...\")" >&2
+         exit 2 ;;
+    esac
+    shift 2
+  done
+  [ -f data/small/tokenize_manifest.json ] || { echo "small: FAIL: no data/small (source mk/gpu_env.sh: the bundle carries it)"; exit 1; }
+  # The device tool may give the tree's tracked files fresh time stamps on every call; make would then take the
+  # configs and archives as newer than the data and the finished runs, and refetch (no libarchive there) or retrain.
+  # Pin the experiment's inputs to one old time instead: make then judges the runs by their outputs alone. (A config
+  # edited on the GPU machine is therefore not noticed: delete its runs/small/RUN to redo it.)
+  touch -d @946684800 experiments/small/*.json datasets/*.tar.gz datasets/dm_math_v1.0.json
+  out=${OUT:-build}
+  mkdir -p "$out"
+  start=$SECONDS
+  set -o pipefail
+  make_vars=(EXPERIMENT=small BACKEND="$backend" GPU_PREBUILT=1)
+  [ -z "$seeds" ] || make_vars+=(SEEDS="$seeds")
+  [ -z "$runs" ] || make_vars+=(RUNS="$runs")
+  [ -z "$sets" ] || make_vars+=(SET="$sets")
+  timeout -s TERM -k 60 "$limit" make -j "$jobs" "${make_vars[@]}" reproduce 2>&1 | tee "$out/small-make.log"
+  rc=$?
+  set +o pipefail
+  # The records only (what report, compare and the baselines read, and the figures): never a checkpoint or the
+  # temporary file of one that SIGTERM interrupted, which would exceed what the device tool returns (16 MiB a file).
+  find runs/small reports/small -type f \( -name '*.json' -o -name '*.jsonl' -o -name '*.svg' -o -name '*.md' \
+       -o -name '*.html' -o -name train.inputs \) 2>/dev/null | sort >"$out/small-files.txt"
+  tar czf "$out/small-results.tar.gz" -T "$out/small-files.txt" -C "$out" small-make.log
+  echo "small: $((SECONDS - start)) s; records in $out/small-results.tar.gz ($(du -h "$out/small-results.tar.gz" | cut -f1))"
+  # What is left, as make sees it: the stages a dry run would start ("mk/reproduce_stage.sh STAGE [RUN]" lines).
+  left=$(make -n "${make_vars[@]}" reproduce-stages 2>/dev/null | sed -n 's/^mk\/reproduce_stage\.sh \([a-z]*\) *\([^ ]*\).*/\1 \2/p' |
+         sed 's/ $//' | paste -sd, | sed 's/,/, /g')
+  echo "small: stages left: ${left:-none}"
+  if [ $rc = 0 ]; then
+    echo "small: complete"
+  elif [ $rc = 124 ] || [ $rc = 137 ]; then
+    echo "small: incomplete (stopped at the ${limit} s limit; run the same command again to continue)"
+    exit 3
+  else
+    echo "small: FAIL (make reproduce exited $rc; see small-make.log)"
+    exit 1
+  fi
+  ;;
 *)
-  echo "usage: mk/gpu_run.sh probe|tests|sanitizer|selftest|bench [bench_gpu.py args]" >&2
+  echo "usage: mk/gpu_run.sh probe|tests|sanitizer|selftest|bench [bench_gpu.py args]|small [--seeds N] [--runs \"a b\"] [--limit S] [--jobs J] [--backend B] [--set \"K=V ...\"]" >&2
   exit 2
   ;;
 esac

@@ -108,6 +108,21 @@ plan=$(stages_of "$tmp/dropped.log")
   { echo "$plan"; fail "dropping SET should retrain dense_qa only"; }
 echo "ok: a reordered SET is the same stamp; dropping it retrains only the run it was given to"
 
+# A long SET is the same stamp too. GNU make 4.3's $(file <F), expanded inside a function's argument, kept the
+# file's trailing newline for some lengths (stamps of about 200-500 bytes), so such a stamp never matched its own text
+# and every make call retrained the run (mk/gpu_run.sh small passes ten keys).
+for n in 4 6 8 10 12 16; do
+  long=$(for i in $(seq 1 "$n"); do printf 'train.option_%02d=1 ' "$i"; done)
+  mk EXPERIMENT="$exp" RUNS=dense_qa "runs/$exp/dense_qa/train.inputs" SET="$long" >/dev/null
+  touch "runs/$exp/dense_qa/"{train_summary.json,result.json,predictions.jsonl,analysis.json} "reports/$exp/report.html"
+  dry long SET="$long" RUNS=dense_qa
+  [ -z "$(stages_of "$tmp/long.log")" ] ||
+    { stages_of "$tmp/long.log"; fail "a SET of $n keys ($(wc -c <"runs/$exp/dense_qa/train.inputs")-byte stamp) redid a stage"; }
+done
+mk EXPERIMENT="$exp" RUNS=dense_qa "runs/$exp/dense_qa/train.inputs" SET="train.lr=0.001 train.warmup=2" >/dev/null
+touch "runs/$exp/dense_qa/"{train_summary.json,result.json,predictions.jsonl,analysis.json} "reports/$exp/report.html"
+echo "ok: a SET of 4 to 16 keys (stamps of 100-450 bytes) matches its own stamp"
+
 # ---- the plan and the stage counter ----
 fake_outputs
 dry plan BACKEND=cuda
