@@ -13,8 +13,9 @@
 #   mk/gpu_run.sh small [--seeds N] [--runs "a b"] [--limit S] [--jobs J] [--backend B] [--set "KEY=VALUE ..."]
 #                             make reproduce EXPERIMENT=small BACKEND=cuda (GPU_PREBUILT=1: the bundle's programs and
 #                             data/small) for at most S seconds (default 540, inside one 10-minute device call), then
-#                             packs runs/small (all but the checkpoints' *.safetensors), reports/small and make's log
-#                             into $OUT/small-results.tar.gz ($OUT unset: build/). At the limit, training saves a
+#                             packs the records of runs/small (JSON, JSON lines, figures; no checkpoint),
+#                             reports/small and make's log (also left as $OUT/small-make.log) into
+#                             $OUT/small-results.tar.gz ($OUT unset: build/). At the limit, training saves a
 #                             checkpoint (SIGTERM) and the same command, called again while the machine is warm,
 #                             continues (RESUME=auto). Last line: "small: complete" or "small: incomplete ...".
 #                             --jobs J runs J stages at once (make -j J; default 1): a 14.6M-parameter run leaves
@@ -143,7 +144,7 @@ small)
   # edited on the GPU machine is therefore not noticed: delete its runs/small/RUN to redo it.)
   touch -d @946684800 experiments/small/*.json datasets/*.tar.gz datasets/dm_math_v1.0.json
   out=${OUT:-build}
-  mkdir -p "$out"
+  mkdir -p "$out" build
   start=$SECONDS
   set -o pipefail
   make_vars=(EXPERIMENT=small BACKEND="$backend" GPU_PREBUILT=1)
@@ -156,8 +157,8 @@ small)
   # The records only (what report, compare and the baselines read, and the figures): never a checkpoint or the
   # temporary file of one that SIGTERM interrupted, which would exceed what the device tool returns (16 MiB a file).
   find runs/small reports/small -type f \( -name '*.json' -o -name '*.jsonl' -o -name '*.svg' -o -name '*.md' \
-       -o -name '*.html' -o -name train.inputs \) 2>/dev/null | sort >"$out/small-files.txt"
-  tar czf "$out/small-results.tar.gz" -T "$out/small-files.txt" -C "$out" small-make.log
+       -o -name '*.html' -o -name train.inputs \) 2>/dev/null | sort >build/small-files.txt
+  tar czf "$out/small-results.tar.gz" -T build/small-files.txt -C "$out" small-make.log
   echo "small: $((SECONDS - start)) s; records in $out/small-results.tar.gz ($(du -h "$out/small-results.tar.gz" | cut -f1))"
   # What is left, as make sees it: the stages a dry run would start ("mk/reproduce_stage.sh STAGE [RUN]" lines).
   left=$(make -n "${make_vars[@]}" reproduce-stages 2>/dev/null | sed -n 's/^mk\/reproduce_stage\.sh \([a-z]*\) *\([^ ]*\).*/\1 \2/p' |
