@@ -71,7 +71,7 @@ step() {
     [ "$rc" = 0 ] || failed=1
     say "  $name: exit $rc in $((SECONDS - s0)) s$( [ "$rc" = 124 ] && echo " (stopped at its time cap of $t s)")"
   fi
-  tail -n 4 "$state/$name.log" | sed 's/^/      /' | tee -a "$summary"
+  tail -n "$( [ "$name" = bench ] && echo 16 || echo 4)" "$state/$name.log" | sed 's/^/      /' | tee -a "$summary"
 }
 
 step probe 10 60 "$run" probe
