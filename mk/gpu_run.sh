@@ -161,8 +161,9 @@ small)
   tar czf "$out/small-results.tar.gz" -T build/small-files.txt -C "$out" small-make.log
   echo "small: $((SECONDS - start)) s; records in $out/small-results.tar.gz ($(du -h "$out/small-results.tar.gz" | cut -f1))"
   # What is left, as make sees it: the stages a dry run would start ("mk/reproduce_stage.sh STAGE [RUN]" lines).
-  left=$(make -n "${make_vars[@]}" reproduce-stages 2>/dev/null | sed -n 's/^mk\/reproduce_stage\.sh \([a-z]*\) *\([^ ]*\).*/\1 \2/p' |
-         sed 's/ $//' | paste -sd, | sed 's/,/, /g')
+  . mk/reproduce_common.sh
+  left=$(make -n "${make_vars[@]}" reproduce-stages 2>/dev/null | dry_run_stages | sed 's/ $//' | paste -sd, |
+         sed 's/,/, /g')
   echo "small: stages left: ${left:-none}"
   if [ $rc = 0 ]; then
     echo "small: complete"

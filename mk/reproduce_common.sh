@@ -1,5 +1,6 @@
-# Shared by mk/reproduce_plan.sh and mk/reproduce_stage.sh (sourced): reading numbers out of the JSON records and
-# configs without a JSON tool (they are the project's own files: cJSON's output and the experiments/ configs).
+# Shared by mk/reproduce_plan.sh, mk/reproduce_stage.sh and mk/gpu_run.sh (sourced): reading numbers out of the JSON
+# records and configs without a JSON tool (they are the project's own files: cJSON's output and the experiments/
+# configs), and the stages a dry run of make lists.
 
 # json_number FILE KEY: the first number given for "KEY" in FILE (whitespace ignored; a number written as a string,
 # as state.json writes doubles, counts too), or nothing.
@@ -21,4 +22,11 @@ human_duration() {
   if [ "$s" -lt 90 ]; then echo "$s s"
   elif [ "$s" -lt 5400 ]; then echo "$(( (s + 30) / 60 )) min"
   else echo "$(( s / 3600 )) h $(( (s % 3600 + 30) / 60 )) min"; fi
+}
+
+# dry_run_stages [FILE]: the stages a dry run of `make reproduce-stages` lists (FILE, else standard input), one
+# "STAGE RUN" line each (RUN empty for fetch, tokenize and report): every stage's recipe starts with
+# "mk/reproduce_stage.sh STAGE [RUN]" (mk/reproduce.mk's repro_stage).
+dry_run_stages() {
+  sed -nE 's/.*mk\/reproduce_stage\.sh ([a-z]+) ?([^ ]*).*/\1 \2/p' "$@"
 }

@@ -74,7 +74,7 @@ evaluate_estimate() {
   awk -v n="${n:-1000}" -v e="$DEFAULT_EVAL_S_PER_EXAMPLE" 'BEGIN { printf "%.0f default\n", 2 * n * e }'
 }
 
-stages=$(sed -nE 's/.*mk\/reproduce_stage\.sh ([a-z]+) ?([^ ]*).*/\1 \2/p' "$dry")
+stages=$(dry_run_stages "$dry")
 : >"$plan_dir/plan"
 total=0 n=0 counts=""
 while read -r stage run; do

@@ -7,13 +7,8 @@
 # the stages left; called again it continues and completes; a third call after fresh time stamps runs nothing; the
 # results tarball holds the records and the report and no checkpoint. Here with --backend cpu and a few steps (the GPU
 # run is the same command with the defaults). Skips (77) where the build has no CUDA (the bundle needs nvcc's build).
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-fail() { echo "FAIL: $*"; exit 1; }
-[ -x bin/train ] || fail "bin/train missing (run make first)"
+source "$(dirname "$0")/train_common.sh" # set -euo pipefail, cd to the root, bin/ checked, $tmp (KEEP_TMP), fail
 ldd bin/train | grep -q libcudart || { echo "SKIP: bin/train was built without CUDA (no nvcc): no GPU bundle to test"; exit 77; }
-tmp=$(mktemp -d /tmp/test_gpu_bundle.XXXXXX)
-trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
 
 # 1. The bundle: within the carry limit, no CUDA runtime, cuBLAS or NCCL inside, the small experiment's data in it.
 mk/gpu_bundle.sh >"$tmp/bundle.log" 2>&1 || { cat "$tmp/bundle.log"; fail "make gpu-bundle failed"; }
