@@ -1,6 +1,7 @@
 /* Filtered, safety-checked extraction of a DM math archive (see archive_extract.h). Entries are streamed: each data
  * block is written, hashed and line-counted as it arrives, so a 2.3 GB archive needs no temporary copy. */
 #include "datasets/archive_extract.h"
+#include "datasets/disk_space.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -504,6 +505,13 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
         if (selected) {
             snprintf(out_path, sizeof out_path, "%s/%s/%s/%s", o->out_dir, DM_ARCHIVE_ROOT, split, file);
             if (sink_open(&fsink, out_path, -1, err, errlen) != 0) goto out;
+            /* Room for the member as its header states it, asked before a byte is written (disk_space.h). */
+            char what[1200];
+            snprintf(what, sizeof what, "extracting '%s' from %s", path, o->archive_path);
+            if (disk_space_require(o->out_dir, claimed, what, err, errlen) != 0) {
+                sink_discard(&fsink);
+                goto out;
+            }
         }
         if (for_corpus) {
             snprintf(out_path, sizeof out_path, "%s/tokenizer_corpus/%s", o->out_dir, file);

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "datasets/disk_space.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/log.h"
 #include "pipeline/progress.h"
@@ -29,6 +30,11 @@ typedef struct {
     int bad_range;            /* the server resumed at another offset than asked */
     int write_failed;         /* local write error */
     int64_t expected_size;
+    int64_t max_bytes;        /* the cap (0 = none) */
+    const char *url, *dir;    /* for messages and the free-space check */
+    long status;              /* of the response whose headers are arriving */
+    int refused;              /* the header or the body broke the cap (1) or the free space (2): msg holds why */
+    char msg[768];
     Progress progress;
 } Transfer;
 
@@ -42,6 +48,28 @@ static size_t on_header(char *buf, size_t size, size_t n, void *ud) {
     if (strncmp(line, "HTTP/", 5) == 0) { /* new response (redirects produce several) */
         t->range_start = -1;
         t->range_total = -1;
+        const char *sp = strchr(line, ' ');
+        t->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+    } else if (strncasecmp(line, "Content-Length:", 15) == 0 && t->status >= 200 && t->status < 300) {
+        /* The body's size is known before a byte of it: refuse it here if it cannot fit the cap or the disk. */
+        char *end = NULL;
+        errno = 0;
+        long long body = strtoll(line + 15, &end, 10);
+        if (errno == 0 && end != line + 15 && body >= 0) {
+            const int64_t whole = t->offset + (int64_t)body;
+            char what[700];
+            if (t->max_bytes > 0 && whole > t->max_bytes) {
+                snprintf(t->msg, sizeof t->msg, "%s: the server announces %" PRId64 " bytes, more than the download "
+                         "cap of %" PRId64 " bytes (--max-download-bytes)", t->url, whole, t->max_bytes);
+                t->refused = 1;
+                return 0; /* aborts the transfer */
+            }
+            snprintf(what, sizeof what, "the download of %s", t->url);
+            if (disk_space_require(t->dir, (int64_t)body, what, t->msg, sizeof t->msg) != 0) {
+                t->refused = 2;
+                return 0;
+            }
+        }
     } else if (strncasecmp(line, "Content-Range:", 14) == 0) {
         long long a = -1, b = -1, total = -1;
         if (sscanf(line + 14, " bytes %lld-%lld/%lld", &a, &b, &total) >= 2) {
@@ -65,6 +93,13 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud) {
             t->bad_range = 1;
             return 0; /* aborts the transfer */
         }
+    }
+    if (t->max_bytes > 0 && t->offset + t->written + (int64_t)len > t->max_bytes) {
+        /* A body without a length (or longer than it said) is cut at the cap, never written past it. */
+        snprintf(t->msg, sizeof t->msg, "%s: the body grows past the download cap of %" PRId64 " bytes "
+                 "(--max-download-bytes)", t->url, t->max_bytes);
+        t->refused = 1;
+        return 0;
     }
     if (fwrite(data, 1, len, t->fp) != len) {
         t->write_failed = errno ? errno : EIO;
@@ -125,6 +160,14 @@ static int attempt(const DownloadOptions *o, const char *part, char *err, size_t
     memset(&t, 0, sizeof t);
     t.range_start = t.range_total = -1;
     t.expected_size = o->expected_size;
+    t.max_bytes = o->max_bytes;
+    t.url = o->url;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", part);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    t.dir = dir;
     t.offset = file_size_or_zero(part);
     if (o->expected_size > 0 && t.offset == o->expected_size) return 1; /* finished earlier, rename was interrupted */
     if (o->expected_size > 0 && t.offset > o->expected_size) {
@@ -134,6 +177,16 @@ static int attempt(const DownloadOptions *o, const char *part, char *err, size_t
             set_err(err, errlen, "%s: cannot truncate: %s", part, strerror(errno));
             return -1;
         }
+    }
+    if (o->max_bytes > 0 && o->expected_size > o->max_bytes) {
+        set_err(err, errlen, "%s: the manifest's %" PRId64 " bytes are more than the download cap of %" PRId64
+                " bytes (--max-download-bytes)", o->url, o->expected_size, o->max_bytes);
+        return -1;
+    }
+    if (o->expected_size > 0) {
+        char what[700];
+        snprintf(what, sizeof what, "the download of %s", o->url);
+        if (disk_space_require(dir, o->expected_size - t.offset, what, err, errlen) != 0) return -1;
     }
     t.fp = fopen(part, "ab");
     if (!t.fp) {
@@ -181,6 +234,13 @@ static int attempt(const DownloadOptions *o, const char *part, char *err, size_t
     progress_update(&t.progress, file_size_or_zero(part), NULL);
     progress_finish(&t.progress);
 
+    if (t.refused) {
+        /* Permanent: another attempt gets the same answer. A body past the cap is nobody's file; a .part stopped for
+         * want of space is kept, so that a rerun after freeing space resumes it. */
+        set_err(err, errlen, "%s", t.msg);
+        if (t.refused == 1) unlink(part);
+        return -1;
+    }
     if (t.write_failed || close_failed) {
         set_err(err, errlen, "%s: write failed: %s", part, strerror(t.write_failed ? t.write_failed : EIO));
         return -1;

@@ -317,9 +317,34 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
         set_err(err, errlen, "%s: metrics_acc.n, data or files: missing or malformed", path);
         return -1;
     }
-    st->acc.n = (long)accn->valuedouble;
+    /* Domains (a well-formed state with impossible numbers must not be resumed from): counts are whole numbers in
+     * range, the step lies within the run, times and cross-entropies are finite and >= 0 (last_ce is NaN before the
+     * first logged interval), the accumulated metrics are finite. */
+    const double an = accn->valuedouble, ne = nex->valuedouble;
+    if (total < 1 || step < 0 || step > total || tokens < 0 || real_tokens < 0 || real_tokens > tokens) {
+        set_err(err, errlen, "%s: step %ld of total_steps %ld, tokens %ld, real_tokens %ld: out of range", path, step,
+                total, tokens, real_tokens);
+        return -1;
+    }
+    if (!(an >= 0 && an <= (double)total && an == floor(an)) || !(ne >= 0 && ne <= 9007199254740992.0 && ne == floor(ne))) {
+        set_err(err, errlen, "%s: metrics_acc.n %.17g or data.n_examples %.17g: not a count in range", path, an, ne);
+        return -1;
+    }
+    if (!(isfinite(st->wall_time_s) && st->wall_time_s >= 0) ||
+        !(isnan(st->last_ce) || (isfinite(st->last_ce) && st->last_ce >= 0))) {
+        set_err(err, errlen, "%s: wall_time_s %.17g / last_ce %.17g: expected finite numbers >= 0", path,
+                st->wall_time_s, st->last_ce);
+        return -1;
+    }
+    for (int i = 0; i < 6; i++)
+        if (!isfinite(*acc_dst[i]) || ((i == 1 || i == 4) && *acc_dst[i] < 0)) {
+            set_err(err, errlen, "%s: metrics_acc.%s: %.17g is not %s", path, acc_keys[i], *acc_dst[i],
+                    i == 1 || i == 4 ? "a finite number >= 0" : "finite");
+            return -1;
+        }
+    st->acc.n = (long)an;
     snprintf(st->data_tokenizer_sha256, sizeof st->data_tokenizer_sha256, "%s", tsha->valuestring);
-    st->data_n_examples = (uint64_t)nex->valuedouble;
+    st->data_n_examples = (uint64_t)ne;
     const cJSON *trsha = cJSON_GetObjectItemCaseSensitive(data, "train_sha256"); /* optional: older states lack it */
     if (trsha && (!cJSON_IsString(trsha) || strlen(trsha->valuestring) != 64)) {
         set_err(err, errlen, "%s: data.train_sha256: expected a 64-digit hex string", path);

@@ -1,6 +1,7 @@
 /* predictions.jsonl reader (see predictions_read.h). */
 #include "pipeline/predictions_read.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,7 @@ int prediction_table_load(PredictionTable *t, const char *path, char *err, size_
     t->set = xmalloc((size_t)cap);
     t->module = xmalloc((size_t)cap * sizeof *t->module);
     t->correct = xmalloc((size_t)cap);
+    t->answer_loss = xmalloc((size_t)cap * sizeof *t->answer_loss);
     t->key = xmalloc((size_t)cap * sizeof *t->key);
     t->line = xmalloc((size_t)cap * sizeof *t->line);
     cJSON *j = NULL;
@@ -70,12 +72,20 @@ int prediction_table_load(PredictionTable *t, const char *path, char *err, size_
         const char *set = str_field(j, "set"), *module = str_field(j, "module"), *q = str_field(j, "question"),
                    *a = str_field(j, "answer");
         const cJSON *idx = cJSON_GetObjectItemCaseSensitive(j, "index"),
-                    *ok = cJSON_GetObjectItemCaseSensitive(j, "correct");
+                    *ok = cJSON_GetObjectItemCaseSensitive(j, "correct"),
+                    *loss = cJSON_GetObjectItemCaseSensitive(j, "answer_loss");
         int set_id = set && strcmp(set, "interpolate") == 0 ? 0 : set && strcmp(set, "extrapolate") == 0 ? 1 : -1;
-        if (set_id < 0 || !module || !q || !a || !cJSON_IsNumber(idx) || !cJSON_IsBool(ok)) {
+        if (set_id < 0 || !module || !q || !a || !cJSON_IsNumber(idx) || !cJSON_IsBool(ok) || !cJSON_IsNumber(loss)) {
             snprintf(err, errlen, "%s:%ld: needs \"set\" (interpolate|extrapolate), numeric \"index\", string "
-                                  "\"module\", \"question\", \"answer\" and boolean \"correct\"",
+                                  "\"module\", \"question\", \"answer\", boolean \"correct\" and numeric "
+                                  "\"answer_loss\"",
                      path, line_no);
+            goto out;
+        }
+        /* A cross-entropy is finite and non-negative; anything else is a damaged file, not a result to average. */
+        if (!(isfinite(loss->valuedouble) && loss->valuedouble >= 0)) {
+            snprintf(err, errlen, "%s:%ld: answer_loss: expected a finite number >= 0, got %g", path, line_no,
+                     loss->valuedouble);
             goto out;
         }
         /* The index is an example's position in its evaluation set: a whole number that fits a long (a huge or
@@ -91,6 +101,7 @@ int prediction_table_load(PredictionTable *t, const char *path, char *err, size_
             t->set = xrealloc(t->set, (size_t)cap);
             t->module = xrealloc(t->module, (size_t)cap * sizeof *t->module);
             t->correct = xrealloc(t->correct, (size_t)cap);
+            t->answer_loss = xrealloc(t->answer_loss, (size_t)cap * sizeof *t->answer_loss);
             t->key = xrealloc(t->key, (size_t)cap * sizeof *t->key);
             t->line = xrealloc(t->line, (size_t)cap * sizeof *t->line);
         }
@@ -108,6 +119,7 @@ int prediction_table_load(PredictionTable *t, const char *path, char *err, size_
         t->set[t->n] = (unsigned char)set_id;
         t->module[t->n] = m;
         t->correct[t->n] = cJSON_IsTrue(ok) ? 1 : 0;
+        t->answer_loss[t->n] = loss->valuedouble;
         t->key[t->n] = h;
         t->line[t->n] = line_no;
         t->n++;
@@ -130,6 +142,7 @@ void prediction_table_free(PredictionTable *t) {
     free(t->set);
     free(t->module);
     free(t->correct);
+    free(t->answer_loss);
     free(t->key);
     free(t->line);
     for (int i = 0; i < t->n_modules; i++) free(t->modules[i]);

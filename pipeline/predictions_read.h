@@ -12,6 +12,7 @@ typedef struct {
     unsigned char *set;       /* [n] 0 interpolate, 1 extrapolate (EVAL_INTERPOLATE / EVAL_EXTRAPOLATE) */
     int *module;              /* [n] index into modules */
     unsigned char *correct;   /* [n] 0/1 */
+    double *answer_loss;      /* [n] summed answer-token cross-entropy (nats), finite and >= 0 */
     unsigned long long *key;  /* [n] FNV-1a 64 of set, index, module, question and answer: the example's identity */
     long *line;               /* [n] line number in the file (for messages) */
     int n_modules;
@@ -19,7 +20,7 @@ typedef struct {
 } PredictionTable;
 
 /* Reads the file strictly: a header line with "schema" = "dm-math-predictions", then one object per example with
- * "set", "index", "module", "question", "answer" and boolean "correct". Returns 0 or -1 with "<path>:<line>: ..." */
+ * "set", "index", "module", "question", "answer", boolean "correct" and "answer_loss" (a finite number >= 0). Returns 0 or -1 with "<path>:<line>: ..." */
 int prediction_table_load(PredictionTable *t, const char *path, char *err, size_t errlen);
 void prediction_table_free(PredictionTable *t);
 

@@ -131,7 +131,7 @@ static void fmt_vs_baseline(const RunGroup *base, const RunGroup *g, char *out, 
     const RunGroup *pair[2] = {g, base};
     const double w[2] = {1, -1};
     Contrast c;
-    report_contrast(pair, w, 2, SCOPE_ALL, &c);
+    report_contrast(pair, w, 2, SCOPE_ALL, QUANTITY_CORRECT, &c);
     if (!c.ok) snprintf(out, cap, "n/a");
     else if (c.n_seeds == 1) /* no spread across seeds to join: the example bootstrap alone, and said so */
         snprintf(out, cap, "%+.1f [%+.1f, %+.1f] (1 seed: examples only)", 100 * c.boot.estimate, 100 * c.boot.lo,

@@ -42,6 +42,13 @@ static void load_metrics(RunData *r, const char *path) {
             r->loss = xrealloc(r->loss, (size_t)cap * sizeof(double));
             r->ce = xrealloc(r->ce, (size_t)cap * sizeof(double));
         }
+        /* Domains: a step is a count; the cross-entropy is finite and >= 0; the logged loss adds the balancing
+         * terms (a negative entropy), so it is only required to be finite. */
+        if (!(s->valuedouble >= 0 && s->valuedouble <= 1e15)) die("%s:%d: step: %.17g is not a count", path, line_no,
+                                                                s->valuedouble);
+        if (!isfinite(l->valuedouble)) die("%s:%d: loss: %.17g is not finite", path, line_no, l->valuedouble);
+        if (cJSON_IsNumber(c) && !(isfinite(c->valuedouble) && c->valuedouble >= 0))
+            die("%s:%d: ce: %.17g is not a finite number >= 0", path, line_no, c->valuedouble);
         r->step[r->n_points] = s->valuedouble;
         r->loss[r->n_points] = l->valuedouble;
         r->ce[r->n_points] = cJSON_IsNumber(c) ? c->valuedouble : l->valuedouble;
@@ -88,12 +95,17 @@ static void load_eval_curve(RunData *r, const char *path) {
             for (int s = 0; s < EVAL_N_SETS; s++)
                 r->curve_acc[s] = xrealloc(r->curve_acc[s], (size_t)cap * sizeof(double));
         }
+        if (!(st->valuedouble >= 0 && st->valuedouble <= 1e15))
+            die("%s:%d: step: %.17g is not a count", path, line_no, st->valuedouble);
         r->curve_step[r->n_curve] = st->valuedouble;
         for (int s = 0; s < EVAL_N_SETS; s++) {
             const cJSON *set = cJSON_GetObjectItemCaseSensitive(sets, EVAL_SET_NAMES[s]);
             const cJSON *acc = set ? cJSON_GetObjectItemCaseSensitive(set, "accuracy") : NULL;
             if (set && !cJSON_IsNumber(acc))
                 die("%s:%d: sets.%s.accuracy: must be a number", path, line_no, EVAL_SET_NAMES[s]);
+            if (set && !(acc->valuedouble >= 0 && acc->valuedouble <= 1))
+                die("%s:%d: sets.%s.accuracy: %.17g is not a fraction in [0, 1]", path, line_no, EVAL_SET_NAMES[s],
+                    acc->valuedouble);
             r->curve_acc[s][r->n_curve] = set ? acc->valuedouble : NAN;
         }
         r->n_curve++;

@@ -75,7 +75,8 @@ static int shared_seeds(const RunGroup *const *groups, int n_groups, long *seeds
     return n;
 }
 
-void report_contrast(const RunGroup *const *groups, const double *weights, int n_groups, Scope scope, Contrast *out) {
+void report_contrast(const RunGroup *const *groups, const double *weights, int n_groups, Scope scope,
+                     Quantity quantity, Contrast *out) {
     memset(out, 0, sizeof *out);
     out->boot.estimate = out->boot.lo = out->boot.hi = NAN;
     out->t_lo = out->t_hi = out->verdict_lo = out->verdict_hi = NAN;
@@ -123,14 +124,18 @@ void report_contrast(const RunGroup *const *groups, const double *weights, int n
     }
     out->n_examples = ne;
     double *values = xcalloc((size_t)out->n_seeds * (size_t)ne, sizeof *values);
-    out->has_mcnemar = n_groups == 2 && weights[0] == 1 && weights[1] == -1;
+    out->has_mcnemar = quantity == QUANTITY_CORRECT && n_groups == 2 && weights[0] == 1 && weights[1] == -1;
     for (int s = 0; s < out->n_seeds; s++) {
         double sum = 0;
         long b = 0, c = 0;
         for (long e = 0; e < ne; e++) {
             double v = 0;
-            for (int k = 0; k < n_groups; k++)
-                v += weights[k] * report_group_seed(groups[k], out->seeds[s])->pred.correct[idx[e]];
+            for (int k = 0; k < n_groups; k++) {
+                const PredictionTable *t = &report_group_seed(groups[k], out->seeds[s])->pred;
+                const double q = quantity == QUANTITY_CORRECT ? (double)t->correct[idx[e]] : t->answer_loss[idx[e]];
+                v += weights[k] * q;
+                if (k < 4) out->mean_level[k] += q / ((double)ne * out->n_seeds);
+            }
             values[(size_t)s * ne + e] = v;
             sum += v;
             if (out->has_mcnemar) {

@@ -42,6 +42,10 @@ void report_seed_summary(const RunGroup *g, Metric m, SeedSummary *out);
 /* Which examples a contrast counts. */
 typedef enum { SCOPE_HEADLINE, SCOPE_ALL } Scope;
 
+/* What a contrast averages per example: correctness (0/1, so the contrast is in accuracy) or the summed
+ * answer-token cross-entropy in nats (predictions.jsonl "answer_loss"; lower is better). */
+typedef enum { QUANTITY_CORRECT, QUANTITY_ANSWER_LOSS } Quantity;
+
 typedef struct {
     bool ok;
     char why[1024];                /* when !ok: why it could not be computed */
@@ -52,19 +56,21 @@ typedef struct {
     BootstrapResult boot;          /* hierarchical bootstrap over seeds and examples */
     double t_lo, t_hi;             /* t-interval of the per-seed values across seeds (NaN with one seed) */
     double verdict_lo, verdict_hi; /* the interval the verdict rule reads: the union of the two (see below) */
-    bool has_mcnemar;              /* two configs (weights +1, -1) */
+    double mean_level[4];          /* each config's own mean of the quantity on the scope, over the shared seeds */
+    bool has_mcnemar;              /* two configs (weights +1, -1), QUANTITY_CORRECT */
     long b[REPORT_MAX_SEEDS], c[REPORT_MAX_SEEDS]; /* only the first right / only the second right */
     double p[REPORT_MAX_SEEDS];    /* exact McNemar p */
 } Contrast;
 
-/* sum_k weights[k] * correct(groups[k]) per example, averaged; groups paired by seed number (seeds missing from any
+/* sum_k weights[k] * quantity(groups[k]) per example, averaged; groups paired by seed number (seeds missing from any
  * group are left out). The verdict interval is the union of the hierarchical-bootstrap interval and the t-interval
  * of the per-seed values: the percentile bootstrap over 2 or 3 seeds understates seed variance (it cannot reach
  * beyond the seeds it has; the t quantile 12.7 / 4.3 corrects for that), while the t-interval alone misses example
  * variance and collapses to a point when the seeds happen to agree; a claim is settled only when both exclude 0.
  * Not ok (with why) when a group is NULL, a run has no predictions.jsonl, no seed is shared, or the scope is empty.
  * Dies when two paired runs list different examples (prediction_tables_match). */
-void report_contrast(const RunGroup *const *groups, const double *weights, int n_groups, Scope scope, Contrast *out);
+void report_contrast(const RunGroup *const *groups, const double *weights, int n_groups, Scope scope,
+                     Quantity quantity, Contrast *out);
 
 /* Paired across-seed difference of a per-run metric (a - b by seed number) with its t-interval. */
 typedef struct {

@@ -120,6 +120,69 @@ int result_record_save(const ResultRecord *r, const char *path, char *err, size_
     return rc;
 }
 
+
+/* ---------------------------------------------------------------- domains ---------------------------------- */
+/* A well-formed record can still hold an impossible number (an accuracy of 2, a loss of -5, 1e999 read as inf);
+ * compare and the report must never see one, so every value is checked against its domain here, naming the file,
+ * the field and the value. 0 when it lies in the domain; -1 with err set. */
+
+static int domain_err(char *err, size_t errlen, const char *source, const char *path, const char *key,
+                      const char *domain, double value) {
+    set_err(err, errlen, "%s: %s%s%s: %.17g is not %s", source, path, path[0] ? "." : "", key, value, domain);
+    return -1;
+}
+
+int record_check_fraction(double v, const char *source, const char *path, const char *key, char *err, size_t errlen) {
+    return v >= 0 && v <= 1 ? 0 : domain_err(err, errlen, source, path, key, "a fraction in [0, 1]", v);
+}
+
+int record_check_nonneg(double v, const char *source, const char *path, const char *key, char *err, size_t errlen) {
+    return isfinite(v) && v >= 0 ? 0 : domain_err(err, errlen, source, path, key, "a finite number >= 0", v);
+}
+
+int record_check_count(long v, const char *source, const char *path, const char *key, char *err, size_t errlen) {
+    return v >= 0 ? 0 : domain_err(err, errlen, source, path, key, "a count >= 0", (double)v);
+}
+
+/* The stored accuracy agrees with its counts (the writer computes it as correct / n; 1e-9 absorbs printing). */
+static int check_accuracy(double acc, long correct, long n, const char *source, const char *path, char *err,
+                          size_t errlen) {
+    if (record_check_fraction(acc, source, path, "accuracy", err, errlen)) return -1;
+    if (fabs(acc - safe_ratio(correct, n)) > 1e-9) {
+        set_err(err, errlen, "%s: %s.accuracy: %.17g disagrees with correct / n = %ld / %ld", source, path, acc,
+                correct, n);
+        return -1;
+    }
+    return 0;
+}
+
+static int check_ci(const double ci[2], const char *source, const char *path, char *err, size_t errlen) {
+    if (record_check_fraction(ci[0], source, path, "ci95[0]", err, errlen) ||
+        record_check_fraction(ci[1], source, path, "ci95[1]", err, errlen))
+        return -1;
+    if (ci[0] > ci[1]) {
+        set_err(err, errlen, "%s: %s.ci95: [%.17g, %.17g] has lo > hi", source, path, ci[0], ci[1]);
+        return -1;
+    }
+    return 0;
+}
+
+/* One evaluated set or module: counts, accuracy, interval, answer loss. */
+static int check_eval_values(long n, long correct, double acc, const double ci[2], double loss, const char *source,
+                             const char *path, char *err, size_t errlen) {
+    if (record_check_count(n, source, path, "n", err, errlen) ||
+        record_check_count(correct, source, path, "correct", err, errlen))
+        return -1;
+    if (correct > n) {
+        set_err(err, errlen, "%s: %s: correct %ld exceeds n %ld", source, path, correct, n);
+        return -1;
+    }
+    if (check_accuracy(acc, correct, n, source, path, err, errlen) || check_ci(ci, source, path, err, errlen) ||
+        record_check_nonneg(loss, source, path, "mean_answer_loss", err, errlen))
+        return -1;
+    return 0;
+}
+
 /* ---------------------------------------------------------------- reading ---------------------------------- */
 
 /* A string field copied into a fixed buffer; too long is an error rather than a silent truncation. */
@@ -192,11 +255,30 @@ static int set_from_json(SetEval *s, const cJSON *obj, const char *source, const
         get_ci(&mr, "ci95", me->ci95);
         json_get_double(&mr, "mean_answer_loss", &me->mean_answer_loss, true);
         if (finish(&mr, err, errlen)) return -1;
+        if (check_eval_values(me->n, me->correct, me->accuracy, me->ci95, me->mean_answer_loss, source, mpath, err,
+                              errlen))
+            return -1;
     }
-    if (s->correct < 0 || s->correct > s->n || s->greedy_agree < 0 || s->greedy_agree > s->greedy_n) {
+    if (s->correct < 0 || s->correct > s->n || s->greedy_n < 0 || s->greedy_agree < 0 ||
+        s->greedy_agree > s->greedy_n || s->greedy_n > s->n) {
         set_err(err, errlen, "%s: %s: inconsistent counts (correct %ld of n %ld, greedy_agree %ld of greedy_n %ld)",
                 source, path, s->correct, s->n, s->greedy_agree, s->greedy_n);
         return -1;
+    }
+    if (check_eval_values(s->n, s->correct, s->accuracy, s->ci95, s->mean_answer_loss, source, path, err, errlen))
+        return -1;
+    /* The modules partition the set: their counts add up to the set's. */
+    if (s->n_modules > 0) {
+        long n = 0, correct = 0;
+        for (int m = 0; m < s->n_modules; m++) {
+            n += s->modules[m].n;
+            correct += s->modules[m].correct;
+        }
+        if (n != s->n || correct != s->correct) {
+            set_err(err, errlen, "%s: %s.modules: counts add up to %ld correct of %ld, the set says %ld of %ld", source,
+                    path, correct, n, s->correct, s->n);
+            return -1;
+        }
     }
     return 0;
 }
@@ -273,6 +355,24 @@ int result_record_from_json(ResultRecord *rec, const cJSON *json, const char *so
         snprintf(path, sizeof path, "evaluation.sets.%s", EVAL_SET_NAMES[i]);
         if (set_from_json(&rec->evaluation.sets[i], set_obj[i], source, path, err, errlen)) return -1;
     }
+    if (record_check_count(rec->n_params, source, "", "n_params", err, errlen) ||
+        record_check_count(rec->training.steps, source, "training", "steps", err, errlen) ||
+        record_check_count(rec->training.tokens, source, "training", "tokens", err, errlen) ||
+        record_check_nonneg(rec->training.wall_time_s, source, "training", "wall_time_s", err, errlen) ||
+        record_check_nonneg(rec->training.final_train_loss, source, "training", "final_train_loss", err, errlen) ||
+        record_check_nonneg(rec->training.tokens_per_s, source, "training", "tokens_per_s", err, errlen) ||
+        record_check_nonneg(rec->evaluation.wall_time_s, source, "evaluation", "wall_time_s", err, errlen) ||
+        record_check_fraction(rec->evaluation.mean_accuracy, source, "evaluation", "mean_accuracy", err, errlen))
+        return -1;
+    {
+        double mean = 0;
+        for (int i = 0; i < EVAL_N_SETS; i++) mean += rec->evaluation.sets[i].accuracy / EVAL_N_SETS;
+        if (fabs(mean - rec->evaluation.mean_accuracy) > 1e-9) {
+            set_err(err, errlen, "%s: evaluation.mean_accuracy: %.17g disagrees with the mean of the sets' accuracies "
+                                 "%.17g", source, rec->evaluation.mean_accuracy, mean);
+            return -1;
+        }
+    }
     if (strcmp(rec->loss_mode, "qa") != 0 && strcmp(rec->loss_mode, "answer_only") != 0) {
         set_err(err, errlen, "%s: loss_mode: expected \"qa\" or \"answer_only\", got \"%s\"", source, rec->loss_mode);
         return -1;
@@ -331,6 +431,13 @@ int train_summary_load(TrainSummary *s, const char *path, char *err, size_t errl
     int rc = 0;
     if (r.error[0]) {
         set_err(err, errlen, "%s", r.error);
+        rc = -1;
+    } else if (record_check_count(s->steps, path, "", "steps", err, errlen) ||
+               record_check_count(s->tokens, path, "", "tokens", err, errlen) ||
+               record_check_count(s->n_params, path, "", "n_params", err, errlen) ||
+               record_check_nonneg(s->wall_time_s, path, "", "wall_time_s", err, errlen) ||
+               record_check_nonneg(s->final_train_loss, path, "", "final_train_loss", err, errlen) ||
+               record_check_nonneg(s->tokens_per_s, path, "", "tokens_per_s", err, errlen)) {
         rc = -1;
     }
     cJSON_Delete(j);
@@ -408,6 +515,7 @@ static int prompt_from_json(AnalysisPrompt *p, const cJSON *obj, const char *sou
     p->n_positions = cJSON_GetArraySize(pieces);
     p->n_answer = (int)n_answer;
     p->n_layers = n_layers;
+    if (record_check_fraction(p->depth_value, source, path, "depth_value", err, errlen)) return -1;
     if (p->n_answer < 1 || p->n_answer >= p->n_positions) {
         set_err(err, errlen, "%s: %s.n_answer: %ld is not in [1, %d)", source, path, n_answer, p->n_positions);
         return -1;
@@ -440,6 +548,10 @@ static int prompt_from_json(AnalysisPrompt *p, const cJSON *obj, const char *sou
                 set_err(err, errlen, "%s: %s.scores[%d][%d]: expected a number", source, path, l, c);
                 return -1;
             }
+            /* A score is an L2 norm of a change in answer distributions: finite and >= 0. */
+            char key[64];
+            snprintf(key, sizeof key, "scores[%d][%d]", l, c);
+            if (record_check_nonneg(v->valuedouble, source, path, key, err, errlen)) return -1;
             p->scores[(size_t)l * p->n_positions + c] = v->valuedouble;
         }
     }
@@ -489,6 +601,7 @@ int analysis_record_from_json(AnalysisRecord *a, const cJSON *json, const char *
     json_get_double(&d, "value", &a->summary_value, true);
     json_get_string(&d, "definition", &def, true);
     if (finish(&d, err, errlen)) return -1;
+    if (record_check_fraction(a->summary_value, source, "depth_summary", "value", err, errlen)) return -1;
     a->summary_definition = xstrdup(def);
     a->n_prompts = cJSON_GetArraySize(prompts);
     a->prompts = xcalloc((size_t)a->n_prompts + 1, sizeof *a->prompts);

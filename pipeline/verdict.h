@@ -14,25 +14,46 @@
  *    contradicted   when it excludes it;
  *    not resolved   when the interval is undefined.
  *
+ *  Effect-size claims (the loss-mode effects and the interaction, in accuracy points, which the paper states as
+ *  numbers: answer-only - Q+A = +7 for the Transformer, +27 for MoEUT, +20 for the interaction): the direction rule
+ *  above first; when it says "not resolved", a fourth outcome
+ *    smaller than the paper's effect   when at least VERDICT_MIN_SEEDS paired seeds went into the interval, the
+ *                   accuracy is off the floor (every configuration of the contrast answers between
+ *                   VERDICT_FLOOR_ACCURACY and 1 - VERDICT_FLOOR_ACCURACY of the examples, so that an effect of the
+ *                   paper's size had room to show), and the whole interval lies below the paper's effect on the
+ *                   paper's side (a bounded null: whatever the effect is here, it is smaller than the paper's).
+ *  It compares sizes in accuracy points on the scope the report names (not the paper's headline module at the
+ *  paper's scale): it says the effect at this size is smaller, not that the paper's effect is absent at its size.
+ *
  * The labels are printed verbatim in the report. */
 #ifndef PIPELINE_VERDICT_H
 #define PIPELINE_VERDICT_H
 
 #include <stdbool.h>
 
-typedef enum { VERDICT_CONSISTENT, VERDICT_CONTRADICTED, VERDICT_NOT_RESOLVED } Verdict;
+typedef enum { VERDICT_CONSISTENT, VERDICT_CONTRADICTED, VERDICT_NOT_RESOLVED, VERDICT_SMALLER_THAN_PAPER } Verdict;
 
 #define VERDICT_MIN_SEEDS 2
+/* "Off the floor": the least accuracy, on the contrast's scope, of every configuration in an effect-size verdict. */
+#define VERDICT_FLOOR_ACCURACY 0.05
 /* "At the paper's scale": at least this fraction of the paper's parameters AND of its training token slots. */
 #define VERDICT_SCALE_FRACTION 0.5
 #define PAPER_PARAMS 228.0e6
 #define PAPER_TOKENS (64.0 * 1024.0 * 100000.0)
 
-/* "consistent", "contradicted", "not resolved at this size" */
+/* "consistent", "contradicted", "not resolved at this size", "smaller than the paper's effect" */
 const char *verdict_label(Verdict v);
 
 /* direction: +1 when the paper says the difference is positive, -1 when negative. */
 Verdict verdict_direction(double lo, double hi, int n_seeds, int direction);
+
+/* The effect-size rule: paper_effect is the paper's signed value of the same difference (its sign gives the
+ * direction, as in verdict_direction); off_floor as defined above. */
+Verdict verdict_effect(double lo, double hi, int n_seeds, double paper_effect, bool off_floor);
+/* Every level in [VERDICT_FLOOR_ACCURACY, 1 - VERDICT_FLOOR_ACCURACY] (accuracies as fractions). */
+bool verdict_off_floor(const double *levels, int n);
+/* The interval lies wholly below the paper's effect on the paper's side (hi < effect for a positive effect). */
+bool verdict_below_paper_effect(double lo, double hi, double paper_effect);
 
 bool verdict_at_paper_scale(double n_params, double train_tokens);
 /* lo, hi, paper_value as fractions (0.41, not 41). */

@@ -147,6 +147,7 @@ static void lower(char *s) {
 typedef struct {
     const char *downloads;
     long retries, connect_timeout, low_speed_time;
+    long max_download_bytes; /* cap on one downloaded file: a server that sends more is refused (default 8 GiB) */
 } NetOptions;
 
 /* One archive resolved to a local file whose size and checksum have been checked. */
@@ -179,10 +180,19 @@ static void reject_download(const Archive *a, char *note, size_t cap) {
     time_t now = time(NULL);
     struct tm tmv;
     strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", gmtime_r(&now, &tmv));
-    snprintf(moved, sizeof moved, "%s/rejected/%s.%s", dir, base, stamp);
     char rejected_dir[PATH_MAX + 600];
     snprintf(rejected_dir, sizeof rejected_dir, "%s/rejected", dir);
-    if (mkdir_p(rejected_dir, err, sizeof err) == 0 && rename(a->path, moved) == 0) {
+    /* Never over an earlier rejection (several can fall in one second): link() refuses an existing name
+     * atomically, so the first free NAME.<time>[.k] is taken and the download then unlinked from its place. */
+    int placed = 0;
+    if (mkdir_p(rejected_dir, err, sizeof err) == 0)
+        for (int k = 1; k <= 1000 && !placed; k++) {
+            if (k == 1) snprintf(moved, sizeof moved, "%s/rejected/%s.%s", dir, base, stamp);
+            else snprintf(moved, sizeof moved, "%s/rejected/%s.%s.%d", dir, base, stamp, k);
+            if (link(a->path, moved) == 0) placed = unlink(a->path) == 0 ? 1 : -1;
+            else if (errno != EEXIST) break;
+        }
+    if (placed == 1) {
         snprintf(note, cap, " (the download was moved aside to %s; the next run downloads it afresh)", moved);
     } else if (unlink(a->path) == 0) {
         snprintf(note, cap, " (the download was removed; the next run downloads it afresh)");
@@ -243,7 +253,7 @@ static void obtain_archive(const char *label, const char *source, const char *pi
             log_info("using the earlier download %s", a->path);
         } else {
             DownloadOptions d = {a->url, a->path, expected_size, net->retries, net->connect_timeout,
-                                 net->low_speed_time, 1.0};
+                                 net->low_speed_time, 1.0, net->max_download_bytes};
             if (download_file(&d, err, sizeof err) != 0) die("%s", err);
         }
     } else if (file_size(a->path) < 0) {
@@ -286,7 +296,7 @@ int main(int argc, char **argv) {
     const char *source = NULL, *out = NULL, *filter = NULL, *pin = NULL, *corpus_source = NULL, *config = NULL;
     const char *manifest_opt = NULL;
     long corpus_pairs = LONG_MIN;
-    NetOptions net = {"data/downloads", 5, 30, 60};
+    NetOptions net = {"data/downloads", 5, 30, 60, 8L << 30};
     const CliOption opts[] = {
         {"config", OPT_STRING, &config, "experiment data.json: settings from its \"fetch\" section (options given here win)", false},
         {"source", OPT_STRING, &source, "official | embedded | http(s):// or file:// URL | archive path (default official)", false},
@@ -301,11 +311,15 @@ int main(int argc, char **argv) {
         {"retries", OPT_INT, &net.retries, "download retries after the first attempt (default 5)", false},
         {"connect-timeout", OPT_INT, &net.connect_timeout, "connect timeout in seconds (default 30)", false},
         {"low-speed-time", OPT_INT, &net.low_speed_time, "abort an attempt below 1 KiB/s for this many seconds (default 60)", false},
+        {"max-download-bytes", OPT_INT, &net.max_download_bytes, "refuse a download larger than this many bytes: a "
+                                                                 "Content-Length above it before the body, a body "
+                                                                 "growing past it at the cap (default 8 GiB)", false},
     };
     cli_parse(argc, argv, "fetch", SUMMARY, opts, (int)(sizeof opts / sizeof opts[0]));
     if (corpus_pairs != LONG_MIN && corpus_pairs < 0) die("--tokenizer-corpus-pairs must be >= 0, got %ld", corpus_pairs);
     if (net.retries < 0 || net.retries > 100) die("--retries must be in [0, 100], got %ld", net.retries);
     if (net.connect_timeout <= 0 || net.low_speed_time <= 0) die("--connect-timeout and --low-speed-time must be positive");
+    if (net.max_download_bytes < 1) die("--max-download-bytes must be >= 1, got %ld", net.max_download_bytes);
     if (!out[0]) die("--out must not be empty");
     struct stat out_st; /* before any download: the output tree replaces only a directory */
     if (lstat(out, &out_st) == 0) {

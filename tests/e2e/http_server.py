@@ -13,6 +13,10 @@ Hostile servers (every request, not only the first):
                       Content-Range ("bytes garbage")
   /longlen/<file>     says Content-Length 100 bytes SHORTER than the file, then sends the whole file
   /shortlen/<file>    says Content-Length 100 bytes LONGER than the file, sends the file, closes the connection
+Servers that would fill a disk (every request):
+  /endless/<file>     200 without Content-Length: the file, then zeros until the client hangs up (at most 30 s and
+                      256 MiB, so the server always stops by itself)
+  /huge/<file>        announces Content-Length 1 TiB, then sends the file and closes
 Every request is appended to --log as one line: "<method> <path> range=<Range header or ->".
 The chosen port (the kernel picks a free one) is written to --port-file once the server is listening.
 """
@@ -23,7 +27,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAULTS = ("drop", "stall", "dropnorange", "badrange", "badcr", "longlen", "shortlen")
+FAULTS = ("drop", "stall", "dropnorange", "badrange", "badcr", "longlen", "shortlen", "endless", "huge")
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -72,6 +76,25 @@ class Handler(BaseHTTPRequestHandler):
                 self.end_headers()
                 return
             status = 206
+        if fault in ("endless", "huge"):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/gzip")
+            if fault == "huge":
+                self.send_header("Content-Length", str(1 << 40))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            try:
+                self.wfile.write(data)
+                if fault == "endless":
+                    chunk, sent, t0 = b"\0" * 65536, 0, time.time()
+                    while sent < (256 << 20) and time.time() - t0 < 30:
+                        self.wfile.write(chunk)
+                        sent += len(chunk)
+                self.wfile.flush()
+            except OSError:
+                pass  # the client hung up at its cap: what the test wants
+            return
         body = data[start:end + 1]
         if fault in ("badrange", "badcr") and not first and status == 206:
             body = data  # the whole file again, whatever offset was asked for

@@ -265,6 +265,45 @@ PY
 check "embedded: manifest consistent" verify_manifest "$T/emb" \
   "$(sha256sum datasets/dm_math_sample.tar.gz | cut -d' ' -f1)" embedded 42
 
+# 11b. Downloads that would fill a disk: refused with one line, nothing left behind, at the cap or before the body.
+run_fetch --source "$BASE/endless/good.tar.gz" --out "$T/rawE" --downloads "$T/dlE" --retries 0 \
+  --max-download-bytes 1048576
+check "endless body: refused (exit 1)" test $? = 1
+check "endless body: one line naming the cap" log_has "the body grows past the download cap of 1048576 bytes"
+check "endless body: nothing kept (no .part, no archive)" test -z "$(ls -A "$T/dlE" 2>/dev/null)"
+check "endless body: no output tree" test ! -e "$T/rawE"
+run_fetch --source "$BASE/huge/good.tar.gz" --out "$T/rawH" --downloads "$T/dlH" --retries 0
+check "1 TiB Content-Length: refused at the header (default cap 8 GiB)" log_has \
+  "the server announces 1099511627776 bytes, more than the download cap of 8589934592 bytes"
+check "1 TiB Content-Length: nothing written" test -z "$(ls -A "$T/dlH" 2>/dev/null)"
+check "a download under the cap still works" run_fetch --source "$BASE/good.tar.gz" --out "$T/rawC" \
+  --downloads "$T/dlC" --max-download-bytes "$SIZE"
+# Free space: a tmpfs of 96 MiB has less than the announced body plus the 64 MiB margin; the .part is kept for a
+# resume after space is freed. (Mounting needs root: a machine without it says so and skips these checks.)
+if mkdir -p "$T/small_fs" && mount -t tmpfs -o size=96m tmpfs "$T/small_fs" 2>/dev/null; then
+  run_fetch --source "$BASE/huge/good.tar.gz" --out "$T/rawS" --downloads "$T/small_fs/dl" --retries 0 \
+    --max-download-bytes 2000000000000
+  check "no room for the announced body: refused naming the file system" log_has \
+    "$T/small_fs/dl: not enough free space for the download of $BASE/huge/good.tar.gz"
+  # an archive member whose header claims more than the room left is refused before it is written
+  head -c $((80 << 20)) /dev/zero | tr '\0' 'x' >"$SRC/big.txt"
+  mkdir -p "$T/bigsrc/mathematics_dataset-v1.0/train-easy"
+  mv "$SRC/big.txt" "$T/bigsrc/mathematics_dataset-v1.0/train-easy/arithmetic__big.txt"
+  tar -czf "$T/big.tar.gz" -C "$T/bigsrc" mathematics_dataset-v1.0
+  rm -rf "$T/bigsrc"
+  run_fetch --source "$T/big.tar.gz" --out "$T/small_fs/raw" --downloads "$T/dl_unused"
+  check "no room for an archive member: refused before extraction" log_has \
+    "not enough free space for extracting 'mathematics_dataset-v1.0/train-easy/arithmetic__big.txt'"
+  check "no room for an archive member: no output tree" test ! -e "$T/small_fs/raw"
+  umount "$T/small_fs"
+else
+  echo "skip - free-space checks: cannot mount a tmpfs here (needs root)"
+fi
+# Rejections in the same second never overwrite one another.
+for i in 1 2 3; do run_fetch --source "$BASE/corrupt.tar.gz" --out "$T/rawR" --downloads "$T/dlR" --retries 0; done
+check "three rejections in one second: three files under rejected/" \
+  test "$(ls "$T/dlR/rejected" | grep -c '^corrupt\.tar\.gz\.')" = 3
+
 # 12. --help and bad options.
 "$FETCH" --help >/dev/null 2>&1
 check "--help exits 0" test $? = 0

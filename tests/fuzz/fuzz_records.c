@@ -1,7 +1,52 @@
 /* The JSON records passed between stages and researchers (pipeline/result_record.c): result.json (evaluate),
  * analysis.json (analyze) and train_summary.json (train), each read strictly from the same input. */
+#include <math.h>
+
 #include "pipeline/result_record.h"
 #include "tests/fuzz/fuzz_common.h"
+
+/* The semantic oracle: whatever a reader accepts lies in its domain (pipeline/result_record.h); a value outside it
+ * that loads is a bug the crash detectors cannot see, so it aborts like one. */
+#define ORACLE(cond)                                                                                                  \
+    do {                                                                                                              \
+        if (!(cond)) {                                                                                                \
+            fprintf(stderr, "fuzz oracle: accepted a record violating %s\n", #cond);                                   \
+            abort();                                                                                                  \
+        }                                                                                                             \
+    } while (0)
+static int fraction(double v) { return v >= 0 && v <= 1; }
+static int nonneg(double v) { return isfinite(v) && v >= 0; }
+
+static void check_result(const ResultRecord *r) {
+    ORACLE(r->n_params >= 0 && r->training.steps >= 0 && r->training.tokens >= 0);
+    ORACLE(nonneg(r->training.final_train_loss) && nonneg(r->training.wall_time_s) && nonneg(r->training.tokens_per_s));
+    ORACLE(fraction(r->evaluation.mean_accuracy) && nonneg(r->evaluation.wall_time_s));
+    for (int s = 0; s < EVAL_N_SETS; s++) {
+        const SetEval *e = &r->evaluation.sets[s];
+        ORACLE(e->n >= 0 && e->correct >= 0 && e->correct <= e->n && fraction(e->accuracy));
+        ORACLE(fraction(e->ci95[0]) && fraction(e->ci95[1]) && e->ci95[0] <= e->ci95[1] && nonneg(e->mean_answer_loss));
+        ORACLE(e->greedy_agree >= 0 && e->greedy_agree <= e->greedy_n && e->greedy_n <= e->n);
+        long n = 0, c = 0;
+        for (int m = 0; m < e->n_modules; m++) {
+            const ModuleEval *me = &e->modules[m];
+            ORACLE(me->n >= 0 && me->correct >= 0 && me->correct <= me->n && fraction(me->accuracy));
+            ORACLE(nonneg(me->mean_answer_loss) && me->ci95[0] <= me->ci95[1]);
+            n += me->n;
+            c += me->correct;
+        }
+        ORACLE(e->n_modules == 0 || (n == e->n && c == e->correct));
+    }
+}
+
+static void check_analysis(const AnalysisRecord *a) {
+    if (!a->enabled) return;
+    ORACLE(fraction(a->summary_value));
+    for (int k = 0; k < a->n_prompts; k++) {
+        const AnalysisPrompt *p = &a->prompts[k];
+        ORACLE(fraction(p->depth_value));
+        for (long i = 0; i < (long)p->n_layers * p->n_positions; i++) ORACLE(nonneg(p->scores[i]));
+    }
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[600], err[4096] = "";
@@ -10,17 +55,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memset(&r, 0, sizeof r);
     int rc = result_record_load(&r, path, err, sizeof err);
     fuzz_check_error(rc, err);
-    if (rc == 0) result_record_free(&r);
+    if (rc == 0) {
+        check_result(&r);
+        result_record_free(&r);
+    }
     AnalysisRecord a;
     memset(&a, 0, sizeof a);
     err[0] = '\0';
     rc = analysis_record_load(&a, path, err, sizeof err);
     fuzz_check_error(rc, err);
-    if (rc == 0) analysis_record_free(&a);
+    if (rc == 0) {
+        check_analysis(&a);
+        analysis_record_free(&a);
+    }
     TrainSummary s;
     memset(&s, 0, sizeof s);
     err[0] = '\0';
     rc = train_summary_load(&s, path, err, sizeof err);
     fuzz_check_error(rc, err);
+    if (rc == 0)
+        ORACLE(s.steps >= 0 && s.tokens >= 0 && s.n_params >= 0 && nonneg(s.final_train_loss) &&
+               nonneg(s.wall_time_s) && nonneg(s.tokens_per_s));
     return 0;
 }

@@ -94,6 +94,38 @@ static void edit_counts(cJSON *j) {
 static void edit_sha(cJSON *j) { cJSON_ReplaceItemInObject(j, "config_sha256", cJSON_CreateString("XYZ")); }
 static void edit_mode(cJSON *j) { cJSON_ReplaceItemInObject(j, "loss_mode", cJSON_CreateString("both")); }
 
+/* Well-formed records with impossible numbers: each must be refused naming the field. */
+static cJSON *set_of(cJSON *j, const char *set) {
+    return cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "evaluation"), "sets"), set);
+}
+static cJSON *first_module(cJSON *j) { return cJSON_GetObjectItem(set_of(j, "interpolate"), "modules")->child; }
+static void edit_acc_two(cJSON *j) { cJSON_ReplaceItemInObject(set_of(j, "interpolate"), "accuracy", cJSON_CreateNumber(2.0)); }
+static void edit_acc_inf(cJSON *j) { cJSON_ReplaceItemInObject(set_of(j, "extrapolate"), "accuracy", cJSON_CreateNumber(INFINITY)); }
+static void edit_acc_off(cJSON *j) { cJSON_ReplaceItemInObject(set_of(j, "interpolate"), "accuracy", cJSON_CreateNumber(0.5)); }
+static void edit_mean_acc(cJSON *j) {
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(j, "evaluation"), "mean_accuracy", cJSON_CreateNumber(2.0));
+}
+static void edit_loss_neg(cJSON *j) { cJSON_ReplaceItemInObject(set_of(j, "interpolate"), "mean_answer_loss", cJSON_CreateNumber(-5)); }
+static void edit_loss_inf(cJSON *j) {
+    cJSON_ReplaceItemInObject(first_module(j), "mean_answer_loss", cJSON_CreateNumber(-INFINITY));
+}
+static void edit_module_count(cJSON *j) { cJSON_ReplaceItemInObject(first_module(j), "n", cJSON_CreateNumber(-3)); }
+static void edit_module_sum(cJSON *j) {
+    cJSON *m = first_module(j);
+    const double n = cJSON_GetObjectItem(m, "n")->valuedouble + 1;
+    cJSON_ReplaceItemInObject(m, "n", cJSON_CreateNumber(n));
+    cJSON_ReplaceItemInObject(m, "accuracy",
+                              cJSON_CreateNumber(cJSON_GetObjectItem(m, "correct")->valuedouble / n));
+}
+static void edit_ci(cJSON *j) {
+    cJSON *ci = cJSON_GetObjectItem(set_of(j, "interpolate"), "ci95");
+    cJSON_ReplaceItemInArray(ci, 1, cJSON_CreateNumber(1.5));
+}
+static void edit_train_loss(cJSON *j) {
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(j, "training"), "final_train_loss", cJSON_CreateNumber(NAN));
+}
+static void edit_params(cJSON *j) { cJSON_ReplaceItemInObject(j, "n_params", cJSON_CreateNumber(-1)); }
+
 START_TEST(result_rejects_bad_records) {
     char err[512];
     ck_assert_int_eq(load_edited(edit_unknown, err, sizeof err), -1);
@@ -110,6 +142,27 @@ START_TEST(result_rejects_bad_records) {
     ck_assert_msg(strstr(err, "config_sha256"), "%s", err);
     ck_assert_int_eq(load_edited(edit_mode, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "loss_mode"), "%s", err);
+    const struct {
+        void (*edit)(cJSON *);
+        const char *field, *value;
+    } DOMAIN[] = {
+        {edit_acc_two, "evaluation.sets.interpolate.accuracy", ": 2 is not a fraction in [0, 1]"},
+        {edit_acc_inf, "evaluation.sets.extrapolate.accuracy", "is not a fraction in [0, 1]"},
+        {edit_acc_off, "evaluation.sets.interpolate.accuracy", "disagrees with correct / n"},
+        {edit_mean_acc, "evaluation.mean_accuracy", ": 2 is not a fraction in [0, 1]"},
+        {edit_loss_neg, "evaluation.sets.interpolate.mean_answer_loss", ": -5 is not a finite number >= 0"},
+        {edit_loss_inf, ".mean_answer_loss", "is not a finite number >= 0"},
+        {edit_module_count, ".n: -3 is not a count >= 0", "modules"},
+        {edit_module_sum, "evaluation.sets.interpolate.modules", "counts add up to"},
+        {edit_ci, "evaluation.sets.interpolate.ci95[1]", ": 1.5 is not a fraction in [0, 1]"},
+        {edit_train_loss, "training.final_train_loss", "is not a finite number >= 0"},
+        {edit_params, "n_params", ": -1 is not a count >= 0"},
+    };
+    for (size_t k = 0; k < sizeof DOMAIN / sizeof DOMAIN[0]; k++) {
+        ck_assert_int_eq(load_edited(DOMAIN[k].edit, err, sizeof err), -1);
+        ck_assert_msg(strstr(err, "edited.json: ") && strstr(err, DOMAIN[k].field) && strstr(err, DOMAIN[k].value),
+                      "case %zu: %s", k, err);
+    }
 }
 END_TEST
 

@@ -237,17 +237,20 @@ END_TEST
  *   depth summary: dense_qa .40, .41; dense_answer .70, .72; moeut_qa .90, .92; moeut_answer .70, .71
  * so that the depth claims come out consistent (dense_answer > dense_qa: +.30, +.31; moeut_qa > dense_qa: +.50,
  * +.51), not resolved (moeut_answer vs dense_answer: 0, -.01) and contradicted (moeut_answer < moeut_qa: -.20,
- * -.21). */
+ * -.21).
+ * Answer loss per example: the config's level per seed plus 0.01 * (i mod 5), so answer-only - Q+A is -0.50, -0.48
+ * (Transformer) and -1.20, -1.15 (MoEUT) on every example of the seed: lower on the paper's side. */
 static const struct {
     const char *cfg, *arch, *mode;
     long correct[2];
     double depth[2];
-} SEEDED[4] = {{"dense_qa", "dense", "qa", {40, 44}, {0.40, 0.41}},
-               {"dense_answer", "dense", "answer_only", {48, 50}, {0.70, 0.72}},
-               {"moeut_qa", "moeut", "qa", {36, 30}, {0.90, 0.92}},
-               {"moeut_answer", "moeut", "answer_only", {63, 56}, {0.70, 0.71}}};
+    double loss[2];
+} SEEDED[4] = {{"dense_qa", "dense", "qa", {40, 44}, {0.40, 0.41}, {3.0, 3.1}},
+               {"dense_answer", "dense", "answer_only", {48, 50}, {0.70, 0.72}, {2.5, 2.62}},
+               {"moeut_qa", "moeut", "qa", {36, 30}, {0.90, 0.92}, {3.2, 3.0}},
+               {"moeut_answer", "moeut", "answer_only", {63, 56}, {0.70, 0.71}, {2.0, 1.85}}};
 
-static void write_predictions(const char *path, const char *run, long correct, long shift_index) {
+static void write_predictions_loss(const char *path, const char *run, long correct, long shift_index, double loss) {
     StrBuf b;
     sb_init(&b);
     sb_printf(&b, "{\"schema\":\"dm-math-predictions\",\"schema_version\":1,\"experiment\":\"unit\",\"run\":\"%s\","
@@ -255,14 +258,19 @@ static void write_predictions(const char *path, const char *run, long correct, l
     for (int i = 0; i < 3; i++)
         sb_printf(&b, "{\"set\":\"interpolate\",\"index\":%d,\"module\":\"arithmetic__mul\","
                       "\"question\":\"Q: %d*2 A:\",\"answer\":\"%d\",\"predicted\":\"0\",\"correct\":false,"
-                      "\"answer_loss\":1}\n",
-                  i, i, 2 * i);
+                      "\"answer_loss\":%.17g}\n",
+                  i, i, 2 * i, loss + 0.01 * (i % 5));
     for (long i = 0; i < 100; i++)
         sb_printf(&b, "{\"set\":\"extrapolate\",\"index\":%ld,\"module\":\"arithmetic__mul_div_multiple_longer\","
                       "\"question\":\"Q: %ld A:\",\"answer\":\"%ld\",\"predicted\":\"x\",\"correct\":%s,"
-                      "\"answer_loss\":1}\n", i + shift_index, i, i, i < correct ? "true" : "false");
+                      "\"answer_loss\":%.17g}\n", i + shift_index, i, i, i < correct ? "true" : "false",
+                  loss + 0.01 * (i % 5));
     rtu_write(path, b.data);
     sb_free(&b);
+}
+
+static void write_predictions(const char *path, const char *run, long correct, long shift_index) {
+    write_predictions_loss(path, run, correct, shift_index, 1);
 }
 
 static void make_seeded_runs(void) {
@@ -293,7 +301,7 @@ static void make_seeded_runs(void) {
             ck_assert_msg(analysis_record_save(&a, p, err, sizeof err) == 0, "%s", err);
             analysis_record_free(&a);
             snprintf(p, sizeof p, "%s/%s/predictions.jsonl", g_runs, run);
-            write_predictions(p, run, SEEDED[k].correct[s], 0);
+            write_predictions_loss(p, run, SEEDED[k].correct[s], 0, SEEDED[k].loss[s]);
         }
     /* accuracy during training for one run only: drawn for it, no error for the others */
     snprintf(p, sizeof p, "%s/dense_qa/eval_curve.jsonl", g_runs);
@@ -359,7 +367,7 @@ START_TEST(seeds_aggregated_compared_and_judged) {
     ck_assert_msg(strstr(md, "- Transformer, loss on Q+A, 41% on arithmetic__mul_div_multiple_longer: not resolved at "
                              "this size. Ours 42.0% ["),
                   "%s", md_line(md, "- Transformer, loss on Q+A, 41%"));
-    l = md_line(md, "- Answer-only loss helps MoEUT more than the Transformer");
+    l = md_line(md, "- Answer-only loss helps MoEUT more than the Transformer, i.e.");
     ck_assert_msg(l && strstr(l, "+20 points): consistent. Ours, in points on arithmetic__mul_div_multiple_longer: "
                                  "+19.5 ["),
                   "%s", l ? l : md);
@@ -384,13 +392,36 @@ START_TEST(seeds_aggregated_compared_and_judged) {
         if (len >= sizeof item) len = sizeof item - 1;
         memcpy(item, q, len);
         item[len] = '\0';
-        if (strstr(item, "Claims about a difference") || strstr(item, "The four headline numbers")) continue;
+        if (strstr(item, "Claims about a difference") || strstr(item, "The four headline numbers") ||
+            strstr(item, "The loss-mode effects and the interaction, which"))
+            continue;
         int labels = (strstr(item, ": consistent.") != NULL) + (strstr(item, ": contradicted.") != NULL) +
-                     (strstr(item, ": not resolved at this size.") != NULL);
+                     (strstr(item, ": not resolved at this size.") != NULL) +
+                     (strstr(item, ": smaller than the paper's effect") != NULL);
         ck_assert_msg(labels == 1, "verdict line with %d labels: %s", labels, item);
         n_lines++;
     }
-    ck_assert_int_eq(n_lines, 4 + 1 + 4);
+    ck_assert_int_eq(n_lines, 4 + 6 + 1 + 4);
+    /* the effects on all 103 examples. Accuracy, Transformer: +8/103, +6/103 = 7.77, 5.83 points; t half-width
+     * 12.7062 * 1.373 / sqrt 2 = 12.3 reaches the paper's +7: not resolved. MoEUT: 26.2, 25.2: consistent. */
+    l = md_line(md, "- Answer-only loss helps the Transformer (dense_answer - dense_qa > 0) (paper: +7 points on "
+                    "arithmetic__mul_div_multiple_longer), on accuracy over all 103 evaluation examples:");
+    ck_assert_msg(l && strstr(l, "examples: not resolved at this size. Ours: +6.8 points [") &&
+                      strstr(l, "per seed +7.8, +5.8; accuracies dense_answer 47.6%, dense_qa 40.8%."),
+                  "%s", l ? l : md);
+    l = md_line(md, "- Answer-only loss helps MoEUT (moeut_answer - moeut_qa > 0) (paper: +27 points");
+    ck_assert_msg(l && strstr(l, "examples: consistent. Ours: +25.7 points ["), "%s", l ? l : md);
+    /* answer loss: -0.50, -0.48 -> mean -0.49, t half-width 12.7062 * .014142 / sqrt 2 = .127 -> [-0.617, -0.363],
+     * and the bootstrap over two seeds [-0.500, -0.480]: the union */
+    l = md_line(md, "- Answer-only loss helps the Transformer (dense_answer - dense_qa > 0), on the mean answer loss");
+    ck_assert_msg(l && strstr(l, "lower is better; the paper reports accuracy only): consistent. Ours: -0.490 nats "
+                                 "[-0.500, -0.480] (bootstrap, 2 seeds x 103 examples); t across seeds [-0.617, "
+                                 "-0.363]; verdict interval [-0.617, -0.363]; per seed -0.500, -0.480."),
+                  "%s", l ? l : md);
+    /* interaction on the loss: -0.70, -0.67: consistent (lower on the paper's side) */
+    l = md_line(md, "- Answer-only loss helps MoEUT more than the Transformer ((moeut_answer - moeut_qa) - "
+                    "(dense_answer - dense_qa) > 0), on the mean answer loss");
+    ck_assert_msg(l && strstr(l, "only): consistent. Ours: -0.685 nats"), "%s", l ? l : md);
     /* what differs: the seed (recorded config and the run's own), the arch and the loss mode; not steps */
     ck_assert(strstr(md, "| train.seed | 1 | 2 | 1 | 2 | 1 | 2 | 1 | 2 |"));
     ck_assert(strstr(md, "| (run) seed | \"1\" | \"2\" |"));

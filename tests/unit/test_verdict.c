@@ -52,6 +52,34 @@ START_TEST(paper_number_rule) {
 }
 END_TEST
 
+/* The effect-size rule: direction first; a bounded null only off the floor, with seeds, below the paper's effect. */
+START_TEST(effect_rule) {
+    const double levels_ok[4] = {0.10, 0.12, 0.30, 0.94}, levels_floor[2] = {0.03, 0.20},
+                 levels_ceiling[2] = {0.50, 0.97};
+    ck_assert(verdict_off_floor(levels_ok, 4));
+    ck_assert(!verdict_off_floor(levels_floor, 2));
+    ck_assert(!verdict_off_floor(levels_ceiling, 2));
+    ck_assert(!verdict_off_floor(levels_ok, 0));
+    /* paper +7 points: an interval excluding 0 decides the direction whatever its size */
+    ck_assert_int_eq(verdict_effect(0.01, 0.03, 3, 0.07, true), VERDICT_CONSISTENT);
+    ck_assert_int_eq(verdict_effect(-0.03, -0.01, 3, 0.07, true), VERDICT_CONTRADICTED);
+    /* containing 0, wholly below +7: smaller than the paper's effect, only off the floor and with >= 2 seeds */
+    ck_assert_int_eq(verdict_effect(-0.01, 0.02, 3, 0.07, true), VERDICT_SMALLER_THAN_PAPER);
+    ck_assert_int_eq(verdict_effect(-0.01, 0.02, 3, 0.07, false), VERDICT_NOT_RESOLVED);
+    ck_assert_int_eq(verdict_effect(-0.01, 0.02, 1, 0.07, true), VERDICT_NOT_RESOLVED);
+    /* reaching the paper's effect: not resolved */
+    ck_assert_int_eq(verdict_effect(-0.01, 0.07, 3, 0.07, true), VERDICT_NOT_RESOLVED);
+    ck_assert_int_eq(verdict_effect(-0.01, 0.12, 3, 0.07, true), VERDICT_NOT_RESOLVED);
+    /* a negative paper effect mirrors it */
+    ck_assert_int_eq(verdict_effect(-0.02, 0.01, 3, -0.05, true), VERDICT_SMALLER_THAN_PAPER);
+    ck_assert_int_eq(verdict_effect(-0.06, 0.01, 3, -0.05, true), VERDICT_NOT_RESOLVED);
+    ck_assert_int_eq(verdict_effect(NAN, 0.01, 3, 0.07, true), VERDICT_NOT_RESOLVED);
+    ck_assert(verdict_below_paper_effect(0.01, 0.03, 0.07));
+    ck_assert(!verdict_below_paper_effect(0.01, 0.08, 0.07));
+    ck_assert_str_eq(verdict_label(VERDICT_SMALLER_THAN_PAPER), "smaller than the paper's effect");
+}
+END_TEST
+
 START_TEST(config_differences) {
     cJSON *a = cJSON_Parse("{\"description\":\"a\",\"model\":{\"arch\":\"dense\",\"d_model\":128,\"d_ff\":512},"
                            "\"train\":{\"lr\":0.002,\"seed\":1,\"betas\":[0.9,0.99]}}");
@@ -168,6 +196,7 @@ int main(void) {
     TCase *tc = tcase_create("verdict");
     tcase_add_test(tc, direction_three_outcomes);
     tcase_add_test(tc, paper_number_rule);
+    tcase_add_test(tc, effect_rule);
     tcase_add_test(tc, config_differences);
     tcase_add_test(tc, run_names);
     tcase_add_test(tc, record_identity);
