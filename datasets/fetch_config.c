@@ -15,7 +15,7 @@ void fetch_config_free(FetchConfig *c) {
 
 int fetch_config_load(const char *path, FetchConfig *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
-    c->root = json_load_file(path, err, errlen);
+    c->root = json_load_file(path, JSON_KIND_CONFIG, err, errlen);
     if (!c->root) return -1;
     if (!cJSON_IsObject(c->root)) {
         set_err(err, errlen, "%s: expected a JSON object at the top level", path);

@@ -34,7 +34,7 @@ static int contains_name(const cJSON *arr, const char *name) {
 
 int dataset_manifest_load(const char *path, DatasetManifest *m, char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
-    m->root = json_load_file(path, err, errlen);
+    m->root = json_load_file(path, JSON_KIND_MANIFEST, err, errlen);
     if (!m->root) return -1;
     JsonReader r;
     json_reader_init(&r, m->root, path, "");

@@ -59,7 +59,7 @@ int fetch_output_up_to_date(const char *path, const FetchRecord *rec) {
     FILE *probe = fopen(path, "rb");
     if (!probe) return 0;
     fclose(probe);
-    cJSON *root = json_load_file(path, err, sizeof err);
+    cJSON *root = json_load_file(path, JSON_KIND_MANIFEST, err, sizeof err);
     if (!root) return 0;
     const cJSON *schema = cJSON_GetObjectItemCaseSensitive(root, "schema");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "schema_version");

@@ -16,6 +16,7 @@
 #include "datasets/bpe_text.h"
 #include "datasets/bpe_train.h"
 #include "pipeline/atomic_file.h"
+#include "pipeline/config.h"
 #include "pipeline/limits.h"
 #include "pipeline/log.h"
 #include "pipeline/sha256.h"
@@ -222,9 +223,17 @@ fail:
 Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
     char *text = NULL;
     size_t n = 0;
-    if (read_file_limited(path, LIMIT_JSON_FILE_BYTES, "JSON file", &text, &n, err, errlen) != 0) return NULL;
+    const JsonLimit *lim = &JSON_LIMITS[JSON_KIND_TOKENIZER];
+    if (read_file_limited(path, lim->max_bytes, "JSON file (a tokenizer)", &text, &n, err, errlen) != 0) return NULL;
     if (strlen(text) != n) {
         set_err(err, errlen, "%s: contains a NUL byte (not a tokenizer file)", path);
+        free(text);
+        return NULL;
+    }
+    const uint64_t values = json_count_values(text, n); /* before the parser allocates a node per value */
+    if (values > lim->max_values) {
+        set_err(err, errlen, "%s: %llu JSON values, more than the %llu %s may hold", path, (unsigned long long)values,
+                (unsigned long long)lim->max_values, lim->name);
         free(text);
         return NULL;
     }

@@ -61,7 +61,7 @@ static int compile_full_match(regex_t *re, const char *pattern, char *err, size_
 
 int tokenize_config_load(const char *path, TokenizeConfig *c, char *err, size_t errlen) {
     tokenize_config_defaults(c);
-    cJSON *root = json_load_file(path, err, errlen);
+    cJSON *root = json_load_file(path, JSON_KIND_CONFIG, err, errlen);
     if (!root) return -1;
     int rc = -1;
     if (!cJSON_IsObject(root)) {
@@ -216,7 +216,7 @@ static int raw_manifest_load(RawManifest *m, const char *raw_dir, char *err, siz
         set_err(err, errlen, "%s: missing (the raw directory must come from the fetch stage)", path);
         return -1;
     }
-    m->root = json_load_file(path, err, errlen);
+    m->root = json_load_file(path, JSON_KIND_MANIFEST, err, errlen);
     if (!m->root) return -1;
     if (sha256_file_hex(path, m->sha256, err, errlen) != 0) return -1;
     const cJSON *schema = cJSON_GetObjectItemCaseSensitive(m->root, "schema");

@@ -14,7 +14,7 @@
 int run_seeds_read(const char *path, long **seeds, int *n, char *err, size_t errlen) {
     *seeds = NULL;
     *n = 0;
-    cJSON *root = json_load_file(path, err, errlen);
+    cJSON *root = json_load_file(path, JSON_KIND_CONFIG, err, errlen);
     if (!root) return -1;
     int rc = -1;
     long *out = NULL;

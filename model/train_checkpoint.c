@@ -432,7 +432,7 @@ int train_checkpoint_save(const char *dir, Model *m, const AdamW *opt, TrainStat
 int train_state_read(const char *dir, TrainState *st, char *err, size_t errlen) {
     char path[4096];
     join(path, sizeof path, dir, TRAIN_STATE_FILE, "");
-    cJSON *j = json_load_file(path, err, errlen);
+    cJSON *j = json_load_file(path, JSON_KIND_STATE, err, errlen);
     if (!j) return -1;
     char ms[65], os[65];
     int rc = state_from_json(j, path, st, ms, os, err, errlen);
@@ -446,7 +446,7 @@ int train_checkpoint_load(const char *dir, Model *m, AdamW *opt, TrainState *st,
     join(state_f, sizeof state_f, dir, TRAIN_STATE_FILE, "");
     join(model_f, sizeof model_f, dir, TRAIN_MODEL_FILE, "");
     join(optim_f, sizeof optim_f, dir, TRAIN_OPTIM_FILE, "");
-    cJSON *j = json_load_file(state_f, err, errlen);
+    cJSON *j = json_load_file(state_f, JSON_KIND_STATE, err, errlen);
     if (!j) return -1;
     char want_model[65], want_optim[65];
     int rc = state_from_json(j, state_f, st, want_model, want_optim, err, errlen);

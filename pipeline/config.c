@@ -13,12 +13,51 @@
 #include "pipeline/limits.h"
 #include "pipeline/log.h"
 
-cJSON *json_load_file(const char *path, char *err, size_t errlen) {
+const JsonLimit JSON_LIMITS[JSON_KIND_N] = {
+    [JSON_KIND_CONFIG] = {"a config", 1ull << 20, 50000},
+    [JSON_KIND_STATE] = {"a checkpoint state", 1ull << 20, 10000},
+    [JSON_KIND_RECORD] = {"a record", 8ull << 20, 500000},
+    [JSON_KIND_MANIFEST] = {"a manifest", 8ull << 20, 200000},
+    [JSON_KIND_TOKENIZER] = {"a tokenizer", 16ull << 20, 600000},
+    [JSON_KIND_BATCH] = {"a batch", 8ull << 20, 1000000},
+};
+
+uint64_t json_count_values(const char *text, size_t n) {
+    uint64_t values = 1;
+    bool in_string = false;
+    for (size_t i = 0; i < n; i++) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\') i++; /* the escaped character cannot end the string */
+            else if (c == '"') in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == ',' || c == '[' || c == '{') {
+            values++;
+        }
+    }
+    return values;
+}
+
+cJSON *json_load_file(const char *path, JsonKind kind, char *err, size_t errlen) {
+    if ((int)kind < 0 || kind >= JSON_KIND_N) die("json_load_file: bad kind %d", (int)kind);
+    const JsonLimit *lim = &JSON_LIMITS[kind];
     char *text = NULL;
     size_t n = 0;
-    if (read_file_limited(path, LIMIT_JSON_FILE_BYTES, "JSON file", &text, &n, err, errlen) != 0) return NULL;
+    char what[64];
+    snprintf(what, sizeof what, "JSON file (%s)", lim->name);
+    if (read_file_limited(path, lim->max_bytes, what, &text, &n, err, errlen) != 0) return NULL;
     if (strlen(text) != n) {
         set_err(err, errlen, "%s: contains a NUL byte (not a JSON text file)", path);
+        free(text);
+        return NULL;
+    }
+    /* Parsed, every value is a node: bound them before the parser allocates (a file of "[0,0,...]" inside the byte
+     * limit would otherwise cost 40 times its size). */
+    const uint64_t values = json_count_values(text, n);
+    if (values > lim->max_values) {
+        set_err(err, errlen, "%s: %llu JSON values, more than the %llu %s may hold", path,
+                (unsigned long long)values, (unsigned long long)lim->max_values, lim->name);
         free(text);
         return NULL;
     }

@@ -9,8 +9,16 @@
 
 #include "pipeline/atomic_file.h"
 
-/* Reads and parses a JSON file. On error returns NULL and writes "<path>: <problem>" (with line for syntax errors). */
-cJSON *json_load_file(const char *path, char *err, size_t errlen);
+#include "pipeline/limits.h"
+
+/* Reads and parses a JSON file of the given kind, bounded by JSON_LIMITS[kind] (bytes, then values counted by a scan
+ * of the text before parsing). On error returns NULL and writes "<path>: <problem>" (with line:column for syntax
+ * errors; the limit and the count for a file over its kind's bounds). */
+cJSON *json_load_file(const char *path, JsonKind kind, char *err, size_t errlen);
+
+/* Values of a JSON text (numbers, strings, literals, arrays, objects; object keys are not values): an upper bound
+ * that the parser cannot exceed, counted without allocating (commas and opening brackets outside strings, plus one). */
+uint64_t json_count_values(const char *text, size_t n);
 
 /* Strict object reader. Usage:
  *   JsonReader r; json_reader_init(&r, obj, "experiments/tiny.json", "train");

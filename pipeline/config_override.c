@@ -158,7 +158,7 @@ int config_load_with_overrides(LoadedConfig *c, const char *path, const char *co
     if (rc == 0) rc = read_file_all(path, &bytes, &n, err, errlen);
     if (rc == 0) {
         config_overrides_sha256(bytes, n, &c->prov, c->sha256);
-        c->json = json_load_file(path, err, errlen);
+        c->json = json_load_file(path, JSON_KIND_CONFIG, err, errlen);
         if (!c->json) rc = -1;
     }
     if (rc == 0) rc = config_overrides_apply(&o, c->json, path, err, errlen);

@@ -9,9 +9,29 @@
 
 #include <stdint.h>
 
-/* A JSON file: configs, records, manifests, tokenizer.json, state.json (largest written: a fetch manifest of every
- * module, about 100 KiB; tokenizer.json of 512 pieces, 50 KiB). */
-#define LIMIT_JSON_FILE_BYTES (64ull << 20)
+/* JSON files, by kind: a cap on the file's bytes and on its values (every number, string, literal, array and object
+ * counts one), both checked before parsing. Parsed, a value costs about 80 bytes (a cJSON node and its allocation)
+ * and strings are copied, so a file admitted by its kind's limits costs at most about
+ *     2 * max_bytes + 80 * max_values
+ * (tests/unit/test_json_limits.c measures the worst file of each kind against that). The largest file written of
+ * each kind is in parentheses; the limits leave room for the paper's scale. */
+typedef enum {
+    JSON_KIND_CONFIG,    /* run configs, data.json, seeds.json, tolerances.json (5 KiB, 300 values) */
+    JSON_KIND_STATE,     /* a checkpoint's state.json (1.4 KiB, 50 values) */
+    JSON_KIND_RECORD,    /* result.json, analysis.json, train_summary.json, spread.json (the paper's result with its
+                          * routing counts, about 150 KiB and 15,000 values) */
+    JSON_KIND_MANIFEST,  /* fetch and tokenize manifests, the dataset manifest (100 KiB, 3,000 values) */
+    JSON_KIND_TOKENIZER, /* tokenizer.json (65,536 pieces, the most ids hold: about 6 MiB, 360,000 values) */
+    JSON_KIND_BATCH,     /* bin/inspect's batch: inputs, targets and mask of B x T tokens (64 x 1024: 200,000 values) */
+    JSON_KIND_N
+} JsonKind;
+typedef struct {
+    const char *name;    /* for messages: "a run config" */
+    uint64_t max_bytes, max_values;
+} JsonLimit;
+extern const JsonLimit JSON_LIMITS[JSON_KIND_N]; /* pipeline/config.c */
+/* The largest any JSON kind admits (read_file_limited of a JSON file of unknown kind). */
+#define LIMIT_JSON_FILE_BYTES (16ull << 20)
 /* A JSON-lines file: predictions.jsonl, metrics.jsonl, eval_curve.jsonl (largest written: predictions of the paper's
  * 10,000 evaluation examples, about 5 MiB; metrics of 100,000 steps logged every 10, about 10 MiB). */
 #define LIMIT_JSONL_FILE_BYTES (1ull << 30)

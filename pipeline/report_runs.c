@@ -10,6 +10,7 @@
 
 #include "pipeline/atomic_file.h"
 #include "pipeline/limits.h"
+#include "pipeline/config.h"
 #include "pipeline/log.h"
 #include "pipeline/predictions.h"
 
@@ -117,13 +118,9 @@ static void load_eval_curve(RunData *r, const char *path) {
 /* The record's optional identity fields ("seed", "run_config", "overrides"), read from its raw JSON because the
  * typed record does not carry them (yet), and the run config and seed resolved from them and the directory name. */
 static void load_identity(RunData *r, const char *path) {
-    char *text = NULL, err[1024];
-    size_t n = 0;
-    if (read_file_limited(path, LIMIT_JSON_FILE_BYTES, "JSON file", &text, &n, err, sizeof err))
-        die("%s", err);
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    if (!j) die("%s: not valid JSON", path);
+    char err[1024];
+    cJSON *j = json_load_file(path, JSON_KIND_RECORD, err, sizeof err);
+    if (!j) die("%s", err);
     if (record_identity_read(j, path, &r->identity, err, sizeof err)) die("%s", err);
     cJSON_Delete(j);
     if (run_identity_resolve(r->name, &r->identity, r->res.config, path, r->run_config, sizeof r->run_config,

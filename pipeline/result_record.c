@@ -382,7 +382,7 @@ int result_record_from_json(ResultRecord *rec, const cJSON *json, const char *so
 
 int result_record_load(ResultRecord *r, const char *path, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
-    cJSON *j = json_load_file(path, err, errlen);
+    cJSON *j = json_load_file(path, JSON_KIND_RECORD, err, errlen);
     if (!j) return -1;
     int rc = result_record_from_json(r, j, path, err, errlen);
     cJSON_Delete(j);
@@ -410,7 +410,7 @@ void result_record_free(ResultRecord *r) {
 
 int train_summary_load(TrainSummary *s, const char *path, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
-    cJSON *j = json_load_file(path, err, errlen);
+    cJSON *j = json_load_file(path, JSON_KIND_RECORD, err, errlen);
     if (!j) return -1;
     JsonReader r;
     json_reader_init(&r, j, path, "");
@@ -613,7 +613,7 @@ int analysis_record_from_json(AnalysisRecord *a, const cJSON *json, const char *
 
 int analysis_record_load(AnalysisRecord *a, const char *path, char *err, size_t errlen) {
     memset(a, 0, sizeof *a);
-    cJSON *j = json_load_file(path, err, errlen);
+    cJSON *j = json_load_file(path, JSON_KIND_RECORD, err, errlen);
     if (!j) return -1;
     int rc = analysis_record_from_json(a, j, path, err, errlen);
     cJSON_Delete(j);

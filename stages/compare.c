@@ -145,7 +145,7 @@ static int check_nonneg(double v, bool positive, const char *path, const char *k
 /* Reads the tolerances file; returns -1 with a message in err on any problem (unknown keys included). */
 static int load_tolerances(const char *path, Tolerances *tol, char *err, size_t errlen) {
     memset(tol, 0, sizeof *tol);
-    cJSON *j = json_load_file(path, err, errlen);
+    cJSON *j = json_load_file(path, JSON_KIND_CONFIG, err, errlen);
     if (!j) return -1;
     JsonReader r;
     json_reader_init(&r, j, path, "");

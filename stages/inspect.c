@@ -70,7 +70,7 @@ static int32_t *read_matrix(const cJSON *root, const char *path, const char *fie
 
 static Batch read_batch(const char *path, int V) {
     char err[1024];
-    cJSON *root = json_load_file(path, err, sizeof err);
+    cJSON *root = json_load_file(path, JSON_KIND_BATCH, err, sizeof err);
     if (!root) die("%s", err);
     if (!cJSON_IsObject(root)) die("%s: expected a JSON object {\"inputs\", \"targets\", \"loss_mask\"}", path);
     for (const cJSON *c = root->child; c; c = c->next)

@@ -26,7 +26,7 @@ static long own_seed(const char *exp_dir, const char *run) {
     char path[4096], err[1024];
     if (snprintf(path, sizeof path, "%s/%s.json", exp_dir, run) >= (int)sizeof path) die("%s/%s.json: path too long",
                                                                                           exp_dir, run);
-    cJSON *root = json_load_file(path, err, sizeof err);
+    cJSON *root = json_load_file(path, JSON_KIND_CONFIG, err, sizeof err);
     if (!root) die("%s", err);
     ModelConfig mc;
     TrainConfig tc;

@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
     openblas_set_num_threads((int)threads);
 
     char err[1024];
-    cJSON *root = json_load_file(config_path, err, sizeof err);
+    cJSON *root = json_load_file(config_path, JSON_KIND_CONFIG, err, sizeof err);
     if (!root) die("%s", err);
     ModelConfig mc;
     TrainConfig tc;

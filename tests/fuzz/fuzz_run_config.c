@@ -9,7 +9,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[600], err[4096] = "";
     fuzz_write_file("run.json", data, size, path, sizeof path);
-    cJSON *root = json_load_file(path, err, sizeof err);
+    cJSON *root = json_load_file(path, JSON_KIND_CONFIG, err, sizeof err);
     fuzz_check_error(root ? 0 : -1, err);
     if (!root) return 0;
     ModelConfig mc;

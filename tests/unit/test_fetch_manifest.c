@@ -44,7 +44,7 @@ END_TEST
 /* Loads the project manifest, applies an edit, saves it to g_dir and returns the load error text. */
 static int load_edited(void (*edit)(cJSON *), char *err, size_t errlen) {
     char e2[512];
-    cJSON *root = json_load_file("datasets/dm_math_v1.0.json", e2, sizeof e2);
+    cJSON *root = json_load_file("datasets/dm_math_v1.0.json", JSON_KIND_MANIFEST, e2, sizeof e2);
     ck_assert_ptr_nonnull(root);
     edit(root);
     char path[400];
@@ -115,7 +115,7 @@ START_TEST(output_manifest_up_to_date) {
     other.corpus_archive_bytes = 99;
     ck_assert_int_eq(fetch_output_up_to_date(path, &other), 0);
     /* Content check of the record. */
-    cJSON *j = json_load_file(path, err, sizeof err);
+    cJSON *j = json_load_file(path, JSON_KIND_MANIFEST, err, sizeof err);
     ck_assert_ptr_nonnull(j);
     ck_assert_str_eq(cJSON_GetObjectItem(j, "schema")->valuestring, "dm-math-raw");
     const cJSON *f0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "files"), 0);
@@ -153,7 +153,7 @@ START_TEST(output_manifest_corpus_archive) {
     other = rec; /* the same bytes under another name are the same input */
     other.corpus_source = "file:///elsewhere/sample.tar.gz";
     ck_assert_int_eq(fetch_output_up_to_date(path, &other), 1);
-    cJSON *j = json_load_file(path, err, sizeof err);
+    cJSON *j = json_load_file(path, JSON_KIND_MANIFEST, err, sizeof err);
     ck_assert_ptr_nonnull(j);
     const cJSON *ca = cJSON_GetObjectItem(j, "tokenizer_corpus_archive");
     ck_assert_ptr_nonnull(ca);

@@ -270,7 +270,7 @@ END_TEST
 /* Reads the "model" section of an experiment file. */
 static ModelConfig read_experiment_model(const char *path) {
     char err[512] = "";
-    cJSON *root = json_load_file(path, err, sizeof err);
+    cJSON *root = json_load_file(path, JSON_KIND_CONFIG, err, sizeof err);
     ck_assert_msg(root != NULL, "%s", err);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     ck_assert_msg(model != NULL, "%s has no model section", path);
@@ -314,7 +314,7 @@ START_TEST(paper_run_files) {
     for (int i = 0; i < 4; i++) {
         char path[256], err[512] = "";
         snprintf(path, sizeof path, "experiments/paper/%s.json", runs[i]);
-        cJSON *root = json_load_file(path, err, sizeof err);
+        cJSON *root = json_load_file(path, JSON_KIND_CONFIG, err, sizeof err);
         ck_assert_msg(root != NULL, "%s", err);
         ModelConfig mc;
         TrainConfig tc;

@@ -30,7 +30,7 @@ static const char *write_tmp(const char *name, const char *text) {
 /* Reads {"train": {"steps": int, "lr": double, "bf": bool, "name": str}} and returns the reader's error text. */
 static int read_train(const char *text, char *err, size_t errlen, long *steps) {
     const char *path = write_tmp("cfg.json", text);
-    cJSON *root = json_load_file(path, err, errlen);
+    cJSON *root = json_load_file(path, JSON_KIND_CONFIG, err, errlen);
     if (!root) return -1;
     JsonReader top;
     json_reader_init(&top, root, "cfg.json", "");
@@ -170,7 +170,7 @@ END_TEST
 
 START_TEST(missing_file_named) {
     char err[512] = "";
-    cJSON *j = json_load_file("/nonexistent/x.json", err, sizeof err);
+    cJSON *j = json_load_file("/nonexistent/x.json", JSON_KIND_CONFIG, err, sizeof err);
     ck_assert_ptr_null(j);
     ck_assert_msg(strstr(err, "/nonexistent/x.json"), "message: %s", err);
 }
@@ -189,7 +189,7 @@ START_TEST(save_round_trip) {
     ck_assert_int_eq(read_file_all(path, &text, &n, err, sizeof err), 0);
     ck_assert(n > 0 && text[n - 1] == '\n');
     free(text);
-    cJSON *back = json_load_file(path, err, sizeof err);
+    cJSON *back = json_load_file(path, JSON_KIND_CONFIG, err, sizeof err);
     ck_assert_ptr_nonnull(back);
     ck_assert_int_eq(cJSON_GetObjectItem(back, "a")->valueint, 3);
     cJSON_Delete(back);

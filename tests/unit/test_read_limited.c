@@ -31,11 +31,13 @@ START_TEST(over_the_bound_is_refused_before_reading) {
     ck_assert_int_eq(read_file_limited(path, LIMIT_JSON_FILE_BYTES, "JSON file", &data, &n, err, sizeof err), -1);
     ck_assert_ptr_null(data);
     char want[256];
-    snprintf(want, sizeof want, "%s: %llu bytes, more than the 64 MiB a JSON file may hold", path,
+    snprintf(want, sizeof want, "%s: %llu bytes, more than the 16 MiB a JSON file may hold", path,
              (unsigned long long)LIMIT_JSON_FILE_BYTES + 1);
     ck_assert_str_eq(err, want);
     err[0] = '\0';
-    ck_assert_ptr_null(json_load_file(path, err, sizeof err));
+    ck_assert_ptr_null(json_load_file(path, JSON_KIND_RECORD, err, sizeof err));
+    snprintf(want, sizeof want, "%s: %llu bytes, more than the 8 MiB a JSON file (a record) may hold", path,
+             (unsigned long long)LIMIT_JSON_FILE_BYTES + 1);
     ck_assert_str_eq(err, want);
     /* At the bound: read (a sparse file reads as NUL bytes, which json_load_file then refuses as not text). */
     sparse_file(path, 16);

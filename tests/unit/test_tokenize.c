@@ -286,7 +286,7 @@ START_TEST(outputs_hold_every_example_shuffled) {
     }
     /* The manifest records the outputs' sha256 and the tokenizer corpus (54 of 56 files, probability__swr_* out). */
     snprintf(path, sizeof path, "%s/tokenize_manifest.json", out);
-    cJSON *m = json_load_file(path, err, sizeof err);
+    cJSON *m = json_load_file(path, JSON_KIND_MANIFEST, err, sizeof err);
     ck_assert_msg(m != NULL, "%s", err);
     const cJSON *outputs = cJSON_GetObjectItem(m, "outputs");
     for (int i = 0; i < 4; i++) {
@@ -545,7 +545,7 @@ START_TEST(tokenizer_corpus_from_another_raw_dir) {
     snprintf(b, sizeof b, "%s/tokenizer.json", out_arith);
     ck_assert(!files_equal(a, b)); /* the arithmetic-only corpus gives another (smaller) vocabulary */
     snprintf(a, sizeof a, "%s/tokenize_manifest.json", out_split);
-    cJSON *m = json_load_file(a, err, sizeof err);
+    cJSON *m = json_load_file(a, JSON_KIND_MANIFEST, err, sizeof err);
     ck_assert_msg(m != NULL, "%s", err);
     ck_assert_ptr_nonnull(cJSON_GetObjectItem(m, "tokenizer_raw"));
     cJSON_Delete(m);

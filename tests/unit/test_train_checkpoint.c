@@ -152,7 +152,7 @@ START_TEST(round_trip_is_exact) {
     ck_assert_str_eq(back.prov.overrides[0], "train.seed=2");
     ck_assert_int_eq(back.prov.seed, 2);
     ck_assert_str_eq(back.prov.run_config, "dense_qa");
-    cJSON *sj = json_load_file(path, err, sizeof err);
+    cJSON *sj = json_load_file(path, JSON_KIND_STATE, err, sizeof err);
     ck_assert_msg(sj != NULL, "%s", err);
     cJSON_DeleteItemFromObject(sj, "overrides");
     cJSON_DeleteItemFromObject(sj, "seed");
