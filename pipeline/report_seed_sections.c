@@ -53,30 +53,31 @@ void section_seeds(Doc *d, const ReportInput *in) {
     doc_para(d, "One row per run configuration (runs/EXP/RUN is the config's own seed, runs/EXP/RUN.seed<S> seed S). "
                 "Each cell: the mean over seeds, the 95%% t-interval for the mean across seeds (Student t with n-1 "
                 "degrees of freedom: mean +- t * sd / sqrt(n), sd the sample standard deviation of the per-seed "
-                "values; clipped to [0, 1], the range of every metric here), then the per-seed values in seed "
+                "values; accuracies and depth clipped to [0, 1], their range), then the per-seed values in seed "
                 "order. It measures seed-to-seed variance of the per-seed figures, each of which also carries "
                 "example noise. %s",
              seeds >= 2 ? "A configuration with one seed shows its value only."
                         : "Intervals need >= 2 seeds: with one seed per configuration only the values are shown.");
     const char *h[] = {"run config", "seeds", "headline accuracy", "interpolate", "extrapolate", "mean accuracy",
-                       "depth summary"};
-    doc_table_begin(d, 7, h);
+                       "depth summary", "mean answer loss (nats)"};
+    doc_table_begin(d, 8, h);
     for (int g = 0; g < in->n_groups; g++) {
         const RunGroup *grp = &in->groups[g];
-        char seedlist[256] = "", cells[5][512];
+        char seedlist[256] = "", cells[6][512];
         for (int i = 0; i < grp->n; i++) {
             size_t len = strlen(seedlist);
             snprintf(seedlist + len, sizeof seedlist - len, "%s%ld", i ? ", " : "", grp->runs[i]->seed);
         }
-        const Metric ms[5] = {METRIC_HEADLINE, METRIC_INTERPOLATE, METRIC_EXTRAPOLATE, METRIC_MEAN, METRIC_DEPTH};
-        for (int m = 0; m < 5; m++) {
+        const Metric ms[6] = {METRIC_HEADLINE, METRIC_INTERPOLATE, METRIC_EXTRAPOLATE, METRIC_MEAN, METRIC_DEPTH,
+                              METRIC_ANSWER_LOSS};
+        for (int m = 0; m < 6; m++) {
             SeedSummary s;
             report_seed_summary(grp, ms[m], &s);
-            fmt_summary(cells[m], sizeof cells[m], &s, ms[m] == METRIC_DEPTH ? 1 : 100,
-                        ms[m] == METRIC_DEPTH ? "" : "%");
+            const bool plain = ms[m] == METRIC_DEPTH || ms[m] == METRIC_ANSWER_LOSS;
+            fmt_summary(cells[m], sizeof cells[m], &s, plain ? 1 : 100, plain ? "" : "%");
         }
-        const char *row[] = {grp->run_config, seedlist, cells[0], cells[1], cells[2], cells[3], cells[4]};
-        doc_table_row(d, 7, row, false);
+        const char *row[] = {grp->run_config, seedlist, cells[0], cells[1], cells[2], cells[3], cells[4], cells[5]};
+        doc_table_row(d, 8, row, false);
     }
     doc_table_end(d);
 }

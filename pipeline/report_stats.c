@@ -9,7 +9,7 @@
 #include "pipeline/log.h"
 
 const char *const METRIC_NAMES[METRIC_N] = {"headline accuracy", "interpolate accuracy", "extrapolate accuracy",
-                                            "mean accuracy", "depth summary"};
+                                            "mean accuracy", "depth summary", "mean answer loss"};
 
 bool report_metric(const RunData *r, Metric m, double *value) {
     if (m == METRIC_DEPTH) {
@@ -29,6 +29,14 @@ bool report_metric(const RunData *r, Metric m, double *value) {
     case METRIC_INTERPOLATE: *value = sets[EVAL_INTERPOLATE].accuracy; return true;
     case METRIC_EXTRAPOLATE: *value = sets[EVAL_EXTRAPOLATE].accuracy; return true;
     case METRIC_MEAN: *value = r->res.evaluation.mean_accuracy; return true;
+    case METRIC_ANSWER_LOSS: {
+        const long n = sets[EVAL_INTERPOLATE].n + sets[EVAL_EXTRAPOLATE].n;
+        if (n == 0) return false;
+        *value = ((double)sets[EVAL_INTERPOLATE].n * sets[EVAL_INTERPOLATE].mean_answer_loss +
+                  (double)sets[EVAL_EXTRAPOLATE].n * sets[EVAL_EXTRAPOLATE].mean_answer_loss) /
+                 (double)n;
+        return true;
+    }
     default: return false;
     }
 }
@@ -46,8 +54,8 @@ void report_seed_summary(const RunGroup *g, Metric m, SeedSummary *out) {
         return;
     }
     mean_t_interval(out->values, out->n, &out->mean, &out->lo, &out->hi, NULL);
-    /* Every metric here is a fraction in [0, 1]; the t-interval of 2 or 3 seeds easily reaches past its ends. */
-    if (out->n >= 2) {
+    /* Accuracies and depth are fractions in [0, 1]; the t-interval of 2 or 3 seeds easily reaches past its ends. */
+    if (out->n >= 2 && m != METRIC_ANSWER_LOSS) {
         out->lo = fmax(out->lo, 0.0);
         out->hi = fmin(out->hi, 1.0);
     }

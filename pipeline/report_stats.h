@@ -24,6 +24,7 @@ typedef enum {
     METRIC_EXTRAPOLATE, /* pooled extrapolate accuracy */
     METRIC_MEAN,        /* mean of the two sets' accuracies */
     METRIC_DEPTH,       /* the analysis' depth summary (depth_fraction) */
+    METRIC_ANSWER_LOSS, /* mean answer loss (nats) over every evaluation example of both sets */
     METRIC_N
 } Metric;
 extern const char *const METRIC_NAMES[METRIC_N];
@@ -35,7 +36,7 @@ typedef struct {
     int n;                         /* seeds that have the metric */
     long seeds[REPORT_MAX_SEEDS];
     double values[REPORT_MAX_SEEDS];
-    double mean, lo, hi;           /* t-interval across seeds, clipped to [0, 1]; lo = hi = NaN when n < 2 */
+    double mean, lo, hi;           /* t-interval across seeds (a fraction's clipped to [0, 1]); NaN when n < 2 */
 } SeedSummary;
 void report_seed_summary(const RunGroup *g, Metric m, SeedSummary *out);
 
