@@ -162,6 +162,32 @@ START_TEST(round_trip_is_exact) {
     ck_assert_msg(train_state_read(dir, &peek, err, sizeof err) == 0, "%s", err);
     ck_assert(peek.prov.n_overrides == 0 && peek.prov.seed == -1 && peek.prov.run_config[0] == '\0');
     ck_assert_int_eq(peek.step, 5);
+    /* well-formed states with impossible numbers are refused naming the field (and restored after each case) */
+    {
+        cJSON *good = json_load_file(path, JSON_KIND_STATE, err, sizeof err);
+        ck_assert_msg(good != NULL, "%s", err);
+        const struct {
+            const char *key;
+            cJSON *value;
+            const char *want;
+        } FORGED[] = {
+            {"step", cJSON_CreateNumber(1e6), "out of range"},
+            {"real_tokens", cJSON_CreateNumber(1e12), "out of range"},
+            {"wall_time_s", cJSON_CreateString("-3"), "wall_time_s -3"},
+            {"last_ce", cJSON_CreateString("inf"), "last_ce inf"},
+        };
+        for (size_t k = 0; k < sizeof FORGED / sizeof FORGED[0]; k++) {
+            cJSON *f = cJSON_Duplicate(good, 1);
+            cJSON_ReplaceItemInObject(f, FORGED[k].key, FORGED[k].value);
+            ck_assert_msg(json_save_file(path, f, err, sizeof err) == 0, "%s", err);
+            cJSON_Delete(f);
+            ck_assert_int_eq(train_state_read(dir, &peek, err, sizeof err), -1);
+            ck_assert_msg(strstr(err, FORGED[k].want) && strstr(err, "state.json"), "%s: %s", FORGED[k].key, err);
+        }
+        ck_assert_msg(json_save_file(path, good, err, sizeof err) == 0, "%s", err);
+        cJSON_Delete(good);
+        ck_assert_msg(train_state_read(dir, &peek, err, sizeof err) == 0, "%s", err);
+    }
     ck_assert_msg(read_file_all(path, &text, &len, err, sizeof err) == 0, "%s", err);
     char *at = strstr(text, st.data_train_sha256);
     ck_assert_ptr_nonnull(at);
