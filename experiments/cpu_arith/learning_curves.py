@@ -63,7 +63,7 @@ COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
 
 def svg(series, path):
     """Three panels against training tokens: interpolate answer loss, easy-module accuracy, pooled accuracy."""
-    W, H, pw, ph, ml, mt = 1200, 420, 330, 300, 70, 50
+    W, H, pw, ph, ml, mt = 1250, 420, 330, 300, 70, 50
     panels = [("interpolate mean answer loss (nats)", "loss_i", 1), ("easy modules accuracy (%)", "easy", 100),
               ("pooled interpolate accuracy (%)", "acc_i", 100)]
     xmax = max(p["tokens"] for pts in series for p in pts)
