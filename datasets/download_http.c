@@ -32,6 +32,7 @@ typedef struct {
     int64_t expected_size;
     int64_t max_bytes;        /* the cap (0 = none) */
     const char *url, *dir;    /* for messages and the free-space check */
+    char what[700];           /* "the download of URL", for the free-space message */
     long status;              /* of the response whose headers are arriving */
     int refused;              /* the header or the body broke the cap (1) or the free space (2): msg holds why */
     char msg[768];
@@ -57,15 +58,13 @@ static size_t on_header(char *buf, size_t size, size_t n, void *ud) {
         long long body = strtoll(line + 15, &end, 10);
         if (errno == 0 && end != line + 15 && body >= 0) {
             const int64_t whole = t->offset + (int64_t)body;
-            char what[700];
             if (t->max_bytes > 0 && whole > t->max_bytes) {
                 snprintf(t->msg, sizeof t->msg, "%s: the server announces %" PRId64 " bytes, more than the download "
                          "cap of %" PRId64 " bytes (--max-download-bytes)", t->url, whole, t->max_bytes);
                 t->refused = 1;
                 return 0; /* aborts the transfer */
             }
-            snprintf(what, sizeof what, "the download of %s", t->url);
-            if (disk_space_require(t->dir, (int64_t)body, what, t->msg, sizeof t->msg) != 0) {
+            if (disk_space_require(t->dir, (int64_t)body, t->what, t->msg, sizeof t->msg) != 0) {
                 t->refused = 2;
                 return 0;
             }
@@ -155,19 +154,15 @@ static void sleep_seconds(double s) {
 
 /* One attempt: appends to the .part from its current size. Returns 1 complete, 0 retryable failure (msg in err),
  * -1 permanent failure. */
-static int attempt(const DownloadOptions *o, const char *part, char *err, size_t errlen) {
+static int attempt(const DownloadOptions *o, const char *part, const char *dir, char *err, size_t errlen) {
     Transfer t;
     memset(&t, 0, sizeof t);
     t.range_start = t.range_total = -1;
     t.expected_size = o->expected_size;
     t.max_bytes = o->max_bytes;
     t.url = o->url;
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s", part);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    else snprintf(dir, sizeof dir, ".");
     t.dir = dir;
+    snprintf(t.what, sizeof t.what, "the download of %s", o->url);
     t.offset = file_size_or_zero(part);
     if (o->expected_size > 0 && t.offset == o->expected_size) return 1; /* finished earlier, rename was interrupted */
     if (o->expected_size > 0 && t.offset > o->expected_size) {
@@ -184,9 +179,7 @@ static int attempt(const DownloadOptions *o, const char *part, char *err, size_t
         return -1;
     }
     if (o->expected_size > 0) {
-        char what[700];
-        snprintf(what, sizeof what, "the download of %s", o->url);
-        if (disk_space_require(dir, o->expected_size - t.offset, what, err, errlen) != 0) return -1;
+        if (disk_space_require(dir, o->expected_size - t.offset, t.what, err, errlen) != 0) return -1;
     }
     t.fp = fopen(part, "ab");
     if (!t.fp) {
@@ -307,10 +300,12 @@ int download_file(const DownloadOptions *o, char *err, size_t errlen) {
             set_err(err, errlen, "%s", dir_err);
             return -1;
         }
+    } else {
+        snprintf(dir, sizeof dir, "."); /* the free-space checks ask the current directory's file system */
     }
     double delay = o->backoff_initial_s > 0 ? o->backoff_initial_s : 1.0;
     for (long k = 0;; k++) {
-        int r = attempt(o, part, err, errlen);
+        int r = attempt(o, part, dir, err, errlen);
         if (r == 1) break;
         if (r < 0) return -1;
         if (k >= o->retries) {

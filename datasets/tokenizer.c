@@ -223,20 +223,7 @@ fail:
 Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
     char *text = NULL;
     size_t n = 0;
-    const JsonLimit *lim = &JSON_LIMITS[JSON_KIND_TOKENIZER];
-    if (read_file_limited(path, lim->max_bytes, "JSON file (a tokenizer)", &text, &n, err, errlen) != 0) return NULL;
-    if (strlen(text) != n) {
-        set_err(err, errlen, "%s: contains a NUL byte (not a tokenizer file)", path);
-        free(text);
-        return NULL;
-    }
-    const uint64_t values = json_count_values(text, n); /* before the parser allocates a node per value */
-    if (values > lim->max_values) {
-        set_err(err, errlen, "%s: %llu JSON values, more than the %llu %s may hold", path, (unsigned long long)values,
-                (unsigned long long)lim->max_values, lim->name);
-        free(text);
-        return NULL;
-    }
+    if (json_read_text(path, JSON_KIND_TOKENIZER, &text, &n, err, errlen) != 0) return NULL;
     Tokenizer *t = parse_tokenizer(path, text, err, errlen);
     if (t) sha256_hex(text, n, t->sha256);
     free(text);

@@ -39,18 +39,20 @@ uint64_t json_count_values(const char *text, size_t n) {
     return values;
 }
 
-cJSON *json_load_file(const char *path, JsonKind kind, char *err, size_t errlen) {
-    if ((int)kind < 0 || kind >= JSON_KIND_N) die("json_load_file: bad kind %d", (int)kind);
+int json_read_text(const char *path, JsonKind kind, char **text_out, size_t *n_out, char *err, size_t errlen) {
+    if ((int)kind < 0 || kind >= JSON_KIND_N) die("json_read_text: bad kind %d", (int)kind);
     const JsonLimit *lim = &JSON_LIMITS[kind];
     char *text = NULL;
     size_t n = 0;
     char what[64];
     snprintf(what, sizeof what, "JSON file (%s)", lim->name);
-    if (read_file_limited(path, lim->max_bytes, what, &text, &n, err, errlen) != 0) return NULL;
+    *text_out = NULL;
+    *n_out = 0;
+    if (read_file_limited(path, lim->max_bytes, what, &text, &n, err, errlen) != 0) return -1;
     if (strlen(text) != n) {
         set_err(err, errlen, "%s: contains a NUL byte (not a JSON text file)", path);
         free(text);
-        return NULL;
+        return -1;
     }
     /* Parsed, every value is a node: bound them before the parser allocates (a file of "[0,0,...]" inside the byte
      * limit would otherwise cost 40 times its size). */
@@ -59,8 +61,17 @@ cJSON *json_load_file(const char *path, JsonKind kind, char *err, size_t errlen)
         set_err(err, errlen, "%s: %llu JSON values, more than the %llu %s may hold", path,
                 (unsigned long long)values, (unsigned long long)lim->max_values, lim->name);
         free(text);
-        return NULL;
+        return -1;
     }
+    *text_out = text;
+    *n_out = n;
+    return 0;
+}
+
+cJSON *json_load_file(const char *path, JsonKind kind, char *err, size_t errlen) {
+    char *text = NULL;
+    size_t n = 0;
+    if (json_read_text(path, kind, &text, &n, err, errlen) != 0) return NULL;
     const char *end = NULL;
     cJSON *json = cJSON_ParseWithOpts(text, &end, 1 /* trailing garbage is an error */);
     if (!json) {

@@ -16,6 +16,10 @@
  * errors; the limit and the count for a file over its kind's bounds). */
 cJSON *json_load_file(const char *path, JsonKind kind, char *err, size_t errlen);
 
+/* The text of a JSON file of the given kind, checked as json_load_file checks it before parsing (bytes, no NUL
+ * byte, values); for a reader with its own parser. 0, or -1 with err (and *text NULL). The caller frees *text. */
+int json_read_text(const char *path, JsonKind kind, char **text, size_t *n, char *err, size_t errlen);
+
 /* Values of a JSON text (numbers, strings, literals, arrays, objects; object keys are not values): an upper bound
  * that the parser cannot exceed, counted without allocating (commas and opening brackets outside strings, plus one). */
 uint64_t json_count_values(const char *text, size_t n);

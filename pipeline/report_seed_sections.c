@@ -106,15 +106,10 @@ static const ContrastSpec CONTRASTS[5] = {
 };
 enum { CONTRAST_INTERACTION = 4 };
 
-static void compute_contrast_of(const ReportInput *in, const ContrastSpec *c, Scope scope, Quantity q,
-                                Contrast *out) {
+static void compute_contrast(const ReportInput *in, const ContrastSpec *c, Scope scope, Quantity q, Contrast *out) {
     const RunGroup *g[4];
     for (int k = 0; k < c->n; k++) g[k] = kind(in, c->arch[k], c->mode[k]);
     report_contrast(g, c->weight, c->n, scope, q, out);
-}
-
-static void compute_contrast(const ReportInput *in, const ContrastSpec *c, Scope scope, Contrast *out) {
-    compute_contrast_of(in, c, scope, QUANTITY_CORRECT, out);
 }
 
 static void fmt_contrast(char *out, size_t cap, const Contrast *c) {
@@ -171,8 +166,8 @@ void section_comparisons(Doc *d, const ReportInput *in) {
     doc_table_begin(d, 6, h);
     for (int k = 0; k < 5; k++) {
         Contrast head, all;
-        compute_contrast(in, &CONTRASTS[k], SCOPE_HEADLINE, &head);
-        compute_contrast(in, &CONTRASTS[k], SCOPE_ALL, &all);
+        compute_contrast(in, &CONTRASTS[k], SCOPE_HEADLINE, QUANTITY_CORRECT, &head);
+        compute_contrast(in, &CONTRASTS[k], SCOPE_ALL, QUANTITY_CORRECT, &all);
         char paper[32], a[1200], b[2048], c[1200], e[2048];
         snprintf(paper, sizeof paper, "%+.0f", CONTRASTS[k].paper_points);
         fmt_contrast(a, sizeof a, &head);
@@ -247,8 +242,8 @@ static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const c
     const ContrastSpec *spec = &CONTRASTS[contrast];
     const double paper = spec->paper_points / 100;
     Contrast acc, loss;
-    compute_contrast_of(in, spec, SCOPE_ALL, QUANTITY_CORRECT, &acc);
-    compute_contrast_of(in, spec, SCOPE_ALL, QUANTITY_ANSWER_LOSS, &loss);
+    compute_contrast(in, spec, SCOPE_ALL, QUANTITY_CORRECT, &acc);
+    compute_contrast(in, spec, SCOPE_ALL, QUANTITY_ANSWER_LOSS, &loss);
     const bool off_floor = acc.ok && verdict_off_floor(acc.mean_level, spec->n);
     const Verdict va = acc.ok ? verdict_effect(acc.verdict_lo, acc.verdict_hi, acc.n_seeds, paper, off_floor)
                               : VERDICT_NOT_RESOLVED;
@@ -356,7 +351,7 @@ void section_verdicts(Doc *d, const ReportInput *in) {
                     "(dense_answer - dense_qa) > 0)");
     /* The interaction, on the headline module. */
     Contrast c;
-    compute_contrast(in, &CONTRASTS[CONTRAST_INTERACTION], SCOPE_HEADLINE, &c);
+    compute_contrast(in, &CONTRASTS[CONTRAST_INTERACTION], SCOPE_HEADLINE, QUANTITY_CORRECT, &c);
     {
         const Verdict v = c.ok ? verdict_direction(c.verdict_lo, c.verdict_hi, c.n_seeds, +1) : VERDICT_NOT_RESOLVED;
         char why[1600];

@@ -132,16 +132,29 @@ static int domain_err(char *err, size_t errlen, const char *source, const char *
     return -1;
 }
 
-int record_check_fraction(double v, const char *source, const char *path, const char *key, char *err, size_t errlen) {
+static int record_check_fraction(double v, const char *source, const char *path, const char *key, char *err, size_t errlen) {
     return v >= 0 && v <= 1 ? 0 : domain_err(err, errlen, source, path, key, "a fraction in [0, 1]", v);
 }
 
-int record_check_nonneg(double v, const char *source, const char *path, const char *key, char *err, size_t errlen) {
+static int record_check_nonneg(double v, const char *source, const char *path, const char *key, char *err, size_t errlen) {
     return isfinite(v) && v >= 0 ? 0 : domain_err(err, errlen, source, path, key, "a finite number >= 0", v);
 }
 
-int record_check_count(long v, const char *source, const char *path, const char *key, char *err, size_t errlen) {
+static int record_check_count(long v, const char *source, const char *path, const char *key, char *err, size_t errlen) {
     return v >= 0 ? 0 : domain_err(err, errlen, source, path, key, "a count >= 0", (double)v);
+}
+
+/* The training numbers result.json copies from train_summary.json: one check for both readers. */
+static int check_training_numbers(long steps, long tokens, double wall_time_s, double final_train_loss,
+                                  double tokens_per_s, const char *source, const char *path, char *err,
+                                  size_t errlen) {
+    return record_check_count(steps, source, path, "steps", err, errlen) ||
+                   record_check_count(tokens, source, path, "tokens", err, errlen) ||
+                   record_check_nonneg(wall_time_s, source, path, "wall_time_s", err, errlen) ||
+                   record_check_nonneg(final_train_loss, source, path, "final_train_loss", err, errlen) ||
+                   record_check_nonneg(tokens_per_s, source, path, "tokens_per_s", err, errlen)
+               ? -1
+               : 0;
 }
 
 /* The stored accuracy agrees with its counts (the writer computes it as correct / n; 1e-9 absorbs printing). */
@@ -356,11 +369,9 @@ int result_record_from_json(ResultRecord *rec, const cJSON *json, const char *so
         if (set_from_json(&rec->evaluation.sets[i], set_obj[i], source, path, err, errlen)) return -1;
     }
     if (record_check_count(rec->n_params, source, "", "n_params", err, errlen) ||
-        record_check_count(rec->training.steps, source, "training", "steps", err, errlen) ||
-        record_check_count(rec->training.tokens, source, "training", "tokens", err, errlen) ||
-        record_check_nonneg(rec->training.wall_time_s, source, "training", "wall_time_s", err, errlen) ||
-        record_check_nonneg(rec->training.final_train_loss, source, "training", "final_train_loss", err, errlen) ||
-        record_check_nonneg(rec->training.tokens_per_s, source, "training", "tokens_per_s", err, errlen) ||
+        check_training_numbers(rec->training.steps, rec->training.tokens, rec->training.wall_time_s,
+                               rec->training.final_train_loss, rec->training.tokens_per_s, source, "training", err,
+                               errlen) ||
         record_check_nonneg(rec->evaluation.wall_time_s, source, "evaluation", "wall_time_s", err, errlen) ||
         record_check_fraction(rec->evaluation.mean_accuracy, source, "evaluation", "mean_accuracy", err, errlen))
         return -1;
@@ -432,12 +443,9 @@ int train_summary_load(TrainSummary *s, const char *path, char *err, size_t errl
     if (r.error[0]) {
         set_err(err, errlen, "%s", r.error);
         rc = -1;
-    } else if (record_check_count(s->steps, path, "", "steps", err, errlen) ||
-               record_check_count(s->tokens, path, "", "tokens", err, errlen) ||
-               record_check_count(s->n_params, path, "", "n_params", err, errlen) ||
-               record_check_nonneg(s->wall_time_s, path, "", "wall_time_s", err, errlen) ||
-               record_check_nonneg(s->final_train_loss, path, "", "final_train_loss", err, errlen) ||
-               record_check_nonneg(s->tokens_per_s, path, "", "tokens_per_s", err, errlen)) {
+    } else if (check_training_numbers(s->steps, s->tokens, s->wall_time_s, s->final_train_loss, s->tokens_per_s, path,
+                                      "", err, errlen) ||
+               record_check_count(s->n_params, path, "", "n_params", err, errlen)) {
         rc = -1;
     }
     cJSON_Delete(j);

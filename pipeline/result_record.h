@@ -133,13 +133,6 @@ int analysis_record_load(AnalysisRecord *a, const char *path, char *err, size_t 
 void analysis_record_free(AnalysisRecord *a);
 
 
-/* Domain checks for the numbers of a record, used by every reader of one: 0 when the value lies in its domain, else
- * -1 with err = "<source>: <path>.<key>: <value> is not <domain>" (path may be ""). A fraction is in [0, 1] (NaN
- * fails); a non-negative number is finite and >= 0; a count is >= 0. */
-int record_check_fraction(double v, const char *source, const char *path, const char *key, char *err, size_t errlen);
-int record_check_nonneg(double v, const char *source, const char *path, const char *key, char *err, size_t errlen);
-int record_check_count(long v, const char *source, const char *path, const char *key, char *err, size_t errlen);
-
 /* Bounded copy that reports truncation: returns -1 if src does not fit (dst then holds a truncated copy). */
 int copy_str(char *dst, size_t cap, const char *src);
 
