@@ -1,5 +1,7 @@
-/* Which run config and which training seed a run directory holds (INTERFACES.md §2): the config's own seed lives in
- * runs/EXP/RUN, every other seed S in runs/EXP/RUN.seed<S>. Records written after the seeds work carry "run_config",
+/* Which run config, which variant and which training seed a run directory holds (INTERFACES.md §2). A run directory
+ * is named CONFIG[@VARIANT][.seed<S>]: the config's own seed lives in runs/EXP/CONFIG, every other seed S in
+ * runs/EXP/CONFIG.seed<S>; "@VARIANT" (8 hex digits, run_variant_key) marks a run whose effective config is not the
+ * current one of CONFIG: a sweep point, or an earlier variant kept when the config changed (bin/runs). Records written after the seeds work carry "run_config",
  * "seed" and "overrides" themselves; older records do not, so the report derives them from the directory name and
  * the recorded run config, and checks the two agree when both exist. */
 #ifndef PIPELINE_RUN_IDENTITY_H
@@ -11,9 +13,28 @@
 #include <cjson/cJSON.h>
 
 /* "moeut_answer.seed2" -> config "moeut_answer", seed 2, has_seed_suffix true; "moeut_answer" -> "moeut_answer",
- * has_seed_suffix false (seed untouched). Only a trailing ".seed<digits>" counts ("x.seed", "x.seed2b" are names).
- * Returns 0, or -1 when the config name does not fit in cap. */
+ * has_seed_suffix false (seed untouched); "moeut_answer@1a2b3c4d.seed2" -> "moeut_answer", seed 2 (the variant is
+ * dropped). Only a trailing ".seed<digits>" counts ("x.seed", "x.seed2b" are names), and only "@" + 8 lowercase hex
+ * digits right before it (or at the end) is a variant. Returns 0, or -1 when the config name does not fit in cap. */
 int run_name_split(const char *run, char *config, size_t cap, long *seed, bool *has_seed_suffix);
+
+#define RUN_VARIANT_LEN 8 /* hex digits of a variant key */
+
+/* The variant part of a run directory name ("1a2b3c4d" of "x@1a2b3c4d.seed2"), or "" when it has none. */
+void run_name_variant(const char *run, char variant[RUN_VARIANT_LEN + 1]);
+
+/* The run name without its variant ("x@1a2b3c4d.seed2" -> "x.seed2"): the name its records carry when it was kept
+ * aside from the current name. Returns 0, or -1 when it does not fit in cap. */
+int run_name_stable(const char *run, char *out, size_t cap);
+
+/* The variant key of an effective run config: the first RUN_VARIANT_LEN hex digits of the SHA-256 of its canonical
+ * JSON (object keys sorted, numbers as cJSON prints them) without train.seed and without the top-level "description"
+ * and any "comment" (they do not change what is trained). Seeds of one configuration share it; any other difference
+ * (a --set, an edited file) changes it. Returns 0, or -1 when config is not an object. */
+int run_variant_key(const cJSON *config, char key[RUN_VARIANT_LEN + 1]);
+
+/* The canonical JSON text run_variant_key hashes (caller frees), or NULL when config is not an object. */
+char *run_variant_canonical(const cJSON *config);
 
 /* The optional identity fields of a record (result.json or analysis.json), read from its raw JSON. */
 typedef struct {

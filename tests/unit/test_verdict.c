@@ -146,6 +146,69 @@ START_TEST(run_names) {
 }
 END_TEST
 
+/* CONFIG@VARIANT[.seedS]: the variant is dropped from the config name and kept apart; anything else is a name. */
+START_TEST(run_names_with_variants) {
+    char cfg[64], var[RUN_VARIANT_LEN + 1], stable[64];
+    long seed = -1;
+    bool suffix = false;
+    ck_assert_int_eq(run_name_split("moeut_answer@0a1b2c3d.seed2", cfg, sizeof cfg, &seed, &suffix), 0);
+    ck_assert(suffix && seed == 2);
+    ck_assert_str_eq(cfg, "moeut_answer");
+    run_name_variant("moeut_answer@0a1b2c3d.seed2", var);
+    ck_assert_str_eq(var, "0a1b2c3d");
+    ck_assert_int_eq(run_name_stable("moeut_answer@0a1b2c3d.seed2", stable, sizeof stable), 0);
+    ck_assert_str_eq(stable, "moeut_answer.seed2");
+    ck_assert_int_eq(run_name_split("dense_qa@ffffffff", cfg, sizeof cfg, &seed, &suffix), 0);
+    ck_assert_str_eq(cfg, "dense_qa");
+    run_name_variant("dense_qa", var);
+    ck_assert_str_eq(var, "");
+    /* not variants: upper case, 7 digits, nothing before the "@" */
+    const char *names[] = {"x@0A1B2C3D", "x@0a1b2c3", "@0a1b2c3d"};
+    for (int i = 0; i < 3; i++) {
+        run_name_variant(names[i], var);
+        ck_assert_msg(var[0] == '\0', "%s", names[i]);
+        ck_assert_int_eq(run_name_stable(names[i], stable, sizeof stable), 0);
+        ck_assert_str_eq(stable, names[i]);
+    }
+}
+END_TEST
+
+/* The variant key ignores the seed, the description, comments and key order; any other value changes it. */
+START_TEST(variant_keys) {
+    const char *base = "{\"description\":\"a\",\"model\":{\"d_model\":128,\"arch\":\"moeut\"},"
+                       "\"train\":{\"lr\":0.002,\"seed\":1}}";
+    const char *same[] = {
+        "{\"train\":{\"seed\":7,\"lr\":2e-3},\"model\":{\"arch\":\"moeut\",\"d_model\":128},\"description\":\"b\"}",
+        "{\"model\":{\"comment\":\"x\",\"d_model\":128,\"arch\":\"moeut\"},\"train\":{\"lr\":0.002}}",
+    };
+    const char *other[] = {
+        "{\"model\":{\"d_model\":128,\"arch\":\"moeut\"},\"train\":{\"lr\":0.001,\"seed\":1}}",
+        "{\"model\":{\"d_model\":128,\"arch\":\"dense\"},\"train\":{\"lr\":0.002,\"seed\":1}}",
+        "{\"model\":{\"d_model\":128,\"arch\":\"moeut\"},\"train\":{\"lr\":0.002,\"seed\":1,\"steps\":3}}",
+    };
+    char k0[RUN_VARIANT_LEN + 1], k[RUN_VARIANT_LEN + 1];
+    cJSON *c = cJSON_Parse(base);
+    ck_assert_int_eq(run_variant_key(c, k0), 0);
+    ck_assert_int_eq((int)strlen(k0), RUN_VARIANT_LEN);
+    cJSON_Delete(c);
+    for (int i = 0; i < 2; i++) {
+        c = cJSON_Parse(same[i]);
+        run_variant_key(c, k);
+        ck_assert_msg(strcmp(k, k0) == 0, "same[%d]: %s vs %s", i, k, k0);
+        cJSON_Delete(c);
+    }
+    for (int i = 0; i < 3; i++) {
+        c = cJSON_Parse(other[i]);
+        run_variant_key(c, k);
+        ck_assert_msg(strcmp(k, k0) != 0, "other[%d]", i);
+        cJSON_Delete(c);
+    }
+    c = cJSON_Parse("[1]");
+    ck_assert_int_eq(run_variant_key(c, k), -1);
+    cJSON_Delete(c);
+}
+END_TEST
+
 START_TEST(record_identity) {
     char err[512], cfgname[64];
     long seed;
@@ -199,6 +262,8 @@ int main(void) {
     tcase_add_test(tc, effect_rule);
     tcase_add_test(tc, config_differences);
     tcase_add_test(tc, run_names);
+    tcase_add_test(tc, run_names_with_variants);
+    tcase_add_test(tc, variant_keys);
     tcase_add_test(tc, record_identity);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
