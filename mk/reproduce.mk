@@ -20,6 +20,11 @@
 #   every run; NPROC=W trains each run as W data-parallel ranks on this host (mpirun -np W --oversubscribe
 #   bin/train ...; the runs' n_microbatch must be a multiple of W); NPROC 1 is the single process. `make help` lists
 #   every target and variable.
+# Variants: a run directory holds one effective config. When the config of runs/EXP/RUN changes (the file is edited,
+#   or SET differs), the finished run there is first moved aside to runs/EXP/RUN@<variant> (bin/runs --keep), so
+#   the report, runs.csv and `make diff` still have it; going back to a kept config brings it back instead of
+#   retraining. `make sweep ... SWEEP="K=V1,V2 ..."` trains a grid, each point in runs/EXP/RUN@<variant>.
+#   `make prune` deletes the kept variants and sweep points.
 # Seeds: SEEDS=N trains, evaluates and analyzes every run for seeds 1..N; without SEEDS, the "seeds" list of
 #   experiments/EXP/seeds.json ({"comment": "...", "seeds": [1, 2, 3]}) if there is one; else each run once with its
 #   config's own train.seed, exactly as without seeds. The seed equal to a run config's own train.seed keeps the
@@ -62,46 +67,89 @@ repro_empty :=
 repro_space := $(repro_empty) $(repro_empty)
 repro_join = $(subst $(repro_space),$(repro_comma),$(strip $(1)))
 
-# ---- the runs: the one place where run names expand (seeds hook in here) ----
-# repro_run_dirs: the run directories for a list of run config names; repro_config: the config name of a run
-# directory; repro_run_sets: the --set overrides of a run directory (KEY=VALUE words). Every rule below goes through
-# these three, so a run directory other than its config's name (e.g. RUN.seed2 trained with train.seed=2) needs
-# changes here only.
-# Seeds: the list needs each run config's own train.seed and a strict read of seeds.json, so bin/seeds computes it
-# into a generated makefile that make includes (and so builds first, dry runs included); only when seeds are asked
-# for and a pipeline goal is given. Its name holds SEEDS and RUNS, its prerequisites are the files it reads.
+# A dry run (make -n): MAKEFLAGS's first word holds the one-letter flags, unless it is a long option such as
+# --no-print-directory (which has an n of its own).
+repro_flags_word := $(firstword $(MAKEFLAGS))
+repro_dry_run := $(if $(filter -%,$(repro_flags_word)),,$(findstring n,$(repro_flags_word)))
+
+# ---- the runs: the one place where run names expand (seeds and sweeps hook in here) ----
+# The run directories and each one's overrides come from bin/runs (model/run_plan.h), which reads the run configs,
+# seeds.json, SEEDS, SET and SWEEP strictly and validates every effective config as train will; it writes them into a
+# generated makefile that make includes (and so builds first, dry runs included) whenever a pipeline goal is given.
+# Its name holds a hash of SEEDS, RUNS, SET and SWEEP; its prerequisites are the files it reads.
+#   without SWEEP: runs/EXP/RUN for a run config's own seed, RUN.seed<S> for another seed S (the current variant);
+#   with SWEEP:    runs/EXP/RUN@<variant>[.seed<S>] for each grid point (variant: a hash of its effective config).
+# repro_config: the config name of a run directory; repro_run_sets: its --set overrides (KEY=VALUE words).
 REPRO_RUN_DIRS := $(RUNS)
 REPRO_SEEDS_JSON := $(wildcard $(EXP_DIR)/seeds.json)
-ifneq ($(strip $(SEEDS))$(REPRO_SEEDS_JSON),)
-ifneq ($(filter reproduce reproduce-stages train evaluate analyze report compare repro-inputs $(RUNS_DIR)/% \
-                $(REPORT_DIR)/%,$(MAKECMDGOALS)),)
-REPRO_SEEDS_MK := build/seeds/$(EXPERIMENT)-$(if $(strip $(SEEDS)),n$(strip $(SEEDS)),json)-$(call repro_join,$(RUNS)).mk
+repro_plan_goals := reproduce reproduce-stages train evaluate analyze report compare repro-inputs $(RUNS_DIR)/% \
+  $(REPORT_DIR)/%
+ifneq ($(filter $(repro_plan_goals),$(MAKECMDGOALS)),)
+repro_plan_key := $(shell printf '%s\n' '$(subst ','\'',$(strip $(SEEDS))|$(RUNS)|$(strip $(SET))|$(strip $(SWEEP)))' | \
+  md5sum | cut -c1-12)
+REPRO_SEEDS_MK := build/plan/$(EXPERIMENT)-$(repro_plan_key).mk
+repro_plan_opts = --experiment $(EXP_DIR) $(if $(strip $(SEEDS)),--count \
+  '$(strip $(SEEDS))') --set '$(subst ','\'',$(strip $(SET)))' --sweep '$(subst ','\'',$(strip $(SWEEP)))'
 include $(REPRO_SEEDS_MK)
 # A refusal is recorded IN the generated makefile (REPRO_SEEDS_ERROR) rather than as a failed recipe: under make -k
-# (also make test's -k, which reaches inner makes through MAKEFLAGS) a failed recipe let make go on with the seeds
+# (also make test's -k, which reaches inner makes through MAKEFLAGS) a failed recipe let make go on with the run
 # list of an earlier, stale file. repro_seeds_refusal raises it as $(error) where the first recipe line of every
-# stage, of reproduce-check and of compare is expanded: after make has remade this file (so a fixed seeds.json is
-# read again; not in a prerequisite list, whose second expansion make may do before remaking) and before any work. ('$$' -> '$$$$' and '#' -> '\#' keep the message literal.)
-$(REPRO_SEEDS_MK): $(REPRO_SEEDS_JSON) $(foreach r,$(RUNS),$(EXP_DIR)/$(r).json) bin/seeds
+# stage, of the run stamps, of reproduce-check and of compare is expanded: after make has remade this file (so a fixed
+# file is read again; not in a prerequisite list, whose second expansion make may do before remaking) and before
+# any work, so a refused SET or SWEEP changes no file. ('$$' -> '$$$$' and '#' -> '\#' keep the message literal.)
+$(REPRO_SEEDS_MK): $(REPRO_SEEDS_JSON) $(foreach r,$(RUNS),$(EXP_DIR)/$(r).json) bin/runs
 	@mkdir -p $(@D)
-	@if dirs=$$(bin/seeds --experiment $(EXP_DIR) --runs $(call repro_join,$(RUNS)) \
-	      $(if $(strip $(SEEDS)),--count '$(strip $(SEEDS))') 2>$@.err); then \
-	  echo "REPRO_RUN_DIRS := $$dirs" > $@.tmp; \
-	else \
+	@if bin/runs --runs $(call repro_join,$(RUNS)) $(repro_plan_opts) >$@.tmp 2>$@.err; then :; else \
 	  msg=$$(grep -m1 . $@.err | sed -e 's/\$$/$$$$/g' -e 's/#/\\#/g'); \
-	  echo "REPRO_SEEDS_ERROR := $${msg:-bin/seeds failed without a message}" > $@.tmp; \
+	  echo "REPRO_SEEDS_ERROR := $${msg:-bin/runs failed without a message}" > $@.tmp; \
 	fi; rm -f $@.err; mv -f $@.tmp $@
 endif
-endif
 repro_seeds_refusal = $(if $(REPRO_SEEDS_ERROR),$(error $(REPRO_SEEDS_ERROR)))
-# A run directory's config name (RUN of RUN.seed<S>); its overrides: SET, plus train.seed=S for RUN.seed<S>.
-repro_config = $(firstword $(subst .seed, ,$(1)))
-repro_run_sets = $(SET) $(if $(findstring .seed,$(1)),train.seed=$(lastword $(subst .seed, ,$(1))))
+# A run directory's config name (RUN of RUN@<variant>.seed<S>); its overrides: those of the plan, else (a directory
+# named on the command line that the plan does not list) SET, plus train.seed=S for RUN.seed<S>.
+repro_config = $(firstword $(subst @, ,$(firstword $(subst .seed, ,$(1)))))
+repro_run_sets = $(if $(filter undefined,$(origin REPRO_DIR_SETS.$(1))),$(SET) $(if $(findstring .seed,$(1)),\
+  train.seed=$(lastword $(subst .seed, ,$(1)))),$(REPRO_DIR_SETS.$(1)))
 # The run directories of the run names in $(1) (a name that is not in RUNS stands for its own directory).
 repro_run_dirs = $(foreach d,$(REPRO_RUN_DIRS),$(if $(filter $(call repro_config,$(d)),$(1)),$(d))) \
   $(filter-out $(RUNS),$(1))
 REPRO_RUN_SELECTED = $(strip $(call repro_run_dirs,$(RUN)))
 repro_set_flags = $(foreach s,$(call repro_run_sets,$(1)),--set '$(s)')
+
+# Nothing is overwritten: before anything runs, bin/runs --keep moves a finished current run whose config differs
+# from the wanted one aside to runs/EXP/RUN@<its variant> (and brings back a kept run of the wanted config);
+# model/run_variants.h. Parse time, like fetch.args below, so that make then sees the directories as they will be;
+# never in a dry run (make -n writes nothing), nor for a sweep (its points have names of their own). A failure stops
+# make before any stage.
+ifneq ($(filter $(repro_plan_goals),$(MAKECMDGOALS)),)
+ifeq ($(repro_dry_run),)
+ifeq ($(strip $(SWEEP)),)
+ifneq ($(wildcard bin/runs),)
+repro_keep_log := build/plan/$(EXPERIMENT)-keep.log
+# Only the runs this make works on (RUN narrows train, evaluate and analyze).
+repro_keep_runs := $(call repro_join,$(filter $(sort $(foreach r,$(RUN),$(call repro_config,$(r)))),$(RUNS)))
+repro_keep_status := $(shell mkdir -p build/plan; [ -z '$(repro_keep_runs)' ] || bin/runs \
+  --runs $(repro_keep_runs) $(repro_plan_opts) --keep $(RUNS_DIR) \
+  >$(repro_keep_log) 2>&1; echo $$?)
+ifneq ($(repro_keep_status),0)
+$(error $(file <$(repro_keep_log)))
+endif
+ifneq ($(strip $(file <$(repro_keep_log))),)
+$(info $(file <$(repro_keep_log)))
+endif
+endif
+endif
+endif
+endif
+
+# The command the user typed (the top-level make's goals and command-line variables): bin/train prints it when
+# interrupted, as the command that continues.
+ifeq ($(MAKELEVEL),0)
+repro_cmdline_vars := $(foreach v,$(sort $(.VARIABLES)),$(if $(filter command line,$(origin $(v))),$(v)))
+repro_shell_word = $(if $(findstring $(repro_space),$(1))$(findstring ",$(1))$(findstring ',$(1)),'$(subst ','\'',$(1))',$(1))
+export REPRO_COMMAND := make $(strip $(MAKECMDGOALS) $(foreach v,$(repro_cmdline_vars),$(v)=$(call \
+  repro_shell_word,$(value $(v)))))
+endif
 
 # bin/fetch reads the "fetch" section of data.json itself (--config, strictly: a misspelt key is an error), including
 # an optional "tokenizer_corpus_source" (experiment small: its arithmetic-only archive lacks characters such as M, T,
@@ -185,7 +233,6 @@ reproduce-check:
 # they change (SOURCE= given or dropped), so its time stamp marks the last change. Doing it at parse time rather than
 # in an always-run rule keeps `make -n` truthful (a dry run never writes it, so it does not show a refetch for a
 # changed SOURCE either).
-repro_dry_run := $(findstring n,$(firstword -$(MAKEFLAGS)))
 ifneq ($(filter $(REPRO_GOALS),$(MAKECMDGOALS)),)
 ifeq ($(repro_dry_run),)
 $(shell mkdir -p $(DATA) && { [ "$$(cat $(DATA)/fetch.args 2>/dev/null)" = "$(FETCH_ARGS)" ] || echo "$(FETCH_ARGS)" > $(DATA)/fetch.args; })
@@ -228,7 +275,7 @@ repro_inputs_read = $(strip $(file <$(call repro_inputs_file,$(1))))
 repro_inputs_stale = $(if $(subst $(call repro_inputs_text,$(1)),,$(call repro_inputs_read,$(1)))$(subst \
   $(call repro_inputs_read,$(1)),,$(call repro_inputs_text,$(1))),repro-force)
 $(RUNS_DIR)/%/train.inputs: $$(call repro_inputs_stale,$$*)
-	@mkdir -p $(@D)
+	$(repro_seeds_refusal)@mkdir -p $(@D)
 	@echo '$(call repro_inputs_text,$*)' >$@
 repro-force:
 
@@ -284,3 +331,19 @@ repro-inputs: $(TRAIN_INPUTS)
 # Removes this experiment's runs and report (not the data, not the baselines).
 reproduce-clean:
 	rm -rf $(RUNS_DIR) $(REPORT_DIR)
+
+# ---- sweeps and kept variants ----
+# make sweep RUNS=moeut_answer SWEEP="train.lr=1e-3,2e-3,4e-3 model.ff_k=2,4": make reproduce over the grid (every
+# combination of the values; with SET, SEEDS, NPROC as usual), each point trained, evaluated and analyzed in its own
+# directory runs/EXP/RUN@<variant>; the report shows them in its "Variants and sweeps" section.
+.PHONY: sweep prune
+sweep:
+	@$(if $(strip $(SWEEP)),,$(error sweep: SWEEP is empty: e.g. make sweep RUNS=moeut_answer \
+	  SWEEP="train.lr=1e-3,2e-3 model.ff_k=2,4"))$(MAKE) reproduce SWEEP='$(subst ','\'',$(strip $(SWEEP)))'
+
+# Deletes the kept earlier variants and sweep points (runs/EXP/RUN@<variant>[.seed<S>]) of this experiment.
+repro_kept_dirs = $(sort $(wildcard $(RUNS_DIR)/*@[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f] \
+  $(RUNS_DIR)/*@[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f].seed*))
+prune:
+	@$(if $(repro_kept_dirs),echo "prune: deleting $(repro_kept_dirs)"; rm -rf $(repro_kept_dirs),\
+	  echo "prune: no kept variants or sweep points in $(RUNS_DIR)")

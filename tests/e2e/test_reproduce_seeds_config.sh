@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make reproduce's seeds (mk/reproduce.mk, bin/seeds) as dry runs (no training, fast):
+# make reproduce's seeds (mk/reproduce.mk, bin/runs) as dry runs (no training, fast):
 #  - SEEDS=2 lists train/evaluate/analyze of RUN.seed2 with --set train.seed=2, the config's own seed in RUN, and the
 #    report expecting all 8 run directories;
 #  - without SEEDS and seeds.json, the commands are those of a single seed (no .seed directory, no --set);
@@ -8,11 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 fail() { echo "FAIL: $*"; exit 1; }
-for b in seeds train evaluate; do [ -x "bin/$b" ] || fail "bin/$b missing (run make first)"; done
+for b in runs train evaluate; do [ -x "bin/$b" ] || fail "bin/$b missing (run make first)"; done
 exp=_seeds_test_$$
 civ=_seeds_ci_$$ # a scratch copy of experiment ci (below)
 tmp=$(mktemp -d /tmp/test_seeds.XXXXXX)
-trap 'rm -rf "experiments/$exp" "experiments/$civ" "$tmp" build/seeds/$exp-* build/seeds/$civ-* "data/$civ" "runs/$civ" \
+trap 'rm -rf "experiments/$exp" "experiments/$civ" "$tmp" build/plan/$exp-* build/plan/$civ-* "data/$civ" "runs/$civ" \
   "reports/$civ" build/reproduce/$civ' EXIT
 
 dry() { make --no-print-directory -n reproduce "$@" 2>&1; }
@@ -59,7 +59,7 @@ refused() { # refused LABEL EXPECTED_TEXT MAKE_ARGS...
   shift 2
   # -k (keep going), as under make test, whose -k reaches this make through MAKEFLAGS: the refusal must stop make
   # even then, not let it go on with an earlier seeds list (mk/reproduce.mk writes the refusal into the generated
-  # seeds makefile as $(error)). Run twice: the second make reads the recorded refusal without running bin/seeds.
+  # seeds makefile as $(error)). Run twice: the second make reads the recorded refusal without running bin/runs.
   for attempt in 1 2; do
     rc=0
     make --no-print-directory -k -n reproduce "$@" >"$tmp/out.log" 2>&1 || rc=$?

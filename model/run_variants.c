@@ -1,0 +1,108 @@
+/* Earlier variants of a run kept aside, and brought back (see run_variants.h). */
+#include "model/run_variants.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "pipeline/atomic_file.h"
+#include "pipeline/config.h"
+#include "pipeline/config_diff.h"
+#include "pipeline/config_override.h"
+#include "pipeline/log.h"
+#include "pipeline/run_identity.h"
+
+#define FAIL(...) (set_err(err, errlen, __VA_ARGS__), -1)
+
+static int is_dir(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The finished run's record in dir (result.json), or NULL when there is none. */
+static cJSON *load_result(const char *dir, char *err, size_t errlen, int *failed) {
+    char path[4096 + 16];
+    *failed = 0;
+    snprintf(path, sizeof path, "%s/result.json", dir);
+    if (!file_exists(path)) return NULL;
+    cJSON *r = json_load_file(path, JSON_KIND_RECORD, err, errlen);
+    if (!r) *failed = 1;
+    return r;
+}
+
+/* "a=1 -> 2, b=x -> y" for the keys that differ between two configs (the seed and descriptions left out). */
+static void describe_change(const cJSON *from, const cJSON *to, char *out, size_t cap) {
+    const cJSON *configs[2] = {from, to};
+    const char *skip[] = {"description", "train.seed", NULL};
+    ConfigDiff d;
+    config_diff(configs, 2, skip, &d);
+    out[0] = '\0';
+    for (int i = 0; i < d.n_rows; i++) {
+        size_t len = strlen(out);
+        snprintf(out + len, cap - len, "%s%s %s -> %s", i ? ", " : "", d.rows[i].key,
+                 d.rows[i].values[0] ? d.rows[i].values[0] : "(absent)",
+                 d.rows[i].values[1] ? d.rows[i].values[1] : "(absent)");
+    }
+    if (!d.n_rows) snprintf(out, cap, "only comments or key order");
+    config_diff_free(&d);
+}
+
+static int keep_one(const char *exp_dir, const char *runs_dir, const PlannedRun *r, char *err, size_t errlen) {
+    char cfg_path[4096], cur[4096], aside[4096], back[4096], wanted[RUN_VARIANT_LEN + 1], held[RUN_VARIANT_LEN + 1];
+    snprintf(cfg_path, sizeof cfg_path, "%s/%s.json", exp_dir, r->config);
+    LoadedConfig lc;
+    if (config_load_with_overrides(&lc, cfg_path, (const char *const *)r->sets, r->n_sets, err, errlen) != 0)
+        return -1;
+    run_variant_key(lc.json, wanted);
+    const char *seed_part = r->dir + strlen(r->config); /* "" or ".seed<S>" */
+    snprintf(cur, sizeof cur, "%s/%s", runs_dir, r->dir);
+    snprintf(back, sizeof back, "%s/%s@%s%s", runs_dir, r->config, wanted, seed_part);
+    int rc = 0, failed = 0;
+    if (is_dir(cur)) {
+        cJSON *rec = load_result(cur, err, errlen, &failed);
+        const cJSON *config = rec ? cJSON_GetObjectItemCaseSensitive(rec, "config") : NULL;
+        if (failed) rc = -1;
+        else if (rec && run_variant_key(config, held) != 0) rc = FAIL("%s/result.json: config: missing", cur);
+        else if (rec && strcmp(held, wanted) != 0) {
+            snprintf(aside, sizeof aside, "%s/%s@%s%s", runs_dir, r->config, held, seed_part);
+            char change[2048];
+            describe_change(config, lc.json, change, sizeof change);
+            if (is_dir(aside) && remove_tree(aside) != 0)
+                rc = FAIL("%s: cannot remove an older copy of the same variant: %s", aside, strerror(errno));
+            else if (rename(cur, aside) != 0)
+                rc = FAIL("%s: cannot move it aside to %s: %s", cur, aside, strerror(errno));
+            else
+                fprintf(stderr, "runs: %s holds another config (%s): kept as %s\n", cur, change, aside);
+        }
+        cJSON_Delete(rec);
+    }
+    /* Bring back a run of the wanted config that was moved aside (its records carry the current name). */
+    if (rc == 0 && !is_dir(cur) && is_dir(back)) {
+        cJSON *rec = load_result(back, err, errlen, &failed);
+        const cJSON *run = rec ? cJSON_GetObjectItemCaseSensitive(rec, "run") : NULL;
+        if (failed) rc = -1;
+        else if (cJSON_IsString(run) && strcmp(run->valuestring, r->dir) == 0) {
+            if (rename(back, cur) != 0) rc = FAIL("%s: cannot move it back to %s: %s", back, cur, strerror(errno));
+            else fprintf(stderr, "runs: %s holds the wanted config: back as %s\n", back, cur);
+        }
+        cJSON_Delete(rec);
+    }
+    loaded_config_free(&lc);
+    return rc;
+}
+
+int run_variants_keep(const char *exp_dir, const char *runs_dir, const PlannedRun *runs, int n, char *err,
+                      size_t errlen) {
+    if (!is_dir(runs_dir)) return 0; /* nothing trained yet */
+    for (int i = 0; i < n; i++) {
+        char variant[RUN_VARIANT_LEN + 1];
+        run_name_variant(runs[i].dir, variant);
+        if (variant[0]) continue; /* a sweep point is its own run: nothing to keep */
+        if (keep_one(exp_dir, runs_dir, &runs[i], err, errlen) != 0) return -1;
+    }
+    return 0;
+}
