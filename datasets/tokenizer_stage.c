@@ -29,6 +29,7 @@
 #include "pipeline/log.h"
 #include "pipeline/module_regex.h"
 #include "pipeline/progress.h"
+#include "pipeline/rng.h"
 #include "pipeline/sha256.h"
 
 #ifndef CODE_VERSION
@@ -365,26 +366,10 @@ typedef struct {
     uint32_t pair;
 } Ref;
 
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [0, n) without modulo bias: draws at or above the largest multiple of n are rejected. */
-static uint64_t uniform_below(uint64_t *state, uint64_t n) {
-    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
-    uint64_t r;
-    do r = splitmix64(state);
-    while (r >= limit);
-    return r % n;
-}
-
 static void shuffle_refs(Ref *v, uint64_t n, uint64_t seed) {
     uint64_t state = seed;
     for (uint64_t i = n; i > 1; i--) {
-        uint64_t j = uniform_below(&state, i);
+        uint64_t j = splitmix64_below(&state, i);
         Ref tmp = v[i - 1];
         v[i - 1] = v[j];
         v[j] = tmp;

@@ -2,16 +2,24 @@
 
 #include <math.h>
 
-static uint64_t splitmix64(uint64_t *x) {
+uint64_t splitmix64_next(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
 
+uint64_t splitmix64_below(uint64_t *state, uint64_t n) {
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % n; /* largest multiple of n: draws at or above it are rejected */
+    uint64_t v;
+    do v = splitmix64_next(state);
+    while (v >= limit);
+    return v % n;
+}
+
 void rng_seed(Rng *r, uint64_t seed) {
     uint64_t x = seed;
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64_next(&x);
 }
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

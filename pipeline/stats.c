@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "pipeline/log.h"
+#include "pipeline/rng.h"
 
 int wilson_interval(long successes, long n, double z, double *lo, double *hi) {
     if (n < 0 || successes < 0 || successes > n) {
@@ -133,21 +134,9 @@ double mcnemar_exact_p(long b, long c) {
 
 void stats_rng_seed(StatsRng *r, unsigned long long seed) { r->state = seed; }
 
-unsigned long long stats_rng_next(StatsRng *r) {
-    unsigned long long z = (r->state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+unsigned long long stats_rng_next(StatsRng *r) { return splitmix64_next(&r->state); }
 
-long stats_rng_below(StatsRng *r, long n) {
-    const unsigned long long un = (unsigned long long)n;
-    const unsigned long long limit = ~0ull - (~0ull % un); /* largest multiple of n: draws above it are rejected */
-    unsigned long long v;
-    do v = stats_rng_next(r);
-    while (v >= limit);
-    return (long)(v % un);
-}
+long stats_rng_below(StatsRng *r, long n) { return (long)splitmix64_below(&r->state, (uint64_t)n); }
 
 double quantile_sorted(const double *sorted, int n, double q) {
     if (n == 1) return sorted[0];

@@ -2,6 +2,8 @@
 #ifndef PIPELINE_STATS_H
 #define PIPELINE_STATS_H
 
+#include <stdint.h>
+
 /* z for a two-sided 95% interval of the normal distribution. */
 #define STATS_Z95 1.959963984540054
 
@@ -36,10 +38,10 @@ int mean_t_interval(const double *x, int n, double *mean, double *lo, double *hi
  * min(1, 2 * P(X <= min(b, c))). b + c == 0 gives 1. Negative counts give NaN. */
 double mcnemar_exact_p(long b, long c);
 
-/* A small, fast, fully specified RNG (splitmix64; Steele, Lea, Flood 2014) so that bootstrap intervals are the same
- * on every machine and C library (rand() is not). */
+/* A small, fast, fully specified RNG (splitmix64, pipeline/rng.h) so that bootstrap intervals are the same on every
+ * machine and C library (rand() is not). */
 typedef struct {
-    unsigned long long state;
+    uint64_t state;
 } StatsRng;
 void stats_rng_seed(StatsRng *r, unsigned long long seed);
 unsigned long long stats_rng_next(StatsRng *r);

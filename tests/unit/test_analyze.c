@@ -1,10 +1,12 @@
-/* The residual-erasure analysis (stages/analyze.c) on tiny random models: map shape, position 0 never erased, scores
+/* The residual-erasure analysis (model/depth_analysis.c) on tiny random models: map shape, position 0 never erased, scores
  * in [0, sqrt 2], each batched cell equal to a one-copy re-run erased by hand, a zero score when the "erased" vector
  * equals the residual it replaces, the counterfactual mean, and the depth summary on a hand-made map. */
-#define STAGE_NO_MAIN
-#include "stages/analyze.c"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/backend.h"
+#include "model/depth_analysis.h"
 #include "model/model.h"
 #include "tests/unit/model_test_util.h"
 #include "tests/unit/suite_runner.h"
@@ -29,8 +31,8 @@ static double naive_cell(Model *m, const scalar_t *erased_dev, const int32_t *to
     be->to_host(be, out, lg, (size_t)Tin * V * sizeof(float));
     double best = 0, *p = malloc(sizeof(double) * V), *q = malloc(sizeof(double) * V);
     for (int j = Tin - n_answer; j < Tin; j++) {
-        softmax_row(ref + (size_t)j * V, V, p);
-        softmax_row(out + (size_t)j * V, V, q);
+        depth_softmax_row(ref + (size_t)j * V, V, p);
+        depth_softmax_row(out + (size_t)j * V, V, q);
         double d = 0;
         for (int v = 0; v < V; v++) d += (p[v] - q[v]) * (p[v] - q[v]);
         best = fmax(best, sqrt(d));
@@ -56,7 +58,7 @@ static void check_model(ModelConfig c, uint64_t seed) {
 
     /* counterfactual mean = host mean over the 11 input positions of each captured row */
     scalar_t *erased = be->alloc(be, (size_t)L * C * sizeof(scalar_t));
-    counterfactual_means(m, cf, 12, erased);
+    depth_counterfactual_means(m, cf, 12, erased);
     scalar_t *cap = be->alloc(be, (size_t)(L + 1) * 11 * C * sizeof(scalar_t));
     scalar_t *h = be->alloc(be, (size_t)11 * C * sizeof(scalar_t));
     model_embed(m, h, cf, 1, 11);
@@ -75,7 +77,7 @@ static void check_model(ModelConfig c, uint64_t seed) {
     size_t cells = (size_t)L * Tin;
     double *scores = malloc(sizeof(double) * (cells + 4));
     for (size_t i = 0; i < cells + 4; i++) scores[i] = -7.0;
-    erasure_scores(m, erased, tokens, T, n_answer, scores);
+    depth_erasure_scores(m, erased, tokens, T, n_answer, scores);
     for (size_t i = cells; i < cells + 4; i++) ck_assert(scores[i] == -7.0);
     double mx = 0;
     for (int l = 0; l < L; l++) {
@@ -103,7 +105,7 @@ static void check_model(ModelConfig c, uint64_t seed) {
     model_run_layers(m, h, 1, Tin, 0, pcap);
     be->copy(be, erased + (size_t)l0 * C, pcap + ((size_t)l0 * Tin + t0) * C, (size_t)C * sizeof(scalar_t));
     double *s2 = malloc(sizeof(double) * cells);
-    erasure_scores(m, erased, tokens, T, n_answer, s2);
+    depth_erasure_scores(m, erased, tokens, T, n_answer, s2);
     ck_assert_msg(s2[(size_t)l0 * Tin + t0] < 1e-6, "identity erasure scored %g", s2[(size_t)l0 * Tin + t0]);
     for (int l = 0; l < l0; l++)
         for (int t = 0; t < Tin; t++) ck_assert(fabs(s2[(size_t)l * Tin + t] - scores[(size_t)l * Tin + t]) < 1e-9);

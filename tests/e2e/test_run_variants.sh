@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The researcher's loop through make (mk/reproduce.mk, bin/runs): no run is overwritten, sweeps are one command.
+#  - changing SET and rerunning keeps the finished run aside as runs/EXP/RUN@<variant> (both have their records, with
+#    their own lr), and going back to the first SET brings it back without training again;
+#  - a refused SET (an unknown key) is one line naming the key, and changes no file under runs/;
+#  - make sweep over a 3x2 grid trains each point in its own directory, with the point's values in its record;
+#  - make prune deletes the kept variants and sweep points, and nothing else.
+# The runs are tiny (4 steps, 20 examples per set, no depth analysis): a scratch copy of experiment ci.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+fail() { echo "FAIL: $*"; exit 1; }
+for b in runs train evaluate report; do [ -x "bin/$b" ] || fail "bin/$b missing (run make first)"; done
+exp=_variants_$$
+trap 'rm -rf "experiments/$exp" "data/$exp" "runs/$exp" "reports/$exp" build/plan/$exp-* build/reproduce/$exp' EXIT
+mkdir -p "experiments/$exp"
+cp experiments/ci/*.json "experiments/$exp/"
+small="train.steps=4 train.evaluate_every=0 evaluate.max_examples_per_set=20 analyze.enabled=false"
+m() { make --no-print-directory "$@" EXPERIMENT=$exp 2>&1; }
+lr_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["train"]["lr"])' "$1"; }
+# The state of runs/: every file with its size and modification time.
+snapshot() { find "runs/$exp" -type f -printf '%p %s %T@\n' | sort; }
+
+# 1. A first run, then the same run with another lr: the first is kept.
+out=$(m evaluate RUN=dense_qa SET="$small") || { echo "$out"; fail "first run"; }
+[ -f "runs/$exp/dense_qa/result.json" ] || fail "first run: no result.json"
+out=$(m evaluate RUN=dense_qa SET="$small train.lr=1e-3") || { echo "$out"; fail "second run (lr 1e-3)"; }
+kept=$(echo "$out" | sed -nE "s|.*runs/$exp/dense_qa holds another config \(train.lr 0.002 -> 0.001\): kept as runs/$exp/(dense_qa@[0-9a-f]{8})\$|\1|p")
+[ -n "$kept" ] || { echo "$out"; fail "changing lr: no 'kept as' line naming the key and both values"; }
+[ "$(lr_of "runs/$exp/$kept/result.json")" = 0.002 ] || fail "the kept run $kept does not hold lr 0.002"
+[ "$(lr_of "runs/$exp/dense_qa/result.json")" = 0.001 ] || fail "the current run does not hold lr 0.001"
+echo "ok: changing lr kept the earlier run as runs/$exp/$kept (lr 0.002) beside runs/$exp/dense_qa (lr 0.001)"
+
+# 2. A refused SET changes nothing.
+before=$(snapshot)
+if out=$(m evaluate RUN=dense_qa SET="$small train.lrx=1e-3"); then fail "an unknown key was accepted"; fi
+echo "$out" | grep -q "train.lrx: unknown key (did you mean train.lr?)" || { echo "$out"; fail "refusal: no line naming train.lrx"; }
+[ "$(snapshot)" = "$before" ] || fail "a refused SET changed files under runs/$exp"
+echo "ok: a refused SET names the key and changes no file"
+
+# 3. Back to the first SET: the kept run comes back, nothing is trained, the lr 1e-3 run is kept in its turn.
+out=$(m evaluate RUN=dense_qa SET="$small") || { echo "$out"; fail "back to the first SET"; }
+echo "$out" | grep -q "runs/$exp/$kept holds the wanted config: back as runs/$exp/dense_qa" || { echo "$out"; fail "not brought back"; }
+echo "$out" | grep -q "^bin/train" && { echo "$out"; fail "going back retrained"; }
+[ "$(lr_of "runs/$exp/dense_qa/result.json")" = 0.002 ] || fail "runs/$exp/dense_qa does not hold lr 0.002 again"
+n_kept=$(ls -d runs/$exp/dense_qa@* | wc -l)
+[ "$n_kept" = 1 ] || fail "expected one kept variant (lr 1e-3), found $n_kept"
+echo "ok: going back brought the kept run back without training; the lr 1e-3 run is kept"
+
+# 4. A 3x2 sweep in one command: six points, each in its own directory with its values.
+out=$(m sweep RUNS=dense_qa SET="$small" SWEEP="train.lr=1e-3,2e-3,4e-3 train.warmup=1,2") || { echo "$out"; fail "make sweep"; }
+points=$(ls -d runs/$exp/dense_qa@* | wc -l)
+[ "$points" -ge 6 ] || fail "make sweep: $points variant directories, expected the 6 points (+ kept ones)"
+found=""
+for d in runs/$exp/dense_qa@*; do
+  [ -f "$d/result.json" ] || fail "$d: no result.json"
+  found="$found $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["config"]["train"]; print("%g/%d" % (t["lr"], t["warmup"]))' "$d/result.json")"
+done
+for p in 0.001/1 0.001/2 0.002/1 0.002/2 0.004/1 0.004/2; do
+  echo "$found" | grep -qw "$p" || fail "make sweep: no run with lr/warmup $p (found:$found)"
+done
+echo "$out" | grep -q "compare skipped" || true
+echo "ok: make sweep trained the 3x2 grid, each point in runs/$exp/dense_qa@<variant>"
+
+# 5. make prune deletes the kept variants and sweep points only.
+out=$(m prune) || { echo "$out"; fail "make prune"; }
+ls -d runs/$exp/*@* 2>/dev/null && fail "make prune left variant directories"
+[ -f "runs/$exp/dense_qa/result.json" ] || fail "make prune deleted the current run"
+echo "ok: make prune deleted the variants and kept the current run"
+echo PASS
