@@ -23,15 +23,13 @@ static int is_dir(const char *path) {
     return lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* The finished run's record in dir (result.json), or NULL when there is none. */
-static cJSON *load_result(const char *dir, char *err, size_t errlen, int *failed) {
-    char path[4096 + 16];
-    *failed = 0;
+/* The finished run's record in dir (result.json), or NULL when there is none or it cannot be read: evaluate
+ * writes it atomically, so an unreadable one was not written by a finished run (and evaluate will replace it). */
+static cJSON *load_result(const char *dir) {
+    char path[4096 + 16], err[1024];
     snprintf(path, sizeof path, "%s/result.json", dir);
     if (!file_exists(path)) return NULL;
-    cJSON *r = json_load_file(path, JSON_KIND_RECORD, err, errlen);
-    if (!r) *failed = 1;
-    return r;
+    return json_load_file(path, JSON_KIND_RECORD, err, sizeof err);
 }
 
 /* "a=1 -> 2, b=x -> y" for the keys that differ between two configs (the seed and descriptions left out). */
@@ -61,13 +59,11 @@ static int keep_one(const char *exp_dir, const char *runs_dir, const PlannedRun 
     const char *seed_part = r->dir + strlen(r->config); /* "" or ".seed<S>" */
     snprintf(cur, sizeof cur, "%s/%s", runs_dir, r->dir);
     snprintf(back, sizeof back, "%s/%s@%s%s", runs_dir, r->config, wanted, seed_part);
-    int rc = 0, failed = 0;
+    int rc = 0;
     if (is_dir(cur)) {
-        cJSON *rec = load_result(cur, err, errlen, &failed);
+        cJSON *rec = load_result(cur);
         const cJSON *config = rec ? cJSON_GetObjectItemCaseSensitive(rec, "config") : NULL;
-        if (failed) rc = -1;
-        else if (rec && run_variant_key(config, held) != 0) rc = FAIL("%s/result.json: config: missing", cur);
-        else if (rec && strcmp(held, wanted) != 0) {
+        if (rec && run_variant_key(config, held) == 0 && strcmp(held, wanted) != 0) {
             snprintf(aside, sizeof aside, "%s/%s@%s%s", runs_dir, r->config, held, seed_part);
             char change[2048];
             describe_change(config, lc.json, change, sizeof change);
@@ -82,10 +78,9 @@ static int keep_one(const char *exp_dir, const char *runs_dir, const PlannedRun 
     }
     /* Bring back a run of the wanted config that was moved aside (its records carry the current name). */
     if (rc == 0 && !is_dir(cur) && is_dir(back)) {
-        cJSON *rec = load_result(back, err, errlen, &failed);
+        cJSON *rec = load_result(back);
         const cJSON *run = rec ? cJSON_GetObjectItemCaseSensitive(rec, "run") : NULL;
-        if (failed) rc = -1;
-        else if (cJSON_IsString(run) && strcmp(run->valuestring, r->dir) == 0) {
+        if (cJSON_IsString(run) && strcmp(run->valuestring, r->dir) == 0) {
             if (rename(back, cur) != 0) rc = FAIL("%s: cannot move it back to %s: %s", back, cur, strerror(errno));
             else fprintf(stderr, "runs: %s holds the wanted config: back as %s\n", back, cur);
         }
