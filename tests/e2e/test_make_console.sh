@@ -160,6 +160,37 @@ grep -qx "train moeut_qa 17 1234 tokens/s (runs/$exp on cuda)" "$plan_dir/plan" 
 echo "ok: the plan counts only the stages that will run, with an estimate; the counter is right under concurrency"
 cleanup_exp
 
+# ---- the time left, corrected by the measured rate ----
+# A plan whose estimates are 3x too short (64 s estimated, 192 s true): each stage starts when the ones before it
+# would have finished (a fixed clock instead of waiting). Until the stages started before carry
+# 20% of the estimate the line says "estimate"; from then on the time left is the true one, "measured".
+eta=$tmp/eta
+mkdir -p "$eta"
+printf '%s\n' "fetch - 2 default" "train a 20 x" "train b 20 x" "train c 20 x" "report - 2 default" >"$eta/plan"
+echo 1000 >"$eta/plan_start"
+stage_at() { # stage_at SECONDS STAGE [RUN]: the stage line SECONDS after the plan started (REPRO_NOW: its clock)
+  local at=$1; shift
+  REPRO_NOW=$(awk -v at="$at" 'BEGIN { printf "%.3f", 1000 + at }') REPRO_PLAN=$eta REPRO_EXPERIMENT=ci REPRO_BACKEND=cpu mk/reproduce_stage.sh "$@"
+}
+expect_line() { [ "$1" = "$2" ] || fail "time left: got '$1', expected '$2'"; }
+: >"$eta/started"
+expect_line "$(stage_at 0 fetch)" "[1/5] fetch (ci, cpu): about 64 s left in all (estimate)"
+expect_line "$(stage_at 6 train a)" "[2/5] train a (ci, cpu): about 62 s left in all (estimate)" # 2 s of 64 seen
+expect_line "$(stage_at 66 train b)" "[3/5] train b (ci, cpu): about 2 min left in all (measured, 3.0x the estimate)"
+expect_line "$(stage_at 126 train c)" "[4/5] train c (ci, cpu): about 66 s left in all (measured, 3.0x the estimate)"
+expect_line "$(stage_at 186 report)" "[5/5] report (ci, cpu): about 6 s left in all (measured, 3.0x the estimate)"
+# The order does not matter (make -j): c started before b gives the same time left.
+: >"$eta/started"
+stage_at 0 fetch >/dev/null; stage_at 6 train a >/dev/null
+expect_line "$(stage_at 66 train c)" "[3/5] train c (ci, cpu): about 2 min left in all (measured, 3.0x the estimate)"
+expect_line "$(stage_at 126 train b)" "[4/5] train b (ci, cpu): about 66 s left in all (measured, 3.0x the estimate)"
+# Faster than estimated (a third of the time): the time left shrinks the same way, once 10 s have gone by.
+: >"$eta/started"
+stage_at 0 fetch >/dev/null; stage_at 0.67 train a >/dev/null
+expect_line "$(stage_at 7.33 train b)" "[3/5] train b (ci, cpu): about 42 s left in all (estimate)" # only 7 s seen
+expect_line "$(stage_at 14 train c)" "[4/5] train c (ci, cpu): about 7 s left in all (measured, 0.3x the estimate)"
+echo "ok: the time left follows the measured rate once enough has run (3x too slow and 3x too fast estimates)"
+
 # ---- CODE_VERSION ignores experiments/ and reports/baselines/ (in a scratch clone at this commit) ----
 clone=$tmp/clone
 git clone -q --no-checkout "$(git rev-parse --show-toplevel)" "$clone"
