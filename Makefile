@@ -55,6 +55,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_SRC := $(wildcard kernels/cuda/*.cu)
 CUDA_MARKER := build/cuda.enabled
 CUDA_GOALS := test-cuda test-gpu test-gpu-sanitizer bench-gpu gpu-bundle
+CUDA ?=
 CUDA_GOALS_ASKED := $(if $(filter 0,$(MAKELEVEL)),$(filter $(CUDA_GOALS),$(MAKECMDGOALS)))
 # A tree built with CUDA before the marker existed: its libnn.a holds the CUDA objects.
 CUDA_BUILT_BEFORE := $(or $(wildcard $(CUDA_MARKER)),$(if $(wildcard build/libnn.a),$(shell ar t build/libnn.a \
