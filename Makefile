@@ -1,4 +1,4 @@
-# The build and the pipeline. `make` builds every stage into bin/ (CPU; CUDA objects too where nvcc exists),
+# The build and the pipeline. `make` builds every stage into bin/ (CPU; the CUDA backend too with CUDA=1 or BACKEND=cuda),
 # `make test` runs the test suite, `make reproduce` runs the experiment end to end (see README).
 # Extra targets live in mk/*.mk (one fragment per concern), included at the end.
 
@@ -37,15 +37,61 @@ MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null || echo -L/usr/lib/x86_
 BASE_CFLAGS += $(MPI_CFLAGS)
 LDLIBS += -Wl,--as-needed $(MPI_LIBS) -Wl,--no-as-needed
 
-# ---- CUDA: built whenever nvcc exists (a GPU is only needed to run it) ----
+# ---- CUDA: built only when asked for (a GPU is only needed to run it) ----
+# A CPU build never runs nvcc, even where one is installed. The CUDA objects are built (and every program compiled with
+# -DHAVE_CUDA) when
+#   - CUDA=1 is given (CUDA=0 switches a CUDA build tree back to the CPU only), or
+#   - BACKEND=cuda is given (command line or environment: make reproduce BACKEND=cuda needs the CUDA programs), or
+#   - a GPU target is the goal typed on the command line (test-cuda, test-gpu, test-gpu-sanitizer, bench-gpu,
+#     gpu-bundle; exported as CUDA=1 to the make calls of their scripts); not under `make test`, whose test-cuda
+#     runs the CUDA programs only in a CUDA build tree, or
+#   - this build tree was built with CUDA before (the marker build/cuda.enabled, written when libnn.a is archived with
+#     the CUDA objects): sticky, so a later `make reproduce` with BACKEND=cpu does not rebuild and relink every stage
+#     (bin/evaluate is a prerequisite of every result.json: a relink would re-evaluate every run).
+# Asked for without nvcc: one error line when something is to be built (a dry run only prints it).
+# GPU_PREBUILT=1 builds nothing, so it asks for nothing either.
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_SRC := $(wildcard kernels/cuda/*.cu)
+CUDA_MARKER := build/cuda.enabled
+CUDA_GOALS := test-cuda test-gpu test-gpu-sanitizer bench-gpu gpu-bundle
+CUDA ?=
+CUDA_GOALS_ASKED := $(if $(filter 0,$(MAKELEVEL)),$(filter $(CUDA_GOALS),$(MAKECMDGOALS)))
+# A tree built with CUDA before the marker existed: its libnn.a holds the CUDA objects.
+CUDA_BUILT_BEFORE := $(or $(wildcard $(CUDA_MARKER)),$(if $(wildcard build/libnn.a),$(shell ar t build/libnn.a \
+  2>/dev/null | grep -qx 'cuda_backend.o' && echo build/libnn.a)))
+ifeq ($(GPU_PREBUILT),)
+ifneq ($(filter 1 yes true,$(CUDA)),)
+CUDA_WANTED := CUDA=$(CUDA)
+else ifneq ($(filter 0 no false,$(CUDA)),)
+CUDA_WANTED :=
+else ifneq ($(strip $(CUDA)),)
+$(error CUDA=$(CUDA): expected 1 (build the CUDA backend) or 0 (the CPU only))
+else ifeq ($(BACKEND),cuda)
+CUDA_WANTED := BACKEND=cuda
+else ifneq ($(CUDA_GOALS_ASKED),)
+CUDA_WANTED := make $(CUDA_GOALS_ASKED)
+# The scripts of these targets (mk/gpu_bundle.sh, mk/gpu_run.sh) call make again: the same build.
+CUDA := 1
+export CUDA
+else ifneq ($(CUDA_BUILT_BEFORE),)
+CUDA_WANTED := this build tree, built with CUDA before ($(CUDA_BUILT_BEFORE); CUDA=0 rebuilds it for the CPU only),
+endif
+endif
+ifneq ($(CUDA_WANTED),)
 ifneq ($(NVCC),)
 ifneq ($(CUDA_SRC),)
 CUDA_ENABLED := 1
 endif
+else
+CUDA_MISSING := 1
 endif
+endif
+# Refused at build time, not parse time, so that dry runs (make -n reproduce BACKEND=cuda) still plan.
+.PHONY: cuda-missing
+cuda-missing:
+	$(if $(findstring n,$(firstword -$(MAKEFLAGS))),@echo "nvcc not found",$(error $(CUDA_WANTED) asks for the CUDA build, \
+	  but nvcc was not found (neither on PATH nor /usr/local/cuda/bin/nvcc): install the CUDA toolkit or give NVCC=/path/to/nvcc))
 NVCC_FLAGS ?= -O3 -std=c++17 -arch=sm_90 -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC --expt-relaxed-constexpr
 
 # ---- sources ----
@@ -77,7 +123,7 @@ CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcubla
 endif
 
 ifeq ($(GPU_PREBUILT),)
-all: deps $(addprefix bin/,$(STAGES))
+all: deps $(if $(CUDA_MISSING),cuda-missing) $(addprefix bin/,$(STAGES))
 else
 # GPU_PREBUILT=1 (exported by `source mk/gpu_env.sh` on a GPU machine that lacks this project's build dependencies and
 # reaches no package registry): the stages in bin/ come prebuilt from build/gpu-bundle.tar.gz, so `all` (and with it
@@ -123,8 +169,11 @@ $(OBJASAN)/%.o: %.c $(FLAGS_STAMP) | deps
 
 $(CORE): $(patsubst %.c,$(OBJ)/%.o,$(CORE_SRC))
 	$(call quiet,AR,$@)rm -f $@; ar rcs $@ $^
-$(NN): $(patsubst %.c,$(OBJ)/%.o,$(NN_SRC)) $(CUDA_OBJ)
+# The CUDA objects first: a failing nvcc fails before the C objects are compiled. The marker records which kind of
+# build libnn.a now holds.
+$(NN): $(CUDA_OBJ) $(patsubst %.c,$(OBJ)/%.o,$(NN_SRC)) $(if $(CUDA_MISSING),| cuda-missing)
 	$(call quiet,AR,$@)rm -f $@; ar rcs $@ $^
+	@$(if $(CUDA_ENABLED),touch,rm -f) $(CUDA_MARKER)
 $(CORE64): $(patsubst %.c,$(OBJ64)/%.o,$(CORE_SRC))
 	$(call quiet,AR,$@)rm -f $@; ar rcs $@ $^
 $(NN64): $(patsubst %.c,$(OBJ64)/%.o,$(NN_SRC))
@@ -171,8 +220,10 @@ test-f64: all $(F64_BINS)
 	@tests/run_suite.sh f64 $(F64_BINS)
 test-asan: all $(ASAN_BINS)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run_suite.sh asan $(ASAN_BINS)
+# In a CPU build tree (make test's default) the CUDA programs are not built: one skip, saying how to build them.
 test-cuda: all $(CUDA_BINS)
-	@tests/run_suite.sh cuda $(CUDA_BINS)
+	@$(if $(CUDA_ENABLED),tests/run_suite.sh cuda $(CUDA_BINS),mkdir -p build; echo "cuda cuda-build-off 0 0 1" \
+	  >>build/test-results.txt; echo "SKIP [cuda] the CUDA build is off in this tree: make test-cuda (or CUDA=1) builds it")
 test-e2e: all
 	@tests/run_suite.sh e2e $(sort $(wildcard tests/e2e/test_*.sh))
 

@@ -20,6 +20,7 @@ SET=${REPRO_SET:-}
 runs_dir=runs/$exp
 mkdir -p "$plan_dir"
 : >"$plan_dir/started"
+date +%s.%N >"$plan_dir/plan_start" # mk/reproduce_stage.sh measures the time since then against the estimates
 
 # Defaults when nothing was measured: train throughput in tokens/s per backend (measured on the 2-core development
 # machine for experiment tiny/ci: dense about 9000, MoEUT about 5000 tokens/s; an H100 does far more), evaluation

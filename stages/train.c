@@ -38,10 +38,14 @@
 #include "pipeline/log.h"
 #include "pipeline/threads.h"
 #include "pipeline/progress.h"
+#include "pipeline/resume_hint.h"
 #include "pipeline/routing_stats.h"
 #include "pipeline/sha256.h"
 
 static volatile sig_atomic_t g_signal = 0;
+/* The command line as started (MPI may take arguments out of argv), for the continue command of an interrupt. */
+static int g_start_argc;
+static char **g_start_argv;
 static void on_signal(int sig) { g_signal = sig; }
 
 typedef struct {
@@ -508,13 +512,12 @@ static int train_loop(Trainer *t) {
         if (sig && !last) {
             if (root) progress_finish(&prog);
             const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-            /* Under make (which exports MAKELEVEL) the user typed a make command, not this one: with make's
-             * RESUME=auto (--auto-resume) or RESUME=1 (--resume) the same make command continues the checkpoint. */
-            const char *how = !getenv("MAKELEVEL") ? "continue with --resume"
-                              : (t->a.auto_resume || t->a.resume)
-                                  ? "rerun `make reproduce` (or the same make command) to continue from the checkpoint"
-                                  : "rerun `make reproduce` (or the same make command) with RESUME=auto to continue "
-                                    "from the checkpoint (RESUME=0 starts over)";
+            /* The exact command that continues: under make the make command the user typed (REPRO_COMMAND), else
+             * this one with --auto-resume. */
+            char how[8192];
+            const ResumeHintInput hint = {g_start_argc, g_start_argv, getenv("REPRO_COMMAND"),
+                                          t->a.auto_resume || t->a.resume, getenv("MAKELEVEL") != NULL, dist_world()};
+            resume_hint(how, sizeof how, &hint);
             if (root) log_info("interrupted by %s: checkpoint saved at step %ld of %ld; %s", name, t->st.step, total, how);
             return 128 + sig;
         }
@@ -543,6 +546,10 @@ static void install_signal_handlers(void) {
 
 int main(int argc, char **argv) {
     log_set_program("train"); /* dist_init adds the rank under mpirun */
+    g_start_argc = argc;
+    g_start_argv = calloc((size_t)argc + 1, sizeof *g_start_argv);
+    if (!g_start_argv) die("out of memory");
+    memcpy(g_start_argv, argv, (size_t)argc * sizeof *argv);
     Trainer t;
     memset(&t, 0, sizeof t);
     t.a.backend = "cpu";
@@ -646,5 +653,6 @@ int main(int argc, char **argv) {
     train_eval_close(&t.eval);
     cJSON_Delete(t.config_json);
     dist_finalize();
+    free(g_start_argv);
     return rc;
 }

@@ -8,7 +8,8 @@
 #    stages start at once as under make -j;
 #  - CODE_VERSION ignores edits under experiments/ and reports/baselines/ but not elsewhere (in a scratch clone);
 #  - the build is quiet (a "CC file" line) and V=1 shows the compiler command;
-#  - bin/train's interrupt message under make (MAKELEVEL set) says to rerun the make command.
+#  - an interrupted bin/train prints the exact command that continues it: the make command the user typed
+#    (REPRO_COMMAND) or its own command line with --auto-resume (which, pasted, continues the run).
 source "$(dirname "$0")/train_common.sh" # set -euo pipefail, cd to the root, $tmp, fail, train_data, train_config
 # make as a user types it: not the flags or variables of a make that runs this test (make test V=1 would pass V=1).
 mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory "$@"; }
@@ -159,6 +160,37 @@ grep -qx "train moeut_qa 17 1234 tokens/s (runs/$exp on cuda)" "$plan_dir/plan" 
 echo "ok: the plan counts only the stages that will run, with an estimate; the counter is right under concurrency"
 cleanup_exp
 
+# ---- the time left, corrected by the measured rate ----
+# A plan whose estimates are 3x too short (64 s estimated, 192 s true): each stage starts when the ones before it
+# would have finished (a fixed clock instead of waiting). Until the stages started before carry
+# 20% of the estimate the line says "estimate"; from then on the time left is the true one, "measured".
+eta=$tmp/eta
+mkdir -p "$eta"
+printf '%s\n' "fetch - 2 default" "train a 20 x" "train b 20 x" "train c 20 x" "report - 2 default" >"$eta/plan"
+echo 1000 >"$eta/plan_start"
+stage_at() { # stage_at SECONDS STAGE [RUN]: the stage line SECONDS after the plan started (REPRO_NOW: its clock)
+  local at=$1; shift
+  REPRO_NOW=$(awk -v at="$at" 'BEGIN { printf "%.3f", 1000 + at }') REPRO_PLAN=$eta REPRO_EXPERIMENT=ci REPRO_BACKEND=cpu mk/reproduce_stage.sh "$@"
+}
+expect_line() { [ "$1" = "$2" ] || fail "time left: got '$1', expected '$2'"; }
+: >"$eta/started"
+expect_line "$(stage_at 0 fetch)" "[1/5] fetch (ci, cpu): about 64 s left in all (estimate)"
+expect_line "$(stage_at 6 train a)" "[2/5] train a (ci, cpu): about 62 s left in all (estimate)" # 2 s of 64 seen
+expect_line "$(stage_at 66 train b)" "[3/5] train b (ci, cpu): about 2 min left in all (measured, 3.0x the estimate)"
+expect_line "$(stage_at 126 train c)" "[4/5] train c (ci, cpu): about 66 s left in all (measured, 3.0x the estimate)"
+expect_line "$(stage_at 186 report)" "[5/5] report (ci, cpu): about 6 s left in all (measured, 3.0x the estimate)"
+# The order does not matter (make -j): c started before b gives the same time left.
+: >"$eta/started"
+stage_at 0 fetch >/dev/null; stage_at 6 train a >/dev/null
+expect_line "$(stage_at 66 train c)" "[3/5] train c (ci, cpu): about 2 min left in all (measured, 3.0x the estimate)"
+expect_line "$(stage_at 126 train b)" "[4/5] train b (ci, cpu): about 66 s left in all (measured, 3.0x the estimate)"
+# Faster than estimated (a third of the time): the time left shrinks the same way, once 10 s have gone by.
+: >"$eta/started"
+stage_at 0 fetch >/dev/null; stage_at 0.67 train a >/dev/null
+expect_line "$(stage_at 7.33 train b)" "[3/5] train b (ci, cpu): about 42 s left in all (estimate)" # only 7 s seen
+expect_line "$(stage_at 14 train c)" "[4/5] train c (ci, cpu): about 7 s left in all (measured, 0.3x the estimate)"
+echo "ok: the time left follows the measured rate once enough has run (3x too slow and 3x too fast estimates)"
+
 # ---- CODE_VERSION ignores experiments/ and reports/baselines/ (in a scratch clone at this commit) ----
 clone=$tmp/clone
 git clone -q --no-checkout "$(git rev-parse --show-toplevel)" "$clone"
@@ -191,15 +223,17 @@ mk V=1 "$obj" >"$tmp/verbose.log" 2>&1 || { cat "$tmp/verbose.log"; fail "make V
 grep -q -- "-MMD -MP -c $src -o $obj" "$tmp/verbose.log" || { cat "$tmp/verbose.log"; fail "make V=1: no compiler command"; }
 echo "ok: the build is quiet ($(head -1 "$tmp/quiet.log" | sed 's/^ *//')); V=1 shows the compiler command"
 
-# ---- bin/train interrupted under make ----
+# ---- bin/train interrupted: the exact command that continues ----
 train_data "$tmp/data"
 train_config "$tmp/run.json" dense qa 400
-interrupted_message() { # interrupted_message DIR FLAG ENV...: SIGINT after 3 logged steps; prints train's message
-  local dir=$1 flag=$2 rc=0; shift 2
-  env "$@" bin/train --config "$tmp/run.json" --data "$tmp/data" --out "$dir" --threads 1 $flag >"$dir.log" 2>&1 &
+interrupted_message() { # interrupted_message DIR ENV... -- COMMAND...: SIGINT after 3 logged steps; train's message
+  local dir=$1 rc=0 envs=() n0=0; shift
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+  [ -f "$dir/metrics.jsonl" ] && n0=$(wc -l <"$dir/metrics.jsonl") # a continued run: 3 more steps
+  env "${envs[@]}" "$@" >"$dir.log" 2>&1 &
   local pid=$!
   for _ in $(seq 1 600); do
-    [ -f "$dir/metrics.jsonl" ] && [ "$(wc -l <"$dir/metrics.jsonl")" -ge 3 ] && break
+    [ -f "$dir/metrics.jsonl" ] && [ "$(wc -l <"$dir/metrics.jsonl")" -ge $((n0 + 3)) ] && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
@@ -208,12 +242,28 @@ interrupted_message() { # interrupted_message DIR FLAG ENV...: SIGINT after 3 lo
   [ "$rc" = 130 ] || { cat "$dir.log"; fail "SIGINT: exit status $rc, expected 130"; }
   grep 'interrupted by SIGINT' "$dir.log" || { cat "$dir.log"; fail "no interrupt message"; }
 }
-msg=$(interrupted_message "$tmp/under_make" --auto-resume MAKELEVEL=1) # as make passes it (RESUME=auto)
-echo "$msg" | grep -q 'checkpoint saved at step [0-9]* of 400; rerun `make reproduce` (or the same make command) to continue from the checkpoint$' ||
-  fail "under make: $msg"
-msg=$(interrupted_message "$tmp/under_make_resume0" "" MAKELEVEL=1) # RESUME=0: the same command would start over
-echo "$msg" | grep -q 'with RESUME=auto to continue from the checkpoint (RESUME=0 starts over)$' ||
+train_args=(--config "$tmp/run.json" --data "$tmp/data" --threads 1)
+# Under make reproduce (REPRO_COMMAND: the make command line as the user typed it) with RESUME=auto: that command.
+typed='make reproduce EXPERIMENT=ci SET="train.lr=1e-3 train.warmup=2"'
+msg=$(interrupted_message "$tmp/under_make" MAKELEVEL=1 "REPRO_COMMAND=$typed" -- \
+  bin/train "${train_args[@]}" --out "$tmp/under_make" --auto-resume)
+echo "$msg" | grep -qF "checkpoint saved at step" || fail "under make: $msg"
+echo "$msg" | grep -qF "; rerun \`$typed\` to continue from the checkpoint" || fail "under make: $msg"
+# RESUME=0 (no resume flag): the same command would start over, so its RESUME=0 becomes RESUME=auto.
+msg=$(interrupted_message "$tmp/under_make_resume0" MAKELEVEL=1 "REPRO_COMMAND=make train EXPERIMENT=ci RESUME=0" -- \
+  bin/train "${train_args[@]}" --out "$tmp/under_make_resume0")
+echo "$msg" | grep -qF "; rerun \`make train EXPERIMENT=ci RESUME=auto\` to continue from the checkpoint (RESUME=0 starts over)" ||
   fail "under make with RESUME=0: $msg"
-msg=$(interrupted_message "$tmp/alone" "" -u MAKELEVEL)
-echo "$msg" | grep -q 'checkpoint saved at step [0-9]* of 400; continue with --resume$' || fail "without make: $msg"
-echo "ok: an interrupted train says to rerun the make command under make, --resume otherwise"
+# Alone: its own command line with --auto-resume, quoted for the shell (the run directory has a space in its name),
+# and pasting that command continues the checkpoint.
+alone="$tmp/alone run"
+msg=$(interrupted_message "$alone" -u MAKELEVEL -u REPRO_COMMAND -- bin/train "${train_args[@]}" --out "$alone")
+step=$(echo "$msg" | sed -nE 's/.*checkpoint saved at step ([0-9]+) of 400.*/\1/p')
+[ -n "$step" ] || fail "alone: $msg"
+cmd=$(echo "$msg" | sed -nE 's/.*; continue with `(.*)`$/\1/p')
+[ "$cmd" = "bin/train --config $tmp/run.json --data $tmp/data --threads 1 --out '$alone' --auto-resume" ] ||
+  fail "alone: the continue command is '$cmd' (message: $msg)"
+msg=$(interrupted_message "$tmp/alone run" -u MAKELEVEL -u REPRO_COMMAND -- bash -c "exec $cmd")
+grep -q "resumed $alone at step $step of 400" "$alone.log" || { cat "$alone.log"; fail "the printed command did not continue"; }
+echo "$msg" | grep -qF "; continue with \`$cmd\`" || fail "the continued run's own message: $msg"
+echo "ok: an interrupted train prints the command that continues it (the make command as typed, or its own with --auto-resume), and that command continues"
