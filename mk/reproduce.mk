@@ -39,7 +39,8 @@
 # Console: `make reproduce` builds, then asks make for the plan (a dry run of reproduce-stages), says how many stages
 # will run and about how long they take (mk/reproduce_plan.sh: an estimate from the configs and the throughput of
 # earlier runs), runs them, each announced as "[k/N] stage run (experiment, backend)" with the time left
-# (mk/reproduce_stage.sh), then compares with the baselines. With nothing to do it says everything is up to date.
+# (mk/reproduce_stage.sh: once enough has run, the estimate is scaled by the measured rate and says "measured"), then
+# compares with the baselines. An interrupted train prints the command that continues (REPRO_COMMAND, below). With nothing to do it says everything is up to date.
 
 EXPERIMENT ?= tiny
 BACKEND ?= cpu

@@ -21,7 +21,7 @@ echo "make reproduce EXPERIMENT=ci: exit $rc in ${secs}s (log: build/test-logs/r
 # command, and the commands themselves (one "bin/train --config ..." line per run).
 grep -q '^reproduce: EXPERIMENT=ci on cpu: 15 stages to run (fetch, tokenize, 4 train, 4 evaluate, 4 analyze, report), about .* (an estimate' \
   build/test-logs/reproduce_ci.log || fail "make reproduce did not announce its plan"
-[ "$(grep -c -E '^\[[0-9]+/15\] (fetch|tokenize|train|evaluate|analyze|report)( [a-z_]+)? \(ci, cpu\): about .* left in all \(estimate\)$' \
+[ "$(grep -c -E '^\[[0-9]+/15\] (fetch|tokenize|train|evaluate|analyze|report)( [a-z_]+)? \(ci, cpu\): about .* left in all \((estimate|measured, [0-9.]+x the estimate)\)$' \
   build/test-logs/reproduce_ci.log)" = 15 ] || fail "expected 15 counted stage lines [k/15]"
 grep -q '^\[15/15\] ' build/test-logs/reproduce_ci.log || fail "no stage line [15/15]"
 [ "$(grep -c '^bin/train --config experiments/ci/' build/test-logs/reproduce_ci.log)" = 4 ] ||
