@@ -1,19 +1,37 @@
 /* compare: checks each run's result.json against a recorded baseline record, metric by metric, with declared
- * per-metric tolerances.
+ * per-metric tolerances; and, as --diff, shows what differs between two runs.
  *
  *   bin/compare --baselines reports/baselines/EXP --runs runs/EXP [--tolerances FILE] [--only RUN,RUN] [--strict]
  *               [--config-change=error|note] [--only-failures]
+ *   bin/compare --diff A B [--replicates N]
  *
  * Baselines are files <NAME>.result.json (a copy of a result.json); each is compared with <runs>/<NAME>/result.json.
  * NAME is a run directory name: RUN for the config's own seed, RUN.seed<S> for another seed (INTERFACES.md §2).
+ * Without --only every baseline record is asked for; --only RUN asks for RUN and its seeds RUN.seed<S>.
  *
  * Verdict per metric: ok (within tolerance); WORSE (a loss or disagreement count higher, an accuracy lower, beyond
  * the tolerance); BETTER (the other direction: printed, a failure only with --strict); CHANGED (a count that is not
- * equal: always a failure).
- * Exit status: 0 nothing failed; 1 some metric WORSE or CHANGED (or BETTER with --strict); 2 the records cannot be
- * compared: a missing record, a different dataset or tokenizer sha256, a different config_sha256 (unless
- * --config-change=note, which prints one note line naming the run and the config keys that differ and counts the run
- * as passed: make reproduce's choice, where an edited config is the user's intent), or a bad tolerances file.
+ * equal: always a failure); not gated (a class the tolerances file declares "gated": false: printed, never judged).
+ *
+ * What was compared is counted, never assumed. The last line is
+ *   compare: N compared, M not compared (NAME: why; ...): verdict
+ * where "not compared" lists every run asked for whose metrics were not judged, with the reason, and counts the
+ * run directories that were not asked for (no baseline, left out by --only, another variant CONFIG@VARIANT of a
+ * run: each one "note:" line above). The verdict "all metrics within tolerances (or better)" is printed only when
+ * every run asked for was compared and passed. Rules:
+ *  - Nothing compared (N = 0) is a failure, exit 2, whatever the reasons: a gate that checked nothing must not pass.
+ *  - A run asked for (by --only, or by having a baseline) that has no result record, or whose dataset or tokenizer
+ *    differs, or whose record cannot be read: an error line, listed as not compared, exit 2 (the others are still
+ *    compared and printed).
+ *  - A run asked for whose config changed since its baseline (config_sha256 differs): with --config-change=error
+ *    (the default, `make compare`) an error as above; with --config-change=note (make reproduce, where an edited
+ *    config is the user's intent) one "note:" line naming the changed keys, and a counted note: listed as not
+ *    compared ("... (a note: --config-change=note)"), not a failure while some other run was compared, and the verdict
+ *    then reads "the N compared are within tolerances (or better); K asked for was/were only noted, not checked".
+ *  - A run directory that was not asked for is never a failure (a new run is not a regression).
+ * Exit status: 0 something was compared and nothing failed; 1 some metric WORSE or CHANGED (or BETTER with --strict);
+ * 2 nothing compared, or some run asked for could not be compared (above), or a bad tolerances file or selection
+ * (--only naming a run without a baseline).
  *
  * Tolerances file (default <baselines>/tolerances.json):
  *   {"comment": "...",
@@ -24,12 +42,24 @@
  * A metric passes when |new - baseline| <= max(A, R * |baseline|) (R defaults to 0; a relative slack of 1e-12 absorbs
  * printing round trips), or, for accuracies with within_baseline_ci95, when the new value lies inside the baseline's
  * Wilson 95% interval (for mean_accuracy: the mean of the two sets' interval ends).
+ * A class that cannot catch a realistic defect at the experiment's size (a tolerance no wider than the measured
+ * seed spread would still let every such defect pass) is declared {"gated": false, "comment": "why"} instead, with
+ * no abs/rel: its metrics are printed as "not gated", and compare prints "compare: CLASS is not gated by FILE: why"
+ * and ends its verdict with "; not gated at this size: CLASS", so the gate says what it would not catch. count and
+ * greedy_disagreements are exact and always gated.
  *
  * Seeds: when the baselines hold records of two or more seeds of one run config (RUN.result.json and
  * RUN.seed<S>.result.json), each of those names is compared against the seeds' statistics instead of its own record:
  * the baseline value is the mean over the seeds and the allowed distance max(A, R * |mean|, K * sd), sd being the
  * sample standard deviation over the seeds (counts and greedy disagreements stay exact). K comes from "seed_spread",
- * which the file must then have. */
+ * which the file must then have.
+ *
+ * --diff A B (pipeline/run_diff.h): A and B are run directories (runs/EXP/RUN, runs/EXP/RUN@VARIANT, any path) or
+ * baseline record prefixes (reports/baselines/EXP/RUN for RUN.result.json). Prints the config keys that differ, then
+ * every metric above (and training throughput, and the analysis' depth summary when both have analysis.json) with A,
+ * B and B-A, and, where both have predictions.jsonl listing the same examples that add up to their records, a paired
+ * 95% percentile bootstrap interval of B-A over those examples. A diff judges nothing: exit 0, or 2 when A or B
+ * cannot be read. */
 #include <ctype.h>
 #include <dirent.h>
 #include <math.h>
