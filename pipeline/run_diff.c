@@ -238,9 +238,16 @@ void run_diff_print(FILE *fp, const DiffSide *a, const DiffSide *b, const RunDif
     if (d->config.n_rows == 0) fprintf(fp, "config: the same (each result.json's \"config\")\n");
     else {
         fprintf(fp, "config: %d key(s) differ (each result.json's \"config\"):\n", d->config.n_rows);
+        /* Long values (a description, a comment) shortened: the key says what differs, the files say how. */
         for (int i = 0; i < d->config.n_rows; i++) {
-            const char *va = d->config.rows[i].values[0], *vb = d->config.rows[i].values[1];
-            fprintf(fp, "  %-40s A %s  B %s\n", d->config.rows[i].key, va ? va : "(absent)", vb ? vb : "(absent)");
+            const char *v[2] = {d->config.rows[i].values[0], d->config.rows[i].values[1]};
+            char text[2][80];
+            for (int k = 0; k < 2; k++) {
+                if (!v[k]) snprintf(text[k], sizeof text[k], "(absent)");
+                else if (strlen(v[k]) > 60) snprintf(text[k], sizeof text[k], "%.57s...", v[k]);
+                else snprintf(text[k], sizeof text[k], "%s", v[k]);
+            }
+            fprintf(fp, "  %-40s A %s  B %s\n", d->config.rows[i].key, text[0], text[1]);
         }
     }
     fprintf(fp, "%-62s %14s %14s %12s  %s\n", "metric", "A", "B", "B-A", "95% interval of B-A (paired, examples)");

@@ -516,20 +516,23 @@ static const char *DIFF_SUMMARY =
 
 /* bin/compare --diff A B [--replicates N]. */
 static int diff_main(int argc, char **argv, int at) {
-    if (at + 2 >= argc || strncmp(argv[at + 1], "--", 2) == 0 || strncmp(argv[at + 2], "--", 2) == 0)
-        cli_usage_die("compare", "--diff needs two runs: --diff A B (run directories or baseline record prefixes)");
-    const char *a_arg = argv[at + 1], *b_arg = argv[at + 2];
-    /* The other arguments go through the ordinary parser (which takes no positional arguments). */
+    /* A and B follow --diff; the other arguments go through the ordinary parser (which takes no positional
+     * arguments), so --help and --replicates work anywhere. */
+    int n_pos = 0;
+    while (n_pos < 2 && at + 1 + n_pos < argc && strncmp(argv[at + 1 + n_pos], "--", 2) != 0) n_pos++;
     char **rest = xcalloc((size_t)argc + 1, sizeof *rest);
     int n_rest = 0;
     for (int i = 0; i < argc; i++)
-        if (i < at || i > at + 2) rest[n_rest++] = argv[i];
+        if (i < at || i > at + n_pos) rest[n_rest++] = argv[i];
     long replicates = RUN_DIFF_BOOT_REPLICATES;
     CliOption opts[] = {
         {"replicates", OPT_INT, &replicates, "bootstrap replicates of the paired intervals (default 2000)", false},
     };
     cli_parse(n_rest, rest, "compare --diff A B", DIFF_SUMMARY, opts, 1);
     free(rest);
+    if (n_pos < 2)
+        cli_usage_die("compare", "--diff needs two runs: --diff A B (run directories or baseline record prefixes)");
+    const char *a_arg = argv[at + 1], *b_arg = argv[at + 2];
     if (replicates < 1 || replicates > 1000000) {
         log_error("--replicates: expected 1 to 1000000 (got %ld)", replicates);
         return 2;
@@ -698,8 +701,13 @@ int compare_main(int argc, char **argv) {
     if (selection_ok) {
         /* The classes this file does not gate, once, with the file's reason: the gate says what it would not catch. */
         for (int c = 0; c < MC_N_CLASSES && n_compared; c++)
-            if (!tol.cls[c].gated)
-                printf("compare: %s is not gated by %s: %s\n", METRIC_CLASS_NAMES[c], tol_path, tol.cls[c].why);
+            if (!tol.cls[c].gated) {
+                /* The comment's first sentence (the file has the measurements behind it). */
+                const char *why = tol.cls[c].why, *end = strstr(why, ". ");
+                int len = end ? (int)(end - why) + 1 : (int)strlen(why);
+                printf("compare: %s is not gated by %s: %.*s%s\n", METRIC_CLASS_NAMES[c], tol_path, len, why,
+                       end ? " (more in the file's comment)" : "");
+            }
         char not_gated[160] = "";
         for (int c = 0; c < MC_N_CLASSES; c++)
             if (!tol.cls[c].gated) {

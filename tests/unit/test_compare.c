@@ -541,6 +541,7 @@ START_TEST(not_gated_class) {
                   text);
     ck_assert_msg(!strstr(text, "WORSE"), "%.3000s", text);
     free(text);
+    result_record_free(&cur);
     rtu_record(&cur, "dense_qa", "dense", "qa", 90); /* far better: still no verdict under --strict */
     save(&cur, 0);
     ck_assert_int_eq(run_compare_capture(&text, 1, "--strict"), 0);
