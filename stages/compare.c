@@ -31,7 +31,9 @@
  *  - A run directory that was not asked for is never a failure (a new run is not a regression).
  * Exit status: 0 something was compared and nothing failed; 1 some metric WORSE or CHANGED (or BETTER with --strict);
  * 2 nothing compared, or some run asked for could not be compared (above), or a bad tolerances file or selection
- * (--only naming a run without a baseline).
+ * (--only naming a run without a baseline); 3 nothing compared because every run asked for was a counted note
+ * (--config-change=note, every config changed: e.g. make reproduce SET=...), so a caller can say so without
+ * mistaking it for a broken comparison. Never 0 when nothing was compared.
  *
  * Tolerances file (default <baselines>/tolerances.json):
  *   {"comment": "...",
@@ -504,7 +506,8 @@ static const char *SUMMARY =
     "'compare: N compared, M not compared (...): verdict'. Exit 0: something was compared and nothing WORSE or CHANGED "
     "(BETTER is reported, a failure only with --strict); 1: a metric WORSE or a count CHANGED; 2: nothing compared, "
     "or a missing record or records of different config / dataset / tokenizer (not comparable; with "
-    "--config-change=note a different config is one counted note, not a failure while another run is compared). "
+    "--config-change=note a different config is one counted note, not a failure while another run is compared); 3: "
+    "nothing compared because every run asked for was such a note. "
     "bin/compare --diff A B shows what differs between two runs instead (--diff --help).";
 
 static const char *DIFF_SUMMARY =
@@ -724,7 +727,10 @@ int compare_main(int argc, char **argv) {
         if (n_compared == 0) {
             /* Success on nothing would be a false pass: whatever the reasons, nothing was checked. */
             printf("FAILED: nothing was checked against %s\n", baselines);
-            if (worst < 2) worst = 2;
+            /* Every run asked for only noted (its config changed, --config-change=note): a status of its own, so that
+             * a caller whose user changed every config on purpose (make reproduce SET=...) can tell it from a broken
+             * comparison; still not 0. */
+            worst = worst == 0 && n_noted == n_asked_not ? 3 : 2;
         } else if (worst == 0 && n_asked_not == 0)
             printf("all metrics within tolerances (or better)%s\n", not_gated);
         else if (worst == 0)

@@ -15,7 +15,8 @@
 #     1-3 of 200 examples): compare prints its rows as "not gated" and says so with the file's reason; the quarter-lr
 #     run, far outside every loss tolerance, indeed leaves dense_qa's accuracies unchanged.
 #  5. Nothing compared is a failure: the quarter-lr run's own record (its config differs from the baseline's) with
-#     --config-change=note is one counted note and compare exits 2, "0 compared".
+#     --config-change=note is one counted note and compare exits 3 (nothing compared, every run asked for a note),
+#     "0 compared".
 # greedy_disagreements is exact (0 allowed); no config setting makes greedy decoding disagree with teacher forcing
 # (that takes a KV-cache bug), so its failure is tested on a forged record in tests/unit/test_compare.c.
 # About 1.5-3 minutes on 2 CPU cores (3 ci trainings of dense_qa).
@@ -105,9 +106,9 @@ echo "loss_on_target_only flipped: $(grep -c 'BETTER (not a failure)$' "$tmp/tar
 
 # 5. nothing compared
 rc=$(gate "$tmp/lrquarter" "$tmp/noted.log" --config-change=note)
-[ "$rc" = 2 ] || { cat "$tmp/noted.log"; fail "only a changed config, noted: compare exit $rc, want 2"; }
+[ "$rc" = 3 ] || { cat "$tmp/noted.log"; fail "only a changed config, noted: compare exit $rc, want 3"; }
 grep -q '^compare: 0 compared, 1 not compared (dense_qa: config changed since the baseline (a note: --config-change=note)): FAILED: nothing was checked' \
   "$tmp/noted.log" || { cat "$tmp/noted.log"; fail "no 'nothing was checked' line"; }
 if grep -q 'within tolerances' "$tmp/noted.log"; then fail "compare claimed tolerances on nothing"; fi
-echo "a run whose config changed, noted, and nothing else: compare exit 2, '0 compared'"
+echo "a run whose config changed, noted, and nothing else: compare exit 3 (not 0), '0 compared'"
 echo "ok: the ci gate fails a quarter learning rate (losses WORSE) and fewer steps (counts CHANGED), fails a flipped loss_on_target_only only with --strict, says accuracy is not gated, and never passes on nothing"
