@@ -183,7 +183,7 @@ static int load_tolerances(const char *path, Tolerances *tol, char *err, size_t 
                 json_get_double(&cr, "rel", &tc->rel, false);
                 if (c == MC_ACCURACY) json_get_bool(&cr, "within_baseline_ci95", &tc->within_ci, false);
             }
-            rc = json_reader_finish(&cr, err, errlen); /* a not gated class with "abs" etc.: an unknown key */
+            rc = json_reader_finish(&cr, err, errlen);
             if (rc != 0) break;
             snprintf(k, sizeof k, "%s.abs", p);
             if (rc == 0) rc = check_nonneg(tc->abs, false, path, k, err, errlen);
