@@ -1,19 +1,39 @@
 /* compare: checks each run's result.json against a recorded baseline record, metric by metric, with declared
- * per-metric tolerances.
+ * per-metric tolerances; and, as --diff, shows what differs between two runs.
  *
  *   bin/compare --baselines reports/baselines/EXP --runs runs/EXP [--tolerances FILE] [--only RUN,RUN] [--strict]
  *               [--config-change=error|note] [--only-failures]
+ *   bin/compare --diff A B [--replicates N]
  *
  * Baselines are files <NAME>.result.json (a copy of a result.json); each is compared with <runs>/<NAME>/result.json.
  * NAME is a run directory name: RUN for the config's own seed, RUN.seed<S> for another seed (INTERFACES.md §2).
+ * Without --only every baseline record is asked for; --only RUN asks for RUN and its seeds RUN.seed<S>.
  *
  * Verdict per metric: ok (within tolerance); WORSE (a loss or disagreement count higher, an accuracy lower, beyond
  * the tolerance); BETTER (the other direction: printed, a failure only with --strict); CHANGED (a count that is not
- * equal: always a failure).
- * Exit status: 0 nothing failed; 1 some metric WORSE or CHANGED (or BETTER with --strict); 2 the records cannot be
- * compared: a missing record, a different dataset or tokenizer sha256, a different config_sha256 (unless
- * --config-change=note, which prints one note line naming the run and the config keys that differ and counts the run
- * as passed: make reproduce's choice, where an edited config is the user's intent), or a bad tolerances file.
+ * equal: always a failure); not gated (a class the tolerances file declares "gated": false: printed, never judged).
+ *
+ * What was compared is counted, never assumed. The last line is
+ *   compare: N compared, M not compared (NAME: why; ...): verdict
+ * where "not compared" lists every run asked for whose metrics were not judged, with the reason, and counts the
+ * run directories that were not asked for (no baseline, left out by --only, another variant CONFIG@VARIANT of a
+ * run: each one "note:" line above). The verdict "all metrics within tolerances (or better)" is printed only when
+ * every run asked for was compared and passed. Rules:
+ *  - Nothing compared (N = 0) is a failure, exit 2, whatever the reasons: a gate that checked nothing must not pass.
+ *  - A run asked for (by --only, or by having a baseline) that has no result record, or whose dataset or tokenizer
+ *    differs, or whose record cannot be read: an error line, listed as not compared, exit 2 (the others are still
+ *    compared and printed).
+ *  - A run asked for whose config changed since its baseline (config_sha256 differs): with --config-change=error
+ *    (the default, `make compare`) an error as above; with --config-change=note (make reproduce, where an edited
+ *    config is the user's intent) one "note:" line naming the changed keys, and a counted note: listed as not
+ *    compared ("... (a note: --config-change=note)"), not a failure while some other run was compared, and the verdict
+ *    then reads "the N compared are within tolerances (or better); K asked for was/were only noted, not checked".
+ *  - A run directory that was not asked for is never a failure (a new run is not a regression).
+ * Exit status: 0 something was compared and nothing failed; 1 some metric WORSE or CHANGED (or BETTER with --strict);
+ * 2 nothing compared, or some run asked for could not be compared (above), or a bad tolerances file or selection
+ * (--only naming a run without a baseline); 3 nothing compared because every run asked for was a counted note
+ * (--config-change=note, every config changed: e.g. make reproduce SET=...), so a caller can say so without
+ * mistaking it for a broken comparison. Never 0 when nothing was compared.
  *
  * Tolerances file (default <baselines>/tolerances.json):
  *   {"comment": "...",
@@ -24,12 +44,24 @@
  * A metric passes when |new - baseline| <= max(A, R * |baseline|) (R defaults to 0; a relative slack of 1e-12 absorbs
  * printing round trips), or, for accuracies with within_baseline_ci95, when the new value lies inside the baseline's
  * Wilson 95% interval (for mean_accuracy: the mean of the two sets' interval ends).
+ * A class that cannot catch a realistic defect at the experiment's size (a tolerance no wider than the measured
+ * seed spread would still let every such defect pass) is declared {"gated": false, "comment": "why"} instead, with
+ * no abs/rel: its metrics are printed as "not gated", and compare prints "compare: CLASS is not gated by FILE: why"
+ * and ends its verdict with "; not gated at this size: CLASS", so the gate says what it would not catch. count and
+ * greedy_disagreements are exact and always gated.
  *
  * Seeds: when the baselines hold records of two or more seeds of one run config (RUN.result.json and
  * RUN.seed<S>.result.json), each of those names is compared against the seeds' statistics instead of its own record:
  * the baseline value is the mean over the seeds and the allowed distance max(A, R * |mean|, K * sd), sd being the
  * sample standard deviation over the seeds (counts and greedy disagreements stay exact). K comes from "seed_spread",
- * which the file must then have. */
+ * which the file must then have.
+ *
+ * --diff A B (pipeline/run_diff.h): A and B are run directories (runs/EXP/RUN, runs/EXP/RUN@VARIANT, any path) or
+ * baseline record prefixes (reports/baselines/EXP/RUN for RUN.result.json). Prints the config keys that differ, then
+ * every metric above (and training throughput, and the analysis' depth summary when both have analysis.json) with A,
+ * B and B-A, and, where both have predictions.jsonl listing the same examples that add up to their records, a paired
+ * 95% percentile bootstrap interval of B-A over those examples. A diff judges nothing: exit 0, or 2 when A or B
+ * cannot be read. */
 #include <ctype.h>
 #include <dirent.h>
 #include <math.h>
@@ -41,98 +73,35 @@
 
 #include "pipeline/atomic_file.h"
 #include "pipeline/cli.h"
+#include "pipeline/compare_metrics.h"
 #include "pipeline/config.h"
+#include "pipeline/config_diff.h"
 #include "pipeline/log.h"
 #include "pipeline/result_record.h"
-
-/* Pooled (per set) and per-module answer losses are separate classes: a module's mean over its ~100-200 examples
- * moves an order of magnitude more than the set's mean under the same perturbation (reports/baselines/EXP/spread.json). */
-enum { M_ACCURACY, M_LOSS, M_MODULE_LOSS, M_TRAIN_LOSS, M_COUNT, M_GREEDY, M_N_CLASSES };
-static const char *const CLASS_NAMES[M_N_CLASSES] = {"accuracy", "mean_answer_loss", "module_mean_answer_loss",
-                                                     "final_train_loss", "count", "greedy_disagreements"};
+#include "pipeline/run_diff.h"
+#include "pipeline/run_identity.h"
 
 typedef struct {
     double abs, rel;
     bool within_ci;
+    bool gated; /* false: the class is shown but never judged ("gated": false, with the reason in its comment) */
+    const char *why; /* the class's comment (points into Tolerances.doc) */
 } Tolerance;
 
 typedef struct {
-    Tolerance cls[M_N_CLASSES];
+    Tolerance cls[MC_N_CLASSES];
     double seed_k; /* sd multiple for multi-seed baselines; 0 = the file has no "seed_spread" */
+    cJSON *doc;    /* the parsed file (owns the comments) */
 } Tolerances;
 
-typedef enum { V_OK, V_BETTER, V_WORSE, V_CHANGED } Verdict;
-static const char *const VERDICT_NAMES[] = {"ok", "BETTER", "WORSE", "CHANGED"};
+typedef enum { V_OK, V_BETTER, V_WORSE, V_CHANGED, V_NOT_GATED } Verdict;
+static const char *const VERDICT_NAMES[] = {"ok", "BETTER", "WORSE", "CHANGED", "not gated"};
 
 typedef struct {
     bool strict;             /* BETTER fails too */
     bool config_change_note; /* a different config_sha256 is a note, not "not comparable" */
     bool only_failures;
 } CompareOptions;
-
-typedef struct {
-    char name[384];
-    int klass;
-    double value;
-    double ci95[2]; /* accuracies only */
-    double seed_sd; /* multi-seed baselines: sample sd over the seeds; 0 otherwise */
-} Metric;
-
-typedef struct {
-    Metric *m;
-    int n, cap;
-} MetricList;
-
-static void add_metric(MetricList *l, int klass, double value, const double *ci, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static void add_metric(MetricList *l, int klass, double value, const double *ci, const char *fmt, ...) {
-    if (l->n == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        l->m = xrealloc(l->m, (size_t)l->cap * sizeof *l->m);
-    }
-    Metric *m = &l->m[l->n++];
-    memset(m, 0, sizeof *m);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m->name, sizeof m->name, fmt, ap);
-    va_end(ap);
-    m->klass = klass;
-    m->value = value;
-    if (ci) m->ci95[0] = ci[0], m->ci95[1] = ci[1];
-}
-
-/* Every compared number of a record. Wall times and throughput are deliberately absent: they vary run to run. */
-static void collect_metrics(const ResultRecord *r, MetricList *l) {
-    add_metric(l, M_COUNT, (double)r->n_params, NULL, "n_params");
-    add_metric(l, M_COUNT, (double)r->training.steps, NULL, "training.steps");
-    add_metric(l, M_COUNT, (double)r->training.tokens, NULL, "training.tokens");
-    add_metric(l, M_TRAIN_LOSS, r->training.final_train_loss, NULL, "training.final_train_loss");
-    /* mean_accuracy has no interval of its own: for the CI rule use the mean of the two sets' interval ends. */
-    double mean_ci[2] = {0.5 * (r->evaluation.sets[0].ci95[0] + r->evaluation.sets[1].ci95[0]),
-                         0.5 * (r->evaluation.sets[0].ci95[1] + r->evaluation.sets[1].ci95[1])};
-    add_metric(l, M_ACCURACY, r->evaluation.mean_accuracy, mean_ci, "evaluation.mean_accuracy");
-    for (int s = 0; s < EVAL_N_SETS; s++) {
-        const SetEval *se = &r->evaluation.sets[s];
-        const char *sn = EVAL_SET_NAMES[s];
-        add_metric(l, M_COUNT, (double)se->n, NULL, "%s.n", sn);
-        add_metric(l, M_ACCURACY, se->accuracy, se->ci95, "%s.accuracy", sn);
-        add_metric(l, M_LOSS, se->mean_answer_loss, NULL, "%s.mean_answer_loss", sn);
-        add_metric(l, M_COUNT, (double)se->greedy_n, NULL, "%s.greedy_n", sn);
-        add_metric(l, M_GREEDY, (double)(se->greedy_n - se->greedy_agree), NULL, "%s.greedy_disagreements", sn);
-        for (int i = 0; i < se->n_modules; i++) {
-            const ModuleEval *me = &se->modules[i];
-            add_metric(l, M_COUNT, (double)me->n, NULL, "%s.%s.n", sn, me->name);
-            add_metric(l, M_ACCURACY, me->accuracy, me->ci95, "%s.%s.accuracy", sn, me->name);
-            add_metric(l, M_MODULE_LOSS, me->mean_answer_loss, NULL, "%s.%s.mean_answer_loss", sn, me->name);
-        }
-    }
-}
-
-static const Metric *find_metric(const MetricList *l, const char *name) {
-    for (int i = 0; i < l->n; i++)
-        if (strcmp(l->m[i].name, name) == 0) return &l->m[i];
-    return NULL;
-}
 
 /* A finite number >= 0 (> 0 when positive), else an error naming path.key. */
 static int check_nonneg(double v, bool positive, const char *path, const char *key, char *err, size_t errlen) {
@@ -142,7 +111,8 @@ static int check_nonneg(double v, bool positive, const char *path, const char *k
     return -1;
 }
 
-/* Reads the tolerances file; returns -1 with a message in err on any problem (unknown keys included). */
+/* Reads the tolerances file; returns -1 with a message in err on any problem (unknown keys included). On success
+ * tol->doc holds the parsed file (tolerances_free). */
 static int load_tolerances(const char *path, Tolerances *tol, char *err, size_t errlen) {
     memset(tol, 0, sizeof *tol);
     cJSON *j = json_load_file(path, JSON_KIND_CONFIG, err, errlen);
@@ -166,57 +136,102 @@ static int load_tolerances(const char *path, Tolerances *tol, char *err, size_t 
     if (rc == 0) {
         JsonReader tr;
         json_reader_init(&tr, t, path, "tolerances");
-        const cJSON *cls[M_N_CLASSES];
-        for (int c = 0; c < M_N_CLASSES; c++) cls[c] = json_get_object(&tr, CLASS_NAMES[c], true);
+        const cJSON *cls[MC_N_CLASSES];
+        for (int c = 0; c < MC_N_CLASSES; c++) cls[c] = json_get_object(&tr, METRIC_CLASS_NAMES[c], true);
         rc = json_reader_finish(&tr, err, errlen);
-        for (int c = 0; c < M_N_CLASSES && rc == 0; c++) {
+        for (int c = 0; c < MC_N_CLASSES && rc == 0; c++) {
             char p[64], k[96];
-            snprintf(p, sizeof p, "tolerances.%s", CLASS_NAMES[c]);
+            snprintf(p, sizeof p, "tolerances.%s", METRIC_CLASS_NAMES[c]);
+            Tolerance *tc = &tol->cls[c];
+            /* "gated": false declares that the class cannot catch a realistic defect at this size: it then has no
+             * tolerance at all (a number there would read as a check that is not made). Counts and greedy
+             * disagreements are exact and always gated. */
+            tc->gated = true;
+            const cJSON *g = cJSON_GetObjectItemCaseSensitive(cls[c], "gated");
+            if (g && !cJSON_IsBool(g)) {
+                snprintf(err, errlen, "%.700s: %.100s.gated: must be true or false", path, p);
+                rc = -1;
+                break;
+            }
+            if (g && cJSON_IsFalse(g)) {
+                if (c == MC_COUNT || c == MC_GREEDY) {
+                    snprintf(err, errlen, "%.700s: %.100s.gated: %s is exact and cannot be not gated", path, p,
+                             METRIC_CLASS_NAMES[c]);
+                    rc = -1;
+                    break;
+                }
+                tc->gated = false;
+                const char *num = cJSON_GetObjectItemCaseSensitive(cls[c], "abs")   ? "abs"
+                                  : cJSON_GetObjectItemCaseSensitive(cls[c], "rel") ? "rel"
+                                  : cJSON_GetObjectItemCaseSensitive(cls[c], "within_baseline_ci95")
+                                      ? "within_baseline_ci95"
+                                      : NULL;
+                if (num) {
+                    snprintf(err, errlen, "%.700s: %.100s.%s: a class with \"gated\": false has no tolerance", path, p,
+                             num);
+                    rc = -1;
+                    break;
+                }
+            }
             JsonReader cr;
             json_reader_init(&cr, cls[c], path, p);
-            const char *why = NULL;
-            Tolerance *tc = &tol->cls[c];
-            json_get_double(&cr, "abs", &tc->abs, true);
-            json_get_double(&cr, "rel", &tc->rel, false);
-            json_get_string(&cr, "comment", &why, true);
-            if (c == M_ACCURACY) json_get_bool(&cr, "within_baseline_ci95", &tc->within_ci, false);
+            bool gated_field = true;
+            json_get_bool(&cr, "gated", &gated_field, false);
+            json_get_string(&cr, "comment", &tc->why, true);
+            if (tc->gated) {
+                json_get_double(&cr, "abs", &tc->abs, true);
+                json_get_double(&cr, "rel", &tc->rel, false);
+                if (c == MC_ACCURACY) json_get_bool(&cr, "within_baseline_ci95", &tc->within_ci, false);
+            }
             rc = json_reader_finish(&cr, err, errlen);
+            if (rc != 0) break;
             snprintf(k, sizeof k, "%s.abs", p);
             if (rc == 0) rc = check_nonneg(tc->abs, false, path, k, err, errlen);
             snprintf(k, sizeof k, "%s.rel", p);
             if (rc == 0) rc = check_nonneg(tc->rel, false, path, k, err, errlen);
             /* A relative slack on an exact class would silently turn "must match" into "roughly". */
-            if (rc == 0 && tc->rel != 0 && (c == M_COUNT || c == M_GREEDY)) {
+            if (rc == 0 && tc->rel != 0 && (c == MC_COUNT || c == MC_GREEDY)) {
                 snprintf(err, errlen, "%.700s: %.100s: not allowed for %s (it must match exactly or by abs)", path, k,
-                         CLASS_NAMES[c]);
+                         METRIC_CLASS_NAMES[c]);
                 rc = -1;
             }
         }
     }
-    cJSON_Delete(j);
-    return rc;
+    if (rc != 0) {
+        cJSON_Delete(j);
+        memset(tol, 0, sizeof *tol);
+        return rc;
+    }
+    tol->doc = j;
+    return 0;
+}
+
+static void tolerances_free(Tolerances *tol) {
+    cJSON_Delete(tol->doc);
+    tol->doc = NULL;
 }
 
 /* The distance from the baseline a metric may move: max(abs, rel * |baseline|), and for multi-seed baselines at least
  * k * sd (losses and accuracies only: counts and disagreements stay exact). */
-static double allowed_delta(const Tolerances *tol, const Metric *b) {
+static double allowed_delta(const Tolerances *tol, const RecordMetric *b) {
     const Tolerance *t = &tol->cls[b->klass];
     double a = fmax(t->abs, t->rel * fabs(b->value));
-    if (b->klass != M_COUNT && b->klass != M_GREEDY) a = fmax(a, tol->seed_k * b->seed_sd);
+    if (b->klass != MC_COUNT && b->klass != MC_GREEDY) a = fmax(a, tol->seed_k * b->seed_sd);
     return a;
 }
 
 /* The verdict on one metric: b the baseline (or the seeds' mean), value the new number. */
-static Verdict judge_metric(const Tolerances *tol, const Metric *b, double value) {
+static Verdict judge_metric(const Tolerances *tol, const RecordMetric *b, double value) {
+    if (!tol->cls[b->klass].gated) return V_NOT_GATED;
     double delta = value - b->value;
     /* The 1e-12 relative slack only absorbs decimal round trips of equal numbers, never a real change. */
     bool ok = fabs(delta) <= allowed_delta(tol, b) + 1e-12 * fmax(1.0, fabs(b->value));
-    if (!ok && tol->cls[b->klass].within_ci && b->klass == M_ACCURACY && (b->ci95[0] != 0 || b->ci95[1] != 0))
+    if (!ok && tol->cls[b->klass].within_ci && b->klass == MC_ACCURACY && (b->ci95[0] != 0 || b->ci95[1] != 0))
         ok = value >= b->ci95[0] && value <= b->ci95[1];
     if (ok) return V_OK;
-    if (b->klass == M_COUNT) return V_CHANGED;
+    if (b->klass == MC_COUNT) return V_CHANGED;
     /* For losses and disagreement counts "worse" means larger; for accuracies, smaller. */
-    bool worse = b->klass == M_ACCURACY ? delta < 0 : delta > 0;
+    bool worse = b->klass == MC_ACCURACY ? delta < 0 : delta > 0;
     return worse ? V_WORSE : V_BETTER;
 }
 
@@ -238,36 +253,26 @@ static const char *field_value(const ResultRecord *r, const char *field) {
     return r->tokenizer_sha256;
 }
 
-/* Appends to out (size n) the dotted paths of the config keys whose values differ between a and b, as
- * "path base -> new" (a value at most 24 characters), separated by "; ". */
-static void config_diff(const cJSON *a, const cJSON *b, const char *path, char *out, size_t n) {
-    if (cJSON_IsObject(a) && cJSON_IsObject(b)) {
-        for (const cJSON *x = a->child; x; x = x->next) {
-            char p[256];
-            snprintf(p, sizeof p, "%s%s%s", path, path[0] ? "." : "", x->string);
-            config_diff(x, cJSON_GetObjectItemCaseSensitive(b, x->string), p, out, n);
-        }
-        for (const cJSON *y = b->child; y; y = y->next)
-            if (!cJSON_GetObjectItemCaseSensitive(a, y->string)) {
-                char p[256];
-                snprintf(p, sizeof p, "%s%s%s", path, path[0] ? "." : "", y->string);
-                config_diff(NULL, y, p, out, n);
-            }
-        return;
+/* The config keys whose values differ between a (the baseline's) and b, as "key base -> new" (a value at most 24
+ * characters) separated by "; ", into out (size n). */
+static void config_change_text(const cJSON *a, const cJSON *b, char *out, size_t n) {
+    const cJSON *configs[2] = {a, b};
+    ConfigDiff d;
+    config_diff(configs, 2, NULL, &d);
+    out[0] = '\0';
+    for (int i = 0; i < d.n_rows; i++) {
+        const char *sa = d.rows[i].values[0], *sb = d.rows[i].values[1];
+        size_t len = strlen(out);
+        snprintf(out + len, n - len, "%s%s %.24s%s -> %.24s%s", len ? "; " : "", d.rows[i].key, sa ? sa : "(absent)",
+                 sa && strlen(sa) > 24 ? "..." : "", sb ? sb : "(absent)", sb && strlen(sb) > 24 ? "..." : "");
     }
-    if (a && b && cJSON_Compare(a, b, true)) return;
-    char *sa = a ? cJSON_PrintUnformatted(a) : NULL, *sb = b ? cJSON_PrintUnformatted(b) : NULL;
-    size_t len = strlen(out);
-    snprintf(out + len, n - len, "%s%s %.24s%s -> %.24s%s", len ? "; " : "", path, sa ? sa : "(absent)",
-             sa && strlen(sa) > 24 ? "..." : "", sb ? sb : "(absent)", sb && strlen(sb) > 24 ? "..." : "");
-    free(sa);
-    free(sb);
+    config_diff_free(&d);
 }
 
 /* The baseline a run is compared against: one record, or the mean and sd of several seeds' records. */
 typedef struct {
     ResultRecord rec;   /* the baseline record of the same name (its hashes are checked against the new record) */
-    MetricList metrics; /* values: that record's, or the seeds' means with seed_sd set */
+    RecordMetricList metrics; /* values: that record's, or the seeds' means with seed_sd set */
     int n_seeds;        /* 1, or the number of seed records pooled */
 } Baseline;
 
@@ -294,7 +299,7 @@ static int load_baseline(Baseline *bl, const char *baselines, const char *name, 
         log_error("%s", err);
         return 2;
     }
-    collect_metrics(&bl->rec, &bl->metrics);
+    record_metrics_collect(&bl->rec, &bl->metrics);
     bl->n_seeds = 1;
     int n_group = 0;
     for (int i = 0; i < n; i++) n_group += same_run_config(names[i], name);
@@ -319,10 +324,10 @@ static int load_baseline(Baseline *bl, const char *baselines, const char *name, 
             log_error("%s: cannot pool with %s/%s.result.json: %s differs", path, baselines, name, diff);
             rc = 2;
         }
-        MetricList sm = {0};
-        collect_metrics(&s, &sm);
+        RecordMetricList sm = {0};
+        record_metrics_collect(&s, &sm);
         for (int k = 0; k < nm && rc == 0; k++) {
-            const Metric *m = find_metric(&sm, bl->metrics.m[k].name);
+            const RecordMetric *m = record_metrics_find(&sm, bl->metrics.m[k].name);
             if (!m) {
                 log_error("%s: no %s (the other seeds' baselines have it)", path, bl->metrics.m[k].name);
                 rc = 2;
@@ -330,7 +335,7 @@ static int load_baseline(Baseline *bl, const char *baselines, const char *name, 
             }
             double d = m->value - bl->metrics.m[k].value;
             /* Counts must agree across seeds exactly: pooling unequal counts would hide a broken baseline. */
-            if (bl->metrics.m[k].klass == M_COUNT && d != 0) {
+            if (bl->metrics.m[k].klass == MC_COUNT && d != 0) {
                 log_error("%s: %s differs from %s/%s.result.json's (%.0f vs %.0f)", path, m->name, baselines, name,
                           m->value, bl->metrics.m[k].value);
                 rc = 2;
@@ -339,12 +344,12 @@ static int load_baseline(Baseline *bl, const char *baselines, const char *name, 
             sum[k] += d;
             sum2[k] += d * d;
         }
-        free(sm.m);
+        record_metrics_free(&sm);
         result_record_free(&s);
     }
     if (rc == 0) {
         for (int k = 0; k < nm; k++) {
-            Metric *m = &bl->metrics.m[k];
+            RecordMetric *m = &bl->metrics.m[k];
             double var = (sum2[k] - sum[k] * sum[k] / n_group) / (n_group - 1);
             m->value += sum[k] / n_group;
             m->seed_sd = var > 0 ? sqrt(var) : 0;
@@ -357,37 +362,48 @@ static int load_baseline(Baseline *bl, const char *baselines, const char *name, 
 }
 
 static void baseline_free(Baseline *bl) {
-    free(bl->metrics.m);
+    record_metrics_free(&bl->metrics);
     result_record_free(&bl->rec);
 }
 
-/* Compares one run. Returns 0 (nothing failed), 1 (some metric failed) or 2 (not comparable); *noted is set when the
- * run was passed with a note instead of compared (--config-change=note). */
+/* What happened to one run asked for. */
+typedef struct {
+    bool compared;     /* its metrics were judged (status then says how) */
+    bool noted;        /* not compared, and by --config-change=note that is a counted note, not an error */
+    char why[160];     /* when not compared: the short reason for the summary */
+} RunOutcome;
+
+/* Compares one run. Returns 0 (nothing failed), 1 (some metric failed) or 2 (not comparable); *out says whether it
+ * was compared and, if not, why. */
 static int compare_run(const char *run, const char *baselines, char *const *names, int n_names, const char *runs,
-                       const Tolerances *tol, const CompareOptions *o, bool *noted) {
+                       const Tolerances *tol, const CompareOptions *o, RunOutcome *out) {
     char err[1024], baseline_path[4096], result_path[4096];
+    memset(out, 0, sizeof *out);
     snprintf(baseline_path, sizeof baseline_path, "%s/%s.result.json", baselines, run);
     snprintf(result_path, sizeof result_path, "%s/%s/result.json", runs, run);
     Baseline bl;
     if (load_baseline(&bl, baselines, run, names, n_names)) {
+        snprintf(out->why, sizeof out->why, "its baseline cannot be read");
         baseline_free(&bl);
         return 2;
     }
     if (!file_exists(result_path)) {
         log_error("%s: missing result record (baseline %s exists)", result_path, baseline_path);
+        snprintf(out->why, sizeof out->why, "no result record");
         baseline_free(&bl);
         return 2;
     }
     ResultRecord cur;
     if (result_record_load(&cur, result_path, err, sizeof err)) {
         log_error("%s", err);
+        snprintf(out->why, sizeof out->why, "its result record cannot be read");
         baseline_free(&bl);
         return 2;
     }
     const char *diff = unlike_field(&bl.rec, &cur);
     if (diff[0] && strcmp(diff, "config_sha256") == 0 && o->config_change_note) {
         char what[1024] = "";
-        config_diff(bl.rec.config, cur.config, "", what, sizeof what);
+        config_change_text(bl.rec.config, cur.config, what, sizeof what);
         printf("note: %s: not compared: its config changed since the baseline (%s; config_sha256 %.12s... -> "
                "%.12s...)\n",
                run, what[0] ? what : "same settings, different file bytes or --set overrides", bl.rec.config_sha256,
@@ -397,23 +413,26 @@ static int compare_run(const char *run, const char *baselines, char *const *name
         memcpy(tmp.config_sha256, bl.rec.config_sha256, sizeof tmp.config_sha256);
         diff = unlike_field(&bl.rec, &tmp);
         if (!diff[0]) {
+            snprintf(out->why, sizeof out->why, "config changed since the baseline");
+            out->noted = true;
             baseline_free(&bl);
             result_record_free(&cur);
-            *noted = true;
             return 0;
         }
     }
     if (diff[0]) {
         log_error("%s: cannot compare with %s: %s differs (baseline %.12s..., new %.12s...)", result_path,
                   baseline_path, diff, field_value(&bl.rec, diff), field_value(&cur, diff));
+        snprintf(out->why, sizeof out->why, "%s differs from the baseline's", diff);
         baseline_free(&bl);
         result_record_free(&cur);
         return 2;
     }
-    MetricList cm = {0};
-    collect_metrics(&cur, &cm);
-    const MetricList *bm = &bl.metrics;
-    int status = 0, n_better = 0;
+    out->compared = true;
+    RecordMetricList cm = {0};
+    record_metrics_collect(&cur, &cm);
+    const RecordMetricList *bm = &bl.metrics;
+    int status = 0, n_better = 0, n_not_gated = 0;
     if (bl.n_seeds > 1)
         printf("== %s: mean of %d seeds' baselines (%s/%.*s[.seed<S>].result.json; tolerance at least %g sd) vs %s\n",
                run, bl.n_seeds, baselines, (int)run_config_len(run), run, tol->seed_k, result_path);
@@ -422,8 +441,8 @@ static int compare_run(const char *run, const char *baselines, char *const *name
     printf("%-62s %14s %14s %12s %10s  %s\n", "metric", bl.n_seeds > 1 ? "seeds' mean" : "baseline", "new", "delta",
            "tolerance", "status");
     for (int i = 0; i < bm->n; i++) {
-        const Metric *b = &bm->m[i];
-        const Metric *c = find_metric(&cm, b->name);
+        const RecordMetric *b = &bm->m[i];
+        const RecordMetric *c = record_metrics_find(&cm, b->name);
         if (!c) {
             printf("%-62s %14.6g %14s %12s %10s  MISSING\n", b->name, b->value, "-", "-", "-");
             status = 2;
@@ -433,22 +452,29 @@ static int compare_run(const char *run, const char *baselines, char *const *name
         bool fails = v == V_WORSE || v == V_CHANGED || (v == V_BETTER && o->strict);
         if (fails && status < 1) status = 1;
         n_better += v == V_BETTER;
-        if (!o->only_failures || v != V_OK)
+        n_not_gated += v == V_NOT_GATED;
+        if (o->only_failures && (v == V_OK || v == V_NOT_GATED)) continue;
+        if (v == V_NOT_GATED)
+            printf("%-62s %14.6g %14.6g %+12.4g %10s  %s\n", b->name, b->value, c->value, c->value - b->value, "-",
+                   VERDICT_NAMES[v]);
+        else
             printf("%-62s %14.6g %14.6g %+12.4g %10.4g  %s%s\n", b->name, b->value, c->value, c->value - b->value,
                    allowed_delta(tol, b), VERDICT_NAMES[v], v == V_BETTER && !o->strict ? " (not a failure)" : "");
     }
     for (int i = 0; i < cm.n; i++)
-        if (!find_metric(bm, cm.m[i].name)) {
+        if (!record_metrics_find(bm, cm.m[i].name)) {
             printf("%-62s %14s %14.6g %12s %10s  NEW (not in baseline)\n", cm.m[i].name, "-", cm.m[i].value, "-", "-");
             status = 2;
         }
+    char gated_note[96] = "";
+    if (n_not_gated) snprintf(gated_note, sizeof gated_note, " (%d metric(s) not gated at this size)", n_not_gated);
     if (status == 0 && n_better)
-        printf("== %s: within tolerances or better (%d metric(s) BETTER than the baseline%s)\n\n", run, n_better,
-               " - pass --strict to count them as failures");
+        printf("== %s: within tolerances or better (%d metric(s) BETTER than the baseline%s)%s\n\n", run, n_better,
+               " - pass --strict to count them as failures", gated_note);
     else
-        printf("== %s: %s\n\n", run,
-               status == 0 ? "within tolerances" : (status == 1 ? "OUTSIDE tolerances" : "not comparable"));
-    free(cm.m);
+        printf("== %s: %s%s\n\n", run,
+               status == 0 ? "within tolerances" : (status == 1 ? "OUTSIDE tolerances" : "not comparable"), gated_note);
+    record_metrics_free(&cm);
     baseline_free(&bl);
     result_record_free(&cur);
     return status;
@@ -476,12 +502,68 @@ static const char *SUMMARY =
     "the per-metric tolerances of the tolerances file (default <baselines>/tolerances.json); with baselines of "
     "several seeds (RUN.result.json, RUN.seed<S>.result.json), against the seeds' mean with a tolerance of at least "
     "seed_spread.k standard deviations. Prints a table (metric, baseline, new, delta, tolerance, status: ok, WORSE, "
-    "BETTER, CHANGED). Exit 0: nothing WORSE or CHANGED (BETTER is reported, a failure only with --strict); 1: a "
-    "metric WORSE or a count CHANGED; 2: a missing record or records of different config / dataset / tokenizer (not "
-    "comparable; with --config-change=note a different config is one note line and passes).";
+    "BETTER, CHANGED, or 'not gated' for a class the tolerances file declares \"gated\": false), then one line "
+    "'compare: N compared, M not compared (...): verdict'. Exit 0: something was compared and nothing WORSE or CHANGED "
+    "(BETTER is reported, a failure only with --strict); 1: a metric WORSE or a count CHANGED; 2: nothing compared, "
+    "or a missing record or records of different config / dataset / tokenizer (not comparable; with "
+    "--config-change=note a different config is one counted note, not a failure while another run is compared); 3: "
+    "nothing compared because every run asked for was such a note. "
+    "bin/compare --diff A B shows what differs between two runs instead (--diff --help).";
+
+static const char *DIFF_SUMMARY =
+    "bin/compare --diff A B: what differs between two runs. A and B are run directories (runs/EXP/RUN, with "
+    "result.json, and predictions.jsonl and analysis.json when present) or baseline record prefixes "
+    "(reports/baselines/EXP/RUN for RUN.result.json). Prints the config keys whose values differ (each result.json's "
+    "\"config\"), then every metric with A, B, B-A and, where both runs have predictions.jsonl on the same examples, "
+    "a paired 95% bootstrap interval of B-A over the examples. Judges nothing: exit 0 (2 when A or B cannot be read).";
+
+/* bin/compare --diff A B [--replicates N]. */
+static int diff_main(int argc, char **argv, int at) {
+    /* A and B follow --diff; the other arguments go through the ordinary parser (which takes no positional
+     * arguments), so --help and --replicates work anywhere. */
+    int n_pos = 0;
+    while (n_pos < 2 && at + 1 + n_pos < argc && strncmp(argv[at + 1 + n_pos], "--", 2) != 0) n_pos++;
+    char **rest = xcalloc((size_t)argc + 1, sizeof *rest);
+    int n_rest = 0;
+    for (int i = 0; i < argc; i++)
+        if (i < at || i > at + n_pos) rest[n_rest++] = argv[i];
+    long replicates = RUN_DIFF_BOOT_REPLICATES;
+    CliOption opts[] = {
+        {"replicates", OPT_INT, &replicates, "bootstrap replicates of the paired intervals (default 2000)", false},
+    };
+    cli_parse(n_rest, rest, "compare --diff A B", DIFF_SUMMARY, opts, 1);
+    free(rest);
+    if (n_pos < 2)
+        cli_usage_die("compare", "--diff needs two runs: --diff A B (run directories or baseline record prefixes)");
+    const char *a_arg = argv[at + 1], *b_arg = argv[at + 2];
+    if (replicates < 1 || replicates > 1000000) {
+        log_error("--replicates: expected 1 to 1000000 (got %ld)", replicates);
+        return 2;
+    }
+    DiffSide a, b;
+    char err[2200];
+    if (diff_side_load(&a, a_arg, err, sizeof err) != 0) {
+        log_error("A: %s", err);
+        return 2;
+    }
+    if (diff_side_load(&b, b_arg, err, sizeof err) != 0) {
+        log_error("B: %s", err);
+        diff_side_free(&a);
+        return 2;
+    }
+    RunDiff d;
+    run_diff_compute(&a, &b, (int)replicates, RUN_DIFF_BOOT_RNG_SEED, &d);
+    run_diff_print(stdout, &a, &b, &d, (int)replicates, RUN_DIFF_BOOT_RNG_SEED);
+    run_diff_free(&d);
+    diff_side_free(&a);
+    diff_side_free(&b);
+    return 0;
+}
 
 int compare_main(int argc, char **argv) {
     log_set_program("compare");
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--diff") == 0) return diff_main(argc, argv, i);
     const char *baselines = NULL, *runs = NULL, *tolerances = NULL, *only = NULL, *config_change = "error";
     CompareOptions o = {0};
     CliOption opts[] = {
@@ -519,6 +601,7 @@ int compare_main(int argc, char **argv) {
     DIR *d = opendir(baselines);
     if (!d) {
         log_error("%s: cannot open the baselines directory", baselines);
+        tolerances_free(&tol);
         return 2;
     }
     /* Every baseline name (seeds of runs left out by --only included: none is pooled, but all are listed). */
@@ -571,16 +654,24 @@ int compare_main(int argc, char **argv) {
     }
     /* A run that cannot be compared stops nothing: the others are still reported. */
     bool selection_ok = worst == 0;
-    int n_noted = 0;
+    int n_compared = 0, n_noted = 0, n_asked_not = 0, n_other = 0;
+    char asked_not[2048] = ""; /* "name: why; ..." of the runs asked for but not compared */
     for (int i = 0; i < n_names && selection_ok; i++) {
-        bool noted = false;
-        int s = compare_run(names[i], baselines, all, n_all, runs, &tol, &o, &noted);
-        n_noted += noted;
+        RunOutcome out;
+        int s = compare_run(names[i], baselines, all, n_all, runs, &tol, &o, &out);
         if (s > worst) worst = s;
+        n_compared += out.compared;
+        if (out.compared) continue;
+        n_asked_not++;
+        n_noted += out.noted;
+        size_t len = strlen(asked_not);
+        snprintf(asked_not + len, sizeof asked_not - len, "%s%s: %s%s", len ? "; " : "", names[i], out.why,
+                 out.noted ? " (a note: --config-change=note)" : "");
     }
     /* Runs without a baseline are reported, not compared: a new run is not a regression. */
     DIR *rd = selection_ok ? opendir(runs) : NULL;
     if (rd) {
+        char **others = NULL;
         for (struct dirent *e; (e = readdir(rd));) {
             if (e->d_name[0] == '.') continue;
             char rpath[4096];
@@ -589,26 +680,69 @@ int compare_main(int argc, char **argv) {
             bool known = false;
             for (int i = 0; i < n_names && !known; i++) known = strcmp(names[i], e->d_name) == 0;
             if (known) continue;
-            /* Left out by --only is not the same as having no baseline (make reproduce RUNS=... passes --only). */
-            bool has_baseline = false;
-            for (int i = 0; i < n_all && !has_baseline; i++) has_baseline = strcmp(all[i], e->d_name) == 0;
-            if (has_baseline) printf("note: %s not compared (not in --only)\n", rpath);
-            else printf("note: %s has no baseline in %s (not compared)\n", rpath, baselines);
+            others = xrealloc(others, (size_t)(n_other + 1) * sizeof *others);
+            others[n_other++] = xstrdup(e->d_name);
         }
         closedir(rd);
+        if (n_other) qsort(others, (size_t)n_other, sizeof *others, cmp_str);
+        for (int k = 0; k < n_other; k++) {
+            /* Left out by --only is not the same as having no baseline (make reproduce RUNS=... passes --only). */
+            bool has_baseline = false;
+            for (int i = 0; i < n_all && !has_baseline; i++) has_baseline = strcmp(all[i], others[k]) == 0;
+            char variant[RUN_VARIANT_LEN + 1], stable[256];
+            run_name_variant(others[k], variant);
+            if (has_baseline) printf("note: %s/%s/result.json not compared (not in --only)\n", runs, others[k]);
+            else if (variant[0] && run_name_stable(others[k], stable, sizeof stable) == 0)
+                printf("note: %s/%s/result.json not compared: another variant of %s (baselines are compared with "
+                       "the current variant, %s/%s)\n",
+                       runs, others[k], stable, runs, stable);
+            else printf("note: %s/%s/result.json has no baseline in %s (not compared)\n", runs, others[k], baselines);
+            free(others[k]);
+        }
+        free(others);
     }
     if (selection_ok) {
-        char noted_text[96] = "";
-        if (n_noted)
-            snprintf(noted_text, sizeof noted_text, " (%d of them not compared: config changed since the baseline)",
-                     n_noted);
-        printf("compare: %d run(s)%s: %s\n", n_names, noted_text,
-               worst == 0 ? "all metrics within tolerances (or better)"
-                          : (worst == 1 ? "some metric outside its tolerance" : "some records missing or not comparable"));
+        /* The classes this file does not gate, once, with the file's reason: the gate says what it would not catch. */
+        for (int c = 0; c < MC_N_CLASSES && n_compared; c++)
+            if (!tol.cls[c].gated) {
+                /* The comment's first sentence (the file has the measurements behind it). */
+                const char *why = tol.cls[c].why, *end = strstr(why, ". ");
+                int len = end ? (int)(end - why) + 1 : (int)strlen(why);
+                printf("compare: %s is not gated by %s: %.*s%s\n", METRIC_CLASS_NAMES[c], tol_path, len, why,
+                       end ? " (more in the file's comment)" : "");
+            }
+        char not_gated[160] = "";
+        for (int c = 0; c < MC_N_CLASSES; c++)
+            if (!tol.cls[c].gated) {
+                size_t len = strlen(not_gated);
+                snprintf(not_gated + len, sizeof not_gated - len, "%s%s", len ? ", " : "; not gated at this size: ",
+                         METRIC_CLASS_NAMES[c]);
+            }
+        char not_compared[2300] = "";
+        if (n_asked_not && n_other)
+            snprintf(not_compared, sizeof not_compared, " (%s; %d other run(s) listed above)", asked_not, n_other);
+        else if (n_asked_not) snprintf(not_compared, sizeof not_compared, " (%s)", asked_not);
+        else if (n_other) snprintf(not_compared, sizeof not_compared, " (listed above)");
+        printf("compare: %d compared, %d not compared%s: ", n_compared, n_asked_not + n_other, not_compared);
+        if (n_compared == 0) {
+            /* Success on nothing would be a false pass: whatever the reasons, nothing was checked. */
+            printf("FAILED: nothing was checked against %s\n", baselines);
+            /* Every run asked for only noted (its config changed, --config-change=note): a status of its own, so that
+             * a caller whose user changed every config on purpose (make reproduce SET=...) can tell it from a broken
+             * comparison; still not 0. */
+            worst = worst == 0 && n_noted == n_asked_not ? 3 : 2;
+        } else if (worst == 0 && n_asked_not == 0)
+            printf("all metrics within tolerances (or better)%s\n", not_gated);
+        else if (worst == 0)
+            printf("the %d compared are within tolerances (or better); %d asked for %s only noted, not checked%s\n",
+                   n_compared, n_noted, n_noted == 1 ? "was" : "were", not_gated);
+        else
+            printf("%s\n", worst == 1 ? "some metric outside its tolerance" : "some records missing or not comparable");
     }
     for (int i = 0; i < n_all; i++) free(all[i]);
     free(all);
     free(names);
+    tolerances_free(&tol);
     return worst;
 }
 

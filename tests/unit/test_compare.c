@@ -7,6 +7,10 @@
 #include <check.h>
 #include <stdarg.h>
 
+#include <math.h>
+#include <sys/stat.h>
+
+#include "pipeline/predictions.h"
 #include "tests/unit/record_test_util.h"
 #include "tests/unit/suite_runner.h"
 
@@ -279,13 +283,33 @@ START_TEST(config_change_note) {
     char *text = NULL;
     ck_assert_int_eq(run_compare_capture(&text, 0), 2);
     free(text);
-    ck_assert_int_eq(run_compare_capture(&text, 1, "--config-change=note"), 0);
+    /* the only run noted: nothing was compared, which is never a success (3: every run asked for was a note) */
+    ck_assert_int_eq(run_compare_capture(&text, 1, "--config-change=note"), 3);
     ck_assert_msg(strstr(text, "note: dense_qa: not compared: its config changed since the baseline (train.steps 10 -> 9;"),
                   "%.2000s", text);
     ck_assert_msg(!strstr(text, "WORSE"), "%.2000s", text);
-    ck_assert_msg(strstr(text, "compare: 1 run(s) (1 of them not compared: config changed since the baseline)"), "%.2000s",
-                  text);
+    ck_assert_msg(strstr(text, "compare: 0 compared, 1 not compared (dense_qa: config changed since the baseline (a "
+                               "note: --config-change=note)): FAILED: nothing was checked against"),
+                  "%.2000s", text);
+    ck_assert_msg(!strstr(text, "within tolerances"), "%.2000s", text);
     free(text);
+    /* with another run compared, the changed one is a counted note and the verdict speaks of the compared only */
+    ResultRecord other;
+    rtu_record(&other, "moeut_qa", "moeut", "qa", 40);
+    save(&other, 1);
+    save(&other, 0);
+    ck_assert_int_eq(run_compare_capture(&text, 1, "--config-change=note"), 0);
+    ck_assert_msg(strstr(text, "compare: 1 compared, 1 not compared (dense_qa: config changed since the baseline (a note: "
+                               "--config-change=note)): the 1 compared are within tolerances (or better); 1 asked for "
+                               "was only noted, not checked"),
+                  "%.2000s", text);
+    ck_assert_msg(!strstr(text, "all metrics within tolerances"), "%.2000s", text);
+    free(text);
+    /* --only of the changed run alone: nothing compared again */
+    ck_assert_int_eq(run_compare_capture(&text, 2, "--config-change=note", "--only=dense_qa"), 3);
+    ck_assert_msg(strstr(text, "0 compared"), "%.2000s", text);
+    free(text);
+    result_record_free(&other);
     ck_assert_int_eq(run_compare_capture(&text, 1, "--config-change=error"), 2);
     free(text);
     rtu_sha(cur.train_sha256, '0');
@@ -327,7 +351,7 @@ START_TEST(seed_spread_rule) {
     char *text = NULL;
     ck_assert_int_eq(run_compare_capture(&text, 0), 0);
     ck_assert_msg(strstr(text, "== dense_qa.seed3: mean of 3 seeds' baselines"), "%.2000s", text);
-    ck_assert_msg(strstr(text, "compare: 3 run(s)"), "%.2000s", text);
+    ck_assert_msg(strstr(text, "compare: 3 compared, 0 not compared: "), "%.2000s", text);
     free(text);
     /* 1.35: 0.25 from the mean, inside 3 sd */
     r[2].training.final_train_loss = 1.35;
@@ -342,7 +366,7 @@ START_TEST(seed_spread_rule) {
     free(text);
     /* --only by run config selects its seeds too */
     ck_assert_int_eq(run_compare_capture(&text, 1, "--only=dense_qa"), 1);
-    ck_assert_msg(strstr(text, "compare: 3 run(s)"), "%.2000s", text);
+    ck_assert_msg(strstr(text, "compare: 3 compared, 0 not compared: "), "%.2000s", text);
     free(text);
     /* the relative tolerance: module losses 0.5..0.7 identical across seeds (sd 0); 2% of 0.7 = 0.014 > abs 0.01 */
     r[2].training.final_train_loss = 1.2;
@@ -441,6 +465,297 @@ START_TEST(tolerances_validated) {
 }
 END_TEST
 
+/* The summary counts what was compared: a missing result record is listed as not compared (exit 2), a run directory
+ * without a baseline and another variant of a run are listed, not counted as failures; zero compared fails. */
+START_TEST(summary_counts_compared) {
+    setup_dirs();
+    ResultRecord a, b;
+    rtu_record(&a, "dense_qa", "dense", "qa", 40);
+    rtu_record(&b, "moeut_qa", "moeut", "qa", 40);
+    save(&a, 1);
+    save(&a, 0);
+    save(&b, 1);
+    char *text = NULL;
+    /* moeut_qa has a baseline but no result record */
+    ck_assert_int_eq(run_compare_capture(&text, 0), 2);
+    ck_assert_msg(strstr(text, "compare: 1 compared, 1 not compared (moeut_qa: no result record): some records missing"),
+                  "%.3000s", text);
+    free(text);
+    save(&b, 0);
+    /* a run without a baseline and an earlier variant of dense_qa: listed, not failures */
+    ResultRecord extra = a;
+    snprintf(extra.run, sizeof extra.run, "dense_answer");
+    save(&extra, 0);
+    char p[700], err[512];
+    snprintf(p, sizeof p, "%s/dense_qa@1a2b3c4d/result.json", g_runs);
+    ck_assert_msg(result_record_save(&a, p, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(run_compare_capture(&text, 0), 0);
+    ck_assert_msg(strstr(text, "dense_answer/result.json has no baseline"), "%.3000s", text);
+    ck_assert_msg(strstr(text, "dense_qa@1a2b3c4d/result.json not compared: another variant of dense_qa"), "%.3000s",
+                  text);
+    ck_assert_msg(strstr(text, "compare: 2 compared, 2 not compared (listed above): all metrics within tolerances"),
+                  "%.3000s", text);
+    free(text);
+    /* no run directory at all: every baseline is not compared */
+    remove_tree(g_runs);
+    ck_assert_int_eq(run_compare_capture(&text, 0), 2);
+    ck_assert_msg(strstr(text, "compare: 0 compared, 2 not compared (dense_qa: no result record; moeut_qa: no result "
+                               "record): FAILED: nothing was checked"),
+                  "%.3000s", text);
+    free(text);
+    result_record_free(&a);
+    result_record_free(&b);
+    remove_tree(g_dir);
+}
+END_TEST
+
+static const char *TOL_NOT_GATED =
+    "{\"comment\": \"unit test\", \"tolerances\": {"
+    "\"accuracy\": {\"gated\": false, \"comment\": \"models answer ~1%: no defect moves it beyond seed noise\"},"
+    "\"mean_answer_loss\": {\"abs\": 0.01, \"comment\": \"x\"},"
+    "\"module_mean_answer_loss\": {\"abs\": 0.01, \"comment\": \"x\"},"
+    "\"final_train_loss\": {\"abs\": 0.001, \"comment\": \"x\"},"
+    "\"count\": {\"abs\": 0, \"comment\": \"exact\"},"
+    "\"greedy_disagreements\": {\"abs\": 0, \"comment\": \"must stay 0\"}}}";
+
+/* A class declared "gated": false is shown as "not gated", never fails (nor with --strict), and compare says so with
+ * the file's reason; the other classes still fail. A not gated class with a tolerance, an exact class not gated, or
+ * a non-boolean "gated" is refused. */
+START_TEST(not_gated_class) {
+    setup_dirs();
+    char tol[700];
+    snprintf(tol, sizeof tol, "%s/tolerances.json", g_base);
+    rtu_write(tol, TOL_NOT_GATED);
+    ResultRecord base, cur;
+    rtu_record(&base, "dense_qa", "dense", "qa", 40);
+    rtu_record(&cur, "dense_qa", "dense", "qa", 10); /* accuracy -0.3 everywhere */
+    save(&base, 1);
+    save(&cur, 0);
+    char *text = NULL;
+    ck_assert_int_eq(run_compare_capture(&text, 0), 0);
+    ck_assert_msg(strstr(text, "interpolate.accuracy") && strstr(text, "not gated"), "%.3000s", text);
+    ck_assert_msg(strstr(text, "compare: accuracy is not gated by ") &&
+                      strstr(text, ": models answer ~1%: no defect moves it beyond seed noise"),
+                  "%.3000s", text);
+    ck_assert_msg(strstr(text, "all metrics within tolerances (or better); not gated at this size: accuracy"), "%.3000s",
+                  text);
+    ck_assert_msg(!strstr(text, "WORSE"), "%.3000s", text);
+    free(text);
+    result_record_free(&cur);
+    rtu_record(&cur, "dense_qa", "dense", "qa", 90); /* far better: still no verdict under --strict */
+    save(&cur, 0);
+    ck_assert_int_eq(run_compare_capture(&text, 1, "--strict"), 0);
+    free(text);
+    cur.training.final_train_loss += 0.01; /* a gated class still fails */
+    save(&cur, 0);
+    ck_assert_int_eq(run_compare_capture(&text, 1, "--only-failures"), 1);
+    ck_assert_msg(strstr(text, "training.final_train_loss") && !strstr(text, "interpolate.accuracy"), "%.3000s", text);
+    free(text);
+    static const char *const BAD[][2] = {
+        {"\"gated\": false,", "\"gated\": false, \"abs\": 0.1,"},
+        {"\"gated\": false,", "\"gated\": \"no\","},
+        {"\"count\": {\"abs\": 0,", "\"count\": {\"gated\": false,"},
+    };
+    char path[700], buf[2048];
+    snprintf(path, sizeof path, "%s/tol_bad.json", g_dir);
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        const char *at = strstr(TOL_NOT_GATED, BAD[i][0]);
+        ck_assert(at);
+        snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - TOL_NOT_GATED), TOL_NOT_GATED, BAD[i][1],
+                 at + strlen(BAD[i][0]));
+        rtu_write(path, buf);
+        ck_assert_msg(run_compare(path) == 2, "accepted: %s", buf);
+    }
+    result_record_free(&base);
+    result_record_free(&cur);
+    remove_tree(g_dir);
+}
+END_TEST
+
+/* ---- bin/compare --diff ---- */
+
+/* Writes DIR/result.json and DIR/predictions.jsonl for r: per module, its n examples with the first `correct` right
+ * and every answer loss equal to the module's mean (index_shift moves the examples' shard indices: other examples).
+ * The set means of the record are set to what the lines add up to. */
+static void save_run_with_predictions(ResultRecord *r, const char *dir, long index_shift) {
+    char p[800], err[512];
+    for (int s = 0; s < EVAL_N_SETS; s++) {
+        SetEval *se = &r->evaluation.sets[s];
+        double sum = 0;
+        for (int m = 0; m < se->n_modules; m++) sum += se->modules[m].mean_answer_loss * (double)se->modules[m].n;
+        se->mean_answer_loss = sum / (double)se->n;
+    }
+    snprintf(p, sizeof p, "%s/result.json", dir);
+    ck_assert_msg(result_record_save(r, p, err, sizeof err) == 0, "%s", err);
+    snprintf(p, sizeof p, "%s/predictions.jsonl", dir);
+    FILE *fp = fopen(p, "w");
+    ck_assert_ptr_nonnull(fp);
+    PredictionsHeader h = {r->experiment, r->run, r->code_version, r->backend, r->hardware, r->config_sha256, NULL};
+    ck_assert_msg(predictions_write_header(fp, p, &h, err, sizeof err) == 0, "%s", err);
+    for (int s = 0; s < EVAL_N_SETS; s++) {
+        const SetEval *se = &r->evaluation.sets[s];
+        long index = index_shift;
+        for (int m = 0; m < se->n_modules; m++)
+            for (long i = 0; i < se->modules[m].n; i++, index++) {
+                char q[64];
+                snprintf(q, sizeof q, "Q: %ld + 1 A:", index);
+                PredictionLine line = {EVAL_SET_NAMES[s], index, se->modules[m].name, q, "7", "7",
+                                       i < se->modules[m].correct, se->modules[m].mean_answer_loss, -1};
+                ck_assert_msg(predictions_write_line(fp, p, &line, err, sizeof err) == 0, "%s", err);
+            }
+    }
+    fclose(fp);
+}
+
+static const DiffRow *diff_row(const RunDiff *d, const char *name) {
+    for (int i = 0; i < d->n_rows; i++)
+        if (strcmp(d->rows[i].name, name) == 0) return &d->rows[i];
+    ck_abort_msg("no diff row %s", name);
+    return NULL;
+}
+
+/* Two runs differing in train.lr, 40 vs 60 correct of 100 per module and a higher loss in one module: the config key,
+ * the metrics with B - A, and paired intervals that exclude 0 for the large changes and are [0, 0] where no example
+ * changed. */
+START_TEST(diff_two_runs) {
+    setup_dirs();
+    char da[700], db[700], err[1024];
+    snprintf(da, sizeof da, "%s/dense_qa", g_runs);
+    snprintf(db, sizeof db, "%s/dense_qa@1a2b3c4d", g_runs);
+    ResultRecord a, b;
+    rtu_record(&a, "dense_qa", "dense", "qa", 40);
+    rtu_record(&b, "dense_qa", "dense", "qa", 60);
+    cJSON_AddItemToObject(cJSON_GetObjectItem(a.config, "train"), "lr", cJSON_CreateNumber(0.002));
+    cJSON_AddItemToObject(cJSON_GetObjectItem(b.config, "train"), "lr", cJSON_CreateNumber(0.0005));
+    b.evaluation.sets[1].modules[0].mean_answer_loss += 0.25;
+    b.training.final_train_loss = 2.0;
+    /* extrapolate's second module: the same correct count in both runs */
+    b.evaluation.sets[1].modules[1].correct = 40;
+    for (int s = 0; s < EVAL_N_SETS; s++) {
+        SetEval *se = &b.evaluation.sets[s];
+        se->correct = 0;
+        for (int m = 0; m < se->n_modules; m++) {
+            module_eval_finish(&se->modules[m]);
+            se->correct += se->modules[m].correct;
+        }
+        set_eval_finish(se);
+    }
+    b.evaluation.mean_accuracy = 0.5 * (b.evaluation.sets[0].accuracy + b.evaluation.sets[1].accuracy);
+    save_run_with_predictions(&a, da, 0);
+    save_run_with_predictions(&b, db, 0);
+    DiffSide sa, sb;
+    ck_assert_msg(diff_side_load(&sa, da, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(diff_side_load(&sb, db, err, sizeof err) == 0, "%s", err);
+    ck_assert(sa.has_predictions && sb.has_predictions);
+    RunDiff d;
+    run_diff_compute(&sa, &sb, 500, 1, &d);
+    ck_assert_int_eq(d.config.n_rows, 1);
+    ck_assert_str_eq(d.config.rows[0].key, "train.lr");
+    ck_assert_str_eq(d.config.rows[0].values[0], "0.002");
+    ck_assert_str_eq(d.config.rows[0].values[1], "0.0005");
+    ck_assert_msg(d.paired, "%s", d.not_paired);
+    ck_assert_int_eq(d.n_examples, 500);
+    const DiffRow *r = diff_row(&d, "interpolate.accuracy");
+    ck_assert(r->in_a && r->in_b && r->has_interval);
+    ck_assert_double_eq_tol(r->b - r->a, 0.2, 1e-12);
+    ck_assert_msg(r->lo > 0.1 && r->hi < 0.3 && r->lo < 0.2 && r->hi > 0.2, "[%g, %g]", r->lo, r->hi);
+    ck_assert_int_eq(r->n_examples, 300);
+    r = diff_row(&d, "extrapolate.arithmetic__mul_div_multiple_longer.accuracy"); /* unchanged: [0, 0] */
+    ck_assert(r->has_interval && r->lo == 0 && r->hi == 0 && r->n_examples == 100);
+    r = diff_row(&d, "evaluation.mean_accuracy"); /* (0.2 + 0.1) / 2 */
+    ck_assert_double_eq_tol(r->b - r->a, 0.15, 1e-12);
+    ck_assert_msg(r->has_interval && r->lo > 0.05 && r->hi < 0.25, "[%g, %g]", r->lo, r->hi);
+    r = diff_row(&d, "extrapolate.arithmetic__add_or_sub_big.mean_answer_loss"); /* every example +0.25 */
+    ck_assert_msg(r->has_interval && fabs(r->lo - 0.25) < 1e-9 && fabs(r->hi - 0.25) < 1e-9, "[%g, %g]", r->lo, r->hi);
+    r = diff_row(&d, "training.final_train_loss"); /* no examples behind it */
+    ck_assert(r->in_a && r->in_b && !r->has_interval);
+    ck_assert_double_eq_tol(r->b - r->a, 0.75, 1e-12);
+    run_diff_free(&d);
+
+    /* a stale predictions.jsonl (B's lines say 40 correct, its record 60): no intervals, and why */
+    ResultRecord stale;
+    rtu_record(&stale, "dense_qa", "dense", "qa", 40);
+    char tmpdir[700], cmd[1600];
+    snprintf(tmpdir, sizeof tmpdir, "%s/stale", g_dir);
+    save_run_with_predictions(&stale, tmpdir, 0);
+    snprintf(cmd, sizeof cmd, "cp %s/predictions.jsonl %s/predictions.jsonl", tmpdir, db);
+    ck_assert_int_eq(system(cmd), 0);
+    diff_side_free(&sb);
+    ck_assert_msg(diff_side_load(&sb, db, err, sizeof err) == 0, "%s", err);
+    run_diff_compute(&sa, &sb, 200, 1, &d);
+    ck_assert(!d.paired);
+    ck_assert_msg(strstr(d.not_paired, "do not add up to the result records"), "%s", d.not_paired);
+    for (int i = 0; i < d.n_rows; i++) ck_assert(!d.rows[i].has_interval);
+    run_diff_free(&d);
+
+    /* other examples (shard indices shifted): no intervals, naming the first difference */
+    save_run_with_predictions(&b, db, 1000);
+    diff_side_free(&sb);
+    ck_assert_msg(diff_side_load(&sb, db, err, sizeof err) == 0, "%s", err);
+    run_diff_compute(&sa, &sb, 200, 1, &d);
+    ck_assert(!d.paired && d.not_paired[0]);
+    run_diff_free(&d);
+
+    /* a baseline record prefix: metrics, no intervals (a baseline has no predictions) */
+    save(&a, 1);
+    char prefix[700];
+    snprintf(prefix, sizeof prefix, "%s/dense_qa", g_base);
+    DiffSide sbase;
+    ck_assert_msg(diff_side_load(&sbase, prefix, err, sizeof err) == 0, "%s", err);
+    ck_assert(sbase.is_baseline && !sbase.has_predictions);
+    run_diff_compute(&sbase, &sa, 200, 1, &d);
+    ck_assert_int_eq(d.config.n_rows, 0);
+    ck_assert(!d.paired && strstr(d.not_paired, "baseline record"));
+    ck_assert_double_eq(diff_row(&d, "interpolate.accuracy")->b - diff_row(&d, "interpolate.accuracy")->a, 0);
+    run_diff_free(&d);
+    diff_side_free(&sbase);
+
+    /* neither a run directory nor a baseline record; a run directory without result.json */
+    snprintf(prefix, sizeof prefix, "%s/nope", g_runs);
+    ck_assert_int_eq(diff_side_load(&sbase, prefix, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "no such run directory") && strstr(err, "nope.result.json"), "%s", err);
+    diff_side_free(&sbase);
+    snprintf(prefix, sizeof prefix, "%s/empty", g_runs);
+    ck_assert_int_eq(mkdir(prefix, 0755), 0);
+    ck_assert_int_eq(diff_side_load(&sbase, prefix, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "without result.json"), "%s", err);
+    diff_side_free(&sbase);
+
+    /* the command: exit 0 with the table; a missing side exits 2 */
+    save_run_with_predictions(&b, db, 0);
+    char out_path[700];
+    snprintf(out_path, sizeof out_path, "%s/diff.txt", g_dir);
+    fflush(stdout);
+    int saved = dup(1);
+    FILE *cap = fopen(out_path, "w");
+    ck_assert_ptr_nonnull(cap);
+    dup2(fileno(cap), 1);
+    char *argv_ok[] = {"compare", "--diff", da, db, "--replicates=300", NULL};
+    int rc = compare_main(5, argv_ok);
+    char *argv_missing[] = {"compare", "--diff", da, prefix, NULL};
+    int rc_missing = compare_main(4, argv_missing);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    fclose(cap);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_eq(rc_missing, 2);
+    char *text = rtu_read(out_path);
+    ck_assert_msg(strstr(text, "config: 1 key(s) differ") && strstr(text, "train.lr") && strstr(text, "A 0.002  B 0.0005"),
+                  "%.3000s", text);
+    ck_assert_msg(strstr(text, "interpolate.accuracy") && strstr(text, "+0.2 ") && strstr(text, "(n=300)"), "%.3000s",
+                  text);
+    ck_assert_msg(strstr(text, "over the 500 evaluation examples both runs share, 300 replicates"), "%.3000s", text);
+    free(text);
+    diff_side_free(&sa);
+    diff_side_free(&sb);
+    result_record_free(&a);
+    result_record_free(&b);
+    result_record_free(&stale);
+    remove_tree(g_dir);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("compare");
     TCase *tc = tcase_create("compare");
@@ -453,6 +768,9 @@ int main(void) {
     tcase_add_test(tc, seed_spread_rule);
     tcase_add_test(tc, seed_baselines_must_match);
     tcase_add_test(tc, tolerances_validated);
+    tcase_add_test(tc, summary_counts_compared);
+    tcase_add_test(tc, not_gated_class);
+    tcase_add_test(tc, diff_two_runs);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -1,0 +1,22 @@
+# make diff A=RUN B=RUN [EXPERIMENT=tiny]: what differs between two runs (bin/compare --diff A B): the config keys
+# whose values differ, then every metric (accuracy and mean answer loss per set and per module, final training loss,
+# counts) with A, B, B-A and, where both runs have predictions.jsonl on the same examples, a paired 95% bootstrap
+# interval of B-A over those examples. A and B are run names in runs/EXPERIMENT (dense_qa, dense_qa.seed2,
+# dense_qa@1a2b3c4d: a sweep point or an earlier variant of dense_qa) or paths (a run directory, or a baseline
+# record prefix such as reports/baselines/ci/dense_qa). A name that is a run directory in runs/EXPERIMENT wins over a
+# path of the same spelling. A diff is not a gate: it exits 0 whenever both runs can be read.
+.PHONY: diff
+# diff_resolve NAME WHICH: the directory or prefix bin/compare is given, or one error line and exit 2.
+diff_resolve = if [ -z '$(1)' ]; then \
+    echo "make diff: $(2) is missing: give two runs, e.g. make diff EXPERIMENT=$(EXPERIMENT) A=dense_qa B=dense_qa@1a2b3c4d (run names in runs/$(EXPERIMENT), or paths)" >&2; \
+    exit 2; \
+  elif [ -d '$(RUNS_DIR)/$(1)' ]; then $(2)_path='$(RUNS_DIR)/$(1)'; \
+  elif [ -d '$(1)' ] || [ -f '$(1).result.json' ]; then $(2)_path='$(1)'; \
+  else \
+    runs=$$(cd '$(RUNS_DIR)' 2>/dev/null && for d in */; do [ -d "$$d" ] && printf ' %s' "$${d%/}"; done); \
+    echo "make diff: $(2)=$(1): no run $(RUNS_DIR)/$(1) and no run directory or baseline record $(1)[.result.json]$${runs:+ (runs in $(RUNS_DIR):$$runs)}" >&2; \
+    exit 2; \
+  fi
+diff: bin/compare
+	@$(call diff_resolve,$(A),A); $(call diff_resolve,$(B),B); \
+	  echo "bin/compare --diff $$A_path $$B_path"; bin/compare --diff "$$A_path" "$$B_path"
