@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The researcher's loop through make (mk/reproduce.mk, bin/runs): no run is overwritten, sweeps are one command.
 #  - changing SET and rerunning keeps the finished run aside as runs/EXP/RUN@<variant> (both have their records, with
-#    their own lr), and going back to the first SET brings it back without training again;
+#    their own lr); make diff between them names train.lr and gives the metrics' paired intervals; going back to the first SET brings it back without training again;
 #  - a refused SET (an unknown key) is one line naming the key, and changes no file under runs/;
 #  - make sweep over a 3x2 grid trains each point in its own directory, with the point's values in its record;
 #  - make prune deletes the kept variants and sweep points, and nothing else.
@@ -29,6 +29,13 @@ kept=$(echo "$out" | sed -nE "s|.*runs/$exp/dense_qa holds another config \(trai
 [ "$(lr_of "runs/$exp/$kept/result.json")" = 0.002 ] || fail "the kept run $kept does not hold lr 0.002"
 [ "$(lr_of "runs/$exp/dense_qa/result.json")" = 0.001 ] || fail "the current run does not hold lr 0.001"
 echo "ok: changing lr kept the earlier run as runs/$exp/$kept (lr 0.002) beside runs/$exp/dense_qa (lr 0.001)"
+
+# The diff of the two: the config key that differs with both values, and the metrics with a paired interval.
+out=$(m diff A="$kept" B=dense_qa) || { echo "$out"; fail "make diff A=$kept B=dense_qa"; }
+echo "$out" | grep -qE '^ *train\.lr +A 0\.002 +B 0\.001' || { echo "$out"; fail "make diff: no train.lr row with A 0.002 and B 0.001"; }
+echo "$out" | grep -qE '^interpolate\.mean_answer_loss +[-0-9.]+ +[-0-9.]+ +[-+][0-9.]+ +\[[-+][0-9.e-]+, [-+][0-9.e-]+\]' \
+  || { echo "$out"; fail "make diff: no interpolate.mean_answer_loss row with a paired interval"; }
+echo "ok: make diff shows train.lr 0.002 -> 0.001 and the metrics' changes with paired intervals"
 
 # 2. A refused SET changes nothing.
 before=$(snapshot)
