@@ -31,7 +31,8 @@ typedef struct {
 } PoolStats;
 
 /* Writes the pool's shard to shard_path (raw_manifest_sha: fetch's manifest, recorded in the header) and fills st
- * (free it with pool_stats_free either way). 0, or -1 with err naming the file and line whose round trip failed. */
+ * (free it with pool_stats_free either way). The examples are the first pool->limit of pool_order's order. 0, or -1
+ * with err (an example whose round trip fails is named by file and line). */
 int pool_encode(const Pool *pool, const Tokenizer *tok, const char *shard_path, const char *raw_manifest_sha,
                 int show_progress, PoolStats *st, char *err, size_t errlen);
 void pool_stats_free(PoolStats *s);

@@ -1,8 +1,8 @@
 /* The order of a pool's examples, deterministic: a pool lists its files in a fixed order (train: train-easy,
  * train-medium, train-hard, each sorted by file name; evaluation splits: sorted by file name) and each file's pairs
  * in file order; the pool is then permuted by Fisher-Yates (from the last element down, j uniform in [0, i] by
- * rejection sampling on splitmix64 seeded with the split's seed). The caller cuts evaluation pools to eval_examples,
- * so those are a uniform sample too. */
+ * rejection sampling on splitmix64 seeded with the split's seed). Evaluation pools are then cut to eval_examples
+ * (datasets/pool_encode.h), so what they keep is a uniform sample. */
 #ifndef DATASETS_POOL_ORDER_H
 #define DATASETS_POOL_ORDER_H
 
