@@ -1,5 +1,5 @@
 /* tokenize: trains the BPE tokenizer on the tokenizer corpus and encodes the DM-math splits into token shards.
- * The work is in datasets/tokenizer_stage.c; this is the command line. */
+ * The work is in datasets/tokenizer_stage.c (tokenize_run); this is the command line. */
 #include <stdbool.h>
 #include <stdio.h>
 

@@ -1,10 +1,10 @@
 /* The manifests of the data stages, from the same input: the dataset manifest (datasets/dm_math_v1.0.json, or
  * --manifest, read by fetch: datasets/fetch_dataset_manifest.c), and fetch's own OUT/manifest.json as fetch's
  * up-to-date check reads it (datasets/fetch_output.c) and as tokenize reads it to check its inputs
- * (datasets/tokenizer_stage.c). */
+ * (datasets/raw_inputs.c). */
 #include "datasets/fetch_dataset_manifest.h"
 #include "datasets/fetch_output.h"
-#include "datasets/tokenizer_stage.h"
+#include "datasets/raw_inputs.h"
 #include "tests/fuzz/fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

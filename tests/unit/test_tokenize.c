@@ -10,11 +10,13 @@
 #include <cjson/cJSON.h>
 
 #include "datasets/dm_math_text.h"
+#include "datasets/pool_order.h"
 #include "datasets/shard.h"
 #include "datasets/tokenizer.h"
 #include "datasets/tokenizer_stage.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/config.h"
+#include "pipeline/rng.h"
 #include "pipeline/sha256.h"
 #include "tests/unit/suite_runner.h"
 
@@ -597,6 +599,54 @@ START_TEST(config_is_strict) {
 }
 END_TEST
 
+/* The example order the shards are built in (datasets/pool_order.h), on a pool of three files of 4, 0 and 7 pairs:
+ * every pair exactly once, in the order of the documented Fisher-Yates (from the last element down, j uniform in
+ * [0, i] from splitmix64 seeded with the pool's seed) applied to the pairs listed file after file. */
+START_TEST(pool_order_is_the_documented_shuffle) {
+    const int64_t pairs[] = {4, 0, 7};
+    InputFile files[3], *fp[3];
+    memset(files, 0, sizeof files);
+    for (int i = 0; i < 3; i++) {
+        files[i].f.n_pairs = pairs[i];
+        fp[i] = &files[i];
+    }
+    const uint64_t seeds[] = {0, 1, 123};
+    PoolRef first[11];
+    for (int k = 0; k < 3; k++) {
+        uint64_t n = 99;
+        PoolRef *got = pool_order(fp, 3, seeds[k], &n);
+        ck_assert_uint_eq(n, 11);
+        PoolRef want[11];
+        int w = 0;
+        for (int i = 0; i < 3; i++)
+            for (int64_t p = 0; p < pairs[i]; p++) want[w++] = (PoolRef){(uint32_t)i, (uint32_t)p};
+        uint64_t state = seeds[k];
+        for (uint64_t i = 11; i > 1; i--) {
+            uint64_t j = splitmix64_below(&state, i);
+            PoolRef t = want[i - 1];
+            want[i - 1] = want[j];
+            want[j] = t;
+        }
+        int seen[3][7] = {{0}};
+        for (int i = 0; i < 11; i++) {
+            ck_assert_uint_eq(got[i].file, want[i].file);
+            ck_assert_uint_eq(got[i].pair, want[i].pair);
+            ck_assert(got[i].file != 1 && (int64_t)got[i].pair < pairs[got[i].file]);
+            ck_assert_int_eq(seen[got[i].file][got[i].pair]++, 0);
+        }
+        if (k == 0) memcpy(first, got, sizeof first);
+        else ck_assert_msg(memcmp(first, got, sizeof first) != 0, "seed %llu gives the order of seed 0",
+                           (unsigned long long)seeds[k]);
+        free(got);
+    }
+    uint64_t n = 99;
+    PoolRef *none = pool_order(fp + 1, 1, 5, &n); /* only the empty file */
+    ck_assert_uint_eq(n, 0);
+    ck_assert_ptr_nonnull(none);
+    free(none);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("tokenize");
     TCase *tc = tcase_create("stage");
@@ -609,6 +659,7 @@ int main(void) {
     tcase_add_test(tc, late_failure_keeps_previous_outputs);
     tcase_add_test(tc, tokenizer_corpus_from_another_raw_dir);
     tcase_add_test(tc, config_is_strict);
+    tcase_add_test(tc, pool_order_is_the_documented_shuffle);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
