@@ -1,4 +1,4 @@
-/* The data config (experiments/EXP/data.json): its "tokenize" section (datasets/tokenizer_stage.c) and its "fetch"
+/* The data config (experiments/EXP/data.json): its "tokenize" section (datasets/tokenize_config.c) and its "fetch"
  * section (datasets/fetch_config.c), both strict readers of the same file. */
 #include "datasets/fetch_config.h"
 #include "datasets/tokenizer_stage.h"
