@@ -94,7 +94,7 @@ START_TEST(headline_missing_and_html) {
     snprintf(p, sizeof p, "%s/loss_qa.svg", g_out);
     ck_assert(file_exists(p));
     /* provenance: each value once with the runs sharing it, config hashes per run, each distinct config once */
-    ck_assert(strstr(md, "- code version: test-version (all 3 runs)"));
+    ck_assert(strstr(md, "| code version | test-version | all 3 runs |"));
     ck_assert(strstr(md, "| dense_qa | aaaaaaaa"));
     ck_assert_int_eq(count_substr(md, "\"description\":\t\"hand-made\""), 1);
     ck_assert(strstr(md, "### Run config of dense_qa, dense_answer, moeut_answer"));
@@ -382,7 +382,7 @@ START_TEST(seeds_aggregated_compared_and_judged) {
     ck_assert_msg(l && strstr(l, ": not resolved at this size. Ours: difference -0.005"), "%s", l ? l : md);
     l = md_line(md, "depth summary of moeut_answer > moeut_qa:");
     ck_assert_msg(l && strstr(l, ": contradicted. Ours: difference -0.205"), "%s", l ? l : md);
-    const char *v = strstr(md, "## Do the paper's claims hold here?"), *v_end = strstr(md, "## Runs");
+    const char *v = strstr(md, "## Do the paper's claims hold here?"), *v_end = strstr(md, "## What this run can and cannot show");
     ck_assert(v && v_end);
     int n_lines = 0;
     for (const char *q = v; q < v_end && (q = strstr(q, "\n- ")) && q < v_end; q++) {
@@ -427,7 +427,7 @@ START_TEST(seeds_aggregated_compared_and_judged) {
     ck_assert(strstr(md, "| (run) seed | \"1\" | \"2\" |"));
     ck_assert(strstr(md, "| train.steps |") == NULL);
     /* provenance once per value */
-    ck_assert(strstr(md, "- code version: test-version (all 8 runs)"));
+    ck_assert(strstr(md, "| code version | test-version | all 8 runs |"));
     ck_assert_int_eq(count_substr(md, "test-version"), 1);
     /* accuracy during training beside the loss for the Q+A runs; none for answer-only (no eval_curve.jsonl) */
     char p[800];
