@@ -11,7 +11,7 @@ static const char *HTML_HEAD =
     "body{font-family:sans-serif;max-width:1220px;margin:1.5em auto;padding:0 1em;color:#222;line-height:1.4}\n"
     ".tw{max-width:100%;overflow-x:auto}\n"
     "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}\n"
-    "th,td{border:1px solid #bbb;padding:0.25em 0.6em;text-align:right;overflow-wrap:anywhere}\n"
+    "th,td{border:1px solid #bbb;padding:0.25em 0.6em;text-align:right;overflow-wrap:anywhere}\ntd{min-width:3em}\n"
     "th:first-child,td:first-child{text-align:left}\nth{background:#eee}\n"
     "td[title]{text-decoration:underline dotted}\n"
     "pre{background:#f6f6f6;padding:0.6em;overflow-x:auto;font-size:0.85em;white-space:pre-wrap}\n"

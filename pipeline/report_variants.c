@@ -248,7 +248,7 @@ static void variants_of(Doc *d, const char *run_config, const RunGroup *const *g
     for (int i = 0; i < n; i++) {
         char variant[128], seeds[300], a[128], loss[32], fl[32], dirs[2048] = "";
         snprintf(variant, sizeof variant, "%s%s", g[i]->variant,
-                 g[i]->primary ? " (current)" : (g[i]->current ? " (current, not pooled)" : " (@: aside or sweep)"));
+                 g[i]->primary ? " (current)" : (g[i]->current ? " (current, not pooled)" : " (@VARIANT directory)"));
         char sl[256];
         seed_list(g[i], sl, sizeof sl);
         snprintf(seeds, sizeof seeds, "%d (%s)", g[i]->n, sl);

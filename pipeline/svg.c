@@ -126,9 +126,7 @@ void svg_heatmap_scaled(StrBuf *b, const double *values, int rows, int cols, con
     const double bar_top = scale_max > 0 ? scale_max : vmax;
     const int clipped = scale_max > 0 && vmax > scale_max;
 
-    /* Cell size in px: narrow enough that two maps of a short prompt sit side by side on a 1280 px page at their own
-     * size (text stays 11 px), wide enough that the 45-degree column labels (11 px) do not overlap. */
-    const int cw = cols > 0 ? (cols <= 32 ? 18 : (cols <= 64 ? 14 : 9)) : 18;
+    const int cw = cols > 0 ? (cols <= 32 ? 24 : (cols <= 64 ? 14 : 9)) : 24; /* cell size in px */
     const int ch = rows <= 8 ? 36 : (rows <= 24 ? 18 : (rows <= 48 ? 10 : 6));    /* few layers: taller rows */
     const int left = 70, top = 40, bottom = 110, bar_gap = 24, bar_w = 16, right = 90;
     const int plot_w = cols * cw, plot_h = rows * ch;
