@@ -113,31 +113,40 @@ bool report_split_note(const ReportInput *in, const char *run_config, char *note
 
 /* Mean accuracy (the mean of the two sets) of a group and its 95% interval: across seeds with >= 2 seeds; with one,
  * a bootstrap over the run's evaluation examples (predictions.jsonl), each example weighted by half the inverse of
- * its set's size so that the statistic is the mean of the two sets' accuracies. Returns the kind of interval. */
+ * its set's size so that the statistic is the mean of the two sets' accuracies. Returns "seeds" or "examples", or
+ * why there is no interval. */
 static const char *group_accuracy(const RunGroup *g, double *mean, double *lo, double *hi) {
     SeedSummary s;
     report_seed_summary(g, METRIC_MEAN, &s);
     *mean = s.mean;
     *lo = *hi = NAN;
-    if (s.n == 0) return "none";
+    if (s.n == 0) return "no result";
     if (s.n >= 2) {
         *lo = s.lo;
         *hi = s.hi;
         return "seeds";
     }
     const RunData *r = g->runs[0];
-    if (!r->has_predictions || r->pred.n == 0) return "none";
-    long per_set[EVAL_N_SETS] = {0};
-    for (long i = 0; i < r->pred.n; i++) per_set[r->pred.set[i]]++;
+    if (!r->has_predictions || r->pred.n == 0) return "no predictions.jsonl";
+    long per_set[EVAL_N_SETS] = {0}, right[EVAL_N_SETS] = {0};
+    for (long i = 0; i < r->pred.n; i++) {
+        per_set[r->pred.set[i]]++;
+        right[r->pred.set[i]] += r->pred.correct[i];
+    }
+    /* The interval must be about the accuracy shown: the file has to list exactly the record's examples. */
     int sets = 0;
-    for (int k = 0; k < EVAL_N_SETS; k++) sets += per_set[k] > 0;
+    for (int k = 0; k < EVAL_N_SETS; k++) {
+        const SetEval *se = &r->res.evaluation.sets[k];
+        if (per_set[k] != se->n || right[k] != se->correct) return "predictions.jsonl disagrees with result.json";
+        sets += per_set[k] > 0;
+    }
     double *v = xmalloc((size_t)r->pred.n * sizeof *v);
     for (long i = 0; i < r->pred.n; i++)
         v[i] = r->pred.correct[i] * (double)r->pred.n / ((double)sets * (double)per_set[r->pred.set[i]]);
     BootstrapResult b;
     const int rc = hierarchical_bootstrap_mean(v, 1, r->pred.n, REPORT_BOOT_REPLICATES, REPORT_BOOT_RNG_SEED, &b);
     free(v);
-    if (rc) return "none";
+    if (rc) return "no examples";
     *lo = fmax(b.lo, 0.0);
     *hi = fmin(b.hi, 1.0);
     return "examples";
@@ -253,7 +262,8 @@ static void variants_of(Doc *d, const char *run_config, const RunGroup *const *g
         seed_list(g[i], sl, sizeof sl);
         snprintf(seeds, sizeof seeds, "%d (%s)", g[i]->n, sl);
         const char *kind = group_accuracy(g[i], &acc[i], &lo[i], &hi[i]);
-        if (strcmp(kind, "none") == 0) snprintf(a, sizeof a, "%.1f%% (no interval)", 100 * acc[i]);
+        if (strcmp(kind, "seeds") != 0 && strcmp(kind, "examples") != 0)
+            snprintf(a, sizeof a, "%.1f%% (no interval: %s)", 100 * acc[i], kind);
         else
             snprintf(a, sizeof a, "%.1f%% [%.1f, %.1f] (%s)", 100 * acc[i], 100 * lo[i], 100 * hi[i],
                      strcmp(kind, "seeds") == 0 ? "across seeds" : "over examples, 1 seed");
