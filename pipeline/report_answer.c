@@ -54,19 +54,21 @@ void section_answer(Doc *d, const ReportInput *in, const VerdictTally *t) {
                      "Q+A: %s.",
                   short_label(t->depth[0]), short_label(t->depth[1]), short_label(t->depth[2]),
                   short_label(t->depth[3]));
-    char seeds[1024] = "";
-    size_t len = 0;
-    for (int g = 0; g < in->n_groups && len < sizeof seeds; g++)
-        if (in->groups[g].primary)
-            len += (size_t)snprintf(seeds + len, sizeof seeds - len, "%s%s %d", len ? ", " : "",
-                                    in->groups[g].run_config, in->groups[g].n);
-    char notes[4096] = "";
-    len = 0;
-    for (int g = 0; g < in->n_groups && len < sizeof notes; g++) {
+    /* The run configs the verdicts read: the primary group of each of the paper's four configurations. */
+    char seeds[1024] = "", notes[4096] = "";
+    size_t len = 0, nlen = 0;
+    for (int k = 0; k < 4 && len < sizeof seeds && nlen < sizeof notes; k++) {
+        const RunGroup *g = report_find_group(in->groups, in->n_groups, PAPER_HEADLINE[k].arch,
+                                              PAPER_HEADLINE[k].loss_mode);
+        if (!g) {
+            len += (size_t)snprintf(seeds + len, sizeof seeds - len, "%s%s missing", len ? ", " : "",
+                                    PAPER_HEADLINE[k].label);
+            continue;
+        }
+        len += (size_t)snprintf(seeds + len, sizeof seeds - len, "%s%s %d", len ? ", " : "", g->run_config, g->n);
         char note[2048], vnote[2048];
-        if (in->groups[g].primary &&
-            report_split_note(in, in->groups[g].run_config, note, sizeof note, vnote, sizeof vnote))
-            len += (size_t)snprintf(notes + len, sizeof notes - len, "; %s", note);
+        if (report_split_note(in, g->run_config, note, sizeof note, vnote, sizeof vnote))
+            nlen += (size_t)snprintf(notes + nlen, sizeof notes - nlen, "; %s", note);
     }
     doc_list_item(d, "Seeds behind the verdicts: %s%s.", seeds, notes);
     doc_list_end(d);

@@ -3,8 +3,10 @@
 
 #include "pipeline/report_sections.h"
 
+/* Written as is (the CSS holds '%' signs: never a printf format). */
 static const char *HTML_HEAD =
-    "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>%s</title>\n<style>\n"
+    "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+    "<title>DM-math depth reproduction report</title>\n<style>\n"
     /* Fits a 1280 px window: long values wrap (hashes, run names, JSON), a table wider than the page scrolls inside
      * its own box, and figures keep their own size (their text is 11 px or more) and wrap to the next line when a
      * row of them does not fit. */
@@ -23,7 +25,7 @@ static const char *HTML_HEAD =
 void report_write_document(Doc *d, const ReportInput *in, const char *experiment, const char *runs_dir) {
     char title[256];
     snprintf(title, sizeof title, "DM-math depth reproduction: experiment %s", experiment);
-    sb_printf(&d->html, HTML_HEAD, "DM-math depth reproduction report");
+    sb_puts(&d->html, HTML_HEAD);
     doc_heading(d, 1, title);
     doc_para(d, "Reproduction of the DeepMind Mathematics experiment of \"Do Language Models Use Their Depth "
                 "Efficiently?\" (Csordás, Manning, Potts, 2025): a dense Transformer and MoEUT, each trained with the "

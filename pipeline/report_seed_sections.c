@@ -331,11 +331,10 @@ void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
     doc_para(d, "One line per claim of the paper (dm-math-protocol.md §4 and §5), each with exactly one verdict: "
                 "consistent, contradicted, not resolved at this size, or (effect sizes) smaller than the paper's "
                 "effect. The rules are in the appendix \"How the verdicts are decided\" at the end (pipeline/verdict.h).");
-    for (int g = 0; g < in->n_groups; g++) {
-        if (!in->groups[g].primary) continue;
+    for (int k = 0; k < 4; k++) { /* the run configs the verdicts read */
+        const RunGroup *g = kind(in, PAPER_HEADLINE[k].arch, PAPER_HEADLINE[k].loss_mode);
         char note[4096], vnote[4096];
-        if (report_split_note(in, in->groups[g].run_config, note, sizeof note, vnote, sizeof vnote))
-            doc_para(d, "%s.", vnote);
+        if (g && report_split_note(in, g->run_config, note, sizeof note, vnote, sizeof vnote)) doc_para(d, "%s.", vnote);
     }
 
     doc_list_begin(d);

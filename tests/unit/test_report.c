@@ -384,7 +384,7 @@ START_TEST(seeds_aggregated_compared_and_judged) {
     ck_assert_msg(l && strstr(l, ": contradicted. Ours: difference -0.205"), "%s", l ? l : md);
     const char *v = strstr(md, "## Do the paper's claims hold here?"), *v_end = strstr(md, "## What this run can and cannot show");
     ck_assert(v && v_end);
-    int n_lines = 0;
+    int n_lines = 0, n_consistent = 0, n_contradicted = 0, n_open = 0, n_smaller = 0;
     for (const char *q = v; q < v_end && (q = strstr(q, "\n- ")) && q < v_end; q++) {
         const char *e = strchr(q + 1, '\n');
         char item[4096];
@@ -399,9 +399,20 @@ START_TEST(seeds_aggregated_compared_and_judged) {
                      (strstr(item, ": not resolved at this size.") != NULL) +
                      (strstr(item, ": smaller than the paper's effect") != NULL);
         ck_assert_msg(labels == 1, "verdict line with %d labels: %s", labels, item);
+        n_consistent += strstr(item, ": consistent") != NULL;
+        n_contradicted += strstr(item, ": contradicted.") != NULL;
+        n_open += strstr(item, ": not resolved at this size.") != NULL;
+        n_smaller += strstr(item, ": smaller than the paper's effect") != NULL;
         n_lines++;
     }
     ck_assert_int_eq(n_lines, 4 + 6 + 1 + 4);
+    /* the short answer at the top counts the same lines */
+    char tally[256];
+    snprintf(tally, sizeof tally, "- Of the %d claim lines below: %d consistent with the paper, %d contradicted, %d not "
+                                  "resolved at this size, %d smaller than the paper's effect.",
+             n_lines, n_consistent, n_contradicted, n_open, n_smaller);
+    ck_assert_msg(strstr(md, tally) && strstr(md, "## Short answer") < v, "%s\n%s", tally, md_line(md, "- Of the"));
+    ck_assert(strstr(md, "- Seeds behind the verdicts: dense_qa 2, dense_answer 2, moeut_qa 2, moeut_answer 2.\n"));
     /* the effects on all 103 examples. Accuracy, Transformer: +8/103, +6/103 = 7.77, 5.83 points; t half-width
      * 12.7062 * 1.373 / sqrt 2 = 12.3 reaches the paper's +7: not resolved. MoEUT: 26.2, 25.2: consistent. */
     l = md_line(md, "- Answer-only loss helps the Transformer (dense_answer - dense_qa > 0) (paper: +7 points on "
@@ -575,6 +586,8 @@ START_TEST(seeds_of_other_configs_not_pooled) {
     ck_assert_msg(strstr(md, "dense_qa: seeds 1 and 2 not pooled: train.lr differs (0.001 / 0.002)"), "%s", md);
     ck_assert(strstr(md, "dense_qa: the verdicts use seed 1 (the variant of runs/EXP/dense_qa); seed 2 left out: "
                          "train.lr differs (0.001 / 0.002)."));
+    ck_assert(strstr(md, "- Seeds behind the verdicts: dense_qa 1, dense_answer 2, moeut_qa 2, moeut_answer 2; dense_qa: "
+                         "seeds 1 and 2 not pooled: train.lr differs (0.001 / 0.002).\n"));
     /* each variant its own across-seeds row: seed 1 alone (no interval), seed 2 under its key */
     char key2[RUN_VARIANT_LEN + 1], row[256], p[800];
     snprintf(p, sizeof p, "%s/dense_qa.seed2/result.json", g_runs);
