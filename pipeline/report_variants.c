@@ -177,8 +177,8 @@ static int cmp_point(const void *a, const void *b) {
 }
 
 /* Accuracy against the numeric key `row` of the diff, one line per combination of the other differing keys. */
-static void sweep_plot(Doc *d, const char *run_config, const RunGroup *const *g, int n, const ConfigDiff *diff,
-                       int row, const double *acc, const double *lo, const double *hi) {
+static void sweep_plot(Doc *d, const char *run_config, int n, const ConfigDiff *diff, int row, const double *acc,
+                       const double *lo, const double *hi) {
     SweepPoint *p = xcalloc((size_t)n, sizeof *p);
     int k = 0;
     double xmin = INFINITY, xmax = -INFINITY;
@@ -217,8 +217,9 @@ static void sweep_plot(Doc *d, const char *run_config, const RunGroup *const *g,
     char title[256], file[512], caption[1024];
     snprintf(title, sizeof title, "%s: accuracy against %s", run_config, diff->rows[row].key);
     snprintf(file, sizeof file, "sweep_%s_%s.svg", run_config, diff->rows[row].key);
-    for (char *c = file; *c; c++)
-        if (*c == '/' || *c == ' ') *c = '_';
+    for (char *c = file; *c; c++) /* a config key may hold any character; the file name only these */
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("._-", *c)))
+            *c = '_';
     IntervalPlotStyle st = {title, diff->rows[row].key, "mean accuracy (fraction)", log_x};
     StrBuf svg;
     sb_init(&svg);
@@ -295,7 +296,7 @@ static void variants_of(Doc *d, const char *run_config, const RunGroup *const *g
                 if (isnan(first)) first = x;
                 else distinct |= x != first;
             }
-        if (numeric == n && distinct) sweep_plot(d, run_config, g, n, &diff, r, acc, lo, hi);
+        if (numeric == n && distinct) sweep_plot(d, run_config, n, &diff, r, acc, lo, hi);
     }
     free(acc);
     free(lo);
