@@ -50,7 +50,9 @@ void section_seeds(Doc *d, const ReportInput *in) {
         return;
     }
     const int seeds = report_max_seeds(in);
-    doc_para(d, "One row per run configuration (runs/EXP/RUN is the config's own seed, runs/EXP/RUN.seed<S> seed S). "
+    doc_para(d, "One row per configuration (runs/EXP/RUN is the config's own seed, runs/EXP/RUN.seed<S> seed S; seeds "
+                "whose recorded configs differ, and runs under RUN@VARIANT, get rows of their own, labelled "
+                "RUN@<variant key>, as they are not seeds of one configuration). "
                 "Each cell: the mean over seeds, the 95%% t-interval for the mean across seeds (Student t with n-1 "
                 "degrees of freedom: mean +- t * sd / sqrt(n), sd the sample standard deviation of the per-seed "
                 "values; accuracies and depth clipped to [0, 1], their range), then the per-seed values in seed "
