@@ -79,13 +79,51 @@ void doc_table_row(Doc *d, int n, const char *const *cells, bool header) {
         sb_puts(&d->md, "\n");
     }
 }
+void doc_table_row_titled(Doc *d, int n, const char *const *cells, const char *const *full) {
+    sb_puts(&d->md, "|");
+    sb_puts(&d->html, "<tr>");
+    for (int i = 0; i < n; i++) {
+        sb_puts(&d->md, " ");
+        md_escape(&d->md, full[i] ? full[i] : cells[i]);
+        sb_puts(&d->md, " |");
+        if (full[i] && strcmp(full[i], cells[i]) != 0) {
+            sb_puts(&d->html, "<td title=\"");
+            sb_put_escaped(&d->html, full[i]);
+            sb_puts(&d->html, "\">");
+        } else {
+            sb_puts(&d->html, "<td>");
+        }
+        sb_put_escaped(&d->html, cells[i]);
+        sb_puts(&d->html, "</td>");
+    }
+    sb_puts(&d->md, "\n");
+    sb_puts(&d->html, "</tr>\n");
+}
+
+void doc_details_begin(Doc *d, int level, const char *summary) {
+    for (int i = 0; i < level; i++) sb_puts(&d->md, "#");
+    sb_puts(&d->md, " ");
+    md_escape(&d->md, summary);
+    sb_puts(&d->md, "\n\n");
+    sb_printf(&d->html, "<details><summary><h%d>", level);
+    sb_put_escaped(&d->html, summary);
+    sb_printf(&d->html, "</h%d></summary>\n", level);
+}
+void doc_details_end(Doc *d) { sb_puts(&d->html, "</details>\n"); }
+
+void doc_append(Doc *d, const Doc *part) {
+    sb_puts(&d->md, part->md.data);
+    sb_puts(&d->html, part->html.data);
+    d->n_figures += part->n_figures;
+}
+
 void doc_table_begin(Doc *d, int n, const char *const *headers) {
-    sb_puts(&d->html, "<table>\n");
+    sb_puts(&d->html, "<div class=\"tw\"><table>\n");
     doc_table_row(d, n, headers, true);
 }
 void doc_table_end(Doc *d) {
     sb_puts(&d->md, "\n");
-    sb_puts(&d->html, "</table>\n");
+    sb_puts(&d->html, "</table></div>\n");
 }
 
 void doc_pre(Doc *d, const char *text) {

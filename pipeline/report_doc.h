@@ -24,6 +24,16 @@ void doc_list_end(Doc *d);
 void doc_table_begin(Doc *d, int n, const char *const *headers);
 void doc_table_row(Doc *d, int n, const char *const *cells, bool header);
 void doc_table_end(Doc *d);
+/* A table row whose HTML cells show cells[i] with full[i] (when not NULL) as the hover title, and whose Markdown cells
+ * show full[i] (the Markdown is text: nothing to hover, and no page width to keep). For hashes and other long values
+ * shortened in the HTML so that the table fits the page. */
+void doc_table_row_titled(Doc *d, int n, const char *const *cells, const char *const *full);
+/* A collapsed block in the HTML (<details> with the summary line); in the Markdown, the summary as a heading of the
+ * given level followed by the content. */
+void doc_details_begin(Doc *d, int level, const char *summary);
+void doc_details_end(Doc *d);
+/* Appends another document's text (a section written ahead of where it is placed). */
+void doc_append(Doc *d, const Doc *part);
 void doc_pre(Doc *d, const char *text);
 /* Saves the figure as <out>/<file> (linked from the Markdown) and inlines it into the HTML. Dies on a write error. */
 void doc_figure(Doc *d, const char *file, const StrBuf *svg, const char *caption);

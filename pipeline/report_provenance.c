@@ -68,19 +68,38 @@ void section_config_diff(Doc *d, const ReportInput *in) {
 
 /* ---------------------------------------------------------------- provenance ------------------------------- */
 
-/* "value (runs a, b); other (run c)", or "value (all N runs)". */
 typedef const char *(*RunField)(const RunData *r, char *buf, size_t cap);
 
-static void provenance_item(Doc *d, const char *label, const RunData *const *runs, int n, RunField field) {
-    char *text = xcalloc(1, 1);
-    size_t len = 0;
+/* The value with every run of 16 or more hex digits (a hash) cut to its first 12 and an ellipsis, so that the table
+ * fits the page; the full value stays in the cell's title (HTML) and in the Markdown. */
+static void shorten_hashes(const char *v, char *out, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; v[i] && o + 4 < cap;) {
+        size_t h = strspn(v + i, "0123456789abcdef");
+        if (h >= 16) {
+            memcpy(out + o, v + i, 12);
+            o += 12;
+            memcpy(out + o, "\u2026", 3);
+            o += 3;
+            i += h;
+        } else {
+            size_t k = h ? h : 1;
+            if (o + k + 4 >= cap) break;
+            memcpy(out + o, v + i, k);
+            o += k;
+            i += k;
+        }
+    }
+    out[o] = '\0';
+}
+
+/* One table row per distinct value of the fact, with the runs that share it ("all N runs" when every run does). */
+static void provenance_rows(Doc *d, const char *label, const RunData *const *runs, int n, RunField field) {
     bool *done = xcalloc((size_t)n + 1, sizeof *done);
-    int n_distinct = 0;
     for (int i = 0; i < n; i++) {
         if (done[i]) continue;
-        char vi[1024], vj[1024];
+        char vi[1024], vj[1024], shown[1024], names[4096] = "";
         const char *v = field(runs[i], vi, sizeof vi);
-        char names[4096] = "";
         int count = 0;
         for (int j = i; j < n; j++) {
             if (done[j] || strcmp(field(runs[j], vj, sizeof vj), v) != 0) continue;
@@ -89,15 +108,14 @@ static void provenance_item(Doc *d, const char *label, const RunData *const *run
             snprintf(names + nl, sizeof names - nl, "%s%s", count ? ", " : "", runs[j]->name);
             count++;
         }
-        size_t add = strlen(v) + strlen(names) + 32;
-        text = xrealloc(text, len + add);
-        if (count == n) len += (size_t)snprintf(text + len, add, "%s (all %d runs)", v, n);
-        else len += (size_t)snprintf(text + len, add, "%s%s (%s)", n_distinct ? "; " : "", v, names);
-        n_distinct++;
+        char all[32];
+        snprintf(all, sizeof all, "all %d runs", n);
+        shorten_hashes(v, shown, sizeof shown);
+        if (strlen(shown) > 240) memcpy(shown + 237, "\u2026", 4); /* a long JSON source: the start, the rest on hover */
+        const char *cells[3] = {label, shown, count == n ? all : names}, *full[3] = {NULL, v, NULL};
+        doc_table_row_titled(d, 3, cells, full);
     }
-    doc_list_item(d, "%s: %s", label, text);
     free(done);
-    free(text);
 }
 
 static const char *f_code(const RunData *r, char *b, size_t n) { return snprintf(b, n, "%s", r->res.code_version), b; }
@@ -146,16 +164,18 @@ void section_provenance(Doc *d, const ReportInput *in) {
         free(runs);
         return;
     }
-    doc_para(d, "Each fact once per distinct value, with the runs that share it.");
-    doc_list_begin(d);
-    provenance_item(d, "code version", runs, n, f_code);
-    provenance_item(d, "training", runs, n, f_train_hw);
-    provenance_item(d, "evaluation", runs, n, f_eval_hw);
-    provenance_item(d, "depth analysis", runs, n, f_analysis);
-    provenance_item(d, "dataset sha256", runs, n, f_data);
-    provenance_item(d, "tokenizer sha256", runs, n, f_tok);
-    provenance_item(d, "data source", runs, n, f_source);
-    doc_list_end(d);
+    doc_para(d, "Each fact once per distinct value, with the runs that share it. Hashes are shown by their first 12 "
+                "hex digits (hover for the whole value in report.html; report.md has it in full).");
+    const char *ph[] = {"fact", "value", "runs"};
+    doc_table_begin(d, 3, ph);
+    provenance_rows(d, "code version", runs, n, f_code);
+    provenance_rows(d, "training", runs, n, f_train_hw);
+    provenance_rows(d, "evaluation", runs, n, f_eval_hw);
+    provenance_rows(d, "depth analysis", runs, n, f_analysis);
+    provenance_rows(d, "dataset sha256", runs, n, f_data);
+    provenance_rows(d, "tokenizer sha256", runs, n, f_tok);
+    provenance_rows(d, "data source", runs, n, f_source);
+    doc_table_end(d);
     const char *h[] = {"run", "run config sha256", "parameters", "steps", "tokens", "train wall s", "tokens/s",
                        "final train loss", "eval wall s"};
     doc_table_begin(d, 9, h);
@@ -167,11 +187,13 @@ void section_provenance(Doc *d, const ReportInput *in) {
         snprintf(c[2], sizeof c[2], "%ld", x->training.tokens);
         snprintf(c[3], sizeof c[3], "%.1f", x->training.wall_time_s);
         snprintf(c[4], sizeof c[4], "%.0f", x->training.tokens_per_s);
-        char loss[32], ew[32];
+        char loss[32], ew[32], sha[128];
         snprintf(loss, sizeof loss, "%.4f", x->training.final_train_loss);
         snprintf(ew, sizeof ew, "%.1f", x->evaluation.wall_time_s);
-        const char *row[] = {runs[i]->name, x->config_sha256, c[0], c[1], c[2], c[3], c[4], loss, ew};
-        doc_table_row(d, 9, row, false);
+        shorten_hashes(x->config_sha256, sha, sizeof sha);
+        const char *row[] = {runs[i]->name, sha, c[0], c[1], c[2], c[3], c[4], loss, ew};
+        const char *full[] = {NULL, x->config_sha256, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+        doc_table_row_titled(d, 9, row, full);
     }
     doc_table_end(d);
     /* Each distinct recorded config once, with the runs that share it. */

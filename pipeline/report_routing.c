@@ -146,7 +146,7 @@ static void ablation_family(Doc *d, const ReportInput *in, int first) {
     int n = 0;
     const RunGroup *f0 = &in->groups[first];
     for (int g = first; g < in->n_groups && n < 64; g++)
-        if (strcmp(in->groups[g].arch, f0->arch) == 0 && strcmp(in->groups[g].loss_mode, f0->loss_mode) == 0)
+        if (in->groups[g].primary && strcmp(in->groups[g].arch, f0->arch) == 0 && strcmp(in->groups[g].loss_mode, f0->loss_mode) == 0)
             fam[n++] = &in->groups[g];
     const cJSON **cfg = xcalloc((size_t)n, sizeof *cfg);
     for (int i = 0; i < n; i++) cfg[i] = fam[i]->runs[0]->res.config;
@@ -186,7 +186,7 @@ static void ablation_family(Doc *d, const ReportInput *in, int first) {
 /* Index of the first group of g's family (same arch and loss mode). */
 static int family_first(const ReportInput *in, int g) {
     for (int i = 0; i < g; i++)
-        if (strcmp(in->groups[i].arch, in->groups[g].arch) == 0 &&
+        if (in->groups[i].primary && strcmp(in->groups[i].arch, in->groups[g].arch) == 0 &&
             strcmp(in->groups[i].loss_mode, in->groups[g].loss_mode) == 0)
             return i;
     return g;
@@ -194,16 +194,17 @@ static int family_first(const ReportInput *in, int g) {
 
 void section_ablations(Doc *d, const ReportInput *in) {
     int shared = 0; /* run configs that belong to an earlier config's family */
-    for (int g = 0; g < in->n_groups; g++) shared += family_first(in, g) != g;
+    for (int g = 0; g < in->n_groups; g++) shared += in->groups[g].primary && family_first(in, g) != g;
     if (!shared) return;
     doc_heading(d, 2, "Ablations: one switch at a time");
-    doc_para(d, "Run configs of the same architecture and loss mode side by side, each against its family's first "
-                "run config (the baseline); \"differs\" lists every config key whose value is not the baseline's (the "
+    doc_para(d, "Run configs of the same architecture and loss mode side by side (their current variants; other "
+                "variants are in \"Variants and sweeps\"), each against its family's first run config (the baseline); "
+                "\"differs\" lists every config key whose value is not the baseline's (the "
                 "seed and the free-text description left out), so a confounded ablation shows.");
     for (int g = 0; g < in->n_groups; g++) {
-        if (family_first(in, g) != g) continue;
+        if (!in->groups[g].primary || family_first(in, g) != g) continue;
         int members = 0;
-        for (int i = g; i < in->n_groups; i++) members += family_first(in, i) == g;
+        for (int i = g; i < in->n_groups; i++) members += in->groups[i].primary && family_first(in, i) == g;
         if (members >= 2) ablation_family(d, in, g);
     }
 }

@@ -64,7 +64,11 @@ static void load_metrics(RunData *r, const char *path) {
  * or from runs/OTHER would be reported under the wrong name, title and paper comparison. */
 static void require_owner(const char *path, const char *rec_run, const char *rec_experiment, const char *run,
                           const char *experiment) {
-    if (strcmp(rec_run, run) != 0) die("%s: run is \"%s\", expected \"%s\"", path, rec_run, run);
+    /* A directory moved aside (CONFIG -> CONFIG@OLDVARIANT) keeps records that name the run as it was trained. */
+    char stable[128] = "";
+    run_name_stable(run, stable, sizeof stable);
+    if (strcmp(rec_run, run) != 0 && strcmp(rec_run, stable) != 0)
+        die("%s: run is \"%s\", expected \"%s\"", path, rec_run, run);
     if (strcmp(rec_experiment, experiment) != 0)
         die("%s: experiment is \"%s\", but this report is for --experiment %s", path, rec_experiment, experiment);
 }
@@ -126,6 +130,7 @@ static void load_identity(RunData *r, const char *path) {
     if (run_identity_resolve(r->name, &r->identity, r->res.config, path, r->run_config, sizeof r->run_config,
                              &r->seed, err, sizeof err))
         die("%s", err);
+    if (run_variant_key(r->res.config, r->variant)) die("%s: config: not a JSON object", path);
 }
 
 void report_run_load(RunData *r, const char *runs_dir, const char *name, const char *experiment) {
@@ -133,6 +138,7 @@ void report_run_load(RunData *r, const char *runs_dir, const char *name, const c
     r->seed = -1;
     snprintf(r->name, sizeof r->name, "%s", name);
     snprintf(r->dir, sizeof r->dir, "%s/%s", runs_dir, name);
+    r->aside = strchr(name, '@') != NULL;
     char path[4200], err[1024];
     snprintf(path, sizeof path, "%s/result.json", r->dir);
     if (file_exists(path)) {
@@ -161,7 +167,9 @@ void report_run_load(RunData *r, const char *runs_dir, const char *name, const c
     snprintf(path, sizeof path, "%s/%s", r->dir, PREDICTIONS_FILE_NAME);
     if (r->has_result && file_exists(path)) {
         if (prediction_table_load(&r->pred, path, err, sizeof err)) die("%s", err);
-        if (strcmp(r->pred.run, name) != 0) die("%s: run is \"%s\", expected \"%s\"", path, r->pred.run, name);
+        char stable[128] = "";
+        run_name_stable(name, stable, sizeof stable);
+        if (strcmp(r->pred.run, name) != 0 && strcmp(r->pred.run, stable) != 0) die("%s: run is \"%s\", expected \"%s\"", path, r->pred.run, name);
         r->has_predictions = true;
     }
 }
@@ -228,18 +236,23 @@ static bool listed(char **names, int n, const char *name) {
     return false;
 }
 
-/* Seeds of an expected run sort by number (seed10 after seed9), other names alphabetically. */
+/* By run config, then variant (the current one, without "@", first), then seed by number (seed10 after seed9), then
+ * name: a total order, so the listing does not depend on the directory's order. */
 static int cmp_run_name(const void *a, const void *b) {
     const char *x = *(char *const *)a, *y = *(char *const *)b;
-    char cx[128], cy[128];
+    char cx[128], cy[128], vx[RUN_VARIANT_LEN + 1], vy[RUN_VARIANT_LEN + 1];
     long sx = -1, sy = -1;
     bool hx = false, hy = false;
     run_name_split(x, cx, sizeof cx, &sx, &hx);
     run_name_split(y, cy, sizeof cy, &sy, &hy);
+    run_name_variant(x, vx);
+    run_name_variant(y, vy);
     int c = strcmp(cx, cy);
     if (c) return c;
+    if ((c = strcmp(vx, vy))) return c;
     if (hx != hy) return hx ? 1 : -1;
-    return (sx > sy) - (sx < sy);
+    if (sx != sy) return (sx > sy) - (sx < sy);
+    return strcmp(x, y);
 }
 
 char **report_list_runs(const char *runs_dir, const char *expected, int *n_out) {
@@ -267,7 +280,8 @@ char **report_list_runs(const char *runs_dir, const char *expected, int *n_out) 
     }
     closedir(d);
     if (n_extra) qsort(extra, (size_t)n_extra, sizeof *extra, cmp_run_name);
-    /* Each expected run followed by its other seeds, then the rest. */
+    /* Each expected run followed by its other seeds and its other variants (extra is sorted: current seeds first),
+     * then the rest. */
     bool *used = xcalloc((size_t)n_extra + 1, sizeof *used);
     char **out = xmalloc((size_t)(n + n_extra + 1) * sizeof *out);
     int k = 0;
@@ -278,7 +292,8 @@ char **report_list_runs(const char *runs_dir, const char *expected, int *n_out) 
             long s;
             bool suffix = false;
             run_name_split(extra[j], cfg, sizeof cfg, &s, &suffix);
-            if (!used[j] && suffix && strcmp(cfg, names[i]) == 0) {
+            const bool aside = strchr(extra[j], '@') != NULL;
+            if (!used[j] && (suffix || aside) && strcmp(cfg, names[i]) == 0) {
                 out[k++] = extra[j];
                 used[j] = true;
             }
@@ -305,28 +320,49 @@ RunGroup *report_group_runs(const RunData *runs, int n, int *n_groups) {
         const RunData *r = &runs[i];
         if (!r->has_result) continue;
         int j = 0;
-        while (j < k && strcmp(g[j].run_config, r->run_config) != 0) j++;
+        while (j < k && !(strcmp(g[j].run_config, r->run_config) == 0 && strcmp(g[j].variant, r->variant) == 0 &&
+                          g[j].current == !r->aside))
+            j++;
         if (j == k) {
             snprintf(g[k].run_config, sizeof g[k].run_config, "%s", r->run_config);
+            snprintf(g[k].variant, sizeof g[k].variant, "%s", r->variant);
+            g[k].current = !r->aside;
             snprintf(g[k].arch, sizeof g[k].arch, "%s", r->res.arch);
             snprintf(g[k].loss_mode, sizeof g[k].loss_mode, "%s", r->res.loss_mode);
             g[k].runs = xcalloc((size_t)n, sizeof *g[k].runs);
             k++;
         }
         RunGroup *grp = &g[j];
-        if (strcmp(grp->arch, r->res.arch) != 0 || strcmp(grp->loss_mode, r->res.loss_mode) != 0)
-            die("%s/result.json: arch %s, loss mode %s, but %s (the same run config %s) has %s, %s", r->dir,
-                r->res.arch, r->res.loss_mode, grp->runs[0]->name, grp->run_config, grp->arch, grp->loss_mode);
         for (int s = 0; s < grp->n; s++)
             if (grp->runs[s]->seed == r->seed)
-                die("%s/result.json: seed %ld of run config %s is also in %s; remove one of the two", r->dir, r->seed,
-                    grp->run_config, grp->runs[s]->dir);
+                die("%s/result.json: seed %ld of run config %s (variant %s) is also in %s; remove one of the two",
+                    r->dir, r->seed, grp->run_config, grp->variant, grp->runs[s]->dir);
         if (grp->n == REPORT_MAX_SEEDS)
             die("%s/result.json: run config %s has more than %d seeds, the most the report aggregates", r->dir,
                 grp->run_config, REPORT_MAX_SEEDS);
         grp->runs[grp->n++] = r;
     }
-    for (int j = 0; j < k; j++) qsort(g[j].runs, (size_t)g[j].n, sizeof *g[j].runs, cmp_seed);
+    /* The primary group of each run config: the one holding runs/EXP/CONFIG, else its first current group. */
+    for (int j = 0; j < k; j++) {
+        if (!g[j].current) continue;
+        bool taken = false, own = false;
+        for (int i = 0; i < k; i++) {
+            if (i == j || !g[i].current || strcmp(g[i].run_config, g[j].run_config) != 0) continue;
+            for (int s = 0; s < g[i].n; s++) taken |= strcmp(g[i].runs[s]->name, g[i].run_config) == 0;
+        }
+        for (int s = 0; s < g[j].n; s++) own |= strcmp(g[j].runs[s]->name, g[j].run_config) == 0;
+        if (own) g[j].primary = true;
+        else if (!taken) { /* no own-seed run anywhere: the first current group of the config */
+            bool earlier = false;
+            for (int i = 0; i < j; i++) earlier |= g[i].current && strcmp(g[i].run_config, g[j].run_config) == 0;
+            g[j].primary = !earlier;
+        }
+    }
+    for (int j = 0; j < k; j++) {
+        qsort(g[j].runs, (size_t)g[j].n, sizeof *g[j].runs, cmp_seed);
+        if (g[j].primary) snprintf(g[j].label, sizeof g[j].label, "%s", g[j].run_config);
+        else snprintf(g[j].label, sizeof g[j].label, "%s@%s", g[j].run_config, g[j].variant);
+    }
     *n_groups = k;
     return g;
 }
@@ -338,8 +374,14 @@ void report_groups_free(RunGroup *g, int n) {
 
 const RunGroup *report_find_group(const RunGroup *g, int n, const char *arch, const char *mode) {
     for (int i = 0; i < n; i++)
-        if (strcmp(g[i].arch, arch) == 0 && strcmp(g[i].loss_mode, mode) == 0) return &g[i];
+        if (g[i].primary && strcmp(g[i].arch, arch) == 0 && strcmp(g[i].loss_mode, mode) == 0) return &g[i];
     return NULL;
+}
+
+int report_config_variants(const RunGroup *g, int n, const char *run_config) {
+    int k = 0;
+    for (int i = 0; i < n; i++) k += strcmp(g[i].run_config, run_config) == 0;
+    return k;
 }
 
 const RunData *report_group_seed(const RunGroup *g, long seed) {

@@ -485,12 +485,18 @@ void section_caveats(Doc *d, const ReportInput *in) {
         char list[1024] = "";
         for (int g = 0; g < in->n_groups; g++) {
             size_t len = strlen(list);
-            snprintf(list + len, sizeof list - len, "%s%s %d", g ? ", " : "", in->groups[g].run_config,
-                     in->groups[g].n);
+            snprintf(list + len, sizeof list - len, "%s%s %d", g ? ", " : "", in->groups[g].label, in->groups[g].n);
         }
         doc_list_item(d, "Seeds per configuration: %s. Intervals across seeds are Student-t intervals with n-1 degrees "
                          "of freedom: with 2 seeds t = 12.7, with 3 seeds t = 4.3, so they are wide by design.",
                       list);
+    }
+    for (int g = 0; g < in->n_groups; g++) {
+        char note[4096], vnote[4096];
+        if (in->groups[g].primary &&
+            report_split_note(in, in->groups[g].run_config, note, sizeof note, vnote, sizeof vnote))
+            doc_list_item(d, "%s: each variant has its own row; the verdicts use the variant of runs/EXP/%s.", note,
+                          in->groups[g].run_config);
     }
     bool any_analysis = false;
     for (int i = 0; i < n; i++) any_analysis |= report_run_has_maps(&runs[i]);

@@ -50,7 +50,9 @@ void section_seeds(Doc *d, const ReportInput *in) {
         return;
     }
     const int seeds = report_max_seeds(in);
-    doc_para(d, "One row per run configuration (runs/EXP/RUN is the config's own seed, runs/EXP/RUN.seed<S> seed S). "
+    doc_para(d, "One row per configuration (runs/EXP/RUN is the config's own seed, runs/EXP/RUN.seed<S> seed S; seeds "
+                "whose recorded configs differ, and runs under RUN@VARIANT, get rows of their own, labelled "
+                "RUN@<variant key>, as they are not seeds of one configuration). "
                 "Each cell: the mean over seeds, the 95%% t-interval for the mean across seeds (Student t with n-1 "
                 "degrees of freedom: mean +- t * sd / sqrt(n), sd the sample standard deviation of the per-seed "
                 "values; accuracies and depth clipped to [0, 1], their range), then the per-seed values in seed "
@@ -76,7 +78,7 @@ void section_seeds(Doc *d, const ReportInput *in) {
             const bool plain = ms[m] == METRIC_DEPTH || ms[m] == METRIC_ANSWER_LOSS;
             fmt_summary(cells[m], sizeof cells[m], &s, plain ? 1 : 100, plain ? "" : "%");
         }
-        const char *row[] = {grp->run_config, seedlist, cells[0], cells[1], cells[2], cells[3], cells[4], cells[5]};
+        const char *row[] = {grp->label, seedlist, cells[0], cells[1], cells[2], cells[3], cells[4], cells[5]};
         doc_table_row(d, 8, row, false);
     }
     doc_table_end(d);
@@ -238,7 +240,10 @@ static void effect_numbers(char *out, size_t cap, const Contrast *c, Quantity q)
         len += snprintf(out + len, cap - (size_t)len, fmt, s ? ", " : " ", scale * c->per_seed[s]);
 }
 
-static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const char *claim) {
+static void tally(VerdictTally *t, Verdict v) { t->count[v]++; }
+
+static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const char *claim, Verdict *on_acc,
+                            Verdict *on_loss) {
     const ContrastSpec *spec = &CONTRASTS[contrast];
     const double paper = spec->paper_points / 100;
     Contrast acc, loss;
@@ -270,6 +275,8 @@ static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const c
     doc_list_item(d, "%s, on the mean answer loss over all %ld evaluation examples (summed answer-token "
                      "cross-entropy per example, lower is better; the paper reports accuracy only): %s. Ours: %s.",
                   claim, loss.n_examples, verdict_label(vl), nl);
+    *on_acc = va;
+    *on_loss = vl;
 }
 
 typedef struct {
@@ -284,10 +291,9 @@ static const DepthClaim DEPTH_CLAIMS[4] = {
     {"MoEUT uses most depth with answer-only loss (more than MoEUT Q+A)", "moeut", "answer_only", "moeut", "qa"},
 };
 
-void section_verdicts(Doc *d, const ReportInput *in) {
-    doc_heading(d, 2, "Do the paper's claims hold here?");
-    doc_para(d, "One line per claim of the paper (dm-math-protocol.md §4 and §5), each with exactly one verdict: "
-                "consistent, contradicted, or not resolved at this size. The rules (pipeline/verdict.h):");
+void section_verdict_rules(Doc *d) {
+    doc_details_begin(d, 2, "How the verdicts are decided");
+    doc_para(d, "The rules behind the verdict lines at the top (pipeline/verdict.h):");
     doc_list_begin(d);
     doc_list_item(d, "Claims about a difference (the interaction, the depth ordering): consistent when the 95%% "
                      "interval of the difference excludes 0 on the paper's side, contradicted when it excludes 0 on "
@@ -318,6 +324,20 @@ void section_verdicts(Doc *d, const ReportInput *in) {
                      "t-interval across seeds and the Wilson interval of all seeds' examples pooled.",
                   100 * VERDICT_SCALE_FRACTION);
     doc_list_end(d);
+    doc_details_end(d);
+}
+
+void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
+    memset(t, 0, sizeof *t);
+    doc_heading(d, 2, "Do the paper's claims hold here?");
+    doc_para(d, "One line per claim of the paper (dm-math-protocol.md §4 and §5), each with exactly one verdict: "
+                "consistent, contradicted, not resolved at this size, or (effect sizes) smaller than the paper's "
+                "effect. The rules are in the appendix \"How the verdicts are decided\" at the end (pipeline/verdict.h).");
+    for (int k = 0; k < 4; k++) { /* the run configs the verdicts read */
+        const RunGroup *g = kind(in, PAPER_HEADLINE[k].arch, PAPER_HEADLINE[k].loss_mode);
+        char note[4096], vnote[4096];
+        if (g && report_split_note(in, g->run_config, note, sizeof note, vnote, sizeof vnote)) doc_para(d, "%s.", vnote);
+    }
 
     doc_list_begin(d);
     for (int k = 0; k < 4; k++) {
@@ -329,10 +349,15 @@ void section_verdicts(Doc *d, const ReportInput *in) {
         if (!g || !headline_interval(g, &mean, &lo, &hi, &n_per, &seeds, &params, &tokens)) {
             doc_list_item(d, "%s, %.0f%% on %s: %s. No result for it (run missing or module not evaluated).", p->label,
                           p->paper_percent, REPORT_HEADLINE_MODULE, verdict_label(VERDICT_NOT_RESOLVED));
+            t->headline[k] = VERDICT_NOT_RESOLVED;
+            tally(t, VERDICT_NOT_RESOLVED);
             continue;
         }
         const bool scale = verdict_at_paper_scale(params, tokens);
         const Verdict v = verdict_paper_number(lo, hi, p->paper_percent / 100, scale);
+        t->headline[k] = v;
+        t->at_paper_scale |= scale;
+        tally(t, v);
         char pp[32], tt[32];
         fmt_big(pp, sizeof pp, params);
         fmt_big(tt, sizeof tt, tokens);
@@ -344,16 +369,25 @@ void section_verdicts(Doc *d, const ReportInput *in) {
                             : ": below the paper's scale, where an absolute accuracy is not comparable to its 244M "
                               "models");
     }
-    effect_verdicts(d, in, CONTRAST_EFFECT_DENSE, "Answer-only loss helps the Transformer (dense_answer - dense_qa > 0)");
-    effect_verdicts(d, in, CONTRAST_EFFECT_MOEUT, "Answer-only loss helps MoEUT (moeut_answer - moeut_qa > 0)");
+    effect_verdicts(d, in, CONTRAST_EFFECT_DENSE, "Answer-only loss helps the Transformer (dense_answer - dense_qa > 0)",
+                    &t->effect_acc[0], &t->effect_loss[0]);
+    effect_verdicts(d, in, CONTRAST_EFFECT_MOEUT, "Answer-only loss helps MoEUT (moeut_answer - moeut_qa > 0)",
+                    &t->effect_acc[1], &t->effect_loss[1]);
     effect_verdicts(d, in, CONTRAST_INTERACTION,
                     "Answer-only loss helps MoEUT more than the Transformer ((moeut_answer - moeut_qa) - "
-                    "(dense_answer - dense_qa) > 0)");
+                    "(dense_answer - dense_qa) > 0)",
+                    &t->effect_acc[2], &t->effect_loss[2]);
+    for (int k = 0; k < 3; k++) {
+        tally(t, t->effect_acc[k]);
+        tally(t, t->effect_loss[k]);
+    }
     /* The interaction, on the headline module. */
     Contrast c;
     compute_contrast(in, &CONTRASTS[CONTRAST_INTERACTION], SCOPE_HEADLINE, QUANTITY_CORRECT, &c);
     {
         const Verdict v = c.ok ? verdict_direction(c.verdict_lo, c.verdict_hi, c.n_seeds, +1) : VERDICT_NOT_RESOLVED;
+        t->interaction_headline = v;
+        tally(t, v);
         char why[1600];
         fmt_contrast(why, sizeof why, &c);
         if (c.ok && c.n_seeds >= 2) {
@@ -374,6 +408,8 @@ void section_verdicts(Doc *d, const ReportInput *in) {
         report_depth_diff(a, b, &dd);
         const PairedSeedDiff pd = dd.diff;
         const Verdict v = verdict_direction(dd.verdict_lo, dd.verdict_hi, pd.n, +1);
+        t->depth[k] = v;
+        tally(t, v);
         char nums[1400];
         if (pd.n == 0)
             snprintf(nums, sizeof nums, "no paired seed has both depth summaries (analysis missing or disabled)");

@@ -181,7 +181,7 @@ void svg_heatmap_scaled(StrBuf *b, const double *values, int rows, int cols, con
     /* Column labels, rotated 45 degrees as in the paper's figures. */
     if (col_labels) {
         for (int c = 0; c < cols; c++) {
-            sb_printf(b, "<text transform=\"translate(%d,%d) rotate(-45)\" text-anchor=\"end\" font-size=\"10\">",
+            sb_printf(b, "<text transform=\"translate(%d,%d) rotate(-45)\" text-anchor=\"end\">",
                       left + c * cw + cw / 2 + 3, top + plot_h + 10);
             sb_put_escaped(b, col_labels[c]);
             sb_puts(b, "</text>\n");
@@ -250,12 +250,43 @@ static int nice_ticks(double lo, double hi, double *ticks, int max) {
     return n;
 }
 
+/* The width of a legend column for these names: a 20 px line sample, a gap, and about 6.5 px per character of 11 px
+ * sans-serif text (0 without series). */
+static int legend_width(const char *const *names, int n) {
+    size_t longest = 0;
+    for (int i = 0; i < n; i++)
+        if (names[i] && strlen(names[i]) > longest) longest = strlen(names[i]);
+    return n > 0 ? 40 + (int)(6.5 * (double)longest) : 0;
+}
+
+/* The legend in a column beside the plot area (x0: its left edge), so it never covers a curve: one entry per series,
+ * 16 px apart, in a <g class="legend">. */
+static void draw_legend(StrBuf *b, const char *const *names, int n, int x0, int top) {
+    if (n == 0) return;
+    sb_puts(b, "<g class=\"legend\">");
+    for (int s = 0; s < n; s++) {
+        int y = top + 8 + 16 * s;
+        sb_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>", x0, y,
+                  x0 + 20, y, PALETTE[s % 8]);
+        sb_printf(b, "<text x=\"%d\" y=\"%d\" dominant-baseline=\"middle\">", x0 + 25, y);
+        sb_put_escaped(b, names[s] ? names[s] : "");
+        sb_puts(b, "</text>\n");
+    }
+    sb_puts(b, "</g>\n");
+}
+
 void svg_line_plot(StrBuf *b, const SvgSeries *series, int n_series, const LinePlotStyle *style) {
-    const int width = style && style->width > 0 ? style->width : 640;
-    const int height = style && style->height > 0 ? style->height : 360;
+    const char **names = xcalloc((size_t)n_series + 1, sizeof *names);
+    for (int s = 0; s < n_series; s++) names[s] = series[s].name;
+    const int legend_w = legend_width(names, n_series);
+    /* The plot area keeps its size; the legend column widens the figure (and the figure grows for a long legend). */
+    const int top = 36, bottom = 50, left = 70, right = 20;
+    const int width = (style && style->width > 0 ? style->width : 640) + legend_w;
+    const int height_min = top + 8 + 16 * n_series + bottom;
+    int height = style && style->height > 0 ? style->height : 360;
+    if (height < height_min) height = height_min;
     const int log_y = style && style->log_y;
-    const int left = 70, right = 20, top = 36, bottom = 50;
-    const int pw = width - left - right, ph = height - top - bottom;
+    const int pw = width - legend_w - left - right, ph = height - top - bottom;
 
     /* Data bounds over the plottable points. */
     double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
@@ -332,15 +363,8 @@ void svg_line_plot(StrBuf *b, const SvgSeries *series, int n_series, const LineP
     }
 #undef PX
 #undef PY
-    /* Legend (top right, inside the plot). */
-    for (int s = 0; s < n_series; s++) {
-        int y = top + 14 + 16 * s;
-        sb_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"3\"/>", left + pw - 150,
-                  y, left + pw - 130, y, PALETTE[s % 8]);
-        sb_printf(b, "<text x=\"%d\" y=\"%d\" dominant-baseline=\"middle\">", left + pw - 125, y);
-        sb_put_escaped(b, series[s].name ? series[s].name : "");
-        sb_puts(b, "</text>\n");
-    }
+    draw_legend(b, names, n_series, left + pw + right, top);
+    free(names);
     if (empty)
         sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">no data</text>\n", left + pw / 2, top + ph / 2);
     if (style && style->x_label) {
@@ -352,6 +376,119 @@ void svg_line_plot(StrBuf *b, const SvgSeries *series, int n_series, const LineP
         sb_printf(b, "<text transform=\"translate(16,%d) rotate(-90)\" text-anchor=\"middle\">", top + ph / 2);
         sb_put_escaped(b, style->y_label);
         if (log_y) sb_puts(b, " (log scale)");
+        sb_puts(b, "</text>\n");
+    }
+    sb_puts(b, "</svg>\n");
+}
+
+/* ---------------------------------------------------------------- interval plot ---------------------------- */
+
+void svg_interval_plot(StrBuf *b, const SvgIntervalSeries *series, int n_series, const IntervalPlotStyle *style) {
+    const int log_x = style && style->log_x;
+    const char **names = xcalloc((size_t)n_series + 1, sizeof *names);
+    for (int s = 0; s < n_series; s++) names[s] = series[s].name;
+    const int legend_w = legend_width(names, n_series);
+    const int left = 70, right = 20, top = 36, bottom = 50, pw = 480;
+    int ph = 300;
+    if (ph < 8 + 16 * n_series) ph = 8 + 16 * n_series;
+    const int width = left + pw + right + legend_w, height = top + ph + bottom;
+#define XV(x) (log_x ? log10(x) : (x))
+#define USABLE(x, y) (isfinite(x) && isfinite(y) && !(log_x && (x) <= 0))
+    double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
+    for (int s = 0; s < n_series; s++)
+        for (int i = 0; i < series[s].n; i++) {
+            const double x = series[s].x[i], y = series[s].y[i];
+            if (!USABLE(x, y)) continue;
+            xmin = fmin(xmin, XV(x));
+            xmax = fmax(xmax, XV(x));
+            double lo = series[s].lo ? series[s].lo[i] : NAN, hi = series[s].hi ? series[s].hi[i] : NAN;
+            ymin = fmin(ymin, isfinite(lo) ? fmin(lo, y) : y);
+            ymax = fmax(ymax, isfinite(hi) ? fmax(hi, y) : y);
+        }
+    const int empty = !(xmin <= xmax);
+    if (empty) xmin = 0, xmax = 1, ymin = 0, ymax = 1;
+    if (ymin > 0 && ymin < 0.5 * ymax) ymin = 0; /* accuracies: show the distance from 0 unless it hides the spread */
+    if (xmax == xmin) xmin -= 0.5, xmax += 0.5;
+    if (ymax == ymin) ymax = ymin + 1;
+    const double xpad = (xmax - xmin) * 0.06, ypad = (ymax - ymin) * 0.06;
+    xmin -= xpad;
+    xmax += xpad;
+    ymax += ypad;
+    if (ymin != 0) ymin -= ypad;
+    sb_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+                 "font-family=\"sans-serif\" font-size=\"11\">\n", width, height, width, height);
+    sb_puts(b, "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
+    if (style && style->title) {
+        sb_printf(b, "<text x=\"%d\" y=\"22\" font-size=\"14\" font-weight=\"bold\">", left);
+        sb_put_escaped(b, style->title);
+        sb_puts(b, "</text>\n");
+    }
+#define PX(v) (left + ((v) - xmin) / (xmax - xmin) * pw)
+#define PY(v) (top + ph - ((v) - ymin) / (ymax - ymin) * ph)
+    double ticks[32];
+    int nt = nice_ticks(xmin, xmax, ticks, 32);
+    if (log_x) { /* powers of ten inside the range; at least the ends when the range holds fewer than two */
+        int k = 0;
+        for (double e = ceil(xmin); e <= xmax && k < 32; e += 1) ticks[k++] = e;
+        nt = k;
+        if (k < 2) ticks[0] = xmin + xpad, ticks[1] = xmax - xpad, nt = 2;
+    }
+    for (int i = 0; i < nt; i++) {
+        char t[32];
+        fmt_tick(log_x ? pow(10, ticks[i]) : ticks[i], t, sizeof t);
+        const double x = PX(ticks[i]);
+        sb_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>", x, top, x, top + ph);
+        sb_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x, top + ph + 16, t);
+    }
+    nt = nice_ticks(ymin, ymax, ticks, 32);
+    for (int i = 0; i < nt; i++) {
+        char t[32];
+        fmt_tick(ticks[i], t, sizeof t);
+        const double y = PY(ticks[i]);
+        sb_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>", left, y, left + pw, y);
+        sb_printf(b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" dominant-baseline=\"middle\">%s</text>\n",
+                  left - 6, y, t);
+    }
+    sb_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"black\"/>\n", left, top,
+              pw, ph);
+    for (int s = 0; s < n_series; s++) {
+        const SvgIntervalSeries *sr = &series[s];
+        const char *colour = PALETTE[s % 8];
+        sb_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", colour);
+        for (int i = 0; i < sr->n; i++)
+            if (USABLE(sr->x[i], sr->y[i])) sb_printf(b, "%.1f,%.1f ", PX(XV(sr->x[i])), PY(sr->y[i]));
+        sb_puts(b, "\"/>\n");
+        for (int i = 0; i < sr->n; i++) {
+            if (!USABLE(sr->x[i], sr->y[i])) continue;
+            const double x = PX(XV(sr->x[i])), lo = sr->lo ? sr->lo[i] : NAN, hi = sr->hi ? sr->hi[i] : NAN;
+            if (isfinite(lo) && isfinite(hi))
+                sb_printf(b, "<path d=\"M%.1f %.1fV%.1fM%.1f %.1fH%.1fM%.1f %.1fH%.1f\" stroke=\"%s\" "
+                             "stroke-width=\"1.5\"/>", x, PY(lo), PY(hi), x - 4, PY(lo), x + 4, x - 4, PY(hi), x + 4,
+                          colour);
+            sb_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>", x, PY(sr->y[i]), colour);
+            sb_put_escaped(b, sr->name ? sr->name : "");
+            sb_printf(b, " x=%.4g: %.4g", sr->x[i], sr->y[i]);
+            if (isfinite(lo) && isfinite(hi)) sb_printf(b, " [%.4g, %.4g]", lo, hi);
+            sb_puts(b, "</title></circle>\n");
+        }
+    }
+#undef PX
+#undef PY
+#undef XV
+#undef USABLE
+    draw_legend(b, names, n_series, left + pw + right, top);
+    free(names);
+    if (empty)
+        sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">no data</text>\n", left + pw / 2, top + ph / 2);
+    if (style && style->x_label) {
+        sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", left + pw / 2, height - 10);
+        sb_put_escaped(b, style->x_label);
+        if (log_x) sb_puts(b, " (log scale)");
+        sb_puts(b, "</text>\n");
+    }
+    if (style && style->y_label) {
+        sb_printf(b, "<text transform=\"translate(16,%d) rotate(-90)\" text-anchor=\"middle\">", top + ph / 2);
+        sb_put_escaped(b, style->y_label);
         sb_puts(b, "</text>\n");
     }
     sb_puts(b, "</svg>\n");

@@ -1,5 +1,5 @@
 /* Minimal SVG writers for the reports: a growable text buffer, a heat map (the depth maps) and a line plot (the
- * training-loss curves). The output is a bare <svg xmlns=...> element without an XML prolog, so the same text is a
+ * training-loss curves) and a plot of points with interval bars (sweeps). The output is a bare <svg xmlns=...> element without an XML prolog, so the same text is a
  * valid standalone .svg file and can be inlined into HTML as is. All text is XML-escaped. */
 #ifndef PIPELINE_SVG_H
 #define PIPELINE_SVG_H
@@ -53,6 +53,20 @@ typedef struct {
     int width, height;    /* 0 = defaults 640 x 360 */
 } LinePlotStyle;
 void svg_line_plot(StrBuf *b, const SvgSeries *series, int n_series, const LinePlotStyle *style);
+
+/* Points with 95% interval bars, joined by a line per series (a sweep: accuracy against a config value). lo/hi may
+ * be NULL or NaN (no bar). log_x: logarithmic x axis (non-positive x skipped). The legend stands in a column right of
+ * the plot area. */
+typedef struct {
+    const char *name;
+    const double *x, *y, *lo, *hi;
+    int n;
+} SvgIntervalSeries;
+typedef struct {
+    const char *title, *x_label, *y_label;
+    int log_x;
+} IntervalPlotStyle;
+void svg_interval_plot(StrBuf *b, const SvgIntervalSeries *series, int n_series, const IntervalPlotStyle *style);
 
 /* Writes the buffer atomically to path. Returns 0 or -1 with "<path>: <problem>" in err. */
 int sb_save(const StrBuf *b, const char *path, char *err, size_t errlen);

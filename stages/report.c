@@ -4,13 +4,16 @@
  *
  * Reads ONLY runs/EXP/<RUN>/result.json, analysis.json, metrics.jsonl, eval_curve.jsonl and predictions.jsonl (and
  * the run configs recorded inside the result records). Seeds of one run config are the directories RUN and
- * RUN.seed<S> (INTERFACES.md §2); the report aggregates over them. Writes report.md, report.html (SVGs inlined) and
- * the figures as .svg files beside report.md (which links them). Expected runs that have no result.json are listed
- * as missing, never silently dropped. The output holds no timestamps: the same records give byte-identical reports.
+ * RUN.seed<S> (INTERFACES.md §2); the report aggregates over them when their recorded configs agree (the same
+ * variant key), and shows runs of other variants (RUN@VARIANT[.seed<S>]: sweep points, earlier configs) beside.
+ * Writes report.md, report.html (SVGs inlined) and the figures as .svg files beside report.md (which links them).
+ * Expected runs that have no result.json are listed as missing, never silently dropped. The output holds no timestamps: the same records give byte-identical reports.
  * The sections live in pipeline/report_*.c (report_sections.h), the statistics in
  * pipeline/report_stats.c and stats.c, the verdict rules in pipeline/verdict.c. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "pipeline/atomic_file.h"
@@ -66,10 +69,15 @@ int report_main(int argc, char **argv) {
     if (sb_save(&d.md, path, err, sizeof err)) die("%s", err);
     snprintf(path, sizeof path, "%s/report.html", out);
     if (sb_save(&d.html, path, err, sizeof err)) die("%s", err);
-    int have = 0;
+    int have = 0, configs = 0;
     for (int i = 0; i < n; i++) have += runs[i].has_result;
-    log_info("wrote %s/report.md and report.html: %d of %d runs (%d run configs) have results, %d figures", out, have,
-             n, n_groups, d.n_figures);
+    for (int g = 0; g < n_groups; g++) { /* distinct run configs; a group is one configuration (variant) of one */
+        bool seen = false;
+        for (int h = 0; h < g && !seen; h++) seen = strcmp(groups[h].run_config, groups[g].run_config) == 0;
+        configs += !seen;
+    }
+    log_info("wrote %s/report.md and report.html: %d of %d runs (%d run configs, %d configurations) have results, "
+             "%d figures", out, have, n, configs, n_groups, d.n_figures);
 
     sb_free(&d.md);
     sb_free(&d.html);

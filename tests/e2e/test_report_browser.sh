@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
-# Renders a report built from the recorded CI baselines (reports/baselines/ci: result and analysis records) in
-# headless Chromium and checks that the screenshot is not blank: the HTML report opens and draws in a real browser.
+# Renders a report built from the recorded CI baselines (reports/baselines/ci: result and analysis records, plus a
+# made-up metrics.jsonl per run so that the loss plots have curves and legends) in headless Chromium at 1280 px and
+# checks that
+#  - the screenshot is not blank: the HTML report opens and draws in a real browser;
+#  - the page fits the 1280 px window: no element reaches past its right edge;
+#  - the figures are readable at that size: every SVG text is drawn at 11 px or more, and no legend box intersects a
+#    plotted line;
+#  - the report answers first: the short answer and the verdicts come before the first table, and the rules behind
+#    the verdicts sit in a collapsed <details> at the end.
+# The layout checks run in the page: a copy of report.html gets a small script that measures the laid-out elements
+# and writes its findings into the DOM, which chromium --dump-dom prints.
 # Exit 77 (skip) when chromium is missing (mk/deps.sh test installs it).
 set -u
 cd "$(dirname "$0")/../.."
@@ -9,6 +18,7 @@ if [ -z "$CHROMIUM" ]; then echo "SKIP: chromium not installed (make deps-test i
 for f in bin/report; do [ -x "$f" ] || { echo "FAIL: $f not built"; exit 1; }; done
 base=reports/baselines/ci
 ls $base/*.result.json >/dev/null 2>&1 || { echo "FAIL: no baseline records in $base"; exit 1; }
+PY=$(command -v /usr/bin/python3 || command -v python3)
 
 tmp=$(mktemp -d /tmp/test_report_browser.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -17,19 +27,105 @@ for rec in $base/*.result.json; do
   mkdir -p "$tmp/runs/$run"
   cp "$rec" "$tmp/runs/$run/result.json"
   [ -f "$base/$run.analysis.json" ] && cp "$base/$run.analysis.json" "$tmp/runs/$run/analysis.json"
+  # a decaying training loss, so that each loss plot draws curves and a legend
+  "$PY" -c 'import math, sys
+for s in range(0, 401, 10): print("{\"step\": %d, \"loss\": %.4f, \"ce\": %.4f}" % (s, 4 * math.exp(-s / 150) + 1, 4 * math.exp(-s / 150) + 1))' \
+    >"$tmp/runs/$run/metrics.jsonl"
 done
 bin/report --experiment ci --runs "$tmp/runs" --out "$tmp/report" || { echo "FAIL: bin/report"; exit 1; }
 
-# The top 1600 px of the page hold the title, the caveats and the tables (the figures come further down).
+# The top 1600 px of the page hold the title, the answer, the verdicts and the first tables.
 timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
   --disable-background-networking --disable-component-update --disable-sync --user-data-dir="$tmp/profile" \
-  --screenshot="$tmp/shot.png" --window-size=1200,1600 "file://$tmp/report/report.html" \
+  --screenshot="$tmp/shot.png" --window-size=1280,1600 "file://$tmp/report/report.html" \
   >"$tmp/chromium.log" 2>&1 || true
 [ -s "$tmp/shot.png" ] || { echo "FAIL: chromium wrote no screenshot"; tail -20 "$tmp/chromium.log"; exit 1; }
-PY=$(command -v /usr/bin/python3 || command -v python3)
 out=$("$PY" tests/e2e/png_nonblank.py "$tmp/shot.png" 0.01); rc=$?
 echo "screenshot: width height nonwhite_fraction coloured_pixels = $out"
 [ $rc = 0 ] || { echo "FAIL: the screenshot is (nearly) blank"; exit 1; }
 read -r w h frac col <<<"$out"
-[ "$w" = 1200 ] && [ "$h" = 1600 ] || { echo "FAIL: screenshot is ${w}x${h}, expected 1200x1600"; exit 1; }
+[ "$w" = 1280 ] && [ "$h" = 1600 ] || { echo "FAIL: screenshot is ${w}x${h}, expected 1280x1600"; exit 1; }
 echo "ok: report.html renders ($frac of the page non-white)"
+
+# Layout checks, measured by the browser on a copy of the page with the script added before </body>.
+cat >"$tmp/check.js" <<'EOF'
+(function () {
+  var bad = [], n = {svg: 0, text: 0, legend: 0, points: 0};
+  var W = 1280;
+  function name(e) { return e.tagName + (e.id ? '#' + e.id : '') + (e.className && e.className.baseVal === undefined && e.className ? '.' + e.className : ''); }
+  // 1. nothing reaches past the window's right edge (and the page does not scroll sideways)
+  if (document.documentElement.scrollWidth > W) bad.push('page scrolls sideways: scrollWidth ' + document.documentElement.scrollWidth);
+  var all = document.body.getElementsByTagName('*');
+  for (var i = 0; i < all.length; i++) {
+    var r = all[i].getBoundingClientRect();
+    if (r.width > 0 && r.right > W + 0.5) { bad.push('overflows the window: ' + name(all[i]) + ' right=' + r.right.toFixed(1)); if (bad.length > 20) break; }
+  }
+  // 2. every SVG text at >= 11 px as drawn, 3. legends clear of the plotted lines
+  var svgs = document.querySelectorAll('figure svg');
+  for (var s = 0; s < svgs.length; s++) {
+    var svg = svgs[s], vb = svg.viewBox.baseVal, scale = svg.getBoundingClientRect().width / vb.width;
+    n.svg++;
+    var texts = svg.getElementsByTagName('text');
+    for (var t = 0; t < texts.length; t++) {
+      var px = parseFloat(getComputedStyle(texts[t]).fontSize) * scale;
+      n.text++;
+      if (px < 11 - 1e-6) { bad.push('svg ' + s + ' text "' + texts[t].textContent + '" drawn at ' + px.toFixed(1) + ' px'); break; }
+    }
+    var legends = svg.querySelectorAll('g.legend');
+    for (var g = 0; g < legends.length; g++) {
+      var b = legends[g].getBBox();
+      n.legend++;
+      var lines = svg.getElementsByTagName('polyline');
+      for (var p = 0; p < lines.length; p++)
+        for (var k = 0; k < lines[p].points.numberOfItems; k++) {
+          var pt = lines[p].points.getItem(k);
+          n.points++;
+          if (pt.x >= b.x && pt.x <= b.x + b.width && pt.y >= b.y && pt.y <= b.y + b.height)
+            bad.push('svg ' + s + ': legend box covers a point of line ' + p + ' at ' + pt.x + ',' + pt.y);
+        }
+    }
+  }
+  // 4. the answer first: the short answer and the verdicts before the first table; the rules collapsed at the end
+  var h2 = document.getElementsByTagName('h2'), answer = null, verdicts = null;
+  for (var i = 0; i < h2.length; i++) {
+    if (h2[i].textContent === 'Short answer') answer = h2[i];
+    if (h2[i].textContent.indexOf("Do the paper's claims hold here?") === 0) verdicts = h2[i];
+  }
+  var table = document.getElementsByTagName('table')[0];
+  if (!answer || !verdicts || !table) bad.push('no answer, verdict heading or table');
+  else {
+    if (!(answer.compareDocumentPosition(table) & Node.DOCUMENT_POSITION_FOLLOWING)) bad.push('a table comes before the answer');
+    if (!(verdicts.compareDocumentPosition(table) & Node.DOCUMENT_POSITION_FOLLOWING)) bad.push('a table comes before the verdicts');
+    if (h2[0] !== answer) bad.push('the first section is not the answer: ' + h2[0].textContent);
+  }
+  var det = document.getElementsByTagName('details');
+  if (det.length !== 1 || det[0].open || det[0].textContent.indexOf('How the verdicts are decided') < 0) bad.push('no collapsed appendix of the rules');
+  else if (det[0].nextElementSibling && det[0].nextElementSibling.tagName !== 'SCRIPT') bad.push('the rules are not the last section');
+  var out = document.createElement('pre');
+  out.id = 'layout-check';
+  out.textContent = 'LAYOUT ' + (bad.length ? 'FAIL ' + bad.join(' | ') : 'OK') + ' svgs=' + n.svg + ' texts=' + n.text + ' legends=' + n.legend + ' points=' + n.points + ' END';
+  document.body.appendChild(out);
+})();
+EOF
+"$PY" - "$tmp/report/report.html" "$tmp/check.js" "$tmp/report/check.html" <<'EOF'
+import sys
+html, js = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+assert html.count("</body>") == 1
+open(sys.argv[3], "w").write(html.replace("</body>", "<script>" + js + "</script>\n</body>"))
+EOF
+timeout 120 "$CHROMIUM" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+  --disable-background-networking --disable-component-update --disable-sync --user-data-dir="$tmp/profile" \
+  --window-size=1280,1600 --virtual-time-budget=5000 --dump-dom "file://$tmp/report/check.html" \
+  >"$tmp/dom.html" 2>"$tmp/chromium2.log" || true
+verdict=$(grep -o '<pre id="layout-check">[^<]*' "$tmp/dom.html" | head -1)
+verdict=${verdict#<pre id=\"layout-check\">}
+[ -n "$verdict" ] || { echo "FAIL: the layout check did not run"; tail -20 "$tmp/chromium2.log"; exit 1; }
+echo "$verdict"
+case "$verdict" in
+  "LAYOUT OK "*) ;;
+  *) echo "FAIL: layout"; exit 1 ;;
+esac
+read -r _ _ svgs texts legends points _ <<<"$verdict"
+[ "${svgs#svgs=}" -ge 8 ] && [ "${legends#legends=}" -ge 2 ] && [ "${points#points=}" -ge 20 ] ||
+  { echo "FAIL: too little measured ($svgs $legends $points): the figures, legends or curves are missing"; exit 1; }
+echo "ok: report.html fits 1280 px, figure text >= 11 px, legends clear of the curves, the answer first"

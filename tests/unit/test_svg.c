@@ -1,5 +1,6 @@
 /* SVG writers: well-formed output, the heat map's orientation (layer 0 at the bottom), colour scale from 0 to the
- * map max, escaped labels and colour bar; the line plot's series, legend and handling of non-finite points. */
+ * map max, escaped labels and colour bar; the line plot's series, legend and handling of non-finite points; the
+ * interval plot's bars and log axis; legends beside the plot area, clear of every plotted point. */
 #include <check.h>
 #include <math.h>
 #include <unistd.h>
@@ -19,6 +20,35 @@ static int rect_y(const char *svg, const char *title) {
     const char *y = strstr(r, " y=\"");
     ck_assert(y && y < t);
     return atoi(y + 4);
+}
+
+/* The smallest x of the legend's elements and the largest x of any polyline point: a legend column right of the
+ * plot leaves the first above the second. */
+static double legend_left(const char *svg) {
+    const char *g = strstr(svg, "<g class=\"legend\">");
+    ck_assert_msg(g != NULL, "no legend group");
+    const char *end = strstr(g, "</g>");
+    double m = INFINITY;
+    for (const char *x = strstr(g, " x"); x && x < end; x = strstr(x + 1, " x")) {
+        if (!(x[2] == '=' || ((x[2] == '1' || x[2] == '2') && x[3] == '='))) continue;
+        m = fmin(m, atof(strchr(x, '"') + 1));
+    }
+    ck_assert_msg(isfinite(m), "the legend has no x coordinates");
+    return m;
+}
+static double polylines_right(const char *svg) {
+    double m = -INFINITY;
+    for (const char *pl = strstr(svg, "points=\""); pl; pl = strstr(pl + 1, "points=\"")) {
+        const char *e = strchr(pl + 8, '"');
+        for (const char *c = pl + 8; c < e;) {
+            m = fmax(m, atof(c));
+            c = strchr(c, ' ');
+            if (!c || c >= e) break;
+            c++;
+        }
+    }
+    ck_assert_msg(isfinite(m), "no polyline points");
+    return m;
 }
 
 START_TEST(heatmap_structure) {
@@ -106,6 +136,11 @@ START_TEST(line_plot) {
     int commas = 0;
     for (const char *p = pts; p < end; p++) commas += *p == ',';
     ck_assert_int_eq(commas, 3);
+    /* the legend stands beside the plot area: right of every point, and the figure widened for it */
+    ck_assert_msg(legend_left(b.data) > polylines_right(b.data), "legend at %g, points up to %g", legend_left(b.data),
+                  polylines_right(b.data));
+    ck_assert(strstr(b.data, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"") &&
+              atoi(strstr(b.data, "width=\"") + 7) > 640);
     sb_free(&b);
     /* log axis and the empty plot are well-formed too */
     st.log_y = 1;
@@ -141,12 +176,57 @@ START_TEST(strbuf_growth_and_save) {
 }
 END_TEST
 
+START_TEST(interval_plot) {
+    /* two lines over a 100x span of x: a log axis; a point without an interval has no bar; NaN y is skipped */
+    double x1[3] = {1e-4, 1e-3, 1e-2}, y1[3] = {0.2, 0.5, 0.4}, lo1[3] = {0.1, 0.4, NAN}, hi1[3] = {0.3, 0.6, NAN};
+    double x2[3] = {1e-4, 1e-3, 1e-2}, y2[3] = {0.1, NAN, 0.3};
+    SvgIntervalSeries s[2] = {{"d_model=32", x1, y1, lo1, hi1, 3}, {"d_model=<64>", x2, y2, NULL, NULL, 3}};
+    IntervalPlotStyle st = {"acc vs lr", "train.lr", "accuracy", 1};
+    StrBuf b;
+    sb_init(&b);
+    svg_interval_plot(&b, s, 2, &st);
+    char why[256];
+    ck_assert_msg(xml_check(b.data, 0, why, sizeof why) == 0, "%s\n%s", why, b.data);
+    ck_assert_int_eq(count_substr(b.data, "<polyline"), 2);
+    ck_assert_int_eq(count_substr(b.data, "<circle"), 3 + 2);
+    ck_assert_int_eq(count_substr(b.data, "<path d=\"M"), 2); /* bars for the two points with an interval */
+    ck_assert(strstr(b.data, "train.lr (log scale)") && strstr(b.data, "d_model=&lt;64&gt;"));
+    /* log ticks at the powers of ten: 0.0001, 0.001, 0.01 */
+    ck_assert(strstr(b.data, ">0.0001</text>") && strstr(b.data, ">0.001</text>") && strstr(b.data, ">0.01</text>"));
+    /* equal spacing on the log axis: the x of the three circles of the first line */
+    double cx[3];
+    const char *c = b.data;
+    for (int i = 0; i < 3; i++) {
+        c = strstr(c, "<circle cx=\"");
+        ck_assert(c);
+        cx[i] = atof(c + 12);
+        c++;
+    }
+    ck_assert_msg(fabs((cx[1] - cx[0]) - (cx[2] - cx[1])) < 0.2, "log spacing %g %g %g", cx[0], cx[1], cx[2]);
+    ck_assert(legend_left(b.data) > polylines_right(b.data));
+    sb_free(&b);
+    /* a linear axis, and no data at all */
+    st.log_x = 0;
+    sb_init(&b);
+    svg_interval_plot(&b, s, 2, &st);
+    ck_assert_msg(xml_check(b.data, 0, why, sizeof why) == 0, "%s", why);
+    ck_assert(!strstr(b.data, "(log scale)"));
+    sb_free(&b);
+    sb_init(&b);
+    svg_interval_plot(&b, NULL, 0, NULL);
+    ck_assert_msg(xml_check(b.data, 0, why, sizeof why) == 0, "%s", why);
+    ck_assert(strstr(b.data, "no data"));
+    sb_free(&b);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("svg");
     TCase *tc = tcase_create("svg");
     tcase_add_test(tc, heatmap_structure);
     tcase_add_test(tc, heatmap_all_zero_and_colours);
     tcase_add_test(tc, line_plot);
+    tcase_add_test(tc, interval_plot);
     tcase_add_test(tc, strbuf_growth_and_save);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
