@@ -3,7 +3,9 @@
 #  - changing SET and rerunning keeps the finished run aside as runs/EXP/RUN@<variant> (both have their records, with
 #    their own lr); make diff between them names train.lr and gives the metrics' paired intervals; going back to the first SET brings it back without training again;
 #  - a refused SET (an unknown key) is one line naming the key, and changes no file under runs/;
-#  - make sweep over a 3x2 grid trains each point in its own directory, with the point's values in its record;
+#  - seeds of one run config trained with different lr are not pooled in the report, which names the key;
+#  - make sweep over a 3x2 grid trains each point in its own directory, with the point's values in its record, and
+#    the report has the sweep's table and plot;
 #  - make prune deletes the kept variants and sweep points, and nothing else.
 # The runs are tiny (4 steps, 20 examples per set, no depth analysis): a scratch copy of experiment ci.
 set -euo pipefail
@@ -53,7 +55,19 @@ n_kept=$(ls -d runs/$exp/dense_qa@* | wc -l)
 [ "$n_kept" = 1 ] || fail "expected one kept variant (lr 1e-3), found $n_kept"
 echo "ok: going back brought the kept run back without training; the lr 1e-3 run is kept"
 
-# 4. A 3x2 sweep in one command: six points, each in its own directory with its values.
+# 4. Seeds of one config name trained with different configs are never pooled: seed 2 with lr 2e-3 (the current
+#    config), then seed 1 back to lr 1e-3 (the kept run comes back); the report names the key and both values.
+out=$(m evaluate RUNS=dense_qa SEEDS=2 SET="$small") || { echo "$out"; fail "seed 2"; }
+out=$(m evaluate RUNS=dense_qa SET="$small train.lr=1e-3") || { echo "$out"; fail "seed 1 back to lr 1e-3"; }
+echo "$out" | grep -q "^bin/train" && { echo "$out"; fail "bringing the lr 1e-3 run back retrained it"; }
+bin/report --experiment $exp --runs runs/$exp --out reports/$exp --expected-runs dense_qa,dense_qa.seed2 \
+  >build/plan/$exp-report.log 2>&1 || { cat build/plan/$exp-report.log; fail "bin/report on mixed seeds"; }
+grep -q "dense_qa: seeds 1 and 2 not pooled: train.lr differs (0.001 / 0.002)" reports/$exp/report.md \
+  || fail "the report pooled seeds of different configs, or did not name train.lr and its values"
+grep -q "$kept" reports/$exp/report.md || true
+echo "ok: seeds 1 (lr 1e-3) and 2 (lr 2e-3) of dense_qa are not pooled; the report names train.lr"
+
+# 5. A 3x2 sweep in one command: six points, each in its own directory with its values.
 out=$(m sweep RUNS=dense_qa SET="$small" SWEEP="train.lr=1e-3,2e-3,4e-3 train.warmup=1,2") || { echo "$out"; fail "make sweep"; }
 points=$(ls -d runs/$exp/dense_qa@* | wc -l)
 [ "$points" -ge 6 ] || fail "make sweep: $points variant directories, expected the 6 points (+ kept ones)"
@@ -65,10 +79,18 @@ done
 for p in 0.001/1 0.001/2 0.002/1 0.002/2 0.004/1 0.004/2; do
   echo "$found" | grep -qw "$p" || fail "make sweep: no run with lr/warmup $p (found:$found)"
 done
-echo "$out" | grep -q "compare skipped" || true
-echo "ok: make sweep trained the 3x2 grid, each point in runs/$exp/dense_qa@<variant>"
+grep -q "^## Variants and sweeps" reports/$exp/report.md || fail "the report has no Variants and sweeps section"
+for key in train.lr train.warmup; do
+  grep -q "$key" <(sed -n '/^## Variants and sweeps/,/^## [^V]/p' reports/$exp/report.md) \
+    || fail "the sweep table has no $key column"
+done
+ls reports/$exp/sweep_dense_qa_train.lr*.svg >/dev/null 2>&1 || fail "no plot of accuracy against train.lr"
+for d in runs/$exp/dense_qa@*; do
+  grep -q "${d##*/}" reports/$exp/report.md || fail "the report does not list ${d##*/}"
+done
+echo "ok: make sweep trained the 3x2 grid, each point in runs/$exp/dense_qa@<variant>; the report has its table and plot"
 
-# 5. make prune deletes the kept variants and sweep points only.
+# 6. make prune deletes the kept variants and sweep points only.
 out=$(m prune) || { echo "$out"; fail "make prune"; }
 ls -d runs/$exp/*@* 2>/dev/null && fail "make prune left variant directories"
 [ -f "runs/$exp/dense_qa/result.json" ] || fail "make prune deleted the current run"
