@@ -15,6 +15,7 @@
 #include "model/model_internal.h" /* the dropout RNG state lives in struct Model */
 #include "pipeline/atomic_file.h"
 #include "pipeline/config.h"
+#include "pipeline/exact_number.h"
 #include "pipeline/log.h"
 #include "pipeline/safetensors.h"
 #include "pipeline/sha256.h"
@@ -27,17 +28,21 @@ static void join(char *out, size_t n, const char *dir, const char *file, const c
     snprintf(out, n, "%s/%s%s", dir, file, suffix);
 }
 
-/* ---- exact encodings for JSON: 64-bit integers as hex strings, doubles as %.17g strings (cJSON's number
- * printer may round the last bit, and resuming must reproduce the exact values) ---- */
+/* ---- exact encodings for JSON (resuming must reproduce the exact values) ----
+ * Doubles are JSON numbers printed round-trip exact (pipeline/exact_number.h: cJSON's own printer may round the last
+ * bit), null when not finite (last_ce before the first logged interval), as train_summary.json writes its numbers.
+ * State files written before that hold them as "%.17g" strings; those are still read.
+ * The RNG states and the loader's counters are 64-bit bit patterns, not quantities: they are written as 16-digit hex
+ * strings, since a JSON number (a double in most readers, cJSON's included) holds only 53 bits. */
 static void put_u64(cJSON *o, const char *key, uint64_t v) {
     char buf[32];
     snprintf(buf, sizeof buf, "%016" PRIx64, v);
     cJSON_AddStringToObject(o, key, buf);
 }
 static void put_exact_double(cJSON *o, const char *key, double v) {
-    char buf[40];
-    snprintf(buf, sizeof buf, "%.17g", v);
-    cJSON_AddStringToObject(o, key, buf);
+    cJSON *n = exact_number_json(v);
+    CHECK_ALLOC(n);
+    cJSON_AddItemToObject(o, key, n);
 }
 static void put_rng(cJSON *o, const char *key, const Rng *r) {
     cJSON *a = cJSON_AddArrayToObject(o, key);
@@ -57,11 +62,30 @@ static int parse_u64_hex(const cJSON *v, uint64_t *out) {
     *out = (uint64_t)x;
     return 0;
 }
+/* A number (cJSON parses it with strtod: exact), null (not finite: NaN, which the domain checks then judge), or an
+ * older state's "%.17g" string. */
 static int parse_exact_double(const cJSON *v, double *out) {
+    if (cJSON_IsNumber(v)) {
+        *out = v->valuedouble;
+        return 0;
+    }
+    if (cJSON_IsNull(v)) {
+        *out = NAN;
+        return 0;
+    }
     if (!cJSON_IsString(v) || !v->valuestring) return -1;
     char *end = NULL;
     *out = strtod(v->valuestring, &end);
     return (end == v->valuestring || *end != '\0') ? -1 : 0;
+}
+
+/* Marks a top-level double key as known to r (number, null or an older state's string) and checks it is present. */
+static void get_exact_double_key(JsonReader *r, const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (cJSON_IsNumber(v))
+        json_get_double(r, key, &(double){0}, true);
+    else
+        json_get_string_or_null(r, key, &(const char *){NULL}, true);
 }
 
 /* ---- optimizer state file ---- */
@@ -251,8 +275,8 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
     json_get_int(&r, "world_size", &world_size, false); /* absent in checkpoints of before issue 12: one process */
     const cJSON *wall = cJSON_GetObjectItemCaseSensitive(o, "wall_time_s");
     const cJSON *last_ce = cJSON_GetObjectItemCaseSensitive(o, "last_ce");
-    json_get_string(&r, "wall_time_s", &(const char *){NULL}, true);
-    json_get_string(&r, "last_ce", &(const char *){NULL}, true);
+    get_exact_double_key(&r, o, "wall_time_s");
+    get_exact_double_key(&r, o, "last_ce");
     const cJSON *ld = json_get_object(&r, "loader", true);
     const cJSON *drop = json_get_array(&r, "dropout_rng", true);
     const cJSON *acc = json_get_object(&r, "metrics_acc", true);
@@ -275,7 +299,7 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
     snprintf(st->config_sha256, sizeof st->config_sha256, "%s", cfg);
     snprintf(st->backend, sizeof st->backend, "%s", backend);
     if (parse_exact_double(wall, &st->wall_time_s) || parse_exact_double(last_ce, &st->last_ce)) {
-        set_err(err, errlen, "%s: wall_time_s/last_ce: not an exact number string", path);
+        set_err(err, errlen, "%s: wall_time_s/last_ce: not a number", path);
         return -1;
     }
 
@@ -304,7 +328,7 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
                           &st->acc.expert_entropy};
     for (int i = 0; i < 6; i++)
         if (parse_exact_double(cJSON_GetObjectItemCaseSensitive(acc, acc_keys[i]), acc_dst[i])) {
-            set_err(err, errlen, "%s: metrics_acc.%s: not an exact number string", path, acc_keys[i]);
+            set_err(err, errlen, "%s: metrics_acc.%s: not a number", path, acc_keys[i]);
             return -1;
         }
     const cJSON *accn = cJSON_GetObjectItemCaseSensitive(acc, "n");

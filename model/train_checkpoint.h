@@ -3,7 +3,9 @@
  *   optim.safetensors  AdamW moments "<tensor>.exp_avg" / "<tensor>.exp_avg_sq" per model tensor;
  *                      __metadata__ {"format": "dm-math-adamw", "step", "adam_t"}
  *   state.json         step, schedule length, config hash, loader and dropout RNG states, counters, the
- *                      unfinished metrics interval, and the sha256 of the two files above
+ *                      unfinished metrics interval, and the sha256 of the two files above; doubles as JSON numbers
+ *                      that read back to the same bits (null when not finite; older states' "%.17g" strings are
+ *                      read too), the 64-bit RNG words and loader counters as 16-digit hex strings
  *
  * Commit protocol (an interruption at any point never leaves a mismatched set once train_checkpoint_recover ran):
  *   1. model and optim are written (each atomically) as "<file>.pending";

@@ -1,4 +1,5 @@
-/* predictions.jsonl writers: one compact cJSON object per line (see pipeline/predictions.h for the schema). */
+/* predictions.jsonl writers: one compact cJSON object per line, and the sidecar object (see pipeline/predictions.h
+ * for the schema). */
 #include "pipeline/predictions.h"
 
 #include <errno.h>
@@ -28,7 +29,7 @@ static int write_object_line(FILE *fp, const char *path, cJSON *obj, char *err, 
     return rc;
 }
 
-int predictions_write_header(FILE *fp, const char *path, const PredictionsHeader *h, char *err, size_t errlen) {
+cJSON *predictions_meta_to_json(const PredictionsHeader *h, long n_examples, const char *predictions_sha256) {
     cJSON *o = must(cJSON_CreateObject());
     must(cJSON_AddStringToObject(o, "schema", PREDICTIONS_SCHEMA));
     must(cJSON_AddNumberToObject(o, "schema_version", PREDICTIONS_SCHEMA_VERSION));
@@ -39,7 +40,9 @@ int predictions_write_header(FILE *fp, const char *path, const PredictionsHeader
     must(cJSON_AddStringToObject(o, "hardware", h->hardware));
     must(cJSON_AddStringToObject(o, "config_sha256", h->config_sha256));
     if (h->prov) run_provenance_to_json(o, h->prov);
-    return write_object_line(fp, path, o, err, errlen);
+    must(cJSON_AddNumberToObject(o, "n_examples", (double)n_examples));
+    must(cJSON_AddStringToObject(o, "predictions_sha256", predictions_sha256));
+    return o;
 }
 
 int predictions_write_line(FILE *fp, const char *path, const PredictionLine *p, char *err, size_t errlen) {
@@ -52,7 +55,11 @@ int predictions_write_line(FILE *fp, const char *path, const PredictionLine *p, 
     must(cJSON_AddStringToObject(o, "predicted", p->predicted));
     must(cJSON_AddBoolToObject(o, "correct", p->correct));
     must(cJSON_AddNumberToObject(o, "answer_loss", p->answer_loss));
-    if (p->greedy_correct >= 0) must(cJSON_AddBoolToObject(o, "greedy_correct", p->greedy_correct != 0));
+    /* always present (null where not checked): every line has the same keys */
+    if (p->greedy_correct >= 0)
+        must(cJSON_AddBoolToObject(o, "greedy_correct", p->greedy_correct != 0));
+    else
+        must(cJSON_AddNullToObject(o, "greedy_correct"));
     return write_object_line(fp, path, o, err, errlen);
 }
 
@@ -62,6 +69,25 @@ int predictions_default_path(const char *result_path, char *out, size_t outlen, 
     int n = snprintf(out, outlen, "%.*s%s", dir_len, result_path, PREDICTIONS_FILE_NAME);
     if (n < 0 || (size_t)n >= outlen) {
         set_err(err, errlen, "%s: path too long for %s beside it", result_path, PREDICTIONS_FILE_NAME);
+        return -1;
+    }
+    return 0;
+}
+
+int predictions_meta_path(const char *predictions_path, char *out, size_t outlen, char *err, size_t errlen) {
+    size_t len = strlen(predictions_path);
+    const char *ext = ".jsonl";
+    size_t ext_len = strlen(ext);
+    const char *base = strrchr(predictions_path, '/');
+    base = base ? base + 1 : predictions_path;
+    /* "x.jsonl" loses its extension; ".jsonl" alone (a hidden file, no stem) and other names keep theirs */
+    int keep = (len >= ext_len && strcmp(predictions_path + len - ext_len, ext) == 0 &&
+                strlen(base) > ext_len)
+                   ? (int)(len - ext_len)
+                   : (int)len;
+    int n = snprintf(out, outlen, "%.*s%s", keep, predictions_path, PREDICTIONS_META_SUFFIX);
+    if (n < 0 || (size_t)n >= outlen) {
+        set_err(err, errlen, "%s: path too long for its %s beside it", predictions_path, PREDICTIONS_META_SUFFIX);
         return -1;
     }
     return 0;

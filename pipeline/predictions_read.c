@@ -1,4 +1,4 @@
-/* predictions.jsonl reader (see predictions_read.h). */
+/* predictions.jsonl reader, both layouts (see predictions_read.h). */
 #include "pipeline/predictions_read.h"
 
 #include <math.h>
@@ -9,9 +9,11 @@
 #include <cjson/cJSON.h>
 
 #include "pipeline/atomic_file.h"
+#include "pipeline/config.h"
 #include "pipeline/limits.h"
 #include "pipeline/log.h"
 #include "pipeline/predictions.h"
+#include "pipeline/sha256.h"
 
 static unsigned long long fnv1a(unsigned long long h, const void *data, size_t n) {
     const unsigned char *p = data;
@@ -32,14 +34,75 @@ int prediction_table_module(const PredictionTable *t, const char *name) {
     return -1;
 }
 
+/* The sidecar of the version-2 layout, checked as strictly as the version-1 header line was (schema and run), plus
+ * that it describes these very bytes (predictions_sha256). Copies the run into t and gives the n_examples it
+ * records. */
+static int load_meta(PredictionTable *t, const char *path, const char *text, size_t size, long *n_examples, char *err,
+                     size_t errlen) {
+    char meta_path[4096];
+    if (predictions_meta_path(path, meta_path, sizeof meta_path, err, errlen) != 0) return -1;
+    if (!file_exists(meta_path)) {
+        snprintf(err, errlen, "%s: no metadata: neither its sidecar %s nor a %s header as its first line (bin/evaluate "
+                              "writes the two together: evaluate the run again)",
+                 path, meta_path, PREDICTIONS_SCHEMA);
+        return -1;
+    }
+    cJSON *m = json_load_file(meta_path, JSON_KIND_RECORD, err, errlen);
+    if (!m) return -1;
+    int rc = -1;
+    const char *schema = str_field(m, "schema"), *run = str_field(m, "run"), *sha = str_field(m, "predictions_sha256");
+    const cJSON *version = cJSON_GetObjectItemCaseSensitive(m, "schema_version"),
+                *n = cJSON_GetObjectItemCaseSensitive(m, "n_examples");
+    char have[65];
+    if (!cJSON_IsObject(m) || !schema || strcmp(schema, PREDICTIONS_SCHEMA) != 0 || !run) {
+        snprintf(err, errlen, "%s: not a %s metadata file (schema, run)", meta_path, PREDICTIONS_SCHEMA);
+    } else if (!cJSON_IsNumber(version) || version->valuedouble != PREDICTIONS_SCHEMA_VERSION) {
+        snprintf(err, errlen, "%s: schema_version: expected %d", meta_path, PREDICTIONS_SCHEMA_VERSION);
+    } else if (!cJSON_IsNumber(n) || !(n->valuedouble >= 0 && n->valuedouble <= 1e15) ||
+               n->valuedouble != floor(n->valuedouble)) {
+        snprintf(err, errlen, "%s: n_examples: expected a whole number >= 0", meta_path);
+    } else if (!sha || strlen(sha) != 64) {
+        snprintf(err, errlen, "%s: predictions_sha256: expected a 64-digit hex string", meta_path);
+    } else if (sha256_hex(text, size, have), strcmp(have, sha) != 0) {
+        snprintf(err, errlen, "%s: sha256 %s differs from the predictions_sha256 %s recorded in %s (the file was "
+                              "replaced or edited after evaluate wrote the two: evaluate the run again)",
+                 path, have, sha, meta_path);
+    } else {
+        snprintf(t->run, sizeof t->run, "%s", run);
+        *n_examples = (long)n->valuedouble;
+        rc = 0;
+    }
+    cJSON_Delete(m);
+    return rc;
+}
+
+/* Whether the first non-blank line of text is an object with a "schema" key: the version-1 layout's header (an
+ * example line never has one). */
+static bool first_line_is_header(const char *text) {
+    const char *line = text + strspn(text, " \t\r\n");
+    const char *end = strchr(line, '\n');
+    cJSON *j = cJSON_ParseWithLength(line, end ? (size_t)(end - line) : strlen(line));
+    bool header = cJSON_IsObject(j) && cJSON_GetObjectItemCaseSensitive(j, "schema") != NULL;
+    cJSON_Delete(j);
+    return header;
+}
+
 int prediction_table_load(PredictionTable *t, const char *path, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
     char *text = NULL;
     size_t size = 0;
     if (read_file_limited(path, LIMIT_JSONL_FILE_BYTES, "JSON-lines file", &text, &size, err, errlen)) return -1;
-    long cap = 1024, line_no = 0;
-    bool header = false;
+    long cap = 1024, line_no = 0, expect_n = -1;
+    /* Version 1: the metadata is the first line. Version 2: every line is an example, the metadata in the sidecar. */
+    bool header_line = first_line_is_header(text), header = !header_line;
     int rc = -1;
+    if (!header_line) {
+        if (load_meta(t, path, text, size, &expect_n, err, errlen) != 0) {
+            free(text);
+            memset(t, 0, sizeof *t);
+            return -1;
+        }
+    }
     t->set = xmalloc((size_t)cap);
     t->module = xmalloc((size_t)cap * sizeof *t->module);
     t->correct = xmalloc((size_t)cap);
@@ -128,6 +191,10 @@ int prediction_table_load(PredictionTable *t, const char *path, char *err, size_
     }
     if (!header) {
         snprintf(err, errlen, "%s: empty (no header line)", path);
+        goto out;
+    }
+    if (expect_n >= 0 && t->n != expect_n) { /* (a sidecar whose hash matches but whose count was edited) */
+        snprintf(err, errlen, "%s: %ld example lines, but its metadata says n_examples %ld", path, t->n, expect_n);
         goto out;
     }
     rc = 0;

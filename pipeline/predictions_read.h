@@ -1,5 +1,7 @@
 /* Reading predictions.jsonl (the writer is pipeline/predictions.h) for paired comparisons: per example its set,
- * module, correctness and an identity key, so that two runs can be compared on the SAME examples. */
+ * module, correctness and an identity key, so that two runs can be compared on the SAME examples. Both layouts are
+ * read: version 2 (every line an example, the metadata in the sidecar predictions.meta.json) and version 1 (the
+ * metadata as a header line first). */
 #ifndef PIPELINE_PREDICTIONS_READ_H
 #define PIPELINE_PREDICTIONS_READ_H
 
@@ -7,8 +9,8 @@
 #include <stddef.h>
 
 typedef struct {
-    char run[128];            /* the header's run */
-    long n;                   /* examples (lines after the header) */
+    char run[128];            /* the metadata's run (the sidecar's, or the version-1 header line's) */
+    long n;                   /* examples */
     unsigned char *set;       /* [n] 0 interpolate, 1 extrapolate (EVAL_INTERPOLATE / EVAL_EXTRAPOLATE) */
     int *module;              /* [n] index into modules */
     unsigned char *correct;   /* [n] 0/1 */
@@ -19,8 +21,11 @@ typedef struct {
     char **modules;
 } PredictionTable;
 
-/* Reads the file strictly: a header line with "schema" = "dm-math-predictions", then one object per example with
- * "set", "index", "module", "question", "answer", boolean "correct" and "answer_loss" (a finite number >= 0). Returns 0 or -1 with "<path>:<line>: ..." */
+/* Reads the file strictly: one object per example with "set", "index", "module", "question", "answer", boolean
+ * "correct" and "answer_loss" (a finite number >= 0); the metadata ("schema" = "dm-math-predictions" and "run") either
+ * in the sidecar (predictions_meta_path: also "schema_version" 2, and "n_examples" and "predictions_sha256" that
+ * match the file) or, in a version-1 file, as its first line. Returns 0, or -1 with "<path>:<line>: ..." (an example
+ * line or a header line) or "<sidecar path>: <field>: ..." (a missing or mismatched sidecar). */
 int prediction_table_load(PredictionTable *t, const char *path, char *err, size_t errlen);
 void prediction_table_free(PredictionTable *t);
 

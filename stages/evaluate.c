@@ -13,11 +13,13 @@
  * bits. The default 1 is the protocol literally.
  * Greedy check: the first greedy_check_examples of each set are also decoded greedily with the KV cache (question,
  * then len(answer) argmax tokens one at a time); greedy correct must equal teacher-forced correct on every one.
- * Per-example verdicts go to predictions.jsonl (pipeline/predictions.h; --predictions, default beside --out): each
- * example's verdict, answer loss and argmax ids are kept (never its logits) and decoded when the file is written. The
- * predictions and the result record are written as one set: both complete and fsynced before either is renamed, so
- * a failed or interrupted run leaves the earlier pair as it was.
+ * Per-example verdicts go to predictions.jsonl (pipeline/predictions.h; --predictions, default beside --out), their
+ * metadata to the sidecar predictions.meta.json beside it: each example's verdict, answer loss and argmax ids are
+ * kept (never its logits) and decoded when the file is written. The predictions, their sidecar and the result record
+ * are written as one set: all complete and fsynced before any is renamed, so a failed or interrupted run leaves the
+ * earlier files as they were.
  * The evaluation itself is model/evaluation.c (shared with train's periodic evaluation, train.evaluate_every). */
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -38,6 +40,7 @@
 #include "pipeline/predictions.h"
 #include "pipeline/progress.h"
 #include "pipeline/result_record.h"
+#include "pipeline/sha256.h"
 #include "pipeline/threads.h"
 
 /* ---------------------------------------------------------------- inputs ----------------------------------- */
@@ -87,46 +90,65 @@ static int write_set_predictions(FILE *fp, const char *path, int set, const Shar
     return rc;
 }
 
-/* predictions.jsonl written into an uncommitted atomic file: the header, then every set's lines. Returns 0 (af open)
- * or -1 with err (nothing left behind). */
-static int prepare_predictions(AtomicFile *af, const char *path, const PredictionsHeader *h, const Shard *shards,
-                               const SetPredictions *preds, const Tokenizer *tok, char *err, size_t errlen) {
+/* predictions.jsonl written into an uncommitted atomic file (every set's lines), and its sidecar (the metadata, the
+ * line count and the sha256 of those bytes) into another. Returns 0 (both open) or -1 with err (nothing left
+ * behind). */
+static int prepare_predictions(AtomicFile *af, AtomicFile *meta_af, const char *path, const char *meta_path,
+                               const PredictionsHeader *h, const Shard *shards, const SetPredictions *preds,
+                               const Tokenizer *tok, char *err, size_t errlen) {
     if (atomic_open(af, path, err, errlen) != 0) return -1;
-    int rc = predictions_write_header(af->fp, af->tmp_path, h, err, errlen);
-    for (int s = 0; s < EVAL_N_SETS && rc == 0; s++)
+    int rc = 0;
+    long n_examples = 0;
+    for (int s = 0; s < EVAL_N_SETS && rc == 0; s++) {
         rc = write_set_predictions(af->fp, af->tmp_path, s, &shards[s], &preds[s], tok, err, errlen);
+        n_examples += preds[s].n;
+    }
+    char sha[65];
+    if (rc == 0 && fflush(af->fp) != 0) {
+        set_err(err, errlen, "%s: write failed: %s", af->tmp_path, strerror(errno));
+        rc = -1;
+    }
+    if (rc == 0) rc = sha256_file_hex(af->tmp_path, sha, err, errlen);
+    if (rc == 0) {
+        cJSON *meta = predictions_meta_to_json(h, n_examples, sha);
+        rc = json_prepare_file(meta_af, meta_path, meta, err, errlen);
+        cJSON_Delete(meta);
+    }
     if (rc != 0) atomic_abort(af);
     return rc;
 }
 
-/* predictions.jsonl and result.json as one output set: both written and fsynced before either is renamed (a failure
- * up to then leaves both earlier files as they were). The predictions are renamed first so that result.json, the file
- * make tracks, is never newer than its predictions. */
-static void save_outputs(const ResultRecord *r, const char *out_path, const char *pred_path, const Shard *shards,
-                         const SetPredictions *preds, const Tokenizer *tok) {
+/* predictions.jsonl (with its sidecar) and result.json as one output set: all written and fsynced before any is
+ * renamed (a failure up to then leaves the earlier files as they were). The sidecar is renamed first, so that a
+ * present predictions.jsonl always has its metadata, and result.json, the file make tracks, last, so that it is never
+ * newer than its predictions. */
+static void save_outputs(const ResultRecord *r, const char *out_path, const char *pred_path, const char *meta_path,
+                         const Shard *shards, const SetPredictions *preds, const Tokenizer *tok) {
     char err[2048];
     PredictionsHeader ph = {r->experiment, r->run, r->code_version, r->backend, r->hardware, r->config_sha256,
                            &r->prov};
-    AtomicFile pred_af, result_af;
+    AtomicFile pred_af, meta_af, result_af;
     /* err may name only a parent directory: the line also says which output it was */
-    if (prepare_predictions(&pred_af, pred_path, &ph, shards, preds, tok, err, sizeof err) != 0)
+    if (prepare_predictions(&pred_af, &meta_af, pred_path, meta_path, &ph, shards, preds, tok, err, sizeof err) != 0)
         die("%s (writing --predictions %s)", err, pred_path);
     cJSON *rj = result_record_to_json(r);
     int rc = json_prepare_file(&result_af, out_path, rj, err, sizeof err);
     cJSON_Delete(rj);
     if (rc != 0) {
         atomic_abort(&pred_af);
+        atomic_abort(&meta_af);
         die("%s (writing --out %s)", err, out_path);
     }
-    AtomicFile *const outputs[] = {&pred_af, &result_af};
-    if (atomic_commit_all(outputs, 2, err, sizeof err) != 0) die("%s", err);
+    AtomicFile *const outputs[] = {&meta_af, &pred_af, &result_af};
+    if (atomic_commit_all(outputs, 3, err, sizeof err) != 0) die("%s", err);
 }
 
 static const char *SUMMARY =
     "Evaluates a trained run (model.safetensors + train_summary.json in --run) on the interpolate and extrapolate "
     "shards of --data: teacher-forced exact match of the whole answer, each example alone, fp32. Writes the result "
-    "record (schema dm-math-result v1) to --out and the per-example verdicts (schema dm-math-predictions v1, one JSON "
-    "object per line) to --predictions, by default predictions.jsonl beside --out; both atomically, as one set.";
+    "record (schema dm-math-result v1) to --out and the per-example verdicts (schema dm-math-predictions v2, one JSON "
+    "object per line) to --predictions, by default predictions.jsonl beside --out, with their metadata in the sidecar "
+    "predictions.meta.json beside it; all atomically, as one set.";
 
 int main(int argc, char **argv) {
     log_set_program("evaluate");
@@ -152,16 +174,20 @@ int main(int argc, char **argv) {
     if (batch_size < 1 || batch_size > 4096) die("--batch-size: must be in [1, 4096] (got %ld)", batch_size);
     threads_set(threads);
     const double t0 = now_seconds();
-    char err[2048], path[4096], pred_path[4096];
+    char err[2048], path[4096], pred_path[4096], meta_path[4096];
     if (pred_opt) {
         if (copy_str(pred_path, sizeof pred_path, pred_opt) != 0) die("--predictions: path too long: %s", pred_opt);
     } else if (predictions_default_path(out_path, pred_path, sizeof pred_path, err, sizeof err) != 0) {
         die("--out: %s", err);
     }
     if (strcmp(pred_path, out_path) == 0) die("--predictions: %s is also --out (they must be two files)", pred_path);
+    if (predictions_meta_path(pred_path, meta_path, sizeof meta_path, err, sizeof err) != 0) die("--predictions: %s", err);
+    if (strcmp(meta_path, out_path) == 0)
+        die("--predictions: its metadata file %s is --out (they must be two files)", meta_path);
     /* Before the evaluation, not after it (a directory there would only show at the last rename). */
     if (atomic_check_target(out_path, err, sizeof err) != 0) die("--out: %s", err);
     if (atomic_check_target(pred_path, err, sizeof err) != 0) die("--predictions: %s", err);
+    if (atomic_check_target(meta_path, err, sizeof err) != 0) die("--predictions: %s", err);
 
     /* Run config: model/train sections through the shared parser, evaluate section here; then training must have
      * finished with this very config. */
@@ -236,9 +262,9 @@ int main(int argc, char **argv) {
     if (ts->n_params != r.n_params)
         die("%s/train_summary.json: n_params %ld differs from the checkpoint's %ld", run_dir, ts->n_params, r.n_params);
 
-    save_outputs(&r, out_path, pred_path, shards, preds, tok);
-    log_info("wrote %s and %s: mean accuracy %.2f%% (interpolate %.2f%%, extrapolate %.2f%%) in %.1f s", out_path,
-             pred_path, 100 * r.evaluation.mean_accuracy, 100 * r.evaluation.sets[0].accuracy,
+    save_outputs(&r, out_path, pred_path, meta_path, shards, preds, tok);
+    log_info("wrote %s and %s (metadata in %s): mean accuracy %.2f%% (interpolate %.2f%%, extrapolate %.2f%%) in %.1f s", out_path,
+             pred_path, meta_path, 100 * r.evaluation.mean_accuracy, 100 * r.evaluation.sets[0].accuracy,
              100 * r.evaluation.sets[1].accuracy, now_seconds() - t0);
 
     r.config = NULL; /* tr's */

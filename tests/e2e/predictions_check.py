@@ -1,46 +1,73 @@
 #!/usr/bin/env python3
-"""Checks of predictions.jsonl (bin/evaluate's per-example verdicts, schema dm-math-predictions v1; reports/README.md),
-standard library only. Used by tests/e2e/test_evaluate_predictions.sh (against the result record of the same run) and
+"""Checks of predictions.jsonl (bin/evaluate's per-example verdicts, schema dm-math-predictions v2; reports/README.md)
+and its sidecar predictions.meta.json, standard library only. Used by tests/e2e/test_evaluate_predictions.sh (against the result record of the same run) and
 tests/e2e/test_cuda_evaluate.sh (two backends' files, example by example).
 
   predictions_check.py validate PREDICTIONS RESULT   one "ok: CHECK" or "FAIL: CHECK: ..." line per check; exit 1 on
                                                      any failure
 
-As a module: load(path) -> (header, lines, problems); validate(header, lines, record) and compare(ref, dut, tol) return
-{check name: [problems]} (an empty list is a pass), so callers can run negative controls on altered copies.
+As a module: load(path) -> (header, lines, problems), the header being the sidecar's object (or, in a version-1 file,
+the first line); validate(header, lines, record) and compare(ref, dut, tol) return {check name: [problems]} (an empty
+list is a pass), so callers can run negative controls on altered copies.
 """
+import hashlib
 import json
 import math
+import os
 import sys
 
-SCHEMA, SCHEMA_VERSION = "dm-math-predictions", 1
+SCHEMA, SCHEMA_VERSION = "dm-math-predictions", 2
 SETS = ("interpolate", "extrapolate")
 HEADER_KEYS = ("schema", "schema_version", "experiment", "run", "code_version", "backend", "hardware", "config_sha256")
 # Run provenance after them (pipeline/run_provenance.h): "overrides" always, "seed" and "run_config" when known;
 # absent from files written before they existed.
 PROVENANCE_KEYS = ("overrides", "seed", "run_config")
+# Last: what ties the sidecar to its predictions file.
+TAIL_KEYS = ("n_examples", "predictions_sha256")
+
+
+def meta_path(path):
+    """The sidecar beside a predictions file (pipeline/predictions.h): x.jsonl -> x.meta.json."""
+    base = os.path.basename(path)
+    stem = path[:-len(".jsonl")] if base.endswith(".jsonl") and base != ".jsonl" else path
+    return stem + ".meta.json"
 
 
 def _header_keys_ok(header):
     keys = tuple(header)
-    if keys[:len(HEADER_KEYS)] != HEADER_KEYS:
+    if keys[:len(HEADER_KEYS)] != HEADER_KEYS or keys[-len(TAIL_KEYS):] != TAIL_KEYS:
         return False
-    rest = keys[len(HEADER_KEYS):]
+    rest = keys[len(HEADER_KEYS):-len(TAIL_KEYS)]
     return rest == tuple(k for k in PROVENANCE_KEYS if k in rest)
+# Every line has every key ("greedy_correct" null where the example was not greedy-checked).
 LINE_TYPES = {"set": str, "index": int, "module": str, "question": str, "answer": str, "predicted": str,
-              "correct": bool, "answer_loss": float}
+              "correct": bool, "answer_loss": float, "greedy_correct": (bool, type(None))}
 TOL_MEAN = 1e-9  # relative: the record's means are sums of the same doubles (cJSON prints them to ~1e-16)
 MAX_LISTED = 10  # problems listed per check
 
 
 def load(path):
-    """The header (first line), the example lines, and problems: a line that is not a JSON object, a missing file."""
+    """The header (the sidecar's object, else a version-1 file's first line), the example lines, and problems: a line
+    that is not a JSON object, a missing file, a sidecar that does not describe these bytes."""
     problems, objs = [], []
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            data = f.read()
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         return None, [], ["%s: cannot read: %s" % (path, e)]
+    meta = None
+    if os.path.exists(meta_path(path)):
+        try:
+            with open(meta_path(path), encoding="utf-8") as f:
+                meta = json.load(f)
+        except (OSError, ValueError) as e:
+            return None, [], ["%s: cannot read: %s" % (meta_path(path), e)]
+        if not isinstance(meta, dict):
+            return None, [], ["%s: not a JSON object" % meta_path(path)]
+        if meta.get("predictions_sha256") != hashlib.sha256(data).hexdigest():
+            problems.append("%s: predictions_sha256 %r is not the sha256 of %s"
+                            % (meta_path(path), meta.get("predictions_sha256"), path))
     if not text.endswith("\n"):
         problems.append("%s: the last line has no newline (a cut file?)" % path)
     for no, line in enumerate(text.splitlines(), 1):
@@ -53,12 +80,21 @@ def load(path):
             problems.append("%s:%d: not a JSON object" % (path, no))
             continue
         objs.append(obj)
+    if meta is not None:
+        if meta.get("n_examples") != len(objs):
+            problems.append("%s: n_examples %r, but %s has %d lines"
+                            % (meta_path(path), meta.get("n_examples"), path, len(objs)))
+        return meta, objs, problems
     if not objs:
-        return None, [], problems + ["%s: no lines" % path]
+        return None, [], problems + ["%s: no lines, and no %s" % (path, meta_path(path))]
     return objs[0], objs[1:], problems
 
 
 def _typed(value, want):
+    if isinstance(want, tuple):
+        return any(_typed(value, w) for w in want)
+    if want is type(None):
+        return value is None
     if want is bool:
         return isinstance(value, bool)
     if want is int:
@@ -85,15 +121,12 @@ def validate(header, lines, record):
             if header[k] != record.get(k):
                 d["header"].append("%s %r, the record has %r" % (k, header[k], record.get(k)))
     by_set = {s: [] for s in SETS}
-    for no, ln in enumerate(lines, 2):
-        keys = set(ln)
-        want = set(LINE_TYPES) | ({"greedy_correct"} if "greedy_correct" in ln else set())
+    for no, ln in enumerate(lines, 1):
+        # every line exactly the same keys, in the same order: one table for a JSON-lines reader
         bad = [k for k in LINE_TYPES if k in ln and not _typed(ln[k], LINE_TYPES[k])]
-        if "greedy_correct" in ln and not isinstance(ln["greedy_correct"], bool):
-            bad.append("greedy_correct")
-        if keys != want or bad or ln.get("set") not in SETS:
-            d["fields"].append("line %d: keys %s, wrong types %s, set %r"
-                               % (no, sorted(keys ^ want), bad, ln.get("set")))
+        if list(ln) != list(LINE_TYPES) or bad or ln.get("set") not in SETS:
+            d["fields"].append("line %d: keys %s (expected %s), wrong types %s, set %r"
+                               % (no, list(ln), list(LINE_TYPES), bad, ln.get("set")))
             continue
         by_set[ln["set"]].append(ln)
     sets_seen = [ln.get("set") for ln in lines]
@@ -122,8 +155,8 @@ def validate(header, lines, record):
             if (ln["predicted"] == ln["answer"]) != ln["correct"]:
                 d["predicted"].append("%s %d: predicted %r, answer %r, correct %r"
                                       % (s, ln["index"], ln["predicted"], ln["answer"], ln["correct"]))
-        # greedy_correct on exactly the first greedy_n examples; their agreement count is the record's
-        checked = [ln for ln in ls if "greedy_correct" in ln]
+        # greedy_correct (not null) on exactly the first greedy_n examples; their agreement count is the record's
+        checked = [ln for ln in ls if ln.get("greedy_correct") is not None]
         if checked != ls[:ev["greedy_n"]]:
             d["greedy"].append("%s: greedy_correct on %d lines, expected the first %d"
                                % (s, len(checked), ev["greedy_n"]))

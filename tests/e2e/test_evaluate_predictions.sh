@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# bin/evaluate's predictions.jsonl (schema dm-math-predictions v1, reports/README.md) on a trained tiny dense run:
-#   - written beside --out by default (and where --predictions says), nothing temporary left, --help documents it;
-#   - tests/e2e/predictions_check.py against the result record of the same evaluation: the header first with the
-#     record's experiment, run, code_version, backend, hardware and config_sha256; every line a JSON object with
-#     exactly the schema's keys and types; the sets in order, indices 0..n-1 in shard order; lines, correct flags per
+# bin/evaluate's predictions.jsonl (schema dm-math-predictions v2, reports/README.md) on a trained tiny dense run:
+#   - written beside --out by default (and where --predictions says) with its sidecar predictions.meta.json, nothing
+#     temporary left, --help documents it;
+#   - a JSON-lines table: every line parses to an object with the same keys in the same order (and pandas, where
+#     installed, reads it with read_json(lines=True) as one table of exactly those columns and one row per example);
+#   - tests/e2e/predictions_check.py against the result record of the same evaluation: the sidecar with the
+#     record's experiment, run, code_version, backend, hardware and config_sha256, the file's line count and sha256;
+#     every line a JSON object with exactly the schema's keys and types; the sets in order, indices 0..n-1 in shard
+#     order; lines, correct flags per
 #     set and per module equal the record's n and correct; the mean answer_loss per set and per module equals the
 #     record's mean_answer_loss (1e-9 relative); predicted == answer iff correct; greedy_correct on exactly the first
 #     greedy_n examples of each set, agreeing greedy_agree times;
 #   - negative controls: altered copies (a flipped verdict, a loss moved by 1e-6 relative, a dropped line, a wrong
-#     config_sha256, a predicted string changed, a greedy_correct removed, a line cut in half) must each be reported;
-#   - the two outputs are one set: a run that fails after evaluating (--out in a place that cannot be created) leaves
-#     the earlier predictions.jsonl byte-identical, a run whose --predictions cannot be created leaves the earlier
-#     result.json byte-identical, each with one error line naming the path and no temporary file; a run killed
-#     (SIGKILL) while evaluating leaves an earlier file untouched; --predictions equal to --out is refused.
+#     config_sha256, a predicted string changed, a greedy_correct nulled, a line cut in half, a sidecar of other
+#     bytes) must each be reported;
+#   - the outputs are one set: a run that fails after evaluating (--out in a place that cannot be created) leaves
+#     the earlier predictions.jsonl and its sidecar byte-identical, a run whose --predictions cannot be created leaves
+#     the earlier result.json byte-identical, each with one error line naming the path and no temporary file; a run
+#     killed (SIGKILL) while evaluating leaves earlier files untouched; --predictions or its sidecar equal to --out is
+#     refused.
 # 400 training steps (~13 s on one core) and 400 examples per set: enough for a few correct examples, so that
 # "correct implies predicted == answer" is not checked on zero lines.
 source "$(dirname "$0")/train_common.sh"
@@ -49,11 +55,34 @@ no_temps() { # no_temps DIR LABEL
 mkdir -p "$tmp/ev"
 evaluate "$tmp/ev" || { cat "$tmp/ev.log"; fail "bin/evaluate failed"; }
 [ -s "$tmp/ev/predictions.jsonl" ] || fail "no predictions.jsonl beside --out"
+[ -s "$tmp/ev/predictions.meta.json" ] || fail "no predictions.meta.json beside predictions.jsonl"
 no_temps "$tmp/ev" "evaluate"
-grep -q "wrote $tmp/ev/result.json and $tmp/ev/predictions.jsonl" "$tmp/ev.log" \
-  || fail "the log does not name both outputs"
+grep -q "wrote $tmp/ev/result.json and $tmp/ev/predictions.jsonl (metadata in $tmp/ev/predictions.meta.json)" \
+  "$tmp/ev.log" || fail "the log does not name the three outputs"
 "$PY" tests/e2e/predictions_check.py validate "$tmp/ev/predictions.jsonl" "$tmp/ev/result.json" \
   || fail "predictions.jsonl does not agree with result.json (above)"
+
+# 1b. One table: every line the same keys (json), and pandas reads it as one table where it is installed.
+"$PY" - "$tmp/ev/predictions.jsonl" <<'PYTABLE' || fail "predictions.jsonl is not one JSON-lines table (above)"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1], encoding="utf-8")]
+keys = {tuple(l) for l in lines}
+if len(keys) != 1:
+    sys.exit("lines with different keys: %s" % sorted(keys))
+cols = list(next(iter(keys)))
+print("ok: json: %d lines, every one with the keys %s" % (len(lines), cols))
+try:
+    import pandas
+except ImportError:
+    print("NOTE: pandas not installed (Debian python3-pandas, in mk/deps.sh test): its read_json check skipped")
+    sys.exit(0)
+df = pandas.read_json(sys.argv[1], lines=True)
+if list(df.columns) != cols or len(df) != len(lines):
+    sys.exit("pandas read %d rows with columns %s, expected %d rows with %s" % (len(df), list(df.columns), len(lines), cols))
+if df["set"].isna().any() or df["answer_loss"].isna().any():
+    sys.exit("pandas: a row without set or answer_loss (a line of another schema?)")
+print("ok: pandas %s: read_json(lines=True) gives %d rows x %d columns" % (pandas.__version__, len(df), len(cols)))
+PYTABLE
 
 # 2. The checks must be able to fail: altered copies, in memory.
 "$PY" - "$tmp/ev/predictions.jsonl" "$tmp/ev/result.json" "$tmp/cut.jsonl" <<'EOF' || fail "negative controls (above)"
@@ -68,7 +97,7 @@ ev = record["evaluation"]["sets"]
 n_correct = sum(ln["correct"] for ln in lines)
 print("%d example lines, %d correct (%s), %d greedy-checked" % (
     len(lines), n_correct, ", ".join("%s %d/%d" % (s, v["correct"], v["n"]) for s, v in ev.items()),
-    sum("greedy_correct" in ln for ln in lines)))
+    sum(ln["greedy_correct"] is not None for ln in lines)))
 if n_correct == 0:
     sys.exit("no example is correct: 'correct implies predicted == answer' would check nothing (train longer?)")
 fails = 0
@@ -91,7 +120,7 @@ def nudge_loss(h, ls): ls[-1]["answer_loss"] *= 1 + 1e-6
 def drop(h, ls): del ls[len(ls) // 2]
 def wrong_sha(h, ls): h["config_sha256"] = "0" * 64
 def change_predicted(h, ls): ls[first_right]["predicted"] += "0"
-def drop_greedy(h, ls): del ls[0]["greedy_correct"]
+def drop_greedy(h, ls): ls[0]["greedy_correct"] = None
 def swap_sets(h, ls): ls.insert(0, ls.pop())
 expect("one wrong example marked correct", "counts", flip)
 expect("one wrong example marked correct", "predicted", flip)
@@ -100,7 +129,7 @@ expect("a line dropped", "counts", drop)
 expect("a line dropped", "order", drop)
 expect("config_sha256 of another config", "header", wrong_sha)
 expect("a correct example's predicted string changed", "predicted", change_predicted)
-expect("greedy_correct removed from a checked example", "greedy", drop_greedy)
+expect("greedy_correct nulled on a checked example", "greedy", drop_greedy)
 expect("an extrapolate line moved before the interpolate lines", "order", swap_sets)
 # a line cut in half (an interrupted writer without the atomic rename) is not JSON
 text = open(sys.argv[1]).read().splitlines(True)
@@ -113,6 +142,17 @@ if any("not JSON" in p for p in probs) and any("no newline" in p for p in probs)
 else:
     fails += 1
     print("FAIL: negative control: a file cut inside a line was not reported: %s" % probs)
+# the sidecar of other bytes (one line dropped after it was written): load reports the hash and the count
+with open(cut, "w") as f:
+    f.writelines(text[:-1])
+with open(pc.meta_path(sys.argv[1])) as src, open(pc.meta_path(cut), "w") as dst:
+    dst.write(src.read())
+h, ls, probs = pc.load(cut)
+if any("predictions_sha256" in p for p in probs) and any("n_examples" in p for p in probs):
+    print("ok: negative control: a sidecar of other bytes is reported (%s)" % probs[0])
+else:
+    fails += 1
+    print("FAIL: negative control: a sidecar of other bytes was not reported: %s" % probs)
 sys.exit(1 if fails else 0)
 EOF
 
@@ -121,10 +161,12 @@ mkdir -p "$tmp/ev2"
 evaluate "$tmp/ev2" --predictions "$tmp/elsewhere/p.jsonl" || { cat "$tmp/ev2.log"; fail "evaluate --predictions"; }
 [ ! -e "$tmp/ev2/predictions.jsonl" ] || fail "--predictions given, yet predictions.jsonl was written beside --out"
 cmp "$tmp/ev/predictions.jsonl" "$tmp/elsewhere/p.jsonl" || fail "a second evaluation wrote different predictions"
-echo "ok: --predictions writes where it says; two evaluations give identical files"
+cmp "$tmp/ev/predictions.meta.json" "$tmp/elsewhere/p.meta.json" || fail "no identical sidecar p.meta.json beside p.jsonl"
+echo "ok: --predictions writes where it says (its sidecar beside it); two evaluations give identical files"
 
 # 4. A run failing after the evaluation leaves the earlier files byte-identical, with one error line naming the path.
 cp "$tmp/ev/predictions.jsonl" "$tmp/good_predictions.jsonl"
+cp "$tmp/ev/predictions.meta.json" "$tmp/good_predictions.meta.json"
 cp "$tmp/ev/result.json" "$tmp/good_result.json"
 : >"$tmp/not_a_dir"
 mkdir -p "$tmp/bad"
@@ -135,6 +177,8 @@ fi
   || { cat "$tmp/bad.log"; fail "--out under a regular file: expected one error line naming it"; }
 cmp "$tmp/ev/predictions.jsonl" "$tmp/good_predictions.jsonl" \
   || fail "the failed run changed the earlier predictions.jsonl"
+cmp "$tmp/ev/predictions.meta.json" "$tmp/good_predictions.meta.json" \
+  || fail "the failed run changed the earlier predictions.meta.json"
 no_temps "$tmp/ev" "the failed run (unwritable --out)"
 echo "ok: unwritable --out: $(tail -n 1 "$tmp/bad.log"); the earlier predictions.jsonl is intact"
 
@@ -153,10 +197,17 @@ if evaluate "$tmp/bad" --out "$tmp/ev/result.json" --predictions "$tmp/ev/result
 fi
 grep -q -- "--predictions" "$tmp/bad.log" || fail "--predictions = --out: the error does not name the option"
 cmp "$tmp/ev/result.json" "$tmp/good_result.json" || fail "--predictions = --out changed result.json"
+if evaluate "$tmp/bad" --out "$tmp/ev/p.meta.json" --predictions "$tmp/ev/p.jsonl"; then
+  fail "evaluate with --out equal to the sidecar of --predictions succeeded"
+fi
+grep -q -- "--predictions: its metadata file .*p.meta.json is --out" "$tmp/bad.log" \
+  || { cat "$tmp/bad.log"; fail "sidecar = --out: the error does not say so"; }
+[ ! -e "$tmp/ev/p.jsonl" ] && [ ! -e "$tmp/ev/p.meta.json" ] || fail "sidecar = --out: a file was written"
 
 # 5. Killed while evaluating (after the first set's log line): an earlier file (here a marker) stays untouched.
 echo "an earlier predictions file" >"$tmp/ev/predictions.jsonl"
 cp "$tmp/ev/predictions.jsonl" "$tmp/marker"
+echo "an earlier sidecar" >"$tmp/ev/predictions.meta.json"
 # (bin/evaluate itself in the background, not the evaluate function: killing a subshell would leave it running)
 : >"$tmp/ev.log"
 bin/evaluate --run "$tmp/run" --config "$tmp/dense.json" --data "$tmp/data" --out "$tmp/ev/result.json" 2>"$tmp/ev.log" &
@@ -171,11 +222,14 @@ rc=0
 wait "$pid" || rc=$?
 if [ "$rc" = 137 ]; then
   cmp "$tmp/ev/predictions.jsonl" "$tmp/marker" || fail "a run killed while evaluating changed predictions.jsonl"
+  [ "$(cat "$tmp/ev/predictions.meta.json")" = "an earlier sidecar" ] \
+    || fail "a run killed while evaluating changed predictions.meta.json"
   no_temps "$tmp/ev" "the run killed while evaluating"
   echo "ok: killed while evaluating: the earlier predictions.jsonl is untouched"
 else # it finished before the kill: then the file must be the complete new one
   [ "$rc" = 0 ] || { cat "$tmp/ev.log"; fail "evaluate exited with $rc (not killed)"; }
   cmp "$tmp/ev/predictions.jsonl" "$tmp/good_predictions.jsonl" || fail "predictions.jsonl after a finished run"
+  cmp "$tmp/ev/predictions.meta.json" "$tmp/good_predictions.meta.json" || fail "the sidecar after a finished run"
   echo "NOTE: evaluate finished before it could be killed; the kill check compared the finished file"
 fi
 echo "ok: predictions.jsonl checks passed"

@@ -71,8 +71,10 @@ for f in result.json analysis.json; do
     || fail "$f: seed / run_config not recorded"
 done
 [ "$(json_get "$tmp/set4/result.json" config_sha256)" = "$set_sha" ] || fail "result.json: config_sha256 is not train's"
-head -n 1 "$tmp/set4/predictions.jsonl" | grep -q '"overrides":\["train.steps=4"\],"seed":1,"run_config":"run"' \
-  || { head -n 1 "$tmp/set4/predictions.jsonl"; fail "predictions.jsonl header: provenance not recorded"; }
+grep -q '"overrides":[[:space:]]*\["train.steps=4"\]' "$tmp/set4/predictions.meta.json" \
+  && [ "$(json_get "$tmp/set4/predictions.meta.json" seed)" = 1 ] \
+  && [ "$(json_get "$tmp/set4/predictions.meta.json" run_config)" = run ] \
+  || { cat "$tmp/set4/predictions.meta.json"; fail "predictions.meta.json: provenance not recorded"; }
 # the effective config (with the override applied) is what result.json records
 python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["config"]["train"]["steps"] != 4)' \
   "$tmp/set4/result.json" || fail "result.json: config does not hold the overridden train.steps"

@@ -214,7 +214,8 @@ def load_twin(run_dir, run_cfg):
 
 def check_evaluate(name, model, run_dir, data):
     """dm-math-protocol.md §3, dm-math-training-code.md §C.8."""
-    preds = [json.loads(line) for line in open(run_dir + "/predictions.jsonl")][1:]
+    preds = [json.loads(line) for line in open(run_dir + "/predictions.jsonl")]
+    preds = [p for p in preds if "schema" not in p]  # a version-1 file's header line (version 2: a sidecar)
     n, bad, worst = 0, 0, 0.0
     for split in ("interpolate", "extrapolate"):
         ex, toks = read_shard(f"{data}/{split}.shard")

@@ -1,6 +1,8 @@
 /* Training checkpoints: exact round trip of weights, AdamW moments, step, loader and dropout RNG states; the commit
  * protocol (an uncommitted pending set is dropped, a committed one rolled forward after a crash between renames);
- * a mismatched set is refused with a clear message. */
+ * a mismatched set is refused with a clear message; state.json's doubles are JSON numbers (null when not finite)
+ * that read back to the same bits, its RNG states and counters hex strings, and older states holding the doubles as
+ * strings still read to the same values. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -175,6 +177,7 @@ START_TEST(round_trip_is_exact) {
             {"real_tokens", cJSON_CreateNumber(1e12), "out of range"},
             {"wall_time_s", cJSON_CreateString("-3"), "wall_time_s -3"},
             {"last_ce", cJSON_CreateString("inf"), "last_ce inf"},
+            {"wall_time_s", cJSON_CreateNumber(-3), "wall_time_s -3"},
         };
         for (size_t k = 0; k < sizeof FORGED / sizeof FORGED[0]; k++) {
             cJSON *f = cJSON_Duplicate(good, 1);
@@ -198,6 +201,86 @@ START_TEST(round_trip_is_exact) {
     ck_assert_msg(strstr(err, "data.train_sha256: expected a 64-digit hex string"), "%s", err);
     setup_free(&a);
     setup_free(&b);
+    remove_tree(dir);
+}
+END_TEST
+
+/* state.json's types: doubles as JSON numbers that parse back to the same bits (the text itself, not only what
+ * this reader makes of it: any JSON reader's strtod gets them), last_ce NaN as null, the 64-bit RNG words and
+ * counters as 16-digit hex strings; an older state with the doubles as "%.17g" strings reads to the same values. */
+START_TEST(state_json_numbers_and_old_strings) {
+    char dir[64], err[512], path[128];
+    make_dir(dir, sizeof dir);
+    Setup a;
+    setup_create(&a, 1);
+    TrainState st, back, old;
+    fill_state(&st, 5);
+    st.wall_time_s = 0.1 + 0.2; /* 17 significant digits needed */
+    st.acc.grad_norm = 0.1;                /* "0.1", not "0.10000000000000001" */
+    ck_assert_msg(train_checkpoint_save(dir, a.m, &a.opt, &st, err, sizeof err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_msg(read_file_all(path, &text, &len, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(strstr(text, "\"wall_time_s\":\t0.30000000000000004,") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "\"last_ce\":\tnull,") != NULL, "%s", text);
+    ck_assert_msg(strstr(text, "\"grad_norm\":\t0.1,") != NULL, "%s", text);
+    cJSON *j = cJSON_Parse(text);
+    ck_assert_ptr_nonnull(j);
+    const cJSON *acc = cJSON_GetObjectItem(j, "metrics_acc");
+    const char *acc_keys[6] = {"loss", "ce", "reg_ffn", "reg_att", "grad_norm", "expert_entropy"};
+    const double acc_want[6] = {st.acc.loss, st.acc.ce, st.acc.reg_ffn, st.acc.reg_att, st.acc.grad_norm,
+                                st.acc.expert_entropy};
+    for (int i = 0; i < 6; i++) {
+        const cJSON *v = cJSON_GetObjectItem(acc, acc_keys[i]);
+        ck_assert_msg(cJSON_IsNumber(v), "metrics_acc.%s is not a number", acc_keys[i]);
+        ck_assert_msg(memcmp(&v->valuedouble, &acc_want[i], sizeof(double)) == 0, "metrics_acc.%s: %.17g != %.17g",
+                      acc_keys[i], v->valuedouble, acc_want[i]);
+    }
+    ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(j, "wall_time_s")));
+    ck_assert(cJSON_GetObjectItem(j, "wall_time_s")->valuedouble == st.wall_time_s);
+    /* bit patterns stay hex strings */
+    const cJSON *ld = cJSON_GetObjectItem(j, "loader");
+    ck_assert(cJSON_IsString(cJSON_GetObjectItem(ld, "windows")));
+    ck_assert_str_eq(cJSON_GetObjectItem(ld, "windows")->valuestring, "000000000000002a");
+    ck_assert(cJSON_IsString(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "dropout_rng"), 0)));
+    ck_assert_msg(train_state_read(dir, &back, err, sizeof err) == 0, "%s", err);
+    ck_assert(back.wall_time_s == st.wall_time_s && isnan(back.last_ce));
+    ck_assert(memcmp(&back.acc, &st.acc, sizeof st.acc) == 0);
+
+    /* an older state: every double as a "%.17g" string (last_ce "nan"), read to the same bits */
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.17g", st.wall_time_s);
+    cJSON_ReplaceItemInObject(j, "wall_time_s", cJSON_CreateString(buf));
+    cJSON_ReplaceItemInObject(j, "last_ce", cJSON_CreateString("nan"));
+    cJSON *acc_w = cJSON_GetObjectItem(j, "metrics_acc");
+    for (int i = 0; i < 6; i++) {
+        snprintf(buf, sizeof buf, "%.17g", acc_want[i]);
+        cJSON_ReplaceItemInObject(acc_w, acc_keys[i], cJSON_CreateString(buf));
+    }
+    ck_assert_msg(json_save_file(path, j, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(train_state_read(dir, &old, err, sizeof err) == 0, "%s", err);
+    ck_assert(old.wall_time_s == st.wall_time_s && isnan(old.last_ce));
+    ck_assert(memcmp(&old.acc, &st.acc, sizeof st.acc) == 0);
+    ck_assert_mem_eq(&old.loader, &st.loader, sizeof st.loader);
+
+    /* well-formed JSON of the wrong kind is refused naming the field */
+    cJSON_ReplaceItemInObject(j, "wall_time_s", cJSON_CreateNull());
+    ck_assert_msg(json_save_file(path, j, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(train_state_read(dir, &old, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "state.json: wall_time_s nan"), "null wall_time_s: %s", err);
+    cJSON_ReplaceItemInObject(j, "wall_time_s", cJSON_CreateTrue());
+    ck_assert_msg(json_save_file(path, j, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(train_state_read(dir, &old, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "state.json: wall_time_s"), "boolean wall_time_s: %s", err);
+    cJSON_ReplaceItemInObject(acc_w, "ce", cJSON_CreateNumber(-1));
+    cJSON_ReplaceItemInObject(j, "wall_time_s", cJSON_CreateNumber(2));
+    ck_assert_msg(json_save_file(path, j, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(train_state_read(dir, &old, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "state.json: metrics_acc.ce: -1 is not a finite number >= 0"), "negative ce: %s", err);
+    cJSON_Delete(j);
+    free(text);
+    setup_free(&a);
     remove_tree(dir);
 }
 END_TEST
@@ -262,6 +345,7 @@ int main(void) {
     Suite *s = suite_create("train_checkpoint");
     TCase *tc = tcase_create("checkpoint");
     tcase_add_test(tc, round_trip_is_exact);
+    tcase_add_test(tc, state_json_numbers_and_old_strings);
     tcase_add_test(tc, commit_protocol_and_mismatch);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
