@@ -83,7 +83,7 @@ repro_dry_run := $(if $(filter -%,$(repro_flags_word)),,$(findstring n,$(repro_f
 # repro_config: the config name of a run directory; repro_run_sets: its --set overrides (KEY=VALUE words).
 REPRO_RUN_DIRS := $(RUNS)
 REPRO_SEEDS_JSON := $(wildcard $(EXP_DIR)/seeds.json)
-repro_plan_goals := reproduce reproduce-stages train evaluate analyze report compare repro-inputs $(RUNS_DIR)/% \
+repro_plan_goals := reproduce reproduce-stages train evaluate analyze report export compare repro-inputs $(RUNS_DIR)/% \
   $(REPORT_DIR)/%
 ifneq ($(filter $(repro_plan_goals),$(MAKECMDGOALS)),)
 repro_plan_key := $(shell printf '%s\n' '$(subst ','\'',$(strip $(SEEDS))|$(RUNS)|$(strip $(SET))|$(strip $(SWEEP)))' | \
@@ -181,12 +181,12 @@ REPRO_TRAIN_LAUNCH = $(if $(filter-out 1,$(NPROC)),mpirun -np $(NPROC) --oversub
   $(if $(filter 0,$(shell id -u)),--allow-run-as-root ))
 
 .PHONY: reproduce reproduce-check reproduce-stages reproduce-clean fetch tokenize train evaluate analyze report \
-  compare repro-force repro-inputs
+  export compare repro-force repro-inputs
 .PRECIOUS: $(RUNS_DIR)/%/train_summary.json $(RUNS_DIR)/%/result.json $(RUNS_DIR)/%/predictions.jsonl \
   $(RUNS_DIR)/%/analysis.json $(RUNS_DIR)/%/train.inputs
 
 # ---- checks before anything runs: an unknown experiment or run is one clear error (parse time, exit 2) ----
-REPRO_GOALS := reproduce reproduce-stages reproduce-check fetch tokenize train evaluate analyze report compare \
+REPRO_GOALS := reproduce reproduce-stages reproduce-check fetch tokenize train evaluate analyze report export compare \
   reproduce-clean $(DATA)/% $(RUNS_DIR)/% $(REPORT_DIR)/%
 ifneq ($(filter $(REPRO_GOALS),$(MAKECMDGOALS)),)
 ifeq ($(wildcard $(DATA_JSON)),)
@@ -224,7 +224,7 @@ reproduce: reproduce-check
 	@$(MAKE) compare COMPARE_CONFIG_CHANGE=note
 	@echo "reproduce: done: $(REPORT_DIR)/report.md, $(REPORT_DIR)/report.html"
 
-reproduce-stages: $(REPORT_DIR)/report.html $(PREDICTIONS)
+reproduce-stages: $(REPORT_DIR)/report.html $(REPORT_DIR)/runs.csv $(PREDICTIONS)
 
 reproduce-check:
 	$(repro_seeds_refusal)@test -f $(DATA_JSON) || { echo "reproduce: $(DATA_JSON) not found (EXPERIMENT=$(EXPERIMENT))" >&2; exit 1; }
@@ -303,6 +303,12 @@ $(REPORT_DIR)/report.html: $(RESULTS) $(ANALYSES) bin/report
 	bin/report --experiment $(EXPERIMENT) --runs $(RUNS_DIR) --out $(REPORT_DIR) \
 	  --expected-runs $(call repro_join,$(REPRO_RUN_DIRS))
 
+# runs.csv: one row per evaluated run of the experiment (every directory with a result.json: the current runs, their
+# seeds, kept variants and sweep points; pipeline/runs_csv.h), for pandas or R. After this plan's results, and again
+# whenever any run's record is newer.
+$(REPORT_DIR)/runs.csv: $(RESULTS) $(wildcard $(RUNS_DIR)/*/result.json) bin/export
+	bin/export --runs $(RUNS_DIR) --out $@
+
 # The runs compared: every run of its config's own seed, and the other seeds' runs that have a baseline record.
 repro_compared = $(strip $(filter $(RUNS),$(REPRO_RUN_DIRS)) $(foreach d,$(filter-out $(RUNS),$(REPRO_RUN_DIRS)),\
   $(if $(wildcard $(BASELINE_DIR)/$(d).result.json),$(d))))
@@ -330,6 +336,7 @@ train: $(foreach r,$(REPRO_RUN_SELECTED),$(RUNS_DIR)/$(r)/train_summary.json)
 evaluate: $(foreach r,$(REPRO_RUN_SELECTED),$(RUNS_DIR)/$(r)/result.json $(RUNS_DIR)/$(r)/predictions.jsonl)
 analyze: $(foreach r,$(REPRO_RUN_SELECTED),$(RUNS_DIR)/$(r)/analysis.json)
 report: $(REPORT_DIR)/report.html
+export: $(REPORT_DIR)/runs.csv
 # Mentioned here so that make treats the stamps as ordinary files (not intermediates it may skip when missing).
 repro-inputs: $(TRAIN_INPUTS)
 

@@ -14,7 +14,11 @@
 # loaded 2-core machine).
 source "$(dirname "$0")/train_common.sh"
 
+# A python3 with pandas where there is one (a pyenv python3 first on PATH may lack Debian's python3-pandas).
 PY=$(command -v python3 || true)
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c 'import pandas' 2>/dev/null; then PY=$(command -v "$p"); break; fi
+done
 [ -n "$PY" ] || { echo "SKIP: no python3 (the checks use its csv module)"; exit 77; }
 for b in evaluate export; do [ -x "bin/$b" ] || fail "bin/$b not built (run make first)"; done
 bin/export --help | grep -q -- "--runs" || fail "bin/export --help does not document --runs"

@@ -5,7 +5,7 @@
 #  - a refused SET (an unknown key) is one line naming the key, and changes no file under runs/;
 #  - seeds of one run config trained with different lr are not pooled in the report, which names the key;
 #  - make sweep over a 3x2 grid trains each point in its own directory, with the point's values in its record, and
-#    the report has the sweep's table and plot;
+#    the report has the sweep's table and plot, and reports/EXP/runs.csv one row per run (read with pandas);
 #  - make prune deletes the kept variants and sweep points, and nothing else.
 # The runs are tiny (4 steps, 20 examples per set, no depth analysis): a scratch copy of experiment ci.
 set -euo pipefail
@@ -89,6 +89,29 @@ for d in runs/$exp/dense_qa@*; do
   grep -q "${d##*/}" reports/$exp/report.md || fail "the report does not list ${d##*/}"
 done
 echo "ok: make sweep trained the 3x2 grid, each point in runs/$exp/dense_qa@<variant>; the report has its table and plot"
+
+# The CSV of every run: one line of pandas (where installed; else the csv module), a row per run directory.
+PY=python3
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c 'import pandas' 2>/dev/null; then PY=$p; break; fi
+done
+n_dirs=$(ls -d runs/$exp/*/ | wc -l)
+rows=$("$PY" - "reports/$exp/runs.csv" <<'PYCSV'
+import sys
+try:
+    import pandas
+    df = pandas.read_csv(sys.argv[1])
+    print(len(df), int(df["train.lr"].notna().all()), "pandas")
+except ImportError:
+    import csv
+    rows = list(csv.DictReader(open(sys.argv[1])))
+    print(len(rows), int(all(r["train.lr"] for r in rows)), "csv")
+PYCSV
+) || fail "reports/$exp/runs.csv does not load"
+set -- $rows
+[ "$1" = "$n_dirs" ] && [ "$2" = 1 ] || fail "runs.csv: $1 rows (expected $n_dirs, one per run directory), train.lr everywhere: $2"
+[ "$3" = pandas ] || echo "NOTE: pandas not installed (Debian python3-pandas): runs.csv read with the csv module"
+echo "ok: reports/$exp/runs.csv loads in one line ($3): $1 rows, one per run directory"
 
 # 6. make prune deletes the kept variants and sweep points only.
 out=$(m prune) || { echo "$out"; fail "make prune"; }
