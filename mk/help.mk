@@ -17,7 +17,7 @@ help:
 	'Your runs:' \
 	'  sweep                train every point of a grid: make sweep RUNS=moeut_answer SWEEP="train.lr=1e-3,2e-3' \
 	'                       model.ff_k=2,4"; each point its own run runs/EXP/RUN@<variant>, all in the report' \
-	'  diff                 compare two runs side by side: make diff A=runs/EXP/x B=runs/EXP/y: config keys that' \
+	'  diff                 compare two runs side by side: make diff A=dense_qa B=dense_qa@1a2b3c4d: config keys that' \
 	'                       differ, each metric'"'"'s change with a paired interval' \
 	'  prune                delete the kept earlier variants and sweep points (runs/EXP/*@*) of EXPERIMENT' \
 	'  reproduce-clean      delete the runs and report of EXPERIMENT (not the data, not the baselines)' \
@@ -63,8 +63,8 @@ help:
 	'  SEEDS=N              train seeds 1..N of every run (runs/EXP/RUN.seed<S>; default: the config'"'"'s own seed)' \
 	'  SET="k=v ..."        config overrides, e.g. SET="train.lr=1e-3 train.precision=bf16" (changing it retrains)' \
 	'  SWEEP="k=v1,v2 ..."  the grid of make sweep: each KEY=V1,V2,... is an axis, every combination a run' \
-	'  A=runs/EXP/x         the first run of make diff' \
-	'  B=runs/EXP/y         the second run of make diff' \
+	'  A=RUN                the first run of make diff: a name in runs/EXP (dense_qa@1a2b3c4d) or a path' \
+	'  B=RUN                the second run of make diff' \
 	'  NPROC=1              processes that train one run together (mpirun -np NPROC; changing it retrains)' \
 	'  RESUME=auto          auto: continue an interrupted train when it can; 1: must continue; 0: start over' \
 	'  THREADS=N            CPU threads of train (default: all cores)' \

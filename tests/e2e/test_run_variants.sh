@@ -32,6 +32,14 @@ kept=$(echo "$out" | sed -nE "s|.*runs/$exp/dense_qa holds another config \(trai
 [ "$(lr_of "runs/$exp/dense_qa/result.json")" = 0.001 ] || fail "the current run does not hold lr 0.001"
 echo "ok: changing lr kept the earlier run as runs/$exp/$kept (lr 0.002) beside runs/$exp/dense_qa (lr 0.001)"
 
+# Both are in the report: the current run and the kept one, each a row of the Variants and sweeps table.
+bin/report --experiment $exp --runs runs/$exp --out reports/$exp --expected-runs dense_qa \
+  >build/plan/$exp-report.log 2>&1 || { cat build/plan/$exp-report.log; fail "bin/report after the lr change"; }
+variants=$(sed -n '/^## Variants and sweeps/,/^## [^V]/p' reports/$exp/report.md)
+echo "$variants" | grep -q "$kept" && echo "$variants" | grep -q "train.lr" \
+  || fail "the report's Variants and sweeps section lacks the kept run $kept or the train.lr column"
+echo "ok: the report shows both runs (dense_qa and $kept) with their train.lr"
+
 # The diff of the two: the config key that differs with both values, and the metrics with a paired interval.
 out=$(m diff A="$kept" B=dense_qa) || { echo "$out"; fail "make diff A=$kept B=dense_qa"; }
 echo "$out" | grep -qE '^ *train\.lr +A 0\.002 +B 0\.001' || { echo "$out"; fail "make diff: no train.lr row with A 0.002 and B 0.001"; }
@@ -64,7 +72,6 @@ bin/report --experiment $exp --runs runs/$exp --out reports/$exp --expected-runs
   >build/plan/$exp-report.log 2>&1 || { cat build/plan/$exp-report.log; fail "bin/report on mixed seeds"; }
 grep -q "dense_qa: seeds 1 and 2 not pooled: train.lr differs (0.001 / 0.002)" reports/$exp/report.md \
   || fail "the report pooled seeds of different configs, or did not name train.lr and its values"
-grep -q "$kept" reports/$exp/report.md || true
 echo "ok: seeds 1 (lr 1e-3) and 2 (lr 2e-3) of dense_qa are not pooled; the report names train.lr"
 
 # 5. A 3x2 sweep in one command: six points, each in its own directory with its values.
