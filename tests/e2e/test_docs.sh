@@ -6,7 +6,7 @@
 #    punctuation dropped, spaces to hyphens, -1, -2 ... for repeats). Links inside code are not links.
 # 3. No file tracked by git (this test aside) describes the circumstances the project was written in rather than the
 #    project and its users' world. The phrases are chosen not to hit ordinary uses: an HTTP session, a training
-#    budget, Chromium's --no-sandbox, a connect_timeout_s field and the file names gpu_session.sh / gpu-session stay.
+#    budget, Chromium's --no-sandbox and the file names gpu_session.sh / gpu-session stay.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 fail=0
@@ -120,7 +120,6 @@ phrases=(
   '\b(coding|AI|LLM) agents?\b'
   '\b(lead|other|another|fellow) engineers?\b'
   'carry limit'
-  '\btimeout_s\b'
 )
 pattern=$(IFS='|'; echo "${phrases[*]}")
 if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
