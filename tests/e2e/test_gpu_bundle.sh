@@ -9,7 +9,7 @@
 # results tarball holds the records and the report and no checkpoint. Here with --backend cpu and a few steps (the GPU
 # run is the same command with the defaults). Skips (77) where the build has no CUDA (the bundle needs nvcc's build).
 source "$(dirname "$0")/train_common.sh" # set -euo pipefail, cd to the root, bin/ checked, $tmp (KEEP_TMP), fail
-ldd bin/train | grep -q libcudart || { echo "SKIP: bin/train was built without CUDA (no nvcc): no GPU bundle to test"; exit 77; }
+ldd bin/train | grep libcudart >/dev/null || { echo "SKIP: bin/train was built without CUDA (no nvcc): no GPU bundle to test"; exit 77; }
 
 # 1. The bundle: within the size limit, no CUDA runtime, cuBLAS or NCCL inside, the small experiment's data in it.
 mk/gpu_bundle.sh >"$tmp/bundle.log" 2>&1 || { cat "$tmp/bundle.log"; fail "make gpu-bundle failed"; }
