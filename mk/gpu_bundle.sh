@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make gpu-bundle: build/gpu-bundle.tar.gz, everything the GPU checks need on a machine that has a GPU, a CUDA 13
 # runtime and cuBLAS, but not this project's build dependencies (cJSON, OpenBLAS, Check, ... headers and libraries;
-# the lent GPU machines reach no package registry). Built HERE, on the development machine (nvcc compiles the kernels
-# without a GPU), then carried to the GPU machine and unpacked there by `source mk/gpu_env.sh`.
+# e.g. a cluster's GPU nodes that reach no package registry). Built on a machine that has them (nvcc compiles the
+# kernels without a GPU), then copied to the GPU machine and unpacked there by `source mk/gpu_env.sh`.
 #   bin/*                 the stages                    tests/cuda_*        the CUDA unit programs
 #   bench/bench_train_step                              lib/                the non-system shared libraries they load
 #   e2e-data/             the tokenized embedded sample that tests/e2e/test_cuda_resume.sh trains on (CUDA_E2E_DATA)
@@ -11,9 +11,9 @@
 #                         dependencies they weigh 58 MB), so `mk/gpu_run.sh small` trains on this copy
 #   tools/make            this machine's GNU make, used there only when the GPU machine has none
 #   VERSION               the code version of the tree the binaries were built from (mk/code_version.sh)
-# The device tool carries at most 64 MiB (the tracked tree, about 16 MiB, included), so the bundle must stay under
-# GPU_BUNDLE_MAX_MIB (default 44) and the script fails above it: NCCL (218 MB) and the CUDA runtime are NOT bundled,
-# the GPU machine's own are found by gpu_env.sh.
+# Sized for an upload to the GPU machine of at most 64 MiB (the tracked tree, about 16 MiB, included), so the bundle
+# must stay under GPU_BUNDLE_MAX_MIB (default 44) and the script fails above it: NCCL (218 MB) and the CUDA runtime
+# are NOT bundled, the GPU machine's own are found by gpu_env.sh.
 # Every program is relinked from the objects make built, with an RPATH that finds lib/ both inside the bundle and
 # where gpu_env.sh copies the programs (bin/, build/tests/, build/bench/), and /usr/local/cuda/lib64 for cuBLAS.
 # The C library, libstdc++, libgcc_s and the CUDA libraries (cudart, cuBLAS, NCCL) are NOT bundled: the GPU machine's
@@ -71,8 +71,8 @@ tar czf build/gpu-bundle.tar.gz -C build gpu-bundle
 mib=$(( ($(stat -c %s build/gpu-bundle.tar.gz) + 1048575) / 1048576 ))
 max=${GPU_BUNDLE_MAX_MIB:-44}
 if [ "$mib" -gt "$max" ]; then
-  echo "gpu-bundle: build/gpu-bundle.tar.gz is $mib MiB, over GPU_BUNDLE_MAX_MIB=$max (the device tool carries 64 MiB" \
-    "with the tree); largest parts: $(du -sm "$stage"/* "$stage"/lib/* | sort -rn | head -n 4 | awk '{printf "%s %s MiB; ", $2, $1}')" >&2
+  echo "gpu-bundle: build/gpu-bundle.tar.gz is $mib MiB, over GPU_BUNDLE_MAX_MIB=$max (with the tree it must fit a" \
+    "64 MiB upload); largest parts: $(du -sm "$stage"/* "$stage"/lib/* | sort -rn | head -n 4 | awk '{printf "%s %s MiB; ", $2, $1}')" >&2
   exit 1
 fi
 echo "gpu-bundle: build/gpu-bundle.tar.gz ($mib MiB; code $(cat "$stage/VERSION"));" \

@@ -1,6 +1,6 @@
 # Sourced (not run) from the repository root on a GPU machine that lacks this project's build dependencies:
 #     source mk/gpu_env.sh
-# Unpacks build/gpu-bundle.tar.gz (made by `make gpu-bundle` on the development machine and carried over), copies
+# Unpacks build/gpu-bundle.tar.gz (made by `make gpu-bundle` on a machine with them, and copied here), copies
 # its programs to where the tests and mk/gpu_run.sh look for them (bin/, build/tests/, build/bench/; their RPATH finds
 # the bundled libraries from there), puts the tokenized data of experiment small in data/small (unless the same is
 # there already), and exports
@@ -31,7 +31,7 @@ gpu_env_main() {
   if [ -f build/gpu-bundle.tar.gz ]; then
     tar xzf build/gpu-bundle.tar.gz -C build || { echo "gpu_env: cannot unpack build/gpu-bundle.tar.gz" >&2; return 1; }
   fi
-  [ -d "$b/bin" ] || { echo "gpu_env: no $b (make gpu-bundle on the development machine and carry build/gpu-bundle.tar.gz)" >&2; return 1; }
+  [ -d "$b/bin" ] || { echo "gpu_env: no $b (run make gpu-bundle where the build dependencies are and copy build/gpu-bundle.tar.gz here)" >&2; return 1; }
   mkdir -p bin build/tests build/bench || return 1
   cp -pf "$b"/bin/* bin/ && cp -pf "$b"/tests/* build/tests/ && cp -pf "$b"/bench/* build/bench/ || return 1
   # data/small: replaced only when its manifest differs from the bundle's (a rerun keeps the runs' data as it was).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 5, one step per call; `make test-gpu | test-gpu-sanitizer | bench-gpu` (mk/gpu.mk) call it,
+# The GPU checks, one step per call; `make test-gpu | test-gpu-sanitizer | bench-gpu` (mk/gpu.mk) call it,
 # and so can a GPU machine without make or without this project's build dependencies (after
 # `source mk/gpu_env.sh`, which unpacks the prebuilt bundle of mk/gpu_bundle.sh). Run from the repository root.
 #
@@ -12,12 +12,14 @@
 #   mk/gpu_run.sh bench [ARGS...]   tests/bench/bench_gpu.py (C vs PyTorch tokens/s and MFU; ARGS are passed on)
 #   mk/gpu_run.sh small [--seeds N] [--runs "a b"] [--limit S] [--jobs J] [--backend B] [--set "KEY=VALUE ..."]
 #                             make reproduce EXPERIMENT=small BACKEND=cuda (GPU_PREBUILT=1: the bundle's programs and
-#                             data/small) for at most S seconds (default 540, inside one 10-minute device call), then
+#                             data/small) for at most S seconds (default 540: a 10-minute job, with room to copy
+#                             files in and out), then
 #                             packs the records of runs/small (JSON, JSON lines, figures; no checkpoint),
 #                             reports/small and make's log (also left as $OUT/small-make.log) into
 #                             $OUT/small-results.tar.gz ($OUT unset: build/). At the limit, training saves a
-#                             checkpoint (SIGTERM) and the same command, called again while the machine is warm,
-#                             continues (RESUME=auto). Last line: "small: complete" or "small: incomplete ...".
+#                             checkpoint (SIGTERM) and the same command, called again on the same tree (as the next
+#                             job under a batch scheduler's wall-time limit), continues (RESUME=auto). Last line:
+#                             "small: complete" or "small: incomplete ...".
 #                             --jobs J runs J stages at once (make -j J; default 1): a 14.6M-parameter run leaves
 #                             most of an H100 idle (its kernels are small), so J runs share it at little cost each;
 #                             their records' tokens/s are then those of a shared GPU (the results are the same: no
@@ -138,8 +140,9 @@ small)
     shift 2
   done
   [ -f data/small/tokenize_manifest.json ] || { echo "small: FAIL: no data/small (source mk/gpu_env.sh: the bundle carries it)"; exit 1; }
-  # The device tool may give the tree's tracked files fresh time stamps on every call; make would then take the
-  # configs and archives as newer than the data and the finished runs, and refetch (no libarchive there) or retrain.
+  # A fresh copy of the tree on the GPU machine (each job copying it anew) may give the tracked files new time stamps
+  # on every call; make would then take the configs and archives as newer than the data and the finished runs, and
+  # refetch (no libarchive there) or retrain.
   # Pin the experiment's inputs to one old time instead: make then judges the runs by their outputs alone. (A config
   # edited on the GPU machine is therefore not noticed: delete its runs/small/RUN to redo it.)
   touch -d @946684800 experiments/small/*.json datasets/*.tar.gz datasets/dm_math_v1.0.json
@@ -155,7 +158,8 @@ small)
   rc=$?
   set +o pipefail
   # The records only (what report, compare and the baselines read, and the figures): never a checkpoint or the
-  # temporary file of one that SIGTERM interrupted, which would exceed what the device tool returns (16 MiB a file).
+  # temporary file of one that SIGTERM interrupted: the tarball stays small enough to copy back from a job whose
+  # returned files are capped (tests/e2e/test_gpu_bundle.sh holds it under 16 MiB).
   find runs/small reports/small -type f \( -name '*.json' -o -name '*.jsonl' -o -name '*.svg' -o -name '*.md' \
        -o -name '*.html' -o -name train.inputs \) 2>/dev/null | sort >build/small-files.txt
   tar czf "$out/small-results.tar.gz" -T build/small-files.txt -C "$out" small-make.log

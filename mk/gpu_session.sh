@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# A lent GPU's whole checklist (tests/GPU_CHECKLIST.md) as one command that is called again until it says "done":
+# The whole GPU checklist (tests/GPU_CHECKLIST.md) as one command for jobs with a wall-time limit, as under a batch
+# scheduler: each call does what fits in its time and the next call continues where it stopped, until it says "done":
 #
 #     source mk/gpu_env.sh && mk/gpu_session.sh [--budget SECONDS] [--skip "STEP ..."] [--small-seeds N]
 #
 # Runs the steps of mk/gpu_run.sh in this order, each at most once per machine:
 #   probe, tests, selftest, bench, sanitizer, small
-# within SECONDS (default 540: one 10-minute device call with room for the transfers). A step starts only when its
-# minimum time (below) is left, else the call ends and the next call (while the machine is warm: 30 s) goes on from
-# there. A step's exit status is kept in build/gpu-session/STEP.rc, so a failing step is reported and the session
-# moves on (the failures are worked on afterwards, from the logs); delete STEP.rc to run it again. `small` (make
+# within SECONDS (default 540: a 10-minute job with room to copy files in and out). A step starts only when its
+# minimum time (below) is left, else the call ends and the next call on the same tree goes on from there. A step's
+# exit status is kept in build/gpu-session/STEP.rc, so a failing step is reported and the checklist moves on (the
+# failures are worked on afterwards, from the logs); delete STEP.rc to run it again. `small` (make
 # reproduce EXPERIMENT=small BACKEND=cuda) takes whatever time is left and continues from its checkpoints in the next
 # call until it completes, SMALL_JOBS (default 4) stages at a time (mk/gpu_run.sh small --jobs). The sanitizer runs
 # after the benchmark because it is the slowest step and its results do not change the figures; it is capped at
@@ -86,7 +87,7 @@ step small 90 0 "$run" small --limit $(( $(left) > 60 ? $(left) - 30 : 30 )) --j
 files=$(ls "$state"/*.log "$state"/*.rc build/test-results-gpu.txt 2>/dev/null; [ -d build/test-logs ] && echo build/test-logs)
 tar czf "$out/gpu-session.tar.gz" $files
 if [ "$more" = 1 ]; then
-  say "gpu_session: steps left: call again while the machine is warm ($((SECONDS - start)) s this call)"
+  say "gpu_session: steps left: run the same command again to continue ($((SECONDS - start)) s this call)"
   exit 3
 fi
 if [ "$failed" = 1 ]; then

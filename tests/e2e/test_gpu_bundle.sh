@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# The GPU session's plan, rehearsed without a GPU (tests/GPU_CHECKLIST.md): `make gpu-bundle` gives a bundle the device
-# tool can carry (under its size limit, without the CUDA and NCCL libraries the GPU machine has), and on a bare copy of
-# the tree (no .git, no build/, no bin/, no data/; every tracked file with a fresh time stamp, as each device call may
-# give them) `source mk/gpu_env.sh` + `mk/gpu_run.sh small` run make reproduce EXPERIMENT=small on the prebuilt
+# The GPU checklist's plan for a GPU machine without the build libraries, rehearsed without a GPU
+# (tests/GPU_CHECKLIST.md): `make gpu-bundle` gives a bundle under its size limit (44 MiB, without the CUDA and NCCL
+# libraries the GPU machine has), and on a bare copy of the tree (no .git, no build/, no bin/, no data/; every tracked
+# file with a fresh time stamp, as a job that copies the tree anew may give them) `source mk/gpu_env.sh` +
+# `mk/gpu_run.sh small` run make reproduce EXPERIMENT=small on the prebuilt
 # programs and the bundled data: nothing compiled, fetched or tokenized; stopped at its time limit it exits 3 and names
 # the stages left; called again it continues and completes; a third call after fresh time stamps runs nothing; the
 # results tarball holds the records and the report and no checkpoint. Here with --backend cpu and a few steps (the GPU
 # run is the same command with the defaults). Skips (77) where the build has no CUDA (the bundle needs nvcc's build).
 source "$(dirname "$0")/train_common.sh" # set -euo pipefail, cd to the root, bin/ checked, $tmp (KEEP_TMP), fail
-ldd bin/train | grep -q libcudart || { echo "SKIP: bin/train was built without CUDA (no nvcc): no GPU bundle to test"; exit 77; }
+ldd bin/train | grep libcudart >/dev/null || { echo "SKIP: bin/train was built without CUDA (no nvcc): no GPU bundle to test"; exit 77; }
 
-# 1. The bundle: within the carry limit, no CUDA runtime, cuBLAS or NCCL inside, the small experiment's data in it.
+# 1. The bundle: within the size limit, no CUDA runtime, cuBLAS or NCCL inside, the small experiment's data in it.
 mk/gpu_bundle.sh >"$tmp/bundle.log" 2>&1 || { cat "$tmp/bundle.log"; fail "make gpu-bundle failed"; }
 size=$(stat -c %s build/gpu-bundle.tar.gz)
 [ "$size" -le $((44 * 1048576)) ] || fail "build/gpu-bundle.tar.gz is $size bytes, over 44 MiB"
@@ -23,7 +24,7 @@ for f in gpu-bundle/bin/train gpu-bundle/tests/cuda_model_vs_cpu gpu-bundle/benc
 done
 echo "ok: bundle $((size / 1048576)) MiB with programs, small data and make; no CUDA/NCCL libraries"
 
-# 2. A bare copy of the tree, as the device tool sends it, plus the bundle.
+# 2. A bare copy of the tree, as a job copies it to the GPU machine, plus the bundle.
 sim=$tmp/tree
 mkdir -p "$sim/build"
 git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$sim"
@@ -42,7 +43,7 @@ mv bin/report.away bin/report
 echo "ok: gpu_env.sh placed the programs and data; a missing stage is refused by name"
 
 # 3. The small experiment: two runs, a few CPU steps of the real 14.6M-parameter models, two stages at a time
-#    (--jobs 2, as the GPU session runs four), stopped at a time limit (SIGTERM: every training saves a checkpoint).
+#    (--jobs 2, as mk/gpu_session.sh runs four), stopped at a time limit (SIGTERM: every training saves a checkpoint).
 sets="train.steps=40 train.batch_size=2 train.context=64 train.precision=fp32 train.warmup=1 train.log_every=1"
 sets="$sets train.checkpoint_every=2 train.evaluate_every=0 evaluate.max_examples_per_set=10 evaluate.greedy_check_examples=2"
 small() { OUT=$tmp/out mk/gpu_run.sh small --backend cpu --runs "dense_qa moeut_answer" --set "$sets" "$@"; }
@@ -54,7 +55,7 @@ grep -q "^small: stages left: .*report" "$tmp/call1.log" || { tail -n 5 "$tmp/ca
 grep -q "^small: incomplete" "$tmp/call1.log" || fail "call 1 did not say it is incomplete"
 echo "ok: call 1 stopped at its limit: $(grep '^small: stages left' "$tmp/call1.log")"
 
-# The device tool's next copy of the tree: every tracked file gets a fresh time stamp.
+# The next job's copy of the tree: every tracked file gets a fresh time stamp.
 git -C "$OLDPWD" ls-files -z | (cd "$sim" && xargs -0 touch)
 small --limit 300 --jobs 2 >"$tmp/call2.log" 2>&1 || { tail -n 30 "$tmp/call2.log"; fail "call 2 failed"; }
 grep -q "^small: complete" "$tmp/call2.log" && grep -q "^small: stages left: none" "$tmp/call2.log" ||
@@ -72,7 +73,7 @@ small --limit 300 >"$tmp/call3.log" 2>&1 || { tail -n 20 "$tmp/call3.log"; fail 
 ! grep -E "^\[[0-9]+/[0-9]+\]" "$tmp/call3.log" || fail "call 3 ran a stage although everything was done"
 echo "ok: call 2 resumed and completed, call 3 (fresh time stamps) ran nothing"
 
-# 4. What comes back: the records and the report, no checkpoint, well under the 16 MiB a returned file may have.
+# 4. What comes back: the records and the report, no checkpoint, well under 16 MiB (a job's output may be capped).
 tar tzf "$tmp/out/small-results.tar.gz" >"$tmp/results.list"
 for f in runs/small/dense_qa/result.json runs/small/moeut_answer/analysis.json runs/small/moeut_answer/predictions.jsonl \
          runs/small/dense_qa/metrics.jsonl reports/small/report.md reports/small/report.html small-make.log; do
