@@ -120,6 +120,7 @@ phrases=(
   '\b(coding|AI|LLM) agents?\b'
   '\b(lead|other|another|fellow) engineers?\b'
   'carry limit'
+  '/work/(shared|main|wt)\b'
 )
 pattern=$(IFS='|'; echo "${phrases[*]}")
 if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
