@@ -1,5 +1,5 @@
 /* The progress line's numbers: rates as people read them (no "0 steps/s" on a slow run), durations, and a rate and
- * time left measured from the first update (a resumed run's earlier steps do not count as done in this session). */
+ * time left measured from the first update (a resumed run's earlier steps do not count as done by this process). */
 #include <check.h>
 #include <stdio.h>
 #include <string.h>
