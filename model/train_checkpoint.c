@@ -272,7 +272,7 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
     json_get_string(&r, "code_version", &code, true);
     json_get_int(&r, "tokens", &tokens, true);
     json_get_int(&r, "real_tokens", &real_tokens, true);
-    json_get_int(&r, "world_size", &world_size, false); /* absent in checkpoints of before issue 12: one process */
+    json_get_int(&r, "world_size", &world_size, false); /* absent in checkpoints written before data-parallel training: one process */
     const cJSON *wall = cJSON_GetObjectItemCaseSensitive(o, "wall_time_s");
     const cJSON *last_ce = cJSON_GetObjectItemCaseSensitive(o, "last_ce");
     get_exact_double_key(&r, o, "wall_time_s");

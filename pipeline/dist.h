@@ -1,4 +1,4 @@
-/* Data-parallel process group over MPI (issue 12): `mpirun -np W bin/train ...` runs W ranks of one training run.
+/* Data-parallel process group over MPI: `mpirun -np W bin/train ...` runs W ranks of one training run.
  *
  * Without a launcher (no OMPI_COMM_WORLD_SIZE / PMI_SIZE / PMIX_RANK in the environment) nothing here calls MPI:
  * the program is one process of world size 1 and every collective is the identity, so the single-process path

@@ -1,4 +1,4 @@
-"""GPU training-speed benchmark, the body of `make bench-gpu` (issue 5): the C model on the CUDA backend
+"""GPU training-speed benchmark, the body of `make bench-gpu`: the C model on the CUDA backend
 (build/bench/bench_train_step --backend cuda) and a PyTorch implementation of the same model train the same config on
 the same GPU, on random batches of the same shape; prints tokens/s of each, the ratio C/PyTorch and the model FLOPs
 utilisation (MFU) of each.

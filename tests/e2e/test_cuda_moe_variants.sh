@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The MoE-variant switches on the CUDA backend (issue 16): DeepSeek-V3's router (sigmoid gates normalised over the
+# The MoE-variant switches on the CUDA backend: DeepSeek-V3's router (sigmoid gates normalised over the
 # selected, balance "bias") with a dense first pair of layers and a shared expert, through bin/train --backend cuda:
 #   * step 1's loss equals the CPU backend's within fp32 rounding (same initial weights, same windows);
 #   * it trains: the loss falls, and the expert biases are nonzero integer multiples of gamma (they move by exactly

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel training on the cuda backend (issue 12): the gradient all-reduce over NCCL, one rank per GPU, the
+# Data-parallel training on the cuda backend: the gradient all-reduce over NCCL, one rank per GPU, the
 # NCCL id broadcast over MPI. 2 ranks against 1 process on the same micro-batches (MoEUT, 2 micro-batches):
 #   * rank 0 says the all-reduce is NCCL's (not the host-staged fallback);
 #   * step 1's loss terms are bit-identical; the weights after 3 steps are within the summation-order bound

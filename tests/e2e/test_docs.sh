@@ -121,6 +121,7 @@ phrases=(
   '\b(lead|other|another|fellow) engineers?\b'
   'carry limit'
   '/work/(shared|main|wt)\b'
+  '\bissue #?[0-9]+\b'
 )
 pattern=$(IFS='|'; echo "${phrases[*]}")
 if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then

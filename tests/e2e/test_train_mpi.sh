@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel training over MPI on the CPU backend (issue 12): 2 ranks against 1 process on the same micro-batches.
+# Data-parallel training over MPI on the CPU backend: 2 ranks against 1 process on the same micro-batches.
 #  - step 1's loss terms are bit-identical (same windows, same micro-batch split, exact reduction of the values);
 #  - weights after N steps are within the summation-order bound (tests/e2e/mpi_common.sh derives it), and the data
 #    stream position (loader RNG, windows, examples) is identical;
@@ -82,7 +82,7 @@ grep -q "train.n_microbatch 2 is not a multiple of the 3 ranks" "$tmp/bad.log" |
 [ "$(sha256sum "$tmp/dense-2/model.safetensors")" = "$before" ] || fail "the refused run changed --out"
 echo "ok: 3 ranks for n_microbatch 2 refused, --out untouched"
 
-# state.json's world_size is checked on read (absent = 1, written before issue 12; below 1 is refused).
+# state.json's world_size is checked on read (absent = 1, as in files written before data-parallel training; below 1 is refused).
 cp -r "$tmp/dense-2" "$tmp/bad-ws"
 sed -i -E 's/"world_size":[[:space:]]*2/"world_size": 0/' "$tmp/bad-ws/state.json"
 rc=0
@@ -90,5 +90,5 @@ bin/train --config "$cfg" --data "$tmp/data" --out "$tmp/bad-ws" --resume --thre
 [ "$rc" != 0 ] && grep -q "world_size: must be >= 1, got 0" "$tmp/bad-ws.log" || { cat "$tmp/bad-ws.log"; fail "world_size 0 accepted"; }
 sed -i -E '/"world_size"/d' "$tmp/bad-ws/state.json"
 bin/train --config "$cfg" --data "$tmp/data" --out "$tmp/bad-ws" --resume --threads 1 >"$tmp/bad-ws.log" 2>&1 \
-  || { cat "$tmp/bad-ws.log"; fail "a state.json without world_size (before issue 12) not accepted"; }
+  || { cat "$tmp/bad-ws.log"; fail "a state.json without world_size (older files) not accepted"; }
 echo "ok: state.json world_size 0 refused, absent accepted"

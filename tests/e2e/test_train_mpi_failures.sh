@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel failure handling (issue 12), CPU backend, 2 ranks under mpirun:
+# Data-parallel failure handling, CPU backend, 2 ranks under mpirun:
 #  - SIGTERM to rank 1 alone (SIGINT to rank 0 alone) stops both ranks at the same step with one committed
 #    checkpoint; resumed with 2 ranks, the run ends bit-identical to an uninterrupted 2-rank run;
 #  - kill -9 of rank 1 mid-run: mpirun ends within a bounded time, rank 0 says in one line that rank 1 died, and the

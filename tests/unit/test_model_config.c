@@ -213,7 +213,7 @@ START_TEST(moe_variant_switches) {
 }
 END_TEST
 
-/* The switches of issue 16's second step: the dense prefix (n_dense_first, its d_ff), shared experts and the
+/* The MoE-variant switches: the dense prefix (n_dense_first, its d_ff), shared experts and the
  * bias balancing (balance "bias", balance_gamma): defaults, strict refusals naming the key, round trips. */
 START_TEST(moe_structure_switches) {
     ModelConfig c;

@@ -117,7 +117,7 @@ START_TEST(duplicate_key_refused) {
 END_TEST
 
 /* The misspelling is the cause, the missing key its consequence: the unknown key is reported, with the closest key
- * the reader asked for (issue 13). */
+ * the reader asked for. */
 START_TEST(unknown_key_before_missing_with_suggestion) {
     char err[512] = "";
     long steps = 0;

@@ -1,5 +1,5 @@
 // The NCCL subset kernels/cuda/cuda_nccl.cu uses, emulated over MPI on the CUDA emulator's (host) device memory, so
-// the cuda backend's data-parallel path runs in CI without a GPU (issue 12).
+// the cuda backend's data-parallel path runs in CI without a GPU.
 //
 // Mapping: NCCL rank r of n is MPI_COMM_WORLD rank r of n (the emulation refuses any other layout); the unique id
 // must be the same on every rank (checked: real NCCL would hang instead); buffers must lie inside emulated device
