@@ -1,4 +1,6 @@
 /* The backend interface: every numerical op the models need, behind one table of function pointers.
+ * The ops and their contracts are listed once, in kernels/backend_ops.h; this file holds the conventions, the
+ * types they use and the backend's memory and lifecycle members.
  *
  * Model code calls only these ops (never #ifdef CUDA). The CPU implementation (kernels/cpu/) is the readable
  * definition of each op; the CUDA implementation (kernels/cuda/) must agree with it in a test.
@@ -58,7 +60,8 @@ struct Backend {
      * said); set by the model around them, quoted by alloc's out-of-memory message so that it names what to change. */
     char alloc_purpose[320];
 
-    /* ---- memory ---- */
+    /* ---- memory and lifecycle: not ops (kernels/backend_ops.h); each backend defines them privately, beside the
+     * state they manage (host allocations, the CUDA allocator, the bf16 weight copy) ---- */
     void *(*alloc)(Backend *be, size_t bytes); /* zero-filled; dies with a message on failure */
     void (*free)(Backend *be, void *p);
     void (*to_device)(Backend *be, void *dst, const void *src_host, size_t bytes);
@@ -74,165 +77,10 @@ struct Backend {
      * registration. The CPU keeps nothing. */
     void (*register_weights)(Backend *be, const scalar_t *p, size_t n);
 
-    /* ---- dense linear algebra ----
-     * C[M,N] = alpha * op(A) @ op(B) + beta * C, op(A) is [M,K], op(B) is [K,N].
-     * transA: A is stored as [K,M]; transB: B is stored as [N,K] (e.g. a PyTorch Linear weight [out,in]).
-     * beta = 0 must overwrite C even if it holds NaN. */
-    void (*matmul)(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B, int M, int N, int K, int transA,
-                   int transB, scalar_t alpha, scalar_t beta);
-
-    /* ---- elementwise ---- */
-    void (*add_inplace)(Backend *be, scalar_t *y, const scalar_t *x, size_t n);   /* y[n] += x[n] */
-    void (*scale_inplace)(Backend *be, scalar_t *y, scalar_t s, size_t n);        /* y[n] *= s */
-    void (*add_bias)(Backend *be, scalar_t *y, const scalar_t *bias, int N, int C); /* y[N,C] += bias[C] */
-    void (*bias_backward)(Backend *be, scalar_t *dbias, const scalar_t *dy, int N, int C); /* dbias[C] += sum_n dy */
-    void (*relu_forward)(Backend *be, scalar_t *y, const scalar_t *x, size_t n);  /* y = max(x,0); y may equal x */
-    /* dx = dy * (pre > 0), overwrite; pre is the ReLU input. dx may alias dy. */
-    void (*relu_backward)(Backend *be, scalar_t *dx, const scalar_t *dy, const scalar_t *pre, size_t n);
-
-    /* ---- embedding ---- */
-    void (*embedding_forward)(Backend *be, scalar_t *h, const int32_t *tokens, const scalar_t *table, int N,
-                              int C); /* h[N,C] = table[tokens[n]] */
-    void (*embedding_backward)(Backend *be, scalar_t *dtable, const scalar_t *dh, const int32_t *tokens, int N,
-                               int C); /* dtable[tokens[n]] += dh[n] */
-
-    /* ---- LayerNorm over the last dim, biased variance, eps inside the sqrt ----
-     * y[N,C] = (x - mean) * rstd * w + b; w and b may be NULL (no affine: w=1, b=0).
-     * mean[N], rstd[N] are saved for the backward. */
-    void (*layernorm_forward)(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd, const scalar_t *x,
-                              const scalar_t *w, const scalar_t *b, int N, int C, scalar_t eps);
-    /* dx[N,C] += ..., dw[C] += ..., db[C] += ... (dw/db ignored when w/b are NULL). */
-    void (*layernorm_backward)(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *db, const scalar_t *dy,
-                               const scalar_t *x, const scalar_t *w, const scalar_t *mean, const scalar_t *rstd, int N,
-                               int C);
-
-    /* ---- RoPE, NeoX rotate-half layout, in place on x[B,T,H,D] ----
-     * Rotates dims [0,n_rot) of every head (n_rot even), half = n_rot/2, theta_i = base^(-2i/n_rot) computed in fp32,
-     * position of row t = pos_offset + t:
-     *   y[i] = x[i] cos - x[i+half] sin ;  y[i+half] = x[i+half] cos + x[i] sin   (i < half)
-     * inverse != 0 applies the transpose (rotation by -angle): the backward of the forward rotation. */
-    void (*rope)(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, int pos_offset, scalar_t base,
-                 int inverse);
-
-    /* ---- causal softmax attention ----
-     * q[B,Tq,H,D], k[B,Tk,H,D], v[B,Tk,H,D] (Tk >= Tq; query i sits at absolute position Tk-Tq+i and sees keys
-     * j <= Tk-Tq+i), out[B,Tq,H,D], lse[B,H,Tq] = logsumexp of the scaled scores (saved for the backward).
-     * scores = scale * q.k (MoEUT and the DM-math dense model pre-scale q and k and pass scale = 1). */
-    void (*attention_forward)(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
-                              const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale);
-    /* dq, dk, dv += gradients (same shapes as q, k, v). Requires Tq == Tk. */
-    void (*attention_backward)(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
-                               const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
-                               const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
-
-    /* ---- routing primitives: selection, gating transform, balancing losses (moe-variants.md) ----
-     * logits[N,G,E] (G independent groups, e.g. attention heads; G=1 for the FFN).
-     *
-     * topk_select: for each (n,g) the k experts with the largest key (ties: lower index first), excluding experts
-     * whose drop mask entry is nonzero (drop[N,G,E], may be NULL; expert dropout). Slot order: descending key.
-     * sel[N,G,k] = g*E + e (GLOBAL expert id, ready for cvmm). If fewer than k experts survive the mask, the remaining
-     * slots take the lowest-index dropped experts, in index order; router_gates gives those slots gate 0 (the
-     * reference sets dropped scores to -inf before top-k, so such an entry contributes nothing).
-     * The key (kernels/routing_key.h): without a bias (bias == NULL) the logit itself: selecting on the logits equals
-     * selecting on sigmoid or softmax scores, which are increasing functions of them. With bias[G*E] (balance "bias",
-     * DeepSeek-V3 eq. 16): score_e + bias[g*E+e], score = the gating transform `score` of the logits (sigmoid, or
-     * softmax over the group's E logits), computed in double; the bias moves the selection only, never a gate. */
-    void (*topk_select)(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, const scalar_t *bias,
-                        RouterKind score, int N, int G, int E, int k);
-    /* router_gates: gate[N,G,k] at the selected experts (sel from topk_select):
-     *   ROUTER_SIGMOID: s_j = sigmoid(l[sel_j])                   (MoEUT's sigma-MoE)
-     *   ROUTER_SOFTMAX: s_j = softmax over the group's E logits, at sel_j (all E experts, dropped or not)
-     *   renorm == 0: gate_j = s_j;  renorm != 0: gate_j = s_j / sum_i s_i over the k slots
-     * A slot whose expert is dropped (drop[n,g,e] != 0; only the filler slots of topk_select) gets gate 0 and is
-     * left out of the sum. */
-    void (*router_gates)(Backend *be, scalar_t *gate, const scalar_t *logits, const int32_t *sel, const uint8_t *drop,
-                         int N, int G, int E, int k, RouterKind kind, int renorm);
-    /* dlogits[N,G,E] += the gradient of sum_j dgate_j * gate_j through router_gates (same arguments; gate is its
-     * output). Sigmoid without renorm touches only the selected logits; softmax touches every logit of the group. */
-    void (*router_gates_backward)(Backend *be, scalar_t *dlogits, const scalar_t *dgate, const scalar_t *gate,
-                                  const scalar_t *logits, const int32_t *sel, const uint8_t *drop, int N, int G,
-                                  int E, int k, RouterKind kind, int renorm);
-    /* switch_balance: the Switch Transformer load-balancing loss (Fedus et al. 2021, eqs. 4-6) of ONE routing
-     * decision, logits[B,T,G,E] with its selection sel[B,T,G,k] (global ids g*E+e), over the positions with
-     * valid[B,T] != 0 (NULL = all), n of them:
-     *   f_{g,i} = (number of slots of group g selecting expert i) / (k n)     (sums to 1; not differentiated)
-     *   P_{g,i} = (1/n) sum_t softmax(l_{t,g})_i
-     *   value   = (1/G) sum_g E sum_i f_{g,i} P_{g,i}                    (1 for a uniform router)
-     * Returns value (unscaled; 0 when n = 0). If dlogits != NULL: dlogits = coef * d(value)/d(logits) (overwrite),
-     * i.e. coef * E / (G n) * p_e (f_e - sum_i f_i p_i) at valid positions, 0 elsewhere. */
-    double (*switch_balance)(Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
-                             const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef);
-
-    /* expert_count: counts[g*E + e] += the number of slots j of the positions n with valid[n] != 0 (valid[N], NULL =
-     * all) whose selection sel[N,G,k] is g*E + e (global ids, as topk_select writes them), leaving out the slots
-     * whose expert is dropped (drop[N,G,E] != 0, may be NULL: the filler slots of topk_select carry gate 0 and route
-     * nothing). counts[G*E] is int64 so that it stays exact over any number of calls. Feeds the routing statistics
-     * (model_routing_counts) and, later, load-based balancing. */
-    void (*expert_count)(Backend *be, int64_t *counts, const int32_t *sel, const uint8_t *drop, const uint8_t *valid,
-                         int N, int G, int E, int k);
-
-    /* ---- routing plan: the entries of one routing decision sorted by expert, built once, read by every cvmm ----
-     * routing_plan fills plan (memory provided by the caller, see RoutingPlan) from sel[M], values in
-     * [0, n_experts): perm/inv/offset are the stable counting sort of the entries by expert (sorted position m holds
-     * entry perm[m]; expert e's entries are the sorted positions [offset[e], offset[e+1]), in entry order), and the
-     * non-empty experts in increasing order. An id outside [0, n_experts) dies naming the first such entry. One
-     * routing decision (e.g. the FFN's sel[N,K]) is planned once per forward and its plan serves the forward's and
-     * the backward's cvmm calls of that decision (route once, sort once: ScatterMoE, MegaBlocks). */
-    void (*routing_plan)(Backend *be, RoutingPlan *plan, const int32_t *sel, int M, int n_experts);
-
-    /* ---- cvmm: conditional (expert-selected) vector-matrix multiply ----
-     * The M entries p = 0..M-1 of plan (M = plan->M), expert sel[p], weights W[n_experts, Kin, Nout].
-     *   y_p = X[p / in_div, :] @ W[sel[p]]                        (X has M/in_div rows of Kin)
-     * Without reduction (w == NULL): Y[p, :] = y_p                (Y[M, Nout], overwritten)
-     * With reduction weights w[M]:   Y[r, :] = sum_{p: p/out_div == r} w[p] * y_p   (Y[M/out_div, Nout], overwritten)
-     * order (CvmmOrder flags) lets rows stay in plan order between calls that share a plan:
-     *   CVMM_IN_SORTED:  X (and the backward's dX) row m is entry perm[m]'s row; needs in_div == 1
-     *   CVMM_OUT_SORTED: Y (and the backward's dY) row m is y_{perm[m]}; needs w == NULL (no reduction)
-     * The four MoE call patterns (spec §4.3):
-     *   FFN up   : X=x[N,C],       sel[N,K],      in_div=K,    w=NULL          -> U[N*K, S]  (MoEUT: OUT_SORTED)
-     *   FFN down : X=A[N*K,S],     sel[N,K],      in_div=1,    w[N*K], out_div=K     -> f[N, C]  (MoEUT: IN_SORTED)
-     *   Att V    : X=x[N,C],       sel[N,H,KA],   in_div=H*KA, w[N*H*KA], out_div=KA -> v[N*H, D]
-     *   Att O    : X=r[N*H,D],     sel[N,H,KA],   in_div=KA,   w[N*H*KA], out_div=H*KA -> out[N, C] */
-    void (*cvmm_forward)(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *plan,
-                         const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order);
-    /* Backward of cvmm_forward, given dY (shape and order of Y), same plan, order and divisors:
-     *   G_p = (w ? w[p] * dY[p/out_div] : dY[p])
-     *   dX[p/in_div] += G_p @ W[sel[p]]^T      (dX may be NULL)
-     *   dW[sel[p]]   += X[p/in_div]^T (x) G_p  (dW may be NULL)
-     *   dw[p]         = <dY[p/out_div], y_p>   (overwrite; only when w and dw are non-NULL) */
-    void (*cvmm_backward)(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY,
-                          const scalar_t *X, const scalar_t *W, const RoutingPlan *plan, const scalar_t *w, int in_div,
-                          int out_div, int Kin, int Nout, int order);
-
-    /* ---- entropy ("perplexity") regularizer, masked [B,B]-broadcast form of the DM-math training code ----
-     * logits[R,B,T,G,E]: the raw router logits of the R applications of ONE module (history in application order).
-     * valid[B,T] (uint8): 1 where the position has a real target; NULL means all valid.
-     * p = softmax over E per (r,b,t,g); cnt_b = R * (valid positions of b); pbar_{b,g} = mean of p over the valid
-     * (r,t) of b; H_{b,g} = -sum_e pbar log pbar.
-     * value = -(1/(B*B*G)) sum_{i,j,g} r_ij (H_{j,g} - log r_ij),   r_ij = cnt_j / cnt_i
-     * (with all positions valid this is -mean_{b,g} H_{b,g}, the spec's layers_time form).
-     * Returns value (unscaled). If dlogits != NULL: dlogits = coef * d(value)/d(logits) (overwrite), i.e. for a
-     * valid position of sequence j: coef * p (log pbar_j - sum_e p log pbar_j) * mean_i(1/cnt_i) / (B*G); 0 elsewhere.
-     * Sequences with no valid position are left out of B entirely. */
-    double (*entropy_reg)(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
-                          int T, int G, int E, scalar_t coef);
-
-    /* ---- cross-entropy ----
-     * logits[N,V], targets[N] with -1 = not counted. Returns sum over counted rows of -log softmax[target].
-     * losses[N] (may be NULL) = per-row loss (0 for uncounted rows).
-     * dlogits (may be NULL, may alias logits) = grad_scale * (softmax - onehot) on counted rows, 0 on the others. */
-    double (*cross_entropy)(Backend *be, scalar_t *dlogits, scalar_t *losses, const scalar_t *logits,
-                            const int32_t *targets, int N, int V, scalar_t grad_scale);
-    /* argmax[N] over the last dim of x[N,V] (ties: lowest index). */
-    void (*argmax_rows)(Backend *be, int32_t *argmax, const scalar_t *x, int N, int V);
-
-    /* ---- optimizer ----
-     * PyTorch AdamW, step t >= 1: p *= (1 - lr*wd); m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-     * p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). m and v are fp32 state the same size as p. */
-    void (*adamw_step)(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, scalar_t *v, size_t n, double lr,
-                       double beta1, double beta2, double eps, double wd, long t);
-    double (*sum_squares)(Backend *be, const scalar_t *x, size_t n); /* sum x^2, accumulated in double */
-    int (*all_finite)(Backend *be, const scalar_t *x, size_t n);     /* 1 if no NaN/Inf */
+    /* ---- the ops: one member per entry of kernels/backend_ops.h (each op's contract is there) ---- */
+#define BACKEND_OP(ret, name, params) ret(*name) params;
+#include "kernels/backend_ops.h"
+#undef BACKEND_OP
 };
 
 /* Creates a backend by name: "cpu" always works; "cuda" works when built with nvcc and a usable GPU is present.

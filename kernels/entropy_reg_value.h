@@ -1,4 +1,4 @@
-/* The scalar part of the entropy regularizer (backend.h, entropy_reg), shared by the backends so that both compute
+/* The scalar part of the entropy regularizer (backend_ops.h, entropy_reg), shared by the backends so that both compute
  * it in the same order from the same per-sequence quantities; only the per-position work differs between them. */
 #ifndef KERNELS_ENTROPY_REG_VALUE_H
 #define KERNELS_ENTROPY_REG_VALUE_H

@@ -1,4 +1,4 @@
-/* The quantity topk_select ranks (kernels/backend.h), one definition for the CPU reference and the CUDA kernel.
+/* The quantity topk_select ranks (kernels/backend_ops.h), one definition for the CPU reference and the CUDA kernel.
  *   no bias : the logit (exact in double: ranking it equals ranking sigmoid or softmax of it)
  *   bias    : score + bias, score = sigmoid(l) or softmax_e(l) = exp(l - mx) / sum (mx, sum: the row's max logit and
  *             sum of exp(l - mx), from routing_softmax_stats), all in double (balance "bias", DeepSeek-V3 eq. 16)

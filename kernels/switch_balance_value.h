@@ -1,4 +1,4 @@
-/* The scalar part of the Switch balancing loss (backend.h, switch_balance), shared by the backends so that both
+/* The scalar part of the Switch balancing loss (backend_ops.h, switch_balance), shared by the backends so that both
  * normalise and sum it in the same order; only the per-position counting and the gradient differ between them. */
 #ifndef KERNELS_SWITCH_BALANCE_VALUE_H
 #define KERNELS_SWITCH_BALANCE_VALUE_H

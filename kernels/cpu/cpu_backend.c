@@ -103,33 +103,8 @@ Backend *backend_cpu_create(void) {
     be->destroy = cpu_destroy;
     be->register_weights = cpu_register_weights;
 
-    be->matmul = cpu_matmul;
-    be->add_inplace = cpu_add_inplace;
-    be->scale_inplace = cpu_scale_inplace;
-    be->add_bias = cpu_add_bias;
-    be->bias_backward = cpu_bias_backward;
-    be->relu_forward = cpu_relu_forward;
-    be->relu_backward = cpu_relu_backward;
-    be->embedding_forward = cpu_embedding_forward;
-    be->embedding_backward = cpu_embedding_backward;
-    be->layernorm_forward = cpu_layernorm_forward;
-    be->layernorm_backward = cpu_layernorm_backward;
-    be->rope = cpu_rope;
-    be->attention_forward = cpu_attention_forward;
-    be->attention_backward = cpu_attention_backward;
-    be->topk_select = cpu_topk_select;
-    be->expert_count = cpu_expert_count;
-    be->router_gates = cpu_router_gates;
-    be->router_gates_backward = cpu_router_gates_backward;
-    be->switch_balance = cpu_switch_balance;
-    be->routing_plan = cpu_routing_plan;
-    be->cvmm_forward = cpu_cvmm_forward;
-    be->cvmm_backward = cpu_cvmm_backward;
-    be->entropy_reg = cpu_entropy_reg;
-    be->cross_entropy = cpu_cross_entropy;
-    be->argmax_rows = cpu_argmax_rows;
-    be->adamw_step = cpu_adamw_step;
-    be->sum_squares = cpu_sum_squares;
-    be->all_finite = cpu_all_finite;
+#define BACKEND_OP(ret, name, params) be->name = cpu_##name;
+#include "kernels/backend_ops.h"
+#undef BACKEND_OP
     return be;
 }

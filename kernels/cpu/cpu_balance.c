@@ -1,5 +1,5 @@
 /* CPU reference of the balancing losses on router logits: the masked entropy ("perplexity") regularizer of MoEUT
- * and the Switch Transformer load-balancing loss. Formulas: kernels/backend.h. */
+ * and the Switch Transformer load-balancing loss. Formulas: kernels/backend_ops.h. */
 #include <float.h>
 #include <string.h>
 
@@ -23,7 +23,7 @@ static void softmax_row(double *p, const scalar_t *l, int E) {
     for (int e = 0; e < E; e++) p[e] /= s;
 }
 
-/* logits[R,B,T,G,E], valid[B,T] (NULL = all valid). See backend.h for the formula. Everything in double; every
+/* logits[R,B,T,G,E], valid[B,T] (NULL = all valid). See backend_ops.h for the formula. Everything in double; every
  * sum runs in a fixed order, parallel loops only split independent (b,g) pairs or positions. */
 double cpu_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
                        int T, int G, int E, scalar_t coef) {

@@ -14,7 +14,7 @@
 
 #define PAR_MIN 32768
 
-/* See backend.h. A stable counting sort: count the entries of each expert, prefix-sum the counts into offsets, then
+/* See backend_ops.h. A stable counting sort: count the entries of each expert, prefix-sum the counts into offsets, then
  * visit the entries in p order and give each the next free sorted position of its expert. */
 void cpu_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, int n_experts) {
     routing_plan_check_args(pl, M, n_experts);
@@ -96,7 +96,7 @@ void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_
     }
 }
 
-/* See backend.h. With Gu_p = dY[p/out_div] (with w) or dY[p] (without), Q_p = Gu_p @ W[sel[p]]^T:
+/* See backend_ops.h. With Gu_p = dY[p/out_div] (with w) or dY[p] (without), Q_p = Gu_p @ W[sel[p]]^T:
  *   dX[p/in_div] += (w ? w[p] : 1) * Q_p,   dw[p] = <Q_p, X[p/in_div]> (= <dY[p/out_div], y_p>),
  *   dW[e] += Xs_e^T @ (w-scaled Gu)_e. */
 void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,

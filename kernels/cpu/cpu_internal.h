@@ -77,60 +77,12 @@ static inline scalar_t cpu_sigmoid(scalar_t x) {
     return e / ((scalar_t)1 + e);
 }
 
-/* Op implementations, one group per source file. */
-/* cpu_dense.c */
-void cpu_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B, int M, int N, int K, int transA,
-                int transB, scalar_t alpha, scalar_t beta);
-void cpu_add_inplace(Backend *be, scalar_t *y, const scalar_t *x, size_t n);
-void cpu_scale_inplace(Backend *be, scalar_t *y, scalar_t s, size_t n);
-void cpu_add_bias(Backend *be, scalar_t *y, const scalar_t *bias, int N, int C);
-void cpu_bias_backward(Backend *be, scalar_t *dbias, const scalar_t *dy, int N, int C);
-void cpu_relu_forward(Backend *be, scalar_t *y, const scalar_t *x, size_t n);
-void cpu_relu_backward(Backend *be, scalar_t *dx, const scalar_t *dy, const scalar_t *pre, size_t n);
-void cpu_embedding_forward(Backend *be, scalar_t *h, const int32_t *tokens, const scalar_t *table, int N, int C);
-void cpu_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, const int32_t *tokens, int N, int C);
-void cpu_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd, const scalar_t *x,
-                           const scalar_t *w, const scalar_t *b, int N, int C, scalar_t eps);
-void cpu_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *db, const scalar_t *dy,
-                            const scalar_t *x, const scalar_t *w, const scalar_t *mean, const scalar_t *rstd, int N,
-                            int C);
-/* cpu_attention.c */
-void cpu_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, int pos_offset, scalar_t base,
-              int inverse);
-void cpu_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
-                           const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale);
-void cpu_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
-                            const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
-                            const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
-/* cpu_routing.c */
-void cpu_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, const scalar_t *bias,
-                     RouterKind score, int N, int G, int E, int k);
-void cpu_expert_count(Backend *be, int64_t *counts, const int32_t *sel, const uint8_t *drop, const uint8_t *valid,
-                      int N, int G, int E, int k);
-void cpu_router_gates(Backend *be, scalar_t *gate, const scalar_t *logits, const int32_t *sel, const uint8_t *drop,
-                      int N, int G, int E, int k, RouterKind kind, int renorm);
-void cpu_router_gates_backward(Backend *be, scalar_t *dlogits, const scalar_t *dgate, const scalar_t *gate,
-                               const scalar_t *logits, const int32_t *sel, const uint8_t *drop, int N, int G, int E,
-                               int k, RouterKind kind, int renorm);
-/* cpu_balance.c */
-double cpu_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
-                          const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef);
-double cpu_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
-                       int T, int G, int E, scalar_t coef);
-/* cpu_cvmm.c */
-void cpu_routing_plan(Backend *be, RoutingPlan *plan, const int32_t *sel, int M, int n_experts);
-void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *plan,
-                      const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order);
-void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
-                       const scalar_t *W, const RoutingPlan *plan, const scalar_t *w, int in_div, int out_div, int Kin,
-                       int Nout, int order);
-/* cpu_loss_optim.c */
-double cpu_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, const scalar_t *logits,
-                         const int32_t *targets, int N, int V, scalar_t grad_scale);
-void cpu_argmax_rows(Backend *be, int32_t *argmax, const scalar_t *x, int N, int V);
-void cpu_adamw_step(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, scalar_t *v, size_t n, double lr,
-                    double beta1, double beta2, double eps, double wd, long t);
-double cpu_sum_squares(Backend *be, const scalar_t *x, size_t n);
-int cpu_all_finite(Backend *be, const scalar_t *x, size_t n);
+/* The op implementations, cpu_<op> for every op of kernels/backend_ops.h (cpu_backend.c's table points at them).
+ * The ops by file: cpu_dense.c (matmul, elementwise, embedding, LayerNorm), cpu_attention.c (RoPE, attention),
+ * cpu_routing.c (selection, gates, expert counts), cpu_balance.c (the balancing losses), cpu_cvmm.c (the routing
+ * plan, cvmm), cpu_loss_optim.c (cross-entropy, argmax, optimizer, norms). */
+#define BACKEND_OP(ret, name, params) ret cpu_##name params;
+#include "kernels/backend_ops.h"
+#undef BACKEND_OP
 
 #endif

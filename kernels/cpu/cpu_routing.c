@@ -1,11 +1,12 @@
 /* CPU reference of the routing primitives: top-k selection and the gating transforms (sigmoid, softmax, each
- * optionally renormalised over the selected experts). Formulas: kernels/backend.h; the balancing losses are in
+ * optionally renormalised over the selected experts). Formulas: kernels/backend_ops.h; the balancing losses are in
  * cpu_balance.c. */
 #include <float.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/routing_key.h"
+#include "kernels/routing_topk.h"
 #include "pipeline/log.h"
 
 /* Max and sum of exp(l - max) over a row of E logits (in double): softmax_e = exp(l_e - mx) / sum. */
@@ -15,42 +16,18 @@
 #define softmax_stats routing_softmax_stats_f
 #endif
 
-/* For each (n,g): the k largest keys (kernels/routing_key.h: the logit, or score + bias) among experts not dropped,
- * in descending order (ties: lower index first), by insertion into k slots; filler slots from the dropped experts
- * when fewer than k survive. */
+/* For each (n,g): routing_topk_row (kernels/routing_topk.h, the same code as the CUDA kernel's). */
 void cpu_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, const scalar_t *bias,
                      RouterKind score, int N, int G, int E, int k) {
     (void)be;
     if (k < 1 || k > E) die("topk_select: k=%d must be in [1, E=%d]", k, E);
     if (score != ROUTER_SIGMOID && score != ROUTER_SOFTMAX) die("topk_select: unknown router kind %d", (int)score);
-    const int has_bias = bias != NULL, softmax = score == ROUTER_SOFTMAX;
+    const int softmax = score == ROUTER_SOFTMAX;
 #pragma omp parallel for schedule(static) if ((size_t)N * G * E > 32768)
     for (long ng = 0; ng < (long)N * G; ng++) {
         int g = (int)(ng % G);
-        const scalar_t *l = logits + (size_t)ng * E;
-        const scalar_t *b = has_bias ? bias + (size_t)g * E : NULL;
-        const uint8_t *dr = drop ? drop + (size_t)ng * E : NULL;
-        int32_t *s = sel + (size_t)ng * k; /* local expert ids, descending key, until the final loop */
-        double mx = 0, sum = 1;
-        if (has_bias && softmax) softmax_stats(l, E, &mx, &sum);
-#define KEY(e) routing_key((double)l[e], has_bias, has_bias ? (double)b[e] : 0.0, softmax, mx, sum)
-        int count = 0;
-        for (int e = 0; e < E; e++) {
-            if (dr && dr[e]) continue;
-            double val = KEY(e);
-            if (count == k && !(val > KEY(s[k - 1]))) continue; /* strictly greater: an equal later expert loses */
-            int pos = count < k ? count : k - 1;                 /* insertion point, shifting smaller entries down */
-            while (pos > 0 && val > KEY(s[pos - 1])) {
-                s[pos] = s[pos - 1];
-                pos--;
-            }
-            s[pos] = e;
-            if (count < k) count++;
-        }
-#undef KEY
-        for (int j = 0; j < count; j++) s[j] += g * E;
-        for (int e = 0; e < E && count < k; e++) /* not enough surviving experts: dropped ones fill the slots */
-            if (dr && dr[e]) s[count++] = g * E + e;
+        routing_topk_row(sel + (size_t)ng * k, logits + (size_t)ng * E, bias ? bias + (size_t)g * E : NULL,
+                         drop ? drop + (size_t)ng * E : NULL, softmax, g, E, k);
     }
 }
 

@@ -206,33 +206,8 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     be->destroy = cu_destroy;
     be->register_weights = cuda_register_weights;
 
-    be->matmul = cuda_matmul;
-    be->add_inplace = cuda_add_inplace;
-    be->scale_inplace = cuda_scale_inplace;
-    be->add_bias = cuda_add_bias;
-    be->bias_backward = cuda_bias_backward;
-    be->relu_forward = cuda_relu_forward;
-    be->relu_backward = cuda_relu_backward;
-    be->embedding_forward = cuda_embedding_forward;
-    be->embedding_backward = cuda_embedding_backward;
-    be->layernorm_forward = cuda_layernorm_forward;
-    be->layernorm_backward = cuda_layernorm_backward;
-    be->rope = cuda_rope;
-    be->attention_forward = cuda_attention_forward;
-    be->attention_backward = cuda_attention_backward;
-    be->topk_select = cuda_topk_select;
-    be->expert_count = cuda_expert_count;
-    be->router_gates = cuda_router_gates;
-    be->router_gates_backward = cuda_router_gates_backward;
-    be->switch_balance = cuda_switch_balance;
-    be->routing_plan = cuda_routing_plan;
-    be->cvmm_forward = cuda_cvmm_forward;
-    be->cvmm_backward = cuda_cvmm_backward;
-    be->entropy_reg = cuda_entropy_reg;
-    be->cross_entropy = cuda_cross_entropy;
-    be->argmax_rows = cuda_argmax_rows;
-    be->adamw_step = cuda_adamw_step;
-    be->sum_squares = cuda_sum_squares;
-    be->all_finite = cuda_all_finite;
+#define BACKEND_OP(ret, name, params) be->name = cuda_##name;
+#include "kernels/backend_ops.h"
+#undef BACKEND_OP
     return be;
 }

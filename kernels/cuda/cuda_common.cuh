@@ -173,73 +173,32 @@ __device__ __forceinline__ double block_sum_d(double v, double *sh) {
     return r;
 }
 
-// Op implementations (one group per .cu file); declared with C++ linkage, used by cuda_backend.cu's table.
-// cuda_dense.cu
-void cuda_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B, int M, int N, int K, int transA,
-                 int transB, scalar_t alpha, scalar_t beta);
-void cuda_add_inplace(Backend *be, scalar_t *y, const scalar_t *x, size_t n);
-void cuda_scale_inplace(Backend *be, scalar_t *y, scalar_t s, size_t n);
-void cuda_add_bias(Backend *be, scalar_t *y, const scalar_t *bias, int N, int C);
-void cuda_bias_backward(Backend *be, scalar_t *dbias, const scalar_t *dy, int N, int C);
-void cuda_relu_forward(Backend *be, scalar_t *y, const scalar_t *x, size_t n);
-void cuda_relu_backward(Backend *be, scalar_t *dx, const scalar_t *dy, const scalar_t *pre, size_t n);
-void cuda_embedding_forward(Backend *be, scalar_t *h, const int32_t *tokens, const scalar_t *table, int N, int C);
-void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, const int32_t *tokens, int N, int C);
-void cuda_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd, const scalar_t *x,
-                            const scalar_t *w, const scalar_t *b, int N, int C, scalar_t eps);
-void cuda_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *db, const scalar_t *dy,
-                             const scalar_t *x, const scalar_t *w, const scalar_t *mean, const scalar_t *rstd, int N,
-                             int C);
-// Column sums over rows in a fixed order: out[c] += sum_n f(n, c) for the two patterns the backend needs.
+// The op implementations, cuda_<op> for every op of kernels/backend_ops.h (C++ linkage; cuda_backend.cu's table
+// points at them). The ops by file: cuda_dense.cu (matmul, elementwise, embedding, LayerNorm), cuda_attention.cu
+// (RoPE, attention), cuda_routing.cu (selection, gates, balancing losses, expert counts), cuda_cvmm_plan.cu (the
+// routing plan), cuda_cvmm.cu (cvmm; expert GEMMs: cuda_cvmm_gemm.cu; shared: cuda_cvmm.cuh), cuda_loss_optim.cu
+// (cross-entropy, argmax, optimizer, norms).
+#define BACKEND_OP(ret, name, params) ret cuda_##name params;
+#include "kernels/backend_ops.h"
+#undef BACKEND_OP
+
+// Helpers of the ops shared between their files.
+// cuda_dense.cu: column sums over rows in a fixed order: out[c] += sum_n f(n, c) for the two patterns the backend
+// needs.
 void cuda_column_sums(Backend *be, float *out_a, float *out_b, const float *dy, const float *x, const float *mean,
                       const float *rstd, int N, int C);
-// cuda_attention.cu
-void cuda_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, int pos_offset, scalar_t base,
-               int inverse);
-void cuda_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
-                            const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale);
-void cuda_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
-                             const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
-                             const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
-// Di[B,H,T] = dout . out per row (dout rounded to bf16 in bf16 mode); the backward's D_i for both attention paths.
+// cuda_attention.cu: Di[B,H,T] = dout . out per row (dout rounded to bf16 in bf16 mode); the backward's D_i for both
+// attention paths.
 void cuda_attention_rowdot(Backend *be, float *Di, const float *dout, const float *out, int B, int T, int H, int D);
-// cuda_attention_gemm.cu: the same two ops on cuBLAS batched GEMMs (cuda_attention_forward/backward dispatch here
-// according to DMMATH_CUDA_ATTENTION).
+// cuda_attention_gemm.cu: attention_forward/backward on cuBLAS batched GEMMs (cuda_attention_forward/backward
+// dispatch here according to DMMATH_CUDA_ATTENTION).
 void cuda_attention_gemm_forward(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
                                  const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale);
 void cuda_attention_gemm_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
                                   const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                                   const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
-// cuda_routing.cu
-void cuda_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, const scalar_t *bias,
-                      RouterKind score, int N, int G, int E, int k);
-void cuda_expert_count(Backend *be, int64_t *counts, const int32_t *sel, const uint8_t *drop, const uint8_t *valid,
-                       int N, int G, int E, int k);
-void cuda_router_gates(Backend *be, scalar_t *gate, const scalar_t *logits, const int32_t *sel, const uint8_t *drop,
-                       int N, int G, int E, int k, RouterKind kind, int renorm);
-void cuda_router_gates_backward(Backend *be, scalar_t *dlogits, const scalar_t *dgate, const scalar_t *gate,
-                                const scalar_t *logits, const int32_t *sel, const uint8_t *drop, int N, int G, int E,
-                                int k, RouterKind kind, int renorm);
-double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
-                           const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef);
-double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
-                        int T, int G, int E, scalar_t coef);
-// cuda_cvmm_plan.cu (the routing plan), cuda_cvmm.cu (cvmm; expert GEMMs: cuda_cvmm_gemm.cu; shared: cuda_cvmm.cuh)
-void cuda_routing_plan(Backend *be, RoutingPlan *plan, const int32_t *sel, int M, int n_experts);
-void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *plan,
-                       const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order);
-void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
-                        const scalar_t *W, const RoutingPlan *plan, const scalar_t *w, int in_div, int out_div, int Kin,
-                        int Nout, int order);
-// cuda_loss_optim.cu
-double cuda_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, const scalar_t *logits,
-                          const int32_t *targets, int N, int V, scalar_t grad_scale);
-void cuda_argmax_rows(Backend *be, int32_t *argmax, const scalar_t *x, int N, int V);
-void cuda_adamw_step(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, scalar_t *v, size_t n, double lr,
-                     double beta1, double beta2, double eps, double wd, long t);
-double cuda_sum_squares(Backend *be, const scalar_t *x, size_t n);
-int cuda_all_finite(Backend *be, const scalar_t *x, size_t n);
-// Sums n doubles on the device in a fixed order and returns the result on the host (synchronises).
+// cuda_loss_optim.cu: sums n doubles on the device in a fixed order and returns the result on the host
+// (synchronises).
 double cuda_sum_doubles(Backend *be, const double *x, size_t n);
 
 #endif

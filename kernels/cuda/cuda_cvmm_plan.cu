@@ -1,4 +1,4 @@
-// CUDA: the routing plan (backend.h's routing_plan: perm, inv, per-expert offsets, non-empty experts) built on the
+// CUDA: the routing plan (backend_ops.h's routing_plan: perm, inv, per-expert offsets, non-empty experts) built on the
 // device by a stable counting sort, into the caller's plan memory.
 //
 // The entries are cut into chunks of PLAN_CHUNK (one thread block each). Within a chunk, expert e is owned by thread

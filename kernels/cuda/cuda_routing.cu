@@ -1,5 +1,5 @@
 // CUDA: the routing primitives (top-k selection, gating transforms) and the balancing losses (masked entropy
-// regularizer, Switch loss) (formulas in kernels/backend.h; the CPU version in
+// regularizer, Switch loss) (formulas in kernels/backend_ops.h; the CPU version in
 // kernels/cpu/cpu_routing.c is the reference these kernels mirror).
 #include <cfloat>
 #include <cmath>
@@ -8,6 +8,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/entropy_reg_value.h"
 #include "kernels/routing_key.h"
+#include "kernels/routing_topk.h"
 #include "kernels/switch_balance_value.h"
 
 __device__ __forceinline__ float sigmoidf_stable(float x) {
@@ -16,38 +17,13 @@ __device__ __forceinline__ float sigmoidf_stable(float x) {
     return e / (1.0f + e);
 }
 
-// One thread per (n,g): insertion into the k slots (descending key, ties to the lower index), exactly as the CPU;
-// the slots hold local expert ids until the end, and the comparisons recompute the keys through them
-// (kernels/routing_key.h: the logit, or score + bias with balance "bias").
+// One thread per (n,g): routing_topk_row (kernels/routing_topk.h), the same code as the CPU reference's.
 __global__ void k_topk_select(int32_t *sel, const float *logits, const uint8_t *drop, const float *bias, int softmax,
                               long rows, int G, int E, int k) {
-    const int has_bias = bias != nullptr;
     for (long ng = blockIdx.x * (long)blockDim.x + threadIdx.x; ng < rows; ng += (long)gridDim.x * blockDim.x) {
         int g = (int)(ng % G);
-        const float *l = logits + (size_t)ng * E;
-        const float *b = has_bias ? bias + (size_t)g * E : nullptr;
-        const uint8_t *dr = drop ? drop + (size_t)ng * E : nullptr;
-        int32_t *s = sel + (size_t)ng * k;
-        double mx = 0, sum = 1;
-        if (has_bias && softmax) routing_softmax_stats_f(l, E, &mx, &sum);
-#define KEY(e) routing_key((double)l[e], has_bias, has_bias ? (double)b[e] : 0.0, softmax, mx, sum)
-        int count = 0;
-        for (int e = 0; e < E; e++) {
-            if (dr && dr[e]) continue;
-            double val = KEY(e);
-            if (count == k && !(val > KEY(s[k - 1]))) continue;
-            int pos = count < k ? count : k - 1;
-            while (pos > 0 && val > KEY(s[pos - 1])) {
-                s[pos] = s[pos - 1];
-                pos--;
-            }
-            s[pos] = e;
-            if (count < k) count++;
-        }
-#undef KEY
-        for (int j = 0; j < count; j++) s[j] += g * E;
-        for (int e = 0; e < E && count < k; e++)
-            if (dr && dr[e]) s[count++] = g * E + e;
+        routing_topk_row(sel + (size_t)ng * k, logits + (size_t)ng * E, bias ? bias + (size_t)g * E : nullptr,
+                         drop ? drop + (size_t)ng * E : nullptr, softmax, g, E, k);
     }
 }
 
