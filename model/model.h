@@ -17,7 +17,7 @@
 
 typedef enum { ARCH_DENSE = 0, ARCH_MOEUT = 1 } Arch;
 
-/* How the FFN router's load is balanced (model.balance; formulas in backend.h and the README's switch table). */
+/* How the FFN router's load is balanced (model.balance; formulas in kernels/backend_ops.h and experiments/README.md's switch table). */
 typedef enum { BALANCE_ENTROPY = 0, BALANCE_SWITCH = 1, BALANCE_NONE = 2, BALANCE_BIAS = 3 } BalanceKind;
 
 /* Keys of the JSON "model" object. MoEUT keys are the reference constructor's argument names; the dense model uses

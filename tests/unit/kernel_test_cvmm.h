@@ -1,4 +1,4 @@
-/* The four cvmm call patterns of backend.h (spec §4.3) and a dense oracle written from each pattern's meaning
+/* The four cvmm call patterns of kernels/backend_ops.h (spec §4.3) and a dense oracle written from each pattern's meaning
  * (out[t,j] = x[t] @ W[I[t,j]], plus its closed-form backward of spec §4.4), shared by the f32, f64 and CUDA tests.
  * Row mapping per entry p = (t*H + h)*K + j of sel[N,H,K] (H = 1 for the FFN patterns):
  *   FFN up  : input row t,        output row p       (no reduction)
