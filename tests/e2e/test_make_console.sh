@@ -45,7 +45,7 @@ fake_outputs() { # every output of the chain, touched in the order make would wr
     touch "runs/$exp/$r/train_summary.json" "runs/$exp/$r/result.json" "runs/$exp/$r/predictions.jsonl" \
       "runs/$exp/$r/analysis.json"
   done
-  touch "reports/$exp/report.html"
+  touch "reports/$exp/report.html" "reports/$exp/runs.csv"
 }
 mk all >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "make all"; } # bin/ current: older than the fakes
 fake_outputs
@@ -100,7 +100,7 @@ echo "ok: BACKEND, SET and NPROC changes redo train, evaluate and analyze of eve
 mk EXPERIMENT="$exp" RUNS="$runs" "runs/$exp/dense_qa/train.inputs" SET="train.lr=0.001 train.warmup=2" >/dev/null
 grep -qx 'backend=cpu nproc=1 set=train.lr=0.001,train.warmup=2' "runs/$exp/dense_qa/train.inputs" ||
   fail "stamp: $(cat "runs/$exp/dense_qa/train.inputs")"
-touch "runs/$exp/dense_qa/"{train_summary.json,result.json,predictions.jsonl,analysis.json} "reports/$exp/report.html"
+touch "runs/$exp/dense_qa/"{train_summary.json,result.json,predictions.jsonl,analysis.json} "reports/$exp/report.html" "reports/$exp/runs.csv"
 dry reordered SET="train.warmup=2 train.lr=0.001" RUNS=dense_qa
 [ -z "$(stages_of "$tmp/reordered.log")" ] || { stages_of "$tmp/reordered.log"; fail "a reordered SET redid a stage"; }
 dry dropped RUNS="$runs"
@@ -112,16 +112,22 @@ echo "ok: a reordered SET is the same stamp; dropping it retrains only the run i
 # A long SET is the same stamp too. GNU make 4.3's $(file <F), expanded inside a function's argument, kept the
 # file's trailing newline for some lengths (stamps of about 200-500 bytes), so such a stamp never matched its own text
 # and every make call retrained the run (mk/gpu_run.sh small passes ten keys).
+# (Real keys with long spellings of valid values: make refuses a SET that the run config does not accept.)
+valid_keys=(train.lr=0.00100000000000 train.warmup=00000000002 train.weight_decay=0.010000000000 \
+  train.min_lr_multiplier=0.100000000 train.grad_clip=0.25000000000 train.adam_beta1=0.90000000000 \
+  train.adam_beta2=0.99900000000 train.adam_eps=1.0000000e-08 train.log_every=000000000005 \
+  train.evaluate_every=00000000010 train.evaluate_examples=00000050 train.checkpoint_every=00000000 \
+  evaluate.max_examples_per_set=200 evaluate.greedy_check_examples=10 analyze.enabled=true train.steps=0000040)
 for n in 4 6 8 10 12 16; do
-  long=$(for i in $(seq 1 "$n"); do printf 'train.option_%02d=1 ' "$i"; done)
+  long="${valid_keys[*]:0:$n}"
   mk EXPERIMENT="$exp" RUNS=dense_qa "runs/$exp/dense_qa/train.inputs" SET="$long" >/dev/null
-  touch "runs/$exp/dense_qa/"{train_summary.json,result.json,predictions.jsonl,analysis.json} "reports/$exp/report.html"
+  touch "runs/$exp/dense_qa/"{train_summary.json,result.json,predictions.jsonl,analysis.json} "reports/$exp/report.html" "reports/$exp/runs.csv"
   dry long SET="$long" RUNS=dense_qa
   [ -z "$(stages_of "$tmp/long.log")" ] ||
     { stages_of "$tmp/long.log"; fail "a SET of $n keys ($(wc -c <"runs/$exp/dense_qa/train.inputs")-byte stamp) redid a stage"; }
 done
 mk EXPERIMENT="$exp" RUNS=dense_qa "runs/$exp/dense_qa/train.inputs" SET="train.lr=0.001 train.warmup=2" >/dev/null
-touch "runs/$exp/dense_qa/"{train_summary.json,result.json,predictions.jsonl,analysis.json} "reports/$exp/report.html"
+touch "runs/$exp/dense_qa/"{train_summary.json,result.json,predictions.jsonl,analysis.json} "reports/$exp/report.html" "reports/$exp/runs.csv"
 echo "ok: a SET of 4 to 16 keys (stamps of 100-450 bytes) matches its own stamp"
 
 # ---- the plan and the stage counter ----

@@ -7,7 +7,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 fail() { echo "FAIL: $*"; exit 1; }
-for b in train evaluate analyze seeds; do [ -x "bin/$b" ] || fail "bin/$b missing (run make first)"; done
+for b in train evaluate analyze runs; do [ -x "bin/$b" ] || fail "bin/$b missing (run make first)"; done
 if ! bin/train --help 2>&1 | grep -q -- '--set'; then
   echo "SKIP: bin/train has no --set option (config overrides, INTERFACES.md §1, not merged): RUN.seed<S> cannot train"
   exit 77

@@ -12,6 +12,8 @@
 
 #include "pipeline/predictions.h"
 #include "tests/unit/record_test_util.h"
+#include "pipeline/sha256.h"
+#include "pipeline/config.h"
 #include "tests/unit/suite_runner.h"
 
 static const char *TOL =
@@ -591,7 +593,7 @@ static void save_run_with_predictions(ResultRecord *r, const char *dir, long ind
     FILE *fp = fopen(p, "w");
     ck_assert_ptr_nonnull(fp);
     PredictionsHeader h = {r->experiment, r->run, r->code_version, r->backend, r->hardware, r->config_sha256, NULL};
-    ck_assert_msg(predictions_write_header(fp, p, &h, err, sizeof err) == 0, "%s", err);
+    long n_lines = 0;
     for (int s = 0; s < EVAL_N_SETS; s++) {
         const SetEval *se = &r->evaluation.sets[s];
         long index = index_shift;
@@ -602,9 +604,17 @@ static void save_run_with_predictions(ResultRecord *r, const char *dir, long ind
                 PredictionLine line = {EVAL_SET_NAMES[s], index, se->modules[m].name, q, "7", "7",
                                        i < se->modules[m].correct, se->modules[m].mean_answer_loss, -1};
                 ck_assert_msg(predictions_write_line(fp, p, &line, err, sizeof err) == 0, "%s", err);
+                n_lines++;
             }
     }
     fclose(fp);
+    /* the sidecar, as evaluate writes it: the metadata with the lines' count and hash */
+    char sha[65], meta[900];
+    ck_assert_msg(sha256_file_hex(p, sha, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(predictions_meta_path(p, meta, sizeof meta, err, sizeof err) == 0, "%s", err);
+    cJSON *mj = predictions_meta_to_json(&h, n_lines, sha);
+    ck_assert_msg(json_save_file(meta, mj, err, sizeof err) == 0, "%s", err);
+    cJSON_Delete(mj);
 }
 
 static const DiffRow *diff_row(const RunDiff *d, const char *name) {
@@ -675,10 +685,10 @@ START_TEST(diff_two_runs) {
     /* a stale predictions.jsonl (B's lines say 40 correct, its record 60): no intervals, and why */
     ResultRecord stale;
     rtu_record(&stale, "dense_qa", "dense", "qa", 40);
-    char tmpdir[700], cmd[1600];
+    char tmpdir[700], cmd[2400];
     snprintf(tmpdir, sizeof tmpdir, "%s/stale", g_dir);
     save_run_with_predictions(&stale, tmpdir, 0);
-    snprintf(cmd, sizeof cmd, "cp %s/predictions.jsonl %s/predictions.jsonl", tmpdir, db);
+    snprintf(cmd, sizeof cmd, "cp %s/predictions.jsonl %s/predictions.meta.json %s/", tmpdir, tmpdir, db);
     ck_assert_int_eq(system(cmd), 0);
     diff_side_free(&sb);
     ck_assert_msg(diff_side_load(&sb, db, err, sizeof err) == 0, "%s", err);
