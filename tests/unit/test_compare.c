@@ -1,6 +1,7 @@
-/* bin/compare on hand-made records: identical -> 0, a metric WORSE than its tolerance -> 1, a change inside it -> 0,
- * BETTER -> 0 (1 with --strict), different config hash / dataset hash / missing record / bad tolerances -> 2 (a
- * different config hash with --config-change=note -> a note and 0), several baseline seeds -> the seed-spread rule. */
+/* bin/compare's gate (pipeline/compare_gate.h: the status is the exit status) on hand-made records: identical -> 0,
+ * a metric WORSE than its tolerance -> 1, a change inside it -> 0, BETTER -> 0 (1 with --strict), different config
+ * hash / dataset hash / missing record / bad tolerances -> 2 (a different config hash with --config-change=note -> a
+ * note and 0), several baseline seeds -> the seed-spread rule; and --diff (pipeline/run_diff.h). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>

@@ -1,5 +1,6 @@
-/* bin/report on hand-made records: the headline table with the paper's numbers beside ours, a missing run listed as
- * missing, per-module tables, depth maps, well-formed self-contained HTML, deterministic output. */
+/* bin/report (pipeline/report_build.h) on hand-made records: the headline table with the paper's numbers beside
+ * ours, a missing run listed as missing, per-module tables, depth maps, well-formed self-contained HTML, deterministic
+ * output. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,7 @@
-/* bin/report's routing sections on hand-made records: the expert-load table (numbers against hand-computed ones) and
- * heat map for a run with routing statistics, nothing for runs without; the ablation table for two run configs of
- * one family, naming the differing key, and no such section for the standard experiment's distinct families. */
+/* bin/report's routing sections (pipeline/report_build.h) on hand-made records: the expert-load table (numbers
+ * against hand-computed ones) and heat map for a run with routing statistics, nothing for runs without; the ablation
+ * table for two run configs of one family, naming the differing key, and no such section for the standard
+ * experiment's distinct families. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
