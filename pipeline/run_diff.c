@@ -269,3 +269,24 @@ void run_diff_print(FILE *fp, const DiffSide *a, const DiffSide *b, const RunDif
                 d->n_examples, replicates, rng_seed);
     else fprintf(fp, "intervals: none: %s\n", d->not_paired);
 }
+
+int run_diff_command(const char *a_arg, const char *b_arg, int replicates) {
+    DiffSide a, b;
+    char err[2200];
+    if (diff_side_load(&a, a_arg, err, sizeof err) != 0) {
+        log_error("A: %s", err);
+        return 2;
+    }
+    if (diff_side_load(&b, b_arg, err, sizeof err) != 0) {
+        log_error("B: %s", err);
+        diff_side_free(&a);
+        return 2;
+    }
+    RunDiff d;
+    run_diff_compute(&a, &b, replicates, RUN_DIFF_BOOT_RNG_SEED, &d);
+    run_diff_print(stdout, &a, &b, &d, replicates, RUN_DIFF_BOOT_RNG_SEED);
+    run_diff_free(&d);
+    diff_side_free(&a);
+    diff_side_free(&b);
+    return 0;
+}

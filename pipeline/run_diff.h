@@ -64,4 +64,8 @@ void run_diff_print(FILE *fp, const DiffSide *a, const DiffSide *b, const RunDif
                     unsigned long long rng_seed);
 void run_diff_free(RunDiff *d);
 
+/* bin/compare --diff A B: loads both sides, prints the diff to stdout with the fixed bootstrap seed. Returns 0, or 2
+ * after logging "A: why" or "B: why" when a side cannot be read. */
+int run_diff_command(const char *a_arg, const char *b_arg, int replicates);
+
 #endif

@@ -1,19 +1,20 @@
-/* bin/compare on hand-made records: identical -> 0, a metric WORSE than its tolerance -> 1, a change inside it -> 0,
- * BETTER -> 0 (1 with --strict), different config hash / dataset hash / missing record / bad tolerances -> 2 (a
- * different config hash with --config-change=note -> a note and 0), several baseline seeds -> the seed-spread rule. */
-#define STAGE_NO_MAIN
-#include "stages/compare.c"
-
+/* bin/compare's gate (pipeline/compare_gate.h: the status is the exit status) on hand-made records: identical -> 0,
+ * a metric WORSE than its tolerance -> 1, a change inside it -> 0, BETTER -> 0 (1 with --strict), different config
+ * hash / dataset hash / missing record / bad tolerances -> 2 (a different config hash with --config-change=note -> a
+ * note and 0), several baseline seeds -> the seed-spread rule; and --diff (pipeline/run_diff.h). */
 #include <check.h>
-#include <stdarg.h>
-
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
+#include "pipeline/atomic_file.h"
+#include "pipeline/compare_gate.h"
 #include "pipeline/predictions.h"
-#include "tests/unit/record_test_util.h"
+#include "pipeline/run_diff.h"
 #include "pipeline/sha256.h"
-#include "pipeline/config.h"
+#include "tests/unit/record_test_util.h"
 #include "tests/unit/suite_runner.h"
 
 static const char *TOL =
@@ -43,14 +44,18 @@ static void save(const ResultRecord *r, int as_baseline) {
     ck_assert_msg(result_record_save(r, p, err, sizeof err) == 0, "%s", err);
 }
 
+/* The gate on g_base and g_runs (bin/compare --baselines --runs [--tolerances]); returns its exit status. */
 static int run_compare(const char *tolerances) {
-    char a1[600], a2[600], a3[700];
-    snprintf(a1, sizeof a1, "--baselines=%s", g_base);
-    snprintf(a2, sizeof a2, "--runs=%s", g_runs);
-    snprintf(a3, sizeof a3, "--tolerances=%s", tolerances ? tolerances : "");
-    char *argv[] = {"compare", a1, a2, a3, NULL};
+    CompareRequest req = {.baselines = g_base, .runs = g_runs, .tolerances = tolerances};
     fflush(stdout);
-    return compare_main(tolerances ? 4 : 3, argv);
+    return compare_gate(&req);
+}
+
+/* The gate on g_base and g_runs with --only (NULL: every baseline). */
+static int run_compare_only(const char *only) {
+    CompareRequest req = {.baselines = g_base, .runs = g_runs, .only = only};
+    fflush(stdout);
+    return compare_gate(&req);
 }
 
 /* A current dense_qa record with `correct` right answers per module against the saved baseline: bin/compare must exit
@@ -132,12 +137,7 @@ START_TEST(only_selects_runs) {
     save(&a, 0);
     save(&b, 1);
     save(&b_bad, 0); /* moeut_qa regressed */
-    char a1[600], a2[600];
-    snprintf(a1, sizeof a1, "--baselines=%s", g_base);
-    snprintf(a2, sizeof a2, "--runs=%s", g_runs);
-    char *all[] = {"compare", a1, a2, NULL};
-    ck_assert_int_eq(compare_main(3, all), 1);
-    char *only_dense[] = {"compare", a1, a2, "--only", "dense_qa", NULL};
+    ck_assert_int_eq(run_compare_only(NULL), 1);
     /* stdout to a file: the note on moeut_qa, which has a baseline, must not claim it has none */
     char out_path[700];
     snprintf(out_path, sizeof out_path, "%s/stdout.txt", g_dir);
@@ -146,7 +146,7 @@ START_TEST(only_selects_runs) {
     FILE *cap = fopen(out_path, "w");
     ck_assert_ptr_nonnull(cap);
     dup2(fileno(cap), 1);
-    int rc = compare_main(5, only_dense);
+    int rc = run_compare_only("dense_qa");
     fflush(stdout);
     dup2(saved, 1);
     close(saved);
@@ -157,10 +157,8 @@ START_TEST(only_selects_runs) {
     ck_assert_msg(strstr(text, "moeut_qa/result.json not compared (not in --only)"), "%.300s", note);
     ck_assert_msg(!strstr(text, "no baseline"), "%.300s", note);
     free(text);
-    char *only_moeut[] = {"compare", a1, a2, "--only=moeut_qa", NULL};
-    ck_assert_int_eq(compare_main(4, only_moeut), 1);
-    char *unknown[] = {"compare", a1, a2, "--only=dense_qa,moeut_answer", NULL};
-    ck_assert_int_eq(compare_main(4, unknown), 2);
+    ck_assert_int_eq(run_compare_only("moeut_qa"), 1);
+    ck_assert_int_eq(run_compare_only("dense_qa,moeut_answer"), 2); /* a run without a baseline */
     result_record_free(&a);
     result_record_free(&b);
     result_record_free(&b_bad);
@@ -210,23 +208,24 @@ START_TEST(unlike_or_missing_is_two) {
 }
 END_TEST
 
-/* Runs compare_main with extra arguments after --baselines/--runs, stdout captured into *text (caller frees). */
-static int run_compare_capture(char **text, int n_extra, ...) {
-    char a1[600], a2[600], out_path[700];
-    snprintf(a1, sizeof a1, "--baselines=%s", g_base);
-    snprintf(a2, sizeof a2, "--runs=%s", g_runs);
-    char *argv[16] = {"compare", a1, a2};
-    va_list ap;
-    va_start(ap, n_extra);
-    for (int i = 0; i < n_extra && i < 12; i++) argv[3 + i] = va_arg(ap, char *);
-    va_end(ap);
+/* The options of bin/compare: none (--config-change=error), --strict, --only-failures, --config-change=note. */
+#define NO_OPTIONS ((CompareRequest){0})
+#define STRICT ((CompareRequest){.options.strict = true})
+#define ONLY_FAILURES ((CompareRequest){.options.only_failures = true})
+#define CONFIG_CHANGE_NOTE ((CompareRequest){.options.config_change_note = true})
+
+/* Runs the gate on g_base and g_runs with req's --only and options, stdout captured into *text (caller frees). */
+static int run_compare_capture(char **text, CompareRequest req) {
+    char out_path[700];
+    req.baselines = g_base;
+    req.runs = g_runs;
     snprintf(out_path, sizeof out_path, "%s/stdout.txt", g_dir);
     fflush(stdout);
     int saved = dup(1);
     FILE *cap = fopen(out_path, "w");
     ck_assert_ptr_nonnull(cap);
     dup2(fileno(cap), 1);
-    int rc = compare_main(3 + n_extra, argv);
+    int rc = compare_gate(&req);
     fflush(stdout);
     dup2(saved, 1);
     close(saved);
@@ -245,24 +244,24 @@ START_TEST(better_is_reported_not_failed) {
     cur.training.final_train_loss -= 0.1;           /* and a lower loss, tolerance 0.001 */
     save(&cur, 0);
     char *text = NULL;
-    ck_assert_int_eq(run_compare_capture(&text, 0), 0);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 0);
     ck_assert_msg(strstr(text, "BETTER (not a failure)"), "%.2000s", text);
     ck_assert_msg(!strstr(text, "WORSE"), "%.2000s", text);
     free(text);
-    ck_assert_int_eq(run_compare_capture(&text, 1, "--strict"), 1);
+    ck_assert_int_eq(run_compare_capture(&text, STRICT), 1);
     ck_assert_msg(strstr(text, "OUTSIDE tolerances"), "%.2000s", text);
     free(text);
     /* better accuracy but one loss worse: the worse one still fails */
     cur.evaluation.sets[1].modules[0].mean_answer_loss += 0.05;
     save(&cur, 0);
-    ck_assert_int_eq(run_compare_capture(&text, 0), 1);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 1);
     ck_assert_msg(strstr(text, "WORSE"), "%.2000s", text);
     free(text);
     /* a changed count is neither better nor worse: it fails without --strict */
     cur.evaluation.sets[1].modules[0].mean_answer_loss -= 0.05;
     cur.training.steps += 1;
     save(&cur, 0);
-    ck_assert_int_eq(run_compare_capture(&text, 0), 1);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 1);
     ck_assert_msg(strstr(text, "CHANGED"), "%.2000s", text);
     free(text);
     result_record_free(&cur);
@@ -283,10 +282,10 @@ START_TEST(config_change_note) {
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(cur.config, "train"), "steps", cJSON_CreateNumber(9));
     save(&cur, 0);
     char *text = NULL;
-    ck_assert_int_eq(run_compare_capture(&text, 0), 2);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 2);
     free(text);
     /* the only run noted: nothing was compared, which is never a success (3: every run asked for was a note) */
-    ck_assert_int_eq(run_compare_capture(&text, 1, "--config-change=note"), 3);
+    ck_assert_int_eq(run_compare_capture(&text, CONFIG_CHANGE_NOTE), 3);
     ck_assert_msg(strstr(text, "note: dense_qa: not compared: its config changed since the baseline (train.steps 10 -> 9;"),
                   "%.2000s", text);
     ck_assert_msg(!strstr(text, "WORSE"), "%.2000s", text);
@@ -300,7 +299,7 @@ START_TEST(config_change_note) {
     rtu_record(&other, "moeut_qa", "moeut", "qa", 40);
     save(&other, 1);
     save(&other, 0);
-    ck_assert_int_eq(run_compare_capture(&text, 1, "--config-change=note"), 0);
+    ck_assert_int_eq(run_compare_capture(&text, CONFIG_CHANGE_NOTE), 0);
     ck_assert_msg(strstr(text, "compare: 1 compared, 1 not compared (dense_qa: config changed since the baseline (a note: "
                                "--config-change=note)): the 1 compared are within tolerances (or better); 1 asked for "
                                "was only noted, not checked"),
@@ -308,18 +307,23 @@ START_TEST(config_change_note) {
     ck_assert_msg(!strstr(text, "all metrics within tolerances"), "%.2000s", text);
     free(text);
     /* --only of the changed run alone: nothing compared again */
-    ck_assert_int_eq(run_compare_capture(&text, 2, "--config-change=note", "--only=dense_qa"), 3);
+    ck_assert_int_eq(run_compare_capture(&text, (CompareRequest){.only = "dense_qa", .options.config_change_note = true}), 3);
     ck_assert_msg(strstr(text, "0 compared"), "%.2000s", text);
     free(text);
     result_record_free(&other);
-    ck_assert_int_eq(run_compare_capture(&text, 1, "--config-change=error"), 2);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 2);
     free(text);
     rtu_sha(cur.train_sha256, '0');
     save(&cur, 0);
-    ck_assert_int_eq(run_compare_capture(&text, 1, "--config-change=note"), 2);
+    ck_assert_int_eq(run_compare_capture(&text, CONFIG_CHANGE_NOTE), 2);
     free(text);
-    ck_assert_int_eq(run_compare_capture(&text, 1, "--config-change=ignore"), 2);
-    free(text);
+    /* --config-change takes error or note, nothing else */
+    bool note = true;
+    ck_assert_int_eq(compare_config_change_parse("error", &note), 0);
+    ck_assert(!note);
+    ck_assert_int_eq(compare_config_change_parse("note", &note), 0);
+    ck_assert(note);
+    ck_assert_int_eq(compare_config_change_parse("ignore", &note), -1);
     result_record_free(&cur);
     result_record_free(&base);
     remove_tree(g_dir);
@@ -351,34 +355,34 @@ START_TEST(seed_spread_rule) {
         save(&r[i], 0);
     }
     char *text = NULL;
-    ck_assert_int_eq(run_compare_capture(&text, 0), 0);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 0);
     ck_assert_msg(strstr(text, "== dense_qa.seed3: mean of 3 seeds' baselines"), "%.2000s", text);
     ck_assert_msg(strstr(text, "compare: 3 compared, 0 not compared: "), "%.2000s", text);
     free(text);
     /* 1.35: 0.25 from the mean, inside 3 sd */
     r[2].training.final_train_loss = 1.35;
     save(&r[2], 0);
-    ck_assert_int_eq(run_compare_capture(&text, 0), 0);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 0);
     free(text);
     /* 1.45: 0.35 from the mean, outside 3 sd (0.30) */
     r[2].training.final_train_loss = 1.45;
     save(&r[2], 0);
-    ck_assert_int_eq(run_compare_capture(&text, 1, "--only-failures"), 1);
+    ck_assert_int_eq(run_compare_capture(&text, ONLY_FAILURES), 1);
     ck_assert_msg(strstr(text, "training.final_train_loss") && strstr(text, "WORSE"), "%.2000s", text);
     free(text);
     /* --only by run config selects its seeds too */
-    ck_assert_int_eq(run_compare_capture(&text, 1, "--only=dense_qa"), 1);
+    ck_assert_int_eq(run_compare_capture(&text, (CompareRequest){.only = "dense_qa"}), 1);
     ck_assert_msg(strstr(text, "compare: 3 compared, 0 not compared: "), "%.2000s", text);
     free(text);
     /* the relative tolerance: module losses 0.5..0.7 identical across seeds (sd 0); 2% of 0.7 = 0.014 > abs 0.01 */
     r[2].training.final_train_loss = 1.2;
     r[2].evaluation.sets[0].modules[2].mean_answer_loss += 0.013;
     save(&r[2], 0);
-    ck_assert_int_eq(run_compare_capture(&text, 0), 0);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 0);
     free(text);
     r[2].evaluation.sets[0].modules[2].mean_answer_loss += 0.002; /* 0.015 > 0.014 */
     save(&r[2], 0);
-    ck_assert_int_eq(run_compare_capture(&text, 0), 1);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 1);
     free(text);
     /* with one seed only, today's rule: the declared 0.001 */
     char p[700];
@@ -390,12 +394,12 @@ START_TEST(seed_spread_rule) {
     }
     r[0].training.final_train_loss = 1.0 + 0.002;
     save(&r[0], 0);
-    ck_assert_int_eq(run_compare_capture(&text, 0), 1);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 1);
     free(text);
     /* several seeds need "seed_spread" in the tolerances file */
     save(&r[1], 1);
     rtu_write(tol, TOL);
-    ck_assert_int_eq(run_compare_capture(&text, 0), 2);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 2);
     free(text);
     for (int i = 0; i < 3; i++) result_record_free(&r[i]);
     remove_tree(g_dir);
@@ -417,16 +421,16 @@ START_TEST(seed_baselines_must_match) {
     save(&b, 1);
     save(&b, 0);
     char *text = NULL;
-    ck_assert_int_eq(run_compare_capture(&text, 0), 0);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 0);
     free(text);
     rtu_sha(b.train_sha256, '0'); /* trained on other data: not poolable, even behind a config difference */
     save(&b, 1);
-    ck_assert_int_eq(run_compare_capture(&text, 0), 2);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 2);
     free(text);
     rtu_sha(b.train_sha256, 'b');
     b.n_params += 1; /* another model size */
     save(&b, 1);
-    ck_assert_int_eq(run_compare_capture(&text, 0), 2);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 2);
     free(text);
     result_record_free(&a);
     result_record_free(&b);
@@ -479,7 +483,7 @@ START_TEST(summary_counts_compared) {
     save(&b, 1);
     char *text = NULL;
     /* moeut_qa has a baseline but no result record */
-    ck_assert_int_eq(run_compare_capture(&text, 0), 2);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 2);
     ck_assert_msg(strstr(text, "compare: 1 compared, 1 not compared (moeut_qa: no result record): some records missing"),
                   "%.3000s", text);
     free(text);
@@ -491,7 +495,7 @@ START_TEST(summary_counts_compared) {
     char p[700], err[512];
     snprintf(p, sizeof p, "%s/dense_qa@1a2b3c4d/result.json", g_runs);
     ck_assert_msg(result_record_save(&a, p, err, sizeof err) == 0, "%s", err);
-    ck_assert_int_eq(run_compare_capture(&text, 0), 0);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 0);
     ck_assert_msg(strstr(text, "dense_answer/result.json has no baseline"), "%.3000s", text);
     ck_assert_msg(strstr(text, "dense_qa@1a2b3c4d/result.json not compared: another variant of dense_qa"), "%.3000s",
                   text);
@@ -500,7 +504,7 @@ START_TEST(summary_counts_compared) {
     free(text);
     /* no run directory at all: every baseline is not compared */
     remove_tree(g_runs);
-    ck_assert_int_eq(run_compare_capture(&text, 0), 2);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 2);
     ck_assert_msg(strstr(text, "compare: 0 compared, 2 not compared (dense_qa: no result record; moeut_qa: no result "
                                "record): FAILED: nothing was checked"),
                   "%.3000s", text);
@@ -534,7 +538,7 @@ START_TEST(not_gated_class) {
     save(&base, 1);
     save(&cur, 0);
     char *text = NULL;
-    ck_assert_int_eq(run_compare_capture(&text, 0), 0);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 0);
     ck_assert_msg(strstr(text, "interpolate.accuracy") && strstr(text, "not gated"), "%.3000s", text);
     ck_assert_msg(strstr(text, "compare: accuracy is not gated by ") &&
                       strstr(text, ": models answer ~1%: no defect moves it beyond seed noise"),
@@ -546,11 +550,11 @@ START_TEST(not_gated_class) {
     result_record_free(&cur);
     rtu_record(&cur, "dense_qa", "dense", "qa", 90); /* far better: still no verdict under --strict */
     save(&cur, 0);
-    ck_assert_int_eq(run_compare_capture(&text, 1, "--strict"), 0);
+    ck_assert_int_eq(run_compare_capture(&text, STRICT), 0);
     free(text);
     cur.training.final_train_loss += 0.01; /* a gated class still fails */
     save(&cur, 0);
-    ck_assert_int_eq(run_compare_capture(&text, 1, "--only-failures"), 1);
+    ck_assert_int_eq(run_compare_capture(&text, ONLY_FAILURES), 1);
     ck_assert_msg(strstr(text, "training.final_train_loss") && !strstr(text, "interpolate.accuracy"), "%.3000s", text);
     free(text);
     static const char *const BAD[][2] = {
@@ -576,8 +580,9 @@ END_TEST
 
 /* ---- bin/compare --diff ---- */
 
-/* Writes DIR/result.json and DIR/predictions.jsonl for r: per module, its n examples with the first `correct` right
- * and every answer loss equal to the module's mean (index_shift moves the examples' shard indices: other examples).
+/* Writes DIR/result.json, DIR/predictions.jsonl and its sidecar for r: per module, its n examples with the first
+ * `correct` right and every answer loss equal to the module's mean (index_shift moves the examples' shard indices:
+ * other examples).
  * The set means of the record are set to what the lines add up to. */
 static void save_run_with_predictions(ResultRecord *r, const char *dir, long index_shift) {
     char p[800], err[512];
@@ -592,29 +597,28 @@ static void save_run_with_predictions(ResultRecord *r, const char *dir, long ind
     snprintf(p, sizeof p, "%s/predictions.jsonl", dir);
     FILE *fp = fopen(p, "w");
     ck_assert_ptr_nonnull(fp);
-    PredictionsHeader h = {r->experiment, r->run, r->code_version, r->backend, r->hardware, r->config_sha256, NULL};
     long n_lines = 0;
     for (int s = 0; s < EVAL_N_SETS; s++) {
         const SetEval *se = &r->evaluation.sets[s];
         long index = index_shift;
         for (int m = 0; m < se->n_modules; m++)
-            for (long i = 0; i < se->modules[m].n; i++, index++) {
+            for (long i = 0; i < se->modules[m].n; i++, index++, n_lines++) {
                 char q[64];
                 snprintf(q, sizeof q, "Q: %ld + 1 A:", index);
                 PredictionLine line = {EVAL_SET_NAMES[s], index, se->modules[m].name, q, "7", "7",
                                        i < se->modules[m].correct, se->modules[m].mean_answer_loss, -1};
                 ck_assert_msg(predictions_write_line(fp, p, &line, err, sizeof err) == 0, "%s", err);
-                n_lines++;
             }
     }
     fclose(fp);
-    /* the sidecar, as evaluate writes it: the metadata with the lines' count and hash */
-    char sha[65], meta[900];
+    /* the sidecar predictions.meta.json, as evaluate writes it: the lines' count and the sha256 of their bytes */
+    char sha[65], meta_path[900];
     ck_assert_msg(sha256_file_hex(p, sha, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(predictions_meta_path(p, meta, sizeof meta, err, sizeof err) == 0, "%s", err);
-    cJSON *mj = predictions_meta_to_json(&h, n_lines, sha);
-    ck_assert_msg(json_save_file(meta, mj, err, sizeof err) == 0, "%s", err);
-    cJSON_Delete(mj);
+    ck_assert_msg(predictions_meta_path(p, meta_path, sizeof meta_path, err, sizeof err) == 0, "%s", err);
+    PredictionsHeader h = {r->experiment, r->run, r->code_version, r->backend, r->hardware, r->config_sha256, NULL};
+    cJSON *meta = predictions_meta_to_json(&h, n_lines, sha);
+    ck_assert_msg(json_save_file(meta_path, meta, err, sizeof err) == 0, "%s", err);
+    cJSON_Delete(meta);
 }
 
 static const DiffRow *diff_row(const RunDiff *d, const char *name) {
@@ -740,10 +744,8 @@ START_TEST(diff_two_runs) {
     FILE *cap = fopen(out_path, "w");
     ck_assert_ptr_nonnull(cap);
     dup2(fileno(cap), 1);
-    char *argv_ok[] = {"compare", "--diff", da, db, "--replicates=300", NULL};
-    int rc = compare_main(5, argv_ok);
-    char *argv_missing[] = {"compare", "--diff", da, prefix, NULL};
-    int rc_missing = compare_main(4, argv_missing);
+    int rc = run_diff_command(da, db, 300);
+    int rc_missing = run_diff_command(da, prefix, RUN_DIFF_BOOT_REPLICATES);
     fflush(stdout);
     dup2(saved, 1);
     close(saved);

@@ -1,9 +1,16 @@
-/* bin/report on hand-made records: the headline table with the paper's numbers beside ours, a missing run listed as
- * missing, per-module tables, depth maps, well-formed self-contained HTML, deterministic output. */
-#define STAGE_NO_MAIN
-#include "stages/report.c"
-
+/* bin/report (pipeline/report_build.h) on hand-made records: the headline table with the paper's numbers beside
+ * ours, a missing run listed as missing, per-module tables, depth maps, well-formed self-contained HTML, deterministic
+ * output. */
 #include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "pipeline/atomic_file.h"
+#include "pipeline/report_build.h"
+#include "pipeline/run_identity.h"
+#include "pipeline/svg.h"
 
 #include "tests/unit/record_test_util.h"
 #include "tests/unit/xml_check.h"
@@ -49,11 +56,7 @@ static void make_runs(void) {
 }
 
 static int run_report(void) {
-    char a1[600], a2[600];
-    snprintf(a1, sizeof a1, "--runs=%s", g_runs);
-    snprintf(a2, sizeof a2, "--out=%s", g_out);
-    char *argv[] = {"report", "--experiment", "unit", a1, a2, NULL};
-    return report_main(5, argv);
+    return report_build("unit", g_runs, g_out, REPORT_DEFAULT_EXPECTED_RUNS);
 }
 
 static char *read_out(const char *name) {
@@ -220,11 +223,7 @@ END_TEST
 START_TEST(records_of_another_experiment_die) {
     make_runs();
     atexit(check_no_report_dir);
-    char a1[600], a2[600];
-    snprintf(a1, sizeof a1, "--runs=%s", g_runs);
-    snprintf(a2, sizeof a2, "--out=%s", g_out);
-    char *argv[] = {"report", "--experiment", "tiny", a1, a2, NULL};
-    report_main(5, argv);
+    report_build("tiny", g_runs, g_out, REPORT_DEFAULT_EXPECTED_RUNS);
 }
 END_TEST
 

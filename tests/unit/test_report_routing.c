@@ -1,10 +1,14 @@
-/* bin/report's routing sections on hand-made records: the expert-load table (numbers against hand-computed ones) and
- * heat map for a run with routing statistics, nothing for runs without; the ablation table for two run configs of
- * one family, naming the differing key, and no such section for the standard experiment's distinct families. */
-#define STAGE_NO_MAIN
-#include "stages/report.c"
-
+/* bin/report's routing sections (pipeline/report_build.h) on hand-made records: the expert-load table (numbers
+ * against hand-computed ones) and heat map for a run with routing statistics, nothing for runs without; the ablation
+ * table for two run configs of one family, naming the differing key, and no such section for the standard
+ * experiment's distinct families. */
 #include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/atomic_file.h"
+#include "pipeline/report_build.h"
 
 #include "tests/unit/record_test_util.h"
 #include "tests/unit/suite_runner.h"
@@ -38,12 +42,7 @@ static void write_run(const char *run, const char *arch, const char *mode, long 
 }
 
 static char *report(const char *expected) {
-    char a1[600], a2[600], a3[600];
-    snprintf(a1, sizeof a1, "--runs=%s", g_runs);
-    snprintf(a2, sizeof a2, "--out=%s", g_out);
-    snprintf(a3, sizeof a3, "--expected-runs=%s", expected);
-    char *argv[] = {"report", "--experiment", "unit", a1, a2, a3, NULL};
-    ck_assert_int_eq(report_main(6, argv), 0);
+    ck_assert_int_eq(report_build("unit", g_runs, g_out, expected), 0);
     char p[700];
     snprintf(p, sizeof p, "%s/report.md", g_out);
     return rtu_read(p);
