@@ -71,7 +71,7 @@ else ifeq ($(BACKEND),cuda)
 CUDA_WANTED := BACKEND=cuda
 else ifneq ($(CUDA_GOALS_ASKED),)
 CUDA_WANTED := make $(CUDA_GOALS_ASKED)
-# The scripts of these targets (mk/gpu_bundle.sh, mk/gpu_run.sh) call make again: the same build.
+# The scripts of these targets (mk/gpu/bundle.sh, mk/gpu/run.sh) call make again: the same build.
 CUDA := 1
 export CUDA
 else ifneq ($(CUDA_BUILT_BEFORE),)
@@ -125,12 +125,12 @@ endif
 ifeq ($(GPU_PREBUILT),)
 all: deps $(if $(CUDA_MISSING),cuda-missing) $(addprefix bin/,$(STAGES))
 else
-# GPU_PREBUILT=1 (exported by `source mk/gpu_env.sh` on a GPU machine that lacks this project's build dependencies and
+# GPU_PREBUILT=1 (exported by `source mk/gpu/env.sh` on a GPU machine that lacks this project's build dependencies and
 # reaches no package registry): the stages in bin/ come prebuilt from build/gpu-bundle.tar.gz, so `all` (and with it
 # make reproduce) installs and compiles nothing; it only checks that every stage is there. Their rule below is off too,
 # so a stage that is present is up to date.
 all:
-	@for s in $(STAGES); do [ -x bin/$$s ] || { echo "GPU_PREBUILT=1: bin/$$s missing (source mk/gpu_env.sh first)" >&2; \
+	@for s in $(STAGES); do [ -x bin/$$s ] || { echo "GPU_PREBUILT=1: bin/$$s missing (source mk/gpu/env.sh first)" >&2; \
 	  exit 1; }; done
 endif
 

@@ -45,7 +45,7 @@ help:
 	'  test-gpu-sanitizer   compute-sanitizer memcheck over them and a short CUDA training' \
 	'  gpu-probe            what this machine has: GPU, driver, nvcc, compute-sanitizer, PyTorch, build libraries' \
 	'  gpu-bundle           build/gpu-bundle.tar.gz: prebuilt programs, libraries and data for a GPU machine that' \
-	'                       lacks the build dependencies (there: source mk/gpu_env.sh)' \
+	'                       lacks the build dependencies (there: source mk/gpu/env.sh)' \
 	'Build and housekeeping:' \
 	'  all                  (the default) build every stage into bin/ (the CPU backend; CUDA too: CUDA=1)' \
 	'  deps, deps-test, deps-torch, deps-fuzz  install the Debian packages of the build, the tests, the PyTorch' \
@@ -81,7 +81,7 @@ help:
 	'  CC=gcc               the C compiler' \
 	'  OPT="-O2 -g"         optimisation and debug flags (the default of CFLAGS)' \
 	'  CFLAGS=...           the C flags added to the project'"'"'s own (default: OPT)' \
-	'  GPU_PREBUILT=1       build nothing: use the programs a GPU bundle put in bin/ (set by source mk/gpu_env.sh)' \
+	'  GPU_PREBUILT=1       build nothing: use the programs a GPU bundle put in bin/ (set by source mk/gpu/env.sh)' \
 	'  OMP_WAIT_POLICY=passive  OpenMP threads sleep between parallel regions (active spins; mk/kernels.mk)' \
 	'  EMU_CXX=g++          the C++ compiler of the CUDA emulator build' \
 	'  FUZZ=name            the harness of make fuzz-one (tests/fuzz/fuzz_<name>.c)' \

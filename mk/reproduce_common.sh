@@ -1,4 +1,4 @@
-# Shared by mk/reproduce_plan.sh, mk/reproduce_stage.sh and mk/gpu_run.sh (sourced): reading numbers out of the JSON
+# Shared by mk/reproduce_plan.sh, mk/reproduce_stage.sh and mk/gpu/run.sh (sourced): reading numbers out of the JSON
 # records and configs without a JSON tool (they are the project's own files: cJSON's output and the experiments/
 # configs), and the stages a dry run of make lists.
 

@@ -8,7 +8,7 @@
 #   * negative control: seed 2 gives other weights (the comparison can fail).
 # Exit 77 (SKIP) when this build or machine has no usable CUDA GPU.
 # CUDA_E2E_DATA=DIR uses an already tokenized data directory (made by train_common.sh's train_data, e.g. carried to a
-# GPU machine by mk/gpu_bundle.sh) instead of running bin/fetch and bin/tokenize here.
+# GPU machine by mk/gpu/bundle.sh) instead of running bin/fetch and bin/tokenize here.
 # Validation without a GPU: CUDA_TEST_BACKEND=cpu runs everything on the cpu backend (plumbing only).
 # CUDA_TEST_BIN=DIR takes bin/train and bin/inspect from DIR (make test-cuda-emu: build/emu/bin, the CUDA backend on
 # the CPU emulator, with CUDA_RESUME_STEPS lowered and CUDA_RESUME_SETTINGS="context=32 batch_size=4" (extra

@@ -2,8 +2,8 @@
 # The GPU checklist's plan for a GPU machine without the build libraries, rehearsed without a GPU
 # (tests/GPU_CHECKLIST.md): `make gpu-bundle` gives a bundle under its size limit (44 MiB, without the CUDA and NCCL
 # libraries the GPU machine has), and on a bare copy of the tree (no .git, no build/, no bin/, no data/; every tracked
-# file with a fresh time stamp, as a job that copies the tree anew may give them) `source mk/gpu_env.sh` +
-# `mk/gpu_run.sh small` run make reproduce EXPERIMENT=small on the prebuilt
+# file with a fresh time stamp, as a job that copies the tree anew may give them) `source mk/gpu/env.sh` +
+# `mk/gpu/run.sh small` run make reproduce EXPERIMENT=small on the prebuilt
 # programs and the bundled data: nothing compiled, fetched or tokenized; stopped at its time limit it exits 3 and names
 # the stages left; called again it continues and completes; a third call after fresh time stamps runs nothing; the
 # results tarball holds the records and the report and no checkpoint. Here with --backend cpu and a few steps (the GPU
@@ -12,7 +12,7 @@ source "$(dirname "$0")/train_common.sh" # set -euo pipefail, cd to the root, bi
 ldd bin/train | grep libcudart >/dev/null || { echo "SKIP: bin/train was built without CUDA (no nvcc): no GPU bundle to test"; exit 77; }
 
 # 1. The bundle: within the size limit, no CUDA runtime, cuBLAS or NCCL inside, the small experiment's data in it.
-mk/gpu_bundle.sh >"$tmp/bundle.log" 2>&1 || { cat "$tmp/bundle.log"; fail "make gpu-bundle failed"; }
+mk/gpu/bundle.sh >"$tmp/bundle.log" 2>&1 || { cat "$tmp/bundle.log"; fail "make gpu-bundle failed"; }
 size=$(stat -c %s build/gpu-bundle.tar.gz)
 [ "$size" -le $((44 * 1048576)) ] || fail "build/gpu-bundle.tar.gz is $size bytes, over 44 MiB"
 tar tzf build/gpu-bundle.tar.gz >"$tmp/bundle.list"
@@ -30,7 +30,7 @@ mkdir -p "$sim/build"
 git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$sim"
 cp build/gpu-bundle.tar.gz "$sim/build/"
 cd "$sim"
-source mk/gpu_env.sh >"$tmp/env.log" 2>&1 || { cat "$tmp/env.log"; fail "source mk/gpu_env.sh failed"; }
+source mk/gpu/env.sh >"$tmp/env.log" 2>&1 || { cat "$tmp/env.log"; fail "source mk/gpu/env.sh failed"; }
 [ "${GPU_PREBUILT:-}" = 1 ] || fail "gpu_env.sh did not export GPU_PREBUILT=1"
 [ -x bin/train ] && [ -f data/small/train.shard ] || fail "gpu_env.sh did not place bin/ and data/small"
 cmp -s "$OLDPWD/data/small/train.shard" data/small/train.shard || fail "data/small/train.shard differs from the bundle's source"
@@ -43,10 +43,10 @@ mv bin/report.away bin/report
 echo "ok: gpu_env.sh placed the programs and data; a missing stage is refused by name"
 
 # 3. The small experiment: two runs, a few CPU steps of the real 14.6M-parameter models, two stages at a time
-#    (--jobs 2, as mk/gpu_session.sh runs four), stopped at a time limit (SIGTERM: every training saves a checkpoint).
+#    (--jobs 2, as mk/gpu/session.sh runs four), stopped at a time limit (SIGTERM: every training saves a checkpoint).
 sets="train.steps=40 train.batch_size=2 train.context=64 train.precision=fp32 train.warmup=1 train.log_every=1"
 sets="$sets train.checkpoint_every=2 train.evaluate_every=0 evaluate.max_examples_per_set=10 evaluate.greedy_check_examples=2"
-small() { OUT=$tmp/out mk/gpu_run.sh small --backend cpu --runs "dense_qa moeut_answer" --set "$sets" "$@"; }
+small() { OUT=$tmp/out mk/gpu/run.sh small --backend cpu --runs "dense_qa moeut_answer" --set "$sets" "$@"; }
 mkdir -p "$tmp/out"
 rc=0
 small --limit 8 --jobs 2 >"$tmp/call1.log" 2>&1 || rc=$?

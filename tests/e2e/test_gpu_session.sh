@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mk/gpu_session.sh, the GPU checklist as one command called again until done, with a stand-in for mk/gpu_run.sh
+# mk/gpu/session.sh, the GPU checklist as one command called again until done, with a stand-in for mk/gpu/run.sh
 # (GPU_RUN) whose steps take no time and fail or continue on demand: a call whose budget is short of a step's minimum
 # runs what fits and exits 3 saying what is left; the next call skips what is done, runs the rest and records a failing
 # step without stopping; `small` exiting 3 (its time limit) continues in the next call; --skip leaves a step out; a
@@ -11,11 +11,11 @@ fail() { echo "FAIL: $*"; exit 1; }
 tmp=$(mktemp -d /tmp/test_gpu_session.XXXXXX)
 trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
 # A scratch copy of the scripts, so that build/gpu-session of the checkout is never touched.
-mkdir -p "$tmp/tree/mk" "$tmp/out"
-cp mk/gpu_session.sh "$tmp/tree/mk/"
+mkdir -p "$tmp/tree/mk/gpu" "$tmp/out"
+cp mk/gpu/session.sh "$tmp/tree/mk/gpu/"
 cat >"$tmp/fake_run.sh" <<'FAKE'
 #!/usr/bin/env bash
-# Stand-in for mk/gpu_run.sh: logs its arguments; "tests" fails unless tests.pass exists; "small" exits 3 on its
+# Stand-in for mk/gpu/run.sh: logs its arguments; "tests" fails unless tests.pass exists; "small" exits 3 on its
 # first call (stopped at its time limit) and 0 afterwards.
 echo "$*" >>"$FAKE_DIR/calls"
 case $1 in
@@ -27,7 +27,7 @@ esac
 FAKE
 chmod +x "$tmp/fake_run.sh"
 export FAKE_DIR=$tmp GPU_RUN=$tmp/fake_run.sh OUT=$tmp/out
-session() { (cd "$tmp/tree" && mk/gpu_session.sh "$@"); }
+session() { (cd "$tmp/tree" && mk/gpu/session.sh "$@"); }
 
 # Call 1: 100 s of budget is below tests' minimum (120 s): probe runs, everything else waits.
 rc=0; session --budget 100 >"$tmp/call1.log" 2>&1 || rc=$?

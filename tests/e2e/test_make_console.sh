@@ -111,7 +111,7 @@ echo "ok: a reordered SET is the same stamp; dropping it retrains only the run i
 
 # A long SET is the same stamp too. GNU make 4.3's $(file <F), expanded inside a function's argument, kept the
 # file's trailing newline for some lengths (stamps of about 200-500 bytes), so such a stamp never matched its own text
-# and every make call retrained the run (mk/gpu_run.sh small passes ten keys).
+# and every make call retrained the run (mk/gpu/run.sh small passes ten keys).
 # (Real keys with long spellings of valid values: make refuses a SET that the run config does not accept.)
 valid_keys=(train.lr=0.00100000000000 train.warmup=00000000002 train.weight_decay=0.010000000000 \
   train.min_lr_multiplier=0.100000000 train.grad_clip=0.25000000000 train.adam_beta1=0.90000000000 \

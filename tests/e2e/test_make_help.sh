@@ -18,7 +18,7 @@ declare -A INTERNAL_TARGETS=(
   [reproduce-stages]="the stages of make reproduce, which plans and counts them around it"
   [repro-force]="makes a changed train.inputs stamp rewrite itself"
   [repro-inputs]="names the train.inputs stamps so make keeps them"
-  [gpu-print-link-flags]="prints the link flags for mk/gpu_bundle.sh"
+  [gpu-print-link-flags]="prints the link flags for mk/gpu/bundle.sh"
 )
 declare -A INTERNAL_VARIABLES=(
   [REPRO_SEEDS_ERROR]="written by the generated seeds makefile (build/seeds/*.mk), not by a user"

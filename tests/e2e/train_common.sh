@@ -106,7 +106,7 @@ cuda_device_under_test() {
 }
 
 # e2e_data SHARD: sets data= to $CUDA_E2E_DATA when given (an already tokenized directory, e.g. carried to a GPU
-# machine by mk/gpu_bundle.sh; it must hold SHARD), else to the embedded sample tokenized into $tmp/data.
+# machine by mk/gpu/bundle.sh; it must hold SHARD), else to the embedded sample tokenized into $tmp/data.
 e2e_data() {
   if [ -n "${CUDA_E2E_DATA:-}" ]; then
     [ -f "$CUDA_E2E_DATA/$1" ] || fail "CUDA_E2E_DATA=$CUDA_E2E_DATA has no $1"

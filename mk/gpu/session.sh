@@ -2,24 +2,24 @@
 # The whole GPU checklist (tests/GPU_CHECKLIST.md) as one command for jobs with a wall-time limit, as under a batch
 # scheduler: each call does what fits in its time and the next call continues where it stopped, until it says "done":
 #
-#     source mk/gpu_env.sh && mk/gpu_session.sh [--budget SECONDS] [--skip "STEP ..."] [--small-seeds N]
+#     source mk/gpu/env.sh && mk/gpu/session.sh [--budget SECONDS] [--skip "STEP ..."] [--small-seeds N]
 #
-# Runs the steps of mk/gpu_run.sh in this order, each at most once per machine:
+# Runs the steps of mk/gpu/run.sh in this order, each at most once per machine:
 #   probe, tests, selftest, bench, sanitizer, small
 # within SECONDS (default 540: a 10-minute job with room to copy files in and out). A step starts only when its
 # minimum time (below) is left, else the call ends and the next call on the same tree goes on from there. A step's
 # exit status is kept in build/gpu-session/STEP.rc, so a failing step is reported and the checklist moves on (the
 # failures are worked on afterwards, from the logs); delete STEP.rc to run it again. `small` (make
 # reproduce EXPERIMENT=small BACKEND=cuda) takes whatever time is left and continues from its checkpoints in the next
-# call until it completes, SMALL_JOBS (default 4) stages at a time (mk/gpu_run.sh small --jobs). The sanitizer runs
+# call until it completes, SMALL_JOBS (default 4) stages at a time (mk/gpu/run.sh small --jobs). The sanitizer runs
 # after the benchmark because it is the slowest step and its results do not change the figures; it is capped at
 # SANITIZER_MAX_S (default 240).
 # Every call writes into $OUT (unset: build/gpu-session/out): gpu-session-summary.txt (each step's state and last
 # lines) and gpu-session.tar.gz (every step's log, build/test-logs/, build/test-results-gpu.txt and, once `small` has
 # run, small-results.tar.gz). Exit status: 0 when every step is done and passed, 3 when steps are left for the next
-# call, 1 when a step failed. GPU_RUN replaces mk/gpu_run.sh (tests/e2e/test_gpu_session.sh runs a stand-in).
+# call, 1 when a step failed. GPU_RUN replaces mk/gpu/run.sh (tests/e2e/test_gpu_session.sh runs a stand-in).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 budget=540 skip= small_seeds=
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "gpu_session: $1 needs a value" >&2; exit 2; }
@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
   shift 2
 done
 state=build/gpu-session
-run=${GPU_RUN:-mk/gpu_run.sh}
+run=${GPU_RUN:-mk/gpu/run.sh}
 out=${OUT:-$state/out}
 mkdir -p "$state" "$out"
 export OUT=$out # (the small step writes its small-results.tar.gz there)

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The GPU checks, one step per call; `make test-gpu | test-gpu-sanitizer | bench-gpu` (mk/gpu.mk) call it,
 # and so can a GPU machine without make or without this project's build dependencies (after
-# `source mk/gpu_env.sh`, which unpacks the prebuilt bundle of mk/gpu_bundle.sh). Run from the repository root.
+# `source mk/gpu/env.sh`, which unpacks the prebuilt bundle of mk/gpu/bundle.sh). Run from the repository root.
 #
-#   mk/gpu_run.sh probe       what the machine has: GPU, driver, nvcc, compute-sanitizer, PyTorch, build dependencies
-#   mk/gpu_run.sh tests       CUDA unit programs (build/tests/cuda_*) and the CUDA end-to-end scripts
+#   mk/gpu/run.sh probe       what the machine has: GPU, driver, nvcc, compute-sanitizer, PyTorch, build dependencies
+#   mk/gpu/run.sh tests       CUDA unit programs (build/tests/cuda_*) and the CUDA end-to-end scripts
 #                             (tests/e2e/test_cuda_*.sh); closing line "N passed, N failed, N skipped"
-#   mk/gpu_run.sh sanitizer   compute-sanitizer --tool memcheck (leak check on) over the CUDA unit programs and one
+#   mk/gpu/run.sh sanitizer   compute-sanitizer --tool memcheck (leak check on) over the CUDA unit programs and one
 #                             short CUDA training benchmark of each tiny config (fp32 and bf16)
-#   mk/gpu_run.sh selftest    tests/bench/bench_gpu.py --self-test on the GPU (fast PyTorch kernels vs the twin's)
-#   mk/gpu_run.sh bench [ARGS...]   tests/bench/bench_gpu.py (C vs PyTorch tokens/s and MFU; ARGS are passed on)
-#   mk/gpu_run.sh small [--seeds N] [--runs "a b"] [--limit S] [--jobs J] [--backend B] [--set "KEY=VALUE ..."]
+#   mk/gpu/run.sh selftest    tests/bench/bench_gpu.py --self-test on the GPU (fast PyTorch kernels vs the twin's)
+#   mk/gpu/run.sh bench [ARGS...]   tests/bench/bench_gpu.py (C vs PyTorch tokens/s and MFU; ARGS are passed on)
+#   mk/gpu/run.sh small [--seeds N] [--runs "a b"] [--limit S] [--jobs J] [--backend B] [--set "KEY=VALUE ..."]
 #                             make reproduce EXPERIMENT=small BACKEND=cuda (GPU_PREBUILT=1: the bundle's programs and
 #                             data/small) for at most S seconds (default 540: a 10-minute job, with room to copy
 #                             files in and out), then
@@ -29,7 +29,7 @@
 # Exit status: 0 when the step passed (or skipped with a "SKIP:" line: no GPU, no compute-sanitizer), 1 on failure,
 # 3 when `small` stopped at its time limit (rerun it to continue).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 step=${1:-}
 shift || true
 
@@ -62,7 +62,7 @@ probe)
   ;;
 tests)
   bins=$(cuda_unit_bins)
-  [ -n "$bins" ] || { echo "FAIL: no build/tests/cuda_* programs (build them: make test-cuda, or source mk/gpu_env.sh)"; exit 1; }
+  [ -n "$bins" ] || { echo "FAIL: no build/tests/cuda_* programs (build them: make test-cuda, or source mk/gpu/env.sh)"; exit 1; }
   # run_suite.sh appends to build/test-results.txt (make test's record): count only the lines added here
   mkdir -p build
   res=build/test-results.txt
@@ -126,7 +126,7 @@ selftest|bench)
 small)
   seeds= runs= limit=540 backend=cuda sets= jobs=1
   while [ $# -gt 0 ]; do
-    [ $# -ge 2 ] || { echo "mk/gpu_run.sh small: $1 needs a value" >&2; exit 2; }
+    [ $# -ge 2 ] || { echo "mk/gpu/run.sh small: $1 needs a value" >&2; exit 2; }
     case "$1" in
       --seeds) seeds=$2 ;;
       --runs) runs=$2 ;;
@@ -134,12 +134,12 @@ small)
       --jobs) jobs=$2 ;;
       --backend) backend=$2 ;;
       --set) sets=$2 ;;
-      *) echo "mk/gpu_run.sh small: unknown argument '$1' (--seeds N, --runs \"a b\", --limit SECONDS, --jobs J, --backend B, --set \"K=V ...\")" >&2
+      *) echo "mk/gpu/run.sh small: unknown argument '$1' (--seeds N, --runs \"a b\", --limit SECONDS, --jobs J, --backend B, --set \"K=V ...\")" >&2
          exit 2 ;;
     esac
     shift 2
   done
-  [ -f data/small/tokenize_manifest.json ] || { echo "small: FAIL: no data/small (source mk/gpu_env.sh: the bundle carries it)"; exit 1; }
+  [ -f data/small/tokenize_manifest.json ] || { echo "small: FAIL: no data/small (source mk/gpu/env.sh: the bundle carries it)"; exit 1; }
   # A fresh copy of the tree on the GPU machine (each job copying it anew) may give the tracked files new time stamps
   # on every call; make would then take the configs and archives as newer than the data and the finished runs, and
   # refetch (no libarchive there) or retrain.
@@ -180,7 +180,7 @@ small)
   fi
   ;;
 *)
-  echo "usage: mk/gpu_run.sh probe|tests|sanitizer|selftest|bench [bench_gpu.py args]|small [--seeds N] [--runs \"a b\"] [--limit S] [--jobs J] [--backend B] [--set \"K=V ...\"]" >&2
+  echo "usage: mk/gpu/run.sh probe|tests|sanitizer|selftest|bench [bench_gpu.py args]|small [--seeds N] [--runs \"a b\"] [--limit S] [--jobs J] [--backend B] [--set \"K=V ...\"]" >&2
   exit 2
   ;;
 esac

@@ -1,7 +1,7 @@
 # Sourced (not run) from the repository root on a GPU machine that lacks this project's build dependencies:
-#     source mk/gpu_env.sh
+#     source mk/gpu/env.sh
 # Unpacks build/gpu-bundle.tar.gz (made by `make gpu-bundle` on a machine with them, and copied here), copies
-# its programs to where the tests and mk/gpu_run.sh look for them (bin/, build/tests/, build/bench/; their RPATH finds
+# its programs to where the tests and mk/gpu/run.sh look for them (bin/, build/tests/, build/bench/; their RPATH finds
 # the bundled libraries from there), puts the tokenized data of experiment small in data/small (unless the same is
 # there already), and exports
 #   GPU_PREBUILT=1       the Makefile builds and installs nothing (`all` only checks bin/; mk/gpu.mk, make reproduce)

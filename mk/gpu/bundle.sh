@@ -2,13 +2,13 @@
 # make gpu-bundle: build/gpu-bundle.tar.gz, everything the GPU checks need on a machine that has a GPU, a CUDA 13
 # runtime and cuBLAS, but not this project's build dependencies (cJSON, OpenBLAS, Check, ... headers and libraries;
 # e.g. a cluster's GPU nodes that reach no package registry). Built on a machine that has them (nvcc compiles the
-# kernels without a GPU), then copied to the GPU machine and unpacked there by `source mk/gpu_env.sh`.
+# kernels without a GPU), then copied to the GPU machine and unpacked there by `source mk/gpu/env.sh`.
 #   bin/*                 the stages                    tests/cuda_*        the CUDA unit programs
 #   bench/bench_train_step                              lib/                the non-system shared libraries they load
 #   e2e-data/             the tokenized embedded sample that tests/e2e/test_cuda_resume.sh trains on (CUDA_E2E_DATA)
 #   data-small/           data/small as `make tokenize EXPERIMENT=small` made it here (tokenizer, shards, manifests and
 #                         the fetch stamps): bin/fetch needs libcurl and libarchive, which are not bundled (with their
-#                         dependencies they weigh 58 MB), so `mk/gpu_run.sh small` trains on this copy
+#                         dependencies they weigh 58 MB), so `mk/gpu/run.sh small` trains on this copy
 #   tools/make            this machine's GNU make, used there only when the GPU machine has none
 #   VERSION               the code version of the tree the binaries were built from (mk/code_version.sh)
 # Sized for an upload to the GPU machine of at most 64 MiB (the tracked tree, about 16 MiB, included), so the bundle
@@ -17,9 +17,9 @@
 # Every program is relinked from the objects make built, with an RPATH that finds lib/ both inside the bundle and
 # where gpu_env.sh copies the programs (bin/, build/tests/, build/bench/), and /usr/local/cuda/lib64 for cuBLAS.
 # The C library, libstdc++, libgcc_s and the CUDA libraries (cudart, cuBLAS, NCCL) are NOT bundled: the GPU machine's
-# own are used (its glibc must be at least this machine's; `mk/gpu_run.sh probe` prints it).
+# own are used (its glibc must be at least this machine's; `mk/gpu/run.sh probe` prints it).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 make --no-print-directory CUDA=1 all build/tests/cuda_backend_vs_cpu build/tests/cuda_twin_compare \
   build/tests/cuda_model_vs_cpu build/bench/bench_train_step >/dev/null
 make --no-print-directory tokenize EXPERIMENT=small >/dev/null
