@@ -137,6 +137,7 @@ $(error $(file <$(repro_keep_log)))
 endif
 ifneq ($(strip $(file <$(repro_keep_log))),)
 $(info $(file <$(repro_keep_log)))
+$(shell rm -f $(REPORT_DIR)/runs.csv $(REPORT_DIR)/report.html)
 endif
 endif
 endif
@@ -304,9 +305,11 @@ $(REPORT_DIR)/report.html: $(RESULTS) $(ANALYSES) bin/report
 	  --expected-runs $(call repro_join,$(REPRO_RUN_DIRS))
 
 # runs.csv: one row per evaluated run of the experiment (every directory with a result.json: the current runs, their
-# seeds, kept variants and sweep points; pipeline/runs_csv.h), for pandas or R. After this plan's results, and again
-# whenever any run's record is newer.
-$(REPORT_DIR)/runs.csv: $(RESULTS) $(wildcard $(RUNS_DIR)/*/result.json) bin/export
+# seeds, kept variants and sweep points; pipeline/runs_csv.h), for pandas or R. After this plan's results. (Not after
+# every run directory's result.json: as prerequisites they would be targets, and make would retrain a run of another
+# plan. Runs that move without retraining, kept aside or brought back, remove runs.csv and report.html at parse time,
+# and so does make prune: they are then made again.)
+$(REPORT_DIR)/runs.csv: $(RESULTS) bin/export
 	bin/export --runs $(RUNS_DIR) --out $@
 
 # The runs compared: every run of its config's own seed, and the other seeds' runs that have a baseline record.
@@ -357,5 +360,6 @@ sweep:
 repro_kept_dirs = $(sort $(wildcard $(RUNS_DIR)/*@[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f] \
   $(RUNS_DIR)/*@[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f].seed*))
 prune:
-	@$(if $(repro_kept_dirs),echo "prune: deleting $(repro_kept_dirs)"; rm -rf $(repro_kept_dirs),\
+	@$(if $(repro_kept_dirs),echo "prune: deleting $(repro_kept_dirs)"; rm -rf $(repro_kept_dirs) \
+	  $(REPORT_DIR)/runs.csv $(REPORT_DIR)/report.html,\
 	  echo "prune: no kept variants or sweep points in $(RUNS_DIR)")
