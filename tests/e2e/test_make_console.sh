@@ -202,7 +202,7 @@ clone=$tmp/clone
 git clone -q --no-checkout "$(git rev-parse --show-toplevel)" "$clone"
 git -C "$clone" checkout -q "$(git rev-parse HEAD)"
 # This checkout's make files (possibly uncommitted) become the clone's commit, so the clone starts clean.
-cp Makefile "$clone/"; cp mk/* "$clone/mk/"
+cp Makefile "$clone/"; cp -r mk/. "$clone/mk/"
 git -C "$clone" add -A Makefile mk
 git -C "$clone" -c user.name=test -c user.email=test@example.invalid commit -q -m "make files under test" --allow-empty
 version() { mk -s -C "$clone" code-version; }

@@ -63,7 +63,7 @@ echo "ok: BACKEND=cuda without nvcc: $(cat "$tmp/missing.log" | cut -c1-100)...;
 clone=$tmp/clone
 git clone -q --no-checkout "$(git rev-parse --show-toplevel)" "$clone"
 git -C "$clone" checkout -q "$(git rev-parse HEAD)"
-cp Makefile "$clone/"; cp mk/* "$clone/mk/" # this checkout's make files (possibly uncommitted)
+cp Makefile "$clone/"; cp -r mk/. "$clone/mk/" # this checkout's make files (possibly uncommitted)
 cmk() { PATH=$1:$PATH mk -C "$clone" OPT=-O0 "${@:2}"; } # cmk NVCC_DIR ARGS...: make in the clone (fast flags)
 rc=0; cmk "$tmp/failing" all CUDA=1 >"$tmp/cuda1.log" 2>&1 || rc=$?
 [ "$rc" != 0 ] || { cat "$tmp/cuda1.log"; fail "make all CUDA=1 with a failing nvcc exited 0"; }
