@@ -23,13 +23,13 @@
 #include "datasets/shard.h"
 #include "datasets/tokenizer.h"
 #include "kernels/backend.h"
-#include "model/dist_train.h"
+#include "model/training/dist_train.h"
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "pipeline/rng.h"
-#include "model/train_checkpoint.h"
+#include "model/training/train_checkpoint.h"
 #include "model/train_config.h"
-#include "model/train_eval.h"
+#include "model/training/train_eval.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/cli.h"
 #include "pipeline/config.h"
@@ -81,7 +81,7 @@ typedef struct {
     int64_t *routing_counts;   /* [L, E] host (MoEUT): the logged step's expert counts (model_take_routing_counts) */
     double *routing_sum;       /* [L * E + 1] host: the same as doubles (and the token count), summed over the ranks */
     double *bias_counts;       /* [Gs * E] host (balance "bias"): the step's selection counts, summed over the ranks */
-    TrainEval eval;            /* train.evaluate_every: accuracy during training (model/train_eval.h) */
+    TrainEval eval;            /* train.evaluate_every: accuracy during training (model/training/train_eval.h) */
 } Trainer;
 
 /* ---------------------------------------------------------------------------------------------------------------- */
