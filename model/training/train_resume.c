@@ -26,11 +26,8 @@ static void remove_previous_outputs(const char *dir) {
     }
 }
 
-/* Whether the checkpoint described by peek continues this run: the same config bytes, length and training data
- * (checkpoints written before the shard's sha256 was recorded are checked on tokenizer and example count only), and
- * for --auto-resume also the same backend (a continuation on another backend is not bit-identical, so a run that
- * resumes on its own is always the one an uninterrupted run would have produced). If not, why says why. */
-static bool resume_compatible(const Trainer *t, const TrainState *peek, char *why, size_t whylen) {
+/* See train_resume.h. */
+bool train_resume_compatible(const Trainer *t, const TrainState *peek, char *why, size_t whylen) {
     char was[1024], now[1024];
     run_provenance_describe_overrides(&peek->prov, was, sizeof was);
     run_provenance_describe_overrides(&t->prov, now, sizeof now);
@@ -70,7 +67,7 @@ static void start_or_resume(Trainer *t) {
     bool resume = false;
     if ((t->a.resume || t->a.auto_resume) && have_ckpt) {
         if (train_state_read(t->a.out_dir, &peek, err, sizeof err) != 0) die("%s", err);
-        resume = resume_compatible(t, &peek, why, sizeof why);
+        resume = train_resume_compatible(t, &peek, why, sizeof why);
         if (!resume && t->a.resume)
             die("refusing to resume %s: %s; run without --resume to start over", t->a.out_dir, why);
         if (!resume) log_warn("%s: starting over: %s", t->a.out_dir, why);
