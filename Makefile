@@ -96,7 +96,7 @@ NVCC_FLAGS ?= -O3 -std=c++17 -arch=sm_90 -I. -Xcompiler -Wall,-Wextra,-Wno-unuse
 
 # ---- sources ----
 CORE_SRC := $(wildcard pipeline/*.c) $(wildcard datasets/*.c)
-NN_SRC := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c) $(wildcard model/*.c)
+NN_SRC := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c) $(wildcard model/*.c) $(wildcard model/training/*.c)
 # Programs whose source includes a kernels/ or model/ header also link the nn library (the others build without it).
 USES_NN := $(shell grep -l -E '^\#include "(kernels|model)/' stages/*.c tests/unit/*.c 2>/dev/null)
 nn_for = $(if $(filter $(1),$(USES_NN)),$(2))

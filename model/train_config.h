@@ -2,7 +2,7 @@
  * Keys (all required): loss_on_target_only, steps, batch_size, n_microbatch, context, lr, weight_decay, warmup,
  * min_lr_multiplier, grad_clip, adam_beta1, adam_beta2, adam_eps, seed, checkpoint_every, log_every, precision.
  * Optional (absent = off, so configs without them keep their bytes and hashes): evaluate_every, evaluate_examples,
- * keep_checkpoints (accuracy during training: model/train_eval.h). */
+ * keep_checkpoints (accuracy during training: model/training/train_eval.h). */
 #ifndef MODEL_TRAIN_CONFIG_H
 #define MODEL_TRAIN_CONFIG_H
 

@@ -20,7 +20,7 @@
 #include "kernels/backend.h"
 #include "model/depth_analysis.h"
 #include "model/model.h"
-#include "model/trained_run.h"
+#include "model/training/trained_run.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/cli.h"
 #include "pipeline/config.h"

@@ -18,7 +18,7 @@
  * kept (never its logits) and decoded when the file is written. The predictions, their sidecar and the result record
  * are written as one set: all complete and fsynced before any is renamed, so a failed or interrupted run leaves the
  * earlier files as they were.
- * The evaluation itself is model/evaluation.c (shared with train's periodic evaluation, train.evaluate_every). */
+ * The evaluation itself is model/training/evaluation.c (shared with train's periodic evaluation, train.evaluate_every). */
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
@@ -30,9 +30,9 @@
 #include "datasets/shard_hash.h"
 #include "datasets/tokenizer.h"
 #include "kernels/backend.h"
-#include "model/evaluation.h"
+#include "model/training/evaluation.h"
 #include "model/model.h"
-#include "model/trained_run.h"
+#include "model/training/trained_run.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/cli.h"
 #include "pipeline/config.h"

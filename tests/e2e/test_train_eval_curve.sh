@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Accuracy during training (train.evaluate_every / evaluate_examples / keep_checkpoints, model/train_eval.h):
+# Accuracy during training (train.evaluate_every / evaluate_examples / keep_checkpoints, model/training/train_eval.h):
 #  - eval_curve.jsonl has one line per evaluate_every step (not step 0), n = evaluate_examples per set, accuracy in
 #    [0, 1] and = correct / n;
 #  - evaluating does not change training: the weights and optimizer state equal, bit for bit, those of the same run

@@ -1,5 +1,5 @@
 /* A training checkpoint directory (runs/EXP/RUN/{state.json, model.safetensors, optim.safetensors},
- * model/train_checkpoint.c) as a resume reads it: the input's first byte picks which of the three files it replaces
+ * model/training/train_checkpoint.c) as a resume reads it: the input's first byte picks which of the three files it replaces
  * in a copy of a real checkpoint of a tiny MoEUT (0 state.json, 1 optim.safetensors, 2 model.safetensors), the rest
  * of the input is that file. Then train_state_read and train_checkpoint_load (weights, AdamW moments, step, RNG and
  * loader state). FUZZ_WRITE_SEED=DIR writes the three seed files (DIR/state, DIR/optim, DIR/model, each with its
@@ -9,7 +9,7 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/optimizer.h"
-#include "model/train_checkpoint.h"
+#include "model/training/train_checkpoint.h"
 #include "tests/fuzz/fuzz_common.h"
 
 static Model *g_model;

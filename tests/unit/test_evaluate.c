@@ -1,8 +1,8 @@
-/* The evaluation library (model/evaluation.c, used by bin/evaluate and bin/train) on tiny random models: teacher-forced exact match and answer loss against
+/* The evaluation library (model/training/evaluation.c, used by bin/evaluate and bin/train) on tiny random models: teacher-forced exact match and answer loss against
  * a direct computation, the answer positions' argmax ids (kept for predictions.jsonl), batched equal-length examples
  * equal to each-alone, and greedy KV-cache decoding agreeing with teacher forcing (correct on the model's own greedy
  * answer, wrong on a corrupted one); evaluate_set's per-example outcomes in shard order. */
-#include "model/evaluation.h"
+#include "model/training/evaluation.h"
 
 #include <stdlib.h>
 #include <string.h>

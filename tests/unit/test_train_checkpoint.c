@@ -15,7 +15,7 @@
 #include "model/model_internal.h" /* to inspect the dropout RNG state */
 #include "model/optimizer.h"
 #include "pipeline/rng.h"
-#include "model/train_checkpoint.h"
+#include "model/training/train_checkpoint.h"
 #include "pipeline/config.h"
 #include "pipeline/atomic_file.h"
 #include "tests/unit/suite_runner.h"

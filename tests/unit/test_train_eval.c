@@ -1,4 +1,4 @@
-/* Accuracy during training (model/train_eval.c) and its config keys (model/train_config.c): evaluate_every,
+/* Accuracy during training (model/training/train_eval.c) and its config keys (model/train_config.c): evaluate_every,
  * evaluate_examples and keep_checkpoints are optional (absent = off: configs without them parse as before) and strictly
  * validated; the curve line's fields; the resume truncation of a JSON-lines file by step; the kept-checkpoint names
  * that bin/evaluate --checkpoint accepts; the evaluation schedule (never step 0). */
@@ -11,7 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "model/train_config.h"
-#include "model/train_eval.h"
+#include "model/training/train_eval.h"
 #include "pipeline/atomic_file.h"
 #include "tests/unit/suite_runner.h"
 

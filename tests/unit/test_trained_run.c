@@ -1,4 +1,4 @@
-/* Opening a finished training run (model/trained_run.c, shared by evaluate and analyze): run names, the config hash,
+/* Opening a finished training run (model/training/trained_run.c, shared by evaluate and analyze): run names, the config hash,
  * the "training finished with this config" check, the tokenizer, the checkpoint checks, and a model whose outputs
  * equal the saved one's; every failure is one message naming the file (or option). */
 #include <check.h>
@@ -11,7 +11,7 @@
 #include "datasets/bpe_train.h"
 #include "kernels/backend.h"
 #include "model/model.h"
-#include "model/trained_run.h"
+#include "model/training/trained_run.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/config.h"
 #include "pipeline/sha256.h"

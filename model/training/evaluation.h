@@ -10,8 +10,8 @@
  * greedily with the KV cache; greedy correct must equal teacher-forced correct.
  * Evaluation reads the weights and writes only the activation arena: it draws from no RNG (the expert-dropout RNG is
  * used by training steps only), so evaluating between training steps leaves the training trajectory unchanged. */
-#ifndef MODEL_EVALUATION_H
-#define MODEL_EVALUATION_H
+#ifndef MODEL_TRAINING_EVALUATION_H
+#define MODEL_TRAINING_EVALUATION_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -14,8 +14,8 @@
  * Recovery rolls a committed set forward (state.json.pending exists) or deletes an uncommitted one.
  * Loading verifies the step recorded in state.json and optim.safetensors and both files' sha256.
  */
-#ifndef MODEL_TRAIN_CHECKPOINT_H
-#define MODEL_TRAIN_CHECKPOINT_H
+#ifndef MODEL_TRAINING_TRAIN_CHECKPOINT_H
+#define MODEL_TRAINING_TRAIN_CHECKPOINT_H
 
 #include <stddef.h>
 #include <stdint.h>

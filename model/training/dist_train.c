@@ -1,5 +1,5 @@
 /* Data-parallel step helpers (see dist_train.h). */
-#include "model/dist_train.h"
+#include "model/training/dist_train.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,8 +11,8 @@
  * Each returns 0, or -1 with one line in err naming the file (or option) and the problem; the stages die("%s", err).
  * trained_run_read_config returns CONFIG_USAGE_ERROR for a malformed --set (the stages exit 2 with cli_usage_die).
  * trained_run_close frees whatever was opened (safe after any step, and on a zeroed struct). */
-#ifndef MODEL_TRAINED_RUN_H
-#define MODEL_TRAINED_RUN_H
+#ifndef MODEL_TRAINING_TRAINED_RUN_H
+#define MODEL_TRAINING_TRAINED_RUN_H
 
 #include <stddef.h>
 
@@ -50,7 +50,7 @@ typedef struct {
 int trained_run_read_config(TrainedRun *r, const char *run_dir, const char *config_path, const char *const *sets,
                             int n_sets, char *err, size_t errlen);
 /* Reads train_summary.json and model.safetensors from the checkpoint kept at an evaluation step (train.keep_checkpoints,
- * model/train_eval.h) instead: name is "step<S>", the directory run_dir/checkpoints/<name>. The run's names stay
+ * model/training/train_eval.h) instead: name is "step<S>", the directory run_dir/checkpoints/<name>. The run's names stay
  * those of run_dir; the summary's steps say which step. Call between read_config and open. 0 or -1 with err. */
 int trained_run_use_checkpoint(TrainedRun *r, const char *name, char *err, size_t errlen);
 /* Training must have finished (train writes train_summary.json last) with this config; loads the tokenizer. */

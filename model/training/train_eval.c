@@ -1,5 +1,5 @@
 /* Accuracy during training (see train_eval.h). */
-#include "model/train_eval.h"
+#include "model/training/train_eval.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "kernels/backend.h"
-#include "model/evaluation.h"
+#include "model/training/evaluation.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/config.h"
 #include "pipeline/limits.h"

@@ -1,6 +1,6 @@
 /* The exact-match evaluation (see evaluation.h). Moved here from stages/evaluate.c so that bin/train evaluates with
  * the very same code. */
-#include "model/evaluation.h"
+#include "model/training/evaluation.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,12 +1,12 @@
 /* Opening a finished training run (see trained_run.h). */
-#include "model/trained_run.h"
+#include "model/training/trained_run.h"
 
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/train_eval.h"
+#include "model/training/train_eval.h"
 #include "pipeline/atomic_file.h"
 #include "pipeline/config.h"
 #include "pipeline/log.h"

@@ -2,7 +2,7 @@
  *
  * Every evaluate_every completed steps (never at step 0) train evaluates the current weights on a fixed subset, the
  * first evaluate_examples examples of each eval shard, with the exact-match evaluation of bin/evaluate
- * (model/evaluation.h, in fp32, greedy check off), logs one line and appends one line to RUN/eval_curve.jsonl:
+ * (model/training/evaluation.h, in fp32, greedy check off), logs one line and appends one line to RUN/eval_curve.jsonl:
  *   {"step": S, "tokens": N, "sets": {"interpolate": {"n", "correct", "accuracy", "mean_answer_loss"},
  *                                     "extrapolate": {...}}}
  * The file is rewritten atomically with each line (it is small), so a crash never leaves a torn line. With
@@ -12,8 +12,8 @@
  * Resume: the curve keeps only the steps up to the checkpoint's and kept checkpoints of later steps are removed (the
  * resumed run evaluates those steps again), so the curve has each evaluated step exactly once. Starting over removes
  * both. Evaluation draws from no RNG and leaves the weights as they were: the training trajectory is unchanged. */
-#ifndef MODEL_TRAIN_EVAL_H
-#define MODEL_TRAIN_EVAL_H
+#ifndef MODEL_TRAINING_TRAIN_EVAL_H
+#define MODEL_TRAINING_TRAIN_EVAL_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* Save / restore of the whole training state with an ordered, verifiable commit (protocol in train_checkpoint.h). */
-#include "model/train_checkpoint.h"
+#include "model/training/train_checkpoint.h"
 
 #include <errno.h>
 #include <inttypes.h>

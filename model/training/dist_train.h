@@ -4,15 +4,15 @@
  * so the sample stream is the one a single process sees. After its micro-batches each rank holds the partial sum of
  * the gradients of its micro-batches; one all-reduce over the contiguous gradient buffer gives every rank the sum
  * over all of them, after which clipping and AdamW are the same computation on identical inputs on every rank. */
-#ifndef MODEL_DIST_TRAIN_H
-#define MODEL_DIST_TRAIN_H
+#ifndef MODEL_TRAINING_DIST_TRAIN_H
+#define MODEL_TRAINING_DIST_TRAIN_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "model/model.h"
 #include "model/optimizer.h"
-#include "model/train_checkpoint.h"
+#include "model/training/train_checkpoint.h"
 
 /* Whether this rank runs micro-batch k (always true in a single process). */
 bool dist_owns_microbatch(int k);
