@@ -65,6 +65,10 @@ int model_config_n_rot(const ModelConfig *cfg); /* int(0.5*D) rounded down to ev
 /* Coefficient of StepStats.reg_ffn in the objective: entropy_reg (balance "entropy"), balance_alpha ("switch"),
  * 0 ("none", and the dense model). */
 double model_config_ffn_balance_coef(const ModelConfig *cfg);
+/* The value of the objective model_train_step differentiates (before grad_scale) for one micro-batch's mean CE and
+ * regularizer terms: mean_ce + c_ffn * reg_ffn + att_entropy_reg * reg_att. The one definition the training log and
+ * records use (the model itself only needs the gradient). */
+double model_config_objective(const ModelConfig *cfg, double mean_ce, double reg_ffn, double reg_att);
 /* Number of parameters the config implies (equals model_n_params of a created model), computed without allocating. */
 size_t model_count_params(const ModelConfig *cfg);
 

@@ -427,6 +427,10 @@ int model_config_n_rot(const ModelConfig *cfg) {
     return n - n % 2;
 }
 
+double model_config_objective(const ModelConfig *cfg, double mean_ce, double reg_ffn, double reg_att) {
+    return mean_ce + model_config_ffn_balance_coef(cfg) * reg_ffn + cfg->att_entropy_reg * reg_att;
+}
+
 double model_config_ffn_balance_coef(const ModelConfig *cfg) {
     if (cfg->arch != ARCH_MOEUT) return 0.0;
     switch (cfg->balance) {

@@ -52,7 +52,7 @@ static StepResult run_microbatches(Trainer *t, long step_number) {
         r.ce += w * ce;
         r.reg_ffn += w * reg_ffn;
         r.reg_att += w * reg_att;
-        r.loss += w * (ce + model_config_ffn_balance_coef(&t->mc) * reg_ffn + t->mc.att_entropy_reg * reg_att);
+        r.loss += w * model_config_objective(&t->mc, ce, reg_ffn, reg_att);
     }
     /* With balance "entropy", reg_ffn is the FFN entropy regularizer summed over the distinct MoE modules: minus the
      * entropy of the mean routing distribution as the reference computes it (masked, with its [B,B] broadcast, so it
