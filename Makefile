@@ -5,7 +5,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
 
-# Quiet by default: a compile prints "  CC      pipeline/config.c", a link "  LD      bin/train". V=1 shows the
+# Quiet by default: a compile prints "  CC      pipeline/base/config.c", a link "  LD      bin/train". V=1 shows the
 # commands. ($(call quiet,TAG,WHAT) goes in front of a recipe line that has no @ of its own.)
 V ?= 0
 ifeq ($(V),1)
@@ -25,13 +25,13 @@ endif
 CODE_VERSION := $(shell mk/code_version.sh 2>/dev/null || echo unknown)
 WARN := -Wall -Wextra -Wno-unused-parameter
 BASE_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) -fopenmp -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread \
-               -include pipeline/version.h '-DCODE_VERSION=code_version()' \
+               -include pipeline/base/version.h '-DCODE_VERSION=code_version()' \
                -DHAVE_ZLIB
 OPT ?= -O2 -g
 CFLAGS ?= $(OPT)
 # zlib: fetch verifies the gzip CRC-32/length trailer that libarchive's gzip reader skips (datasets/archive_extract.c).
 LDLIBS := -lcjson -lcurl -larchive -lcrypto -lopenblas -lz -lm -fopenmp
-# MPI (OpenMPI, pipeline/dist.c: train's data parallelism). --as-needed: programs that never call MPI do not load it.
+# MPI (OpenMPI, pipeline/base/dist.c: train's data parallelism). --as-needed: programs that never call MPI do not load it.
 MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null || echo -I/usr/lib/x86_64-linux-gnu/openmpi/include)
 MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null || echo -L/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi)
 BASE_CFLAGS += $(MPI_CFLAGS)
@@ -95,7 +95,7 @@ cuda-missing:
 NVCC_FLAGS ?= -O3 -std=c++17 -arch=sm_90 -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC --expt-relaxed-constexpr
 
 # ---- sources ----
-CORE_SRC := $(wildcard pipeline/*.c) $(wildcard datasets/*.c)
+CORE_SRC := $(wildcard pipeline/*/*.c) $(wildcard datasets/*.c)
 NN_SRC := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c) $(wildcard model/*.c) $(wildcard model/training/*.c)
 # Programs whose source includes a kernels/ or model/ header also link the nn library (the others build without it).
 USES_NN := $(shell grep -l -E '^\#include "(kernels|model)/' stages/*.c tests/unit/*.c 2>/dev/null)
@@ -134,7 +134,7 @@ all:
 	  exit 1; }; done
 endif
 
-# The version string lives in one generated header, rewritten only when it changes (pipeline/version.c includes it).
+# The version string lives in one generated header, rewritten only when it changes (pipeline/base/version.c includes it).
 VERSION_HEADER_TEXT := \#define CODE_VERSION_STRING "$(CODE_VERSION)"
 $(shell mkdir -p build; [ "$$(cat build/code_version.h 2>/dev/null)" = '$(VERSION_HEADER_TEXT)' ] || \
         echo '$(VERSION_HEADER_TEXT)' > build/code_version.h)

@@ -16,12 +16,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/limits.h"
-#include "pipeline/log.h"
-#include "pipeline/module_regex.h"
-#include "pipeline/progress.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/limits.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/module_regex.h"
+#include "pipeline/base/progress.h"
+#include "pipeline/base/sha256.h"
 
 #if defined(HAVE_ZLIB)
 #include <zlib.h>
@@ -447,7 +447,7 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
             goto out;
         }
         if (archive_entry_filetype(e) != AE_IFREG) continue; /* directories: we create our own */
-        /* Bounds before writing a byte (pipeline/limits.h): a member whose header claims more than any module file,
+        /* Bounds before writing a byte (pipeline/base/limits.h): a member whose header claims more than any module file,
          * or members adding up past what any archive of the dataset holds (a decompression bomb expands a small
          * download into all of the disk). */
         int64_t claimed = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;

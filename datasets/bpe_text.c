@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 int bpe_utf8_len(unsigned char c) {
     if (c < 0x80) return 1;

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "datasets/bpe_text.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 struct BpeTrainer {
     BpeTrainConfig cfg;

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "pipeline/config.h"
+#include "pipeline/base/config.h"
 
 static inline int data_config_check_sections(const cJSON *root, const char *path, char *err, size_t errlen) {
     static const char *const sections[] = {"fetch", "tokenize"};

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 int64_t disk_space_available(const char *dir, char *err, size_t errlen) {
     struct statvfs sv;

@@ -9,10 +9,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/limits.h"
-#include "pipeline/log.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/limits.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/sha256.h"
 
 void dm_file_free(DmFile *f) {
     free(f->path);

@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "datasets/disk_space.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/log.h"
-#include "pipeline/progress.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/progress.h"
 
 /* State of one transfer attempt, shared by the curl callbacks. */
 typedef struct {

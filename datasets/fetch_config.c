@@ -5,8 +5,8 @@
 
 #include "datasets/archive_extract.h"
 #include "datasets/data_config.h"
-#include "pipeline/config.h"
-#include "pipeline/log.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
 
 void fetch_config_free(FetchConfig *c) {
     cJSON_Delete(c->root);

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pipeline/config.h"
+#include "pipeline/base/config.h"
 
 int is_sha256_hex(const char *s) {
     if (!s || strlen(s) != 64) return 0;

@@ -6,8 +6,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "pipeline/config.h"
-#include "pipeline/log.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
 
 #ifndef CODE_VERSION
 #define CODE_VERSION "unknown"

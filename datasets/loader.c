@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 static inline uint64_t example_len(const ShardExample *e) { return (uint64_t)e->q_len + e->a_len; }
 

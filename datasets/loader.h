@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "datasets/shard.h"
-#include "pipeline/rng.h"
+#include "pipeline/base/rng.h"
 
 typedef struct {
     Rng rng;            /* sampling state */

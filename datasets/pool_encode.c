@@ -8,9 +8,9 @@
 
 #include "datasets/pool_order.h"
 #include "datasets/shard.h"
-#include "pipeline/log.h"
-#include "pipeline/progress.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/progress.h"
+#include "pipeline/base/sha256.h"
 
 /* Examples are encoded in parallel a chunk at a time, then checked and copied in order: the chunk bounds the scratch
  * memory of the token ids, whatever the pool's size. */

@@ -1,8 +1,8 @@
 /* The order of a pool's examples (see pool_order.h). */
 #include "datasets/pool_order.h"
 
-#include "pipeline/log.h"
-#include "pipeline/rng.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/rng.h"
 
 static void shuffle_refs(PoolRef *v, uint64_t n, uint64_t seed) {
     uint64_t state = seed;

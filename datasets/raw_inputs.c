@@ -7,11 +7,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
-#include "pipeline/log.h"
-#include "pipeline/module_regex.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/module_regex.h"
+#include "pipeline/base/sha256.h"
 
 #define RAW_SCHEMA "dm-math-raw"
 

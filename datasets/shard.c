@@ -10,9 +10,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
-#include "pipeline/log.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
 
 _Static_assert(sizeof(ShardExample) == 24, "ShardExample must be 24 bytes");
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

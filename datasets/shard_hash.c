@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "datasets/shard.h"
-#include "pipeline/log.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/sha256.h"
 
 int shard_content_sha256(const char *path, char hex[65], char *err, size_t errlen) {
     Shard s;

@@ -8,9 +8,9 @@
 #include <cjson/cJSON.h>
 
 #include "datasets/data_config.h"
-#include "pipeline/config.h"
-#include "pipeline/log.h"
-#include "pipeline/module_regex.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/module_regex.h"
 
 void tokenize_config_defaults(TokenizeConfig *c) {
     c->vocab_size = 512;

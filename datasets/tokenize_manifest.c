@@ -1,7 +1,7 @@
 /* The tokenize stage's manifest (see tokenize_manifest.h). */
 #include "datasets/tokenize_manifest.h"
 
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 #ifndef CODE_VERSION
 #define CODE_VERSION "unknown"

@@ -15,11 +15,11 @@
 
 #include "datasets/bpe_text.h"
 #include "datasets/bpe_train.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
-#include "pipeline/limits.h"
-#include "pipeline/log.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/limits.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/sha256.h"
 
 #define UNK_SURFACE " \xe2\x81\x87 " /* " ⁇ ", SentencePiece's default surface for <unk> */
 

@@ -15,10 +15,10 @@
 #include "datasets/tokenize_manifest.h"
 #include "datasets/tokenizer.h"
 #include "datasets/tokenizer_training.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
-#include "pipeline/log.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/sha256.h"
 
 static const char *const OUTPUT_FILES[] = {"tokenizer.json", "train.shard", "interpolate.shard", "extrapolate.shard"};
 #define N_OUTPUT_FILES 4

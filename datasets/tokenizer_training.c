@@ -8,8 +8,8 @@
 #include <cjson/cJSON.h>
 
 #include "datasets/bpe_train.h"
-#include "pipeline/config.h"
-#include "pipeline/log.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
 
 int tokenizer_train_on_corpus(const InputList *corpus, const TokenizeConfig *cfg, int n_excluded, const char *path,
                               char *err, size_t errlen) {

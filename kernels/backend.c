@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 void backend_die_out_of_memory(const Backend *be, size_t bytes, const char *detail) {
     die("%s backend: out of %smemory allocating %.2f GiB (%zu bytes)%s%s%s%s", be->name,

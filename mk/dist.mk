@@ -1,4 +1,4 @@
-# Data-parallel training (pipeline/dist.c, model/training/dist_train.c, kernels/cuda/cuda_nccl.cu).
+# Data-parallel training (pipeline/base/dist.c, model/training/dist_train.c, kernels/cuda/cuda_nccl.cu).
 # The MPI compile and link flags are in the Makefile (every program's objects see mpi.h; only train links MPI).
 # The cuda backend's gradient all-reduce is NCCL, which ships with the CUDA toolkit ($(CUDA_HOME)/lib64/libnccl.so).
 ifdef CUDA_ENABLED

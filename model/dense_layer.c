@@ -18,7 +18,7 @@
 #include <stdlib.h>
 
 #include "model/model_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 #define LN_EPS 1e-5
 #define ROPE_BASE 10000.0

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 /* dm-math-protocol.md §5 / dm-math-training-code.md §D: prompts (question string, answer string) and the
  * counterfactual (question and answer in one string). */

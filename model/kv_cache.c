@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "model/model_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 KVCache *kv_cache_create(Model *m, int max_T) {
     if (max_T < 1) die("kv_cache_create: max_T must be >= 1 (got %d)", max_T);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "model/model_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 void model_layer_schedule(const ModelConfig *cfg, LayerApp *apps, int n_distinct[N_LAYER_KINDS],
                           int n_apps[N_LAYER_KINDS]) {

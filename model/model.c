@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "model/model_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 #define OUT_NORM_EPS 1e-5
 

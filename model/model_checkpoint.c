@@ -12,8 +12,8 @@
 #include <cjson/cJSON.h>
 
 #include "model/model_internal.h"
-#include "pipeline/log.h"
-#include "pipeline/safetensors.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/safetensors.h"
 
 int model_save_safetensors(Model *m, const char *path, char *err, size_t errlen) {
     Backend *be = m->be;

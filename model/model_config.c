@@ -14,7 +14,7 @@
 
 #include "model/model.h"
 #include "model/param_count.h"
-#include "pipeline/config.h"
+#include "pipeline/base/config.h"
 
 typedef enum { KEY_INT, KEY_DOUBLE, KEY_BOOL, KEY_ENUM } KeyType;
 

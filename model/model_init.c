@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "model/model_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 /* Host staging chunk: bounds the host memory used while filling very large tensors. */
 #define INIT_CHUNK ((size_t)1 << 20)

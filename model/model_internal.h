@@ -18,7 +18,7 @@
 
 #include "model/activation_arena.h"
 #include "model/model.h"
-#include "pipeline/rng.h"
+#include "pipeline/base/rng.h"
 
 /* Per-application attention cache for decoding: keys after RoPE and values after any expert mixing, the layout
  * the attention op reads. */

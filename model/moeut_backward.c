@@ -6,7 +6,7 @@
 #include <math.h>
 
 #include "model/moeut_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 /* dl = this application's regularizer gradient (or 0 before regularizers() ran), then the gate path is added. */
 static void router_logit_grad(Model *m, scalar_t *dl, const scalar_t *dreg_slot, size_t n) {

@@ -5,7 +5,7 @@
  * fewer, unchanged at exactly the mean. The counts cover all R applications of the (shared) layer: the bias belongs
  * to the router, which every application of the layer uses. The counting is in moeut_forward.c (expert_count). */
 #include "model/moeut_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 int model_bias_count_len(const Model *m) {
     const MoeutState *st = m->impls[LAYER_MOEUT] ? moeut_state((Model *)m) : NULL;

@@ -14,7 +14,7 @@
 #include <math.h>
 
 #include "model/moeut_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 /* Buffers of one attention-block forward. k_all/v_all hold the keys/values the queries attend to, [B, Tk, H, D];
  * this call writes its own T rows at time offset pos_offset (pos_offset > 0 only for the KV cache, B = 1). */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "model/moeut_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 /* ---- configuration checks ---- */
 

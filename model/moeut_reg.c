@@ -2,7 +2,7 @@
  * routing distribution (dm-math-training-code.md §B/§C.6: the masked [B,B]-broadcast form); the FFN router by the
  * term model.balance names: that entropy (MoEUT), the Switch loss (per application) or nothing. */
 #include "model/moeut_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 /* For every distinct layer, one history per router: FFN [R,B,T,1,E], attention v and o [R,B,T,H,EA] (each head its
  * own distribution). The backend op returns the unscaled value and writes coef * d(value)/d(logits), which

@@ -9,10 +9,10 @@
 
 #include "model/run_seeds.h"
 #include "model/train_config.h"
-#include "pipeline/config.h"
-#include "pipeline/config_override.h"
-#include "pipeline/log.h"
-#include "pipeline/run_identity.h"
+#include "pipeline/base/config.h"
+#include "pipeline/records/config_override.h"
+#include "pipeline/base/log.h"
+#include "pipeline/records/run_identity.h"
 
 /* err gets the message; the expression is -1. */
 #define FAIL(...) (set_err(err, errlen, __VA_ARGS__), -1)

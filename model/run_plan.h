@@ -7,7 +7,7 @@
  *   - without SWEEP: runs/EXP/RUN for the config's own seed, RUN.seed<S> for another seed S (the current variant of
  *     the run config, as always);
  *   - with SWEEP: RUN@<variant>[.seed<S>] per grid point, variant = run_variant_key of the point's effective config
- *     (pipeline/run_identity.h), so a point is its own run and the same point reached twice is the same directory.
+ *     (pipeline/records/run_identity.h), so a point is its own run and the same point reached twice is the same directory.
  * Every effective config is validated as train will validate it, so a bad SET or SWEEP is refused (one line naming
  * the key) before make writes anything. */
 #ifndef MODEL_RUN_PLAN_H

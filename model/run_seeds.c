@@ -8,8 +8,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "pipeline/config.h"
-#include "pipeline/log.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
 
 int run_seeds_read(const char *path, long **seeds, int *n, char *err, size_t errlen) {
     *seeds = NULL;

@@ -9,12 +9,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
-#include "pipeline/config_diff.h"
-#include "pipeline/config_override.h"
-#include "pipeline/log.h"
-#include "pipeline/run_identity.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
+#include "pipeline/records/config_diff.h"
+#include "pipeline/records/config_override.h"
+#include "pipeline/base/log.h"
+#include "pipeline/records/run_identity.h"
 
 #define FAIL(...) (set_err(err, errlen, __VA_ARGS__), -1)
 

@@ -1,6 +1,6 @@
 /* Nothing is overwritten when a run's config changes: before make retrains runs/EXP/RUN[.seedS] under another
  * effective config (an edited run config, another SET), the finished run there is moved aside to
- * RUN@<its variant>[.seedS] (pipeline/run_identity.h), where the report, the CSV export and `make diff` still see it;
+ * RUN@<its variant>[.seedS] (pipeline/records/run_identity.h), where the report, the CSV export and `make diff` still see it;
  * and when the wanted config is one that was moved aside earlier, that run comes back under the current name instead
  * of being trained again. `make prune` deletes what was kept. */
 #ifndef MODEL_RUN_VARIANTS_H

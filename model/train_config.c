@@ -9,8 +9,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "pipeline/config.h"
-#include "pipeline/log.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
 
 int train_config_from_json(TrainConfig *tc, const cJSON *obj, const char *source, char *err, size_t errlen) {
     memset(tc, 0, sizeof *tc);

@@ -21,14 +21,14 @@
 #include "model/depth_analysis.h"
 #include "model/model.h"
 #include "model/training/trained_run.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/cli.h"
-#include "pipeline/config.h"
-#include "pipeline/log.h"
-#include "pipeline/progress.h"
-#include "pipeline/result_record.h"
-#include "pipeline/threads.h"
-#include "pipeline/svg.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/cli.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/progress.h"
+#include "pipeline/records/result_record.h"
+#include "pipeline/base/threads.h"
+#include "pipeline/base/svg.h"
 
 static int encode(const Tokenizer *tok, const char *text, int32_t **ids) {
     /* A piece covers at least one character, plus the dummy-prefix piece: strlen + 2 ids always suffice. */

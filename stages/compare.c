@@ -5,11 +5,11 @@
  *               [--config-change=error|note] [--only-failures]
  *   bin/compare --diff A B [--replicates N]
  *
- * The gate, its rules and exit statuses: pipeline/compare_gate.h; the tolerances file (default
- * <baselines>/tolerances.json) and the verdict on one metric: pipeline/compare_tolerances.h; baselines pooled over
- * seeds: pipeline/compare_baseline.h; one run's table: pipeline/compare_run.h.
+ * The gate, its rules and exit statuses: pipeline/records/compare_gate.h; the tolerances file (default
+ * <baselines>/tolerances.json) and the verdict on one metric: pipeline/records/compare_tolerances.h; baselines pooled over
+ * seeds: pipeline/records/compare_baseline.h; one run's table: pipeline/records/compare_run.h.
  *
- * --diff A B (pipeline/run_diff.h): A and B are run directories (runs/EXP/RUN, runs/EXP/RUN@VARIANT, any path) or
+ * --diff A B (pipeline/records/run_diff.h): A and B are run directories (runs/EXP/RUN, runs/EXP/RUN@VARIANT, any path) or
  * baseline record prefixes (reports/baselines/EXP/RUN for RUN.result.json). Prints the config keys that differ, then
  * every metric (and training throughput, and the analysis' depth summary when both have analysis.json) with A, B and
  * B-A, and, where both have predictions.jsonl listing the same examples that add up to their records, a paired 95%
@@ -18,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/cli.h"
-#include "pipeline/compare_gate.h"
-#include "pipeline/log.h"
-#include "pipeline/run_diff.h"
+#include "pipeline/base/cli.h"
+#include "pipeline/records/compare_gate.h"
+#include "pipeline/base/log.h"
+#include "pipeline/records/run_diff.h"
 
 static const char *SUMMARY =
     "Compares each run's result.json with the baseline record <baselines>/<RUN>.result.json metric by metric, with "

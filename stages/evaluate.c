@@ -13,7 +13,7 @@
  * bits. The default 1 is the protocol literally.
  * Greedy check: the first greedy_check_examples of each set are also decoded greedily with the KV cache (question,
  * then len(answer) argmax tokens one at a time); greedy correct must equal teacher-forced correct on every one.
- * Per-example verdicts go to predictions.jsonl (pipeline/predictions.h; --predictions, default beside --out), their
+ * Per-example verdicts go to predictions.jsonl (pipeline/records/predictions.h; --predictions, default beside --out), their
  * metadata to the sidecar predictions.meta.json beside it: each example's verdict, answer loss and argmax ids are
  * kept (never its logits) and decoded when the file is written. The predictions, their sidecar and the result record
  * are written as one set: all complete and fsynced before any is renamed, so a failed or interrupted run leaves the
@@ -33,15 +33,15 @@
 #include "model/training/evaluation.h"
 #include "model/model.h"
 #include "model/training/trained_run.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/cli.h"
-#include "pipeline/config.h"
-#include "pipeline/log.h"
-#include "pipeline/predictions.h"
-#include "pipeline/progress.h"
-#include "pipeline/result_record.h"
-#include "pipeline/sha256.h"
-#include "pipeline/threads.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/cli.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
+#include "pipeline/records/predictions.h"
+#include "pipeline/base/progress.h"
+#include "pipeline/records/result_record.h"
+#include "pipeline/base/sha256.h"
+#include "pipeline/base/threads.h"
 
 /* ---------------------------------------------------------------- inputs ----------------------------------- */
 

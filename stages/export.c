@@ -1,4 +1,4 @@
-/* export: every run of an experiment as one tidy CSV table (pipeline/runs_csv.h: the rows, columns and cells).
+/* export: every run of an experiment as one tidy CSV table (pipeline/records/runs_csv.h: the rows, columns and cells).
  *
  *   bin/export --runs runs/EXP --out reports/EXP/runs.csv
  *
@@ -7,9 +7,9 @@
  * stays as it was. */
 #include <stdio.h>
 
-#include "pipeline/cli.h"
-#include "pipeline/log.h"
-#include "pipeline/runs_csv.h"
+#include "pipeline/base/cli.h"
+#include "pipeline/base/log.h"
+#include "pipeline/records/runs_csv.h"
 
 static const char *SUMMARY =
     "Writes every run of an experiment (each directory of --runs holding a result.json) as one CSV table to --out: "

@@ -19,11 +19,11 @@
 #include "datasets/fetch_config.h"
 #include "datasets/fetch_dataset_manifest.h"
 #include "datasets/fetch_output.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/cli.h"
-#include "pipeline/log.h"
-#include "pipeline/progress.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/cli.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/progress.h"
+#include "pipeline/base/sha256.h"
 
 #define DEFAULT_MANIFEST "datasets/dm_math_v1.0.json"
 

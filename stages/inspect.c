@@ -23,10 +23,10 @@
 
 #include "kernels/backend.h"
 #include "model/model.h"
-#include "pipeline/cli.h"
-#include "pipeline/config.h"
-#include "pipeline/log.h"
-#include "pipeline/safetensors.h"
+#include "pipeline/base/cli.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/safetensors.h"
 
 typedef struct {
     int B, T;

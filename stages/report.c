@@ -8,10 +8,10 @@
  * variant key), and shows runs of other variants (RUN@VARIANT[.seed<S>]: sweep points, earlier configs) beside.
  * Writes report.md, report.html (SVGs inlined) and the figures as .svg files beside report.md (which links them).
  * Expected runs that have no result.json are listed as missing, never silently dropped. The output holds no
- * timestamps: the same records give byte-identical reports. The report is built by pipeline/report_build.h. */
-#include "pipeline/cli.h"
-#include "pipeline/log.h"
-#include "pipeline/report_build.h"
+ * timestamps: the same records give byte-identical reports. The report is built by pipeline/report/report_build.h. */
+#include "pipeline/base/cli.h"
+#include "pipeline/base/log.h"
+#include "pipeline/report/report_build.h"
 
 static const char *SUMMARY =
     "Writes <out>/report.md and a self-contained <out>/report.html (plus the figures as .svg) from the records of "

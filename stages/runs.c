@@ -16,8 +16,8 @@
 
 #include "model/run_plan.h"
 #include "model/run_variants.h"
-#include "pipeline/cli.h"
-#include "pipeline/log.h"
+#include "pipeline/base/cli.h"
+#include "pipeline/base/log.h"
 
 /* A word as make reads it literally in a variable's value. */
 static void print_make_word(const char *w) {

@@ -4,8 +4,8 @@
 #include <stdio.h>
 
 #include "datasets/tokenizer_stage.h"
-#include "pipeline/cli.h"
-#include "pipeline/log.h"
+#include "pipeline/base/cli.h"
+#include "pipeline/base/log.h"
 
 int main(int argc, char **argv) {
     log_set_program("tokenize");

@@ -6,10 +6,10 @@
 #include <string.h>
 
 #include "model/training/trainer.h"
-#include "pipeline/cli.h"
-#include "pipeline/dist.h"
-#include "pipeline/log.h"
-#include "pipeline/threads.h"
+#include "pipeline/base/cli.h"
+#include "pipeline/base/dist.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/threads.h"
 
 int main(int argc, char **argv) {
     log_set_program("train"); /* dist_init adds the rank under mpirun */

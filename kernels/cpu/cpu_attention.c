@@ -8,7 +8,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/cpu_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 /* x[B,T,H,D] rotated in place on dims [0,n_rot) of every head; position of row t = pos_offset + t.
  * Angles follow the reference: inv_freq_i = 1 / base^(2i/n_rot) and angle = pos * inv_freq_i, both in fp32. */

@@ -7,7 +7,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/cpu_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 #define CPU_ALIGN 64
 

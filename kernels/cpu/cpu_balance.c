@@ -8,7 +8,7 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/entropy_reg_value.h"
 #include "kernels/switch_balance_value.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 /* Softmax of l[E] into p[E], in double. */
 static void softmax_row(double *p, const scalar_t *l, int E) {

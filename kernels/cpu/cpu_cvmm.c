@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 #define PAR_MIN 32768
 

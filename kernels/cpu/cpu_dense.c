@@ -4,7 +4,7 @@
 #include <cblas.h>
 
 #include "kernels/cpu/cpu_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 /* Elementwise loops only go parallel above this size (thread start-up costs more than small loops). */
 #define PAR_MIN 32768

@@ -5,7 +5,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/cpu_internal.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 #define PAR_MIN 32768
 /* sum_squares splits x into chunks of this many elements; chunk sums are added in chunk order, so the result is the

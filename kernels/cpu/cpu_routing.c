@@ -7,7 +7,7 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/routing_key.h"
 #include "kernels/routing_topk.h"
-#include "pipeline/log.h"
+#include "pipeline/base/log.h"
 
 /* Max and sum of exp(l - max) over a row of E logits (in double): softmax_e = exp(l_e - mx) / sum. */
 #ifdef SCALAR_F64

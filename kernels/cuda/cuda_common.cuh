@@ -23,7 +23,7 @@
 
 extern "C" {
 #include "kernels/backend.h"
-// pipeline/log.h uses C11 _Noreturn; declare the two helpers used here with C linkage instead.
+// pipeline/base/log.h uses C11 _Noreturn; declare the two helpers used here with C linkage instead.
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 void *xcalloc(size_t count, size_t size);
 }

@@ -1,5 +1,5 @@
 /* The cuda backend's gradient all-reduce over NCCL: one rank per GPU, the NCCL id broadcast by the caller
- * (over MPI, pipeline/dist.h). C interface to kernels/cuda/cuda_nccl.cu; on the CUDA emulator the NCCL calls are
+ * (over MPI, pipeline/base/dist.h). C interface to kernels/cuda/cuda_nccl.cu; on the CUDA emulator the NCCL calls are
  * emulated over MPI on host memory (kernels/cuda/emu/nccl_emu.h). All functions return 0, or -1 with a message. */
 #ifndef KERNELS_CUDA_CUDA_NCCL_H
 #define KERNELS_CUDA_CUDA_NCCL_H

@@ -9,9 +9,9 @@
 #ifdef HAVE_CUDA
 #include "kernels/cuda/cuda_nccl.h"
 #endif
-#include "pipeline/dist.h"
-#include "pipeline/log.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/dist.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/sha256.h"
 
 bool dist_owns_microbatch(int k) { return k % dist_world() == dist_rank(); }
 

@@ -1,4 +1,4 @@
-/* The data-parallel parts of a training step that touch the model (the process group is pipeline/dist.h).
+/* The data-parallel parts of a training step that touch the model (the process group is pipeline/base/dist.h).
  *
  * Micro-batch k of a step runs on rank k mod W; every rank draws every micro-batch's windows from the one loader
  * so the sample stream is the one a single process sees. After its micro-batches each rank holds the partial sum of

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/config.h"
-#include "pipeline/log.h"
-#include "pipeline/progress.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/progress.h"
 
 
 int eval_row_argmax(const float *row, int V) {

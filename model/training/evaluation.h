@@ -19,7 +19,7 @@
 
 #include "datasets/shard.h"
 #include "model/model.h"
-#include "pipeline/result_record.h"
+#include "pipeline/records/result_record.h"
 
 typedef struct {
     const int32_t *tokens; /* question then answer, q_len + a_len ids */

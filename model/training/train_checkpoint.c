@@ -13,12 +13,12 @@
 #include <cjson/cJSON.h>
 
 #include "model/model_internal.h" /* the dropout RNG state lives in struct Model */
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
-#include "pipeline/exact_number.h"
-#include "pipeline/log.h"
-#include "pipeline/safetensors.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/exact_number.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/safetensors.h"
+#include "pipeline/base/sha256.h"
 
 #define STATE_FORMAT "dm-math-train-state"
 #define STATE_VERSION 1
@@ -29,7 +29,7 @@ static void join(char *out, size_t n, const char *dir, const char *file, const c
 }
 
 /* ---- exact encodings for JSON (resuming must reproduce the exact values) ----
- * Doubles are JSON numbers printed round-trip exact (pipeline/exact_number.h: cJSON's own printer may round the last
+ * Doubles are JSON numbers printed round-trip exact (pipeline/base/exact_number.h: cJSON's own printer may round the last
  * bit), null when not finite (last_ce before the first logged interval), as train_summary.json writes its numbers.
  * State files written before that hold them as "%.17g" strings; those are still read.
  * The RNG states and the loader's counters are 64-bit bit patterns, not quantities: they are written as 16-digit hex

@@ -23,8 +23,8 @@
 #include "datasets/loader.h"
 #include "model/model.h"
 #include "model/optimizer.h"
-#include "pipeline/rng.h"
-#include "pipeline/run_provenance.h"
+#include "pipeline/base/rng.h"
+#include "pipeline/records/run_provenance.h"
 
 /* Running sums of the metrics of the current log interval (so a resumed run logs the same values). */
 typedef struct {

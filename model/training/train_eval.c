@@ -10,10 +10,10 @@
 
 #include "kernels/backend.h"
 #include "model/training/evaluation.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
-#include "pipeline/limits.h"
-#include "pipeline/log.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/limits.h"
+#include "pipeline/base/log.h"
 
 /* Temporary directory of a checkpoint being kept: "<checkpoints>/.keep.tmp.<pid>" (stale ones are removed). */
 #define KEEP_TMP_PREFIX ".keep.tmp."

@@ -24,7 +24,7 @@
 #include "datasets/shard.h"
 #include "model/model.h"
 #include "model/train_config.h"
-#include "pipeline/result_record.h"
+#include "pipeline/records/result_record.h"
 
 #define TRAIN_EVAL_CURVE_FILE "eval_curve.jsonl"
 #define TRAIN_EVAL_CHECKPOINTS_DIR "checkpoints"

@@ -10,12 +10,12 @@
 
 #include "model/training/dist_train.h"
 #include "model/training/train_signals.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/dist.h"
-#include "pipeline/log.h"
-#include "pipeline/progress.h"
-#include "pipeline/resume_hint.h"
-#include "pipeline/routing_stats.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/dist.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/progress.h"
+#include "pipeline/base/resume_hint.h"
+#include "pipeline/records/routing_stats.h"
 
 typedef struct {
     double loss, ce, reg_ffn, reg_att, grad_norm, expert_entropy;

@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "model/training/dist_train.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/dist.h"
-#include "pipeline/log.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/dist.h"
+#include "pipeline/base/log.h"
 
 static void path_join(char *out, size_t n, const char *dir, const char *file) { snprintf(out, n, "%s/%s", dir, file); }
 

@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "pipeline/dist.h"
-#include "pipeline/log.h"
+#include "pipeline/base/dist.h"
+#include "pipeline/base/log.h"
 
 static volatile sig_atomic_t g_signal = 0;
 static void on_signal(int sig) { g_signal = sig; }

@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "model/training/train_eval.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
-#include "pipeline/log.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
 
 /* run = last path component of the run directory, experiment = the one before it (trailing slashes ignored). */
 static void run_names(const char *run_dir, char *experiment, size_t elen, char *run, size_t rlen) {

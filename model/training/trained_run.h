@@ -22,8 +22,8 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/train_config.h"
-#include "pipeline/config_override.h"
-#include "pipeline/result_record.h"
+#include "pipeline/records/config_override.h"
+#include "pipeline/records/result_record.h"
 
 typedef struct {
     const char *run_dir, *config_path; /* as given (borrowed) */
@@ -34,7 +34,7 @@ typedef struct {
     const char *loss_mode;             /* "qa" | "answer_only" (train.loss_on_target_only) */
 
     cJSON *config;          /* the whole run config, --set overrides applied (owned: stages read their section) */
-    char config_sha256[65]; /* config_sha256 of the file and the overrides (pipeline/config_override.h) */
+    char config_sha256[65]; /* config_sha256 of the file and the overrides (pipeline/records/config_override.h) */
     RunProvenance prov;     /* overrides, effective train.seed, run_config name: for the records */
     ModelConfig config_mc;  /* its "model" section */
     TrainConfig tc;         /* its "train" section */

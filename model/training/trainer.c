@@ -15,12 +15,12 @@
 #include "model/training/train_resume.h"
 #include "model/training/train_signals.h"
 #include "model/training/trainer_state.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
-#include "pipeline/config_override.h"
-#include "pipeline/dist.h"
-#include "pipeline/log.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
+#include "pipeline/records/config_override.h"
+#include "pipeline/base/dist.h"
+#include "pipeline/base/log.h"
+#include "pipeline/base/sha256.h"
 
 static void path_join(char *out, size_t n, const char *dir, const char *file) { snprintf(out, n, "%s/%s", dir, file); }
 
@@ -173,7 +173,7 @@ int trainer_run(Trainer *t) {
         }
     } else {
         if (t->resumed_world_size > 0 && t->resumed_world_size != dist_world())
-            /* A changed NPROC: the same training within rounding (pipeline/dist.md), so the finished run stands. */
+            /* A changed NPROC: the same training within rounding (pipeline/base/dist.md), so the finished run stands. */
             log_info("%s already finished (%ld steps) with %ld rank(s): %d rank(s) would train the same windows and "
                      "micro-batches (equal within rounding), so it is left as is; to train it again with %d, start over "
                      "(make RESUME=0, or train without --resume/--auto-resume)",

@@ -9,13 +9,13 @@
  *
  * The parts: setup and the run (trainer.c), the resume policy (train_resume.h), the step loop with its
  * micro-batches, metrics and checkpoints (train_loop.h), the stop signals (train_signals.h); the data-parallel
- * pieces of a step are dist_train.h, the process group pipeline/dist.h. */
+ * pieces of a step are dist_train.h, the process group pipeline/base/dist.h. */
 #ifndef MODEL_TRAINING_TRAINER_H
 #define MODEL_TRAINING_TRAINER_H
 
 #include <stdbool.h>
 
-#include "pipeline/cli.h"
+#include "pipeline/base/cli.h"
 
 /* What the command line asks of one training run. */
 typedef struct {

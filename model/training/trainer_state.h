@@ -17,14 +17,14 @@
 #include "model/training/train_checkpoint.h"
 #include "model/training/train_eval.h"
 #include "model/training/trainer.h"
-#include "pipeline/run_provenance.h"
+#include "pipeline/records/run_provenance.h"
 
 /* Everything the loop needs, set up once. */
 struct Trainer {
     TrainOptions a;
     ModelConfig mc;
     TrainConfig tc;
-    char config_sha256[65]; /* of the file and the --set overrides (pipeline/config_override.h) */
+    char config_sha256[65]; /* of the file and the --set overrides (pipeline/records/config_override.h) */
     RunProvenance prov;     /* the overrides, seed and config name train_summary.json and state.json record */
     cJSON *config_json;
     Shard shard;

@@ -13,7 +13,7 @@ HONEST = ("rerun", "seed", "coretype-", "threads")
 
 
 def metrics(rec):
-    """{name: (class, value)} as in pipeline/compare_metrics.c record_metrics_collect."""
+    """{name: (class, value)} as in pipeline/records/compare_metrics.c record_metrics_collect."""
     m = {"n_params": ("count", rec["n_params"]),
          "training.steps": ("count", rec["training"]["steps"]),
          "training.tokens": ("count", rec["training"]["tokens"]),

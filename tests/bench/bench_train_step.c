@@ -26,11 +26,11 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/optimizer.h"
-#include "pipeline/rng.h"
+#include "pipeline/base/rng.h"
 #include "model/train_config.h"
-#include "pipeline/cli.h"
-#include "pipeline/config.h"
-#include "pipeline/log.h"
+#include "pipeline/base/cli.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/log.h"
 
 static double clock_s(clockid_t id) {
     struct timespec ts;

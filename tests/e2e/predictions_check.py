@@ -19,7 +19,7 @@ import sys
 SCHEMA, SCHEMA_VERSION = "dm-math-predictions", 2
 SETS = ("interpolate", "extrapolate")
 HEADER_KEYS = ("schema", "schema_version", "experiment", "run", "code_version", "backend", "hardware", "config_sha256")
-# Run provenance after them (pipeline/run_provenance.h): "overrides" always, "seed" and "run_config" when known;
+# Run provenance after them (pipeline/records/run_provenance.h): "overrides" always, "seed" and "run_config" when known;
 # absent from files written before they existed.
 PROVENANCE_KEYS = ("overrides", "seed", "run_config")
 # Last: what ties the sidecar to its predictions file.
@@ -27,7 +27,7 @@ TAIL_KEYS = ("n_examples", "predictions_sha256")
 
 
 def meta_path(path):
-    """The sidecar beside a predictions file (pipeline/predictions.h): x.jsonl -> x.meta.json."""
+    """The sidecar beside a predictions file (pipeline/records/predictions.h): x.jsonl -> x.meta.json."""
     base = os.path.basename(path)
     stem = path[:-len(".jsonl")] if base.endswith(".jsonl") and base != ".jsonl" else path
     return stem + ".meta.json"

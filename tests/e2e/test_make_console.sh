@@ -213,8 +213,8 @@ echo " " >>"$clone/reports/baselines/ci/tolerances.json"
 git -C "$clone" diff --quiet && fail "git does not see the edits under experiments/ and reports/baselines/"
 [ "$(version)" = "$v0" ] || fail "editing experiments/ or reports/baselines/ changed the version to $(version)"
 grep -q "\"$v0\"" "$clone/build/code_version.h" || fail "build/code_version.h: $(cat "$clone/build/code_version.h")"
-echo "/* edit */" >>"$clone/pipeline/log.c"
-[ "$(version)" = "$v0-dirty" ] || fail "editing pipeline/log.c gave version $(version), expected $v0-dirty"
+echo "/* edit */" >>"$clone/pipeline/base/log.c"
+[ "$(version)" = "$v0-dirty" ] || fail "editing pipeline/base/log.c gave version $(version), expected $v0-dirty"
 echo "ok: CODE_VERSION $v0 stays clean for edits under experiments/ and reports/baselines/, and is -dirty otherwise"
 
 # ---- quiet build, V=1 ----

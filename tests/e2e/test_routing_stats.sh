@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Routing statistics (pipeline/routing_stats.h) through bin/train and bin/evaluate on the CPU: every metrics.jsonl
+# Routing statistics (pipeline/records/routing_stats.h) through bin/train and bin/evaluate on the CPU: every metrics.jsonl
 # line of a MoEUT run carries "routing" for its step (one entry per layer application, counts over the E experts
 # that sum to k selections per routed position, and max/mean, unused and entropy recomputed here from the counts by
 # an independent formula); the two micro-batches of a step are both counted (tokens of a 2-micro-batch step equal

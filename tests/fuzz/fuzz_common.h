@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/log.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/log.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -58,7 +58,7 @@ static void fuzz_write_file(const char *name, const uint8_t *data, size_t n, cha
 }
 
 /* Checks a reader's error contract: on failure it wrote a message. (It may quote control characters from the
- * input; pipeline/log.c escapes them when the message is printed, so it stays one line.) */
+ * input; pipeline/base/log.c escapes them when the message is printed, so it stays one line.) */
 static void fuzz_check_error(int rc, const char *err) {
     if (rc != 0 && !err[0]) {
         fprintf(stderr, "fuzz: reader failed without an error message\n");

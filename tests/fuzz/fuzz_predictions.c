@@ -1,4 +1,4 @@
-/* Per-example predictions (runs/EXP/RUN/predictions.jsonl, pipeline/predictions_read.c), read by bin/report for the
+/* Per-example predictions (runs/EXP/RUN/predictions.jsonl, pipeline/records/predictions_read.c), read by bin/report for the
  * paired comparisons, in both layouts. Each input is read twice:
  *   1. whole, as a predictions file without a sidecar: the version-1 layout (a header line, then one JSON object per
  *      example), or the "no metadata" refusal;
@@ -9,8 +9,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "pipeline/predictions_read.h"
-#include "pipeline/sha256.h"
+#include "pipeline/records/predictions_read.h"
+#include "pipeline/base/sha256.h"
 #include "tests/fuzz/fuzz_common.h"
 
 static void load_and_check(const char *path) {

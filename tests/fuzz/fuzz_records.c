@@ -1,11 +1,11 @@
-/* The JSON records passed between stages and researchers (pipeline/result_record.c): result.json (evaluate),
+/* The JSON records passed between stages and researchers (pipeline/records/result_record.c): result.json (evaluate),
  * analysis.json (analyze) and train_summary.json (train), each read strictly from the same input. */
 #include <math.h>
 
-#include "pipeline/result_record.h"
+#include "pipeline/records/result_record.h"
 #include "tests/fuzz/fuzz_common.h"
 
-/* The semantic oracle: whatever a reader accepts lies in its domain (pipeline/result_record.h); a value outside it
+/* The semantic oracle: whatever a reader accepts lies in its domain (pipeline/records/result_record.h); a value outside it
  * that loads is a bug the crash detectors cannot see, so it aborts like one. */
 #define ORACLE(cond)                                                                                                  \
     do {                                                                                                              \

@@ -3,7 +3,7 @@
 #include <cjson/cJSON.h>
 
 #include "model/train_config.h"
-#include "pipeline/config.h"
+#include "pipeline/base/config.h"
 #include "tests/fuzz/fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

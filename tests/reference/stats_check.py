@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Independent recomputation (Python standard library only: no NumPy or SciPy on this machine) of the hand-worked numbers in tests/unit/test_stats.c,
-written from the textbook definitions rather than from pipeline/stats.c:
+written from the textbook definitions rather than from pipeline/base/stats.c:
 
   * Student-t 0.975 quantiles: the t density integrated numerically (Simpson on a fine grid) and the quantile found
     by bisection;

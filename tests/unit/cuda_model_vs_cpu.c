@@ -47,7 +47,7 @@
 
 #include "kernels/backend.h"
 #include "model/model.h"
-#include "pipeline/rng.h"
+#include "pipeline/base/rng.h"
 #include "tests/unit/model_test_util.h"
 #include "tests/unit/cuda_test_main.h"
 

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 
 #include "model/model.h"
-#include "pipeline/rng.h"
+#include "pipeline/base/rng.h"
 
 typedef struct {
     const int32_t *inputs, *targets;

@@ -14,7 +14,7 @@
 
 #include "kernels/backend.h"
 #include "model/model.h"
-#include "pipeline/rng.h"
+#include "pipeline/base/rng.h"
 
 /* Parses a JSON text into a ModelConfig (asserting success). */
 static inline ModelConfig mtu_config(const char *json) {

@@ -16,7 +16,7 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "model/moeut_internal.h"
-#include "pipeline/rng.h"
+#include "pipeline/base/rng.h"
 #include "tests/unit/model_test_util.h"
 
 static inline void *mt_xmalloc(size_t n) {

@@ -8,9 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/log.h"
-#include "pipeline/result_record.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/log.h"
+#include "pipeline/records/result_record.h"
 
 static const char *const RTU_INTERP_MODULES[3] = {"arithmetic__add_or_sub", "arithmetic__mul", "arithmetic__div"};
 static const char *const RTU_EXTRAP_MODULES[2] = {"arithmetic__add_or_sub_big", "arithmetic__mul_div_multiple_longer"};

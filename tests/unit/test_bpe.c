@@ -10,8 +10,8 @@
 #include "datasets/bpe_train.h"
 #include "datasets/dm_math_text.h"
 #include "datasets/tokenizer.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
 #include "tests/unit/suite_runner.h"
 
 #define SAMPLE "datasets/dm_math_sample.tar.gz"

@@ -1,7 +1,7 @@
-/* bin/compare's gate (pipeline/compare_gate.h: the status is the exit status) on hand-made records: identical -> 0,
+/* bin/compare's gate (pipeline/records/compare_gate.h: the status is the exit status) on hand-made records: identical -> 0,
  * a metric WORSE than its tolerance -> 1, a change inside it -> 0, BETTER -> 0 (1 with --strict), different config
  * hash / dataset hash / missing record / bad tolerances -> 2 (a different config hash with --config-change=note -> a
- * note and 0), several baseline seeds -> the seed-spread rule; and --diff (pipeline/run_diff.h). */
+ * note and 0), several baseline seeds -> the seed-spread rule; and --diff (pipeline/records/run_diff.h). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,11 +9,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/compare_gate.h"
-#include "pipeline/predictions.h"
-#include "pipeline/run_diff.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/records/compare_gate.h"
+#include "pipeline/records/predictions.h"
+#include "pipeline/records/run_diff.h"
+#include "pipeline/base/sha256.h"
 #include "tests/unit/record_test_util.h"
 #include "tests/unit/suite_runner.h"
 

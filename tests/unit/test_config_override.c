@@ -8,10 +8,10 @@
 #include <unistd.h>
 
 #include "model/train_config.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
-#include "pipeline/config_override.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
+#include "pipeline/records/config_override.h"
+#include "pipeline/base/sha256.h"
 #include "tests/unit/suite_runner.h"
 
 static char g_dir[256], g_cfg[512];

@@ -1,4 +1,4 @@
-/* The data-parallel layer without a launcher (pipeline/dist.h, model/training/dist_train.h): train started without mpirun is
+/* The data-parallel layer without a launcher (pipeline/base/dist.h, model/training/dist_train.h): train started without mpirun is
  * one process of world size 1 that never calls MPI, every collective leaves its data as it is, this process owns
  * every micro-batch; the expert-dropout seed of a micro-batch depends only on the run seed and the global
  * micro-batch index (so not on the rank that draws it); finalize hooks run last-registered first. */
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "model/training/dist_train.h"
-#include "pipeline/dist.h"
+#include "pipeline/base/dist.h"
 #include "tests/unit/suite_runner.h"
 
 static void init_without_launcher(void) {

@@ -1,4 +1,4 @@
-/* Round-trip-exact doubles (pipeline/exact_number.c): every finite double's text reads back to the same bits (random
+/* Round-trip-exact doubles (pipeline/base/exact_number.c): every finite double's text reads back to the same bits (random
  * bit patterns, subnormals, the extremes, -0), the text is the shortest of 15, 16 and 17 digits that does, and the
  * non-finite values have no number (null in JSON). */
 #include <check.h>
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/exact_number.h"
-#include "pipeline/rng.h"
+#include "pipeline/base/exact_number.h"
+#include "pipeline/base/rng.h"
 #include "tests/unit/suite_runner.h"
 
 static void assert_round_trip(double v) {

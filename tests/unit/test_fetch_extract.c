@@ -15,8 +15,8 @@
 #endif
 
 #include "datasets/archive_extract.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/sha256.h"
 #include "tests/unit/suite_runner.h"
 
 static char g_dir[256], g_tgz[512], g_out[512];

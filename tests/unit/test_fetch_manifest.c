@@ -7,8 +7,8 @@
 
 #include "datasets/fetch_dataset_manifest.h"
 #include "datasets/fetch_output.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
 #include "tests/unit/suite_runner.h"
 
 static char g_dir[256];

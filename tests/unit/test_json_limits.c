@@ -1,4 +1,4 @@
-/* JSON readers in bounded memory (pipeline/limits.h): for each kind of JSON file, the worst files its limits admit
+/* JSON readers in bounded memory (pipeline/base/limits.h): for each kind of JSON file, the worst files its limits admit
  * (the most values in the fewest bytes; one string as long as the byte limit) are loaded in a child process, whose
  * peak resident memory must stay under the kind's bound, 2 * max_bytes + 80 * max_values plus the process's own
  * baseline; one value or one byte more is refused before parsing, naming the file, the count and the limit. */
@@ -10,9 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
-#include "pipeline/limits.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/limits.h"
 #include "tests/unit/suite_runner.h"
 
 /* Under AddressSanitizer every allocation carries redzones and quarantine: the bound is the release build's. */

@@ -9,7 +9,7 @@
 
 #include "model/model.h"
 #include "model/train_config.h"
-#include "pipeline/config.h"
+#include "pipeline/base/config.h"
 #include "model_test_util.h"
 #include "suite_runner.h"
 

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "model/model.h"
-#include "pipeline/atomic_file.h"
-#include "pipeline/safetensors.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/safetensors.h"
 #include "model_test_util.h"
 #include "suite_runner.h"
 

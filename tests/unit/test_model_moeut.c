@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "model/model.h"
-#include "pipeline/atomic_file.h"
+#include "pipeline/base/atomic_file.h"
 #include "model_test_util.h"
 #include "suite_runner.h"
 

@@ -9,8 +9,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
 #include "tests/unit/suite_runner.h"
 
 static char g_dir[256];

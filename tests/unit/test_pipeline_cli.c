@@ -8,8 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "pipeline/cli.h"
-#include "pipeline/progress.h"
+#include "pipeline/base/cli.h"
+#include "pipeline/base/progress.h"
 #include "tests/unit/suite_runner.h"
 
 static const char *g_src;

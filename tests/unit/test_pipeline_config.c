@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
 #include "tests/unit/suite_runner.h"
 
 static char g_dir[256];

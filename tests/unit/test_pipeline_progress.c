@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pipeline/progress.h"
+#include "pipeline/base/progress.h"
 #include "tests/unit/suite_runner.h"
 
 static const char *rate(double per_s, const char *unit) {

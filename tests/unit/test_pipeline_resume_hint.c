@@ -3,7 +3,7 @@
 #include <check.h>
 #include <string.h>
 
-#include "pipeline/resume_hint.h"
+#include "pipeline/base/resume_hint.h"
 #include "tests/unit/suite_runner.h"
 
 static const char *hint(int argc, char *const *argv, const char *repro, bool resumes, bool under_make, int world) {

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/safetensors.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/safetensors.h"
 #include "tests/unit/suite_runner.h"
 
 static char g_dir[256];

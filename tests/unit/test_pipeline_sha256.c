@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/sha256.h"
 #include "tests/unit/suite_runner.h"
 
 START_TEST(known_vectors) {

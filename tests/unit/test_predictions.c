@@ -1,9 +1,9 @@
-/* predictions.jsonl writers (pipeline/predictions.c): one valid JSON object per line, strings escaped (quotes,
+/* predictions.jsonl writers (pipeline/records/predictions.c): one valid JSON object per line, strings escaped (quotes,
  * backslashes, newlines, control and non-ASCII characters survive a parse), every line exactly the schema's keys in
  * the same order (greedy_correct null where not greedy-checked), losses within cJSON's number printing (it prints 15
  * digits when they read back within one ulp, else 17: 1e-15 relative); the sidecar's fields; a write error names the
  * file; the default path beside the result record and the sidecar's path beside the predictions.
- * The reader (pipeline/predictions_read.c): the version-2 layout with its sidecar, the version-1 layout (header line
+ * The reader (pipeline/records/predictions_read.c): the version-2 layout with its sidecar, the version-1 layout (header line
  * first), and a missing, foreign or mismatched sidecar refused naming the file and the field. */
 #include <check.h>
 #include <math.h>
@@ -13,11 +13,11 @@
 
 #include <cjson/cJSON.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
-#include "pipeline/predictions.h"
-#include "pipeline/predictions_read.h"
-#include "pipeline/sha256.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
+#include "pipeline/records/predictions.h"
+#include "pipeline/records/predictions_read.h"
+#include "pipeline/base/sha256.h"
 #include "tests/unit/suite_runner.h"
 
 /* The lines written to fp, each parsed (the test fails on an unparsable one). Returns the number of lines. */

@@ -1,4 +1,4 @@
-/* read_file_limited (pipeline/limits.h): a file larger than its kind's bound is refused before anything is
+/* read_file_limited (pipeline/base/limits.h): a file larger than its kind's bound is refused before anything is
  * allocated for it (sparse files: their size costs no disk), naming the file, the size and the bound; json_load_file
  * applies the JSON bound. */
 #include <check.h>
@@ -10,9 +10,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/config.h"
-#include "pipeline/limits.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/limits.h"
 #include "tests/unit/suite_runner.h"
 
 static void sparse_file(const char *path, unsigned long long bytes) {

@@ -6,9 +6,9 @@
 
 #include "datasets/shard.h"
 #include "datasets/shard_hash.h"
-#include "pipeline/config.h"
-#include "pipeline/sha256.h"
-#include "pipeline/result_record.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/sha256.h"
+#include "pipeline/records/result_record.h"
 #include "tests/unit/record_test_util.h"
 #include "tests/unit/suite_runner.h"
 

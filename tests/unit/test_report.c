@@ -1,4 +1,4 @@
-/* bin/report (pipeline/report_build.h) on hand-made records: the headline table with the paper's numbers beside
+/* bin/report (pipeline/report/report_build.h) on hand-made records: the headline table with the paper's numbers beside
  * ours, a missing run listed as missing, per-module tables, depth maps, well-formed self-contained HTML, deterministic
  * output. */
 #include <check.h>
@@ -7,10 +7,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/report_build.h"
-#include "pipeline/run_identity.h"
-#include "pipeline/svg.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/report/report_build.h"
+#include "pipeline/records/run_identity.h"
+#include "pipeline/base/svg.h"
 
 #include "tests/unit/record_test_util.h"
 #include "tests/unit/xml_check.h"

@@ -1,4 +1,4 @@
-/* bin/report's routing sections (pipeline/report_build.h) on hand-made records: the expert-load table (numbers
+/* bin/report's routing sections (pipeline/report/report_build.h) on hand-made records: the expert-load table (numbers
  * against hand-computed ones) and heat map for a run with routing statistics, nothing for runs without; the ablation
  * table for two run configs of one family, naming the differing key, and no such section for the standard
  * experiment's distinct families. */
@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/report_build.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/report/report_build.h"
 
 #include "tests/unit/record_test_util.h"
 #include "tests/unit/suite_runner.h"

@@ -1,11 +1,11 @@
-/* pipeline/routing_stats.c: the derived figures for balanced, one-hot, partly unused and empty applications
+/* pipeline/records/routing_stats.c: the derived figures for balanced, one-hot, partly unused and empty applications
  * (hand-computed), the JSON round trip, and the strict reader's refusals, each naming the key path. */
 #include <check.h>
 #include <math.h>
 #include <string.h>
 
-#include "pipeline/log.h"
-#include "pipeline/routing_stats.h"
+#include "pipeline/base/log.h"
+#include "pipeline/records/routing_stats.h"
 #include "tests/unit/suite_runner.h"
 
 START_TEST(derived_figures) {

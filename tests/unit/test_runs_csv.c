@@ -1,4 +1,4 @@
-/* The runs of an experiment as one CSV (pipeline/runs_csv.c), on hand-made records: which directories become rows
+/* The runs of an experiment as one CSV (pipeline/records/runs_csv.c), on hand-made records: which directories become rows
  * (symbolic links, directories without a result.json and plain files skipped; natural order of the names), the
  * columns (the fixed ones, the union of the runs' flattened config keys in their order, the metrics with the union
  * of the modules), the cells (seed, joined overrides, the variant key shared by the seeds of one configuration,
@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pipeline/atomic_file.h"
-#include "pipeline/run_identity.h"
-#include "pipeline/runs_csv.h"
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/records/run_identity.h"
+#include "pipeline/records/runs_csv.h"
 #include "tests/unit/record_test_util.h"
 #include "tests/unit/suite_runner.h"
 

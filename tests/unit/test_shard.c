@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "datasets/shard.h"
-#include "pipeline/atomic_file.h"
+#include "pipeline/base/atomic_file.h"
 #include "tests/unit/suite_runner.h"
 
 static char g_dir[256];

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "pipeline/stats.h"
+#include "pipeline/base/stats.h"
 #include "tests/unit/suite_runner.h"
 
 START_TEST(newcombe_table) {

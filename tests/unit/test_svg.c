@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/svg.h"
+#include "pipeline/base/svg.h"
 #include "tests/unit/xml_check.h"
 #include "tests/unit/suite_runner.h"
 

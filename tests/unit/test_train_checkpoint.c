@@ -14,10 +14,10 @@
 #include "model/model.h"
 #include "model/model_internal.h" /* to inspect the dropout RNG state */
 #include "model/optimizer.h"
-#include "pipeline/rng.h"
+#include "pipeline/base/rng.h"
 #include "model/training/train_checkpoint.h"
-#include "pipeline/config.h"
-#include "pipeline/atomic_file.h"
+#include "pipeline/base/config.h"
+#include "pipeline/base/atomic_file.h"
 #include "tests/unit/suite_runner.h"
 
 typedef struct {

@@ -12,7 +12,7 @@
 
 #include "model/train_config.h"
 #include "model/training/train_eval.h"
-#include "pipeline/atomic_file.h"
+#include "pipeline/base/atomic_file.h"
 #include "tests/unit/suite_runner.h"
 
 static const char *BASE =

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "datasets/loader.h"
-#include "pipeline/rng.h" /* the loader samples with the project Rng (and this include links it) */
+#include "pipeline/base/rng.h" /* the loader samples with the project Rng (and this include links it) */
 #include "tests/unit/suite_runner.h"
 
 /* Example i: question = [MARK+i, Q, Q, ...] (q_len tokens), answer = [A, A, ...] (a_len tokens). */

@@ -7,9 +7,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "pipeline/config_diff.h"
-#include "pipeline/run_identity.h"
-#include "pipeline/verdict.h"
+#include "pipeline/records/config_diff.h"
+#include "pipeline/records/run_identity.h"
+#include "pipeline/report/verdict.h"
 #include "tests/unit/suite_runner.h"
 
 START_TEST(direction_three_outcomes) {

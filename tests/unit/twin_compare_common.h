@@ -34,7 +34,7 @@
 
 #include "kernels/backend.h"
 #include "model/model.h"
-#include "pipeline/safetensors.h"
+#include "pipeline/base/safetensors.h"
 
 /* The backend under test; a cuda_twin_compare.c would define TWIN_BACKEND "cuda" before including this header. */
 #ifndef TWIN_BACKEND

@@ -1,0 +1,43 @@
+/* Atomic outputs: write to "<path>.tmp.<pid>", fsync, rename over <path>, fsync the directory.
+ * An interrupted writer leaves at most a stray temporary file, never a half-written <path>. */
+#ifndef PIPELINE_ATOMIC_FILE_H
+#define PIPELINE_ATOMIC_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+    FILE *fp;
+    char path[4096];
+    char tmp_path[4096];
+} AtomicFile;
+
+int atomic_open(AtomicFile *af, const char *path, char *err, size_t errlen);   /* creates parent dirs */
+/* The check atomic_open makes on path, for a stage to run before its work: 0, or -1 with "PATH: is a directory". */
+int atomic_check_target(const char *path, char *err, size_t errlen);
+int atomic_commit(AtomicFile *af, char *err, size_t errlen);                   /* flush, fsync, close, rename */
+void atomic_abort(AtomicFile *af);                                              /* close and unlink the temp */
+/* Commits several files as one output set: first flushes and fsyncs every temporary (where a full disk or an I/O
+ * error shows), then renames them in order. Any failure before the first rename aborts them all, so every old file
+ * survives; after that only a rename can fail (the earlier files are then new, the rest aborted; err says which). */
+int atomic_commit_all(AtomicFile *const *afs, int n, char *err, size_t errlen);
+int write_file_atomic(const char *path, const void *data, size_t n, char *err, size_t errlen);
+int read_file_all(const char *path, char **data, size_t *n, char *err, size_t errlen); /* NUL-terminated */
+/* read_file_all of a file that may hold at most max_bytes (pipeline/base/limits.h): a larger one is refused before
+ * anything is allocated, with "<path>: <N> bytes, more than the <M> MiB a <kind> may hold". */
+int read_file_limited(const char *path, uint64_t max_bytes, const char *kind, char **data, size_t *n, char *err,
+                      size_t errlen);
+int mkdir_p(const char *dir, char *err, size_t errlen);
+int fsync_dir_of(const char *path);
+int rename_dir_atomic(const char *tmp_dir, const char *final_dir, char *err, size_t errlen); /* replaces final_dir */
+int remove_tree(const char *dir); /* rm -rf */
+/* Removes every entry of dir named <prefix><pid> (a temporary file or tree) whose process no longer exists: what a
+ * writer killed before its rename (SIGKILL, or a signal it does not handle) leaves behind. Entries of live processes,
+ * and names not of that form, are kept. Returns how many were removed. */
+int remove_stale_temps(const char *dir, const char *prefix);
+int file_exists(const char *path);
+/* "dir/file" into out[n]: 0, or -1 with "dir/file: path too long" in err when it does not fit. */
+int path_join_checked(char *out, size_t n, const char *dir, const char *file, char *err, size_t errlen);
+
+#endif

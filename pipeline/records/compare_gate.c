@@ -1,0 +1,238 @@
+/* The baseline gate over every run asked for (compare_gate.h). */
+#include "pipeline/records/compare_gate.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/records/compare_baseline.h"
+#include "pipeline/base/log.h"
+#include "pipeline/records/run_identity.h"
+
+int compare_config_change_parse(const char *text, bool *note) {
+    if (strcmp(text, "note") == 0) *note = true;
+    else if (strcmp(text, "error") == 0) *note = false;
+    else return -1;
+    return 0;
+}
+
+/* Whether name is in the comma-separated list (NULL list = everything); a seed's name RUN.seed<S> is in it when RUN
+ * is (make reproduce passes --only with the run configs). */
+static bool in_list(const char *list, const char *name) {
+    if (!list) return true;
+    size_t n = strlen(name), nc = baseline_run_config_len(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if ((len == n && strncmp(p, name, n) == 0) || (len == nc && strncmp(p, name, nc) == 0)) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Every baseline name in dir (NAME of NAME.result.json), sorted, into *out (caller frees each and the array).
+ * Returns 0, or 2 after logging when dir cannot be opened. */
+static int list_baselines(const char *dir, char ***out, int *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        log_error("%s: cannot open the baselines directory", dir);
+        return 2;
+    }
+    char **all = NULL;
+    int n_all = 0;
+    const char *suffix = ".result.json";
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t n = strlen(e->d_name), k = strlen(suffix);
+        if (n > k && strcmp(e->d_name + n - k, suffix) == 0) {
+            all = xrealloc(all, (size_t)(n_all + 1) * sizeof *all);
+            all[n_all] = xstrdup(e->d_name);
+            all[n_all][n - k] = '\0';
+            n_all++;
+        }
+    }
+    closedir(d);
+    if (n_all) qsort(all, (size_t)n_all, sizeof *all, cmp_str);
+    *out = all;
+    *n_out = n_all;
+    return 0;
+}
+
+/* Whether the selection names[0..n_names) (of all[0..n_all)) can be compared: some baseline selected, seed_spread
+ * declared where seeds are pooled, a baseline for every run of --only. Returns 0, or 2 after logging why not. */
+static int check_selection(const CompareRequest *req, const char *tol_path, const Tolerances *tol, char *const *all,
+                           int n_all, char *const *names, int n_names) {
+    const char *baselines = req->baselines, *only = req->only;
+    int worst = 0;
+    if (n_names == 0) {
+        log_error("%s: no baseline records (<RUN>.result.json)%s%s", baselines, only ? " for --only " : "",
+                  only ? only : "");
+        worst = 2;
+    }
+    /* Baselines of several seeds of one run config are pooled with seed_spread.k, which the file must then declare. */
+    for (int i = 0; i < n_names && worst == 0 && tol->seed_k <= 0; i++)
+        for (int j = 0; j < n_all; j++)
+            if (all[j] != names[i] && baseline_same_run_config(all[j], names[i])) {
+                log_error("%s: %s holds several seeds of %.*s (%s.result.json, %s.result.json), so the tolerances file "
+                          "needs \"seed_spread\": {\"k\": K, \"comment\": \"why\"}",
+                          tol_path, baselines, (int)baseline_run_config_len(names[i]), names[i], names[i], all[j]);
+                worst = 2;
+                break;
+            }
+    /* Every run asked for with --only must have a baseline. */
+    if (only && worst == 0) {
+        char *copy = xstrdup(only);
+        for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            bool found = false;
+            for (int i = 0; i < n_names && !found; i++) found = strcmp(names[i], tok) == 0;
+            if (!found) {
+                log_error("%s/%s.result.json: missing baseline record (asked for by --only)", baselines, tok);
+                worst = 2;
+            }
+        }
+        free(copy);
+    }
+    return worst;
+}
+
+/* Prints one "note:" line for every run directory under runs with a result.json that was not asked for (no
+ * baseline, left out by --only, another variant); returns their number. */
+static int note_other_runs(const char *runs, const char *baselines, char *const *all, int n_all, char *const *names,
+                           int n_names) {
+    /* Runs without a baseline are reported, not compared: a new run is not a regression. */
+    DIR *rd = opendir(runs);
+    if (!rd) return 0;
+    char **others = NULL;
+    int n_other = 0;
+    for (struct dirent *e; (e = readdir(rd));) {
+        if (e->d_name[0] == '.') continue;
+        char rpath[4096];
+        snprintf(rpath, sizeof rpath, "%s/%s/result.json", runs, e->d_name);
+        if (!file_exists(rpath)) continue;
+        bool known = false;
+        for (int i = 0; i < n_names && !known; i++) known = strcmp(names[i], e->d_name) == 0;
+        if (known) continue;
+        others = xrealloc(others, (size_t)(n_other + 1) * sizeof *others);
+        others[n_other++] = xstrdup(e->d_name);
+    }
+    closedir(rd);
+    if (n_other) qsort(others, (size_t)n_other, sizeof *others, cmp_str);
+    for (int k = 0; k < n_other; k++) {
+        /* Left out by --only is not the same as having no baseline (make reproduce RUNS=... passes --only). */
+        bool has_baseline = false;
+        for (int i = 0; i < n_all && !has_baseline; i++) has_baseline = strcmp(all[i], others[k]) == 0;
+        char variant[RUN_VARIANT_LEN + 1], stable[256];
+        run_name_variant(others[k], variant);
+        if (has_baseline) printf("note: %s/%s/result.json not compared (not in --only)\n", runs, others[k]);
+        else if (variant[0] && run_name_stable(others[k], stable, sizeof stable) == 0)
+            printf("note: %s/%s/result.json not compared: another variant of %s (baselines are compared with "
+                   "the current variant, %s/%s)\n",
+                   runs, others[k], stable, runs, stable);
+        else printf("note: %s/%s/result.json has no baseline in %s (not compared)\n", runs, others[k], baselines);
+        free(others[k]);
+    }
+    free(others);
+    return n_other;
+}
+
+/* What the gate counted. */
+typedef struct {
+    int compared, noted, asked_not, other;
+    char asked_not_text[2048]; /* "name: why; ..." of the runs asked for but not compared */
+} GateTally;
+
+/* Prints the not-gated classes and the last line "compare: N compared, M not compared (...): verdict"; returns the
+ * final status from worst (the runs' worst) and the tally. */
+static int print_summary(const Tolerances *tol, const char *tol_path, const char *baselines, int worst,
+                         const GateTally *t) {
+    /* The classes this file does not gate, once, with the file's reason: the gate says what it would not catch. */
+    for (int c = 0; c < MC_N_CLASSES && t->compared; c++)
+        if (!tol->cls[c].gated) {
+            /* The comment's first sentence (the file has the measurements behind it). */
+            const char *why = tol->cls[c].why, *end = strstr(why, ". ");
+            int len = end ? (int)(end - why) + 1 : (int)strlen(why);
+            printf("compare: %s is not gated by %s: %.*s%s\n", METRIC_CLASS_NAMES[c], tol_path, len, why,
+                   end ? " (more in the file's comment)" : "");
+        }
+    char not_gated[160] = "";
+    for (int c = 0; c < MC_N_CLASSES; c++)
+        if (!tol->cls[c].gated) {
+            size_t len = strlen(not_gated);
+            snprintf(not_gated + len, sizeof not_gated - len, "%s%s", len ? ", " : "; not gated at this size: ",
+                     METRIC_CLASS_NAMES[c]);
+        }
+    char not_compared[2300] = "";
+    if (t->asked_not && t->other)
+        snprintf(not_compared, sizeof not_compared, " (%s; %d other run(s) listed above)", t->asked_not_text,
+                 t->other);
+    else if (t->asked_not) snprintf(not_compared, sizeof not_compared, " (%s)", t->asked_not_text);
+    else if (t->other) snprintf(not_compared, sizeof not_compared, " (listed above)");
+    printf("compare: %d compared, %d not compared%s: ", t->compared, t->asked_not + t->other, not_compared);
+    if (t->compared == 0) {
+        /* Success on nothing would be a false pass: whatever the reasons, nothing was checked. */
+        printf("FAILED: nothing was checked against %s\n", baselines);
+        /* Every run asked for only noted (its config changed, --config-change=note): a status of its own, so that a
+         * caller whose user changed every config on purpose (make reproduce SET=...) can tell it from a broken
+         * comparison; still not 0. */
+        return worst == 0 && t->noted == t->asked_not ? 3 : 2;
+    }
+    if (worst == 0 && t->asked_not == 0) printf("all metrics within tolerances (or better)%s\n", not_gated);
+    else if (worst == 0)
+        printf("the %d compared are within tolerances (or better); %d asked for %s only noted, not checked%s\n",
+               t->compared, t->noted, t->noted == 1 ? "was" : "were", not_gated);
+    else printf("%s\n", worst == 1 ? "some metric outside its tolerance" : "some records missing or not comparable");
+    return worst;
+}
+
+int compare_gate(const CompareRequest *req) {
+    char tol_path[4096];
+    if (req->tolerances) snprintf(tol_path, sizeof tol_path, "%s", req->tolerances);
+    else snprintf(tol_path, sizeof tol_path, "%s/tolerances.json", req->baselines);
+    Tolerances tol;
+    char err[1024];
+    if (tolerances_load(tol_path, &tol, err, sizeof err)) {
+        log_error("%s", err);
+        return 2;
+    }
+    /* Every baseline name (seeds of runs left out by --only included: none is pooled, but all are listed). */
+    char **all;
+    int n_all;
+    if (list_baselines(req->baselines, &all, &n_all) != 0) {
+        tolerances_free(&tol);
+        return 2;
+    }
+    char **names = xcalloc((size_t)n_all + 1, sizeof *names); /* the selected ones (pointers into all) */
+    int n_names = 0;
+    for (int i = 0; i < n_all; i++)
+        if (in_list(req->only, all[i])) names[n_names++] = all[i];
+    int worst = check_selection(req, tol_path, &tol, all, n_all, names, n_names);
+    if (worst == 0) {
+        /* A run that cannot be compared stops nothing: the others are still reported. */
+        GateTally t = {0};
+        for (int i = 0; i < n_names; i++) {
+            RunOutcome out;
+            int s = compare_one_run(names[i], req->baselines, all, n_all, req->runs, &tol, &req->options, &out);
+            if (s > worst) worst = s;
+            t.compared += out.compared;
+            if (out.compared) continue;
+            t.asked_not++;
+            t.noted += out.noted;
+            size_t len = strlen(t.asked_not_text);
+            snprintf(t.asked_not_text + len, sizeof t.asked_not_text - len, "%s%s: %s%s", len ? "; " : "", names[i],
+                     out.why, out.noted ? " (a note: --config-change=note)" : "");
+        }
+        t.other = note_other_runs(req->runs, req->baselines, all, n_all, names, n_names);
+        worst = print_summary(&tol, tol_path, req->baselines, worst, &t);
+    }
+    for (int i = 0; i < n_all; i++) free(all[i]);
+    free(all);
+    free(names);
+    tolerances_free(&tol);
+    return worst;
+}

@@ -1,0 +1,292 @@
+/* The difference between two runs (run_diff.h). */
+#include "pipeline/records/run_diff.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "pipeline/base/atomic_file.h"
+#include "pipeline/records/compare_metrics.h"
+#include "pipeline/base/log.h"
+#include "pipeline/records/run_identity.h"
+#include "pipeline/base/stats.h"
+
+static bool is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Reads DIR/predictions.jsonl and DIR/analysis.json when they exist (neither is required for a diff). */
+static void load_run_extras(DiffSide *s, const char *dir) {
+    char err[1024];
+    snprintf(s->pred_path, sizeof s->pred_path, "%s/predictions.jsonl", dir);
+    if (!file_exists(s->pred_path))
+        snprintf(s->no_predictions, sizeof s->no_predictions, "%.1000s has no predictions.jsonl", dir);
+    else if (prediction_table_load(&s->pred, s->pred_path, err, sizeof err) != 0)
+        snprintf(s->no_predictions, sizeof s->no_predictions, "%.1000s", err);
+    else s->has_predictions = true;
+    char apath[4200];
+    snprintf(apath, sizeof apath, "%s/analysis.json", dir);
+    AnalysisRecord an;
+    if (file_exists(apath) && analysis_record_load(&an, apath, err, sizeof err) == 0) {
+        if (an.enabled) {
+            s->has_analysis = true;
+            snprintf(s->analysis_name, sizeof s->analysis_name, "%s", an.summary_name);
+            s->analysis_value = an.summary_value;
+        }
+        analysis_record_free(&an);
+    }
+}
+
+int diff_side_load(DiffSide *s, const char *arg, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->given, sizeof s->given, "%s", arg);
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", arg);
+    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--) dir[n - 1] = '\0';
+    char prefix_path[1100];
+    snprintf(prefix_path, sizeof prefix_path, "%s.result.json", dir);
+    if (is_dir(dir)) {
+        snprintf(s->record_path, sizeof s->record_path, "%s/result.json", dir);
+        if (!file_exists(s->record_path)) {
+            snprintf(err, errlen, "%.1000s: a run directory without result.json (not evaluated yet?)", dir);
+            return -1;
+        }
+    } else if (file_exists(prefix_path)) {
+        snprintf(s->record_path, sizeof s->record_path, "%s", prefix_path);
+        s->is_baseline = true;
+        snprintf(s->no_predictions, sizeof s->no_predictions, "%.1000s is a baseline record (no predictions)",
+                 s->record_path);
+    } else {
+        snprintf(err, errlen, "%.1000s: no such run directory (DIR/result.json) or baseline record (%.1050s)", arg,
+                 prefix_path);
+        return -1;
+    }
+    char rerr[1024];
+    if (result_record_load(&s->rec, s->record_path, rerr, sizeof rerr) != 0) {
+        snprintf(err, errlen, "%s", rerr);
+        return -1;
+    }
+    if (!s->is_baseline) load_run_extras(s, dir);
+    return 0;
+}
+
+void diff_side_free(DiffSide *s) {
+    result_record_free(&s->rec);
+    if (s->has_predictions) prediction_table_free(&s->pred);
+    memset(s, 0, sizeof *s);
+}
+
+static DiffRow *add_row(RunDiff *d, const char *name) {
+    d->rows = xrealloc(d->rows, (size_t)(d->n_rows + 1) * sizeof *d->rows);
+    DiffRow *r = &d->rows[d->n_rows++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    return r;
+}
+
+static const char *unlike_input(const ResultRecord *a, const ResultRecord *b) {
+    if (strcmp(a->train_sha256, b->train_sha256) != 0) return "dataset.train_sha256";
+    if (strcmp(a->interpolate_sha256, b->interpolate_sha256) != 0) return "dataset.interpolate_sha256";
+    if (strcmp(a->extrapolate_sha256, b->extrapolate_sha256) != 0) return "dataset.extrapolate_sha256";
+    if (strcmp(a->tokenizer_sha256, b->tokenizer_sha256) != 0) return "tokenizer_sha256";
+    return "";
+}
+
+/* Whether the predictions can be paired: both present, the same examples in the same order, and each table the
+ * examples its own record counts (a stale predictions.jsonl beside a newer result.json would pair the wrong runs). */
+static bool pairable(const DiffSide *a, const DiffSide *b, char *why, size_t whylen) {
+    if (!a->has_predictions || !b->has_predictions) {
+        snprintf(why, whylen, "%s", !a->has_predictions ? a->no_predictions : b->no_predictions);
+        return false;
+    }
+    const DiffSide *side[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        long n_set[EVAL_N_SETS] = {0};
+        for (long i = 0; i < side[k]->pred.n; i++) n_set[side[k]->pred.set[i]]++;
+        for (int s = 0; s < EVAL_N_SETS; s++)
+            if (n_set[s] != side[k]->rec.evaluation.sets[s].n) {
+                snprintf(why, whylen, "%.1000s lists %ld %s examples, its result.json %ld", side[k]->pred_path,
+                         n_set[s], EVAL_SET_NAMES[s], side[k]->rec.evaluation.sets[s].n);
+                return false;
+            }
+    }
+    char err[1100];
+    if (prediction_tables_match(&a->pred, a->pred_path, &b->pred, b->pred_path, err, sizeof err) != 0) {
+        snprintf(why, whylen, "%s", err);
+        return false;
+    }
+    return true;
+}
+
+/* The per-example change B - A of the metric's quantity over the metric's examples, weighted so that its mean is
+ * the metric's change (mean_accuracy: the mean of the two sets' means). Returns the number of examples (0: none). */
+static long example_changes(const DiffSide *a, const DiffSide *b, const RecordMetric *m, double *values) {
+    const PredictionTable *pa = &a->pred, *pb = &b->pred;
+    bool loss = m->klass == MC_LOSS || m->klass == MC_MODULE_LOSS;
+    int module = m->scope == EXAMPLES_MODULE ? prediction_table_module(pa, m->module) : -1;
+    if (m->scope == EXAMPLES_MODULE && module < 0) return 0;
+    long n_set[EVAL_N_SETS] = {0};
+    for (long i = 0; i < pa->n; i++) n_set[pa->set[i]]++;
+    long n = 0;
+    for (long i = 0; i < pa->n; i++) {
+        if (m->scope != EXAMPLES_BOTH_SETS && pa->set[i] != m->set) continue;
+        if (m->scope == EXAMPLES_MODULE && pa->module[i] != module) continue;
+        double d = loss ? pb->answer_loss[i] - pa->answer_loss[i] : (double)pb->correct[i] - (double)pa->correct[i];
+        /* Both sets: each set's examples weigh 1 / (2 n_set) in the mean, as in mean_accuracy (an empty set's
+         * accuracy counts as 0: its half of the mean never changes). */
+        if (m->scope == EXAMPLES_BOTH_SETS) d *= (double)pa->n / (2.0 * (double)n_set[pa->set[i]]);
+        values[n++] = d;
+    }
+    return n;
+}
+
+void run_diff_compute(const DiffSide *a, const DiffSide *b, int replicates, unsigned long long rng_seed, RunDiff *out) {
+    memset(out, 0, sizeof *out);
+    const cJSON *configs[2] = {a->rec.config, b->rec.config};
+    config_diff(configs, 2, NULL, &out->config);
+    if (run_variant_key(a->rec.config, out->variant_a) != 0) out->variant_a[0] = '\0';
+    if (run_variant_key(b->rec.config, out->variant_b) != 0) out->variant_b[0] = '\0';
+    snprintf(out->unlike, sizeof out->unlike, "%s", unlike_input(&a->rec, &b->rec));
+    out->paired = pairable(a, b, out->not_paired, sizeof out->not_paired);
+    if (out->paired) out->n_examples = a->pred.n;
+
+    RecordMetricList ma = {0}, mb = {0};
+    record_metrics_collect(&a->rec, &ma);
+    record_metrics_collect(&b->rec, &mb);
+    double *values = out->paired ? xmalloc((size_t)(a->pred.n + 1) * sizeof *values) : NULL;
+    int n_inconsistent = 0;
+    char first_inconsistent[400] = "";
+    for (int i = 0; i < ma.n; i++) {
+        const RecordMetric *x = &ma.m[i], *y = record_metrics_find(&mb, x->name);
+        DiffRow *r = add_row(out, x->name);
+        r->in_a = true;
+        r->a = x->value;
+        if (!y) continue;
+        r->in_b = true;
+        r->b = y->value;
+        if (!out->paired || x->scope == EXAMPLES_NONE) continue;
+        long n = example_changes(a, b, x, values);
+        BootstrapResult br;
+        if (n < 1 || hierarchical_bootstrap_mean(values, 1, n, replicates, rng_seed, &br) != 0) continue;
+        /* The examples' mean change must be the records' change: otherwise the files do not belong together. */
+        if (fabs(br.estimate - (r->b - r->a)) > 1e-6 * fmax(1.0, fmax(fabs(r->a), fabs(r->b)))) {
+            if (!n_inconsistent++) snprintf(first_inconsistent, sizeof first_inconsistent, "%s", x->name);
+            continue;
+        }
+        r->has_interval = true;
+        r->lo = br.lo;
+        r->hi = br.hi;
+        r->n_examples = n;
+    }
+    for (int i = 0; i < mb.n; i++)
+        if (!record_metrics_find(&ma, mb.m[i].name)) {
+            DiffRow *r = add_row(out, mb.m[i].name);
+            r->in_b = true;
+            r->b = mb.m[i].value;
+        }
+    if (n_inconsistent) {
+        /* Keep nothing half-paired: either every interval or none. */
+        for (int i = 0; i < out->n_rows; i++) out->rows[i].has_interval = false;
+        out->paired = false;
+        snprintf(out->not_paired, sizeof out->not_paired,
+                 "the predictions' per-example values do not add up to the result records (%d metric(s), first %s): "
+                 "a predictions.jsonl older or newer than its result.json?",
+                 n_inconsistent, first_inconsistent);
+    }
+    /* Numbers a diff shows but compare does not gate (they vary run to run, or come from analysis.json). */
+    DiffRow *r = add_row(out, "training.tokens_per_s");
+    r->in_a = r->in_b = true;
+    r->a = a->rec.training.tokens_per_s;
+    r->b = b->rec.training.tokens_per_s;
+    if (a->has_analysis || b->has_analysis) {
+        char name[128];
+        snprintf(name, sizeof name, "analysis.%s", a->has_analysis ? a->analysis_name : b->analysis_name);
+        r = add_row(out, name);
+        r->in_a = a->has_analysis && (!b->has_analysis || strcmp(a->analysis_name, b->analysis_name) == 0);
+        r->in_b = b->has_analysis && (!a->has_analysis || strcmp(a->analysis_name, b->analysis_name) == 0);
+        r->a = a->analysis_value;
+        r->b = b->analysis_value;
+    }
+    free(values);
+    record_metrics_free(&ma);
+    record_metrics_free(&mb);
+}
+
+void run_diff_free(RunDiff *d) {
+    config_diff_free(&d->config);
+    free(d->rows);
+    memset(d, 0, sizeof *d);
+}
+
+static void print_side(FILE *fp, const char *label, const DiffSide *s, const char *variant) {
+    char seed[32] = "-";
+    if (s->rec.prov.seed >= 0) snprintf(seed, sizeof seed, "%ld", s->rec.prov.seed);
+    fprintf(fp, "%s = %s (%s: run %s, variant %s, seed %s, %s, code %s)\n", label, s->given, s->record_path,
+            s->rec.run, variant[0] ? variant : "-", seed, s->rec.backend, s->rec.code_version);
+}
+
+void run_diff_print(FILE *fp, const DiffSide *a, const DiffSide *b, const RunDiff *d, int replicates,
+                    unsigned long long rng_seed) {
+    print_side(fp, "A", a, d->variant_a);
+    print_side(fp, "B", b, d->variant_b);
+    if (d->unlike[0])
+        fprintf(fp, "note: A and B were evaluated on different inputs (%s differs): their metrics are not on the same "
+                    "examples\n",
+                d->unlike);
+    if (d->config.n_rows == 0) fprintf(fp, "config: the same (each result.json's \"config\")\n");
+    else {
+        fprintf(fp, "config: %d key(s) differ (each result.json's \"config\"):\n", d->config.n_rows);
+        /* Long values (a description, a comment) shortened: the key says what differs, the files say how. */
+        for (int i = 0; i < d->config.n_rows; i++) {
+            const char *v[2] = {d->config.rows[i].values[0], d->config.rows[i].values[1]};
+            char text[2][80];
+            for (int k = 0; k < 2; k++) {
+                if (!v[k]) snprintf(text[k], sizeof text[k], "(absent)");
+                else if (strlen(v[k]) > 60) snprintf(text[k], sizeof text[k], "%.57s...", v[k]);
+                else snprintf(text[k], sizeof text[k], "%s", v[k]);
+            }
+            fprintf(fp, "  %-40s A %s  B %s\n", d->config.rows[i].key, text[0], text[1]);
+        }
+    }
+    fprintf(fp, "%-62s %14s %14s %12s  %s\n", "metric", "A", "B", "B-A", "95% interval of B-A (paired, examples)");
+    for (int i = 0; i < d->n_rows; i++) {
+        const DiffRow *r = &d->rows[i];
+        char a_txt[32] = "-", b_txt[32] = "-", delta[32] = "-", ci[96] = "";
+        if (r->in_a) snprintf(a_txt, sizeof a_txt, "%.6g", r->a);
+        if (r->in_b) snprintf(b_txt, sizeof b_txt, "%.6g", r->b);
+        if (r->in_a && r->in_b) snprintf(delta, sizeof delta, "%+.4g", r->b - r->a);
+        if (r->has_interval) snprintf(ci, sizeof ci, "[%+.4g, %+.4g] (n=%ld)", r->lo, r->hi, r->n_examples);
+        fprintf(fp, "%-62s %14s %14s %12s  %s\n", r->name, a_txt, b_txt, delta, ci);
+    }
+    if (d->paired)
+        fprintf(fp,
+                "intervals: paired percentile bootstrap of the mean per-example change B - A (correct 0/1 for "
+                "accuracies, summed answer-token loss in nats for losses) over the %ld evaluation examples both runs "
+                "share, %d replicates, seed %llu; an interval that excludes 0 is a change larger than these examples' "
+                "sampling noise (not a seed-to-seed difference)\n",
+                d->n_examples, replicates, rng_seed);
+    else fprintf(fp, "intervals: none: %s\n", d->not_paired);
+}
+
+int run_diff_command(const char *a_arg, const char *b_arg, int replicates) {
+    DiffSide a, b;
+    char err[2200];
+    if (diff_side_load(&a, a_arg, err, sizeof err) != 0) {
+        log_error("A: %s", err);
+        return 2;
+    }
+    if (diff_side_load(&b, b_arg, err, sizeof err) != 0) {
+        log_error("B: %s", err);
+        diff_side_free(&a);
+        return 2;
+    }
+    RunDiff d;
+    run_diff_compute(&a, &b, replicates, RUN_DIFF_BOOT_RNG_SEED, &d);
+    run_diff_print(stdout, &a, &b, &d, replicates, RUN_DIFF_BOOT_RNG_SEED);
+    run_diff_free(&d);
+    diff_side_free(&a);
+    diff_side_free(&b);
+    return 0;
+}

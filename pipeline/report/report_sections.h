@@ -1,0 +1,74 @@
+/* The sections of bin/report, each written to both formats of the document (report_doc.h) from the loaded runs
+ * (report_runs.h). report_sections.c: caveats, runs, headline, pooled and per-module accuracy, curves, depth maps;
+ * report_seed_sections.c: across seeds, paired comparisons, verdicts; report_provenance.c: config differences,
+ * provenance; report_variants.c: variants and sweeps; report_answer.c: the short answer; report_document.c: the
+ * order of the sections. */
+#ifndef PIPELINE_REPORT_SECTIONS_H
+#define PIPELINE_REPORT_SECTIONS_H
+
+#include "pipeline/report/report_doc.h"
+#include "pipeline/report/report_runs.h"
+#include "pipeline/report/verdict.h"
+
+/* The paper's four headline numbers (dm-math-protocol.md §4): extrapolate accuracy on the headline module, in %. */
+typedef struct {
+    const char *arch, *loss_mode, *label;
+    double paper_percent;
+} PaperNumber;
+extern const PaperNumber PAPER_HEADLINE[4]; /* dense qa, dense answer_only, moeut qa, moeut answer_only */
+
+typedef struct {
+    const RunData *runs;
+    int n;
+    const RunGroup *groups;
+    int n_groups;
+} ReportInput;
+
+/* The whole document: title, every section in order, the HTML tail. */
+void report_write_document(Doc *d, const ReportInput *in, const char *experiment, const char *runs_dir);
+
+void section_caveats(Doc *d, const ReportInput *in);
+void section_overview(Doc *d, const ReportInput *in);
+void section_headline(Doc *d, const ReportInput *in);
+void section_pooled(Doc *d, const ReportInput *in);
+void section_modules(Doc *d, const ReportInput *in, int set);
+void section_curves(Doc *d, const ReportInput *in);
+void section_depth(Doc *d, const ReportInput *in);
+void section_provenance(Doc *d, const ReportInput *in);
+/* report_routing.c: the expert load of the runs with routing statistics (nothing without any), and the ablation
+ * tables of run configs that share an arch and loss mode (nothing when every config is alone in its family). */
+void section_expert_load(Doc *d, const ReportInput *in);
+void section_ablations(Doc *d, const ReportInput *in);
+
+/* What the verdict lines said, for the short answer at the top. */
+typedef struct {
+    int count[4];                 /* lines per Verdict */
+    Verdict headline[4];          /* PAPER_HEADLINE order */
+    bool at_paper_scale;          /* any headline run at the paper's scale */
+    Verdict effect_acc[3], effect_loss[3]; /* Transformer, MoEUT, interaction */
+    Verdict interaction_headline;
+    Verdict depth[4];             /* the depth claims in their order */
+} VerdictTally;
+
+/* The verdict lines (and which seeds were left out of them when a config's seeds were not pooled). */
+void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t);
+/* The rules behind them, collapsed (the appendix). */
+void section_verdict_rules(Doc *d);
+/* Two to six lines at the top: what the verdicts say about the paper's question. */
+void section_answer(Doc *d, const ReportInput *in, const VerdictTally *t);
+/* report_variants.c: the table and sweep plots of run configs with more than one variant among the runs (nothing
+ * without any). */
+void section_variants(Doc *d, const ReportInput *in);
+/* When the current runs of run_config (names without "@") fall into more than one variant: note = "CONFIG: seeds 1
+ * and 2 not pooled: train.lr differs (0.001 / 0.002)", verdict_note = which seeds the verdicts use and which were
+ * left out, and why; returns true. false (nothing written) otherwise. */
+bool report_split_note(const ReportInput *in, const char *run_config, char *note, size_t cap, char *verdict_note,
+                       size_t vcap);
+void section_seeds(Doc *d, const ReportInput *in);
+void section_comparisons(Doc *d, const ReportInput *in);
+void section_config_diff(Doc *d, const ReportInput *in);
+
+/* Largest number of seeds of any run config (0 without results). */
+int report_max_seeds(const ReportInput *in);
+
+#endif
