@@ -53,6 +53,9 @@ LDLIBS += -Wl,--as-needed $(MPI_LIBS) -Wl,--no-as-needed
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_SRC := $(wildcard kernels/cuda/*.cu)
+# A dry run (make -n): MAKEFLAGS's first word holds the one-letter flags, unless it is a long option such as
+# --no-print-directory (which has an n of its own). Expanded where it is used (recipes see the whole MAKEFLAGS).
+MAKE_DRY_RUN = $(if $(filter -%,$(firstword $(MAKEFLAGS))),,$(findstring n,$(firstword $(MAKEFLAGS))))
 CUDA_MARKER := build/cuda.enabled
 CUDA_GOALS := test-cuda test-gpu test-gpu-sanitizer bench-gpu gpu-bundle
 CUDA ?=
@@ -90,7 +93,7 @@ endif
 # Refused at build time, not parse time, so that dry runs (make -n reproduce BACKEND=cuda) still plan.
 .PHONY: cuda-missing
 cuda-missing:
-	$(if $(findstring n,$(firstword -$(MAKEFLAGS))),@echo "nvcc not found",$(error $(CUDA_WANTED) asks for the CUDA build, \
+	$(if $(MAKE_DRY_RUN),@echo "nvcc not found",$(error $(CUDA_WANTED) asks for the CUDA build, \
 	  but nvcc was not found (neither on PATH nor /usr/local/cuda/bin/nvcc): install the CUDA toolkit or give NVCC=/path/to/nvcc))
 NVCC_FLAGS ?= -O3 -std=c++17 -arch=sm_90 -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC --expt-relaxed-constexpr
 

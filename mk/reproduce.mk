@@ -68,16 +68,16 @@ repro_empty :=
 repro_space := $(repro_empty) $(repro_empty)
 repro_join = $(subst $(repro_space),$(repro_comma),$(strip $(1)))
 
-# A dry run (make -n): MAKEFLAGS's first word holds the one-letter flags, unless it is a long option such as
-# --no-print-directory (which has an n of its own).
-repro_flags_word := $(firstword $(MAKEFLAGS))
-repro_dry_run := $(if $(filter -%,$(repro_flags_word)),,$(findstring n,$(repro_flags_word)))
+# A dry run (make -n; MAKE_DRY_RUN in the Makefile).
+repro_dry_run := $(MAKE_DRY_RUN)
 
 # ---- the runs: the one place where run names expand (seeds and sweeps hook in here) ----
 # The run directories and each one's overrides come from bin/runs (model/run_plan.h), which reads the run configs,
 # seeds.json, SEEDS, SET and SWEEP strictly and validates every effective config as train will; it writes them into a
 # generated makefile that make includes (and so builds first, dry runs included) whenever a pipeline goal is given.
-# Its name holds a hash of SEEDS, RUNS, SET and SWEEP; its prerequisites are the files it reads.
+# Its name holds a hash of the code version, SEEDS, RUNS, SET and SWEEP; its prerequisites are the files it reads, and
+# bin/runs order-only: a dry run must not build (make remakes included makefiles even under -n, and with BACKEND=cuda
+# that would compile the CUDA backend), and a new bin/runs comes with a new code version, hence a new plan file.
 #   without SWEEP: runs/EXP/RUN for a run config's own seed, RUN.seed<S> for another seed S (the current variant);
 #   with SWEEP:    runs/EXP/RUN@<variant>[.seed<S>] for each grid point (variant: a hash of its effective config).
 # repro_config: the config name of a run directory; repro_run_sets: its --set overrides (KEY=VALUE words).
@@ -86,8 +86,8 @@ REPRO_SEEDS_JSON := $(wildcard $(EXP_DIR)/seeds.json)
 repro_plan_goals := reproduce reproduce-stages train evaluate analyze report export compare repro-inputs $(RUNS_DIR)/% \
   $(REPORT_DIR)/%
 ifneq ($(filter $(repro_plan_goals),$(MAKECMDGOALS)),)
-repro_plan_key := $(shell printf '%s\n' '$(subst ','\'',$(strip $(SEEDS))|$(RUNS)|$(strip $(SET))|$(strip $(SWEEP)))' | \
-  md5sum | cut -c1-12)
+repro_plan_key := $(shell printf '%s\n' '$(subst ','\'',$(CODE_VERSION)|$(strip $(SEEDS))|$(RUNS)|$(strip $(SET))|$(strip \
+  $(SWEEP)))' | md5sum | cut -c1-12)
 REPRO_SEEDS_MK := build/plan/$(EXPERIMENT)-$(repro_plan_key).mk
 repro_plan_opts = --experiment $(EXP_DIR) $(if $(strip $(SEEDS)),--count \
   '$(strip $(SEEDS))') --set '$(subst ','\'',$(strip $(SET)))' --sweep '$(subst ','\'',$(strip $(SWEEP)))'
@@ -98,7 +98,7 @@ include $(REPRO_SEEDS_MK)
 # stage, of the run stamps, of reproduce-check and of compare is expanded: after make has remade this file (so a fixed
 # file is read again; not in a prerequisite list, whose second expansion make may do before remaking) and before
 # any work, so a refused SET or SWEEP changes no file. ('$$' -> '$$$$' and '#' -> '\#' keep the message literal.)
-$(REPRO_SEEDS_MK): $(REPRO_SEEDS_JSON) $(foreach r,$(RUNS),$(EXP_DIR)/$(r).json) bin/runs
+$(REPRO_SEEDS_MK): $(REPRO_SEEDS_JSON) $(foreach r,$(RUNS),$(EXP_DIR)/$(r).json) | bin/runs
 	@mkdir -p $(@D)
 	@if bin/runs --runs $(call repro_join,$(RUNS)) $(repro_plan_opts) >$@.tmp 2>$@.err; then :; else \
 	  msg=$$(grep -m1 . $@.err | sed -e 's/\$$/$$$$/g' -e 's/#/\\#/g'); \
