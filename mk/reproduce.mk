@@ -76,8 +76,9 @@ repro_dry_run := $(MAKE_DRY_RUN)
 # seeds.json, SEEDS, SET and SWEEP strictly and validates every effective config as train will; it writes them into a
 # generated makefile that make includes (and so builds first, dry runs included) whenever a pipeline goal is given.
 # Its name holds a hash of the code version, SEEDS, RUNS, SET and SWEEP; its prerequisites are the files it reads, and
-# bin/runs order-only: a dry run must not build (make remakes included makefiles even under -n, and with BACKEND=cuda
-# that would compile the CUDA backend), and a new bin/runs comes with a new code version, hence a new plan file.
+# bin/runs only when there is none: make remakes included makefiles (and their prerequisites) even under -n, and a
+# bin/runs out of date only by the compile flags (BACKEND=cuda) would then compile the CUDA backend in a dry run; a
+# new bin/runs comes with a new code version, hence a new plan file.
 #   without SWEEP: runs/EXP/RUN for a run config's own seed, RUN.seed<S> for another seed S (the current variant);
 #   with SWEEP:    runs/EXP/RUN@<variant>[.seed<S>] for each grid point (variant: a hash of its effective config).
 # repro_config: the config name of a run directory; repro_run_sets: its --set overrides (KEY=VALUE words).
@@ -98,7 +99,7 @@ include $(REPRO_SEEDS_MK)
 # stage, of the run stamps, of reproduce-check and of compare is expanded: after make has remade this file (so a fixed
 # file is read again; not in a prerequisite list, whose second expansion make may do before remaking) and before
 # any work, so a refused SET or SWEEP changes no file. ('$$' -> '$$$$' and '#' -> '\#' keep the message literal.)
-$(REPRO_SEEDS_MK): $(REPRO_SEEDS_JSON) $(foreach r,$(RUNS),$(EXP_DIR)/$(r).json) | bin/runs
+$(REPRO_SEEDS_MK): $(REPRO_SEEDS_JSON) $(foreach r,$(RUNS),$(EXP_DIR)/$(r).json) $(if $(wildcard bin/runs),,bin/runs)
 	@mkdir -p $(@D)
 	@if bin/runs --runs $(call repro_join,$(RUNS)) $(repro_plan_opts) >$@.tmp 2>$@.err; then :; else \
 	  msg=$$(grep -m1 . $@.err | sed -e 's/\$$/$$$$/g' -e 's/#/\\#/g'); \
