@@ -107,21 +107,22 @@ if problems:
 print(f'ok: {checked} relative links in README.md and the {len(docs) - 1} documents it links resolve')
 PY
 
-# 3. Phrases about how the project was developed, not what it is.
+# 3. Phrases about how the project was developed, not what it is. Each is written with one letter in a bracket
+# class (so "d[e]vice" matches the word itself), so that the list does not itself contain the phrases it looks for.
 phrases=(
-  'development (machine|session|sandbox)s?'
-  '\blent\b'
-  'device (tool|calls?|budget|time)\b'
-  'device-minutes'
-  'this workplace'
-  'while the machine is warm'
-  '\b(this|next|earlier|these|previous) sessions?\b'
-  '\bGPU sessions?\b'
-  '\b(coding|AI|LLM) agents?\b'
-  '\b(lead|other|another|fellow) engineers?\b'
-  'carry limit'
-  '/work/(shared|main|wt)\b'
-  '\bissue #?[0-9]+\b'
+  'd[e]velopment (machine|session|sandbox)s?'
+  '\bl[e]nt\b'
+  'd[e]vice (tool|calls?|budget|time)\b'
+  'd[e]vice-minutes'
+  'this w[o]rkplace'
+  'while the machine is w[a]rm'
+  '\b(this|next|earlier|these|previous) s[e]ssions?\b'
+  '\bGPU s[e]ssions?\b'
+  '\b(coding|AI|LLM) a[g]ents?\b'
+  '\b(lead|other|another|fellow) e[n]gineers?\b'
+  'c[a]rry limit'
+  '/w[o]rk/(shared|main|wt)\b'
+  '\bi[s]sue #?[0-9]+\b'
 )
 pattern=$(IFS='|'; echo "${phrases[*]}")
 if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
