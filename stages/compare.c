@@ -1,7 +1,7 @@
 /* compare: checks each run's result.json against a recorded baseline record, metric by metric, with declared
  * per-metric tolerances; and, as --diff, shows what differs between two runs.
  *
- *   bin/compare --baselines reports/baselines/EXP --runs runs/EXP [--tolerances FILE] [--only RUN,RUN] [--strict]
+ *   bin/compare --baselines reports/baselines/EXP --runs runs/EXP [--tolerances FILE] [--only RUN,RUN] [--allow-better]
  *               [--config-change=error|note] [--only-failures]
  *   bin/compare --diff A B [--replicates N]
  *
@@ -29,8 +29,10 @@ static const char *SUMMARY =
     "several seeds (RUN.result.json, RUN.seed<S>.result.json), against the seeds' mean with a tolerance of at least "
     "seed_spread.k standard deviations. Prints a table (metric, baseline, new, delta, tolerance, status: ok, WORSE, "
     "BETTER, CHANGED, or 'not gated' for a class the tolerances file declares \"gated\": false), then one line "
-    "'compare: N compared, M not compared (...): verdict'. Exit 0: something was compared and nothing WORSE or CHANGED "
-    "(BETTER is reported, a failure only with --strict); 1: a metric WORSE or a count CHANGED; 2: nothing compared, "
+    "'compare: N compared, M not compared (...): verdict'. The gate is two-sided: a tolerance is a measured spread, and "
+    "a metric beyond it in the good direction (BETTER) means the results moved as much as WORSE does. Exit 0: something "
+    "was compared and every metric within its tolerance; 1: a metric WORSE or BETTER (BETTER allowed with "
+    "--allow-better) or a count CHANGED; 2: nothing compared, "
     "or a missing record or records of different config / dataset / tokenizer (not comparable; with "
     "--config-change=note a different config is one counted note, not a failure while another run is compared); 3: "
     "nothing compared because every run asked for was such a note. "
@@ -83,7 +85,9 @@ int main(int argc, char **argv) {
          false},
         {"only-failures", OPT_FLAG, &req.options.only_failures,
          "print only metrics outside their tolerance (WORSE, BETTER, CHANGED; default: all)", false},
-        {"strict", OPT_FLAG, &req.options.strict, "a metric BETTER than its baseline beyond the tolerance fails too",
+        {"allow-better", OPT_FLAG, &req.options.allow_better,
+         "a metric BETTER than its baseline beyond the tolerance is reported, not a failure (a one-sided gate; "
+         "default: it fails)",
          false},
         {"config-change", OPT_STRING, &config_change,
          "error (default): a run whose config_sha256 differs from its baseline's is not comparable (exit 2); note: "

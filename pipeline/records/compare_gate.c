@@ -150,7 +150,8 @@ typedef struct {
 /* Prints the not-gated classes and the last line "compare: N compared, M not compared (...): verdict"; returns the
  * final status from worst (the runs' worst) and the tally. */
 static int print_summary(const Tolerances *tol, const char *tol_path, const char *baselines, int worst,
-                         const GateTally *t) {
+                         const GateTally *t, bool allow_better) {
+    const char *or_better = allow_better ? " (or better)" : "";
     /* The classes this file does not gate, once, with the file's reason: the gate says what it would not catch. */
     for (int c = 0; c < MC_N_CLASSES && t->compared; c++)
         if (!tol->cls[c].gated) {
@@ -182,10 +183,10 @@ static int print_summary(const Tolerances *tol, const char *tol_path, const char
          * comparison; still not 0. */
         return worst == 0 && t->noted == t->asked_not ? 3 : 2;
     }
-    if (worst == 0 && t->asked_not == 0) printf("all metrics within tolerances (or better)%s\n", not_gated);
+    if (worst == 0 && t->asked_not == 0) printf("all metrics within tolerances%s%s\n", or_better, not_gated);
     else if (worst == 0)
-        printf("the %d compared are within tolerances (or better); %d asked for %s only noted, not checked%s\n",
-               t->compared, t->noted, t->noted == 1 ? "was" : "were", not_gated);
+        printf("the %d compared are within tolerances%s; %d asked for %s only noted, not checked%s\n",
+               t->compared, or_better, t->noted, t->noted == 1 ? "was" : "were", not_gated);
     else printf("%s\n", worst == 1 ? "some metric outside its tolerance" : "some records missing or not comparable");
     return worst;
 }
@@ -228,7 +229,7 @@ int compare_gate(const CompareRequest *req) {
                      out.why, out.noted ? " (a note: --config-change=note)" : "");
         }
         t.other = note_other_runs(req->runs, req->baselines, all, n_all, names, n_names);
-        worst = print_summary(&tol, tol_path, req->baselines, worst, &t);
+        worst = print_summary(&tol, tol_path, req->baselines, worst, &t, req->options.allow_better);
     }
     for (int i = 0; i < n_all; i++) free(all[i]);
     free(all);

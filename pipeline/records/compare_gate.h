@@ -7,15 +7,16 @@
  * Without --only every baseline record is asked for; --only RUN asks for RUN and its seeds RUN.seed<S>.
  *
  * Verdict per metric: ok (within tolerance); WORSE (a loss or disagreement count higher, an accuracy lower, beyond
- * the tolerance); BETTER (the other direction: printed, a failure only with --strict); CHANGED (a count that is not
+ * the tolerance); BETTER (the other direction beyond the tolerance: a failure too, since a tolerance is a measured
+ * spread and the results moved as far; reported but passed with --allow-better); CHANGED (a count that is not
  * equal: always a failure); not gated (a class the tolerances file declares "gated": false: printed, never judged).
  *
  * What was compared is counted, never assumed. The last line is
  *   compare: N compared, M not compared (NAME: why; ...): verdict
  * where "not compared" lists every run asked for whose metrics were not judged, with the reason, and counts the
  * run directories that were not asked for (no baseline, left out by --only, another variant CONFIG@VARIANT of a
- * run: each one "note:" line above). The verdict "all metrics within tolerances (or better)" is printed only when
- * every run asked for was compared and passed. Rules:
+ * run: each one "note:" line above). The verdict "all metrics within tolerances" ("... (or better)" with
+ * --allow-better) is printed only when every run asked for was compared and passed. Rules:
  *  - Nothing compared (N = 0) is a failure, exit 2, whatever the reasons: a gate that checked nothing must not pass.
  *  - A run asked for (by --only, or by having a baseline) that has no result record, or whose dataset or tokenizer
  *    differs, or whose record cannot be read: an error line, listed as not compared, exit 2 (the others are still
@@ -24,9 +25,10 @@
  *    (the default, `make compare`) an error as above; with --config-change=note (make reproduce, where an edited
  *    config is the user's intent) one "note:" line naming the changed keys, and a counted note: listed as not
  *    compared ("... (a note: --config-change=note)"), not a failure while some other run was compared, and the verdict
- *    then reads "the N compared are within tolerances (or better); K asked for was/were only noted, not checked".
+ *    then reads "the N compared are within tolerances; K asked for was/were only noted, not checked".
  *  - A run directory that was not asked for is never a failure (a new run is not a regression).
- * Exit status: 0 something was compared and nothing failed; 1 some metric WORSE or CHANGED (or BETTER with --strict);
+ * Exit status: 0 something was compared and nothing failed; 1 some metric WORSE, BETTER (unless --allow-better) or
+ * CHANGED;
  * 2 nothing compared, or some run asked for could not be compared (above), or a bad tolerances file or selection
  * (--only naming a run without a baseline); 3 nothing compared because every run asked for was a counted note
  * (--config-change=note, every config changed: e.g. make reproduce SET=...), so a caller can say so without
@@ -47,7 +49,7 @@ typedef struct {
 } CompareRequest;
 
 /* Runs the gate, printing to stdout (errors to stderr, one line each). Returns the exit status above (0, 1, 2 or 3);
- * --only, --strict, --only-failures and --config-change=note are the fields of req. */
+ * --only, --allow-better, --only-failures and --config-change=note are the fields of req. */
 int compare_gate(const CompareRequest *req);
 
 /* The value of --config-change: "error" (*note = false) or "note" (*note = true); -1 for anything else. */

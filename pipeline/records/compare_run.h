@@ -9,7 +9,7 @@
 #include "pipeline/records/compare_tolerances.h"
 
 typedef struct {
-    bool strict;             /* BETTER fails too */
+    bool allow_better;       /* --allow-better: BETTER beyond the tolerance is reported, not a failure (one-sided) */
     bool config_change_note; /* a different config_sha256 is a note, not "not comparable" */
     bool only_failures;      /* print only the metrics outside their tolerance */
 } CompareOptions;

@@ -1,5 +1,5 @@
 /* bin/compare's gate (pipeline/records/compare_gate.h: the status is the exit status) on hand-made records: identical -> 0,
- * a metric WORSE than its tolerance -> 1, a change inside it -> 0, BETTER -> 0 (1 with --strict), different config
+ * a metric WORSE than its tolerance -> 1, a change inside it -> 0, BETTER -> 1 (0 with --allow-better), different config
  * hash / dataset hash / missing record / bad tolerances -> 2 (a different config hash with --config-change=note -> a
  * note and 0), several baseline seeds -> the seed-spread rule; and --diff (pipeline/records/run_diff.h). */
 #include <check.h>
@@ -208,9 +208,9 @@ START_TEST(unlike_or_missing_is_two) {
 }
 END_TEST
 
-/* The options of bin/compare: none (--config-change=error), --strict, --only-failures, --config-change=note. */
+/* The options of bin/compare: none (--config-change=error), --allow-better, --only-failures, --config-change=note. */
 #define NO_OPTIONS ((CompareRequest){0})
-#define STRICT ((CompareRequest){.options.strict = true})
+#define ALLOW_BETTER ((CompareRequest){.options.allow_better = true})
 #define ONLY_FAILURES ((CompareRequest){.options.only_failures = true})
 #define CONFIG_CHANGE_NOTE ((CompareRequest){.options.config_change_note = true})
 
@@ -234,8 +234,9 @@ static int run_compare_capture(char **text, CompareRequest req) {
     return rc;
 }
 
-/* Better than the baseline beyond the tolerance is reported as BETTER and passes, unless --strict. */
-START_TEST(better_is_reported_not_failed) {
+/* Better than the baseline beyond the tolerance is BETTER and fails (the results moved beyond the measured spread),
+ * unless --allow-better, which reports it and passes. */
+START_TEST(better_fails_unless_allowed) {
     setup_dirs();
     ResultRecord base, cur;
     rtu_record(&base, "dense_qa", "dense", "qa", 40);
@@ -244,24 +245,27 @@ START_TEST(better_is_reported_not_failed) {
     cur.training.final_train_loss -= 0.1;           /* and a lower loss, tolerance 0.001 */
     save(&cur, 0);
     char *text = NULL;
-    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 0);
-    ck_assert_msg(strstr(text, "BETTER (not a failure)"), "%.2000s", text);
+    ck_assert_int_eq(run_compare_capture(&text, ALLOW_BETTER), 0);
+    ck_assert_msg(strstr(text, "BETTER (allowed: --allow-better)"), "%.2000s", text);
+    ck_assert_msg(strstr(text, "all metrics within tolerances (or better)"), "%.2000s", text);
     ck_assert_msg(!strstr(text, "WORSE"), "%.2000s", text);
     free(text);
-    ck_assert_int_eq(run_compare_capture(&text, STRICT), 1);
-    ck_assert_msg(strstr(text, "OUTSIDE tolerances"), "%.2000s", text);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 1);
+    ck_assert_msg(strstr(text, "OUTSIDE tolerances (") && strstr(text, "BETTER beyond the measured spread"), "%.2000s",
+                  text);
+    ck_assert_msg(!strstr(text, "within tolerances (or better)"), "%.2000s", text);
     free(text);
     /* better accuracy but one loss worse: the worse one still fails */
     cur.evaluation.sets[1].modules[0].mean_answer_loss += 0.05;
     save(&cur, 0);
-    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 1);
+    ck_assert_int_eq(run_compare_capture(&text, ALLOW_BETTER), 1);
     ck_assert_msg(strstr(text, "WORSE"), "%.2000s", text);
     free(text);
-    /* a changed count is neither better nor worse: it fails without --strict */
+    /* a changed count is neither better nor worse: it fails with --allow-better too */
     cur.evaluation.sets[1].modules[0].mean_answer_loss -= 0.05;
     cur.training.steps += 1;
     save(&cur, 0);
-    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 1);
+    ck_assert_int_eq(run_compare_capture(&text, ALLOW_BETTER), 1);
     ck_assert_msg(strstr(text, "CHANGED"), "%.2000s", text);
     free(text);
     result_record_free(&cur);
@@ -301,7 +305,7 @@ START_TEST(config_change_note) {
     save(&other, 0);
     ck_assert_int_eq(run_compare_capture(&text, CONFIG_CHANGE_NOTE), 0);
     ck_assert_msg(strstr(text, "compare: 1 compared, 1 not compared (dense_qa: config changed since the baseline (a note: "
-                               "--config-change=note)): the 1 compared are within tolerances (or better); 1 asked for "
+                               "--config-change=note)): the 1 compared are within tolerances; 1 asked for "
                                "was only noted, not checked"),
                   "%.2000s", text);
     ck_assert_msg(!strstr(text, "all metrics within tolerances"), "%.2000s", text);
@@ -524,7 +528,7 @@ static const char *TOL_NOT_GATED =
     "\"count\": {\"abs\": 0, \"comment\": \"exact\"},"
     "\"greedy_disagreements\": {\"abs\": 0, \"comment\": \"must stay 0\"}}}";
 
-/* A class declared "gated": false is shown as "not gated", never fails (nor with --strict), and compare says so with
+/* A class declared "gated": false is shown as "not gated", never fails (BETTER or WORSE), and compare says so with
  * the file's reason; the other classes still fail. A not gated class with a tolerance, an exact class not gated, or
  * a non-boolean "gated" is refused. */
 START_TEST(not_gated_class) {
@@ -543,14 +547,14 @@ START_TEST(not_gated_class) {
     ck_assert_msg(strstr(text, "compare: accuracy is not gated by ") &&
                       strstr(text, ": models answer ~1%: no defect moves it beyond seed noise"),
                   "%.3000s", text);
-    ck_assert_msg(strstr(text, "all metrics within tolerances (or better); not gated at this size: accuracy"), "%.3000s",
+    ck_assert_msg(strstr(text, "all metrics within tolerances; not gated at this size: accuracy"), "%.3000s",
                   text);
     ck_assert_msg(!strstr(text, "WORSE"), "%.3000s", text);
     free(text);
     result_record_free(&cur);
-    rtu_record(&cur, "dense_qa", "dense", "qa", 90); /* far better: still no verdict under --strict */
+    rtu_record(&cur, "dense_qa", "dense", "qa", 90); /* far better: still no verdict */
     save(&cur, 0);
-    ck_assert_int_eq(run_compare_capture(&text, STRICT), 0);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 0);
     free(text);
     cur.training.final_train_loss += 0.01; /* a gated class still fails */
     save(&cur, 0);
@@ -775,7 +779,7 @@ int main(void) {
     tcase_add_test(tc, regression_is_one_and_small_change_is_zero);
     tcase_add_test(tc, only_selects_runs);
     tcase_add_test(tc, unlike_or_missing_is_two);
-    tcase_add_test(tc, better_is_reported_not_failed);
+    tcase_add_test(tc, better_fails_unless_allowed);
     tcase_add_test(tc, config_change_note);
     tcase_add_test(tc, seed_spread_rule);
     tcase_add_test(tc, seed_baselines_must_match);
