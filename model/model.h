@@ -1,6 +1,6 @@
 /* The two architectures (dense pre-LN Transformer and MoEUT) over the backend interface.
  *
- * Semantics: ../shared/docs/moeut-spec.md, overridden for the DM-math runs by dm-math-training-code.md.
+ * Semantics: model/spec/moeut-spec.md, overridden for the DM-math runs by dm-math-training-code.md.
  * Parameters live in ONE contiguous buffer (model->params, in backend memory), gradients in another of the same
  * layout (model->grads). Each named tensor is a view at an offset; names and shapes equal the reference PyTorch
  * module's state_dict, so a checkpoint loads in PyTorch as is. Activations live in a third allocation, the

@@ -1,5 +1,5 @@
-/* Several seeds of an experiment's runs (INTERFACES.md §2): which seeds (make's SEEDS=N, or the "seeds" list of
- * experiments/EXP/seeds.json, or none: each run's own train.seed) and the run directory of each (run, seed):
+/* Several seeds of an experiment's runs (stages/README.md, "Seeds"): which seeds (make's SEEDS=N, or the "seeds"
+ * list of experiments/EXP/seeds.json, or none: each run's own train.seed) and the run directory of each (run, seed):
  * runs/EXP/RUN for the run config's own train.seed (today's directory), runs/EXP/RUN.seed<S> for any other seed S
  * (trained, evaluated and analyzed with --set train.seed=S). Data and tokenizer are shared by all seeds. */
 #ifndef MODEL_RUN_SEEDS_H

@@ -4,7 +4,7 @@
  *
  * Reads ONLY runs/EXP/<RUN>/result.json, analysis.json, metrics.jsonl, eval_curve.jsonl and predictions.jsonl (and
  * the run configs recorded inside the result records). Seeds of one run config are the directories RUN and
- * RUN.seed<S> (INTERFACES.md §2); the report aggregates over them when their recorded configs agree (the same
+ * RUN.seed<S> (stages/README.md, "Seeds"); the report aggregates over them when their recorded configs agree (the same
  * variant key), and shows runs of other variants (RUN@VARIANT[.seed<S>]: sweep points, earlier configs) beside.
  * Writes report.md, report.html (SVGs inlined) and the figures as .svg files beside report.md (which links them).
  * Expected runs that have no result.json are listed as missing, never silently dropped. The output holds no

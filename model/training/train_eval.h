@@ -1,4 +1,5 @@
-/* Accuracy during training (train.evaluate_every, evaluate_examples, keep_checkpoints; INTERFACES.md §3).
+/* Accuracy during training (train.evaluate_every, evaluate_examples, keep_checkpoints; stages/README.md, "Accuracy
+ * during training").
  *
  * Every evaluate_every completed steps (never at step 0) train evaluates the current weights on a fixed subset, the
  * first evaluate_examples examples of each eval shard, with the exact-match evaluation of bin/evaluate

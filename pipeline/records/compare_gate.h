@@ -3,7 +3,8 @@
  * run directories not asked for are listed as notes, and the last line says what was compared and the verdict.
  *
  * Baselines are files <NAME>.result.json (a copy of a result.json); each is compared with <runs>/<NAME>/result.json.
- * NAME is a run directory name: RUN for the config's own seed, RUN.seed<S> for another seed (INTERFACES.md §2).
+ * NAME is a run directory name: RUN for the config's own seed, RUN.seed<S> for another seed (stages/README.md,
+ * "Seeds").
  * Without --only every baseline record is asked for; --only RUN asks for RUN and its seeds RUN.seed<S>.
  *
  * Verdict per metric: ok (within tolerance); WORSE (a loss or disagreement count higher, an accuracy lower, beyond

@@ -1,5 +1,5 @@
-/* Which run config, which variant and which training seed a run directory holds (INTERFACES.md §2). A run directory
- * is named CONFIG[@VARIANT][.seed<S>]: the config's own seed lives in runs/EXP/CONFIG, every other seed S in
+/* Which run config, which variant and which training seed a run directory holds (stages/README.md, "Seeds"). A run
+ * directory is named CONFIG[@VARIANT][.seed<S>]: the config's own seed lives in runs/EXP/CONFIG, every other seed S in
  * runs/EXP/CONFIG.seed<S>; "@VARIANT" (8 hex digits, run_variant_key) marks a run whose effective config is not the
  * current one of CONFIG: a sweep point, or an earlier variant kept when the config changed (bin/runs). Records written after the seeds work carry "run_config",
  * "seed" and "overrides" themselves; older records do not, so the report derives them from the directory name and

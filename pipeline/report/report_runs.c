@@ -73,8 +73,9 @@ static void require_owner(const char *path, const char *rec_run, const char *rec
         die("%s: experiment is \"%s\", but this report is for --experiment %s", path, rec_experiment, experiment);
 }
 
-/* eval_curve.jsonl (INTERFACES.md §3): {"step": S, "tokens": N, "sets": {"interpolate": {"accuracy": a, ...}, ...}}
- * per line. A malformed line is an error naming the file and line; a set missing from a line is a gap (NaN). */
+/* eval_curve.jsonl (stages/README.md, "Accuracy during training"): {"step": S, "tokens": N, "sets": {"interpolate":
+ * {"accuracy": a, ...}, ...}} per line. A malformed line is an error naming the file and line; a set missing from a
+ * line is a gap (NaN). */
 static void load_eval_curve(RunData *r, const char *path) {
     char *text = NULL;
     size_t n = 0;

@@ -7,6 +7,9 @@
 # 3. No file tracked by git (this test aside) describes the circumstances the project was written in rather than the
 #    project and its users' world. The phrases are chosen not to hit ordinary uses: an HTTP session, a training
 #    budget, Chromium's --no-sandbox and the file names gpu_session.sh / gpu-session stay.
+# 4. Every document cited by name in a tracked file (`moeut-spec.md §3.2`, "see dist.md") is a tracked file, so a
+#    reader can open what the code cites. A name after a path separator, a $ or a member access (d.md) is a path or a
+#    field, not a citation (files a stage writes at run time are named that way).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 fail=0
@@ -123,6 +126,8 @@ phrases=(
   'c[a]rry limit'
   '/w[o]rk/(shared|main|wt)\b'
   '\bi[s]sue #?[0-9]+\b'
+  '\.\./s[h]ared/'
+  '\bs[h]ared/docs/'
 )
 pattern=$(IFS='|'; echo "${phrases[*]}")
 if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
@@ -139,6 +144,21 @@ if [ -n "$hits" ]; then
   fail=1
 else
   echo "ok: none of the $files tracked files mentions the circumstances of its development"
+fi
+
+# 4. Documents cited by name.
+tracked_names=$(git ls-files | sed 's#.*/##' | sort -u)
+cited=$(git ls-files -z | grep -zv "^$self\$" | xargs -0 grep -ohIP '(?<![\w.&>/$-])[A-Za-z0-9_-]+\.md\b' -- | sort -u)
+missing=$(comm -13 <(echo "$tracked_names") <(echo "$cited"))
+if [ -z "$cited" ]; then
+  echo "docs: no document citations found at all (is the pattern broken?)"
+  fail=1
+elif [ -n "$missing" ]; then
+  echo "docs: cited but not in the tree (ship the document or cite the one that holds the text):"
+  for n in $missing; do git ls-files -z | xargs -0 grep -lIP "(?<![\w.&>/\$-])\Q$n\E" -- | head -3 | sed "s#^#    $n cited in #"; done
+  fail=1
+else
+  echo "ok: the $(echo "$cited" | wc -l) documents cited by name are all in the tree"
 fi
 
 [ "$fail" = 0 ] || { echo "FAIL"; exit 1; }

@@ -3,13 +3,13 @@
 # analyze: RUN for the configs' own seed 1, RUN.seed2 with --set train.seed=2; report; compare of the seed-1 runs
 # against reports/baselines/ci). Checks: all 8 run directories are complete; each seed-2 run has other weights than its
 # seed-1 run and records seed 2 and its directory name; the report lists the 8 runs; a second make does nothing.
-# Needs bin/train --set (INTERFACES.md §1): skipped, saying so, where bin/train has no --set.
+# Needs bin/train --set (stages/README.md, "Config overrides"): skipped, saying so, where bin/train has no --set.
 set -u
 cd "$(dirname "$0")/../.."
 fail() { echo "FAIL: $*"; exit 1; }
 for b in train evaluate analyze runs; do [ -x "bin/$b" ] || fail "bin/$b missing (run make first)"; done
 if ! bin/train --help 2>&1 | grep -q -- '--set'; then
-  echo "SKIP: bin/train has no --set option (config overrides, INTERFACES.md §1, not merged): RUN.seed<S> cannot train"
+  echo "SKIP: bin/train has no --set option (config overrides; stages/README.md): RUN.seed<S> cannot train"
   exit 77
 fi
 RUNS="dense_qa dense_answer moeut_qa moeut_answer"

@@ -1,5 +1,5 @@
 """Independent PyTorch twin of the two models (dense pre-LN Transformer and MoEUT), written from
-shared/docs/moeut-spec.md and dm-math-training-code.md (the latter wins), NOT from the C code.
+model/spec/moeut-spec.md and dm-math-training-code.md (the latter wins), NOT from the C code.
 
 Everything is plain autograd: the gradients the C backward must reproduce come from torch, never from a hand formula.
 The modules work in any float dtype (model.double() for fixtures, float32 for the benchmark).
@@ -11,7 +11,7 @@ Semantics (DM-math version):
     base 1e4, angle table computed in fp32 as the reference does), causal softmax with scale 1; V and O are experts
     chosen per head by sigmoid top-KA routers that read LN1(x); V experts read the RAW x; gates = sigmoid values.
   * sigma-MoE: router on LN2(x1), sigmoid top-K, keys read the raw x1, ReLU, gate-weighted sum (no renormalisation).
-    The MoE-variant switches (shared/docs/moe-variants.md, from the cited papers): router "softmax" gates with the
+    The MoE-variant switches (model/spec/moe-variants.md, from the cited papers): router "softmax" gates with the
     softmax over all E logits at the top-K (Switch / GShard / DeepSeekMoE), router_renorm divides the K gates by their
     sum (GShard, Mixtral's softmax over the top-K logits; DeepSeek-V3's normalised sigmoid); balance "switch" replaces
     the FFN entropy regularizer by Fedus et al.'s alpha * E * sum_i f_i P_i per layer application (f: fraction of the
