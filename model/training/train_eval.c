@@ -12,6 +12,7 @@
 #include "model/training/evaluation.h"
 #include "pipeline/base/atomic_file.h"
 #include "pipeline/base/config.h"
+#include "pipeline/base/exact_number.h"
 #include "pipeline/base/limits.h"
 #include "pipeline/base/log.h"
 
@@ -68,7 +69,7 @@ char *train_eval_curve_line(long step, uint64_t tokens, const SetEval sets[EVAL_
         cJSON_AddItemToObject(js, EVAL_SET_NAMES[s], o);
     }
     cJSON_AddItemToObject(j, "sets", js);
-    char *line = cJSON_PrintUnformatted(j);
+    char *line = json_print_exact(j, false);
     CHECK_ALLOC(line);
     cJSON_Delete(j);
     return line;

@@ -12,6 +12,7 @@
 #include "model/training/train_signals.h"
 #include "pipeline/base/atomic_file.h"
 #include "pipeline/base/dist.h"
+#include "pipeline/base/exact_number.h"
 #include "pipeline/base/log.h"
 #include "pipeline/base/progress.h"
 #include "pipeline/base/resume_hint.h"
@@ -117,7 +118,7 @@ static void log_metrics(Trainer *t, double lr, double interval_s) {
     cJSON_AddNumberToObject(j, "expert_entropy", a->expert_entropy / n);
     cJSON *routing = step_routing_json(t, t->st.step);
     if (routing) cJSON_AddItemToObject(j, "routing", routing);
-    char *line = cJSON_PrintUnformatted(j);
+    char *line = json_print_exact(j, false);
     CHECK_ALLOC(line);
     if (t->metrics && (fprintf(t->metrics, "%s\n", line) < 0 || fflush(t->metrics) != 0)) /* rank 0 only */
         die("%s: write failed: %s", t->metrics_path, strerror(errno));

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "pipeline/base/atomic_file.h"
+#include "pipeline/base/exact_number.h"
 #include "pipeline/base/limits.h"
 #include "pipeline/base/log.h"
 
@@ -354,7 +355,7 @@ int json_check_sections(const cJSON *root, const char *source, const char *const
 
 /* The text json_save_file writes: pretty-printed with a trailing newline (malloc'd; NULL when out of memory). */
 static char *json_file_text(const cJSON *json) {
-    char *text = cJSON_Print(json);
+    char *text = json_print_exact(json, true);
     if (!text) return NULL;
     size_t n = strlen(text);
     char *buf = malloc(n + 2);

@@ -19,4 +19,10 @@ bool exact_number_format(double v, char buf[EXACT_NUMBER_CAP]);
  * memory. */
 cJSON *exact_number_json(double v);
 
+/* json printed (cJSON_Print when formatted, else cJSON_PrintUnformatted) with every number in exact_number_format's
+ * text and non-finite numbers as null (as cJSON prints them): the writer of every JSON record and JSON-lines file,
+ * so that what a stage computed is what the next one reads, bit for bit. Returns a string to release with
+ * cJSON_free; NULL only when out of memory. json itself is not changed. */
+char *json_print_exact(const cJSON *json, bool formatted);
+
 #endif

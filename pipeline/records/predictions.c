@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "pipeline/base/exact_number.h"
 #include "pipeline/base/log.h"
 
 /* cJSON_Add* return NULL only when out of memory. */
@@ -17,7 +18,7 @@ static cJSON *must(cJSON *x) {
 
 /* Writes obj compactly plus a newline and frees it. */
 static int write_object_line(FILE *fp, const char *path, cJSON *obj, char *err, size_t errlen) {
-    char *text = cJSON_PrintUnformatted(obj);
+    char *text = json_print_exact(obj, false);
     cJSON_Delete(obj);
     CHECK_ALLOC(text);
     int rc = 0;

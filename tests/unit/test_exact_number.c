@@ -75,11 +75,42 @@ START_TEST(non_finite_is_null) {
 }
 END_TEST
 
+/* json_print_exact, the printer of every record: nested numbers exact, non-finite ones null, the tree untouched.
+ * cJSON's own printer writes 0.1 + 0.2 as "0.3", which reads back one bit lower: the reason for this printer. */
+START_TEST(records_print_exact) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "a", 0.1 + 0.2);
+    cJSON *arr = cJSON_AddArrayToObject(o, "b");
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber(40));
+    cJSON_AddItemToArray(arr, cJSON_CreateNumber(NAN));
+    cJSON *inner = cJSON_CreateObject();
+    cJSON_AddNumberToObject(inner, "c", 1.0 / 3.0);
+    cJSON_AddStringToObject(inner, "s", "0.3");
+    cJSON_AddItemToArray(arr, inner);
+    char *plain = cJSON_PrintUnformatted(o);
+    ck_assert_msg(strstr(plain, "\"a\":0.3,"), "cJSON now prints exactly (%s): the workaround may go", plain);
+    cJSON_free(plain);
+    char *text = json_print_exact(o, false);
+    ck_assert_str_eq(text, "{\"a\":0.30000000000000004,\"b\":[40,null,{\"c\":0.3333333333333333,\"s\":\"0.3\"}]}");
+    cJSON *back = cJSON_Parse(text);
+    ck_assert(cJSON_GetObjectItem(back, "a")->valuedouble == 0.1 + 0.2);
+    ck_assert(cJSON_GetArrayItem(cJSON_GetObjectItem(back, "b"), 2)->child->valuedouble == 1.0 / 3.0);
+    cJSON_Delete(back);
+    cJSON_free(text);
+    ck_assert(cJSON_IsNumber(cJSON_GetObjectItem(o, "a"))); /* the caller's tree is not changed */
+    text = json_print_exact(o, true);
+    ck_assert(strstr(text, "\t\"a\":\t0.30000000000000004"));
+    cJSON_free(text);
+    cJSON_Delete(o);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("exact_number");
     TCase *tc = tcase_create("exact_number");
     tcase_add_test(tc, every_finite_double_reads_back);
     tcase_add_test(tc, non_finite_is_null);
+    tcase_add_test(tc, records_print_exact);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
