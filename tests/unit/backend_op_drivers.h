@@ -83,8 +83,9 @@ static const OpDriver drv_embedding = {"embedding", run_embedding, {"N", "C", "V
 static void run_layernorm(OpRun *r, const OpCase *c) {
     int N = D(0), C = D(1), affine = !(c->flags & F_NO_AFFINE);
     size_t n = (size_t)N * C;
-    scalar_t *x = in_uniform(r, n, -2, 2), *w = in_uniform(r, (size_t)C, 0.5, 1.5), *b = in_uniform(r, (size_t)C, -1, 1);
-    scalar_t *y = in_uniform(r, n, -1, 1), *mean = in_uniform(r, (size_t)N, -1, 1), *rstd = in_uniform(r, (size_t)N, -1, 1);
+    scalar_t *x = in_uniform(r, n, -2, 2), *w = in_uniform(r, (size_t)C, 0.5, 1.5);
+    scalar_t *b = in_uniform(r, (size_t)C, -1, 1), *y = in_uniform(r, n, -1, 1);
+    scalar_t *mean = in_uniform(r, (size_t)N, -1, 1), *rstd = in_uniform(r, (size_t)N, -1, 1);
     BE->layernorm_forward(BE, y, mean, rstd, x, affine ? w : NULL, affine ? b : NULL, N, C, (scalar_t)1e-5);
     if (!strcmp(c->op, "layernorm_forward")) {
         out_f(r, "y", y, CMP_F32), out_f(r, "mean", mean, CMP_F32), out_f(r, "rstd", rstd, CMP_F32);
@@ -409,9 +410,10 @@ static void run_ffn_chain(OpRun *r, const OpCase *c) {
             if (k == 0 || k == 2) cvmm_rows_to_plan(ep, ev, perm, M, S); /* entry order -> plan order */
             const scalar_t *sv = r->outs[r->n_outs - 7 + k].data;
             for (size_t i = 0; i < count[k]; i++)
-                ck_assert_msg(memcmp(&sv[i], &ep[i], sizeof(scalar_t)) == 0, "cvmm FFN chain '%s' [cuda %s, %s]: %s[%zu] "
-                              "in plan order %.9g, in entry order %.9g: not bit-identical", c->name, r->variant,
-                              r->bf16 ? "bf16" : "fp32", name[k], i, sv[i], ep[i]);
+                ck_assert_msg(memcmp(&sv[i], &ep[i], sizeof(scalar_t)) == 0,
+                              "cvmm FFN chain '%s' [cuda %s, %s]: %s[%zu] in plan order %.9g, in entry order %.9g: "
+                              "not bit-identical", c->name, r->variant, r->bf16 ? "bf16" : "fp32", name[k], i, sv[i],
+                              ep[i]);
             free(ev), free(ep);
         }
         free(perm);

@@ -96,8 +96,10 @@ static const OpCase op_cases[] = {
     /* ---- routing (N=200 positions, G=3 groups of E=11 experts, k=4; every 9th logit tied at 0.25) */
     {"topk_select", "unbiased", &drv_topk, {200, 3, 11, 4}, 0, 0, DT_FP32, DEF, 0, 0},
     {"topk_select", "unbiased, drop mask", &drv_topk, {200, 3, 11, 4}, 0, F_DROP, DT_FP32, DEF, 0, 0},
-    {"topk_select", "bias on sigmoid scores", &drv_topk, {200, 3, 11, 4, ROUTER_SIGMOID}, 0, F_BIAS, DT_FP32, DEF, 0, 0},
-    {"topk_select", "bias on softmax scores", &drv_topk, {200, 3, 11, 4, ROUTER_SOFTMAX}, 0, F_BIAS, DT_FP32, DEF, 0, 0},
+    {"topk_select", "bias on sigmoid scores", &drv_topk, {200, 3, 11, 4, ROUTER_SIGMOID}, 0, F_BIAS, DT_FP32, DEF, 0,
+     0},
+    {"topk_select", "bias on softmax scores", &drv_topk, {200, 3, 11, 4, ROUTER_SOFTMAX}, 0, F_BIAS, DT_FP32, DEF, 0,
+     0},
     {"topk_select", "bias on sigmoid scores, drop mask", &drv_topk, {200, 3, 11, 4, ROUTER_SIGMOID}, 0, F_BIAS | F_DROP,
      DT_FP32, DEF, 0, 0},
     {"topk_select", "bias on softmax scores, drop mask", &drv_topk, {200, 3, 11, 4, ROUTER_SOFTMAX}, 0, F_BIAS | F_DROP,
@@ -199,7 +201,8 @@ START_TEST(test_every_op_has_a_case) {
         if (!found && at < sizeof missing)
             at += (size_t)snprintf(missing + at, sizeof missing - at, " %s", backend_op_names[i]);
     }
-    ck_assert_msg(at == 0, "ops of kernels/backend_ops.h without a case in the table of tests/unit/cuda_backend_ops.c:%s",
+    ck_assert_msg(at == 0,
+                  "ops of kernels/backend_ops.h without a case in the table of tests/unit/cuda_backend_ops.c:%s",
                   missing);
     for (size_t k = 0; k < N_OP_CASES; k++) {
         int found = 0;
@@ -228,14 +231,15 @@ static Backend *variant_enter(int v) {
         printf("cuda variant '%s' not run: not on the CUDA emulator (its fault injection is what it uses)\n", cv->name);
         return NULL;
     }
-    for (int i = 0; i < 2 && cv->env[i][0]; i++) variant_saved_env[v][i] = cuda_test_swap_env(cv->env[i][0], cv->env[i][1]);
+    for (int i = 0; i < 2 && cv->env[i][0]; i++)
+        variant_saved_env[v][i] = cuda_test_swap_env(cv->env[i][0], cv->env[i][1]);
     if (!variant_backend[v]) {
         char err[256];
         Backend *be = backend_create("cuda", err, sizeof err);
         ck_assert_msg(be != NULL, "cuda backend '%s': %s", cv->name, err);
         variant_backend[v] = be;
         for (int bf16 = 0; bf16 < 2; bf16++) { /* the expert-GEMM path it takes */
-            const char *want = on_emulator(be) && cv->emu_cvmm_path[bf16] ? cv->emu_cvmm_path[bf16] : cv->cvmm_path[bf16];
+            const char *want = emulator && cv->emu_cvmm_path[bf16] ? cv->emu_cvmm_path[bf16] : cv->cvmm_path[bf16];
             if (!want && v != V_CVMM_AUTO) continue;
             const char *path = cuda_cvmm_path(be, bf16);
             printf("cuda variant '%s', %s operands: cvmm takes the %s path\n", cv->name, bf16 ? "bf16" : "fp32", path);
@@ -307,8 +311,10 @@ START_TEST(test_op_case) {
             if (ran[v]) run_release(&runs[v]);
     }
     run_release(&ref);
-    ck_assert_msg(bad == 0, "%s, case '%s' (%s): %d check(s) failed (the FAIL lines above)", c->op, c->name, shape, bad);
-    printf("ok   %s, case '%s': %d backend run(s), worst NMSE %.2g of its threshold\n", c->op, c->name, compared, worst);
+    ck_assert_msg(bad == 0, "%s, case '%s' (%s): %d check(s) failed (the FAIL lines above)", c->op, c->name, shape,
+                  bad);
+    printf("ok   %s, case '%s': %d backend run(s), worst NMSE %.2g of its threshold\n", c->op, c->name, compared,
+           worst);
 }
 END_TEST
 
