@@ -1,7 +1,7 @@
 # GPU checks and benchmark of the CUDA backend. The work is done by mk/gpu/run.sh, so a GPU machine
 # without make can run the same steps; mk/gpu/session.sh runs all of them, and the small experiment, as one command
 # called again until done (tests/GPU_CHECKLIST.md).
-#   make test-gpu             CUDA unit programs (cuda_backend_vs_cpu, cuda_twin_compare, cuda_model_vs_cpu) and the
+#   make test-gpu             CUDA unit programs (cuda_backend_ops, cuda_twin_compare, cuda_model_vs_cpu) and the
 #                             CUDA end-to-end scripts (tests/e2e/test_cuda_*.sh); they skip (exit 77, "SKIP: ...")
 #                             where no usable GPU exists
 #   make test-gpu-sanitizer   compute-sanitizer memcheck over those programs and a short CUDA training benchmark;

@@ -1,4 +1,4 @@
-/* C entry points into the CUDA cvmm internals, for the CUDA unit tests (tests/unit/cuda_backend_vs_cpu.c): the device
+/* C entry points into the CUDA cvmm internals, for the CUDA unit tests (tests/unit/cuda_backend_ops.c): the device
  * routing plan's chunk size and the GEMM path a backend uses. Not part of the Backend interface. */
 #ifndef KERNELS_CUDA_CUDA_CVMM_HOOKS_H
 #define KERNELS_CUDA_CUDA_CVMM_HOOKS_H

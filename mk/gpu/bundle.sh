@@ -20,7 +20,7 @@
 # own are used (its glibc must be at least this machine's; `mk/gpu/run.sh probe` prints it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-make --no-print-directory CUDA=1 all build/tests/cuda_backend_vs_cpu build/tests/cuda_twin_compare \
+make --no-print-directory CUDA=1 all build/tests/cuda_backend_ops build/tests/cuda_twin_compare \
   build/tests/cuda_model_vs_cpu build/bench/bench_train_step >/dev/null
 make --no-print-directory tokenize EXPERIMENT=small >/dev/null
 ldd bin/train | grep libcudart >/dev/null || { echo "gpu-bundle: bin/train was built without CUDA (no nvcc here?)" >&2; exit 1; }
@@ -39,7 +39,7 @@ for s in stages/*.c; do
   n=$(basename "$s" .c)
   relink "$stage/bin/$n" "build/obj/stages/$n.o"
 done
-for t in build/tests/cuda_backend_vs_cpu build/tests/cuda_twin_compare build/tests/cuda_model_vs_cpu; do
+for t in build/tests/cuda_backend_ops build/tests/cuda_twin_compare build/tests/cuda_model_vs_cpu; do
   relink "$stage/tests/$(basename "$t")" "build/obj/tests/unit/$(basename "$t").o"
 done
 relink "$stage/bench/bench_train_step" build/obj/tests/bench/bench_train_step.o

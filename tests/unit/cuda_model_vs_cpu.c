@@ -29,7 +29,7 @@
  *    can be decided differently once the logits carry ~u relative error, which swaps an expert and changes that
  *    token's output discontinuously; no rounding bound can cover that. The bf16 MoEUT case therefore selects every
  *    expert (K = E, KA = EA): all of cvmm's four patterns, gates, attention experts and the regularizers still run,
- *    but no top-k decision exists. Selective routing is covered in fp32 here and by cuda_backend_vs_cpu (the bf16
+ *    but no top-k decision exists. Selective routing is covered in fp32 here and by cuda_backend_ops (the bf16
  *    cvmm on fixed selections).
  * Every case runs twice: on the backend as configured (DMMATH_CUDA_ATTENTION unset: auto, which takes the fused
  * attention kernels at these lengths) and with DMMATH_CUDA_ATTENTION=gemm (the cuBLAS attention path, KV-cache decode

@@ -1,4 +1,4 @@
-/* Shared helpers for the kernel tests (tests/unit/test_kernels_*.c, f64_kernels_*.c, cuda_backend_vs_cpu.c):
+/* Shared helpers for the kernel tests (tests/unit/test_kernels_*.c, f64_kernels_*.c, cuda_backend_ops.c):
  * a small deterministic RNG, random fills, closeness checks and a central finite-difference gradient checker.
  * Header-only (static functions) so each test program stays one translation unit. */
 #ifndef TESTS_UNIT_KERNEL_TEST_UTIL_H

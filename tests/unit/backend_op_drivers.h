@@ -1,0 +1,492 @@
+/* The drivers of the backend op table (tests/unit/cuda_backend_ops.c): one per op (a few ops share one), each
+ * building its inputs from the run's RNG, calling the op on the run's backend and recording what it wrote. The same
+ * driver runs on the CPU reference and on every CUDA variant; outputs are compared by the runner
+ * (tests/unit/backend_op_harness.h). Accumulating outputs (+=) start from random values and are recorded as what
+ * the op added; overwriting outputs start from random values too, so a missed element shows. */
+#ifndef TESTS_UNIT_BACKEND_OP_DRIVERS_H
+#define TESTS_UNIT_BACKEND_OP_DRIVERS_H
+
+#include "tests/unit/backend_op_harness.h"
+#include "tests/unit/kernel_test_cvmm.h"
+
+/* driver options (OpCase.flags) */
+enum {
+    F_ALIAS = 1 << 0,      /* output aliases an input where the op allows it */
+    F_NO_AFFINE = 1 << 1,  /* LayerNorm w, b (and dw, db) NULL */
+    F_DROP = 1 << 2,       /* routing with an expert-dropout mask */
+    F_BIAS = 1 << 3,       /* topk_select with a selection bias */
+    F_VALID = 1 << 4,      /* a position mask (valid) instead of NULL */
+    F_NO_GRAD = 1 << 5,    /* dlogits NULL */
+    F_NO_LOSSES = 1 << 6,  /* cross_entropy losses NULL */
+    F_IN_SORTED = 1 << 8,  /* cvmm order CVMM_IN_SORTED */
+    F_OUT_SORTED = 1 << 9, /* cvmm order CVMM_OUT_SORTED */
+};
+static int cvmm_order_of(unsigned flags) {
+    return (flags & F_IN_SORTED ? CVMM_IN_SORTED : 0) | (flags & F_OUT_SORTED ? CVMM_OUT_SORTED : 0);
+}
+#define BE (r->be)
+#define D(i) (c->d[i])
+
+/* ---------------------------------------------------------------- dense */
+static void run_matmul(OpRun *r, const OpCase *c) {
+    int M = D(0), N = D(1), K = D(2), tA = D(3), tB = D(4);
+    scalar_t *A = in_uniform(r, (size_t)M * K, -1, 1), *B = in_uniform(r, (size_t)K * N, -1, 1);
+    scalar_t *C = in_uniform(r, (size_t)M * N, -1, 1), *C0 = in_filled(r, (size_t)M * N, NAN);
+    BE->matmul(BE, C, A, B, M, N, K, tA, tB, (scalar_t)0.7, (scalar_t)0.3);
+    out_f(r, "C = 0.7 op(A) op(B) + 0.3 C", C, CMP_GEMM);
+    BE->matmul(BE, C0, A, B, M, N, K, tA, tB, 1, 0); /* beta = 0 must overwrite NaN */
+    out_f(r, "C = op(A) op(B), beta 0 over NaN", C0, CMP_GEMM);
+}
+static const OpDriver drv_matmul = {"matmul", run_matmul, {"M", "N", "K", "transA", "transB"}};
+
+/* ---------------------------------------------------------------- elementwise, embedding, LayerNorm */
+static void run_elementwise(OpRun *r, const OpCase *c) {
+    int N = D(0), C = D(1);
+    size_t n = (size_t)N * C;
+    scalar_t *x = in_uniform(r, n, -2, 2), *y = in_uniform(r, n, -2, 2), *bias = in_uniform(r, (size_t)C, -1, 1);
+    const char *op = c->op;
+    if (!strcmp(op, "add_inplace")) BE->add_inplace(BE, y, x, n), out_f(r, "y", y, CMP_EXACT);
+    else if (!strcmp(op, "scale_inplace")) BE->scale_inplace(BE, y, (scalar_t)c->p, n), out_f(r, "y", y, CMP_EXACT);
+    else if (!strcmp(op, "add_bias")) BE->add_bias(BE, y, bias, N, C), out_f(r, "y", y, CMP_EXACT);
+    else if (!strcmp(op, "bias_backward")) BE->bias_backward(BE, bias, x, N, C), out_f_added(r, "dbias", bias, CMP_F32);
+    else if (!strcmp(op, "relu_forward")) {
+        scalar_t *out = c->flags & F_ALIAS ? x : y;
+        BE->relu_forward(BE, out, x, n);
+        out_f(r, "y", out, CMP_EXACT);
+    } else if (!strcmp(op, "relu_backward")) {
+        scalar_t *dx = c->flags & F_ALIAS ? y : in_uniform(r, n, -1, 1); /* dx may alias dy */
+        BE->relu_backward(BE, dx, y, x, n);
+        out_f(r, "dx", dx, CMP_EXACT);
+    } else
+        ck_abort_msg("run_elementwise: no op %s", op);
+}
+static const OpDriver drv_elementwise = {"elementwise", run_elementwise, {"N", "C"}};
+
+static void run_embedding(OpRun *r, const OpCase *c) {
+    int N = D(0), C = D(1), V = D(2);
+    int32_t *htok = ktu_ints((size_t)N);
+    for (int i = 0; i < N; i++) htok[i] = ktu_int(&r->rng, V); /* N >> V: rows repeat, the backward sums them */
+    int32_t *tok = in_host(r, htok, (size_t)N * sizeof(int32_t));
+    free(htok);
+    scalar_t *table = in_uniform(r, (size_t)V * C, -1, 1), *h = in_uniform(r, (size_t)N * C, -1, 1);
+    if (!strcmp(c->op, "embedding_forward")) {
+        BE->embedding_forward(BE, h, tok, table, N, C);
+        out_f(r, "h", h, CMP_EXACT);
+    } else {
+        BE->embedding_backward(BE, table, h, tok, N, C);
+        out_f_added(r, "dtable", table, CMP_F32);
+    }
+}
+static const OpDriver drv_embedding = {"embedding", run_embedding, {"N", "C", "V"}};
+
+/* layernorm_forward; layernorm_backward reads its backend's own forward's mean and rstd, as in training */
+static void run_layernorm(OpRun *r, const OpCase *c) {
+    int N = D(0), C = D(1), affine = !(c->flags & F_NO_AFFINE);
+    size_t n = (size_t)N * C;
+    scalar_t *x = in_uniform(r, n, -2, 2), *w = in_uniform(r, (size_t)C, 0.5, 1.5);
+    scalar_t *b = in_uniform(r, (size_t)C, -1, 1), *y = in_uniform(r, n, -1, 1);
+    scalar_t *mean = in_uniform(r, (size_t)N, -1, 1), *rstd = in_uniform(r, (size_t)N, -1, 1);
+    BE->layernorm_forward(BE, y, mean, rstd, x, affine ? w : NULL, affine ? b : NULL, N, C, (scalar_t)1e-5);
+    if (!strcmp(c->op, "layernorm_forward")) {
+        out_f(r, "y", y, CMP_F32), out_f(r, "mean", mean, CMP_F32), out_f(r, "rstd", rstd, CMP_F32);
+        return;
+    }
+    scalar_t *dy = in_uniform(r, n, -2, 2), *dx = in_uniform(r, n, -1, 1);
+    scalar_t *dw = in_uniform(r, (size_t)C, -1, 1), *db = in_uniform(r, (size_t)C, -1, 1);
+    BE->layernorm_backward(BE, dx, affine ? dw : NULL, affine ? db : NULL, dy, x, affine ? w : NULL, mean, rstd, N, C);
+    out_f_added(r, "dx", dx, CMP_F32);
+    if (affine) out_f_added(r, "dw", dw, CMP_F32), out_f_added(r, "db", db, CMP_F32);
+}
+static const OpDriver drv_layernorm = {"layernorm", run_layernorm, {"N", "C"}};
+
+/* RoPE forward, then its inverse on the result (p = base) */
+static void run_rope(OpRun *r, const OpCase *c) {
+    int B = D(0), T = D(1), H = D(2), Dh = D(3), n_rot = D(4), pos = D(5);
+    scalar_t *x = in_uniform(r, (size_t)B * T * H * Dh, -1, 1);
+    BE->rope(BE, x, B, T, H, Dh, n_rot, pos, (scalar_t)c->p, 0);
+    out_f(r, "x rotated", x, CMP_F32);
+    BE->rope(BE, x, B, T, H, Dh, n_rot, pos, (scalar_t)c->p, 1);
+    out_f(r, "x rotated back (inverse)", x, CMP_F32);
+}
+static const OpDriver drv_rope = {"rope", run_rope, {"B", "T", "H", "D", "n_rot", "pos_offset"}};
+
+/* attention_forward (p = scale); attention_backward (Tq == Tk) reads its backend's own forward's out and lse */
+static void run_attention(OpRun *r, const OpCase *c) {
+    int B = D(0), Tq = D(1), Tk = D(2), H = D(3), Dh = D(4);
+    size_t nq = (size_t)B * Tq * H * Dh, nk = (size_t)B * Tk * H * Dh, nl = (size_t)B * H * Tq;
+    scalar_t *q = in_uniform(r, nq, -1, 1), *k = in_uniform(r, nk, -1, 1), *v = in_uniform(r, nk, -1, 1);
+    scalar_t *out = in_uniform(r, nq, -1, 1), *lse = in_uniform(r, nl, -1, 1);
+    BE->attention_forward(BE, out, lse, q, k, v, B, Tq, Tk, H, Dh, (scalar_t)c->p);
+    if (!strcmp(c->op, "attention_forward")) {
+        out_f(r, "out", out, CMP_ATTN), out_f(r, "lse", lse, CMP_ATTN);
+        return;
+    }
+    ck_assert_msg(Tq == Tk, "attention_backward needs Tq == Tk");
+    scalar_t *dout = in_uniform(r, nq, -1, 1);
+    scalar_t *dq = in_uniform(r, nq, -1, 1), *dk = in_uniform(r, nk, -1, 1), *dv = in_uniform(r, nk, -1, 1);
+    BE->attention_backward(BE, dq, dk, dv, dout, out, lse, q, k, v, B, Tq, H, Dh, (scalar_t)c->p);
+    out_f_added(r, "dq", dq, CMP_ATTN), out_f_added(r, "dk", dk, CMP_ATTN), out_f_added(r, "dv", dv, CMP_ATTN);
+}
+static const OpDriver drv_attention = {"attention", run_attention, {"B", "Tq", "Tk", "H", "D"}};
+
+/* ---------------------------------------------------------------- routing: dims N, G, E, k (then kind, renorm) */
+/* logits [N,G,E] in [-3, 3) with ties (every 9th logit 0.25); the drop mask (F_DROP: 1 in 6 experts dropped) */
+static scalar_t *routing_logits(OpRun *r, size_t nl) {
+    scalar_t *h = ktu_random(&r->rng, nl, -3, 3);
+    for (size_t i = 0; i < nl; i += 9) h[i] = 0.25f;
+    scalar_t *d = in_host(r, h, nl * sizeof(scalar_t));
+    free(h);
+    return d;
+}
+/* a mask of n entries: each is `hit` with probability 1/one_in, else !hit */
+static uint8_t *routing_mask(OpRun *r, size_t n, int one_in, int hit) {
+    uint8_t *h = ktu_alloc(n);
+    for (size_t i = 0; i < n; i++) h[i] = (uint8_t)(ktu_int(&r->rng, one_in) == 0 ? hit : !hit);
+    uint8_t *d = in_host(r, h, n);
+    free(h);
+    return d;
+}
+typedef struct {
+    int N, G, E, k;
+    size_t nl, ns;
+    scalar_t *logits;
+    uint8_t *drop;
+    int32_t *sel;
+} Routing;
+/* inputs and the unbiased selection (sigmoid key: the logits) */
+static Routing routing_setup(OpRun *r, const OpCase *c) {
+    Routing t = {D(0), D(1), D(2), D(3), 0, 0, NULL, NULL, NULL};
+    t.nl = (size_t)t.N * t.G * t.E, t.ns = (size_t)t.N * t.G * t.k;
+    t.logits = routing_logits(r, t.nl);
+    t.drop = c->flags & F_DROP ? routing_mask(r, t.nl, 6, 1) : NULL; /* 1: dropped, p = 1/6 */
+    t.sel = in_zero(r, t.ns * sizeof(int32_t));
+    BE->topk_select(BE, t.sel, t.logits, t.drop, NULL, ROUTER_SIGMOID, t.N, t.G, t.E, t.k);
+    return t;
+}
+
+/* topk_select, unbiased (the selection itself), or with a selection bias ranking the kind d[4]'s scores + bias */
+static void run_topk(OpRun *r, const OpCase *c) {
+    Routing t = routing_setup(r, c);
+    if (!(c->flags & F_BIAS)) {
+        out_i32(r, "sel", t.sel, t.ns);
+        return;
+    }
+    scalar_t *bias = in_uniform(r, (size_t)t.G * t.E, -0.3, 0.3);
+    int32_t *bsel = in_zero(r, t.ns * sizeof(int32_t));
+    BE->topk_select(BE, bsel, t.logits, t.drop, bias, (RouterKind)D(4), t.N, t.G, t.E, t.k);
+    out_i32(r, "sel (biased)", bsel, t.ns);
+    /* the bias must move the selection, or the case would not test it */
+    const int32_t *a = r->outs[r->n_outs - 1].data;
+    int32_t *u = out_copy(r, t.sel, t.ns, sizeof(int32_t));
+    size_t moved = 0;
+    for (size_t i = 0; i < t.ns; i++) moved += a[i] != u[i];
+    free(u);
+    ck_assert_msg(moved > t.ns / 20, "topk_select '%s': the bias moved only %zu of %zu selections", c->name, moved,
+                  t.ns);
+}
+static const OpDriver drv_topk = {"topk_select", run_topk, {"N", "G", "E", "k", "kind"}};
+
+/* expert_count of the unbiased selection into pre-filled counts (the op accumulates) */
+static void run_expert_count(OpRun *r, const OpCase *c) {
+    Routing t = routing_setup(r, c);
+    size_t nc = (size_t)t.G * t.E;
+    int64_t *h = malloc(nc * sizeof *h);
+    ck_assert(h != NULL);
+    for (size_t i = 0; i < nc; i++) h[i] = (int64_t)(i * 7 % 5);
+    int64_t *counts = in_host(r, h, nc * sizeof *h);
+    uint8_t *valid = c->flags & F_VALID ? routing_mask(r, (size_t)t.N, 3, 0) : NULL; /* 0: masked, p = 1/3 */
+    BE->expert_count(BE, counts, t.sel, t.drop, valid, t.N, t.G, t.E, t.k);
+    out_i64(r, "counts", counts, nc);
+    const int64_t *got = r->outs[r->n_outs - 1].data;
+    int64_t total = 0;
+    for (size_t i = 0; i < nc; i++) total += got[i] - h[i];
+    free(h);
+    ck_assert_msg(total > 0 && total <= (int64_t)t.ns, "expert_count '%s': counted %lld of %zu slots", c->name,
+                  (long long)total, t.ns);
+}
+static const OpDriver drv_expert_count = {"expert_count", run_expert_count, {"N", "G", "E", "k"}};
+
+/* router_gates (kind d[4], renorm d[5]) of the unbiased selection, and its backward into random dlogits */
+static void run_router_gates(OpRun *r, const OpCase *c) {
+    Routing t = routing_setup(r, c);
+    RouterKind kind = (RouterKind)D(4);
+    int renorm = D(5);
+    scalar_t *gate = in_uniform(r, t.ns, -1, 1);
+    BE->router_gates(BE, gate, t.logits, t.sel, t.drop, t.N, t.G, t.E, t.k, kind, renorm);
+    if (!strcmp(c->op, "router_gates")) {
+        out_f(r, "gate", gate, CMP_F32);
+        return;
+    }
+    scalar_t *dgate = in_uniform(r, t.ns, -1, 1), *dlogits = in_uniform(r, t.nl, -1, 1);
+    BE->router_gates_backward(BE, dlogits, dgate, gate, t.logits, t.sel, t.drop, t.N, t.G, t.E, t.k, kind, renorm);
+    out_f_added(r, "dlogits", dlogits, CMP_F32);
+}
+static const OpDriver drv_router_gates = {"router_gates", run_router_gates, {"N", "G", "E", "k", "kind", "renorm"}};
+
+/* switch_balance of the unbiased selection: dims B, T (N = B*T), G, E, k; p = coef */
+static void run_switch_balance(OpRun *r, const OpCase *c) {
+    OpCase rc = *c;
+    rc.d[0] = D(0) * D(1), rc.d[1] = D(2), rc.d[2] = D(3), rc.d[3] = D(4);
+    Routing t = routing_setup(r, &rc);
+    uint8_t *valid = c->flags & F_VALID ? routing_mask(r, (size_t)t.N, 4, 0) : NULL; /* 0: masked, p = 1/4 */
+    scalar_t *dlogits = c->flags & F_NO_GRAD ? NULL : in_uniform(r, t.nl, -1, 1);   /* overwritten */
+    double v = BE->switch_balance(BE, dlogits, t.logits, t.sel, valid, D(0), D(1), t.G, t.E, t.k, (scalar_t)c->p);
+    out_value(r, "value", v, CMP_F64);
+    if (dlogits) out_f(r, "dlogits", dlogits, CMP_F32);
+}
+static const OpDriver drv_switch_balance = {"switch_balance", run_switch_balance, {"B", "T", "G", "E", "k"}};
+
+/* entropy_reg: dims R, B, T, G, E; p = coef. The mask leaves sequence 2 empty and the others unequal. */
+static void run_entropy_reg(OpRun *r, const OpCase *c) {
+    int R = D(0), B = D(1), T = D(2), G = D(3), E = D(4);
+    size_t n = (size_t)R * B * T * G * E;
+    scalar_t *logits = in_uniform(r, n, -3, 3);
+    uint8_t *valid = NULL;
+    if (c->flags & F_VALID) {
+        uint8_t *h = ktu_alloc((size_t)B * T);
+        for (int i = 0; i < B * T; i++) h[i] = (i / T == 2) ? 0 : ktu_int(&r->rng, 3) != 0;
+        valid = in_host(r, h, (size_t)B * T);
+        free(h);
+    }
+    scalar_t *dlogits = c->flags & F_NO_GRAD ? NULL : in_uniform(r, n, -1, 1); /* overwritten */
+    double v = BE->entropy_reg(BE, dlogits, logits, valid, R, B, T, G, E, (scalar_t)c->p);
+    out_value(r, "value", v, CMP_F64);
+    if (dlogits) out_f(r, "dlogits", dlogits, CMP_F32);
+}
+static const OpDriver drv_entropy_reg = {"entropy_reg", run_entropy_reg, {"R", "B", "T", "G", "E"}};
+
+/* ---------------------------------------------------------------- routing plan */
+typedef enum { IDS_UNIFORM, IDS_SKIP_SOME, IDS_ONE_EXPERT, IDS_SKEWED } IdsKind;
+
+/* plan memory on the run's backend (host_offset on the host, freed by plan_host_free) */
+static RoutingPlan plan_make(OpRun *r, const int32_t *sel, int M, int E) {
+    RoutingPlan pl = {.max_entries = M, .max_experts = E, .perm = in_zero(r, (size_t)M * sizeof(int32_t)),
+                      .inv = in_zero(r, (size_t)M * sizeof(int32_t)),
+                      .offset = in_zero(r, ((size_t)E + 1) * sizeof(int32_t)),
+                      .group_expert = in_zero(r, (size_t)E * sizeof(int32_t)), .host_offset = ktu_ints((size_t)E + 1)};
+    BE->routing_plan(BE, &pl, sel, M, E);
+    return pl;
+}
+
+/* The plan as a stable counting sort of the entries by expert, written out on the host. */
+static void host_counting_sort(const int32_t *sel, int M, int E, int32_t *perm, int32_t *inv, int32_t *offset) {
+    memset(offset, 0, (size_t)(E + 1) * sizeof(int32_t));
+    for (int p = 0; p < M; p++) offset[sel[p] + 1]++;
+    for (int e = 0; e < E; e++) offset[e + 1] += offset[e];
+    int32_t *cursor = ktu_ints((size_t)E);
+    memcpy(cursor, offset, (size_t)E * sizeof(int32_t));
+    for (int p = 0; p < M; p++) {
+        int m = cursor[sel[p]]++;
+        perm[m] = p, inv[p] = m;
+    }
+    free(cursor);
+}
+
+/* routing_plan of M ids in [0, E) drawn by kind d[2]; every backend's plan must also equal the host counting sort */
+static void run_routing_plan(OpRun *r, const OpCase *c) {
+    int M = D(0), E = D(1);
+    IdsKind kind = (IdsKind)D(2);
+    int32_t *sel = ktu_ints((size_t)M + 1);
+    for (int p = 0; p < M; p++) {
+        int e = ktu_int(&r->rng, E);
+        if (kind == IDS_SKIP_SOME) /* experts 0, 4 and E-1 stay empty (E >= 6) */
+            while (e == 0 || e == 4 || e == E - 1) e = ktu_int(&r->rng, E);
+        if (kind == IDS_ONE_EXPERT) e = E - 1;
+        if (kind == IDS_SKEWED && ktu_int(&r->rng, 10) != 0) e = 2 % E;
+        sel[p] = e;
+    }
+    int32_t *dsel = in_host(r, sel, (size_t)M * sizeof(int32_t));
+    RoutingPlan pl = plan_make(r, dsel, M, E);
+    out_i32(r, "perm", pl.perm, (size_t)M), out_i32(r, "inv", pl.inv, (size_t)M);
+    out_i32(r, "offset", pl.offset, (size_t)E + 1);
+    out_i32(r, "group_expert", pl.group_expert, (size_t)pl.n_groups);
+    out_host_i32(r, "host_offset", pl.host_offset, (size_t)E + 1);
+    int32_t sizes[3] = {pl.M, pl.n_experts, pl.n_groups};
+    out_host_i32(r, "M, n_experts, n_groups", sizes, 3);
+    /* against the host counting sort */
+    int32_t *hp = ktu_ints((size_t)M + 1), *hi = ktu_ints((size_t)M + 1), *ho = ktu_ints((size_t)E + 1);
+    host_counting_sort(sel, M, E, hp, hi, ho);
+    const int32_t *perm = r->outs[0].data, *inv = r->outs[1].data, *off = r->outs[2].data, *grp = r->outs[3].data;
+    ck_assert_msg(pl.M == M && pl.n_experts == E, "routing_plan '%s': M %d n_experts %d", c->name, pl.M, pl.n_experts);
+    for (int p = 0; p < M; p++)
+        ck_assert_msg(perm[p] == hp[p] && inv[p] == hi[p], "routing_plan '%s' on %s: perm[%d] = %d inv[%d] = %d, the "
+                      "host counting sort %d %d", c->name, BE->name, p, perm[p], p, inv[p], hp[p], hi[p]);
+    int g = 0;
+    for (int e = 0; e <= E; e++) {
+        ck_assert_msg(off[e] == ho[e] && pl.host_offset[e] == ho[e], "routing_plan '%s' on %s: offset[%d] = %d (host "
+                      "copy %d), the host counting sort %d", c->name, BE->name, e, off[e], pl.host_offset[e], ho[e]);
+        if (e < E && ho[e + 1] > ho[e]) {
+            ck_assert_msg(g < pl.n_groups && grp[g] == e, "routing_plan '%s' on %s: group %d is not expert %d", c->name,
+                          BE->name, g, e);
+            g++;
+        }
+    }
+    ck_assert_int_eq(pl.n_groups, g);
+    free(sel), free(hp), free(hi), free(ho), free(pl.host_offset);
+}
+static const OpDriver drv_routing_plan = {"routing_plan", run_routing_plan, {"M", "E", "ids"}};
+
+/* ---------------------------------------------------------------- cvmm: dims pattern, N, H, K, E, Kin, Nout, reduce */
+static CvmmCase cvmm_case_of(const OpCase *c) {
+    return (CvmmCase){(CvmmPattern)D(0), D(1), D(2), D(3), D(4), D(5), D(6), D(7)};
+}
+/* cvmm_forward or cvmm_backward of one pattern, with its own plan, rows in the order of the case's flags (inputs in
+ * plan order are just another set of random rows) */
+static void run_cvmm(OpRun *r, const OpCase *c) {
+    CvmmCase cc = cvmm_case_of(c);
+    int M = cvmm_M(&cc), in_div = cvmm_in_div(&cc), out_div = cvmm_out_div(&cc), order = cvmm_order_of(c->flags);
+    size_t nX = (size_t)cvmm_x_rows(&cc) * cc.Kin, nW = (size_t)cc.E * cc.Kin * cc.Nout;
+    size_t nY = (size_t)cvmm_y_rows(&cc) * cc.Nout;
+    scalar_t *X = in_uniform(r, nX, -1, 1), *W = in_uniform(r, nW, -1, 1);
+    scalar_t *w = cvmm_uses_w(&cc) ? in_uniform(r, (size_t)M, 0.05, 1) : NULL;
+    int32_t *hsel = ktu_ints((size_t)M);
+    cvmm_random_sel(&cc, &r->rng, hsel);
+    int32_t *sel = in_host(r, hsel, (size_t)M * sizeof(int32_t));
+    free(hsel);
+    RoutingPlan pl = plan_make(r, sel, M, cc.E);
+    if (!strcmp(c->op, "cvmm_forward")) {
+        scalar_t *Y = in_uniform(r, nY, -1, 1);
+        BE->cvmm_forward(BE, Y, X, W, &pl, w, in_div, out_div, cc.Kin, cc.Nout, order);
+        out_f(r, "Y", Y, CMP_GEMM);
+    } else {
+        scalar_t *G = in_uniform(r, nY, -1, 1), *dX = in_uniform(r, nX, -1, 1), *dW = in_uniform(r, nW, -1, 1);
+        scalar_t *dw = w ? in_uniform(r, (size_t)M, -1, 1) : NULL;
+        BE->cvmm_backward(BE, dX, dW, dw, G, X, W, &pl, w, in_div, out_div, cc.Kin, cc.Nout, order);
+        out_f_added(r, "dX", dX, CMP_GEMM), out_f_added(r, "dW", dW, CMP_GEMM);
+        if (dw) out_f(r, "dw", dw, CMP_GEMM);
+    }
+    free(pl.host_offset);
+}
+static const OpDriver drv_cvmm = {"cvmm", run_cvmm, {"pattern", "N", "H", "K", "E", "Kin", "Nout", "reduce"}};
+
+/* MoEUT's FFN as the model runs it, ONE plan for the whole chain: U = x Keys[sel] (rows in plan order when sorted),
+ * A = ReLU(U), f = sum_j gate_j A_j Values[sel_j] (reading A in plan order), then the backward: dA (plan order) and
+ * dgate from the values, dU = dA (U > 0), dx and dKeys from the keys reading dU (plan order). */
+typedef struct {
+    scalar_t *A, *f, *dA, *dx, *dK, *dV, *dg; /* [N*K,S], [N,C], [N*K,S], [N,C], [E,C,S], [E,S,C], [N*K] */
+} FfnChain;
+static FfnChain ffn_chain(OpRun *r, const RoutingPlan *pl, int sorted, const scalar_t *x, const scalar_t *keys,
+                          const scalar_t *values, const scalar_t *gate, const scalar_t *df, int N, int K, int C,
+                          int S) {
+    size_t nA = (size_t)N * K * S, nNC = (size_t)N * C, nW = (size_t)pl->n_experts * C * S;
+    FfnChain o = {in_zero(r, nA * sizeof(scalar_t)), in_zero(r, nNC * sizeof(scalar_t)),
+                  in_zero(r, nA * sizeof(scalar_t)), in_zero(r, nNC * sizeof(scalar_t)),
+                  in_zero(r, nW * sizeof(scalar_t)), in_zero(r, nW * sizeof(scalar_t)),
+                  in_zero(r, (size_t)N * K * sizeof(scalar_t))}; /* zero-filled: the backward's += start from 0 */
+    int in_order = sorted ? CVMM_IN_SORTED : CVMM_ENTRY_ORDER, out_order = sorted ? CVMM_OUT_SORTED : CVMM_ENTRY_ORDER;
+    BE->cvmm_forward(BE, o.A, x, keys, pl, NULL, K, 1, C, S, out_order);
+    BE->relu_forward(BE, o.A, o.A, nA);
+    BE->cvmm_forward(BE, o.f, o.A, values, pl, gate, 1, K, S, C, in_order);
+    BE->cvmm_backward(BE, o.dA, o.dV, o.dg, df, o.A, values, pl, gate, 1, K, S, C, in_order);
+    BE->relu_backward(BE, o.dA, o.dA, o.A, nA);
+    BE->cvmm_backward(BE, o.dx, o.dK, NULL, o.dA, x, keys, pl, NULL, K, 1, C, S, out_order);
+    return o;
+}
+/* dims N, K, E, C, S. The chain in plan order is compared with the reference in fp32 (CMP_F32_ONLY); on the CUDA
+ * backend it must also be bit-identical to the same chain in entry order with the rows permuted, in fp32 and bf16
+ * (the same arithmetic without the gathers). */
+static void run_ffn_chain(OpRun *r, const OpCase *c) {
+    int N = D(0), K = D(1), E = D(2), C = D(3), S = D(4), M = N * K;
+    size_t nA = (size_t)M * S, nNC = (size_t)N * C, nW = (size_t)E * C * S;
+    scalar_t *x = in_uniform(r, nNC, -1, 1), *keys = in_uniform(r, nW, -0.5, 0.5);
+    scalar_t *values = in_uniform(r, nW, -0.5, 0.5), *gate = in_uniform(r, (size_t)M, 0.05, 1);
+    scalar_t *df = in_uniform(r, nNC, -1, 1);
+    int32_t *hsel = ktu_ints((size_t)M);
+    for (int p = 0; p < M; p++) hsel[p] = p % 7 == 3 ? 5 : ktu_int(&r->rng, E - 1); /* expert E-1 empty, 5 popular */
+    int32_t *sel = in_host(r, hsel, (size_t)M * sizeof(int32_t));
+    free(hsel);
+    RoutingPlan pl = plan_make(r, sel, M, E);
+    FfnChain s = ffn_chain(r, &pl, 1, x, keys, values, gate, df, N, K, C, S);
+    const char *name[7] = {"A (plan order)", "f", "dA (plan order)", "dx", "dKeys", "dValues", "dgate"};
+    scalar_t *got_s[7] = {s.A, s.f, s.dA, s.dx, s.dK, s.dV, s.dg};
+    for (int k = 0; k < 7; k++) out_f(r, name[k], got_s[k], CMP_F32_ONLY);
+    if (!r->reference) {
+        FfnChain e = ffn_chain(r, &pl, 0, x, keys, values, gate, df, N, K, C, S);
+        scalar_t *got_e[7] = {e.A, e.f, e.dA, e.dx, e.dK, e.dV, e.dg};
+        size_t count[7] = {nA, nNC, nA, nNC, nW, nW, (size_t)M};
+        int32_t *perm = out_copy(r, pl.perm, (size_t)M, sizeof(int32_t));
+        for (int k = 0; k < 7; k++) {
+            scalar_t *ev = out_copy(r, got_e[k], count[k], sizeof(scalar_t)), *ep = ktu_copy(ev, count[k]);
+            if (k == 0 || k == 2) cvmm_rows_to_plan(ep, ev, perm, M, S); /* entry order -> plan order */
+            const scalar_t *sv = r->outs[r->n_outs - 7 + k].data;
+            for (size_t i = 0; i < count[k]; i++)
+                ck_assert_msg(memcmp(&sv[i], &ep[i], sizeof(scalar_t)) == 0,
+                              "cvmm FFN chain '%s' [cuda %s, %s]: %s[%zu] in plan order %.9g, in entry order %.9g: "
+                              "not bit-identical", c->name, r->variant, r->bf16 ? "bf16" : "fp32", name[k], i, sv[i],
+                              ep[i]);
+            free(ev), free(ep);
+        }
+        free(perm);
+    }
+    free(pl.host_offset);
+}
+static const OpDriver drv_ffn_chain = {"cvmm FFN chain", run_ffn_chain, {"N", "K", "E", "C", "S"}};
+
+/* ---------------------------------------------------------------- loss, argmax, optimizer */
+/* cross_entropy: dims N, V; p = grad_scale; every 5th target -1 (not counted) */
+static void run_cross_entropy(OpRun *r, const OpCase *c) {
+    int N = D(0), V = D(1);
+    size_t n = (size_t)N * V;
+    scalar_t *logits = in_uniform(r, n, -4, 4);
+    int32_t *htg = ktu_ints((size_t)N);
+    for (int i = 0; i < N; i++) htg[i] = i % 5 == 0 ? -1 : ktu_int(&r->rng, V);
+    int32_t *tg = in_host(r, htg, (size_t)N * sizeof(int32_t));
+    free(htg);
+    scalar_t *dlogits = c->flags & F_NO_GRAD ? NULL : c->flags & F_ALIAS ? logits : in_uniform(r, n, -1, 1);
+    scalar_t *losses = c->flags & F_NO_LOSSES ? NULL : in_uniform(r, (size_t)N, -1, 1);
+    double sum = BE->cross_entropy(BE, dlogits, losses, logits, tg, N, V, (scalar_t)c->p);
+    out_value(r, "sum of the losses", sum, CMP_F32); /* rows' log-sum-exp in fp32, summed in double */
+    if (dlogits) out_f(r, "dlogits", dlogits, CMP_F32);
+    if (losses) out_f(r, "losses", losses, CMP_F32);
+}
+static const OpDriver drv_cross_entropy = {"cross_entropy", run_cross_entropy, {"N", "V"}};
+
+/* argmax_rows with ties: every 3rd row holds its maximum 10 twice (columns 5 and 9) */
+static void run_argmax(OpRun *r, const OpCase *c) {
+    int N = D(0), V = D(1);
+    scalar_t *h = ktu_random(&r->rng, (size_t)N * V, -4, 4);
+    for (int i = 0; i < N; i += 3) h[(size_t)i * V + 5] = h[(size_t)i * V + 9] = 10;
+    scalar_t *x = in_host(r, h, (size_t)N * V * sizeof(scalar_t));
+    free(h);
+    int32_t *am = in_zero(r, (size_t)N * sizeof(int32_t));
+    BE->argmax_rows(BE, am, x, N, V);
+    out_i32(r, "argmax", am, (size_t)N);
+}
+static const OpDriver drv_argmax = {"argmax_rows", run_argmax, {"N", "V"}};
+
+/* adamw_step: dims n, steps (t = 1..steps, the same gradient) */
+static void run_adamw(OpRun *r, const OpCase *c) {
+    size_t n = (size_t)D(0);
+    scalar_t *p = in_uniform(r, n, -1, 1), *g = in_uniform(r, n, -0.1, 0.1);
+    scalar_t *m = in_zero(r, n * sizeof(scalar_t)), *v = in_zero(r, n * sizeof(scalar_t));
+    for (long t = 1; t <= D(1); t++) BE->adamw_step(BE, p, g, m, v, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, t);
+    out_f(r, "p", p, CMP_F32), out_f(r, "m", m, CMP_F32), out_f(r, "v", v, CMP_F32);
+}
+static const OpDriver drv_adamw = {"adamw_step", run_adamw, {"n", "steps"}};
+
+static void run_sum_squares(OpRun *r, const OpCase *c) {
+    scalar_t *x = in_uniform(r, (size_t)D(0), -1, 1);
+    out_value(r, "sum x^2", BE->sum_squares(BE, x, (size_t)D(0)), CMP_F64);
+}
+static const OpDriver drv_sum_squares = {"sum_squares", run_sum_squares, {"n"}};
+
+/* all_finite: finite values, then one Inf at d[1], then a NaN there instead */
+static void run_all_finite(OpRun *r, const OpCase *c) {
+    size_t n = (size_t)D(0), at = (size_t)D(1);
+    scalar_t *x = in_uniform(r, n, -1, 1);
+    int32_t res[3];
+    res[0] = BE->all_finite(BE, x, n);
+    scalar_t bad[2] = {INFINITY, NAN};
+    for (int i = 0; i < 2; i++) {
+        BE->to_device(BE, x + at, &bad[i], sizeof(scalar_t));
+        res[1 + i] = BE->all_finite(BE, x, n);
+    }
+    out_host_i32(r, "all_finite: finite, Inf, NaN", res, 3);
+    ck_assert_msg(res[0] == 1 && res[1] == 0 && res[2] == 0, "all_finite on %s: %d %d %d, want 1 0 0", BE->name,
+                  res[0], res[1], res[2]);
+}
+static const OpDriver drv_all_finite = {"all_finite", run_all_finite, {"n", "at"}};
+
+#undef BE
+#undef D
+#endif

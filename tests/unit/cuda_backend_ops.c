@@ -1,0 +1,376 @@
+/* Every backend op of kernels/backend_ops.h, case by case from one table, on the CUDA backend against the CPU
+ * reference: each case builds its inputs from its own seed, runs on the CPU backend once and on each CUDA backend
+ * variant it names (kernel paths forced through DMMATH_CUDA_*, the emulator's cuBLAS fault injection) in fp32 and,
+ * where the CUDA backend has a bf16 path, in bf16, and every output is compared by NMSE against the reference with
+ * the thresholds of tests/unit/backend_op_harness.h (integer outputs exactly). Cases may also require bit-identical
+ * results on a second run, and DMMATH_CUDA_ATTENTION=auto to reproduce the path it must choose bit for bit.
+ * test_every_op_has_a_case fails, listing them, when an op of kernels/backend_ops.h has no row.
+ * The checks that are not one op against the reference are in tests/unit/cuda_backend_checks.h.
+ * `--op NAME` runs only that op's rows (the rest of the table counts as passed), for work on one kernel.
+ * Without a usable GPU the program prints "SKIP: no usable CUDA GPU (<reason>)" and exits 77 before the suite.
+ * Runs without fork (CK_NOFORK): a CUDA context does not survive fork(). */
+#include "tests/unit/backend_op_drivers.h"
+#include "tests/unit/cuda_backend_checks.h"
+
+#define DT_BOTH (DT_FP32 | DT_BF16)
+#define DEF VB(V_DEFAULT)
+#define INV_SQRT_82 0.11043152607484653 /* 1/sqrt(82): the usual attention scale of a head of 82 */
+enum { PLAN_CHUNK = CUDA_CVMM_PLAN_CHUNK };
+
+/* matmul: every transpose pair of one shape, fp32 and bf16 */
+#define MATMUL_ROWS(M, N, K)                                                                                          \
+    {"matmul", #M "x" #N "x" #K ", A B", &drv_matmul, {M, N, K, 0, 0}, 0, 0, DT_BOTH, DEF, 0, 0},                      \
+    {"matmul", #M "x" #N "x" #K ", A B^T", &drv_matmul, {M, N, K, 0, 1}, 0, 0, DT_BOTH, DEF, 0, 0},                    \
+    {"matmul", #M "x" #N "x" #K ", A^T B", &drv_matmul, {M, N, K, 1, 0}, 0, 0, DT_BOTH, DEF, 0, 0},                    \
+    {"matmul", #M "x" #N "x" #K ", A^T B^T", &drv_matmul, {M, N, K, 1, 1}, 0, 0, DT_BOTH, DEF, 0, 0}
+/* attention: the forward of one shape, and its backward when Tq == Tk (which runs the forward first) */
+#define ATT_FWD(name, B, Tq, Tk, H, Dh, scale, variants, repeat, auto_is)                                             \
+    {"attention_forward", name, &drv_attention, {B, Tq, Tk, H, Dh}, scale, 0, DT_BOTH, variants, repeat, auto_is}
+#define ATT_ROWS(name, B, T, H, Dh, scale, variants, repeat, auto_is)                                                 \
+    ATT_FWD(name, B, T, T, H, Dh, scale, variants, repeat, auto_is),                                                  \
+    {"attention_backward", name, &drv_attention, {B, T, T, H, Dh}, scale, 0, DT_BOTH, variants, repeat, auto_is}
+/* router gates: both kinds, with and without renormalisation (routing shape N=200 G=3 E=11 k=4) */
+#define GATES_ROWS(op, drop, dname)                                                                                   \
+    {op, "sigmoid" dname, &drv_router_gates, {200, 3, 11, 4, ROUTER_SIGMOID, 0}, 0, drop, DT_FP32, DEF, 0, 0},         \
+    {op, "sigmoid, renorm" dname, &drv_router_gates, {200, 3, 11, 4, ROUTER_SIGMOID, 1}, 0, drop, DT_FP32, DEF, 0, 0}, \
+    {op, "softmax" dname, &drv_router_gates, {200, 3, 11, 4, ROUTER_SOFTMAX, 0}, 0, drop, DT_FP32, DEF, 0, 0},         \
+    {op, "softmax, renorm" dname, &drv_router_gates, {200, 3, 11, 4, ROUTER_SOFTMAX, 1}, 0, drop, DT_FP32, DEF, 0, 0}
+/* cvmm: forward and backward of one pattern (dims pattern N H K E Kin Nout reduce) */
+#define CVMM_ROWS(name, pat, N, H, K, E, Kin, Nout, reduce, flags, variants, repeat)                                  \
+    {"cvmm_forward", name, &drv_cvmm, {pat, N, H, K, E, Kin, Nout, reduce}, 0, flags, DT_BOTH, variants, repeat, 0},  \
+    {"cvmm_backward", name, &drv_cvmm, {pat, N, H, K, E, Kin, Nout, reduce}, 0, flags, DT_BOTH, variants, repeat, 0}
+
+/* The table. Each op's rows stay together, so adding or dropping an op is one block. Rows run in this order, each on
+ * the same backend per variant (the rope rows rely on it). */
+static const OpCase op_cases[] = {
+    /* ---- dense: four shapes (with 1x1x1 and sizes off every tile), each transpose pair; every row also checks
+     * beta = 0 over a C full of NaN */
+    MATMUL_ROWS(7, 13, 5), MATMUL_ROWS(1, 1, 1), MATMUL_ROWS(33, 17, 65), MATMUL_ROWS(128, 96, 64),
+
+    /* ---- elementwise, embedding, LayerNorm (fp32 only: the CUDA backend has no bf16 path for them) */
+    {"add_inplace", "300x70", &drv_elementwise, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"scale_inplace", "300x70 by 0.37", &drv_elementwise, {300, 70}, 0.37, 0, DT_FP32, DEF, 0, 0},
+    {"add_bias", "300x70", &drv_elementwise, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"bias_backward", "300x70", &drv_elementwise, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"relu_forward", "300x70", &drv_elementwise, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"relu_forward", "in place (y = x)", &drv_elementwise, {300, 70}, 0, F_ALIAS, DT_FP32, DEF, 0, 0},
+    {"relu_backward", "300x70", &drv_elementwise, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"relu_backward", "in place (dx = dy)", &drv_elementwise, {300, 70}, 0, F_ALIAS, DT_FP32, DEF, 0, 0},
+    {"embedding_forward", "300 tokens of 13", &drv_embedding, {300, 70, 13}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"embedding_backward", "300 tokens of 13 (repeated rows)", &drv_embedding, {300, 70, 13}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"layernorm_forward", "affine", &drv_layernorm, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"layernorm_forward", "no affine (w, b NULL)", &drv_layernorm, {300, 70}, 0, F_NO_AFFINE, DT_FP32, DEF, 0, 0},
+    {"layernorm_backward", "affine", &drv_layernorm, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"layernorm_backward", "no affine (w, b, dw, db NULL)", &drv_layernorm, {300, 70}, 0, F_NO_AFFINE, DT_FP32, DEF, 0,
+     0},
+
+    /* ---- RoPE: the CUDA backend keeps the frequencies of the last (n_rot, base) on the device, so these rows, one
+     * after the other on one backend, change one, the other, and back: every change must be seen */
+    {"rope", "n_rot 40 base 10000", &drv_rope, {2, 37, 3, 82, 40, 7}, 10000, 0, DT_FP32, DEF, 0, 0},
+    {"rope", "n_rot 82 (all dims) base 500", &drv_rope, {2, 37, 3, 82, 82, 7}, 500, 0, DT_FP32, DEF, 0, 0},
+    {"rope", "n_rot 40 base 500 (n_rot changed)", &drv_rope, {2, 37, 3, 82, 40, 7}, 500, 0, DT_FP32, DEF, 0, 0},
+    {"rope", "n_rot 40 base 10000 (base changed)", &drv_rope, {2, 37, 3, 82, 40, 7}, 10000, 0, DT_FP32, DEF, 0, 0},
+
+    /* ---- attention, each shape on both paths forced (fused kernels, cuBLAS GEMMs) */
+    ATT_ROWS("small", 2, 37, 3, 16, 0.25, V_ATT_BOTH, 0, 0),
+    ATT_ROWS("1x1x1x1", 1, 1, 1, 1, 1.0, V_ATT_BOTH, 0, 0),
+    ATT_ROWS("D = 82, not a multiple of 32", 2, 70, 4, 82, INV_SQRT_82, V_ATT_BOTH, 0, 0),
+    ATT_FWD("KV cache: Tq < Tk", 2, 5, 41, 2, 32, 0.3, V_ATT_BOTH, 0, 0),
+    ATT_FWD("one query (decode step)", 1, 1, 9, 3, 8, 0.5, V_ATT_BOTH, 0, 0),
+    /* head dims above the fused kernels' 256: auto must take the GEMM path even for short sequences */
+    ATT_ROWS("D = 264 under auto", 1, 6, 2, 264, 0.06, VB(V_ATT_AUTO), 0, 0),
+    /* the GEMM path with (b,h) pairs in chunks of 3: several full chunks, a last partial one, Tq < Tk */
+    ATT_ROWS("9 pairs in chunks of 3", 3, 37, 3, 16, 0.25, VB(V_ATT_GEMM_CHUNK3), 0, 0),
+    ATT_ROWS("4 pairs in chunks of 3 + 1", 1, 70, 4, 82, INV_SQRT_82, VB(V_ATT_GEMM_CHUNK3), 0, 0),
+    ATT_FWD("8 pairs in chunks of 3 + 3 + 2, Tq < Tk", 2, 5, 41, 4, 82, 0.3, VB(V_ATT_GEMM_CHUNK3), 0, 0),
+    /* auto takes the GEMM path from ATTN_GEMM_MIN_T = 64 query rows on (cuda_attention.cu; update the shapes here
+     * if that is tuned) and the fused kernels below, KV-cache decode included; both forced paths (the GEMM path
+     * also one pair per chunk) repeat bit for bit */
+#define ATT_AUTO VB(V_ATT_FUSED) | VB(V_ATT_GEMM) | VB(V_ATT_AUTO) | VB(V_ATT_GEMM_CHUNK1)
+#define ATT_REPEAT VB(V_ATT_FUSED) | VB(V_ATT_GEMM) | VB(V_ATT_GEMM_CHUNK1)
+    ATT_ROWS("Tq = 70: auto is gemm", 2, 70, 4, 82, 0.11, ATT_AUTO, ATT_REPEAT, V_ATT_GEMM),
+    ATT_ROWS("Tq = 64, the threshold: auto is gemm", 2, 64, 1, 16, 0.25, ATT_AUTO, ATT_REPEAT, V_ATT_GEMM),
+    ATT_ROWS("Tq = 37: auto is fused", 2, 37, 3, 16, 0.25, ATT_AUTO, ATT_REPEAT, V_ATT_FUSED),
+    ATT_FWD("decode against a long cache: auto is fused", 2, 1, 70, 2, 32, 0.3, ATT_AUTO, ATT_REPEAT, V_ATT_FUSED),
+
+    /* ---- routing (N=200 positions, G=3 groups of E=11 experts, k=4; every 9th logit tied at 0.25) */
+    {"topk_select", "unbiased", &drv_topk, {200, 3, 11, 4}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"topk_select", "unbiased, drop mask", &drv_topk, {200, 3, 11, 4}, 0, F_DROP, DT_FP32, DEF, 0, 0},
+    {"topk_select", "bias on sigmoid scores", &drv_topk, {200, 3, 11, 4, ROUTER_SIGMOID}, 0, F_BIAS, DT_FP32, DEF, 0,
+     0},
+    {"topk_select", "bias on softmax scores", &drv_topk, {200, 3, 11, 4, ROUTER_SOFTMAX}, 0, F_BIAS, DT_FP32, DEF, 0,
+     0},
+    {"topk_select", "bias on sigmoid scores, drop mask", &drv_topk, {200, 3, 11, 4, ROUTER_SIGMOID}, 0, F_BIAS | F_DROP,
+     DT_FP32, DEF, 0, 0},
+    {"topk_select", "bias on softmax scores, drop mask", &drv_topk, {200, 3, 11, 4, ROUTER_SOFTMAX}, 0, F_BIAS | F_DROP,
+     DT_FP32, DEF, 0, 0},
+    {"expert_count", "all positions", &drv_expert_count, {200, 3, 11, 4}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"expert_count", "valid mask", &drv_expert_count, {200, 3, 11, 4}, 0, F_VALID, DT_FP32, DEF, 0, 0},
+    {"expert_count", "drop mask", &drv_expert_count, {200, 3, 11, 4}, 0, F_DROP, DT_FP32, DEF, 0, 0},
+    {"expert_count", "drop and valid masks", &drv_expert_count, {200, 3, 11, 4}, 0, F_DROP | F_VALID, DT_FP32, DEF, 0,
+     0},
+    GATES_ROWS("router_gates", 0, ""), GATES_ROWS("router_gates", F_DROP, ", drop mask"),
+    GATES_ROWS("router_gates_backward", 0, ""), GATES_ROWS("router_gates_backward", F_DROP, ", drop mask"),
+
+    /* ---- switch_balance: the selection with a drop mask, B=8 x T=25 positions, coef 0.01 */
+    {"switch_balance", "all positions", &drv_switch_balance, {8, 25, 3, 11, 4}, 0.01, F_DROP, DT_FP32, DEF, 0, 0},
+    {"switch_balance", "valid mask", &drv_switch_balance, {8, 25, 3, 11, 4}, 0.01, F_DROP | F_VALID, DT_FP32, DEF, 0,
+     0},
+    {"switch_balance", "valid mask, dlogits NULL", &drv_switch_balance, {8, 25, 3, 11, 4}, 0.01,
+     F_DROP | F_VALID | F_NO_GRAD, DT_FP32, DEF, 0, 0},
+
+    /* ---- entropy_reg: R=3 applications, B=4 x T=9, G=2 groups of E=7, coef 0.01 */
+    {"entropy_reg", "all positions", &drv_entropy_reg, {3, 4, 9, 2, 7}, 0.01, 0, DT_FP32, DEF, 0, 0},
+    {"entropy_reg", "valid mask: unequal counts, one empty sequence", &drv_entropy_reg, {3, 4, 9, 2, 7}, 0.01, F_VALID,
+     DT_FP32, DEF, 0, 0},
+    {"entropy_reg", "valid mask, dlogits NULL", &drv_entropy_reg, {3, 4, 9, 2, 7}, 0.01, F_VALID | F_NO_GRAD, DT_FP32,
+     DEF, 0, 0},
+
+    /* ---- routing plan (dims M, E, ids: 0 uniform, 1 experts 0, 4, E-1 empty, 2 one expert, 3 90% on one); each
+     * also equals the host counting sort, and a second build repeats the first */
+    {"routing_plan", "M = 0: all offsets 0, no groups", &drv_routing_plan, {0, 5, IDS_UNIFORM}, 0, 0, DT_FP32, DEF, DEF,
+     0},
+    {"routing_plan", "E = 1", &drv_routing_plan, {1, 1, IDS_UNIFORM}, 0, 0, DT_FP32, DEF, DEF, 0},
+    {"routing_plan", "E = 1 over six chunks", &drv_routing_plan, {5 * PLAN_CHUNK + 123, 1, IDS_UNIFORM}, 0, 0, DT_FP32,
+     DEF, DEF, 0},
+    {"routing_plan", "part of one chunk", &drv_routing_plan, {777, 13, IDS_UNIFORM}, 0, 0, DT_FP32, DEF, DEF, 0},
+    {"routing_plan", "exactly four chunks", &drv_routing_plan, {4 * PLAN_CHUNK, 16, IDS_UNIFORM}, 0, 0, DT_FP32, DEF,
+     DEF, 0},
+    {"routing_plan", "empty experts: the first, one inside, the last", &drv_routing_plan,
+     {3 * PLAN_CHUNK + 17, 11, IDS_SKIP_SOME}, 0, 0, DT_FP32, DEF, DEF, 0},
+    {"routing_plan", "one group holding every entry", &drv_routing_plan, {2 * PLAN_CHUNK + 1, 9, IDS_ONE_EXPERT}, 0, 0,
+     DT_FP32, DEF, DEF, 0},
+    {"routing_plan", "90% on one expert", &drv_routing_plan, {3 * PLAN_CHUNK - 1, 40, IDS_SKEWED}, 0, 0, DT_FP32, DEF,
+     DEF, 0},
+    {"routing_plan", "the paper's FFN expert count over eleven chunks", &drv_routing_plan,
+     {10 * PLAN_CHUNK + 500, 387, IDS_UNIFORM}, 0, 0, DT_FP32, DEF, DEF, 0},
+    {"routing_plan", "more experts than one shared window (2048): mostly empty", &drv_routing_plan,
+     {2 * PLAN_CHUNK + 452, 5000, IDS_UNIFORM}, 0, 0, DT_FP32, DEF, DEF, 0},
+    /* > 128 chunks per thread of the offsets kernel; the [E, chunks] scan (1,090,800 cells) takes three levels */
+    {"routing_plan", "201 chunks, 5400 experts", &drv_routing_plan, {200 * PLAN_CHUNK + 3, 5400, IDS_UNIFORM}, 0, 0,
+     DT_FP32, DEF, DEF, 0},
+
+    /* ---- cvmm: the four MoE call patterns on every expert-GEMM path (auto must resolve to one; on the emulator its
+     * probe must choose grouped, and fall back to the loop where the emulator's grouped GEMM is made to refuse bf16,
+     * refuse everything, or compute wrongly) */
+    CVMM_ROWS("FFN up", PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0, 0, V_CVMM_ALL | V_CVMM_FAULTS, 0),
+    CVMM_ROWS("FFN down", PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1, 0, V_CVMM_ALL, 0),
+    CVMM_ROWS("FFN down, no reduction", PAT_FFN_DOWN, 30, 1, 3, 7, 19, 37, 0, 0, V_CVMM_ALL, 0),
+    CVMM_ROWS("att V", PAT_ATT_V, 200, 4, 2, 40, 33, 17, 1, 0, V_CVMM_ALL, 0),
+    CVMM_ROWS("att O", PAT_ATT_O, 200, 4, 2, 40, 17, 33, 1, 0, V_CVMM_ALL | V_CVMM_FAULTS, 0),
+    CVMM_ROWS("att O, one slot, zero-row experts", PAT_ATT_O, 13, 2, 1, 60, 9, 11, 1, 0, V_CVMM_ALL, 0),
+    /* rows in plan order (MoEUT's FFN: up OUT_SORTED, down IN_SORTED) */
+    CVMM_ROWS("FFN up, OUT_SORTED", PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0, F_OUT_SORTED, V_CVMM_ALL, 0),
+    CVMM_ROWS("FFN down, IN_SORTED", PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1, F_IN_SORTED, V_CVMM_ALL, 0),
+    CVMM_ROWS("FFN down, IN_SORTED | OUT_SORTED", PAT_FFN_DOWN, 30, 1, 3, 7, 19, 37, 0, F_IN_SORTED | F_OUT_SORTED,
+              V_CVMM_ALL, 0),
+    CVMM_ROWS("att O, OUT_SORTED, zero-row experts", PAT_ATT_O, 13, 2, 1, 60, 9, 11, 0, F_OUT_SORTED, V_CVMM_ALL, 0),
+    /* repeated runs are bit-identical (no atomics), plan rebuilt in each */
+    CVMM_ROWS("FFN down, 2000 entries, repeated", PAT_FFN_DOWN, 500, 1, 4, 16, 64, 48, 1, 0,
+              VB(V_CVMM_LOOP) | VB(V_CVMM_GROUPED), VB(V_CVMM_LOOP) | VB(V_CVMM_GROUPED)),
+    /* MoEUT's FFN on one plan: rows in plan order between the calls, against the same chain in entry order */
+    {"cvmm_backward", "FFN chain on one plan, plan order", &drv_ffn_chain, {150, 4, 16, 24, 20}, 0, 0, DT_BOTH, DEF, 0,
+     0},
+
+    /* ---- loss, argmax, optimizer */
+    {"cross_entropy", "losses and dlogits", &drv_cross_entropy, {150, 77}, 0.5, 0, DT_FP32, DEF, 0, 0},
+    {"cross_entropy", "dlogits in place of the logits", &drv_cross_entropy, {150, 77}, 0.5, F_ALIAS, DT_FP32, DEF, 0,
+     0},
+    {"cross_entropy", "losses NULL", &drv_cross_entropy, {150, 77}, 0.5, F_NO_LOSSES, DT_FP32, DEF, 0, 0},
+    {"cross_entropy", "dlogits NULL", &drv_cross_entropy, {150, 77}, 0.5, F_NO_GRAD, DT_FP32, DEF, 0, 0},
+    {"argmax_rows", "ties", &drv_argmax, {150, 77}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"adamw_step", "three steps", &drv_adamw, {100003, 3}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"sum_squares", "100003 values", &drv_sum_squares, {100003}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"all_finite", "finite, Inf, NaN", &drv_all_finite, {100003, 777}, 0, 0, DT_FP32, DEF, 0, 0},
+};
+enum { N_OP_CASES = sizeof op_cases / sizeof op_cases[0] };
+
+/* ---------------------------------------------------------------- every op has a case */
+static const char *const backend_op_names[] = {
+#define BACKEND_OP(ret, name, params) #name,
+#include "kernels/backend_ops.h"
+#undef BACKEND_OP
+};
+
+START_TEST(test_every_op_has_a_case) {
+    char missing[2048] = "";
+    size_t at = 0;
+    for (size_t i = 0; i < sizeof backend_op_names / sizeof backend_op_names[0]; i++) {
+        int found = 0;
+        for (size_t k = 0; k < N_OP_CASES && !found; k++) found = !strcmp(op_cases[k].op, backend_op_names[i]);
+        if (!found && at < sizeof missing)
+            at += (size_t)snprintf(missing + at, sizeof missing - at, " %s", backend_op_names[i]);
+    }
+    ck_assert_msg(at == 0,
+                  "ops of kernels/backend_ops.h without a case in the table of tests/unit/cuda_backend_ops.c:%s",
+                  missing);
+    for (size_t k = 0; k < N_OP_CASES; k++) {
+        int found = 0;
+        for (size_t i = 0; i < sizeof backend_op_names / sizeof backend_op_names[0] && !found; i++)
+            found = !strcmp(op_cases[k].op, backend_op_names[i]);
+        ck_assert_msg(found, "case '%s' names op '%s', which kernels/backend_ops.h does not declare", op_cases[k].name,
+                      op_cases[k].op);
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------------------- the runner */
+static Backend *reference;                     /* the CPU backend */
+static Backend *variant_backend[N_VARIANTS];   /* made on first use, kept until the end */
+static int variant_refused[N_VARIANTS];        /* emulator-only variant on a GPU: said once, not run */
+static char *variant_saved_env[N_VARIANTS][2]; /* the caller's values while a variant runs */
+static int emulator;                           /* the cuda backend is the CUDA emulator */
+static const char *only_op;                    /* --op NAME: run only that op's rows */
+
+/* Sets the variant's environment (kept while it runs) and returns its backend, NULL when it does not run here. */
+static Backend *variant_enter(int v) {
+    const CudaVariant *cv = &cuda_variants[v];
+    if (variant_refused[v]) return NULL;
+    if (cv->emulator_only && !emulator) {
+        variant_refused[v] = 1;
+        printf("cuda variant '%s' not run: not on the CUDA emulator (its fault injection is what it uses)\n", cv->name);
+        return NULL;
+    }
+    for (int i = 0; i < 2 && cv->env[i][0]; i++)
+        variant_saved_env[v][i] = cuda_test_swap_env(cv->env[i][0], cv->env[i][1]);
+    if (!variant_backend[v]) {
+        char err[256];
+        Backend *be = backend_create("cuda", err, sizeof err);
+        ck_assert_msg(be != NULL, "cuda backend '%s': %s", cv->name, err);
+        variant_backend[v] = be;
+        for (int bf16 = 0; bf16 < 2; bf16++) { /* the expert-GEMM path it takes */
+            const char *want = emulator && cv->emu_cvmm_path[bf16] ? cv->emu_cvmm_path[bf16] : cv->cvmm_path[bf16];
+            if (!want && v != V_CVMM_AUTO) continue;
+            const char *path = cuda_cvmm_path(be, bf16);
+            printf("cuda variant '%s', %s operands: cvmm takes the %s path\n", cv->name, bf16 ? "bf16" : "fp32", path);
+            if (want) ck_assert_msg(!strcmp(path, want), "cuda variant '%s', %s operands: cvmm path %s, want %s",
+                                    cv->name, bf16 ? "bf16" : "fp32", path, want);
+            else ck_assert_msg(!strcmp(path, "loop") || !strcmp(path, "grouped"), "auto cvmm path %s", path);
+        }
+    }
+    return variant_backend[v];
+}
+static void variant_leave(int v) {
+    const CudaVariant *cv = &cuda_variants[v];
+    for (int i = 0; i < 2 && cv->env[i][0]; i++) {
+        free(cuda_test_swap_env(cv->env[i][0], variant_saved_env[v][i]));
+        free(variant_saved_env[v][i]);
+        variant_saved_env[v][i] = NULL;
+    }
+}
+
+/* One row: the CPU reference once, then each dtype and variant, compared with it; the repeats and the auto check. */
+START_TEST(test_op_case) {
+    const OpCase *c = &op_cases[_i];
+    if (only_op && strcmp(c->op, only_op) != 0) return; /* left out by --op */
+    char shape[160];
+    case_shape(c, shape, sizeof shape);
+    OpRun ref;
+    case_run(&ref, reference, c, 1, 0, "cpu");
+    int bad = 0, compared = 0;
+    double worst = 0;
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        if (!(c->dtypes & (bf16 ? DT_BF16 : DT_FP32))) continue;
+        const char *dt = bf16 ? "bf16" : "fp32";
+        static OpRun runs[N_VARIANTS];
+        int ran[N_VARIANTS] = {0};
+        for (int v = 0; v < N_VARIANTS; v++) {
+            if (!(c->variants & VB(v))) continue;
+            Backend *be = variant_enter(v);
+            if (!be) continue;
+            case_run(&runs[v], be, c, 0, bf16, cuda_variants[v].name);
+            bad += case_compare(&runs[v], &ref, &worst);
+            compared++;
+            if (c->repeat & VB(v)) {
+                OpRun again;
+                case_run(&again, be, c, 0, bf16, cuda_variants[v].name);
+                if (!runs_equal_bits(&again, &runs[v])) {
+                    printf("FAIL %s, case '%s' [cuda %s, %s] %s: a second run gave different bits\n", c->op, c->name,
+                           cuda_variants[v].name, dt, shape);
+                    bad++;
+                }
+                run_release(&again);
+            }
+            variant_leave(v);
+            ran[v] = 1;
+        }
+        if (c->auto_is && ran[V_ATT_AUTO] && ran[V_ATT_FUSED] && ran[V_ATT_GEMM]) {
+            int other = c->auto_is == V_ATT_GEMM ? V_ATT_FUSED : V_ATT_GEMM;
+            if (!runs_equal_bits(&runs[V_ATT_AUTO], &runs[c->auto_is])) {
+                printf("FAIL %s, case '%s' [%s] %s: auto's results are not the %s path's bit for bit\n", c->op, c->name,
+                       dt, shape, cuda_variants[c->auto_is].name);
+                bad++;
+            }
+            if (runs_equal_bits(&runs[c->auto_is], &runs[other])) {
+                printf("FAIL %s, case '%s' [%s] %s: the fused and gemm paths gave identical bits; the auto check "
+                       "proves nothing\n", c->op, c->name, dt, shape);
+                bad++;
+            }
+        }
+        for (int v = 0; v < N_VARIANTS; v++)
+            if (ran[v]) run_release(&runs[v]);
+    }
+    run_release(&ref);
+    ck_assert_msg(bad == 0, "%s, case '%s' (%s): %d check(s) failed (the FAIL lines above)", c->op, c->name, shape,
+                  bad);
+    printf("ok   %s, case '%s': %d backend run(s), worst NMSE %.2g of its threshold\n", c->op, c->name, compared,
+           worst);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("cuda_backend_ops");
+    TCase *table = tcase_create("op table");
+    tcase_add_test(table, test_every_op_has_a_case);
+    tcase_add_loop_test(table, test_op_case, 0, N_OP_CASES);
+    suite_add_tcase(s, table);
+    if (only_op) return s;
+    TCase *checks = tcase_create("backend checks");
+    tcase_add_checked_fixture(checks, checks_setup, checks_teardown);
+    tcase_add_test(checks, test_attention_options_rejected);
+    tcase_add_test(checks, test_routing_plan_bad_expert_dies);
+    tcase_add_test(checks, test_weights_bf16_copy_follows_writes);
+    tcase_add_test(checks, test_weights_bf16_copy_stale_is_caught);
+    suite_add_tcase(s, checks);
+    return s;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--cvmm-bad-expert") == 0) return cvmm_bad_expert_child(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--stale-weights") == 0) return stale_weights_child(0);
+    if (argc > 1 && strcmp(argv[1], "--stale-weights-nccl") == 0) return stale_weights_child(1);
+    setvbuf(stdout, NULL, _IOLBF, 0); /* FAIL lines before Check's summary of the case */
+    if (argc == 3 && strcmp(argv[1], "--op") == 0) {
+        only_op = argv[2];
+        int known = 0;
+        for (size_t i = 0; i < sizeof backend_op_names / sizeof backend_op_names[0]; i++)
+            known |= !strcmp(only_op, backend_op_names[i]);
+        if (!known) {
+            printf("--op %s: not an op of kernels/backend_ops.h\n", only_op);
+            return EXIT_FAILURE;
+        }
+        printf("only the rows of op %s (the others count as passed)\n", only_op);
+    } else if (argc > 1) {
+        printf("usage: %s [--op NAME]   (NAME: an op of kernels/backend_ops.h)\n", argv[0]);
+        return EXIT_FAILURE;
+    }
+    cuda_test_require_gpu();
+    char err[256];
+    reference = backend_create("cpu", err, sizeof err);
+    if (!reference) {
+        printf("FAIL: the cpu backend could not be created: %s\n", err);
+        return EXIT_FAILURE;
+    }
+    Backend *probe = backend_create("cuda", err, sizeof err);
+    if (!probe) {
+        printf("FAIL: the cuda backend could not be created: %s\n", err);
+        return EXIT_FAILURE;
+    }
+    emulator = on_emulator(probe);
+    backend_destroy(probe);
+    int status = run_cuda_test_suite(suite());
+    for (int v = 0; v < N_VARIANTS; v++)
+        if (variant_backend[v]) backend_destroy(variant_backend[v]);
+    backend_destroy(reference);
+    return status;
+}
