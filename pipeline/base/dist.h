@@ -44,6 +44,14 @@ void dist_barrier(const char *what);
 /* Gathers each rank's NUL-terminated string (< 128 chars) at every rank: out[r*128 ...]. */
 void dist_allgather_str(const char *mine, char *out /* [world*128] */, const char *what);
 
+/* Work that rank 0 does alone while the others wait (evaluation, writing or loading a checkpoint), called by every
+ * rank at the same point: rank 0 runs fn(ctx), the others wait until it is done. However long fn takes, the wait is
+ * not a timeout: a thread of rank 0 sends each other rank a sign of life every --dist-timeout / 4 seconds (at most
+ * every 10 s) while fn runs, and a waiting rank gives up only when none has come for --dist-timeout seconds (rank 0
+ * stopped or hung as a whole, or its host unreachable). fn must not call MPI (another thread of rank 0 does). Not
+ * distributed: fn(ctx). */
+void dist_root_phase(const char *what, void (*fn)(void *ctx), void *ctx);
+
 /* For code outside this file that waits on a peer by other means (NCCL): the watchdog watches the region between
  * dist_watch_begin and dist_watch_end like an MPI collective. */
 void dist_watch_begin(const char *what);
