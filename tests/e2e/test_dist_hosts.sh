@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Data-parallel training across two hosts, emulated with network namespaces this test creates (and removes on exit):
+# hosts "hosta" and "hostb" (10.88.0.1 and .2, each a veth pair to a bridge in a third namespace; no default route,
+# so no traffic leaves the three namespaces), each rank in its host's namespace with its own hostname (a UTS
+# namespace), OpenMPI over TCP between the hosts (btl_tcp_if_include / oob_tcp_if_include 10.88.0.0/24; mpirun starts
+# hostb's daemon through an rsh agent that enters its namespace). The process ids stay visible across the namespaces,
+# but each rank's watchdog only inspects the pids of ranks with its own hostname: a rank on the other host is known
+# only through --dist-timeout, as on real hosts.
+#  - 2 hosts x 2 ranks are bit-identical to 4 ranks on one host (weights, AdamW state, metrics; MoEUT, 4 micro-batches);
+#  - hostb's link taken down mid-run: every rank ends within seconds, a rank of hosta saying in one line that
+#    hostb's ranks gave no answer; the last checkpoint is intact (it resumes);
+#  - a bandwidth limit (tc tbf on both veths): the run takes at least steps x gradient bytes / rate, and ends
+#    bit-identical;
+#  - 5 % packet loss (nftables, dropping at random on hostb's veth): the run completes bit-identical (TCP resends).
+source "$(dirname "$0")/train_common.sh"
+source "$(dirname "$0")/mpi_common.sh"
+
+for c in ip unshare tc; do
+  command -v "$c" >/dev/null 2>&1 || { echo "SKIP: $c not installed (mk/deps.sh test installs iproute2)"; exit 77; }
+done
+ns=dmh$$ # namespaces ${ns}a, ${ns}b (the hosts) and ${ns}br (the bridge)
+cleanup() {
+  for j in $(jobs -p); do kill "$j" 2>/dev/null; done
+  for n in ${ns}a ${ns}b ${ns}br; do
+    for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+    ip netns del "$n" 2>/dev/null
+  done
+  wait 2>/dev/null
+  [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"
+}
+trap cleanup EXIT
+ip netns add ${ns}br 2>/dev/null || { echo "SKIP: cannot create network namespaces (ip netns add: needs root/CAP_SYS_ADMIN)"; exit 77; }
+ip netns add ${ns}a && ip netns add ${ns}b || fail "ip netns add"
+ip -n ${ns}br link add br0 type bridge && ip -n ${ns}br link set br0 up || fail "bridge"
+i=1
+for h in a b; do
+  ip link add veth0 netns ${ns}$h type veth peer name p$h netns ${ns}br || fail "veth pair for host$h"
+  ip -n ${ns}br link set p$h master br0 && ip -n ${ns}br link set p$h up || fail "bridge port p$h"
+  ip -n ${ns}$h link set lo up && ip -n ${ns}$h addr add 10.88.0.$i/24 dev veth0 && ip -n ${ns}$h link set veth0 up \
+    || fail "host$h address"
+  i=$((i + 1))
+done
+unshare --uts true 2>/dev/null || { echo "SKIP: unshare --uts not permitted (each host needs its own hostname)"; exit 77; }
+
+# The launch agent: "agent HOST COMMAND..." runs COMMAND in HOST's namespace under HOST's name.
+cat >"$tmp/agent.sh" <<EOF
+#!/bin/sh
+host=\$1
+shift
+exec ip netns exec "${ns}\${host#host}" unshare --uts sh -c 'hostname "\$1" && exec sh -c "\$2"' agent "\$host" "\$*"
+EOF
+chmod +x "$tmp/agent.sh"
+printf 'hosta slots=2\nhostb slots=2\n' >"$tmp/hosts"
+
+train_data "$tmp/data"
+steps=6
+args=(--threads 1 --config experiments/ci/moeut_qa.json --data "$tmp/data" --dist-timeout 5 --set train.n_microbatch=4
+  --set train.steps=$steps --set train.evaluate_every=0 --set train.log_every=1 --set train.checkpoint_every=2)
+# hosts_train OUT: the 2 x 2 launch, from hosta, in the foreground (the caller may put it in the background). The two
+# "hosts" share this machine's cores: a waiting rank yields its core (as mpirun does when told it oversubscribes).
+hosts_train() {
+  local out=$1
+  ip netns exec ${ns}a unshare --uts sh -c 'hostname hosta && exec "$@"' hosta \
+    mpirun --hostfile "$tmp/hosts" -np 4 --map-by ppr:2:node --bind-to none --mca mpi_yield_when_idle 1 \
+    --mca plm_rsh_agent "$tmp/agent.sh" \
+    --mca btl self,vader,tcp --mca btl_tcp_if_include 10.88.0.0/24 --mca oob_tcp_if_include 10.88.0.0/24 \
+    bin/train "${args[@]}" --out "$out"
+}
+
+ref=$tmp/one-host
+mpirun --oversubscribe -np 4 bin/train "${args[@]}" --out "$ref" >"$ref.log" 2>&1 || { cat "$ref.log"; fail "4 ranks on one host"; }
+d=$tmp/two-hosts
+hosts_train "$d" >"$d.log" 2>&1 || { cat "$d.log"; fail "2 hosts x 2 ranks"; }
+same_as_ref "$ref" "$d" "2 hosts x 2 ranks bit-identical to 4 ranks on one host"
+base_s=$(sed -E -n 's/.*done: [0-9]+ steps, .*, ([0-9.]+) s, .*/\1/p' "$d.log")
+
+# Bandwidth: tbf on each host's veth (both directions of the link between the hosts). Each step hosta needs hostb's
+# gradient contribution and the other way round: at least the gradient's bytes cross the link in each direction.
+rate_mbit=40
+for h in a b; do
+  tc -n ${ns}$h qdisc add dev veth0 root tbf rate ${rate_mbit}mbit burst 64kb latency 1s \
+    || { echo "SKIP: tc tbf not permitted here"; exit 77; }
+done
+d=$tmp/tbf
+hosts_train "$d" >"$d.log" 2>&1 || { cat "$d.log"; fail "2 hosts at ${rate_mbit} Mbit/s"; }
+same_as_ref "$ref" "$d" "2 hosts at ${rate_mbit} Mbit/s: bit-identical"
+took=$(sed -E -n 's/.*done: [0-9]+ steps, .*, ([0-9.]+) s, .*/\1/p' "$d.log")
+n_params=$(sed -E -n 's/.*moeut, ([0-9]+) parameters.*/\1/p' "$d.log")
+floor=$(awk -v n="$n_params" -v s=$steps -v r=$rate_mbit 'BEGIN {printf "%.1f", s * n * 4 * 8 / (r * 1e6)}')
+awk -v t="$took" -v f="$floor" 'BEGIN {exit !(t >= f)}' \
+  || fail "tbf: $steps steps took $took s, less than the $floor s the gradient bytes need at ${rate_mbit} Mbit/s (limit not in force?)"
+echo "ok: tbf ${rate_mbit} Mbit/s: $took s (unlimited: $base_s s; floor ${floor} s = $steps x $n_params x 4 B at the rate)"
+for h in a b; do tc -n ${ns}$h qdisc del dev veth0 root; done
+
+# Packet loss: nftables drops 5 % of hostb's outgoing packets at random.
+if command -v nft >/dev/null 2>&1 && ip netns exec ${ns}b nft add table inet loss 2>/dev/null; then
+  ip netns exec ${ns}b nft add chain inet loss out '{ type filter hook output priority 0; }'
+  ip netns exec ${ns}b nft add rule inet loss out oifname veth0 numgen random mod 100 '<' 5 counter drop
+  d=$tmp/loss
+  hosts_train "$d" >"$d.log" 2>&1 || { cat "$d.log"; fail "2 hosts with 5 % packet loss"; }
+  dropped=$(ip netns exec ${ns}b nft list ruleset | sed -E -n 's/.*counter packets ([0-9]+) .*/\1/p')
+  ip netns exec ${ns}b nft delete table inet loss
+  [ "${dropped:-0}" -gt 0 ] || fail "packet loss: the rule dropped no packet"
+  same_as_ref "$ref" "$d" "2 hosts, 5 % of hostb's packets dropped ($dropped packets): completes bit-identical"
+else
+  echo "SKIP (sub-case): packet loss: nft not installed or nftables not permitted here (mk/deps.sh test installs nftables)"
+fi
+
+# hostb's link down mid-run. Each rank on hosta waits for hostb in a collective and gives up after --dist-timeout;
+# hostb's ranks likewise. Timed until no rank process is left (mpirun then waits for hostb's daemon: the link comes
+# back up to let it finish).
+args=("${args[@]/train.steps=$steps/train.steps=40}")
+d=$tmp/linkdown
+hosts_train "$d" >"$d.log" 2>&1 &
+job=$!
+for _ in $(seq 1 1200); do
+  [ -f "$d/metrics.jsonl" ] && [ "$(wc -l <"$d/metrics.jsonl")" -ge 3 ] && break
+  kill -0 "$job" 2>/dev/null || { cat "$d.log"; fail "link down: the run ended early"; }
+  sleep 0.1
+done
+ranks() { pgrep -f "^bin/train .*--out $d\$" | wc -l; }
+[ "$(ranks)" = 4 ] || fail "link down: expected 4 rank processes, found $(ranks)"
+before=$(date +%s.%N)
+ip -n ${ns}b link set veth0 down
+for _ in $(seq 1 300); do [ "$(ranks)" = 0 ] && break; sleep 0.1; done
+took=$(awk -v a="$before" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}')
+ip -n ${ns}b link set veth0 up
+[ "$(ranks)" = 0 ] || fail "link down: rank processes still running 30 s later"
+timeout 30 tail --pid="$job" -f /dev/null || { kill "$job"; fail "link down: mpirun still running 30 s after the ranks ended"; }
+rc=0
+wait "$job" || rc=$?
+[ "$rc" != 0 ] || fail "link down: mpirun exited 0"
+awk -v t="$took" 'BEGIN {exit !(t <= 10)}' || fail "link down: the ranks took $took s to end (bound 10 s)"
+pattern="train\[rank [01]\]: error: no answer for 5 s from the other hosts (rank 2 on host hostb, rank 3 on host hostb)"
+grep -q "$pattern" "$d.log" || { cat "$d.log"; fail "link down: no line from a hosta rank naming hostb's ranks"; }
+echo "ok: hostb's link down: all ranks ended in $took s (mpirun: status $rc): $(grep "$pattern" "$d.log" | head -1 | grep -o "error: .*" | cut -c1-170)"
+k=$(json_get "$d/state.json" step)
+bin/train "${args[@]}" --out "$d" --resume --stop-after $((k + 1)) >>"$d.log" 2>&1 \
+  || { cat "$d.log"; fail "link down: the last checkpoint (step $k) does not resume"; }
+echo "ok: hostb's link down: the last checkpoint (step $k) resumes"
