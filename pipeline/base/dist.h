@@ -7,8 +7,9 @@
  * Failure handling: MPI_ERRORS_RETURN on the world communicator (an MPI error is one line naming the call, not
  * OpenMPI's abort banner), and a watchdog thread that watches every collective: if a peer process on this host
  * disappears (kill -9, out-of-memory killer) or a collective lasts longer than the timeout (a peer on another host
- * died, or hangs), the rank prints one line naming the rank(s) and what it was doing, and exits with status 1
- * without waiting for MPI. A collective is never waited on forever. */
+ * died, or hangs, or the network to it is down; a stopped peer on this host is named by pid), the rank prints one line
+ * naming the rank(s), host and what it was doing, and exits with status 1 without waiting for MPI. A collective is
+ * never waited on forever; work of rank 0 alone (dist_root_phase) is waited on as long as rank 0 shows signs of life. */
 #ifndef PIPELINE_DIST_H
 #define PIPELINE_DIST_H
 

@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
-# Data-parallel training across two hosts, emulated with network namespaces this test creates (and removes on exit):
-# hosts "hosta" and "hostb" (10.88.0.1 and .2, each a veth pair to a bridge in a third namespace; no default route,
-# so no traffic leaves the three namespaces), each rank in its host's namespace with its own hostname (a UTS
-# namespace), OpenMPI over TCP between the hosts (btl_tcp_if_include / oob_tcp_if_include 10.88.0.0/24; mpirun starts
-# hostb's daemon through an rsh agent that enters its namespace). The process ids stay visible across the namespaces,
-# but each rank's watchdog only inspects the pids of ranks with its own hostname: a rank on the other host is known
-# only through --dist-timeout, as on real hosts.
+# Data-parallel training across two hosts, emulated with network namespaces this test creates and removes
+# (tests/e2e/netns_hosts.sh: "hosta" and "hostb", each with its own hostname, OpenMPI over TCP between them). The
+# process ids stay visible across the namespaces, but each rank's watchdog only inspects the pids of ranks with its own
+# hostname: a rank on the other host is known only through --dist-timeout, as on real hosts.
 #  - 2 hosts x 2 ranks are bit-identical to 4 ranks on one host (weights, AdamW state, metrics; MoEUT, 4 micro-batches);
 #  - hostb's link taken down mid-run: every rank ends within seconds, a rank of hosta saying in one line that
 #    hostb's ranks gave no answer; the last checkpoint is intact (it resumes);
@@ -15,57 +12,14 @@
 source "$(dirname "$0")/train_common.sh"
 source "$(dirname "$0")/mpi_common.sh"
 
-for c in ip unshare tc; do
-  command -v "$c" >/dev/null 2>&1 || { echo "SKIP: $c not installed (mk/deps.sh test installs iproute2)"; exit 77; }
-done
-ns=dmh$$ # namespaces ${ns}a, ${ns}b (the hosts) and ${ns}br (the bridge)
-cleanup() {
-  for j in $(jobs -p); do kill "$j" 2>/dev/null; done
-  for n in ${ns}a ${ns}b ${ns}br; do
-    for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    ip netns del "$n" 2>/dev/null
-  done
-  wait 2>/dev/null
-  [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"
-}
-trap cleanup EXIT
-ip netns add ${ns}br 2>/dev/null || { echo "SKIP: cannot create network namespaces (ip netns add: needs root/CAP_SYS_ADMIN)"; exit 77; }
-ip netns add ${ns}a && ip netns add ${ns}b || fail "ip netns add"
-ip -n ${ns}br link add br0 type bridge && ip -n ${ns}br link set br0 up || fail "bridge"
-i=1
-for h in a b; do
-  ip link add veth0 netns ${ns}$h type veth peer name p$h netns ${ns}br || fail "veth pair for host$h"
-  ip -n ${ns}br link set p$h master br0 && ip -n ${ns}br link set p$h up || fail "bridge port p$h"
-  ip -n ${ns}$h link set lo up && ip -n ${ns}$h addr add 10.88.0.$i/24 dev veth0 && ip -n ${ns}$h link set veth0 up \
-    || fail "host$h address"
-  i=$((i + 1))
-done
-unshare --uts true 2>/dev/null || { echo "SKIP: unshare --uts not permitted (each host needs its own hostname)"; exit 77; }
-
-# The launch agent: "agent HOST COMMAND..." runs COMMAND in HOST's namespace under HOST's name.
-cat >"$tmp/agent.sh" <<EOF
-#!/bin/sh
-host=\$1
-shift
-exec ip netns exec "${ns}\${host#host}" unshare --uts sh -c 'hostname "\$1" && exec sh -c "\$2"' agent "\$host" "\$*"
-EOF
-chmod +x "$tmp/agent.sh"
-printf 'hosta slots=2\nhostb slots=2\n' >"$tmp/hosts"
+source "$(dirname "$0")/netns_hosts.sh"
 
 train_data "$tmp/data"
 steps=6
 args=(--threads 1 --config experiments/ci/moeut_qa.json --data "$tmp/data" --dist-timeout 5 --set train.n_microbatch=4
   --set train.steps=$steps --set train.evaluate_every=0 --set train.log_every=1 --set train.checkpoint_every=2)
-# hosts_train OUT: the 2 x 2 launch, from hosta, in the foreground (the caller may put it in the background). The two
-# "hosts" share this machine's cores: a waiting rank yields its core (as mpirun does when told it oversubscribes).
-hosts_train() {
-  local out=$1
-  ip netns exec ${ns}a unshare --uts sh -c 'hostname hosta && exec "$@"' hosta \
-    mpirun --hostfile "$tmp/hosts" -np 4 --map-by ppr:2:node --bind-to none --mca mpi_yield_when_idle 1 \
-    --mca plm_rsh_agent "$tmp/agent.sh" \
-    --mca btl self,vader,tcp --mca btl_tcp_if_include 10.88.0.0/24 --mca oob_tcp_if_include 10.88.0.0/24 \
-    bin/train "${args[@]}" --out "$out"
-}
+# hosts_train OUT: 2 ranks per host, in the foreground (the caller may put it in the background)
+hosts_train() { hosts_mpirun -np 4 --map-by ppr:2:node bin/train "${args[@]}" --out "$1"; }
 
 ref=$tmp/one-host
 mpirun --oversubscribe -np 4 bin/train "${args[@]}" --out "$ref" >"$ref.log" 2>&1 || { cat "$ref.log"; fail "4 ranks on one host"; }
