@@ -8,14 +8,16 @@
 #    hostb's ranks gave no answer; the last checkpoint is intact (it resumes);
 #  - a bandwidth limit (tc tbf on both veths): the run takes at least steps x gradient bytes / rate, and ends
 #    bit-identical;
-#  - 5 % packet loss (nftables, dropping at random on hostb's veth): the run completes bit-identical (TCP resends).
+#  - 5 % packet loss (nftables, dropping at random on hostb's veth): the run completes bit-identical (TCP resends);
+#  - rank 0 stopped (SIGSTOP) during its evaluation: hostb's ranks end within seconds, saying in one line that rank 0
+#    (host hosta) sent no sign of life during the wait for its evaluation.
 source "$(dirname "$0")/train_common.sh"
 source "$(dirname "$0")/mpi_common.sh"
 
 source "$(dirname "$0")/netns_hosts.sh"
 
 train_data "$tmp/data"
-steps=6
+steps=4
 args=(--threads 1 --config experiments/ci/moeut_qa.json --data "$tmp/data" --dist-timeout 5 --set train.n_microbatch=4
   --set train.steps=$steps --set train.evaluate_every=0 --set train.log_every=1 --set train.checkpoint_every=2)
 # hosts_train OUT: 2 ranks per host, in the foreground (the caller may put it in the background)
@@ -43,8 +45,13 @@ n_params=$(sed -E -n 's/.*moeut, ([0-9]+) parameters.*/\1/p' "$d.log")
 floor=$(awk -v n="$n_params" -v s=$steps -v r=$rate_mbit 'BEGIN {printf "%.1f", s * n * 4 * 8 / (r * 1e6)}')
 awk -v t="$took" -v f="$floor" 'BEGIN {exit !(t >= f)}' \
   || fail "tbf: $steps steps took $took s, less than the $floor s the gradient bytes need at ${rate_mbit} Mbit/s (limit not in force?)"
+# and the limiter did hold packets back on both links (its "overlimits" counter)
+for h in a b; do
+  over=$(tc -s -n ${ns}$h qdisc show dev veth0 | sed -E -n 's/.*overlimits ([0-9]+).*/\1/p' | head -n 1)
+  [ "${over:-0}" -gt 0 ] || fail "tbf: the limit on host$h's link never held a packet back (overlimits ${over:-none})"
+  tc -n ${ns}$h qdisc del dev veth0 root
+done
 echo "ok: tbf ${rate_mbit} Mbit/s: $took s (unlimited: $base_s s; floor ${floor} s = $steps x $n_params x 4 B at the rate)"
-for h in a b; do tc -n ${ns}$h qdisc del dev veth0 root; done
 
 # Packet loss: nftables drops 5 % of hostb's outgoing packets at random.
 if command -v nft >/dev/null 2>&1 && ip netns exec ${ns}b nft add table inet loss 2>/dev/null; then
@@ -59,6 +66,36 @@ if command -v nft >/dev/null 2>&1 && ip netns exec ${ns}b nft add table inet los
 else
   echo "SKIP (sub-case): packet loss: nft not installed or nftables not permitted here (mk/deps.sh test installs nftables)"
 fi
+
+# Rank 0 stopped (SIGSTOP) during its evaluation at step 2: hostb's ranks know it only by its signs of life (rank 1,
+# on hosta, sees the stopped pid).
+d=$tmp/stop0
+ranks_of() { pgrep -f "^bin/train .*--out $1\$"; }
+eval_args=("${args[@]/train.evaluate_every=0/train.evaluate_every=2}")
+eval_args=("${eval_args[@]/train.steps=$steps/train.steps=40}")
+hosts_mpirun -np 4 --map-by ppr:2:node bin/train "${eval_args[@]}" --set train.evaluate_examples=200 --out "$d" >"$d.log" 2>&1 &
+job=$!
+for _ in $(seq 1 1200); do
+  [ -f "$d/metrics.jsonl" ] && [ "$(wc -l <"$d/metrics.jsonl")" -ge 2 ] && break
+  kill -0 "$job" 2>/dev/null || { cat "$d.log"; fail "rank 0 stopped: the run ended early"; }
+  sleep 0.1
+done
+pid0=
+for p in $(ranks_of "$d"); do
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=0" && pid0=$p
+done
+[ -n "$pid0" ] || fail "rank 0 stopped: no rank 0 process found"
+before=$(date +%s.%N)
+kill -STOP "$pid0"
+for _ in $(seq 1 300); do [ "$(ranks_of "$d" | grep -vx "$pid0" | wc -l)" = 0 ] && break; sleep 0.1; done
+took=$(awk -v a="$before" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}')
+{ kill -CONT "$pid0" && kill -9 "$pid0"; } 2>/dev/null || true # mpirun may have ended it
+timeout 30 tail --pid="$job" -f /dev/null || { kill "$job"; fail "rank 0 stopped: mpirun still running 30 s after the ranks ended"; }
+wait "$job" || true
+awk -v t="$took" 'BEGIN {exit !(t <= 10)}' || fail "rank 0 stopped: the other ranks took $took s to end (bound 10 s)"
+pattern="train\[rank [23]\]: error: rank 0 (host hosta) sent no sign of life for 5 s .*during the wait for rank 0's evaluation of step 2"
+grep -q "$pattern" "$d.log" || { cat "$d.log"; fail "rank 0 stopped: no line from a hostb rank naming rank 0"; }
+echo "ok: rank 0 stopped during its evaluation: ranks 1-3 ended in $took s: $(grep "$pattern" "$d.log" | head -1 | grep -o "error: .*" | cut -c1-150)"
 
 # hostb's link down mid-run. Each rank on hosta waits for hostb in a collective and gives up after --dist-timeout;
 # hostb's ranks likewise. Timed until no rank process is left (mpirun then waits for hostb's daemon: the link comes
