@@ -366,8 +366,8 @@ void dist_root_phase(const char *what, void (*fn)(void *ctx), void *ctx) {
     }
     /* The others: every sign of life restarts the clock; TAG_DONE comes after the last one (messages between two
      * ranks on one communicator arrive in order), so none is left behind for the next phase. */
+    atomic_store(&g.awaiting_root, 1); /* before watching: a timeout always names rank 0 */
     dist_watch_begin(what);
-    atomic_store(&g.awaiting_root, 1);
     for (;;) {
         MPI_Status st;
         MPI_CHECK(MPI_Recv(&msg, 1, MPI_INT, 0, MPI_ANY_TAG, g.beat_comm, &st), what);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel faults on one host, CPU backend, 2 ranks under mpirun with --dist-timeout 2:
+# Data-parallel faults on one host, CPU backend, 2 ranks under mpirun with --dist-timeout 3:
 #  - a healthy run whose rank 0 evaluates and writes a checkpoint for longer than the timeout completes (rank 0 sends
 #    signs of life while the other rank waits; before, the wait counted as a hang and ended the job at step 10);
 #  - SIGSTOP of rank 1 mid-run (a hang, not a death: its pid lives): the job ends within seconds, rank 0 saying in one
@@ -14,11 +14,11 @@ source "$(dirname "$0")/train_common.sh"
 source "$(dirname "$0")/mpi_common.sh"
 
 train_data "$tmp/data"
-timeout_s=2 # small, yet above the scheduling jitter of two ranks on a loaded 2-core machine
-# The ci MoEUT config, short: rank 0 evaluates 400 examples per set at step 4 (several seconds on one core, well over
+timeout_s=3 # small, yet above the scheduling jitter of two ranks on a loaded 2-core machine (2 s was not)
+# The ci MoEUT config, short: rank 0 evaluates 1000 examples per set at step 4 (5 s of one idle core, well over
 # the timeout) and writes a checkpoint of step 4.
 ci=(--config experiments/ci/moeut_qa.json --data "$tmp/data" --dist-timeout $timeout_s --set train.log_every=1)
-long_eval=(--set train.evaluate_every=4 --set train.evaluate_examples=400)
+long_eval=(--set train.evaluate_every=4 --set train.evaluate_examples=1000)
 
 logf() { echo "$tmp/$(basename "$1").log"; } # a run's log, never on the tmpfs filled below
 
