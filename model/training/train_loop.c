@@ -63,18 +63,21 @@ static StepResult run_microbatches(Trainer *t, long step_number) {
     return r;
 }
 
-static void save_checkpoint(Trainer *t, double session_start, double wall_base) {
+static void write_checkpoint(void *trainer) { /* rank 0's part of save_checkpoint */
+    Trainer *t = trainer;
     char err[1024];
+    if (train_checkpoint_save(t->a.out_dir, t->m, &t->opt, &t->st, err, sizeof err) != 0) die("%s", err);
+}
+
+static void save_checkpoint(Trainer *t, double session_start, double wall_base) {
     t->st.loader = loader_get_state(&t->loader);
     t->st.wall_time_s = wall_base + (now_seconds() - session_start);
     if (!t->be->all_finite(t->be, model_params(t->m), model_n_params(t->m)))
         die("non-finite weights at step %ld; last good checkpoint step %ld kept", t->st.step, t->last_saved_step);
     dist_check_replicas(t->m, &t->opt, t->st.step);
-    if (dist_is_root() && train_checkpoint_save(t->a.out_dir, t->m, &t->opt, &t->st, err, sizeof err) != 0)
-        die("%s", err);
     char what[96];
     snprintf(what, sizeof what, "wait for rank 0's checkpoint of step %ld", t->st.step);
-    dist_barrier(what); /* no rank leaves (or stops) before the checkpoint is committed */
+    dist_root_phase(what, write_checkpoint, t); /* no rank leaves (or stops) before the checkpoint is committed */
     t->last_saved_step = t->st.step;
 }
 
@@ -135,9 +138,18 @@ static void fail_non_finite(Trainer *t, long step_number, const char *what) {
     die("non-finite %s at step %ld; last good checkpoint step %s kept", what, step_number, kept);
 }
 
+typedef struct {
+    Trainer *t;
+    double session_start, wall_base;
+} EvalPhase;
+
 /* train.evaluate_every: evaluate (and keep the weights of) this step; before a checkpoint of the same step is saved,
- * so that a checkpoint never precedes its step's curve line (a resume truncates the curve to the checkpoint). */
-static void evaluate_during_training(Trainer *t, double session_start, double wall_base) {
+ * so that a checkpoint never precedes its step's curve line (a resume truncates the curve to the checkpoint). Rank 0
+ * only (the others' weights are the same, checked at checkpoints), while the others wait in dist_root_phase. */
+static void evaluate_during_training(void *phase) {
+    const EvalPhase *p = phase;
+    Trainer *t = p->t;
+    const double session_start = p->session_start, wall_base = p->wall_base;
     char err[1024];
     if (train_eval_run(&t->eval, t->m, t->st.step, t->st.tokens, err, sizeof err) != 0) die("%s", err);
     if (!t->eval.keep_checkpoints) return;
@@ -198,8 +210,12 @@ int train_loop(Trainer *t) {
         snprintf(extra, sizeof extra, "loss %.4f | %.0f tok/s", r.ce, tok_s);
         if (root) progress_update(&prog, t->st.step, extra);
 
-        /* Only rank 0 evaluates and writes the curve (the others' weights are the same, checked at checkpoints). */
-        if (root && train_eval_due(&t->eval, t->st.step)) evaluate_during_training(t, session_start, wall_base);
+        if (train_eval_due(&t->eval, t->st.step)) {
+            EvalPhase phase = {t, session_start, wall_base};
+            char what[96];
+            snprintf(what, sizeof what, "wait for rank 0's evaluation of step %ld", t->st.step);
+            dist_root_phase(what, evaluate_during_training, &phase);
+        }
         bool last = t->st.step == total;
         bool periodic = t->tc.checkpoint_every > 0 && t->st.step % t->tc.checkpoint_every == 0;
         bool stop_after = t->a.stop_after > 0 && t->st.step == t->a.stop_after && !last;

@@ -114,11 +114,15 @@ static void start_or_resume(Trainer *t) {
 }
 
 /* Rank 0 starts or resumes the run directory (the only rank that touches it) and hands its state to the others. */
+static void root_start_or_resume(void *trainer) {
+    Trainer *t = trainer;
+    start_or_resume(t);
+    t->st.loader = loader_get_state(&t->loader); /* fresh or resumed: the stream position every rank continues */
+}
+
 void train_resume_or_start(Trainer *t) {
-    if (dist_is_root()) {
-        start_or_resume(t);
-        t->st.loader = loader_get_state(&t->loader); /* fresh or resumed: the stream position every rank continues */
-    }
+    /* Loading a large checkpoint may take longer than --dist-timeout: the others wait with rank 0's signs of life. */
+    dist_root_phase("wait for rank 0 to load or start the run directory", root_start_or_resume, t);
     dist_broadcast_train_state(t->m, &t->opt, &t->st);
     dist_bcast(&t->last_saved_step, sizeof t->last_saved_step, 0, "broadcast of rank 0's training state");
     if (!dist_is_root()) loader_set_state(&t->loader, &t->st.loader);

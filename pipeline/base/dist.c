@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <omp.h>
 #include <pthread.h>
 #include <signal.h>
@@ -20,6 +21,9 @@
 #define DIST_DEFAULT_TIMEOUT_S 600.0
 #define DIST_HOST_LEN 128
 #define DIST_POLL_MS 50
+#define DIST_MAX_BEAT_S 10.0 /* longest gap between rank 0's signs of life during a rank-0-only phase */
+#define TAG_ALIVE 1          /* rank 0 -> the others on g.beat_comm: still working on the phase */
+#define TAG_DONE 2           /* rank 0 -> the others on g.beat_comm: the phase is over (sent after the last TAG_ALIVE) */
 
 typedef struct {
     int pid;
@@ -39,7 +43,11 @@ static struct {
     bool thread_started;
     atomic_int watching;       /* 1 while a collective is in flight */
     _Atomic double since;      /* monotonic start of the collective in flight */
+    atomic_int awaiting_root;  /* 1 while the collective in flight is the wait for a rank-0-only phase */
     char what[256];            /* written by the main thread before watching = 1 */
+    /* rank-0-only phases */
+    MPI_Comm beat_comm;        /* a duplicate of the world: signs of life never match a collective's messages */
+    atomic_int phase_over;     /* rank 0: tells the beating thread to stop */
 } g = {.rank = 0, .world = 1, .local_size = 1};
 
 static double mono_seconds(void) {
@@ -97,6 +105,59 @@ static _Noreturn void watchdog_fail(const char *why) {
     _exit(1);
 }
 
+/* A peer on this host that is stopped (SIGSTOP, Ctrl-Z, a debugger): state T or t in /proc/PID/stat. */
+static bool local_peer_stopped(const PeerId *p) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", p->pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
+}
+
+/* Appends ", " (when not first) and the formatted text to buf[*used ...]. */
+static void append(char *buf, size_t size, size_t *used, const char *text) {
+    int k = snprintf(buf + *used, size - *used, "%s%s", *used ? ", " : "", text);
+    if (k > 0 && (size_t)k < size - *used) *used += (size_t)k;
+}
+
+/* The cause of a collective that lasted longer than --dist-timeout, as precisely as this rank can tell: a stopped
+ * peer on this host is named with its pid; while waiting for rank 0's phase, rank 0 (its signs of life stopped);
+ * else the ranks on the other hosts, one of which died or hangs, or the network to them is down. */
+static void describe_silence(char *why, size_t size, double waited, const char *myhost) {
+    char list[512] = "", item[256];
+    size_t used = 0;
+    for (int r = 0; r < g.world; r++) {
+        if (r == g.rank || strcmp(g.peers[r].host, myhost) != 0 || !local_peer_stopped(&g.peers[r])) continue;
+        snprintf(item, sizeof item, "rank %d (pid %d on host %s)", r, g.peers[r].pid, g.peers[r].host);
+        append(list, sizeof list, &used, item);
+    }
+    if (used > 0) {
+        snprintf(why, size, "%s stopped (SIGSTOP or a debugger): no answer for %.0f s (the limit is --dist-timeout)",
+                 list, waited);
+        return;
+    }
+    if (atomic_load(&g.awaiting_root)) {
+        snprintf(why, size, "rank 0 (host %s) sent no sign of life for %.0f s (it hangs, or the network to its host "
+                 "is down; the limit is --dist-timeout)", g.peers[0].host, waited);
+        return;
+    }
+    for (int r = 0; r < g.world; r++) {
+        if (r == g.rank || strcmp(g.peers[r].host, myhost) == 0) continue;
+        snprintf(item, sizeof item, "rank %d on host %s", r, g.peers[r].host);
+        append(list, sizeof list, &used, item);
+    }
+    if (used > 0)
+        snprintf(why, size, "no answer for %.0f s from the other hosts (%s): a rank there died or hangs, or the network "
+                 "to it is down (the limit is --dist-timeout)", waited, list);
+    else
+        snprintf(why, size, "no answer from the other ranks for %.0f s (one of them hangs; the limit is "
+                 "--dist-timeout)", waited);
+}
+
 static void *watchdog_main(void *arg) {
     (void)arg;
     char myhost[DIST_HOST_LEN];
@@ -122,9 +183,8 @@ static void *watchdog_main(void *arg) {
         }
         double waited = mono_seconds() - atomic_load(&g.since);
         if (atomic_load(&g.watching) && waited > g.timeout_s) {
-            char why[256];
-            snprintf(why, sizeof why, "no answer from the other ranks for %.0f s (a rank on another host died or "
-                     "hangs; the limit is --dist-timeout)", waited);
+            char why[768];
+            describe_silence(why, sizeof why, waited, myhost);
             watchdog_fail(why);
         }
     }
@@ -139,7 +199,9 @@ void dist_watch_begin(const char *what) {
 }
 
 void dist_watch_end(void) {
-    if (g.active) atomic_store(&g.watching, 0);
+    if (!g.active) return;
+    atomic_store(&g.watching, 0);
+    atomic_store(&g.awaiting_root, 0);
 }
 
 /* ---- setup ---- */
@@ -163,9 +225,14 @@ void dist_init(const char *program, int *argc, char ***argv, double timeout_s) {
     log_set_program(g.program);
     if (!launched_by_mpi()) return;
     int provided = 0;
-    /* FUNNELED: only the main thread calls MPI (the watchdog never does; OpenMP threads never do). */
-    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    /* SERIALIZED: one thread at a time calls MPI: the main thread, except during a rank-0-only phase, when the main
+     * thread of rank 0 calls none and its beating thread sends the signs of life (the watchdog never calls MPI;
+     * OpenMP threads never do). */
+    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) die("MPI_Init_thread failed (error %d): is this process started by mpirun/srun?", rc);
+    if (provided < MPI_THREAD_SERIALIZED)
+        die("this MPI library offers thread level %d, below MPI_THREAD_SERIALIZED (%d), which the watchdog of rank 0's "
+            "evaluation and checkpoint phases needs", provided, MPI_THREAD_SERIALIZED);
     g.active = true;
     g.timeout_s = timeout_s > 0 ? timeout_s : DIST_DEFAULT_TIMEOUT_S;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -176,6 +243,7 @@ void dist_init(const char *program, int *argc, char ***argv, double timeout_s) {
     MPI_Comm_size(local, &g.local_size);
     MPI_Comm_rank(local, &g.local_rank);
     MPI_Comm_free(&local);
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g.beat_comm), "setup"); /* inherits MPI_ERRORS_RETURN */
     if (g.world > 1) {
         snprintf(g.program, sizeof g.program, "%s[rank %d]", program, g.rank);
         if (g.rank != 0) log_set_verbosity(0);
@@ -202,6 +270,7 @@ void dist_finalize(void) {
     while (g.n_at_finalize > 0) g.at_finalize[--g.n_at_finalize]();
     if (!g.active) return;
     /* The watchdog sleeps between polls and touches no MPI state: it ends with the process. */
+    MPI_Comm_free(&g.beat_comm);
     MPI_Finalize();
     g.active = false;
 }
@@ -255,5 +324,55 @@ void dist_allgather_str(const char *mine, char *out, const char *what) {
     }
     dist_watch_begin(what);
     MPI_CHECK(MPI_Allgather(buf, (int)sizeof buf, MPI_CHAR, out, (int)sizeof buf, MPI_CHAR, MPI_COMM_WORLD), what);
+    dist_watch_end();
+}
+
+/* ---- rank-0-only phases ---- */
+
+static void *beat_main(void *arg) {
+    (void)arg;
+    const double period = fmin(g.timeout_s / 4, DIST_MAX_BEAT_S);
+    double next = mono_seconds() + period;
+    while (!atomic_load(&g.phase_over)) {
+        struct timespec nap = {0, 10 * 1000000L};
+        nanosleep(&nap, NULL);
+        if (mono_seconds() < next || atomic_load(&g.phase_over)) continue;
+        int beat = 0;
+        for (int r = 1; r < g.world; r++) /* a failed send: the main thread's TAG_DONE will fail and say why */
+            if (MPI_Send(&beat, 1, MPI_INT, r, TAG_ALIVE, g.beat_comm) != MPI_SUCCESS) return NULL;
+        next = mono_seconds() + period;
+    }
+    return NULL;
+}
+
+void dist_root_phase(const char *what, void (*fn)(void *ctx), void *ctx) {
+    if (!g.active || g.world == 1) {
+        fn(ctx);
+        return;
+    }
+    int msg = 0;
+    if (g.rank == 0) {
+        atomic_store(&g.phase_over, 0);
+        pthread_t beater;
+        int err = pthread_create(&beater, NULL, beat_main, NULL);
+        if (err != 0) die("cannot start the thread that signals rank 0's %s: %s", what, strerror(err));
+        fn(ctx);
+        atomic_store(&g.phase_over, 1);
+        dist_watch_begin(what); /* a send blocked on a peer that went away must not hang rank 0 */
+        pthread_join(beater, NULL);
+        for (int r = 1; r < g.world; r++) MPI_CHECK(MPI_Send(&msg, 1, MPI_INT, r, TAG_DONE, g.beat_comm), what);
+        dist_watch_end();
+        return;
+    }
+    /* The others: every sign of life restarts the clock; TAG_DONE comes after the last one (messages between two
+     * ranks on one communicator arrive in order), so none is left behind for the next phase. */
+    atomic_store(&g.awaiting_root, 1); /* before watching: a timeout always names rank 0 */
+    dist_watch_begin(what);
+    for (;;) {
+        MPI_Status st;
+        MPI_CHECK(MPI_Recv(&msg, 1, MPI_INT, 0, MPI_ANY_TAG, g.beat_comm, &st), what);
+        if (st.MPI_TAG == TAG_DONE) break;
+        atomic_store(&g.since, mono_seconds());
+    }
     dist_watch_end();
 }

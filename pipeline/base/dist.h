@@ -7,8 +7,9 @@
  * Failure handling: MPI_ERRORS_RETURN on the world communicator (an MPI error is one line naming the call, not
  * OpenMPI's abort banner), and a watchdog thread that watches every collective: if a peer process on this host
  * disappears (kill -9, out-of-memory killer) or a collective lasts longer than the timeout (a peer on another host
- * died, or hangs), the rank prints one line naming the rank(s) and what it was doing, and exits with status 1
- * without waiting for MPI. A collective is never waited on forever. */
+ * died, or hangs, or the network to it is down; a stopped peer on this host is named by pid), the rank prints one line
+ * naming the rank(s), host and what it was doing, and exits with status 1 without waiting for MPI. A collective is
+ * never waited on forever; work of rank 0 alone (dist_root_phase) is waited on as long as rank 0 shows signs of life. */
 #ifndef PIPELINE_DIST_H
 #define PIPELINE_DIST_H
 
@@ -43,6 +44,14 @@ void dist_bcast(void *buf, size_t bytes, int root, const char *what);
 void dist_barrier(const char *what);
 /* Gathers each rank's NUL-terminated string (< 128 chars) at every rank: out[r*128 ...]. */
 void dist_allgather_str(const char *mine, char *out /* [world*128] */, const char *what);
+
+/* Work that rank 0 does alone while the others wait (evaluation, writing or loading a checkpoint), called by every
+ * rank at the same point: rank 0 runs fn(ctx), the others wait until it is done. However long fn takes, the wait is
+ * not a timeout: a thread of rank 0 sends each other rank a sign of life every --dist-timeout / 4 seconds (at most
+ * every 10 s) while fn runs, and a waiting rank gives up only when none has come for --dist-timeout seconds (rank 0
+ * stopped or hung as a whole, or its host unreachable). fn must not call MPI (another thread of rank 0 does). Not
+ * distributed: fn(ctx). */
+void dist_root_phase(const char *what, void (*fn)(void *ctx), void *ctx);
 
 /* For code outside this file that waits on a peer by other means (NCCL): the watchdog watches the region between
  * dist_watch_begin and dist_watch_end like an MPI collective. */

@@ -1,6 +1,6 @@
 /* The data-parallel layer without a launcher (pipeline/base/dist.h, model/training/dist_train.h): train started without mpirun is
  * one process of world size 1 that never calls MPI, every collective leaves its data as it is, this process owns
- * every micro-batch; the expert-dropout seed of a micro-batch depends only on the run seed and the global
+ * every micro-batch, rank-0-only work (dist_root_phase) runs once; the expert-dropout seed of a micro-batch depends only on the run seed and the global
  * micro-batch index (so not on the rank that draws it); finalize hooks run last-registered first. */
 #include <check.h>
 #include <stdint.h>
@@ -52,6 +52,16 @@ START_TEST(collectives_are_the_identity) {
 }
 END_TEST
 
+static void count_call(void *ctx) { ++*(int *)ctx; }
+
+START_TEST(root_phase_runs_once_in_a_single_process) {
+    init_without_launcher();
+    int calls = 0;
+    dist_root_phase("test", count_call, &calls);
+    ck_assert_int_eq(calls, 1);
+}
+END_TEST
+
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
@@ -96,6 +106,7 @@ static Suite *dist_suite(void) {
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, single_process_is_world_of_one);
     tcase_add_test(tc, collectives_are_the_identity);
+    tcase_add_test(tc, root_phase_runs_once_in_a_single_process);
     tcase_add_test(tc, dropout_seed_depends_on_global_microbatch_only);
     tcase_add_test(tc, finalize_hooks_run_last_first);
     suite_add_tcase(s, tc);
