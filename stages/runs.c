@@ -1,8 +1,8 @@
 /* runs: which run directories make trains, and keeping earlier variants (mk/reproduce.mk; model/run_plan.h,
  * model/run_variants.h).
  *
- *   bin/runs --experiment experiments/EXP --runs dense_qa,moeut_qa [--count N] [--set "K=V ..."] [--sweep "K=V1,V2 ..."]
- *            [--keep runs/EXP | --stages PLAN_DIR --backend B --nproc N --resume R]
+ *   bin/runs --experiment experiments/EXP --runs dense_qa,moeut_qa [--count N] [--set "K=V ..."]
+ *            [--sweep "K=V1,V2 ..."] [--keep runs/EXP | --stages PLAN_DIR --backend B --nproc N --resume R]
  *
  * Without --keep: prints a makefile fragment: REPRO_RUN_DIRS (the run directories, run by run, grid point by grid
  * point, seed by seed) and REPRO_DIR_SETS.<dir> (every --set of that directory's train, evaluate and analyze).

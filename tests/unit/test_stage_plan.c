@@ -249,7 +249,8 @@ START_TEST(train_estimates) {
     snprintf(want, sizeof want, "80 1024 tokens/s (%s on cpu)", g_runs);
     ck_assert_str_eq(estimate_of("cpu", true, STAGE_TRAIN, "dense_qa.seed2"), want);
     /* an interrupted run: what is left at its own rate (doubles written as strings, as state.json writes them) */
-    put(in(g_runs, "dense_qa.seed2/state.json"), "{\"tokens\": 40960, \"wall_time_s\": \"40.0\", \"backend\": \"cpu\"}");
+    put(in(g_runs, "dense_qa.seed2/state.json"),
+        "{\"tokens\": 40960, \"wall_time_s\": \"40.0\", \"backend\": \"cpu\"}");
     ck_assert_str_eq(estimate_of("cpu", true, STAGE_TRAIN, "dense_qa.seed2"),
                      "40 1024 tokens/s (dense_qa.seed2's interrupted run)");
     ck_assert_str_eq(estimate_of("cpu", false, STAGE_TRAIN, "dense_qa.seed2"),
