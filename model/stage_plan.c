@@ -83,8 +83,7 @@ void stage_plan_inputs_text(const StagePlanRequest *req, const PlannedRun *run, 
     size_t len = (size_t)snprintf(buf, cap, "backend=%s nproc=%s set=", req->backend, req->nproc);
     for (int i = 0; i < run->n_sets && len < cap; i++) {
         if (i > 0 && strcmp(sorted[i], sorted[i - 1]) == 0) continue;
-        len += (size_t)snprintf(buf + len, cap - len, "%s%s", len > 0 && buf[len - 1] != '=' ? "," : "",
-                                sorted[i]);
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i > 0 ? "," : "", sorted[i]);
     }
 }
 

@@ -210,6 +210,11 @@ START_TEST(inputs_text_sorts_like_make) {
     char text[512];
     stage_plan_inputs_text(&req, &r, text, sizeof text);
     ck_assert_str_eq(text, "backend=cuda nproc=1 set=model.d_model=64,train.lr=1e-3,train.seed=2");
+    r.sets[0] = "a.note=";  /* an empty value: the next word still gets its comma */
+    r.sets[1] = "b.x=1";
+    r.n_sets = 2;
+    stage_plan_inputs_text(&req, &r, text, sizeof text);
+    ck_assert_str_eq(text, "backend=cuda nproc=1 set=a.note=,b.x=1");
     r.n_sets = 0;
     stage_plan_inputs_text(&req, &r, text, sizeof text);
     ck_assert_str_eq(text, "backend=cuda nproc=1 set=");
