@@ -11,8 +11,8 @@
 #   make bench-gpu-selftest   the FLOP arithmetic and the benchmark's fast PyTorch kernels against the twin's
 #   make gpu-bundle           build/gpu-bundle.tar.gz: prebuilt binaries + the shared libraries they need + tokenized
 #                             e2e and small-experiment data, for a GPU machine that lacks this project's build
-#                             dependencies (mk/gpu/bundle.sh; kept under 44 MiB, so that with the tree it fits a 64 MiB
-#                             upload to the GPU machine)
+#                             dependencies (mk/gpu/bundle.sh; kept under 44 MiB, so that with the tree it stays under
+#                             64 MiB to copy to the GPU machine)
 # Knobs: BENCH_GPU_STEPS (10), BENCH_GPU_WARMUP (2), BENCH_GPU_CONFIGS (the paper's dense_qa and moeut_qa),
 #   BENCH_GPU_ARGS (more bench_gpu.py flags, e.g. --batch-size 64 --n-microbatch 1), GPU_PY (a python with torch),
 #   GPU_PREBUILT=1 (use the binaries already in bin/, build/tests, build/bench: build nothing, e.g. after

@@ -9,6 +9,7 @@ help:
 	'' \
 	'The pipeline (data/EXP/, runs/EXP/, reports/EXP/ of the experiment EXPERIMENT):' \
 	'  reproduce            the whole experiment: fetch, tokenize, train/evaluate/analyze each run, report, compare' \
+	'  reproduce-plan       what make reproduce would run now and about how long it takes (one line; runs nothing)' \
 	'  fetch, tokenize      the data of EXPERIMENT (data/EXP/)' \
 	'  train, evaluate, analyze  one stage for the runs in RUN (runs/EXP/RUN/)' \
 	'  report               reports/EXP/report.md and report.html from the runs' \

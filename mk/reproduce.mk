@@ -36,9 +36,10 @@
 # only when its text changes, so changing any of them retrains that run (train --auto-resume then starts over, saying
 # why) and re-evaluates and re-analyzes it; leaving them alone leaves the run alone.
 #
-# Console: `make reproduce` builds, then asks make for the plan (a dry run of reproduce-stages), says how many stages
-# will run and about how long they take (mk/reproduce_plan.sh: an estimate from the configs and the throughput of
-# earlier runs), runs them, each announced as "[k/N] stage run (experiment, backend)" with the time left
+# Console: `make reproduce` builds, then plans: bin/runs --stages (model/stage_plan.h) decides from the files on disk,
+# as this file's prerequisites do, which stages will run, and says how many and about how long they take (an estimate
+# from the effective configs and the throughput of earlier runs; `make reproduce-plan` prints just that line); then
+# it runs them, each announced as "[k/N] stage run (experiment, backend)" with the time left
 # (mk/reproduce_stage.sh: once enough has run, the estimate is scaled by the measured rate and says "measured"), then
 # compares with the baselines. An interrupted train prints the command that continues (REPRO_COMMAND, below). With nothing to do it says everything is up to date.
 
@@ -84,8 +85,8 @@ repro_dry_run := $(MAKE_DRY_RUN)
 # repro_config: the config name of a run directory; repro_run_sets: its --set overrides (KEY=VALUE words).
 REPRO_RUN_DIRS := $(RUNS)
 REPRO_SEEDS_JSON := $(wildcard $(EXP_DIR)/seeds.json)
-repro_plan_goals := reproduce reproduce-stages train evaluate analyze report export compare repro-inputs $(RUNS_DIR)/% \
-  $(REPORT_DIR)/%
+repro_plan_goals := reproduce reproduce-stages reproduce-plan train evaluate analyze report export compare repro-inputs \
+  $(RUNS_DIR)/% $(REPORT_DIR)/%
 ifneq ($(filter $(repro_plan_goals),$(MAKECMDGOALS)),)
 repro_plan_key := $(shell printf '%s\n' '$(subst ','\'',$(CODE_VERSION)|$(strip $(SEEDS))|$(RUNS)|$(strip $(SET))|$(strip \
   $(SWEEP)))' | md5sum | cut -c1-12)
@@ -182,14 +183,14 @@ endif
 REPRO_TRAIN_LAUNCH = $(if $(filter-out 1,$(NPROC)),mpirun -np $(NPROC) --oversubscribe \
   $(if $(filter 0,$(shell id -u)),--allow-run-as-root ))
 
-.PHONY: reproduce reproduce-check reproduce-stages reproduce-clean fetch tokenize train evaluate analyze report \
-  export compare repro-force repro-inputs
+.PHONY: reproduce reproduce-check reproduce-stages reproduce-plan reproduce-clean fetch tokenize train evaluate \
+  analyze report export compare repro-force repro-inputs
 .PRECIOUS: $(RUNS_DIR)/%/train_summary.json $(RUNS_DIR)/%/result.json $(RUNS_DIR)/%/predictions.jsonl \
   $(RUNS_DIR)/%/analysis.json $(RUNS_DIR)/%/train.inputs
 
 # ---- checks before anything runs: an unknown experiment or run is one clear error (parse time, exit 2) ----
-REPRO_GOALS := reproduce reproduce-stages reproduce-check fetch tokenize train evaluate analyze report export compare \
-  reproduce-clean $(DATA)/% $(RUNS_DIR)/% $(REPORT_DIR)/%
+REPRO_GOALS := reproduce reproduce-stages reproduce-plan reproduce-check fetch tokenize train evaluate analyze report \
+  export compare reproduce-clean $(DATA)/% $(RUNS_DIR)/% $(REPORT_DIR)/%
 ifneq ($(filter $(REPRO_GOALS),$(MAKECMDGOALS)),)
 ifeq ($(wildcard $(DATA_JSON)),)
 $(error EXPERIMENT=$(EXPERIMENT): $(DATA_JSON) not found; the experiments are: \
@@ -203,30 +204,35 @@ $(error $(repro_missing_configs): not found (RUNS/RUN name a run with no config)
 endif
 endif
 
-# The plan of one make reproduce (mk/reproduce_plan.sh writes it, mk/reproduce_stage.sh reads it).
+# The plan of one make reproduce (bin/runs --stages writes it, mk/reproduce_stage.sh reads it).
 REPRO_PLAN_DIR := build/reproduce/$(EXPERIMENT)
-# What mk/reproduce_plan.sh and mk/reproduce_stage.sh need to know (environment variables of their own names).
+repro_plan_stages = bin/runs --runs $(call repro_join,$(RUNS)) $(repro_plan_opts) --stages $(REPRO_PLAN_DIR) \
+  --backend '$(BACKEND)' --nproc '$(NPROC)' --resume '$(RESUME)'
+# What mk/reproduce_stage.sh needs to know (environment variables of their own names).
 export REPRO_EXPERIMENT := $(EXPERIMENT)
 export REPRO_BACKEND := $(BACKEND)
-export REPRO_SET := $(SET)
-export REPRO_RESUME := $(RESUME)
 export REPRO_PLAN
 # The line that starts each stage's recipe: "[k/N] train dense_qa (tiny, cpu): ..." (also names the stage in make -n).
 repro_stage = $(repro_seeds_refusal)@mk/reproduce_stage.sh $(1) $(2)
 
-# Build, plan (a dry run of the stages: only those that will run are counted), run the stages, compare. The dry run
-# and the stages are $(MAKE) lines, so `make -n reproduce` lists the stage commands (and writes only the plan's
-# scratch file under build/reproduce/).
+# Build, plan (only the stages that will run are counted), run the stages, compare. The stages are a $(MAKE) line, so
+# `make -n reproduce` lists the stage commands; the plan is not (a dry run prints it and writes nothing).
 reproduce: reproduce-check
 	@$(MAKE) all
-	@mkdir -p $(REPRO_PLAN_DIR); $(MAKE) -n reproduce-stages >$(REPRO_PLAN_DIR)/dry-run.txt 2>&1 || \
-	  { cat $(REPRO_PLAN_DIR)/dry-run.txt >&2; exit 1; }
-	@mk/reproduce_plan.sh $(REPRO_PLAN_DIR) $(REPRO_PLAN_DIR)/dry-run.txt
+	@$(repro_plan_stages)
 	@$(MAKE) reproduce-stages REPRO_PLAN=$(REPRO_PLAN_DIR)
 	@$(MAKE) compare COMPARE_CONFIG_CHANGE=note
 	@echo "reproduce: done: $(REPORT_DIR)/report.md, $(REPORT_DIR)/report.html"
 
-reproduce-stages: $(REPORT_DIR)/report.html $(REPORT_DIR)/runs.csv $(PREDICTIONS)
+# The predictions first: one evaluate writes them and result.json, so the report and runs.csv, considered after them,
+# see a result.json that this make remakes (considered before, they were judged up to date when only predictions.jsonl
+# was missing, and stayed older than the new result.json).
+reproduce-stages: $(PREDICTIONS) $(REPORT_DIR)/report.html $(REPORT_DIR)/runs.csv
+
+# The plan alone: what make reproduce would run now and about how long it takes (one line; the stages in
+# $(REPRO_PLAN_DIR)/plan). Needs bin/runs (mk/gpu/run.sh: what is left after a job's time limit).
+reproduce-plan:
+	$(repro_seeds_refusal)@$(repro_plan_stages)
 
 reproduce-check:
 	$(repro_seeds_refusal)@test -f $(DATA_JSON) || { echo "reproduce: $(DATA_JSON) not found (EXPERIMENT=$(EXPERIMENT))" >&2; exit 1; }

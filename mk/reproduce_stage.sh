@@ -1,8 +1,8 @@
 # The first line of each stage's recipe (mk/reproduce.mk): announces "STAGE [RUN]" with the experiment and backend.
-# Under `make reproduce` (REPRO_PLAN names the plan mk/reproduce_plan.sh wrote) it also counts: "[k/N]" and the time
-# left for the stages not started yet, this one included. The count is kept in REPRO_PLAN/started (one line
-# "STAGE RUN START_TIME" per started stage) under a lock, so it stays right under make -j (stages then start in an
-# order of make's choosing).
+# Under `make reproduce` (REPRO_PLAN names the plan bin/runs --stages wrote: model/stage_plan.h) it also counts:
+# "[k/N]" and the time left for the stages not started yet, this one included. The count is kept in
+# REPRO_PLAN/started (one line "STAGE RUN START_TIME" per started stage) under a lock, so it stays right under make -j
+# (stages then start in an order of make's choosing).
 #
 # The time left starts as the plan's estimate and is corrected by what was measured: once the stages started so far
 # were estimated at RATIO_TRUST_FRACTION of the plan's total at least and MIN_MEASURED_S have gone by, the estimate
@@ -11,7 +11,6 @@
 # so it takes in the parallelism too. (Which stages started, not their order, decides; under -j a stage still
 # running is counted as done, so the time left is a little short there.)
 set -u
-. "$(dirname "$0")/reproduce_common.sh"
 RATIO_TRUST_FRACTION=0.2 MIN_MEASURED_S=10
 stage=$1 run=${2:-}
 what="$stage${run:+ $run} (${REPRO_EXPERIMENT:-?}, ${REPRO_BACKEND:-cpu})"
@@ -41,4 +40,12 @@ read -r left how < <(awk -v left="$left" -v before="$before" -v total="$total" -
     r = elapsed / before
     printf "%.0f measured,_%s_the_estimate\n", left * r, (r >= 10 ? sprintf("%.0fx", r) : sprintf("%.1fx", r))
   } else printf "%.0f estimate\n", left }')
+# "45 s", "3 min", "1 h 20 min" (as model/stage_plan.h's stage_plan_duration writes the plan's total).
+human_duration() {
+  local s=${1%.*}
+  [ -n "$s" ] || s=0
+  if [ "$s" -lt 90 ]; then echo "$s s"
+  elif [ "$s" -lt 5400 ]; then echo "$(( (s + 30) / 60 )) min"
+  else echo "$(( s / 3600 )) h $(( (s % 3600 + 30) / 60 )) min"; fi
+}
 echo "[$k/$n] $what: about $(human_duration "$left") left in all (${how//_/ })"

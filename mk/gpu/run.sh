@@ -158,16 +158,20 @@ small)
   rc=$?
   set +o pipefail
   # The records only (what report, compare and the baselines read, and the figures): never a checkpoint or the
-  # temporary file of one that SIGTERM interrupted: the tarball stays small enough to copy back from a job whose
-  # returned files are capped (tests/e2e/test_gpu_bundle.sh holds it under 16 MiB).
+  # temporary file of one that SIGTERM interrupted: the tarball stays small enough to copy back after every job
+  # (tests/e2e/test_gpu_bundle.sh holds it under 16 MiB).
   find runs/small reports/small -type f \( -name '*.json' -o -name '*.jsonl' -o -name '*.svg' -o -name '*.md' \
        -o -name '*.html' -o -name train.inputs \) 2>/dev/null | sort >build/small-files.txt
   tar czf "$out/small-results.tar.gz" -T build/small-files.txt -C "$out" small-make.log
   echo "small: $((SECONDS - start)) s; records in $out/small-results.tar.gz ($(du -h "$out/small-results.tar.gz" | cut -f1))"
-  # What is left, as make sees it: the stages a dry run would start ("mk/reproduce_stage.sh STAGE [RUN]" lines).
-  . mk/reproduce_common.sh
-  left=$(make -n "${make_vars[@]}" reproduce-stages 2>/dev/null | dry_run_stages | sed 's/ $//' | paste -sd, |
-         sed 's/,/, /g')
+  # What is left, as make sees it: the stages the next call would run (make reproduce-plan writes them, one
+  # "STAGE RUN SECONDS ..." line each, RUN "-" for fetch, tokenize and report).
+  left=
+  if make -s "${make_vars[@]}" reproduce-plan >/dev/null 2>&1; then
+    left=$(awk '{ print $1 ($2 == "-" ? "" : " " $2) }' build/reproduce/small/plan | paste -sd, | sed 's/,/, /g')
+  else
+    left="unknown (make reproduce-plan failed)"
+  fi
   echo "small: stages left: ${left:-none}"
   if [ $rc = 0 ]; then
     echo "small: complete"

@@ -4,8 +4,9 @@
 #  - on a scratch experiment whose outputs are faked (files touched in pipeline order, so make sees them up to date):
 #    a second make reproduce says everything is up to date; BACKEND, SET and NPROC changes redo train, evaluate and
 #    analyze of every run (make -n lists them, and writes nothing); the same SET in another order changes nothing;
-#  - the plan and the stage counter of make reproduce (mk/reproduce_plan.sh, mk/reproduce_stage.sh), also when the
-#    stages start at once as under make -j;
+#  - the plan of make reproduce (make reproduce-plan: bin/runs --stages) lists exactly the stages make -n lists, in a
+#    dozen situations, with estimates from the configs and measured throughputs; the stage counter
+#    (mk/reproduce_stage.sh) is right also when the stages start at once as under make -j;
 #  - CODE_VERSION ignores edits under experiments/ and reports/baselines/ but not elsewhere (in a scratch clone);
 #  - the build is quiet (a "CC file" line) and V=1 shows the compiler command;
 #  - an interrupted bin/train prints the exact command that continues it: the make command the user typed
@@ -17,13 +18,13 @@ mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make --no-print-directory "$@"; }
 # ---- make help, unknown experiment ----
 help=$(mk help) || fail "make help failed"
 for v in EXPERIMENT BACKEND RUNS RUN SEEDS NPROC SET RESUME THREADS SOURCE EVAL_FLAGS ANALYZE_FLAGS V; do
-  echo "$help" | grep -q "^  $v=" || fail "make help does not list $v"
+  grep -q "^  $v=" <<<"$help" || fail "make help does not list $v"
 done
 rc=0; out=$(mk reproduce EXPERIMENT=no_such_experiment 2>&1) || rc=$?
 [ $rc != 0 ] || fail "make reproduce EXPERIMENT=no_such_experiment exited 0"
 for d in experiments/*/data.json; do
   e=${d#experiments/}; e=${e%/data.json}
-  echo "$out" | grep -q "experiments are:.* $e\b" || { echo "$out"; fail "the unknown experiment's error does not list $e"; }
+  grep -q "experiments are:.* $e\b" <<<"$out" || { echo "$out"; fail "the unknown experiment's error does not list $e"; }
 done
 [ ! -e data/no_such_experiment ] && [ ! -e runs/no_such_experiment ] || fail "an unknown experiment created files"
 echo "ok: make help lists every variable; an unknown EXPERIMENT lists the experiments (exit $rc)"
@@ -72,12 +73,12 @@ every_run_redone() {
   local plan
   plan=$(stages_of "$1")
   for r in $runs; do
-    echo "$plan" | grep -q "^bin/train experiments/$exp/$r.json" || { echo "$plan"; fail "$2: $r not retrained"; }
-    echo "$plan" | grep -q "^bin/evaluate runs/$exp/$r\$" || { echo "$plan"; fail "$2: $r not re-evaluated"; }
-    echo "$plan" | grep -q "^bin/analyze runs/$exp/$r\$" || { echo "$plan"; fail "$2: $r not re-analyzed"; }
+    grep -q "^bin/train experiments/$exp/$r.json" <<<"$plan" || { echo "$plan"; fail "$2: $r not retrained"; }
+    grep -q "^bin/evaluate runs/$exp/$r\$" <<<"$plan" || { echo "$plan"; fail "$2: $r not re-evaluated"; }
+    grep -q "^bin/analyze runs/$exp/$r\$" <<<"$plan" || { echo "$plan"; fail "$2: $r not re-analyzed"; }
   done
-  echo "$plan" | grep -q '^bin/report' || fail "$2: report not regenerated"
-  if echo "$plan" | grep -q -E '^bin/(fetch|tokenize)'; then fail "$2: data would be rebuilt"; fi
+  grep -q '^bin/report' <<<"$plan" || fail "$2: report not regenerated"
+  if grep -q -E <<<"$plan" '^bin/(fetch|tokenize)'; then fail "$2: data would be rebuilt"; fi
 }
 before=$(stamps)
 dry cuda BACKEND=cuda
@@ -105,7 +106,7 @@ dry reordered SET="train.warmup=2 train.lr=0.001" RUNS=dense_qa
 [ -z "$(stages_of "$tmp/reordered.log")" ] || { stages_of "$tmp/reordered.log"; fail "a reordered SET redid a stage"; }
 dry dropped RUNS="$runs"
 plan=$(stages_of "$tmp/dropped.log")
-[ "$(echo "$plan" | grep -c '^bin/train')" = 1 ] && echo "$plan" | grep -q "^bin/train experiments/$exp/dense_qa.json" ||
+[ "$(echo "$plan" | grep -c '^bin/train')" = 1 ] && grep -q "^bin/train experiments/$exp/dense_qa.json" <<<"$plan" ||
   { echo "$plan"; fail "dropping SET should retrain dense_qa only"; }
 echo "ok: a reordered SET is the same stamp; dropping it retrains only the run it was given to"
 
@@ -131,15 +132,61 @@ touch "runs/$exp/dense_qa/"{train_summary.json,result.json,predictions.jsonl,ana
 echo "ok: a SET of 4 to 16 keys (stamps of 100-450 bytes) matches its own stamp"
 
 # ---- the plan and the stage counter ----
+# make reproduce-plan (bin/runs --stages, model/stage_plan.h) decides from the files what make will run: it must list
+# exactly the stages a dry run of make lists, in every situation below. (One exception, $also: with predictions.jsonl
+# alone missing, make -n shows evaluate but not the report that a real make then runs, because make takes evaluate's
+# other output, result.json, as remade only when the recipe really ran; test_reproduce_short.sh runs that case.)
+plan_dir=build/reproduce/$exp
+plan() { # plan NAME [VAR=VALUE...]: make reproduce-plan's line into $tmp/NAME.out (its plan in $plan_dir/plan)
+  local name=$1; shift
+  mk reproduce-plan EXPERIMENT="$exp" RUNS="$runs" "$@" >"$tmp/$name.out" 2>&1 || { cat "$tmp/$name.out"; fail "make reproduce-plan $*"; }
+}
+planned() { awk '{ print $1, $2 }' "$plan_dir/plan" | sort; }
+dry_stages() { # the "STAGE RUN" of each stage recipe (mk/reproduce_stage.sh STAGE [RUN]) in a dry run of the stages
+  mk -n reproduce-stages EXPERIMENT="$exp" RUNS="$runs" "$@" 2>&1 |
+    sed -nE 's/^mk\/reproduce_stage\.sh ([a-z]+) ?([^ ]*)$/\1 \2/p' | awk '{ print $1, ($2 == "" ? "-" : $2) }' | sort
+}
+checked=
+agrees() { # agrees WHAT [VAR=VALUE...]: the plan lists what make -n lists (WHAT and the count go into $checked)
+  local what=$1; shift
+  plan agree "$@"
+  local p d
+  p=$(planned); d=$({ dry_stages "$@"; [ -z "${also:-}" ] || echo "$also"; } | sort)
+  [ "$p" = "$d" ] || { echo "plan:"; echo "$p"; echo "make -n:"; echo "$d"; fail "$what: the plan differs from make -n"; }
+  checked+="${checked:+, }$what: $(grep -c . "$plan_dir/plan" || true)"
+}
+older() { touch -d "@$(( $(stat -c %Y bin/analyze) - 3600 ))" "$@"; } # an hour before bin/analyze was built
 fake_outputs
-dry plan BACKEND=cuda
-mk -n reproduce-stages EXPERIMENT="$exp" RUNS="$runs" BACKEND=cuda >"$tmp/stages_dry.log" 2>&1
-plan_dir=$tmp/plan
-REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_plan.sh "$plan_dir" "$tmp/stages_dry.log" >"$tmp/plan.out"
+agrees "up to date"
+grep -q "^reproduce: everything is up to date for EXPERIMENT=$exp (cpu)" "$tmp/agree.out" || { cat "$tmp/agree.out"; fail "up to date"; }
+agrees "BACKEND=cuda" BACKEND=cuda
+agrees SET SET=train.lr=0.001
+agrees NPROC=2 NPROC=2
+touch "experiments/$exp/dense_qa.json"
+agrees "a config edited"
+fake_outputs; rm "runs/$exp/moeut_qa/predictions.jsonl"
+also="report -" agrees "predictions deleted"
+fake_outputs; rm "runs/$exp/dense_qa/train_summary.json"
+agrees "a summary deleted"
+fake_outputs; older "runs/$exp/dense_qa/analysis.json" "runs/$exp/moeut_qa/analysis.json" "reports/$exp/report.html"
+agrees "bin/analyze newer"
+fake_outputs; touch "data/$exp/raw/manifest.json"
+agrees "new raw data"
+fake_outputs; rm "data/$exp/raw/fetch.stamp"
+agrees "fetch stamp deleted"
+fake_outputs; touch "experiments/$exp/data.json"
+agrees "data.json edited"
+fake_outputs; echo "backend=cpu nproc=1 set=train.lr=2" >"runs/$exp/moeut_qa/train.inputs"
+agrees "a stamp of other inputs"
+[ "$(planned | grep -c '^train ')" = 1 ] || fail "a stamp of other inputs: $(planned)"
+echo "ok: the plan lists exactly the stages make -n lists ($checked stages)"
+
+fake_outputs
+plan plan BACKEND=cuda
 grep -q "^reproduce: EXPERIMENT=$exp on cuda: 7 stages to run (2 train, 2 evaluate, 2 analyze, report), about .* in all (an estimate; training at [0-9]* tokens/s (default))" \
   "$tmp/plan.out" || { cat "$tmp/plan.out"; fail "plan summary"; }
 line=$(REPRO_PLAN=$plan_dir REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_stage.sh train moeut_qa)
-echo "$line" | grep -q "^\[1/7\] train moeut_qa ($exp, cuda): about .* left in all (estimate)$" || fail "stage line: $line"
+grep -q "^\[1/7\] train moeut_qa ($exp, cuda): about .* left in all (estimate)$" <<<"$line" || fail "stage line: $line"
 for i in 2 3 4 5 6 7; do # the other six at once, as make -j starts them
   REPRO_PLAN=$plan_dir REPRO_EXPERIMENT=$exp mk/reproduce_stage.sh evaluate dense_qa >"$tmp/stage$i.out" &
 done
@@ -148,22 +195,35 @@ counts=$(sed -E 's/^\[([0-9]+)\/7\].*/\1/' "$tmp"/stage[2-7].out | sort -n | pas
 [ "$counts" = "2 3 4 5 6 7" ] || fail "concurrent stages were counted $counts, expected 2 3 4 5 6 7"
 # Measured throughput beats the default: a finished run on this backend gives its tokens/s.
 printf '{"steps": 40, "tokens": 81920, "tokens_per_s": 1234.5, "backend": "cuda"}\n' >"runs/$exp/dense_qa/train_summary.json"
-REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_plan.sh "$plan_dir" "$tmp/stages_dry.log" >"$tmp/plan2.out"
+plan plan2 BACKEND=cuda
 grep -q "training at 1234 tokens/s (dense_qa's last run); 1234 tokens/s (runs/$exp on cuda)" "$tmp/plan2.out" ||
   { cat "$tmp/plan2.out"; fail "the estimate does not use the measured throughput"; }
 # An interrupted run (a checkpoint, no summary): its own throughput so far, and only the tokens still to train
 # (40 x 8 x 256 = 81920 in all, 40960 done at 1024 tokens/s: 40 s left).
 rm "runs/$exp/moeut_qa/train_summary.json"
 printf '{"step": 20, "tokens": 40960, "wall_time_s": "40.0", "backend": "cuda"}\n' >"runs/$exp/moeut_qa/state.json"
-REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_plan.sh "$plan_dir" "$tmp/stages_dry.log" >"$tmp/plan3.out"
+plan plan3 BACKEND=cuda
 grep -qx "train moeut_qa 40 1024 tokens/s (moeut_qa's interrupted run)" "$plan_dir/plan" ||
   { cat "$plan_dir/plan"; fail "the estimate of an interrupted run"; }
+# RESUME=0 starts it over: all 81920 tokens at its 1024 tokens/s.
+plan plan3b BACKEND=cuda RESUME=0
+grep -qx "train moeut_qa 80 1024 tokens/s (moeut_qa's interrupted run)" "$plan_dir/plan" ||
+  { cat "$plan_dir/plan"; fail "the estimate of an interrupted run started over (RESUME=0)"; }
 # After only a few seconds the start-up dominates: the experiment's measured mean is used instead (20480 tokens left).
 printf '{"step": 2, "tokens": 61440, "wall_time_s": "5.0", "backend": "cuda"}\n' >"runs/$exp/moeut_qa/state.json"
-REPRO_EXPERIMENT=$exp REPRO_BACKEND=cuda mk/reproduce_plan.sh "$plan_dir" "$tmp/stages_dry.log" >"$tmp/plan4.out"
+plan plan4 BACKEND=cuda
 grep -qx "train moeut_qa 17 1234 tokens/s (runs/$exp on cuda)" "$plan_dir/plan" ||
   { cat "$plan_dir/plan"; fail "the estimate of a briefly interrupted run"; }
-echo "ok: the plan counts only the stages that will run, with an estimate; the counter is right under concurrency"
+# A SET of the run's size changes the estimate (train.steps=80: 163840 tokens at dense_qa's 1234.5 tokens/s).
+plan plan5 BACKEND=cuda SET=train.steps=80
+grep -qx "train dense_qa 133 1234 tokens/s (dense_qa's last run)" "$plan_dir/plan" ||
+  { cat "$plan_dir/plan"; fail "the estimate of a run with SET=train.steps=80"; }
+# A record that is not JSON leaves its estimate to the next source (a warning-free plan, not a failure).
+echo "not json" >"runs/$exp/moeut_qa/state.json"
+plan plan6 BACKEND=cuda
+grep -qx "train moeut_qa 66 1234 tokens/s (runs/$exp on cuda)" "$plan_dir/plan" ||
+  { cat "$plan_dir/plan"; fail "the estimate of a run with an unreadable state.json"; }
+echo "ok: the plan estimates from the configs and the measured throughput; the counter is right under concurrency"
 cleanup_exp
 
 # ---- the time left, corrected by the measured rate ----

@@ -40,22 +40,22 @@ read_only=$(echo "$joined" | grep -oE '\$[({][A-Z][A-Z0-9_]*[)}:]' | sed -E 's/^
 variables=$(printf '%s\n' $defaulted $read_only | sort -u)
 for v in "${!INTERNAL_VARIABLES[@]}" $MAKE_OWN; do variables=$(echo "$variables" | grep -vx "$v" || true); done
 for v in EXPERIMENT BACKEND SEEDS THREADS SOURCE EVAL_FLAGS V; do # the rule must find these (a broken one would not)
-  echo "$variables" | grep -qx "$v" || fail "the variable rule does not find $v: it is broken"
+  grep -qx "$v" <<<"$variables" || fail "the variable rule does not find $v: it is broken"
 done
 
 help=$(mk help) || fail "make help failed"
 missing=()
 for t in $phony $NEW_TARGETS; do
   [ -n "${INTERNAL_TARGETS[$t]:-}" ] && continue
-  echo "$help" | grep -qE "^  ([a-z0-9-]+, )*$t(,| |$)" || missing+=("target $t")
+  grep -qE "^  ([a-z0-9-]+, )*$t(,| |$)" <<<"$help" || missing+=("target $t")
 done
 for v in $variables $NEW_VARIABLES; do
-  echo "$help" | grep -qE "^  $v=" || missing+=("variable $v")
+  grep -qE "^  $v=" <<<"$help" || missing+=("variable $v")
 done
 [ ${#missing[@]} = 0 ] || fail "make help omits: ${missing[*]}"
 # The exclusions must still exist (a removed target would otherwise keep an excuse for ever).
 for t in "${!INTERNAL_TARGETS[@]}"; do
-  echo "$phony" | grep -qx "$t" || fail "INTERNAL_TARGETS names $t, which is no .PHONY target any more"
+  grep -qx "$t" <<<"$phony" || fail "INTERNAL_TARGETS names $t, which is no .PHONY target any more"
 done
 n_t=$(echo "$phony" | wc -l); n_v=$(echo "$variables" | wc -l)
 echo "ok: make help lists all $n_t .PHONY targets (${#INTERNAL_TARGETS[@]} internal ones excepted) and $n_v user variables of Makefile and mk/*.mk, and sweep, diff, prune, export, SWEEP, A, B, CUDA"

@@ -85,6 +85,18 @@ for f in result.json predictions.jsonl; do
     fail "expected exactly one evaluate (dense_qa) and no other stage after deleting $f"
   if [ $f = result.json ]; then echo "$plan" | grep -q '^bin/report' || fail "report not regenerated after a deleted result"; fi
 done
+# For real, a deleted predictions.jsonl also regenerates the report and runs.csv (the new result.json is newer than
+# them; make -n does not show it: make takes evaluate's other output as remade only when the recipe really ran), as
+# the plan says; after that everything is up to date.
+rm runs/ci/dense_qa/predictions.jsonl
+make --no-print-directory reproduce EXPERIMENT=ci >build/test-logs/reproduce_ci_predictions.log 2>&1 ||
+  { tail -20 build/test-logs/reproduce_ci_predictions.log; fail "make reproduce after deleting predictions.jsonl"; }
+grep -q '^reproduce: EXPERIMENT=ci on cpu: 2 stages to run (evaluate, report), ' build/test-logs/reproduce_ci_predictions.log &&
+  grep -q '^\[2/2\] report (ci, cpu)' build/test-logs/reproduce_ci_predictions.log &&
+  grep -q '^bin/export ' build/test-logs/reproduce_ci_predictions.log ||
+  { grep -E '^(reproduce:|\[|bin/)' build/test-logs/reproduce_ci_predictions.log; fail "a deleted predictions.jsonl: not evaluate and report"; }
+make --no-print-directory reproduce-plan EXPERIMENT=ci | grep -q '^reproduce: everything is up to date' ||
+  fail "after rebuilding predictions.jsonl, make reproduce-plan: $(make --no-print-directory reproduce-plan EXPERIMENT=ci)"
 
 # An interrupted train is continued by the next make (RESUME=auto, train --auto-resume), not started over: stop
 # dense_qa's training after 3 steps (a checkpoint, no train_summary.json, as a Ctrl-C leaves it), rerun make
