@@ -82,7 +82,7 @@ small --limit 300 >"$tmp/call3.log" 2>&1 || { tail -n 20 "$tmp/call3.log"; fail 
 ! grep -E "^\[[0-9]+/[0-9]+\]" "$tmp/call3.log" || fail "call 3 ran a stage although everything was done"
 echo "ok: call 2 resumed and completed, call 3 (fresh time stamps) ran nothing"
 
-# 4. What comes back: the records and the report, no checkpoint, well under 16 MiB (a job's output may be capped).
+# 4. What comes back: the records and the report, no checkpoint, well under 16 MiB (results are copied back from the GPU machine).
 tar tzf "$tmp/out/small-results.tar.gz" >"$tmp/results.list"
 for f in runs/small/dense_qa/result.json runs/small/moeut_answer/analysis.json runs/small/moeut_answer/predictions.jsonl \
          runs/small/dense_qa/metrics.jsonl reports/small/report.md reports/small/report.html small-make.log; do
