@@ -121,6 +121,9 @@ cJSON *trainer_summary_json(const Trainer *t) {
     cJSON_AddStringToObject(s, "code_version", CODE_VERSION);
     /* evaluate and analyze check it: a re-tokenized data directory would otherwise decode with other pieces */
     cJSON_AddStringToObject(s, "tokenizer_sha256", t->shard.tokenizer_sha256);
+    /* data-parallel ranks: those that finished the run, and every change on resume (world_size_history.h) */
+    cJSON_AddNumberToObject(s, "world_size", (double)dist_world());
+    world_size_history_to_json(s, &t->st.world_size_history);
     return s;
 }
 
