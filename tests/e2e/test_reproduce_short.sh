@@ -2,7 +2,9 @@
 # End to end: `make reproduce EXPERIMENT=ci` from scratch (fetch, tokenize, 4 x train/evaluate/analyze, report,
 # compare against reports/baselines/ci), then checks the console (the plan, the [k/N] stage lines), the outputs (each run's predictions.jsonl against its
 # result.json with tests/e2e/predictions_check.py), that a second `make reproduce` retrains nothing,
-# and that editing one run config would rerun only that run and the report. A few minutes on 2 CPU cores.
+# that editing one run config would rerun only that run and the report, that an interrupted train is resumed, and
+# that the 4 runs trained again as 2 MPI ranks each (NPROC=2) stay within the 1-process baselines' tolerances. A few
+# minutes on 2 CPU cores.
 set -u
 cd "$(dirname "$0")/../.."
 fail() { echo "FAIL: $*"; exit 1; }

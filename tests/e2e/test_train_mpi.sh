@@ -59,8 +59,9 @@ done
 
 # balance "bias": each step's expert selection counts are summed over the ranks before every rank moves its biases,
 # so the replicas stay identical (checked at every checkpoint: the replica hash covers the buffers), two 2-rank runs
-# are bit-identical, and the biases equal the 1-process run's within the bound (biases from one rank's counts alone
-# would move by the whole 2 gamma where the ranks disagree)
+# are bit-identical, and one step on 2 ranks from a 1-process checkpoint leaves weights and biases within the one-step
+# bound of the 1-process run's (biases from one rank's counts alone would move by the whole 2 gamma where the ranks
+# disagree)
 bias=(--set model.balance=bias --set model.entropy_reg=null --set model.balance_gamma=0.01 --set train.checkpoint_every=2)
 bin/train --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/bias-1" --threads 1 "${bias[@]}" \
   >"$tmp/bias-1.log" 2>&1 || { cat "$tmp/bias-1.log"; fail "bias: 1 process"; }
