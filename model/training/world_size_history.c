@@ -28,8 +28,8 @@ int world_size_history_continue(WorldSizeHistory *h, long step, long world_size,
     }
     if (h->n == WORLD_SIZE_HISTORY_MAX) {
         set_err(err, errlen, "world_size_history: the run already changed its number of ranks %d times (the most a "
-                "record holds); continue it with %ld rank(s), as the checkpoint was written", WORLD_SIZE_HISTORY_MAX - 1,
-                last->world_size);
+                "record holds); continue it with %ld rank(s), as the checkpoint was written",
+                WORLD_SIZE_HISTORY_MAX - 1, last->world_size);
         return -1;
     }
     h->era[h->n++] = (WorldSizeEra){step, world_size};

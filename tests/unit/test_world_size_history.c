@@ -68,7 +68,8 @@ START_TEST(json_round_trip_and_absent) {
     cJSON *o = cJSON_CreateObject();
     world_size_history_to_json(o, &h);
     char *text = cJSON_PrintUnformatted(o);
-    ck_assert_str_eq(text, "{\"world_size_history\":[{\"from_step\":0,\"world_size\":4},{\"from_step\":20,\"world_size\":2}]}");
+    ck_assert_str_eq(text, "{\"world_size_history\":[{\"from_step\":0,\"world_size\":4},"
+                           "{\"from_step\":20,\"world_size\":2}]}");
     ck_assert_int_eq(world_size_history_read(cJSON_GetObjectItem(o, "world_size_history"), "s", 25, 2, &back, err,
                                              sizeof err), 0);
     expect(&back, 2, (const long[][2]){{0, 4}, {20, 2}});
@@ -78,7 +79,8 @@ START_TEST(json_round_trip_and_absent) {
     expect(&back, 1, (const long[][2]){{0, 3}});
     char t[WORLD_SIZE_HISTORY_MAX * 40 + 8] = "[";
     for (int i = 0; i < WORLD_SIZE_HISTORY_MAX; i++)
-        snprintf(t + strlen(t), sizeof t - strlen(t), "%s{\"from_step\":%d,\"world_size\":%d}", i ? "," : "", i, 1 + i % 2);
+        snprintf(t + strlen(t), sizeof t - strlen(t), "%s{\"from_step\":%d,\"world_size\":%d}", i ? "," : "", i,
+                 1 + i % 2);
     strcat(t, "]");
     ck_assert_int_eq(read_text(t, 100, 2, &back, err, sizeof err), 0); /* the most it holds */
     ck_assert_int_eq(back.n, WORLD_SIZE_HISTORY_MAX);
