@@ -247,7 +247,11 @@ static cJSON *state_to_json(const TrainState *st, const char *model_sha, const c
     cJSON_AddStringToObject(data, "tokenizer_sha256", st->data_tokenizer_sha256);
     cJSON_AddNumberToObject(data, "n_examples", (double)st->data_n_examples);
     if (st->data_train_sha256[0]) cJSON_AddStringToObject(data, "train_sha256", st->data_train_sha256);
-    cJSON_AddNumberToObject(o, "world_size", (double)(st->world_size > 0 ? st->world_size : 1));
+    const long world_size = st->world_size > 0 ? st->world_size : 1;
+    cJSON_AddNumberToObject(o, "world_size", (double)world_size);
+    WorldSizeHistory history = st->world_size_history;
+    if (history.n == 0) world_size_history_start(&history, world_size); /* a state made without one: one part */
+    world_size_history_to_json(o, &history);
     cJSON *files = cJSON_AddObjectToObject(o, "files");
     cJSON_AddStringToObject(files, TRAIN_MODEL_FILE, model_sha);
     cJSON_AddStringToObject(files, TRAIN_OPTIM_FILE, optim_sha);
@@ -273,6 +277,7 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
     json_get_int(&r, "tokens", &tokens, true);
     json_get_int(&r, "real_tokens", &real_tokens, true);
     json_get_int(&r, "world_size", &world_size, false); /* absent in checkpoints written before data-parallel training: one process */
+    const cJSON *history = json_get_array(&r, "world_size_history", false); /* absent in older states */
     const cJSON *wall = cJSON_GetObjectItemCaseSensitive(o, "wall_time_s");
     const cJSON *last_ce = cJSON_GetObjectItemCaseSensitive(o, "last_ce");
     get_exact_double_key(&r, o, "wall_time_s");
@@ -296,6 +301,7 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
         return -1;
     }
     st->world_size = world_size;
+    if (world_size_history_read(history, path, step, world_size, &st->world_size_history, err, errlen) != 0) return -1;
     snprintf(st->config_sha256, sizeof st->config_sha256, "%s", cfg);
     snprintf(st->backend, sizeof st->backend, "%s", backend);
     if (parse_exact_double(wall, &st->wall_time_s) || parse_exact_double(last_ce, &st->last_ce)) {

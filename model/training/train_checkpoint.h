@@ -23,6 +23,7 @@
 #include "datasets/loader.h"
 #include "model/model.h"
 #include "model/optimizer.h"
+#include "model/training/world_size_history.h"
 #include "pipeline/base/rng.h"
 #include "pipeline/records/run_provenance.h"
 
@@ -49,7 +50,10 @@ typedef struct {
     char data_tokenizer_sha256[65]; /* from the train shard header */
     uint64_t data_n_examples;
     char data_train_sha256[65];     /* sha256 of train.shard; "" in checkpoints written before it was recorded */
-    long world_size;                /* data-parallel ranks that wrote it (informational: any W resumes it); 1 if absent */
+    long world_size;                /* data-parallel ranks that wrote it (any W dividing n_microbatch resumes it); 1 if
+                                     * absent */
+    WorldSizeHistory world_size_history; /* the ranks of every part of the run, with the step each began at; absent in
+                                          * older states: world_size from step 0 */
 } TrainState;
 
 #define TRAIN_STATE_FILE "state.json"

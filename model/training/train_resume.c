@@ -104,10 +104,22 @@ static void start_or_resume(Trainer *t) {
     snprintf(t->st.data_tokenizer_sha256, sizeof t->st.data_tokenizer_sha256, "%s", t->shard.tokenizer_sha256);
     t->st.data_n_examples = t->shard.n_examples;
     snprintf(t->st.data_train_sha256, sizeof t->st.data_train_sha256, "%s", t->shard_sha256);
-    if (resume) t->resumed_world_size = t->st.world_size;
-    if (resume && t->st.world_size != dist_world())
-        log_info("the checkpoint was written by %ld rank(s), continuing with %d (the same trajectory: the data stream "
-                 "and the micro-batches do not depend on the number of ranks)", t->st.world_size, dist_world());
+    if (resume) {
+        t->resumed_world_size = t->st.world_size;
+        /* Elastic resume: a checkpoint of W ranks continues on any W' dividing n_microbatch (checked at load), on the
+         * same windows and micro-batches; the history records the change with the step it begins at. */
+        if (world_size_history_continue(&t->st.world_size_history, t->st.step, dist_world(), err, sizeof err) != 0)
+            die("%s/%s: %s", t->a.out_dir, TRAIN_STATE_FILE, err);
+        if (t->st.world_size != dist_world()) {
+            char history[512];
+            world_size_history_describe(&t->st.world_size_history, history, sizeof history);
+            log_info("the checkpoint was written by %ld rank(s), continuing with %d at step %ld (the same data stream "
+                     "and micro-batches; the weights equal within rounding, pipeline/base/dist.md); world sizes: %s",
+                     t->st.world_size, dist_world(), t->st.step, history);
+        }
+    } else {
+        world_size_history_start(&t->st.world_size_history, dist_world());
+    }
     t->st.world_size = dist_world();
     t->metrics = fopen(t->metrics_path, "a");
     if (!t->metrics) die("%s: cannot open for appending: %s", t->metrics_path, strerror(errno));

@@ -121,6 +121,9 @@ cJSON *trainer_summary_json(const Trainer *t) {
     cJSON_AddStringToObject(s, "code_version", CODE_VERSION);
     /* evaluate and analyze check it: a re-tokenized data directory would otherwise decode with other pieces */
     cJSON_AddStringToObject(s, "tokenizer_sha256", t->shard.tokenizer_sha256);
+    /* data-parallel ranks: those that finished the run, and every change on resume (world_size_history.h) */
+    cJSON_AddNumberToObject(s, "world_size", (double)dist_world());
+    world_size_history_to_json(s, &t->st.world_size_history);
     return s;
 }
 
@@ -173,9 +176,11 @@ int trainer_run(Trainer *t) {
         }
     } else {
         if (t->resumed_world_size > 0 && t->resumed_world_size != dist_world())
-            /* A changed NPROC: the same training within rounding (pipeline/base/dist.md), so the finished run stands. */
+            /* A changed NPROC: the same windows, final metrics within the compare tolerances (pipeline/base/dist.md),
+             * so the finished run stands. */
             log_info("%s already finished (%ld steps) with %ld rank(s): %d rank(s) would train the same windows and "
-                     "micro-batches (equal within rounding), so it is left as is; to train it again with %d, start over "
+                     "micro-batches (final metrics within the compare tolerances), so it is left as is; to train it "
+                     "again with %d, start over "
                      "(make RESUME=0, or train without --resume/--auto-resume)",
                      t->a.out_dir, t->st.step, t->resumed_world_size, dist_world(), dist_world());
         else

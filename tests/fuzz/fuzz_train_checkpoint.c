@@ -43,7 +43,9 @@ static void setup(void) {
     run_provenance_init(&st.prov);
     st.step = 1;
     st.total_steps = 10;
-    st.world_size = 1;
+    st.world_size = 2; /* a checkpoint resumed on 2 ranks at step 1 after 4: a history of two entries */
+    world_size_history_start(&st.world_size_history, 4);
+    if (world_size_history_continue(&st.world_size_history, 1, 2, err, sizeof err) != 0) die_setup("history", err);
     snprintf(st.config_sha256, sizeof st.config_sha256, "%064d", 0);
     snprintf(st.backend, sizeof st.backend, "cpu");
     snprintf(g_template, sizeof g_template, "%s/template", fuzz_dir());
