@@ -18,7 +18,8 @@
 #   THREADS=N passes --threads N to train; EVAL_FLAGS / ANALYZE_FLAGS add flags (e.g. EVAL_FLAGS=--batch-size=32).
 #   SET="train.lr=1e-3 train.precision=bf16" passes --set KEY=VALUE (one per word) to train, evaluate and analyze of
 #   every run; NPROC=W trains each run as W data-parallel ranks on this host (mpirun -np W --oversubscribe
-#   bin/train ...; the runs' n_microbatch must be a multiple of W); NPROC 1 is the single process. `make help` lists
+#   bin/train ...; inside a Slurm allocation srun --mpi=pmix -n W; the runs' n_microbatch must be a multiple of W);
+#   NPROC 1 is the single process. `make help` lists
 #   every target and variable.
 # Variants: a run directory holds one effective config. When the config of runs/EXP/RUN changes (the file is edited,
 #   or SET differs), the finished run there is first moved aside to runs/EXP/RUN@<variant> (bin/runs --keep), so
@@ -175,12 +176,19 @@ TRAIN_FLAGS = $(repro_resume_flag) $(if $(THREADS),--threads $(THREADS))
 repro_stage_args = --config $(EXP_DIR)/$(call repro_config,$(1)).json --data $(DATA) --backend $(BACKEND) \
   $(call repro_set_flags,$(1))
 # How train is started: NPROC ranks under mpirun, else directly. OpenMPI refuses to run as root unless told (CI runs
-# as root).
+# as root). Inside a Slurm allocation (SLURM_JOB_ID set: a batch script or a salloc shell) the ranks are a job step,
+# srun --mpi=pmix, which places them on the allocation's nodes, CPUs and GPUs; LAUNCHER=mpirun|srun overrides
+# (pipeline/base/dist.md). The launcher changes no number (tests/e2e/test_slurm.sh), so it is not in the stamp.
 ifeq ($(shell [[ '$(NPROC)' =~ ^[1-9][0-9]*$$ ]] && echo ok),)
 $(error NPROC=$(NPROC): expected a number of processes >= 1)
 endif
-REPRO_TRAIN_LAUNCH = $(if $(filter-out 1,$(NPROC)),mpirun -np $(NPROC) --oversubscribe \
-  $(if $(filter 0,$(shell id -u)),--allow-run-as-root ))
+LAUNCHER ?= $(if $(SLURM_JOB_ID),srun,mpirun)
+ifeq ($(filter mpirun srun,$(LAUNCHER)),)
+$(error LAUNCHER=$(LAUNCHER): expected mpirun or srun)
+endif
+repro_launch_mpirun = mpirun -np $(NPROC) --oversubscribe$(if $(filter 0,$(shell id -u)), --allow-run-as-root)
+repro_launch_srun = srun --mpi=pmix -n $(NPROC)
+REPRO_TRAIN_LAUNCH = $(if $(filter-out 1,$(NPROC)),$(repro_launch_$(LAUNCHER)) )
 
 .PHONY: reproduce reproduce-check reproduce-stages reproduce-clean fetch tokenize train evaluate analyze report \
   export compare repro-force repro-inputs
