@@ -89,20 +89,23 @@ repro_plan_goals := reproduce reproduce-stages train evaluate analyze report exp
   $(REPORT_DIR)/%
 ifneq ($(filter $(repro_plan_goals),$(MAKECMDGOALS)),)
 repro_plan_key := $(shell printf '%s\n' '$(subst ','\'',$(CODE_VERSION)|$(strip $(SEEDS))|$(RUNS)|$(strip $(SET))|$(strip \
-  $(SWEEP)))' | md5sum | cut -c1-12)
+  $(SWEEP))|$(NPROC))' | md5sum | cut -c1-12)
 REPRO_SEEDS_MK := build/plan/$(EXPERIMENT)-$(repro_plan_key).mk
 repro_plan_opts = --experiment $(EXP_DIR) $(if $(strip $(SEEDS)),--count \
   '$(strip $(SEEDS))') --set '$(subst ','\'',$(strip $(SET)))' --sweep '$(subst ','\'',$(strip $(SWEEP)))'
+# NPROC reaches bin/runs in its environment, not as an option, so that a bin/runs built before it knew NPROC (make
+# runs it before rebuilding anything) still plans, and train refuses instead.
+repro_runs = REPRO_NPROC='$(NPROC)' bin/runs
 include $(REPRO_SEEDS_MK)
 # A refusal is recorded IN the generated makefile (REPRO_SEEDS_ERROR) rather than as a failed recipe: under make -k
 # (also make test's -k, which reaches inner makes through MAKEFLAGS) a failed recipe let make go on with the run
 # list of an earlier, stale file. repro_seeds_refusal raises it as $(error) where the first recipe line of every
 # stage, of the run stamps, of reproduce-check and of compare is expanded: after make has remade this file (so a fixed
 # file is read again; not in a prerequisite list, whose second expansion make may do before remaking) and before
-# any work, so a refused SET or SWEEP changes no file. ('$$' -> '$$$$' and '#' -> '\#' keep the message literal.)
+# any work, so a refused SET, SWEEP or NPROC changes no file. ('$$' -> '$$$$' and '#' -> '\#' keep the message literal.)
 $(REPRO_SEEDS_MK): $(REPRO_SEEDS_JSON) $(foreach r,$(RUNS),$(EXP_DIR)/$(r).json) $(if $(wildcard bin/runs),,bin/runs)
 	@mkdir -p $(@D)
-	@if bin/runs --runs $(call repro_join,$(RUNS)) $(repro_plan_opts) >$@.tmp 2>$@.err; then :; else \
+	@if $(repro_runs) --runs $(call repro_join,$(RUNS)) $(repro_plan_opts) >$@.tmp 2>$@.err; then :; else \
 	  msg=$$(grep -m1 . $@.err | sed -e 's/\$$/$$$$/g' -e 's/#/\\#/g'); \
 	  echo "REPRO_SEEDS_ERROR := $${msg:-bin/runs failed without a message}" > $@.tmp; \
 	fi; rm -f $@.err; mv -f $@.tmp $@
@@ -131,7 +134,7 @@ ifneq ($(wildcard bin/runs),)
 repro_keep_log := build/plan/$(EXPERIMENT)-keep.log
 # Only the runs this make works on (RUN narrows train, evaluate and analyze).
 repro_keep_runs := $(call repro_join,$(filter $(sort $(foreach r,$(RUN),$(call repro_config,$(r)))),$(RUNS)))
-repro_keep_status := $(shell mkdir -p build/plan; [ -z '$(repro_keep_runs)' ] || bin/runs \
+repro_keep_status := $(shell mkdir -p build/plan; [ -z '$(repro_keep_runs)' ] || $(repro_runs) \
   --runs $(repro_keep_runs) $(repro_plan_opts) --keep $(RUNS_DIR) \
   >$(repro_keep_log) 2>&1; echo $$?)
 ifneq ($(repro_keep_status),0)

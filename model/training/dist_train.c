@@ -21,6 +21,51 @@ uint64_t dist_microbatch_dropout_seed(uint64_t run_seed, long step, int n_microb
     return run_seed ^ (index * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull);
 }
 
+/* A setup verdict: the maxima over the ranks of v[0] "rank 0 failed" and v[1] "this rank failed", so every rank
+ * learns both, and a failing rank leaves only once the others know. */
+static void setup_verdict(bool failed, int v[2]) {
+    v[0] = dist_is_root() && failed;
+    v[1] = failed;
+    dist_allreduce_max_int(v, 2, "setup verdict (whether a rank refused the run)");
+}
+
+/* Every rank ends MPI before a refused setup exits: MPI_Finalize waits for all of them, so no rank leaves while a
+ * peer is still inside the verdict (whose watchdog would then report it as died). */
+static _Noreturn void setup_refused_exit(void) {
+    dist_finalize();
+    exit(1);
+}
+
+/* die() during setup: rank 0 prints; another rank prints only where rank 0 did not fail (then its reason is its own). */
+static bool setup_die_should_print(void) {
+    int v[2];
+    setup_verdict(true, v);
+    dist_finalize(); /* see setup_refused_exit; die() then prints (or not) and exits 1 */
+    return dist_is_root() || v[0] == 0;
+}
+
+void dist_setup_begin(void) {
+    if (dist_world() > 1) log_set_die_hook(setup_die_should_print);
+}
+
+/* A rank that set up fine: stop, silently, where another refused (it said why). */
+static void setup_passed(void) {
+    log_set_die_hook(NULL); /* an MPI failure inside the verdict prints as any other */
+    int v[2];
+    setup_verdict(false, v);
+    if (v[1]) setup_refused_exit();
+}
+
+void dist_setup_check(void) {
+    if (dist_world() == 1) return;
+    setup_passed();
+    log_set_die_hook(setup_die_should_print);
+}
+
+void dist_setup_end(void) {
+    if (dist_world() > 1) setup_passed();
+}
+
 void dist_assign_device(void) {
     if (dist_world() == 1) return;
     char idx[16];

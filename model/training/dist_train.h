@@ -21,6 +21,16 @@ bool dist_owns_microbatch(int k);
  * global micro-batch index only, so the masks do not depend on which rank draws them or on W. */
 uint64_t dist_microbatch_dropout_seed(uint64_t run_seed, long step, int n_microbatch, int k);
 
+/* Refusals in a job of several ranks: one error line, not one per rank. Setup (config, data, model on every rank,
+ * then rank 0's decision on the run directory) ends in two collective verdicts; from dist_setup_begin to
+ * dist_setup_end a die() on any rank joins the pending verdict instead. Every rank meets the same bad config, data or
+ * options, so rank 0 alone prints and the others exit 1 without a line; a rank that fails where rank 0 did not (its
+ * host lacks the data) prints its own reason, and the others then stop silently at dist_setup_check, before rank 0
+ * touches the run directory. A refusal by rank 0 there ends the others at dist_setup_end. No-ops for one process. */
+void dist_setup_begin(void);
+void dist_setup_check(void); /* every rank has its config, data and model */
+void dist_setup_end(void);   /* rank 0 has started or resumed the run directory */
+
 /* Under a launcher with several ranks: the GPU of this rank for the cuda backend, one per rank on a host
  * (DMMATH_CUDA_DEVICE = the local rank, unless already set). Call before creating the backend. */
 void dist_assign_device(void);

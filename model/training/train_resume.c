@@ -119,6 +119,7 @@ void train_resume_or_start(Trainer *t) {
         start_or_resume(t);
         t->st.loader = loader_get_state(&t->loader); /* fresh or resumed: the stream position every rank continues */
     }
+    dist_setup_end(); /* rank 0 may have refused the run directory: the others stop here, silently */
     dist_broadcast_train_state(t->m, &t->opt, &t->st);
     dist_bcast(&t->last_saved_step, sizeof t->last_saved_step, 0, "broadcast of rank 0's training state");
     if (!dist_is_root()) loader_set_state(&t->loader, &t->st.loader);
