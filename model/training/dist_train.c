@@ -66,10 +66,16 @@ void dist_setup_end(void) {
     if (dist_world() > 1) setup_passed();
 }
 
+int dist_device_index(int local_rank, const char *cuda_visible_devices) {
+    /* One device listed: the launcher gave this rank its own GPU (srun --gpus-per-task=1 lists one per task). */
+    if (cuda_visible_devices && *cuda_visible_devices && !strchr(cuda_visible_devices, ',')) return 0;
+    return local_rank;
+}
+
 void dist_assign_device(void) {
     if (dist_world() == 1) return;
     char idx[16];
-    snprintf(idx, sizeof idx, "%d", dist_local_rank());
+    snprintf(idx, sizeof idx, "%d", dist_device_index(dist_local_rank(), getenv("CUDA_VISIBLE_DEVICES")));
     if (setenv("DMMATH_CUDA_DEVICE", idx, 0) != 0) die("setenv DMMATH_CUDA_DEVICE failed");
 }
 

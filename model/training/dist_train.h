@@ -32,8 +32,11 @@ void dist_setup_check(void); /* every rank has its config, data and model */
 void dist_setup_end(void);   /* rank 0 has started or resumed the run directory */
 
 /* Under a launcher with several ranks: the GPU of this rank for the cuda backend, one per rank on a host
- * (DMMATH_CUDA_DEVICE = the local rank, unless already set). Call before creating the backend. */
+ * (DMMATH_CUDA_DEVICE = dist_device_index, unless already set). Call before creating the backend. */
 void dist_assign_device(void);
+/* The CUDA device index of the rank with this index on its host: the local rank among the host's visible devices,
+ * or 0 where CUDA_VISIBLE_DEVICES lists a single device (the launcher bound this rank to it). */
+int dist_device_index(int local_rank, const char *cuda_visible_devices);
 
 /* Sums the gradient buffer over the ranks (in place; NCCL on the cuda backend, MPI on the cpu backend). */
 void dist_allreduce_grads(Backend *be, scalar_t *grads, size_t n, long step_number);
