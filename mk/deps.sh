@@ -2,12 +2,13 @@
 # Installs the Debian packages a target group needs, only when one is missing (a fresh machine has none of them).
 # Usage: mk/deps.sh build|test|torch|fuzz   (test includes build, torch and fuzz: tests/e2e/test_twin_chain.sh runs
 # the twin and tests/e2e/test_fuzz_regressions.sh the fuzz harnesses; pandas reads the JSON-lines and CSV outputs
-# as their users do in tests/e2e/test_evaluate_predictions.sh and test_export.sh; torch alone is for the twin's fixture and
-# benchmark targets; fuzz is clang with its libFuzzer runtime, libclang-rt-dev, for mk/fuzz.mk; iproute2 and nftables
-# build the emulated hosts of tests/e2e/test_dist_hosts.sh)
+# as their users do in tests/e2e/test_evaluate_predictions.sh and test_export.sh; Slurm (slurm-wlm-basic-plugins
+# holds its PMIx plugin, mpi_pmix) and munge for tests/e2e/test_slurm.sh's one-node cluster; iproute2 and nftables
+# build the emulated hosts of tests/e2e/test_dist_hosts.sh; torch alone is for the twin's fixture and benchmark
+# targets; fuzz is clang with its libFuzzer runtime, libclang-rt-dev, for mk/fuzz.mk)
 set -euo pipefail
 build_pkgs="gcc g++ make pkg-config zlib1g-dev libcjson-dev check libsubunit-dev libopenblas-dev libarchive-dev libcurl4-openssl-dev libssl-dev openmpi-bin libopenmpi-dev"
-test_pkgs="$build_pkgs python3 python3-torch python3-numpy python3-pandas chromium clang libclang-rt-dev strace iproute2 nftables"
+test_pkgs="$build_pkgs python3 python3-torch python3-numpy python3-pandas chromium clang libclang-rt-dev strace iproute2 nftables slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge"
 torch_pkgs="python3 python3-torch python3-numpy"
 fuzz_pkgs="$build_pkgs clang libclang-rt-dev"
 case "${1:-build}" in

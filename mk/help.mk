@@ -67,6 +67,7 @@ help:
 	'  A=RUN                the first run of make diff: a name in runs/EXP (dense_qa@1a2b3c4d) or a path' \
 	'  B=RUN                the second run of make diff' \
 	'  NPROC=1              processes that train one run together (mpirun -np NPROC; changing it retrains)' \
+	'  LAUNCHER=...         how NPROC ranks start: mpirun, or srun (the default inside a Slurm allocation)' \
 	'  RESUME=auto          auto: continue an interrupted train when it can; 1: must continue; 0: start over' \
 	'  THREADS=N            CPU threads of train (default: all cores)' \
 	'  SOURCE=...           where fetch gets the data (overrides data.json "source")' \

@@ -18,7 +18,8 @@
 #   THREADS=N passes --threads N to train; EVAL_FLAGS / ANALYZE_FLAGS add flags (e.g. EVAL_FLAGS=--batch-size=32).
 #   SET="train.lr=1e-3 train.precision=bf16" passes --set KEY=VALUE (one per word) to train, evaluate and analyze of
 #   every run; NPROC=W trains each run as W data-parallel ranks on this host (mpirun -np W --oversubscribe
-#   bin/train ...; the runs' n_microbatch must be a multiple of W); NPROC 1 is the single process. `make help` lists
+#   bin/train ...; inside a Slurm allocation srun --mpi=pmix -n W; the runs' n_microbatch must be a multiple of W);
+#   NPROC 1 is the single process. `make help` lists
 #   every target and variable.
 # Variants: a run directory holds one effective config. When the config of runs/EXP/RUN changes (the file is edited,
 #   or SET differs), the finished run there is first moved aside to runs/EXP/RUN@<variant> (bin/runs --keep), so
@@ -89,20 +90,23 @@ repro_plan_goals := reproduce reproduce-stages reproduce-plan train evaluate ana
   $(RUNS_DIR)/% $(REPORT_DIR)/%
 ifneq ($(filter $(repro_plan_goals),$(MAKECMDGOALS)),)
 repro_plan_key := $(shell printf '%s\n' '$(subst ','\'',$(CODE_VERSION)|$(strip $(SEEDS))|$(RUNS)|$(strip $(SET))|$(strip \
-  $(SWEEP)))' | md5sum | cut -c1-12)
+  $(SWEEP))|$(NPROC))' | md5sum | cut -c1-12)
 REPRO_SEEDS_MK := build/plan/$(EXPERIMENT)-$(repro_plan_key).mk
 repro_plan_opts = --experiment $(EXP_DIR) $(if $(strip $(SEEDS)),--count \
   '$(strip $(SEEDS))') --set '$(subst ','\'',$(strip $(SET)))' --sweep '$(subst ','\'',$(strip $(SWEEP)))'
+# NPROC reaches bin/runs in its environment, not as an option, so that a bin/runs built before it knew NPROC (make
+# runs it before rebuilding anything) still plans, and train refuses instead.
+repro_runs = REPRO_NPROC='$(NPROC)' bin/runs
 include $(REPRO_SEEDS_MK)
 # A refusal is recorded IN the generated makefile (REPRO_SEEDS_ERROR) rather than as a failed recipe: under make -k
 # (also make test's -k, which reaches inner makes through MAKEFLAGS) a failed recipe let make go on with the run
 # list of an earlier, stale file. repro_seeds_refusal raises it as $(error) where the first recipe line of every
 # stage, of the run stamps, of reproduce-check and of compare is expanded: after make has remade this file (so a fixed
 # file is read again; not in a prerequisite list, whose second expansion make may do before remaking) and before
-# any work, so a refused SET or SWEEP changes no file. ('$$' -> '$$$$' and '#' -> '\#' keep the message literal.)
+# any work, so a refused SET, SWEEP or NPROC changes no file. ('$$' -> '$$$$' and '#' -> '\#' keep the message literal.)
 $(REPRO_SEEDS_MK): $(REPRO_SEEDS_JSON) $(foreach r,$(RUNS),$(EXP_DIR)/$(r).json) $(if $(wildcard bin/runs),,bin/runs)
 	@mkdir -p $(@D)
-	@if bin/runs --runs $(call repro_join,$(RUNS)) $(repro_plan_opts) >$@.tmp 2>$@.err; then :; else \
+	@if $(repro_runs) --runs $(call repro_join,$(RUNS)) $(repro_plan_opts) >$@.tmp 2>$@.err; then :; else \
 	  msg=$$(grep -m1 . $@.err | sed -e 's/\$$/$$$$/g' -e 's/#/\\#/g'); \
 	  echo "REPRO_SEEDS_ERROR := $${msg:-bin/runs failed without a message}" > $@.tmp; \
 	fi; rm -f $@.err; mv -f $@.tmp $@
@@ -131,7 +135,7 @@ ifneq ($(wildcard bin/runs),)
 repro_keep_log := build/plan/$(EXPERIMENT)-keep.log
 # Only the runs this make works on (RUN narrows train, evaluate and analyze).
 repro_keep_runs := $(call repro_join,$(filter $(sort $(foreach r,$(RUN),$(call repro_config,$(r)))),$(RUNS)))
-repro_keep_status := $(shell mkdir -p build/plan; [ -z '$(repro_keep_runs)' ] || bin/runs \
+repro_keep_status := $(shell mkdir -p build/plan; [ -z '$(repro_keep_runs)' ] || $(repro_runs) \
   --runs $(repro_keep_runs) $(repro_plan_opts) --keep $(RUNS_DIR) \
   >$(repro_keep_log) 2>&1; echo $$?)
 ifneq ($(repro_keep_status),0)
@@ -176,12 +180,19 @@ TRAIN_FLAGS = $(repro_resume_flag) $(if $(THREADS),--threads $(THREADS))
 repro_stage_args = --config $(EXP_DIR)/$(call repro_config,$(1)).json --data $(DATA) --backend $(BACKEND) \
   $(call repro_set_flags,$(1))
 # How train is started: NPROC ranks under mpirun, else directly. OpenMPI refuses to run as root unless told (CI runs
-# as root).
+# as root). Inside a Slurm allocation (SLURM_JOB_ID set: a batch script or a salloc shell) the ranks are a job step,
+# srun --mpi=pmix, which places them on the allocation's nodes, CPUs and GPUs; LAUNCHER=mpirun|srun overrides
+# (pipeline/base/dist.md). The launcher changes no number (tests/e2e/test_slurm.sh), so it is not in the stamp.
 ifeq ($(shell [[ '$(NPROC)' =~ ^[1-9][0-9]*$$ ]] && echo ok),)
 $(error NPROC=$(NPROC): expected a number of processes >= 1)
 endif
-REPRO_TRAIN_LAUNCH = $(if $(filter-out 1,$(NPROC)),mpirun -np $(NPROC) --oversubscribe \
-  $(if $(filter 0,$(shell id -u)),--allow-run-as-root ))
+LAUNCHER ?= $(if $(SLURM_JOB_ID),srun,mpirun)
+ifeq ($(filter mpirun srun,$(LAUNCHER)),)
+$(error LAUNCHER=$(LAUNCHER): expected mpirun or srun)
+endif
+repro_launch_mpirun = mpirun -np $(NPROC) --oversubscribe$(if $(filter 0,$(shell id -u)), --allow-run-as-root)
+repro_launch_srun = srun --mpi=pmix -n $(NPROC)
+REPRO_TRAIN_LAUNCH = $(if $(filter-out 1,$(NPROC)),$(repro_launch_$(LAUNCHER)) )
 
 .PHONY: reproduce reproduce-check reproduce-stages reproduce-plan reproduce-clean fetch tokenize train evaluate \
   analyze report export compare repro-force repro-inputs

@@ -103,8 +103,8 @@ static int parse_sweep(const char *sweep, SweepAxis *axes, int *n_axes, char *er
 }
 
 /* Loads exp_dir/config.json with the overrides, validates it as train does; its own seed and variant key. */
-static int load_point(const char *exp_dir, const char *config, char *const *sets, int n_sets, long *own_seed,
-                      char variant[RUN_VARIANT_LEN + 1], char *err, size_t errlen) {
+static int load_point(const char *exp_dir, const char *config, char *const *sets, int n_sets, long ranks,
+                      long *own_seed, char variant[RUN_VARIANT_LEN + 1], char *err, size_t errlen) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s.json", exp_dir, config) >= (int)sizeof path)
         return FAIL("%s/%s.json: path too long", exp_dir, config);
@@ -113,6 +113,11 @@ static int load_point(const char *exp_dir, const char *config, char *const *sets
     ModelConfig mc;
     TrainConfig tc;
     int rc = run_config_parse(lc.json, path, &mc, &tc, err, errlen);
+    /* train refuses the same (model/training/trainer.c); refused here, no stamp or run directory is written first */
+    if (rc == 0 && ranks > 1 && tc.n_microbatch % ranks != 0)
+        rc = FAIL("%s: train.n_microbatch %ld is not a multiple of the %ld ranks of NPROC=%ld (micro-batch k runs on "
+                  "rank k mod %ld): use an NPROC that divides %ld", path, tc.n_microbatch, ranks, ranks, ranks,
+                  tc.n_microbatch);
     if (rc == 0) {
         *own_seed = tc.seed;
         run_variant_key(lc.json, variant);
@@ -190,7 +195,7 @@ int run_plan_build(const RunPlanRequest *req, PlannedRun **out, int *n, char *er
             for (int a = 0; a < n_axes; a++) sets[ns++] = owned[a];
             long own = 0;
             char variant[RUN_VARIANT_LEN + 1];
-            rc = load_point(req->exp_dir, cfg, sets, ns, &own, variant, err, errlen);
+            rc = load_point(req->exp_dir, cfg, sets, ns, req->ranks, &own, variant, err, errlen);
             char base[256];
             if (rc == 0 && (n_axes ? snprintf(base, sizeof base, "%s@%s", cfg, variant)
                                    : snprintf(base, sizeof base, "%s", cfg)) >= (int)sizeof base)

@@ -8,8 +8,8 @@
  *     the run config, as always);
  *   - with SWEEP: RUN@<variant>[.seed<S>] per grid point, variant = run_variant_key of the point's effective config
  *     (pipeline/records/run_identity.h), so a point is its own run and the same point reached twice is the same directory.
- * Every effective config is validated as train will validate it, so a bad SET or SWEEP is refused (one line naming
- * the key) before make writes anything. */
+ * Every effective config is validated as train will validate it, so a bad SET or SWEEP, or an NPROC that does
+ * not divide a run's train.n_microbatch, is refused (one line naming the key) before make writes anything. */
 #ifndef MODEL_RUN_PLAN_H
 #define MODEL_RUN_PLAN_H
 
@@ -33,6 +33,7 @@ typedef struct {
     long count;           /* SEEDS=N, or RUN_PLAN_NO_COUNT: seeds.json, else the configs' own seeds */
     const char *set;      /* SET: "KEY=VALUE" words separated by blanks, or NULL */
     const char *sweep;    /* SWEEP: "KEY=V1,V2,..." words separated by blanks, or NULL */
+    long ranks;           /* NPROC: the ranks each run trains with (train.n_microbatch must be a multiple); 0 = 1 */
 } RunPlanRequest;
 
 /* 0, or -1 with one line in err naming the file, key or value. Free with run_plan_free. */

@@ -3,6 +3,7 @@
  *
  *   bin/runs --experiment experiments/EXP --runs dense_qa,moeut_qa [--count N] [--set "K=V ..."]
  *            [--sweep "K=V1,V2 ..."] [--keep runs/EXP | --stages PLAN_DIR --backend B --nproc N --resume R]
+ *            (environment: REPRO_NPROC=W, make's NPROC, default 1)
  *
  * Without --keep: prints a makefile fragment: REPRO_RUN_DIRS (the run directories, run by run, grid point by grid
  * point, seed by seed) and REPRO_DIR_SETS.<dir> (every --set of that directory's train, evaluate and analyze).
@@ -12,7 +13,9 @@
  * data/EXP, train, evaluate and analyze of each run directory under runs/EXP, the report in reports/EXP) and how long
  * they take (model/stage_plan.h), writes the plan mk/reproduce_stage.sh counts against into PLAN_DIR, and prints one
  * line: the stages and the estimate, or that everything is up to date.
- * A bad run config, seeds.json, SET or SWEEP is one error line naming the file or key, exit 1. */
+ * A bad run config, seeds.json, SET or SWEEP, or an NPROC that does not divide a run's train.n_microbatch, is one
+ * error line naming the file or key, exit 1. */
+#include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -90,7 +93,16 @@ int main(int argc, char **argv) {
               "Prints the run directories make trains (and their overrides) as a makefile fragment; with --keep, "
               "keeps earlier variants of the current runs aside so that nothing is overwritten.",
               opts, (int)(sizeof opts / sizeof opts[0]));
-    RunPlanRequest req = {exp_dir, runs, count == LONG_MIN ? RUN_PLAN_NO_COUNT : count, set, sweep};
+    /* make's NPROC, from the environment (mk/reproduce.mk says why); absent: 1 */
+    const char *nproc_text = getenv("REPRO_NPROC");
+    long nproc = 1;
+    if (nproc_text && *nproc_text) {
+        char *end = NULL;
+        errno = 0;
+        nproc = strtol(nproc_text, &end, 10);
+        if (errno != 0 || *end != '\0' || nproc < 1) die("NPROC=%s (REPRO_NPROC): expected a number >= 1", nproc_text);
+    }
+    RunPlanRequest req = {exp_dir, runs, count == LONG_MIN ? RUN_PLAN_NO_COUNT : count, set, sweep, nproc};
     if (count != LONG_MIN && count < 1) die("SEEDS=%ld (--count): must be in [1, 1000]", count);
     PlannedRun *plan = NULL;
     int n = 0;

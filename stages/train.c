@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/training/dist_train.h"
 #include "model/training/trainer.h"
 #include "pipeline/base/cli.h"
 #include "pipeline/base/dist.h"
@@ -57,6 +58,7 @@ int main(int argc, char **argv) {
     if (o.resume && o.auto_resume) die("--resume and --auto-resume exclude each other (give one)");
     if (dist_timeout < 0) die("--dist-timeout: must be >= 1 (got %ld)", dist_timeout);
     dist_init("train", &argc, &argv, (double)dist_timeout); /* one rank of W under mpirun/srun, else nothing */
+    dist_setup_begin(); /* until the run directory is settled, a refusal is rank 0's one line */
     log_info("threads: %d", threads_set(threads ? threads : dist_default_threads()));
     if (dist_active()) log_info("data-parallel: %d rank(s) (MPI)", dist_world());
 

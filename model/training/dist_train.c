@@ -21,10 +21,62 @@ uint64_t dist_microbatch_dropout_seed(uint64_t run_seed, long step, int n_microb
     return run_seed ^ (index * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull);
 }
 
+/* A setup verdict: the maxima over the ranks of v[0] "rank 0 failed" and v[1] "this rank failed", so every rank
+ * learns both, and a failing rank leaves only once the others know. */
+static void setup_verdict(bool failed, int v[2]) {
+    v[0] = dist_is_root() && failed;
+    v[1] = failed;
+    dist_allreduce_max_int(v, 2, "setup verdict (whether a rank refused the run)");
+}
+
+/* Every rank ends MPI before a refused setup exits: MPI_Finalize waits for all of them, so no rank leaves while a
+ * peer is still inside the verdict (whose watchdog would then report it as died). */
+static _Noreturn void setup_refused_exit(void) {
+    dist_finalize();
+    exit(1);
+}
+
+/* die() during setup: rank 0 prints; another rank prints only where rank 0 did not fail (then its reason is its own). */
+static bool setup_die_should_print(void) {
+    dist_root_phase_abandon(); /* rank 0 refused inside its phase (loading the run directory): the others stop waiting */
+    int v[2];
+    setup_verdict(true, v);
+    dist_finalize(); /* see setup_refused_exit; die() then prints (or not) and exits 1 */
+    return dist_is_root() || v[0] == 0;
+}
+
+void dist_setup_begin(void) {
+    if (dist_world() > 1) log_set_die_hook(setup_die_should_print);
+}
+
+/* A rank that set up fine: stop, silently, where another refused (it said why). */
+static void setup_passed(void) {
+    log_set_die_hook(NULL); /* an MPI failure inside the verdict prints as any other */
+    int v[2];
+    setup_verdict(false, v);
+    if (v[1]) setup_refused_exit();
+}
+
+void dist_setup_check(void) {
+    if (dist_world() == 1) return;
+    setup_passed();
+    log_set_die_hook(setup_die_should_print);
+}
+
+void dist_setup_end(void) {
+    if (dist_world() > 1) setup_passed();
+}
+
+int dist_device_index(int local_rank, const char *cuda_visible_devices) {
+    /* One device listed: the launcher gave this rank its own GPU (srun --gpus-per-task=1 lists one per task). */
+    if (cuda_visible_devices && *cuda_visible_devices && !strchr(cuda_visible_devices, ',')) return 0;
+    return local_rank;
+}
+
 void dist_assign_device(void) {
     if (dist_world() == 1) return;
     char idx[16];
-    snprintf(idx, sizeof idx, "%d", dist_local_rank());
+    snprintf(idx, sizeof idx, "%d", dist_device_index(dist_local_rank(), getenv("CUDA_VISIBLE_DEVICES")));
     if (setenv("DMMATH_CUDA_DEVICE", idx, 0) != 0) die("setenv DMMATH_CUDA_DEVICE failed");
 }
 

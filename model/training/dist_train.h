@@ -21,9 +21,22 @@ bool dist_owns_microbatch(int k);
  * global micro-batch index only, so the masks do not depend on which rank draws them or on W. */
 uint64_t dist_microbatch_dropout_seed(uint64_t run_seed, long step, int n_microbatch, int k);
 
+/* Refusals in a job of several ranks: one error line, not one per rank. Setup (config, data, model on every rank,
+ * then rank 0's decision on the run directory) ends in two collective verdicts; from dist_setup_begin to
+ * dist_setup_end a die() on any rank joins the pending verdict instead. Every rank meets the same bad config, data or
+ * options, so rank 0 alone prints and the others exit 1 without a line; a rank that fails where rank 0 did not (its
+ * host lacks the data) prints its own reason, and the others then stop silently at dist_setup_check, before rank 0
+ * touches the run directory. A refusal by rank 0 there ends the others at dist_setup_end. No-ops for one process. */
+void dist_setup_begin(void);
+void dist_setup_check(void); /* every rank has its config, data and model */
+void dist_setup_end(void);   /* rank 0 has started or resumed the run directory */
+
 /* Under a launcher with several ranks: the GPU of this rank for the cuda backend, one per rank on a host
- * (DMMATH_CUDA_DEVICE = the local rank, unless already set). Call before creating the backend. */
+ * (DMMATH_CUDA_DEVICE = dist_device_index, unless already set). Call before creating the backend. */
 void dist_assign_device(void);
+/* The CUDA device index of the rank with this index on its host: the local rank among the host's visible devices,
+ * or 0 where CUDA_VISIBLE_DEVICES lists a single device (the launcher bound this rank to it). */
+int dist_device_index(int local_rank, const char *cuda_visible_devices);
 
 /* Sums the gradient buffer over the ranks (in place; NCCL on the cuda backend, MPI on the cpu backend). */
 void dist_allreduce_grads(Backend *be, scalar_t *grads, size_t n, long step_number);

@@ -135,6 +135,7 @@ static void root_start_or_resume(void *trainer) {
 void train_resume_or_start(Trainer *t) {
     /* Loading a large checkpoint may take longer than --dist-timeout: the others wait with rank 0's signs of life. */
     dist_root_phase("wait for rank 0 to load or start the run directory", root_start_or_resume, t);
+    dist_setup_end(); /* rank 0 may have refused the run directory: the others stop here, silently */
     dist_broadcast_train_state(t->m, &t->opt, &t->st);
     dist_bcast(&t->last_saved_step, sizeof t->last_saved_step, 0, "broadcast of rank 0's training state");
     if (!dist_is_root()) loader_set_state(&t->loader, &t->st.loader);

@@ -37,12 +37,10 @@ static void load_config(Trainer *t) {
     t->prov.seed = t->tc.seed;
     if (t->a.steps_override > 0) t->tc.steps = t->a.steps_override;
     else if (t->a.steps_override != 0) die("--steps: must be >= 1 (got %ld)", t->a.steps_override);
-    if (t->tc.n_microbatch % dist_world() != 0) {
-        if (!dist_is_root()) exit(1); /* rank 0 says why: every rank would print the same line */
+    if (t->tc.n_microbatch % dist_world() != 0)
         die("%s: train.n_microbatch %ld is not a multiple of the %d ranks (micro-batch k runs on rank k mod %d): "
             "use a number of ranks that divides %ld", t->a.config_path, t->tc.n_microbatch, dist_world(),
             dist_world(), t->tc.n_microbatch);
-    }
 }
 
 /* Train shard + tokenizer consistency: the shard was made with this tokenizer, whose size is the model's V. */
@@ -158,6 +156,7 @@ Trainer *trainer_create(const TrainOptions *opts) {
     log_info("memory: parameters %.2f MiB (x4 with gradients and AdamW m, v), activations %.2f MiB for %d x %ld tokens",
              (double)model_n_params(t->m) * sizeof(scalar_t) / 1048576.0,
              (double)model_activation_bytes(t->m) / 1048576.0, bm, t->tc.context);
+    dist_setup_check(); /* a rank that could not set up stops all before rank 0 touches --out */
     return t;
 }
 

@@ -48,6 +48,9 @@ static struct {
     /* rank-0-only phases */
     MPI_Comm beat_comm;        /* a duplicate of the world: signs of life never match a collective's messages */
     atomic_int phase_over;     /* rank 0: tells the beating thread to stop */
+    bool in_root_phase;        /* rank 0: inside fn of a dist_root_phase, beater running */
+    pthread_t beater;          /* rank 0: the thread sending signs of life during the phase */
+    const char *phase_what;
 } g = {.rank = 0, .world = 1, .local_size = 1};
 
 static double mono_seconds(void) {
@@ -345,6 +348,18 @@ static void *beat_main(void *arg) {
     return NULL;
 }
 
+void dist_root_phase_abandon(void) {
+    if (!g.in_root_phase) return;
+    g.in_root_phase = false;
+    int msg = 0;
+    atomic_store(&g.phase_over, 1);
+    dist_watch_begin(g.phase_what); /* a send blocked on a peer that went away must not hang rank 0 */
+    pthread_join(g.beater, NULL);
+    for (int r = 1; r < g.world; r++)
+        MPI_CHECK(MPI_Send(&msg, 1, MPI_INT, r, TAG_DONE, g.beat_comm), g.phase_what);
+    dist_watch_end();
+}
+
 void dist_root_phase(const char *what, void (*fn)(void *ctx), void *ctx) {
     if (!g.active || g.world == 1) {
         fn(ctx);
@@ -353,15 +368,12 @@ void dist_root_phase(const char *what, void (*fn)(void *ctx), void *ctx) {
     int msg = 0;
     if (g.rank == 0) {
         atomic_store(&g.phase_over, 0);
-        pthread_t beater;
-        int err = pthread_create(&beater, NULL, beat_main, NULL);
+        int err = pthread_create(&g.beater, NULL, beat_main, NULL);
         if (err != 0) die("cannot start the thread that signals rank 0's %s: %s", what, strerror(err));
+        g.in_root_phase = true;
+        g.phase_what = what;
         fn(ctx);
-        atomic_store(&g.phase_over, 1);
-        dist_watch_begin(what); /* a send blocked on a peer that went away must not hang rank 0 */
-        pthread_join(beater, NULL);
-        for (int r = 1; r < g.world; r++) MPI_CHECK(MPI_Send(&msg, 1, MPI_INT, r, TAG_DONE, g.beat_comm), what);
-        dist_watch_end();
+        dist_root_phase_abandon(); /* the normal end: the same steps */
         return;
     }
     /* The others: every sign of life restarts the clock; TAG_DONE comes after the last one (messages between two

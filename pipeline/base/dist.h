@@ -53,6 +53,11 @@ void dist_allgather_str(const char *mine, char *out /* [world*128] */, const cha
  * distributed: fn(ctx). */
 void dist_root_phase(const char *what, void (*fn)(void *ctx), void *ctx);
 
+/* Rank 0, leaving fn of a dist_root_phase without returning (fn refused the run and dies): stops the signs of life
+ * and ends the phase for the others, who then return from dist_root_phase as if fn had finished, so that they can
+ * take part in whatever collective rank 0 does next (the setup verdict). Nothing outside a phase or off rank 0. */
+void dist_root_phase_abandon(void);
+
 /* For code outside this file that waits on a peer by other means (NCCL): the watchdog watches the region between
  * dist_watch_begin and dist_watch_end like an MPI collective. */
 void dist_watch_begin(const char *what);

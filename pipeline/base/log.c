@@ -67,11 +67,19 @@ void log_error(const char *fmt, ...) {
     va_end(ap);
 }
 
+static bool (*g_die_hook)(void);
+
+void log_set_die_hook(bool (*should_print)(void)) { g_die_hook = should_print; }
+
 _Noreturn void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vlog("error", fmt, ap);
-    va_end(ap);
+    bool (*hook)(void) = g_die_hook;
+    g_die_hook = NULL;
+    if (!hook || hook()) {
+        va_list ap;
+        va_start(ap, fmt);
+        vlog("error", fmt, ap);
+        va_end(ap);
+    }
     exit(1);
 }
 

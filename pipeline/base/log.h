@@ -5,6 +5,7 @@
 
 #include <errno.h>  /* CHECK_SYS uses errno and strerror */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,10 @@ void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* "<program>: error: ..." */
 _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* When set, die() first asks should_print whether to print its line (false: exit 1 without it). For a data-parallel
+ * job's setup, where every rank meets the same bad input and rank 0 alone says so (model/training/dist_train.h).
+ * die() clears the hook before calling it, so a die() inside it prints. NULL removes it. */
+void log_set_die_hook(bool (*should_print)(void));
 
 /* Checking macros: name the call, file and line on failure, then exit(1). */
 #define CHECK_ALLOC(p)                                                                                        \

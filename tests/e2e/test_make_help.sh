@@ -22,6 +22,7 @@ declare -A INTERNAL_TARGETS=(
 )
 declare -A INTERNAL_VARIABLES=(
   [REPRO_SEEDS_ERROR]="written by the generated seeds makefile (build/seeds/*.mk), not by a user"
+  [SLURM_JOB_ID]="set by Slurm inside an allocation (make then launches with srun); help names LAUNCHER"
 )
 MAKE_OWN="MAKE MAKECMDGOALS MAKEFLAGS MAKELEVEL MFLAGS CURDIR SHELL MAKEFILE_LIST .DEFAULT_GOAL"
 NEW_TARGETS="sweep diff prune export"

@@ -1,7 +1,8 @@
 /* The data-parallel layer without a launcher (pipeline/base/dist.h, model/training/dist_train.h): train started without mpirun is
  * one process of world size 1 that never calls MPI, every collective leaves its data as it is, this process owns
- * every micro-batch, rank-0-only work (dist_root_phase) runs once; the expert-dropout seed of a micro-batch depends only on the run seed and the global
- * micro-batch index (so not on the rank that draws it); finalize hooks run last-registered first. */
+ * every micro-batch, rank-0-only work (dist_root_phase) runs once; the expert-dropout seed of a micro-batch depends
+ * only on the run seed and the global micro-batch index (so not on the rank that draws it); finalize hooks run
+ * last-registered first; a rank's GPU is its local rank, or device 0 where the launcher made one GPU visible to it. */
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -84,6 +85,17 @@ START_TEST(dropout_seed_depends_on_global_microbatch_only) {
 }
 END_TEST
 
+START_TEST(device_index_is_the_local_rank_unless_the_launcher_bound_one_gpu) {
+    /* mpirun, or srun with the node's GPUs visible to every task: rank i of the host takes device i */
+    ck_assert_int_eq(dist_device_index(3, NULL), 3);
+    ck_assert_int_eq(dist_device_index(3, ""), 3);
+    ck_assert_int_eq(dist_device_index(1, "0,1,2,3"), 1);
+    /* srun --gpus-per-task=1: each task sees its own GPU only, as device 0 */
+    ck_assert_int_eq(dist_device_index(1, "1"), 0);
+    ck_assert_int_eq(dist_device_index(7, "GPU-5e2a"), 0);
+}
+END_TEST
+
 static char order[8];
 static int n_order;
 static void hook_a(void) { order[n_order++] = 'a'; }
@@ -109,6 +121,7 @@ static Suite *dist_suite(void) {
     tcase_add_test(tc, root_phase_runs_once_in_a_single_process);
     tcase_add_test(tc, dropout_seed_depends_on_global_microbatch_only);
     tcase_add_test(tc, finalize_hooks_run_last_first);
+    tcase_add_test(tc, device_index_is_the_local_rank_unless_the_launcher_bound_one_gpu);
     suite_add_tcase(s, tc);
     return s;
 }
