@@ -95,14 +95,14 @@ int main(int argc, char **argv) {
               opts, (int)(sizeof opts / sizeof opts[0]));
     /* make's NPROC, from the environment (mk/reproduce.mk says why); absent: 1 */
     const char *nproc_text = getenv("REPRO_NPROC");
-    long nproc = 1;
+    long ranks = 1;
     if (nproc_text && *nproc_text) {
         char *end = NULL;
         errno = 0;
-        nproc = strtol(nproc_text, &end, 10);
-        if (errno != 0 || *end != '\0' || nproc < 1) die("NPROC=%s (REPRO_NPROC): expected a number >= 1", nproc_text);
+        ranks = strtol(nproc_text, &end, 10);
+        if (errno != 0 || *end != '\0' || ranks < 1) die("NPROC=%s (REPRO_NPROC): expected a number >= 1", nproc_text);
     }
-    RunPlanRequest req = {exp_dir, runs, count == LONG_MIN ? RUN_PLAN_NO_COUNT : count, set, sweep, nproc};
+    RunPlanRequest req = {exp_dir, runs, count == LONG_MIN ? RUN_PLAN_NO_COUNT : count, set, sweep, ranks};
     if (count != LONG_MIN && count < 1) die("SEEDS=%ld (--count): must be in [1, 1000]", count);
     PlannedRun *plan = NULL;
     int n = 0;
