@@ -73,7 +73,7 @@ enum {
 };
 // routing_plan (cuda_cvmm_plan.cu)
 enum {
-    SCRATCH_PLAN_INFO = 0, // int32_t[E + 3]: the plan's per-expert results read back to the host
+    SCRATCH_PLAN_INFO = 0, // int32_t[E + 3]: offsets[E + 1] | first bad entry | its id, read back to the host
     SCRATCH_PLAN_TEMP = 1, // int32_t[...]: counts | base | chunk_bad | scan temporaries, per (expert, chunk)
 };
 // cvmm_forward, cvmm_backward (cuda_cvmm.cu); M routed rows, in plan (expert-sorted) order
@@ -89,8 +89,8 @@ enum {
 enum { SCRATCH_MATMUL_A_BF16 = 8 /* bf16[M, K] */, SCRATCH_MATMUL_B_BF16 = 9 /* bf16[K, N] */ };
 // column_sums, embedding_backward (cuda_dense.cu)
 enum {
-    SCRATCH_COLSUM_PARTIAL_A = 0, // double[chunks, C]: each row chunk's column sums of a (dy)
-    SCRATCH_COLSUM_PARTIAL_B = 1, // double[chunks, C]: each row chunk's column sums of b (dy * xhat; LayerNorm)
+    SCRATCH_COLSUM_PARTIAL_A = 0, // double[chunks, C]: each row chunk's column sums of dy * xhat (LayerNorm) or dy
+    SCRATCH_COLSUM_PARTIAL_B = 1, // double[chunks, C]: each row chunk's column sums of dy (LayerNorm only)
     SCRATCH_EMBED_STAGE = 0,      // int32_t[N + 2U + 1]: perm[N] | start[U + 1] | uniq[U] (U distinct tokens)
 };
 // cross_entropy, sum_squares, all_finite (cuda_loss_optim.cu)
@@ -103,17 +103,17 @@ enum {
 // attention_forward, attention_backward (cuda_attention.cu, cuda_attention_gemm.cu); the GEMM path packs the
 // (batch, head) pairs head-major [B*H, T, ldD] and works on `chunk` pairs at a time
 enum {
-    SCRATCH_ATTN_ROWDOT = 0,      // float[B*H, T]: Di = <dO_i, O_i> (backward)
-    SCRATCH_ATTN_Q = 1,           // [B*H, Tq, ldD] float or bf16: packed queries
-    SCRATCH_ATTN_K = 2,           // [B*H, Tk, ldD]: packed keys
-    SCRATCH_ATTN_V = 3,           // [B*H, Tk, ldD]: packed values
-    SCRATCH_ATTN_OUT = 4,         // float[chunk, Tq, ldD]: the chunk's outputs (forward)
-    SCRATCH_ATTN_DOUT = 4,        // [B*H, T, ldD]: packed output gradients (backward)
-    SCRATCH_ATTN_SCORES = 5,      // float[chunk, Tq, ldK]: scores S, then probabilities P
-    SCRATCH_ATTN_DPROBS = 6,      // float[chunk, T, ldK]: dP (backward)
-    SCRATCH_ATTN_PROBS_BF16 = 7,  // bf16[chunk, Tq, ldK]: P for the P @ V GEMM (bf16 mode)
+    SCRATCH_ATTN_ROWDOT = 0,       // float[B*H, T]: Di = <dO_i, O_i> (backward)
+    SCRATCH_ATTN_Q = 1,            // [B*H, Tq, ldD] float or bf16: packed queries
+    SCRATCH_ATTN_K = 2,            // [B*H, Tk, ldD]: packed keys
+    SCRATCH_ATTN_V = 3,            // [B*H, Tk, ldD]: packed values
+    SCRATCH_ATTN_OUT = 4,          // float[chunk, Tq, ldD]: the chunk's outputs (forward)
+    SCRATCH_ATTN_DOUT = 4,         // [B*H, T, ldD]: packed output gradients (backward)
+    SCRATCH_ATTN_SCORES = 5,       // float[chunk, Tq, ldK]: scores S, then probabilities P
+    SCRATCH_ATTN_DPROBS = 6,       // float[chunk, T, ldK]: dP (backward)
+    SCRATCH_ATTN_PROBS_BF16 = 7,   // bf16[chunk, Tq, ldK]: P for the P @ V GEMM (bf16 mode)
     SCRATCH_ATTN_DSCORES_BF16 = 8, // bf16[chunk, T, ldK]: dS (bf16 mode, backward)
-    SCRATCH_ATTN_GRADS = 9,       // float[3][chunk, T, ldD]: the chunk's dQ, dK, dV (backward)
+    SCRATCH_ATTN_GRADS = 9,        // float[3][chunk, T, ldD]: the chunk's dQ, dK, dV (backward)
 };
 // entropy_reg, switch_balance (cuda_routing.cu)
 enum {
