@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "pipeline/base/atomic_file.h"
 #include "pipeline/base/config.h"
@@ -153,17 +152,12 @@ static int raw_manifest_check_listed_exist(const RawManifest *m, const char *dir
 
 /* ---- reading the files ---- */
 
-static int is_dir(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 /* Reads and validates every *.txt of raw/<sub>; a missing directory is an error only when required. */
 static int read_dir(const char *raw_dir, const char *sub, const char *split, int required, const regex_t *exclude,
                     RawManifest *m, InputList *out, int *n_excluded, char *err, size_t errlen) {
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/%s", raw_dir, sub);
-    if (!is_dir(dir)) {
+    if (!is_dir(dir, FOLLOW_LINKS)) {
         if (!required) {
             log_warn("%s: no such split directory; skipped", dir);
             return 0;

@@ -105,7 +105,10 @@ BACKEND_OP(void, router_gates_backward, (Backend *be, scalar_t *dlogits, const s
  *   P_{g,i} = (1/n) sum_t softmax(l_{t,g})_i
  *   value   = (1/G) sum_g E sum_i f_{g,i} P_{g,i}                    (1 for a uniform router)
  * Returns value (unscaled; 0 when n = 0). If dlogits != NULL: dlogits = coef * d(value)/d(logits) (overwrite),
- * i.e. coef * E / (G n) * p_e (f_e - sum_i f_i p_i) at valid positions, 0 elsewhere. */
+ * i.e. coef * E / (G n) * p_e (f_e - sum_i f_i p_i) at valid positions, 0 elsewhere.
+ * One op, not composed in model code from softmax sums, expert_count and a per-row gradient op: the CPU could keep
+ * its sums and their order, but on CUDA that form needs a second log-sum-exp pass over the logits (this op shares one
+ * between the statistics and the gradient) and a separate counting kernel and copy: more work per call, no gain. */
 BACKEND_OP(double, switch_balance, (Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
                                     const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef))
 /* expert_count: counts[g*E + e] += the number of slots j of the positions n with valid[n] != 0 (valid[N], NULL =
@@ -158,7 +161,10 @@ BACKEND_OP(void, cvmm_backward, (Backend *be, scalar_t *dX, scalar_t *dW, scalar
  * (with all positions valid this is -mean_{b,g} H_{b,g}, the spec's layers_time form).
  * Returns value (unscaled). If dlogits != NULL: dlogits = coef * d(value)/d(logits) (overwrite), i.e. for a
  * valid position of sequence j: coef * p (log pbar_j - sum_e p log pbar_j) * mean_i(1/cnt_i) / (B*G); 0 elsewhere.
- * Sequences with no valid position are left out of B entirely. */
+ * Sequences with no valid position are left out of B entirely.
+ * One op for the reason switch_balance is: composed from per-sequence softmax sums and a per-row gradient op, the CUDA
+ * form needs a second log-sum-exp pass over the logits and sends log pbar [B,G,E] to the host and back (this op
+ * returns only H [B,G]). */
 BACKEND_OP(double, entropy_reg, (Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R,
                                  int B, int T, int G, int E, scalar_t coef))
 

@@ -18,7 +18,7 @@ void model_layer_schedule(const ModelConfig *cfg, LayerApp *apps, int n_distinct
     n_distinct[LAYER_DENSE] = n_apps[LAYER_DENSE] = n_dense;
     if (cfg->arch != ARCH_MOEUT) return;
     const int Gs = cfg->group_size;
-    if (Gs < 1 || (L - n_dense) % Gs != 0) die("model: %d MoEUT applications in groups of %d", L - n_dense, Gs);
+    if (!model_config_groups_whole(cfg)) die("model: %d MoEUT applications in groups of %d", L - n_dense, Gs);
     for (int a = n_dense; a < L; a++) {
         const int j = a - n_dense;
         apps[a] = (LayerApp){LAYER_MOEUT, j % Gs, j / Gs, j};

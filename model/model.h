@@ -62,6 +62,9 @@ int model_config_from_json(ModelConfig *cfg, const struct cJSON *obj, const char
 struct cJSON *model_config_to_json(const ModelConfig *cfg); /* every key, for provenance and checkpoints */
 int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen);
 int model_config_n_rot(const ModelConfig *cfg); /* int(0.5*D) rounded down to even */
+/* MoEUT: whether the n_layers - n_dense_first MoEUT applications split into whole groups of group_size >= 1 layers.
+ * The one statement of that rule: model_config_validate reports it, the layer schedule and the MoEUT layer rely on it. */
+bool model_config_groups_whole(const ModelConfig *cfg);
 /* Coefficient of StepStats.reg_ffn in the objective: entropy_reg (balance "entropy"), balance_alpha ("switch"),
  * 0 ("none", and the dense model). */
 double model_config_ffn_balance_coef(const ModelConfig *cfg);

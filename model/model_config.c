@@ -365,7 +365,7 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
                      cfg->n_layers, cfg->n_dense_first);
             return -1;
         }
-        if ((cfg->n_layers - cfg->n_dense_first) % cfg->group_size != 0) {
+        if (!model_config_groups_whole(cfg)) {
             if (cfg->n_dense_first == 0)
                 snprintf(err, errlen, "model.group_size: n_layers %d is not a multiple of group_size %d", cfg->n_layers,
                          cfg->group_size);
@@ -420,6 +420,10 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
         return -1;
     }
     return 0;
+}
+
+bool model_config_groups_whole(const ModelConfig *cfg) {
+    return cfg->group_size >= 1 && (cfg->n_layers - cfg->n_dense_first) % cfg->group_size == 0;
 }
 
 int model_config_n_rot(const ModelConfig *cfg) {

@@ -13,7 +13,7 @@
 static void check_config(const ModelConfig *c) {
     if (c->d_model <= 0 || c->n_heads <= 0 || c->d_head <= 0 || c->n_layers <= 0 || c->group_size <= 0)
         die("moeut: d_model, n_heads, d_head, n_layers and group_size must be positive");
-    if (c->n_dense_first < 0 || c->n_dense_first >= c->n_layers || (c->n_layers - c->n_dense_first) % c->group_size != 0)
+    if (c->n_dense_first < 0 || c->n_dense_first >= c->n_layers || !model_config_groups_whole(c))
         die("moeut: n_layers (%d) - n_dense_first (%d) must be a positive multiple of group_size (%d)", c->n_layers,
             c->n_dense_first, c->group_size);
     if (c->n_shared_experts < 0) die("moeut: n_shared_experts must be >= 0 (got %d)", c->n_shared_experts);

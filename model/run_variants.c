@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -17,11 +16,6 @@
 #include "pipeline/records/run_identity.h"
 
 #define FAIL(...) (set_err(err, errlen, __VA_ARGS__), -1)
-
-static int is_dir(const char *path) {
-    struct stat st;
-    return lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 /* The finished run's record in dir (result.json), or NULL when there is none or it cannot be read: evaluate
  * writes it atomically, so an unreadable one was not written by a finished run (and evaluate will replace it). */
@@ -60,14 +54,14 @@ static int keep_one(const char *exp_dir, const char *runs_dir, const PlannedRun 
     snprintf(cur, sizeof cur, "%s/%s", runs_dir, r->dir);
     snprintf(back, sizeof back, "%s/%s@%s%s", runs_dir, r->config, wanted, seed_part);
     int rc = 0;
-    if (is_dir(cur)) {
+    if (is_dir(cur, NO_FOLLOW_LINKS)) {
         cJSON *rec = load_result(cur);
         const cJSON *config = rec ? cJSON_GetObjectItemCaseSensitive(rec, "config") : NULL;
         if (rec && run_variant_key(config, held) == 0 && strcmp(held, wanted) != 0) {
             snprintf(aside, sizeof aside, "%s/%s@%s%s", runs_dir, r->config, held, seed_part);
             char change[2048];
             describe_change(config, lc.json, change, sizeof change);
-            if (is_dir(aside) && remove_tree(aside) != 0)
+            if (is_dir(aside, NO_FOLLOW_LINKS) && remove_tree(aside) != 0)
                 rc = FAIL("%s: cannot remove an older copy of the same variant: %s", aside, strerror(errno));
             else if (rename(cur, aside) != 0)
                 rc = FAIL("%s: cannot move it aside to %s: %s", cur, aside, strerror(errno));
@@ -77,7 +71,7 @@ static int keep_one(const char *exp_dir, const char *runs_dir, const PlannedRun 
         cJSON_Delete(rec);
     }
     /* Bring back a run of the wanted config that was moved aside (its records carry the current name). */
-    if (rc == 0 && !is_dir(cur) && is_dir(back)) {
+    if (rc == 0 && !is_dir(cur, NO_FOLLOW_LINKS) && is_dir(back, NO_FOLLOW_LINKS)) {
         cJSON *rec = load_result(back);
         const cJSON *run = rec ? cJSON_GetObjectItemCaseSensitive(rec, "run") : NULL;
         if (cJSON_IsString(run) && strcmp(run->valuestring, r->dir) == 0) {
@@ -92,7 +86,7 @@ static int keep_one(const char *exp_dir, const char *runs_dir, const PlannedRun 
 
 int run_variants_keep(const char *exp_dir, const char *runs_dir, const PlannedRun *runs, int n, char *err,
                       size_t errlen) {
-    if (!is_dir(runs_dir)) return 0; /* nothing trained yet */
+    if (!is_dir(runs_dir, NO_FOLLOW_LINKS)) return 0; /* nothing trained yet */
     for (int i = 0; i < n; i++) {
         char variant[RUN_VARIANT_LEN + 1];
         run_name_variant(runs[i].dir, variant);

@@ -17,8 +17,8 @@ void cpu_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, i
     if (n_rot < 0 || n_rot % 2 != 0 || n_rot > D) die("rope: n_rot=%d must be even and in [0, D=%d]", n_rot, D);
     if (n_rot == 0 || T <= 0 || B <= 0) return;
     int half = n_rot / 2;
-    scalar_t *cos_t = cpu_scratch(be, SCRATCH_A, (size_t)T * half * sizeof(scalar_t)); /* [T, half] */
-    scalar_t *sin_t = cpu_scratch(be, SCRATCH_B, (size_t)T * half * sizeof(scalar_t)); /* [T, half] */
+    scalar_t *cos_t = cpu_scratch(be, SCRATCH_ROPE_COS, (size_t)T * half * sizeof(scalar_t)); /* [T, half] */
+    scalar_t *sin_t = cpu_scratch(be, SCRATCH_ROPE_SIN, (size_t)T * half * sizeof(scalar_t)); /* [T, half] */
     for (int i = 0; i < half; i++) {
         float inv_freq = 1.0f / powf((float)base, (float)(2 * i) / (float)n_rot);
         for (int t = 0; t < T; t++) {
@@ -85,7 +85,7 @@ void cpu_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const scal
     if (B <= 0 || H <= 0 || Tq <= 0) return;
     int n_threads = omp_get_max_threads();
     size_t per_thread = (size_t)QBLOCK * Tk;
-    scalar_t *scratch = cpu_scratch(be, SCRATCH_A, (size_t)n_threads * per_thread * sizeof(scalar_t));
+    scalar_t *scratch = cpu_scratch(be, SCRATCH_ATTN_SCORES, (size_t)n_threads * per_thread * sizeof(scalar_t));
     int ld = H * D; /* stride between consecutive time steps of one head */
     int blas_threads = cpu_blas_single_begin();
 #pragma omp parallel for schedule(static) num_threads(n_threads)
@@ -135,7 +135,7 @@ void cpu_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *d
     if (B <= 0 || H <= 0 || T <= 0) return;
     int n_threads = omp_get_max_threads();
     size_t per_thread = 2 * (size_t)QBLOCK * T;
-    scalar_t *scratch = cpu_scratch(be, SCRATCH_A, (size_t)n_threads * per_thread * sizeof(scalar_t));
+    scalar_t *scratch = cpu_scratch(be, SCRATCH_ATTN_SCORES, (size_t)n_threads * per_thread * sizeof(scalar_t));
     int ld = H * D;
     int blas_threads = cpu_blas_single_begin();
 #pragma omp parallel for schedule(static) num_threads(n_threads)

@@ -38,7 +38,7 @@ static void cpu_synchronize(Backend *be) {}
 
 void *cpu_scratch(Backend *be, int slot, size_t bytes) {
     CpuImpl *impl = (CpuImpl *)be->impl;
-    if (slot < 0 || slot >= (int)(sizeof impl->cap / sizeof impl->cap[0])) die("cpu backend: bad scratch slot %d", slot);
+    if (slot < 0 || slot >= CPU_SCRATCH_BUFFERS) die("cpu backend: bad scratch slot %d", slot);
     if (bytes == 0) bytes = CPU_ALIGN;
     if (impl->cap[slot] < bytes) {
         free(impl->buf[slot]);
@@ -59,7 +59,7 @@ static void cpu_destroy(Backend *be) {
     if (!be) return;
     CpuImpl *impl = (CpuImpl *)be->impl;
     if (impl) {
-        for (size_t i = 0; i < sizeof impl->cap / sizeof impl->cap[0]; i++) free(impl->buf[i]);
+        for (int i = 0; i < CPU_SCRATCH_BUFFERS; i++) free(impl->buf[i]);
         free(impl);
     }
     free(be);

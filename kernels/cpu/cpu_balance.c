@@ -29,10 +29,10 @@ double cpu_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, c
                        int T, int G, int E, scalar_t coef) {
     size_t n_logits = (size_t)R * B * T * G * E;
     int n_threads = omp_get_max_threads();
-    double *cnt = cpu_scratch(be, SCRATCH_A, (size_t)B * sizeof(double));            /* [B] R * valid positions */
-    double *logpbar = cpu_scratch(be, SCRATCH_B, (size_t)B * G * E * sizeof(double)); /* [B,G,E] */
-    double *H = cpu_scratch(be, SCRATCH_C, (size_t)B * G * sizeof(double));           /* [B,G] */
-    double *prow = cpu_scratch(be, SCRATCH_D, (size_t)n_threads * E * sizeof(double)); /* per-thread softmax row */
+    double *cnt = cpu_scratch(be, SCRATCH_EREG_COUNT, (size_t)B * sizeof(double));
+    double *logpbar = cpu_scratch(be, SCRATCH_EREG_LOG_PBAR, (size_t)B * G * E * sizeof(double)); /* [B,G,E] */
+    double *H = cpu_scratch(be, SCRATCH_EREG_ENTROPY, (size_t)B * G * sizeof(double));            /* [B,G] */
+    double *prow = cpu_scratch(be, SCRATCH_BALANCE_SOFTMAX, (size_t)n_threads * E * sizeof(double));
 
     int n_seq = 0; /* sequences with at least one valid position: the B of the formula */
     for (int b = 0; b < B; b++) {
@@ -104,9 +104,9 @@ double cpu_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits
     const long N = (long)B * T;
     const size_t GE = (size_t)G * E;
     int n_threads = omp_get_max_threads();
-    double *f = cpu_scratch(be, SCRATCH_A, GE * sizeof(double));                      /* [G,E] load fraction */
-    double *P = cpu_scratch(be, SCRATCH_B, GE * sizeof(double));                      /* [G,E] mean probability */
-    double *prow = cpu_scratch(be, SCRATCH_D, (size_t)n_threads * E * sizeof(double)); /* per-thread softmax row */
+    double *f = cpu_scratch(be, SCRATCH_SWB_LOAD, GE * sizeof(double)); /* [G,E] load fraction */
+    double *P = cpu_scratch(be, SCRATCH_SWB_MEAN_PROB, GE * sizeof(double));
+    double *prow = cpu_scratch(be, SCRATCH_BALANCE_SOFTMAX, (size_t)n_threads * E * sizeof(double));
     long n = 0;
     for (long t = 0; t < N; t++) n += valid ? (valid[t] != 0) : 1;
     if (n == 0) {

@@ -27,7 +27,7 @@ void cpu_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, i
     }
     for (int e = 0; e < n_experts; e++) offset[e + 1] += offset[e];
     /* stable scatter: entries are visited in p order, cursor[e] = next free sorted position of expert e */
-    int32_t *cursor = cpu_scratch(be, SCRATCH_H, (size_t)n_experts * sizeof(int32_t));
+    int32_t *cursor = cpu_scratch(be, SCRATCH_PLAN_CURSOR, (size_t)n_experts * sizeof(int32_t));
     memcpy(cursor, offset, (size_t)n_experts * sizeof(int32_t));
     for (int p = 0; p < M; p++) {
         int m = cursor[sel[p]]++;
@@ -45,7 +45,7 @@ void cpu_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, i
 
 /* per-expert GEMM descriptors for cpu_gemm_batch */
 static CpuGemm *expert_gemms(Backend *be, int n_experts) {
-    return cpu_scratch(be, SCRATCH_I, (size_t)n_experts * sizeof(CpuGemm));
+    return cpu_scratch(be, SCRATCH_CVMM_GEMMS, (size_t)n_experts * sizeof(CpuGemm));
 }
 
 /* Xs[m, :] = X[perm[m] / in_div, :]  (rows gathered in sorted order) */
@@ -62,12 +62,13 @@ void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_
     if (M == 0) return;
     const scalar_t *Xs = X; /* [M, Kin] inputs in plan order */
     if (!(order & CVMM_IN_SORTED)) {
-        scalar_t *buf = cpu_scratch(be, SCRATCH_D, (size_t)M * Kin * sizeof(scalar_t));
+        scalar_t *buf = cpu_scratch(be, SCRATCH_CVMM_X_SORTED, (size_t)M * Kin * sizeof(scalar_t));
         gather_rows(buf, X, pl->perm, M, in_div, Kin);
         Xs = buf;
     }
     /* [M, Nout] outputs in plan order: the caller's Y itself when it takes them so */
-    scalar_t *Ys = (order & CVMM_OUT_SORTED) ? Y : cpu_scratch(be, SCRATCH_E, (size_t)M * Nout * sizeof(scalar_t));
+    scalar_t *Ys =
+        (order & CVMM_OUT_SORTED) ? Y : cpu_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(scalar_t));
     const int32_t *off = pl->offset;
     CpuGemm *g = expert_gemms(be, n_experts);
     for (int e = 0; e < n_experts; e++) /* Ys_e[c, Nout] = Xs_e[c, Kin] @ W[e][Kin, Nout] */
@@ -114,7 +115,7 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
     scalar_t *Gbuf = NULL;
     const scalar_t *Gs = dY;
     if (!(order & CVMM_OUT_SORTED)) {
-        Gbuf = cpu_scratch(be, SCRATCH_E, (size_t)M * Nout * sizeof(scalar_t));
+        Gbuf = cpu_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(scalar_t));
         gather_rows(Gbuf, dY, perm, M, w ? out_div : 1, Nout);
         Gs = Gbuf;
     }
@@ -122,11 +123,11 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
     if (want_Xs && (order & CVMM_IN_SORTED)) {
         Xs = X;
     } else if (want_Xs) {
-        scalar_t *buf = cpu_scratch(be, SCRATCH_D, (size_t)M * Kin * sizeof(scalar_t));
+        scalar_t *buf = cpu_scratch(be, SCRATCH_CVMM_X_SORTED, (size_t)M * Kin * sizeof(scalar_t));
         gather_rows(buf, X, perm, M, in_div, Kin);
         Xs = buf;
     }
-    scalar_t *Qs = want_Q ? cpu_scratch(be, SCRATCH_F, (size_t)M * Kin * sizeof(scalar_t)) : NULL; /* [M, Kin] */
+    scalar_t *Qs = want_Q ? cpu_scratch(be, SCRATCH_CVMM_DX_SORTED, (size_t)M * Kin * sizeof(scalar_t)) : NULL;
 
     CpuGemm *g = expert_gemms(be, n_experts);
     if (want_Q) {

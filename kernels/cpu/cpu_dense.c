@@ -51,7 +51,7 @@ void cpu_gemm_batch(int transA, int transB, scalar_t alpha, scalar_t beta, const
             n_tiles += ((d->M + GEMM_TILE_M - 1) / GEMM_TILE_M) * ((d->N + GEMM_TILE_N - 1) / GEMM_TILE_N);
     }
     if (n_tiles == 0) return;
-    GemmTile *tiles = cpu_scratch(be, SCRATCH_G, (size_t)n_tiles * sizeof(GemmTile));
+    GemmTile *tiles = cpu_scratch(be, SCRATCH_GEMM_TILES, (size_t)n_tiles * sizeof(GemmTile));
     int t = 0;
     for (int g = 0; g < n_gemms; g++) {
         const CpuGemm *d = &gemms[g];

@@ -29,17 +29,53 @@
 #define sc_sin sinf
 #endif
 
-/* Backend-private state: scratch buffers grown on demand (ops are called from one thread at a time). */
+/* Scratch: CPU_SCRATCH_BUFFERS buffers grown on demand and shared by every op (ops are called from one thread at a
+ * time, and nothing in a buffer outlives the op call that filled it). Each op names the buffers it uses after what
+ * they hold, below: the names one op uses are different buffers (alive at the same time), names of different ops may
+ * be the same buffer. Shapes are in the op's own dimensions; "threads" = omp_get_max_threads(). */
+enum { CPU_SCRATCH_BUFFERS = 10 };
+
 typedef struct {
-    void *buf[10];
-    size_t cap[10];
+    void *buf[CPU_SCRATCH_BUFFERS];
+    size_t cap[CPU_SCRATCH_BUFFERS];
 } CpuImpl;
 
-/* Scratch slots (each op uses distinct slots for buffers alive at the same time). */
-enum { SCRATCH_A = 0, SCRATCH_B, SCRATCH_C, SCRATCH_D, SCRATCH_E, SCRATCH_F, SCRATCH_G, SCRATCH_H, SCRATCH_I, SCRATCH_J };
-/* SCRATCH_G is reserved for cpu_gemm_batch's tile list, SCRATCH_I for cvmm's per-expert GEMM descriptors. */
+/* cpu_gemm_batch (cpu_dense.c) runs inside every op that multiplies matrices, so no other op uses its buffer. */
+enum { SCRATCH_GEMM_TILES = 6 /* GemmTile[n_tiles]: the tiles of all the batch's GEMMs */ };
+/* routing_plan (cpu_cvmm.c) */
+enum { SCRATCH_PLAN_CURSOR = 7 /* int32_t[n_experts]: the next free sorted position of each expert */ };
+/* cvmm_forward, cvmm_backward (cpu_cvmm.c); M routed rows, in plan (expert-sorted) order */
+enum {
+    SCRATCH_CVMM_X_SORTED = 3,  /* scalar_t[M, Kin]: the inputs X gathered in plan order */
+    SCRATCH_CVMM_Y_SORTED = 4,  /* scalar_t[M, Nout]: forward outputs, or backward output gradients, in plan order */
+    SCRATCH_CVMM_DX_SORTED = 5, /* scalar_t[M, Kin]: backward Q = dY_p @ W[e]^T in plan order */
+    SCRATCH_CVMM_GEMMS = 8,     /* CpuGemm[n_experts]: the per-expert GEMMs handed to cpu_gemm_batch */
+};
+/* cross_entropy, sum_squares (cpu_loss_optim.c) */
+enum {
+    SCRATCH_XENT_ROW_LOSS = 0, /* double[N]: each row's loss, summed in row order afterwards */
+    SCRATCH_XENT_EXPS = 1,     /* scalar_t[threads, V]: each thread's exp(logit - row max) */
+    SCRATCH_SUMSQ_PARTIAL = 0, /* double[n_chunks]: each fixed-size chunk's sum of squares, summed serially */
+};
+/* rope, attention_forward, attention_backward (cpu_attention.c) */
+enum {
+    SCRATCH_ROPE_COS = 0,    /* scalar_t[T, n_rot/2]: cos(angle) per position and frequency */
+    SCRATCH_ROPE_SIN = 1,    /* scalar_t[T, n_rot/2]: sin(angle) */
+    SCRATCH_ATTN_SCORES = 0, /* scalar_t[threads, QBLOCK * Tk]: each thread's score block P (backward: P and dP,
+                              * twice as long) */
+};
+/* entropy_reg, switch_balance (cpu_balance.c) */
+enum {
+    SCRATCH_EREG_COUNT = 0,      /* double[B]: R * valid positions of each sequence */
+    SCRATCH_EREG_LOG_PBAR = 1,   /* double[B, G, E]: log of the mean routing softmax per sequence and group */
+    SCRATCH_EREG_ENTROPY = 2,    /* double[B, G]: entropy of that mean */
+    SCRATCH_SWB_LOAD = 0,        /* double[G, E]: load fraction f (share of selections per expert) */
+    SCRATCH_SWB_MEAN_PROB = 1,   /* double[G, E]: mean routing probability P */
+    SCRATCH_BALANCE_SOFTMAX = 3, /* double[threads, E]: each thread's softmax row (both ops) */
+};
 
-/* Returns scratch slot `slot` holding at least `bytes` (contents undefined). Dies on allocation failure. */
+/* Returns scratch buffer `slot` (one of the names above) holding at least `bytes` (contents undefined). Dies on
+ * allocation failure. */
 void *cpu_scratch(Backend *be, int slot, size_t bytes);
 
 /* C[M,N] = alpha * op(A) @ op(B) + beta * C with explicit leading dimensions (row-major), via BLAS.

@@ -20,9 +20,9 @@ double cpu_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, const
     for (int n = 0; n < N; n++)
         if (targets[n] < -1 || targets[n] >= V)
             die("cross_entropy: target %d at row %d is outside [-1, %d)", targets[n], n, V);
-    double *row_loss = cpu_scratch(be, SCRATCH_A, (size_t)(N > 0 ? N : 1) * sizeof(double)); /* [N] */
+    double *row_loss = cpu_scratch(be, SCRATCH_XENT_ROW_LOSS, (size_t)(N > 0 ? N : 1) * sizeof(double)); /* [N] */
     int n_threads = omp_get_max_threads();
-    scalar_t *exps = cpu_scratch(be, SCRATCH_B, (size_t)n_threads * V * sizeof(scalar_t)); /* per thread [V] */
+    scalar_t *exps = cpu_scratch(be, SCRATCH_XENT_EXPS, (size_t)n_threads * V * sizeof(scalar_t)); /* per thread [V] */
 #pragma omp parallel for schedule(static) num_threads(n_threads) if ((size_t)N * V > PAR_MIN)
     for (int n = 0; n < N; n++) {
         const scalar_t *l = logits + (size_t)n * V;
@@ -94,7 +94,7 @@ void cpu_adamw_step(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, sc
 double cpu_sum_squares(Backend *be, const scalar_t *x, size_t n) {
     if (n == 0) return 0.0;
     size_t n_chunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
-    double *partial = cpu_scratch(be, SCRATCH_A, n_chunks * sizeof(double));
+    double *partial = cpu_scratch(be, SCRATCH_SUMSQ_PARTIAL, n_chunks * sizeof(double));
 #pragma omp parallel for schedule(static) if (n_chunks > 1)
     for (size_t c = 0; c < n_chunks; c++) {
         size_t i0 = c * SUMSQ_CHUNK, i1 = i0 + SUMSQ_CHUNK < n ? i0 + SUMSQ_CHUNK : n;

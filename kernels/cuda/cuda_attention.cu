@@ -55,7 +55,7 @@ void cuda_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, 
     int half = n_rot / 2;
     CudaImpl *im = cuda_impl(be);
     if (!im->rope_inv_freq || im->rope_half != half || im->rope_base != (float)base) {
-        float *h_inv = (float *)cuda_host_scratch(be, HS_C, (size_t)half * sizeof(float));
+        float *h_inv = (float *)cuda_host_scratch(be, HOST_SCRATCH_ROPE_INV_FREQ, (size_t)half * sizeof(float));
         for (int i = 0; i < half; i++) h_inv[i] = 1.0f / powf((float)base, (float)(2 * i) / (float)n_rot); // fp32
         if (im->rope_inv_freq) CHECK_CUDA(cudaFree(im->rope_inv_freq)); // synchronises: queued kernels may read it
         im->rope_inv_freq = nullptr;
@@ -281,7 +281,7 @@ void cuda_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *
     long rows = (long)B * H * T;
     if (rows <= 0) return;
     unsigned blocks = (unsigned)((rows + 7) / 8);
-    float *Di = (float *)cuda_scratch(be, CS_A, (size_t)rows * sizeof(float));
+    float *Di = (float *)cuda_scratch(be, SCRATCH_ATTN_ROWDOT, (size_t)rows * sizeof(float));
     cuda_attention_rowdot(be, Di, dout, out, B, T, H, D);
     if (use_bf16(be)) {
         LAUNCH(k_attn_bwd_dq<true>, blocks, 256, 0)(dq, dout, lse, Di, q, k, v, B, T, H, D, scale);

@@ -170,14 +170,15 @@ void cuda_attention_gemm_forward(Backend *be, scalar_t *out, scalar_t *lse, cons
     if (B <= 0 || H <= 0 || Tq <= 0) return;
     const bool bf16 = use_bf16(be);
     const int n_pairs = B * H, ldK = round_up8(Tk);
-    HeadMajor Q = pack_heads(be, CS_B, q, B, Tq, H, D); // [B*H, Tq, ldD]
-    HeadMajor K = pack_heads(be, CS_C, k, B, Tk, H, D); // [B*H, Tk, ldD]
-    HeadMajor V = pack_heads(be, CS_D, v, B, Tk, H, D); // [B*H, Tk, ldD]
+    HeadMajor Q = pack_heads(be, SCRATCH_ATTN_Q, q, B, Tq, H, D); // [B*H, Tq, ldD]
+    HeadMajor K = pack_heads(be, SCRATCH_ATTN_K, k, B, Tk, H, D); // [B*H, Tk, ldD]
+    HeadMajor V = pack_heads(be, SCRATCH_ATTN_V, v, B, Tk, H, D); // [B*H, Tk, ldD]
     const int ldD = Q.ld, chunk = pairs_per_chunk(be, n_pairs, Tq, ldK);
     const size_t n_scores = (size_t)chunk * Tq * ldK;
-    float *S = (float *)cuda_scratch(be, CS_F, n_scores * sizeof(float));                 // [chunk, Tq, ldK]
-    float *O = (float *)cuda_scratch(be, CS_E, (size_t)chunk * Tq * ldD * sizeof(float)); // [chunk, Tq, ldD]
-    __nv_bfloat16 *P16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, CS_H, n_scores * sizeof(__nv_bfloat16)) : nullptr;
+    float *S = (float *)cuda_scratch(be, SCRATCH_ATTN_SCORES, n_scores * sizeof(float));
+    float *O = (float *)cuda_scratch(be, SCRATCH_ATTN_OUT, (size_t)chunk * Tq * ldD * sizeof(float));
+    __nv_bfloat16 *P16 =
+        bf16 ? (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_ATTN_PROBS_BF16, n_scores * sizeof(__nv_bfloat16)) : nullptr;
     const long long sS = (long long)Tq * ldK;
     for (int p0 = 0; p0 < n_pairs; p0 += chunk) {
         int np = n_pairs - p0 < chunk ? n_pairs - p0 : chunk;
@@ -204,23 +205,23 @@ void cuda_attention_gemm_backward(Backend *be, scalar_t *dq, scalar_t *dk, scala
     if (B <= 0 || H <= 0 || T <= 0) return;
     const bool bf16 = use_bf16(be);
     const int n_pairs = B * H, ldK = round_up8(T);
-    float *Di = (float *)cuda_scratch(be, CS_A, (size_t)n_pairs * T * sizeof(float)); // [B*H, T]
+    float *Di = (float *)cuda_scratch(be, SCRATCH_ATTN_ROWDOT, (size_t)n_pairs * T * sizeof(float)); // [B*H, T]
     cuda_attention_rowdot(be, Di, dout, out, B, T, H, D);
-    HeadMajor Q = pack_heads(be, CS_B, q, B, T, H, D);     // [B*H, T, ldD]
-    HeadMajor K = pack_heads(be, CS_C, k, B, T, H, D);     // [B*H, T, ldD]
-    HeadMajor V = pack_heads(be, CS_D, v, B, T, H, D);     // [B*H, T, ldD]
-    HeadMajor dO = pack_heads(be, CS_E, dout, B, T, H, D); // [B*H, T, ldD]
+    HeadMajor Q = pack_heads(be, SCRATCH_ATTN_Q, q, B, T, H, D);        // [B*H, T, ldD]
+    HeadMajor K = pack_heads(be, SCRATCH_ATTN_K, k, B, T, H, D);        // [B*H, T, ldD]
+    HeadMajor V = pack_heads(be, SCRATCH_ATTN_V, v, B, T, H, D);        // [B*H, T, ldD]
+    HeadMajor dO = pack_heads(be, SCRATCH_ATTN_DOUT, dout, B, T, H, D); // [B*H, T, ldD]
     const int ldD = Q.ld, chunk = pairs_per_chunk(be, n_pairs, T, ldK);
     const size_t n_scores = (size_t)chunk * T * ldK, n_head = (size_t)chunk * T * ldD;
-    float *S = (float *)cuda_scratch(be, CS_F, n_scores * sizeof(float));  // [chunk, T, ldK]
-    float *dP = (float *)cuda_scratch(be, CS_G, n_scores * sizeof(float)); // [chunk, T, ldK]
+    float *S = (float *)cuda_scratch(be, SCRATCH_ATTN_SCORES, n_scores * sizeof(float));  // [chunk, T, ldK]
+    float *dP = (float *)cuda_scratch(be, SCRATCH_ATTN_DPROBS, n_scores * sizeof(float)); // [chunk, T, ldK]
     __nv_bfloat16 *P16 = nullptr, *dS16 = nullptr;
     if (bf16) {
-        P16 = (__nv_bfloat16 *)cuda_scratch(be, CS_H, n_scores * sizeof(__nv_bfloat16));  // [chunk, T, ldK]
-        dS16 = (__nv_bfloat16 *)cuda_scratch(be, CS_I, n_scores * sizeof(__nv_bfloat16)); // [chunk, T, ldK]
+        P16 = (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_ATTN_PROBS_BF16, n_scores * sizeof(__nv_bfloat16));
+        dS16 = (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_ATTN_DSCORES_BF16, n_scores * sizeof(__nv_bfloat16));
     }
     // dQ, dK, dV of the chunk, head-major [3][chunk, T, ldD] (each part a multiple of 8 floats: aligned)
-    float *G = (float *)cuda_scratch(be, CS_J, 3 * n_head * sizeof(float));
+    float *G = (float *)cuda_scratch(be, SCRATCH_ATTN_GRADS, 3 * n_head * sizeof(float));
     float *gQ = G, *gK = G + n_head, *gV = G + 2 * n_head;
     const long long sS = (long long)T * ldK, sG = (long long)T * ldD;
     for (int p0 = 0; p0 < n_pairs; p0 += chunk) {

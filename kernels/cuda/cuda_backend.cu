@@ -37,7 +37,7 @@ static void cu_synchronize(Backend *be) { CHECK_CUDA(cudaDeviceSynchronize()); }
 
 void *cuda_scratch(Backend *be, int slot, size_t bytes) {
     CudaImpl *im = cuda_impl(be);
-    if (slot < 0 || slot >= CS_COUNT) die("cuda backend: bad scratch slot %d", slot);
+    if (slot < 0 || slot >= CUDA_SCRATCH_BUFFERS) die("cuda backend: bad scratch slot %d", slot);
     if (bytes == 0) bytes = 256;
     if (im->dev_cap[slot] < bytes) {
         size_t grow = bytes + bytes / 4;
@@ -55,7 +55,7 @@ void *cuda_scratch(Backend *be, int slot, size_t bytes) {
 
 void *cuda_host_scratch(Backend *be, int slot, size_t bytes) {
     CudaImpl *im = cuda_impl(be);
-    if (slot < 0 || slot >= HS_COUNT) die("cuda backend: bad host scratch slot %d", slot);
+    if (slot < 0 || slot >= CUDA_HOST_SCRATCH_BUFFERS) die("cuda backend: bad host scratch slot %d", slot);
     if (bytes == 0) bytes = 64;
     if (im->host_cap[slot] < bytes) {
         size_t grow = bytes + bytes / 4;
@@ -77,9 +77,9 @@ static void cu_destroy(Backend *be) {
         // Teardown is best effort and unchecked on purpose: it also runs on error paths, where dying again would
         // only hide the first message.
         cudaDeviceSynchronize();
-        for (int i = 0; i < CS_COUNT; i++)
+        for (int i = 0; i < CUDA_SCRATCH_BUFFERS; i++)
             if (im->dev[i]) cudaFree(im->dev[i]);
-        for (int i = 0; i < HS_COUNT; i++)
+        for (int i = 0; i < CUDA_HOST_SCRATCH_BUFFERS; i++)
             if (im->host[i]) cudaFreeHost(im->host[i]);
         if (im->rope_inv_freq) cudaFree(im->rope_inv_freq);
         if (im->weights16) cudaFree(im->weights16);

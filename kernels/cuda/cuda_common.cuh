@@ -59,10 +59,78 @@ static_assert(sizeof(scalar_t) == sizeof(float), "the CUDA backend is built for 
 // After every kernel launch: reports launch-configuration errors at the launch site.
 #define CHECK_LAUNCH() CHECK_CUDA(cudaGetLastError())
 
-// Device scratch slots (each op uses distinct slots for buffers alive at the same time).
-enum { CS_A = 0, CS_B, CS_C, CS_D, CS_E, CS_F, CS_G, CS_H, CS_I, CS_J, CS_COUNT };
-// Host (pinned) scratch slots.
-enum { HS_A = 0, HS_B, HS_C, HS_COUNT };
+// Scratch: CUDA_SCRATCH_BUFFERS device buffers and CUDA_HOST_SCRATCH_BUFFERS pinned host buffers, grown on demand and
+// shared by every op (ops are issued from one thread on one stream, so a later op's kernels run after an earlier
+// op's, and nothing in a buffer outlives the op call that filled it). Each op names the buffers it uses after what
+// they hold, below: the names one op uses are different buffers (alive at the same time), names of different ops may
+// be the same buffer. A helper that runs inside other ops has a buffer those ops do not use.
+enum { CUDA_SCRATCH_BUFFERS = 10, CUDA_HOST_SCRATCH_BUFFERS = 3 };
+
+// Device buffers. Helpers inside other ops:
+enum {
+    SCRATCH_SUM_DOUBLES_OUT = 9,   // double[1]: cuda_sum_doubles' result (inside cross_entropy, sum_squares)
+    SCRATCH_GROUPED_GEMM_PTRS = 8, // void *[3, groups]: the grouped GEMM's A, B, C pointers (inside cvmm)
+};
+// routing_plan (cuda_cvmm_plan.cu)
+enum {
+    SCRATCH_PLAN_INFO = 0, // int32_t[E + 3]: offsets[E + 1] | first bad entry | its id, read back to the host
+    SCRATCH_PLAN_TEMP = 1, // int32_t[...]: counts | base | chunk_bad | scan temporaries, per (expert, chunk)
+};
+// cvmm_forward, cvmm_backward (cuda_cvmm.cu); M routed rows, in plan (expert-sorted) order
+enum {
+    SCRATCH_CVMM_X_SORTED = 2,  // float[M, Kin]: the inputs X gathered in plan order
+    SCRATCH_CVMM_Y_SORTED = 3,  // float[M, Nout]: forward outputs, or backward output gradients, in plan order
+    SCRATCH_CVMM_DX_SORTED = 4, // float[M, Kin]: backward Q = dY_p @ W[e]^T in plan order
+    SCRATCH_CVMM_X_BF16 = 5,    // bf16[M, Kin]: the sorted inputs' bf16 copy (bf16 mode)
+    SCRATCH_CVMM_DY_BF16 = 6,   // bf16[M, Nout]: the sorted output gradients' bf16 copy (bf16 mode, backward)
+    SCRATCH_CVMM_W_BF16 = 7,    // bf16[E, Kin, Nout]: W converted, when it is not part of the registered weights
+};
+// matmul (cuda_dense.cu), bf16 mode: an operand converted when it is not part of the registered weights
+enum { SCRATCH_MATMUL_A_BF16 = 8 /* bf16[M, K] */, SCRATCH_MATMUL_B_BF16 = 9 /* bf16[K, N] */ };
+// column_sums, embedding_backward (cuda_dense.cu)
+enum {
+    SCRATCH_COLSUM_PARTIAL_A = 0, // double[chunks, C]: each row chunk's column sums of dy * xhat (LayerNorm) or dy
+    SCRATCH_COLSUM_PARTIAL_B = 1, // double[chunks, C]: each row chunk's column sums of dy (LayerNorm only)
+    SCRATCH_EMBED_STAGE = 0,      // int32_t[N + 2U + 1]: perm[N] | start[U + 1] | uniq[U] (U distinct tokens)
+};
+// cross_entropy, sum_squares, all_finite (cuda_loss_optim.cu)
+enum {
+    SCRATCH_XENT_ROW_LOSS = 0, // double[N]: each row's loss, summed in row order afterwards
+    SCRATCH_XENT_BAD = 1,      // int[1]: set when a target is out of range
+    SCRATCH_SUMSQ_PARTIAL = 0, // double[chunks]: each fixed-size chunk's sum of squares
+    SCRATCH_FINITE_FOUND = 1,  // int[1]: set when a value is not finite
+};
+// attention_forward, attention_backward (cuda_attention.cu, cuda_attention_gemm.cu); the GEMM path packs the
+// (batch, head) pairs head-major [B*H, T, ldD] and works on `chunk` pairs at a time
+enum {
+    SCRATCH_ATTN_ROWDOT = 0,       // float[B*H, T]: Di = <dO_i, O_i> (backward)
+    SCRATCH_ATTN_Q = 1,            // [B*H, Tq, ldD] float or bf16: packed queries
+    SCRATCH_ATTN_K = 2,            // [B*H, Tk, ldD]: packed keys
+    SCRATCH_ATTN_V = 3,            // [B*H, Tk, ldD]: packed values
+    SCRATCH_ATTN_OUT = 4,          // float[chunk, Tq, ldD]: the chunk's outputs (forward)
+    SCRATCH_ATTN_DOUT = 4,         // [B*H, T, ldD]: packed output gradients (backward)
+    SCRATCH_ATTN_SCORES = 5,       // float[chunk, Tq, ldK]: scores S, then probabilities P
+    SCRATCH_ATTN_DPROBS = 6,       // float[chunk, T, ldK]: dP (backward)
+    SCRATCH_ATTN_PROBS_BF16 = 7,   // bf16[chunk, Tq, ldK]: P for the P @ V GEMM (bf16 mode)
+    SCRATCH_ATTN_DSCORES_BF16 = 8, // bf16[chunk, T, ldK]: dS (bf16 mode, backward)
+    SCRATCH_ATTN_GRADS = 9,        // float[3][chunk, T, ldD]: the chunk's dQ, dK, dV (backward)
+};
+// entropy_reg, switch_balance (cuda_routing.cu)
+enum {
+    SCRATCH_EREG_COUNT = 0,    // double[B]: R * valid positions of each sequence
+    SCRATCH_BALANCE_LSE = 1,   // double[rows]: log-sum-exp of each routing logit row (both ops)
+    SCRATCH_EREG_LOG_PBAR = 2, // double[B, G, E]: log of the mean routing softmax per sequence and group
+    SCRATCH_EREG_ENTROPY = 3,  // double[B, G]: entropy of that mean
+    SCRATCH_SWB_LOAD = 2,      // double[G, E]: load fraction f (share of selections per expert)
+    SCRATCH_SWB_MEAN_PROB = 3, // double[G, E]: mean routing probability P
+};
+// Pinned host buffers.
+enum {
+    HOST_SCRATCH_VALID_MASK = 0,    // uint8_t[B, T]: the valid mask read back (entropy_reg, switch_balance)
+    HOST_SCRATCH_EMBED_TOKENS = 0,  // int32_t[N]: token ids read back (embedding_backward)
+    HOST_SCRATCH_EMBED_STAGE = 1,   // int32_t[3N + 2]: perm | start | uniq staged for the upload
+    HOST_SCRATCH_ROPE_INV_FREQ = 2, // float[n_rot / 2]: RoPE inverse frequencies staged for the upload
+};
 
 // Implementation choices with more than one kernel path (environment variables read once at backend creation, so
 // tests and benchmarks can force each path; "auto" is the default and what results are recorded with):
@@ -81,10 +149,10 @@ struct CudaImpl {
     // Under CVMM_AUTO, per operand type (0 fp32, 1 bf16): 0 not probed yet, 1 grouped GEMM, -1 per-expert loop
     // (decided once by cuda_cvmm_gemm.cu's probe).
     int cvmm_auto_grouped[2];
-    void *dev[CS_COUNT];
-    size_t dev_cap[CS_COUNT];
-    void *host[HS_COUNT];
-    size_t host_cap[HS_COUNT];
+    void *dev[CUDA_SCRATCH_BUFFERS];
+    size_t dev_cap[CUDA_SCRATCH_BUFFERS];
+    void *host[CUDA_HOST_SCRATCH_BUFFERS];
+    size_t host_cap[CUDA_HOST_SCRATCH_BUFFERS];
     // RoPE frequencies of the last (n_rot, base) on the device: uploaded once, not per call (a cudaMemcpy from the
     // host waits for all queued GPU work, so a per-call upload drained the GPU's queue 4 times per layer).
     float *rope_inv_freq;
@@ -101,7 +169,7 @@ struct CudaImpl {
 static inline CudaImpl *cuda_impl(Backend *be) { return (CudaImpl *)be->impl; }
 static inline bool use_bf16(const Backend *be) { return be->precision == PRECISION_BF16; }
 
-// Scratch that grows on demand (contents undefined).
+// Scratch buffer `slot` (one of the names above) holding at least `bytes`, grown on demand (contents undefined).
 void *cuda_scratch(Backend *be, int slot, size_t bytes);
 void *cuda_host_scratch(Backend *be, int slot, size_t bytes);
 
@@ -121,7 +189,7 @@ void cuda_weights_written(Backend *be, const void *dst, size_t bytes);
 // cu_free of the registered buffer forgets the registration (and frees the copy).
 void cuda_weights_freed(Backend *be, const void *p);
 // The bf16 form of the fp32 operand p[n] for a bf16 GEMM: the weights' copy at p's offset when [p, p + n) lies inside
-// the registered weights (converting all of them first if stale), else p converted into scratch slot `slot`.
+// the registered weights (converting all of them first if stale), else p converted into scratch buffer `slot`.
 const __nv_bfloat16 *cuda_bf16_operand(Backend *be, const float *p, size_t n, int slot);
 
 // Bytes a data-movement step reads plus writes (row data, not indices), for the emulator's work counters

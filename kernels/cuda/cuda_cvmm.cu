@@ -6,7 +6,7 @@
 // GEMM per expert (cuda_cvmm_gemm.cu; bf16 operands + fp32 accumulation in bf16 mode, the weights' bf16 copy from
 // cuda_weights_bf16.cu when W is part of the registered weights), and results are scattered/reduced back in entry
 // order by deterministic kernels (no atomics) unless the caller takes them in plan order (CVMM_OUT_SORTED).
-// Scratch: CS_C..CS_H the sorted blocks below, CS_I the grouped GEMM's pointer arrays.
+// Scratch: the sorted blocks below and the grouped GEMM's pointer arrays, named in cuda_common.cuh (SCRATCH_CVMM_*).
 #include "kernels/cuda/cuda_cvmm.cuh"
 
 // dst[m, :] = src[perm[m] / div, :] (optionally also a bf16 copy)
@@ -98,18 +98,20 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
     // X rows in plan order [M, Kin]: fp32, or their bf16 copy in bf16 mode
     const void *xs = X;
     if (in_sorted && bf16) {
-        xs = bf16_copy(be, X, (size_t)M * Kin, CS_F);
+        xs = bf16_copy(be, X, (size_t)M * Kin, SCRATCH_CVMM_X_BF16);
     } else if (!in_sorted) {
-        float *Xs = bf16 ? nullptr : (float *)cuda_scratch(be, CS_C, (size_t)M * Kin * sizeof(float));
-        __nv_bfloat16 *Xs16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, CS_F, (size_t)M * Kin * esz) : nullptr;
+        float *Xs = bf16 ? nullptr : (float *)cuda_scratch(be, SCRATCH_CVMM_X_SORTED, (size_t)M * Kin * sizeof(float));
+        __nv_bfloat16 *Xs16 =
+            bf16 ? (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_X_BF16, (size_t)M * Kin * esz) : nullptr;
         count_traffic("cvmm_rows", (size_t)M * Kin * (sizeof(float) + esz));
         LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0)(Xs, Xs16, X, pl->perm, M, in_div, Kin);
         CHECK_LAUNCH();
         xs = bf16 ? (const void *)Xs16 : (const void *)Xs;
     }
-    const void *ws = bf16 ? (const void *)cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, CS_H) : (const void *)W;
+    const void *ws =
+        bf16 ? (const void *)cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16) : (const void *)W;
     // outputs in plan order [M, Nout]: the caller's Y itself when it takes them so
-    float *Ys = out_sorted ? Y : (float *)cuda_scratch(be, CS_D, (size_t)M * Nout * sizeof(float));
+    float *Ys = out_sorted ? Y : (float *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(float));
     // Ys_e[r_e, Nout] = Xs_e[r_e, Kin] @ W[e][Kin, Nout]
     ExpertGemms fwd = {0, 0, CVMM_ROWS, Nout, Kin, {xs, 0, (size_t)Kin * esz}, {ws, (size_t)Kin * Nout * esz, 0},
                        {Ys, 0, (size_t)Nout * sizeof(float)}, Kin, Nout, Nout, 0.0f};
@@ -147,10 +149,11 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     const float *Gs = dY;
     __nv_bfloat16 *Gs16 = nullptr;
     if (out_sorted) {
-        if (bf16) Gs16 = bf16_copy(be, dY, (size_t)M * Nout, CS_G);
+        if (bf16) Gs16 = bf16_copy(be, dY, (size_t)M * Nout, SCRATCH_CVMM_DY_BF16);
     } else {
-        Gbuf = (float *)cuda_scratch(be, CS_D, (size_t)M * Nout * sizeof(float));
-        Gs16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, CS_G, (size_t)M * Nout * sizeof(__nv_bfloat16)) : nullptr;
+        Gbuf = (float *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(float));
+        Gs16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_DY_BF16, (size_t)M * Nout * sizeof(__nv_bfloat16))
+                    : nullptr;
         count_traffic("cvmm_rows", (size_t)M * Nout * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0)));
         LAUNCH(k_gather, grid_for((size_t)M * Nout, 256), 256, 0)(Gbuf, Gs16, dY, pl->perm, M, w ? out_div : 1, Nout);
         CHECK_LAUNCH();
@@ -161,19 +164,22 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     __nv_bfloat16 *Xs16 = nullptr;
     if (want_Xs && in_sorted) {
         Xs = X;
-        if (bf16) Xs16 = bf16_copy(be, X, (size_t)M * Kin, CS_F);
+        if (bf16) Xs16 = bf16_copy(be, X, (size_t)M * Kin, SCRATCH_CVMM_X_BF16);
     } else if (want_Xs) {
-        float *buf = (float *)cuda_scratch(be, CS_C, (size_t)M * Kin * sizeof(float));
-        if (bf16) Xs16 = (__nv_bfloat16 *)cuda_scratch(be, CS_F, (size_t)M * Kin * sizeof(__nv_bfloat16));
+        float *buf = (float *)cuda_scratch(be, SCRATCH_CVMM_X_SORTED, (size_t)M * Kin * sizeof(float));
+        if (bf16)
+            Xs16 = (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_X_BF16, (size_t)M * Kin * sizeof(__nv_bfloat16));
         count_traffic("cvmm_rows", (size_t)M * Kin * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0)));
         LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0)(buf, Xs16, X, pl->perm, M, in_div, Kin);
         CHECK_LAUNCH();
         Xs = buf;
     }
-    float *Qs = want_Q ? (float *)cuda_scratch(be, CS_E, (size_t)M * Kin * sizeof(float)) : nullptr; // [M, Kin]
+    // Q = dY_p @ W[e]^T in plan order [M, Kin]
+    float *Qs = want_Q ? (float *)cuda_scratch(be, SCRATCH_CVMM_DX_SORTED, (size_t)M * Kin * sizeof(float)) : nullptr;
     if (want_Q) {
         const void *gs = bf16 ? (const void *)Gs16 : (const void *)Gs;
-        const void *ws = bf16 ? (const void *)cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, CS_H) : (const void *)W;
+        const void *ws = bf16 ? (const void *)cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16)
+                              : (const void *)W;
         // Qs_e[r_e, Kin] = Gs_e[r_e, Nout] @ W[e]^T
         ExpertGemms q = {0, 1, CVMM_ROWS, Kin, Nout, {gs, 0, (size_t)Nout * esz}, {ws, (size_t)Kin * Nout * esz, 0},
                          {Qs, 0, (size_t)Kin * sizeof(float)}, Nout, Nout, Kin, 0.0f};

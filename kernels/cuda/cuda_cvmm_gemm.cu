@@ -188,7 +188,7 @@ void cvmm_expert_gemms(Backend *be, const char *op, const RoutingPlan &pl, const
     }
     int G = pl.n_groups;
     // Stream order keeps the reuse of this slot safe: a later set's pointer kernel runs after this set's GEMMs.
-    void **ptrs = (void **)cuda_scratch(be, CS_I, (size_t)3 * G * sizeof(void *));
+    void **ptrs = (void **)cuda_scratch(be, SCRATCH_GROUPED_GEMM_PTRS, (size_t)3 * G * sizeof(void *));
     LAUNCH(k_expert_pointers, grid_for((size_t)G, 128), 128, 0)(ptrs, G, pl.group_expert, pl.offset, s.A, s.B, s.C);
     CHECK_LAUNCH();
     cublasStatus_t st = grouped_gemm(be, s.transA, s.transB, problem, s.lda, s.ldb, s.ldc, ptrs, bf16);

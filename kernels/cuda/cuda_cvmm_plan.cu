@@ -218,10 +218,11 @@ void cuda_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, 
 
     int n_chunks = (M + PLAN_CHUNK - 1) / PLAN_CHUNK;
     long cells = (long)E * n_chunks; // counts/base are expert-major [E, n_chunks]
-    // CS_A: info[E + 3]; CS_B (temporaries): counts[cells] | base[cells + 1] | chunk_bad[n_chunks] | scan temporaries
-    int32_t *info = (int32_t *)cuda_scratch(be, CS_A, ((size_t)E + 3) * sizeof(int32_t));
+    // info[E + 3] = offsets[E + 1] | first bad entry | its id;
+    // temporaries: counts[cells] | base[cells + 1] | chunk_bad[n_chunks] | scan temporaries
+    int32_t *info = (int32_t *)cuda_scratch(be, SCRATCH_PLAN_INFO, ((size_t)E + 3) * sizeof(int32_t));
     size_t n_tmp = (size_t)2 * cells + 1 + (size_t)n_chunks + (size_t)scan_temp_count(cells);
-    int32_t *b = (int32_t *)cuda_scratch(be, CS_B, n_tmp * sizeof(int32_t));
+    int32_t *b = (int32_t *)cuda_scratch(be, SCRATCH_PLAN_TEMP, n_tmp * sizeof(int32_t));
     int32_t *counts = b, *base = b + cells, *chunk_bad = base + cells + 1, *scan_tmp = chunk_bad + n_chunks;
 
     LAUNCH(k_plan_count, (unsigned)n_chunks, PLAN_THREADS, 0)(counts, chunk_bad, sel, M, E, n_chunks);

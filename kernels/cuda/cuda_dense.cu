@@ -44,8 +44,8 @@ void cuda_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B,
     }
     int lda = transA ? M : K, ldb = transB ? K : N;
     if (use_bf16(be)) { // a weight operand comes from the registered weights' bf16 copy, others are converted here
-        const __nv_bfloat16 *a16 = cuda_bf16_operand(be, A, (size_t)M * K, CS_I);
-        const __nv_bfloat16 *b16 = cuda_bf16_operand(be, B, (size_t)K * N, CS_J);
+        const __nv_bfloat16 *a16 = cuda_bf16_operand(be, A, (size_t)M * K, SCRATCH_MATMUL_A_BF16);
+        const __nv_bfloat16 *b16 = cuda_bf16_operand(be, B, (size_t)K * N, SCRATCH_MATMUL_B_BF16);
         cuda_gemm(be, transA, transB, M, N, K, alpha, a16, lda, b16, ldb, beta, C, N, true);
     } else {
         cuda_gemm(be, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, N, false);
@@ -153,8 +153,9 @@ void cuda_column_sums(Backend *be, float *out_a, float *out_b, const float *dy, 
     int chunks = N < COL_CHUNKS ? N : COL_CHUNKS;
     int rows_per_chunk = (N + chunks - 1) / chunks;
     chunks = (N + rows_per_chunk - 1) / rows_per_chunk;
-    double *pa = (double *)cuda_scratch(be, CS_A, (size_t)chunks * C * sizeof(double));
-    double *pb = mode ? (double *)cuda_scratch(be, CS_B, (size_t)chunks * C * sizeof(double)) : nullptr;
+    double *pa = (double *)cuda_scratch(be, SCRATCH_COLSUM_PARTIAL_A, (size_t)chunks * C * sizeof(double));
+    double *pb =
+        mode ? (double *)cuda_scratch(be, SCRATCH_COLSUM_PARTIAL_B, (size_t)chunks * C * sizeof(double)) : nullptr;
     dim3 grid((C + 127) / 128, chunks);
     LAUNCH(k_colsum_partial, grid, 128, 0)(pa, pb, dy, x, mean, rstd, N, C, rows_per_chunk, mode);
     CHECK_LAUNCH();
@@ -196,7 +197,7 @@ __global__ void k_embed_bwd(float *dtable, const float *dh, const int32_t *perm,
 void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, const int32_t *tokens, int N, int C) {
     if (N <= 0 || C <= 0) return;
     // Stable counting sort of the positions by token on the host (tokens are a few KB): deterministic buckets.
-    int32_t *tok = (int32_t *)cuda_host_scratch(be, HS_A, (size_t)N * sizeof(int32_t));
+    int32_t *tok = (int32_t *)cuda_host_scratch(be, HOST_SCRATCH_EMBED_TOKENS, (size_t)N * sizeof(int32_t));
     CHECK_CUDA(cudaMemcpy(tok, tokens, (size_t)N * sizeof(int32_t), cudaMemcpyDeviceToHost));
     int32_t vmax = -1;
     for (int n = 0; n < N; n++) {
@@ -207,7 +208,7 @@ void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, 
     for (int n = 0; n < N; n++) count[(size_t)tok[n] + 1]++;
     for (int32_t v = 0; v <= vmax; v++) count[(size_t)v + 1] += count[(size_t)v];
     // host staging: perm[N] | start[U+1] | uniq[U]
-    int32_t *stage = (int32_t *)cuda_host_scratch(be, HS_B, ((size_t)3 * N + 2) * sizeof(int32_t));
+    int32_t *stage = (int32_t *)cuda_host_scratch(be, HOST_SCRATCH_EMBED_STAGE, ((size_t)3 * N + 2) * sizeof(int32_t));
     int32_t *perm = stage;
     std::vector<int32_t> cursor(count.begin(), count.end() - 1);
     for (int n = 0; n < N; n++) perm[cursor[(size_t)tok[n]]++] = n;
@@ -222,7 +223,7 @@ void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, 
         if (count[(size_t)v + 1] > count[(size_t)v]) uniq[U++] = v;
     cuda_weights_written(be, dtable, ((size_t)vmax + 1) * C * sizeof(float)); // the rows it adds to
     size_t n_stage = (size_t)N + (size_t)U + 1 + (size_t)U;
-    int32_t *d_stage = (int32_t *)cuda_scratch(be, CS_A, n_stage * sizeof(int32_t));
+    int32_t *d_stage = (int32_t *)cuda_scratch(be, SCRATCH_EMBED_STAGE, n_stage * sizeof(int32_t));
     CHECK_CUDA(cudaMemcpy(d_stage, stage, n_stage * sizeof(int32_t), cudaMemcpyHostToDevice));
     dim3 grid(U, (C + 127) / 128);
     LAUNCH(k_embed_bwd, grid, 128, 0)(dtable, dh, d_stage, d_stage + N, d_stage + N + U + 1, C);

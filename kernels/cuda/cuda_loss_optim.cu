@@ -17,7 +17,7 @@ __global__ void k_sum_doubles(double *out, const double *x, size_t n) {
 
 double cuda_sum_doubles(Backend *be, const double *x, size_t n) {
     if (n == 0) return 0.0;
-    double *d_out = (double *)cuda_scratch(be, CS_J, sizeof(double));
+    double *d_out = (double *)cuda_scratch(be, SCRATCH_SUM_DOUBLES_OUT, sizeof(double));
     LAUNCH(k_sum_doubles, 1, 256, 0)(d_out, x, n);
     CHECK_LAUNCH();
     double r;
@@ -67,8 +67,8 @@ double cuda_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, cons
     cuda_weights_written(be, dlogits, (size_t)N * V * sizeof(float));
     cuda_weights_written(be, losses, (size_t)N * sizeof(float));
     if (N <= 0) return 0.0;
-    double *row_loss = (double *)cuda_scratch(be, CS_A, (size_t)N * sizeof(double));
-    int *bad = (int *)cuda_scratch(be, CS_B, sizeof(int));
+    double *row_loss = (double *)cuda_scratch(be, SCRATCH_XENT_ROW_LOSS, (size_t)N * sizeof(double));
+    int *bad = (int *)cuda_scratch(be, SCRATCH_XENT_BAD, sizeof(int));
     CHECK_CUDA(cudaMemsetAsync(bad, 0, sizeof(int), 0));
     LAUNCH(k_ce, (unsigned)((N + 7) / 8), 256, 0)(dlogits, losses, row_loss, bad, logits, targets, N, V, grad_scale);
     CHECK_LAUNCH();
@@ -144,7 +144,7 @@ __global__ void k_sumsq_chunks(double *partial, const float *x, size_t n) {
 double cuda_sum_squares(Backend *be, const scalar_t *x, size_t n) {
     if (n == 0) return 0.0;
     size_t chunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
-    double *partial = (double *)cuda_scratch(be, CS_A, chunks * sizeof(double));
+    double *partial = (double *)cuda_scratch(be, SCRATCH_SUMSQ_PARTIAL, chunks * sizeof(double));
     LAUNCH(k_sumsq_chunks, (unsigned)chunks, 256, 0)(partial, x, n);
     CHECK_LAUNCH();
     return cuda_sum_doubles(be, partial, chunks);
@@ -157,7 +157,7 @@ __global__ void k_nonfinite(int *found, const float *x, size_t n) {
 
 int cuda_all_finite(Backend *be, const scalar_t *x, size_t n) {
     if (n == 0) return 1;
-    int *found = (int *)cuda_scratch(be, CS_B, sizeof(int));
+    int *found = (int *)cuda_scratch(be, SCRATCH_FINITE_FOUND, sizeof(int));
     CHECK_CUDA(cudaMemsetAsync(found, 0, sizeof(int), 0));
     LAUNCH(k_nonfinite, grid_for(n, 256), 256, 0)(found, x, n);
     CHECK_LAUNCH();

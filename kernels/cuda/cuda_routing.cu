@@ -263,7 +263,7 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     std::vector<double> cnt(B > 0 ? B : 1, 0.0);
     int n_seq = 0;
     if (valid) {
-        uint8_t *hv = (uint8_t *)cuda_host_scratch(be, HS_A, (size_t)B * T);
+        uint8_t *hv = (uint8_t *)cuda_host_scratch(be, HOST_SCRATCH_VALID_MASK, (size_t)B * T);
         CHECK_CUDA(cudaMemcpy(hv, valid, (size_t)B * T, cudaMemcpyDeviceToHost));
         for (int b = 0; b < B; b++) {
             long nv = 0;
@@ -278,10 +278,10 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
         if (dlogits && n_logits) CHECK_CUDA(cudaMemsetAsync(dlogits, 0, n_logits * sizeof(float), 0));
         return 0.0;
     }
-    double *d_cnt = (double *)cuda_scratch(be, CS_A, (size_t)B * sizeof(double));
-    double *d_lse = (double *)cuda_scratch(be, CS_B, (size_t)rows * sizeof(double));
-    double *d_logpbar = (double *)cuda_scratch(be, CS_C, (size_t)B * G * E * sizeof(double));
-    double *d_H = (double *)cuda_scratch(be, CS_D, (size_t)B * G * sizeof(double));
+    double *d_cnt = (double *)cuda_scratch(be, SCRATCH_EREG_COUNT, (size_t)B * sizeof(double));
+    double *d_lse = (double *)cuda_scratch(be, SCRATCH_BALANCE_LSE, (size_t)rows * sizeof(double));
+    double *d_logpbar = (double *)cuda_scratch(be, SCRATCH_EREG_LOG_PBAR, (size_t)B * G * E * sizeof(double));
+    double *d_H = (double *)cuda_scratch(be, SCRATCH_EREG_ENTROPY, (size_t)B * G * sizeof(double));
     CHECK_CUDA(cudaMemcpy(d_cnt, cnt.data(), (size_t)B * sizeof(double), cudaMemcpyHostToDevice));
     LAUNCH(k_row_lse, (unsigned)((rows + 7) / 8), 256, 0)(d_lse, logits, rows, E);
     CHECK_LAUNCH();
@@ -353,7 +353,7 @@ double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logit
     size_t GE = (size_t)G * E;
     long n = N;
     if (valid && N > 0) {
-        uint8_t *hv = (uint8_t *)cuda_host_scratch(be, HS_A, (size_t)N);
+        uint8_t *hv = (uint8_t *)cuda_host_scratch(be, HOST_SCRATCH_VALID_MASK, (size_t)N);
         CHECK_CUDA(cudaMemcpy(hv, valid, (size_t)N, cudaMemcpyDeviceToHost));
         n = 0;
         for (long t = 0; t < N; t++) n += hv[t] != 0;
@@ -362,9 +362,9 @@ double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logit
         if (dlogits && rows) CHECK_CUDA(cudaMemsetAsync(dlogits, 0, (size_t)rows * E * sizeof(float), 0));
         return 0.0;
     }
-    double *d_lse = (double *)cuda_scratch(be, CS_B, (size_t)rows * sizeof(double));
-    double *d_f = (double *)cuda_scratch(be, CS_C, GE * sizeof(double));
-    double *d_P = (double *)cuda_scratch(be, CS_D, GE * sizeof(double));
+    double *d_lse = (double *)cuda_scratch(be, SCRATCH_BALANCE_LSE, (size_t)rows * sizeof(double));
+    double *d_f = (double *)cuda_scratch(be, SCRATCH_SWB_LOAD, GE * sizeof(double));
+    double *d_P = (double *)cuda_scratch(be, SCRATCH_SWB_MEAN_PROB, GE * sizeof(double));
     LAUNCH(k_row_lse, (unsigned)((rows + 7) / 8), 256, 0)(d_lse, logits, rows, E);
     CHECK_LAUNCH();
     LAUNCH(k_switch_stats, G, 128, 0)(d_f, d_P, logits, d_lse, sel, valid, N, G, E, k);

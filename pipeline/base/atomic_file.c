@@ -21,6 +21,12 @@ int file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
+int is_dir(const char *path, LinkPolicy links) {
+    struct stat st;
+    int rc = links == FOLLOW_LINKS ? stat(path, &st) : lstat(path, &st);
+    return rc == 0 && S_ISDIR(st.st_mode);
+}
+
 int mkdir_p(const char *dir, char *err, size_t errlen) {
     char buf[4096];
     size_t n = strlen(dir);

@@ -37,6 +37,11 @@ int remove_tree(const char *dir); /* rm -rf */
  * and names not of that form, are kept. Returns how many were removed. */
 int remove_stale_temps(const char *dir, const char *prefix);
 int file_exists(const char *path);
+/* Whether path is a directory. FOLLOW_LINKS (stat): a symbolic link to a directory counts, as for inputs read through
+ * it. NO_FOLLOW_LINKS (lstat): a link is not a directory, as for a tree about to be renamed or removed, where the
+ * link itself, not its target, would be acted on. */
+typedef enum { FOLLOW_LINKS, NO_FOLLOW_LINKS } LinkPolicy;
+int is_dir(const char *path, LinkPolicy links);
 /* "dir/file" into out[n]: 0, or -1 with "dir/file: path too long" in err when it does not fit. */
 int path_join_checked(char *out, size_t n, const char *dir, const char *file, char *err, size_t errlen);
 

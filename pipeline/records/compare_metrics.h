@@ -1,8 +1,8 @@
 /* The numbers of a result record that compare checks and diff shows, each with a dotted name and a class (which
  * tolerance of reports/baselines/EXP/tolerances.json applies). One list, so that the gate and the diff always speak
  * of the same metrics. Wall times and throughput are deliberately absent: they vary run to run. */
-#ifndef PIPELINE_COMPARE_METRICS_H
-#define PIPELINE_COMPARE_METRICS_H
+#ifndef PIPELINE_RECORDS_COMPARE_METRICS_H_
+#define PIPELINE_RECORDS_COMPARE_METRICS_H_
 
 #include "pipeline/records/result_record.h"
 

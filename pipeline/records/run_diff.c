@@ -4,18 +4,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "pipeline/base/atomic_file.h"
 #include "pipeline/records/compare_metrics.h"
 #include "pipeline/base/log.h"
 #include "pipeline/records/run_identity.h"
 #include "pipeline/base/stats.h"
-
-static bool is_dir(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 /* Reads DIR/predictions.jsonl and DIR/analysis.json when they exist (neither is required for a diff). */
 static void load_run_extras(DiffSide *s, const char *dir) {
@@ -47,7 +41,7 @@ int diff_side_load(DiffSide *s, const char *arg, char *err, size_t errlen) {
     for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--) dir[n - 1] = '\0';
     char prefix_path[1100];
     snprintf(prefix_path, sizeof prefix_path, "%s.result.json", dir);
-    if (is_dir(dir)) {
+    if (is_dir(dir, FOLLOW_LINKS)) {
         snprintf(s->record_path, sizeof s->record_path, "%s/result.json", dir);
         if (!file_exists(s->record_path)) {
             snprintf(err, errlen, "%.1000s: a run directory without result.json (not evaluated yet?)", dir);

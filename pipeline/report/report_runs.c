@@ -14,49 +14,69 @@
 #include "pipeline/base/log.h"
 #include "pipeline/records/predictions.h"
 
-/* Reads metrics.jsonl: one JSON object per line with at least "step" and "loss". A malformed line is an error that
- * names the file and line (the report must not silently draw a wrong curve). */
-static void load_metrics(RunData *r, const char *path) {
+/* Calls each_line(ctx, path, line_no, parsed) for every non-blank line of the JSON-lines file at path, parsed being
+ * the line's JSON (NULL when it is not JSON: each_line reports that, with the file and line, and dies). */
+typedef void (*JsonlLineFn)(void *ctx, const char *path, int line_no, const cJSON *parsed);
+static void read_jsonl_lines(const char *path, JsonlLineFn each_line, void *ctx) {
     char *text = NULL;
     size_t n = 0;
     char err[1024];
     if (read_file_limited(path, LIMIT_JSONL_FILE_BYTES, "JSON-lines file", &text, &n, err, sizeof err))
         die("%s", err);
-    int cap = 256, line_no = 0;
-    r->step = xmalloc((size_t)cap * sizeof(double));
-    r->loss = xmalloc((size_t)cap * sizeof(double));
-    r->ce = xmalloc((size_t)cap * sizeof(double));
+    int line_no = 0;
     for (char *line = text, *next; line && *line; line = next) {
         next = strchr(line, '\n');
         if (next) *next++ = '\0';
         line_no++;
         if (line[strspn(line, " \t\r")] == '\0') continue;
         cJSON *j = cJSON_Parse(line);
-        if (!j || !cJSON_IsObject(j)) die("%s:%d: not a JSON object", path, line_no);
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step");
-        const cJSON *l = cJSON_GetObjectItemCaseSensitive(j, "loss");
-        const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "ce");
-        if (!cJSON_IsNumber(s) || !cJSON_IsNumber(l)) die("%s:%d: needs numeric \"step\" and \"loss\"", path, line_no);
-        if (r->n_points == cap) {
-            cap *= 2;
-            r->step = xrealloc(r->step, (size_t)cap * sizeof(double));
-            r->loss = xrealloc(r->loss, (size_t)cap * sizeof(double));
-            r->ce = xrealloc(r->ce, (size_t)cap * sizeof(double));
-        }
-        /* Domains: a step is a count; the cross-entropy is finite and >= 0; the logged loss adds the balancing
-         * terms (a negative entropy), so it is only required to be finite. */
-        if (!(s->valuedouble >= 0 && s->valuedouble <= 1e15)) die("%s:%d: step: %.17g is not a count", path, line_no,
-                                                                s->valuedouble);
-        if (!isfinite(l->valuedouble)) die("%s:%d: loss: %.17g is not finite", path, line_no, l->valuedouble);
-        if (cJSON_IsNumber(c) && !(isfinite(c->valuedouble) && c->valuedouble >= 0))
-            die("%s:%d: ce: %.17g is not a finite number >= 0", path, line_no, c->valuedouble);
-        r->step[r->n_points] = s->valuedouble;
-        r->loss[r->n_points] = l->valuedouble;
-        r->ce[r->n_points] = cJSON_IsNumber(c) ? c->valuedouble : l->valuedouble;
-        r->n_points++;
+        each_line(ctx, path, line_no, j);
         cJSON_Delete(j);
     }
     free(text);
+}
+
+/* A run's arrays being filled from a JSON-lines file, and their capacity. */
+typedef struct {
+    RunData *r;
+    int cap;
+} JsonlFill;
+
+static void metrics_line(void *ctx, const char *path, int line_no, const cJSON *j) {
+    JsonlFill *fill = ctx;
+    RunData *r = fill->r;
+    if (!j || !cJSON_IsObject(j)) die("%s:%d: not a JSON object", path, line_no);
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "step");
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(j, "loss");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "ce");
+    if (!cJSON_IsNumber(s) || !cJSON_IsNumber(l)) die("%s:%d: needs numeric \"step\" and \"loss\"", path, line_no);
+    if (r->n_points == fill->cap) {
+        fill->cap *= 2;
+        r->step = xrealloc(r->step, (size_t)fill->cap * sizeof(double));
+        r->loss = xrealloc(r->loss, (size_t)fill->cap * sizeof(double));
+        r->ce = xrealloc(r->ce, (size_t)fill->cap * sizeof(double));
+    }
+    /* Domains: a step is a count; the cross-entropy is finite and >= 0; the logged loss adds the balancing
+     * terms (a negative entropy), so it is only required to be finite. */
+    if (!(s->valuedouble >= 0 && s->valuedouble <= 1e15)) die("%s:%d: step: %.17g is not a count", path, line_no,
+                                                            s->valuedouble);
+    if (!isfinite(l->valuedouble)) die("%s:%d: loss: %.17g is not finite", path, line_no, l->valuedouble);
+    if (cJSON_IsNumber(c) && !(isfinite(c->valuedouble) && c->valuedouble >= 0))
+        die("%s:%d: ce: %.17g is not a finite number >= 0", path, line_no, c->valuedouble);
+    r->step[r->n_points] = s->valuedouble;
+    r->loss[r->n_points] = l->valuedouble;
+    r->ce[r->n_points] = cJSON_IsNumber(c) ? c->valuedouble : l->valuedouble;
+    r->n_points++;
+}
+
+/* Reads metrics.jsonl: one JSON object per line with at least "step" and "loss". A malformed line is an error that
+ * names the file and line (the report must not silently draw a wrong curve). */
+static void load_metrics(RunData *r, const char *path) {
+    JsonlFill fill = {r, 256};
+    r->step = xmalloc((size_t)fill.cap * sizeof(double));
+    r->loss = xmalloc((size_t)fill.cap * sizeof(double));
+    r->ce = xmalloc((size_t)fill.cap * sizeof(double));
+    read_jsonl_lines(path, metrics_line, &fill);
     r->has_metrics = true;
 }
 
@@ -73,51 +93,43 @@ static void require_owner(const char *path, const char *rec_run, const char *rec
         die("%s: experiment is \"%s\", but this report is for --experiment %s", path, rec_experiment, experiment);
 }
 
+static void eval_curve_line(void *ctx, const char *path, int line_no, const cJSON *j) {
+    JsonlFill *fill = ctx;
+    RunData *r = fill->r;
+    const cJSON *st = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
+    const cJSON *sets = j ? cJSON_GetObjectItemCaseSensitive(j, "sets") : NULL;
+    if (!cJSON_IsObject(j) || !cJSON_IsNumber(st) || !cJSON_IsObject(sets))
+        die("%s:%d: needs a JSON object with numeric \"step\" and object \"sets\"", path, line_no);
+    if (r->n_curve == fill->cap) {
+        fill->cap *= 2;
+        r->curve_step = xrealloc(r->curve_step, (size_t)fill->cap * sizeof(double));
+        for (int s = 0; s < EVAL_N_SETS; s++)
+            r->curve_acc[s] = xrealloc(r->curve_acc[s], (size_t)fill->cap * sizeof(double));
+    }
+    if (!(st->valuedouble >= 0 && st->valuedouble <= 1e15))
+        die("%s:%d: step: %.17g is not a count", path, line_no, st->valuedouble);
+    r->curve_step[r->n_curve] = st->valuedouble;
+    for (int s = 0; s < EVAL_N_SETS; s++) {
+        const cJSON *set = cJSON_GetObjectItemCaseSensitive(sets, EVAL_SET_NAMES[s]);
+        const cJSON *acc = set ? cJSON_GetObjectItemCaseSensitive(set, "accuracy") : NULL;
+        if (set && !cJSON_IsNumber(acc))
+            die("%s:%d: sets.%s.accuracy: must be a number", path, line_no, EVAL_SET_NAMES[s]);
+        if (set && !(acc->valuedouble >= 0 && acc->valuedouble <= 1))
+            die("%s:%d: sets.%s.accuracy: %.17g is not a fraction in [0, 1]", path, line_no, EVAL_SET_NAMES[s],
+                acc->valuedouble);
+        r->curve_acc[s][r->n_curve] = set ? acc->valuedouble : NAN;
+    }
+    r->n_curve++;
+}
+
 /* eval_curve.jsonl (stages/README.md, "Accuracy during training"): {"step": S, "tokens": N, "sets": {"interpolate":
  * {"accuracy": a, ...}, ...}} per line. A malformed line is an error naming the file and line; a set missing from a
  * line is a gap (NaN). */
 static void load_eval_curve(RunData *r, const char *path) {
-    char *text = NULL;
-    size_t n = 0;
-    char err[1024];
-    if (read_file_limited(path, LIMIT_JSONL_FILE_BYTES, "JSON-lines file", &text, &n, err, sizeof err))
-        die("%s", err);
-    int cap = 64, line_no = 0;
-    r->curve_step = xmalloc((size_t)cap * sizeof(double));
-    for (int s = 0; s < EVAL_N_SETS; s++) r->curve_acc[s] = xmalloc((size_t)cap * sizeof(double));
-    for (char *line = text, *next; line && *line; line = next) {
-        next = strchr(line, '\n');
-        if (next) *next++ = '\0';
-        line_no++;
-        if (line[strspn(line, " \t\r")] == '\0') continue;
-        cJSON *j = cJSON_Parse(line);
-        const cJSON *st = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
-        const cJSON *sets = j ? cJSON_GetObjectItemCaseSensitive(j, "sets") : NULL;
-        if (!cJSON_IsObject(j) || !cJSON_IsNumber(st) || !cJSON_IsObject(sets))
-            die("%s:%d: needs a JSON object with numeric \"step\" and object \"sets\"", path, line_no);
-        if (r->n_curve == cap) {
-            cap *= 2;
-            r->curve_step = xrealloc(r->curve_step, (size_t)cap * sizeof(double));
-            for (int s = 0; s < EVAL_N_SETS; s++)
-                r->curve_acc[s] = xrealloc(r->curve_acc[s], (size_t)cap * sizeof(double));
-        }
-        if (!(st->valuedouble >= 0 && st->valuedouble <= 1e15))
-            die("%s:%d: step: %.17g is not a count", path, line_no, st->valuedouble);
-        r->curve_step[r->n_curve] = st->valuedouble;
-        for (int s = 0; s < EVAL_N_SETS; s++) {
-            const cJSON *set = cJSON_GetObjectItemCaseSensitive(sets, EVAL_SET_NAMES[s]);
-            const cJSON *acc = set ? cJSON_GetObjectItemCaseSensitive(set, "accuracy") : NULL;
-            if (set && !cJSON_IsNumber(acc))
-                die("%s:%d: sets.%s.accuracy: must be a number", path, line_no, EVAL_SET_NAMES[s]);
-            if (set && !(acc->valuedouble >= 0 && acc->valuedouble <= 1))
-                die("%s:%d: sets.%s.accuracy: %.17g is not a fraction in [0, 1]", path, line_no, EVAL_SET_NAMES[s],
-                    acc->valuedouble);
-            r->curve_acc[s][r->n_curve] = set ? acc->valuedouble : NAN;
-        }
-        r->n_curve++;
-        cJSON_Delete(j);
-    }
-    free(text);
+    JsonlFill fill = {r, 64};
+    r->curve_step = xmalloc((size_t)fill.cap * sizeof(double));
+    for (int s = 0; s < EVAL_N_SETS; s++) r->curve_acc[s] = xmalloc((size_t)fill.cap * sizeof(double));
+    read_jsonl_lines(path, eval_curve_line, &fill);
 }
 
 /* The record's optional identity fields ("seed", "run_config", "overrides"), read from its raw JSON because the
