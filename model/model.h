@@ -43,6 +43,8 @@ typedef struct {
                            * K routed ones (DeepSeekMoE's shared experts; default 0) */
     RouterKind router;    /* "router": FFN gating transform, "sigmoid" (MoEUT, default) | "softmax" */
     bool router_renorm;   /* "router_renorm": FFN gates divided by their sum over the selected experts (default false) */
+    double routed_scaling_factor; /* "routed_scaling_factor": the K routed gates (after the optional renormalisation)
+                                   * times this constant, shared experts keep gate 1 (DeepSeek-V3: 2.5; default 1) */
     BalanceKind balance;  /* "balance": FFN balancing, "entropy" (MoEUT, default) | "switch" | "none" | "bias" */
     double balance_alpha; /* alpha of the Switch loss (0.01; only with balance "switch") */
     double balance_gamma; /* gamma, the bias step of balance "bias" (DeepSeek-V3: 0.001; only with "bias") */

@@ -53,6 +53,7 @@ static const KeyDesc KEYS[] = {
     {"n_shared_experts", KEY_INT, FOR_MOEUT, 0, F(n_shared_experts), NULL},
     {"router", KEY_ENUM, FOR_MOEUT, 0, F(router), ROUTER_NAMES},
     {"router_renorm", KEY_BOOL, FOR_MOEUT, 0, F(router_renorm), NULL},
+    {"routed_scaling_factor", KEY_DOUBLE, FOR_MOEUT, 0, F(routed_scaling_factor), NULL},
     {"balance", KEY_ENUM, FOR_MOEUT, 0, F(balance), BALANCE_NAMES},
     {"balance_alpha", KEY_DOUBLE, FOR_MOEUT, 0, F(balance_alpha), NULL},
     {"balance_gamma", KEY_DOUBLE, FOR_MOEUT, 0, F(balance_gamma), NULL},
@@ -86,6 +87,7 @@ static void set_defaults(ModelConfig *cfg, Arch arch) {
         cfg->entropy_reg = 0.01;
         cfg->att_entropy_reg = 0.001;
         cfg->router = ROUTER_SIGMOID;
+        cfg->routed_scaling_factor = 1.0; /* MoEUT's gates as they are */
         cfg->balance = BALANCE_ENTROPY;
         cfg->balance_alpha = 0.01; /* Fedus et al. 2021 */
         cfg->balance_gamma = 0.001; /* DeepSeek-V3 §2.1.2 (the bias update speed of its first 14.3T tokens) */
@@ -383,6 +385,11 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
         }
         if ((int)cfg->router < 0 || (int)cfg->router > ROUTER_SOFTMAX) {
             snprintf(err, errlen, "model.router: invalid value %d", (int)cfg->router);
+            return -1;
+        }
+        if (!(cfg->routed_scaling_factor > 0.0) || !isfinite(cfg->routed_scaling_factor)) {
+            snprintf(err, errlen, "model.routed_scaling_factor: must be a finite number > 0, got %g",
+                     cfg->routed_scaling_factor);
             return -1;
         }
         if ((int)cfg->balance < 0 || (int)cfg->balance > BALANCE_BIAS) {

@@ -63,7 +63,18 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     scalar_t *dl = s->lf; /* [N, E] */
     router_logit_grad(m, dl, st->dreg_f[layer] + (size_t)rep * N * E, (size_t)N * E);
     const scalar_t *lf = st->hist_f[layer] + (size_t)rep * N * E; /* this application's raw router logits */
-    be->router_gates_backward(be, dl, dgate_f, ac->gate_f, lf, ac->sel_f, NULL, N, 1, E, K, c->router,
+    /* router_gates_backward wants the gating transform's own output; with a routed scaling factor rsf the cached
+     * gates are rsf times it, so the unscaled gates are recomputed (exactly: the same kernel on the same logits; no
+     * filler slot exists, see above) into dA's buffer, free since the keys' backward, and dgate is taken w.r.t. them:
+     * dL/dg = rsf * dL/d(rsf g). */
+    const scalar_t *gate_f = ac->gate_f;
+    if (c->routed_scaling_factor != 1.0) {
+        scalar_t *unscaled = s->A; /* [N*K*S] >= [N*K] */
+        be->router_gates(be, unscaled, lf, ac->sel_f, NULL, N, 1, E, K, c->router, c->router_renorm);
+        be->scale_inplace(be, dgate_f, (scalar_t)c->routed_scaling_factor, (size_t)N * K);
+        gate_f = unscaled;
+    }
+    be->router_gates_backward(be, dl, dgate_f, gate_f, lf, ac->sel_f, NULL, N, 1, E, K, c->router,
                               c->router_renorm);
     scalar_t *xs = s->nc[1]; /* recompute LN2(x1) (identical to the forward's) */
     be->layernorm_forward(be, xs, s->mean, s->rstd, ac->x1, W + P->ln2_w, W + P->ln2_b, N, C, eps);

@@ -6,7 +6,8 @@
  *   q, k = RoPE(q, k); r = causal_softmax(q k^T) v (scale 1)
  *   x1 = x + sum_{h,j} gate_o * (r_h O[sel_o])
  *   xs = LN2(x1); l = xs Sel^T; sel = topk_select(l, K); gate = router_gates(l, sel): sigmoid or softmax of l at
- *   sel, renormalised over the K selected or not (model.router, model.router_renorm; MoEUT: sigmoid, not renormalised)
+ *   sel, renormalised over the K selected or not (model.router, model.router_renorm; MoEUT: sigmoid, not renormalised),
+ *   then times model.routed_scaling_factor (DeepSeek-V3: 2.5; default 1)
  *   (balance "bias": topk_select ranks score(l) + expert_bias instead of l; the gates do not see the bias)
  *   y = x1 + sum_j gate * (ReLU(x1 Keys[sel]) Values[sel])   (keys read the RAW x1)
  *          + sum_{s < K_s} ReLU(x1 SharedKeys[s]) SharedValues[s]   (shared experts, gate 1; none by default)
@@ -100,6 +101,10 @@ static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *
     be->topk_select(be, io->sel, io->l, io->drop, bias, c->router, N, 1, E, K);
     be->routing_plan(be, io->plan, io->sel, N * K, E);
     be->router_gates(be, io->gate, io->l, io->sel, io->drop, N, 1, E, K, c->router, c->router_renorm);
+    /* DeepSeek-V3's routed scaling factor: the routed gates times a constant (the shared experts keep gate 1). Skipped
+     * at 1 so that the default model's numbers do not move by a bit. */
+    if (c->routed_scaling_factor != 1.0)
+        be->scale_inplace(be, io->gate, (scalar_t)c->routed_scaling_factor, (size_t)N * K);
     if (io->counts) be->expert_count(be, io->counts, io->sel, io->drop, io->valid, N, 1, E, K);
     if (io->bias_counts) be->expert_count(be, io->bias_counts, io->sel, io->drop, io->valid, N, 1, E, K);
     /* U [N*K, S] and A = ReLU(U) stay in plan order: the values read A's rows where the keys wrote them */

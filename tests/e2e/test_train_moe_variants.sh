@@ -26,10 +26,10 @@ run none --set model.router=softmax --set model.balance=none --set model.entropy
 run sigmoid_renorm --set model.router_renorm=true
 bias_sets=(--set model.balance=bias --set model.balance_gamma=0.01 --set model.entropy_reg=null)
 run bias "${bias_sets[@]}"
-# DeepSeek-V3's router (sigmoid normalised over the selected, bias balancing) with a dense first pair of layers and a
-# shared expert: 2 dense applications, then the MoEUT group of 2 once
-run deepseek --set model.router_renorm=true "${bias_sets[@]}" --set model.n_dense_first=2 \
-  --set model.n_shared_experts=1
+# DeepSeek-V3's router (sigmoid normalised over the selected, times its routed scaling factor 2.5, bias balancing)
+# with a dense first pair of layers and a shared expert: 2 dense applications, then the MoEUT group of 2 once
+run deepseek --set model.router_renorm=true --set model.routed_scaling_factor=2.5 "${bias_sets[@]}" \
+  --set model.n_dense_first=2 --set model.n_shared_experts=1
 
 for name in switch none sigmoid_renorm bias deepseek; do
   first=$(metric "$tmp/$name" 1 loss) last=$(metric "$tmp/$name" '$' loss)
@@ -87,8 +87,8 @@ assert len(w["transformer.layers.0.ffn.shared_keys"]) == 1 * 64 * 32
 print("ok: the expert biases move in steps of gamma and are not optimised; the dense prefix routes nothing")
 PY
 bin/evaluate --run "$tmp/deepseek" --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/deepseek/result.json" \
-  "${bias_sets[@]}" --set model.router_renorm=true --set model.n_dense_first=2 --set model.n_shared_experts=1 \
-  2>"$tmp/ev.log" || { cat "$tmp/ev.log"; fail "bin/evaluate of the deepseek run failed"; }
+  "${bias_sets[@]}" --set model.router_renorm=true --set model.routed_scaling_factor=2.5 --set model.n_dense_first=2 \
+  --set model.n_shared_experts=1 2>"$tmp/ev.log" || { cat "$tmp/ev.log"; fail "bin/evaluate of the deepseek run failed"; }
 python3 - "$tmp/deepseek/result.json" <<'PY' || fail "result.json routing of the dense-prefix run"
 import json, sys
 for name, s in json.load(open(sys.argv[1]))["evaluation"]["sets"].items():

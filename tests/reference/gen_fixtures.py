@@ -115,6 +115,15 @@ FIXTURES = {
         "MoE variants: DeepSeek-V3 router (sigmoid scores + expert_bias for the top-K only, gates normalised over the "
         "selected, unbiased), 2 shared experts (gate 1, raw x1), bias balancing (no FFN loss, reg_ffn 0; the "
         "expert_bias buffer is random so that it changes selections), Gs=2 R=2, padding and an answer-only loss"),
+    "moeut_deepseek_scaled": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=6, ff_expert_size=6, ff_k=3,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=False, out_norm_affine=True,
+                  n_shared_experts=1, router="sigmoid", router_renorm=True, routed_scaling_factor=2.5,
+                  balance="bias"),
+        dict(B=2, T=9, rows=[10, 6], answer_only=True, grad_scale=1.0), 1414,
+        "MoE variants: DeepSeek-V3's gates g_i = 2.5 * s_i / sum_{j in top-K} s_j (sigmoid scores normalised over "
+        "the selected, times the routed scaling factor 2.5 of its released config), 1 shared expert at gate 1, "
+        "bias balancing (random expert_bias), Gs=2 R=2, one padded row, answer-only"),
     "moeut_dense_first": (
         moeut_cfg(n_tokens=40, d_model=16, n_layers=5, n_heads=2, d_head=8, ff_n_experts=5, ff_expert_size=6, ff_k=2,
                   att_n_experts=3, att_k=2, group_size=2, lm_head_bias=True, out_norm_affine=True,

@@ -245,6 +245,7 @@ def main():
     switch_balance_checks()
     variant_fd_checks()
     shared_expert_checks()
+    routed_scaling_checks()
     expert_bias_checks()
     dense_prefix_checks()
     variant_count_checks()
@@ -302,6 +303,35 @@ def variant_fd_checks():
                  _variant_cfg(n_layers=3, group_size=1, n_dense_first=2, n_shared_experts=1, router="softmax",
                               balance="bias", lm_head_bias=False),
                  dict(B=2, T=6, rows=[7, 5], answer_only=True, grad_scale=1.0), 23)
+
+    fd_gradcheck("MoEUT DeepSeek-V3 gates: sigmoid renorm x routed_scaling_factor 2.5, 1 shared expert, expert_bias",
+                 _variant_cfg(n_shared_experts=1, router="sigmoid", router_renorm=True, routed_scaling_factor=2.5,
+                              balance="bias"),
+                 dict(B=2, T=6, rows=[7, 4], answer_only=True, grad_scale=1.0), 24)
+
+
+def routed_scaling_checks():
+    """routed_scaling_factor r: the layer with r equals the layer with r = 1 (same weights) whose ROUTED output is
+    multiplied by r, the shared experts' output unchanged (DeepSeek-V3: only the routed gates are scaled)."""
+    gen = torch.Generator().manual_seed(35)
+    for renorm in (False, True):
+        cfg = _variant_cfg(n_shared_experts=1, router_renorm=renorm, routed_scaling_factor=2.5)
+        layer = twin.MoEUTLayer(cfg).double()
+        _random_fill(layer, gen, 0.5)
+        _set_ln(layer)
+        plain = twin.MoEUTLayer(dict(cfg, routed_scaling_factor=1.0)).double()
+        plain.load_state_dict(layer.state_dict())
+        B, T, C = 2, 5, cfg["d_model"]
+        x1 = torch.randn(B, T, C, generator=gen, dtype=torch.float64)
+        xs = torch.randn(B, T, C, generator=gen, dtype=torch.float64)
+        f, l, sel = layer.ffn(x1, xs)
+        f0, l0, sel0 = plain.ffn(x1, xs)
+        err = float((f - 2.5 * f0).abs().max())
+        shared_same = torch.equal(layer.ffn.shared_forward(x1), plain.ffn.shared_forward(x1))
+        check(f"routed_scaling_factor 2.5 ({'renorm' if renorm else 'no renorm'}): routed output = 2.5 x the r = 1 "
+              "output, same logits and selections, shared experts unscaled",
+              err < 1e-12 and float(f0.abs().max()) > 1e-2 and torch.equal(l, l0) and torch.equal(sel, sel0)
+              and shared_same, f"max err {err:.1e}")
 
 
 def shared_expert_checks():
@@ -545,8 +575,9 @@ def spec_state_dict_names(cfg):
 
 
 def variant_count_checks():
-    new_keys = ("n_shared_experts", "n_dense_first", "d_ff", "balance_gamma")
-    for name in ("moeut_shared_bias", "moeut_dense_first", "moeut_dense_first_shared_softmax_bias"):
+    new_keys = ("n_shared_experts", "n_dense_first", "d_ff", "balance_gamma", "routed_scaling_factor")
+    for name in ("moeut_shared_bias", "moeut_dense_first", "moeut_dense_first_shared_softmax_bias",
+                 "moeut_deepseek_scaled"):
         cfg = gen_fixtures.FIXTURES[name][0]
         model = twin.build_model(cfg)
         got = sum(p.numel() for p in model.parameters())
@@ -558,7 +589,7 @@ def variant_count_checks():
               all((k in j) == (k in cfg and (k != "d_ff" or cfg.get("n_dense_first", 0) > 0)) for k in new_keys) and
               "entropy_reg" not in j if cfg.get("balance") == "bias" else True)
     old = [n for n, (c, *_) in gen_fixtures.FIXTURES.items()
-           if not any(k in c for k in ("n_shared_experts", "n_dense_first", "balance_gamma"))]
+           if not any(k in c for k in ("n_shared_experts", "n_dense_first", "balance_gamma", "routed_scaling_factor"))]
     check(f"configs without the new switches carry none of their keys ({len(old)} fixtures)",
           all(not any(k in twin.json.loads(twin.config_json(gen_fixtures.FIXTURES[n][0])) for k in new_keys
                       if not (k == "d_ff" and gen_fixtures.FIXTURES[n][0]["arch"] == "dense")) for n in old))

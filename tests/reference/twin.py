@@ -13,7 +13,8 @@ Semantics (DM-math version):
   * sigma-MoE: router on LN2(x1), sigmoid top-K, keys read the raw x1, ReLU, gate-weighted sum (no renormalisation).
     The MoE-variant switches (model/spec/moe-variants.md, from the cited papers): router "softmax" gates with the
     softmax over all E logits at the top-K (Switch / GShard / DeepSeekMoE), router_renorm divides the K gates by their
-    sum (GShard, Mixtral's softmax over the top-K logits; DeepSeek-V3's normalised sigmoid); balance "switch" replaces
+    sum (GShard, Mixtral's softmax over the top-K logits; DeepSeek-V3's normalised sigmoid), routed_scaling_factor
+    multiplies the K routed gates after that (DeepSeek-V3's released config: 2.5); balance "switch" replaces
     the FFN entropy regularizer by Fedus et al.'s alpha * E * sum_i f_i P_i per layer application (f: fraction of the
     K*n routed slots per expert, not differentiated; P: mean softmax probability; over the valid positions), "none"
     by nothing. balance "bias" (DeepSeek-V3 §2.1.2, Wang et al. 2024, auxiliary-loss-free): a per-layer BUFFER
@@ -48,10 +49,10 @@ MOEUT_KEYS = [
 ]
 # MoE-variant switches: written only when the config sets them, so configs without them keep their exact bytes
 # (model_config.c reads their defaults: router "sigmoid", router_renorm false, balance "entropy").
-# n_shared_experts, n_dense_first and balance_gamma likewise; d_ff is written only when n_dense_first > 0 (the dense
+# routed_scaling_factor (default 1), n_shared_experts, n_dense_first and balance_gamma likewise; d_ff is written only when n_dense_first > 0 (the dense
 # prefix's width; MOEUT_KEYS has no d_ff).
-MOEUT_SWITCH_KEYS = ["router", "router_renorm", "balance", "balance_alpha", "balance_gamma", "n_shared_experts",
-                     "n_dense_first"]
+MOEUT_SWITCH_KEYS = ["router", "router_renorm", "routed_scaling_factor", "balance", "balance_alpha", "balance_gamma",
+                     "n_shared_experts", "n_dense_first"]
 BALANCES = ("entropy", "switch", "none", "bias")
 BALANCE_GAMMA_DEFAULT = 0.001
 
@@ -194,10 +195,11 @@ class SwitchHead(nn.Module):
 
 
 class SigmaMoE(nn.Module):
-    def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False):
+    def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False, route_scale=1.0):
         super().__init__()
         self.C, self.E, self.S, self.K = C, E, S, K
         self.router, self.renorm = router, bool(renorm)
+        self.route_scale = float(route_scale)  # DeepSeek-V3's routed scaling factor (routed gates only)
         self.n_shared = int(n_shared)
         # registration order = state_dict order: keys, values, expert_sel, shared_keys, shared_values, expert_bias
         self.keys = nn.Parameter(torch.empty(E, C, S))
@@ -214,7 +216,8 @@ class SigmaMoE(nn.Module):
     def route(self, l):
         """Routing of logits l[..., E]: (idx[..., K] chosen experts, w[..., K] gates, ranked[..., E] the quantity the
         top-K ranks). scores = sigmoid(l) or softmax(l) over E; ranked = scores (+ expert_bias with balance "bias");
-        gates = scores at idx (never the bias), divided by their sum iff router_renorm."""
+        gates = scores at idx (never the bias), divided by their sum iff router_renorm, then times routed_scaling_factor
+        (DeepSeek-V3: g_i = 2.5 * s_i / sum_{j in top-K} s_j; the shared experts keep gate 1)."""
         scores = torch.softmax(l, dim=-1) if self.router == "softmax" else torch.sigmoid(l)
         ranked = scores if self.expert_bias is None else scores + self.expert_bias
         with torch.no_grad():
@@ -222,6 +225,8 @@ class SigmaMoE(nn.Module):
         w = scores.gather(-1, idx)
         if self.renorm:
             w = w / w.sum(-1, keepdim=True)
+        if self.route_scale != 1.0:
+            w = w * self.route_scale
         return idx, w, ranked
 
     def forward(self, x1, xs, route_log=None):
@@ -265,7 +270,7 @@ class MoEUTLayer(nn.Module):
         self.attention = SwitchHead(C, cfg["n_heads"], cfg["d_head"], cfg["att_n_experts"], cfg["att_k"])
         self.ffn = SigmaMoE(C, cfg["ff_n_experts"], cfg["ff_expert_size"], cfg["ff_k"], cfg.get("router", "sigmoid"),
                             cfg.get("router_renorm", False), cfg.get("n_shared_experts", 0),
-                            cfg.get("balance", "entropy") == "bias")
+                            cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0))
         self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
         self.ln2 = nn.LayerNorm(C, eps=LN_EPS)
 

@@ -97,6 +97,9 @@ static const Case cases[] = {
     {"moeut fp32 dense-first shared bias",
      MOEUT_VARIANT_JSON("\"n_dense_first\":2,\"n_shared_experts\":1,\"router_renorm\":true,\"balance\":\"bias\""),
      PRECISION_FP32, 1.0},
+    /* DeepSeek-V3's routed scaling factor on MoEUT's sigmoid gates (the gate backward needs the unscaled gates) */
+    {"moeut fp32 sigmoid routed scaling 2.5", MOEUT_VARIANT_JSON("\"routed_scaling_factor\":2.5,\"balance\":\"none\""),
+     PRECISION_FP32, 1.0},
     {"moeut fp32 softmax bias 2 shared",
      MOEUT_VARIANT_JSON("\"router\":\"softmax\",\"n_shared_experts\":2,\"balance\":\"bias\""), PRECISION_FP32, 0.5},
     {"dense bf16", DENSE_JSON, PRECISION_BF16, 1.0},

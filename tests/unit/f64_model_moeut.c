@@ -116,6 +116,21 @@ START_TEST(grad_moeut_dense_shared_softmax_bias) {
 }
 END_TEST
 
+/* DeepSeek-V3's routed scaling factor: sigmoid gates without renormalisation (their gating transform's gradient reads
+ * the gate itself, so it must see the unscaled one), and the DeepSeek-V3 combination (normalised sigmoid gates times
+ * 2.5, a shared expert at gate 1, bias balancing). */
+START_TEST(grad_moeut_routed_scaling_sigmoid) {
+    run_check(mtu_config(SWITCH_BASE "\"routed_scaling_factor\":2.5}"), 10);
+}
+END_TEST
+
+START_TEST(grad_moeut_routed_scaling_deepseek) {
+    run_check(mtu_config(SWITCH_BASE "\"n_shared_experts\":1,\"router_renorm\":true,\"routed_scaling_factor\":2.5,"
+                                     "\"balance\":\"bias\"}"),
+              11);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("f64_model_moeut");
     TCase *tc = tcase_create("fd");
@@ -129,6 +144,8 @@ int main(void) {
     tcase_add_test(tc, grad_moeut_dense_first);
     tcase_add_test(tc, grad_moeut_bias_sigmoid);
     tcase_add_test(tc, grad_moeut_dense_shared_softmax_bias);
+    tcase_add_test(tc, grad_moeut_routed_scaling_sigmoid);
+    tcase_add_test(tc, grad_moeut_routed_scaling_deepseek);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -1,6 +1,7 @@
 /* Model configs: strict JSON parsing, validation messages, defaults, serialisation round trip, n_rot, parameter counts
  * (the paper's exact numbers, and model_count_params == model_n_params of created models), tensor registry. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,7 @@ static void round_trip(const char *json) {
     ck_assert(a.router == b.router && a.router_renorm == b.router_renorm && a.balance == b.balance);
     ck_assert(a.balance_alpha == b.balance_alpha && a.balance_gamma == b.balance_gamma);
     ck_assert(a.n_dense_first == b.n_dense_first && a.n_shared_experts == b.n_shared_experts);
+    ck_assert(a.routed_scaling_factor == b.routed_scaling_factor);
     /* Every key is written (d_head included), none of the other arch. */
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_head"));
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "lm_head_bias"));
@@ -248,6 +250,32 @@ START_TEST(moe_structure_switches) {
     round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"n_dense_first\":2,\"n_shared_experts\":2,\"balance\":\"bias\","
                "\"balance_gamma\":0.005}");
     round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"group_size\":1,\"n_dense_first\":1,\"d_ff\":7}");
+}
+END_TEST
+
+/* DeepSeek-V3's routed scaling factor: default 1 (MoEUT), any finite value > 0, refused otherwise, MoEUT only. */
+START_TEST(routed_scaling_factor_key) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert(c.routed_scaling_factor == 1.0);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"routed_scaling_factor\":2.5}", &c, err, sizeof err), 0);
+    ck_assert(c.routed_scaling_factor == 2.5);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"routed_scaling_factor\":0}", "exp.json: model.routed_scaling_factor:",
+                 "finite number > 0, got 0");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"routed_scaling_factor\":-2.5}",
+                 "exp.json: model.routed_scaling_factor:", "got -2.5");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"routed_scaling_factor\":1e999}",
+                 "exp.json: model.routed_scaling_factor:", "> 0, got inf");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"routed_scaling_factor\":\"2.5\"}",
+                 "exp.json: model.routed_scaling_factor:", "expected a number");
+    expect_error("{" DENSE_BASE ",\"routed_scaling_factor\":2.5}", "exp.json: model.routed_scaling_factor:", "moeut");
+    /* NaN cannot be written in JSON; validate refuses it all the same */
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    c.routed_scaling_factor = NAN;
+    ck_assert_int_eq(model_config_validate(&c, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "model.routed_scaling_factor: must be a finite number > 0") != NULL, "%s", err);
+    round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"router_renorm\":true,\"routed_scaling_factor\":2.5}");
 }
 END_TEST
 
@@ -494,6 +522,7 @@ int main(void) {
     TCase *tc = tcase_create("config");
     tcase_add_test(tc, dense_defaults);
     tcase_add_test(tc, moe_structure_switches);
+    tcase_add_test(tc, routed_scaling_factor_key);
     tcase_add_test(tc, moeut_switch_tensor_names);
     tcase_add_test(tc, moeut_defaults_are_reference_ctor);
     tcase_add_test(tc, moeut_default_ff_k_is_8);
