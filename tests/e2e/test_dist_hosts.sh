@@ -9,8 +9,8 @@
 #  - a bandwidth limit (tc tbf on both veths): the run takes at least steps x gradient bytes / rate, and ends
 #    bit-identical;
 #  - 5 % packet loss (nftables, dropping at random on hostb's veth): the run completes bit-identical (TCP resends);
-#  - rank 0 stopped (SIGSTOP) during its evaluation: hostb's ranks end within seconds, saying in one line that rank 0
-#    (host hosta) sent no sign of life during the wait for its evaluation.
+#  - host hosta frozen (its ranks 0 and 1 SIGSTOPped) during rank 0's evaluation: hostb's ranks end within seconds,
+#    saying in one line that rank 0 (host hosta) sent no sign of life during the wait for its evaluation.
 source "$(dirname "$0")/train_common.sh"
 source "$(dirname "$0")/mpi_common.sh"
 
@@ -67,8 +67,9 @@ else
   echo "SKIP (sub-case): packet loss: nft not installed or nftables not permitted here (mk/deps.sh test installs nftables)"
 fi
 
-# Rank 0 stopped (SIGSTOP) during its evaluation at step 2: hostb's ranks know it only by its signs of life (rank 1,
-# on hosta, sees the stopped pid).
+# Host hosta frozen (SIGSTOP of its ranks 0 and 1) during rank 0's evaluation at step 2: hostb's ranks know it only by
+# rank 0's signs of life. (With rank 1 running, it would see rank 0's stopped pid on its own host and could end the
+# job first: which rank speaks would be a race.)
 d=$tmp/stop0
 ranks_of() { pgrep -f "^bin/train .*--out $1\$"; }
 eval_args=("${args[@]/train.evaluate_every=0/train.evaluate_every=2}")
@@ -80,22 +81,24 @@ for _ in $(seq 1 1200); do
   kill -0 "$job" 2>/dev/null || { cat "$d.log"; fail "rank 0 stopped: the run ended early"; }
   sleep 0.1
 done
-pid0=
+pid0= pid1=
 for p in $(ranks_of "$d"); do
-  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=0" && pid0=$p
+  env_of=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null)
+  grep -qx "OMPI_COMM_WORLD_RANK=0" <<<"$env_of" && pid0=$p
+  grep -qx "OMPI_COMM_WORLD_RANK=1" <<<"$env_of" && pid1=$p
 done
-[ -n "$pid0" ] || fail "rank 0 stopped: no rank 0 process found"
+[ -n "$pid0" ] && [ -n "$pid1" ] || fail "rank 0 stopped: the processes of ranks 0 and 1 (hosta) not found"
 before=$(date +%s.%N)
-kill -STOP "$pid0"
-for _ in $(seq 1 300); do [ "$(ranks_of "$d" | grep -vx "$pid0" | wc -l)" = 0 ] && break; sleep 0.1; done
+kill -STOP "$pid0" "$pid1"
+for _ in $(seq 1 300); do [ "$(ranks_of "$d" | grep -vx -e "$pid0" -e "$pid1" | wc -l)" = 0 ] && break; sleep 0.1; done
 took=$(awk -v a="$before" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}')
-{ kill -CONT "$pid0" && kill -9 "$pid0"; } 2>/dev/null || true # mpirun may have ended it
+{ kill -CONT "$pid0" "$pid1" && kill -9 "$pid0" "$pid1"; } 2>/dev/null || true # mpirun may have ended them
 timeout 30 tail --pid="$job" -f /dev/null || { kill "$job"; fail "rank 0 stopped: mpirun still running 30 s after the ranks ended"; }
 wait "$job" || true
-awk -v t="$took" 'BEGIN {exit !(t <= 10)}' || fail "rank 0 stopped: the other ranks took $took s to end (bound 10 s)"
+awk -v t="$took" 'BEGIN {exit !(t <= 10)}' || fail "hosta frozen: hostb's ranks took $took s to end (bound 10 s)"
 pattern="train\[rank [23]\]: error: rank 0 (host hosta) sent no sign of life for 5 s .*during the wait for rank 0's evaluation of step 2"
 grep -q "$pattern" "$d.log" || { cat "$d.log"; fail "rank 0 stopped: no line from a hostb rank naming rank 0"; }
-echo "ok: rank 0 stopped during its evaluation: ranks 1-3 ended in $took s: $(grep "$pattern" "$d.log" | head -1 | grep -o "error: .*" | cut -c1-150)"
+echo "ok: hosta frozen during rank 0's evaluation: hostb's ranks ended in $took s: $(grep "$pattern" "$d.log" | head -1 | grep -o "error: .*" | cut -c1-150)"
 
 # hostb's link down mid-run. Each rank on hosta waits for hostb in a collective and gives up after --dist-timeout;
 # hostb's ranks likewise. Timed until no rank process is left (mpirun then waits for hostb's daemon: the link comes
