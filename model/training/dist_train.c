@@ -36,22 +36,33 @@ static _Noreturn void setup_refused_exit(void) {
     exit(1);
 }
 
-/* die() during setup: rank 0 prints; another rank prints only where rank 0 did not fail (then its reason is its own). */
+/* die() during setup: rank 0 prints at once, before any collective (a rank that exits first would make the launcher
+ * kill the job, and rank 0's line with it); another rank learns in the verdict whether rank 0 failed too, and prints
+ * only where it did not (then its reason is its own). */
 static bool setup_die_should_print(void) {
     dist_root_phase_abandon(); /* rank 0 refused inside its phase (loading the run directory): the others stop waiting */
+    if (dist_is_root()) return true;
     int v[2];
     setup_verdict(true, v);
-    dist_finalize(); /* see setup_refused_exit; die() then prints (or not) and exits 1 */
-    return dist_is_root() || v[0] == 0;
+    return v[0] == 0;
+}
+
+/* After die()'s line: rank 0 now joins the verdict; every rank ends MPI (see setup_refused_exit), then exits 1. */
+static void setup_die_after_print(void) {
+    if (dist_is_root()) {
+        int v[2];
+        setup_verdict(true, v);
+    }
+    dist_finalize();
 }
 
 void dist_setup_begin(void) {
-    if (dist_world() > 1) log_set_die_hook(setup_die_should_print);
+    if (dist_world() > 1) log_set_die_hook(setup_die_should_print, setup_die_after_print);
 }
 
 /* A rank that set up fine: stop, silently, where another refused (it said why). */
 static void setup_passed(void) {
-    log_set_die_hook(NULL); /* an MPI failure inside the verdict prints as any other */
+    log_set_die_hook(NULL, NULL); /* an MPI failure inside the verdict prints as any other */
     int v[2];
     setup_verdict(false, v);
     if (v[1]) setup_refused_exit();
@@ -60,7 +71,7 @@ static void setup_passed(void) {
 void dist_setup_check(void) {
     if (dist_world() == 1) return;
     setup_passed();
-    log_set_die_hook(setup_die_should_print);
+    log_set_die_hook(setup_die_should_print, setup_die_after_print);
 }
 
 void dist_setup_end(void) {

@@ -68,18 +68,25 @@ void log_error(const char *fmt, ...) {
 }
 
 static bool (*g_die_hook)(void);
+static void (*g_die_after)(void);
 
-void log_set_die_hook(bool (*should_print)(void)) { g_die_hook = should_print; }
+void log_set_die_hook(bool (*should_print)(void), void (*after_print)(void)) {
+    g_die_hook = should_print;
+    g_die_after = should_print ? after_print : NULL;
+}
 
 _Noreturn void die(const char *fmt, ...) {
     bool (*hook)(void) = g_die_hook;
+    void (*after)(void) = g_die_after;
     g_die_hook = NULL;
+    g_die_after = NULL;
     if (!hook || hook()) {
         va_list ap;
         va_start(ap, fmt);
         vlog("error", fmt, ap);
         va_end(ap);
     }
+    if (after) after();
     exit(1);
 }
 

@@ -16,10 +16,12 @@ void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* "<program>: error: ..." */
 _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* When set, die() first asks should_print whether to print its line (false: exit 1 without it). For a data-parallel
- * job's setup, where every rank meets the same bad input and rank 0 alone says so (model/training/dist_train.h).
- * die() clears the hook before calling it, so a die() inside it prints. NULL removes it. */
-void log_set_die_hook(bool (*should_print)(void));
+/* When set, die() first asks should_print whether to print its line (false: exit 1 without it), prints it or not,
+ * then calls after_print (may be NULL) before exiting 1. For a data-parallel job's setup, where every rank meets the
+ * same bad input and rank 0 alone says so (model/training/dist_train.h): rank 0 prints before it meets the others in
+ * after_print, so no rank has exited (and made the launcher kill the job) before the line is out. die() clears the
+ * hook before calling it, so a die() inside it prints. NULL removes it. */
+void log_set_die_hook(bool (*should_print)(void), void (*after_print)(void));
 
 /* Checking macros: name the call, file and line on failure, then exit(1). */
 #define CHECK_ALLOC(p)                                                                                        \
