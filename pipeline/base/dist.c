@@ -84,18 +84,23 @@ long dist_default_threads(void) {
 
 /* ---- watchdog ---- */
 
-/* A peer on this host is gone when its pid no longer exists or is a zombie (killed, not yet reaped). */
-static bool local_peer_gone(const PeerId *p) {
-    if (kill(p->pid, 0) != 0) return errno == ESRCH;
+/* The state letter of a process on this host (R, S, T, Z, ...) from /proc/PID/stat; 0 when it cannot be read. */
+static char local_process_state(int pid) {
     char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", p->pid);
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
     FILE *f = fopen(path, "r");
-    if (!f) return false;
+    if (!f) return 0;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
     const char *rp = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold spaces and parentheses */
-    return rp && rp[1] == ' ' && rp[2] == 'Z';
+    return rp && rp[1] == ' ' ? rp[2] : 0;
+}
+
+/* A peer on this host is gone when its pid no longer exists or is a zombie (killed, not yet reaped). */
+static bool local_peer_gone(const PeerId *p) {
+    if (kill(p->pid, 0) != 0) return errno == ESRCH;
+    return local_process_state(p->pid) == 'Z';
 }
 
 /* Prints the one failure line and ends this rank at once (MPI cannot be trusted to return). */
@@ -110,15 +115,8 @@ static _Noreturn void watchdog_fail(const char *why) {
 
 /* A peer on this host that is stopped (SIGSTOP, Ctrl-Z, a debugger): state T or t in /proc/PID/stat. */
 static bool local_peer_stopped(const PeerId *p) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", p->pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return false;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *rp = strrchr(buf, ')');
-    return rp && rp[1] == ' ' && (rp[2] == 'T' || rp[2] == 't');
+    char state = local_process_state(p->pid);
+    return state == 'T' || state == 't';
 }
 
 /* Appends ", " (when not first) and the formatted text to buf[*used ...]. */
