@@ -1,9 +1,9 @@
 /* The dense pre-LN Transformer layer of the DM-math runs (dm-math-training-code.md §C.3, moeut-spec.md §5):
  *   h  = LN1(x);  q = h Wq^T * D^-1/4;  k = h Wk^T * D^-1/4;  v = h Wv^T      (no biases)
  *   q, k <- RoPE (n_rot = model_config_n_rot, base 1e4, NeoX layout);  a = causal softmax attention, scale 1
- *   x1 = x + a Wo^T
+ *   x1 = x + a Wo^T                                            (model/preln_attention.c, shared with arch "moe")
  *   x2 = x1 + (ReLU(LN2(x1) W1^T + b1) W2^T + b2)
- * One distinct layer per application: every layer of the dense model, or the dense prefix of a MoEUT
+ * One distinct layer per application: every layer of the dense model, or the dense prefix of a MoEUT or "moe" model
  * (model.n_dense_first, tensors "transformer.dense_layers.<i>."). Init: every Linear weight N(0, 2/(L*fan_in)) (not
  * truncated; L = all applications of the model), biases 0, LayerNorms weight 1 bias 0.
  *
@@ -18,10 +18,10 @@
 #include <stdlib.h>
 
 #include "model/model_internal.h"
+#include "model/preln_attention.h"
 #include "pipeline/base/log.h"
 
-#define LN_EPS 1e-5
-#define ROPE_BASE 10000.0
+#define LN_EPS PRELN_LN_EPS
 
 typedef struct {
     size_t q, k, v, o;          /* [H*D, C] x3, [C, H*D] */
@@ -156,14 +156,9 @@ static size_t check_step(Model *m, const char *what, int app) {
 
 /* ---- forward ---- */
 
-/* The q/k/v projections of xn[N,C] into q, k, v [N, H*D], with the D^-1/4 scale folded into the q and k matmuls. */
-static void project_qkv(Model *m, const DenseParams *p, const scalar_t *xn, scalar_t *q, scalar_t *k, scalar_t *v, int N) {
-    Backend *be = m->be;
-    const int C = m->cfg.d_model, HD = m->cfg.n_heads * m->cfg.d_head;
-    const scalar_t qk_scale = (scalar_t)pow((double)m->cfg.d_head, -0.25);
-    be->matmul(be, q, xn, P(m, p->q), N, HD, C, 0, 1, qk_scale, 0);
-    be->matmul(be, k, xn, P(m, p->k), N, HD, C, 0, 1, qk_scale, 0);
-    be->matmul(be, v, xn, P(m, p->v), N, HD, C, 0, 1, 1, 0);
+/* The attention block's view of a dense layer's tensors (model/preln_attention.h). */
+static PrelnAttnParams attn_params(const DenseParams *p) {
+    return (PrelnAttnParams){.q = p->q, .k = p->k, .v = p->v, .o = p->o, .ln_w = p->ln1_w, .ln_b = p->ln1_b};
 }
 
 /* h[N,C] += ReLU(xn2 W1^T + b1) W2^T + b2, with the pre-activation written into u[N,d_ff]; act is scratch. */
@@ -190,18 +185,13 @@ static void dense_forward_train(Model *m, int app, const scalar_t *h_in, scalar_
     scalar_t *x1 = s->x1 + slot * n * C, *u = s->u + slot * n * m->cfg.d_ff;
     scalar_t *mean1 = s->mean1 + slot * n, *rstd1 = s->rstd1 + slot * n;
     scalar_t *mean2 = s->mean2 + slot * n, *rstd2 = s->rstd2 + slot * n;
-    const int n_rot = model_config_n_rot(&m->cfg);
     s->x_in[slot] = h_in;
 
-    // attention block
+    // attention block: x1 = x + att @ Wo^T
     scalar_t *xn = s->s_c0; // [N,C]
-    be->layernorm_forward(be, xn, mean1, rstd1, h_in, P(m, p->ln1_w), P(m, p->ln1_b), N, C, (scalar_t)LN_EPS);
-    project_qkv(m, p, xn, q, k, v, N);
-    be->rope(be, q, B, T, H, D, n_rot, 0, (scalar_t)ROPE_BASE, 0);
-    be->rope(be, k, B, T, H, D, n_rot, 0, (scalar_t)ROPE_BASE, 0);
-    be->attention_forward(be, att, lse, q, k, v, B, T, T, H, D, 1);
-    be->copy(be, h_out, h_in, n * C * sizeof(scalar_t));
-    be->matmul(be, h_out, att, P(m, p->o), N, C, (int)HD, 0, 1, 1, 1); // x1 = x + att @ Wo^T
+    const PrelnAttnParams ap = attn_params(p);
+    const PrelnAttnCache ac = {.q = q, .k = k, .v = v, .att = att, .lse = lse, .mean = mean1, .rstd = rstd1};
+    preln_attention_forward_train(m, &ap, &ac, h_in, h_out, xn, B, T);
     be->copy(be, x1, h_out, n * C * sizeof(scalar_t));
 
     // FFN block
@@ -225,14 +215,12 @@ static void dense_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *
     const int B = s->B, T = s->T, N = B * T, C = m->cfg.d_model, H = m->cfg.n_heads, D = m->cfg.d_head;
     const int F = m->cfg.d_ff, HD = H * D;
     const size_t n = (size_t)N;
-    const scalar_t *q = s->q + slot * n * HD, *k = s->k + slot * n * HD, *v = s->v + slot * n * HD;
-    const scalar_t *att = s->att + slot * n * HD, *lse = s->lse + slot * n * H;
+    scalar_t *q = s->q + slot * n * HD, *k = s->k + slot * n * HD, *v = s->v + slot * n * HD;
+    scalar_t *att = s->att + slot * n * HD, *lse = s->lse + slot * n * H;
     const scalar_t *x1 = s->x1 + slot * n * C, *u = s->u + slot * n * F;
     scalar_t *mean1 = s->mean1 + slot * n, *rstd1 = s->rstd1 + slot * n;
     scalar_t *mean2 = s->mean2 + slot * n, *rstd2 = s->rstd2 + slot * n;
     const scalar_t *x = s->x_in[slot];
-    const int n_rot = model_config_n_rot(&m->cfg);
-    const scalar_t qk_scale = (scalar_t)pow((double)D, -0.25);
     scalar_t *xn = s->s_c0, *dxn = s->s_c1, *ff = s->s_ff;
     scalar_t *dq = s->s_hd[0], *dk = s->s_hd[1], *dv = s->s_hd[2], *datt = s->s_hd[3];
 
@@ -251,22 +239,9 @@ static void dense_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *
     be->layernorm_backward(be, dh_in, G(m, p->ln2_w), G(m, p->ln2_b), dxn, x1, P(m, p->ln2_w), mean2, rstd2, N, C);
 
     // ---- attention: x1 = x + att Wo^T ----
-    be->matmul(be, G(m, p->o), dh_in, att, C, HD, N, 1, 0, 1, 1); // dWo[C,HD] += dx1^T @ att
-    be->matmul(be, datt, dh_in, P(m, p->o), N, HD, C, 0, 0, 1, 0); // datt[N,HD] = dx1 @ Wo
-    be->zero(be, dq, n * HD * sizeof(scalar_t));
-    be->zero(be, dk, n * HD * sizeof(scalar_t));
-    be->zero(be, dv, n * HD * sizeof(scalar_t));
-    be->attention_backward(be, dq, dk, dv, datt, att, lse, q, k, v, B, T, H, D, 1);
-    be->rope(be, dq, B, T, H, D, n_rot, 0, (scalar_t)ROPE_BASE, 1);
-    be->rope(be, dk, B, T, H, D, n_rot, 0, (scalar_t)ROPE_BASE, 1);
-    be->layernorm_forward(be, xn, mean1, rstd1, x, P(m, p->ln1_w), P(m, p->ln1_b), N, C, (scalar_t)LN_EPS);
-    be->matmul(be, G(m, p->q), dq, xn, HD, C, N, 1, 0, qk_scale, 1); // dWq += s * dq^T @ xn1
-    be->matmul(be, G(m, p->k), dk, xn, HD, C, N, 1, 0, qk_scale, 1);
-    be->matmul(be, G(m, p->v), dv, xn, HD, C, N, 1, 0, 1, 1);
-    be->matmul(be, dxn, dq, P(m, p->q), N, C, HD, 0, 0, qk_scale, 0); // dxn1 = s dq Wq + s dk Wk + dv Wv
-    be->matmul(be, dxn, dk, P(m, p->k), N, C, HD, 0, 0, qk_scale, 1);
-    be->matmul(be, dxn, dv, P(m, p->v), N, C, HD, 0, 0, 1, 1);
-    be->layernorm_backward(be, dh_in, G(m, p->ln1_w), G(m, p->ln1_b), dxn, x, P(m, p->ln1_w), mean1, rstd1, N, C);
+    const PrelnAttnParams ap = attn_params(p);
+    const PrelnAttnCache ac = {.q = q, .k = k, .v = v, .att = att, .lse = lse, .mean = mean1, .rstd = rstd1};
+    preln_attention_backward(m, &ap, &ac, x, dh_in, xn, dxn, dq, dk, dv, datt, B, T);
 }
 
 /* ---- inference ---- */
@@ -277,27 +252,14 @@ static void dense_forward_infer(Model *m, int app, scalar_t *h, int B, int T, La
     if (app < 0 || app >= m->cfg.n_layers || m->apps[app].kind != LAYER_DENSE)
         die("dense layer: forward_infer of application %d, not a dense one", app);
     const DenseParams *p = &s->layers[m->apps[app].layer];
-    const int N = B * T, C = m->cfg.d_model, H = m->cfg.n_heads, D = m->cfg.d_head, HD = H * D;
-    const int n_rot = model_config_n_rot(&m->cfg);
+    const int N = B * T, C = m->cfg.d_model;
     if (kv && B != 1) die("dense layer: KV-cache decoding needs batch 1 (got %d)", B);
     model_reserve_activations(m, 0, N);
-    scalar_t *xn = s->s_c0, *q = s->s_hd[0], *k = s->s_hd[1], *v = s->s_hd[2], *att = s->s_hd[3];
-    const int pos = kv ? kv_len : 0;
+    scalar_t *xn = s->s_c0;
 
-    be->layernorm_forward(be, xn, s->s_mean, s->s_rstd, h, P(m, p->ln1_w), P(m, p->ln1_b), N, C, (scalar_t)LN_EPS);
-    project_qkv(m, p, xn, q, k, v, N);
-    be->rope(be, q, B, T, H, D, n_rot, pos, (scalar_t)ROPE_BASE, 0);
-    be->rope(be, k, B, T, H, D, n_rot, pos, (scalar_t)ROPE_BASE, 0);
-    if (kv) {
-        // Append the new keys/values at kv_len.. and attend over the whole cache.
-        size_t at = (size_t)kv_len * HD, bytes = (size_t)T * HD * sizeof(scalar_t);
-        be->copy(be, kv->k + at, k, bytes);
-        be->copy(be, kv->v + at, v, bytes);
-        be->attention_forward(be, att, s->s_lse, q, kv->k, kv->v, 1, T, kv_len + T, H, D, 1);
-    } else {
-        be->attention_forward(be, att, s->s_lse, q, k, v, B, T, T, H, D, 1);
-    }
-    be->matmul(be, h, att, P(m, p->o), N, C, HD, 0, 1, 1, 1); // h += att @ Wo^T
+    const PrelnAttnParams ap = attn_params(p);
+    preln_attention_forward_infer(m, &ap, h, B, T, kv, kv_len, xn, s->s_hd[0], s->s_hd[1], s->s_hd[2], s->s_hd[3],
+                                  s->s_lse, s->s_mean, s->s_rstd); // h += att @ Wo^T
     be->layernorm_forward(be, xn, s->s_mean, s->s_rstd, h, P(m, p->ln2_w), P(m, p->ln2_b), N, C, (scalar_t)LN_EPS);
     ffn_forward(m, p, h, xn, s->s_ff, s->s_ff, N); // u and act share the buffer: the pre-activation is not needed
 }

@@ -16,6 +16,11 @@ void model_layer_schedule(const ModelConfig *cfg, LayerApp *apps, int n_distinct
     if (n_dense < 0 || n_dense > L) die("model: %d dense layers for %d applications", n_dense, L);
     for (int a = 0; a < n_dense; a++) apps[a] = (LayerApp){LAYER_DENSE, a, 0, a};
     n_distinct[LAYER_DENSE] = n_apps[LAYER_DENSE] = n_dense;
+    if (cfg->arch == ARCH_MOE) { /* arch "moe": one MoE layer per application after the dense ones */
+        for (int a = n_dense; a < L; a++) apps[a] = (LayerApp){LAYER_MOE, a - n_dense, 0, a - n_dense};
+        n_distinct[LAYER_MOE] = n_apps[LAYER_MOE] = L - n_dense;
+        return;
+    }
     if (cfg->arch != ARCH_MOEUT) return;
     const int Gs = cfg->group_size;
     if (!model_config_groups_whole(cfg)) die("model: %d MoEUT applications in groups of %d", L - n_dense, Gs);

@@ -69,10 +69,12 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
     m->be = be;
     m->apps = xcalloc((size_t)cfg->n_layers, sizeof *m->apps);
     model_layer_schedule(cfg, m->apps, m->n_distinct, m->n_apps_of);
-    static const LayerImpl *const impl_of_kind[N_LAYER_KINDS] = {&dense_layer_impl, &moeut_layer_impl};
+    static const LayerImpl *const impl_of_kind[N_LAYER_KINDS] = {&dense_layer_impl, &moeut_layer_impl,
+                                                                     &moe_layer_impl};
     for (int k = 0; k < N_LAYER_KINDS; k++) m->impls[k] = m->n_distinct[k] > 0 ? impl_of_kind[k] : NULL;
     m->layer_prefix[LAYER_DENSE] = cfg->arch == ARCH_DENSE ? "transformer.layers" : "transformer.dense_layers";
     m->layer_prefix[LAYER_MOEUT] = "transformer.layers";
+    m->layer_prefix[LAYER_MOE] = "transformer.layers";
     m->off_out_norm_w = m->off_out_norm_b = m->off_head_b = SIZE_MAX;
     rng_seed(&m->dropout_rng, 0);
 
@@ -92,7 +94,12 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
         if (m->impls[k] && m->impls[k]->register_buffers)
             for (int l = 0; l < m->n_distinct[k]; l++) m->impls[k]->register_buffers(m, l);
 
-    if (cfg->arch == ARCH_DENSE)
+    if (cfg->arch == ARCH_MOE)
+        snprintf(be->alloc_purpose, sizeof be->alloc_purpose,
+                 "the weights and gradients of %zu parameters (model.n_tokens=%d, d_model=%d, n_layers=%d, "
+                 "ff_n_experts=%d, ff_expert_size=%d)",
+                 m->n_params, cfg->n_tokens, cfg->d_model, cfg->n_layers, cfg->ff_n_experts, cfg->ff_expert_size);
+    else if (cfg->arch == ARCH_DENSE)
         snprintf(be->alloc_purpose, sizeof be->alloc_purpose,
                  "the weights and gradients of %zu parameters (model.n_tokens=%d, d_model=%d, n_layers=%d, d_ff=%d)",
                  m->n_params, cfg->n_tokens, cfg->d_model, cfg->n_layers, cfg->d_ff);
@@ -106,9 +113,9 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
     m->grads = be->alloc(be, m->n_params * sizeof(scalar_t));
     be->alloc_purpose[0] = '\0';
     be->register_weights(be, m->params, m->n_params); /* CUDA bf16: converted once per change, not per matmul */
-    if (m->n_apps_of[LAYER_MOEUT] > 0)
+    if (model_n_routed_apps(m) > 0)
         m->routing_counts =
-            be->alloc(be, (size_t)m->n_apps_of[LAYER_MOEUT] * (size_t)cfg->ff_n_experts * sizeof(int64_t));
+            be->alloc(be, (size_t)model_n_routed_apps(m) * (size_t)cfg->ff_n_experts * sizeof(int64_t));
     /* The activation arena stays empty until the first call says how many tokens it needs. */
     arena_init(&m->arena, be);
     return m;

@@ -15,7 +15,11 @@
 
 #include "kernels/backend.h"
 
-typedef enum { ARCH_DENSE = 0, ARCH_MOEUT = 1 } Arch;
+/* ARCH_MOE: a dense pre-LN Transformer whose FFN is a routed MoE (Switch Transformer / GShard / Mixtral layout;
+ * model/moe_layer.c) */
+typedef enum { ARCH_DENSE = 0, ARCH_MOEUT = 1, ARCH_MOE = 2 } Arch;
+/* "dense", "moeut" or "moe": the config's and the records' name of an arch */
+const char *model_arch_name(Arch a);
 
 /* How the FFN router's load is balanced (model.balance; formulas in kernels/backend_ops.h and experiments/README.md's switch table). */
 typedef enum { BALANCE_ENTROPY = 0, BALANCE_SWITCH = 1, BALANCE_NONE = 2, BALANCE_BIAS = 3 } BalanceKind;
@@ -23,7 +27,7 @@ typedef enum { BALANCE_ENTROPY = 0, BALANCE_SWITCH = 1, BALANCE_NONE = 2, BALANC
 /* Keys of the JSON "model" object. MoEUT keys are the reference constructor's argument names; the dense model uses
  * n_tokens, d_model, n_layers, n_heads, d_head, d_ff, dropout. */
 typedef struct {
-    Arch arch;            /* "arch": "dense" | "moeut" */
+    Arch arch;            /* "arch": "dense" | "moeut" | "moe" */
     int n_tokens;         /* V */
     int d_model;          /* C */
     int n_layers;         /* L = number of layer APPLICATIONS */

@@ -13,12 +13,13 @@
 #include <cjson/cJSON.h>
 
 #include "model/model.h"
+#include "model/moe_config.h"
 #include "model/param_count.h"
 #include "pipeline/base/config.h"
 
 typedef enum { KEY_INT, KEY_DOUBLE, KEY_BOOL, KEY_ENUM } KeyType;
 
-enum { FOR_DENSE = 1, FOR_MOEUT = 2, FOR_BOTH = 3 };
+enum { FOR_DENSE = 1, FOR_MOEUT = 2, FOR_BOTH = 3, FOR_MOE = 4 };
 
 typedef struct {
     const char *name;
@@ -68,8 +69,29 @@ static const KeyDesc KEYS[] = {
 #undef F
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
 
-static const char *arch_name(Arch a) { return a == ARCH_MOEUT ? "moeut" : "dense"; }
-static int arch_bit(Arch a) { return a == ARCH_MOEUT ? FOR_MOEUT : FOR_DENSE; }
+static const char *arch_name(Arch a) { return model_arch_name(a); }
+static int arch_bit(Arch a) { return a == ARCH_MOEUT ? FOR_MOEUT : a == ARCH_MOE ? FOR_MOE : FOR_DENSE; }
+
+/* Arch "moe" (a dense Transformer whose FFN is routed, model/moe_layer.c) takes the keys common to dense and MoEUT
+ * (FOR_BOTH in KEYS) and these FFN-routing keys of MoEUT; every other MoEUT key (attention experts, groups, the
+ * entropy regularizer, shared experts, ...) is refused for it. */
+static const char *const MOE_FFN_KEYS[] = {"ff_n_experts", "ff_expert_size", "ff_k", "n_dense_first", "router",
+                                           "router_renorm", "routed_scaling_factor", "balance", "balance_alpha", NULL};
+static int key_archs(const KeyDesc *k) {
+    int a = k->archs;
+    if ((a & FOR_BOTH) == FOR_BOTH) a |= FOR_MOE;
+    for (int i = 0; MOE_FFN_KEYS[i]; i++)
+        if (strcmp(k->name, MOE_FFN_KEYS[i]) == 0) a |= FOR_MOE;
+    return a;
+}
+/* "moe" requires what both other archs require, and ff_n_experts and ff_expert_size (no default width: an upcycled
+ * model's experts are as wide as the dense FFN they copy). */
+static int key_required(const KeyDesc *k) {
+    int r = k->required;
+    if ((r & FOR_BOTH) == FOR_BOTH || strcmp(k->name, "ff_n_experts") == 0 || strcmp(k->name, "ff_expert_size") == 0)
+        r |= FOR_MOE;
+    return r;
+}
 
 /* The reference constructors' defaults (MoEUTLM in moeut.py; the dense model of moeut-spec.md §5). Size keys without
  * a default stay 0 and must be given. */
@@ -92,6 +114,13 @@ static void set_defaults(ModelConfig *cfg, Arch arch) {
         cfg->balance_alpha = 0.01; /* Fedus et al. 2021 */
         cfg->balance_gamma = 0.001; /* DeepSeek-V3 §2.1.2 (the bias update speed of its first 14.3T tokens) */
     }
+    if (arch == ARCH_MOE) { /* the Switch Transformer / Mixtral FFN router: softmax scores, top-2, the Switch loss */
+        cfg->ff_k = 2;
+        cfg->router = ROUTER_SOFTMAX;
+        cfg->routed_scaling_factor = 1.0;
+        cfg->balance = BALANCE_SWITCH;
+        cfg->balance_alpha = 0.01; /* Fedus et al. 2021 */
+    }
 }
 
 /* A key whose value has no effect under the chosen switches is refused when given and not written: a config then
@@ -104,7 +133,7 @@ static const char *key_void_under(const ModelConfig *cfg, const KeyDesc *k, char
         snprintf(buf, buflen, "model.balance \"%s\"", BALANCE_NAMES[cfg->balance]);
         return buf;
     }
-    if (strcmp(k->name, "d_ff") == 0 && cfg->arch == ARCH_MOEUT && cfg->n_dense_first == 0) {
+    if (strcmp(k->name, "d_ff") == 0 && cfg->arch != ARCH_DENSE && cfg->n_dense_first == 0) {
         snprintf(buf, buflen, "model.n_dense_first 0 (no dense layer)");
         return buf;
     }
@@ -129,7 +158,7 @@ static void unknown_key_error(const char *source, const char *name, int arch_mas
     int n_names = 0;
     names[n_names++] = "arch";
     for (int i = 0; i < N_KEYS; i++)
-        if (KEYS[i].archs & arch_mask) names[n_names++] = KEYS[i].name;
+        if (key_archs(&KEYS[i]) & arch_mask) names[n_names++] = KEYS[i].name;
     const char *hint = json_closest_key(name, names, n_names);
     if (hint) snprintf(err, errlen, "%s: model.%s: unknown key (did you mean model.%s?)", source, name, hint);
     else snprintf(err, errlen, "%s: model.%s: unknown key", source, name);
@@ -204,10 +233,10 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
         /* A misspelt "arch" ("arc") is the cause of the missing one: name it first, like the JsonReader does. */
         for (const cJSON *it = obj->child; it; it = it->next)
             if (it->string && !find_key(it->string)) {
-                unknown_key_error(source, it->string, FOR_BOTH, err, errlen);
+                unknown_key_error(source, it->string, FOR_BOTH | FOR_MOE, err, errlen);
                 return -1;
             }
-        snprintf(err, errlen, "%s: model.arch: missing required key (\"dense\" or \"moeut\")", source);
+        snprintf(err, errlen, "%s: model.arch: missing required key (\"dense\", \"moeut\" or \"moe\")", source);
         return -1;
     }
     if (!cJSON_IsString(arch_v) || !arch_v->valuestring) {
@@ -217,8 +246,9 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
     Arch arch;
     if (strcmp(arch_v->valuestring, "dense") == 0) arch = ARCH_DENSE;
     else if (strcmp(arch_v->valuestring, "moeut") == 0) arch = ARCH_MOEUT;
+    else if (strcmp(arch_v->valuestring, "moe") == 0) arch = ARCH_MOE;
     else {
-        snprintf(err, errlen, "%s: model.arch: unknown architecture \"%s\" (expected \"dense\" or \"moeut\")", source,
+        snprintf(err, errlen, "%s: model.arch: unknown architecture \"%s\" (expected \"dense\", \"moeut\" or \"moe\")", source,
                  arch_v->valuestring);
         return -1;
     }
@@ -238,9 +268,11 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
             unknown_key_error(source, name, arch_bit(arch), err, errlen);
             return -1;
         }
-        if (!(k->archs & arch_bit(arch))) {
-            snprintf(err, errlen, "%s: model.%s: not a key of arch \"%s\" (it belongs to \"%s\")", source, name,
-                     arch_name(arch), arch_name(arch == ARCH_DENSE ? ARCH_MOEUT : ARCH_DENSE));
+        if (!(key_archs(k) & arch_bit(arch))) {
+            const int a = key_archs(k);
+            snprintf(err, errlen, "%s: model.%s: not a key of arch \"%s\" (it belongs to %s)", source, name,
+                     arch_name(arch),
+                     a == FOR_MOEUT ? "\"moeut\"" : a == FOR_DENSE ? "\"dense\"" : a == (FOR_MOEUT | FOR_MOE) ? "\"moeut\" and \"moe\"" : "another arch");
             return -1;
         }
         if (read_value(&c, k, it, problem, sizeof problem) != 0) {
@@ -250,14 +282,14 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
         if (strcmp(name, "d_head") == 0) d_head_given = true;
     }
     for (int i = 0; i < N_KEYS; i++)
-        if ((KEYS[i].required & arch_bit(arch)) && !cJSON_GetObjectItemCaseSensitive(obj, KEYS[i].name)) {
+        if ((key_required(&KEYS[i]) & arch_bit(arch)) && !cJSON_GetObjectItemCaseSensitive(obj, KEYS[i].name)) {
             snprintf(err, errlen, "%s: model.%s: missing required key (arch \"%s\")", source, KEYS[i].name,
                      arch_name(arch));
             return -1;
         }
     for (int i = 0; i < N_KEYS; i++) {
         char why[64];
-        const char *void_under = (KEYS[i].archs & arch_bit(arch)) ? key_void_under(&c, &KEYS[i], why, sizeof why) : NULL;
+        const char *void_under = (key_archs(&KEYS[i]) & arch_bit(arch)) ? key_void_under(&c, &KEYS[i], why, sizeof why) : NULL;
         if (void_under && cJSON_GetObjectItemCaseSensitive(obj, KEYS[i].name)) {
             snprintf(err, errlen, "%s: model.%s: has no effect with %s (remove it)", source, KEYS[i].name, void_under);
             return -1;
@@ -265,7 +297,7 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
     }
     /* The dense prefix's FFN width defaults to the active FFN width of a MoE layer (K routed + K_s shared experts of
      * S), so that a dense layer costs the FLOPs per token of the MoE layer it replaces. */
-    if (arch == ARCH_MOEUT && c.n_dense_first > 0 && !cJSON_GetObjectItemCaseSensitive(obj, "d_ff")) {
+    if (arch != ARCH_DENSE && c.n_dense_first > 0 && !cJSON_GetObjectItemCaseSensitive(obj, "d_ff")) {
         double d_ff = ((double)c.ff_k + (double)c.n_shared_experts) * (double)c.ff_expert_size;
         c.d_ff = d_ff <= (double)INT_MAX ? (int)d_ff : INT_MAX;
     }
@@ -294,7 +326,7 @@ cJSON *model_config_to_json(const ModelConfig *cfg) {
     bool ok = cJSON_AddStringToObject(o, "arch", arch_name(cfg->arch)) != NULL;
     for (int i = 0; i < N_KEYS && ok; i++) {
         const KeyDesc *k = &KEYS[i];
-        if (!(k->archs & arch_bit(cfg->arch)) || !key_applies(cfg, k)) continue;
+        if (!(key_archs(k) & arch_bit(cfg->arch)) || !key_applies(cfg, k)) continue;
         const char *base = (const char *)cfg + k->offset;
         switch (k->type) {
         case KEY_INT: ok = cJSON_AddNumberToObject(o, k->name, *(const int *)base) != NULL; break;
@@ -333,7 +365,7 @@ static int check_dim(const char *name, int v, char *err, size_t errlen) {
 }
 
 int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
-    if (cfg->arch != ARCH_DENSE && cfg->arch != ARCH_MOEUT) {
+    if (cfg->arch != ARCH_DENSE && cfg->arch != ARCH_MOEUT && cfg->arch != ARCH_MOE) {
         snprintf(err, errlen, "model.arch: invalid value %d", (int)cfg->arch);
         return -1;
     }
@@ -348,6 +380,8 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
     }
     if (cfg->arch == ARCH_DENSE) {
         if (check_dim("d_ff", cfg->d_ff, err, errlen)) return -1;
+    } else if (cfg->arch == ARCH_MOE) {
+        if (moe_config_validate(cfg, err, errlen) != 0) return -1;
     } else {
         if (check_dim("ff_n_experts", cfg->ff_n_experts, err, errlen) ||
             check_dim("ff_expert_size", cfg->ff_expert_size, err, errlen) ||
@@ -443,7 +477,7 @@ double model_config_objective(const ModelConfig *cfg, double mean_ce, double reg
 }
 
 double model_config_ffn_balance_coef(const ModelConfig *cfg) {
-    if (cfg->arch != ARCH_MOEUT) return 0.0;
+    if (cfg->arch == ARCH_DENSE) return 0.0;
     switch (cfg->balance) {
     case BALANCE_ENTROPY: return cfg->entropy_reg;
     case BALANCE_SWITCH: return cfg->balance_alpha;

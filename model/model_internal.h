@@ -36,8 +36,8 @@ struct KVCache {
 };
 
 /* The layer kinds a model is made of; every application of the model is one of them (model->apps). */
-typedef enum { LAYER_DENSE = 0, LAYER_MOEUT = 1 } LayerKind;
-#define N_LAYER_KINDS 2
+typedef enum { LAYER_DENSE = 0, LAYER_MOEUT = 1, LAYER_MOE = 2 } LayerKind;
+#define N_LAYER_KINDS 3
 
 /* One layer application a = 0..n_layers-1: which kind, which of that kind's distinct layers (its parameters), how
  * many earlier applications used the same layer (the universal transformer's repeat), and its index among the
@@ -95,6 +95,7 @@ typedef struct LayerImpl {
 
 extern const LayerImpl dense_layer_impl;
 extern const LayerImpl moeut_layer_impl;
+extern const LayerImpl moe_layer_impl;
 
 struct Model {
     ModelConfig cfg;
@@ -164,6 +165,8 @@ static inline void model_layers_regularizers(Model *m, double grad_scale, StepSt
     for (int k = 0; k < N_LAYER_KINDS; k++)
         if (m->impls[k]) m->impls[k]->regularizers(m, grad_scale, stats);
 }
+/* The applications with an FFN router (MoEUT's or arch "moe"'s; a model has one kind of them): the routing counts'. */
+static inline int model_n_routed_apps(const Model *m) { return m->n_apps_of[LAYER_MOEUT] + m->n_apps_of[LAYER_MOE]; }
 static inline scalar_t *model_param_ptr(Model *m, size_t off) { return m->params + off; }
 static inline scalar_t *model_grad_ptr(Model *m, size_t off) { return m->grads + off; }
 

@@ -8,6 +8,9 @@
  *   moeut   : per distinct layer 2*H*D*C (q,k) + 2*H*EA*C*D (v,o experts) + 2*H*EA*C (sel_v, sel_o)
  *             + 2*E*S*C (keys, values) + E*C (expert_sel) + 2*K_s*C*S (shared experts) + 4C (ln1, ln2);
  *             group_size layers, plus n_dense_first dense layers of width d_ff (the dense formula)
+ *   moe     : per MoE layer 4*H*D*C (q,k,v,o) + E*C (expert_sel) + E*C*S + E*S (keys, keys_bias)
+ *             + E*S*C + E*C (values, values_bias) + 4C (ln1, ln2); n_layers - n_dense_first layers, plus the
+ *             n_dense_first dense layers of width d_ff
  * Buffers (balance "bias"'s expert_bias) are state, not parameters: not counted.
  * Computed in double (for the validator's overflow bound, before any size_t product could wrap) and in size_t.
  */
@@ -24,6 +27,11 @@
         if (cfg->lm_head_bias) total += V;                                                                           \
         if (cfg->out_norm_affine) total += 2 * C;                                                                    \
         if (cfg->arch == ARCH_DENSE) return total + (T)cfg->n_layers * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);    \
+        if (cfg->arch == ARCH_MOE) {                                                                                 \
+            T E = (T)cfg->ff_n_experts, S = (T)cfg->ff_expert_size, Ld = (T)cfg->n_dense_first;                      \
+            T moe = 4 * H * D * C + E * C + E * C * S + E * S + E * S * C + E * C + 4 * C;                           \
+            return total + ((T)cfg->n_layers - Ld) * moe + Ld * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);          \
+        }                                                                                                            \
         T EA = (T)cfg->att_n_experts, E = (T)cfg->ff_n_experts, S = (T)cfg->ff_expert_size;                          \
         T att = 2 * H * D * C + 2 * H * EA * C * D + 2 * H * EA * C;                                                 \
         T ffn = 2 * E * S * C + E * C + 2 * (T)cfg->n_shared_experts * C * S;                                        \

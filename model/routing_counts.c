@@ -6,10 +6,10 @@ int model_routed_experts(const Model *m) { return m->routing_counts ? m->cfg.ff_
 
 int model_routed_applications(const Model *m, int *first_app) {
     if (first_app) *first_app = m->routing_counts ? m->n_apps_of[LAYER_DENSE] : 0;
-    return m->routing_counts ? m->n_apps_of[LAYER_MOEUT] : 0;
+    return m->routing_counts ? model_n_routed_apps(m) : 0;
 }
 
-static size_t n_counts(const Model *m) { return (size_t)m->n_apps_of[LAYER_MOEUT] * (size_t)m->cfg.ff_n_experts; }
+static size_t n_counts(const Model *m) { return (size_t)model_n_routed_apps(m) * (size_t)m->cfg.ff_n_experts; }
 
 void model_reset_routing_counts(Model *m) {
     if (!m->routing_counts) return;

@@ -397,6 +397,12 @@ START_TEST(count_matches_created_models) {
         "{\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":3,\"n_heads\":1,\"ff_n_experts\":4,"
         "\"ff_expert_size\":2,\"ff_k\":1,\"att_n_experts\":2,\"att_k\":1,\"group_size\":1,\"n_dense_first\":2,"
         "\"lm_head_bias\":false,\"out_norm_affine\":false}",
+        /* arch "moe": with and without a dense prefix */
+        "{\"arch\":\"moe\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":3,\"n_heads\":2,\"d_head\":4,"
+        "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":2}",
+        "{\"arch\":\"moe\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":3,\"n_heads\":1,\"ff_n_experts\":4,"
+        "\"ff_expert_size\":2,\"ff_k\":1,\"n_dense_first\":2,\"d_ff\":7,\"balance\":\"none\","
+        "\"lm_head_bias\":false,\"out_norm_affine\":false}",
     };
     Backend *be = mtu_backend();
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
@@ -517,6 +523,135 @@ START_TEST(moeut_switch_tensor_names) {
 }
 END_TEST
 
+#define MOE_BASE                                                                                                     \
+    "\"arch\":\"moe\",\"n_tokens\":16,\"d_model\":8,\"n_layers\":3,\"n_heads\":2,\"ff_n_experts\":4,"             \
+    "\"ff_expert_size\":12"
+
+/* Arch "moe": its defaults (Switch/Mixtral routing), the keys it takes and the ones it refuses, its values. */
+START_TEST(moe_arch_config) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" MOE_BASE "}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.arch, ARCH_MOE);
+    ck_assert_int_eq(c.ff_k, 2);
+    ck_assert_int_eq(c.router, ROUTER_SOFTMAX);
+    ck_assert(!c.router_renorm);
+    ck_assert(c.routed_scaling_factor == 1.0);
+    ck_assert_int_eq(c.balance, BALANCE_SWITCH);
+    ck_assert(c.balance_alpha == 0.01);
+    ck_assert_int_eq(c.n_dense_first, 0);
+    ck_assert(model_config_ffn_balance_coef(&c) == 0.01);
+    ck_assert_str_eq(model_arch_name(c.arch), "moe");
+    /* every routing key of the interface */
+    ck_assert_int_eq(parse("{" MOE_BASE ",\"ff_k\":1,\"router\":\"sigmoid\",\"router_renorm\":true,"
+                           "\"routed_scaling_factor\":2.5,\"balance\":\"switch\",\"balance_alpha\":0.1,"
+                           "\"n_dense_first\":1,\"d_ff\":10,\"dropout\":0,\"lm_head_bias\":false,"
+                           "\"out_norm_affine\":false,\"d_head\":4}",
+                           &c, err, sizeof err),
+                     0);
+    ck_assert_int_eq(c.ff_k, 1);
+    ck_assert_int_eq(c.d_ff, 10);
+    /* the dense prefix's default width: K * S (the active width of a MoE layer) */
+    ck_assert_int_eq(parse("{" MOE_BASE ",\"n_dense_first\":2}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.d_ff, 2 * 12);
+    ck_assert_int_eq(parse("{" MOE_BASE ",\"balance\":\"none\"}", &c, err, sizeof err), 0);
+    ck_assert(model_config_ffn_balance_coef(&c) == 0.0);
+    /* required keys */
+    expect_error("{\"arch\":\"moe\",\"n_tokens\":16,\"d_model\":8,\"n_layers\":3,\"n_heads\":2,\"ff_n_experts\":4}",
+                 "exp.json: model.ff_expert_size:", "missing");
+    expect_error("{\"arch\":\"moe\",\"n_tokens\":16,\"d_model\":8,\"n_layers\":3,\"n_heads\":2,"
+                 "\"ff_expert_size\":4}",
+                 "exp.json: model.ff_n_experts:", "missing");
+    /* MoEUT-only keys are refused */
+    const char *moeut_only[] = {"\"att_n_experts\":2", "\"att_k\":1", "\"group_size\":1", "\"entropy_reg\":0.01",
+                                "\"att_entropy_reg\":0.001", "\"n_shared_experts\":1", "\"ff_expert_dropout\":0.1",
+                                "\"att_expert_dropout\":0.1", "\"balance_gamma\":0.001"};
+    for (size_t i = 0; i < sizeof moeut_only / sizeof moeut_only[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{" MOE_BASE ",%s}", moeut_only[i]);
+        char key[64];
+        snprintf(key, sizeof key, "exp.json: model.%.*s:", (int)(strchr(moeut_only[i] + 1, '"') - moeut_only[i] - 1),
+                 moeut_only[i] + 1);
+        expect_error(json, key, "\"moe\"");
+    }
+    /* void or bad values */
+    expect_error("{" MOE_BASE ",\"d_ff\":12}", "exp.json: model.d_ff:", "n_dense_first");
+    expect_error("{" MOE_BASE ",\"balance\":\"none\",\"balance_alpha\":0.1}", "exp.json: model.balance_alpha:",
+                 "no effect");
+    expect_error("{" MOE_BASE ",\"balance\":\"entropy\"}", "exp.json: model.balance:", "moe");
+    expect_error("{" MOE_BASE ",\"balance\":\"bias\"}", "exp.json: model.balance:", "moe");
+    expect_error("{" MOE_BASE ",\"ff_k\":5}", "exp.json: model.ff_k:", "ff_n_experts");
+    expect_error("{" MOE_BASE ",\"ff_k\":0}", "exp.json: model.ff_k:", NULL);
+    expect_error("{" MOE_BASE ",\"ff_expert_size\":0}", "exp.json: model.ff_expert_size:", NULL);
+    expect_error("{" MOE_BASE ",\"n_dense_first\":3}", "exp.json: model.n_dense_first:", "at least one MoE layer");
+    expect_error("{" MOE_BASE ",\"n_dense_first\":-1}", "exp.json: model.n_dense_first:", NULL);
+    expect_error("{" MOE_BASE ",\"routed_scaling_factor\":0}", "exp.json: model.routed_scaling_factor:", "> 0");
+    expect_error("{" MOE_BASE ",\"balance_alpha\":-1}", "exp.json: model.balance_alpha:", ">= 0");
+    expect_error("{" MOE_BASE ",\"router\":\"relu\"}", "exp.json: model.router:", "softmax");
+    expect_error("{" MOE_BASE ",\"dropout\":0.1}", "exp.json: model.dropout:", NULL);
+    expect_error("{" MOE_BASE ",\"ff_n_expert\":4}", "exp.json: model.ff_n_expert:", "did you mean model.ff_n_experts");
+    /* and the dense model does not take the routing keys */
+    expect_error("{" DENSE_BASE ",\"ff_expert_size\":4}", "exp.json: model.ff_expert_size:", "moe");
+    /* serialisation round trip */
+    ck_assert_int_eq(parse("{" MOE_BASE ",\"router_renorm\":true,\"n_dense_first\":1}", &c, err, sizeof err), 0);
+    cJSON *j = model_config_to_json(&c);
+    ModelConfig back;
+    ck_assert_int_eq(model_config_from_json(&back, j, "round", err, sizeof err), 0);
+    ck_assert_msg(memcmp(&c, &back, sizeof c) == 0, "round trip changed the config");
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(j, "group_size"));
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(j, "entropy_reg"));
+    cJSON_Delete(j);
+}
+END_TEST
+
+/* Arch "moe": names, shapes and order of the interface (tests/reference/twin.py's MoELM loads by these names). */
+START_TEST(moe_tensor_names) {
+    ModelConfig c = mtu_config("{\"arch\":\"moe\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":3,\"n_heads\":2,"
+                               "\"d_head\":4,\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":2,\"n_dense_first\":1,"
+                               "\"d_ff\":7}");
+    Backend *be = mtu_backend();
+    Model *m = model_create(&c, be);
+    struct { const char *name; int ndim; int64_t s0, s1, s2; } want[] = {
+        {"transformer.dense_layers.0.ffn.linear1.weight", 2, 7, 6, 0},
+        {"transformer.layers.0.attention.q.weight", 2, 8, 6, 0},
+        {"transformer.layers.1.attention.o.weight", 2, 6, 8, 0},
+        {"transformer.layers.1.ffn.expert_sel", 2, 5, 6, 0},
+        {"transformer.layers.1.ffn.keys", 3, 5, 6, 3},
+        {"transformer.layers.1.ffn.keys_bias", 2, 5, 3, 0},
+        {"transformer.layers.1.ffn.values", 3, 5, 3, 6},
+        {"transformer.layers.1.ffn.values_bias", 2, 5, 6, 0},
+        {"transformer.layers.1.ln1.weight", 1, 6, 0, 0},
+        {"transformer.layers.1.ln2.bias", 1, 6, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const ParamTensor *t = model_find_tensor(m, want[i].name);
+        ck_assert_msg(t != NULL, "missing %s", want[i].name);
+        ck_assert_int_eq(t->ndim, want[i].ndim);
+        ck_assert_int_eq(t->shape[0], want[i].s0);
+        if (want[i].ndim >= 2) ck_assert_int_eq(t->shape[1], want[i].s1);
+        if (want[i].ndim == 3) ck_assert_int_eq(t->shape[2], want[i].s2);
+    }
+    ck_assert_ptr_null(model_find_tensor(m, "transformer.layers.2.ln1.weight")); /* 2 MoE layers */
+    ck_assert_ptr_null(model_find_tensor(m, "transformer.dense_layers.1.ln1.weight"));
+    ck_assert_int_eq(model_n_tensors(m), 1 + 12 + 2 * 13 + 2 + 2);
+    const char *order[] = {"embedding.weight", "transformer.dense_layers.0.ln2.bias",
+                           "transformer.layers.0.attention.o.weight", "transformer.layers.0.ffn.expert_sel",
+                           "transformer.layers.0.ffn.keys", "transformer.layers.0.ffn.keys_bias",
+                           "transformer.layers.0.ffn.values", "transformer.layers.0.ffn.values_bias",
+                           "transformer.layers.0.ln1.weight", "transformer.layers.0.ln2.bias",
+                           "transformer.layers.1.attention.q.weight", "lm_head.bias"};
+    for (size_t i = 1; i < sizeof order / sizeof order[0]; i++)
+        ck_assert_msg(model_find_tensor(m, order[i - 1])->offset < model_find_tensor(m, order[i])->offset, "%s < %s",
+                      order[i - 1], order[i]);
+    int first = -1;
+    ck_assert_int_eq(model_routed_experts(m), 5);
+    ck_assert_int_eq(model_routed_applications(m, &first), 2);
+    ck_assert_int_eq(first, 1);
+    model_free(m);
+    backend_destroy(be);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model_config");
     TCase *tc = tcase_create("config");
@@ -536,6 +671,8 @@ int main(void) {
     tcase_add_test(tc, moe_variant_switches);
     tcase_add_test(tc, count_matches_created_models);
     tcase_add_test(tc, dense_tensor_names_and_shapes);
+    tcase_add_test(tc, moe_arch_config);
+    tcase_add_test(tc, moe_tensor_names);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
