@@ -65,7 +65,7 @@ int model_load_safetensors(Model *m, const char *path, char *err, size_t errlen)
     for (int i = 0; i < f.n_tensors; i++)
         if (!model_find_tensor(m, f.tensors[i].name)) {
             set_err(err, errlen, "%s: %s: unexpected tensor (not a parameter of this %s model)", path,
-                    f.tensors[i].name, m->cfg.arch == ARCH_MOEUT ? "moeut" : "dense");
+                    f.tensors[i].name, model_arch_name(m->cfg.arch));
             goto done;
         }
     const size_t n_state = model_n_state(m);

@@ -42,7 +42,7 @@ int trained_run_read_config(TrainedRun *r, const char *run_dir, const char *conf
     r->prov = lc.prov;
     if (run_config_parse(r->config, config_path, &r->config_mc, &r->tc, err, errlen)) return -1;
     r->prov.seed = r->tc.seed;
-    r->arch = r->config_mc.arch == ARCH_MOEUT ? "moeut" : "dense";
+    r->arch = model_arch_name(r->config_mc.arch);
     r->loss_mode = r->tc.loss_on_target_only ? "answer_only" : "qa";
     return 0;
 }

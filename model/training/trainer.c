@@ -146,7 +146,7 @@ Trainer *trainer_create(const TrainOptions *opts) {
     char overrides[2048];
     run_provenance_describe_overrides(&t->prov, overrides, sizeof overrides);
     log_info("%s (%s): %s, %zu parameters, backend %s (%s), %ld steps x %ld windows x %ld tokens, %s loss, seed %ld",
-             t->a.config_path, overrides, t->mc.arch == ARCH_MOEUT ? "moeut" : "dense", model_n_params(t->m),
+             t->a.config_path, overrides, model_arch_name(t->mc.arch), model_n_params(t->m),
              t->be->name, t->be->device_name, t->tc.steps, t->tc.batch_size, t->tc.context,
              t->tc.loss_on_target_only ? "answer-only" : "Q+A", t->tc.seed);
     const int bm = (int)(t->tc.batch_size / t->tc.n_microbatch);

@@ -167,7 +167,9 @@ void fmt_big(char *out, size_t n, double v) {
     else snprintf(out, n, "%.0f", v);
 }
 
-const char *arch_label(const char *arch) { return strcmp(arch, "dense") == 0 ? "Transformer" : "MoEUT"; }
+const char *arch_label(const char *arch) {
+    return strcmp(arch, "dense") == 0 ? "Transformer" : strcmp(arch, "moe") == 0 ? "MoE Transformer" : "MoEUT";
+}
 const char *mode_label(const char *mode) { return strcmp(mode, "qa") == 0 ? "Q+A" : "answer-only"; }
 
 void doc_figure_row(Doc *d, int n, const char *const *files, const StrBuf *const *svgs, const char *const *headers,

@@ -46,7 +46,7 @@ void doc_figure_row(Doc *d, int n, const char *const *files, const StrBuf *const
 void fmt_acc(char *out, size_t n, double acc, const double ci[2], long count);
 /* 1234567 -> "1.23M" */
 void fmt_big(char *out, size_t n, double v);
-const char *arch_label(const char *arch); /* "dense" -> "Transformer", else "MoEUT" */
+const char *arch_label(const char *arch); /* "dense" -> "Transformer", "moe" -> "MoE Transformer", else "MoEUT" */
 const char *mode_label(const char *mode); /* "qa" -> "Q+A", else "answer-only" */
 
 #endif

@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
     double tokens = (double)steps * (double)tc.batch_size * (double)tc.context;
     printf("bench c: %s steps %ld tokens %.0f seconds %.3f tokens_per_s %.1f cpu_seconds %.3f threads %ld params %zu "
            "last_ce %.4f precision %s batch %ld micro_batches %ld device %s\n",
-           mc.arch == ARCH_MOEUT ? "moeut" : "dense", steps, tokens, secs, tokens / secs, cpu, threads, np, last_ce,
+           model_arch_name(mc.arch), steps, tokens, secs, tokens / secs, cpu, threads, np, last_ce,
            tc.precision == PRECISION_BF16 && strcmp(be->name, "cpu") != 0 ? "bf16" : "fp32", tc.batch_size,
            tc.n_microbatch, be->device_name);
 

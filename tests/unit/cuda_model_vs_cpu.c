@@ -262,7 +262,7 @@ START_TEST(test_model_case) {
     const int B = BATCH_B, T = BATCH_T, V = cfg->n_tokens;
     const size_t BT = (size_t)B * T, np = model_n_params(mc);
     printf("case %s: %s, %zu parameters, B=%d T=%d, grad_scale %g, cuda device %s\n", label,
-           cfg->arch == ARCH_MOEUT ? "moeut" : "dense", np, B, T, c->grad_scale, gpu->device_name);
+           model_arch_name(cfg->arch), np, B, T, c->grad_scale, gpu->device_name);
     Tally t = {.label = label, .prec = c->prec};
 
     int32_t *inputs = xmalloc_test(BT * sizeof *inputs), *targets = xmalloc_test(BT * sizeof *targets);

@@ -249,7 +249,7 @@ static int twin_run_fixture(const char *name) {
 
     int V = cfg.n_tokens, C = cfg.d_model;
     printf("fixture %s (%s, B=%d T=%d V=%d C=%d L=%d, %zu params, grad_scale %g, backend %s, %s build)\n", name,
-           cfg.arch == ARCH_MOEUT ? "moeut" : "dense", B, T, V, C, cfg.n_layers, model_n_params(m), grad_scale,
+           model_arch_name(cfg.arch), B, T, V, C, cfg.n_layers, model_n_params(m), grad_scale,
            be->name, SCALAR_NAME);
     TwinTally tally = {0};
 
