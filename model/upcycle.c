@@ -339,7 +339,7 @@ int upcycle_run(const char *dense_path, const ModelConfig *target_cfg, const Upc
     if (model_read_checkpoint_config(dense_path, &dense, err, errlen) != 0) return -1;
     if (dense.arch != ARCH_DENSE) {
         set_err(err, errlen, "%s: not a dense checkpoint (its config has arch \"%s\"): upcycling converts a dense "
-                "model", dense_path, dense.arch == ARCH_MOEUT ? "moeut" : "other than dense");
+                "model", dense_path, model_arch_name(dense.arch));
         return -1;
     }
     if (upcycle_check(&dense, target_cfg, o, target_source, err, errlen) != 0) return -1;
