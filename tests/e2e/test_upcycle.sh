@@ -132,4 +132,12 @@ bin/train --config "$tmp/split.json" --data "$tmp/data" --out "$tmp/split" --thr
   "$tmp/split.safetensors" >"$tmp/split.log" 2>&1 || { cat "$tmp/split.log"; fail "split run failed"; }
 tr -d ' \t\n' <"$tmp/split/train_summary.json" | grep -qF '"method":"split"' || fail "split run: no init_from"
 echo "ok: a split conversion (4 pieces of 128, 2 replicas) trains"
+# make's plan (bin/runs): each upcycled run is converted from the dense run of its seed; without it, refused
+plan=$(bin/runs --experiment experiments/upcycle --runs dense_qa,moe_qa_upcycled --count 2) || fail "bin/runs failed"
+grep -qx "REPRO_UPCYCLE_FROM.moe_qa_upcycled := dense_qa" <<<"$plan" || { echo "$plan"; fail "plan: seed 1 source"; }
+grep -qx "REPRO_UPCYCLE_FROM.moe_qa_upcycled.seed2 := dense_qa.seed2" <<<"$plan" \
+  || { echo "$plan"; fail "plan: seed 2 source"; }
+refused "an upcycled run without its dense run in RUNS" "upcycle.from: no run of config dense_qa with seed 1" \
+  bin/runs --experiment experiments/upcycle --runs moe_qa_upcycled
+echo "ok: bin/runs plans each upcycled run's source (seed by seed)"
 echo "PASS: test_upcycle"
