@@ -55,6 +55,12 @@ def dense_cfg(**kw):
     return cfg
 
 
+def moe_cfg(**kw):
+    cfg = dict(arch="moe", dropout=0.0)
+    cfg.update(kw)
+    return cfg
+
+
 # name -> (config, batch spec, seed, description)
 #   batch spec: rows = window lengths n_b (real tokens, <= T+1; T+1 = full window, every position valid),
 #               answer_only: CE only on targets that are answer tokens, grad_scale.
@@ -151,6 +157,28 @@ FIXTURES = {
                   out_norm_affine=False),
         dict(B=3, T=10, rows=[11, 8, 4], answer_only=True, grad_scale=1.0), 707,
         "dense DM-math style (no head bias, no final-norm params), padding, answer-only loss; D=5 -> n_rot=2"),
+    "moe_switch": (
+        moe_cfg(n_tokens=40, d_model=16, n_layers=2, n_heads=2, d_head=8, ff_n_experts=4, ff_expert_size=6, ff_k=1,
+                lm_head_bias=True, out_norm_affine=True, router="softmax", router_renorm=False, balance="switch",
+                balance_alpha=0.5),
+        dict(B=2, T=8, rows=[9, 6], answer_only=False, grad_scale=1.0), 1414,
+        "arch moe, Switch Transformer routing: top-1 of 4 experts with biases, softmax gate (not renormalised), "
+        "the Switch loss per MoE layer (alpha 0.5), head bias and final-norm affine ON, one padded row"),
+    "moe_mixtral_dense_first": (
+        moe_cfg(n_tokens=44, d_model=16, n_layers=3, n_heads=2, d_head=8, ff_n_experts=5, ff_expert_size=6, ff_k=2,
+                lm_head_bias=False, out_norm_affine=False, router="softmax", router_renorm=True, n_dense_first=1,
+                d_ff=10),
+        dict(B=3, T=10, rows=[11, 8, 4], answer_only=True, grad_scale=1.0), 1515,
+        "arch moe, Mixtral routing: softmax over the top-2 of 5 experts (router_renorm), the default Switch loss "
+        "(alpha 0.01, not written), one dense first layer of d_ff 10, DM-math wrapper (no head bias, no final-norm "
+        "params), padding and an answer-only loss"),
+    "moe_sigmoid_scaled": (
+        moe_cfg(n_tokens=40, d_model=16, n_layers=2, n_heads=4, d_head=4, ff_n_experts=6, ff_expert_size=5, ff_k=3,
+                lm_head_bias=True, out_norm_affine=False, router="sigmoid", routed_scaling_factor=2.5,
+                balance="none"),
+        dict(B=2, T=8, rows=[9, 9], answer_only=False, grad_scale=0.5), 1616,
+        "arch moe with sigmoid gates (not renormalised) times routed_scaling_factor 2.5, no balancing loss, top-3 of "
+        "6, D=4 -> n_rot=2, grad_scale 0.5"),
 }
 
 
@@ -234,6 +262,21 @@ def fixture_weights(model, gen):
     for layer in model.transformer.dense_layers:
         dense_layer(layer)
     for layer in model.transformer.layers:
+        if cfg["arch"] == "moe":  # the dense attention, a sharp router, experts with biases
+            for ln in (layer.ln1, layer.ln2):
+                normal(ln.weight, 0.2, 1.0)
+                normal(ln.bias, 0.2)
+            a, f = layer.attention, layer.ffn
+            for lin in (a.q, a.k):
+                normal(lin.weight, 1.5 / math.sqrt(C))
+            normal(a.v.weight, 1.0 / math.sqrt(C))
+            normal(a.o.weight, 1.0 / math.sqrt(a.o.weight.shape[1]))
+            normal(f.expert_sel, 2.0 / math.sqrt(C))
+            normal(f.keys, 1.0 / math.sqrt(C))
+            normal(f.keys_bias, 0.1)
+            normal(f.values, 1.0 / math.sqrt(cfg["ff_expert_size"]))
+            normal(f.values_bias, 0.1)
+            continue
         if cfg["arch"] != "moeut":
             dense_layer(layer)
             continue

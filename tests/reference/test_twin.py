@@ -249,6 +249,7 @@ def main():
     expert_bias_checks()
     dense_prefix_checks()
     variant_count_checks()
+    moe_arch_checks()
     if failures:
         print(f"test_twin: {len(failures)} check(s) FAILED: {', '.join(failures)}")
         sys.exit(1)
@@ -607,6 +608,114 @@ def variant_count_checks():
           all(abs(r - 1) < 0.1 for r in ratios) and float(lay.expert_bias.abs().max()) == 0.0 and
           float(dl.ffn.linear1.bias.abs().max()) == 0.0 and float(dl.ln1.weight.min()) == 1.0,
           " ".join(f"{r:.3f}" for r in ratios))
+
+
+# -----------------------------------------------------------------------------------------------------------------
+# Arch "moe": the dense Transformer with a routed FFN (Switch Transformer §2, Mixtral eq. 1-2)
+# -----------------------------------------------------------------------------------------------------------------
+def _moe_cfg(**kw):
+    base = dict(n_tokens=24, d_model=12, n_layers=3, n_heads=2, d_head=6, ff_n_experts=4, ff_expert_size=5,
+                lm_head_bias=True, out_norm_affine=True)
+    base.update(kw)
+    return gen_fixtures.moe_cfg(**base)
+
+
+def moe_arch_checks():
+    fd_gradcheck("moe: Mixtral renormalised softmax top-2, Switch loss alpha 0.5, dense first layer, padding",
+                 _moe_cfg(ff_k=2, router_renorm=True, balance_alpha=0.5, n_dense_first=1, d_ff=9),
+                 dict(B=3, T=7, rows=[8, 5, 2], answer_only=True, grad_scale=1.0), 41)
+    fd_gradcheck("moe: sigmoid top-3 x 2.5, no balancing, no head bias/affine",
+                 _moe_cfg(ff_k=3, router="sigmoid", routed_scaling_factor=2.5, balance="none", lm_head_bias=False,
+                          out_norm_affine=False),
+                 dict(B=2, T=6, rows=[7, 4], answer_only=False, grad_scale=0.5), 42)
+    gen = torch.Generator().manual_seed(43)
+    # Mixtral eq. 2: G(x) = Softmax(TopK(x W_g)) (softmax over the K selected logits) = the renormalised top-K of the
+    # softmax over all E (what RoutedFFN computes with router_renorm)
+    ffn = twin.RoutedFFN(8, 6, 4, 2, "softmax", True, 1.0).double()
+    _random_fill(ffn, gen)
+    u = torch.randn(2, 5, 8, generator=gen, dtype=torch.float64)
+    l = torch.nn.functional.linear(u, ffn.expert_sel)
+    top = l.topk(2, dim=-1)
+    mixtral = torch.softmax(top.values, dim=-1)
+    p = torch.softmax(l, dim=-1).gather(-1, top.indices)
+    err = float((p / p.sum(-1, keepdim=True) - mixtral).abs().max())
+    check("moe: router_renorm softmax gates = Mixtral's softmax over the top-K logits (eq. 2)", err < 1e-14,
+          f"max err {err:.1e}")
+    # Switch §2, eq. 2 for K = 1: y = p_i(x) E_i(x) with i the argmax, against a per-token loop over the experts
+    sw = twin.RoutedFFN(8, 4, 5, 1, "softmax", False, 1.0).double()
+    _random_fill(sw, gen, 0.5)
+    y, l, idx = sw(u)
+    worst = 0.0
+    for b in range(2):
+        for t in range(5):
+            x = u[b, t]
+            i = int(l[b, t].argmax())
+            e = torch.relu(x @ sw.keys[i] + sw.keys_bias[i]) @ sw.values[i] + sw.values_bias[i]
+            worst = max(worst, float((y[b, t] - torch.softmax(l[b, t], -1)[i] * e).abs().max()))
+    check("moe: Switch top-1 output = p_i(x) E_i(x) per token (Switch eq. 2)", worst < 1e-13, f"max err {worst:.1e}")
+    # sparse upcycling: every expert a copy of the dense layer's FFN and renormalised gates = the dense model
+    dcfg = gen_fixtures.dense_cfg(n_tokens=24, d_model=12, n_layers=3, n_heads=2, d_head=6, d_ff=5,
+                                  lm_head_bias=True, out_norm_affine=True)
+    dense = twin.build_model(dcfg).double()
+    _random_fill(dense, gen, 0.5)
+    tokens = torch.randint(0, 24, (2, 7), generator=gen)
+    for router, renorm, k, same in (("softmax", True, 2, True), ("sigmoid", True, 3, True), ("softmax", False, 2, False)):
+        moe = twin.build_model(_moe_cfg(ff_k=k, router=router, router_renorm=renorm, n_dense_first=1, d_ff=5)).double()
+        _random_fill(moe, gen, 0.5)
+        sd = moe.state_dict()
+        with torch.no_grad():
+            for n, t in dense.state_dict().items():
+                if not n.startswith("transformer.layers."):
+                    sd[n].copy_(t)
+                    continue
+                a = int(n.split(".")[2])
+                rest = n.split(".", 3)[3]
+                if a < 1:
+                    sd[f"transformer.dense_layers.{a}.{rest}"].copy_(t)
+                    continue
+                p = f"transformer.layers.{a - 1}."
+                if rest == "ffn.linear1.weight":
+                    sd[p + "ffn.keys"].copy_(t.t().expand_as(sd[p + "ffn.keys"]))
+                elif rest == "ffn.linear1.bias":
+                    sd[p + "ffn.keys_bias"].copy_(t.expand_as(sd[p + "ffn.keys_bias"]))
+                elif rest == "ffn.linear2.weight":
+                    sd[p + "ffn.values"].copy_(t.t().expand_as(sd[p + "ffn.values"]))
+                elif rest == "ffn.linear2.bias":
+                    sd[p + "ffn.values_bias"].copy_(t.expand_as(sd[p + "ffn.values_bias"]))
+                else:
+                    sd[p + rest].copy_(t)
+        moe.load_state_dict(sd)
+        with torch.no_grad():
+            diff = float((moe(tokens)[0] - dense(tokens)[0]).abs().max())
+        label = f"moe: upcycled copies, {router} top-{k}{' renorm' if renorm else ''}"
+        if same:
+            check(f"{label}: logits = the dense model's", diff < 1e-12, f"max diff {diff:.1e}")
+        else:
+            check(f"{label}: logits differ from the dense model's (gates do not sum to 1)", diff > 1e-3,
+                  f"max diff {diff:.1e}")
+    # names and order of the C model (model/moe_layer.c), parameter count, config JSON
+    cfg = gen_fixtures.FIXTURES["moe_mixtral_dense_first"][0]
+    model = twin.build_model(cfg)
+    want = []
+    for n, (pfx, count) in (("dense", ("transformer.dense_layers.", 1)), ("moe", ("transformer.layers.", 2))):
+        for i in range(count):
+            p = f"{pfx}{i}."
+            want += [p + f"attention.{x}.weight" for x in "qkvo"]
+            if n == "dense":
+                want += [p + "ffn.linear1.weight", p + "ffn.linear1.bias", p + "ffn.linear2.weight",
+                         p + "ffn.linear2.bias"]
+            else:
+                want += [p + "ffn." + x for x in ("expert_sel", "keys", "keys_bias", "values", "values_bias")]
+            want += [p + x for x in ("ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias")]
+    want = ["embedding.weight"] + want + ["lm_head.weight"]
+    check("moe: state_dict names and order of model/moe_layer.c", list(model.state_dict()) == want)
+    C, V, H, D, E, S, F = 16, 44, 2, 8, 5, 6, 10
+    formula = 2 * V * C + 1 * (4 * H * D * C + 2 * F * C + F + C + 4 * C) + \
+        2 * (4 * H * D * C + E * C + E * C * S + E * S + E * S * C + E * C + 4 * C)
+    check("moe: parameter count = model/param_count.c's formula",
+          sum(p.numel() for p in model.parameters()) == formula)
+    j = twin.json.loads(twin.config_json(cfg))
+    check("moe: config JSON has only keys of arch moe", set(j) <= set(twin.MOE_KEYS) | {"d_ff"} and j["d_ff"] == 10)
 
 
 if __name__ == "__main__":

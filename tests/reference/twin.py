@@ -24,6 +24,9 @@ Semantics (DM-math version):
     reading the raw x1, outside the router and the balancing statistics (y = x1 + f_routed + f_shared).
     n_dense_first n: the first n layer applications are dense pre-LN layers (DenseLayer, width d_ff) with their own
     weights (transformer.dense_layers.{i}); application a >= n uses MoEUT layer (a - n) % Gs.
+  * Arch "moe" (MoELM): the dense pre-LN layer with its FFN replaced by a routed mixture of experts with biases
+    (RoutedFFN: Switch Transformer arXiv 2101.03961 §2, Mixtral arXiv 2401.04088 eq. 1-2), the router and gates
+    switches as above, balance "switch" (one loss per MoE layer) or "none"; n_dense_first dense layers first.
   * Loss: CE over targets != -1, mean over the counted ones; regularizers in the masked [B,B]-broadcast form of the
     reference code (log_softmax, masked logsumexp over the [B, R*T] axis, minus log(cnt) broadcast [B,..]-[B,1,..]),
     history of the R applications of each distinct module concatenated along time.
@@ -416,7 +419,113 @@ class DenseLM(_LMBase):
         return self.head(h), None
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# "moe": the dense pre-LN Transformer with a routed FFN (Switch Transformer / GShard / Mixtral layout)
+# ---------------------------------------------------------------------------------------------------------------
+# Keys of arch "moe": the dense model's (d_ff only with a dense prefix) and the FFN-routing ones.
+MOE_KEYS = ["arch", "n_tokens", "d_model", "n_layers", "n_heads", "d_head", "dropout", "lm_head_bias",
+            "out_norm_affine", "ff_n_experts", "ff_expert_size", "ff_k", "router", "router_renorm",
+            "routed_scaling_factor", "balance", "balance_alpha", "n_dense_first"]
+MOE_DEFAULTS = dict(ff_k=2, router="softmax", router_renorm=False, routed_scaling_factor=1.0, balance="switch",
+                    balance_alpha=0.01, n_dense_first=0)
+
+
+class RoutedFFN(nn.Module):
+    """The FFN of a Switch Transformer layer (Fedus et al. 2021, arXiv 2101.03961 §2, eq. 1-2) and of Mixtral (Jiang et
+    al. 2024, arXiv 2401.04088 §2.1, eq. 1-2), on u = LN2(x1):
+        l = u W_r^T  [.., E]  (W_r = expert_sel);  T = the K experts of largest l
+        p = softmax(l) over all E (Switch eq. 1) or sigmoid(l);  gate_i = p_i for i in T,
+            divided by sum_{j in T} p_j with router_renorm (Mixtral eq. 2: Softmax(TopK(l)) = the renormalised top-K
+            softmax probabilities), times routed_scaling_factor (DeepSeek-V3)
+        y = sum_{i in T} gate_i E_i(u)   (Switch eq. 2, Mixtral eq. 1)
+        E_i(u) = ReLU(u keys[i] + keys_bias[i]) values[i] + values_bias[i]   (the dense FFN with biases, one per expert:
+                 a dense layer's FFN copied into every expert is the sparse-upcycling initialisation)
+    Written as a loop over the K slots with gathered expert weights (no grouping by expert)."""
+
+    def __init__(self, C, E, S, K, router, renorm, route_scale):
+        super().__init__()
+        self.E, self.K = E, K
+        self.router, self.renorm, self.route_scale = router, bool(renorm), float(route_scale)
+        # registration order = state_dict order of model/moe_layer.c
+        self.expert_sel = nn.Parameter(torch.empty(E, C))
+        self.keys = nn.Parameter(torch.empty(E, C, S))
+        self.keys_bias = nn.Parameter(torch.empty(E, S))
+        self.values = nn.Parameter(torch.empty(E, S, C))
+        self.values_bias = nn.Parameter(torch.empty(E, C))
+
+    def forward(self, u, route_log=None):
+        l = F.linear(u, self.expert_sel)  # [B,T,E]
+        p = torch.softmax(l, dim=-1) if self.router == "softmax" else torch.sigmoid(l)
+        with torch.no_grad():
+            idx = l.topk(self.K, dim=-1, sorted=False).indices  # [B,T,K]; the top-K of l is the top-K of p
+        gate = p.gather(-1, idx)
+        if self.renorm:
+            gate = gate / gate.sum(-1, keepdim=True)
+        gate = gate * self.route_scale
+        if route_log is not None:
+            route_log.append(("ffn", l.detach(), self.K))
+        y = torch.zeros_like(u)
+        for j in range(self.K):
+            e = idx[..., j]  # [B,T]
+            h = torch.einsum("btc,btcs->bts", u, self.keys[e]) + self.keys_bias[e]
+            if route_log is not None:
+                route_log.append(("relu", h.detach(), None))
+            out = torch.einsum("bts,btsc->btc", F.relu(h), self.values[e]) + self.values_bias[e]
+            y = y + gate[..., j:j + 1] * out
+        return y, l, idx
+
+
+class MoELayer(nn.Module):
+    """The dense pre-LN layer (DenseLayer) with its FFN replaced by RoutedFFN: x1 = x + Attn(LN1(x)); y = x1 + FFN(LN2(x1))."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        C = cfg["d_model"]
+        self.attention = DenseAttention(C, cfg["n_heads"], cfg["d_head"])
+        self.ffn = RoutedFFN(C, cfg["ff_n_experts"], cfg["ff_expert_size"], cfg["ff_k"], cfg["router"],
+                             cfg["router_renorm"], cfg["routed_scaling_factor"])
+        self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
+        self.ln2 = nn.LayerNorm(C, eps=LN_EPS)
+
+    def forward(self, x, cos, sin, n_rot, route_log=None):
+        x = x + self.attention(layer_norm(x, self.ln1), cos, sin, n_rot)
+        f, l, idx = self.ffn(layer_norm(x, self.ln2), route_log)
+        return x + f, l, idx
+
+
+class MoELM(_LMBase):
+    """Arch "moe": n_dense_first DenseLayers (transformer.dense_layers.i, width d_ff, default K * S), then one MoELayer
+    per remaining application (transformer.layers.i = application n_dense_first + i, no sharing)."""
+
+    def __init__(self, cfg):
+        assert cfg["arch"] == "moe"
+        cfg = dict(MOE_DEFAULTS, **cfg)
+        n = cfg["n_dense_first"]
+        assert 0 <= n < cfg["n_layers"] and cfg["balance"] in ("switch", "none")
+        assert cfg["router"] in ("sigmoid", "softmax") and 1 <= cfg["ff_k"] <= cfg["ff_n_experts"]
+        dense_cfg = dict(cfg, d_ff=cfg.get("d_ff") or cfg["ff_k"] * cfg["ff_expert_size"])
+        super().__init__(cfg, [MoELayer(cfg) for _ in range(cfg["n_layers"] - n)],
+                         [DenseLayer(dense_cfg) for _ in range(n)])
+        self.n_dense_first = n
+
+    def forward(self, tokens, route_log=None):
+        """tokens[B,T] -> logits[B,T,V], histories [{"ffn": [l], "ffn_sel": [idx]}] one per MoE layer (each applied
+        once; no attention routers)."""
+        B, T = tokens.shape
+        h = self.embedding(tokens)
+        cos, sin = rope_tables(T, self.n_rot, h.dtype, h.device)
+        for layer in self.transformer.dense_layers:
+            h = layer(h, cos, sin, self.n_rot, route_log)
+        hist = []
+        for layer in self.transformer.layers:
+            h, l, idx = layer(h, cos, sin, self.n_rot, route_log)
+            hist.append({"ffn": [l], "ffn_sel": [idx], "att_o": [], "att_v": []})
+        return self.head(h), hist
+
+
 def build_model(cfg):
+    if cfg["arch"] == "moe":
+        return MoELM(cfg)
     return MoEUTLM(cfg) if cfg["arch"] == "moeut" else DenseLM(cfg)
 
 
@@ -531,8 +640,9 @@ def objective(model, inputs, targets, valid=None, grad_scale=1.0, route_log=None
             elif balance == "switch":  # one loss per layer application, as every Switch layer adds its own
                 for lf, sf in zip(layer_hist["ffn"], layer_hist["ffn_sel"]):
                     reg_ffn = reg_ffn + switch_balance_loss(lf, sf, valid)
-            reg_att = reg_att + masked_entropy_reg(layer_hist["att_o"], valid) + masked_entropy_reg(
-                layer_hist["att_v"], valid)
+            if layer_hist["att_o"]:  # arch "moe" has no attention routers
+                reg_att = reg_att + masked_entropy_reg(layer_hist["att_o"], valid) + masked_entropy_reg(
+                    layer_hist["att_v"], valid)
     total = grad_scale * (ce + ffn_balance_coef(cfg) * reg_ffn + cfg.get("att_entropy_reg", 0.0) * reg_att)
     return {"logits": logits, "ce": ce, "ce_sum": ce_sum, "n_counted": n_counted, "reg_ffn": reg_ffn,
             "reg_att": reg_att, "total": total}
@@ -613,7 +723,16 @@ def reference_init(model, gen=None):
     for layer in model.transformer.layers:
         layer.ln1.weight.fill_(1.0), layer.ln1.bias.fill_(0.0)
         layer.ln2.weight.fill_(1.0), layer.ln2.bias.fill_(0.0)
-        if cfg["arch"] == "moeut":
+        if cfg["arch"] == "moe":  # the dense recipe for attention and experts, MoEUT's for the router
+            for lin in (layer.attention.q, layer.attention.k, layer.attention.v, layer.attention.o):
+                normal(lin.weight, s / math.sqrt(lin.weight.shape[1]))
+            ffn = layer.ffn
+            normal(ffn.expert_sel, s / math.sqrt(C))
+            _renorm_keep_std_rows(ffn.expert_sel)
+            normal(ffn.keys, s / math.sqrt(C))
+            normal(ffn.values, s / math.sqrt(cfg["ff_expert_size"]))
+            ffn.keys_bias.zero_(), ffn.values_bias.zero_()
+        elif cfg["arch"] == "moeut":
             att, ffn = layer.attention, layer.ffn
             H, D, E, S = cfg["n_heads"], cfg["d_head"], cfg["ff_n_experts"], cfg["ff_expert_size"]
             for t in (att.q.weight, att.k.weight, att.v, att.sel_v, att.sel_o, ffn.keys, ffn.expert_sel):
@@ -647,8 +766,10 @@ def lr_at(i, lr, warmup, steps, min_lr_multiplier):
 def config_json(cfg):
     """The model config as the JSON text stored in a checkpoint's __metadata__.config (every key of its arch; the
     MoEUT switch keys only where the config sets them, d_ff only with a dense prefix)."""
-    keys = MOEUT_KEYS + MOEUT_SWITCH_KEYS if cfg["arch"] == "moeut" else DENSE_KEYS
+    keys = {"moeut": MOEUT_KEYS + MOEUT_SWITCH_KEYS, "moe": MOE_KEYS}.get(cfg["arch"], DENSE_KEYS)
     out = {k: cfg[k] for k in keys if k in cfg}
+    if cfg["arch"] == "moe" and cfg.get("n_dense_first", 0) > 0:
+        out["d_ff"] = cfg.get("d_ff") or cfg.get("ff_k", MOE_DEFAULTS["ff_k"]) * cfg["ff_expert_size"]
     if cfg["arch"] == "moeut" and cfg.get("n_dense_first", 0) > 0:
         out["d_ff"] = dense_prefix_d_ff(cfg)
     return json.dumps(out)

@@ -10,6 +10,7 @@
 #include "model/model.h"
 #include "model_fd_check.h"
 #include "model_test_util.h"
+#include "moe_test_util.h"
 #include "moeut_test_util.h"
 #include "suite_runner.h"
 
@@ -38,7 +39,7 @@ static void run_check(ModelConfig c, uint64_t seed) {
         }
         StepStats st;
         model_train_step(m, in, ce_tg, valid, B, T, 1.0, &st, NULL);
-        margin = mt_min_topk_margin(m);
+        margin = c.arch == ARCH_MOE ? mt_moe_min_topk_margin(m) : mt_min_topk_margin(m);
         if (margin > MIN_MARGIN) break;
         model_free(m);
         m = NULL;
@@ -131,6 +132,32 @@ START_TEST(grad_moeut_routed_scaling_deepseek) {
 }
 END_TEST
 
+/* Arch "moe" (model/moe_layer.c): the dense attention and a routed FFN with expert biases, under each router switch:
+ * Switch/Mixtral softmax gates, renormalised (Mixtral eq. 1-2) or not (Switch §2) with a strong Switch loss, sigmoid
+ * gates scaled by a routed scaling factor, a dense first layer; the DM-math wrapper (no head bias, no norm affine). */
+#define MOE_FD_BASE                                                                                                  \
+    "{\"arch\":\"moe\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":3,\"n_heads\":2,\"d_head\":4,\"ff_n_experts\":5,"     \
+    "\"ff_expert_size\":3,"
+
+START_TEST(grad_moe_softmax_renorm_switch) {
+    run_check(mtu_config(MOE_FD_BASE "\"ff_k\":2,\"router_renorm\":true,\"balance_alpha\":1.0}"), 21);
+}
+END_TEST
+
+START_TEST(grad_moe_switch_top1_dense_first) {
+    run_check(mtu_config(MOE_FD_BASE "\"ff_k\":1,\"balance_alpha\":1.0,\"n_dense_first\":1,\"d_ff\":5,"
+                                     "\"lm_head_bias\":false,\"out_norm_affine\":false}"),
+              22);
+}
+END_TEST
+
+START_TEST(grad_moe_sigmoid_scaled_none) {
+    run_check(mtu_config(MOE_FD_BASE "\"ff_k\":3,\"router\":\"sigmoid\",\"routed_scaling_factor\":2.5,"
+                                     "\"balance\":\"none\"}"),
+              23);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("f64_model_moeut");
     TCase *tc = tcase_create("fd");
@@ -146,6 +173,12 @@ int main(void) {
     tcase_add_test(tc, grad_moeut_dense_shared_softmax_bias);
     tcase_add_test(tc, grad_moeut_routed_scaling_sigmoid);
     tcase_add_test(tc, grad_moeut_routed_scaling_deepseek);
+    TCase *moe = tcase_create("fd_moe"); /* arch "moe" (CK_RUN_CASE=fd_moe runs these alone) */
+    tcase_set_timeout(moe, 60);
+    tcase_add_test(moe, grad_moe_softmax_renorm_switch);
+    tcase_add_test(moe, grad_moe_switch_top1_dense_first);
+    tcase_add_test(moe, grad_moe_sigmoid_scaled_none);
+    suite_add_tcase(s, moe);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -29,7 +29,7 @@ static inline double fd_objective(Model *m, const FdBatch *b, StepStats *st_out)
     const ModelConfig *c = model_config(m);
     double ce = st.n_counted > 0 ? st.ce_sum / (double)st.n_counted : 0.0;
     double reg =
-        c->arch == ARCH_MOEUT ? model_config_ffn_balance_coef(c) * st.reg_ffn + c->att_entropy_reg * st.reg_att : 0.0;
+        c->arch != ARCH_DENSE ? model_config_ffn_balance_coef(c) * st.reg_ffn + c->att_entropy_reg * st.reg_att : 0.0;
     if (st_out) *st_out = st;
     return ce + reg;
 }
