@@ -2,7 +2,8 @@
 #
 #   make reproduce [EXPERIMENT=tiny] [BACKEND=cpu] [SOURCE=<from data.json>] [RUNS="dense_qa dense_answer ..."]
 #
-# Chain: bin/fetch -> bin/tokenize -> per run [bin/upcycle] bin/train, bin/evaluate, bin/analyze -> bin/report -> bin/compare
+# Chain: bin/fetch -> bin/tokenize -> per run [bin/upcycle] bin/train, bin/evaluate, bin/analyze -> bin/report ->
+# bin/compare
 # (compare only when reports/baselines/EXPERIMENT exists). Editing experiments/EXP/RUN.json reruns only that run's
 # train/evaluate/analyze and the report; editing experiments/EXP/data.json re-tokenizes (and refetches when its
 # "fetch" section changed) and so retrains everything. Code changes rerun evaluate, analyze and report (cheap) but

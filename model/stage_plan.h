@@ -35,7 +35,9 @@
 
 #include "model/run_plan.h"
 
-typedef enum { STAGE_FETCH, STAGE_TOKENIZE, STAGE_UPCYCLE, STAGE_TRAIN, STAGE_EVALUATE, STAGE_ANALYZE, STAGE_REPORT } StageKind;
+typedef enum {
+    STAGE_FETCH, STAGE_TOKENIZE, STAGE_UPCYCLE, STAGE_TRAIN, STAGE_EVALUATE, STAGE_ANALYZE, STAGE_REPORT
+} StageKind;
 
 /* Defaults where nothing was measured: train throughput in tokens/s (a 2-core CPU trains experiment tiny/ci's dense
  * runs at about 9000 tokens/s and MoEUT at about 5000; a GPU does far more), evaluation seconds per example (both
@@ -73,8 +75,8 @@ typedef struct {
     int n_runs;
 } StagePlanRequest;
 
-/* The stages to run, in make's order (fetch, tokenize, upcycle, train and evaluate of each run, analyze of each run, report),
- * estimates not yet filled in. 0, or -1 with err. Free *out with free(). */
+/* The stages to run, in make's order (fetch, tokenize, upcycle, train and evaluate of each run, analyze of each run,
+ * report), estimates not yet filled in. 0, or -1 with err. Free *out with free(). */
 int stage_plan_decide(const StagePlanRequest *req, PlannedStage **out, int *n, char *err, size_t errlen);
 
 /* Fills in seconds and basis of each stage. 0, or -1 with err (an unreadable run config or record). */

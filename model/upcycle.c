@@ -193,7 +193,8 @@ static int convert_ffn(Conv *c, int a, const char *pre, int l, int64_t Fd, const
     if (!(w2 = src_tensor(c, name, 2, C, Fd))) goto done;
     snprintf(name, sizeof name, "transformer.layers.%d.ffn.linear2.bias", a);
     if (!(b2 = src_tensor(c, name, 1, C, 0))) goto done;
-    const double sd1 = o->noise * std_unbiased(w1, (size_t)(Fd * C)), sd2 = o->noise * std_unbiased(w2, (size_t)(C * Fd));
+    const double sd1 = o->noise * std_unbiased(w1, (size_t)(Fd * C));
+    const double sd2 = o->noise * std_unbiased(w2, (size_t)(C * Fd));
 
     double *keys = xmalloc((size_t)(E * C * S) * sizeof *keys);   /* [E, C, S] */
     double *kb = xmalloc((size_t)(E * S) * sizeof *kb);           /* [E, S] */

@@ -9,7 +9,8 @@
  * distinct layer per application, so each dense layer a maps one to one onto the target's application a: dense
  * layers of the target's dense prefix (model.n_dense_first) take every tensor of dense layer a; a MoE layer takes the
  * attention and LayerNorm tensors of dense layer a, and its experts are made from the dense FFN
- *   W1 = ffn.linear1.weight [F, C], b1 = ffn.linear1.bias [F], W2 = ffn.linear2.weight [C, F], b2 = ffn.linear2.bias [C]:
+ *   W1 = ffn.linear1.weight [F, C], b1 = ffn.linear1.bias [F], W2 = ffn.linear2.weight [C, F],
+ *   b2 = ffn.linear2.bias [C]:
  *
  *   copy  (S = F):             keys[e] = W1^T + n,  keys_bias[e] = b1,  values[e] = W2^T + n',  values_bias[e] = b2
  *   split (F = G*S, E = R*G):  expert e = piece g = e mod G of replica r = e div G; pi_r a permutation of the F hidden

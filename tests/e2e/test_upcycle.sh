@@ -75,7 +75,8 @@ same_as_ref "$tmp/up" "$tmp/up_resumed" "upcycled run stopped at step 2 and resu
 up_config "$tmp/up_noise.json" moe copy 512 4
 sed -i 's/"noise": 0.0/"noise": 0.01/' "$tmp/up_noise.json"
 bin/train --config "$tmp/up_noise.json" --data "$tmp/data" --out "$tmp/up" --threads 1 \
-  --init-from "$tmp/init.safetensors" >"$tmp/mismatch.log" 2>&1 && fail "an init checkpoint of another conversion was accepted"
+  --init-from "$tmp/init.safetensors" >"$tmp/mismatch.log" 2>&1 \
+  && fail "an init checkpoint of another conversion was accepted"
 grep -q "noise 0.01): rerun bin/upcycle" "$tmp/mismatch.log" || { cat "$tmp/mismatch.log"; fail "mismatch message"; }
 bin/train --config experiments/ci/dense_qa.json --data "$tmp/data" --out "$tmp/dense3" --steps 3 --threads 1 \
   >"$tmp/dense3.log" 2>&1 || { cat "$tmp/dense3.log"; fail "second dense run failed"; }
@@ -87,11 +88,15 @@ bin/train --config "$tmp/up.json" --data "$tmp/data" --out "$tmp/up_other" --thr
 grep -q "refusing to resume.*the initial weights (--init-from) differ" "$tmp/refuse.log" \
   || { cat "$tmp/refuse.log"; fail "no resume refusal naming the initial weights"; }
 bin/train --config "$tmp/up.json" --data "$tmp/data" --out "$tmp/up_other" --threads 1 \
-  --init-from "$tmp/init3.safetensors" --auto-resume >"$tmp/auto.log" 2>&1 || { cat "$tmp/auto.log"; fail "auto-resume"; }
-grep -q "starting over: the initial weights" "$tmp/auto.log" || { cat "$tmp/auto.log"; fail "auto-resume did not start over"; }
-tr -d ' \t\n' <"$tmp/up_other/train_summary.json" | grep -qF "\"sha256\":\"$(sha256sum "$tmp/init3.safetensors" | cut -c1-64)\"" \
+  --init-from "$tmp/init3.safetensors" --auto-resume >"$tmp/auto.log" 2>&1 \
+  || { cat "$tmp/auto.log"; fail "auto-resume"; }
+grep -q "starting over: the initial weights" "$tmp/auto.log" \
+  || { cat "$tmp/auto.log"; fail "auto-resume did not start over"; }
+init3_sha=$(sha256sum "$tmp/init3.safetensors" | cut -c1-64)
+tr -d ' \t\n' <"$tmp/up_other/train_summary.json" | grep -qF "\"sha256\":\"$init3_sha\"" \
   || fail "the restarted run does not record the new initial checkpoint"
-echo "ok: a checkpoint of another conversion is refused; another initial checkpoint: --resume refuses, auto-resume starts over"
+echo "ok: a checkpoint of another conversion is refused; another initial checkpoint: --resume refuses," \
+  "auto-resume starts over"
 
 # refusals, one line each
 refused() { # refused LABEL EXPECTED_TEXT COMMAND...
