@@ -2,7 +2,8 @@
 #
 #   make reproduce [EXPERIMENT=tiny] [BACKEND=cpu] [SOURCE=<from data.json>] [RUNS="dense_qa dense_answer ..."]
 #
-# Chain: bin/fetch -> bin/tokenize -> per run bin/train, bin/evaluate, bin/analyze -> bin/report -> bin/compare
+# Chain: bin/fetch -> bin/tokenize -> per run [bin/upcycle] bin/train, bin/evaluate, bin/analyze -> bin/report ->
+# bin/compare
 # (compare only when reports/baselines/EXPERIMENT exists). Editing experiments/EXP/RUN.json reruns only that run's
 # train/evaluate/analyze and the report; editing experiments/EXP/data.json re-tokenizes (and refetches when its
 # "fetch" section changed) and so retrains everything. Code changes rerun evaluate, analyze and report (cheap) but
@@ -197,7 +198,7 @@ REPRO_TRAIN_LAUNCH = $(if $(filter-out 1,$(NPROC)),$(repro_launch_$(LAUNCHER)) )
 .PHONY: reproduce reproduce-check reproduce-stages reproduce-plan reproduce-clean fetch tokenize train evaluate \
   analyze report export compare repro-force repro-inputs
 .PRECIOUS: $(RUNS_DIR)/%/train_summary.json $(RUNS_DIR)/%/result.json $(RUNS_DIR)/%/predictions.jsonl \
-  $(RUNS_DIR)/%/analysis.json $(RUNS_DIR)/%/train.inputs
+  $(RUNS_DIR)/%/analysis.json $(RUNS_DIR)/%/train.inputs $(RUNS_DIR)/%/init.safetensors
 
 # ---- checks before anything runs: an unknown experiment or run is one clear error (parse time, exit 2) ----
 REPRO_GOALS := reproduce reproduce-stages reproduce-plan reproduce-check fetch tokenize train evaluate analyze report \
@@ -299,10 +300,22 @@ $(RUNS_DIR)/%/train.inputs: $$(call repro_inputs_stale,$$*)
 	@echo '$(call repro_inputs_text,$*)' >$@
 repro-force:
 
+# An upcycled run (its config's "upcycle" section; bin/runs names the dense run directory it is converted from,
+# REPRO_UPCYCLE_FROM.<dir>) starts from runs/EXP/<dir>/init.safetensors, which bin/upcycle converts from the finished
+# dense run's model.safetensors (model/upcycle.h); train leaves the file in place when it starts over.
+repro_upcycle_from = $(REPRO_UPCYCLE_FROM.$(1))
+repro_upcycle_init = $(if $(call repro_upcycle_from,$(1)),$(RUNS_DIR)/$(1)/init.safetensors)
 $(RUNS_DIR)/%/train_summary.json: $(EXP_DIR)/$$(call repro_config,$$*).json $(DATA)/tokenize_manifest.json \
-    $(RUNS_DIR)/%/train.inputs | bin/train
+    $(RUNS_DIR)/%/train.inputs $$(call repro_upcycle_init,$$*) | bin/train
 	$(call repro_stage,train,$*)
-	$(REPRO_TRAIN_LAUNCH)bin/train $(call repro_stage_args,$*) --out $(RUNS_DIR)/$* $(TRAIN_FLAGS)
+	$(REPRO_TRAIN_LAUNCH)bin/train $(call repro_stage_args,$*) --out $(RUNS_DIR)/$* $(TRAIN_FLAGS) \
+	  $(if $(call repro_upcycle_init,$*),--init-from $(call repro_upcycle_init,$*))
+
+$(RUNS_DIR)/%/init.safetensors: $$(RUNS_DIR)/$$(call repro_upcycle_from,$$*)/train_summary.json \
+    $(EXP_DIR)/$$(call repro_config,$$*).json $(RUNS_DIR)/%/train.inputs | bin/upcycle
+	$(call repro_stage,upcycle,$*)
+	bin/upcycle --config $(EXP_DIR)/$(call repro_config,$*).json $(call repro_set_flags,$*) \
+	  --dense $(RUNS_DIR)/$(call repro_upcycle_from,$*)/model.safetensors --out $@
 
 # One evaluate run writes both files (a pattern rule with two targets: one recipe makes both), so deleting either
 # reruns it. evaluate and analyze take --backend and --set too, hence the stamp among their prerequisites.

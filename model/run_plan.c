@@ -9,6 +9,7 @@
 
 #include "model/run_seeds.h"
 #include "model/train_config.h"
+#include "model/upcycle.h"
 #include "pipeline/base/config.h"
 #include "pipeline/records/config_override.h"
 #include "pipeline/base/log.h"
@@ -104,7 +105,8 @@ static int parse_sweep(const char *sweep, SweepAxis *axes, int *n_axes, char *er
 
 /* Loads exp_dir/config.json with the overrides, validates it as train does; its own seed and variant key. */
 static int load_point(const char *exp_dir, const char *config, char *const *sets, int n_sets, long ranks,
-                      long *own_seed, char variant[RUN_VARIANT_LEN + 1], char *err, size_t errlen) {
+                      long *own_seed, char variant[RUN_VARIANT_LEN + 1], char *from, size_t fromlen, char *err,
+                      size_t errlen) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s.json", exp_dir, config) >= (int)sizeof path)
         return FAIL("%s/%s.json: path too long", exp_dir, config);
@@ -121,6 +123,10 @@ static int load_point(const char *exp_dir, const char *config, char *const *sets
     if (rc == 0) {
         *own_seed = tc.seed;
         run_variant_key(lc.json, variant);
+        const cJSON *up = cJSON_GetObjectItemCaseSensitive(lc.json, "upcycle");
+        UpcycleOptions uo;
+        from[0] = '\0';
+        if (up && upcycle_options_from_json(&uo, up, path, err, errlen) == 0) snprintf(from, fromlen, "%s", uo.from);
     }
     loaded_config_free(&lc);
     return rc;
@@ -194,8 +200,8 @@ int run_plan_build(const RunPlanRequest *req, PlannedRun **out, int *n, char *er
             }
             for (int a = 0; a < n_axes; a++) sets[ns++] = owned[a];
             long own = 0;
-            char variant[RUN_VARIANT_LEN + 1];
-            rc = load_point(req->exp_dir, cfg, sets, ns, req->ranks, &own, variant, err, errlen);
+            char variant[RUN_VARIANT_LEN + 1], from[128];
+            rc = load_point(req->exp_dir, cfg, sets, ns, req->ranks, &own, variant, from, sizeof from, err, errlen);
             char base[256];
             if (rc == 0 && (n_axes ? snprintf(base, sizeof base, "%s@%s", cfg, variant)
                                    : snprintf(base, sizeof base, "%s", cfg)) >= (int)sizeof base)
@@ -209,11 +215,25 @@ int run_plan_build(const RunPlanRequest *req, PlannedRun **out, int *n, char *er
                 }
                 snprintf(seed_set, sizeof seed_set, "train.seed=%ld", seed);
                 rc = add_run(out, n, dir, cfg, seed, sets, ns, seed == own ? NULL : seed_set, err, errlen);
+                /* the config name for now; the directory is found once every run is planned */
+                if (rc == 0) snprintf((*out)[*n - 1].upcycle_from, sizeof (*out)[*n - 1].upcycle_from, "%s", from);
             }
             for (int a = 0; a < n_axes; a++) free(owned[a]);
         }
     }
     free(list);
+    for (int i = 0; i < *n && rc == 0; i++) /* an upcycled run's source: the dense run of the same seed */
+        if ((*out)[i].upcycle_from[0]) {
+            PlannedRun *r = &(*out)[i];
+            int src = -1;
+            for (int k = 0; k < *n && src < 0; k++)
+                if (strcmp((*out)[k].config, r->upcycle_from) == 0 && (*out)[k].seed == r->seed) src = k;
+            if (src < 0)
+                rc = FAIL("%s/%s.json: upcycle.from: no run of config %s with seed %ld among the runs (RUNS): the "
+                          "upcycled run %s is converted from it", req->exp_dir, r->config, r->upcycle_from, r->seed,
+                          r->dir);
+            else snprintf(r->upcycle_from, sizeof r->upcycle_from, "%s", (*out)[src].dir);
+        }
     free(seeds);
     axes_free(axes, n_axes);
     for (int i = 0; i < n_set; i++) free(set_words[i]);

@@ -8,6 +8,8 @@
  *     the run config, as always);
  *   - with SWEEP: RUN@<variant>[.seed<S>] per grid point, variant = run_variant_key of the point's effective config
  *     (pipeline/records/run_identity.h), so a point is its own run and the same point reached twice is the same directory.
+ * An upcycled run's source is the planned run of its upcycle.from config with the same seed (the first grid point
+ * of a sweep); a source that is not planned is refused.
  * Every effective config is validated as train will validate it, so a bad SET or SWEEP, or an NPROC that does
  * not divide a run's train.n_microbatch, is refused (one line naming the key) before make writes anything. */
 #ifndef MODEL_RUN_PLAN_H
@@ -25,6 +27,9 @@ typedef struct {
     long seed;
     int n_sets;
     char *sets[RUN_PLAN_MAX_SETS];   /* "KEY=VALUE" as given (owned) */
+    char upcycle_from[256];          /* an upcycled run (its config's "upcycle" section, model/upcycle.h): the
+                                      * directory of the planned dense run of the same seed it is converted from;
+                                      * "" for any other run */
 } PlannedRun;
 
 typedef struct {

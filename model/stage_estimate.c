@@ -163,6 +163,7 @@ int stage_plan_estimate(const StagePlanRequest *req, PlannedStage *stages, int n
         case STAGE_TOKENIZE: s->seconds = STAGE_PLAN_DEFAULT_TOKENIZE_S; break;
         case STAGE_ANALYZE: s->seconds = STAGE_PLAN_DEFAULT_ANALYZE_S; break;
         case STAGE_REPORT: s->seconds = STAGE_PLAN_DEFAULT_REPORT_S; break;
+        case STAGE_UPCYCLE: s->seconds = STAGE_PLAN_DEFAULT_UPCYCLE_S; break;
         }
         if (s->kind != STAGE_TRAIN && s->kind != STAGE_EVALUATE) snprintf(s->basis, sizeof s->basis, "default");
     }

@@ -14,7 +14,7 @@
 #define FAIL(...) (set_err(err, errlen, __VA_ARGS__), -1)
 
 const char *stage_kind_name(StageKind kind) {
-    static const char *const names[] = {"fetch", "tokenize", "train", "evaluate", "analyze", "report"};
+    static const char *const names[] = {"fetch", "tokenize", "upcycle", "train", "evaluate", "analyze", "report"};
     return names[kind];
 }
 
@@ -130,7 +130,8 @@ static void add_stage(PlannedStage **out, int *n, StageKind kind, const char *ru
 
 /* What make decides for one run: train, evaluate, analyze, and whether any of the run's records is remade. */
 typedef struct {
-    bool train, evaluate, analyze;
+    bool upcycle, train, evaluate, analyze;
+    bool inputs_redone; /* tokenize or the stamp */
 } RunStages;
 
 static int decide_run(const StagePlanRequest *req, const PlannedRun *run, bool data_redone, FileTime tokenized,
@@ -147,6 +148,7 @@ static int decide_run(const StagePlanRequest *req, const PlannedRun *run, bool d
     FileTime predictions = path_time(p, sizeof p, "%s/%s", dir, "predictions.jsonl");
     FileTime analysis = path_time(p, sizeof p, "%s/%s", dir, "analysis.json");
     bool inputs_redone = data_redone || stale;
+    rs->inputs_redone = inputs_redone;
     rs->train = inputs_redone || !summary.exists || newer(config, summary) || newer(tokenized, summary) ||
                 newer(stamp, summary);
     /* the prerequisites evaluate and analyze share; each of evaluate's two outputs is judged on its own */
@@ -159,6 +161,28 @@ static int decide_run(const StagePlanRequest *req, const PlannedRun *run, bool d
         rs->evaluate = rs->evaluate || newer(common[i], result) || newer(common[i], predictions);
         rs->analyze = rs->analyze || newer(common[i], analysis);
     }
+    return 0;
+}
+
+/* An upcycled run (rs[i], decided as any run): whether its initial checkpoint is converted again, which retrains,
+ * re-evaluates and re-analyzes it. */
+static int decide_upcycle(const StagePlanRequest *req, RunStages *rs, int i, char *err, size_t errlen) {
+    const PlannedRun *run = &req->runs[i];
+    int src = -1;
+    for (int k = 0; k < req->n_runs && src < 0; k++)
+        if (strcmp(req->runs[k].dir, run->upcycle_from) == 0) src = k;
+    if (src < 0) return FAIL("%s: upcycled from %s, which is not planned", run->dir, run->upcycle_from);
+    char p[4096], dir[4096];
+    if (snprintf(dir, sizeof dir, "%s/%s", req->runs_dir, run->dir) >= (int)sizeof dir)
+        return FAIL("%s/%s: path too long", req->runs_dir, run->dir);
+    FileTime init = path_time(p, sizeof p, "%s/%s", dir, "init.safetensors");
+    FileTime summary = path_time(p, sizeof p, "%s/%s", dir, "train_summary.json");
+    FileTime config = path_time(p, sizeof p, "%s/%s.json", req->exp_dir, run->config);
+    FileTime stamp = path_time(p, sizeof p, "%s/%s", dir, "train.inputs");
+    FileTime dense = path_time(p, sizeof p, "%s/%s/train_summary.json", req->runs_dir, run->upcycle_from);
+    rs[i].upcycle = rs[src].train || rs[i].inputs_redone || !init.exists || newer(dense, init) ||
+                    newer(config, init) || newer(stamp, init);
+    if (rs[i].upcycle || newer(init, summary)) rs[i].train = rs[i].evaluate = rs[i].analyze = true;
     return 0;
 }
 
@@ -176,10 +200,13 @@ int stage_plan_decide(const StagePlanRequest *req, PlannedStage **out, int *n, c
     bool report_needed = !report.exists || newer(path_time(p, sizeof p, "%s/%s", req->bin_dir, "report"), report);
     RunStages *rs = xcalloc((size_t)(req->n_runs ? req->n_runs : 1), sizeof *rs);
     int rc = 0;
+    for (int i = 0; i < req->n_runs && rc == 0; i++)
+        rc = decide_run(req, &req->runs[i], tokenize, tokenized, prog_evaluate, prog_analyze, &rs[i], err, errlen);
+    for (int i = 0; i < req->n_runs && rc == 0; i++) /* upcycled runs: after every dense run's decision */
+        if (req->runs[i].upcycle_from[0]) rc = decide_upcycle(req, rs, i, err, errlen);
     for (int i = 0; i < req->n_runs && rc == 0; i++) {
         const PlannedRun *run = &req->runs[i];
-        rc = decide_run(req, run, tokenize, tokenized, prog_evaluate, prog_analyze, &rs[i], err, errlen);
-        if (rc != 0) break;
+        if (rs[i].upcycle) add_stage(out, n, STAGE_UPCYCLE, run->dir);
         if (rs[i].train) add_stage(out, n, STAGE_TRAIN, run->dir);
         if (rs[i].evaluate) add_stage(out, n, STAGE_EVALUATE, run->dir);
         report_needed = report_needed || rs[i].evaluate || rs[i].analyze ||

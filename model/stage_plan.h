@@ -8,9 +8,12 @@
  *   tokenize  data/EXP/tokenize_manifest.json or raw/manifest.json missing, or the former older than the latter or
  *             than data.json (a fetch that finds its archives unchanged leaves raw/manifest.json alone, so it does not
  *             re-tokenize);
- *   train     train_summary.json missing or older than the run config, the tokenize manifest or the run's
- *             train.inputs stamp; tokenize runs; or the stamp's text differs from this make's (backend, nproc and
- *             the run's overrides: make rewrites it, so it is new);
+ *   upcycle   (an upcycled run only, PlannedRun.upcycle_from) init.safetensors missing or older than the dense run's
+ *             train_summary.json, the run config or the stamp; or the dense run's train, tokenize or the stamp is
+ *             redone;
+ *   train     train_summary.json missing or older than the run config, the tokenize manifest, the run's
+ *             train.inputs stamp or (an upcycled run) init.safetensors; tokenize or upcycle runs; or the stamp's text
+ *             differs from this make's (backend, nproc and the run's overrides: make rewrites it, so it is new);
  *   evaluate  result.json or predictions.jsonl missing or older than train_summary.json, the run config, the tokenize
  *             manifest, the stamp or bin/evaluate; or train, tokenize or the stamp is redone;
  *   analyze   the same for analysis.json and bin/analyze;
@@ -32,7 +35,9 @@
 
 #include "model/run_plan.h"
 
-typedef enum { STAGE_FETCH, STAGE_TOKENIZE, STAGE_TRAIN, STAGE_EVALUATE, STAGE_ANALYZE, STAGE_REPORT } StageKind;
+typedef enum {
+    STAGE_FETCH, STAGE_TOKENIZE, STAGE_UPCYCLE, STAGE_TRAIN, STAGE_EVALUATE, STAGE_ANALYZE, STAGE_REPORT
+} StageKind;
 
 /* Defaults where nothing was measured: train throughput in tokens/s (a 2-core CPU trains experiment tiny/ci's dense
  * runs at about 9000 tokens/s and MoEUT at about 5000; a GPU does far more), evaluation seconds per example (both
@@ -45,6 +50,7 @@ typedef enum { STAGE_FETCH, STAGE_TOKENIZE, STAGE_TRAIN, STAGE_EVALUATE, STAGE_A
 #define STAGE_PLAN_DEFAULT_TOKENIZE_S 10
 #define STAGE_PLAN_DEFAULT_ANALYZE_S 2
 #define STAGE_PLAN_DEFAULT_REPORT_S 2
+#define STAGE_PLAN_DEFAULT_UPCYCLE_S 2
 /* An interrupted run's own throughput counts only after this much training: start-up dominates the first steps. */
 #define STAGE_PLAN_MIN_STATE_S 30.0
 
@@ -69,8 +75,8 @@ typedef struct {
     int n_runs;
 } StagePlanRequest;
 
-/* The stages to run, in make's order (fetch, tokenize, train and evaluate of each run, analyze of each run, report),
- * estimates not yet filled in. 0, or -1 with err. Free *out with free(). */
+/* The stages to run, in make's order (fetch, tokenize, upcycle, train and evaluate of each run, analyze of each run,
+ * report), estimates not yet filled in. 0, or -1 with err. Free *out with free(). */
 int stage_plan_decide(const StagePlanRequest *req, PlannedStage **out, int *n, char *err, size_t errlen);
 
 /* Fills in seconds and basis of each stage. 0, or -1 with err (an unreadable run config or record). */

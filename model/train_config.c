@@ -11,6 +11,7 @@
 
 #include "pipeline/base/config.h"
 #include "pipeline/base/log.h"
+#include "model/upcycle.h"
 
 int train_config_from_json(TrainConfig *tc, const cJSON *obj, const char *source, char *err, size_t errlen) {
     memset(tc, 0, sizeof *tc);
@@ -95,9 +96,14 @@ int run_config_parse(const cJSON *root, const char *source, ModelConfig *mc, Tra
     const cJSON *train = json_get_object(&r, "train", true);
     json_get_object(&r, "evaluate", true);
     json_get_object(&r, "analyze", true);
+    const cJSON *upcycle = json_get_object(&r, "upcycle", false); /* model/upcycle.h: an upcycled run */
     if (json_reader_finish(&r, err, errlen) != 0) return -1;
     if (model_config_from_json(mc, model, source, err, errlen) != 0) return -1;
     if (model_config_validate(mc, err, errlen) != 0) return -1;
     if (train_config_from_json(tc, train, source, err, errlen) != 0) return -1;
+    UpcycleOptions uo;
+    if (upcycle && (upcycle_options_from_json(&uo, upcycle, source, err, errlen) != 0 ||
+                    upcycle_check_target_arch(mc, source, err, errlen) != 0))
+        return -1;
     return 0;
 }

@@ -37,7 +37,8 @@ typedef struct {
 /* Reads and validates a "train" object strictly. 0 or -1 with "<source>: train.<key>: <problem>". */
 int train_config_from_json(TrainConfig *tc, const struct cJSON *obj, const char *source, char *err, size_t errlen);
 
-/* A whole run file: {"description": str, "model": {...}, "train": {...}, "evaluate": {...}, "analyze": {...}}.
+/* A whole run file: {"description": str, "model": {...}, "train": {...}, "evaluate": {...}, "analyze": {...}} and,
+ * for an upcycled run only, "upcycle": {...} (model/upcycle.h; bin/train then needs --init-from).
  * Unknown top-level keys are errors; evaluate/analyze are only required to be objects here (their stages validate
  * them). The model config is validated too. 0 or -1 with err. */
 int run_config_parse(const struct cJSON *root, const char *source, ModelConfig *mc, TrainConfig *tc, char *err,

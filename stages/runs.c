@@ -6,7 +6,8 @@
  *            (environment: REPRO_NPROC=W, make's NPROC, default 1)
  *
  * Without --keep: prints a makefile fragment: REPRO_RUN_DIRS (the run directories, run by run, grid point by grid
- * point, seed by seed) and REPRO_DIR_SETS.<dir> (every --set of that directory's train, evaluate and analyze).
+ * point, seed by seed), REPRO_DIR_SETS.<dir> (every --set of that directory's train, evaluate and analyze) and, for
+ * an upcycled run, REPRO_UPCYCLE_FROM.<dir> (the dense run directory its initial checkpoint is converted from).
  * With --keep runs/EXP: moves aside each current run directory that holds a finished run of another config, and brings
  * back a kept one of the wanted config (one line per move on stderr); prints nothing.
  * With --stages PLAN_DIR: decides which stages make reproduce still runs for these runs (fetch and tokenize of
@@ -130,6 +131,14 @@ int main(int argc, char **argv) {
             }
             putchar('\n');
         }
+        for (int i = 0; i < n; i++) /* upcycled runs: the dense run directory each is converted from */
+            if (plan[i].upcycle_from[0]) {
+                fputs("REPRO_UPCYCLE_FROM.", stdout);
+                print_make_word(plan[i].dir);
+                fputs(" := ", stdout);
+                print_make_word(plan[i].upcycle_from);
+                putchar('\n');
+            }
     }
     run_plan_free(plan, n);
     if (fflush(stdout) != 0 || ferror(stdout)) die("stdout: write failed");

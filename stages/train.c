@@ -47,6 +47,10 @@ int main(int argc, char **argv) {
         {"debug-nan", OPT_INT, &o.debug_nan_step, "testing: inject a NaN gradient at this (1-based) step", false},
         {"debug-diverge", OPT_INT, &o.debug_diverge_step,
          "testing: nudge one weight of the last rank after this (1-based) step", false},
+        {"init-from", OPT_STRING, &o.init_from,
+         "the initial weights of an upcycled run (the checkpoint bin/upcycle wrote for this config); required by, "
+         "and only allowed for, a config with an \"upcycle\" section",
+         false},
         {"dist-timeout", OPT_INT, &dist_timeout,
          "under mpirun: seconds a rank waits in one collective before it gives up on the others (default 600)", false},
     };

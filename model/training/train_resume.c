@@ -45,6 +45,10 @@ bool train_resume_compatible(const Trainer *t, const TrainState *peek, char *why
              (peek->data_train_sha256[0] && strcmp(peek->data_train_sha256, t->shard_sha256) != 0))
         snprintf(why, whylen, "the training data in %s differs from the checkpoint's (re-tokenized since)",
                  t->a.data_dir);
+    else if (strcmp(peek->prov.init_sha256, t->prov.init_sha256) != 0)
+        snprintf(why, whylen, "the initial weights (--init-from) differ from the checkpoint's (sha256 %.12s..., "
+                 "checkpoint has %.12s...)", t->prov.init_sha256[0] ? t->prov.init_sha256 : "none",
+                 peek->prov.init_sha256[0] ? peek->prov.init_sha256 : "none");
     else if (t->a.auto_resume && strcmp(peek->backend, t->be->name) != 0)
         snprintf(why, whylen, "the checkpoint was written by the %s backend, this run uses %s (--resume continues it "
                  "anyway, not bit-identically)", peek->backend, t->be->name);
@@ -90,7 +94,11 @@ static void start_or_resume(Trainer *t) {
             log_warn("%s holds an earlier run: starting over (pass --resume to continue it)", t->a.out_dir);
         remove_previous_outputs(t->a.out_dir);
         if (train_eval_start_over(t->a.out_dir, err, sizeof err) != 0) die("%s", err);
-        model_init_weights(t->m, train_seed_init(&t->tc));
+        if (t->a.init_from) { /* an upcycled run: the converted weights (checked in trainer_create), fresh AdamW */
+            if (model_load_safetensors(t->m, t->a.init_from, err, sizeof err) != 0) die("%s", err);
+        } else {
+            model_init_weights(t->m, train_seed_init(&t->tc));
+        }
         model_set_dropout_seed(t->m, train_seed_dropout(&t->tc));
         memset(&t->st, 0, sizeof t->st);
         t->st.last_ce = NAN;

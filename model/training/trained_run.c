@@ -92,6 +92,8 @@ int trained_run_open(TrainedRun *r, const char *data_dir, char *err, size_t errl
                 path, r->summary.config_sha256, r->config_path, r->config_sha256);
         return -1;
     }
+    /* the initial weights of an upcycled run, as train recorded them: result.json and analysis.json carry them */
+    run_provenance_copy_init(&r->prov, &r->summary.prov);
     if (path_join_checked(path, sizeof path, data_dir, "tokenizer.json", err, errlen)) return -1;
     r->tok = tokenizer_load(path, err, errlen);
     if (!r->tok) return -1;

@@ -11,6 +11,7 @@
 
 #include "datasets/tokenizer.h"
 #include "model/training/dist_train.h"
+#include "model/training/train_init_from.h"
 #include "model/training/train_loop.h"
 #include "model/training/train_resume.h"
 #include "model/training/train_signals.h"
@@ -35,6 +36,8 @@ static void load_config(Trainer *t) {
     t->prov = lc.prov;
     if (run_config_parse(t->config_json, t->a.config_path, &t->mc, &t->tc, err, sizeof err) != 0) die("%s", err);
     t->prov.seed = t->tc.seed;
+    if (train_init_from_check(t->a.init_from, t->config_json, &t->mc, t->a.config_path, &t->prov, err, sizeof err))
+        die("%s", err);
     if (t->a.steps_override > 0) t->tc.steps = t->a.steps_override;
     else if (t->a.steps_override != 0) die("--steps: must be >= 1 (got %ld)", t->a.steps_override);
     if (t->tc.n_microbatch % dist_world() != 0)

@@ -27,6 +27,7 @@ typedef struct {
     long debug_nan_step, debug_diverge_step; /* testing hooks (1-based steps; 0 = off) */
     int start_argc;      /* the command line as started (MPI may take arguments out of argv), for the continue */
     char **start_argv;   /* command an interrupt prints */
+    const char *init_from; /* the initial weights of an upcycled run (train_init_from.h); NULL = the run's own init */
 } TrainOptions;
 
 typedef struct Trainer Trainer;

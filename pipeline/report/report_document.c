@@ -46,6 +46,7 @@ void report_write_document(Doc *d, const ReportInput *in, const char *experiment
     section_overview(d, in);
     section_variants(d, in);
     section_ablations(d, in);
+    section_upcycle(d, in);
     section_config_diff(d, in);
     section_headline(d, in);
     section_seeds(d, in);

@@ -152,6 +152,15 @@ static const char *f_source(const RunData *r, char *b, size_t n) {
     return b;
 }
 
+/* An upcycled run's initial weights (result.json init_from), or the run's own initialisation. */
+static const char *f_init(const RunData *r, char *b, size_t n) {
+    const RunProvenance *p = &r->res.prov;
+    if (!p->init_path[0]) return "own initialisation (train.seed)";
+    return snprintf(b, n, "%s (sha256 %s): %s of %s (sha256 %s), seed %ld, noise %g", p->init_path, p->init_sha256,
+                    p->upcycle_method, p->upcycle_source, p->upcycle_source_sha256, p->upcycle_seed, p->upcycle_noise),
+           b;
+}
+
 void section_provenance(Doc *d, const ReportInput *in) {
     doc_heading(d, 2, "Provenance");
     int n = 0;
@@ -175,6 +184,9 @@ void section_provenance(Doc *d, const ReportInput *in) {
     provenance_rows(d, "dataset sha256", runs, n, f_data);
     provenance_rows(d, "tokenizer sha256", runs, n, f_tok);
     provenance_rows(d, "data source", runs, n, f_source);
+    bool any_init = false; /* the row only where a run started from converted weights (bin/upcycle) */
+    for (int i = 0; i < n; i++) any_init = any_init || runs[i]->res.prov.init_path[0];
+    if (any_init) provenance_rows(d, "initial weights", runs, n, f_init);
     doc_table_end(d);
     const char *h[] = {"run", "run config sha256", "parameters", "steps", "tokens", "train wall s", "tokens/s",
                        "final train loss", "eval wall s"};

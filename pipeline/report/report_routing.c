@@ -11,11 +11,11 @@
 #include "pipeline/report/report_stats.h"
 
 /* The routing statistics of a run's set, or NULL. */
-static const RoutingStats *run_routing(const RunData *r, int set) {
+const RoutingStats *run_routing(const RunData *r, int set) {
     return r->has_result ? r->res.evaluation.sets[set].routing : NULL;
 }
 
-static void fmt_routing_means(const RoutingStats *s, char *m, char *u, char *h, size_t cap) {
+void fmt_routing_means(const RoutingStats *s, char *m, char *u, char *h, size_t cap) {
     if (!s) {
         snprintf(m, cap, "n/a");
         snprintf(u, cap, "n/a");
@@ -114,7 +114,7 @@ static void differs_cell(const ConfigDiff *diff, int i, char *out, size_t cap) {
     if (!out[0]) snprintf(out, cap, "(same config)");
 }
 
-static void fmt_seed_metric(const RunGroup *g, Metric m, const char *fmt_unit, char *out, size_t cap) {
+void fmt_seed_metric(const RunGroup *g, Metric m, const char *fmt_unit, char *out, size_t cap) {
     SeedSummary s;
     report_seed_summary(g, m, &s);
     if (s.n == 0) snprintf(out, cap, "n/a");
@@ -123,7 +123,7 @@ static void fmt_seed_metric(const RunGroup *g, Metric m, const char *fmt_unit, c
 }
 
 /* The paired difference of mean accuracy (both sets' examples) against the family's baseline, with its interval. */
-static void fmt_vs_baseline(const RunGroup *base, const RunGroup *g, char *out, size_t cap) {
+void fmt_vs_baseline(const RunGroup *base, const RunGroup *g, char *out, size_t cap) {
     if (g == base) {
         snprintf(out, cap, "-");
         return;

@@ -8,6 +8,7 @@
 
 #include "pipeline/report/report_doc.h"
 #include "pipeline/report/report_runs.h"
+#include "pipeline/report/report_stats.h"
 #include "pipeline/report/verdict.h"
 
 /* The paper's four headline numbers (dm-math-protocol.md §4): extrapolate accuracy on the headline module, in %. */
@@ -39,6 +40,16 @@ void section_provenance(Doc *d, const ReportInput *in);
  * tables of run configs that share an arch and loss mode (nothing when every config is alone in its family). */
 void section_expert_load(Doc *d, const ReportInput *in);
 void section_ablations(Doc *d, const ReportInput *in);
+/* Cells of those tables, shared with report_upcycle.c: a set's routing statistics (NULL without), their means over
+ * the layer applications (max/mean load, unused share, entropy; "n/a" without), a metric's mean over seeds ("%": as
+ * a percentage), and g's paired accuracy difference to base in points with its interval ("-" for g == base). */
+const RoutingStats *run_routing(const RunData *r, int set);
+void fmt_routing_means(const RoutingStats *s, char *m, char *u, char *h, size_t cap);
+void fmt_seed_metric(const RunGroup *g, Metric m, const char *fmt_unit, char *out, size_t cap);
+void fmt_vs_baseline(const RunGroup *base, const RunGroup *g, char *out, size_t cap);
+/* report_upcycle.c: per loss mode, the dense run, the MoE from scratch and the MoE upcycled from that dense run side by
+ * side (nothing without an upcycled run, i.e. a run whose records have init_from). */
+void section_upcycle(Doc *d, const ReportInput *in);
 
 /* What the verdict lines said, for the short answer at the top. */
 typedef struct {

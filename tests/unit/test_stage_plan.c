@@ -328,6 +328,36 @@ START_TEST(writes_the_plan_file) {
 }
 END_TEST
 
+/* An upcycled run (its initial checkpoint converted from another run): the conversion is redone when the source run's
+ * train_summary.json is newer than init.safetensors or the file is missing, and then the run is retrained. */
+START_TEST(upcycled_run_follows_its_source) {
+    snprintf(g_run[1].upcycle_from, sizeof g_run[1].upcycle_from, "dense_qa");
+    everything_made();
+    char dir[4096];
+    ck_assert(snprintf(dir, sizeof dir, "%s/%s", g_runs, g_run[1].dir) < (int)sizeof dir);
+    /* make's order: the conversion before the upcycled run's training and records */
+    put(in(dir, "init.safetensors"), NULL);
+    put(in(dir, "train_summary.json"), NULL);
+    put(in(dir, "result.json"), NULL);
+    put(in(dir, "predictions.jsonl"), NULL);
+    put(in(dir, "analysis.json"), NULL);
+    put(in(g_report, "report.html"), NULL);
+    StagePlanRequest req = request("cpu");
+    ck_assert_str_eq(plan_of(&req), "");
+    /* the dense run trained again: its records, the conversion and everything of the upcycled run */
+    char src[4096];
+    ck_assert(snprintf(src, sizeof src, "%s/dense_qa", g_runs) < (int)sizeof src);
+    put(in(src, "train_summary.json"), NULL);
+    ck_assert_str_eq(plan_of(&req), "evaluate dense_qa, upcycle dense_qa.seed2, train dense_qa.seed2, "
+                                    "evaluate dense_qa.seed2, analyze dense_qa, analyze dense_qa.seed2, report");
+    /* no initial checkpoint: converted, then trained */
+    everything_made();
+    ck_assert(remove(in(dir, "init.safetensors")) == 0);
+    ck_assert_str_eq(plan_of(&req), "upcycle dense_qa.seed2, train dense_qa.seed2, evaluate dense_qa.seed2, "
+                                    "analyze dense_qa.seed2, report");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("stage_plan");
     TCase *tc = tcase_create("stage_plan");
@@ -342,6 +372,7 @@ int main(void) {
     tcase_add_test(tc, a_bad_override_is_an_error);
     tcase_add_test(tc, summary_and_durations);
     tcase_add_test(tc, writes_the_plan_file);
+    tcase_add_test(tc, upcycled_run_follows_its_source);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
