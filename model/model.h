@@ -20,6 +20,10 @@ typedef enum { ARCH_DENSE = 0, ARCH_MOEUT = 1 } Arch;
 /* How the FFN router's load is balanced (model.balance; formulas in kernels/backend_ops.h and experiments/README.md's switch table). */
 typedef enum { BALANCE_ENTROPY = 0, BALANCE_SWITCH = 1, BALANCE_NONE = 2, BALANCE_BIAS = 3 } BalanceKind;
 
+/* How the FFN picks a position's experts (model.routing): "topk" (the router's top-K, default), "expert_choice",
+ * "hash" (Roller et al. 2021: a fixed function of the position's input token id; model/hash_routing.h). */
+typedef enum { ROUTING_TOPK = 0, ROUTING_EXPERT_CHOICE = 1, ROUTING_HASH = 2 } RoutingKind;
+
 /* Keys of the JSON "model" object. MoEUT keys are the reference constructor's argument names; the dense model uses
  * n_tokens, d_model, n_layers, n_heads, d_head, d_ff, dropout. */
 typedef struct {
@@ -55,6 +59,9 @@ typedef struct {
     double dropout;       /* must be 0: dropout is not implemented (every paper run uses 0) */
     bool lm_head_bias;    /* default true (reference MoEUTLM); DM-math: false */
     bool out_norm_affine; /* default true; DM-math: false */
+    RoutingKind routing;  /* "routing": "topk" (default) | "hash" (k = 1, gate 1, no router and no LN2;
+                           * model/hash_routing.h) */
+    int hash_seed;        /* "hash_seed": seed of routing "hash"'s token -> expert table (default 1; "hash" only) */
 } ModelConfig;
 
 /* Fills defaults (the reference constructor's defaults) then reads a cJSON object (type: const struct cJSON *).

@@ -8,6 +8,7 @@
  *   moeut   : per distinct layer 2*H*D*C (q,k) + 2*H*EA*C*D (v,o experts) + 2*H*EA*C (sel_v, sel_o)
  *             + 2*E*S*C (keys, values) + E*C (expert_sel) + 2*K_s*C*S (shared experts) + 4C (ln1, ln2);
  *             group_size layers, plus n_dense_first dense layers of width d_ff (the dense formula)
+ *             routing "hash": no expert_sel and no ln2 (the router and its LayerNorm): E*C + 2C fewer per layer
  * Buffers (balance "bias"'s expert_bias) are state, not parameters: not counted.
  * Computed in double (for the validator's overflow bound, before any size_t product could wrap) and in size_t.
  */
@@ -26,8 +27,9 @@
         if (cfg->arch == ARCH_DENSE) return total + (T)cfg->n_layers * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);    \
         T EA = (T)cfg->att_n_experts, E = (T)cfg->ff_n_experts, S = (T)cfg->ff_expert_size;                          \
         T att = 2 * H * D * C + 2 * H * EA * C * D + 2 * H * EA * C;                                                 \
-        T ffn = 2 * E * S * C + E * C + 2 * (T)cfg->n_shared_experts * C * S;                                        \
-        total += (T)cfg->group_size * (att + ffn + 4 * C);                                                           \
+        const int hash = cfg->routing == ROUTING_HASH;                                                               \
+        T ffn = 2 * E * S * C + (hash ? 0 : E * C) + 2 * (T)cfg->n_shared_experts * C * S;                           \
+        total += (T)cfg->group_size * (att + ffn + (hash ? 2 : 4) * C);                                              \
         if (cfg->n_dense_first > 0) total += (T)cfg->n_dense_first * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);      \
         return total;                                                                                                \
     }
