@@ -235,10 +235,10 @@ class SigmaMoE(nn.Module):
         self.values = nn.Parameter(torch.empty(E, S, C))
         if hash_table is None:
             self.expert_sel = nn.Parameter(torch.empty(E, C))
-        else:  # routing "hash": no router; the table is fixed by the config, not state (not in the state_dict)
+        else:  # routing "hash": no router; the table follows from the config: not state, not a parameter or buffer
             assert K == 1 and not bias_balance
             self.expert_sel = None
-            self.register_buffer("hash_table", hash_table.clone(), persistent=False)
+            self.hash_table = hash_table.clone()  # [V] long
         if self.n_shared > 0:
             self.shared_keys = nn.Parameter(torch.empty(self.n_shared, C, S))
             self.shared_values = nn.Parameter(torch.empty(self.n_shared, S, C))
@@ -660,12 +660,14 @@ def reference_init(model, gen=None):
         init_dense(layer)
     for layer in model.transformer.layers:
         layer.ln1.weight.fill_(1.0), layer.ln1.bias.fill_(0.0)
-        layer.ln2.weight.fill_(1.0), layer.ln2.bias.fill_(0.0)
+        if layer.ln2 is not None:  # routing "hash" has none
+            layer.ln2.weight.fill_(1.0), layer.ln2.bias.fill_(0.0)
         if cfg["arch"] == "moeut":
             att, ffn = layer.attention, layer.ffn
             H, D, E, S = cfg["n_heads"], cfg["d_head"], cfg["ff_n_experts"], cfg["ff_expert_size"]
             for t in (att.q.weight, att.k.weight, att.v, att.sel_v, att.sel_o, ffn.keys, ffn.expert_sel):
-                normal(t, s / math.sqrt(C))
+                if t is not None:  # routing "hash": no expert_sel
+                    normal(t, s / math.sqrt(C))
             normal(att.o, s / math.sqrt(H * D))
             normal(ffn.values, s / math.sqrt(E * S))
             if ffn.n_shared > 0:  # shared experts like the routed ones
@@ -673,7 +675,8 @@ def reference_init(model, gen=None):
                 normal(ffn.shared_values, s / math.sqrt(E * S))
             if ffn.expert_bias is not None:
                 ffn.expert_bias.zero_()
-            _renorm_keep_std_rows(ffn.expert_sel)
+            if ffn.expert_sel is not None:
+                _renorm_keep_std_rows(ffn.expert_sel)
             _renorm_rows(att.sel_v)
             _renorm_rows(att.sel_o)
         else:
