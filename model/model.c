@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/hash_routing.h"
 #include "model/model_internal.h"
 #include "pipeline/base/log.h"
 
@@ -116,6 +117,7 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
     if (model_n_routed_apps(m) > 0)
         m->routing_counts =
             be->alloc(be, (size_t)model_n_routed_apps(m) * (size_t)cfg->ff_n_experts * sizeof(int64_t));
+    m->hash = hash_routing_create(cfg);
     /* The activation arena stays empty until the first call says how many tokens it needs. */
     arena_init(&m->arena, be);
     return m;
@@ -129,6 +131,7 @@ void model_free(Model *m) {
     if (m->params) m->be->free(m->be, m->params);
     if (m->grads) m->be->free(m->be, m->grads);
     if (m->routing_counts) m->be->free(m->be, m->routing_counts);
+    hash_routing_free(m->hash);
     free(m->tensors);
     free(m->apps);
     free(m);
@@ -245,6 +248,7 @@ void model_embed(Model *m, scalar_t *h, const int32_t *tokens_host, int B, int T
     int N = B * T;
     model_reserve_activations(m, 0, N);
     upload_tokens(m, tokens_host, N);
+    if (m->hash) hash_routing_set_tokens(m->hash, tokens_host, B, T); /* the FFN routes of these positions */
     m->be->embedding_forward(m->be, h, m->tokens_dev, m->params + m->off_embedding, N, m->cfg.d_model);
 }
 
@@ -322,6 +326,7 @@ void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, c
     model_reserve_activations(m, N, 0); /* the only place a step may re-plan: before anything of it is in the arena */
     m->arena_busy++;
     upload_tokens(m, inputs, N);
+    if (m->hash) hash_routing_set_tokens(m->hash, inputs, B, T); /* the FFN routes of these positions */
     be->to_device(be, m->targets_dev, targets, (size_t)N * sizeof(int32_t));
 
     // ---- forward: h_0 .. h_L kept in resid for the layer backward ----

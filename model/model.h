@@ -24,6 +24,10 @@ const char *model_arch_name(Arch a);
 /* How the FFN router's load is balanced (model.balance; formulas in kernels/backend_ops.h and experiments/README.md's switch table). */
 typedef enum { BALANCE_ENTROPY = 0, BALANCE_SWITCH = 1, BALANCE_NONE = 2, BALANCE_BIAS = 3 } BalanceKind;
 
+/* How the FFN picks a position's experts (model.routing): "topk" (the router's top-K, default), "expert_choice",
+ * "hash" (Roller et al. 2021: a fixed function of the position's input token id; model/hash_routing.h). */
+typedef enum { ROUTING_TOPK = 0, ROUTING_EXPERT_CHOICE = 1, ROUTING_HASH = 2 } RoutingKind;
+
 /* Keys of the JSON "model" object. MoEUT keys are the reference constructor's argument names; the dense model uses
  * n_tokens, d_model, n_layers, n_heads, d_head, d_ff, dropout. */
 typedef struct {
@@ -59,6 +63,9 @@ typedef struct {
     double dropout;       /* must be 0: dropout is not implemented (every paper run uses 0) */
     bool lm_head_bias;    /* default true (reference MoEUTLM); DM-math: false */
     bool out_norm_affine; /* default true; DM-math: false */
+    RoutingKind routing;  /* "routing": "topk" (default) | "hash" (k = 1, gate 1, no router and no LN2;
+                           * model/hash_routing.h) */
+    int hash_seed;        /* "hash_seed": seed of routing "hash"'s token -> expert table (default 1; "hash" only) */
 } ModelConfig;
 
 /* Fills defaults (the reference constructor's defaults) then reads a cJSON object (type: const struct cJSON *).
@@ -145,7 +152,9 @@ void model_set_dropout_seed(Model *m, uint64_t seed);
  * The residual stream of a batch: h[B,T,C] in backend memory. Application a = 0..L-1 applies distinct layer a % Gs. */
 void model_embed(Model *m, scalar_t *h, const int32_t *tokens_host, int B, int T);
 /* Runs applications [first_app, L) in place on h. If captures != NULL (backend memory, [(L - first_app + 1), B,T,C]),
- * captures[i] receives the input of application first_app + i, and the last slot the final residual. */
+ * captures[i] receives the input of application first_app + i, and the last slot the final residual.
+ * model.routing "hash": the FFN routes by the token ids of the last model_embed, so T must be its T and B a multiple
+ * of its B (the copies repeat its ids; model/hash_routing.h). */
 void model_run_layers(Model *m, scalar_t *h, int B, int T, int first_app, scalar_t *captures);
 /* logits[B*T, V] (backend memory) = head(out_norm(h)). */
 void model_head(Model *m, scalar_t *logits, const scalar_t *h, int B, int T);

@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "model/hash_routing.h"
 #include "model/model.h"
 #include "model/moe_config.h"
 #include "model/param_count.h"
@@ -34,6 +35,8 @@ _Static_assert(sizeof(RouterKind) == sizeof(int) && sizeof(BalanceKind) == sizeo
                "KEY_ENUM fields are read and written as int");
 static const char *const ROUTER_NAMES[] = {"sigmoid", "softmax", NULL};
 static const char *const BALANCE_NAMES[] = {"entropy", "switch", "none", "bias", NULL};
+_Static_assert(sizeof(RoutingKind) == sizeof(int), "KEY_ENUM fields are read and written as int");
+static const char *const ROUTING_NAMES[] = {"topk", "expert_choice", "hash", NULL};
 
 #define F(field) offsetof(ModelConfig, field)
 /* Order = serialisation order of model_config_to_json. "arch" is handled separately. */
@@ -65,6 +68,8 @@ static const KeyDesc KEYS[] = {
     {"dropout", KEY_DOUBLE, FOR_BOTH, 0, F(dropout), NULL},
     {"lm_head_bias", KEY_BOOL, FOR_BOTH, 0, F(lm_head_bias), NULL},
     {"out_norm_affine", KEY_BOOL, FOR_BOTH, 0, F(out_norm_affine), NULL},
+    {"routing", KEY_ENUM, FOR_MOEUT, 0, F(routing), ROUTING_NAMES},
+    {"hash_seed", KEY_INT, FOR_MOEUT, 0, F(hash_seed), NULL},
 };
 #undef F
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -113,6 +118,8 @@ static void set_defaults(ModelConfig *cfg, Arch arch) {
         cfg->balance = BALANCE_ENTROPY;
         cfg->balance_alpha = 0.01; /* Fedus et al. 2021 */
         cfg->balance_gamma = 0.001; /* DeepSeek-V3 §2.1.2 (the bias update speed of its first 14.3T tokens) */
+        cfg->routing = ROUTING_TOPK;
+        cfg->hash_seed = 1;
     }
     if (arch == ARCH_MOE) { /* the Switch Transformer / Mixtral FFN router: softmax scores, top-2, the Switch loss */
         cfg->ff_k = 2;
@@ -131,6 +138,17 @@ static const char *key_void_under(const ModelConfig *cfg, const KeyDesc *k, char
         (strcmp(k->name, "balance_alpha") == 0 && cfg->balance != BALANCE_SWITCH) ||
         (strcmp(k->name, "balance_gamma") == 0 && cfg->balance != BALANCE_BIAS)) {
         snprintf(buf, buflen, "model.balance \"%s\"", BALANCE_NAMES[cfg->balance]);
+        return buf;
+    }
+    /* routing "hash" has no router: no gating transform, no gate to scale, no router choice for expert dropout */
+    if (cfg->routing == ROUTING_HASH &&
+        (strcmp(k->name, "router") == 0 || strcmp(k->name, "router_renorm") == 0 ||
+         strcmp(k->name, "routed_scaling_factor") == 0 || strcmp(k->name, "ff_expert_dropout") == 0)) {
+        snprintf(buf, buflen, "model.routing \"hash\"");
+        return buf;
+    }
+    if (strcmp(k->name, "hash_seed") == 0 && cfg->routing != ROUTING_HASH) {
+        snprintf(buf, buflen, "model.routing \"%s\"", ROUTING_NAMES[cfg->routing]);
         return buf;
     }
     if (strcmp(k->name, "d_ff") == 0 && cfg->arch != ARCH_DENSE && cfg->n_dense_first == 0) {
@@ -454,6 +472,7 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
             snprintf(err, errlen, "model.att_expert_dropout: must be in [0, 1), got %g", cfg->att_expert_dropout);
             return -1;
         }
+        if (model_config_validate_routing(cfg, err, errlen) != 0) return -1;
     }
     double n = model_count_params_double(cfg);
     if (n > MAX_PARAMS) {

@@ -147,6 +147,9 @@ struct Model {
     scalar_t *resid;                /* [(L+1), N, C] residual stream of a training step: h_0 .. h_L */
     scalar_t *dresid_a, *dresid_b;  /* [N, C]                               training backward */
     scalar_t *eval_h;               /* [N, C] residual stream of model_forward_eval and model_decode */
+
+    struct HashRouting *hash;       /* model.routing "hash": the token -> expert table and the ids of the positions
+                                     * embedded last (model/hash_routing.h); NULL otherwise */
 };
 
 

@@ -40,9 +40,10 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     /* ---- σ-MoE: f = sum_j gate_j * A_j @ Values[sel_j] (df = dy = dx1 at this point) ---- */
     scalar_t *dA = s->A;          /* [N*K, S] in plan_f order, as A */
     scalar_t *dgate_f = s->gate_f; /* [N, K] */
+    const bool hash = c->routing == ROUTING_HASH; /* gate 1 (no reduction weights), no router, no LN2 */
     be->zero(be, dA, (size_t)N * K * S * sizeof(scalar_t));
-    be->cvmm_backward(be, dA, G + P->values, dgate_f, dx1, ac->A, W + P->values, &ac->plan_f, ac->gate_f, 1, K, S, C,
-                      CVMM_IN_SORTED);
+    be->cvmm_backward(be, dA, G + P->values, hash ? NULL : dgate_f, dx1, ac->A, W + P->values, &ac->plan_f,
+                      hash ? NULL : ac->gate_f, 1, K, S, C, CVMM_IN_SORTED);
     be->relu_backward(be, dA, dA, ac->A, (size_t)N * K * S); /* dU = dA * (U > 0); A > 0 iff U > 0 */
     /* U_j = x1 @ Keys[sel_j]: dx1 += sum_j dU_j Keys^T */
     be->cvmm_backward(be, dx1, G + P->keys, NULL, dA, ac->x1, W + P->keys, &ac->plan_f, NULL, K, 1, C, S,
@@ -59,30 +60,32 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
         be->matmul(be, G + ks, ac->x1, dU, C, S, N, 1, 0, 1, 1);  /* dSharedKeys[s][C,S] += x1^T dU */
         be->matmul(be, dx1, dU, W + ks, N, C, S, 0, 1, 1, 1);     /* dx1 += dU SharedKeys[s]^T */
     }
-    /* router: l = xs Sel^T */
-    scalar_t *dl = s->lf; /* [N, E] */
-    router_logit_grad(m, dl, st->dreg_f[layer] + (size_t)rep * N * E, (size_t)N * E);
-    const scalar_t *lf = st->hist_f[layer] + (size_t)rep * N * E; /* this application's raw router logits */
-    /* router_gates_backward wants the gating transform's own output; with a routed scaling factor rsf the cached
-     * gates are rsf times it, so the unscaled gates are recomputed (exactly: the same kernel on the same logits; no
-     * filler slot exists, see above) into dA's buffer, free since the keys' backward, and dgate is taken w.r.t. them:
-     * dL/dg = rsf * dL/d(rsf g). */
-    const scalar_t *gate_f = ac->gate_f;
-    if (c->routed_scaling_factor != 1.0) {
-        scalar_t *unscaled = s->A; /* [N*K*S] >= [N*K] */
-        be->router_gates(be, unscaled, lf, ac->sel_f, NULL, N, 1, E, K, c->router, c->router_renorm);
-        be->scale_inplace(be, dgate_f, (scalar_t)c->routed_scaling_factor, (size_t)N * K);
-        gate_f = unscaled;
+    /* router: l = xs Sel^T (routing "hash" has none) */
+    if (!hash) {
+        scalar_t *dl = s->lf; /* [N, E] */
+        router_logit_grad(m, dl, st->dreg_f[layer] + (size_t)rep * N * E, (size_t)N * E);
+        const scalar_t *lf = st->hist_f[layer] + (size_t)rep * N * E; /* this application's raw router logits */
+        /* router_gates_backward wants the gating transform's own output; with a routed scaling factor rsf the
+         * cached gates are rsf times it, so the unscaled gates are recomputed (exactly: the same kernel on the same
+         * logits; no filler slot exists, see above) into dA's buffer, free since the keys' backward, and dgate is
+         * taken w.r.t. them: dL/dg = rsf * dL/d(rsf g). */
+        const scalar_t *gate_f = ac->gate_f;
+        if (c->routed_scaling_factor != 1.0) {
+            scalar_t *unscaled = s->A; /* [N*K*S] >= [N*K] */
+            be->router_gates(be, unscaled, lf, ac->sel_f, NULL, N, 1, E, K, c->router, c->router_renorm);
+            be->scale_inplace(be, dgate_f, (scalar_t)c->routed_scaling_factor, (size_t)N * K);
+            gate_f = unscaled;
+        }
+        be->router_gates_backward(be, dl, dgate_f, gate_f, lf, ac->sel_f, NULL, N, 1, E, K, c->router,
+                                  c->router_renorm);
+        scalar_t *xs = s->nc[1]; /* recompute LN2(x1) (identical to the forward's) */
+        be->layernorm_forward(be, xs, s->mean, s->rstd, ac->x1, W + P->ln2_w, W + P->ln2_b, N, C, eps);
+        be->matmul(be, G + P->expert_sel, dl, xs, E, C, N, 1, 0, 1, 1); /* dSel[E,C] += dl^T xs */
+        scalar_t *dxs = s->nc[4];
+        be->matmul(be, dxs, dl, W + P->expert_sel, N, C, E, 0, 0, 1, 0); /* dxs[N,C] = dl Sel */
+        be->layernorm_backward(be, dx1, G + P->ln2_w, G + P->ln2_b, dxs, ac->x1, W + P->ln2_w, ac->mean2,
+                               ac->rstd2, N, C);
     }
-    be->router_gates_backward(be, dl, dgate_f, gate_f, lf, ac->sel_f, NULL, N, 1, E, K, c->router,
-                              c->router_renorm);
-    scalar_t *xs = s->nc[1]; /* recompute LN2(x1) (identical to the forward's) */
-    be->layernorm_forward(be, xs, s->mean, s->rstd, ac->x1, W + P->ln2_w, W + P->ln2_b, N, C, eps);
-    be->matmul(be, G + P->expert_sel, dl, xs, E, C, N, 1, 0, 1, 1); /* dSel[E,C] += dl^T xs */
-    scalar_t *dxs = s->nc[4];
-    be->matmul(be, dxs, dl, W + P->expert_sel, N, C, E, 0, 0, 1, 0); /* dxs[N,C] = dl Sel */
-    be->layernorm_backward(be, dx1, G + P->ln2_w, G + P->ln2_b, dxs, ac->x1, W + P->ln2_w, ac->mean2, ac->rstd2, N,
-                           C);
 
     /* ---- attention output: x1 = x + sum_{h,j} gate_o * r_h @ O[sel_o] ---- */
     scalar_t *dr = s->hd[3];        /* [N, H*D] */

@@ -11,9 +11,12 @@
  *   (balance "bias": topk_select ranks score(l) + expert_bias instead of l; the gates do not see the bias)
  *   y = x1 + sum_j gate * (ReLU(x1 Keys[sel]) Values[sel])   (keys read the RAW x1)
  *          + sum_{s < K_s} ReLU(x1 SharedKeys[s]) SharedValues[s]   (shared experts, gate 1; none by default)
+ *   (routing "hash", Roller et al. 2021: no LN2 and no router; sel = the expert of the position's input token id,
+ *   K = 1, gate 1: y = x1 + ReLU(x1 Keys[sel]) Values[sel] (+ shared experts); model/hash_routing.h)
  */
 #include <math.h>
 
+#include "model/hash_routing.h"
 #include "model/moeut_internal.h"
 #include "pipeline/base/log.h"
 
@@ -53,6 +56,7 @@ typedef struct {
                                  * scratch reused by every shared expert (shared_stride 0) */
     size_t shared_stride;       /* elements between the shared experts' A blocks: N*S, or 0 */
     scalar_t *f;                /* [N, C] block output (without the residual) */
+    int B, T;                   /* the call's positions, N = B*T (routing "hash" uploads their experts) */
 } FfnIO;
 
 static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, const AttnIO *io) {
@@ -94,23 +98,29 @@ static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *
     Backend *be = m->be;
     const int C = c->d_model, E = c->ff_n_experts, S = c->ff_expert_size, K = c->ff_k;
     scalar_t *W = m->params;
-    be->layernorm_forward(be, io->xs, io->mean, io->rstd, io->x1, W + P->ln2_w, W + P->ln2_b, N, C,
-                          (scalar_t)MOEUT_LN_EPS);
-    be->matmul(be, io->l, io->xs, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* [N, E] */
-    const scalar_t *bias = P->expert_bias != SIZE_MAX ? W + P->expert_bias : NULL; /* [E] balance "bias" */
-    be->topk_select(be, io->sel, io->l, io->drop, bias, c->router, N, 1, E, K);
+    const bool hash = c->routing == ROUTING_HASH;
+    if (hash) { /* the experts of the positions' input token ids; no router, gate 1 (no reduction weights below) */
+        hash_routing_upload(m->hash, be, io->sel, io->B, io->T);
+    } else {
+        be->layernorm_forward(be, io->xs, io->mean, io->rstd, io->x1, W + P->ln2_w, W + P->ln2_b, N, C,
+                              (scalar_t)MOEUT_LN_EPS);
+        be->matmul(be, io->l, io->xs, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* [N, E] */
+        const scalar_t *bias = P->expert_bias != SIZE_MAX ? W + P->expert_bias : NULL; /* [E] balance "bias" */
+        be->topk_select(be, io->sel, io->l, io->drop, bias, c->router, N, 1, E, K);
+    }
     be->routing_plan(be, io->plan, io->sel, N * K, E);
-    be->router_gates(be, io->gate, io->l, io->sel, io->drop, N, 1, E, K, c->router, c->router_renorm);
+    if (!hash) be->router_gates(be, io->gate, io->l, io->sel, io->drop, N, 1, E, K, c->router, c->router_renorm);
     /* DeepSeek-V3's routed scaling factor: the routed gates times a constant (the shared experts keep gate 1). Skipped
      * at 1 so that the default model's numbers do not move by a bit. */
-    if (c->routed_scaling_factor != 1.0)
+    if (!hash && c->routed_scaling_factor != 1.0)
         be->scale_inplace(be, io->gate, (scalar_t)c->routed_scaling_factor, (size_t)N * K);
     if (io->counts) be->expert_count(be, io->counts, io->sel, io->drop, io->valid, N, 1, E, K);
     if (io->bias_counts) be->expert_count(be, io->bias_counts, io->sel, io->drop, io->valid, N, 1, E, K);
     /* U [N*K, S] and A = ReLU(U) stay in plan order: the values read A's rows where the keys wrote them */
     be->cvmm_forward(be, io->A, io->x1, W + P->keys, io->plan, NULL, K, 1, C, S, CVMM_OUT_SORTED);
     be->relu_forward(be, io->A, io->A, (size_t)N * K * S);
-    be->cvmm_forward(be, io->f, io->A, W + P->values, io->plan, io->gate, 1, K, S, C, CVMM_IN_SORTED); /* [N, C] */
+    be->cvmm_forward(be, io->f, io->A, W + P->values, io->plan, hash ? NULL : io->gate, 1, K, S, C,
+                     CVMM_IN_SORTED); /* [N, C] */
     /* shared experts: f += ReLU(x1 SharedKeys[s]) SharedValues[s], every token, gate 1 */
     for (int sh = 0; sh < c->n_shared_experts; sh++) {
         scalar_t *A_s = io->A_shared + (size_t)sh * io->shared_stride; /* [N, S] */
@@ -169,7 +179,7 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
         .counts = m->routing_counts + (size_t)slot * E,
         .bias_counts = st->bias_counts ? st->bias_counts + (size_t)layer * E : NULL,
         .valid = st->have_valid ? st->valid_dev : NULL, .A = ac->A, .A_shared = ac->A_shared,
-        .shared_stride = (size_t)N * c->ff_expert_size, .f = h_out, .plan = &ac->plan_f,
+        .shared_stride = (size_t)N * c->ff_expert_size, .f = h_out, .plan = &ac->plan_f, .B = B, .T = T,
     };
     ffn_block(m, P, N, &f);
     be->add_inplace(be, h_out, ac->x1, (size_t)N * C); /* y = x1 + f */
@@ -204,6 +214,7 @@ void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *
         .counts = (m->counting_eval && kv == NULL) ? m->routing_counts + (size_t)m->apps[app].slot * c->ff_n_experts
                                                    : NULL,
         .bias_counts = NULL, .valid = NULL, .A = s->A, .A_shared = s->shared_A, .shared_stride = 0, .f = s->nc[2],
+        .B = B, .T = T,
     };
     ffn_block(m, P, N, &f);
     be->add_inplace(be, h, s->nc[2], (size_t)N * C); /* h = x1 + f */

@@ -76,7 +76,8 @@ static void moeut_register_params(Model *m, int layer) {
     o->sel_o = reg_tensor(m, layer, "attention.sel_o", 2, H * EA, C, 0);
     o->keys = reg_tensor(m, layer, "ffn.keys", 3, E, C, S);
     o->values = reg_tensor(m, layer, "ffn.values", 3, E, S, C);
-    o->expert_sel = reg_tensor(m, layer, "ffn.expert_sel", 2, E, C, 0);
+    const bool hash = c->routing == ROUTING_HASH; /* no router: no expert_sel, no ln2 (it feeds only the router) */
+    o->expert_sel = hash ? SIZE_MAX : reg_tensor(m, layer, "ffn.expert_sel", 2, E, C, 0);
     o->shared_keys = o->shared_values = o->expert_bias = SIZE_MAX;
     if (c->n_shared_experts > 0) { /* DeepSeekMoE's shared experts: K_s experts of the routed experts' shape */
         o->shared_keys = reg_tensor(m, layer, "ffn.shared_keys", 3, c->n_shared_experts, C, S);
@@ -84,8 +85,8 @@ static void moeut_register_params(Model *m, int layer) {
     }
     o->ln1_w = reg_tensor(m, layer, "ln1.weight", 1, C, 0, 0);
     o->ln1_b = reg_tensor(m, layer, "ln1.bias", 1, C, 0, 0);
-    o->ln2_w = reg_tensor(m, layer, "ln2.weight", 1, C, 0, 0);
-    o->ln2_b = reg_tensor(m, layer, "ln2.bias", 1, C, 0, 0);
+    o->ln2_w = hash ? SIZE_MAX : reg_tensor(m, layer, "ln2.weight", 1, C, 0, 0);
+    o->ln2_b = hash ? SIZE_MAX : reg_tensor(m, layer, "ln2.bias", 1, C, 0, 0);
     st->n_layers_registered++;
 }
 
@@ -122,7 +123,7 @@ static void moeut_init_params(Model *m, int layer, Rng *rng) {
     init_normal(m, o->sel_o, H * EA * C, std_in, rng);
     init_normal(m, o->keys, E * C * S, std_in, rng);
     init_normal(m, o->values, E * S * C, s / sqrt((double)(E * S)), rng);
-    init_normal(m, o->expert_sel, E * C, std_in, rng);
+    if (o->expert_sel != SIZE_MAX) init_normal(m, o->expert_sel, E * C, std_in, rng); /* none with routing "hash" */
     if (o->shared_keys != SIZE_MAX) { /* the routed experts' distributions (drawn last: other tensors keep their draws) */
         const size_t Ks = (size_t)c->n_shared_experts;
         init_normal(m, o->shared_keys, Ks * C * S, std_in, rng);
@@ -131,13 +132,15 @@ static void moeut_init_params(Model *m, int layer, Rng *rng) {
     if (o->expert_bias != SIZE_MAX) init_constant(m, o->expert_bias, E, 0.0); /* DeepSeek-V3: every bias starts at 0 */
     /* [S]-style router renorms (the DM-math code): equal-norm FFN router rows; renorm_rows on the attention
      * routers; v and o stay plain Gaussian. */
-    init_renorm_keep_std_rows(m, o->expert_sel, (int)E, (int)C);
+    if (o->expert_sel != SIZE_MAX) init_renorm_keep_std_rows(m, o->expert_sel, (int)E, (int)C);
     init_renorm_rows(m, o->sel_v, (int)(H * EA), (int)C);
     init_renorm_rows(m, o->sel_o, (int)(H * EA), (int)C);
     init_constant(m, o->ln1_w, C, 1.0);
     init_constant(m, o->ln1_b, C, 0.0);
-    init_constant(m, o->ln2_w, C, 1.0);
-    init_constant(m, o->ln2_b, C, 0.0);
+    if (o->ln2_w != SIZE_MAX) {
+        init_constant(m, o->ln2_w, C, 1.0);
+        init_constant(m, o->ln2_b, C, 0.0);
+    }
 }
 
 /* ---- buffers (all in the model's activation arena) ---- */

@@ -11,6 +11,7 @@
  *   moe     : per MoE layer 4*H*D*C (q,k,v,o) + E*C (expert_sel) + E*C*S + E*S (keys, keys_bias)
  *             + E*S*C + E*C (values, values_bias) + 4C (ln1, ln2); n_layers - n_dense_first layers, plus the
  *             n_dense_first dense layers of width d_ff
+ *             routing "hash": no expert_sel and no ln2 (the router and its LayerNorm): E*C + 2C fewer per layer
  * Buffers (balance "bias"'s expert_bias) are state, not parameters: not counted.
  * Computed in double (for the validator's overflow bound, before any size_t product could wrap) and in size_t.
  */
@@ -34,8 +35,9 @@
         }                                                                                                            \
         T EA = (T)cfg->att_n_experts, E = (T)cfg->ff_n_experts, S = (T)cfg->ff_expert_size;                          \
         T att = 2 * H * D * C + 2 * H * EA * C * D + 2 * H * EA * C;                                                 \
-        T ffn = 2 * E * S * C + E * C + 2 * (T)cfg->n_shared_experts * C * S;                                        \
-        total += (T)cfg->group_size * (att + ffn + 4 * C);                                                           \
+        const int hash = cfg->routing == ROUTING_HASH;                                                               \
+        T ffn = 2 * E * S * C + (hash ? 0 : E * C) + 2 * (T)cfg->n_shared_experts * C * S;                           \
+        total += (T)cfg->group_size * (att + ffn + (hash ? 2 : 4) * C);                                              \
         if (cfg->n_dense_first > 0) total += (T)cfg->n_dense_first * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);      \
         return total;                                                                                                \
     }

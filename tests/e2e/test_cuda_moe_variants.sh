@@ -79,3 +79,22 @@ r = dev[-1]["routing"]
 assert r["first_application"] == 1 and len(r["applications"]) == 3, (r["first_application"], len(r["applications"]))
 print(f"ok: {be}: arch moe step 1 loss {a:.7f} vs cpu {b:.7f}; loss {dev[0]['loss']:.4f} -> {dev[-1]['loss']:.4f}")
 PY
+# hash routing (Roller et al.): the FFN expert of the input token id; the ids reach every layer on the device. 5 steps
+# train (loss falls), step 1's loss equals the CPU backend's.
+sets=(--set model.ff_k=1 --set model.balance=none --set model.entropy_reg=null --set model.ff_expert_dropout=null
+  --set model.routing=hash)
+run "$dut_bin" "$be" "$tmp/hash" --set train.steps=5
+run bin cpu "$tmp/hash_cpu" --set train.steps=1
+python3 - "$tmp" "$be" <<'PY' || fail "$be: the hash routing run"
+import json, sys
+tmp, be = sys.argv[1:3]
+dev = [json.loads(l) for l in open(f"{tmp}/hash/metrics.jsonl")]
+cpu = [json.loads(l) for l in open(f"{tmp}/hash_cpu/metrics.jsonl")]
+a, b = dev[0]["loss"], cpu[0]["loss"]
+assert abs(a - b) <= 1e-4 * abs(b), f"step 1 loss: {be} {a!r}, cpu {b!r}"
+assert dev[-1]["loss"] < dev[0]["loss"], f"loss did not fall: {dev[0]['loss']} -> {dev[-1]['loss']}"
+c0 = dev[0]["routing"]["applications"][0]["counts"]
+assert c0 == cpu[0]["routing"]["applications"][0]["counts"], "step 1 routing counts differ from the cpu's"
+print(f"ok: {be}: hash routing: step 1 loss {a:.7f} vs cpu {b:.7f}, same counts; loss {dev[0]['loss']:.4f} -> "
+      f"{dev[-1]['loss']:.4f}")
+PY

@@ -3,8 +3,9 @@
 # finite and falling), reg_ffn is the balancing term the switch names (the Switch loss > 0, "none" and "bias" exactly
 # 0, expert_entropy 0 outside "entropy"), a Switch run and a bias run interrupted and resumed end byte-identical to the
 # uninterrupted ones, the bias moves in steps of gamma and evaluation routes with it, a dense prefix leaves its
-# applications out of the routing statistics, and a coefficient of another balance is refused with one line naming
-# the key (--set KEY=null removes it).
+# applications out of the routing statistics, hash routing (model.routing "hash") trains, routes every application
+# alike and analyzes, and a coefficient of another balance is refused with one line naming the key (--set KEY=null
+# removes it).
 source "$(dirname "$0")/train_common.sh"
 
 train_data "$tmp/data"
@@ -30,8 +31,12 @@ run bias "${bias_sets[@]}"
 # with a dense first pair of layers and a shared expert: 2 dense applications, then the MoEUT group of 2 once
 run deepseek --set model.router_renorm=true --set model.routed_scaling_factor=2.5 "${bias_sets[@]}" \
   --set model.n_dense_first=2 --set model.n_shared_experts=1
+# Roller et al.'s hash layers: the expert of the input token id, one per position, no router, no balancing
+hash_sets=(--set model.ff_k=1 --set model.balance=none --set model.entropy_reg=null --set model.ff_expert_dropout=null
+  --set model.routing=hash --set model.hash_seed=7)
+run hash "${hash_sets[@]}"
 
-for name in switch none sigmoid_renorm bias deepseek; do
+for name in switch none sigmoid_renorm bias deepseek hash; do
   first=$(metric "$tmp/$name" 1 loss) last=$(metric "$tmp/$name" '$' loss)
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b == b + 0 && b < a) }' \
     || fail "$name: loss did not fall (first $first, last $last)"
@@ -96,6 +101,40 @@ for name, s in json.load(open(sys.argv[1]))["evaluation"]["sets"].items():
     assert r["first_application"] == 2 and len(r["applications"]) == 2, name
     assert all(sum(a["counts"]) == r["k"] * r["tokens"] for a in r["applications"]), name
 print("ok: evaluate routes the dense-prefix bias run and records applications 2..3")
+PY
+# hash routing: no router and no ln2 in the checkpoint, the config keeps routing and hash_seed, reg_ffn 0, and every
+# application of a step counts the same experts (one table, the same input ids); bin/evaluate and bin/analyze (its
+# depth analysis runs the layers on copies of one prompt) route by the ids too
+[ "$(metric "$tmp/hash" '$' reg_ffn)" = 0 ] || fail "hash: reg_ffn should be exactly 0"
+bin/evaluate --run "$tmp/hash" --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/hash/result.json" \
+  "${hash_sets[@]}" 2>"$tmp/evh.log" || { cat "$tmp/evh.log"; fail "bin/evaluate of the hash run failed"; }
+bin/analyze --run "$tmp/hash" --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/hash/analysis.json" \
+  "${hash_sets[@]}" 2>"$tmp/anh.log" || { cat "$tmp/anh.log"; fail "bin/analyze of the hash run failed"; }
+python3 - "$tmp" <<'PY' || fail "hash routing run"
+import json, sys
+tmp = sys.argv[1]
+sys.path.insert(0, "tests/e2e")
+import struct  # noqa: E402
+from safetensors_diff import load  # noqa: E402
+w = load(f"{tmp}/hash/model.safetensors")
+assert not any(k.endswith("ffn.expert_sel") or ".ln2." in k for k in w), "a router or ln2 in a hash checkpoint"
+assert "transformer.layers.1.ffn.keys" in w
+with open(f"{tmp}/hash/model.safetensors", "rb") as f:
+    header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+cfg = json.loads(header["__metadata__"]["config"])
+assert cfg["routing"] == "hash" and cfg["hash_seed"] == 7 and cfg["ff_k"] == 1 and "router" not in cfg, cfg
+def same_apps(r, what):
+    apps = r["applications"]
+    assert r["k"] == 1 and len(apps) == 4, (what, r["k"], len(apps))
+    assert all(a["counts"] == apps[0]["counts"] for a in apps), (what, [a["counts"] for a in apps])
+    assert sum(apps[0]["counts"]) == r["tokens"], what
+for l in open(f"{tmp}/hash/metrics.jsonl"):
+    l = json.loads(l)
+    same_apps(l["routing"], f"step {l['step']}")
+for name, s in json.load(open(f"{tmp}/hash/result.json"))["evaluation"]["sets"].items():
+    same_apps(s["routing"], name)
+json.load(open(f"{tmp}/hash/analysis.json"))
+print("ok: hash routing: no router or ln2, config kept, every application routes alike; evaluate and analyze run")
 PY
 # a bias run stopped at step 8 and resumed: byte-identical (the bias is in the checkpoint)
 bin/train --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/bias_resumed" --threads 1 "${bias_sets[@]}" \

@@ -46,6 +46,8 @@ def moeut_cfg(**kw):
     cfg.update(kw)
     if cfg.get("balance", "entropy") != "entropy":
         del cfg["entropy_reg"]  # the C config refuses a key that has no effect
+    if cfg.get("routing") == "hash":
+        del cfg["ff_expert_dropout"]  # likewise: hash routing has no router choice to drop experts from
     return cfg
 
 
@@ -130,6 +132,14 @@ FIXTURES = {
         "MoE variants: DeepSeek-V3's gates g_i = 2.5 * s_i / sum_{j in top-K} s_j (sigmoid scores normalised over "
         "the selected, times the routed scaling factor 2.5 of its released config), 1 shared expert at gate 1, "
         "bias balancing (random expert_bias), Gs=2 R=2, one padded row, answer-only"),
+    "moeut_hash": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=5, ff_expert_size=6, ff_k=1,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=True, out_norm_affine=True,
+                  balance="none", routing="hash", hash_seed=3),
+        dict(B=2, T=9, rows=[10, 6], answer_only=True, grad_scale=1.0), 1515,
+        "MoE variants: hash routing (Roller et al. 2021 §3): the FFN expert of a position is hash(input token id), "
+        "a balanced random table (perm[v] mod E, hash_seed 3), k=1, gate 1, no router, no ln2, no FFN balancing; "
+        "Gs=2 R=2, one padded row (its <unk> inputs hash too), answer-only"),
     "moeut_dense_first": (
         moeut_cfg(n_tokens=40, d_model=16, n_layers=5, n_heads=2, d_head=8, ff_n_experts=5, ff_expert_size=6, ff_k=2,
                   att_n_experts=3, att_k=2, group_size=2, lm_head_bias=True, out_norm_affine=True,
@@ -281,6 +291,8 @@ def fixture_weights(model, gen):
             dense_layer(layer)
             continue
         for ln in (layer.ln1, layer.ln2):
+            if ln is None:  # routing "hash" has no ln2
+                continue
             normal(ln.weight, 0.2, 1.0)
             normal(ln.bias, 0.2)
         att, ffn = layer.attention, layer.ffn
@@ -293,7 +305,8 @@ def fixture_weights(model, gen):
         normal(att.sel_o, 2.0 / math.sqrt(C))
         normal(ffn.keys, 1.0 / math.sqrt(C))
         normal(ffn.values, 1.0 / math.sqrt(S))
-        normal(ffn.expert_sel, 2.0 / math.sqrt(C))
+        if ffn.expert_sel is not None:  # routing "hash" has no router
+            normal(ffn.expert_sel, 2.0 / math.sqrt(C))
         if ffn.n_shared > 0:
             normal(ffn.shared_keys, 1.0 / math.sqrt(C))
             normal(ffn.shared_values, 1.0 / math.sqrt(S))

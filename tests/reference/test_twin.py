@@ -246,6 +246,7 @@ def main():
     variant_fd_checks()
     shared_expert_checks()
     routed_scaling_checks()
+    hash_routing_checks()
     expert_bias_checks()
     dense_prefix_checks()
     variant_count_checks()
@@ -333,6 +334,59 @@ def routed_scaling_checks():
               "output, same logits and selections, shared experts unscaled",
               err < 1e-12 and float(f0.abs().max()) > 1e-2 and torch.equal(l, l0) and torch.equal(sel, sel0)
               and shared_same, f"max err {err:.1e}")
+
+
+def hash_routing_checks():
+    """routing "hash" (Roller et al. 2021 §3): the table is the documented balanced hash; the FFN output of every
+    position is the one expert hash(token) applied with weight 1, in every layer; the gradients match finite
+    differences (no router: nothing flips)."""
+    t = twin.hash_table(10, 3, 1)
+    check("hash table: the definition's vector for V=10, E=3, seed 1", t.tolist() == [1, 2, 2, 1, 0, 0, 0, 0, 1, 2])
+    ok = True
+    for V, E, seed in ((40, 5, 3), (101, 7, 1), (64, 8, 0), (13, 13, 2)):
+        counts = torch.bincount(twin.hash_table(V, E, seed), minlength=E)
+        ok = ok and int(counts.min()) >= V // E and int(counts.max()) <= -(-V // E)
+    check("hash table: every expert owns floor(V/E) or ceil(V/E) token ids", ok)
+    check("hash table: another seed, another table", not torch.equal(twin.hash_table(64, 8, 1), twin.hash_table(64, 8, 2)))
+    cfg = _variant_cfg(ff_k=1, balance="none", routing="hash", hash_seed=4, n_shared_experts=1)
+    layer = twin.MoEUTLayer(cfg).double()
+    gen = torch.Generator().manual_seed(41)
+    _random_fill(layer, gen, 0.5)
+    check("hash layer: no expert_sel, no ln2 in the state_dict",
+          not any(k.endswith("expert_sel") or k.startswith("ln2.") for k in layer.state_dict()))
+    B, T, C = 2, 6, cfg["d_model"]
+    x1 = torch.randn(B, T, C, generator=gen, dtype=torch.float64)
+    tokens = torch.randint(0, cfg["n_tokens"], (B, T), generator=gen)
+    f, l, sel = layer.ffn(x1, None, None, tokens)
+    table = twin.hash_table(cfg["n_tokens"], cfg["ff_n_experts"], 4)
+    want = torch.zeros_like(f)
+    for b in range(B):
+        for t in range(T):
+            e = int(table[tokens[b, t]])
+            want[b, t] = torch.relu(x1[b, t] @ layer.ffn.keys[e]) @ layer.ffn.values[e]
+    err = float((f - want).abs().max())
+    check("hash layer: f_t = ReLU(x1_t keys[hash(x_t)]) values[hash(x_t)] (one expert, weight 1)",
+          err < 1e-12 and l is None and torch.equal(sel[..., 0], table[tokens]), f"max err {err:.1e}")
+    model = twin.build_model(dict(cfg, n_shared_experts=0)).double()
+    routes = []
+    _random_fill(model, gen, 0.5)
+    orig = twin.SigmaMoE.forward
+
+    def spy(self, *args, **kw):
+        out = orig(self, *args, **kw)
+        routes.append(out[2])
+        return out
+    twin.SigmaMoE.forward = spy
+    try:
+        model(tokens)
+    finally:
+        twin.SigmaMoE.forward = orig
+    check("hash model: every layer application routes by the same table",
+          len(routes) == cfg["n_layers"] and all(torch.equal(r[..., 0], table[tokens]) for r in routes))
+    fd_gradcheck("MoEUT hash routing, 1 shared expert, dense first layer, padding, answer-only",
+                 _variant_cfg(ff_k=1, balance="none", routing="hash", n_shared_experts=1, n_layers=3,
+                              n_dense_first=1, d_ff=10),
+                 dict(B=2, T=6, rows=[7, 5], answer_only=True, grad_scale=1.0), 25)
 
 
 def shared_expert_checks():
@@ -542,10 +596,11 @@ def param_count_formula(cfg):
     n, Gs = cfg.get("n_dense_first", 0), cfg["group_size"]
     d_ff = cfg.get("d_ff") or (cfg["ff_k"] + Ks) * S
     ln = 2 * C
+    hashed = cfg.get("routing") == "hash"  # Roller et al.: no router (expert_sel) and so no LN2 before it
     dense_layer = 4 * H * D * C + (C * d_ff + d_ff) + (d_ff * C + C) + 2 * ln
     attention = 2 * H * D * C + H * EA * C * D + H * EA * D * C + 2 * H * EA * C
-    ffn = E * C * S + E * S * C + E * C + Ks * (C * S + S * C)
-    moe_layer = attention + ffn + 2 * ln
+    ffn = E * C * S + E * S * C + (0 if hashed else E * C) + Ks * (C * S + S * C)
+    moe_layer = attention + ffn + (1 if hashed else 2) * ln
     head = V * C + (V if cfg["lm_head_bias"] else 0) + (2 * C if cfg["out_norm_affine"] else 0)
     return V * C + n * dense_layer + Gs * moe_layer + head
 
@@ -563,12 +618,14 @@ def spec_state_dict_names(cfg):
         p = f"transformer.layers.{i}."
         # attention as today: SwitchHead's own tensors, then its q/k Linear children
         names += [p + "attention." + s for s in ("v", "o", "sel_v", "sel_o", "q.weight", "k.weight")]
-        names += [p + "ffn.keys", p + "ffn.values", p + "ffn.expert_sel"]
+        names += [p + "ffn.keys", p + "ffn.values"] + ([] if cfg.get("routing") == "hash" else [p + "ffn.expert_sel"])
         if cfg.get("n_shared_experts", 0) > 0:
             names += [p + "ffn.shared_keys", p + "ffn.shared_values"]
         if cfg.get("balance") == "bias":
             names += [p + "ffn.expert_bias"]
-        names += [p + s for s in ("ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias")]
+        names += [p + s for s in ("ln1.weight", "ln1.bias")]
+        if cfg.get("routing") != "hash":
+            names += [p + s for s in ("ln2.weight", "ln2.bias")]
     if cfg["out_norm_affine"]:
         names += ["out_norm.weight", "out_norm.bias"]
     names += ["lm_head.weight"] + (["lm_head.bias"] if cfg["lm_head_bias"] else [])
@@ -576,9 +633,10 @@ def spec_state_dict_names(cfg):
 
 
 def variant_count_checks():
-    new_keys = ("n_shared_experts", "n_dense_first", "d_ff", "balance_gamma", "routed_scaling_factor")
+    new_keys = ("n_shared_experts", "n_dense_first", "d_ff", "balance_gamma", "routed_scaling_factor", "routing",
+                "hash_seed")
     for name in ("moeut_shared_bias", "moeut_dense_first", "moeut_dense_first_shared_softmax_bias",
-                 "moeut_deepseek_scaled"):
+                 "moeut_deepseek_scaled", "moeut_hash"):
         cfg = gen_fixtures.FIXTURES[name][0]
         model = twin.build_model(cfg)
         got = sum(p.numel() for p in model.parameters())
@@ -590,7 +648,8 @@ def variant_count_checks():
               all((k in j) == (k in cfg and (k != "d_ff" or cfg.get("n_dense_first", 0) > 0)) for k in new_keys) and
               "entropy_reg" not in j if cfg.get("balance") == "bias" else True)
     old = [n for n, (c, *_) in gen_fixtures.FIXTURES.items()
-           if not any(k in c for k in ("n_shared_experts", "n_dense_first", "balance_gamma", "routed_scaling_factor"))]
+           if not any(k in c for k in ("n_shared_experts", "n_dense_first", "balance_gamma", "routed_scaling_factor",
+                                       "routing"))]
     check(f"configs without the new switches carry none of their keys ({len(old)} fixtures)",
           all(not any(k in twin.json.loads(twin.config_json(gen_fixtures.FIXTURES[n][0])) for k in new_keys
                       if not (k == "d_ff" and gen_fixtures.FIXTURES[n][0]["arch"] == "dense")) for n in old))

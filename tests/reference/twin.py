@@ -24,6 +24,11 @@ Semantics (DM-math version):
     reading the raw x1, outside the router and the balancing statistics (y = x1 + f_routed + f_shared).
     n_dense_first n: the first n layer applications are dense pre-LN layers (DenseLayer, width d_ff) with their own
     weights (transformer.dense_layers.{i}); application a >= n uses MoEUT layer (a - n) % Gs.
+    routing "hash" (Roller et al. 2021, "Hash Layers For Large Sparse Models", arXiv 2106.04426 §3): the FFN expert
+    of position t is hash(x_t), a fixed function of the position's input token id x_t (the same in every layer),
+    one expert with weight 1: f = ReLU(x1 @ keys[hash(x_t)]) @ values[hash(x_t)]; no router parameters, and so no
+    ln2 (MoEUT's LN2 feeds only the router), no FFN balancing. The hash is the paper's random lookup table made
+    balanced over ids: hash(v) = perm[v] mod E, perm a seeded permutation of the vocabulary (hash_table()).
   * Arch "moe" (MoELM): the dense pre-LN layer with its FFN replaced by a routed mixture of experts with biases
     (RoutedFFN: Switch Transformer arXiv 2101.03961 §2, Mixtral arXiv 2401.04088 eq. 1-2), the router and gates
     switches as above, balance "switch" (one loss per MoE layer) or "none"; n_dense_first dense layers first.
@@ -55,7 +60,7 @@ MOEUT_KEYS = [
 # routed_scaling_factor (default 1), n_shared_experts, n_dense_first and balance_gamma likewise; d_ff is written only when n_dense_first > 0 (the dense
 # prefix's width; MOEUT_KEYS has no d_ff).
 MOEUT_SWITCH_KEYS = ["router", "router_renorm", "routed_scaling_factor", "balance", "balance_alpha", "balance_gamma",
-                     "n_shared_experts", "n_dense_first"]
+                     "n_shared_experts", "n_dense_first", "routing", "hash_seed"]
 BALANCES = ("entropy", "switch", "none", "bias")
 BALANCE_GAMMA_DEFAULT = 0.001
 
@@ -66,6 +71,29 @@ def dense_prefix_d_ff(cfg):
     if cfg.get("d_ff"):
         return cfg["d_ff"]
     return (cfg["ff_k"] + cfg.get("n_shared_experts", 0)) * cfg["ff_expert_size"]
+
+
+def hash_table(V, E, seed):
+    """routing "hash"'s token -> expert table [V] (long): hash(v) = perm[v] mod E, so every expert owns floor(V/E) or
+    ceil(V/E) ids (Roller et al. §3's random hash, balanced over ids). perm: the Fisher-Yates shuffle of 0..V-1
+    (for i = V-1 .. 1: j = next() mod (i+1), swap perm[i], perm[j]) driven by splitmix64 from state = seed, the
+    definition in model/hash_routing.h's comment."""
+    mask = (1 << 64) - 1
+    state = seed & mask
+
+    def next_u64():
+        nonlocal state
+        state = (state + 0x9E3779B97F4A7C15) & mask
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        return z ^ (z >> 31)
+
+    perm = list(range(V))
+    for i in range(V - 1, 0, -1):
+        j = next_u64() % (i + 1)
+        perm[i], perm[j] = perm[j], perm[i]
+    return torch.tensor([p % E for p in perm], dtype=torch.long)
 
 
 def n_rot_of(d_head):
@@ -198,7 +226,8 @@ class SwitchHead(nn.Module):
 
 
 class SigmaMoE(nn.Module):
-    def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False, route_scale=1.0):
+    def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False, route_scale=1.0,
+                 hash_table=None):
         super().__init__()
         self.C, self.E, self.S, self.K = C, E, S, K
         self.router, self.renorm = router, bool(renorm)
@@ -207,7 +236,12 @@ class SigmaMoE(nn.Module):
         # registration order = state_dict order: keys, values, expert_sel, shared_keys, shared_values, expert_bias
         self.keys = nn.Parameter(torch.empty(E, C, S))
         self.values = nn.Parameter(torch.empty(E, S, C))
-        self.expert_sel = nn.Parameter(torch.empty(E, C))
+        if hash_table is None:
+            self.expert_sel = nn.Parameter(torch.empty(E, C))
+        else:  # routing "hash": no router; the table follows from the config: not state, not a parameter or buffer
+            assert K == 1 and not bias_balance
+            self.expert_sel = None
+            self.hash_table = hash_table.clone()  # [V] long
         if self.n_shared > 0:
             self.shared_keys = nn.Parameter(torch.empty(self.n_shared, C, S))
             self.shared_values = nn.Parameter(torch.empty(self.n_shared, S, C))
@@ -232,14 +266,21 @@ class SigmaMoE(nn.Module):
             w = w * self.route_scale
         return idx, w, ranked
 
-    def forward(self, x1, xs, route_log=None):
+    def forward(self, x1, xs, route_log=None, tokens=None):
         """keys read the raw x1, the router reads xs = LN2(x1). Returns the ROUTED output f[B,T,C], raw router logits
-        l[B,T,E] and the selection idx[B,T,K] (shared experts: shared_forward)."""
+        l[B,T,E] and the selection idx[B,T,K] (shared experts: shared_forward). routing "hash": idx = hash(tokens)
+        (tokens[B,T], the model's input ids), gate 1, no logits (l is None) and xs unused."""
         B, T, C = x1.shape
         N, K = B * T, self.K
-        l = F.linear(xs, self.expert_sel)  # [B,T,E]
-        idx, w, ranked = self.route(l)  # [B,T,K]
-        if route_log is not None:  # the margin check looks at what the top-K ranks: the logits unless biased
+        if self.expert_sel is None:  # Roller et al. §3: the expert is a fixed function of the input token id
+            l = None
+            idx = self.hash_table[tokens].unsqueeze(-1)  # [B,T,1]
+            w = torch.ones(B, T, 1, dtype=x1.dtype, device=x1.device)
+        else:
+            l = F.linear(xs, self.expert_sel)  # [B,T,E]
+            idx, w, ranked = self.route(l)  # [B,T,K]
+        if route_log is not None and l is not None:  # the margin check looks at what the top-K ranks (the logits
+            # unless biased); a hash choice has no margin to lose
             route_log.append(("ffn", (l if self.expert_bias is None else ranked).detach(), K))
         sel = idx.reshape(-1)  # [N*K], entry (n,j) at n*K + j
         entry = torch.arange(N * K, device=x1.device)
@@ -271,17 +312,20 @@ class MoEUTLayer(nn.Module):
         super().__init__()
         C = cfg["d_model"]
         self.attention = SwitchHead(C, cfg["n_heads"], cfg["d_head"], cfg["att_n_experts"], cfg["att_k"])
+        hashed = cfg.get("routing", "topk") == "hash"
+        table = hash_table(cfg["n_tokens"], cfg["ff_n_experts"], cfg.get("hash_seed", 1)) if hashed else None
         self.ffn = SigmaMoE(C, cfg["ff_n_experts"], cfg["ff_expert_size"], cfg["ff_k"], cfg.get("router", "sigmoid"),
                             cfg.get("router_renorm", False), cfg.get("n_shared_experts", 0),
-                            cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0))
+                            cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0), table)
         self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
-        self.ln2 = nn.LayerNorm(C, eps=LN_EPS)
+        self.ln2 = None if hashed else nn.LayerNorm(C, eps=LN_EPS)  # LN2 feeds only the router
 
-    def forward(self, x, cos, sin, n_rot, route_log=None):
+    def forward(self, x, cos, sin, n_rot, route_log=None, tokens=None):
         xn = layer_norm(x, self.ln1)
         att, att_logits = self.attention(xn, x, cos, sin, n_rot, route_log)
         x1 = x + att
-        f_routed, ffn_logits, ffn_sel = self.ffn(x1, layer_norm(x1, self.ln2), route_log)
+        xs = None if self.ln2 is None else layer_norm(x1, self.ln2)
+        f_routed, ffn_logits, ffn_sel = self.ffn(x1, xs, route_log, tokens)
         f_shared = self.ffn.shared_forward(x1, route_log)
         y = x1 + f_routed if f_shared is None else x1 + f_routed + f_shared
         return y, att_logits, (ffn_logits, ffn_sel)
@@ -319,6 +363,10 @@ class MoEUTLM(_LMBase):
         assert cfg.get("balance", "entropy") in BALANCES and cfg.get("router", "sigmoid") in ("sigmoid", "softmax")
         assert "balance_gamma" not in cfg or cfg.get("balance") == "bias"
         assert cfg.get("n_shared_experts", 0) >= 0
+        assert cfg.get("routing", "topk") in ("topk", "hash")
+        if cfg.get("routing") == "hash":  # Roller et al.: one expert, nothing to balance, no router keys
+            assert cfg["ff_k"] == 1 and cfg.get("balance") == "none" and not cfg.get("ff_expert_dropout")
+            assert not any(k in cfg for k in ("router", "router_renorm", "routed_scaling_factor"))
         dense_cfg = dict(cfg, d_ff=dense_prefix_d_ff(cfg))
         super().__init__(cfg, [MoEUTLayer(cfg) for _ in range(cfg["group_size"])],
                          [DenseLayer(dense_cfg) for _ in range(n)])
@@ -345,7 +393,7 @@ class MoEUTLM(_LMBase):
             h = self.transformer.dense_layers[a](h, cos, sin, self.n_rot, route_log)
         for a in range(n, self.cfg["n_layers"]):
             i = (a - n) % len(layers)  # ABAB sharing
-            h, (lo, lv), (lf, sf) = layers[i](h, cos, sin, self.n_rot, route_log)
+            h, (lo, lv), (lf, sf) = layers[i](h, cos, sin, self.n_rot, route_log, tokens)
             hist[i]["ffn"].append(lf)
             hist[i]["ffn_sel"].append(sf)
             hist[i]["att_o"].append(lo)
@@ -722,7 +770,8 @@ def reference_init(model, gen=None):
         init_dense(layer)
     for layer in model.transformer.layers:
         layer.ln1.weight.fill_(1.0), layer.ln1.bias.fill_(0.0)
-        layer.ln2.weight.fill_(1.0), layer.ln2.bias.fill_(0.0)
+        if layer.ln2 is not None:  # routing "hash" has none
+            layer.ln2.weight.fill_(1.0), layer.ln2.bias.fill_(0.0)
         if cfg["arch"] == "moe":  # the dense recipe for attention and experts, MoEUT's for the router
             for lin in (layer.attention.q, layer.attention.k, layer.attention.v, layer.attention.o):
                 normal(lin.weight, s / math.sqrt(lin.weight.shape[1]))
@@ -736,7 +785,8 @@ def reference_init(model, gen=None):
             att, ffn = layer.attention, layer.ffn
             H, D, E, S = cfg["n_heads"], cfg["d_head"], cfg["ff_n_experts"], cfg["ff_expert_size"]
             for t in (att.q.weight, att.k.weight, att.v, att.sel_v, att.sel_o, ffn.keys, ffn.expert_sel):
-                normal(t, s / math.sqrt(C))
+                if t is not None:  # routing "hash": no expert_sel
+                    normal(t, s / math.sqrt(C))
             normal(att.o, s / math.sqrt(H * D))
             normal(ffn.values, s / math.sqrt(E * S))
             if ffn.n_shared > 0:  # shared experts like the routed ones
@@ -744,7 +794,8 @@ def reference_init(model, gen=None):
                 normal(ffn.shared_values, s / math.sqrt(E * S))
             if ffn.expert_bias is not None:
                 ffn.expert_bias.zero_()
-            _renorm_keep_std_rows(ffn.expert_sel)
+            if ffn.expert_sel is not None:
+                _renorm_keep_std_rows(ffn.expert_sel)
             _renorm_rows(att.sel_v)
             _renorm_rows(att.sel_o)
         else:

@@ -124,6 +124,14 @@ static const Case cases[] = {
      PRECISION_FP32, 0.5},
     /* bf16 rounding flips near-tie routing decisions: every expert selected (K=E), as the MoEUT bf16 cases */
     {"moe bf16 (K=E)", MOE_JSON("\"ff_n_experts\":4,\"ff_k\":4,\"router_renorm\":true"), PRECISION_BF16, 1.0},
+    /* hash routing (Roller et al.): the FFN expert of the input token id, gate 1, no router or ln2; the ids reach
+     * the layers on the device in training, eval and KV-cache decoding */
+    {"moeut fp32 hash routing, shared expert",
+     "{\"arch\":\"moeut\",\"n_tokens\":37,\"d_model\":48,\"n_layers\":4,\"n_heads\":2,\"d_head\":20,"
+     "\"ff_n_experts\":9,\"ff_expert_size\":12,\"ff_k\":1,\"att_n_experts\":4,\"att_k\":2,\"group_size\":2,"
+     "\"att_entropy_reg\":0.001,\"lm_head_bias\":false,\"out_norm_affine\":false,\"balance\":\"none\","
+     "\"routing\":\"hash\",\"hash_seed\":5,\"n_shared_experts\":1}",
+     PRECISION_FP32, 1.0},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

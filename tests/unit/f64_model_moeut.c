@@ -158,6 +158,25 @@ START_TEST(grad_moe_sigmoid_scaled_none) {
 }
 END_TEST
 
+/* Hash routing (Roller et al. 2021): the expert of the input token id, gate 1, no router and no ln2; the attention
+ * routers keep their entropy terms. With a shared expert and a dense first layer: every FFN path of the hash layer. */
+START_TEST(grad_moeut_hash) {
+    run_check(mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":6,"
+                         "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":1,\"att_n_experts\":3,\"att_k\":1,"
+                         "\"group_size\":2,\"balance\":\"none\",\"routing\":\"hash\",\"att_entropy_reg\":0.5}"),
+              12);
+}
+END_TEST
+
+START_TEST(grad_moeut_hash_shared_dense_first) {
+    run_check(mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":3,\"n_heads\":2,\"d_head\":6,"
+                         "\"ff_n_experts\":3,\"ff_expert_size\":3,\"ff_k\":1,\"att_n_experts\":3,\"att_k\":1,"
+                         "\"group_size\":2,\"n_dense_first\":1,\"n_shared_experts\":1,\"balance\":\"none\","
+                         "\"routing\":\"hash\",\"hash_seed\":3}"),
+              13);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("f64_model_moeut");
     TCase *tc = tcase_create("fd");
@@ -179,6 +198,8 @@ int main(void) {
     tcase_add_test(moe, grad_moe_switch_top1_dense_first);
     tcase_add_test(moe, grad_moe_sigmoid_scaled_none);
     suite_add_tcase(s, moe);
+    tcase_add_test(tc, grad_moeut_hash);
+    tcase_add_test(tc, grad_moeut_hash_shared_dense_first);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -206,6 +206,7 @@ static inline double mt_min_topk_margin(Model *m) {
             const int E = kind == 0 ? c->ff_n_experts : c->att_n_experts;
             const int G = kind == 0 ? 1 : c->n_heads, k = kind == 0 ? c->ff_k : c->att_k;
             if (k == E) continue;
+            if (kind == 0 && c->routing == ROUTING_HASH) continue; /* no router logits: the token ids choose */
             size_t n = (size_t)R * N * G * E;
             double *l = mt_download(be, hist, n);
             /* balance "bias": the FFN selection ranks score + bias (kernels/routing_key.h), so its margin is there */

@@ -165,6 +165,7 @@ static void round_trip(const char *json) {
     ck_assert(a.balance_alpha == b.balance_alpha && a.balance_gamma == b.balance_gamma);
     ck_assert(a.n_dense_first == b.n_dense_first && a.n_shared_experts == b.n_shared_experts);
     ck_assert(a.routed_scaling_factor == b.routed_scaling_factor);
+    ck_assert(a.routing == b.routing && a.hash_seed == b.hash_seed);
     /* Every key is written (d_head included), none of the other arch. */
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_head"));
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "lm_head_bias"));
@@ -178,7 +179,8 @@ static void round_trip(const char *json) {
         ck_assert(!cJSON_GetObjectItemCaseSensitive(o, "entropy_reg") == (a.balance != BALANCE_ENTROPY));
         ck_assert(!cJSON_GetObjectItemCaseSensitive(o, "balance_alpha") == (a.balance != BALANCE_SWITCH));
         ck_assert(!cJSON_GetObjectItemCaseSensitive(o, "balance_gamma") == (a.balance != BALANCE_BIAS));
-        ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "router"));
+        ck_assert(!cJSON_GetObjectItemCaseSensitive(o, "router") == (a.routing == ROUTING_HASH)); /* no router */
+        ck_assert(!cJSON_GetObjectItemCaseSensitive(o, "hash_seed") == (a.routing != ROUTING_HASH));
         ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "balance"));
     }
     cJSON_Delete(o);
@@ -276,6 +278,70 @@ START_TEST(routed_scaling_factor_key) {
     ck_assert_int_eq(model_config_validate(&c, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "model.routed_scaling_factor: must be a finite number > 0") != NULL, "%s", err);
     round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"router_renorm\":true,\"routed_scaling_factor\":2.5}");
+}
+END_TEST
+
+/* model.routing: "topk" (default), "hash" (Roller et al.: k = 1, balance "none", no router keys, hash_seed default
+ * 1); "expert_choice" is a name of the key but not implemented. */
+#define HASH_BASE MOEUT_BASE ",\"ff_k\":1,\"balance\":\"none\",\"routing\":\"hash\""
+START_TEST(routing_hash_key) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.routing, ROUTING_TOPK);
+    ck_assert_int_eq(c.hash_seed, 1);
+    ck_assert_int_eq(parse("{" HASH_BASE "}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.routing, ROUTING_HASH);
+    ck_assert_int_eq(c.hash_seed, 1);
+    ck_assert_int_eq(parse("{" HASH_BASE ",\"hash_seed\":0,\"n_shared_experts\":1}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.hash_seed, 0);
+    /* topk writes "routing" and no hash_seed; hash writes both and none of the router's keys */
+    cJSON *o = model_config_to_json(&c);
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(o, "routing")->valuestring, "hash");
+    ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "hash_seed"));
+    const char *router_keys[] = {"router", "router_renorm", "routed_scaling_factor", "ff_expert_dropout"};
+    for (int i = 0; i < 4; i++) ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(o, router_keys[i]));
+    cJSON_Delete(o);
+    round_trip("{" HASH_BASE ",\"hash_seed\":12345}");
+    round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"routing\":\"topk\"}");
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    o = model_config_to_json(&c);
+    ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(o, "routing")->valuestring, "topk");
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(o, "hash_seed"));
+    cJSON_Delete(o);
+    /* refusals, one line each, naming the key */
+    expect_error("{" MOEUT_BASE ",\"ff_k\":1,\"routing\":\"expert_choice\"}", "exp.json: model.routing:",
+                 "\"expert_choice\" is not implemented");
+    expect_error("{" MOEUT_BASE ",\"routing\":\"random\"}", "exp.json: model.routing:", "unknown value \"random\"");
+    expect_error("{" MOEUT_BASE ",\"routing\":1}", "exp.json: model.routing:", "expected a string");
+    expect_error("{" DENSE_BASE ",\"routing\":\"hash\"}", "exp.json: model.routing:", "moeut");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"balance\":\"none\",\"routing\":\"hash\"}", "exp.json: model.ff_k:",
+                 "exactly 1 expert, got 2");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":1,\"routing\":\"hash\"}", "exp.json: model.balance:",
+                 "needs \"none\", got \"entropy\"");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":1,\"routing\":\"hash\",\"balance\":\"bias\"}", "exp.json: model.balance:",
+                 "got \"bias\"");
+    expect_error("{" HASH_BASE ",\"router\":\"softmax\"}", "exp.json: model.router:",
+                 "has no effect with model.routing \"hash\"");
+    expect_error("{" HASH_BASE ",\"router_renorm\":false}", "exp.json: model.router_renorm:", "no effect");
+    expect_error("{" HASH_BASE ",\"routed_scaling_factor\":2}", "exp.json: model.routed_scaling_factor:", "no effect");
+    expect_error("{" HASH_BASE ",\"ff_expert_dropout\":0.1}", "exp.json: model.ff_expert_dropout:", "no effect");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"hash_seed\":3}", "exp.json: model.hash_seed:",
+                 "has no effect with model.routing \"topk\"");
+    expect_error("{" HASH_BASE ",\"hash_seed\":-1}", "exp.json: model.hash_seed:", "must be >= 0, got -1");
+    expect_error("{" HASH_BASE ",\"hash_seed\":1.5}", "exp.json: model.hash_seed:", "expected an integer");
+    expect_error("{\"arch\":\"moeut\",\"n_tokens\":5,\"d_model\":8,\"n_layers\":4,\"n_heads\":2,\"ff_n_experts\":6,"
+                 "\"att_n_experts\":3,\"ff_k\":1,\"balance\":\"none\",\"routing\":\"hash\"}",
+                 "exp.json: model.ff_n_experts:", "6 experts for 5 token ids");
+    /* validate refuses what JSON cannot say */
+    ck_assert_int_eq(parse("{" HASH_BASE "}", &c, err, sizeof err), 0);
+    c.ff_expert_dropout = 0.5;
+    ck_assert_int_eq(model_config_validate(&c, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "model.ff_expert_dropout: routing \"hash\"") != NULL, "%s", err);
+    c.ff_expert_dropout = 0;
+    c.routing = (RoutingKind)7;
+    ck_assert_int_eq(model_config_validate(&c, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "model.routing: invalid value 7") != NULL, "%s", err);
 }
 END_TEST
 
@@ -403,6 +469,10 @@ START_TEST(count_matches_created_models) {
         "{\"arch\":\"moe\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":3,\"n_heads\":1,\"ff_n_experts\":4,"
         "\"ff_expert_size\":2,\"ff_k\":1,\"n_dense_first\":2,\"d_ff\":7,\"balance\":\"none\","
         "\"lm_head_bias\":false,\"out_norm_affine\":false}",
+        /* routing "hash": no expert_sel, no ln2; with a dense prefix and a shared expert */
+        "{\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":5,\"n_heads\":2,\"d_head\":4,"
+        "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":1,\"att_n_experts\":3,\"att_k\":2,\"group_size\":2,"
+        "\"n_dense_first\":1,\"n_shared_experts\":1,\"balance\":\"none\",\"routing\":\"hash\"}",
     };
     Backend *be = mtu_backend();
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
@@ -670,6 +740,7 @@ int main(void) {
     tcase_add_test(tc, paper_run_files);
     tcase_add_test(tc, moe_variant_switches);
     tcase_add_test(tc, count_matches_created_models);
+    tcase_add_test(tc, routing_hash_key);
     tcase_add_test(tc, dense_tensor_names_and_shapes);
     tcase_add_test(tc, moe_arch_config);
     tcase_add_test(tc, moe_tensor_names);

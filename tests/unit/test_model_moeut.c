@@ -282,6 +282,18 @@ START_TEST(init_statistics) {
 }
 END_TEST
 
+/* Hash routing (model.routing "hash"): decoding routes each new position by its own token id, as the full forward
+ * does; perturbing a token moves only its own and later positions. */
+#define HASH_MOEUT_JSON                                                                                              \
+    "{\"arch\":\"moeut\",\"n_tokens\":11,\"d_model\":8,\"n_layers\":4,\"n_heads\":2,\"d_head\":4,"                   \
+    "\"ff_n_experts\":4,\"ff_expert_size\":3,\"ff_k\":1,\"att_n_experts\":3,\"att_k\":2,\"group_size\":2,"           \
+    "\"balance\":\"none\",\"routing\":\"hash\",\"n_shared_experts\":1}"
+START_TEST(decode_matches_forward_hash) { mtu_check_decode(mtu_config(HASH_MOEUT_JSON), 41); }
+END_TEST
+
+START_TEST(causal_hash) { mtu_check_causal(mtu_config(HASH_MOEUT_JSON), 42); }
+END_TEST
+
 START_TEST(checkpoint_round_trip) {
     char dir[256], path[512], err[512] = "";
     snprintf(dir, sizeof dir, "/tmp/test_model_moeut.%ld", (long)getpid());
@@ -331,6 +343,8 @@ int main(void) {
     tcase_add_test(tc, bias_balance_counts_and_update);
     tcase_add_test(tc, init_statistics);
     tcase_add_test(tc, checkpoint_round_trip);
+    tcase_add_test(tc, decode_matches_forward_hash);
+    tcase_add_test(tc, causal_hash);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -1,0 +1,48 @@
+/* Hash routing (model.routing "hash"; Roller et al. 2021, "Hash Layers For Large Sparse Models", arXiv 2106.04426
+ * §3): the FFN expert of a position is a fixed function of the position's INPUT token id, the same in every layer
+ * application; one expert (k = 1) with gate 1, no router parameters (no ffn.expert_sel, and no ln2: in MoEUT the
+ * second LayerNorm feeds only the router), no balancing loss (model.balance "none").
+ *
+ * The hash is the paper's random lookup table made balanced over ids: expert(v) = perm[v] mod E, perm a permutation
+ * of the vocabulary 0..V-1 drawn from model.hash_seed, so every expert owns floor(V/E) or ceil(V/E) token ids. The
+ * table is recomputed from the config (model.n_tokens, model.ff_n_experts, model.hash_seed, all in a checkpoint's
+ * config), not stored as a tensor; its definition, fixed for good (a checkpoint routes by it):
+ *   s = hash_seed (as uint64); next() = splitmix64: s += 0x9E3779B97F4A7C15; z = s;
+ *     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9; z = (z ^ (z >> 27)) * 0x94D049BB133111EB; return z ^ (z >> 31)
+ *   perm = [0, 1, .., V-1]; for i = V-1 down to 1: j = next() mod (i + 1); swap(perm[i], perm[j])   (Fisher-Yates)
+ *   expert(v) = perm[v] mod E
+ *
+ * The layers see only the residual stream, so the wrapper hands the ids over: model_embed (and so model_forward_eval,
+ * model_decode and the depth analysis) and model_train_step record the experts of the positions they embed
+ * (hash_routing_set_tokens, host memory: the arena does not outlive a call, while model_run_layers follows
+ * model_embed as a call of its own), and the MoEUT FFN of each application uploads them as its selection
+ * (hash_routing_upload). model_run_layers may run B sequences of the embedded T positions when B is a multiple of the
+ * embedded batch (the depth analysis's erased copies of one prompt): the ids repeat; the erasure changes the residual
+ * stream, not the input tokens. */
+#ifndef MODEL_HASH_ROUTING_H
+#define MODEL_HASH_ROUTING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+/* The MoEUT routing keys' checks (model_config_validate): "expert_choice" is refused, "hash" needs ff_k 1, balance
+ * "none", no expert dropout, hash_seed >= 0 and at least one token id per expert. 0, or -1 with "model.<key>: ..."
+ * in err. */
+int model_config_validate_routing(const ModelConfig *cfg, char *err, size_t errlen);
+
+/* table[V] = the expert of every token id (the definition above). */
+void hash_routing_table(int32_t *table, int V, int E, uint64_t seed);
+
+typedef struct HashRouting HashRouting;
+/* NULL unless cfg routes by hash. */
+HashRouting *hash_routing_create(const ModelConfig *cfg);
+void hash_routing_free(HashRouting *h);
+/* Records the experts of tokens[B,T] (host, ids already checked against the vocabulary) for the next layer calls. */
+void hash_routing_set_tokens(HashRouting *h, const int32_t *tokens, int B, int T);
+/* sel_dev[B*T] (backend memory) = the experts of the positions of a layer call on B x T positions: those recorded
+ * last, repeated B / B_recorded times. Dies when no ids were recorded or the shapes do not fit. */
+void hash_routing_upload(const HashRouting *h, Backend *be, int32_t *sel_dev, int B, int T);
+
+#endif
