@@ -55,6 +55,11 @@ typedef struct {
     double dropout;       /* must be 0: dropout is not implemented (every paper run uses 0) */
     bool lm_head_bias;    /* default true (reference MoEUTLM); DM-math: false */
     bool out_norm_affine; /* default true; DM-math: false */
+    double ff_capacity_factor; /* "ff_capacity_factor": CF of the FFN experts' capacity in training, each expert keeps
+                                * at most max(1, floor(CF*K*N/E + 1/2)) of a routing decision's N*K assignments, the
+                                * others are dropped (gate 0; Switch Transformer §2.2); default 0 = no capacity */
+    CapacityOrder ff_capacity_order; /* "ff_capacity_order": which assignments an expert keeps, "position" (GShard
+                                      * Algorithm 1; default) | "score" (by gate); only with ff_capacity_factor > 0 */
 } ModelConfig;
 
 /* Fills defaults (the reference constructor's defaults) then reads a cJSON object (type: const struct cJSON *).

@@ -29,10 +29,12 @@ typedef struct {
     const char *const *names; /* KEY_ENUM: the accepted strings, index = enum value, NULL-terminated */
 } KeyDesc;
 
-_Static_assert(sizeof(RouterKind) == sizeof(int) && sizeof(BalanceKind) == sizeof(int),
+_Static_assert(sizeof(RouterKind) == sizeof(int) && sizeof(BalanceKind) == sizeof(int) &&
+                   sizeof(CapacityOrder) == sizeof(int),
                "KEY_ENUM fields are read and written as int");
 static const char *const ROUTER_NAMES[] = {"sigmoid", "softmax", NULL};
 static const char *const BALANCE_NAMES[] = {"entropy", "switch", "none", "bias", NULL};
+static const char *const CAPACITY_ORDER_NAMES[] = {"position", "score", NULL};
 
 #define F(field) offsetof(ModelConfig, field)
 /* Order = serialisation order of model_config_to_json. "arch" is handled separately. */
@@ -64,6 +66,8 @@ static const KeyDesc KEYS[] = {
     {"dropout", KEY_DOUBLE, FOR_BOTH, 0, F(dropout), NULL},
     {"lm_head_bias", KEY_BOOL, FOR_BOTH, 0, F(lm_head_bias), NULL},
     {"out_norm_affine", KEY_BOOL, FOR_BOTH, 0, F(out_norm_affine), NULL},
+    {"ff_capacity_factor", KEY_DOUBLE, FOR_MOEUT, 0, F(ff_capacity_factor), NULL},
+    {"ff_capacity_order", KEY_ENUM, FOR_MOEUT, 0, F(ff_capacity_order), CAPACITY_ORDER_NAMES},
 };
 #undef F
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -102,6 +106,10 @@ static const char *key_void_under(const ModelConfig *cfg, const KeyDesc *k, char
         (strcmp(k->name, "balance_alpha") == 0 && cfg->balance != BALANCE_SWITCH) ||
         (strcmp(k->name, "balance_gamma") == 0 && cfg->balance != BALANCE_BIAS)) {
         snprintf(buf, buflen, "model.balance \"%s\"", BALANCE_NAMES[cfg->balance]);
+        return buf;
+    }
+    if (strcmp(k->name, "ff_capacity_order") == 0 && cfg->ff_capacity_factor == 0.0) {
+        snprintf(buf, buflen, "model.ff_capacity_factor 0 (no capacity)");
         return buf;
     }
     if (strcmp(k->name, "d_ff") == 0 && cfg->arch == ARCH_MOEUT && cfg->n_dense_first == 0) {
@@ -418,6 +426,15 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
         }
         if (!(cfg->att_expert_dropout >= 0.0 && cfg->att_expert_dropout < 1.0)) {
             snprintf(err, errlen, "model.att_expert_dropout: must be in [0, 1), got %g", cfg->att_expert_dropout);
+            return -1;
+        }
+        if (!(cfg->ff_capacity_factor >= 0.0) || !isfinite(cfg->ff_capacity_factor)) {
+            snprintf(err, errlen, "model.ff_capacity_factor: must be a finite number >= 0 (0 = no capacity), got %g",
+                     cfg->ff_capacity_factor);
+            return -1;
+        }
+        if ((int)cfg->ff_capacity_order < 0 || (int)cfg->ff_capacity_order > CAPACITY_SCORE) {
+            snprintf(err, errlen, "model.ff_capacity_order: invalid value %d", (int)cfg->ff_capacity_order);
             return -1;
         }
     }
