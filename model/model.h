@@ -166,6 +166,10 @@ void model_reset_routing_counts(Model *m);
 /* counts_host[A * E] = the counts since the last reset or take (A = model_routed_applications), tokens_out = the
  * positions counted; then resets. */
 void model_take_routing_counts(Model *m, int64_t *counts_host, int64_t *tokens_out);
+/* Expert capacity (model.ff_capacity_factor > 0): dropped_host[A] = the assignments dropped per application in the
+ * training steps since the last reset (at the positions the counts cover; the counts above are the kept ones); read
+ * it before model_take_routing_counts, which resets it too. Returns 0 (writing nothing) without capacity. */
+int model_routing_dropped(const Model *m, int64_t *dropped_host);
 
 /* ---- balance "bias" (DeepSeek-V3 §2.1.2; model/moeut_bias.c) ----
  * The training forwards count, per distinct MoEUT layer, the selections each expert gets at the positions with

@@ -146,6 +146,10 @@ struct Model {
     scalar_t *resid;                /* [(L+1), N, C] residual stream of a training step: h_0 .. h_L */
     scalar_t *dresid_a, *dresid_b;  /* [N, C]                               training backward */
     scalar_t *eval_h;               /* [N, C] residual stream of model_forward_eval and model_decode */
+
+    /* expert capacity (model.ff_capacity_factor > 0): the assignments dropped per MoEUT application in training since
+     * the last reset of the routing counts, [n_apps_of[MOEUT]] int64 in backend memory; NULL without capacity */
+    int64_t *routing_dropped;
 };
 
 
