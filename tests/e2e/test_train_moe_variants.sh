@@ -30,8 +30,11 @@ run bias "${bias_sets[@]}"
 # with a dense first pair of layers and a shared expert: 2 dense applications, then the MoEUT group of 2 once
 run deepseek --set model.router_renorm=true --set model.routed_scaling_factor=2.5 "${bias_sets[@]}" \
   --set model.n_dense_first=2 --set model.n_shared_experts=1
+# expert capacity (Switch Transformer §2.2): CF 1.0 in the position order, CF 0.75 in the score order
+run capacity --set model.ff_capacity_factor=1.0
+run capacity_score --set model.ff_capacity_factor=0.75 --set model.ff_capacity_order=score
 
-for name in switch none sigmoid_renorm bias deepseek; do
+for name in switch none sigmoid_renorm bias deepseek capacity capacity_score; do
   first=$(metric "$tmp/$name" 1 loss) last=$(metric "$tmp/$name" '$' loss)
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b == b + 0 && b < a) }' \
     || fail "$name: loss did not fall (first $first, last $last)"
