@@ -303,6 +303,8 @@ cJSON *model_config_to_json(const ModelConfig *cfg) {
     for (int i = 0; i < N_KEYS && ok; i++) {
         const KeyDesc *k = &KEYS[i];
         if (!(k->archs & arch_bit(cfg->arch)) || !key_applies(cfg, k)) continue;
+        /* no capacity (the default) is not written, so the configs of models without one keep their exact bytes */
+        if (k->offset == offsetof(ModelConfig, ff_capacity_factor) && cfg->ff_capacity_factor == 0.0) continue;
         const char *base = (const char *)cfg + k->offset;
         switch (k->type) {
         case KEY_INT: ok = cJSON_AddNumberToObject(o, k->name, *(const int *)base) != NULL; break;

@@ -550,6 +550,17 @@ START_TEST(ff_capacity_keys) {
     ck_assert_msg(strstr(err, "model.ff_capacity_factor: must be a finite number >= 0") != NULL, "%s", err);
     round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":1.5,\"ff_capacity_order\":\"score\"}");
     round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":1}");
+    /* without a capacity neither key is written: the configs of such models keep their exact bytes */
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    cJSON *o = model_config_to_json(&c);
+    ck_assert(!cJSON_GetObjectItemCaseSensitive(o, "ff_capacity_factor") &&
+              !cJSON_GetObjectItemCaseSensitive(o, "ff_capacity_order"));
+    cJSON_Delete(o);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":0.5}", &c, err, sizeof err), 0);
+    o = model_config_to_json(&c);
+    ck_assert(cJSON_GetObjectItemCaseSensitive(o, "ff_capacity_factor") &&
+              cJSON_GetObjectItemCaseSensitive(o, "ff_capacity_order"));
+    cJSON_Delete(o);
 }
 END_TEST
 
