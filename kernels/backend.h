@@ -31,6 +31,8 @@ typedef enum { PRECISION_FP32 = 0, PRECISION_BF16 = 1 } Precision;
 
 /* Gating transform of a router (router_gates). */
 typedef enum { ROUTER_SIGMOID = 0, ROUTER_SOFTMAX = 1 } RouterKind;
+/* The order in which capacity_drop lets an expert's assignments in (kernels/backend_ops.h). */
+typedef enum { CAPACITY_POSITION = 0, CAPACITY_SCORE = 1 } CapacityOrder;
 
 /* The routing plan of one routing decision (routing_plan fills it; cvmm_forward/cvmm_backward read it). The caller
  * provides the memory and sets the pointers and capacities; routing_plan sets the rest. Backend memory holds what

@@ -186,3 +186,21 @@ BACKEND_OP(void, adamw_step, (Backend *be, scalar_t *p, const scalar_t *g, scala
 BACKEND_OP(double, sum_squares, (Backend *be, const scalar_t *x, size_t n))
 /* 1 if no NaN/Inf */
 BACKEND_OP(int, all_finite, (Backend *be, const scalar_t *x, size_t n))
+
+/* ---- expert capacity (Switch Transformer, Fedus et al. 2021 §2.2; GShard, Lepikhin et al. 2020, Algorithm 1) ----
+ * capacity_drop: ONE routing decision sel[N,k] (experts 0..E-1, G = 1; without filler slots: the model's expert
+ * dropout always leaves k experts) with its gates gate[N,k]. Each expert keeps at most cap >= 1 of its assignments
+ * (n,j); the others are dropped: dropped[n*k+j] = 1 and gate[n,j] = 0 (in place); a kept one: dropped = 0, gate as is.
+ * An expert keeps the first cap of its assignments in the order
+ *   CAPACITY_POSITION: (j, n) ascending: all positions' first choices in position order, then all second choices, ...
+ *                      (GShard Algorithm 1; for k = 1 Switch's position order)
+ *   CAPACITY_SCORE:    gate descending (the gates as passed in), ties: the lower position first (a token holds an
+ *                      expert in at most one slot) (batch-prioritised routing, Riquelme et al. 2021 §3.1, per assignment)
+ * counts[E] (may be NULL) += the KEPT assignments of the positions with valid[n] != 0 (valid[N], NULL = all), as
+ * expert_count would count them; n_dropped[1] (may be NULL) += the dropped assignments of those positions. The decision
+ * itself covers all N positions. Both backends give the same decision for the same gates. */
+BACKEND_OP(void, capacity_drop, (Backend *be, uint8_t *dropped, scalar_t *gate, int64_t *counts, int64_t *n_dropped,
+                                 const int32_t *sel, const uint8_t *valid, int N, int E, int k, int cap,
+                                 CapacityOrder order))
+/* mask_zero: x[i] = 0 where mask[i] != 0, i < n (e.g. the gate gradients of the slots capacity_drop dropped). */
+BACKEND_OP(void, mask_zero, (Backend *be, scalar_t *x, const uint8_t *mask, size_t n))

@@ -66,6 +66,11 @@ typedef struct {
     RoutingKind routing;  /* "routing": "topk" (default) | "hash" (k = 1, gate 1, no router and no LN2;
                            * model/hash_routing.h) */
     int hash_seed;        /* "hash_seed": seed of routing "hash"'s token -> expert table (default 1; "hash" only) */
+    double ff_capacity_factor; /* "ff_capacity_factor": CF of the FFN experts' capacity in training, each expert keeps
+                                * at most max(1, floor(CF*K*N/E + 1/2)) of a routing decision's N*K assignments, the
+                                * others are dropped (gate 0; Switch Transformer §2.2); default 0 = no capacity */
+    CapacityOrder ff_capacity_order; /* "ff_capacity_order": which assignments an expert keeps, "position" (GShard
+                                      * Algorithm 1; default) | "score" (by gate); only with ff_capacity_factor > 0 */
 } ModelConfig;
 
 /* Fills defaults (the reference constructor's defaults) then reads a cJSON object (type: const struct cJSON *).
@@ -174,6 +179,10 @@ void model_reset_routing_counts(Model *m);
 /* counts_host[A * E] = the counts since the last reset or take (A = model_routed_applications), tokens_out = the
  * positions counted; then resets. */
 void model_take_routing_counts(Model *m, int64_t *counts_host, int64_t *tokens_out);
+/* Expert capacity (model.ff_capacity_factor > 0): dropped_host[A] = the assignments dropped per application in the
+ * training steps since the last reset (at the positions the counts cover; the counts above are the kept ones); read
+ * it before model_take_routing_counts, which resets it too. Returns 0 (writing nothing) without capacity. */
+int model_routing_dropped(const Model *m, int64_t *dropped_host);
 
 /* ---- balance "bias" (DeepSeek-V3 §2.1.2; model/moeut_bias.c) ----
  * The training forwards count, per distinct MoEUT layer, the selections each expert gets at the positions with

@@ -31,12 +31,14 @@ typedef struct {
     const char *const *names; /* KEY_ENUM: the accepted strings, index = enum value, NULL-terminated */
 } KeyDesc;
 
-_Static_assert(sizeof(RouterKind) == sizeof(int) && sizeof(BalanceKind) == sizeof(int),
+_Static_assert(sizeof(RouterKind) == sizeof(int) && sizeof(BalanceKind) == sizeof(int) &&
+                   sizeof(CapacityOrder) == sizeof(int),
                "KEY_ENUM fields are read and written as int");
 static const char *const ROUTER_NAMES[] = {"sigmoid", "softmax", NULL};
 static const char *const BALANCE_NAMES[] = {"entropy", "switch", "none", "bias", NULL};
 _Static_assert(sizeof(RoutingKind) == sizeof(int), "KEY_ENUM fields are read and written as int");
 static const char *const ROUTING_NAMES[] = {"topk", "expert_choice", "hash", NULL};
+static const char *const CAPACITY_ORDER_NAMES[] = {"position", "score", NULL};
 
 #define F(field) offsetof(ModelConfig, field)
 /* Order = serialisation order of model_config_to_json. "arch" is handled separately. */
@@ -70,6 +72,8 @@ static const KeyDesc KEYS[] = {
     {"out_norm_affine", KEY_BOOL, FOR_BOTH, 0, F(out_norm_affine), NULL},
     {"routing", KEY_ENUM, FOR_MOEUT, 0, F(routing), ROUTING_NAMES},
     {"hash_seed", KEY_INT, FOR_MOEUT, 0, F(hash_seed), NULL},
+    {"ff_capacity_factor", KEY_DOUBLE, FOR_MOEUT, 0, F(ff_capacity_factor), NULL},
+    {"ff_capacity_order", KEY_ENUM, FOR_MOEUT, 0, F(ff_capacity_order), CAPACITY_ORDER_NAMES},
 };
 #undef F
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -140,15 +144,21 @@ static const char *key_void_under(const ModelConfig *cfg, const KeyDesc *k, char
         snprintf(buf, buflen, "model.balance \"%s\"", BALANCE_NAMES[cfg->balance]);
         return buf;
     }
-    /* routing "hash" has no router: no gating transform, no gate to scale, no router choice for expert dropout */
+    /* routing "hash" has no router: no gating transform, no gate to scale, no router choice for expert dropout, no
+     * gate to drop over a capacity */
     if (cfg->routing == ROUTING_HASH &&
         (strcmp(k->name, "router") == 0 || strcmp(k->name, "router_renorm") == 0 ||
-         strcmp(k->name, "routed_scaling_factor") == 0 || strcmp(k->name, "ff_expert_dropout") == 0)) {
+         strcmp(k->name, "routed_scaling_factor") == 0 || strcmp(k->name, "ff_expert_dropout") == 0 ||
+         strcmp(k->name, "ff_capacity_factor") == 0 || strcmp(k->name, "ff_capacity_order") == 0)) {
         snprintf(buf, buflen, "model.routing \"hash\"");
         return buf;
     }
     if (strcmp(k->name, "hash_seed") == 0 && cfg->routing != ROUTING_HASH) {
         snprintf(buf, buflen, "model.routing \"%s\"", ROUTING_NAMES[cfg->routing]);
+        return buf;
+    }
+    if (strcmp(k->name, "ff_capacity_order") == 0 && cfg->ff_capacity_factor == 0.0) {
+        snprintf(buf, buflen, "model.ff_capacity_factor 0 (no capacity)");
         return buf;
     }
     if (strcmp(k->name, "d_ff") == 0 && cfg->arch != ARCH_DENSE && cfg->n_dense_first == 0) {
@@ -350,6 +360,8 @@ cJSON *model_config_to_json(const ModelConfig *cfg) {
     for (int i = 0; i < N_KEYS && ok; i++) {
         const KeyDesc *k = &KEYS[i];
         if (!(key_archs(k) & arch_bit(cfg->arch)) || !key_applies(cfg, k)) continue;
+        /* no capacity (the default) is not written, so the configs of models without one keep their exact bytes */
+        if (k->offset == offsetof(ModelConfig, ff_capacity_factor) && cfg->ff_capacity_factor == 0.0) continue;
         const char *base = (const char *)cfg + k->offset;
         switch (k->type) {
         case KEY_INT: ok = cJSON_AddNumberToObject(o, k->name, *(const int *)base) != NULL; break;
@@ -478,6 +490,15 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
             return -1;
         }
         if (model_config_validate_routing(cfg, err, errlen) != 0) return -1;
+        if (!(cfg->ff_capacity_factor >= 0.0) || !isfinite(cfg->ff_capacity_factor)) {
+            snprintf(err, errlen, "model.ff_capacity_factor: must be a finite number >= 0 (0 = no capacity), got %g",
+                     cfg->ff_capacity_factor);
+            return -1;
+        }
+        if ((int)cfg->ff_capacity_order < 0 || (int)cfg->ff_capacity_order > CAPACITY_SCORE) {
+            snprintf(err, errlen, "model.ff_capacity_order: invalid value %d", (int)cfg->ff_capacity_order);
+            return -1;
+        }
     }
     double n = model_count_params_double(cfg);
     if (n > MAX_PARAMS) {

@@ -150,6 +150,9 @@ struct Model {
 
     struct HashRouting *hash;       /* model.routing "hash": the token -> expert table and the ids of the positions
                                      * embedded last (model/hash_routing.h); NULL otherwise */
+    /* expert capacity (model.ff_capacity_factor > 0): the assignments dropped per MoEUT application in training since
+     * the last reset of the routing counts, [n_apps_of[MOEUT]] int64 in backend memory; NULL without capacity */
+    int64_t *routing_dropped;
 };
 
 

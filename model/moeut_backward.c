@@ -69,11 +69,16 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
          * cached gates are rsf times it, so the unscaled gates are recomputed (exactly: the same kernel on the same
          * logits; no filler slot exists, see above) into dA's buffer, free since the keys' backward, and dgate is
          * taken w.r.t. them: dL/dg = rsf * dL/d(rsf g). */
+        /* Expert capacity: a dropped slot's gate was set to 0 after the gating transform, so no gradient reaches its
+         * gate (mask_zero); the transform's backward still wants its output before the dropping (a renormalised
+         * kept gate depends on the dropped expert's logit), recomputed as for rsf. */
+        if (ac->cap_dropped) be->mask_zero(be, dgate_f, ac->cap_dropped, (size_t)N * K);
         const scalar_t *gate_f = ac->gate_f;
-        if (c->routed_scaling_factor != 1.0) {
+        if (c->routed_scaling_factor != 1.0 || ac->cap_dropped) {
             scalar_t *unscaled = s->A; /* [N*K*S] >= [N*K] */
             be->router_gates(be, unscaled, lf, ac->sel_f, NULL, N, 1, E, K, c->router, c->router_renorm);
-            be->scale_inplace(be, dgate_f, (scalar_t)c->routed_scaling_factor, (size_t)N * K);
+            if (c->routed_scaling_factor != 1.0)
+                be->scale_inplace(be, dgate_f, (scalar_t)c->routed_scaling_factor, (size_t)N * K);
             gate_f = unscaled;
         }
         be->router_gates_backward(be, dl, dgate_f, gate_f, lf, ac->sel_f, NULL, N, 1, E, K, c->router,

@@ -13,6 +13,8 @@
  *          + sum_{s < K_s} ReLU(x1 SharedKeys[s]) SharedValues[s]   (shared experts, gate 1; none by default)
  *   (routing "hash", Roller et al. 2021: no LN2 and no router; sel = the expert of the position's input token id,
  *   K = 1, gate 1: y = x1 + ReLU(x1 Keys[sel]) Values[sel] (+ shared experts); model/hash_routing.h)
+ *   (model.ff_capacity_factor > 0, training only: the assignments over an expert's capacity get gate 0 after the
+ *   scaling, capacity_drop; evaluation and decoding drop nothing, so a token's output never depends on the batch)
  */
 #include <math.h>
 
@@ -57,6 +59,8 @@ typedef struct {
     size_t shared_stride;       /* elements between the shared experts' A blocks: N*S, or 0 */
     scalar_t *f;                /* [N, C] block output (without the residual) */
     int B, T;                   /* the call's positions, N = B*T (routing "hash" uploads their experts) */
+    uint8_t *cap_dropped;       /* [N, K] expert capacity's dropped slots (training with a capacity), NULL = none */
+    int64_t *n_dropped;         /* [1] this application's dropped count (with cap_dropped; counted as counts), or NULL */
 } FfnIO;
 
 static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, const AttnIO *io) {
@@ -114,7 +118,11 @@ static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *
      * at 1 so that the default model's numbers do not move by a bit. */
     if (!hash && c->routed_scaling_factor != 1.0)
         be->scale_inplace(be, io->gate, (scalar_t)c->routed_scaling_factor, (size_t)N * K);
-    if (io->counts) be->expert_count(be, io->counts, io->sel, io->drop, io->valid, N, 1, E, K);
+    /* expert capacity: the counts are then the kept assignments; the bias counts stay the router's selections */
+    if (io->cap_dropped)
+        be->capacity_drop(be, io->cap_dropped, io->gate, io->counts, io->n_dropped, io->sel, io->valid, N, E, K,
+                          moeut_capacity(c, N), c->ff_capacity_order);
+    else if (io->counts) be->expert_count(be, io->counts, io->sel, io->drop, io->valid, N, 1, E, K);
     if (io->bias_counts) be->expert_count(be, io->bias_counts, io->sel, io->drop, io->valid, N, 1, E, K);
     /* U [N*K, S] and A = ReLU(U) stay in plan order: the values read A's rows where the keys wrote them */
     be->cvmm_forward(be, io->A, io->x1, W + P->keys, io->plan, NULL, K, 1, C, S, CVMM_OUT_SORTED);
@@ -180,6 +188,7 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
         .bias_counts = st->bias_counts ? st->bias_counts + (size_t)layer * E : NULL,
         .valid = st->have_valid ? st->valid_dev : NULL, .A = ac->A, .A_shared = ac->A_shared,
         .shared_stride = (size_t)N * c->ff_expert_size, .f = h_out, .plan = &ac->plan_f, .B = B, .T = T,
+        .cap_dropped = ac->cap_dropped, .n_dropped = m->routing_dropped ? m->routing_dropped + slot : NULL,
     };
     ffn_block(m, P, N, &f);
     be->add_inplace(be, h_out, ac->x1, (size_t)N * C); /* y = x1 + f */

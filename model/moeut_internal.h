@@ -66,6 +66,7 @@ typedef struct {
     scalar_t *gate_f;     /* [N, K] */
     scalar_t *A_shared;   /* [K_s, N, S] ReLU(x1 shared_keys[s]), also the ReLU mask (NULL without shared experts) */
     RoutingPlan plan_v, plan_o, plan_f; /* of sel_v, sel_o, sel_f: built in the forward, reused by the backward */
+    uint8_t *cap_dropped; /* [N, K] slots over the expert capacity (gate 0; model.ff_capacity_factor > 0, else NULL) */
 } MoeutAppCache;
 
 /* Scratch shared by all applications (backend memory, planned for max(arena_train_tokens, arena_eval_tokens); the
@@ -138,5 +139,9 @@ void moeut_regularizers(Model *m, double grad_scale, StepStats *stats);
  * from rng in row-major order. A row that would keep fewer than k experts gets randomly chosen dropped entries
  * re-enabled (uniformly, from the same rng) until exactly k remain, so top-k always has k candidates. */
 void moeut_make_drop_mask(Rng *rng, uint8_t *mask, long rows, int E, int k, double p);
+
+/* moeut_capacity.c: the expert capacity of one training routing decision of N positions (model.ff_capacity_factor
+ * > 0), EC = max(1, floor(CF * K * N / E + 1/2)) assignments per expert. */
+int moeut_capacity(const ModelConfig *c, int N);
 
 #endif

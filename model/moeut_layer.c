@@ -189,6 +189,7 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
         plan_int32(p, &ac->sel_f, nt * K);      /* [N, K] */
         plan_scalars(p, &ac->gate_f, nt * K);   /* [N, K] */
         if (Ks > 0) plan_scalars(p, &ac->A_shared, Ks * nt * S); /* [K_s, N, S] */
+        if (c->ff_capacity_factor > 0.0) plan_u8(p, &ac->cap_dropped, nt * K); /* [N, K] */
     }
     /* training: regularizer histories and their gradients, per distinct layer */
     for (int i = 0; i < c->group_size; i++) {

@@ -15,6 +15,8 @@ static size_t n_counts(const Model *m) { return (size_t)model_n_routed_apps(m) *
 void model_reset_routing_counts(Model *m) {
     if (!m->routing_counts) return;
     m->be->zero(m->be, m->routing_counts, n_counts(m) * sizeof(int64_t));
+    if (m->routing_dropped)
+        m->be->zero(m->be, m->routing_dropped, (size_t)m->n_apps_of[LAYER_MOEUT] * sizeof(int64_t));
     m->routing_tokens = 0;
 }
 
@@ -26,4 +28,10 @@ void model_take_routing_counts(Model *m, int64_t *counts_host, int64_t *tokens_o
     m->be->to_host(m->be, counts_host, m->routing_counts, n_counts(m) * sizeof(int64_t));
     *tokens_out = m->routing_tokens;
     model_reset_routing_counts(m);
+}
+
+int model_routing_dropped(const Model *m, int64_t *dropped_host) {
+    if (!m->routing_dropped) return 0;
+    m->be->to_host(m->be, dropped_host, m->routing_dropped, (size_t)m->n_apps_of[LAYER_MOEUT] * sizeof(int64_t));
+    return 1;
 }

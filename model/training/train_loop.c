@@ -89,15 +89,22 @@ static cJSON *step_routing_json(Trainer *t, long step_number) {
     if (E == 0) return NULL;
     const size_t n = (size_t)A * (size_t)E;
     int64_t tokens = 0;
+    int64_t *dropped = t->routing_counts + n; /* [A] expert capacity's dropped assignments, read before the take */
+    const int has_dropped = model_routing_dropped(t->m, dropped);
     model_take_routing_counts(t->m, t->routing_counts, &tokens);
     for (size_t i = 0; i < n; i++) t->routing_sum[i] = (double)t->routing_counts[i];
     t->routing_sum[n] = (double)tokens;
+    for (int a = 0; has_dropped && a < A; a++) t->routing_sum[n + 1 + a] = (double)dropped[a];
     char what[96];
     snprintf(what, sizeof what, "routing-count all-reduce of step %ld", step_number);
-    dist_allreduce_sum_f64(t->routing_sum, n + 1, what);
+    dist_allreduce_sum_f64(t->routing_sum, n + 1 + (has_dropped ? (size_t)A : 0), what);
     for (size_t i = 0; i < n; i++) t->routing_counts[i] = (int64_t)t->routing_sum[i];
     RoutingStats rs;
     routing_stats_from_counts(&rs, t->routing_counts, first_app, A, E, t->mc.ff_k, (int64_t)t->routing_sum[n]);
+    if (has_dropped) {
+        for (int a = 0; a < A; a++) dropped[a] = (int64_t)t->routing_sum[n + 1 + a];
+        routing_stats_set_dropped(&rs, dropped);
+    }
     cJSON *j = routing_stats_to_json(&rs);
     routing_stats_free(&rs);
     return j;

@@ -91,8 +91,10 @@ static void create_model(Trainer *t) {
     t->valid = xmalloc(cells * sizeof *t->valid);
     t->mb_values = xmalloc((size_t)t->tc.n_microbatch * 3 * sizeof *t->mb_values);
     const size_t n_counts = (size_t)model_routed_applications(t->m, NULL) * (size_t)model_routed_experts(t->m);
-    t->routing_counts = xcalloc(n_counts + 1, sizeof *t->routing_counts);
-    t->routing_sum = xcalloc(n_counts + 1, sizeof *t->routing_sum);
+    /* + the dropped assignments per application (expert capacity) after the counts, and the tokens */
+    const size_t n_routed = (size_t)model_routed_applications(t->m, NULL);
+    t->routing_counts = xcalloc(n_counts + n_routed + 1, sizeof *t->routing_counts);
+    t->routing_sum = xcalloc(n_counts + n_routed + 1, sizeof *t->routing_sum);
     t->bias_counts = xcalloc((size_t)model_bias_count_len(t->m) + 1, sizeof *t->bias_counts);
     if (loader_init(&t->loader, &t->shard, (int)t->tc.context, t->tc.loss_on_target_only, train_seed_loader(&t->tc),
                     err, sizeof err) != 0)

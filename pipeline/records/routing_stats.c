@@ -56,6 +56,18 @@ void routing_stats_from_counts(RoutingStats *s, const int64_t *counts, int first
     for (int a = 0; a < n_apps; a++) s->apps[a] = derive(s->counts + (size_t)a * n_experts, n_experts);
 }
 
+void routing_stats_set_dropped(RoutingStats *s, const int64_t *dropped) {
+    free(s->dropped);
+    s->dropped = xcalloc((size_t)s->n_apps + 1, sizeof *s->dropped);
+    if (s->n_apps) memcpy(s->dropped, dropped, (size_t)s->n_apps * sizeof *s->dropped);
+}
+
+double routing_stats_dropped_fraction(const RoutingStats *s, int a) {
+    if (!s->dropped) return 0.0;
+    const double all = (double)s->apps[a].selections + (double)s->dropped[a];
+    return all > 0 ? (double)s->dropped[a] / all : 0.0;
+}
+
 double routing_stats_load(const RoutingStats *s, int a, int e) {
     const RoutingApp *app = &s->apps[a];
     return app->selections > 0 ? (double)s->counts[(size_t)a * s->n_experts + e] / (double)app->selections : 0.0;
@@ -94,6 +106,7 @@ cJSON *routing_stats_to_json(const RoutingStats *s) {
         must(cJSON_AddNumberToObject(ao, "max_over_mean", s->apps[a].max_over_mean));
         must(cJSON_AddNumberToObject(ao, "unused_fraction", s->apps[a].unused_fraction));
         must(cJSON_AddNumberToObject(ao, "entropy", s->apps[a].entropy));
+        if (s->dropped) must(cJSON_AddNumberToObject(ao, "dropped", (double)s->dropped[a]));
         cJSON_AddItemToArray(apps, ao);
     }
     return o;
@@ -123,7 +136,18 @@ static int read_app(RoutingStats *s, int a, const cJSON *obj, const char *source
     json_get_double(&r, "max_over_mean", &written[0], true);
     json_get_double(&r, "unused_fraction", &written[1], true);
     json_get_double(&r, "entropy", &written[2], true);
+    const cJSON *dropped = cJSON_GetObjectItemCaseSensitive(obj, "dropped");
+    if (dropped) json_get_double(&r, "dropped", &(double){0}, false); /* read as an exact count below */
     if (json_reader_finish(&r, err, errlen)) return -1;
+    if ((dropped != NULL) != (s->dropped != NULL)) { /* the first application decides: all or none */
+        set_err(err, errlen, "%s: %s.dropped: %s, unlike %s", source, apath, dropped ? "present" : "missing",
+                a == 0 ? "the record" : "applications[0]");
+        return -1;
+    }
+    if (dropped && exact_count(dropped, &s->dropped[a]) != 0) {
+        set_err(err, errlen, "%s: %s.dropped: not a non-negative integer", source, apath);
+        return -1;
+    }
     if (cJSON_GetArraySize(counts) != s->n_experts) {
         set_err(err, errlen, "%s: %s.counts: %d entries, expected n_experts = %d", source, apath,
                 cJSON_GetArraySize(counts), s->n_experts);
@@ -137,9 +161,12 @@ static int read_app(RoutingStats *s, int a, const cJSON *obj, const char *source
             return -1;
         }
     s->apps[a] = derive(row, s->n_experts);
-    if ((double)s->apps[a].selections > (double)s->k * (double)s->tokens) {
-        set_err(err, errlen, "%s: %s.counts: %lld selections, more than k * tokens = %d * %lld", source, apath,
-                (long long)s->apps[a].selections, s->k, (long long)s->tokens);
+    const int64_t n_dropped = s->dropped ? s->dropped[a] : 0;
+    if ((double)s->apps[a].selections + (double)n_dropped > (double)s->k * (double)s->tokens) {
+        char plus[48] = "";
+        if (s->dropped) snprintf(plus, sizeof plus, " + %lld dropped", (long long)n_dropped);
+        set_err(err, errlen, "%s: %s.counts: %lld selections%s, more than k * tokens = %d * %lld", source, apath,
+                (long long)s->apps[a].selections, plus, s->k, (long long)s->tokens);
         return -1;
     }
     const double derived[3] = {s->apps[a].max_over_mean, s->apps[a].unused_fraction, s->apps[a].entropy};
@@ -188,6 +215,9 @@ int routing_stats_from_json(RoutingStats *s, const cJSON *obj, const char *sourc
     s->tokens = tokens;
     s->counts = xcalloc((size_t)n_apps * (size_t)n_experts, sizeof *s->counts);
     s->apps = xcalloc((size_t)n_apps, sizeof *s->apps);
+    const cJSON *app0 = apps->child; /* expert capacity: the first application says whether "dropped" is recorded */
+    if (cJSON_IsObject(app0) && cJSON_GetObjectItemCaseSensitive(app0, "dropped"))
+        s->dropped = xcalloc((size_t)n_apps, sizeof *s->dropped);
     int a = 0;
     for (const cJSON *x = apps->child; x; x = x->next, a++)
         if (read_app(s, a, x, source, path, err, errlen) != 0) {
@@ -201,6 +231,8 @@ void routing_stats_free(RoutingStats *s) {
     if (!s) return;
     free(s->counts);
     free(s->apps);
+    free(s->dropped);
     s->counts = NULL;
     s->apps = NULL;
+    s->dropped = NULL;
 }

@@ -16,6 +16,10 @@
  *        "max_over_mean": x, "unused_fraction": x, "entropy": x}, ... A of them]}
  * The applications are the model's routed ones, a0 .. a0 + A - 1 (a0 = model.n_dense_first: the dense prefix routes
  * nothing); "first_application" may be absent in records written before it existed (then 0).
+ * Expert capacity (model.ff_capacity_factor > 0, training only): every application also has "dropped", the token-expert
+ * assignments over capacity (not in its counts: the counts are the kept ones); then the derived figures describe the
+ * kept load, and counts + dropped <= k * tokens. Optional: absent without capacity (and in older records), but then
+ * absent in every application.
  * The counts are the record (exact integers); the reader recomputes the derived fields from them and refuses a
  * record whose written ones disagree, so that the file cannot say two things. */
 #ifndef PIPELINE_ROUTING_STATS_H
@@ -37,11 +41,16 @@ typedef struct {
     int64_t tokens;          /* routed positions (each makes k selections, fewer where expert dropout left fillers) */
     int64_t *counts;         /* [n_apps, n_experts] */
     RoutingApp *apps;        /* [n_apps] */
+    int64_t *dropped;        /* [n_apps] assignments dropped over expert capacity, NULL = not recorded (no capacity) */
 } RoutingStats;
 
 /* Copies counts[n_apps * n_experts] (applications first_app ..) and derives the per-application figures. */
 void routing_stats_from_counts(RoutingStats *s, const int64_t *counts, int first_app, int n_apps, int n_experts,
                                int k, int64_t tokens);
+/* Records dropped[n_apps] (expert capacity) beside the counts (a copy). */
+void routing_stats_set_dropped(RoutingStats *s, const int64_t *dropped);
+/* The dropped share of application a's assignments, dropped / (selections + dropped); 0 without them. */
+double routing_stats_dropped_fraction(const RoutingStats *s, int a);
 /* load_e of application a (0 when the application routed nothing). */
 double routing_stats_load(const RoutingStats *s, int a, int e);
 /* The mean over applications of max_over_mean, unused_fraction and entropy (a run's one-line summary). */

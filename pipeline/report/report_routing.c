@@ -91,6 +91,30 @@ void section_expert_load(Doc *d, const ReportInput *in) {
         }
     }
     doc_table_end(d);
+    int capacity = 0;
+    for (int i = 0; i < in->n; i++) capacity += in->runs[i].cap_steps > 0;
+    if (capacity) { /* expert capacity drops assignments in training only: its share comes from metrics.jsonl */
+        doc_para(d, "Expert capacity (model.ff_capacity_factor): in training each expert keeps at most its capacity "
+                    "of a layer application's token-expert assignments and the others are dropped (the token passes "
+                    "on through the residual for that slot); evaluation drops nothing, so the loads above are the "
+                    "router's own. Dropped = the dropped share of the assignments of the logged training steps "
+                    "(metrics.jsonl \"routing\", summed over the steps and layer applications).");
+        const char *hc[] = {"run", "logged steps", "assignments kept", "dropped", "dropped share"};
+        doc_table_begin(d, 5, hc);
+        for (int i = 0; i < in->n; i++) {
+            const RunData *r = &in->runs[i];
+            if (r->cap_steps == 0) continue;
+            char steps[16], kept[32], dropped[32], share[32];
+            snprintf(steps, sizeof steps, "%d", r->cap_steps);
+            fmt_big(kept, sizeof kept, (double)r->cap_kept);
+            fmt_big(dropped, sizeof dropped, (double)r->cap_dropped);
+            const double all = (double)r->cap_kept + (double)r->cap_dropped;
+            snprintf(share, sizeof share, "%.2f%%", all > 0 ? 100.0 * (double)r->cap_dropped / all : 0.0);
+            const char *row[] = {r->name, steps, kept, dropped, share};
+            doc_table_row(d, 5, row, false);
+        }
+        doc_table_end(d);
+    }
     for (int g = 0; g < in->n_groups; g++) expert_load_map(d, &in->groups[g]);
 }
 

@@ -13,6 +13,7 @@
 #include "pipeline/base/config.h"
 #include "pipeline/base/log.h"
 #include "pipeline/records/predictions.h"
+#include "pipeline/records/routing_stats.h"
 
 /* Calls each_line(ctx, path, line_no, parsed) for every non-blank line of the JSON-lines file at path, parsed being
  * the line's JSON (NULL when it is not JSON: each_line reports that, with the file and line, and dies). */
@@ -67,6 +68,22 @@ static void metrics_line(void *ctx, const char *path, int line_no, const cJSON *
     r->loss[r->n_points] = l->valuedouble;
     r->ce[r->n_points] = cJSON_IsNumber(c) ? c->valuedouble : l->valuedouble;
     r->n_points++;
+    /* expert capacity: a "routing" object that records dropped assignments is read strictly and summed */
+    const cJSON *ro = cJSON_GetObjectItemCaseSensitive(j, "routing");
+    const cJSON *apps = ro ? cJSON_GetObjectItemCaseSensitive(ro, "applications") : NULL;
+    const cJSON *app0 = cJSON_IsArray(apps) ? cJSON_GetArrayItem(apps, 0) : NULL;
+    if (cJSON_IsObject(app0) && cJSON_GetObjectItemCaseSensitive(app0, "dropped")) {
+        RoutingStats rs;
+        char err[768], where[48];
+        snprintf(where, sizeof where, "line %d: routing", line_no);
+        if (routing_stats_from_json(&rs, ro, path, where, err, sizeof err) != 0) die("%s", err);
+        for (int a = 0; a < rs.n_apps; a++) {
+            r->cap_kept += rs.apps[a].selections;
+            r->cap_dropped += rs.dropped[a];
+        }
+        r->cap_steps++;
+        routing_stats_free(&rs);
+    }
 }
 
 /* Reads metrics.jsonl: one JSON object per line with at least "step" and "loss". A malformed line is an error that

@@ -26,6 +26,10 @@ typedef struct {
     int n_curve;              /* eval_curve.jsonl: step and accuracy per set (NaN where a set is absent) */
     double *curve_step, *curve_acc[EVAL_N_SETS];
     PredictionTable pred;
+    /* expert capacity: metrics.jsonl lines whose "routing" records "dropped" (cap_steps of them), their kept
+     * (cap_kept: the counts) and dropped assignments summed over the lines; 0 without capacity */
+    int cap_steps;
+    int64_t cap_kept, cap_dropped;
 } RunData;
 
 /* Reads every record of runs_dir/name that exists; a record of another run or experiment is an error. */

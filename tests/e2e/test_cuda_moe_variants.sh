@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The MoE-variant switches on the CUDA backend: DeepSeek-V3's router (sigmoid gates normalised over the
+# The MoE-variant switches on the CUDA backend: expert capacity (CF 1.0: 5 steps on the device, step 1's loss and
+# dropped counts as the CPU's, every step drops), and DeepSeek-V3's router (sigmoid gates normalised over the
 # selected, balance "bias") with a dense first pair of layers and a shared expert, through bin/train --backend cuda:
 #   * step 1's loss equals the CPU backend's within fp32 rounding (same initial weights, same windows);
 #   * it trains: the loss falls, and the expert biases are nonzero integer multiples of gamma (they move by exactly
@@ -97,4 +98,21 @@ c0 = dev[0]["routing"]["applications"][0]["counts"]
 assert c0 == cpu[0]["routing"]["applications"][0]["counts"], "step 1 routing counts differ from the cpu's"
 print(f"ok: {be}: hash routing: step 1 loss {a:.7f} vs cpu {b:.7f}, same counts; loss {dev[0]['loss']:.4f} -> "
       f"{dev[-1]['loss']:.4f}")
+PY
+# expert capacity (CF 1.0, position order): 5 steps on the device; step 1's loss and dropped counts equal the CPU's
+sets=(--set model.ff_capacity_factor=1.0)
+run "$dut_bin" "$be" "$tmp/cap" --set train.steps=5
+run bin cpu "$tmp/cap_cpu" --set train.steps=1
+python3 - "$tmp" "$be" <<'PY' || fail "$be: the expert-capacity run"
+import json, sys
+tmp, be = sys.argv[1:3]
+dev = [json.loads(l) for l in open(f"{tmp}/cap/metrics.jsonl")]
+cpu = [json.loads(l) for l in open(f"{tmp}/cap_cpu/metrics.jsonl")]
+a, b = dev[0]["loss"], cpu[0]["loss"]
+assert abs(a - b) <= 1e-4 * abs(b), f"step 1 loss: {be} {a!r}, cpu {b!r}"
+drop = lambda line: [app["dropped"] for app in line["routing"]["applications"]]  # noqa: E731
+assert drop(dev[0]) == drop(cpu[0]), f"step 1 dropped: {be} {drop(dev[0])}, cpu {drop(cpu[0])}"
+assert all(sum(drop(line)) > 0 for line in dev), "a step dropped nothing"
+assert all(x == x and abs(x) < 1e9 for x in (line["loss"] for line in dev))
+print(f"ok: {be}: capacity run, step 1 loss {a:.7f} vs cpu {b:.7f}, dropped per application {drop(dev[0])}")
 PY

@@ -36,12 +36,30 @@ hash_sets=(--set model.ff_k=1 --set model.balance=none --set model.entropy_reg=n
   --set model.routing=hash --set model.hash_seed=7)
 run hash "${hash_sets[@]}"
 
-for name in switch none sigmoid_renorm bias deepseek hash; do
+# expert capacity (Switch Transformer §2.2): CF 1.0 in the position order, CF 0.75 in the score order
+run capacity --set model.ff_capacity_factor=1.0
+run capacity_score --set model.ff_capacity_factor=0.75 --set model.ff_capacity_order=score
+
+for name in switch none sigmoid_renorm bias deepseek hash capacity capacity_score; do
   first=$(metric "$tmp/$name" 1 loss) last=$(metric "$tmp/$name" '$' loss)
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b == b + 0 && b < a) }' \
     || fail "$name: loss did not fall (first $first, last $last)"
   echo "ok: $name trains (loss $first -> $last)"
 done
+# expert capacity: every logged step records the dropped assignments per application (some, not most), the counts
+# are the kept ones; the runs without a capacity record none
+python3 - "$tmp" <<'PY' || fail "capacity: the dropped counts of metrics.jsonl"
+import json, sys
+for name in ("capacity", "capacity_score"):
+    for line in open(f"{sys.argv[1]}/{name}/metrics.jsonl"):
+        r = json.loads(line)["routing"]
+        for app in r["applications"]:
+            kept, dropped = sum(app["counts"]), app["dropped"]
+            assert dropped > 0 and kept > 0 and kept + dropped == r["k"] * r["tokens"], (name, kept, dropped, r["tokens"])
+assert all("dropped" not in app for line in open(f"{sys.argv[1]}/none/metrics.jsonl")
+           for app in json.loads(line)["routing"]["applications"])
+print("ok: the capacity runs record their dropped assignments (kept + dropped = k * tokens)")
+PY
 reg=$(metric "$tmp/switch" '$' reg_ffn)
 # 2 distinct layers x 2 applications: four Switch losses, each E * sum f P (1 for a perfectly uniform router)
 awk -v r="$reg" 'BEGIN { exit !(r > 0.5 && r < 4 * 8) }' || fail "switch: reg_ffn $reg is not a sum of 4 Switch losses"

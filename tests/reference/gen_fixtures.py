@@ -38,6 +38,7 @@ import twin  # noqa: E402
 
 ROUTING_MARGIN = 1e-3
 RELU_MARGIN = 3e-5
+CAPACITY_MARGIN = 1e-4  # score-order capacity: smallest gap between two different gates of one expert's assignments
 MAX_ATTEMPTS = 200
 
 def moeut_cfg(**kw):
@@ -140,6 +141,21 @@ FIXTURES = {
         "MoE variants: hash routing (Roller et al. 2021 §3): the FFN expert of a position is hash(input token id), "
         "a balanced random table (perm[v] mod E, hash_seed 3), k=1, gate 1, no router, no ln2, no FFN balancing; "
         "Gs=2 R=2, one padded row (its <unk> inputs hash too), answer-only"),
+    "moeut_capacity": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=4, ff_expert_size=6, ff_k=2,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=False, out_norm_affine=True,
+                  router="softmax", router_renorm=True, ff_capacity_factor=1.0),
+        dict(B=2, T=9, rows=[10, 6], answer_only=True, grad_scale=1.0), 1515,
+        "MoE variants: expert capacity CF 1.0 (EC = 9 of the 36 assignments of 18 positions, K=2 of 4), position "
+        "order (GShard Algorithm 1), softmax gates renormalised over the top-2 before the dropping; Gs=2 R=2, one "
+        "padded row, answer-only; eval_logits: the eval path drops nothing"),
+    "moeut_capacity_score": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=4, ff_expert_size=6, ff_k=2,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=False, out_norm_affine=True,
+                  ff_capacity_factor=0.75, ff_capacity_order="score"),
+        dict(B=2, T=9, rows=[10, 8], answer_only=False, grad_scale=1.0), 1616,
+        "MoE variants: expert capacity CF 0.75 (EC = 7 of 36), score order (by gate, Riquelme et al. 2021 §3.1), "
+        "MoEUT's sigmoid gates, entropy balancing; Gs=2 R=2, Q+A loss; eval_logits: the eval path drops nothing"),
     "moeut_dense_first": (
         moeut_cfg(n_tokens=40, d_model=16, n_layers=5, n_heads=2, d_head=8, ff_n_experts=5, ff_expert_size=6, ff_k=2,
                   att_n_experts=3, att_k=2, group_size=2, lm_head_bias=True, out_norm_affine=True,
@@ -351,7 +367,9 @@ def build_fixture(name, out_dir):
             model(inputs, log)
         r_margin = twin.min_routing_margin(log)
         u_margin = twin.min_relu_margin(log)
-        if r_margin > ROUTING_MARGIN and u_margin > RELU_MARGIN:
+        c_dropped, c_total, c_gap = twin.capacity_stats(log)
+        c_ok = cfg.get("ff_capacity_order", "position") != "score" or c_gap > CAPACITY_MARGIN
+        if r_margin > ROUTING_MARGIN and u_margin > RELU_MARGIN and c_ok:
             break
     else:
         raise SystemExit(f"{name}: no draw with routing margin > {ROUTING_MARGIN} in {MAX_ATTEMPTS} attempts")
@@ -362,6 +380,15 @@ def build_fixture(name, out_dir):
         if changed == 0:
             raise SystemExit(f"{name}: the expert_bias changes no selection")
         extra_meta["bias_changed_selections"] = f"{changed}/{total}"
+    eval_logits = None
+    if cfg.get("ff_capacity_factor", 0) > 0:  # capacity must drop some assignments and keep most
+        if not 0 < c_dropped < c_total:
+            raise SystemExit(f"{name}: the capacity drops {c_dropped} of {c_total} assignments")
+        extra_meta["capacity_dropped"] = f"{c_dropped}/{c_total}"
+        model.eval()  # evaluation drops nothing: the eval path's logits differ from the training step's
+        with torch.no_grad():
+            eval_logits = model(inputs)[0].detach()
+        model.train()
 
     model.zero_grad()
     res = twin.objective(model, inputs, ce_targets, valid, spec["grad_scale"])
@@ -381,6 +408,8 @@ def build_fixture(name, out_dir):
         "reg_att": one(res["reg_att"]),
         "total": one(res["total"]),
     }
+    if eval_logits is not None:
+        expected["eval_logits"] = eval_logits
     for n, p in model.named_parameters():  # parameters only: the expert_bias buffer has no gradient
         expected["grad." + n] = p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
     st_io.save(os.path.join(out_dir, "expected.safetensors"), expected,
@@ -401,7 +430,9 @@ def build_fixture(name, out_dir):
     print(f"{name}: attempt {attempt}, routing margin {r_margin:.3g}, relu margin {u_margin:.3g}, "
           f"ce {float(res['ce']):.6f}, reg_ffn {float(res['reg_ffn']):.6f}, reg_att {float(res['reg_att']):.6f}, "
           f"{sum(p.numel() for p in model.parameters())} params" +
-          (f", bias changes {extra_meta['bias_changed_selections']} selections" if extra_meta else ""))
+          (f", bias changes {extra_meta['bias_changed_selections']} selections"
+           if "bias_changed_selections" in extra_meta else "") +
+          (f", capacity drops {extra_meta['capacity_dropped']} assignments" if "capacity_dropped" in extra_meta else ""))
 
 
 CHECK_RTOL = 1e-12

@@ -53,7 +53,9 @@ def fd_gradcheck(name, cfg, spec, seed, per_tensor=6, h=1e-4, tol=1e-6):
         log = []
         with torch.no_grad():
             model(inputs, log)
-        if twin.min_routing_margin(log) > 5e-3 and twin.min_relu_margin(log) > 2e-3:
+        score_capacity = cfg.get("ff_capacity_order") == "score"  # its decision moves with the gates
+        if twin.min_routing_margin(log) > 5e-3 and twin.min_relu_margin(log) > 2e-3 and \
+                (not score_capacity or twin.capacity_stats(log)[2] > 5e-3):
             break
     else:
         check(f"finite differences vs autograd, {name}", False, "no draw with clear margins")
@@ -247,6 +249,7 @@ def main():
     shared_expert_checks()
     routed_scaling_checks()
     hash_routing_checks()
+    capacity_checks()
     expert_bias_checks()
     dense_prefix_checks()
     variant_count_checks()
@@ -310,6 +313,66 @@ def variant_fd_checks():
                  _variant_cfg(n_shared_experts=1, router="sigmoid", router_renorm=True, routed_scaling_factor=2.5,
                               balance="bias"),
                  dict(B=2, T=6, rows=[7, 4], answer_only=True, grad_scale=1.0), 24)
+    fd_gradcheck("MoEUT expert capacity CF 0.75, position order, softmax renorm (dropped slots: no gradient)",
+                 _variant_cfg(router="softmax", router_renorm=True, ff_capacity_factor=0.75),
+                 dict(B=2, T=6, rows=[7, 4], answer_only=True, grad_scale=1.0), 25)
+    fd_gradcheck("MoEUT expert capacity CF 0.75, score order, sigmoid",
+                 _variant_cfg(ff_capacity_factor=0.75, ff_capacity_order="score"),
+                 dict(B=2, T=6, rows=[7, 7], answer_only=False, grad_scale=1.0), 26)
+
+
+def capacity_checks():
+    """capacity_keep against the published dispatch written as a loop (GShard Algorithm 1: every token's first choice
+    in order, each expert counting up to its capacity, then every second choice; the score order: the assignments by
+    gate, descending), both orders, several capacities; EC's rounding; eval mode and a capacity above every load drop
+    nothing."""
+    gen = torch.Generator().manual_seed(41)
+    ok, n_dropped = True, 0
+    for trial in range(6):
+        N, E, K = 23 + trial, 5, 2 + trial % 2
+        idx = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(N)])  # [N, K] distinct per token
+        w = (torch.randint(0, 5, (N, K), generator=gen) / 4.0).double()  # ties everywhere
+        for order in ("position", "score"):
+            for cf in (0.5, 1.0, 1.3):
+                ffn = twin.SigmaMoE(4, E, 3, K, capacity_factor=cf, capacity_order=order)
+                keep = ffn.capacity_keep(idx, w)
+                cap = max(1, math.floor(cf * K * N / E + 0.5))
+                if order == "position":
+                    seq = [(n, j) for j in range(K) for n in range(N)]
+                else:
+                    seq = sorted(((n, j) for n in range(N) for j in range(K)), key=lambda a: (-float(w[a]), a))
+                load = [0] * E
+                want = torch.zeros(N, K, dtype=torch.float64)
+                for n, j in seq:
+                    e = int(idx[n, j])
+                    if load[e] < cap:
+                        load[e] += 1
+                        want[n, j] = 1
+                ok = ok and torch.equal(keep, want)
+                n_dropped += int((want == 0).sum())
+    check("capacity_keep = the dispatch loop of GShard Algorithm 1 / the score order (36 decisions)",
+          ok and n_dropped > 0, f"{n_dropped} assignments dropped in all")
+    ffn = twin.SigmaMoE(4, 8, 3, 2, capacity_factor=1.0)
+    check("EC = max(1, floor(CF*K*N/E + 1/2)): 36 assignments of 8 experts -> 5 (4.5 rounds up); CF 0.01 -> 1",
+          int(ffn.capacity_keep(torch.arange(2).repeat(18, 1), torch.ones(18, 2)).sum()) == 2 * 5 and
+          int(twin.SigmaMoE(4, 8, 3, 2, capacity_factor=0.01).capacity_keep(torch.arange(2).repeat(18, 1),
+                                                                           torch.ones(18, 2)).sum()) == 2)
+    cfg = _variant_cfg(ff_capacity_factor=0.5)
+    layer = twin.MoEUTLayer(cfg).double()
+    _random_fill(layer, gen, 0.5)
+    _set_ln(layer)
+    plain = twin.MoEUTLayer(dict(cfg, ff_capacity_factor=0.0)).double()
+    plain.load_state_dict(layer.state_dict())
+    big = twin.MoEUTLayer(dict(cfg, ff_capacity_factor=100.0)).double()
+    big.load_state_dict(layer.state_dict())
+    x1 = torch.randn(2, 5, cfg["d_model"], generator=gen, dtype=torch.float64)
+    xs = torch.randn(2, 5, cfg["d_model"], generator=gen, dtype=torch.float64)
+    f_train = layer.ffn(x1, xs)[0]
+    layer.eval()
+    f_eval = layer.ffn(x1, xs)[0]
+    f_plain, f_big = plain.ffn(x1, xs)[0], big.ffn(x1, xs)[0]
+    check("capacity: training drops (output moves), eval mode drops nothing, a capacity above every load = none",
+          torch.equal(f_eval, f_plain) and torch.equal(f_big, f_plain) and float((f_train - f_plain).abs().max()) > 1e-3)
 
 
 def routed_scaling_checks():
@@ -634,9 +697,9 @@ def spec_state_dict_names(cfg):
 
 def variant_count_checks():
     new_keys = ("n_shared_experts", "n_dense_first", "d_ff", "balance_gamma", "routed_scaling_factor", "routing",
-                "hash_seed")
+                "hash_seed", "ff_capacity_factor", "ff_capacity_order")
     for name in ("moeut_shared_bias", "moeut_dense_first", "moeut_dense_first_shared_softmax_bias",
-                 "moeut_deepseek_scaled", "moeut_hash"):
+                 "moeut_deepseek_scaled", "moeut_hash", "moeut_capacity", "moeut_capacity_score"):
         cfg = gen_fixtures.FIXTURES[name][0]
         model = twin.build_model(cfg)
         got = sum(p.numel() for p in model.parameters())
@@ -649,7 +712,7 @@ def variant_count_checks():
               "entropy_reg" not in j if cfg.get("balance") == "bias" else True)
     old = [n for n, (c, *_) in gen_fixtures.FIXTURES.items()
            if not any(k in c for k in ("n_shared_experts", "n_dense_first", "balance_gamma", "routed_scaling_factor",
-                                       "routing"))]
+                                       "routing", "ff_capacity_factor"))]
     check(f"configs without the new switches carry none of their keys ({len(old)} fixtures)",
           all(not any(k in twin.json.loads(twin.config_json(gen_fixtures.FIXTURES[n][0])) for k in new_keys
                       if not (k == "d_ff" and gen_fixtures.FIXTURES[n][0]["arch"] == "dense")) for n in old))

@@ -22,6 +22,11 @@ Semantics (DM-math version):
     are those of the unbiased scores; no FFN balancing loss; after an optimizer step b_e -= gamma * sign(c_e - mean c)
     (update_expert_bias). n_shared_experts K_s (DeepSeekMoE §3.2 eq. 9): K_s always-on experts of size S, gate 1,
     reading the raw x1, outside the router and the balancing statistics (y = x1 + f_routed + f_shared).
+    ff_capacity_factor CF > 0 (Switch Transformer §2.2, GShard Algorithm 1; training mode only, model.training): each
+    expert takes at most EC = max(1, floor(CF*K*N/E + 1/2)) of a layer application's N*K token-expert assignments
+    (N = B*T positions); the others get gate 0 (the token passes through the residual for that slot). Which ones an
+    expert keeps: ff_capacity_order "position" (GShard's dispatch: all first choices in position order, then all second
+    choices, ...) or "score" (Riquelme et al. 2021 §3.1, batch-prioritised routing, per assignment: by gate, descending).
     n_dense_first n: the first n layer applications are dense pre-LN layers (DenseLayer, width d_ff) with their own
     weights (transformer.dense_layers.{i}); application a >= n uses MoEUT layer (a - n) % Gs.
     routing "hash" (Roller et al. 2021, "Hash Layers For Large Sparse Models", arXiv 2106.04426 §3): the FFN expert
@@ -60,7 +65,8 @@ MOEUT_KEYS = [
 # routed_scaling_factor (default 1), n_shared_experts, n_dense_first and balance_gamma likewise; d_ff is written only when n_dense_first > 0 (the dense
 # prefix's width; MOEUT_KEYS has no d_ff).
 MOEUT_SWITCH_KEYS = ["router", "router_renorm", "routed_scaling_factor", "balance", "balance_alpha", "balance_gamma",
-                     "n_shared_experts", "n_dense_first", "routing", "hash_seed"]
+                     "n_shared_experts", "n_dense_first", "routing", "hash_seed",
+                     "ff_capacity_factor", "ff_capacity_order"]
 BALANCES = ("entropy", "switch", "none", "bias")
 BALANCE_GAMMA_DEFAULT = 0.001
 
@@ -227,8 +233,11 @@ class SwitchHead(nn.Module):
 
 class SigmaMoE(nn.Module):
     def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False, route_scale=1.0,
-                 hash_table=None):
+                 hash_table=None, capacity_factor=0.0,
+                 capacity_order="position"):
         super().__init__()
+        assert capacity_factor >= 0 and capacity_order in ("position", "score")
+        self.capacity_factor, self.capacity_order = float(capacity_factor), capacity_order
         self.C, self.E, self.S, self.K = C, E, S, K
         self.router, self.renorm = router, bool(renorm)
         self.route_scale = float(route_scale)  # DeepSeek-V3's routed scaling factor (routed gates only)
@@ -266,6 +275,30 @@ class SigmaMoE(nn.Module):
             w = w * self.route_scale
         return idx, w, ranked
 
+    def capacity_keep(self, idx, w):
+        """Expert capacity (Fedus et al. 2021 §2.2: expert capacity = tokens per batch / experts x capacity factor,
+        here times K for K assignments per token; GShard Algorithm 1) of one routing decision idx[N, K], gates w[N, K]:
+        keep[N, K] (1 = kept, 0 = over capacity), not differentiated. EC = max(1, floor(CF*K*N/E + 1/2)).
+        "position": GShard's dispatch, the k-th choices of all tokens after the (k-1)-th ones; within a round the
+        tokens in order: position_in_expert = cumsum of the one-hot dispatch mask over the tokens (Switch/GShard's
+        mesh-tensorflow code), offset by what the earlier rounds put in the expert. "score": the assignments sorted by
+        gate, descending (a stable sort of the n-major entries: ties to the earlier position), then the same cumsum."""
+        N, K = idx.shape
+        E = self.E
+        cap = max(1, math.floor(self.capacity_factor * K * N / E + 0.5))
+        with torch.no_grad():
+            onehot = F.one_hot(idx, E).to(torch.float64)  # [N, K, E]
+            if self.capacity_order == "position":
+                order = torch.arange(N * K).view(N, K).t().reshape(-1)  # round j = 0..K-1, tokens in order
+            else:
+                order = torch.sort(-w.detach().reshape(-1), stable=True).indices  # gate descending, ties: earlier n
+            flat = onehot.reshape(N * K, E)[order]  # [N*K, E] in admission order
+            pos_in_expert = (flat.cumsum(0) - 1.0) * flat  # [N*K, E]: 0-based rank of the assignment in its expert
+            keep_sorted = ((pos_in_expert < cap) * flat).sum(-1)  # [N*K]
+            keep = torch.empty_like(keep_sorted)
+            keep[order] = keep_sorted
+        return keep.view(N, K).to(w.dtype)
+
     def forward(self, x1, xs, route_log=None, tokens=None):
         """keys read the raw x1, the router reads xs = LN2(x1). Returns the ROUTED output f[B,T,C], raw router logits
         l[B,T,E] and the selection idx[B,T,K] (shared experts: shared_forward). routing "hash": idx = hash(tokens)
@@ -279,6 +312,11 @@ class SigmaMoE(nn.Module):
         else:
             l = F.linear(xs, self.expert_sel)  # [B,T,E]
             idx, w, ranked = self.route(l)  # [B,T,K]
+        if self.capacity_factor > 0 and self.training:  # evaluation drops nothing
+            keep = self.capacity_keep(idx.reshape(N, K), w.reshape(N, K))  # [N, K]
+            if route_log is not None:  # gates before the dropping, and the decision
+                route_log.append(("capacity", torch.stack([w.detach().reshape(N, K), keep], -1), idx.reshape(N, K)))
+            w = w * keep.view(B, T, K)
         if route_log is not None and l is not None:  # the margin check looks at what the top-K ranks (the logits
             # unless biased); a hash choice has no margin to lose
             route_log.append(("ffn", (l if self.expert_bias is None else ranked).detach(), K))
@@ -316,7 +354,8 @@ class MoEUTLayer(nn.Module):
         table = hash_table(cfg["n_tokens"], cfg["ff_n_experts"], cfg.get("hash_seed", 1)) if hashed else None
         self.ffn = SigmaMoE(C, cfg["ff_n_experts"], cfg["ff_expert_size"], cfg["ff_k"], cfg.get("router", "sigmoid"),
                             cfg.get("router_renorm", False), cfg.get("n_shared_experts", 0),
-                            cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0), table)
+                            cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0), table,
+                            cfg.get("ff_capacity_factor", 0.0), cfg.get("ff_capacity_order", "position"))
         self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
         self.ln2 = None if hashed else nn.LayerNorm(C, eps=LN_EPS)  # LN2 feeds only the router
 
@@ -703,11 +742,33 @@ def min_routing_margin(route_log):
     precision-dependent."""
     m = math.inf
     for kind, l, k in route_log:  # "ffn" entries of a biased router carry score + bias (what its top-K ranks)
-        if kind == "relu" or k >= l.shape[-1]:
+        if kind in ("relu", "capacity") or k >= l.shape[-1]:
             continue
         top = l.topk(k + 1, dim=-1, sorted=True).values
         m = min(m, float((top[..., k - 1] - top[..., k]).min()))
     return m
+
+
+def capacity_stats(route_log):
+    """Over the capacity decisions of a forward (route_log "capacity" entries: gates and keep [N, K, 2], idx [N, K]):
+    (dropped, total) assignments, and the smallest gap between two different gates of one expert in one decision (a
+    smaller gap could reorder the score order between precisions; equal gates tie by position in every precision)."""
+    dropped = total = 0
+    gap = math.inf
+    for kind, wk, idx in route_log:
+        if kind != "capacity":
+            continue
+        w, keep = wk[..., 0].reshape(-1), wk[..., 1].reshape(-1)
+        dropped += int((keep == 0).sum())
+        total += keep.numel()
+        flat = idx.reshape(-1)
+        for e in flat.unique():
+            g = w[flat == e].sort().values
+            d = g[1:] - g[:-1]
+            d = d[d > 0]
+            if d.numel():
+                gap = min(gap, float(d.min()))
+    return dropped, total, gap
 
 
 def min_relu_margin(route_log):

@@ -206,6 +206,50 @@ static void run_expert_count(OpRun *r, const OpCase *c) {
 }
 static const OpDriver drv_expert_count = {"expert_count", run_expert_count, {"N", "G", "E", "k"}};
 
+/* capacity_drop (cap d[3], order d[4]) of one unbiased selection (G = 1) with gates of 6 values (ties in the score
+ * order), from the host so that both backends rank the same numbers; counts and n_dropped pre-filled (+=) */
+static void run_capacity_drop(OpRun *r, const OpCase *c) {
+    const int N = D(0), E = D(1), k = D(2), cap = D(3);
+    OpCase one = *c; /* the routing shape N, G = 1, E, k, without expert dropout */
+    one.d[0] = N, one.d[1] = 1, one.d[2] = E, one.d[3] = k, one.flags &= ~(unsigned)F_DROP;
+    Routing t = routing_setup(r, &one);
+    scalar_t *hg = ktu_scalars(t.ns);
+    for (size_t i = 0; i < t.ns; i++) hg[i] = (scalar_t)(ktu_int(&r->rng, 6) / 8.0);
+    scalar_t *gate = in_host(r, hg, t.ns * sizeof(scalar_t));
+    free(hg);
+    const int64_t h[] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
+    ck_assert(E + 1 <= (int)(sizeof h / sizeof h[0]));
+    int64_t *counts = in_host(r, h, (size_t)E * sizeof(int64_t)), *n_dropped = in_host(r, h + E, sizeof(int64_t));
+    uint8_t *valid = c->flags & F_VALID ? routing_mask(r, (size_t)N, 3, 0) : NULL; /* 0: masked, p = 1/3 */
+    uint8_t *h_junk = ktu_alloc(t.ns);
+    memset(h_junk, 0xAA, t.ns); /* overwritten entry by entry, kept ones included */
+    uint8_t *dropped = in_host(r, h_junk, t.ns);
+    free(h_junk);
+    BE->capacity_drop(BE, dropped, gate, counts, n_dropped, t.sel, valid, N, E, k, cap, (CapacityOrder)D(4));
+    uint8_t *hd = out_copy(r, dropped, t.ns, 1);
+    int32_t *hd32 = ktu_ints(t.ns);
+    size_t n_drop = 0;
+    for (size_t i = 0; i < t.ns; i++) hd32[i] = hd[i], n_drop += hd[i] != 0;
+    out_host_i32(r, "dropped", hd32, t.ns);
+    free(hd), free(hd32);
+    out_f(r, "gate", gate, CMP_EXACT);
+    out_i64(r, "counts", counts, (size_t)E);
+    out_i64(r, "n_dropped", n_dropped, 1);
+    /* a case must drop some assignments and keep others, unless its capacity holds every one (cap >= N) */
+    ck_assert_msg(cap >= N ? n_drop == 0 : n_drop > 0 && n_drop < t.ns, "capacity_drop '%s': dropped %zu of %zu",
+                  c->name, n_drop, t.ns);
+}
+static const OpDriver drv_capacity_drop = {"capacity_drop", run_capacity_drop, {"N", "E", "k", "cap", "order"}};
+
+/* mask_zero over a random mask (p = 1/3 set) */
+static void run_mask_zero(OpRun *r, const OpCase *c) {
+    const size_t n = (size_t)D(0);
+    scalar_t *x = in_uniform(r, n, -1, 1);
+    BE->mask_zero(BE, x, routing_mask(r, n, 3, 1), n);
+    out_f(r, "x", x, CMP_EXACT);
+}
+static const OpDriver drv_mask_zero = {"mask_zero", run_mask_zero, {"n"}};
+
 /* router_gates (kind d[4], renorm d[5]) of the unbiased selection, and its backward into random dlogits */
 static void run_router_gates(OpRun *r, const OpCase *c) {
     Routing t = routing_setup(r, c);

@@ -182,6 +182,18 @@ static const OpCase op_cases[] = {
     {"adamw_step", "three steps", &drv_adamw, {100003, 3}, 0, 0, DT_FP32, DEF, 0, 0},
     {"sum_squares", "100003 values", &drv_sum_squares, {100003}, 0, 0, DT_FP32, DEF, 0, 0},
     {"all_finite", "finite, Inf, NaN", &drv_all_finite, {100003, 777}, 0, 0, DT_FP32, DEF, 0, 0},
+
+    /* ---- expert capacity (N=200 positions, E=11 experts, k=4; gates of 6 values, so the score order has ties) */
+    {"capacity_drop", "position order", &drv_capacity_drop, {200, 11, 4, 60, CAPACITY_POSITION}, 0, 0, DT_FP32, DEF,
+     0, 0},
+    {"capacity_drop", "score order", &drv_capacity_drop, {200, 11, 4, 60, CAPACITY_SCORE}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"capacity_drop", "score order, valid mask, cap 1", &drv_capacity_drop, {200, 11, 4, 1, CAPACITY_SCORE}, 0,
+     F_VALID, DT_FP32, DEF, 0, 0},
+    {"capacity_drop", "position order, valid mask", &drv_capacity_drop, {200, 11, 4, 73, CAPACITY_POSITION}, 0,
+     F_VALID, DT_FP32, DEF, 0, 0},
+    {"capacity_drop", "capacity above every load", &drv_capacity_drop, {200, 11, 4, 200, CAPACITY_SCORE}, 0, 0,
+     DT_FP32, DEF, 0, 0},
+    {"mask_zero", "100003 values", &drv_mask_zero, {100003}, 0, 0, DT_FP32, DEF, 0, 0},
 };
 enum { N_OP_CASES = sizeof op_cases / sizeof op_cases[0] };
 

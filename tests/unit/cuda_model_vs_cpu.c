@@ -132,6 +132,13 @@ static const Case cases[] = {
      "\"att_entropy_reg\":0.001,\"lm_head_bias\":false,\"out_norm_affine\":false,\"balance\":\"none\","
      "\"routing\":\"hash\",\"hash_seed\":5,\"n_shared_experts\":1}",
      PRECISION_FP32, 1.0},
+    /* expert capacity (EC = round(CF K N / E) of N = 72 positions' 216 assignments): position order with softmax gates
+     * renormalised before the dropping, and the score order on MoEUT's sigmoid gates */
+    {"moeut fp32 capacity 0.75 position softmax renorm",
+     MOEUT_VARIANT_JSON("\"router\":\"softmax\",\"router_renorm\":true,\"balance\":\"none\",\"ff_capacity_factor\":0.75"),
+     PRECISION_FP32, 1.0},
+    {"moeut fp32 capacity 1.0 score",
+     MOEUT_VARIANT_JSON("\"ff_capacity_factor\":1.0,\"ff_capacity_order\":\"score\""), PRECISION_FP32, 1.0},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -4,6 +4,7 @@
  * margin (gap between the k-th and (k+1)-th router logit) far above the finite-difference step, so no step can flip
  * an expert choice. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,6 +17,46 @@
 
 #define FD_STEP 1e-4
 #define MIN_MARGIN 1e-2 /* 100 x the step: a step moves a router logit by ~FD_STEP * O(1) */
+
+/* Expert capacity in the score order (sigmoid gates, no renormalisation or scaling: gate = sigmoid(logit)): the
+ * smallest gap, over the experts of every application of the last training forward that got more than EC
+ * assignments, between the EC-th and the (EC+1)-th largest gate of the expert; the step must not reorder them.
+ * Infinity without a score-order capacity. */
+static double capacity_score_margin(Model *m) {
+    const ModelConfig *c = model_config(m);
+    if (!(c->ff_capacity_factor > 0) || c->ff_capacity_order != CAPACITY_SCORE) return INFINITY;
+    ck_assert(c->router == ROUTER_SIGMOID && !c->router_renorm && c->routed_scaling_factor == 1.0);
+    MoeutState *st = moeut_state(m);
+    Backend *be = model_backend(m);
+    const int N = st->B * st->T, E = c->ff_n_experts, K = c->ff_k, Gs = c->group_size, cap = moeut_capacity(c, N);
+    double best = INFINITY;
+    for (int a = 0; a < st->n_apps; a++) {
+        double *l = mt_download(be, st->hist_f[a % Gs] + (size_t)(a / Gs) * N * E, (size_t)N * E); /* [N, E] */
+        int32_t *sel = malloc((size_t)N * K * sizeof *sel);
+        ck_assert(sel != NULL);
+        be->to_host(be, sel, st->apps[a].sel_f, (size_t)N * K * sizeof *sel);
+        for (int e = 0; e < E; e++) {
+            double g[256];
+            int n_e = 0;
+            for (int p = 0; p < N * K; p++)
+                if (sel[p] == e) {
+                    ck_assert(n_e < 256);
+                    g[n_e++] = 1 / (1 + exp(-l[(size_t)(p / K) * E + e]));
+                }
+            if (n_e <= cap) continue;
+            for (int i = 1; i < n_e; i++) /* descending */
+                for (int j = i; j > 0 && g[j] > g[j - 1]; j--) {
+                    double t = g[j];
+                    g[j] = g[j - 1];
+                    g[j - 1] = t;
+                }
+            best = fmin(best, g[cap - 1] - g[cap]);
+        }
+        free(l);
+        free(sel);
+    }
+    return best;
+}
 
 static void run_check(ModelConfig c, uint64_t seed) {
     ck_assert_msg(sizeof(scalar_t) == 8, "this test must be built with -DSCALAR_F64");
@@ -39,13 +80,20 @@ static void run_check(ModelConfig c, uint64_t seed) {
         }
         StepStats st;
         model_train_step(m, in, ce_tg, valid, B, T, 1.0, &st, NULL);
-        margin = c.arch == ARCH_MOE ? mt_moe_min_topk_margin(m) : mt_min_topk_margin(m);
+        margin = c.arch == ARCH_MOE ? mt_moe_min_topk_margin(m) : fmin(mt_min_topk_margin(m), capacity_score_margin(m));
         if (margin > MIN_MARGIN) break;
         model_free(m);
         m = NULL;
     }
     ck_assert_msg(m != NULL, "no seed with routing margins > %g in 50 tries (last %g)", MIN_MARGIN, margin);
     printf("routing margin %.3g (seed %llu)\n", margin, (unsigned long long)s);
+    int64_t dropped[16] = {0}, n_dropped = 0; /* expert capacity: the case must drop assignments */
+    ck_assert(model_routed_applications(m, NULL) <= 16);
+    if (model_routing_dropped(m, dropped)) {
+        for (int a = 0; a < model_routed_applications(m, NULL); a++) n_dropped += dropped[a];
+        ck_assert_msg(n_dropped > 0, "the capacity drops nothing");
+        printf("capacity dropped %lld assignments\n", (long long)n_dropped);
+    }
     FdBatch b = {in, ce_tg, valid, B, T};
     fd_check_model_covered(m, &b, 5, FD_STEP, 1e-6, 1e-6, s + 4);
     model_free(m);
@@ -177,6 +225,20 @@ START_TEST(grad_moeut_hash_shared_dense_first) {
 }
 END_TEST
 
+/* Expert capacity (EC = 3 of the 20 assignments of N = 10 positions to 5 experts): dropped slots pass no gradient to
+ * their expert or gate; the position order with softmax gates renormalised before the dropping (a kept gate's gradient
+ * reaches the dropped expert's logit), and the score order on MoEUT's sigmoid gates (its decision moves with the
+ * gates: the fixed seed's draw keeps the order under the FD step, else the check would fail, not pass). */
+START_TEST(grad_moeut_capacity_position) {
+    run_check(mtu_config(SWITCH_BASE "\"router\":\"softmax\",\"router_renorm\":true,\"ff_capacity_factor\":0.75}"), 12);
+}
+END_TEST
+
+START_TEST(grad_moeut_capacity_score) {
+    run_check(mtu_config(SWITCH_BASE "\"ff_capacity_factor\":0.75,\"ff_capacity_order\":\"score\"}"), 13);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("f64_model_moeut");
     TCase *tc = tcase_create("fd");
@@ -200,6 +262,8 @@ int main(void) {
     suite_add_tcase(s, moe);
     tcase_add_test(tc, grad_moeut_hash);
     tcase_add_test(tc, grad_moeut_hash_shared_dense_first);
+    tcase_add_test(tc, grad_moeut_capacity_position);
+    tcase_add_test(tc, grad_moeut_capacity_score);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -166,6 +166,7 @@ static void round_trip(const char *json) {
     ck_assert(a.n_dense_first == b.n_dense_first && a.n_shared_experts == b.n_shared_experts);
     ck_assert(a.routed_scaling_factor == b.routed_scaling_factor);
     ck_assert(a.routing == b.routing && a.hash_seed == b.hash_seed);
+    ck_assert(a.ff_capacity_factor == b.ff_capacity_factor && a.ff_capacity_order == b.ff_capacity_order);
     /* Every key is written (d_head included), none of the other arch. */
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_head"));
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "lm_head_bias"));
@@ -722,6 +723,52 @@ START_TEST(moe_tensor_names) {
 }
 END_TEST
 
+/* Expert capacity: default 0 (no capacity, order "position"), any finite CF >= 0, the order only with CF > 0. */
+START_TEST(ff_capacity_keys) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert(c.ff_capacity_factor == 0.0 && c.ff_capacity_order == CAPACITY_POSITION);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":1.25}", &c, err, sizeof err), 0);
+    ck_assert(c.ff_capacity_factor == 1.25 && c.ff_capacity_order == CAPACITY_POSITION);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":1,\"ff_capacity_order\":\"score\"}", &c,
+                           err, sizeof err),
+                     0);
+    ck_assert(c.ff_capacity_factor == 1.0 && c.ff_capacity_order == CAPACITY_SCORE);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":0}", &c, err, sizeof err), 0);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":-1}", "exp.json: model.ff_capacity_factor:",
+                 "finite number >= 0 (0 = no capacity), got -1");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":1e999}", "exp.json: model.ff_capacity_factor:",
+                 "got inf");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":\"1\"}", "exp.json: model.ff_capacity_factor:",
+                 "expected a number");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_order\":\"score\"}", "exp.json: model.ff_capacity_order:",
+                 "has no effect with model.ff_capacity_factor 0 (no capacity)");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":0,\"ff_capacity_order\":\"position\"}",
+                 "exp.json: model.ff_capacity_order:", "no effect");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":1,\"ff_capacity_order\":\"random\"}",
+                 "exp.json: model.ff_capacity_order:", "random");
+    expect_error("{" DENSE_BASE ",\"ff_capacity_factor\":1}", "exp.json: model.ff_capacity_factor:", "moeut");
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    c.ff_capacity_factor = NAN;
+    ck_assert_int_eq(model_config_validate(&c, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "model.ff_capacity_factor: must be a finite number >= 0") != NULL, "%s", err);
+    round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":1.5,\"ff_capacity_order\":\"score\"}");
+    round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":1}");
+    /* without a capacity neither key is written: the configs of such models keep their exact bytes */
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    cJSON *o = model_config_to_json(&c);
+    ck_assert(!cJSON_GetObjectItemCaseSensitive(o, "ff_capacity_factor") &&
+              !cJSON_GetObjectItemCaseSensitive(o, "ff_capacity_order"));
+    cJSON_Delete(o);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":0.5}", &c, err, sizeof err), 0);
+    o = model_config_to_json(&c);
+    ck_assert(cJSON_GetObjectItemCaseSensitive(o, "ff_capacity_factor") &&
+              cJSON_GetObjectItemCaseSensitive(o, "ff_capacity_order"));
+    cJSON_Delete(o);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model_config");
     TCase *tc = tcase_create("config");
@@ -744,6 +791,7 @@ int main(void) {
     tcase_add_test(tc, dense_tensor_names_and_shapes);
     tcase_add_test(tc, moe_arch_config);
     tcase_add_test(tc, moe_tensor_names);
+    tcase_add_test(tc, ff_capacity_keys);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

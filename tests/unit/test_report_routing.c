@@ -108,12 +108,50 @@ START_TEST(no_sections_without_routing_or_family) {
 }
 END_TEST
 
+/* Expert capacity: two logged steps whose routing records dropped assignments (counts as hand_routing, 6 tokens,
+ * dropped {2, 1}: 8 kept and 3 dropped per step) give the capacity table's row, 16 kept, 6 dropped, 6/22 = 27.27%;
+ * a run without them has no row, and no run with them: no table. */
+START_TEST(capacity_dropped_share) {
+    setup_dirs("test_report_routing_capacity");
+    write_run("moeut_answer", "moeut", "answer_only", 50, BASE, 1);
+    write_run("moeut_answer_softmax", "moeut", "answer_only", 60, SOFTMAX, 1);
+    char *md = report("moeut_answer,moeut_answer_softmax");
+    ck_assert(strstr(md, "Expert capacity") == NULL);
+    free(md);
+    const int64_t counts[8] = {3, 1, 0, 0, 1, 1, 1, 1}, dropped[2] = {2, 1};
+    RoutingStats rs;
+    routing_stats_from_counts(&rs, counts, 0, 2, 4, 1, 6);
+    routing_stats_set_dropped(&rs, dropped);
+    cJSON *line = cJSON_CreateObject();
+    cJSON_AddNumberToObject(line, "step", 1);
+    cJSON_AddNumberToObject(line, "loss", 3.5);
+    cJSON_AddItemToObject(line, "routing", routing_stats_to_json(&rs));
+    routing_stats_free(&rs);
+    char *l1 = cJSON_PrintUnformatted(line);
+    cJSON_ReplaceItemInObject(line, "step", cJSON_CreateNumber(2));
+    char *l2 = cJSON_PrintUnformatted(line);
+    cJSON_Delete(line);
+    char text[8192], p[700];
+    snprintf(text, sizeof text, "%s\n%s\n", l1, l2);
+    free(l1), free(l2);
+    snprintf(p, sizeof p, "%s/moeut_answer_softmax/metrics.jsonl", g_runs);
+    rtu_write(p, text);
+    md = report("moeut_answer,moeut_answer_softmax");
+    check_html();
+    ck_assert_msg(strstr(md, "| moeut_answer_softmax | 2 | 16 | 6 | 27.27% |") != NULL, "capacity row:\n%s", md);
+    ck_assert(strstr(md, "| moeut_answer | 2 |") == NULL); /* no capacity records: no row */
+    free(md);
+    remove_tree(g_dir);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("report_routing");
     TCase *tc = tcase_create("report_routing");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, ablations_and_expert_load);
     tcase_add_test(tc, no_sections_without_routing_or_family);
+    tcase_add_test(tc, capacity_dropped_share);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -93,11 +93,62 @@ START_TEST(json_round_trip_and_refusals) {
 }
 END_TEST
 
+/* Expert capacity: "dropped" per application, written with the counts (the kept assignments), read back, and refused
+ * when present in some applications only, not an exact count, or over k * tokens with the counts. */
+static cJSON *written_dropped(void) {
+    const int64_t c[6] = {3, 1, 0, 2, 1, 2}, d[2] = {2, 1};
+    RoutingStats s;
+    routing_stats_from_counts(&s, c, 1, 2, 3, 2, 6);
+    routing_stats_set_dropped(&s, d);
+    ck_assert(fabs(routing_stats_dropped_fraction(&s, 0) - 2.0 / 6.0) < 1e-15);
+    ck_assert(fabs(routing_stats_dropped_fraction(&s, 1) - 1.0 / 6.0) < 1e-15);
+    cJSON *j = routing_stats_to_json(&s);
+    routing_stats_free(&s);
+    return j;
+}
+
+START_TEST(capacity_dropped) {
+    cJSON *j = written();
+    RoutingStats s;
+    char err[512] = "";
+    ck_assert_msg(routing_stats_from_json(&s, j, "r.json", "routing", err, sizeof err) == 0, "%s", err);
+    ck_assert(s.dropped == NULL && routing_stats_dropped_fraction(&s, 0) == 0.0); /* no capacity: none recorded */
+    routing_stats_free(&s);
+    cJSON_Delete(j);
+
+    j = written_dropped();
+    ck_assert_msg(routing_stats_from_json(&s, j, "r.json", "routing", err, sizeof err) == 0, "%s", err);
+    ck_assert(s.dropped != NULL && s.dropped[0] == 2 && s.dropped[1] == 1 && s.first_app == 1);
+    ck_assert(fabs(routing_stats_dropped_fraction(&s, 0) - 2.0 / 6.0) < 1e-15);
+    cJSON *again = routing_stats_to_json(&s); /* the round trip keeps it */
+    ck_assert(cJSON_Compare(j, again, true));
+    cJSON_Delete(again);
+    routing_stats_free(&s);
+    cJSON_Delete(j);
+
+    j = written_dropped();
+    cJSON_DeleteItemFromObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "applications"), 1), "dropped");
+    expect_refusal(j, "routing.applications[1].dropped: missing, unlike applications[0]");
+    j = written();
+    cJSON_AddNumberToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "applications"), 1), "dropped", 0);
+    expect_refusal(j, "routing.applications[1].dropped: present, unlike applications[0]");
+    j = written_dropped();
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "applications"), 0), "dropped",
+                              cJSON_CreateNumber(1.5));
+    expect_refusal(j, "routing.applications[0].dropped: not a non-negative integer");
+    j = written_dropped();
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "applications"), 0), "dropped",
+                              cJSON_CreateNumber(9)); /* 4 kept + 9 dropped > k * tokens = 12 */
+    expect_refusal(j, "routing.applications[0].counts: 4 selections + 9 dropped, more than k * tokens = 2 * 6");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("routing_stats");
     TCase *tc = tcase_create("routing_stats");
     tcase_add_test(tc, derived_figures);
     tcase_add_test(tc, json_round_trip_and_refusals);
+    tcase_add_test(tc, capacity_dropped);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
