@@ -152,12 +152,12 @@ void model_head(Model *m, scalar_t *logits, const scalar_t *h, int B, int T);
 /* Convenience: full eval forward of tokens[B,T] (host) into logits_host[B,T,V]. */
 void model_forward_eval(Model *m, const int32_t *tokens, int B, int T, float *logits_host);
 
-/* ---- routing statistics (MoEUT's FFN router; model/routing_counts.c, the figures in pipeline/records/routing_stats.h) ----
+/* ---- routing statistics (the FFN router of MoEUT or of arch "moe"; model/routing_counts.c, the figures in pipeline/records/routing_stats.h) ----
  * The model counts, per layer application, the selections each FFN expert gets (the backend's expert_count, on the
  * device): in training steps at the positions with valid = 1 (expert-dropout fillers left out), and in
  * model_forward_eval at every position. model_run_layers on its own and KV-cache decoding are not counted. */
 int model_routed_experts(const Model *m);  /* E of the FFN router; 0 for the dense model, which counts nothing */
-/* A = the layer applications with a router (MoEUT's, after its n_dense_first dense ones): applications
+/* A = the layer applications with a router (MoEUT's or "moe"'s, after the n_dense_first dense ones): applications
  * first_app .. first_app + A - 1. 0 (and first_app 0) for the dense model. */
 int model_routed_applications(const Model *m, int *first_app);
 /* Zeroes the counts (no synchronisation). */

@@ -248,7 +248,8 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
     else if (strcmp(arch_v->valuestring, "moeut") == 0) arch = ARCH_MOEUT;
     else if (strcmp(arch_v->valuestring, "moe") == 0) arch = ARCH_MOE;
     else {
-        snprintf(err, errlen, "%s: model.arch: unknown architecture \"%s\" (expected \"dense\", \"moeut\" or \"moe\")", source,
+        snprintf(err, errlen,
+                 "%s: model.arch: unknown architecture \"%s\" (expected \"dense\", \"moeut\" or \"moe\")", source,
                  arch_v->valuestring);
         return -1;
     }
@@ -270,9 +271,12 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
         }
         if (!(key_archs(k) & arch_bit(arch))) {
             const int a = key_archs(k);
+            const char *owner = a == FOR_MOEUT ? "\"moeut\""
+                                : a == FOR_DENSE ? "\"dense\""
+                                : a == (FOR_MOEUT | FOR_MOE) ? "\"moeut\" and \"moe\""
+                                                             : "another arch";
             snprintf(err, errlen, "%s: model.%s: not a key of arch \"%s\" (it belongs to %s)", source, name,
-                     arch_name(arch),
-                     a == FOR_MOEUT ? "\"moeut\"" : a == FOR_DENSE ? "\"dense\"" : a == (FOR_MOEUT | FOR_MOE) ? "\"moeut\" and \"moe\"" : "another arch");
+                     arch_name(arch), owner);
             return -1;
         }
         if (read_value(&c, k, it, problem, sizeof problem) != 0) {
@@ -289,7 +293,8 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
         }
     for (int i = 0; i < N_KEYS; i++) {
         char why[64];
-        const char *void_under = (key_archs(&KEYS[i]) & arch_bit(arch)) ? key_void_under(&c, &KEYS[i], why, sizeof why) : NULL;
+        const char *void_under =
+            (key_archs(&KEYS[i]) & arch_bit(arch)) ? key_void_under(&c, &KEYS[i], why, sizeof why) : NULL;
         if (void_under && cJSON_GetObjectItemCaseSensitive(obj, KEYS[i].name)) {
             snprintf(err, errlen, "%s: model.%s: has no effect with %s (remove it)", source, KEYS[i].name, void_under);
             return -1;

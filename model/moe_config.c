@@ -45,7 +45,8 @@ int moe_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
     if (cfg->balance != BALANCE_SWITCH && cfg->balance != BALANCE_NONE) {
         static const char *const names[] = {"entropy", "switch", "none", "bias"};
         const int b = (int)cfg->balance;
-        snprintf(err, errlen, "model.balance: \"%s\" is not a balance of arch \"moe\" (expected \"switch\" or \"none\")",
+        snprintf(err, errlen,
+                 "model.balance: \"%s\" is not a balance of arch \"moe\" (expected \"switch\" or \"none\")",
                  b >= 0 && b < 4 ? names[b] : "?");
         return -1;
     }

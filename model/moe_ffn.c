@@ -133,7 +133,7 @@ void moe_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) {
     else
         be->zero(be, dl, (size_t)N * E * sizeof(scalar_t));
     /* router_gates_backward wants the transform's own output: with a routed scaling factor rsf the cached gates are
-     * rsf times it, so the unscaled gates are recomputed (the same kernel on the same logits) and dL/dg = rsf dL/dgate */
+     * rsf times it, so the unscaled gates are recomputed (the same kernel on the same logits), dL/dg = rsf dL/dgate */
     const scalar_t *gate = ac->gate;
     if (c->routed_scaling_factor != 1.0) {
         be->router_gates(be, st->gate3, ac->l, ac->sel, NULL, N, 1, E, K, c->router, c->router_renorm);

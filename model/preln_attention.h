@@ -34,7 +34,8 @@ void preln_attention_backward(Model *m, const PrelnAttnParams *p, const PrelnAtt
                               scalar_t *dx, scalar_t *xn, scalar_t *dxn, scalar_t *dq, scalar_t *dk, scalar_t *dv,
                               scalar_t *datt, int B, int T);
 /* Eval forward in place: h[N,C] += a Wo^T. With kv (B = 1) the new keys/values are appended at kv_len and the queries
- * attend to the whole cache (RoPE offset kv_len). Scratch: xn [N,C], q, k, v, att [N,H*D], lse [N*H], mean, rstd [N]. */
+ * attend to the whole cache (RoPE offset kv_len). Scratch: xn [N,C], q, k, v, att [N,H*D], lse [N*H], mean and
+ * rstd [N]. */
 void preln_attention_forward_infer(Model *m, const PrelnAttnParams *p, scalar_t *h, int B, int T, LayerKV *kv,
                                    int kv_len, scalar_t *xn, scalar_t *q, scalar_t *k, scalar_t *v, scalar_t *att,
                                    scalar_t *lse, scalar_t *mean, scalar_t *rstd);

@@ -1,5 +1,6 @@
 /* The model's routing counts (see "routing statistics" in model.h): reading and resetting them. The counting itself
- * happens in the MoEUT layer's FFN block (moeut_forward.c), one expert_count per routing decision. */
+ * happens in the FFN blocks of the MoEUT layer (moeut_forward.c) and the "moe" layer (moe_ffn.c), one expert_count per
+ * routing decision. */
 #include "model/model_internal.h"
 
 int model_routed_experts(const Model *m) { return m->routing_counts ? m->cfg.ff_n_experts : 0; }

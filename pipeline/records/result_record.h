@@ -50,7 +50,7 @@ typedef struct {
 
 typedef struct {
     char experiment[128], run[128];
-    char arch[16];            /* "dense" | "moeut" */
+    char arch[16];            /* "dense" | "moeut" | "moe" */
     char loss_mode[16];       /* "qa" | "answer_only" */
     cJSON *config;            /* the run config object (owned) */
     char config_sha256[65];   /* config_sha256 of the run config file and its --set overrides */

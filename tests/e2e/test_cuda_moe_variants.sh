@@ -54,3 +54,28 @@ assert "transformer.dense_layers.1.attention.q.weight" in w and "transformer.lay
 print(f"ok: {be}: step 1 loss {a:.7f} vs cpu {b:.7f}; loss {dev[0]['loss']:.4f} -> {dev[-1]['loss']:.4f}; "
       "biases move in steps of gamma")
 PY
+
+# arch "moe" (dense attention, a routed FFN with expert biases; one dense first layer, then 3 MoE layers with
+# Mixtral's renormalised softmax top-2 and the Switch loss): step 1's loss equals the CPU backend's, 5 steps train,
+# the routing statistics cover applications 1..3
+python3 tests/e2e/moe_arch_config.py "$tmp/cfg.json" "$tmp/moe.json"
+moe_run() { # moe_run BIN BACKEND OUT STEPS
+  "$1"/train --backend "$2" --threads 2 --config "$tmp/moe.json" --data "$data" --out "$3" --set train.steps="$4" \
+    --set train.checkpoint_every=0 >>"$3.log" 2>&1 || { cat "$3.log"; fail "$2: bin/train (arch moe) $3"; }
+}
+moe_run "$dut_bin" "$be" "$tmp/moe_dev" 5
+moe_run bin cpu "$tmp/moe_cpu" 1
+python3 - "$tmp" "$be" <<'PY' || fail "$be: the arch moe run"
+import json, math, sys
+tmp, be = sys.argv[1:3]
+dev = [json.loads(l) for l in open(f"{tmp}/moe_dev/metrics.jsonl")]
+cpu = [json.loads(l) for l in open(f"{tmp}/moe_cpu/metrics.jsonl")]
+a, b = dev[0]["loss"], cpu[0]["loss"]
+assert abs(a - b) <= 1e-4 * abs(b), f"step 1 loss: {be} {a!r}, cpu {b!r}"
+assert abs(dev[0]["reg_ffn"] - cpu[0]["reg_ffn"]) <= 1e-4 * abs(cpu[0]["reg_ffn"]), (dev[0]["reg_ffn"], cpu[0]["reg_ffn"])
+assert len(dev) == 5 and all(math.isfinite(l["loss"]) for l in dev)
+assert dev[-1]["loss"] < dev[0]["loss"], f"loss did not fall: {dev[0]['loss']} -> {dev[-1]['loss']}"
+r = dev[-1]["routing"]
+assert r["first_application"] == 1 and len(r["applications"]) == 3, (r["first_application"], len(r["applications"]))
+print(f"ok: {be}: arch moe step 1 loss {a:.7f} vs cpu {b:.7f}; loss {dev[0]['loss']:.4f} -> {dev[-1]['loss']:.4f}")
+PY

@@ -114,3 +114,27 @@ grep -q 'model.entropy_reg: has no effect with model.balance "switch"' "$tmp/ref
 [ "$(grep -c 'error' "$tmp/refused.log")" = 1 ] || { cat "$tmp/refused.log"; fail "the refusal is not one error line"; }
 [ ! -e "$tmp/refused/model.safetensors" ] || fail "a refused run wrote a checkpoint"
 echo "ok: a coefficient of another balance is refused naming the key"
+
+# arch "moe" (dense attention, a routed FFN with expert biases; one dense first layer, then 3 MoE layers): 5 steps
+# train, reg_ffn is the sum of its 3 Switch losses, the routing statistics cover applications 1..3, evaluate routes it
+python3 tests/e2e/moe_arch_config.py "$tmp/moeut.json" "$tmp/moe.json"
+bin/train --config "$tmp/moe.json" --data "$tmp/data" --out "$tmp/moe" --threads 1 --set train.steps=5 \
+  >"$tmp/moe.log" 2>&1 || { cat "$tmp/moe.log"; fail "moe: bin/train failed"; }
+bin/evaluate --run "$tmp/moe" --config "$tmp/moe.json" --data "$tmp/data" --out "$tmp/moe/result.json" \
+  --set train.steps=5 2>"$tmp/moe_ev.log" || { cat "$tmp/moe_ev.log"; fail "moe: bin/evaluate failed"; }
+python3 - "$tmp/moe" <<'PY' || fail "arch moe run"
+import json, math, sys
+run = sys.argv[1]
+lines = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
+assert len(lines) == 5 and all(math.isfinite(l["loss"]) for l in lines), [l["loss"] for l in lines]
+assert lines[-1]["loss"] < lines[0]["loss"], f"loss did not fall: {lines[0]['loss']} -> {lines[-1]['loss']}"
+assert all(0.5 < l["reg_ffn"] < 3 * 8 for l in lines), [l["reg_ffn"] for l in lines]
+r = lines[-1]["routing"]
+assert r["first_application"] == 1 and len(r["applications"]) == 3, (r["first_application"], len(r["applications"]))
+for name, s in json.load(open(f"{run}/result.json"))["evaluation"]["sets"].items():
+    r = s["routing"]
+    assert r["first_application"] == 1 and len(r["applications"]) == 3, name
+    assert all(sum(a["counts"]) == r["k"] * r["tokens"] for a in r["applications"]), name
+print(f"ok: arch moe trains (loss {lines[0]['loss']:.4f} -> {lines[-1]['loss']:.4f}, reg_ffn "
+      f"{lines[-1]['reg_ffn']:.3f}) and routes applications 1..3 in training and evaluation")
+PY

@@ -84,6 +84,11 @@ typedef struct {
     "\"ff_n_experts\":9,\"ff_expert_size\":12,\"ff_k\":3,\"att_n_experts\":4,\"att_k\":2,\"group_size\":2,"         \
     "\"att_entropy_reg\":0.001,\"lm_head_bias\":false,\"out_norm_affine\":false," SWITCHES "}"
 
+/* arch "moe": the dense attention with a routed FFN with expert biases (model/moe_layer.c) */
+#define MOE_JSON(SWITCHES)                                                                                          \
+    "{\"arch\":\"moe\",\"n_tokens\":37,\"d_model\":48,\"n_layers\":3,\"n_heads\":3,\"d_head\":16,"                 \
+    "\"ff_expert_size\":20,\"lm_head_bias\":true,\"out_norm_affine\":false," SWITCHES "}"
+
 static const Case cases[] = {
     {"dense fp32", DENSE_JSON, PRECISION_FP32, 1.0},
     {"moeut fp32 (K<E, KA<EA)", MOEUT_JSON_(9, 3, 4, 2, 0.0), PRECISION_FP32, 0.5},
@@ -111,6 +116,14 @@ static const Case cases[] = {
      "\"ff_n_experts\":6,\"ff_expert_size\":12,\"ff_k\":6,\"att_n_experts\":3,\"att_k\":3,\"group_size\":2,"
      "\"n_dense_first\":2,\"n_shared_experts\":1,\"lm_head_bias\":false,\"out_norm_affine\":false}",
      PRECISION_BF16, 1.0},
+    {"moe fp32 mixtral dense-first switch",
+     MOE_JSON("\"ff_n_experts\":7,\"ff_k\":2,\"router_renorm\":true,\"n_dense_first\":1,\"d_ff\":30,\"balance_alpha\":0.1"),
+     PRECISION_FP32, 1.0},
+    {"moe fp32 sigmoid scaled none",
+     MOE_JSON("\"ff_n_experts\":7,\"ff_k\":3,\"router\":\"sigmoid\",\"routed_scaling_factor\":2.5,\"balance\":\"none\""),
+     PRECISION_FP32, 0.5},
+    /* bf16 rounding flips near-tie routing decisions: every expert selected (K=E), as the MoEUT bf16 cases */
+    {"moe bf16 (K=E)", MOE_JSON("\"ff_n_experts\":4,\"ff_k\":4,\"router_renorm\":true"), PRECISION_BF16, 1.0},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -295,6 +308,9 @@ START_TEST(test_model_case) {
                                          : cfg->balance == BALANCE_SWITCH ? sc.reg_ffn > 0
                                                                           : sc.reg_ffn == 0),
                       "regularizers not exercised (reg_ffn %g, reg_att %g)", sc.reg_ffn, sc.reg_att);
+    if (cfg->arch == ARCH_MOE) /* the Switch loss positive, no balancing exactly 0, no attention router */
+        ck_assert_msg(sc.reg_att == 0 && (cfg->balance == BALANCE_SWITCH ? sc.reg_ffn > 0 : sc.reg_ffn == 0),
+                      "regularizers (reg_ffn %g, reg_att %g)", sc.reg_ffn, sc.reg_att);
 
     scalar_t *gc = mtu_download(mc, model_grads(mc)), *gg = mtu_download(mg, model_grads(mg));
     double *gcd = xmalloc_test(np * sizeof *gcd), *ggd = xmalloc_test(np * sizeof *ggd);

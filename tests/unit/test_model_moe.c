@@ -134,7 +134,8 @@ END_TEST
  * router's rows of equal norm at std sqrt(2/(L C)). */
 START_TEST(init_statistics) {
     ModelConfig c = mtu_config("{\"arch\":\"moe\",\"n_tokens\":16,\"d_model\":256,\"n_layers\":6,\"n_heads\":2,"
-                               "\"d_head\":32,\"ff_n_experts\":8,\"ff_expert_size\":64,\"n_dense_first\":1,\"d_ff\":40}");
+                               "\"d_head\":32,\"ff_n_experts\":8,\"ff_expert_size\":64,\"n_dense_first\":1,"
+                               "\"d_ff\":40}");
     Backend *be = mtu_backend();
     Model *m = model_create(&c, be);
     model_init_weights(m, 9);
@@ -295,7 +296,8 @@ static void check_upcycle(const char *routing, int expect_equal) {
     mtu_tokens(in, B * T, dc.n_tokens, 55);
     const double diff = max_logit_diff(d, m, in, B, T);
     if (expect_equal)
-        ck_assert_msg(diff < 1e-5, "%s: the upcycled model's logits differ from the dense model's by %g", routing, diff);
+        ck_assert_msg(diff < 1e-5, "%s: the upcycled model's logits differ from the dense model's by %g", routing,
+                      diff);
     else /* without renormalised gates the copies are scaled by sum_j gate_j != 1: not the dense function */
         ck_assert_msg(diff > 1e-3, "%s: logits equal the dense model's (diff %g) although the gates do not sum to 1",
                       routing, diff);
