@@ -82,9 +82,17 @@ BACKEND_OP(void, attention_backward, (Backend *be, scalar_t *dq, scalar_t *dk, s
  * selecting on sigmoid or softmax scores, which are increasing functions of them. With bias[G*E] (balance "bias",
  * DeepSeek-V3 eq. 16): score_e + bias[g*E+e], score = the gating transform `score` of the logits (sigmoid, or
  * softmax over the group's E logits), computed in double; the bias moves the selection only, never a gate.
+ * Group-limited routing (DeepSeek-V3 §2.1.2; n_group > 1, topk_group < n_group): the E experts of a row form n_group
+ * contiguous groups of E/n_group (>= 2); a group's score = the sum of the two largest of score_e (+ bias_e when bias
+ * != NULL) over its experts not dropped (score = sigmoid or softmax as above, in double; one survivor: its value, none:
+ * -inf); the experts of the topk_group best groups (ties: lower group first) are the only candidates, and the filler
+ * slots come from the dropped experts of those groups. n_group = topk_group = 1 (or topk_group = n_group): no limit,
+ * the selection above bit for bit. Requires E % n_group == 0, 1 <= topk_group <= n_group <= ROUTING_MAX_GROUPS (64)
+ * and k <= topk_group * E / n_group. Attention calls it with 1, 1.
  * Both backends select with kernels/routing_topk.h. */
 BACKEND_OP(void, topk_select, (Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop,
-                               const scalar_t *bias, RouterKind score, int N, int G, int E, int k))
+                               const scalar_t *bias, RouterKind score, int N, int G, int E, int k, int n_group,
+                               int topk_group))
 /* router_gates: gate[N,G,k] at the selected experts (sel from topk_select):
  *   ROUTER_SIGMOID: s_j = sigmoid(l[sel_j])                   (MoEUT's sigma-MoE)
  *   ROUTER_SOFTMAX: s_j = softmax over the group's E logits, at sel_j (all E experts, dropped or not)

@@ -55,6 +55,9 @@ typedef struct {
     double dropout;       /* must be 0: dropout is not implemented (every paper run uses 0) */
     bool lm_head_bias;    /* default true (reference MoEUTLM); DM-math: false */
     bool out_norm_affine; /* default true; DM-math: false */
+    int n_group;          /* "n_group": group-limited FFN routing (DeepSeek-V3 §2.1.2): the E experts form n_group
+                           * contiguous groups, a token chooses among the topk_group best (default 1: no limit) */
+    int topk_group;       /* "topk_group": groups kept per token (default n_group; only with n_group > 1) */
 } ModelConfig;
 
 /* Fills defaults (the reference constructor's defaults) then reads a cJSON object (type: const struct cJSON *).

@@ -12,6 +12,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "kernels/routing_topk.h" /* ROUTING_MAX_GROUPS */
 #include "model/model.h"
 #include "model/param_count.h"
 #include "pipeline/base/config.h"
@@ -64,6 +65,8 @@ static const KeyDesc KEYS[] = {
     {"dropout", KEY_DOUBLE, FOR_BOTH, 0, F(dropout), NULL},
     {"lm_head_bias", KEY_BOOL, FOR_BOTH, 0, F(lm_head_bias), NULL},
     {"out_norm_affine", KEY_BOOL, FOR_BOTH, 0, F(out_norm_affine), NULL},
+    {"n_group", KEY_INT, FOR_MOEUT, 0, F(n_group), NULL},
+    {"topk_group", KEY_INT, FOR_MOEUT, 0, F(topk_group), NULL},
 };
 #undef F
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -91,6 +94,8 @@ static void set_defaults(ModelConfig *cfg, Arch arch) {
         cfg->balance = BALANCE_ENTROPY;
         cfg->balance_alpha = 0.01; /* Fedus et al. 2021 */
         cfg->balance_gamma = 0.001; /* DeepSeek-V3 §2.1.2 (the bias update speed of its first 14.3T tokens) */
+        cfg->n_group = 1; /* no group limit; topk_group defaults to n_group (from_json) */
+        cfg->topk_group = 1;
     }
 }
 
@@ -102,6 +107,10 @@ static const char *key_void_under(const ModelConfig *cfg, const KeyDesc *k, char
         (strcmp(k->name, "balance_alpha") == 0 && cfg->balance != BALANCE_SWITCH) ||
         (strcmp(k->name, "balance_gamma") == 0 && cfg->balance != BALANCE_BIAS)) {
         snprintf(buf, buflen, "model.balance \"%s\"", BALANCE_NAMES[cfg->balance]);
+        return buf;
+    }
+    if (strcmp(k->name, "topk_group") == 0 && cfg->n_group == 1) {
+        snprintf(buf, buflen, "model.n_group 1 (no group limit)");
         return buf;
     }
     if (strcmp(k->name, "d_ff") == 0 && cfg->arch == ARCH_MOEUT && cfg->n_dense_first == 0) {
@@ -269,6 +278,8 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
         double d_ff = ((double)c.ff_k + (double)c.n_shared_experts) * (double)c.ff_expert_size;
         c.d_ff = d_ff <= (double)INT_MAX ? (int)d_ff : INT_MAX;
     }
+    /* topk_group defaults to n_group: all groups kept, which validate refuses for n_group > 1 (no effect) */
+    if (arch == ARCH_MOEUT && !cJSON_GetObjectItemCaseSensitive(obj, "topk_group")) c.topk_group = c.n_group;
     if (!d_head_given) {
         /* Reference default d_head = d_model // n_heads; an uneven split would silently change the width, so it
          * must then be given explicitly. */
@@ -327,6 +338,44 @@ static int check_dim(const char *name, int v, char *err, size_t errlen) {
     }
     if (v > MAX_DIM) {
         snprintf(err, errlen, "model.%s: %d is larger than the limit %d", name, v, MAX_DIM);
+        return -1;
+    }
+    return 0;
+}
+
+/* Group-limited routing (DeepSeek-V3 §2.1.2): the settings topk_select accepts (kernels/backend_ops.h), and none that
+ * has no effect. */
+static int validate_groups(const ModelConfig *cfg, char *err, size_t errlen) {
+    const int E = cfg->ff_n_experts, G = cfg->n_group;
+    if (G < 1 || G > ROUTING_MAX_GROUPS) {
+        snprintf(err, errlen, "model.n_group: must be in [1, %d], got %d", ROUTING_MAX_GROUPS, G);
+        return -1;
+    }
+    if (G == 1) {
+        if (cfg->topk_group != 1) {
+            snprintf(err, errlen, "model.topk_group: must be 1 with n_group 1, got %d", cfg->topk_group);
+            return -1;
+        }
+        return 0;
+    }
+    if (E % G != 0 || E / G < 2) {
+        snprintf(err, errlen, "model.n_group: ff_n_experts %d must split into %d groups of >= 2 experts", E, G);
+        return -1;
+    }
+    if (cfg->topk_group < 1 || cfg->topk_group > G) {
+        snprintf(err, errlen, "model.topk_group: must be in [1, n_group %d], got %d", G, cfg->topk_group);
+        return -1;
+    }
+    if (cfg->topk_group == G) {
+        snprintf(err, errlen,
+                 "model.topk_group: %d of %d groups kept (topk_group defaults to n_group) limits nothing; "
+                 "set topk_group < n_group",
+                 G, G);
+        return -1;
+    }
+    if (cfg->ff_k > cfg->topk_group * (E / G)) {
+        snprintf(err, errlen, "model.topk_group: %d groups of %d experts hold fewer than ff_k %d", cfg->topk_group,
+                 E / G, cfg->ff_k);
         return -1;
     }
     return 0;
@@ -392,6 +441,7 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
                      cfg->routed_scaling_factor);
             return -1;
         }
+        if (validate_groups(cfg, err, errlen)) return -1;
         if ((int)cfg->balance < 0 || (int)cfg->balance > BALANCE_BIAS) {
             snprintf(err, errlen, "model.balance: invalid value %d", (int)cfg->balance);
             return -1;

@@ -26,10 +26,12 @@ run none --set model.router=softmax --set model.balance=none --set model.entropy
 run sigmoid_renorm --set model.router_renorm=true
 bias_sets=(--set model.balance=bias --set model.balance_gamma=0.01 --set model.entropy_reg=null)
 run bias "${bias_sets[@]}"
-# DeepSeek-V3's router (sigmoid normalised over the selected, times its routed scaling factor 2.5, bias balancing)
-# with a dense first pair of layers and a shared expert: 2 dense applications, then the MoEUT group of 2 once
+# DeepSeek-V3's router (sigmoid normalised over the selected, times its routed scaling factor 2.5, bias balancing,
+# group-limited: the 8 experts in 4 groups of 2, the 3 best groups eligible) with a dense first pair of layers and a
+# shared expert: 2 dense applications, then the MoEUT group of 2 once
+v3_sets=(--set model.n_group=4 --set model.topk_group=3)
 run deepseek --set model.router_renorm=true --set model.routed_scaling_factor=2.5 "${bias_sets[@]}" \
-  --set model.n_dense_first=2 --set model.n_shared_experts=1
+  --set model.n_dense_first=2 --set model.n_shared_experts=1 "${v3_sets[@]}"
 
 for name in switch none sigmoid_renorm bias deepseek; do
   first=$(metric "$tmp/$name" 1 loss) last=$(metric "$tmp/$name" '$' loss)
@@ -88,7 +90,8 @@ print("ok: the expert biases move in steps of gamma and are not optimised; the d
 PY
 bin/evaluate --run "$tmp/deepseek" --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/deepseek/result.json" \
   "${bias_sets[@]}" --set model.router_renorm=true --set model.routed_scaling_factor=2.5 --set model.n_dense_first=2 \
-  --set model.n_shared_experts=1 2>"$tmp/ev.log" || { cat "$tmp/ev.log"; fail "bin/evaluate of the deepseek run failed"; }
+  --set model.n_shared_experts=1 "${v3_sets[@]}" 2>"$tmp/ev.log" \
+  || { cat "$tmp/ev.log"; fail "bin/evaluate of the deepseek run failed"; }
 python3 - "$tmp/deepseek/result.json" <<'PY' || fail "result.json routing of the dense-prefix run"
 import json, sys
 for name, s in json.load(open(sys.argv[1]))["evaluation"]["sets"].items():

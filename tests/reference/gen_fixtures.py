@@ -151,6 +151,22 @@ FIXTURES = {
                   out_norm_affine=False),
         dict(B=3, T=10, rows=[11, 8, 4], answer_only=True, grad_scale=1.0), 707,
         "dense DM-math style (no head bias, no final-norm params), padding, answer-only loss; D=5 -> n_rot=2"),
+    "moeut_group_limited": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=8, ff_expert_size=6, ff_k=3,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=False, out_norm_affine=True,
+                  n_group=4, topk_group=2),
+        dict(B=2, T=9, rows=[10, 6], answer_only=True, grad_scale=1.0), 1515,
+        "MoE variants: DeepSeek-V3's group-limited routing on MoEUT's sigmoid router: 8 experts in 4 groups of 2, a "
+        "group's score the sum of its two sigmoid scores, the 2 best groups eligible, top-3 among their 4 experts; "
+        "entropy balancing, Gs=2 R=2, one padded row, answer-only"),
+    "moeut_group_limited_softmax_bias": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=9, ff_expert_size=6, ff_k=2,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=False, out_norm_affine=True,
+                  router="softmax", router_renorm=True, balance="bias", n_group=3, topk_group=1),
+        dict(B=2, T=9, rows=[10, 7], answer_only=False, grad_scale=1.0), 1616,
+        "MoE variants: group-limited routing on softmax scores + expert_bias (random): 9 experts in 3 groups of 3, a "
+        "group's score the sum of its two largest softmax probability + bias, 1 group eligible, top-2 of its 3, gates "
+        "renormalised over the selected; bias balancing, Gs=2 R=2, one padded row"),
 }
 
 
@@ -281,6 +297,26 @@ def bias_changed_selections(model, inputs, valid):
     return changed, total
 
 
+@torch.no_grad()
+def group_changed_selections(model, inputs, valid):
+    """For a group-limited model (n_group > 1): how many (layer application, valid position) top-K sets differ from
+    those of the same model without the group limit, and the total number compared."""
+    _, hist = model(inputs)
+    saved = [layer.ffn.n_group for layer in model.transformer.layers]
+    for layer in model.transformer.layers:
+        layer.ffn.n_group = 1
+    _, hist0 = model(inputs)
+    for layer, g in zip(model.transformer.layers, saved):
+        layer.ffn.n_group = g
+    changed = total = 0
+    for lh, lh0 in zip(hist, hist0):
+        for s, s0 in zip(lh["ffn_sel"], lh0["ffn_sel"]):
+            diff = (s.sort(-1).values != s0.sort(-1).values).any(-1)[valid]
+            changed += int(diff.sum())
+            total += int(diff.numel())
+    return changed, total
+
+
 def build_fixture(name, out_dir):
     cfg, spec, seed, desc = FIXTURES[name]
     torch.manual_seed(seed)  # nothing should use the global RNG; set anyway for safety
@@ -306,6 +342,11 @@ def build_fixture(name, out_dir):
         if changed == 0:
             raise SystemExit(f"{name}: the expert_bias changes no selection")
         extra_meta["bias_changed_selections"] = f"{changed}/{total}"
+    if cfg.get("n_group", 1) > 1:  # the group limit must really change the routing
+        changed, total = group_changed_selections(model, inputs, valid)
+        if changed == 0:
+            raise SystemExit(f"{name}: the group limit changes no selection")
+        extra_meta["group_changed_selections"] = f"{changed}/{total}"
 
     model.zero_grad()
     res = twin.objective(model, inputs, ce_targets, valid, spec["grad_scale"])
@@ -345,7 +386,10 @@ def build_fixture(name, out_dir):
     print(f"{name}: attempt {attempt}, routing margin {r_margin:.3g}, relu margin {u_margin:.3g}, "
           f"ce {float(res['ce']):.6f}, reg_ffn {float(res['reg_ffn']):.6f}, reg_att {float(res['reg_att']):.6f}, "
           f"{sum(p.numel() for p in model.parameters())} params" +
-          (f", bias changes {extra_meta['bias_changed_selections']} selections" if extra_meta else ""))
+          (f", bias changes {extra_meta['bias_changed_selections']} selections"
+           if "bias_changed_selections" in extra_meta else "") +
+          (f", the group limit changes {extra_meta['group_changed_selections']} selections"
+           if "group_changed_selections" in extra_meta else ""))
 
 
 CHECK_RTOL = 1e-12

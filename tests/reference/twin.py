@@ -52,7 +52,7 @@ MOEUT_KEYS = [
 # routed_scaling_factor (default 1), n_shared_experts, n_dense_first and balance_gamma likewise; d_ff is written only when n_dense_first > 0 (the dense
 # prefix's width; MOEUT_KEYS has no d_ff).
 MOEUT_SWITCH_KEYS = ["router", "router_renorm", "routed_scaling_factor", "balance", "balance_alpha", "balance_gamma",
-                     "n_shared_experts", "n_dense_first"]
+                     "n_shared_experts", "n_dense_first", "n_group", "topk_group"]
 BALANCES = ("entropy", "switch", "none", "bias")
 BALANCE_GAMMA_DEFAULT = 0.001
 
@@ -195,11 +195,15 @@ class SwitchHead(nn.Module):
 
 
 class SigmaMoE(nn.Module):
-    def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False, route_scale=1.0):
+    def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False, route_scale=1.0,
+                 n_group=1, topk_group=None):
         super().__init__()
         self.C, self.E, self.S, self.K = C, E, S, K
         self.router, self.renorm = router, bool(renorm)
         self.route_scale = float(route_scale)  # DeepSeek-V3's routed scaling factor (routed gates only)
+        # DeepSeek-V3's group-limited routing: E experts in n_group groups, topk_group of them eligible per token
+        self.n_group = int(n_group)
+        self.topk_group = int(topk_group if topk_group is not None else n_group)
         self.n_shared = int(n_shared)
         # registration order = state_dict order: keys, values, expert_sel, shared_keys, shared_values, expert_bias
         self.keys = nn.Parameter(torch.empty(E, C, S))
@@ -220,6 +224,9 @@ class SigmaMoE(nn.Module):
         (DeepSeek-V3: g_i = 2.5 * s_i / sum_{j in top-K} s_j; the shared experts keep gate 1)."""
         scores = torch.softmax(l, dim=-1) if self.router == "softmax" else torch.sigmoid(l)
         ranked = scores if self.expert_bias is None else scores + self.expert_bias
+        self.group_scores = None
+        if self.n_group > 1 and self.topk_group < self.n_group:
+            ranked = self.group_limit(ranked)
         with torch.no_grad():
             idx = ranked.topk(self.K, dim=-1, sorted=False).indices
         w = scores.gather(-1, idx)
@@ -229,6 +236,21 @@ class SigmaMoE(nn.Module):
             w = w * self.route_scale
         return idx, w, ranked
 
+    def group_limit(self, ranked):
+        """Group-limited routing (DeepSeek-V3, arXiv 2412.19437 §2.1.2; its released model config: n_group 8,
+        topk_group 4 of 256 experts): the E experts form n_group contiguous groups of E/n_group; a token's group score
+        is the sum of the two largest selection scores s_i (+ b_i with the bias) in the group, only the topk_group best
+        groups stay eligible, and the top-K is taken over their experts. Returns ranked with the other groups' experts
+        at -inf; self.group_scores [..., n_group] keeps the group scores (for the margin check)."""
+        G, Eg = self.n_group, self.E // self.n_group
+        with torch.no_grad():
+            grouped = ranked.unflatten(-1, (G, Eg))  # [..., G, E/G]
+            self.group_scores = grouped.topk(2, dim=-1).values.sum(-1)  # [..., G]
+            kept = self.group_scores.topk(self.topk_group, dim=-1).indices
+            eligible = torch.zeros_like(self.group_scores, dtype=torch.bool).scatter(-1, kept, True)
+            eligible = eligible.repeat_interleave(Eg, dim=-1)  # [..., E]
+        return ranked.masked_fill(~eligible, -math.inf)
+
     def forward(self, x1, xs, route_log=None):
         """keys read the raw x1, the router reads xs = LN2(x1). Returns the ROUTED output f[B,T,C], raw router logits
         l[B,T,E] and the selection idx[B,T,K] (shared experts: shared_forward)."""
@@ -237,7 +259,11 @@ class SigmaMoE(nn.Module):
         l = F.linear(xs, self.expert_sel)  # [B,T,E]
         idx, w, ranked = self.route(l)  # [B,T,K]
         if route_log is not None:  # the margin check looks at what the top-K ranks: the logits unless biased
-            route_log.append(("ffn", (l if self.expert_bias is None else ranked).detach(), K))
+            ffn_ranked = l if self.expert_bias is None else ranked
+            if self.group_scores is not None:  # the eligible experts only, and the choice of the groups
+                ffn_ranked = ffn_ranked.masked_fill(ranked == -math.inf, -math.inf)
+                route_log.append(("ffn_group", self.group_scores.detach(), self.topk_group))
+            route_log.append(("ffn", ffn_ranked.detach(), K))
         sel = idx.reshape(-1)  # [N*K], entry (n,j) at n*K + j
         entry = torch.arange(N * K, device=x1.device)
         u = cvmm(x1.reshape(N, C), entry // K, sel, self.keys)  # [N*K, S]
@@ -270,7 +296,8 @@ class MoEUTLayer(nn.Module):
         self.attention = SwitchHead(C, cfg["n_heads"], cfg["d_head"], cfg["att_n_experts"], cfg["att_k"])
         self.ffn = SigmaMoE(C, cfg["ff_n_experts"], cfg["ff_expert_size"], cfg["ff_k"], cfg.get("router", "sigmoid"),
                             cfg.get("router_renorm", False), cfg.get("n_shared_experts", 0),
-                            cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0))
+                            cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0),
+                            cfg.get("n_group", 1), cfg.get("topk_group"))
         self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
         self.ln2 = nn.LayerNorm(C, eps=LN_EPS)
 

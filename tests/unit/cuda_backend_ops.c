@@ -104,6 +104,13 @@ static const OpCase op_cases[] = {
      DT_FP32, DEF, 0, 0},
     {"topk_select", "bias on softmax scores, drop mask", &drv_topk, {200, 3, 11, 4, ROUTER_SOFTMAX}, 0, F_BIAS | F_DROP,
      DT_FP32, DEF, 0, 0},
+    /* group-limited (DeepSeek-V3): E=12 in 4 groups of 3, the 2 best kept; the group score on the score scale */
+    {"topk_select", "group-limited, sigmoid scores", &drv_topk, {200, 3, 12, 4, ROUTER_SIGMOID, 4, 2}, 0, 0, DT_FP32,
+     DEF, 0, 0},
+    {"topk_select", "group-limited, softmax scores, drop mask", &drv_topk, {200, 3, 12, 4, ROUTER_SOFTMAX, 4, 2}, 0,
+     F_DROP, DT_FP32, DEF, 0, 0},
+    {"topk_select", "group-limited, bias on sigmoid scores, drop mask", &drv_topk, {200, 3, 12, 4, ROUTER_SIGMOID, 4, 2},
+     0, F_BIAS | F_DROP, DT_FP32, DEF, 0, 0},
     {"expert_count", "all positions", &drv_expert_count, {200, 3, 11, 4}, 0, 0, DT_FP32, DEF, 0, 0},
     {"expert_count", "valid mask", &drv_expert_count, {200, 3, 11, 4}, 0, F_VALID, DT_FP32, DEF, 0, 0},
     {"expert_count", "drop mask", &drv_expert_count, {200, 3, 11, 4}, 0, F_DROP, DT_FP32, DEF, 0, 0},

@@ -21,7 +21,7 @@ typedef struct {
 static double topk_loss(void *p) {
     TopkCtx *c = p;
     size_t ns = (size_t)c->N * c->G * c->k;
-    c->be->topk_select(c->be, c->sel, c->logits, NULL, NULL, ROUTER_SIGMOID, c->N, c->G, c->E, c->k);
+    c->be->topk_select(c->be, c->sel, c->logits, NULL, NULL, ROUTER_SIGMOID, c->N, c->G, c->E, c->k, 1, 1);
     c->be->router_gates(c->be, c->gate, c->logits, c->sel, NULL, c->N, c->G, c->E, c->k, c->kind, c->renorm);
     ck_assert_msg(memcmp(c->sel, c->sel0, ns * sizeof(int32_t)) == 0, "a perturbation changed the selection");
     return ktu_dot(c->gate, c->R, ns);
@@ -43,7 +43,7 @@ START_TEST(test_topk_grad) {
         }
         for (int e = 0; e < E; e++) c.logits[(size_t)r * E + e] = (scalar_t)(-0.3 + 0.1 * perm[e] + 0.01 * ktu_unit(&rng));
     }
-    be->topk_select(be, c.sel0, c.logits, NULL, NULL, ROUTER_SIGMOID, N, G, E, k);
+    be->topk_select(be, c.sel0, c.logits, NULL, NULL, ROUTER_SIGMOID, N, G, E, k, 1, 1);
     scalar_t *dl = ktu_scalars(nl);
     for (int mode = 0; mode < 4; mode++) {
         c.kind = mode / 2 ? ROUTER_SOFTMAX : ROUTER_SIGMOID;
@@ -117,7 +117,7 @@ START_TEST(test_switch_grad) {
     int32_t *sel = ktu_ints(ns);
     for (int masked = 0; masked < 2; masked++) {
         SwitchCtx c = {be, ktu_random(&rng, nl, -2, 2), sel, masked ? valid : NULL, B, T, G, E, k};
-        be->topk_select(be, sel, c.logits, NULL, NULL, ROUTER_SIGMOID, B * T, G, E, k);
+        be->topk_select(be, sel, c.logits, NULL, NULL, ROUTER_SIGMOID, B * T, G, E, k, 1, 1);
         scalar_t *dl = ktu_scalars(nl);
         be->switch_balance(be, dl, c.logits, sel, c.valid, B, T, G, E, k, 1);
         ktu_fd_check(&c, switch_loss, c.logits, dl, nl, 1e-5, FD_TOL, 0,

@@ -131,6 +131,22 @@ START_TEST(grad_moeut_routed_scaling_deepseek) {
 }
 END_TEST
 
+/* DeepSeek-V3's group-limited routing: 6 experts in 3 groups of 2, the best 2 groups eligible (the selection is
+ * discrete; the margins cover the group choice too), MoEUT's sigmoid router; and the DeepSeek-V3 combination
+ * (normalised sigmoid gates x 2.5, bias balancing, group-limited). */
+#define GROUP_BASE                                                                                                   \
+    "{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":6,"                      \
+    "\"ff_n_experts\":6,\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,\"att_k\":1,\"group_size\":2,"
+START_TEST(grad_moeut_group_limited) { run_check(mtu_config(GROUP_BASE "\"n_group\":3,\"topk_group\":2}"), 12); }
+END_TEST
+
+START_TEST(grad_moeut_group_limited_deepseek) {
+    run_check(mtu_config(GROUP_BASE "\"router_renorm\":true,\"routed_scaling_factor\":2.5,\"balance\":\"bias\","
+                                    "\"n_group\":3,\"topk_group\":1}"),
+              13);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("f64_model_moeut");
     TCase *tc = tcase_create("fd");
@@ -146,6 +162,8 @@ int main(void) {
     tcase_add_test(tc, grad_moeut_dense_shared_softmax_bias);
     tcase_add_test(tc, grad_moeut_routed_scaling_sigmoid);
     tcase_add_test(tc, grad_moeut_routed_scaling_deepseek);
+    tcase_add_test(tc, grad_moeut_group_limited);
+    tcase_add_test(tc, grad_moeut_group_limited_deepseek);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
