@@ -67,6 +67,7 @@ static const KeyDesc KEYS[] = {
     {"out_norm_affine", KEY_BOOL, FOR_BOTH, 0, F(out_norm_affine), NULL},
     {"n_group", KEY_INT, FOR_MOEUT, 0, F(n_group), NULL},
     {"topk_group", KEY_INT, FOR_MOEUT, 0, F(topk_group), NULL},
+    {"seq_balance_alpha", KEY_DOUBLE, FOR_MOEUT, 0, F(seq_balance_alpha), NULL},
 };
 #undef F
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -442,6 +443,10 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
             return -1;
         }
         if (validate_groups(cfg, err, errlen)) return -1;
+        if (!(cfg->seq_balance_alpha >= 0.0) || !isfinite(cfg->seq_balance_alpha)) {
+            snprintf(err, errlen, "model.seq_balance_alpha: must be a finite number >= 0, got %g", cfg->seq_balance_alpha);
+            return -1;
+        }
         if ((int)cfg->balance < 0 || (int)cfg->balance > BALANCE_BIAS) {
             snprintf(err, errlen, "model.balance: invalid value %d", (int)cfg->balance);
             return -1;
@@ -488,8 +493,10 @@ int model_config_n_rot(const ModelConfig *cfg) {
     return n - n % 2;
 }
 
-double model_config_objective(const ModelConfig *cfg, double mean_ce, double reg_ffn, double reg_att) {
-    return mean_ce + model_config_ffn_balance_coef(cfg) * reg_ffn + cfg->att_entropy_reg * reg_att;
+double model_config_objective(const ModelConfig *cfg, double mean_ce, double reg_ffn, double reg_att, double reg_seq) {
+    double j = mean_ce + model_config_ffn_balance_coef(cfg) * reg_ffn + cfg->att_entropy_reg * reg_att;
+    if (cfg->arch == ARCH_MOEUT && cfg->seq_balance_alpha > 0.0) j += cfg->seq_balance_alpha * reg_seq;
+    return j;
 }
 
 double model_config_ffn_balance_coef(const ModelConfig *cfg) {

@@ -86,7 +86,7 @@ static void create_model(Trainer *t) {
     t->inputs = xmalloc(cells * sizeof *t->inputs);
     t->targets = xmalloc(cells * sizeof *t->targets);
     t->valid = xmalloc(cells * sizeof *t->valid);
-    t->mb_values = xmalloc((size_t)t->tc.n_microbatch * 3 * sizeof *t->mb_values);
+    t->mb_values = xmalloc((size_t)t->tc.n_microbatch * MB_VALUES * sizeof *t->mb_values);
     const size_t n_counts = (size_t)model_routed_applications(t->m, NULL) * (size_t)model_routed_experts(t->m);
     t->routing_counts = xcalloc(n_counts + 1, sizeof *t->routing_counts);
     t->routing_sum = xcalloc(n_counts + 1, sizeof *t->routing_sum);

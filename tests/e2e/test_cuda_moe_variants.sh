@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The MoE-variant switches on the CUDA backend: DeepSeek-V3's router (sigmoid gates normalised over the
-# selected, times 2.5, balance "bias", group-limited: 4 groups of 2 experts, 3 kept) with a dense first pair of layers
+# selected, times 2.5, balance "bias", group-limited: 4 groups of 2 experts, 3 kept, the sequence-wise balance loss
+# with alpha 1e-4) with a dense first pair of layers
 # and a shared expert, through bin/train --backend cuda:
 #   * step 1's loss equals the CPU backend's within fp32 rounding (same initial weights, same windows);
 #   * it trains: the loss falls, and the expert biases are nonzero integer multiples of gamma (they move by exactly
@@ -19,7 +20,8 @@ steps=12
 train_config "$tmp/cfg.json" moeut answer $steps checkpoint_every=4 log_every=1 ${CUDA_RESUME_SETTINGS:-}
 sets=(--set model.router_renorm=true --set model.balance=bias --set model.balance_gamma=0.01
   --set model.entropy_reg=null --set model.n_dense_first=2 --set model.n_shared_experts=1
-  --set model.routed_scaling_factor=2.5 --set model.n_group=4 --set model.topk_group=3)
+  --set model.routed_scaling_factor=2.5 --set model.n_group=4 --set model.topk_group=3
+  --set model.seq_balance_alpha=0.0001)
 run() { # run BIN BACKEND OUT [args]
   local bin=$1 backend=$2 out=$3
   shift 3

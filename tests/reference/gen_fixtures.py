@@ -167,6 +167,16 @@ FIXTURES = {
         "MoE variants: group-limited routing on softmax scores + expert_bias (random): 9 experts in 3 groups of 3, a "
         "group's score the sum of its two largest softmax probability + bias, 1 group eligible, top-2 of its 3, gates "
         "renormalised over the selected; bias balancing, Gs=2 R=2, one padded row"),
+    "moeut_seq_balance": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=8, ff_expert_size=6, ff_k=2,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=False, out_norm_affine=True,
+                  router="sigmoid", router_renorm=True, routed_scaling_factor=2.5, balance="bias", n_group=4,
+                  topk_group=2, seq_balance_alpha=0.5),
+        dict(B=3, T=9, rows=[10, 7, 4], answer_only=True, grad_scale=1.0), 1717,
+        "MoE variants: DeepSeek-V3's routing (sigmoid gates normalised over the selected x 2.5, bias balancing, 8 "
+        "experts in 4 groups of 2, 2 kept) with its sequence-wise balance loss, alpha 0.5 (V3: 0.0001; large here so "
+        "that its gradient shows): per sequence sum_i f_i P_i over its valid positions (three unequal rows), the mean "
+        "over the sequences, one loss per layer application; Gs=2 R=2, answer-only"),
 }
 
 
@@ -366,6 +376,8 @@ def build_fixture(name, out_dir):
         "reg_att": one(res["reg_att"]),
         "total": one(res["total"]),
     }
+    if "reg_seq" in res:  # model.seq_balance_alpha > 0
+        expected["reg_seq"] = one(res["reg_seq"])
     for n, p in model.named_parameters():  # parameters only: the expert_bias buffer has no gradient
         expected["grad." + n] = p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
     st_io.save(os.path.join(out_dir, "expected.safetensors"), expected,

@@ -250,6 +250,7 @@ def main():
     dense_prefix_checks()
     variant_count_checks()
     group_limited_checks()
+    seq_balance_checks()
     if failures:
         print(f"test_twin: {len(failures)} check(s) FAILED: {', '.join(failures)}")
         sys.exit(1)
@@ -656,6 +657,37 @@ def group_limited_checks():
     j = twin.json.loads(twin.config_json(gen_fixtures.FIXTURES["moeut_group_limited"][0]))
     check("moeut_group_limited: config JSON carries n_group and topk_group",
           j.get("n_group") == 4 and j.get("topk_group") == 2)
+
+
+def seq_balance_checks():
+    """DeepSeek-V3's sequence-wise balance loss (arXiv 2412.19437 eqs. 17-20) without alpha: equal scores give 1
+    whatever is selected (sum_i f_i = E, P_i = 1/E); one position selecting expert 0 of 2 gives E s'_0 with s' the
+    scores normalised over all experts (sigmoid: s_0 / (s_0 + s_1)); a masked-out sequence is left out of the mean;
+    finite differences through a model with the loss (alpha 0.5) beside bias balancing."""
+    gen = torch.Generator().manual_seed(17)
+    B, T, E, K = 3, 5, 6, 2
+    sel = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(B * T)]).view(B, T, K)
+    l0 = torch.zeros(B, T, E, dtype=torch.float64)
+    ok = all(abs(float(twin.seq_balance_loss(l0, sel, None, r)) - 1) < 1e-12 for r in ("sigmoid", "softmax"))
+    check("seq_balance: equal scores give 1 (sigmoid and softmax), whatever the selection", ok)
+    l = torch.tensor([[[1.0, -1.0]], [[3.0, 2.0]]], dtype=torch.float64)
+    s2 = torch.tensor([[[0]], [[1]]])
+    valid = torch.tensor([[True], [False]])
+    got_sig = float(twin.seq_balance_loss(l, s2, valid, "sigmoid"))
+    got_soft = float(twin.seq_balance_loss(l, s2, valid, "softmax"))
+    sig = 1 / (1 + math.exp(-1.0))
+    check("seq_balance: one position, expert 0 of 2: 2 s'_0 (sigmoid s(1) / (s(1) + s(-1)), softmax); the masked "
+          "sequence left out", abs(got_sig - 2 * sig) < 1e-12 and abs(got_soft - 2 / (1 + math.exp(-2.0))) < 1e-12,
+          f"{got_sig} {got_soft}")
+    both = float(twin.seq_balance_loss(l, s2, None, "softmax"))
+    check("seq_balance: the mean over the sequences", abs(both - (2 / (1 + math.exp(-2.0)) + 2 / (1 + math.e)) / 2)
+          < 1e-12, f"{both}")
+    fd_gradcheck("MoEUT sequence-wise balance loss (alpha 0.5) beside bias balancing, sigmoid renorm",
+                 _variant_cfg(router_renorm=True, balance="bias", seq_balance_alpha=0.5),
+                 dict(B=3, T=6, rows=[7, 5, 3], answer_only=False, grad_scale=1.0), 41)
+    fd_gradcheck("MoEUT sequence-wise balance loss (alpha 0.5) beside the entropy regularizer, softmax",
+                 _variant_cfg(router="softmax", seq_balance_alpha=0.5),
+                 dict(B=2, T=6, rows=[7, 4], answer_only=True, grad_scale=1.0), 42)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ MOEUT_KEYS = [
 # routed_scaling_factor (default 1), n_shared_experts, n_dense_first and balance_gamma likewise; d_ff is written only when n_dense_first > 0 (the dense
 # prefix's width; MOEUT_KEYS has no d_ff).
 MOEUT_SWITCH_KEYS = ["router", "router_renorm", "routed_scaling_factor", "balance", "balance_alpha", "balance_gamma",
-                     "n_shared_experts", "n_dense_first", "n_group", "topk_group"]
+                     "n_shared_experts", "n_dense_first", "n_group", "topk_group", "seq_balance_alpha"]
 BALANCES = ("entropy", "switch", "none", "bias")
 BALANCE_GAMMA_DEFAULT = 0.001
 
@@ -549,7 +549,8 @@ def objective(model, inputs, targets, valid=None, grad_scale=1.0, route_log=None
     n_counted = int(counted.sum())
     ce = ce_sum / n_counted
     zero = logits.new_zeros(())
-    reg_ffn, reg_att = zero, zero
+    reg_ffn, reg_att, reg_seq = zero, zero, zero
+    alpha_seq = cfg.get("seq_balance_alpha", 0.0)
     if hist is not None:
         balance = cfg.get("balance", "entropy")
         for layer_hist in hist:
@@ -560,9 +561,44 @@ def objective(model, inputs, targets, valid=None, grad_scale=1.0, route_log=None
                     reg_ffn = reg_ffn + switch_balance_loss(lf, sf, valid)
             reg_att = reg_att + masked_entropy_reg(layer_hist["att_o"], valid) + masked_entropy_reg(
                 layer_hist["att_v"], valid)
-    total = grad_scale * (ce + ffn_balance_coef(cfg) * reg_ffn + cfg.get("att_entropy_reg", 0.0) * reg_att)
-    return {"logits": logits, "ce": ce, "ce_sum": ce_sum, "n_counted": n_counted, "reg_ffn": reg_ffn,
-            "reg_att": reg_att, "total": total}
+            if alpha_seq > 0:  # beside the balance above, one loss per layer application (V3: per MoE layer)
+                for lf, sf in zip(layer_hist["ffn"], layer_hist["ffn_sel"]):
+                    reg_seq = reg_seq + seq_balance_loss(lf, sf, valid, cfg.get("router", "sigmoid"))
+    total = grad_scale * (ce + ffn_balance_coef(cfg) * reg_ffn + cfg.get("att_entropy_reg", 0.0) * reg_att +
+                          alpha_seq * reg_seq)
+    out = {"logits": logits, "ce": ce, "ce_sum": ce_sum, "n_counted": n_counted, "reg_ffn": reg_ffn,
+           "reg_att": reg_att, "total": total}
+    if alpha_seq > 0:
+        out["reg_seq"] = reg_seq
+    return out
+
+
+def seq_balance_loss(l, sel, valid, router):
+    """DeepSeek-V3's sequence-wise balance loss (arXiv 2412.19437 §2.1.2, eqs. 17-20) without alpha, of one layer
+    application: for each sequence b with T_b counted positions (valid; all when None)
+        f_i = E / (K T_b) * sum_t 1[i in TopK_t]                 (eq. 18; not differentiated)
+        s'_{i,t} = s_{i,t} / sum_j s_{j,t}                        (eq. 19; s = sigmoid, or softmax which is normalised)
+        P_i = (1/T_b) sum_t s'_{i,t}                              (eq. 20)
+        L_b = sum_i f_i P_i                                       (eq. 17)
+    then the mean over the sequences with T_b > 0 (V3 states it per sequence; a micro-batch averages them).
+    l[B,T,E] raw logits, sel[B,T,K] expert ids."""
+    B, T, E = l.shape
+    K = sel.shape[-1]
+    s = torch.softmax(l, dim=-1) if router == "softmax" else torch.sigmoid(l)
+    s_norm = s / s.sum(-1, keepdim=True)
+    mask = torch.ones(B, T, dtype=torch.bool) if valid is None else valid
+    losses = []
+    for b in range(B):
+        Tb = int(mask[b].sum())
+        if Tb == 0:
+            continue
+        with torch.no_grad():
+            counts = torch.zeros(E, dtype=l.dtype)
+            counts.index_add_(0, sel[b][mask[b]].reshape(-1), torch.ones(Tb * K, dtype=l.dtype))
+            f = E / (K * Tb) * counts
+        P = s_norm[b][mask[b]].sum(0) / Tb
+        losses.append((f * P).sum())
+    return torch.stack(losses).mean() if losses else l.new_zeros(())
 
 
 def min_routing_margin(route_log):

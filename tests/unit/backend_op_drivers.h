@@ -261,6 +261,27 @@ static void run_switch_balance(OpRun *r, const OpCase *c) {
 }
 static const OpDriver drv_switch_balance = {"switch_balance", run_switch_balance, {"B", "T", "G", "E", "k"}};
 
+/* seq_balance: dims B, T, E, k, kind; p = coef. The selection of routing_setup (one group); the mask (F_VALID) leaves
+ * sequence 1 empty and the others unequal; dlogits starts random and is recorded as what the op added. */
+static void run_seq_balance(OpRun *r, const OpCase *c) {
+    OpCase rc = *c;
+    rc.d[0] = D(0) * D(1), rc.d[1] = 1, rc.d[2] = D(2), rc.d[3] = D(3);
+    Routing t = routing_setup(r, &rc);
+    uint8_t *valid = NULL;
+    if (c->flags & F_VALID) {
+        uint8_t *h = ktu_alloc((size_t)t.N);
+        for (int i = 0; i < t.N; i++) h[i] = (i / D(1) == 1) ? 0 : ktu_int(&r->rng, 3) != 0;
+        valid = in_host(r, h, (size_t)t.N);
+        free(h);
+    }
+    scalar_t *dlogits = c->flags & F_NO_GRAD ? NULL : in_uniform(r, t.nl, -1, 1); /* accumulated into */
+    double v = BE->seq_balance(BE, dlogits, t.logits, t.sel, valid, D(0), D(1), t.E, t.k, (RouterKind)D(4),
+                               (scalar_t)c->p);
+    out_value(r, "value", v, CMP_F64);
+    if (dlogits) out_f_added(r, "dlogits", dlogits, CMP_F32);
+}
+static const OpDriver drv_seq_balance = {"seq_balance", run_seq_balance, {"B", "T", "E", "k", "kind"}};
+
 /* entropy_reg: dims R, B, T, G, E; p = coef. The mask leaves sequence 2 empty and the others unequal. */
 static void run_entropy_reg(OpRun *r, const OpCase *c) {
     int R = D(0), B = D(1), T = D(2), G = D(3), E = D(4);

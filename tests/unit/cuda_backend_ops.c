@@ -126,6 +126,14 @@ static const OpCase op_cases[] = {
     {"switch_balance", "valid mask, dlogits NULL", &drv_switch_balance, {8, 25, 3, 11, 4}, 0.01,
      F_DROP | F_VALID | F_NO_GRAD, DT_FP32, DEF, 0, 0},
 
+    /* ---- seq_balance (DeepSeek-V3): B=8 sequences x T=25, E=11, k=4, coef 0.3; the sigmoid and the softmax form */
+    {"seq_balance", "sigmoid, all positions", &drv_seq_balance, {8, 25, 11, 4, ROUTER_SIGMOID}, 0.3, 0, DT_FP32, DEF,
+     0, 0},
+    {"seq_balance", "softmax, valid mask (one sequence empty)", &drv_seq_balance, {8, 25, 11, 4, ROUTER_SOFTMAX}, 0.3,
+     F_VALID, DT_FP32, DEF, 0, 0},
+    {"seq_balance", "sigmoid, valid mask, dlogits NULL", &drv_seq_balance, {8, 25, 11, 4, ROUTER_SIGMOID}, 0.3,
+     F_VALID | F_NO_GRAD, DT_FP32, DEF, 0, 0},
+
     /* ---- entropy_reg: R=3 applications, B=4 x T=9, G=2 groups of E=7, coef 0.01 */
     {"entropy_reg", "all positions", &drv_entropy_reg, {3, 4, 9, 2, 7}, 0.01, 0, DT_FP32, DEF, 0, 0},
     {"entropy_reg", "valid mask: unequal counts, one empty sequence", &drv_entropy_reg, {3, 4, 9, 2, 7}, 0.01, F_VALID,

@@ -108,6 +108,9 @@ static const Case cases[] = {
      MOEUT_VARIANT_JSON("\"router_renorm\":true,\"routed_scaling_factor\":2.5,\"balance\":\"bias\","
                         "\"n_group\":3,\"topk_group\":2"),
      PRECISION_FP32, 1.0},
+    /* DeepSeek-V3's sequence-wise balance loss (alpha 0.5 so that it shows) beside the entropy regularizer, softmax */
+    {"moeut fp32 softmax seq balance",
+     MOEUT_VARIANT_JSON("\"router\":\"softmax\",\"seq_balance_alpha\":0.5"), PRECISION_FP32, 1.0},
     {"dense bf16", DENSE_JSON, PRECISION_BF16, 1.0},
     {"moeut bf16 (K=E, KA=EA)", MOEUT_JSON_(6, 6, 3, 3, 0.0), PRECISION_BF16, 1.0},
     /* bf16 rounding flips near-tie routing decisions, so as above every expert is selected (K=E, KA=EA): this case

@@ -129,6 +129,46 @@ START_TEST(test_switch_grad) {
 }
 END_TEST
 
+typedef struct {
+    Backend *be;
+    scalar_t *logits;
+    const int32_t *sel;
+    const uint8_t *valid;
+    int B, T, E, k;
+    RouterKind kind;
+} SeqCtx;
+
+static double seq_loss(void *p) {
+    SeqCtx *c = p;
+    return c->be->seq_balance(c->be, NULL, c->logits, c->sel, c->valid, c->B, c->T, c->E, c->k, c->kind, 1);
+}
+
+/* seq_balance (DeepSeek-V3's sequence-wise loss): the sigmoid and softmax forms, all positions and a mask with an
+ * empty sequence; the op accumulates, so dlogits starts at 0 */
+START_TEST(test_seq_balance_grad) {
+    Backend *be = ktu_cpu();
+    KtuRng rng = {104};
+    int B = 3, T = 4, E = 5, k = 2;
+    size_t nl = (size_t)B * T * E, ns = (size_t)B * T * k;
+    static const uint8_t valid[12] = {1, 1, 0, 1, /**/ 0, 0, 0, 0, /**/ 1, 0, 1, 1};
+    int32_t *sel = ktu_ints(ns);
+    for (int kind = 0; kind < 2; kind++)
+        for (int masked = 0; masked < 2; masked++) {
+            SeqCtx c = {be, ktu_random(&rng, nl, -2, 2), sel, masked ? valid : NULL, B, T, E, k, (RouterKind)kind};
+            be->topk_select(be, sel, c.logits, NULL, NULL, ROUTER_SIGMOID, B * T, 1, E, k, 1, 1);
+            scalar_t *dl = ktu_scalars(nl);
+            memset(dl, 0, nl * sizeof *dl);
+            be->seq_balance(be, dl, c.logits, sel, c.valid, B, T, E, k, c.kind, 1);
+            char what[64];
+            snprintf(what, sizeof what, "seq_balance (%s%s)", kind ? "softmax" : "sigmoid", masked ? ", masked" : "");
+            ktu_fd_check(&c, seq_loss, c.logits, dl, nl, 1e-5, FD_TOL, 0, what);
+            free(c.logits), free(dl);
+        }
+    free(sel);
+    backend_destroy(be);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("f64_kernels_routing");
     TCase *tc = tcase_create("fd");
@@ -136,6 +176,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_topk_grad);
     tcase_add_test(tc, test_entropy_grad);
     tcase_add_test(tc, test_switch_grad);
+    tcase_add_test(tc, test_seq_balance_grad);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -147,6 +147,19 @@ START_TEST(grad_moeut_group_limited_deepseek) {
 }
 END_TEST
 
+/* DeepSeek-V3's sequence-wise balance loss (alpha 0.5, 5000 x V3's, so that its gradient is a sizable part of the
+ * router's) beside bias balancing with normalised sigmoid gates, and beside the entropy regularizer with softmax; the
+ * objective is model_config_objective's (alpha * reg_seq included). */
+START_TEST(grad_moeut_seq_balance_bias) {
+    run_check(mtu_config(SWITCH_BASE "\"router_renorm\":true,\"balance\":\"bias\",\"seq_balance_alpha\":0.5}"), 14);
+}
+END_TEST
+
+START_TEST(grad_moeut_seq_balance_softmax) {
+    run_check(mtu_config(SWITCH_BASE "\"router\":\"softmax\",\"seq_balance_alpha\":0.5}"), 15);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("f64_model_moeut");
     TCase *tc = tcase_create("fd");
@@ -164,6 +177,8 @@ int main(void) {
     tcase_add_test(tc, grad_moeut_routed_scaling_deepseek);
     tcase_add_test(tc, grad_moeut_group_limited);
     tcase_add_test(tc, grad_moeut_group_limited_deepseek);
+    tcase_add_test(tc, grad_moeut_seq_balance_bias);
+    tcase_add_test(tc, grad_moeut_seq_balance_softmax);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

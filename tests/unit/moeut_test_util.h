@@ -161,7 +161,7 @@ static inline double mt_stack_forward(MtStack *s, const double *x0, const double
     memset(&st, 0, sizeof st);
     model_layers_regularizers(m, 1.0, &st);
     double *hL = mt_download(be, s->h + (size_t)L * nc, nc);
-    double J = model_config_ffn_balance_coef(c) * st.reg_ffn + c->att_entropy_reg * st.reg_att;
+    double J = model_config_objective(c, 0.0, st.reg_ffn, st.reg_att, st.reg_seq);
     if (proj)
         for (size_t i = 0; i < nc; i++) J += proj[i] * hL[i];
     if (h_out) memcpy(h_out, hL, nc * sizeof(double));

@@ -166,6 +166,7 @@ static void round_trip(const char *json) {
     ck_assert(a.n_dense_first == b.n_dense_first && a.n_shared_experts == b.n_shared_experts);
     ck_assert(a.routed_scaling_factor == b.routed_scaling_factor);
     ck_assert(a.n_group == b.n_group && a.topk_group == b.topk_group);
+    ck_assert(a.seq_balance_alpha == b.seq_balance_alpha);
     /* Every key is written (d_head included), none of the other arch. */
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_head"));
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "lm_head_bias"));
@@ -320,6 +321,33 @@ START_TEST(group_limited_keys) {
     ck_assert_msg(strstr(err, "model.topk_group: must be 1 with n_group 1, got 2") != NULL, "%s", err);
     round_trip("{" MOEUT_BASE ",\"ff_k\":4,\"n_group\":3,\"topk_group\":2}");
     round_trip("{" MOEUT_BASE ",\"ff_k\":2}");
+}
+END_TEST
+
+/* DeepSeek-V3's sequence-wise balance loss: default 0 (off), any finite value >= 0, beside every balance; MoEUT only. */
+START_TEST(seq_balance_alpha_key) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert(c.seq_balance_alpha == 0.0);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"seq_balance_alpha\":0.0001,\"balance\":\"bias\"}", &c, err,
+                           sizeof err),
+                     0);
+    ck_assert(c.seq_balance_alpha == 0.0001 && c.balance == BALANCE_BIAS);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"seq_balance_alpha\":0.5}", &c, err, sizeof err), 0);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"seq_balance_alpha\":-1e-4}", "exp.json: model.seq_balance_alpha:",
+                 "finite number >= 0, got -0.0001");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"seq_balance_alpha\":1e999}", "exp.json: model.seq_balance_alpha:",
+                 "got inf");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"seq_balance_alpha\":true}", "exp.json: model.seq_balance_alpha:",
+                 "expected a number");
+    expect_error("{" DENSE_BASE ",\"seq_balance_alpha\":0.1}", "exp.json: model.seq_balance_alpha:", "moeut");
+    /* the objective gains alpha * reg_seq, and only then */
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"seq_balance_alpha\":0.5}", &c, err, sizeof err), 0);
+    ck_assert(model_config_objective(&c, 2.0, 0.0, 0.0, 3.0) == 2.0 + 0.5 * 3.0);
+    c.seq_balance_alpha = 0.0;
+    ck_assert(model_config_objective(&c, 2.0, 0.0, 0.0, 3.0) == 2.0);
+    round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"seq_balance_alpha\":0.0001,\"balance\":\"bias\"}");
 }
 END_TEST
 
@@ -568,6 +596,7 @@ int main(void) {
     tcase_add_test(tc, moe_structure_switches);
     tcase_add_test(tc, routed_scaling_factor_key);
     tcase_add_test(tc, group_limited_keys);
+    tcase_add_test(tc, seq_balance_alpha_key);
     tcase_add_test(tc, moeut_switch_tensor_names);
     tcase_add_test(tc, moeut_defaults_are_reference_ctor);
     tcase_add_test(tc, moeut_default_ff_k_is_8);
