@@ -82,9 +82,17 @@ BACKEND_OP(void, attention_backward, (Backend *be, scalar_t *dq, scalar_t *dk, s
  * selecting on sigmoid or softmax scores, which are increasing functions of them. With bias[G*E] (balance "bias",
  * DeepSeek-V3 eq. 16): score_e + bias[g*E+e], score = the gating transform `score` of the logits (sigmoid, or
  * softmax over the group's E logits), computed in double; the bias moves the selection only, never a gate.
+ * Group-limited routing (DeepSeek-V3 §2.1.2; n_group > 1, topk_group < n_group): the E experts of a row form n_group
+ * contiguous groups of E/n_group (>= 2); a group's score = the sum of the two largest of score_e (+ bias_e when bias
+ * != NULL) over its experts not dropped (score = sigmoid or softmax as above, in double; one survivor: its value, none:
+ * -inf); the experts of the topk_group best groups (ties: lower group first) are the only candidates, and the filler
+ * slots come from the dropped experts of those groups. n_group = topk_group = 1 (or topk_group = n_group): no limit,
+ * the selection above bit for bit. Requires E % n_group == 0, 1 <= topk_group <= n_group <= ROUTING_MAX_GROUPS (64)
+ * and k <= topk_group * E / n_group. Attention calls it with 1, 1.
  * Both backends select with kernels/routing_topk.h. */
 BACKEND_OP(void, topk_select, (Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop,
-                               const scalar_t *bias, RouterKind score, int N, int G, int E, int k))
+                               const scalar_t *bias, RouterKind score, int N, int G, int E, int k, int n_group,
+                               int topk_group))
 /* router_gates: gate[N,G,k] at the selected experts (sel from topk_select):
  *   ROUTER_SIGMOID: s_j = sigmoid(l[sel_j])                   (MoEUT's sigma-MoE)
  *   ROUTER_SOFTMAX: s_j = softmax over the group's E logits, at sel_j (all E experts, dropped or not)
@@ -111,6 +119,21 @@ BACKEND_OP(void, router_gates_backward, (Backend *be, scalar_t *dlogits, const s
  * between the statistics and the gradient) and a separate counting kernel and copy: more work per call, no gain. */
 BACKEND_OP(double, switch_balance, (Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
                                     const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef))
+/* seq_balance: DeepSeek-V3's sequence-wise balance loss (arXiv 2412.19437 §2.1.2, eqs. 17-20) of ONE routing decision,
+ * logits[B,T,E] with its selection sel[B,T,k] (expert ids e, one group), per sequence b over its positions with
+ * valid[b,t] != 0 (NULL = all), n_b of them:
+ *   s'_{t,i} = the scores normalised over all E experts: sigmoid(l_{t,i}) / sum_j sigmoid(l_{t,j}) (kind
+ *              ROUTER_SIGMOID) or softmax(l_t)_i (ROUTER_SOFTMAX)
+ *   f_{b,i}  = E / (k n_b) * (number of slots of b's counted positions selecting i)   (not differentiated)
+ *   P_{b,i}  = (1/n_b) sum_t s'_{t,i}
+ *   value    = (1/B_c) sum_b sum_i f_{b,i} P_{b,i}, the mean over the B_c sequences with n_b > 0 (V3 sums it per
+ *              sequence; a micro-batch averages its sequences); 1 for a uniform s'; 0 when B_c = 0
+ * Returns value (unscaled). If dlogits != NULL: dlogits += coef * d(value)/d(logits) (ACCUMULATES: it adds to the
+ * gradient of the balance model.balance chooses), i.e. at a counted position of b
+ *   coef / (B_c n_b) * w_e (f_{b,e} - sum_i f_{b,i} s'_i),  w_e = s'_e (softmax) or sigmoid'(l_e) / sum_j sigmoid(l_j),
+ * nothing elsewhere. Filler slots of topk_select count like any slot (as in switch_balance). */
+BACKEND_OP(double, seq_balance, (Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
+                                 const uint8_t *valid, int B, int T, int E, int k, RouterKind kind, scalar_t coef))
 /* expert_count: counts[g*E + e] += the number of slots j of the positions n with valid[n] != 0 (valid[N], NULL =
  * all) whose selection sel[N,G,k] is g*E + e (global ids, as topk_select writes them), leaving out the slots
  * whose expert is dropped (drop[N,G,E] != 0, may be NULL: the filler slots of topk_select carry gate 0 and route

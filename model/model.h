@@ -71,6 +71,11 @@ typedef struct {
                                 * others are dropped (gate 0; Switch Transformer §2.2); default 0 = no capacity */
     CapacityOrder ff_capacity_order; /* "ff_capacity_order": which assignments an expert keeps, "position" (GShard
                                       * Algorithm 1; default) | "score" (by gate); only with ff_capacity_factor > 0 */
+    int n_group;          /* "n_group": group-limited FFN routing (DeepSeek-V3 §2.1.2): the E experts form n_group
+                           * contiguous groups, a token chooses among the topk_group best (default 1: no limit) */
+    int topk_group;       /* "topk_group": groups kept per token (default n_group; only with n_group > 1) */
+    double seq_balance_alpha; /* "seq_balance_alpha": DeepSeek-V3's sequence-wise balance loss, alpha * StepStats.reg_seq
+                               * in the objective, beside model.balance (V3: 0.0001; default 0: off) */
 } ModelConfig;
 
 /* Fills defaults (the reference constructor's defaults) then reads a cJSON object (type: const struct cJSON *).
@@ -87,9 +92,9 @@ bool model_config_groups_whole(const ModelConfig *cfg);
  * 0 ("none", and the dense model). */
 double model_config_ffn_balance_coef(const ModelConfig *cfg);
 /* The value of the objective model_train_step differentiates (before grad_scale) for one micro-batch's mean CE and
- * regularizer terms: mean_ce + c_ffn * reg_ffn + att_entropy_reg * reg_att. The one definition the training log and
- * records use (the model itself only needs the gradient). */
-double model_config_objective(const ModelConfig *cfg, double mean_ce, double reg_ffn, double reg_att);
+ * regularizer terms: mean_ce + c_ffn * reg_ffn + att_entropy_reg * reg_att + seq_balance_alpha * reg_seq. The one
+ * definition the training log and records use (the model itself only needs the gradient). */
+double model_config_objective(const ModelConfig *cfg, double mean_ce, double reg_ffn, double reg_att, double reg_seq);
 /* Number of parameters the config implies (equals model_n_params of a created model), computed without allocating. */
 size_t model_count_params(const ModelConfig *cfg);
 
@@ -138,12 +143,15 @@ typedef struct {
     long n_counted;     /* number of counted targets */
     double reg_ffn;     /* unscaled FFN balancing terms (model.balance), summed over distinct modules (0 for dense) */
     double reg_att;     /* unscaled attention entropy terms (o + v), summed over distinct modules */
+    double reg_seq;     /* unscaled sequence-wise balance losses (model.seq_balance_alpha > 0; else 0), summed over
+                         * distinct modules and their applications, each the mean over the micro-batch's sequences */
 } StepStats;
 
 /* One micro-batch in training mode: forward, loss, backward. Gradients ACCUMULATE into model_grads (caller zeroes).
  * inputs[B,T], targets[B,T] (host memory; -1 = not counted), valid[B,T] (host; 1 where the position's target is real,
  * used by the regularizer mask; NULL = all valid).
- * The differentiated objective is  grad_scale * (ce_sum / n_counted + c_ffn*reg_ffn + att_entropy_reg*reg_att),
+ * The differentiated objective is  grad_scale * (ce_sum / n_counted + c_ffn*reg_ffn + att_entropy_reg*reg_att
+ * + seq_balance_alpha*reg_seq),
  * c_ffn = model_config_ffn_balance_coef (entropy_reg, balance_alpha or 0; reg_ffn is the matching unscaled term),
  * i.e. the per-micro-batch mean CE; the caller passes grad_scale = 1/n_microbatches.
  * logits_out (host, may be NULL) receives the logits [B,T,V]. */

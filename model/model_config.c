@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "model/hash_routing.h"
+#include "kernels/routing_topk.h" /* ROUTING_MAX_GROUPS */
 #include "model/model.h"
 #include "model/moe_config.h"
 #include "model/param_count.h"
@@ -74,6 +75,9 @@ static const KeyDesc KEYS[] = {
     {"hash_seed", KEY_INT, FOR_MOEUT, 0, F(hash_seed), NULL},
     {"ff_capacity_factor", KEY_DOUBLE, FOR_MOEUT, 0, F(ff_capacity_factor), NULL},
     {"ff_capacity_order", KEY_ENUM, FOR_MOEUT, 0, F(ff_capacity_order), CAPACITY_ORDER_NAMES},
+    {"n_group", KEY_INT, FOR_MOEUT, 0, F(n_group), NULL},
+    {"topk_group", KEY_INT, FOR_MOEUT, 0, F(topk_group), NULL},
+    {"seq_balance_alpha", KEY_DOUBLE, FOR_MOEUT, 0, F(seq_balance_alpha), NULL},
 };
 #undef F
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -124,6 +128,8 @@ static void set_defaults(ModelConfig *cfg, Arch arch) {
         cfg->balance_gamma = 0.001; /* DeepSeek-V3 §2.1.2 (the bias update speed of its first 14.3T tokens) */
         cfg->routing = ROUTING_TOPK;
         cfg->hash_seed = 1;
+        cfg->n_group = 1; /* no group limit; topk_group defaults to n_group (from_json) */
+        cfg->topk_group = 1;
     }
     if (arch == ARCH_MOE) { /* the Switch Transformer / Mixtral FFN router: softmax scores, top-2, the Switch loss */
         cfg->ff_k = 2;
@@ -145,11 +151,13 @@ static const char *key_void_under(const ModelConfig *cfg, const KeyDesc *k, char
         return buf;
     }
     /* routing "hash" has no router: no gating transform, no gate to scale, no router choice for expert dropout, no
-     * gate to drop over a capacity */
+     * gate to drop over a capacity, no scores to group or to balance */
     if (cfg->routing == ROUTING_HASH &&
         (strcmp(k->name, "router") == 0 || strcmp(k->name, "router_renorm") == 0 ||
          strcmp(k->name, "routed_scaling_factor") == 0 || strcmp(k->name, "ff_expert_dropout") == 0 ||
-         strcmp(k->name, "ff_capacity_factor") == 0 || strcmp(k->name, "ff_capacity_order") == 0)) {
+         strcmp(k->name, "ff_capacity_factor") == 0 || strcmp(k->name, "ff_capacity_order") == 0 ||
+         strcmp(k->name, "n_group") == 0 || strcmp(k->name, "topk_group") == 0 ||
+         strcmp(k->name, "seq_balance_alpha") == 0)) {
         snprintf(buf, buflen, "model.routing \"hash\"");
         return buf;
     }
@@ -159,6 +167,10 @@ static const char *key_void_under(const ModelConfig *cfg, const KeyDesc *k, char
     }
     if (strcmp(k->name, "ff_capacity_order") == 0 && cfg->ff_capacity_factor == 0.0) {
         snprintf(buf, buflen, "model.ff_capacity_factor 0 (no capacity)");
+        return buf;
+    }
+    if (strcmp(k->name, "topk_group") == 0 && cfg->n_group == 1) {
+        snprintf(buf, buflen, "model.n_group 1 (no group limit)");
         return buf;
     }
     if (strcmp(k->name, "d_ff") == 0 && cfg->arch != ARCH_DENSE && cfg->n_dense_first == 0) {
@@ -334,6 +346,8 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
         double d_ff = ((double)c.ff_k + (double)c.n_shared_experts) * (double)c.ff_expert_size;
         c.d_ff = d_ff <= (double)INT_MAX ? (int)d_ff : INT_MAX;
     }
+    /* topk_group defaults to n_group: all groups kept, which validate refuses for n_group > 1 (no effect) */
+    if (arch == ARCH_MOEUT && !cJSON_GetObjectItemCaseSensitive(obj, "topk_group")) c.topk_group = c.n_group;
     if (!d_head_given) {
         /* Reference default d_head = d_model // n_heads; an uneven split would silently change the width, so it
          * must then be given explicitly. */
@@ -394,6 +408,44 @@ static int check_dim(const char *name, int v, char *err, size_t errlen) {
     }
     if (v > MAX_DIM) {
         snprintf(err, errlen, "model.%s: %d is larger than the limit %d", name, v, MAX_DIM);
+        return -1;
+    }
+    return 0;
+}
+
+/* Group-limited routing (DeepSeek-V3 §2.1.2): the settings topk_select accepts (kernels/backend_ops.h), and none that
+ * has no effect. */
+static int validate_groups(const ModelConfig *cfg, char *err, size_t errlen) {
+    const int E = cfg->ff_n_experts, G = cfg->n_group;
+    if (G < 1 || G > ROUTING_MAX_GROUPS) {
+        snprintf(err, errlen, "model.n_group: must be in [1, %d], got %d", ROUTING_MAX_GROUPS, G);
+        return -1;
+    }
+    if (G == 1) {
+        if (cfg->topk_group != 1) {
+            snprintf(err, errlen, "model.topk_group: must be 1 with n_group 1, got %d", cfg->topk_group);
+            return -1;
+        }
+        return 0;
+    }
+    if (E % G != 0 || E / G < 2) {
+        snprintf(err, errlen, "model.n_group: ff_n_experts %d must split into %d groups of >= 2 experts", E, G);
+        return -1;
+    }
+    if (cfg->topk_group < 1 || cfg->topk_group > G) {
+        snprintf(err, errlen, "model.topk_group: must be in [1, n_group %d], got %d", G, cfg->topk_group);
+        return -1;
+    }
+    if (cfg->topk_group == G) {
+        snprintf(err, errlen,
+                 "model.topk_group: %d of %d groups kept (topk_group defaults to n_group) limits nothing; "
+                 "set topk_group < n_group",
+                 G, G);
+        return -1;
+    }
+    if (cfg->ff_k > cfg->topk_group * (E / G)) {
+        snprintf(err, errlen, "model.topk_group: %d groups of %d experts hold fewer than ff_k %d", cfg->topk_group,
+                 E / G, cfg->ff_k);
         return -1;
     }
     return 0;
@@ -461,6 +513,11 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
                      cfg->routed_scaling_factor);
             return -1;
         }
+        if (validate_groups(cfg, err, errlen)) return -1;
+        if (!(cfg->seq_balance_alpha >= 0.0) || !isfinite(cfg->seq_balance_alpha)) {
+            snprintf(err, errlen, "model.seq_balance_alpha: must be a finite number >= 0, got %g", cfg->seq_balance_alpha);
+            return -1;
+        }
         if ((int)cfg->balance < 0 || (int)cfg->balance > BALANCE_BIAS) {
             snprintf(err, errlen, "model.balance: invalid value %d", (int)cfg->balance);
             return -1;
@@ -517,8 +574,10 @@ int model_config_n_rot(const ModelConfig *cfg) {
     return n - n % 2;
 }
 
-double model_config_objective(const ModelConfig *cfg, double mean_ce, double reg_ffn, double reg_att) {
-    return mean_ce + model_config_ffn_balance_coef(cfg) * reg_ffn + cfg->att_entropy_reg * reg_att;
+double model_config_objective(const ModelConfig *cfg, double mean_ce, double reg_ffn, double reg_att, double reg_seq) {
+    double j = mean_ce + model_config_ffn_balance_coef(cfg) * reg_ffn + cfg->att_entropy_reg * reg_att;
+    if (cfg->arch == ARCH_MOEUT && cfg->seq_balance_alpha > 0.0) j += cfg->seq_balance_alpha * reg_seq;
+    return j;
 }
 
 double model_config_ffn_balance_coef(const ModelConfig *cfg) {

@@ -45,7 +45,7 @@ static void ffn_forward(Model *m, const MoeLayerOffsets *P, int N, const FfnIO *
     be->layernorm_forward(be, io->u, io->mean, io->rstd, io->x1, W + P->ln2_w, W + P->ln2_b, N, C,
                           (scalar_t)PRELN_LN_EPS);
     be->matmul(be, io->l, io->u, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* l[N,E] = u Sel^T */
-    be->topk_select(be, io->sel, io->l, NULL, NULL, c->router, N, 1, E, K);
+    be->topk_select(be, io->sel, io->l, NULL, NULL, c->router, N, 1, E, K, 1, 1); /* no group limit */
     be->routing_plan(be, io->plan, io->sel, N * K, E);
     be->router_gates(be, io->gate, io->l, io->sel, NULL, N, 1, E, K, c->router, c->router_renorm);
     if (c->routed_scaling_factor != 1.0)

@@ -80,10 +80,10 @@ static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, 
     be->matmul(be, io->lv, io->xn, W + P->sel_v, N, H * EA, C, 0, 1, 1, 0); /* [N, H*EA] */
     be->matmul(be, io->lo, io->xn, W + P->sel_o, N, H * EA, C, 0, 1, 1, 0);
     /* SwitchHead keeps MoEUT's routing: sigmoid gates, not renormalised */
-    be->topk_select(be, io->sel_v, io->lv, io->drop_v, NULL, ROUTER_SIGMOID, N, H, EA, KA);
+    be->topk_select(be, io->sel_v, io->lv, io->drop_v, NULL, ROUTER_SIGMOID, N, H, EA, KA, 1, 1);
     be->routing_plan(be, io->plan_v, io->sel_v, N * H * KA, H * EA);
     be->router_gates(be, io->gate_v, io->lv, io->sel_v, io->drop_v, N, H, EA, KA, ROUTER_SIGMOID, 0);
-    be->topk_select(be, io->sel_o, io->lo, io->drop_o, NULL, ROUTER_SIGMOID, N, H, EA, KA);
+    be->topk_select(be, io->sel_o, io->lo, io->drop_o, NULL, ROUTER_SIGMOID, N, H, EA, KA, 1, 1);
     be->routing_plan(be, io->plan_o, io->sel_o, N * H * KA, H * EA);
     be->router_gates(be, io->gate_o, io->lo, io->sel_o, io->drop_o, N, H, EA, KA, ROUTER_SIGMOID, 0);
     /* v[n,h] = sum_j gate_v[n,h,j] * x[n] @ V[sel_v[n,h,j]]   -> [N*H, D] */
@@ -110,7 +110,8 @@ static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *
                               (scalar_t)MOEUT_LN_EPS);
         be->matmul(be, io->l, io->xs, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* [N, E] */
         const scalar_t *bias = P->expert_bias != SIZE_MAX ? W + P->expert_bias : NULL; /* [E] balance "bias" */
-        be->topk_select(be, io->sel, io->l, io->drop, bias, c->router, N, 1, E, K);
+        be->topk_select(be, io->sel, io->l, io->drop, bias, c->router, N, 1, E, K, c->n_group,
+                        c->topk_group);
     }
     be->routing_plan(be, io->plan, io->sel, N * K, E);
     if (!hash) be->router_gates(be, io->gate, io->l, io->sel, io->drop, N, 1, E, K, c->router, c->router_renorm);

@@ -135,6 +135,7 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in);
 
 /* moeut_reg.c */
 void moeut_regularizers(Model *m, double grad_scale, StepStats *stats);
+double moeut_seq_balance(Model *m, double grad_scale); /* moeut_seq_balance.c: adds to dreg_f, returns the value */
 /* Expert-dropout mask for `rows` routing groups of E experts: each entry is dropped (1) with probability p, drawn
  * from rng in row-major order. A row that would keep fewer than k experts gets randomly chosen dropped entries
  * re-enabled (uniformly, from the same rng) until exactly k remain, so top-k always has k candidates. */

@@ -38,9 +38,11 @@ void moeut_regularizers(Model *m, double grad_scale, StepStats *stats) {
         reg_att += be->entropy_reg(be, st->dreg_v[i], st->hist_v[i], valid, R, st->B, st->T, H, EA, coef_att);
         reg_att += be->entropy_reg(be, st->dreg_o[i], st->hist_o[i], valid, R, st->B, st->T, H, EA, coef_att);
     }
+    const double reg_seq = moeut_seq_balance(m, grad_scale); /* model.seq_balance_alpha: beside the above */
     if (stats) {
         stats->reg_ffn += reg_ffn;
         stats->reg_att += reg_att;
+        stats->reg_seq += reg_seq;
     }
     st->reg_ready = 1;
 }

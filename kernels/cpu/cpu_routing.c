@@ -18,16 +18,18 @@
 
 /* For each (n,g): routing_topk_row (kernels/routing_topk.h, the same code as the CUDA kernel's). */
 void cpu_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, const scalar_t *bias,
-                     RouterKind score, int N, int G, int E, int k) {
+                     RouterKind score, int N, int G, int E, int k, int n_group, int topk_group) {
     (void)be;
     if (k < 1 || k > E) die("topk_select: k=%d must be in [1, E=%d]", k, E);
     if (score != ROUTER_SIGMOID && score != ROUTER_SOFTMAX) die("topk_select: unknown router kind %d", (int)score);
+    if (!routing_groups_ok(E, k, n_group, topk_group))
+        die("topk_select: n_group=%d topk_group=%d invalid for E=%d k=%d", n_group, topk_group, E, k);
     const int softmax = score == ROUTER_SOFTMAX;
 #pragma omp parallel for schedule(static) if ((size_t)N * G * E > 32768)
     for (long ng = 0; ng < (long)N * G; ng++) {
         int g = (int)(ng % G);
         routing_topk_row(sel + (size_t)ng * k, logits + (size_t)ng * E, bias ? bias + (size_t)g * E : NULL,
-                         drop ? drop + (size_t)ng * E : NULL, softmax, g, E, k);
+                         drop ? drop + (size_t)ng * E : NULL, softmax, g, E, k, n_group, topk_group);
     }
 }
 

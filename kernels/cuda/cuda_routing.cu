@@ -19,24 +19,26 @@ __device__ __forceinline__ float sigmoidf_stable(float x) {
 
 // One thread per (n,g): routing_topk_row (kernels/routing_topk.h), the same code as the CPU reference's.
 __global__ void k_topk_select(int32_t *sel, const float *logits, const uint8_t *drop, const float *bias, int softmax,
-                              long rows, int G, int E, int k) {
+                              long rows, int G, int E, int k, int n_group, int topk_group) {
     for (long ng = blockIdx.x * (long)blockDim.x + threadIdx.x; ng < rows; ng += (long)gridDim.x * blockDim.x) {
         int g = (int)(ng % G);
         routing_topk_row(sel + (size_t)ng * k, logits + (size_t)ng * E, bias ? bias + (size_t)g * E : nullptr,
-                         drop ? drop + (size_t)ng * E : nullptr, softmax, g, E, k);
+                         drop ? drop + (size_t)ng * E : nullptr, softmax, g, E, k, n_group, topk_group);
     }
 }
 
 void cuda_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const uint8_t *drop, const scalar_t *bias,
-                      RouterKind score, int N, int G, int E, int k) {
+                      RouterKind score, int N, int G, int E, int k, int n_group, int topk_group) {
     cuda_weights_written(be, sel, (size_t)N * G * k * sizeof(int32_t));
     (void)be;
     if (k < 1 || k > E) die("topk_select: k=%d must be in [1, E=%d]", k, E);
     if (score != ROUTER_SIGMOID && score != ROUTER_SOFTMAX) die("topk_select: unknown router kind %d", (int)score);
+    if (!routing_groups_ok(E, k, n_group, topk_group))
+        die("topk_select: n_group=%d topk_group=%d invalid for E=%d k=%d", n_group, topk_group, E, k);
     long rows = (long)N * G;
     if (rows <= 0) return;
     LAUNCH(k_topk_select, grid_for((size_t)rows, 128), 128, 0)(sel, logits, drop, bias, score == ROUTER_SOFTMAX,
-                                                               rows, G, E, k);
+                                                               rows, G, E, k, n_group, topk_group);
     CHECK_LAUNCH();
 }
 

@@ -242,6 +242,8 @@ static cJSON *state_to_json(const TrainState *st, const char *model_sha, const c
     put_exact_double(acc, "reg_att", st->acc.reg_att);
     put_exact_double(acc, "grad_norm", st->acc.grad_norm);
     put_exact_double(acc, "expert_entropy", st->acc.expert_entropy);
+    /* model.seq_balance_alpha > 0 only: written when nonzero, read as 0 when absent (the same state either way) */
+    if (st->acc.reg_seq != 0.0) put_exact_double(acc, "reg_seq", st->acc.reg_seq);
     cJSON_AddNumberToObject(acc, "n", (double)st->acc.n);
     cJSON *data = cJSON_AddObjectToObject(o, "data");
     cJSON_AddStringToObject(data, "tokenizer_sha256", st->data_tokenizer_sha256);
@@ -337,6 +339,12 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
             set_err(err, errlen, "%s: metrics_acc.%s: not a number", path, acc_keys[i]);
             return -1;
         }
+    const cJSON *acc_seq = cJSON_GetObjectItemCaseSensitive(acc, "reg_seq"); /* optional: seq_balance_alpha > 0 */
+    st->acc.reg_seq = 0.0;
+    if (acc_seq && parse_exact_double(acc_seq, &st->acc.reg_seq)) {
+        set_err(err, errlen, "%s: metrics_acc.reg_seq: not a number", path);
+        return -1;
+    }
     const cJSON *accn = cJSON_GetObjectItemCaseSensitive(acc, "n");
     const cJSON *tsha = cJSON_GetObjectItemCaseSensitive(data, "tokenizer_sha256");
     const cJSON *nex = cJSON_GetObjectItemCaseSensitive(data, "n_examples");

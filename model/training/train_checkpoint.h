@@ -31,6 +31,7 @@
 typedef struct {
     double loss, ce, reg_ffn, reg_att, grad_norm, expert_entropy;
     long n; /* steps accumulated */
+    double reg_seq; /* model.seq_balance_alpha > 0 only (in state.json then; absent = 0) */
 } MetricsAcc;
 
 typedef struct {

@@ -21,6 +21,7 @@
 typedef struct {
     double loss, ce, reg_ffn, reg_att, grad_norm, expert_entropy;
     long real_tokens;
+    double reg_seq;
 } StepResult;
 
 /* Forward/backward over the micro-batches of one step; gradients end up in model_grads, summed over the ranks.
@@ -32,7 +33,7 @@ static StepResult run_microbatches(Trainer *t, long step_number) {
     const int nmb = (int)t->tc.n_microbatch, bm = (int)(t->tc.batch_size / nmb), T = (int)t->tc.context;
     const double w = 1.0 / nmb;
     double *mb = t->mb_values; /* allocated at setup: a step allocates nothing */
-    memset(mb, 0, (size_t)nmb * 3 * sizeof *mb); /* other ranks' slots stay 0 for the sum */
+    memset(mb, 0, (size_t)nmb * MB_VALUES * sizeof *mb); /* other ranks' slots stay 0 for the sum */
     model_reset_routing_counts(t->m); /* the counts a log line reports are its step's (an eval between steps adds) */
     for (int k = 0; k < nmb; k++) {
         r.real_tokens += loader_next_batch(&t->loader, bm, t->inputs, t->targets, t->valid);
@@ -40,20 +41,23 @@ static StepResult run_microbatches(Trainer *t, long step_number) {
         model_set_dropout_seed(t->m, dist_microbatch_dropout_seed(train_seed_dropout(&t->tc), t->st.step, nmb, k));
         StepStats ss = {0};
         model_train_step(t->m, t->inputs, t->targets, t->valid, bm, T, w, &ss, NULL);
-        mb[3 * k] = ss.n_counted > 0 ? ss.ce_sum / (double)ss.n_counted : 0.0;
-        mb[3 * k + 1] = ss.reg_ffn;
-        mb[3 * k + 2] = ss.reg_att;
+        mb[MB_VALUES * k] = ss.n_counted > 0 ? ss.ce_sum / (double)ss.n_counted : 0.0;
+        mb[MB_VALUES * k + 1] = ss.reg_ffn;
+        mb[MB_VALUES * k + 2] = ss.reg_att;
+        mb[MB_VALUES * k + 3] = ss.reg_seq;
     }
     char what[96];
     snprintf(what, sizeof what, "loss all-reduce of step %ld", step_number);
-    dist_allreduce_sum_f64(mb, (size_t)nmb * 3, what);
+    dist_allreduce_sum_f64(mb, (size_t)nmb * MB_VALUES, what);
     dist_allreduce_grads(t->be, model_grads(t->m), model_n_params(t->m), step_number);
     for (int k = 0; k < nmb; k++) {
-        double ce = mb[3 * k], reg_ffn = mb[3 * k + 1], reg_att = mb[3 * k + 2];
+        double ce = mb[MB_VALUES * k], reg_ffn = mb[MB_VALUES * k + 1], reg_att = mb[MB_VALUES * k + 2];
+        double reg_seq = mb[MB_VALUES * k + 3];
         r.ce += w * ce;
         r.reg_ffn += w * reg_ffn;
         r.reg_att += w * reg_att;
-        r.loss += w * model_config_objective(&t->mc, ce, reg_ffn, reg_att);
+        r.reg_seq += w * reg_seq;
+        r.loss += w * model_config_objective(&t->mc, ce, reg_ffn, reg_att, reg_seq);
     }
     /* With balance "entropy", reg_ffn is the FFN entropy regularizer summed over the distinct MoE modules: minus the
      * entropy of the mean routing distribution as the reference computes it (masked, with its [B,B] broadcast, so it
@@ -121,6 +125,7 @@ static void log_metrics(Trainer *t, double lr, double interval_s) {
     cJSON_AddNumberToObject(j, "ce", a->ce / n);
     cJSON_AddNumberToObject(j, "reg_ffn", a->reg_ffn / n);
     cJSON_AddNumberToObject(j, "reg_att", a->reg_att / n);
+    if (t->mc.seq_balance_alpha > 0.0) cJSON_AddNumberToObject(j, "reg_seq", a->reg_seq / n); /* only when it is on */
     cJSON_AddNumberToObject(j, "lr", lr);
     cJSON_AddNumberToObject(j, "grad_norm", a->grad_norm / n);
     cJSON_AddNumberToObject(j, "tokens", (double)t->st.tokens);
@@ -206,6 +211,7 @@ int train_loop(Trainer *t) {
         MetricsAcc *a = &t->st.acc;
         a->loss += r.loss, a->ce += r.ce, a->reg_ffn += r.reg_ffn, a->reg_att += r.reg_att;
         a->grad_norm += norm, a->expert_entropy += r.expert_entropy, a->n++;
+        a->reg_seq += r.reg_seq;
         if (t->st.step % t->tc.log_every == 0 || t->st.step == total) {
             double now = now_seconds();
             log_metrics(t, lr, now - interval_start);

@@ -89,7 +89,7 @@ static void create_model(Trainer *t) {
     t->inputs = xmalloc(cells * sizeof *t->inputs);
     t->targets = xmalloc(cells * sizeof *t->targets);
     t->valid = xmalloc(cells * sizeof *t->valid);
-    t->mb_values = xmalloc((size_t)t->tc.n_microbatch * 3 * sizeof *t->mb_values);
+    t->mb_values = xmalloc((size_t)t->tc.n_microbatch * MB_VALUES * sizeof *t->mb_values);
     const size_t n_counts = (size_t)model_routed_applications(t->m, NULL) * (size_t)model_routed_experts(t->m);
     /* + the dropped assignments per application (expert capacity) after the counts, and the tokens */
     const size_t n_routed = (size_t)model_routed_applications(t->m, NULL);

@@ -19,6 +19,9 @@
 #include "model/training/trainer.h"
 #include "pipeline/records/run_provenance.h"
 
+/* Per micro-batch values reduced over the ranks each step: ce, reg_ffn, reg_att, reg_seq */
+enum { MB_VALUES = 4 };
+
 /* Everything the loop needs, set up once. */
 struct Trainer {
     TrainOptions a;
@@ -41,7 +44,8 @@ struct Trainer {
     FILE *metrics;
     int32_t *inputs, *targets; /* [Bm, T] host */
     uint8_t *valid;            /* [Bm, T] host */
-    double *mb_values;         /* [n_microbatch, 3] host: each micro-batch's ce, reg_ffn, reg_att, reduced per step */
+    double *mb_values;         /* [n_microbatch, MB_VALUES] host: each micro-batch's ce, reg_ffn, reg_att, reg_seq,
+                                * reduced per step */
     int64_t *routing_counts;   /* [L, E] host (MoEUT): the logged step's expert counts (model_take_routing_counts) */
     double *routing_sum;       /* [L * E + 1] host: the same as doubles (and the token count), summed over the ranks */
     double *bias_counts;       /* [Gs * E] host (balance "bias"): the step's selection counts, summed over the ranks */

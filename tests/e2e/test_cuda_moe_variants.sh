@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The MoE-variant switches on the CUDA backend: expert capacity (CF 1.0: 5 steps on the device, step 1's loss and
 # dropped counts as the CPU's, every step drops), and DeepSeek-V3's router (sigmoid gates normalised over the
-# selected, balance "bias") with a dense first pair of layers and a shared expert, through bin/train --backend cuda:
+# selected, times 2.5, balance "bias", group-limited: 4 groups of 2 experts, 3 kept, the sequence-wise balance loss
+# with alpha 1e-4) with a dense first pair of layers and a shared expert, through bin/train --backend cuda:
 #   * step 1's loss equals the CPU backend's within fp32 rounding (same initial weights, same windows);
 #   * it trains: the loss falls, and the expert biases are nonzero integer multiples of gamma (they move by exactly
 #     gamma per step), not in the AdamW state;
@@ -18,7 +19,9 @@ steps=12
 # shellcheck disable=SC2086
 train_config "$tmp/cfg.json" moeut answer $steps checkpoint_every=4 log_every=1 ${CUDA_RESUME_SETTINGS:-}
 sets=(--set model.router_renorm=true --set model.balance=bias --set model.balance_gamma=0.01
-  --set model.entropy_reg=null --set model.n_dense_first=2 --set model.n_shared_experts=1)
+  --set model.entropy_reg=null --set model.n_dense_first=2 --set model.n_shared_experts=1
+  --set model.routed_scaling_factor=2.5 --set model.n_group=4 --set model.topk_group=3
+  --set model.seq_balance_alpha=0.0001)
 run() { # run BIN BACKEND OUT [args]
   local bin=$1 backend=$2 out=$3
   shift 3

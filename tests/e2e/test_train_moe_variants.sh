@@ -27,10 +27,12 @@ run none --set model.router=softmax --set model.balance=none --set model.entropy
 run sigmoid_renorm --set model.router_renorm=true
 bias_sets=(--set model.balance=bias --set model.balance_gamma=0.01 --set model.entropy_reg=null)
 run bias "${bias_sets[@]}"
-# DeepSeek-V3's router (sigmoid normalised over the selected, times its routed scaling factor 2.5, bias balancing)
-# with a dense first pair of layers and a shared expert: 2 dense applications, then the MoEUT group of 2 once
+# DeepSeek-V3's router (sigmoid normalised over the selected, times its routed scaling factor 2.5, bias balancing,
+# group-limited: the 8 experts in 4 groups of 2, the 3 best groups eligible, its sequence-wise balance loss with
+# alpha 1e-4) with a dense first pair of layers and a shared expert: 2 dense applications, then the MoEUT group of 2 once
+v3_sets=(--set model.n_group=4 --set model.topk_group=3 --set model.seq_balance_alpha=0.0001)
 run deepseek --set model.router_renorm=true --set model.routed_scaling_factor=2.5 "${bias_sets[@]}" \
-  --set model.n_dense_first=2 --set model.n_shared_experts=1
+  --set model.n_dense_first=2 --set model.n_shared_experts=1 "${v3_sets[@]}"
 # Roller et al.'s hash layers: the expert of the input token id, one per position, no router, no balancing
 hash_sets=(--set model.ff_k=1 --set model.balance=none --set model.entropy_reg=null --set model.ff_expert_dropout=null
   --set model.routing=hash --set model.hash_seed=7)
@@ -66,6 +68,18 @@ awk -v r="$reg" 'BEGIN { exit !(r > 0.5 && r < 4 * 8) }' || fail "switch: reg_ff
 [ "$(metric "$tmp/switch" '$' expert_entropy)" = 0 ] || fail "switch: expert_entropy should be 0"
 [ "$(metric "$tmp/none" '$' reg_ffn)" = 0 ] || fail "none: reg_ffn should be exactly 0"
 [ "$(metric "$tmp/bias" '$' reg_ffn)" = 0 ] || fail "bias: reg_ffn should be exactly 0 (no loss term)"
+# the sequence-wise loss: logged as reg_seq (2 routed applications, each a mean of sum_i f_i P_i), in the loss with
+# alpha 1e-4 beside reg_att (bias balancing has no reg_ffn term); absent where it is off
+python3 - "$tmp" <<'PY' || fail "deepseek: reg_seq"
+import json, sys
+tmp = sys.argv[1]
+for l in (json.loads(x) for x in open(f"{tmp}/deepseek/metrics.jsonl")):
+    assert 0 < l["reg_seq"] < 2 * 8, l["reg_seq"]
+    want = l["ce"] + 0.001 * l["reg_att"] + 1e-4 * l["reg_seq"]
+    assert abs(l["loss"] - want) <= 1e-9 * abs(want), (l["loss"], want)
+assert all("reg_seq" not in json.loads(x) for x in open(f"{tmp}/bias/metrics.jsonl"))
+print("ok: deepseek logs reg_seq and its loss is ce + 0.001 reg_att + 1e-4 reg_seq")
+PY
 ent=$(metric "$tmp/sigmoid_renorm" '$' expert_entropy)
 awk -v e="$ent" 'BEGIN { exit !(e > 0 && e <= log(8) + 1e-9) }' || fail "sigmoid_renorm: expert_entropy $ent"
 echo "ok: reg_ffn follows the balance (switch $reg, none 0, entropy run's expert_entropy $ent)"
@@ -111,7 +125,8 @@ print("ok: the expert biases move in steps of gamma and are not optimised; the d
 PY
 bin/evaluate --run "$tmp/deepseek" --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/deepseek/result.json" \
   "${bias_sets[@]}" --set model.router_renorm=true --set model.routed_scaling_factor=2.5 --set model.n_dense_first=2 \
-  --set model.n_shared_experts=1 2>"$tmp/ev.log" || { cat "$tmp/ev.log"; fail "bin/evaluate of the deepseek run failed"; }
+  --set model.n_shared_experts=1 "${v3_sets[@]}" 2>"$tmp/ev.log" \
+  || { cat "$tmp/ev.log"; fail "bin/evaluate of the deepseek run failed"; }
 python3 - "$tmp/deepseek/result.json" <<'PY' || fail "result.json routing of the dense-prefix run"
 import json, sys
 for name, s in json.load(open(sys.argv[1]))["evaluation"]["sets"].items():

@@ -205,6 +205,32 @@ FIXTURES = {
         dict(B=2, T=8, rows=[9, 9], answer_only=False, grad_scale=0.5), 1616,
         "arch moe with sigmoid gates (not renormalised) times routed_scaling_factor 2.5, no balancing loss, top-3 of "
         "6, D=4 -> n_rot=2, grad_scale 0.5"),
+    "moeut_group_limited": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=8, ff_expert_size=6, ff_k=3,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=False, out_norm_affine=True,
+                  n_group=4, topk_group=2),
+        dict(B=2, T=9, rows=[10, 6], answer_only=True, grad_scale=1.0), 1515,
+        "MoE variants: DeepSeek-V3's group-limited routing on MoEUT's sigmoid router: 8 experts in 4 groups of 2, a "
+        "group's score the sum of its two sigmoid scores, the 2 best groups eligible, top-3 among their 4 experts; "
+        "entropy balancing, Gs=2 R=2, one padded row, answer-only"),
+    "moeut_group_limited_softmax_bias": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=9, ff_expert_size=6, ff_k=2,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=False, out_norm_affine=True,
+                  router="softmax", router_renorm=True, balance="bias", n_group=3, topk_group=1),
+        dict(B=2, T=9, rows=[10, 7], answer_only=False, grad_scale=1.0), 1616,
+        "MoE variants: group-limited routing on softmax scores + expert_bias (random): 9 experts in 3 groups of 3, a "
+        "group's score the sum of its two largest softmax probability + bias, 1 group eligible, top-2 of its 3, gates "
+        "renormalised over the selected; bias balancing, Gs=2 R=2, one padded row"),
+    "moeut_seq_balance": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=8, ff_expert_size=6, ff_k=2,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=False, out_norm_affine=True,
+                  router="sigmoid", router_renorm=True, routed_scaling_factor=2.5, balance="bias", n_group=4,
+                  topk_group=2, seq_balance_alpha=0.5),
+        dict(B=3, T=9, rows=[10, 7, 4], answer_only=True, grad_scale=1.0), 1717,
+        "MoE variants: DeepSeek-V3's routing (sigmoid gates normalised over the selected x 2.5, bias balancing, 8 "
+        "experts in 4 groups of 2, 2 kept) with its sequence-wise balance loss, alpha 0.5 (V3: 0.0001; large here so "
+        "that its gradient shows): per sequence sum_i f_i P_i over its valid positions (three unequal rows), the mean "
+        "over the sequences, one loss per layer application; Gs=2 R=2, answer-only"),
 }
 
 
@@ -353,6 +379,26 @@ def bias_changed_selections(model, inputs, valid):
     return changed, total
 
 
+@torch.no_grad()
+def group_changed_selections(model, inputs, valid):
+    """For a group-limited model (n_group > 1): how many (layer application, valid position) top-K sets differ from
+    those of the same model without the group limit, and the total number compared."""
+    _, hist = model(inputs)
+    saved = [layer.ffn.n_group for layer in model.transformer.layers]
+    for layer in model.transformer.layers:
+        layer.ffn.n_group = 1
+    _, hist0 = model(inputs)
+    for layer, g in zip(model.transformer.layers, saved):
+        layer.ffn.n_group = g
+    changed = total = 0
+    for lh, lh0 in zip(hist, hist0):
+        for s, s0 in zip(lh["ffn_sel"], lh0["ffn_sel"]):
+            diff = (s.sort(-1).values != s0.sort(-1).values).any(-1)[valid]
+            changed += int(diff.sum())
+            total += int(diff.numel())
+    return changed, total
+
+
 def build_fixture(name, out_dir):
     cfg, spec, seed, desc = FIXTURES[name]
     torch.manual_seed(seed)  # nothing should use the global RNG; set anyway for safety
@@ -389,6 +435,11 @@ def build_fixture(name, out_dir):
         with torch.no_grad():
             eval_logits = model(inputs)[0].detach()
         model.train()
+    if cfg.get("n_group", 1) > 1:  # the group limit must really change the routing
+        changed, total = group_changed_selections(model, inputs, valid)
+        if changed == 0:
+            raise SystemExit(f"{name}: the group limit changes no selection")
+        extra_meta["group_changed_selections"] = f"{changed}/{total}"
 
     model.zero_grad()
     res = twin.objective(model, inputs, ce_targets, valid, spec["grad_scale"])
@@ -410,6 +461,8 @@ def build_fixture(name, out_dir):
     }
     if eval_logits is not None:
         expected["eval_logits"] = eval_logits
+    if "reg_seq" in res:  # model.seq_balance_alpha > 0
+        expected["reg_seq"] = one(res["reg_seq"])
     for n, p in model.named_parameters():  # parameters only: the expert_bias buffer has no gradient
         expected["grad." + n] = p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
     st_io.save(os.path.join(out_dir, "expected.safetensors"), expected,
@@ -432,7 +485,9 @@ def build_fixture(name, out_dir):
           f"{sum(p.numel() for p in model.parameters())} params" +
           (f", bias changes {extra_meta['bias_changed_selections']} selections"
            if "bias_changed_selections" in extra_meta else "") +
-          (f", capacity drops {extra_meta['capacity_dropped']} assignments" if "capacity_dropped" in extra_meta else ""))
+          (f", capacity drops {extra_meta['capacity_dropped']} assignments" if "capacity_dropped" in extra_meta else "") +
+          (f", the group limit changes {extra_meta['group_changed_selections']} selections"
+           if "group_changed_selections" in extra_meta else ""))
 
 
 CHECK_RTOL = 1e-12

@@ -254,6 +254,8 @@ def main():
     dense_prefix_checks()
     variant_count_checks()
     moe_arch_checks()
+    group_limited_checks()
+    seq_balance_checks()
     if failures:
         print(f"test_twin: {len(failures)} check(s) FAILED: {', '.join(failures)}")
         sys.exit(1)
@@ -838,6 +840,85 @@ def moe_arch_checks():
           sum(p.numel() for p in model.parameters()) == formula)
     j = twin.json.loads(twin.config_json(cfg))
     check("moe: config JSON has only keys of arch moe", set(j) <= set(twin.MOE_KEYS) | {"d_ff"} and j["d_ff"] == 10)
+
+
+def group_limited_checks():
+    """DeepSeek-V3's group-limited routing (arXiv 2412.19437 §2.1.2): by hand, the group score is a sum of the two
+    largest SCORES (a sum of logits would rank other groups); the chosen experts lie in the topk_group best groups and
+    are the top-K of those groups' experts; all groups kept = no limit; finite differences through a grouped model."""
+    moe = twin.SigmaMoE(4, 6, 3, 2, n_group=3, topk_group=1).double()
+    with torch.no_grad():
+        moe.expert_sel.zero_()
+    l = torch.tensor([[5.0, 0.0, 1.5, 1.5, -1.0, -2.0]], dtype=torch.float64)
+    idx, w, _ = moe.route(l)
+    # sigmoid group sums {0.993 + 0.5, 2 x 0.818, 0.269 + 0.119}: group 1; a logit sum would pick group 0 (5 > 3)
+    check("group-limited by hand: sigmoid scores {5, 0 | 1.5, 1.5 | -1, -2}, 1 of 3 groups -> experts {2, 3}",
+          sorted(idx[0].tolist()) == [2, 3], str(idx.tolist()))
+    moe_s = twin.SigmaMoE(4, 6, 3, 2, router="softmax", n_group=3, topk_group=1).double()
+    idx, w, _ = moe_s.route(l)
+    check("group-limited by hand: softmax scores, same logits -> group 0, experts {0, 1}",
+          sorted(idx[0].tolist()) == [0, 1], str(idx.tolist()))
+    gen = torch.Generator().manual_seed(2412)
+    E, K, G, TG = 12, 3, 4, 2
+    l = torch.randn(50, E, generator=gen, dtype=torch.float64) * 2
+    for router in ("sigmoid", "softmax"):
+        moe = twin.SigmaMoE(4, E, 3, K, router=router, n_group=G, topk_group=TG).double()
+        idx, _, _ = moe.route(l)
+        s = torch.sigmoid(l) if router == "sigmoid" else torch.softmax(l, -1)
+        ok = True
+        for n in range(l.shape[0]):
+            gs = [sorted(s[n, q * 3:(q + 1) * 3].tolist())[-2:] for q in range(G)]
+            kept = sorted(range(G), key=lambda q: -sum(gs[q]))[:TG]
+            cand = [e for e in range(E) if e // 3 in kept]
+            want = sorted(sorted(cand, key=lambda e: -float(s[n, e]))[:K])
+            ok = ok and sorted(idx[n].tolist()) == want
+        free = twin.SigmaMoE(4, E, 3, K, router=router).double().route(l)[0]
+        moved = int((idx.sort(-1).values != free.sort(-1).values).any(-1).sum())
+        allkept = twin.SigmaMoE(4, E, 3, K, router=router, n_group=G, topk_group=G).double().route(l)[0]
+        check(f"group-limited ({router}): 50 random rows against a per-row evaluation of the formula; {moved} of 50 "
+              "selections differ from the unlimited ones; all groups kept = no limit",
+              ok and moved > 10 and torch.equal(allkept.sort(-1).values, free.sort(-1).values))
+    fd_gradcheck("MoEUT group-limited: 8 experts in 4 groups, 2 kept, sigmoid",
+                 _variant_cfg(ff_n_experts=8, ff_k=3, n_group=4, topk_group=2),
+                 dict(B=2, T=6, rows=[7, 5], answer_only=False, grad_scale=1.0), 31)
+    fd_gradcheck("MoEUT DeepSeek-V3 routing: sigmoid renorm x 2.5, expert_bias, 8 experts in 4 groups, 2 kept",
+                 _variant_cfg(ff_n_experts=8, ff_k=3, router_renorm=True, routed_scaling_factor=2.5, balance="bias",
+                              n_group=4, topk_group=2),
+                 dict(B=2, T=6, rows=[7, 5], answer_only=False, grad_scale=1.0), 32)
+    j = twin.json.loads(twin.config_json(gen_fixtures.FIXTURES["moeut_group_limited"][0]))
+    check("moeut_group_limited: config JSON carries n_group and topk_group",
+          j.get("n_group") == 4 and j.get("topk_group") == 2)
+
+
+def seq_balance_checks():
+    """DeepSeek-V3's sequence-wise balance loss (arXiv 2412.19437 eqs. 17-20) without alpha: equal scores give 1
+    whatever is selected (sum_i f_i = E, P_i = 1/E); one position selecting expert 0 of 2 gives E s'_0 with s' the
+    scores normalised over all experts (sigmoid: s_0 / (s_0 + s_1)); a masked-out sequence is left out of the mean;
+    finite differences through a model with the loss (alpha 0.5) beside bias balancing."""
+    gen = torch.Generator().manual_seed(17)
+    B, T, E, K = 3, 5, 6, 2
+    sel = torch.stack([torch.randperm(E, generator=gen)[:K] for _ in range(B * T)]).view(B, T, K)
+    l0 = torch.zeros(B, T, E, dtype=torch.float64)
+    ok = all(abs(float(twin.seq_balance_loss(l0, sel, None, r)) - 1) < 1e-12 for r in ("sigmoid", "softmax"))
+    check("seq_balance: equal scores give 1 (sigmoid and softmax), whatever the selection", ok)
+    l = torch.tensor([[[1.0, -1.0]], [[3.0, 2.0]]], dtype=torch.float64)
+    s2 = torch.tensor([[[0]], [[1]]])
+    valid = torch.tensor([[True], [False]])
+    got_sig = float(twin.seq_balance_loss(l, s2, valid, "sigmoid"))
+    got_soft = float(twin.seq_balance_loss(l, s2, valid, "softmax"))
+    sig = 1 / (1 + math.exp(-1.0))
+    check("seq_balance: one position, expert 0 of 2: 2 s'_0 (sigmoid s(1) / (s(1) + s(-1)), softmax); the masked "
+          "sequence left out", abs(got_sig - 2 * sig) < 1e-12 and abs(got_soft - 2 / (1 + math.exp(-2.0))) < 1e-12,
+          f"{got_sig} {got_soft}")
+    both = float(twin.seq_balance_loss(l, s2, None, "softmax"))
+    check("seq_balance: the mean over the sequences", abs(both - (2 / (1 + math.exp(-2.0)) + 2 / (1 + math.e)) / 2)
+          < 1e-12, f"{both}")
+    fd_gradcheck("MoEUT sequence-wise balance loss (alpha 0.5) beside bias balancing, sigmoid renorm",
+                 _variant_cfg(router_renorm=True, balance="bias", seq_balance_alpha=0.5),
+                 dict(B=3, T=6, rows=[7, 5, 3], answer_only=False, grad_scale=1.0), 41)
+    fd_gradcheck("MoEUT sequence-wise balance loss (alpha 0.5) beside the entropy regularizer, softmax",
+                 _variant_cfg(router="softmax", seq_balance_alpha=0.5),
+                 dict(B=2, T=6, rows=[7, 4], answer_only=True, grad_scale=1.0), 42)
 
 
 if __name__ == "__main__":

@@ -66,7 +66,8 @@ MOEUT_KEYS = [
 # prefix's width; MOEUT_KEYS has no d_ff).
 MOEUT_SWITCH_KEYS = ["router", "router_renorm", "routed_scaling_factor", "balance", "balance_alpha", "balance_gamma",
                      "n_shared_experts", "n_dense_first", "routing", "hash_seed",
-                     "ff_capacity_factor", "ff_capacity_order"]
+                     "ff_capacity_factor", "ff_capacity_order", "n_group", "topk_group",
+                     "seq_balance_alpha"]
 BALANCES = ("entropy", "switch", "none", "bias")
 BALANCE_GAMMA_DEFAULT = 0.001
 
@@ -234,13 +235,16 @@ class SwitchHead(nn.Module):
 class SigmaMoE(nn.Module):
     def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False, route_scale=1.0,
                  hash_table=None, capacity_factor=0.0,
-                 capacity_order="position"):
+                 capacity_order="position", n_group=1, topk_group=None):
         super().__init__()
         assert capacity_factor >= 0 and capacity_order in ("position", "score")
         self.capacity_factor, self.capacity_order = float(capacity_factor), capacity_order
         self.C, self.E, self.S, self.K = C, E, S, K
         self.router, self.renorm = router, bool(renorm)
         self.route_scale = float(route_scale)  # DeepSeek-V3's routed scaling factor (routed gates only)
+        # DeepSeek-V3's group-limited routing: E experts in n_group groups, topk_group of them eligible per token
+        self.n_group = int(n_group)
+        self.topk_group = int(topk_group if topk_group is not None else n_group)
         self.n_shared = int(n_shared)
         # registration order = state_dict order: keys, values, expert_sel, shared_keys, shared_values, expert_bias
         self.keys = nn.Parameter(torch.empty(E, C, S))
@@ -266,6 +270,9 @@ class SigmaMoE(nn.Module):
         (DeepSeek-V3: g_i = 2.5 * s_i / sum_{j in top-K} s_j; the shared experts keep gate 1)."""
         scores = torch.softmax(l, dim=-1) if self.router == "softmax" else torch.sigmoid(l)
         ranked = scores if self.expert_bias is None else scores + self.expert_bias
+        self.group_scores = None
+        if self.n_group > 1 and self.topk_group < self.n_group:
+            ranked = self.group_limit(ranked)
         with torch.no_grad():
             idx = ranked.topk(self.K, dim=-1, sorted=False).indices
         w = scores.gather(-1, idx)
@@ -299,6 +306,21 @@ class SigmaMoE(nn.Module):
             keep[order] = keep_sorted
         return keep.view(N, K).to(w.dtype)
 
+    def group_limit(self, ranked):
+        """Group-limited routing (DeepSeek-V3, arXiv 2412.19437 §2.1.2; its released model config: n_group 8,
+        topk_group 4 of 256 experts): the E experts form n_group contiguous groups of E/n_group; a token's group score
+        is the sum of the two largest selection scores s_i (+ b_i with the bias) in the group, only the topk_group best
+        groups stay eligible, and the top-K is taken over their experts. Returns ranked with the other groups' experts
+        at -inf; self.group_scores [..., n_group] keeps the group scores (for the margin check)."""
+        G, Eg = self.n_group, self.E // self.n_group
+        with torch.no_grad():
+            grouped = ranked.unflatten(-1, (G, Eg))  # [..., G, E/G]
+            self.group_scores = grouped.topk(2, dim=-1).values.sum(-1)  # [..., G]
+            kept = self.group_scores.topk(self.topk_group, dim=-1).indices
+            eligible = torch.zeros_like(self.group_scores, dtype=torch.bool).scatter(-1, kept, True)
+            eligible = eligible.repeat_interleave(Eg, dim=-1)  # [..., E]
+        return ranked.masked_fill(~eligible, -math.inf)
+
     def forward(self, x1, xs, route_log=None, tokens=None):
         """keys read the raw x1, the router reads xs = LN2(x1). Returns the ROUTED output f[B,T,C], raw router logits
         l[B,T,E] and the selection idx[B,T,K] (shared experts: shared_forward). routing "hash": idx = hash(tokens)
@@ -319,7 +341,11 @@ class SigmaMoE(nn.Module):
             w = w * keep.view(B, T, K)
         if route_log is not None and l is not None:  # the margin check looks at what the top-K ranks (the logits
             # unless biased); a hash choice has no margin to lose
-            route_log.append(("ffn", (l if self.expert_bias is None else ranked).detach(), K))
+            ffn_ranked = l if self.expert_bias is None else ranked
+            if self.group_scores is not None:  # the eligible experts only, and the choice of the groups
+                ffn_ranked = ffn_ranked.masked_fill(ranked == -math.inf, -math.inf)
+                route_log.append(("ffn_group", self.group_scores.detach(), self.topk_group))
+            route_log.append(("ffn", ffn_ranked.detach(), K))
         sel = idx.reshape(-1)  # [N*K], entry (n,j) at n*K + j
         entry = torch.arange(N * K, device=x1.device)
         u = cvmm(x1.reshape(N, C), entry // K, sel, self.keys)  # [N*K, S]
@@ -355,7 +381,8 @@ class MoEUTLayer(nn.Module):
         self.ffn = SigmaMoE(C, cfg["ff_n_experts"], cfg["ff_expert_size"], cfg["ff_k"], cfg.get("router", "sigmoid"),
                             cfg.get("router_renorm", False), cfg.get("n_shared_experts", 0),
                             cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0), table,
-                            cfg.get("ff_capacity_factor", 0.0), cfg.get("ff_capacity_order", "position"))
+                            cfg.get("ff_capacity_factor", 0.0), cfg.get("ff_capacity_order", "position",
+                            cfg.get("n_group", 1), cfg.get("topk_group"))
         self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
         self.ln2 = None if hashed else nn.LayerNorm(C, eps=LN_EPS)  # LN2 feeds only the router
 
@@ -718,7 +745,8 @@ def objective(model, inputs, targets, valid=None, grad_scale=1.0, route_log=None
     n_counted = int(counted.sum())
     ce = ce_sum / n_counted
     zero = logits.new_zeros(())
-    reg_ffn, reg_att = zero, zero
+    reg_ffn, reg_att, reg_seq = zero, zero, zero
+    alpha_seq = cfg.get("seq_balance_alpha", 0.0)
     if hist is not None:
         balance = cfg.get("balance", "entropy")
         for layer_hist in hist:
@@ -730,9 +758,44 @@ def objective(model, inputs, targets, valid=None, grad_scale=1.0, route_log=None
             if layer_hist["att_o"]:  # arch "moe" has no attention routers
                 reg_att = reg_att + masked_entropy_reg(layer_hist["att_o"], valid) + masked_entropy_reg(
                     layer_hist["att_v"], valid)
-    total = grad_scale * (ce + ffn_balance_coef(cfg) * reg_ffn + cfg.get("att_entropy_reg", 0.0) * reg_att)
-    return {"logits": logits, "ce": ce, "ce_sum": ce_sum, "n_counted": n_counted, "reg_ffn": reg_ffn,
-            "reg_att": reg_att, "total": total}
+            if alpha_seq > 0:  # beside the balance above, one loss per layer application (V3: per MoE layer)
+                for lf, sf in zip(layer_hist["ffn"], layer_hist["ffn_sel"]):
+                    reg_seq = reg_seq + seq_balance_loss(lf, sf, valid, cfg.get("router", "sigmoid"))
+    total = grad_scale * (ce + ffn_balance_coef(cfg) * reg_ffn + cfg.get("att_entropy_reg", 0.0) * reg_att +
+                          alpha_seq * reg_seq)
+    out = {"logits": logits, "ce": ce, "ce_sum": ce_sum, "n_counted": n_counted, "reg_ffn": reg_ffn,
+           "reg_att": reg_att, "total": total}
+    if alpha_seq > 0:
+        out["reg_seq"] = reg_seq
+    return out
+
+
+def seq_balance_loss(l, sel, valid, router):
+    """DeepSeek-V3's sequence-wise balance loss (arXiv 2412.19437 §2.1.2, eqs. 17-20) without alpha, of one layer
+    application: for each sequence b with T_b counted positions (valid; all when None)
+        f_i = E / (K T_b) * sum_t 1[i in TopK_t]                 (eq. 18; not differentiated)
+        s'_{i,t} = s_{i,t} / sum_j s_{j,t}                        (eq. 19; s = sigmoid, or softmax which is normalised)
+        P_i = (1/T_b) sum_t s'_{i,t}                              (eq. 20)
+        L_b = sum_i f_i P_i                                       (eq. 17)
+    then the mean over the sequences with T_b > 0 (V3 states it per sequence; a micro-batch averages them).
+    l[B,T,E] raw logits, sel[B,T,K] expert ids."""
+    B, T, E = l.shape
+    K = sel.shape[-1]
+    s = torch.softmax(l, dim=-1) if router == "softmax" else torch.sigmoid(l)
+    s_norm = s / s.sum(-1, keepdim=True)
+    mask = torch.ones(B, T, dtype=torch.bool) if valid is None else valid
+    losses = []
+    for b in range(B):
+        Tb = int(mask[b].sum())
+        if Tb == 0:
+            continue
+        with torch.no_grad():
+            counts = torch.zeros(E, dtype=l.dtype)
+            counts.index_add_(0, sel[b][mask[b]].reshape(-1), torch.ones(Tb * K, dtype=l.dtype))
+            f = E / (K * Tb) * counts
+        P = s_norm[b][mask[b]].sum(0) / Tb
+        losses.append((f * P).sum())
+    return torch.stack(losses).mean() if losses else l.new_zeros(())
 
 
 def min_routing_margin(route_log):

@@ -160,20 +160,45 @@ static Routing routing_setup(OpRun *r, const OpCase *c) {
     t.logits = routing_logits(r, t.nl);
     t.drop = c->flags & F_DROP ? routing_mask(r, t.nl, 6, 1) : NULL; /* 1: dropped, p = 1/6 */
     t.sel = in_zero(r, t.ns * sizeof(int32_t));
-    BE->topk_select(BE, t.sel, t.logits, t.drop, NULL, ROUTER_SIGMOID, t.N, t.G, t.E, t.k);
+    BE->topk_select(BE, t.sel, t.logits, t.drop, NULL, ROUTER_SIGMOID, t.N, t.G, t.E, t.k, 1, 1);
     return t;
+}
+
+/* the fraction of the ns slots where a and b differ must exceed 1/20, or the case would not test what moved them */
+static void routing_moved(const OpCase *c, const int32_t *a, const int32_t *dev_b, OpRun *r, size_t ns,
+                          const char *what) {
+    int32_t *u = out_copy(r, dev_b, ns, sizeof(int32_t));
+    size_t moved = 0;
+    for (size_t i = 0; i < ns; i++) moved += a[i] != u[i];
+    free(u);
+    ck_assert_msg(moved > ns / 20, "topk_select '%s': %s moved only %zu of %zu selections", c->name, what, moved, ns);
+}
+
+/* topk_select group-limited (d[5] = n_group > 1, d[6] = topk_group; DeepSeek-V3), on the kind d[4]'s scores (+ a
+ * selection bias with F_BIAS): against the ungrouped selection of the same inputs, which it must change */
+static void run_topk_grouped(OpRun *r, const OpCase *c, Routing t) {
+    scalar_t *bias = c->flags & F_BIAS ? in_uniform(r, (size_t)t.G * t.E, -0.3, 0.3) : NULL;
+    int32_t *free_sel = in_zero(r, t.ns * sizeof(int32_t)), *gsel = in_zero(r, t.ns * sizeof(int32_t));
+    BE->topk_select(BE, free_sel, t.logits, t.drop, bias, (RouterKind)D(4), t.N, t.G, t.E, t.k, 1, 1);
+    BE->topk_select(BE, gsel, t.logits, t.drop, bias, (RouterKind)D(4), t.N, t.G, t.E, t.k, D(5), D(6));
+    out_i32(r, "sel (group-limited)", gsel, t.ns);
+    routing_moved(c, r->outs[r->n_outs - 1].data, free_sel, r, t.ns, "the group limit");
 }
 
 /* topk_select, unbiased (the selection itself), or with a selection bias ranking the kind d[4]'s scores + bias */
 static void run_topk(OpRun *r, const OpCase *c) {
     Routing t = routing_setup(r, c);
+    if (D(5) > 1) {
+        run_topk_grouped(r, c, t);
+        return;
+    }
     if (!(c->flags & F_BIAS)) {
         out_i32(r, "sel", t.sel, t.ns);
         return;
     }
     scalar_t *bias = in_uniform(r, (size_t)t.G * t.E, -0.3, 0.3);
     int32_t *bsel = in_zero(r, t.ns * sizeof(int32_t));
-    BE->topk_select(BE, bsel, t.logits, t.drop, bias, (RouterKind)D(4), t.N, t.G, t.E, t.k);
+    BE->topk_select(BE, bsel, t.logits, t.drop, bias, (RouterKind)D(4), t.N, t.G, t.E, t.k, 1, 1);
     out_i32(r, "sel (biased)", bsel, t.ns);
     /* the bias must move the selection, or the case would not test it */
     const int32_t *a = r->outs[r->n_outs - 1].data;
@@ -184,7 +209,7 @@ static void run_topk(OpRun *r, const OpCase *c) {
     ck_assert_msg(moved > t.ns / 20, "topk_select '%s': the bias moved only %zu of %zu selections", c->name, moved,
                   t.ns);
 }
-static const OpDriver drv_topk = {"topk_select", run_topk, {"N", "G", "E", "k", "kind"}};
+static const OpDriver drv_topk = {"topk_select", run_topk, {"N", "G", "E", "k", "kind", "n_group", "topk_group"}};
 
 /* expert_count of the unbiased selection into pre-filled counts (the op accumulates) */
 static void run_expert_count(OpRun *r, const OpCase *c) {
@@ -279,6 +304,27 @@ static void run_switch_balance(OpRun *r, const OpCase *c) {
     if (dlogits) out_f(r, "dlogits", dlogits, CMP_F32);
 }
 static const OpDriver drv_switch_balance = {"switch_balance", run_switch_balance, {"B", "T", "G", "E", "k"}};
+
+/* seq_balance: dims B, T, E, k, kind; p = coef. The selection of routing_setup (one group); the mask (F_VALID) leaves
+ * sequence 1 empty and the others unequal; dlogits starts random and is recorded as what the op added. */
+static void run_seq_balance(OpRun *r, const OpCase *c) {
+    OpCase rc = *c;
+    rc.d[0] = D(0) * D(1), rc.d[1] = 1, rc.d[2] = D(2), rc.d[3] = D(3);
+    Routing t = routing_setup(r, &rc);
+    uint8_t *valid = NULL;
+    if (c->flags & F_VALID) {
+        uint8_t *h = ktu_alloc((size_t)t.N);
+        for (int i = 0; i < t.N; i++) h[i] = (i / D(1) == 1) ? 0 : ktu_int(&r->rng, 3) != 0;
+        valid = in_host(r, h, (size_t)t.N);
+        free(h);
+    }
+    scalar_t *dlogits = c->flags & F_NO_GRAD ? NULL : in_uniform(r, t.nl, -1, 1); /* accumulated into */
+    double v = BE->seq_balance(BE, dlogits, t.logits, t.sel, valid, D(0), D(1), t.E, t.k, (RouterKind)D(4),
+                               (scalar_t)c->p);
+    out_value(r, "value", v, CMP_F64);
+    if (dlogits) out_f_added(r, "dlogits", dlogits, CMP_F32);
+}
+static const OpDriver drv_seq_balance = {"seq_balance", run_seq_balance, {"B", "T", "E", "k", "kind"}};
 
 /* entropy_reg: dims R, B, T, G, E; p = coef. The mask leaves sequence 2 empty and the others unequal. */
 static void run_entropy_reg(OpRun *r, const OpCase *c) {

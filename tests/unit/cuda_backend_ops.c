@@ -104,6 +104,13 @@ static const OpCase op_cases[] = {
      DT_FP32, DEF, 0, 0},
     {"topk_select", "bias on softmax scores, drop mask", &drv_topk, {200, 3, 11, 4, ROUTER_SOFTMAX}, 0, F_BIAS | F_DROP,
      DT_FP32, DEF, 0, 0},
+    /* group-limited (DeepSeek-V3): E=12 in 4 groups of 3, the 2 best kept; the group score on the score scale */
+    {"topk_select", "group-limited, sigmoid scores", &drv_topk, {200, 3, 12, 4, ROUTER_SIGMOID, 4, 2}, 0, 0, DT_FP32,
+     DEF, 0, 0},
+    {"topk_select", "group-limited, softmax scores, drop mask", &drv_topk, {200, 3, 12, 4, ROUTER_SOFTMAX, 4, 2}, 0,
+     F_DROP, DT_FP32, DEF, 0, 0},
+    {"topk_select", "group-limited, bias on sigmoid scores, drop mask", &drv_topk, {200, 3, 12, 4, ROUTER_SIGMOID, 4, 2},
+     0, F_BIAS | F_DROP, DT_FP32, DEF, 0, 0},
     {"expert_count", "all positions", &drv_expert_count, {200, 3, 11, 4}, 0, 0, DT_FP32, DEF, 0, 0},
     {"expert_count", "valid mask", &drv_expert_count, {200, 3, 11, 4}, 0, F_VALID, DT_FP32, DEF, 0, 0},
     {"expert_count", "drop mask", &drv_expert_count, {200, 3, 11, 4}, 0, F_DROP, DT_FP32, DEF, 0, 0},
@@ -118,6 +125,14 @@ static const OpCase op_cases[] = {
      0},
     {"switch_balance", "valid mask, dlogits NULL", &drv_switch_balance, {8, 25, 3, 11, 4}, 0.01,
      F_DROP | F_VALID | F_NO_GRAD, DT_FP32, DEF, 0, 0},
+
+    /* ---- seq_balance (DeepSeek-V3): B=8 sequences x T=25, E=11, k=4, coef 0.3; the sigmoid and the softmax form */
+    {"seq_balance", "sigmoid, all positions", &drv_seq_balance, {8, 25, 11, 4, ROUTER_SIGMOID}, 0.3, 0, DT_FP32, DEF,
+     0, 0},
+    {"seq_balance", "softmax, valid mask (one sequence empty)", &drv_seq_balance, {8, 25, 11, 4, ROUTER_SOFTMAX}, 0.3,
+     F_VALID, DT_FP32, DEF, 0, 0},
+    {"seq_balance", "sigmoid, valid mask, dlogits NULL", &drv_seq_balance, {8, 25, 11, 4, ROUTER_SIGMOID}, 0.3,
+     F_VALID | F_NO_GRAD, DT_FP32, DEF, 0, 0},
 
     /* ---- entropy_reg: R=3 applications, B=4 x T=9, G=2 groups of E=7, coef 0.01 */
     {"entropy_reg", "all positions", &drv_entropy_reg, {3, 4, 9, 2, 7}, 0.01, 0, DT_FP32, DEF, 0, 0},

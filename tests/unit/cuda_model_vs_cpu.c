@@ -107,6 +107,15 @@ static const Case cases[] = {
      PRECISION_FP32, 1.0},
     {"moeut fp32 softmax bias 2 shared",
      MOEUT_VARIANT_JSON("\"router\":\"softmax\",\"n_shared_experts\":2,\"balance\":\"bias\""), PRECISION_FP32, 0.5},
+    /* DeepSeek-V3's group-limited routing (9 experts in 3 groups, 2 kept) with its normalised sigmoid gates x 2.5
+     * and bias balancing: the group choice on the score scale in both backends (kernels/routing_topk.h) */
+    {"moeut fp32 deepseek-v3 group-limited",
+     MOEUT_VARIANT_JSON("\"router_renorm\":true,\"routed_scaling_factor\":2.5,\"balance\":\"bias\","
+                        "\"n_group\":3,\"topk_group\":2"),
+     PRECISION_FP32, 1.0},
+    /* DeepSeek-V3's sequence-wise balance loss (alpha 0.5 so that it shows) beside the entropy regularizer, softmax */
+    {"moeut fp32 softmax seq balance",
+     MOEUT_VARIANT_JSON("\"router\":\"softmax\",\"seq_balance_alpha\":0.5"), PRECISION_FP32, 1.0},
     {"dense bf16", DENSE_JSON, PRECISION_BF16, 1.0},
     {"moeut bf16 (K=E, KA=EA)", MOEUT_JSON_(6, 6, 3, 3, 0.0), PRECISION_BF16, 1.0},
     /* bf16 rounding flips near-tie routing decisions, so as above every expert is selected (K=E, KA=EA): this case

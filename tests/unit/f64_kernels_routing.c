@@ -21,7 +21,7 @@ typedef struct {
 static double topk_loss(void *p) {
     TopkCtx *c = p;
     size_t ns = (size_t)c->N * c->G * c->k;
-    c->be->topk_select(c->be, c->sel, c->logits, NULL, NULL, ROUTER_SIGMOID, c->N, c->G, c->E, c->k);
+    c->be->topk_select(c->be, c->sel, c->logits, NULL, NULL, ROUTER_SIGMOID, c->N, c->G, c->E, c->k, 1, 1);
     c->be->router_gates(c->be, c->gate, c->logits, c->sel, NULL, c->N, c->G, c->E, c->k, c->kind, c->renorm);
     ck_assert_msg(memcmp(c->sel, c->sel0, ns * sizeof(int32_t)) == 0, "a perturbation changed the selection");
     return ktu_dot(c->gate, c->R, ns);
@@ -43,7 +43,7 @@ START_TEST(test_topk_grad) {
         }
         for (int e = 0; e < E; e++) c.logits[(size_t)r * E + e] = (scalar_t)(-0.3 + 0.1 * perm[e] + 0.01 * ktu_unit(&rng));
     }
-    be->topk_select(be, c.sel0, c.logits, NULL, NULL, ROUTER_SIGMOID, N, G, E, k);
+    be->topk_select(be, c.sel0, c.logits, NULL, NULL, ROUTER_SIGMOID, N, G, E, k, 1, 1);
     scalar_t *dl = ktu_scalars(nl);
     for (int mode = 0; mode < 4; mode++) {
         c.kind = mode / 2 ? ROUTER_SOFTMAX : ROUTER_SIGMOID;
@@ -117,13 +117,53 @@ START_TEST(test_switch_grad) {
     int32_t *sel = ktu_ints(ns);
     for (int masked = 0; masked < 2; masked++) {
         SwitchCtx c = {be, ktu_random(&rng, nl, -2, 2), sel, masked ? valid : NULL, B, T, G, E, k};
-        be->topk_select(be, sel, c.logits, NULL, NULL, ROUTER_SIGMOID, B * T, G, E, k);
+        be->topk_select(be, sel, c.logits, NULL, NULL, ROUTER_SIGMOID, B * T, G, E, k, 1, 1);
         scalar_t *dl = ktu_scalars(nl);
         be->switch_balance(be, dl, c.logits, sel, c.valid, B, T, G, E, k, 1);
         ktu_fd_check(&c, switch_loss, c.logits, dl, nl, 1e-5, FD_TOL, 0,
                      masked ? "switch_balance (masked)" : "switch_balance");
         free(c.logits), free(dl);
     }
+    free(sel);
+    backend_destroy(be);
+}
+END_TEST
+
+typedef struct {
+    Backend *be;
+    scalar_t *logits;
+    const int32_t *sel;
+    const uint8_t *valid;
+    int B, T, E, k;
+    RouterKind kind;
+} SeqCtx;
+
+static double seq_loss(void *p) {
+    SeqCtx *c = p;
+    return c->be->seq_balance(c->be, NULL, c->logits, c->sel, c->valid, c->B, c->T, c->E, c->k, c->kind, 1);
+}
+
+/* seq_balance (DeepSeek-V3's sequence-wise loss): the sigmoid and softmax forms, all positions and a mask with an
+ * empty sequence; the op accumulates, so dlogits starts at 0 */
+START_TEST(test_seq_balance_grad) {
+    Backend *be = ktu_cpu();
+    KtuRng rng = {104};
+    int B = 3, T = 4, E = 5, k = 2;
+    size_t nl = (size_t)B * T * E, ns = (size_t)B * T * k;
+    static const uint8_t valid[12] = {1, 1, 0, 1, /**/ 0, 0, 0, 0, /**/ 1, 0, 1, 1};
+    int32_t *sel = ktu_ints(ns);
+    for (int kind = 0; kind < 2; kind++)
+        for (int masked = 0; masked < 2; masked++) {
+            SeqCtx c = {be, ktu_random(&rng, nl, -2, 2), sel, masked ? valid : NULL, B, T, E, k, (RouterKind)kind};
+            be->topk_select(be, sel, c.logits, NULL, NULL, ROUTER_SIGMOID, B * T, 1, E, k, 1, 1);
+            scalar_t *dl = ktu_scalars(nl);
+            memset(dl, 0, nl * sizeof *dl);
+            be->seq_balance(be, dl, c.logits, sel, c.valid, B, T, E, k, c.kind, 1);
+            char what[64];
+            snprintf(what, sizeof what, "seq_balance (%s%s)", kind ? "softmax" : "sigmoid", masked ? ", masked" : "");
+            ktu_fd_check(&c, seq_loss, c.logits, dl, nl, 1e-5, FD_TOL, 0, what);
+            free(c.logits), free(dl);
+        }
     free(sel);
     backend_destroy(be);
 }
@@ -136,6 +176,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_topk_grad);
     tcase_add_test(tc, test_entropy_grad);
     tcase_add_test(tc, test_switch_grad);
+    tcase_add_test(tc, test_seq_balance_grad);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -221,6 +221,21 @@ START_TEST(grad_moeut_hash_shared_dense_first) {
                          "\"ff_n_experts\":3,\"ff_expert_size\":3,\"ff_k\":1,\"att_n_experts\":3,\"att_k\":1,"
                          "\"group_size\":2,\"n_dense_first\":1,\"n_shared_experts\":1,\"balance\":\"none\","
                          "\"routing\":\"hash\",\"hash_seed\":3}"),
+}
+END_TEST
+
+/* DeepSeek-V3's group-limited routing: 6 experts in 3 groups of 2, the best 2 groups eligible (the selection is
+ * discrete; the margins cover the group choice too), MoEUT's sigmoid router; and the DeepSeek-V3 combination
+ * (normalised sigmoid gates x 2.5, bias balancing, group-limited). */
+#define GROUP_BASE                                                                                                   \
+    "{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":6,"                      \
+    "\"ff_n_experts\":6,\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,\"att_k\":1,\"group_size\":2,"
+START_TEST(grad_moeut_group_limited) { run_check(mtu_config(GROUP_BASE "\"n_group\":3,\"topk_group\":2}"), 12); }
+END_TEST
+
+START_TEST(grad_moeut_group_limited_deepseek) {
+    run_check(mtu_config(GROUP_BASE "\"router_renorm\":true,\"routed_scaling_factor\":2.5,\"balance\":\"bias\","
+                                    "\"n_group\":3,\"topk_group\":1}"),
               13);
 }
 END_TEST
@@ -236,6 +251,19 @@ END_TEST
 
 START_TEST(grad_moeut_capacity_score) {
     run_check(mtu_config(SWITCH_BASE "\"ff_capacity_factor\":0.75,\"ff_capacity_order\":\"score\"}"), 13);
+}
+END_TEST
+
+/* DeepSeek-V3's sequence-wise balance loss (alpha 0.5, 5000 x V3's, so that its gradient is a sizable part of the
+ * router's) beside bias balancing with normalised sigmoid gates, and beside the entropy regularizer with softmax; the
+ * objective is model_config_objective's (alpha * reg_seq included). */
+START_TEST(grad_moeut_seq_balance_bias) {
+    run_check(mtu_config(SWITCH_BASE "\"router_renorm\":true,\"balance\":\"bias\",\"seq_balance_alpha\":0.5}"), 14);
+}
+END_TEST
+
+START_TEST(grad_moeut_seq_balance_softmax) {
+    run_check(mtu_config(SWITCH_BASE "\"router\":\"softmax\",\"seq_balance_alpha\":0.5}"), 15);
 }
 END_TEST
 
@@ -264,6 +292,10 @@ int main(void) {
     tcase_add_test(tc, grad_moeut_hash_shared_dense_first);
     tcase_add_test(tc, grad_moeut_capacity_position);
     tcase_add_test(tc, grad_moeut_capacity_score);
+    tcase_add_test(tc, grad_moeut_group_limited);
+    tcase_add_test(tc, grad_moeut_group_limited_deepseek);
+    tcase_add_test(tc, grad_moeut_seq_balance_bias);
+    tcase_add_test(tc, grad_moeut_seq_balance_softmax);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -28,10 +28,8 @@ static inline double fd_objective(Model *m, const FdBatch *b, StepStats *st_out)
     model_train_step(m, b->inputs, b->targets, b->valid, b->B, b->T, 1.0, &st, NULL);
     const ModelConfig *c = model_config(m);
     double ce = st.n_counted > 0 ? st.ce_sum / (double)st.n_counted : 0.0;
-    double reg =
-        c->arch != ARCH_DENSE ? model_config_ffn_balance_coef(c) * st.reg_ffn + c->att_entropy_reg * st.reg_att : 0.0;
     if (st_out) *st_out = st;
-    return ce + reg;
+    return model_config_objective(c, ce, st.reg_ffn, st.reg_att, st.reg_seq); /* the dense model's terms are 0 */
 }
 
 static inline void fd_set_param(Model *m, size_t i, scalar_t v) {

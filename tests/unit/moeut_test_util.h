@@ -161,7 +161,7 @@ static inline double mt_stack_forward(MtStack *s, const double *x0, const double
     memset(&st, 0, sizeof st);
     model_layers_regularizers(m, 1.0, &st);
     double *hL = mt_download(be, s->h + (size_t)L * nc, nc);
-    double J = model_config_ffn_balance_coef(c) * st.reg_ffn + c->att_entropy_reg * st.reg_att;
+    double J = model_config_objective(c, 0.0, st.reg_ffn, st.reg_att, st.reg_seq);
     if (proj)
         for (size_t i = 0; i < nc; i++) J += proj[i] * hL[i];
     if (h_out) memcpy(h_out, hL, nc * sizeof(double));
@@ -190,6 +190,36 @@ static inline double *mt_stack_backward(MtStack *s, const double *proj) {
         next = t;
     }
     return mt_download(be, cur, nc);
+}
+
+/* Group-limited routing (model.n_group > 1) of one FFN row l[E] (bias[E] or NULL): the experts of the groups not kept
+ * get key -INFINITY in key[E] (the keys the caller ranks), and the return value is the gap between the topk_group-th
+ * and the next group score (sum of the two largest of sigmoid or softmax + bias per group; kernels/routing_topk.h). */
+static inline double mt_group_limit_row(const ModelConfig *c, const double *l, const double *bias, double *key) {
+    const int E = c->ff_n_experts, G = c->n_group, Eg = E / G;
+    double mx = -INFINITY, sum = 0, gs[64], sorted[64];
+    ck_assert_int_le(G, 64);
+    for (int e = 0; e < E; e++) mx = fmax(mx, l[e]);
+    for (int e = 0; e < E; e++) sum += exp(l[e] - mx);
+    for (int q = 0; q < G; q++) {
+        double a = -INFINITY, b = -INFINITY;
+        for (int e = q * Eg; e < (q + 1) * Eg; e++) {
+            double v = (c->router == ROUTER_SOFTMAX ? exp(l[e] - mx) / sum : 1 / (1 + exp(-l[e]))) + (bias ? bias[e] : 0);
+            if (v > a) b = a, a = v;
+            else if (v > b) b = v;
+        }
+        gs[q] = sorted[q] = a + b;
+    }
+    for (int a = 1; a < G; a++)
+        for (int b = a; b > 0 && sorted[b] > sorted[b - 1]; b--) {
+            double t = sorted[b];
+            sorted[b] = sorted[b - 1];
+            sorted[b - 1] = t;
+        }
+    const double cut = sorted[c->topk_group - 1]; /* groups at or above it are kept (the gap makes ties impossible) */
+    for (int e = 0; e < E; e++)
+        if (gs[e / Eg] < cut) key[e] = -INFINITY;
+    return sorted[c->topk_group - 1] - sorted[c->topk_group];
 }
 
 /* Smallest gap, over all routing groups of all applications of the last training forward, between the k-th and the
@@ -227,13 +257,17 @@ static inline double mt_min_topk_margin(Model *m) {
                         tmp[e] = (c->router == ROUTER_SOFTMAX ? exp(row[e] - mx) / sum : 1 / (1 + exp(-row[e]))) +
                                  bias[e];
                 }
+                if (kind == 0 && c->n_group > 1) { /* group-limited: the eligible experts, and the group choice */
+                    double ggap = mt_group_limit_row(c, row, bias, tmp);
+                    if (ggap < best) best = ggap;
+                }
                 for (int a = 1; a < E; a++)
                     for (int b = a; b > 0 && tmp[b] > tmp[b - 1]; b--) {
                         double t = tmp[b];
                         tmp[b] = tmp[b - 1];
                         tmp[b - 1] = t;
                     }
-                double gap = tmp[k - 1] - tmp[k];
+                double gap = tmp[k] == -INFINITY ? INFINITY : tmp[k - 1] - tmp[k];
                 if (gap < best) best = gap;
             }
             free(l);

@@ -52,7 +52,7 @@ START_TEST(test_topk_oracle_ties_drop) {
             topk_oracle(wsel + (size_t)ng * k, wgate + (size_t)ng * k, l + (size_t)ng * E,
                         dm ? dm + (size_t)ng * E : NULL, E, k, ng % G);
         }
-        be->topk_select(be, sel, l, dm, NULL, ROUTER_SIGMOID, N, G, E, k);
+        be->topk_select(be, sel, l, dm, NULL, ROUTER_SIGMOID, N, G, E, k, 1, 1);
         be->router_gates(be, gate, l, sel, dm, N, G, E, k, ROUTER_SIGMOID, 0);
         for (size_t i = 0; i < ns; i++) ck_assert_msg(sel[i] == wsel[i], "sel[%zu] = %d, want %d (drop=%d)", i, sel[i], wsel[i], pass);
         ktu_assert_close(gate, wgate, ns, 1e-7, 1e-6, "gate");
@@ -67,11 +67,11 @@ START_TEST(test_topk_oracle_ties_drop) {
     scalar_t tl[5] = {1, 2, 2, 0, 2};
     int32_t ts[3];
     scalar_t tg[3];
-    be->topk_select(be, ts, tl, NULL, NULL, ROUTER_SIGMOID, 1, 1, 5, 3);
+    be->topk_select(be, ts, tl, NULL, NULL, ROUTER_SIGMOID, 1, 1, 5, 3, 1, 1);
     ck_assert(ts[0] == 1 && ts[1] == 2 && ts[2] == 4);
     /* fewer survivors than k: the survivors first, then dropped experts with gate 0 */
     uint8_t td[5] = {1, 0, 1, 1, 1};
-    be->topk_select(be, ts, tl, td, NULL, ROUTER_SIGMOID, 1, 1, 5, 3);
+    be->topk_select(be, ts, tl, td, NULL, ROUTER_SIGMOID, 1, 1, 5, 3, 1, 1);
     for (int kind = 0; kind < 2; kind++)
         for (int renorm = 0; renorm < 2; renorm++) {
             be->router_gates(be, tg, tl, ts, td, 1, 1, 5, 3, (RouterKind)kind, renorm);
@@ -92,21 +92,21 @@ START_TEST(test_topk_bias) {
     Backend *be = ktu_cpu();
     const scalar_t l[4] = {2, 1, 0, -1};
     int32_t s[2];
-    be->topk_select(be, s, l, NULL, NULL, ROUTER_SOFTMAX, 1, 1, 4, 2);
+    be->topk_select(be, s, l, NULL, NULL, ROUTER_SOFTMAX, 1, 1, 4, 2, 1, 1);
     ck_assert(s[0] == 0 && s[1] == 1);
     const scalar_t b1[4] = {-1, 0, 0.5f, 0};
     for (int kind = 0; kind < 2; kind++) {
-        be->topk_select(be, s, l, NULL, b1, (RouterKind)kind, 1, 1, 4, 2);
+        be->topk_select(be, s, l, NULL, b1, (RouterKind)kind, 1, 1, 4, 2, 1, 1);
         ck_assert_msg(s[0] == 2 && s[1] == 1, "kind %d: {%d, %d}", kind, s[0], s[1]);
     }
     const scalar_t b2[4] = {0, 0.3f, 0, 0};
-    be->topk_select(be, s, l, NULL, b2, ROUTER_SIGMOID, 1, 1, 4, 2);
+    be->topk_select(be, s, l, NULL, b2, ROUTER_SIGMOID, 1, 1, 4, 2, 1, 1);
     ck_assert_msg(s[0] == 1 && s[1] == 0, "sigmoid + 0.3: {%d, %d}", s[0], s[1]);
-    be->topk_select(be, s, l, NULL, b2, ROUTER_SOFTMAX, 1, 1, 4, 2);
+    be->topk_select(be, s, l, NULL, b2, ROUTER_SOFTMAX, 1, 1, 4, 2, 1, 1);
     ck_assert_msg(s[0] == 0 && s[1] == 1, "softmax + 0.3: {%d, %d}", s[0], s[1]);
     /* a zero bias selects exactly as no bias (ties aside: the scores are increasing in the logit) */
     const scalar_t b0[4] = {0, 0, 0, 0};
-    be->topk_select(be, s, l, NULL, b0, ROUTER_SOFTMAX, 1, 1, 4, 2);
+    be->topk_select(be, s, l, NULL, b0, ROUTER_SOFTMAX, 1, 1, 4, 2, 1, 1);
     ck_assert(s[0] == 0 && s[1] == 1);
 
     /* oracle: groups (the bias is per group) and a drop mask */
@@ -125,7 +125,7 @@ START_TEST(test_topk_bias) {
     int32_t *sel = ktu_ints(ns);
     int differs_from_unbiased = 0;
     for (int kind = 0; kind < 2; kind++) {
-        be->topk_select(be, sel, lg, drop, bias, (RouterKind)kind, N, G, E, k);
+        be->topk_select(be, sel, lg, drop, bias, (RouterKind)kind, N, G, E, k, 1, 1);
         for (int ng = 0; ng < N * G; ng++) {
             const int g = ng % G;
             const scalar_t *row = lg + (size_t)ng * E;
@@ -188,7 +188,7 @@ START_TEST(test_topk_backward) {
     size_t nl = (size_t)N * G * E, ns = (size_t)N * G * k;
     scalar_t *l = ktu_random(&rng, nl, -3, 3), *gate = ktu_scalars(ns), *dgate = ktu_random(&rng, ns, -1, 1);
     int32_t *sel = ktu_ints(ns);
-    be->topk_select(be, sel, l, NULL, NULL, ROUTER_SIGMOID, N, G, E, k);
+    be->topk_select(be, sel, l, NULL, NULL, ROUTER_SIGMOID, N, G, E, k, 1, 1);
     be->router_gates(be, gate, l, sel, NULL, N, G, E, k, ROUTER_SIGMOID, 0);
     scalar_t *dl = ktu_random(&rng, nl, -1, 1);
     double *want = ktu_doubles(nl);
@@ -217,7 +217,7 @@ START_TEST(test_router_gates_oracle) {
     scalar_t *l = ktu_random(&rng, nl, -4, 4), *gate = ktu_scalars(ns);
     int32_t *sel = ktu_ints(ns);
     double *want = ktu_doubles(ns);
-    be->topk_select(be, sel, l, NULL, NULL, ROUTER_SIGMOID, N, G, E, k);
+    be->topk_select(be, sel, l, NULL, NULL, ROUTER_SIGMOID, N, G, E, k, 1, 1);
     for (int mode = 0; mode < 4; mode++) {
         RouterKind kind = mode / 2 ? ROUTER_SOFTMAX : ROUTER_SIGMOID;
         int renorm = mode % 2;
@@ -258,7 +258,7 @@ START_TEST(test_switch_balance_oracle) {
     scalar_t *l = ktu_random(&rng, nl, -3, 3), *dl = ktu_scalars(nl);
     int32_t *sel = ktu_ints(ns);
     uint8_t valid[15] = {1, 1, 0, 1, 1, /**/ 0, 0, 0, 0, 0, /**/ 1, 0, 1, 1, 0};
-    be->topk_select(be, sel, l, NULL, NULL, ROUTER_SIGMOID, N, G, E, k);
+    be->topk_select(be, sel, l, NULL, NULL, ROUTER_SIGMOID, N, G, E, k, 1, 1);
     for (int masked = 0; masked < 2; masked++) {
         const uint8_t *v = masked ? valid : NULL;
         double want = 0;
@@ -296,7 +296,7 @@ START_TEST(test_switch_balance_oracle) {
     }
     /* uniform router: value 1 (P = 1/E, f sums to 1), gradient 0 */
     for (size_t i = 0; i < nl; i++) l[i] = 0.75f;
-    be->topk_select(be, sel, l, NULL, NULL, ROUTER_SIGMOID, N, G, E, k);
+    be->topk_select(be, sel, l, NULL, NULL, ROUTER_SIGMOID, N, G, E, k, 1, 1);
     double u = be->switch_balance(be, dl, l, sel, NULL, B, T, G, E, k, 1);
     ck_assert_msg(fabs(u - 1) < 1e-12, "uniform router: switch value %.15g, want 1", u);
     /* no valid position: 0 and a zero gradient */

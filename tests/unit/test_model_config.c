@@ -167,6 +167,8 @@ static void round_trip(const char *json) {
     ck_assert(a.routed_scaling_factor == b.routed_scaling_factor);
     ck_assert(a.routing == b.routing && a.hash_seed == b.hash_seed);
     ck_assert(a.ff_capacity_factor == b.ff_capacity_factor && a.ff_capacity_order == b.ff_capacity_order);
+    ck_assert(a.n_group == b.n_group && a.topk_group == b.topk_group);
+    ck_assert(a.seq_balance_alpha == b.seq_balance_alpha);
     /* Every key is written (d_head included), none of the other arch. */
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_head"));
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "lm_head_bias"));
@@ -343,6 +345,76 @@ START_TEST(routing_hash_key) {
     c.routing = (RoutingKind)7;
     ck_assert_int_eq(model_config_validate(&c, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "model.routing: invalid value 7") != NULL, "%s", err);
+}
+END_TEST
+
+/* Group-limited routing (DeepSeek-V3 §2.1.2): n_group 1 by default (topk_group then 1), topk_group defaults to
+ * n_group, which keeps every group and is refused (no effect); the settings topk_select accepts, nothing else. */
+START_TEST(group_limited_keys) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert(c.n_group == 1 && c.topk_group == 1);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"n_group\":1}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"n_group\":3,\"topk_group\":1}", &c, err, sizeof err), 0);
+    ck_assert(c.n_group == 3 && c.topk_group == 1);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":4,\"n_group\":3,\"topk_group\":2}", &c, err, sizeof err), 0);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"topk_group\":1}", "exp.json: model.topk_group:",
+                 "no effect with model.n_group 1");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_group\":1,\"topk_group\":1}", "exp.json: model.topk_group:",
+                 "no effect with model.n_group 1");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_group\":3}", "exp.json: model.topk_group:", "limits nothing");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_group\":3,\"topk_group\":3}", "exp.json: model.topk_group:",
+                 "3 of 3 groups kept");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_group\":4,\"topk_group\":1}", "exp.json: model.n_group:",
+                 "ff_n_experts 6 must split into 4 groups of >= 2");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_group\":6,\"topk_group\":1}", "exp.json: model.n_group:",
+                 "groups of >= 2 experts");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_group\":0}", "exp.json: model.n_group:", "[1, 64], got 0");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_group\":65,\"topk_group\":1}", "exp.json: model.n_group:",
+                 "got 65");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_group\":3,\"topk_group\":0}", "exp.json: model.topk_group:",
+                 "[1, n_group 3], got 0");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_group\":3,\"topk_group\":4}", "exp.json: model.topk_group:",
+                 "got 4");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":3,\"n_group\":3,\"topk_group\":1}", "exp.json: model.topk_group:",
+                 "1 groups of 2 experts hold fewer than ff_k 3");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"n_group\":1.5}", "exp.json: model.n_group:", "expected an integer");
+    expect_error("{" DENSE_BASE ",\"n_group\":2}", "exp.json: model.n_group:", "moeut");
+    /* validate alone (a config built in code) */
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    c.topk_group = 2;
+    ck_assert_int_eq(model_config_validate(&c, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "model.topk_group: must be 1 with n_group 1, got 2") != NULL, "%s", err);
+    round_trip("{" MOEUT_BASE ",\"ff_k\":4,\"n_group\":3,\"topk_group\":2}");
+    round_trip("{" MOEUT_BASE ",\"ff_k\":2}");
+}
+END_TEST
+
+/* DeepSeek-V3's sequence-wise balance loss: default 0 (off), any finite value >= 0, beside every balance; MoEUT only. */
+START_TEST(seq_balance_alpha_key) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert(c.seq_balance_alpha == 0.0);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"seq_balance_alpha\":0.0001,\"balance\":\"bias\"}", &c, err,
+                           sizeof err),
+                     0);
+    ck_assert(c.seq_balance_alpha == 0.0001 && c.balance == BALANCE_BIAS);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"seq_balance_alpha\":0.5}", &c, err, sizeof err), 0);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"seq_balance_alpha\":-1e-4}", "exp.json: model.seq_balance_alpha:",
+                 "finite number >= 0, got -0.0001");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"seq_balance_alpha\":1e999}", "exp.json: model.seq_balance_alpha:",
+                 "got inf");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"seq_balance_alpha\":true}", "exp.json: model.seq_balance_alpha:",
+                 "expected a number");
+    expect_error("{" DENSE_BASE ",\"seq_balance_alpha\":0.1}", "exp.json: model.seq_balance_alpha:", "moeut");
+    /* the objective gains alpha * reg_seq, and only then */
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"seq_balance_alpha\":0.5}", &c, err, sizeof err), 0);
+    ck_assert(model_config_objective(&c, 2.0, 0.0, 0.0, 3.0) == 2.0 + 0.5 * 3.0);
+    c.seq_balance_alpha = 0.0;
+    ck_assert(model_config_objective(&c, 2.0, 0.0, 0.0, 3.0) == 2.0);
+    round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"seq_balance_alpha\":0.0001,\"balance\":\"bias\"}");
 }
 END_TEST
 
@@ -775,6 +847,8 @@ int main(void) {
     tcase_add_test(tc, dense_defaults);
     tcase_add_test(tc, moe_structure_switches);
     tcase_add_test(tc, routed_scaling_factor_key);
+    tcase_add_test(tc, group_limited_keys);
+    tcase_add_test(tc, seq_balance_alpha_key);
     tcase_add_test(tc, moeut_switch_tensor_names);
     tcase_add_test(tc, moeut_defaults_are_reference_ctor);
     tcase_add_test(tc, moeut_default_ff_k_is_8);

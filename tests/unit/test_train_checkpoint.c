@@ -76,7 +76,7 @@ static void fill_state(TrainState *st, long step) {
     for (int i = 0; i < 17; i++) rng_next_u64(&st->loader.rng);
     st->loader.windows = 42;
     st->loader.examples = 420;
-    st->acc = (MetricsAcc){0.1, 0.2, -0.3, -0.4, 0.5 / 7.0, 1.25, 3};
+    st->acc = (MetricsAcc){0.1, 0.2, -0.3, -0.4, 0.5 / 7.0, 1.25, 3, 1.0 / 3.0}; /* reg_seq nonzero: in state.json */
     snprintf(st->data_tokenizer_sha256, sizeof st->data_tokenizer_sha256, "%064d", 5);
     st->data_n_examples = 77;
     snprintf(st->data_train_sha256, sizeof st->data_train_sha256, "%064d", 6);
@@ -228,10 +228,10 @@ START_TEST(state_json_numbers_and_old_strings) {
     cJSON *j = cJSON_Parse(text);
     ck_assert_ptr_nonnull(j);
     const cJSON *acc = cJSON_GetObjectItem(j, "metrics_acc");
-    const char *acc_keys[6] = {"loss", "ce", "reg_ffn", "reg_att", "grad_norm", "expert_entropy"};
-    const double acc_want[6] = {st.acc.loss, st.acc.ce, st.acc.reg_ffn, st.acc.reg_att, st.acc.grad_norm,
-                                st.acc.expert_entropy};
-    for (int i = 0; i < 6; i++) {
+    const char *acc_keys[7] = {"loss", "ce", "reg_ffn", "reg_att", "grad_norm", "expert_entropy", "reg_seq"};
+    const double acc_want[7] = {st.acc.loss, st.acc.ce, st.acc.reg_ffn, st.acc.reg_att, st.acc.grad_norm,
+                                st.acc.expert_entropy, st.acc.reg_seq};
+    for (int i = 0; i < 7; i++) {
         const cJSON *v = cJSON_GetObjectItem(acc, acc_keys[i]);
         ck_assert_msg(cJSON_IsNumber(v), "metrics_acc.%s is not a number", acc_keys[i]);
         ck_assert_msg(memcmp(&v->valuedouble, &acc_want[i], sizeof(double)) == 0, "metrics_acc.%s: %.17g != %.17g",

@@ -277,6 +277,10 @@ static int twin_run_fixture(const char *name) {
     double e_rf = twin_scalar(&ex, "reg_ffn", path_e), e_ra = twin_scalar(&ex, "reg_att", path_e);
     twin_compare(&tally, name, "reg_ffn", &st.reg_ffn, &e_rf, 1, TWIN_TOL);
     twin_compare(&tally, name, "reg_att", &st.reg_att, &e_ra, 1, TWIN_TOL);
+    if (st_find(&ex, "reg_seq")) { /* model.seq_balance_alpha > 0 */
+        double e_rs = twin_scalar(&ex, "reg_seq", path_e);
+        twin_compare(&tally, name, "reg_seq", &st.reg_seq, &e_rs, 1, TWIN_TOL);
+    }
     twin_compare_grads(&tally, name, m, &ex, path_e, 1.0);
 
     /* ---- the eval path in scalar_t (tight logits in the f64 build) ---- */

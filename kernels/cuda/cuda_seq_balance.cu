@@ -1,0 +1,116 @@
+// CUDA: seq_balance, DeepSeek-V3's sequence-wise balance loss (formula: kernels/backend_ops.h; the CPU reference is
+// kernels/cpu/cpu_seq_balance.c). The statistics accumulate in position order per (sequence, expert), the scalar part
+// is the shared host formula (kernels/seq_balance_value.c): deterministic, and the same sums as the CPU's.
+#include <cmath>
+#include <vector>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/seq_balance_value.h"
+
+// Device buffers (the routing/balance ops' slots, cuda_common.cuh: no other op's data is alive during this one)
+enum {
+    SCRATCH_SEQB_FACTOR = 0, // double[B]: coef / (B_c n_b), the gradient's scale per sequence
+    SCRATCH_SEQB_NORM = 1,   // double[rows]: each row's normaliser: sum of sigmoids, or log-sum-exp
+    SCRATCH_SEQB_LOAD = 2,   // double[B, E]: selections per expert, then f
+    SCRATCH_SEQB_PROB = 3,   // double[B, E]: sums of the normalised scores, then P
+};
+
+__device__ __forceinline__ double seqb_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+// s'_e of a row with normaliser norm (sum of sigmoids, or the log-sum-exp)
+__device__ __forceinline__ double seqb_score(double l, double norm, int softmax) {
+    return softmax ? exp(l - norm) : seqb_sigmoid(l) / norm;
+}
+
+// One thread per row: the normaliser, in double (E is small: a routing row)
+__global__ void k_seqb_norm(double *norm, const float *logits, long rows, int E, int softmax) {
+    for (long row = blockIdx.x * (long)blockDim.x + threadIdx.x; row < rows; row += (long)gridDim.x * blockDim.x) {
+        const float *l = logits + (size_t)row * E;
+        double s = 0;
+        if (softmax) {
+            double mx = -INFINITY;
+            for (int e = 0; e < E; e++) mx = fmax(mx, (double)l[e]);
+            for (int e = 0; e < E; e++) s += exp((double)l[e] - mx);
+            norm[row] = mx + log(s);
+        } else {
+            for (int e = 0; e < E; e++) s += seqb_sigmoid((double)l[e]);
+            norm[row] = s;
+        }
+    }
+}
+
+// One block per sequence b, one thread per expert e (strided): its selections and its score sum over b's counted
+// positions, in position order.
+__global__ void k_seqb_stats(double *f, double *P, const float *logits, const double *norm, const int32_t *sel,
+                             const uint8_t *valid, int T, int E, int k, int softmax) {
+    int b = blockIdx.x;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        double load = 0, prob = 0;
+        for (int t = 0; t < T; t++) {
+            size_t row = (size_t)b * T + t;
+            if (valid && !valid[row]) continue;
+            for (int j = 0; j < k; j++) load += sel[row * k + j] == e;
+            prob += seqb_score((double)logits[row * E + e], norm[row], softmax);
+        }
+        f[(size_t)b * E + e] = load;
+        P[(size_t)b * E + e] = prob;
+    }
+}
+
+// One thread per row: dl_e += factor_b * w_e * (f_e - sum_i f_i s'_i) at counted positions (f normalised)
+__global__ void k_seqb_grad(float *dlogits, const float *logits, const double *norm, const double *f,
+                            const double *factor, const uint8_t *valid, long rows, int T, int E, int softmax) {
+    for (long row = blockIdx.x * (long)blockDim.x + threadIdx.x; row < rows; row += (long)gridDim.x * blockDim.x) {
+        const int b = (int)(row / T);
+        if ((valid && !valid[row]) || factor[b] == 0) continue;
+        const float *l = logits + (size_t)row * E;
+        const double *fb = f + (size_t)b * E;
+        double fs = 0;
+        for (int e = 0; e < E; e++) fs += fb[e] * seqb_score((double)l[e], norm[row], softmax);
+        for (int e = 0; e < E; e++) {
+            double s = seqb_score((double)l[e], norm[row], softmax);
+            double w = softmax ? s : seqb_sigmoid((double)l[e]) * (1.0 - seqb_sigmoid((double)l[e])) / norm[row];
+            dlogits[(size_t)row * E + e] += (float)(factor[b] * w * (fb[e] - fs));
+        }
+    }
+}
+
+double cuda_seq_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
+                        const uint8_t *valid, int B, int T, int E, int k, RouterKind kind, scalar_t coef) {
+    if (kind != ROUTER_SIGMOID && kind != ROUTER_SOFTMAX) die("seq_balance: unknown router kind %d", (int)kind);
+    if (dlogits) cuda_weights_written(be, dlogits, (size_t)B * T * E * sizeof(float));
+    const int softmax = kind == ROUTER_SOFTMAX;
+    const long rows = (long)B * T;
+    if (rows == 0) return 0.0;
+    std::vector<long> n((size_t)B, (long)T);
+    if (valid) {
+        uint8_t *hv = (uint8_t *)cuda_host_scratch(be, HOST_SCRATCH_VALID_MASK, (size_t)rows);
+        CHECK_CUDA(cudaMemcpy(hv, valid, (size_t)rows, cudaMemcpyDeviceToHost));
+        for (int b = 0; b < B; b++) {
+            n[(size_t)b] = 0;
+            for (int t = 0; t < T; t++) n[(size_t)b] += hv[(size_t)b * T + t] != 0;
+        }
+    }
+    const size_t BE = (size_t)B * E;
+    double *d_norm = (double *)cuda_scratch(be, SCRATCH_SEQB_NORM, (size_t)rows * sizeof(double));
+    double *d_f = (double *)cuda_scratch(be, SCRATCH_SEQB_LOAD, BE * sizeof(double));
+    double *d_P = (double *)cuda_scratch(be, SCRATCH_SEQB_PROB, BE * sizeof(double));
+    double *d_factor = (double *)cuda_scratch(be, SCRATCH_SEQB_FACTOR, (size_t)B * sizeof(double));
+    LAUNCH(k_seqb_norm, grid_for((size_t)rows, 128), 128, 0)(d_norm, logits, rows, E, softmax);
+    CHECK_LAUNCH();
+    LAUNCH(k_seqb_stats, B, 128, 0)(d_f, d_P, logits, d_norm, sel, valid, T, E, k, softmax);
+    CHECK_LAUNCH();
+    std::vector<double> f(BE), P(BE), factor((size_t)B);
+    CHECK_CUDA(cudaMemcpy(f.data(), d_f, BE * sizeof(double), cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(P.data(), d_P, BE * sizeof(double), cudaMemcpyDeviceToHost));
+    // ids outside [0, E) cannot come from topk_select: they count nowhere here (the CPU reference dies on them)
+    double value = seq_balance_value(f.data(), P.data(), n.data(), B, E, k, (double)coef, factor.data());
+    if (dlogits) {
+        CHECK_CUDA(cudaMemcpy(d_f, f.data(), BE * sizeof(double), cudaMemcpyHostToDevice));
+        CHECK_CUDA(cudaMemcpy(d_factor, factor.data(), (size_t)B * sizeof(double), cudaMemcpyHostToDevice));
+        LAUNCH(k_seqb_grad, grid_for((size_t)rows, 128), 128, 0)(dlogits, logits, d_norm, d_f, d_factor, valid, rows,
+                                                                T, E, softmax);
+        CHECK_LAUNCH();
+    }
+    return value;
+}
