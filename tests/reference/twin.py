@@ -381,7 +381,7 @@ class MoEUTLayer(nn.Module):
         self.ffn = SigmaMoE(C, cfg["ff_n_experts"], cfg["ff_expert_size"], cfg["ff_k"], cfg.get("router", "sigmoid"),
                             cfg.get("router_renorm", False), cfg.get("n_shared_experts", 0),
                             cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0), table,
-                            cfg.get("ff_capacity_factor", 0.0), cfg.get("ff_capacity_order", "position",
+                            cfg.get("ff_capacity_factor", 0.0), cfg.get("ff_capacity_order", "position"),
                             cfg.get("n_group", 1), cfg.get("topk_group"))
         self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
         self.ln2 = None if hashed else nn.LayerNorm(C, eps=LN_EPS)  # LN2 feeds only the router
