@@ -30,7 +30,8 @@ typedef struct {
     int n_heads;          /* H */
     int d_head;           /* D (dense default: d_model / n_heads) */
     int d_ff;             /* FFN width of a dense layer (4110 in the paper); MoEUT: of the dense prefix (n_dense_first > 0),
-                           * default (ff_k + n_shared_experts) * ff_expert_size, the active width of a MoE layer */
+                           * default (ff_k + n_shared_experts) * ff_expert_size + ff_residual_size, the active width
+                           * of a MoE layer */
     int ff_n_experts;     /* E */
     int ff_expert_size;   /* S */
     int ff_k;             /* K */
@@ -55,6 +56,9 @@ typedef struct {
     double dropout;       /* must be 0: dropout is not implemented (every paper run uses 0) */
     bool lm_head_bias;    /* default true (reference MoEUTLM); DM-math: false */
     bool out_norm_affine; /* default true; DM-math: false */
+    int ff_residual_size; /* "ff_residual_size": W, a dense ReLU MLP of width W on the raw x1 of every token with
+                           * weight 1, beside the routed (and shared) experts (DeepSpeed-MoE's Residual-MoE, Snowflake
+                           * Arctic's dense residual; default 0 = none) */
 } ModelConfig;
 
 /* Fills defaults (the reference constructor's defaults) then reads a cJSON object (type: const struct cJSON *).

@@ -64,6 +64,7 @@ static const KeyDesc KEYS[] = {
     {"dropout", KEY_DOUBLE, FOR_BOTH, 0, F(dropout), NULL},
     {"lm_head_bias", KEY_BOOL, FOR_BOTH, 0, F(lm_head_bias), NULL},
     {"out_norm_affine", KEY_BOOL, FOR_BOTH, 0, F(out_norm_affine), NULL},
+    {"ff_residual_size", KEY_INT, FOR_MOEUT, 0, F(ff_residual_size), NULL},
 };
 #undef F
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -264,9 +265,10 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
         }
     }
     /* The dense prefix's FFN width defaults to the active FFN width of a MoE layer (K routed + K_s shared experts of
-     * S), so that a dense layer costs the FLOPs per token of the MoE layer it replaces. */
+     * S, plus the residual MLP's W), so that a dense layer costs the FLOPs per token of the MoE layer it replaces. */
     if (arch == ARCH_MOEUT && c.n_dense_first > 0 && !cJSON_GetObjectItemCaseSensitive(obj, "d_ff")) {
-        double d_ff = ((double)c.ff_k + (double)c.n_shared_experts) * (double)c.ff_expert_size;
+        double d_ff = ((double)c.ff_k + (double)c.n_shared_experts) * (double)c.ff_expert_size +
+                      (double)c.ff_residual_size;
         c.d_ff = d_ff <= (double)INT_MAX ? (int)d_ff : INT_MAX;
     }
     if (!d_head_given) {
@@ -381,6 +383,10 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
         if (cfg->n_dense_first > 0 && check_dim("d_ff", cfg->d_ff, err, errlen)) return -1;
         if (cfg->n_shared_experts < 0 || cfg->n_shared_experts > MAX_DIM) {
             snprintf(err, errlen, "model.n_shared_experts: must be in [0, %d], got %d", MAX_DIM, cfg->n_shared_experts);
+            return -1;
+        }
+        if (cfg->ff_residual_size < 0 || cfg->ff_residual_size > MAX_DIM) {
+            snprintf(err, errlen, "model.ff_residual_size: must be in [0, %d], got %d", MAX_DIM, cfg->ff_residual_size);
             return -1;
         }
         if ((int)cfg->router < 0 || (int)cfg->router > ROUTER_SOFTMAX) {

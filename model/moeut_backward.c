@@ -59,6 +59,8 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
         be->matmul(be, G + ks, ac->x1, dU, C, S, N, 1, 0, 1, 1);  /* dSharedKeys[s][C,S] += x1^T dU */
         be->matmul(be, dx1, dU, W + ks, N, C, S, 0, 1, 1, 1);     /* dx1 += dU SharedKeys[s]^T */
     }
+    /* residual MLP: f += ReLU(x1 ResKeys) ResValues (df = dh_out likewise) */
+    if (c->ff_residual_size > 0) moeut_residual_backward(m, P, N, ac->x1, ac->A_res, dh_out, dx1, s->res_A);
     /* router: l = xs Sel^T */
     scalar_t *dl = s->lf; /* [N, E] */
     router_logit_grad(m, dl, st->dreg_f[layer] + (size_t)rep * N * E, (size_t)N * E);

@@ -11,6 +11,7 @@
  *   (balance "bias": topk_select ranks score(l) + expert_bias instead of l; the gates do not see the bias)
  *   y = x1 + sum_j gate * (ReLU(x1 Keys[sel]) Values[sel])   (keys read the RAW x1)
  *          + sum_{s < K_s} ReLU(x1 SharedKeys[s]) SharedValues[s]   (shared experts, gate 1; none by default)
+ *          + ReLU(x1 ResKeys) ResValues   (residual MLP of width W, weight 1; model.ff_residual_size, 0 = none)
  */
 #include <math.h>
 
@@ -53,6 +54,7 @@ typedef struct {
                                  * scratch reused by every shared expert (shared_stride 0) */
     size_t shared_stride;       /* elements between the shared experts' A blocks: N*S, or 0 */
     scalar_t *f;                /* [N, C] block output (without the residual) */
+    scalar_t *A_res;            /* [N, W] ReLU(x1 ResKeys) of the residual MLP (NULL without one) */
 } FfnIO;
 
 static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, const AttnIO *io) {
@@ -118,6 +120,7 @@ static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *
         be->relu_forward(be, A_s, A_s, (size_t)N * S);
         be->matmul(be, io->f, A_s, W + P->shared_values + (size_t)sh * S * C, N, C, S, 0, 0, 1, 1);
     }
+    if (c->ff_residual_size > 0) moeut_residual_forward(m, P, N, io->x1, io->A_res, io->f); /* f += MLP_W(x1) */
 }
 
 /* Draws an expert-dropout mask on the host and uploads it; returns NULL when p == 0 (no dropout). */
@@ -169,7 +172,7 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
         .counts = m->routing_counts + (size_t)slot * E,
         .bias_counts = st->bias_counts ? st->bias_counts + (size_t)layer * E : NULL,
         .valid = st->have_valid ? st->valid_dev : NULL, .A = ac->A, .A_shared = ac->A_shared,
-        .shared_stride = (size_t)N * c->ff_expert_size, .f = h_out, .plan = &ac->plan_f,
+        .shared_stride = (size_t)N * c->ff_expert_size, .f = h_out, .plan = &ac->plan_f, .A_res = ac->A_res,
     };
     ffn_block(m, P, N, &f);
     be->add_inplace(be, h_out, ac->x1, (size_t)N * C); /* y = x1 + f */
@@ -204,6 +207,7 @@ void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *
         .counts = (m->counting_eval && kv == NULL) ? m->routing_counts + (size_t)m->apps[app].slot * c->ff_n_experts
                                                    : NULL,
         .bias_counts = NULL, .valid = NULL, .A = s->A, .A_shared = s->shared_A, .shared_stride = 0, .f = s->nc[2],
+        .A_res = s->res_A,
     };
     ffn_block(m, P, N, &f);
     be->add_inplace(be, h, s->nc[2], (size_t)N * C); /* h = x1 + f */

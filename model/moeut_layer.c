@@ -17,6 +17,7 @@ static void check_config(const ModelConfig *c) {
         die("moeut: n_layers (%d) - n_dense_first (%d) must be a positive multiple of group_size (%d)", c->n_layers,
             c->n_dense_first, c->group_size);
     if (c->n_shared_experts < 0) die("moeut: n_shared_experts must be >= 0 (got %d)", c->n_shared_experts);
+    if (c->ff_residual_size < 0) die("moeut: ff_residual_size must be >= 0 (got %d)", c->ff_residual_size);
     if (c->ff_n_experts <= 0 || c->ff_expert_size <= 0 || c->ff_k <= 0 || c->ff_k > c->ff_n_experts)
         die("moeut: need 0 < ff_k (%d) <= ff_n_experts (%d) and ff_expert_size > 0 (%d)", c->ff_k, c->ff_n_experts,
             c->ff_expert_size);
@@ -82,6 +83,11 @@ static void moeut_register_params(Model *m, int layer) {
         o->shared_keys = reg_tensor(m, layer, "ffn.shared_keys", 3, c->n_shared_experts, C, S);
         o->shared_values = reg_tensor(m, layer, "ffn.shared_values", 3, c->n_shared_experts, S, C);
     }
+    o->residual_keys = o->residual_values = SIZE_MAX;
+    if (c->ff_residual_size > 0) { /* the residual MLP (PR-MoE's Residual-MoE, Arctic's dense residual) */
+        o->residual_keys = reg_tensor(m, layer, "ffn.residual_keys", 2, C, c->ff_residual_size, 0);
+        o->residual_values = reg_tensor(m, layer, "ffn.residual_values", 2, c->ff_residual_size, C, 0);
+    }
     o->ln1_w = reg_tensor(m, layer, "ln1.weight", 1, C, 0, 0);
     o->ln1_b = reg_tensor(m, layer, "ln1.bias", 1, C, 0, 0);
     o->ln2_w = reg_tensor(m, layer, "ln2.weight", 1, C, 0, 0);
@@ -128,6 +134,11 @@ static void moeut_init_params(Model *m, int layer, Rng *rng) {
         init_normal(m, o->shared_keys, Ks * C * S, std_in, rng);
         init_normal(m, o->shared_values, Ks * S * C, s / sqrt((double)(E * S)), rng);
     }
+    if (o->residual_keys != SIZE_MAX) { /* as the shared experts (drawn after them: other tensors keep their draws) */
+        const size_t Wr = (size_t)c->ff_residual_size;
+        init_normal(m, o->residual_keys, C * Wr, std_in, rng);
+        init_normal(m, o->residual_values, Wr * C, s / sqrt((double)(E * S)), rng);
+    }
     if (o->expert_bias != SIZE_MAX) init_constant(m, o->expert_bias, E, 0.0); /* DeepSeek-V3: every bias starts at 0 */
     /* [S]-style router renorms (the DM-math code): equal-norm FFN router rows; renorm_rows on the attention
      * routers; v and o stay plain Gaussian. */
@@ -162,7 +173,7 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
     const size_t C = (size_t)c->d_model, H = (size_t)c->n_heads, HD = H * (size_t)c->d_head;
     const size_t HEA = H * (size_t)c->att_n_experts, HKA = H * (size_t)c->att_k, E = (size_t)c->ff_n_experts;
     const size_t K = (size_t)c->ff_k, S = (size_t)c->ff_expert_size, R = (size_t)st->R;
-    const size_t Ks = (size_t)c->n_shared_experts;
+    const size_t Ks = (size_t)c->n_shared_experts, Wr = (size_t)c->ff_residual_size;
 
     /* training: what each application's backward needs */
     for (int a = 0; a < st->n_apps; a++) {
@@ -186,6 +197,7 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
         plan_int32(p, &ac->sel_f, nt * K);      /* [N, K] */
         plan_scalars(p, &ac->gate_f, nt * K);   /* [N, K] */
         if (Ks > 0) plan_scalars(p, &ac->A_shared, Ks * nt * S); /* [K_s, N, S] */
+        if (Wr > 0) plan_scalars(p, &ac->A_res, nt * Wr); /* [N, W] */
     }
     /* training: regularizer histories and their gradients, per distinct layer */
     for (int i = 0; i < c->group_size; i++) {
@@ -216,6 +228,7 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
     plan_scalars(p, &s->gate_f, nmax * K);    /* [N, K] */
     plan_scalars(p, &s->A, nmax * K * S);     /* [N*K, S] */
     if (Ks > 0) plan_scalars(p, &s->shared_A, nmax * S); /* [N, S] */
+    if (Wr > 0) plan_scalars(p, &s->res_A, nmax * Wr);  /* [N, W] */
     /* training only: expert-dropout masks */
     plan_u8(p, &s->drop_v, nt * HEA);         /* [N, H*EA] */
     plan_u8(p, &s->drop_o, nt * HEA);         /* [N, H*EA] */

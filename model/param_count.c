@@ -6,7 +6,8 @@
  *   wrapper : V*C (embedding) + V*C (lm_head.weight) [+ V (lm_head.bias)] [+ 2C (out_norm affine)]
  *   dense   : per layer 4*H*D*C (q,k,v,o) + 2*d_ff*C + d_ff + C (FFN with biases) + 4C (ln1, ln2); L layers
  *   moeut   : per distinct layer 2*H*D*C (q,k) + 2*H*EA*C*D (v,o experts) + 2*H*EA*C (sel_v, sel_o)
- *             + 2*E*S*C (keys, values) + E*C (expert_sel) + 2*K_s*C*S (shared experts) + 4C (ln1, ln2);
+ *             + 2*E*S*C (keys, values) + E*C (expert_sel) + 2*K_s*C*S (shared experts)
+ *             + 2*W*C (residual MLP, W = ff_residual_size) + 4C (ln1, ln2);
  *             group_size layers, plus n_dense_first dense layers of width d_ff (the dense formula)
  * Buffers (balance "bias"'s expert_bias) are state, not parameters: not counted.
  * Computed in double (for the validator's overflow bound, before any size_t product could wrap) and in size_t.
@@ -27,6 +28,7 @@
         T EA = (T)cfg->att_n_experts, E = (T)cfg->ff_n_experts, S = (T)cfg->ff_expert_size;                          \
         T att = 2 * H * D * C + 2 * H * EA * C * D + 2 * H * EA * C;                                                 \
         T ffn = 2 * E * S * C + E * C + 2 * (T)cfg->n_shared_experts * C * S;                                        \
+        ffn += 2 * (T)cfg->ff_residual_size * C;                                                                     \
         total += (T)cfg->group_size * (att + ffn + 4 * C);                                                           \
         if (cfg->n_dense_first > 0) total += (T)cfg->n_dense_first * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);      \
         return total;                                                                                                \

@@ -131,6 +131,26 @@ START_TEST(grad_moeut_routed_scaling_deepseek) {
 }
 END_TEST
 
+/* The residual MLP (model.ff_residual_size): DeepSpeed-MoE's Residual-MoE (one routed expert beside a dense MLP of
+ * width 4), and Snowflake Arctic's dense residual beside top-2 softmax routing, with a shared expert and a dense first
+ * layer (of the default width, which counts the residual MLP) so the paths sum in one gradient. */
+START_TEST(grad_moeut_residual_mlp) {
+    run_check(mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":6,"
+                         "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":1,\"att_n_experts\":3,\"att_k\":1,"
+                         "\"group_size\":2,\"ff_residual_size\":4}"),
+              12);
+}
+END_TEST
+
+START_TEST(grad_moeut_residual_arctic_shared_dense) {
+    run_check(mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":3,\"n_heads\":2,\"d_head\":6,"
+                         "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,\"att_k\":1,"
+                         "\"group_size\":1,\"n_dense_first\":1,\"n_shared_experts\":1,\"router\":\"softmax\","
+                         "\"router_renorm\":true,\"balance\":\"switch\",\"balance_alpha\":1.0,\"ff_residual_size\":5}"),
+              13);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("f64_model_moeut");
     TCase *tc = tcase_create("fd");
@@ -146,6 +166,8 @@ int main(void) {
     tcase_add_test(tc, grad_moeut_dense_shared_softmax_bias);
     tcase_add_test(tc, grad_moeut_routed_scaling_sigmoid);
     tcase_add_test(tc, grad_moeut_routed_scaling_deepseek);
+    tcase_add_test(tc, grad_moeut_residual_mlp);
+    tcase_add_test(tc, grad_moeut_residual_arctic_shared_dense);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -165,6 +165,7 @@ static void round_trip(const char *json) {
     ck_assert(a.balance_alpha == b.balance_alpha && a.balance_gamma == b.balance_gamma);
     ck_assert(a.n_dense_first == b.n_dense_first && a.n_shared_experts == b.n_shared_experts);
     ck_assert(a.routed_scaling_factor == b.routed_scaling_factor);
+    ck_assert(a.ff_residual_size == b.ff_residual_size);
     /* Every key is written (d_head included), none of the other arch. */
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_head"));
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "lm_head_bias"));
@@ -397,6 +398,10 @@ START_TEST(count_matches_created_models) {
         "{\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":3,\"n_heads\":1,\"ff_n_experts\":4,"
         "\"ff_expert_size\":2,\"ff_k\":1,\"att_n_experts\":2,\"att_k\":1,\"group_size\":1,\"n_dense_first\":2,"
         "\"lm_head_bias\":false,\"out_norm_affine\":false}",
+        /* the residual MLP beside shared experts and a dense prefix of the default width */
+        "{\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":3,\"n_heads\":2,\"d_head\":4,"
+        "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,\"att_k\":2,\"group_size\":2,"
+        "\"n_dense_first\":1,\"n_shared_experts\":1,\"ff_residual_size\":7}",
     };
     Backend *be = mtu_backend();
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
@@ -517,6 +522,55 @@ START_TEST(moeut_switch_tensor_names) {
 }
 END_TEST
 
+/* The residual MLP (DeepSpeed-MoE's Residual-MoE, Snowflake Arctic): ff_residual_size W, default 0 (none, no tensor),
+ * in [0, 2^24], MoEUT only; its tensors [C, W] and [W, C] after the shared experts; the dense prefix's default width
+ * counts it as active width. */
+START_TEST(ff_residual_size_key) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.ff_residual_size, 0);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"ff_expert_size\":5,\"n_shared_experts\":1,"
+                           "\"n_dense_first\":2,\"ff_residual_size\":4}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.ff_residual_size, 4);
+    ck_assert_int_eq(c.d_ff, (2 + 1) * 5 + 4);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"ff_residual_size\":-1}", "exp.json: model.ff_residual_size:",
+                 "must be in [0, 16777216], got -1");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"ff_residual_size\":16777217}", "exp.json: model.ff_residual_size:",
+                 "got 16777217");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"ff_residual_size\":2.5}", "exp.json: model.ff_residual_size:", NULL);
+    expect_error("{" DENSE_BASE ",\"ff_residual_size\":8}", "exp.json: model.ff_residual_size:", "moeut");
+    round_trip("{" MOEUT_BASE ",\"ff_k\":1,\"n_shared_experts\":1,\"ff_residual_size\":6}");
+
+    ModelConfig mc = mtu_config("{\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":2,\"n_heads\":2,"
+                                "\"d_head\":4,\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,"
+                                "\"group_size\":2,\"n_shared_experts\":1,\"ff_residual_size\":7}");
+    Backend *be = mtu_backend();
+    Model *m = model_create(&mc, be);
+    for (int l = 0; l < 2; l++) {
+        char kn[96], vn[96];
+        snprintf(kn, sizeof kn, "transformer.layers.%d.ffn.residual_keys", l);
+        snprintf(vn, sizeof vn, "transformer.layers.%d.ffn.residual_values", l);
+        const ParamTensor *k = model_find_tensor(m, kn), *v = model_find_tensor(m, vn);
+        ck_assert_msg(k != NULL && v != NULL, "missing %s or %s", kn, vn);
+        ck_assert(k->ndim == 2 && k->shape[0] == 6 && k->shape[1] == 7 && !k->buffer);
+        ck_assert(v->ndim == 2 && v->shape[0] == 7 && v->shape[1] == 6 && !v->buffer);
+        /* order: after the shared experts, before ln1 */
+        snprintf(vn, sizeof vn, "transformer.layers.%d.ffn.shared_values", l);
+        ck_assert(model_find_tensor(m, vn)->offset < k->offset);
+        snprintf(vn, sizeof vn, "transformer.layers.%d.ln1.weight", l);
+        ck_assert(k->offset < model_find_tensor(m, vn)->offset);
+    }
+    ck_assert_uint_eq(model_n_params(m), model_count_params(&mc));
+    model_free(m);
+    mc.ff_residual_size = 0;
+    m = model_create(&mc, be);
+    ck_assert_ptr_null(model_find_tensor(m, "transformer.layers.0.ffn.residual_keys"));
+    model_free(m);
+    backend_destroy(be);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model_config");
     TCase *tc = tcase_create("config");
@@ -536,6 +590,7 @@ int main(void) {
     tcase_add_test(tc, moe_variant_switches);
     tcase_add_test(tc, count_matches_created_models);
     tcase_add_test(tc, dense_tensor_names_and_shapes);
+    tcase_add_test(tc, ff_residual_size_key);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
