@@ -22,6 +22,9 @@ Semantics (DM-math version):
     are those of the unbiased scores; no FFN balancing loss; after an optimizer step b_e -= gamma * sign(c_e - mean c)
     (update_expert_bias). n_shared_experts K_s (DeepSeekMoE §3.2 eq. 9): K_s always-on experts of size S, gate 1,
     reading the raw x1, outside the router and the balancing statistics (y = x1 + f_routed + f_shared).
+    ff_residual_size W (DeepSpeed-MoE's Residual-MoE, arXiv 2201.05596 §4.1.2 "Residual-MoE"; Snowflake Arctic 2024:
+    a dense MLP in parallel with a residual MoE MLP, y = x + MLP(x) + MoE(x)): a dense ReLU MLP of its own width W,
+    weight 1, reading the raw x1 like the experts (y = x1 + f_routed + f_shared + ReLU(x1 Wk) Wv).
     n_dense_first n: the first n layer applications are dense pre-LN layers (DenseLayer, width d_ff) with their own
     weights (transformer.dense_layers.{i}); application a >= n uses MoEUT layer (a - n) % Gs.
   * Loss: CE over targets != -1, mean over the counted ones; regularizers in the masked [B,B]-broadcast form of the
@@ -52,17 +55,17 @@ MOEUT_KEYS = [
 # routed_scaling_factor (default 1), n_shared_experts, n_dense_first and balance_gamma likewise; d_ff is written only when n_dense_first > 0 (the dense
 # prefix's width; MOEUT_KEYS has no d_ff).
 MOEUT_SWITCH_KEYS = ["router", "router_renorm", "routed_scaling_factor", "balance", "balance_alpha", "balance_gamma",
-                     "n_shared_experts", "n_dense_first"]
+                     "n_shared_experts", "n_dense_first", "ff_residual_size"]
 BALANCES = ("entropy", "switch", "none", "bias")
 BALANCE_GAMMA_DEFAULT = 0.001
 
 
 def dense_prefix_d_ff(cfg):
     """Width of the dense-prefix FFNs of a MoEUT config: d_ff when given (nonzero), else the C default
-    (ff_k + n_shared_experts) * ff_expert_size (the active expert width)."""
+    (ff_k + n_shared_experts) * ff_expert_size + ff_residual_size (the active FFN width)."""
     if cfg.get("d_ff"):
         return cfg["d_ff"]
-    return (cfg["ff_k"] + cfg.get("n_shared_experts", 0)) * cfg["ff_expert_size"]
+    return (cfg["ff_k"] + cfg.get("n_shared_experts", 0)) * cfg["ff_expert_size"] + cfg.get("ff_residual_size", 0)
 
 
 def n_rot_of(d_head):
@@ -195,7 +198,8 @@ class SwitchHead(nn.Module):
 
 
 class SigmaMoE(nn.Module):
-    def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False, route_scale=1.0):
+    def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False, route_scale=1.0,
+                 residual_size=0):
         super().__init__()
         self.C, self.E, self.S, self.K = C, E, S, K
         self.router, self.renorm = router, bool(renorm)
@@ -208,6 +212,10 @@ class SigmaMoE(nn.Module):
         if self.n_shared > 0:
             self.shared_keys = nn.Parameter(torch.empty(self.n_shared, C, S))
             self.shared_values = nn.Parameter(torch.empty(self.n_shared, S, C))
+        self.residual_size = int(residual_size)  # PR-MoE / Arctic residual MLP width W (0 = none)
+        if self.residual_size > 0:
+            self.residual_keys = nn.Parameter(torch.empty(C, self.residual_size))
+            self.residual_values = nn.Parameter(torch.empty(self.residual_size, C))
         if bias_balance:
             self.register_buffer("expert_bias", torch.zeros(E))  # a buffer: no gradient, not trained
         else:
@@ -262,6 +270,18 @@ class SigmaMoE(nn.Module):
             f = y if f is None else f + y
         return f.view(B, T, C)
 
+    def residual_forward(self, x1, route_log=None):
+        """DeepSpeed-MoE Residual-MoE (arXiv 2201.05596 §4.1.2: y = MLP(x) + g E_top1(x), the MLP a fixed dense one on
+        every token) and Snowflake Arctic (a dense MLP in parallel with the MoE MLP): f_res = ReLU(x1 @ residual_keys)
+        @ residual_values with weight 1 on the raw x1, or None without one."""
+        if self.residual_size == 0:
+            return None
+        B, T, C = x1.shape
+        u = x1.reshape(B * T, C) @ self.residual_keys  # [N, W]
+        if route_log is not None:
+            route_log.append(("relu", u.detach(), None))
+        return (F.relu(u) @ self.residual_values).view(B, T, C)
+
 
 class MoEUTLayer(nn.Module):
     def __init__(self, cfg):
@@ -270,7 +290,8 @@ class MoEUTLayer(nn.Module):
         self.attention = SwitchHead(C, cfg["n_heads"], cfg["d_head"], cfg["att_n_experts"], cfg["att_k"])
         self.ffn = SigmaMoE(C, cfg["ff_n_experts"], cfg["ff_expert_size"], cfg["ff_k"], cfg.get("router", "sigmoid"),
                             cfg.get("router_renorm", False), cfg.get("n_shared_experts", 0),
-                            cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0))
+                            cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0),
+                            cfg.get("ff_residual_size", 0))
         self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
         self.ln2 = nn.LayerNorm(C, eps=LN_EPS)
 
@@ -281,6 +302,9 @@ class MoEUTLayer(nn.Module):
         f_routed, ffn_logits, ffn_sel = self.ffn(x1, layer_norm(x1, self.ln2), route_log)
         f_shared = self.ffn.shared_forward(x1, route_log)
         y = x1 + f_routed if f_shared is None else x1 + f_routed + f_shared
+        f_res = self.ffn.residual_forward(x1, route_log)
+        if f_res is not None:
+            y = y + f_res
         return y, att_logits, (ffn_logits, ffn_sel)
 
 
@@ -315,7 +339,7 @@ class MoEUTLM(_LMBase):
         assert n >= 0 and cfg["n_layers"] - n > 0 and (cfg["n_layers"] - n) % cfg["group_size"] == 0
         assert cfg.get("balance", "entropy") in BALANCES and cfg.get("router", "sigmoid") in ("sigmoid", "softmax")
         assert "balance_gamma" not in cfg or cfg.get("balance") == "bias"
-        assert cfg.get("n_shared_experts", 0) >= 0
+        assert cfg.get("n_shared_experts", 0) >= 0 and cfg.get("ff_residual_size", 0) >= 0
         dense_cfg = dict(cfg, d_ff=dense_prefix_d_ff(cfg))
         super().__init__(cfg, [MoEUTLayer(cfg) for _ in range(cfg["group_size"])],
                          [DenseLayer(dense_cfg) for _ in range(n)])
@@ -623,6 +647,9 @@ def reference_init(model, gen=None):
             if ffn.n_shared > 0:  # shared experts like the routed ones
                 normal(ffn.shared_keys, s / math.sqrt(C))
                 normal(ffn.shared_values, s / math.sqrt(E * S))
+            if ffn.residual_size > 0:  # the residual MLP like the shared experts
+                normal(ffn.residual_keys, s / math.sqrt(C))
+                normal(ffn.residual_values, s / math.sqrt(E * S))
             if ffn.expert_bias is not None:
                 ffn.expert_bias.zero_()
             _renorm_keep_std_rows(ffn.expert_sel)
