@@ -6,6 +6,7 @@
 #     gamma per step), not in the AdamW state;
 #   * a run stopped after 5 steps and resumed ends byte-identical to the uninterrupted run (the biases are in the
 #     checkpoint; the bias update is deterministic).
+# Then the residual MLP (model.ff_residual_size) with one routed expert: 5 steps, step 1 as on the CPU, loss falling.
 # Exit 77 (SKIP) without a usable CUDA GPU. CUDA_TEST_BIN / CUDA_TEST_BACKEND / CUDA_E2E_DATA / CUDA_RESUME_SETTINGS as
 # in test_cuda_resume.sh (make test-cuda-emu runs this on the CUDA emulator).
 source "$(dirname "$0")/train_common.sh"
@@ -53,4 +54,28 @@ assert not any("expert_bias" in k for k in o), "AdamW state for a buffer"
 assert "transformer.dense_layers.1.attention.q.weight" in w and "transformer.layers.0.ffn.shared_keys" in w
 print(f"ok: {be}: step 1 loss {a:.7f} vs cpu {b:.7f}; loss {dev[0]['loss']:.4f} -> {dev[-1]['loss']:.4f}; "
       "biases move in steps of gamma")
+PY
+
+# The residual MLP (model.ff_residual_size: DeepSpeed-MoE's Residual-MoE with one routed expert; Snowflake Arctic's
+# dense residual): 5 steps on the device, step 1's loss equal to the CPU backend's, the loss falling, its tensors in
+# the checkpoint.
+rsets=(--set model.ff_k=1 --set model.ff_residual_size=48 --set train.steps=5 --set train.checkpoint_every=0)
+for pair in "$dut_bin:$be:resid" "bin:cpu:resid_cpu"; do
+  IFS=: read -r bin backend out <<<"$pair"
+  "$bin"/train --backend "$backend" --threads 2 --config "$tmp/cfg.json" --data "$data" --out "$tmp/$out" \
+    "${rsets[@]}" >>"$tmp/$out.log" 2>&1 || { cat "$tmp/$out.log"; fail "$backend: bin/train of the residual MLP"; }
+done
+python3 - "$tmp" "$be" <<'PY' || fail "$be: the residual MLP run"
+import json, sys
+tmp, be = sys.argv[1:3]
+sys.path.insert(0, "tests/e2e")
+from safetensors_diff import load  # noqa: E402
+dev = [json.loads(l) for l in open(f"{tmp}/resid/metrics.jsonl")]
+cpu = [json.loads(l) for l in open(f"{tmp}/resid_cpu/metrics.jsonl")]
+a, b = dev[0]["loss"], cpu[0]["loss"]
+assert abs(a - b) <= 1e-4 * abs(b), f"step 1 loss: {be} {a!r}, cpu {b!r}"
+assert len(dev) == 5 and dev[-1]["loss"] < dev[0]["loss"], f"loss: {[l['loss'] for l in dev]}"
+w = load(f"{tmp}/resid/model.safetensors")
+assert w["transformer.layers.1.ffn.residual_keys"][0] == [64, 48], w["transformer.layers.1.ffn.residual_keys"][0]
+print(f"ok: {be}: residual MLP step 1 loss {a:.7f} vs cpu {b:.7f}; loss {dev[0]['loss']:.4f} -> {dev[-1]['loss']:.4f}")
 PY

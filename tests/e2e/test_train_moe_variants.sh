@@ -30,8 +30,12 @@ run bias "${bias_sets[@]}"
 # with a dense first pair of layers and a shared expert: 2 dense applications, then the MoEUT group of 2 once
 run deepseek --set model.router_renorm=true --set model.routed_scaling_factor=2.5 "${bias_sets[@]}" \
   --set model.n_dense_first=2 --set model.n_shared_experts=1
+# DeepSpeed-MoE's Residual-MoE (one routed expert beside a dense MLP of width 64) and Snowflake Arctic (top-2 routed
+# experts beside a dense residual MLP of its own width 96)
+run residual --set model.ff_k=1 --set model.ff_residual_size=64
+run arctic --set model.ff_k=2 --set model.ff_residual_size=96
 
-for name in switch none sigmoid_renorm bias deepseek; do
+for name in switch none sigmoid_renorm bias deepseek residual arctic; do
   first=$(metric "$tmp/$name" 1 loss) last=$(metric "$tmp/$name" '$' loss)
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b == b + 0 && b < a) }' \
     || fail "$name: loss did not fall (first $first, last $last)"
@@ -85,6 +89,17 @@ assert "transformer.dense_layers.1.ffn.linear1.weight" in w and "transformer.den
 assert "transformer.layers.1.ffn.keys" in w and "transformer.layers.2.ffn.keys" not in w
 assert len(w["transformer.layers.0.ffn.shared_keys"]) == 1 * 64 * 32
 print("ok: the expert biases move in steps of gamma and are not optimised; the dense prefix routes nothing")
+for run, k, width in (("residual", 1, 64), ("arctic", 2, 96)):
+    w = tensors(f"{tmp}/{run}/model.safetensors")
+    for i in range(2):
+        assert len(w[f"transformer.layers.{i}.ffn.residual_keys"]) == 64 * width, run
+        assert len(w[f"transformer.layers.{i}.ffn.residual_values"]) == width * 64, run
+    assert "transformer.layers.0.ffn.shared_keys" not in w
+    # the residual MLP is outside the router: the routing counts hold the k routed selections per token only
+    for l in (json.loads(x) for x in open(f"{tmp}/{run}/metrics.jsonl")):
+        r = l["routing"]
+        assert r["k"] == k and all(sum(a["counts"]) == k * r["tokens"] for a in r["applications"]), (run, r["k"])
+print("ok: the residual MLP's tensors are in the checkpoint; the routing counts hold only the routed selections")
 PY
 bin/evaluate --run "$tmp/deepseek" --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/deepseek/result.json" \
   "${bias_sets[@]}" --set model.router_renorm=true --set model.routed_scaling_factor=2.5 --set model.n_dense_first=2 \

@@ -111,6 +111,17 @@ static const Case cases[] = {
      "\"ff_n_experts\":6,\"ff_expert_size\":12,\"ff_k\":6,\"att_n_experts\":3,\"att_k\":3,\"group_size\":2,"
      "\"n_dense_first\":2,\"n_shared_experts\":1,\"lm_head_bias\":false,\"out_norm_affine\":false}",
      PRECISION_BF16, 1.0},
+    /* the residual MLP (PR-MoE's Residual-MoE, Arctic): beside top-3 softmax renormalised routing and a shared expert,
+     * with a dense prefix of the default width (which counts it); in bf16 with every expert selected (see above) */
+    {"moeut fp32 residual MLP shared softmax dense-first",
+     MOEUT_VARIANT_JSON("\"ff_residual_size\":20,\"n_shared_experts\":1,\"router\":\"softmax\",\"router_renorm\":true,"
+                        "\"n_dense_first\":2"),
+     PRECISION_FP32, 0.5},
+    {"moeut bf16 (K=E, KA=EA) residual MLP",
+     "{\"arch\":\"moeut\",\"n_tokens\":37,\"d_model\":48,\"n_layers\":4,\"n_heads\":2,\"d_head\":20,"
+     "\"ff_n_experts\":6,\"ff_expert_size\":12,\"ff_k\":6,\"att_n_experts\":3,\"att_k\":3,\"group_size\":2,"
+     "\"ff_residual_size\":24,\"lm_head_bias\":false,\"out_norm_affine\":false}",
+     PRECISION_BF16, 1.0},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
