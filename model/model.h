@@ -20,6 +20,13 @@ typedef enum { ARCH_DENSE = 0, ARCH_MOEUT = 1 } Arch;
 /* How the FFN router's load is balanced (model.balance; formulas in kernels/backend_ops.h and experiments/README.md's switch table). */
 typedef enum { BALANCE_ENTROPY = 0, BALANCE_SWITCH = 1, BALANCE_NONE = 2, BALANCE_BIAS = 3 } BalanceKind;
 
+/* A short list of ints in a config (model.ff_n_experts_per_layer); n = 0: the key is absent. */
+#define MODEL_MAX_LIST 64
+typedef struct {
+    int n;
+    int v[MODEL_MAX_LIST];
+} ModelIntList;
+
 /* Keys of the JSON "model" object. MoEUT keys are the reference constructor's argument names; the dense model uses
  * n_tokens, d_model, n_layers, n_heads, d_head, d_ff, dropout. */
 typedef struct {
@@ -59,6 +66,10 @@ typedef struct {
     int ff_residual_size; /* "ff_residual_size": W, a dense ReLU MLP of width W on the raw x1 of every token with
                            * weight 1, beside the routed (and shared) experts (DeepSpeed-MoE's Residual-MoE, Snowflake
                            * Arctic's dense residual; default 0 = none) */
+    ModelIntList ff_n_experts_per_layer; /* "ff_n_experts_per_layer": the FFN expert count E_l of each distinct MoEUT
+                           * layer, group_size entries (DeepSpeed-MoE's Pyramid-MoE: more experts in later layers);
+                           * instead of ff_n_experts, which then holds their maximum (the buffers' size). Absent
+                           * (n = 0): every layer has ff_n_experts */
 } ModelConfig;
 
 /* Fills defaults (the reference constructor's defaults) then reads a cJSON object (type: const struct cJSON *).
@@ -78,6 +89,8 @@ double model_config_ffn_balance_coef(const ModelConfig *cfg);
  * regularizer terms: mean_ce + c_ffn * reg_ffn + att_entropy_reg * reg_att. The one definition the training log and
  * records use (the model itself only needs the gradient). */
 double model_config_objective(const ModelConfig *cfg, double mean_ce, double reg_ffn, double reg_att);
+/* E_l, the FFN expert count of distinct MoEUT layer `layer` (ff_n_experts_per_layer, or ff_n_experts for all). */
+int model_config_ff_experts(const ModelConfig *cfg, int layer);
 /* Number of parameters the config implies (equals model_n_params of a created model), computed without allocating. */
 size_t model_count_params(const ModelConfig *cfg);
 
@@ -156,12 +169,16 @@ void model_forward_eval(Model *m, const int32_t *tokens, int B, int T, float *lo
  * The model counts, per layer application, the selections each FFN expert gets (the backend's expert_count, on the
  * device): in training steps at the positions with valid = 1 (expert-dropout fillers left out), and in
  * model_forward_eval at every position. model_run_layers on its own and KV-cache decoding are not counted. */
-int model_routed_experts(const Model *m);  /* E of the FFN router; 0 for the dense model, which counts nothing */
+int model_routed_experts(const Model *m);  /* E of the FFN router; 0 for the dense model, which counts nothing. With
+                                            * ff_n_experts_per_layer: the largest E_l, the counts' stride per application */
 /* A = the layer applications with a router (MoEUT's, after its n_dense_first dense ones): applications
  * first_app .. first_app + A - 1. 0 (and first_app 0) for the dense model. */
 int model_routed_applications(const Model *m, int *first_app);
 /* Zeroes the counts (no synchronisation). */
 void model_reset_routing_counts(Model *m);
+/* E_l of routed application a (0 <= a < A): the first E_l of its E counts are its experts' (ff_n_experts_per_layer;
+ * E for every application otherwise); 0 for the dense model or a out of range. */
+int model_routed_experts_of(const Model *m, int a);
 /* counts_host[A * E] = the counts since the last reset or take (A = model_routed_applications), tokens_out = the
  * positions counted; then resets. */
 void model_take_routing_counts(Model *m, int64_t *counts_host, int64_t *tokens_out);

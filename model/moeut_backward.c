@@ -23,9 +23,10 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     Backend *be = m->be;
     moeut_check_step(m, "backward", app);
     const int B = st->B, T = st->T, N = B * T, C = c->d_model, H = c->n_heads, D = c->d_head, HD = H * D;
-    const int EA = c->att_n_experts, KA = c->att_k, HEA = H * EA, E = c->ff_n_experts, S = c->ff_expert_size;
-    const int K = c->ff_k, n_rot = model_config_n_rot(c);
     const int layer = m->apps[app].layer, rep = m->apps[app].rep;
+    const int EA = c->att_n_experts, KA = c->att_k, HEA = H * EA, S = c->ff_expert_size;
+    const int E = model_config_ff_experts(c, layer); /* E_l */
+    const int K = c->ff_k, n_rot = model_config_n_rot(c);
     const MoeutLayerOffsets *P = &st->layers[layer];
     const MoeutAppCache *ac = &st->apps[m->apps[app].slot];
     MoeutScratch *s = &st->s;

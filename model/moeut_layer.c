@@ -66,7 +66,7 @@ static void moeut_register_params(Model *m, int layer) {
         die("moeut: register_params called for layer %d (expected %d of %d)", layer, st->n_layers_registered,
             c->group_size);
     const int64_t C = c->d_model, H = c->n_heads, D = c->d_head, EA = c->att_n_experts;
-    const int64_t E = c->ff_n_experts, S = c->ff_expert_size;
+    const int64_t E = model_config_ff_experts(c, layer), S = c->ff_expert_size; /* E_l */
     MoeutLayerOffsets *o = &st->layers[layer];
     /* Registration order = state_dict order of the reference module. */
     o->q = reg_tensor(m, layer, "attention.q.weight", 2, H * D, C, 0);
@@ -103,7 +103,7 @@ static void moeut_register_buffers(Model *m, int layer) {
     if (c->balance != BALANCE_BIAS) return;
     char name[96];
     snprintf(name, sizeof name, "%s.%d.ffn.expert_bias", m->layer_prefix[LAYER_MOEUT], layer);
-    int64_t shape[1] = {c->ff_n_experts};
+    int64_t shape[1] = {model_config_ff_experts(c, layer)};
     st->layers[layer].expert_bias = model_register_buffer(m, name, 1, shape);
 }
 
@@ -116,7 +116,7 @@ static void moeut_init_params(Model *m, int layer, Rng *rng) {
         die("moeut: init_params for unregistered layer %d", layer);
     const MoeutLayerOffsets *o = &st->layers[layer];
     const size_t C = (size_t)c->d_model, H = (size_t)c->n_heads, D = (size_t)c->d_head, EA = (size_t)c->att_n_experts;
-    const size_t E = (size_t)c->ff_n_experts, S = (size_t)c->ff_expert_size;
+    const size_t E = (size_t)model_config_ff_experts(c, layer), S = (size_t)c->ff_expert_size; /* E_l */
     /* s = sqrt(2 / L) with L counting layer APPLICATIONS (18 for the paper's Gs=2, R=9). */
     const double s = sqrt(2.0 / c->n_layers);
     const double std_in = s / sqrt((double)C);

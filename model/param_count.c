@@ -8,7 +8,8 @@
  *   moeut   : per distinct layer 2*H*D*C (q,k) + 2*H*EA*C*D (v,o experts) + 2*H*EA*C (sel_v, sel_o)
  *             + 2*E*S*C (keys, values) + E*C (expert_sel) + 2*K_s*C*S (shared experts)
  *             + 2*W*C (residual MLP, W = ff_residual_size) + 4C (ln1, ln2);
- *             group_size layers, plus n_dense_first dense layers of width d_ff (the dense formula)
+ *             summed over the group_size layers (E = E_l, ff_n_experts_per_layer), plus n_dense_first dense
+ *             layers of width d_ff (the dense formula)
  * Buffers (balance "bias"'s expert_bias) are state, not parameters: not counted.
  * Computed in double (for the validator's overflow bound, before any size_t product could wrap) and in size_t.
  */
@@ -25,11 +26,14 @@
         if (cfg->lm_head_bias) total += V;                                                                           \
         if (cfg->out_norm_affine) total += 2 * C;                                                                    \
         if (cfg->arch == ARCH_DENSE) return total + (T)cfg->n_layers * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);    \
-        T EA = (T)cfg->att_n_experts, E = (T)cfg->ff_n_experts, S = (T)cfg->ff_expert_size;                          \
+        T EA = (T)cfg->att_n_experts, S = (T)cfg->ff_expert_size;                                                    \
         T att = 2 * H * D * C + 2 * H * EA * C * D + 2 * H * EA * C;                                                 \
-        T ffn = 2 * E * S * C + E * C + 2 * (T)cfg->n_shared_experts * C * S;                                        \
-        ffn += 2 * (T)cfg->ff_residual_size * C;                                                                     \
-        total += (T)cfg->group_size * (att + ffn + 4 * C);                                                           \
+        for (int l = 0; l < cfg->group_size; l++) { /* E_l: a pyramid's layers differ */                            \
+            T E = (T)model_config_ff_experts(cfg, l);                                                                \
+            T ffn = 2 * E * S * C + E * C + 2 * (T)cfg->n_shared_experts * C * S;                                    \
+            ffn += 2 * (T)cfg->ff_residual_size * C;                                                                 \
+            total += att + ffn + 4 * C;                                                                              \
+        }                                                                                                            \
         if (cfg->n_dense_first > 0) total += (T)cfg->n_dense_first * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);      \
         return total;                                                                                                \
     }

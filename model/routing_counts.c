@@ -9,6 +9,12 @@ int model_routed_applications(const Model *m, int *first_app) {
     return m->routing_counts ? m->n_apps_of[LAYER_MOEUT] : 0;
 }
 
+int model_routed_experts_of(const Model *m, int a) {
+    if (!m->routing_counts || a < 0 || a >= m->n_apps_of[LAYER_MOEUT]) return 0;
+    /* routed application a is the model's application n_dense_first + a (layer_schedule.c) */
+    return model_config_ff_experts(&m->cfg, m->apps[m->n_apps_of[LAYER_DENSE] + a].layer);
+}
+
 static size_t n_counts(const Model *m) { return (size_t)m->n_apps_of[LAYER_MOEUT] * (size_t)m->cfg.ff_n_experts; }
 
 void model_reset_routing_counts(Model *m) {

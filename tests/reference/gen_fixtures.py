@@ -169,6 +169,22 @@ FIXTURES = {
         "renormalised over the selected, plus 1 shared expert, Switch balancing; a dense first application of the "
         "default width (ff_k + n_shared_experts) * ff_expert_size + ff_residual_size = 24, then one MoEUT layer "
         "applied twice, one padded row"),
+    "moeut_pyramid": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts_per_layer=[3, 8],
+                  ff_expert_size=6, ff_k=2, att_n_experts=3, att_k=2, group_size=2, lm_head_bias=False,
+                  out_norm_affine=False),
+        dict(B=2, T=9, rows=[10, 6], answer_only=True, grad_scale=1.0), 1717,
+        "MoE variants: DeepSpeed-MoE's Pyramid-MoE (arXiv 2201.05596 §4.1.1): 3 experts in the first distinct layer, "
+        "8 in the second (ff_n_experts_per_layer), top-2 sigmoid, entropy balancing per layer over its own E_i; "
+        "Gs=2 R=2, one padded row, answer-only"),
+    "moeut_pyramid_residual_bias": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts_per_layer=[6, 3],
+                  ff_expert_size=4, ff_k=1, att_n_experts=3, att_k=1, group_size=2, lm_head_bias=True,
+                  out_norm_affine=True, ff_residual_size=8, router="softmax", balance="bias"),
+        dict(B=2, T=8, rows=[9, 7], answer_only=False, grad_scale=1.0), 1818,
+        "MoE variants: PR-MoE (DeepSpeed-MoE §4.1: Pyramid-Residual), 6 then 3 experts with one routed expert "
+        "beside a residual MLP of width 8; softmax router with bias balancing (a random expert_bias of each "
+        "layer's own size); Gs=2 R=2, one padded row"),
 }
 
 

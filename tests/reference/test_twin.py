@@ -250,6 +250,7 @@ def main():
     dense_prefix_checks()
     variant_count_checks()
     residual_mlp_checks()
+    pyramid_checks()
     if failures:
         print(f"test_twin: {len(failures)} check(s) FAILED: {', '.join(failures)}")
         sys.exit(1)
@@ -538,17 +539,17 @@ def param_count_formula(cfg):
     """Parameters of a MoEUT config written from the spec (buffers not counted)."""
     V, C = cfg["n_tokens"], cfg["d_model"]
     H, D, EA = cfg["n_heads"], cfg["d_head"], cfg["att_n_experts"]
-    E, S, Ks = cfg["ff_n_experts"], cfg["ff_expert_size"], cfg.get("n_shared_experts", 0)
+    S, Ks = cfg["ff_expert_size"], cfg.get("n_shared_experts", 0)
     n, Gs = cfg.get("n_dense_first", 0), cfg["group_size"]
     W = cfg.get("ff_residual_size", 0)
     d_ff = cfg.get("d_ff") or (cfg["ff_k"] + Ks) * S + W
     ln = 2 * C
     dense_layer = 4 * H * D * C + (C * d_ff + d_ff) + (d_ff * C + C) + 2 * ln
     attention = 2 * H * D * C + H * EA * C * D + H * EA * D * C + 2 * H * EA * C
-    ffn = E * C * S + E * S * C + E * C + Ks * (C * S + S * C) + (C * W + W * C)
-    moe_layer = attention + ffn + 2 * ln
+    Es = cfg.get("ff_n_experts_per_layer") or [cfg["ff_n_experts"]] * Gs  # a pyramid's E_i per layer
+    ffn = sum(E * C * S + E * S * C + E * C + Ks * (C * S + S * C) + (C * W + W * C) for E in Es)
     head = V * C + (V if cfg["lm_head_bias"] else 0) + (2 * C if cfg["out_norm_affine"] else 0)
-    return V * C + n * dense_layer + Gs * moe_layer + head
+    return V * C + n * dense_layer + Gs * (attention + 2 * ln) + ffn + head
 
 
 def spec_state_dict_names(cfg):
@@ -678,6 +679,52 @@ def residual_mlp_checks():
     ratios = [float(lay.residual_keys.std()) / (s / 8), float(lay.residual_values.std()) / (s / 16)]
     check("reference_init: residual MLP at the shared experts' stds", all(abs(r - 1) < 0.1 for r in ratios),
           " ".join(f"{r:.3f}" for r in ratios))
+
+
+def pyramid_checks():
+    """ff_n_experts_per_layer, written from DeepSpeed-MoE §4.1.1 (Pyramid-MoE: the number of experts grows in the
+    later layers): distinct layer i is exactly the uniform model's layer with E = E_i (same weights load into it,
+    same output and logits); the histories and balancing terms are per layer of its own E_i; then finite
+    differences, parameter count, state_dict order and the config JSON of its fixtures."""
+    gen = torch.Generator().manual_seed(43)
+    cfg = _variant_cfg(ff_n_experts_per_layer=[3, 6])
+    del cfg["ff_n_experts"]
+    model = twin.build_model(cfg).double()
+    _random_fill(model, gen, 0.5)
+    B, T, C = 2, 5, cfg["d_model"]
+    n_rot = twin.n_rot_of(cfg["d_head"])
+    cos, sin = twin.rope_tables(T, n_rot, torch.float64)
+    x = torch.randn(B, T, C, generator=gen, dtype=torch.float64)
+    for i, E in enumerate([3, 6]):
+        layer = model.transformer.layers[i]
+        ref = twin.MoEUTLayer(dict(cfg, ff_n_experts=E)).double()
+        ref.load_state_dict(layer.state_dict())
+        y, _, (l, sel) = layer(x, cos, sin, n_rot)
+        y0, _, (l0, sel0) = ref(x, cos, sin, n_rot)
+        check(f"pyramid: layer {i} has E_{i} = {E} experts (keys, values, router rows) and equals the uniform layer "
+              f"with E = {E}", layer.ffn.keys.shape[0] == E and layer.ffn.expert_sel.shape[0] == E and
+              l.shape[-1] == E and torch.equal(y, y0) and torch.equal(sel, sel0))
+    fd_gradcheck("MoEUT Pyramid-MoE: 3 then 5 experts, entropy balancing per layer, padding, answer-only",
+                 {k: v for k, v in _variant_cfg(ff_n_experts_per_layer=[3, 5]).items() if k != "ff_n_experts"},
+                 dict(B=2, T=6, rows=[7, 4], answer_only=True, grad_scale=1.0), 27)
+    fd_gradcheck("MoEUT PR-MoE: 5 then 3 experts, ff_k 1 + residual MLP, softmax + Switch balancing",
+                 {k: v for k, v in _variant_cfg(ff_n_experts_per_layer=[5, 3], ff_k=1, ff_residual_size=4,
+                                                router="softmax", balance="switch", balance_alpha=0.5).items()
+                  if k != "ff_n_experts"},
+                 dict(B=2, T=6, rows=[7, 5], answer_only=False, grad_scale=1.0), 28)
+    for name in ("moeut_pyramid", "moeut_pyramid_residual_bias"):
+        cfg = gen_fixtures.FIXTURES[name][0]
+        model = twin.build_model(cfg)
+        got = sum(p.numel() for p in model.parameters())
+        check(f"{name}: {got} parameters = closed formula", got == param_count_formula(cfg))
+        check(f"{name}: state_dict order as the spec", list(model.state_dict()) == spec_state_dict_names(cfg))
+        j = twin.json.loads(twin.config_json(cfg))
+        check(f"{name}: config JSON carries ff_n_experts_per_layer, not ff_n_experts",
+              j.get("ff_n_experts_per_layer") == cfg["ff_n_experts_per_layer"] and "ff_n_experts" not in j)
+    hist = [{"ffn_sel": [torch.tensor([[[0], [2]]])]}, {"ffn_sel": [torch.tensor([[[5], [5]]])]}]
+    c = twin.expert_load_counts(hist, None, [3, 6])
+    check("pyramid: expert_load_counts per layer of its own E_i",
+          [t.tolist() for t in c] == [[1, 0, 1], [0, 0, 0, 0, 0, 2]])
 
 
 if __name__ == "__main__":

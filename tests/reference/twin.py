@@ -25,6 +25,9 @@ Semantics (DM-math version):
     ff_residual_size W (DeepSpeed-MoE's Residual-MoE, arXiv 2201.05596 §4.1.2 "Residual-MoE"; Snowflake Arctic 2024:
     a dense MLP in parallel with a residual MoE MLP, y = x + MLP(x) + MoE(x)): a dense ReLU MLP of its own width W,
     weight 1, reading the raw x1 like the experts (y = x1 + f_routed + f_shared + ReLU(x1 Wk) Wv).
+    ff_n_experts_per_layer [E_0, .., E_{Gs-1}] (DeepSpeed-MoE §4.1.1 "Pyramid-MoE": more experts in the later layers,
+    their First-Half-MoE vs Second-Half-MoE study): distinct layer i is a sigma-MoE of E_i experts (its own router
+    of E_i rows, histories, balancing term and expert_bias), instead of ff_n_experts for every layer.
     n_dense_first n: the first n layer applications are dense pre-LN layers (DenseLayer, width d_ff) with their own
     weights (transformer.dense_layers.{i}); application a >= n uses MoEUT layer (a - n) % Gs.
   * Loss: CE over targets != -1, mean over the counted ones; regularizers in the masked [B,B]-broadcast form of the
@@ -55,7 +58,7 @@ MOEUT_KEYS = [
 # routed_scaling_factor (default 1), n_shared_experts, n_dense_first and balance_gamma likewise; d_ff is written only when n_dense_first > 0 (the dense
 # prefix's width; MOEUT_KEYS has no d_ff).
 MOEUT_SWITCH_KEYS = ["router", "router_renorm", "routed_scaling_factor", "balance", "balance_alpha", "balance_gamma",
-                     "n_shared_experts", "n_dense_first", "ff_residual_size"]
+                     "n_shared_experts", "n_dense_first", "ff_residual_size", "ff_n_experts_per_layer"]
 BALANCES = ("entropy", "switch", "none", "bias")
 BALANCE_GAMMA_DEFAULT = 0.001
 
@@ -341,7 +344,10 @@ class MoEUTLM(_LMBase):
         assert "balance_gamma" not in cfg or cfg.get("balance") == "bias"
         assert cfg.get("n_shared_experts", 0) >= 0 and cfg.get("ff_residual_size", 0) >= 0
         dense_cfg = dict(cfg, d_ff=dense_prefix_d_ff(cfg))
-        super().__init__(cfg, [MoEUTLayer(cfg) for _ in range(cfg["group_size"])],
+        pyramid = cfg.get("ff_n_experts_per_layer")
+        assert pyramid is None or ("ff_n_experts" not in cfg and len(pyramid) == cfg["group_size"])
+        super().__init__(cfg, [MoEUTLayer(cfg if pyramid is None else dict(cfg, ff_n_experts=pyramid[i]))
+                               for i in range(cfg["group_size"])],
                          [DenseLayer(dense_cfg) for _ in range(n)])
         self.n_dense_first = n
 
@@ -493,9 +499,11 @@ def switch_balance_loss(logits, sel, valid):
 def expert_load_counts(hist, valid, E):
     """Per distinct MoEUT layer, c_e = the number of top-K selections of expert e summed over its R applications
     (hist[i]["ffn_sel"], [B,T,K] each) and over the positions where valid[B,T] (None = all). Shared experts are not
-    routed and not counted. Returns a list of [E] int64 tensors."""
+    routed and not counted. E: one int, or a pyramid's list of E_i (one per layer). Returns a list of [E_i] int64
+    tensors."""
+    Es = list(E) if isinstance(E, (list, tuple)) else [E] * len(hist)
     out = []
-    for layer_hist in hist:
+    for layer_hist, E in zip(hist, Es):
         c = torch.zeros(E, dtype=torch.long)
         for sel in layer_hist["ffn_sel"]:
             s = sel if valid is None else sel[valid]
@@ -639,7 +647,7 @@ def reference_init(model, gen=None):
         layer.ln2.weight.fill_(1.0), layer.ln2.bias.fill_(0.0)
         if cfg["arch"] == "moeut":
             att, ffn = layer.attention, layer.ffn
-            H, D, E, S = cfg["n_heads"], cfg["d_head"], cfg["ff_n_experts"], cfg["ff_expert_size"]
+            H, D, E, S = cfg["n_heads"], cfg["d_head"], ffn.E, cfg["ff_expert_size"]  # E_l of a pyramid
             for t in (att.q.weight, att.k.weight, att.v, att.sel_v, att.sel_o, ffn.keys, ffn.expert_sel):
                 normal(t, s / math.sqrt(C))
             normal(att.o, s / math.sqrt(H * D))

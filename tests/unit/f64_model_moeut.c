@@ -151,6 +151,26 @@ START_TEST(grad_moeut_residual_arctic_shared_dense) {
 }
 END_TEST
 
+/* Pyramid-MoE (model.ff_n_experts_per_layer): 3 then 6 experts over the group of 2 (every E-sized path per layer:
+ * router, experts, the entropy regularizer's histories), and with the Switch loss, bias balancing's buffer of each
+ * layer's size and a residual MLP (DeepSpeed-MoE's PR-MoE: pyramid + residual). */
+START_TEST(grad_moeut_pyramid) {
+    run_check(mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":6,"
+                         "\"ff_n_experts_per_layer\":[3,6],\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,"
+                         "\"att_k\":1,\"group_size\":2,\"entropy_reg\":1.0}"),
+              14);
+}
+END_TEST
+
+START_TEST(grad_moeut_pyramid_residual_switch) {
+    run_check(mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":6,"
+                         "\"ff_n_experts_per_layer\":[6,2],\"ff_expert_size\":3,\"ff_k\":1,\"att_n_experts\":3,"
+                         "\"att_k\":1,\"group_size\":2,\"ff_residual_size\":4,\"router\":\"softmax\","
+                         "\"balance\":\"switch\",\"balance_alpha\":1.0}"),
+              15);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("f64_model_moeut");
     TCase *tc = tcase_create("fd");
@@ -168,6 +188,8 @@ int main(void) {
     tcase_add_test(tc, grad_moeut_routed_scaling_deepseek);
     tcase_add_test(tc, grad_moeut_residual_mlp);
     tcase_add_test(tc, grad_moeut_residual_arctic_shared_dense);
+    tcase_add_test(tc, grad_moeut_pyramid);
+    tcase_add_test(tc, grad_moeut_pyramid_residual_switch);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

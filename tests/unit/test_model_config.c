@@ -166,6 +166,9 @@ static void round_trip(const char *json) {
     ck_assert(a.n_dense_first == b.n_dense_first && a.n_shared_experts == b.n_shared_experts);
     ck_assert(a.routed_scaling_factor == b.routed_scaling_factor);
     ck_assert(a.ff_residual_size == b.ff_residual_size);
+    ck_assert(a.ff_n_experts_per_layer.n == b.ff_n_experts_per_layer.n && a.ff_n_experts == b.ff_n_experts);
+    for (int i = 0; i < a.ff_n_experts_per_layer.n; i++)
+        ck_assert(a.ff_n_experts_per_layer.v[i] == b.ff_n_experts_per_layer.v[i]);
     /* Every key is written (d_head included), none of the other arch. */
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_head"));
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "lm_head_bias"));
@@ -571,6 +574,66 @@ START_TEST(ff_residual_size_key) {
 }
 END_TEST
 
+/* Pyramid-MoE (DeepSpeed-MoE §4.1): ff_n_experts_per_layer, one E_l per distinct layer, instead of ff_n_experts
+ * (which then holds the largest, not written); refused with ff_n_experts too, a wrong length, ff_k above an entry. */
+START_TEST(ff_n_experts_per_layer_key) {
+#define PYR_BASE                                                                                                    \
+    "\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":4,\"ff_expert_size\":3,"  \
+    "\"ff_k\":2,\"att_n_experts\":3,\"group_size\":2"
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" PYR_BASE ",\"ff_n_experts_per_layer\":[3,7]}", &c, err, sizeof err), 0);
+    ck_assert(c.ff_n_experts_per_layer.n == 2 && c.ff_n_experts == 7);
+    ck_assert(model_config_ff_experts(&c, 0) == 3 && model_config_ff_experts(&c, 1) == 7);
+    cJSON *o = model_config_to_json(&c);
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(o, "ff_n_experts"));
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "ff_n_experts_per_layer");
+    ck_assert(cJSON_IsArray(a) && cJSON_GetArraySize(a) == 2 && cJSON_GetArrayItem(a, 1)->valueint == 7);
+    cJSON_Delete(o);
+    round_trip("{" PYR_BASE ",\"ff_n_experts_per_layer\":[8,2]}");
+    ck_assert_int_eq(parse("{" PYR_BASE ",\"ff_n_experts\":5}", &c, err, sizeof err), 0);
+    ck_assert(c.ff_n_experts_per_layer.n == 0 && model_config_ff_experts(&c, 1) == 5);
+    expect_error("{" PYR_BASE ",\"ff_n_experts\":5,\"ff_n_experts_per_layer\":[3,7]}", "exp.json: model.ff_n_experts:",
+                 "model.ff_n_experts_per_layer");
+    expect_error("{" PYR_BASE "}", "exp.json: model.ff_n_experts:", "missing required key");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":[3,7,9]}", "exp.json: model.ff_n_experts_per_layer:",
+                 "3 entries, need one per distinct layer (group_size 2)");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":[1,7]}", "exp.json: model.ff_k:",
+                 "2 is larger than ff_n_experts_per_layer[0] 1");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":[0,7]}", "exp.json: model.ff_n_experts_per_layer:",
+                 "entry 0 must be in [1, 16777216], got 0");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":[]}", "exp.json: model.ff_n_experts_per_layer:",
+                 "an empty array");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":[3,2.5]}", "exp.json: model.ff_n_experts_per_layer:",
+                 "entry 1: expected an integer");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":4}", "exp.json: model.ff_n_experts_per_layer:",
+                 "expected an array");
+    expect_error("{" DENSE_BASE ",\"ff_n_experts_per_layer\":[4]}", "exp.json: model.ff_n_experts_per_layer:", "moeut");
+    /* a created pyramid: per-layer shapes, the bias buffer of its layer's size, the count = model_n_params */
+    ModelConfig mc = mtu_config("{" PYR_BASE ",\"ff_n_experts_per_layer\":[3,7],\"n_shared_experts\":1,"
+                                "\"balance\":\"bias\"}");
+    Backend *be = mtu_backend();
+    Model *m = model_create(&mc, be);
+    const int want_e[2] = {3, 7};
+    for (int l = 0; l < 2; l++) {
+        const char *suffix[] = {"keys", "values", "expert_sel", "expert_bias"};
+        for (int t = 0; t < 4; t++) {
+            char name[96];
+            snprintf(name, sizeof name, "transformer.layers.%d.ffn.%s", l, suffix[t]);
+            const ParamTensor *p = model_find_tensor(m, name);
+            ck_assert_msg(p != NULL && p->shape[0] == want_e[l], "%s", name);
+        }
+    }
+    ck_assert_uint_eq(model_n_params(m), model_count_params(&mc));
+    ck_assert_int_eq(model_routed_experts(m), 7);
+    ck_assert(model_routed_experts_of(m, 0) == 3 && model_routed_experts_of(m, 1) == 7 &&
+              model_routed_experts_of(m, 2) == 3 && model_routed_experts_of(m, 3) == 7 && model_routed_experts_of(m, 4) == 0);
+    model_free(m);
+    backend_destroy(be);
+#undef PYR_BASE
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model_config");
     TCase *tc = tcase_create("config");
@@ -591,6 +654,7 @@ int main(void) {
     tcase_add_test(tc, count_matches_created_models);
     tcase_add_test(tc, dense_tensor_names_and_shapes);
     tcase_add_test(tc, ff_residual_size_key);
+    tcase_add_test(tc, ff_n_experts_per_layer_key);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
