@@ -34,8 +34,13 @@ run deepseek --set model.router_renorm=true --set model.routed_scaling_factor=2.
 # experts beside a dense residual MLP of its own width 96)
 run residual --set model.ff_k=1 --set model.ff_residual_size=64
 run arctic --set model.ff_k=2 --set model.ff_residual_size=96
+# DeepSpeed-MoE's Pyramid-MoE (4 then 12 experts over the group of 2) and PR-MoE (pyramid 12/4 + residual MLP, one
+# routed expert) with bias balancing (each layer's bias of its own size)
+run pyramid --set model.ff_n_experts=null --set 'model.ff_n_experts_per_layer=[4,12]'
+run prmoe "${bias_sets[@]}" --set model.ff_n_experts=null --set 'model.ff_n_experts_per_layer=[12,4]' \
+  --set model.ff_k=1 --set model.ff_residual_size=64
 
-for name in switch none sigmoid_renorm bias deepseek residual arctic; do
+for name in switch none sigmoid_renorm bias deepseek residual arctic pyramid prmoe; do
   first=$(metric "$tmp/$name" 1 loss) last=$(metric "$tmp/$name" '$' loss)
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b == b + 0 && b < a) }' \
     || fail "$name: loss did not fall (first $first, last $last)"
@@ -100,6 +105,24 @@ for run, k, width in (("residual", 1, 64), ("arctic", 2, 96)):
         r = l["routing"]
         assert r["k"] == k and all(sum(a["counts"]) == k * r["tokens"] for a in r["applications"]), (run, r["k"])
 print("ok: the residual MLP's tensors are in the checkpoint; the routing counts hold only the routed selections")
+for run, es, k in (("pyramid", (4, 12), 4), ("prmoe", (12, 4), 1)):
+    w = tensors(f"{tmp}/{run}/model.safetensors")
+    for i, e in enumerate(es):
+        assert len(w[f"transformer.layers.{i}.ffn.keys"]) == e * 64 * 32, (run, i)
+        assert len(w[f"transformer.layers.{i}.ffn.expert_sel"]) == e * 64, (run, i)
+    # each application's record has its own expert count and that many counts (the layers alternate: ABAB)
+    for l in (json.loads(x) for x in open(f"{tmp}/{run}/metrics.jsonl")):
+        r = l["routing"]
+        assert r["n_experts"] == max(es) and [a["n_experts"] for a in r["applications"]] == list(es) * 2, run
+        assert all(len(a["counts"]) == a["n_experts"] and sum(a["counts"]) == k * r["tokens"]
+                   for a in r["applications"]), run
+w = tensors(f"{tmp}/prmoe/model.safetensors")
+for i, e in enumerate((12, 4)):
+    b = w[f"transformer.layers.{i}.ffn.expert_bias"]
+    assert len(b) == e and any(x != 0 for x in b), (i, b)
+    assert all(abs(x / 0.01 - round(x / 0.01)) < 1e-3 for x in b), (i, b)
+print("ok: the pyramid's layers have 4/12 and 12/4 experts, each application records its own count, the biases "
+      "of each layer's size move in steps of gamma")
 PY
 bin/evaluate --run "$tmp/deepseek" --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/deepseek/result.json" \
   "${bias_sets[@]}" --set model.router_renorm=true --set model.routed_scaling_factor=2.5 --set model.n_dense_first=2 \
