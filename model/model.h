@@ -27,6 +27,12 @@ typedef enum { BALANCE_ENTROPY = 0, BALANCE_SWITCH = 1, BALANCE_NONE = 2, BALANC
 /* How the FFN picks a position's experts (model.routing): "topk" (the router's top-K, default), "expert_choice",
  * "hash" (Roller et al. 2021: a fixed function of the position's input token id; model/hash_routing.h). */
 typedef enum { ROUTING_TOPK = 0, ROUTING_EXPERT_CHOICE = 1, ROUTING_HASH = 2 } RoutingKind;
+/* A short list of ints in a config (model.ff_n_experts_per_layer); n = 0: the key is absent. */
+#define MODEL_MAX_LIST 64
+typedef struct {
+    int n;
+    int v[MODEL_MAX_LIST];
+} ModelIntList;
 
 /* Keys of the JSON "model" object. MoEUT keys are the reference constructor's argument names; the dense model uses
  * n_tokens, d_model, n_layers, n_heads, d_head, d_ff, dropout. */
@@ -38,7 +44,8 @@ typedef struct {
     int n_heads;          /* H */
     int d_head;           /* D (dense default: d_model / n_heads) */
     int d_ff;             /* FFN width of a dense layer (4110 in the paper); MoEUT: of the dense prefix (n_dense_first > 0),
-                           * default (ff_k + n_shared_experts) * ff_expert_size, the active width of a MoE layer */
+                           * default (ff_k + n_shared_experts) * ff_expert_size + ff_residual_size, the active width
+                           * of a MoE layer */
     int ff_n_experts;     /* E */
     int ff_expert_size;   /* S */
     int ff_k;             /* K */
@@ -76,6 +83,13 @@ typedef struct {
     int topk_group;       /* "topk_group": groups kept per token (default n_group; only with n_group > 1) */
     double seq_balance_alpha; /* "seq_balance_alpha": DeepSeek-V3's sequence-wise balance loss, alpha * StepStats.reg_seq
                                * in the objective, beside model.balance (V3: 0.0001; default 0: off) */
+    int ff_residual_size; /* "ff_residual_size": W, a dense ReLU MLP of width W on the raw x1 of every token with
+                           * weight 1, beside the routed (and shared) experts (DeepSpeed-MoE's Residual-MoE, Snowflake
+                           * Arctic's dense residual; default 0 = none) */
+    ModelIntList ff_n_experts_per_layer; /* "ff_n_experts_per_layer": the FFN expert count E_l of each distinct MoEUT
+                           * layer, group_size entries (DeepSpeed-MoE's Pyramid-MoE: more experts in later layers);
+                           * instead of ff_n_experts, which then holds their maximum (the buffers' size). Absent
+                           * (n = 0): every layer has ff_n_experts */
 } ModelConfig;
 
 /* Fills defaults (the reference constructor's defaults) then reads a cJSON object (type: const struct cJSON *).
@@ -95,6 +109,8 @@ double model_config_ffn_balance_coef(const ModelConfig *cfg);
  * regularizer terms: mean_ce + c_ffn * reg_ffn + att_entropy_reg * reg_att + seq_balance_alpha * reg_seq. The one
  * definition the training log and records use (the model itself only needs the gradient). */
 double model_config_objective(const ModelConfig *cfg, double mean_ce, double reg_ffn, double reg_att, double reg_seq);
+/* E_l, the FFN expert count of distinct MoEUT layer `layer` (ff_n_experts_per_layer, or ff_n_experts for all). */
+int model_config_ff_experts(const ModelConfig *cfg, int layer);
 /* Number of parameters the config implies (equals model_n_params of a created model), computed without allocating. */
 size_t model_count_params(const ModelConfig *cfg);
 
@@ -178,12 +194,16 @@ void model_forward_eval(Model *m, const int32_t *tokens, int B, int T, float *lo
  * The model counts, per layer application, the selections each FFN expert gets (the backend's expert_count, on the
  * device): in training steps at the positions with valid = 1 (expert-dropout fillers left out), and in
  * model_forward_eval at every position. model_run_layers on its own and KV-cache decoding are not counted. */
-int model_routed_experts(const Model *m);  /* E of the FFN router; 0 for the dense model, which counts nothing */
+int model_routed_experts(const Model *m);  /* E of the FFN router; 0 for the dense model, which counts nothing. With
+                                            * ff_n_experts_per_layer: the largest E_l, the counts' stride per application */
 /* A = the layer applications with a router (MoEUT's or "moe"'s, after the n_dense_first dense ones): applications
  * first_app .. first_app + A - 1. 0 (and first_app 0) for the dense model. */
 int model_routed_applications(const Model *m, int *first_app);
 /* Zeroes the counts (no synchronisation). */
 void model_reset_routing_counts(Model *m);
+/* E_l of routed application a (0 <= a < A): the first E_l of its E counts are its experts' (ff_n_experts_per_layer;
+ * E for every application otherwise); 0 for the dense model or a out of range. */
+int model_routed_experts_of(const Model *m, int a);
 /* counts_host[A * E] = the counts since the last reset or take (A = model_routed_applications), tokens_out = the
  * positions counted; then resets. */
 void model_take_routing_counts(Model *m, int64_t *counts_host, int64_t *tokens_out);

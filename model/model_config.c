@@ -19,7 +19,7 @@
 #include "model/param_count.h"
 #include "pipeline/base/config.h"
 
-typedef enum { KEY_INT, KEY_DOUBLE, KEY_BOOL, KEY_ENUM } KeyType;
+typedef enum { KEY_INT, KEY_DOUBLE, KEY_BOOL, KEY_ENUM, KEY_INT_LIST } KeyType;
 
 enum { FOR_DENSE = 1, FOR_MOEUT = 2, FOR_BOTH = 3, FOR_MOE = 4 };
 
@@ -78,6 +78,8 @@ static const KeyDesc KEYS[] = {
     {"n_group", KEY_INT, FOR_MOEUT, 0, F(n_group), NULL},
     {"topk_group", KEY_INT, FOR_MOEUT, 0, F(topk_group), NULL},
     {"seq_balance_alpha", KEY_DOUBLE, FOR_MOEUT, 0, F(seq_balance_alpha), NULL},
+    {"ff_residual_size", KEY_INT, FOR_MOEUT, 0, F(ff_residual_size), NULL},
+    {"ff_n_experts_per_layer", KEY_INT_LIST, FOR_MOEUT, 0, F(ff_n_experts_per_layer), NULL},
 };
 #undef F
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -173,6 +175,10 @@ static const char *key_void_under(const ModelConfig *cfg, const KeyDesc *k, char
         snprintf(buf, buflen, "model.n_group 1 (no group limit)");
         return buf;
     }
+    if (strcmp(k->name, "ff_n_experts") == 0 && cfg->arch == ARCH_MOEUT && cfg->ff_n_experts_per_layer.n > 0) {
+        snprintf(buf, buflen, "model.ff_n_experts_per_layer (give one of the two)");
+        return buf;
+    }
     if (strcmp(k->name, "d_ff") == 0 && cfg->arch != ARCH_DENSE && cfg->n_dense_first == 0) {
         snprintf(buf, buflen, "model.n_dense_first 0 (no dense layer)");
         return buf;
@@ -257,6 +263,26 @@ static int read_value(ModelConfig *cfg, const KeyDesc *k, const cJSON *v, char *
         snprintf(problem, plen, "unknown value \"%.40s\" (expected %s)", v->valuestring, accepted);
         return -1;
     }
+    case KEY_INT_LIST: {
+        ModelIntList *l = (ModelIntList *)base;
+        const int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+        if (n < 1 || n > MODEL_MAX_LIST) {
+            snprintf(problem, plen, "expected an array of 1 to %d integers, got %s", MODEL_MAX_LIST,
+                     n < 0 ? json_type_name(v) : n == 0 ? "an empty array" : "a longer array");
+            return -1;
+        }
+        int i = 0;
+        for (const cJSON *e = v->child; e; e = e->next, i++) {
+            const double d = cJSON_IsNumber(e) ? e->valuedouble : NAN;
+            if (!isfinite(d) || d != floor(d) || d < (double)INT_MIN || d > (double)INT_MAX) {
+                snprintf(problem, plen, "entry %d: expected an integer, got %s", i, json_type_name(e));
+                return -1;
+            }
+            l->v[i] = (int)d;
+        }
+        l->n = n;
+        return 0;
+    }
     }
     return -1;
 }
@@ -326,7 +352,8 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
         if (strcmp(name, "d_head") == 0) d_head_given = true;
     }
     for (int i = 0; i < N_KEYS; i++)
-        if ((key_required(&KEYS[i]) & arch_bit(arch)) && !cJSON_GetObjectItemCaseSensitive(obj, KEYS[i].name)) {
+        if ((key_required(&KEYS[i]) & arch_bit(arch)) && !cJSON_GetObjectItemCaseSensitive(obj, KEYS[i].name) &&
+            !(strcmp(KEYS[i].name, "ff_n_experts") == 0 && c.ff_n_experts_per_layer.n > 0)) {
             snprintf(err, errlen, "%s: model.%s: missing required key (arch \"%s\")", source, KEYS[i].name,
                      arch_name(arch));
             return -1;
@@ -340,10 +367,17 @@ int model_config_from_json(ModelConfig *cfg, const cJSON *obj, const char *sourc
             return -1;
         }
     }
+    /* A pyramid sizes every buffer by its largest layer: ff_n_experts holds the maximum (not written, see above). */
+    if (arch == ARCH_MOEUT && c.ff_n_experts_per_layer.n > 0) {
+        c.ff_n_experts = c.ff_n_experts_per_layer.v[0];
+        for (int i = 1; i < c.ff_n_experts_per_layer.n; i++)
+            if (c.ff_n_experts_per_layer.v[i] > c.ff_n_experts) c.ff_n_experts = c.ff_n_experts_per_layer.v[i];
+    }
     /* The dense prefix's FFN width defaults to the active FFN width of a MoE layer (K routed + K_s shared experts of
-     * S), so that a dense layer costs the FLOPs per token of the MoE layer it replaces. */
+     * S, plus the residual MLP's W), so that a dense layer costs the FLOPs per token of the MoE layer it replaces. */
     if (arch != ARCH_DENSE && c.n_dense_first > 0 && !cJSON_GetObjectItemCaseSensitive(obj, "d_ff")) {
-        double d_ff = ((double)c.ff_k + (double)c.n_shared_experts) * (double)c.ff_expert_size;
+        double d_ff = ((double)c.ff_k + (double)c.n_shared_experts) * (double)c.ff_expert_size +
+                      (double)c.ff_residual_size;
         c.d_ff = d_ff <= (double)INT_MAX ? (int)d_ff : INT_MAX;
     }
     /* topk_group defaults to n_group: all groups kept, which validate refuses for n_group > 1 (no effect) */
@@ -385,6 +419,11 @@ cJSON *model_config_to_json(const ModelConfig *cfg) {
             int v = *(const int *)base, n = 0;
             while (k->names[n]) n++;
             ok = v >= 0 && v < n && cJSON_AddStringToObject(o, k->name, k->names[v]) != NULL;
+            break;
+        }
+        case KEY_INT_LIST: { /* written only when given: absent means "every layer ff_n_experts" */
+            const ModelIntList *l = (const ModelIntList *)base;
+            if (l->n > 0) ok = cJSON_AddItemToObject(o, k->name, cJSON_CreateIntArray(l->v, l->n));
             break;
         }
         }
@@ -504,6 +543,48 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
             snprintf(err, errlen, "model.n_shared_experts: must be in [0, %d], got %d", MAX_DIM, cfg->n_shared_experts);
             return -1;
         }
+        const ModelIntList *pl = &cfg->ff_n_experts_per_layer;
+        if (pl->n < 0 || pl->n > MODEL_MAX_LIST || (pl->n > 0 && pl->n != cfg->group_size)) {
+            snprintf(err, errlen, "model.ff_n_experts_per_layer: %d entries, need one per distinct layer (group_size %d)",
+                     pl->n, cfg->group_size);
+            return -1;
+        }
+        for (int i = 0, max = 0; i < pl->n; i++) {
+            if (pl->v[i] < 1 || pl->v[i] > MAX_DIM) {
+                snprintf(err, errlen, "model.ff_n_experts_per_layer: entry %d must be in [1, %d], got %d", i, MAX_DIM,
+                         pl->v[i]);
+                return -1;
+            }
+            if (cfg->ff_k > pl->v[i]) {
+                snprintf(err, errlen, "model.ff_k: %d is larger than ff_n_experts_per_layer[%d] %d", cfg->ff_k, i,
+                         pl->v[i]);
+                return -1;
+            }
+            max = pl->v[i] > max ? pl->v[i] : max;
+            if (i == pl->n - 1 && max != cfg->ff_n_experts) {
+                snprintf(err, errlen, "model.ff_n_experts: %d is not the largest ff_n_experts_per_layer entry %d",
+                         cfg->ff_n_experts, max);
+                return -1;
+            }
+        }
+        /* A pyramid's per-layer E reaches the router, the experts, the balancing terms and the records; the switches
+         * below size something by the one ff_n_experts (the hash table, the capacity, the groups, the sequence-wise
+         * loss), so they are refused with a pyramid rather than run with the wrong E. */
+        if (pl->n > 0) {
+            const char *other = cfg->routing != ROUTING_TOPK ? "routing"
+                                : cfg->ff_capacity_factor > 0.0 ? "ff_capacity_factor"
+                                : cfg->n_group > 1              ? "n_group"
+                                : cfg->seq_balance_alpha > 0.0  ? "seq_balance_alpha"
+                                                                : NULL;
+            if (other) {
+                snprintf(err, errlen, "model.ff_n_experts_per_layer: not supported together with model.%s", other);
+                return -1;
+            }
+        }
+        if (cfg->ff_residual_size < 0 || cfg->ff_residual_size > MAX_DIM) {
+            snprintf(err, errlen, "model.ff_residual_size: must be in [0, %d], got %d", MAX_DIM, cfg->ff_residual_size);
+            return -1;
+        }
         if ((int)cfg->router < 0 || (int)cfg->router > ROUTER_SOFTMAX) {
             snprintf(err, errlen, "model.router: invalid value %d", (int)cfg->router);
             return -1;
@@ -563,6 +644,11 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
         return -1;
     }
     return 0;
+}
+
+int model_config_ff_experts(const ModelConfig *cfg, int layer) {
+    const ModelIntList *l = &cfg->ff_n_experts_per_layer;
+    return l->n > 0 && layer >= 0 && layer < l->n ? l->v[layer] : cfg->ff_n_experts;
 }
 
 bool model_config_groups_whole(const ModelConfig *cfg) {

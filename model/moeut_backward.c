@@ -23,9 +23,10 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     Backend *be = m->be;
     moeut_check_step(m, "backward", app);
     const int B = st->B, T = st->T, N = B * T, C = c->d_model, H = c->n_heads, D = c->d_head, HD = H * D;
-    const int EA = c->att_n_experts, KA = c->att_k, HEA = H * EA, E = c->ff_n_experts, S = c->ff_expert_size;
-    const int K = c->ff_k, n_rot = model_config_n_rot(c);
     const int layer = m->apps[app].layer, rep = m->apps[app].rep;
+    const int EA = c->att_n_experts, KA = c->att_k, HEA = H * EA, S = c->ff_expert_size;
+    const int E = model_config_ff_experts(c, layer); /* E_l */
+    const int K = c->ff_k, n_rot = model_config_n_rot(c);
     const MoeutLayerOffsets *P = &st->layers[layer];
     const MoeutAppCache *ac = &st->apps[m->apps[app].slot];
     MoeutScratch *s = &st->s;
@@ -60,6 +61,8 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
         be->matmul(be, G + ks, ac->x1, dU, C, S, N, 1, 0, 1, 1);  /* dSharedKeys[s][C,S] += x1^T dU */
         be->matmul(be, dx1, dU, W + ks, N, C, S, 0, 1, 1, 1);     /* dx1 += dU SharedKeys[s]^T */
     }
+    /* residual MLP: f += ReLU(x1 ResKeys) ResValues (df = dh_out likewise) */
+    if (c->ff_residual_size > 0) moeut_residual_backward(m, P, N, ac->x1, ac->A_res, dh_out, dx1, s->res_A);
     /* router: l = xs Sel^T (routing "hash" has none) */
     if (!hash) {
         scalar_t *dl = s->lf; /* [N, E] */

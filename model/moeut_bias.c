@@ -26,11 +26,12 @@ void model_apply_bias_update(Model *m, const double *counts) {
     const int n = model_bias_count_len(m);
     if (n == 0) return;
     MoeutState *st = moeut_state(m);
-    const int E = m->cfg.ff_n_experts;
+    const int Emax = m->cfg.ff_n_experts; /* the counts' stride; layer i has its first E_l entries */
     const double gamma = m->cfg.balance_gamma;
     scalar_t *b = st->bias_host;
     for (int i = 0; i < m->cfg.group_size; i++) {
-        const double *c = counts + (size_t)i * E;
+        const int E = model_config_ff_experts(&m->cfg, i);
+        const double *c = counts + (size_t)i * Emax;
         double total = 0;
         for (int e = 0; e < E; e++) total += c[e];
         const size_t off = st->layers[i].expert_bias;

@@ -15,6 +15,7 @@
  *   K = 1, gate 1: y = x1 + ReLU(x1 Keys[sel]) Values[sel] (+ shared experts); model/hash_routing.h)
  *   (model.ff_capacity_factor > 0, training only: the assignments over an expert's capacity get gate 0 after the
  *   scaling, capacity_drop; evaluation and decoding drop nothing, so a token's output never depends on the batch)
+ *          + ReLU(x1 ResKeys) ResValues   (residual MLP of width W, weight 1; model.ff_residual_size, 0 = none)
  */
 #include <math.h>
 
@@ -61,6 +62,8 @@ typedef struct {
     int B, T;                   /* the call's positions, N = B*T (routing "hash" uploads their experts) */
     uint8_t *cap_dropped;       /* [N, K] expert capacity's dropped slots (training with a capacity), NULL = none */
     int64_t *n_dropped;         /* [1] this application's dropped count (with cap_dropped; counted as counts), or NULL */
+    scalar_t *A_res;            /* [N, W] ReLU(x1 ResKeys) of the residual MLP (NULL without one) */
+    int E;                      /* E_l, this layer's FFN experts (ff_n_experts_per_layer; the buffers hold ff_n_experts) */
 } FfnIO;
 
 static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, const AttnIO *io) {
@@ -100,7 +103,7 @@ static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, 
 static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *io) {
     const ModelConfig *c = &m->cfg;
     Backend *be = m->be;
-    const int C = c->d_model, E = c->ff_n_experts, S = c->ff_expert_size, K = c->ff_k;
+    const int C = c->d_model, E = io->E, S = c->ff_expert_size, K = c->ff_k;
     scalar_t *W = m->params;
     const bool hash = c->routing == ROUTING_HASH;
     if (hash) { /* the experts of the positions' input token ids; no router, gate 1 (no reduction weights below) */
@@ -137,6 +140,7 @@ static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *
         be->relu_forward(be, A_s, A_s, (size_t)N * S);
         be->matmul(be, io->f, A_s, W + P->shared_values + (size_t)sh * S * C, N, C, S, 0, 0, 1, 1);
     }
+    if (c->ff_residual_size > 0) moeut_residual_forward(m, P, N, io->x1, io->A_res, io->f); /* f += MLP_W(x1) */
 }
 
 /* Draws an expert-dropout mask on the host and uploads it; returns NULL when p == 0 (no dropout). */
@@ -160,7 +164,9 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
     moeut_check_step(m, "forward_train", app);
     const int B = st->B, T = st->T, N = B * T, C = c->d_model, H = c->n_heads;
     const int layer = m->apps[app].layer, rep = m->apps[app].rep, slot = m->apps[app].slot;
-    const size_t HEA = (size_t)H * c->att_n_experts, E = (size_t)c->ff_n_experts;
+    /* E_l experts in this layer; the counts keep the stride Emax = ff_n_experts of every layer (their buffers' size) */
+    const size_t HEA = (size_t)H * c->att_n_experts, E = (size_t)model_config_ff_experts(c, layer);
+    const size_t Emax = (size_t)c->ff_n_experts;
     const MoeutLayerOffsets *P = &st->layers[layer];
     MoeutAppCache *ac = &st->apps[slot];
     MoeutScratch *s = &st->s;
@@ -181,15 +187,16 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
     be->copy(be, ac->x1, ac->x, (size_t)N * C * sizeof(scalar_t));
     be->add_inplace(be, ac->x1, s->nc[2], (size_t)N * C); /* x1 = x + att */
 
-    const uint8_t *drop_f = dropout_mask(m, s->drop_f, N, c->ff_n_experts, c->ff_k, c->ff_expert_dropout);
+    const uint8_t *drop_f = dropout_mask(m, s->drop_f, N, (int)E, c->ff_k, c->ff_expert_dropout);
     FfnIO f = {
         .x1 = ac->x1, .xs = s->nc[1], .mean = ac->mean2, .rstd = ac->rstd2,
         .l = st->hist_f[layer] + (size_t)rep * N * E, .drop = drop_f, .sel = ac->sel_f, .gate = ac->gate_f,
-        .counts = m->routing_counts + (size_t)slot * E,
-        .bias_counts = st->bias_counts ? st->bias_counts + (size_t)layer * E : NULL,
+        .counts = m->routing_counts + (size_t)slot * Emax,
+        .bias_counts = st->bias_counts ? st->bias_counts + (size_t)layer * Emax : NULL,
         .valid = st->have_valid ? st->valid_dev : NULL, .A = ac->A, .A_shared = ac->A_shared,
         .shared_stride = (size_t)N * c->ff_expert_size, .f = h_out, .plan = &ac->plan_f, .B = B, .T = T,
         .cap_dropped = ac->cap_dropped, .n_dropped = m->routing_dropped ? m->routing_dropped + slot : NULL,
+        .A_res = ac->A_res, .E = (int)E,
     };
     ffn_block(m, P, N, &f);
     be->add_inplace(be, h_out, ac->x1, (size_t)N * C); /* y = x1 + f */
@@ -224,7 +231,7 @@ void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *
         .counts = (m->counting_eval && kv == NULL) ? m->routing_counts + (size_t)m->apps[app].slot * c->ff_n_experts
                                                    : NULL,
         .bias_counts = NULL, .valid = NULL, .A = s->A, .A_shared = s->shared_A, .shared_stride = 0, .f = s->nc[2],
-        .B = B, .T = T,
+        .B = B, .T = T, .A_res = s->res_A, .E = model_config_ff_experts(c, m->apps[app].layer),
     };
     ffn_block(m, P, N, &f);
     be->add_inplace(be, h, s->nc[2], (size_t)N * C); /* h = x1 + f */

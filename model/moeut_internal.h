@@ -13,6 +13,7 @@
  * Training memory per token and per application (scalar_t elements unless noted):
  *   cache:   x, x1 (2C) + q, k, v, r (4HD) + lse (H) + LN stats (4) + A = ReLU(U) (K*S)
  *            + gates (2*H*KA + K) + selections (int32: 2*H*KA + K) + routing plans (int32: 2 (2*H*KA + K))
+ *            [+ K_s*S shared experts' A] [+ W the residual MLP's A]
  *   history: router logits (2*H*EA + E) and their regularizer gradients (same again), per application
  *   For the DM-math 244M config (C=1024, H=4, D=128, K=16, S=128, EA=10, E=387) that is about
  *   2048 + 2048 + 4 + 4 + 2048 + 20 + 2*467 + 64 ≈ 7.2k elements ≈ 28 KiB per token per application in fp32:
@@ -47,6 +48,8 @@ typedef struct {
     size_t shared_keys;   /* [K_s, C, S]  (SIZE_MAX without shared experts) */
     size_t shared_values; /* [K_s, S, C] */
     size_t expert_bias;   /* [E] buffer of balance "bias" (SIZE_MAX otherwise) */
+    size_t residual_keys;   /* [C, W] residual MLP (SIZE_MAX without one, ff_residual_size 0) */
+    size_t residual_values; /* [W, C] */
     size_t ln1_w, ln1_b, ln2_w, ln2_b; /* [C] */
 } MoeutLayerOffsets;
 
@@ -67,6 +70,7 @@ typedef struct {
     scalar_t *A_shared;   /* [K_s, N, S] ReLU(x1 shared_keys[s]), also the ReLU mask (NULL without shared experts) */
     RoutingPlan plan_v, plan_o, plan_f; /* of sel_v, sel_o, sel_f: built in the forward, reused by the backward */
     uint8_t *cap_dropped; /* [N, K] slots over the expert capacity (gate 0; model.ff_capacity_factor > 0, else NULL) */
+    scalar_t *A_res;      /* [N, W] ReLU(x1 residual_keys), also the ReLU mask (NULL without a residual MLP) */
 } MoeutAppCache;
 
 /* Scratch shared by all applications (backend memory, planned for max(arena_train_tokens, arena_eval_tokens); the
@@ -90,6 +94,7 @@ typedef struct {
     uint8_t *drop_f;      /* [N, E] (training with ff_expert_dropout > 0) */
     uint8_t *host_drop;   /* host staging for the masks (host memory, grown on use), [N * max(H*EA, E)] */
     size_t host_drop_cap; /* bytes of host_drop */
+    scalar_t *res_A;      /* [N, W] the residual MLP's ReLU(U) (inference) | its dA, dU (NULL without one) */
 } MoeutScratch;
 
 typedef struct {
@@ -132,6 +137,14 @@ void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *
 
 /* moeut_backward.c */
 void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in);
+
+/* moeut_residual.c: the residual MLP (ff_residual_size W > 0). forward: A[N,W] = ReLU(x1 ResKeys), f[N,C] += A
+ * ResValues. backward: with df the gradient of f, accumulates its parameter gradients and dx1 += ...; dU [N, W]
+ * scratch. */
+void moeut_residual_forward(Model *m, const MoeutLayerOffsets *P, int N, const scalar_t *x1, scalar_t *A,
+                            scalar_t *f);
+void moeut_residual_backward(Model *m, const MoeutLayerOffsets *P, int N, const scalar_t *x1, const scalar_t *A,
+                             const scalar_t *df, scalar_t *dx1, scalar_t *dU);
 
 /* moeut_reg.c */
 void moeut_regularizers(Model *m, double grad_scale, StepStats *stats);

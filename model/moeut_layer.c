@@ -17,6 +17,7 @@ static void check_config(const ModelConfig *c) {
         die("moeut: n_layers (%d) - n_dense_first (%d) must be a positive multiple of group_size (%d)", c->n_layers,
             c->n_dense_first, c->group_size);
     if (c->n_shared_experts < 0) die("moeut: n_shared_experts must be >= 0 (got %d)", c->n_shared_experts);
+    if (c->ff_residual_size < 0) die("moeut: ff_residual_size must be >= 0 (got %d)", c->ff_residual_size);
     if (c->ff_n_experts <= 0 || c->ff_expert_size <= 0 || c->ff_k <= 0 || c->ff_k > c->ff_n_experts)
         die("moeut: need 0 < ff_k (%d) <= ff_n_experts (%d) and ff_expert_size > 0 (%d)", c->ff_k, c->ff_n_experts,
             c->ff_expert_size);
@@ -65,7 +66,7 @@ static void moeut_register_params(Model *m, int layer) {
         die("moeut: register_params called for layer %d (expected %d of %d)", layer, st->n_layers_registered,
             c->group_size);
     const int64_t C = c->d_model, H = c->n_heads, D = c->d_head, EA = c->att_n_experts;
-    const int64_t E = c->ff_n_experts, S = c->ff_expert_size;
+    const int64_t E = model_config_ff_experts(c, layer), S = c->ff_expert_size; /* E_l */
     MoeutLayerOffsets *o = &st->layers[layer];
     /* Registration order = state_dict order of the reference module. */
     o->q = reg_tensor(m, layer, "attention.q.weight", 2, H * D, C, 0);
@@ -83,6 +84,11 @@ static void moeut_register_params(Model *m, int layer) {
         o->shared_keys = reg_tensor(m, layer, "ffn.shared_keys", 3, c->n_shared_experts, C, S);
         o->shared_values = reg_tensor(m, layer, "ffn.shared_values", 3, c->n_shared_experts, S, C);
     }
+    o->residual_keys = o->residual_values = SIZE_MAX;
+    if (c->ff_residual_size > 0) { /* the residual MLP (PR-MoE's Residual-MoE, Arctic's dense residual) */
+        o->residual_keys = reg_tensor(m, layer, "ffn.residual_keys", 2, C, c->ff_residual_size, 0);
+        o->residual_values = reg_tensor(m, layer, "ffn.residual_values", 2, c->ff_residual_size, C, 0);
+    }
     o->ln1_w = reg_tensor(m, layer, "ln1.weight", 1, C, 0, 0);
     o->ln1_b = reg_tensor(m, layer, "ln1.bias", 1, C, 0, 0);
     o->ln2_w = hash ? SIZE_MAX : reg_tensor(m, layer, "ln2.weight", 1, C, 0, 0);
@@ -98,7 +104,7 @@ static void moeut_register_buffers(Model *m, int layer) {
     if (c->balance != BALANCE_BIAS) return;
     char name[96];
     snprintf(name, sizeof name, "%s.%d.ffn.expert_bias", m->layer_prefix[LAYER_MOEUT], layer);
-    int64_t shape[1] = {c->ff_n_experts};
+    int64_t shape[1] = {model_config_ff_experts(c, layer)};
     st->layers[layer].expert_bias = model_register_buffer(m, name, 1, shape);
 }
 
@@ -111,7 +117,7 @@ static void moeut_init_params(Model *m, int layer, Rng *rng) {
         die("moeut: init_params for unregistered layer %d", layer);
     const MoeutLayerOffsets *o = &st->layers[layer];
     const size_t C = (size_t)c->d_model, H = (size_t)c->n_heads, D = (size_t)c->d_head, EA = (size_t)c->att_n_experts;
-    const size_t E = (size_t)c->ff_n_experts, S = (size_t)c->ff_expert_size;
+    const size_t E = (size_t)model_config_ff_experts(c, layer), S = (size_t)c->ff_expert_size; /* E_l */
     /* s = sqrt(2 / L) with L counting layer APPLICATIONS (18 for the paper's Gs=2, R=9). */
     const double s = sqrt(2.0 / c->n_layers);
     const double std_in = s / sqrt((double)C);
@@ -128,6 +134,11 @@ static void moeut_init_params(Model *m, int layer, Rng *rng) {
         const size_t Ks = (size_t)c->n_shared_experts;
         init_normal(m, o->shared_keys, Ks * C * S, std_in, rng);
         init_normal(m, o->shared_values, Ks * S * C, s / sqrt((double)(E * S)), rng);
+    }
+    if (o->residual_keys != SIZE_MAX) { /* as the shared experts (drawn after them: other tensors keep their draws) */
+        const size_t Wr = (size_t)c->ff_residual_size;
+        init_normal(m, o->residual_keys, C * Wr, std_in, rng);
+        init_normal(m, o->residual_values, Wr * C, s / sqrt((double)(E * S)), rng);
     }
     if (o->expert_bias != SIZE_MAX) init_constant(m, o->expert_bias, E, 0.0); /* DeepSeek-V3: every bias starts at 0 */
     /* [S]-style router renorms (the DM-math code): equal-norm FFN router rows; renorm_rows on the attention
@@ -165,7 +176,7 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
     const size_t C = (size_t)c->d_model, H = (size_t)c->n_heads, HD = H * (size_t)c->d_head;
     const size_t HEA = H * (size_t)c->att_n_experts, HKA = H * (size_t)c->att_k, E = (size_t)c->ff_n_experts;
     const size_t K = (size_t)c->ff_k, S = (size_t)c->ff_expert_size, R = (size_t)st->R;
-    const size_t Ks = (size_t)c->n_shared_experts;
+    const size_t Ks = (size_t)c->n_shared_experts, Wr = (size_t)c->ff_residual_size;
 
     /* training: what each application's backward needs */
     for (int a = 0; a < st->n_apps; a++) {
@@ -190,6 +201,7 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
         plan_scalars(p, &ac->gate_f, nt * K);   /* [N, K] */
         if (Ks > 0) plan_scalars(p, &ac->A_shared, Ks * nt * S); /* [K_s, N, S] */
         if (c->ff_capacity_factor > 0.0) plan_u8(p, &ac->cap_dropped, nt * K); /* [N, K] */
+        if (Wr > 0) plan_scalars(p, &ac->A_res, nt * Wr); /* [N, W] */
     }
     /* training: regularizer histories and their gradients, per distinct layer */
     for (int i = 0; i < c->group_size; i++) {
@@ -220,6 +232,7 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
     plan_scalars(p, &s->gate_f, nmax * K);    /* [N, K] */
     plan_scalars(p, &s->A, nmax * K * S);     /* [N*K, S] */
     if (Ks > 0) plan_scalars(p, &s->shared_A, nmax * S); /* [N, S] */
+    if (Wr > 0) plan_scalars(p, &s->res_A, nmax * Wr);  /* [N, W] */
     /* training only: expert-dropout masks */
     plan_u8(p, &s->drop_v, nt * HEA);         /* [N, H*EA] */
     plan_u8(p, &s->drop_o, nt * HEA);         /* [N, H*EA] */

@@ -12,14 +12,15 @@ void moeut_regularizers(Model *m, double grad_scale, StepStats *stats) {
     const ModelConfig *c = &m->cfg;
     Backend *be = m->be;
     moeut_check_step(m, "regularizers", c->n_layers - 1); /* the last application is always a MoEUT one */
-    const int R = st->R, H = c->n_heads, EA = c->att_n_experts, E = c->ff_n_experts;
+    const int R = st->R, H = c->n_heads, EA = c->att_n_experts;
     const uint8_t *valid = st->have_valid ? st->valid_dev : NULL;
     const scalar_t coef_ffn = (scalar_t)(model_config_ffn_balance_coef(c) * grad_scale);
     const int N = st->B * st->T, Gs = c->group_size;
-    const size_t NE = (size_t)N * E;
     const scalar_t coef_att = (scalar_t)(c->att_entropy_reg * grad_scale);
     double reg_ffn = 0.0, reg_att = 0.0;
     for (int i = 0; i < c->group_size; i++) {
+        const int E = model_config_ff_experts(c, i); /* E_l */
+        const size_t NE = (size_t)N * E;
         switch (c->balance) {
         case BALANCE_ENTROPY:
             reg_ffn += be->entropy_reg(be, st->dreg_f[i], st->hist_f[i], valid, R, st->B, st->T, 1, E, coef_ffn);

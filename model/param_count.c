@@ -6,8 +6,10 @@
  *   wrapper : V*C (embedding) + V*C (lm_head.weight) [+ V (lm_head.bias)] [+ 2C (out_norm affine)]
  *   dense   : per layer 4*H*D*C (q,k,v,o) + 2*d_ff*C + d_ff + C (FFN with biases) + 4C (ln1, ln2); L layers
  *   moeut   : per distinct layer 2*H*D*C (q,k) + 2*H*EA*C*D (v,o experts) + 2*H*EA*C (sel_v, sel_o)
- *             + 2*E*S*C (keys, values) + E*C (expert_sel) + 2*K_s*C*S (shared experts) + 4C (ln1, ln2);
- *             group_size layers, plus n_dense_first dense layers of width d_ff (the dense formula)
+ *             + 2*E*S*C (keys, values) + E*C (expert_sel) + 2*K_s*C*S (shared experts)
+ *             + 2*W*C (residual MLP, W = ff_residual_size) + 4C (ln1, ln2);
+ *             summed over the group_size layers (E = E_l, ff_n_experts_per_layer), plus n_dense_first dense
+ *             layers of width d_ff (the dense formula)
  *   moe     : per MoE layer 4*H*D*C (q,k,v,o) + E*C (expert_sel) + E*C*S + E*S (keys, keys_bias)
  *             + E*S*C + E*C (values, values_bias) + 4C (ln1, ln2); n_layers - n_dense_first layers, plus the
  *             n_dense_first dense layers of width d_ff
@@ -20,26 +22,30 @@
 #include "model/model.h"
 
 /* One formula, instantiated for double and size_t. */
-#define DEFINE_COUNT(NAME, T)                                                                                        \
-    static T NAME##_dense_layer(T C, T H, T D, T F) { return 4 * H * D * C + 2 * F * C + F + C + 4 * C; }          \
-    static T NAME(const ModelConfig *cfg) {                                                                          \
-        T V = (T)cfg->n_tokens, C = (T)cfg->d_model, H = (T)cfg->n_heads, D = (T)cfg->d_head;                        \
-        T total = 2 * V * C;                                                                                         \
-        if (cfg->lm_head_bias) total += V;                                                                           \
-        if (cfg->out_norm_affine) total += 2 * C;                                                                    \
-        if (cfg->arch == ARCH_DENSE) return total + (T)cfg->n_layers * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);    \
-        if (cfg->arch == ARCH_MOE) {                                                                                 \
-            T E = (T)cfg->ff_n_experts, S = (T)cfg->ff_expert_size, Ld = (T)cfg->n_dense_first;                      \
-            T moe = 4 * H * D * C + E * C + E * C * S + E * S + E * S * C + E * C + 4 * C;                           \
-            return total + ((T)cfg->n_layers - Ld) * moe + Ld * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);          \
-        }                                                                                                            \
-        T EA = (T)cfg->att_n_experts, E = (T)cfg->ff_n_experts, S = (T)cfg->ff_expert_size;                          \
-        T att = 2 * H * D * C + 2 * H * EA * C * D + 2 * H * EA * C;                                                 \
-        const int hash = cfg->routing == ROUTING_HASH;                                                               \
-        T ffn = 2 * E * S * C + (hash ? 0 : E * C) + 2 * (T)cfg->n_shared_experts * C * S;                           \
-        total += (T)cfg->group_size * (att + ffn + (hash ? 2 : 4) * C);                                              \
-        if (cfg->n_dense_first > 0) total += (T)cfg->n_dense_first * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);      \
-        return total;                                                                                                \
+#define DEFINE_COUNT(NAME, T)                                                                                          \
+    static T NAME##_dense_layer(T C, T H, T D, T F) { return 4 * H * D * C + 2 * F * C + F + C + 4 * C; }              \
+    static T NAME(const ModelConfig *cfg) {                                                                            \
+        T V = (T)cfg->n_tokens, C = (T)cfg->d_model, H = (T)cfg->n_heads, D = (T)cfg->d_head;                          \
+        T total = 2 * V * C;                                                                                           \
+        if (cfg->lm_head_bias) total += V;                                                                             \
+        if (cfg->out_norm_affine) total += 2 * C;                                                                      \
+        if (cfg->arch == ARCH_DENSE) return total + (T)cfg->n_layers * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);      \
+        if (cfg->arch == ARCH_MOE) {                                                                                   \
+            T E = (T)cfg->ff_n_experts, S = (T)cfg->ff_expert_size, Ld = (T)cfg->n_dense_first;                        \
+            T moe = 4 * H * D * C + E * C + E * C * S + E * S + E * S * C + E * C + 4 * C;                             \
+            return total + ((T)cfg->n_layers - Ld) * moe + Ld * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);             \
+        }                                                                                                              \
+        T EA = (T)cfg->att_n_experts, S = (T)cfg->ff_expert_size;                                                      \
+        T att = 2 * H * D * C + 2 * H * EA * C * D + 2 * H * EA * C;                                                   \
+        const int hash = cfg->routing == ROUTING_HASH; /* no expert_sel, no ln2 */                                     \
+        for (int l = 0; l < cfg->group_size; l++) { /* E_l: a pyramid's layers differ */                               \
+            T E = (T)model_config_ff_experts(cfg, l);                                                                  \
+            T ffn = 2 * E * S * C + (hash ? 0 : E * C) + 2 * (T)cfg->n_shared_experts * C * S;                         \
+            ffn += 2 * (T)cfg->ff_residual_size * C;                                                                   \
+            total += att + ffn + (hash ? 2 : 4) * C;                                                                   \
+        }                                                                                                              \
+        if (cfg->n_dense_first > 0) total += (T)cfg->n_dense_first * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);        \
+        return total;                                                                                                  \
     }
 
 DEFINE_COUNT(count_double, double)

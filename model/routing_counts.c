@@ -10,6 +10,13 @@ int model_routed_applications(const Model *m, int *first_app) {
     return m->routing_counts ? model_n_routed_apps(m) : 0;
 }
 
+int model_routed_experts_of(const Model *m, int a) {
+    int first = 0;
+    if (a < 0 || a >= model_routed_applications(m, &first)) return 0;
+    /* routed application a is the model's application first + a (layer_schedule.c); arch "moe" has one E */
+    return model_config_ff_experts(&m->cfg, m->apps[first + a].layer);
+}
+
 static size_t n_counts(const Model *m) { return (size_t)model_n_routed_apps(m) * (size_t)m->cfg.ff_n_experts; }
 
 void model_reset_routing_counts(Model *m) {

@@ -143,7 +143,10 @@ static RoutingStats *take_routing_stats(Model *m) {
     int64_t *counts = xmalloc((size_t)A * (size_t)E * sizeof *counts), tokens = 0;
     model_take_routing_counts(m, counts, &tokens);
     RoutingStats *rs = xmalloc(sizeof *rs);
-    routing_stats_from_counts(rs, counts, first_app, A, E, model_config(m)->ff_k, tokens);
+    int *app_e = xmalloc((size_t)A * sizeof *app_e); /* E_a per application (ff_n_experts_per_layer) */
+    for (int a = 0; a < A; a++) app_e[a] = model_routed_experts_of(m, a);
+    routing_stats_from_counts_per_app(rs, counts, first_app, A, E, app_e, model_config(m)->ff_k, tokens);
+    free(app_e);
     free(counts);
     return rs;
 }

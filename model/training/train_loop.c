@@ -104,7 +104,11 @@ static cJSON *step_routing_json(Trainer *t, long step_number) {
     dist_allreduce_sum_f64(t->routing_sum, n + 1 + (has_dropped ? (size_t)A : 0), what);
     for (size_t i = 0; i < n; i++) t->routing_counts[i] = (int64_t)t->routing_sum[i];
     RoutingStats rs;
-    routing_stats_from_counts(&rs, t->routing_counts, first_app, A, E, t->mc.ff_k, (int64_t)t->routing_sum[n]);
+    int *app_e = xmalloc((size_t)A * sizeof *app_e); /* E_a per application (ff_n_experts_per_layer) */
+    for (int a = 0; a < A; a++) app_e[a] = model_routed_experts_of(t->m, a);
+    routing_stats_from_counts_per_app(&rs, t->routing_counts, first_app, A, E, app_e, t->mc.ff_k,
+                                      (int64_t)t->routing_sum[n]);
+    free(app_e);
     if (has_dropped) {
         for (int a = 0; a < A; a++) dropped[a] = (int64_t)t->routing_sum[n + 1 + a];
         routing_stats_set_dropped(&rs, dropped);

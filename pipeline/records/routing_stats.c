@@ -43,6 +43,13 @@ static RoutingApp derive(const int64_t *counts, int E) {
 
 void routing_stats_from_counts(RoutingStats *s, const int64_t *counts, int first_app, int n_apps, int n_experts,
                                int k, int64_t tokens) {
+    routing_stats_from_counts_per_app(s, counts, first_app, n_apps, n_experts, NULL, k, tokens);
+}
+
+int routing_stats_app_experts(const RoutingStats *s, int a) { return s->app_experts ? s->app_experts[a] : s->n_experts; }
+
+void routing_stats_from_counts_per_app(RoutingStats *s, const int64_t *counts, int first_app, int n_apps,
+                                       int n_experts, const int *app_experts, int k, int64_t tokens) {
     memset(s, 0, sizeof *s);
     s->first_app = first_app;
     s->n_apps = n_apps;
@@ -53,7 +60,14 @@ void routing_stats_from_counts(RoutingStats *s, const int64_t *counts, int first
     s->counts = xcalloc(n + 1, sizeof *s->counts);
     if (n) memcpy(s->counts, counts, n * sizeof *s->counts);
     s->apps = xcalloc((size_t)n_apps + 1, sizeof *s->apps);
-    for (int a = 0; a < n_apps; a++) s->apps[a] = derive(s->counts + (size_t)a * n_experts, n_experts);
+    int differ = 0;
+    for (int a = 0; app_experts && a < n_apps; a++) differ |= app_experts[a] != n_experts;
+    if (differ) {
+        s->app_experts = xcalloc((size_t)n_apps, sizeof *s->app_experts);
+        memcpy(s->app_experts, app_experts, (size_t)n_apps * sizeof *s->app_experts);
+    }
+    for (int a = 0; a < n_apps; a++)
+        s->apps[a] = derive(s->counts + (size_t)a * n_experts, routing_stats_app_experts(s, a));
 }
 
 void routing_stats_set_dropped(RoutingStats *s, const int64_t *dropped) {
@@ -100,8 +114,9 @@ cJSON *routing_stats_to_json(const RoutingStats *s) {
     cJSON *apps = must(cJSON_AddArrayToObject(o, "applications"));
     for (int a = 0; a < s->n_apps; a++) {
         cJSON *ao = must(cJSON_CreateObject());
+        if (s->app_experts) must(cJSON_AddNumberToObject(ao, "n_experts", s->app_experts[a]));
         cJSON *c = must(cJSON_AddArrayToObject(ao, "counts"));
-        for (int e = 0; e < s->n_experts; e++)
+        for (int e = 0; e < routing_stats_app_experts(s, a); e++)
             cJSON_AddItemToArray(c, must(cJSON_CreateNumber((double)s->counts[(size_t)a * s->n_experts + e])));
         must(cJSON_AddNumberToObject(ao, "max_over_mean", s->apps[a].max_over_mean));
         must(cJSON_AddNumberToObject(ao, "unused_fraction", s->apps[a].unused_fraction));
@@ -131,6 +146,8 @@ static int read_app(RoutingStats *s, int a, const cJSON *obj, const char *source
     }
     JsonReader r;
     json_reader_init(&r, obj, source, apath);
+    long app_e = s->n_experts;
+    const int has_e = json_get_int(&r, "n_experts", &app_e, false) == 1;
     const cJSON *counts = json_get_array(&r, "counts", true);
     double written[3] = {0, 0, 0};
     json_get_double(&r, "max_over_mean", &written[0], true);
@@ -148,9 +165,21 @@ static int read_app(RoutingStats *s, int a, const cJSON *obj, const char *source
         set_err(err, errlen, "%s: %s.dropped: not a non-negative integer", source, apath);
         return -1;
     }
-    if (cJSON_GetArraySize(counts) != s->n_experts) {
-        set_err(err, errlen, "%s: %s.counts: %d entries, expected n_experts = %d", source, apath,
-                cJSON_GetArraySize(counts), s->n_experts);
+    if (has_e && (app_e < s->k || app_e > s->n_experts)) {
+        set_err(err, errlen, "%s: %s.n_experts: %ld, expected k (%d) to the record's n_experts (%d)", source, apath,
+                app_e, s->k, s->n_experts);
+        return -1;
+    }
+    if (has_e) {
+        if (!s->app_experts) {
+            s->app_experts = xcalloc((size_t)s->n_apps, sizeof *s->app_experts);
+            for (int i = 0; i < s->n_apps; i++) s->app_experts[i] = s->n_experts;
+        }
+        s->app_experts[a] = (int)app_e;
+    }
+    if (cJSON_GetArraySize(counts) != (int)app_e) {
+        set_err(err, errlen, "%s: %s.counts: %d entries, expected n_experts = %ld", source, apath,
+                cJSON_GetArraySize(counts), app_e);
         return -1;
     }
     int64_t *row = s->counts + (size_t)a * s->n_experts;
@@ -160,7 +189,7 @@ static int read_app(RoutingStats *s, int a, const cJSON *obj, const char *source
             set_err(err, errlen, "%s: %s.counts[%d]: not a non-negative integer", source, apath, e);
             return -1;
         }
-    s->apps[a] = derive(row, s->n_experts);
+    s->apps[a] = derive(row, (int)app_e);
     const int64_t n_dropped = s->dropped ? s->dropped[a] : 0;
     if ((double)s->apps[a].selections + (double)n_dropped > (double)s->k * (double)s->tokens) {
         char plus[48] = "";
@@ -232,7 +261,9 @@ void routing_stats_free(RoutingStats *s) {
     free(s->counts);
     free(s->apps);
     free(s->dropped);
+    free(s->app_experts);
     s->counts = NULL;
     s->apps = NULL;
     s->dropped = NULL;
+    s->app_experts = NULL;
 }

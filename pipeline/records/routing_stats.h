@@ -20,6 +20,9 @@
  * assignments over capacity (not in its counts: the counts are the kept ones); then the derived figures describe the
  * kept load, and counts + dropped <= k * tokens. Optional: absent without capacity (and in older records), but then
  * absent in every application.
+ * A model whose layers have different expert counts (model.ff_n_experts_per_layer, a pyramid) writes "n_experts" =
+ * the largest E and, in every application, its own "n_experts": E_a and E_a counts; E_a replaces E in the derived
+ * fields above. Records without the per-application key (every older one) mean E_a = E.
  * The counts are the record (exact integers); the reader recomputes the derived fields from them and refuses a
  * record whose written ones disagree, so that the file cannot say two things. */
 #ifndef PIPELINE_ROUTING_STATS_H
@@ -42,6 +45,8 @@ typedef struct {
     int64_t *counts;         /* [n_apps, n_experts] */
     RoutingApp *apps;        /* [n_apps] */
     int64_t *dropped;        /* [n_apps] assignments dropped over expert capacity, NULL = not recorded (no capacity) */
+    int *app_experts;        /* [n_apps] E_a <= n_experts of each application (a pyramid; counts[a, e >= E_a] = 0), or
+                              * NULL: n_experts for every application */
 } RoutingStats;
 
 /* Copies counts[n_apps * n_experts] (applications first_app ..) and derives the per-application figures. */
@@ -51,6 +56,12 @@ void routing_stats_from_counts(RoutingStats *s, const int64_t *counts, int first
 void routing_stats_set_dropped(RoutingStats *s, const int64_t *dropped);
 /* The dropped share of application a's assignments, dropped / (selections + dropped); 0 without them. */
 double routing_stats_dropped_fraction(const RoutingStats *s, int a);
+/* As routing_stats_from_counts, application a with its own app_experts[a] <= n_experts experts (its first ones of
+ * the n_experts counts of its row); app_experts NULL or all n_experts gives the uniform record. */
+void routing_stats_from_counts_per_app(RoutingStats *s, const int64_t *counts, int first_app, int n_apps,
+                                       int n_experts, const int *app_experts, int k, int64_t tokens);
+/* E_a of application a. */
+int routing_stats_app_experts(const RoutingStats *s, int a);
 /* load_e of application a (0 when the application routed nothing). */
 double routing_stats_load(const RoutingStats *s, int a, int e);
 /* The mean over applications of max_over_mean, unused_fraction and entropy (a run's one-line summary). */

@@ -38,7 +38,8 @@ static void expert_load_map(Doc *d, const RunGroup *g) {
     const int A = s->n_apps, E = s->n_experts;
     double *rel = xcalloc((size_t)A * E, sizeof *rel); /* [A, E] load relative to balanced (1 = 1/E) */
     for (int a = 0; a < A; a++)
-        for (int e = 0; e < E; e++) rel[(size_t)a * E + e] = routing_stats_load(s, a, e) * E;
+        for (int e = 0; e < routing_stats_app_experts(s, a); e++) /* a pyramid's shorter rows stay 0 beyond E_a */
+            rel[(size_t)a * E + e] = routing_stats_load(s, a, e) * routing_stats_app_experts(s, a);
     char title[256], file[256], caption[768];
     snprintf(title, sizeof title, "%s: expert load per layer application", r->name);
     snprintf(file, sizeof file, "expert_load_%s.svg", r->name);
@@ -49,9 +50,12 @@ static void expert_load_map(Doc *d, const RunGroup *g) {
     snprintf(caption, sizeof caption,
              "%s (run config %s, its lowest seed), interpolate set: the share of the FFN selections each expert "
              "got, times E = %d (1 = balanced, 0 = unused), per routed layer application (application %d at the "
-             "bottom%s); colour scale 0 to the map's maximum.",
+             "bottom%s)%s; colour scale 0 to the map's maximum.",
              r->name, g->run_config, E, s->first_app,
-             s->first_app > 0 ? ": the applications before it are dense layers, which route nothing" : "");
+             s->first_app > 0 ? ": the applications before it are dense layers, which route nothing" : "",
+             s->app_experts ? "; the layers have different expert counts (model.ff_n_experts_per_layer): each row "
+                              "times its own E_a, E the largest, the columns beyond a row's E_a left at 0"
+                            : "");
     doc_figure(d, file, &svg, caption);
     sb_free(&svg);
     free(rel);
@@ -77,9 +81,13 @@ void section_expert_load(Doc *d, const ReportInput *in) {
         for (int set = 0; set < EVAL_N_SETS; set++) {
             const RoutingStats *s = run_routing(r, set);
             if (!s) continue;
-            char apps[16], E[16], k[16], tok[32], m[32], u[32], ent[32], worst[32];
+            char apps[16], E[32], k[16], tok[32], m[32], u[32], ent[32], worst[32];
             snprintf(apps, sizeof apps, "%d", s->n_apps);
-            snprintf(E, sizeof E, "%d", s->n_experts);
+            int e_min = s->n_experts; /* a pyramid: its smallest and largest E_a */
+            for (int a = 0; a < s->n_apps; a++)
+                if (routing_stats_app_experts(s, a) < e_min) e_min = routing_stats_app_experts(s, a);
+            if (e_min < s->n_experts) snprintf(E, sizeof E, "%d-%d", e_min, s->n_experts);
+            else snprintf(E, sizeof E, "%d", s->n_experts);
             snprintf(k, sizeof k, "%d", s->k);
             fmt_big(tok, sizeof tok, (double)s->tokens);
             fmt_routing_means(s, m, u, ent, sizeof m);

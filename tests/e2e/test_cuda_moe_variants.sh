@@ -8,6 +8,8 @@
 #     gamma per step), not in the AdamW state;
 #   * a run stopped after 5 steps and resumed ends byte-identical to the uninterrupted run (the biases are in the
 #     checkpoint; the bias update is deterministic).
+# Then PR-MoE (a pyramid of 12/4 experts, model.ff_n_experts_per_layer, with a residual MLP, model.ff_residual_size,
+# and one routed expert): 5 steps, step 1 as on the CPU, loss falling, per-application expert counts.
 # Exit 77 (SKIP) without a usable CUDA GPU. CUDA_TEST_BIN / CUDA_TEST_BACKEND / CUDA_E2E_DATA / CUDA_RESUME_SETTINGS as
 # in test_cuda_resume.sh (make test-cuda-emu runs this on the CUDA emulator).
 source "$(dirname "$0")/train_common.sh"
@@ -118,4 +120,29 @@ assert drop(dev[0]) == drop(cpu[0]), f"step 1 dropped: {be} {drop(dev[0])}, cpu 
 assert all(sum(drop(line)) > 0 for line in dev), "a step dropped nothing"
 assert all(x == x and abs(x) < 1e9 for x in (line["loss"] for line in dev))
 print(f"ok: {be}: capacity run, step 1 loss {a:.7f} vs cpu {b:.7f}, dropped per application {drop(dev[0])}")
+PY
+# DeepSpeed-MoE's PR-MoE: a pyramid (12 then 4 experts) and a residual MLP beside one routed expert: 5 steps on the
+# device, step 1's loss equal to the CPU backend's, the loss falling, its tensors in the checkpoint.
+rsets=(--set model.ff_k=1 --set model.ff_residual_size=48 --set model.ff_n_experts=null
+  --set 'model.ff_n_experts_per_layer=[12,4]' --set train.steps=5 --set train.checkpoint_every=0)
+for pair in "$dut_bin:$be:resid" "bin:cpu:resid_cpu"; do
+  IFS=: read -r bin backend out <<<"$pair"
+  "$bin"/train --backend "$backend" --threads 2 --config "$tmp/cfg.json" --data "$data" --out "$tmp/$out" \
+    "${rsets[@]}" >>"$tmp/$out.log" 2>&1 || { cat "$tmp/$out.log"; fail "$backend: bin/train of the residual MLP"; }
+done
+python3 - "$tmp" "$be" <<'PY' || fail "$be: the residual MLP run"
+import json, sys
+tmp, be = sys.argv[1:3]
+sys.path.insert(0, "tests/e2e")
+from safetensors_diff import load  # noqa: E402
+dev = [json.loads(l) for l in open(f"{tmp}/resid/metrics.jsonl")]
+cpu = [json.loads(l) for l in open(f"{tmp}/resid_cpu/metrics.jsonl")]
+a, b = dev[0]["loss"], cpu[0]["loss"]
+assert abs(a - b) <= 1e-4 * abs(b), f"step 1 loss: {be} {a!r}, cpu {b!r}"
+assert len(dev) == 5 and dev[-1]["loss"] < dev[0]["loss"], f"loss: {[l['loss'] for l in dev]}"
+w = load(f"{tmp}/resid/model.safetensors")
+assert w["transformer.layers.1.ffn.residual_keys"][0] == [64, 48], w["transformer.layers.1.ffn.residual_keys"][0]
+assert w["transformer.layers.0.ffn.keys"][0][0] == 12 and w["transformer.layers.1.ffn.keys"][0][0] == 4
+assert [a["n_experts"] for a in dev[-1]["routing"]["applications"]] == [12, 4, 12, 4], dev[-1]["routing"]
+print(f"ok: {be}: PR-MoE (pyramid 12/4 + residual MLP) step 1 loss {a:.7f} vs cpu {b:.7f}; loss {dev[0]['loss']:.4f} -> {dev[-1]['loss']:.4f}")
 PY

@@ -42,7 +42,17 @@ run hash "${hash_sets[@]}"
 run capacity --set model.ff_capacity_factor=1.0
 run capacity_score --set model.ff_capacity_factor=0.75 --set model.ff_capacity_order=score
 
-for name in switch none sigmoid_renorm bias deepseek hash capacity capacity_score; do
+# DeepSpeed-MoE's Residual-MoE (one routed expert beside a dense MLP of width 64) and Snowflake Arctic (top-2 routed
+# experts beside a dense residual MLP of its own width 96)
+run residual --set model.ff_k=1 --set model.ff_residual_size=64
+run arctic --set model.ff_k=2 --set model.ff_residual_size=96
+# DeepSpeed-MoE's Pyramid-MoE (4 then 12 experts over the group of 2) and PR-MoE (pyramid 12/4 + residual MLP, one
+# routed expert) with bias balancing (each layer's bias of its own size)
+run pyramid --set model.ff_n_experts=null --set 'model.ff_n_experts_per_layer=[4,12]'
+run prmoe "${bias_sets[@]}" --set model.ff_n_experts=null --set 'model.ff_n_experts_per_layer=[12,4]' \
+  --set model.ff_k=1 --set model.ff_residual_size=64
+
+for name in switch none sigmoid_renorm bias deepseek hash capacity capacity_score residual arctic pyramid prmoe; do
   first=$(metric "$tmp/$name" 1 loss) last=$(metric "$tmp/$name" '$' loss)
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b == b + 0 && b < a) }' \
     || fail "$name: loss did not fall (first $first, last $last)"
@@ -122,6 +132,35 @@ assert "transformer.dense_layers.1.ffn.linear1.weight" in w and "transformer.den
 assert "transformer.layers.1.ffn.keys" in w and "transformer.layers.2.ffn.keys" not in w
 assert len(w["transformer.layers.0.ffn.shared_keys"]) == 1 * 64 * 32
 print("ok: the expert biases move in steps of gamma and are not optimised; the dense prefix routes nothing")
+for run, k, width in (("residual", 1, 64), ("arctic", 2, 96)):
+    w = tensors(f"{tmp}/{run}/model.safetensors")
+    for i in range(2):
+        assert len(w[f"transformer.layers.{i}.ffn.residual_keys"]) == 64 * width, run
+        assert len(w[f"transformer.layers.{i}.ffn.residual_values"]) == width * 64, run
+    assert "transformer.layers.0.ffn.shared_keys" not in w
+    # the residual MLP is outside the router: the routing counts hold the k routed selections per token only
+    for l in (json.loads(x) for x in open(f"{tmp}/{run}/metrics.jsonl")):
+        r = l["routing"]
+        assert r["k"] == k and all(sum(a["counts"]) == k * r["tokens"] for a in r["applications"]), (run, r["k"])
+print("ok: the residual MLP's tensors are in the checkpoint; the routing counts hold only the routed selections")
+for run, es, k in (("pyramid", (4, 12), 4), ("prmoe", (12, 4), 1)):
+    w = tensors(f"{tmp}/{run}/model.safetensors")
+    for i, e in enumerate(es):
+        assert len(w[f"transformer.layers.{i}.ffn.keys"]) == e * 64 * 32, (run, i)
+        assert len(w[f"transformer.layers.{i}.ffn.expert_sel"]) == e * 64, (run, i)
+    # each application's record has its own expert count and that many counts (the layers alternate: ABAB)
+    for l in (json.loads(x) for x in open(f"{tmp}/{run}/metrics.jsonl")):
+        r = l["routing"]
+        assert r["n_experts"] == max(es) and [a["n_experts"] for a in r["applications"]] == list(es) * 2, run
+        assert all(len(a["counts"]) == a["n_experts"] and sum(a["counts"]) == k * r["tokens"]
+                   for a in r["applications"]), run
+w = tensors(f"{tmp}/prmoe/model.safetensors")
+for i, e in enumerate((12, 4)):
+    b = w[f"transformer.layers.{i}.ffn.expert_bias"]
+    assert len(b) == e and any(x != 0 for x in b), (i, b)
+    assert all(abs(x / 0.01 - round(x / 0.01)) < 1e-3 for x in b), (i, b)
+print("ok: the pyramid's layers have 4/12 and 12/4 experts, each application records its own count, the biases "
+      "of each layer's size move in steps of gamma")
 PY
 bin/evaluate --run "$tmp/deepseek" --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/deepseek/result.json" \
   "${bias_sets[@]}" --set model.router_renorm=true --set model.routed_scaling_factor=2.5 --set model.n_dense_first=2 \

@@ -231,6 +231,40 @@ FIXTURES = {
         "experts in 4 groups of 2, 2 kept) with its sequence-wise balance loss, alpha 0.5 (V3: 0.0001; large here so "
         "that its gradient shows): per sequence sum_i f_i P_i over its valid positions (three unequal rows), the mean "
         "over the sequences, one loss per layer application; Gs=2 R=2, answer-only"),
+    "moeut_residual": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=6, ff_expert_size=6, ff_k=1,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=True, out_norm_affine=False,
+                  ff_residual_size=10),
+        dict(B=2, T=9, rows=[10, 7], answer_only=True, grad_scale=1.0), 1515,
+        "MoE variants: DeepSpeed-MoE's Residual-MoE (arXiv 2201.05596 §4.1.2): one routed expert (ff_k 1, sigmoid) "
+        "beside a dense ReLU MLP of width 10 on every token with weight 1 (reads the raw x1), entropy balancing, "
+        "Gs=2 R=2, one padded row, answer-only"),
+    "moeut_arctic_residual": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=3, n_heads=2, d_head=8, ff_n_experts=6, ff_expert_size=4, ff_k=2,
+                  att_n_experts=3, att_k=1, group_size=1, lm_head_bias=False, out_norm_affine=True,
+                  n_dense_first=1, n_shared_experts=1, router="softmax", router_renorm=True, balance="switch",
+                  balance_alpha=0.25, ff_residual_size=12),
+        dict(B=2, T=8, rows=[9, 6], answer_only=False, grad_scale=0.5), 1616,
+        "MoE variants: Snowflake Arctic's dense residual MLP (width 12) in parallel with top-2 softmax routing "
+        "renormalised over the selected, plus 1 shared expert, Switch balancing; a dense first application of the "
+        "default width (ff_k + n_shared_experts) * ff_expert_size + ff_residual_size = 24, then one MoEUT layer "
+        "applied twice, one padded row"),
+    "moeut_pyramid": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts_per_layer=[3, 8],
+                  ff_expert_size=6, ff_k=2, att_n_experts=3, att_k=2, group_size=2, lm_head_bias=False,
+                  out_norm_affine=False),
+        dict(B=2, T=9, rows=[10, 6], answer_only=True, grad_scale=1.0), 1717,
+        "MoE variants: DeepSpeed-MoE's Pyramid-MoE (arXiv 2201.05596 §4.1.1): 3 experts in the first distinct layer, "
+        "8 in the second (ff_n_experts_per_layer), top-2 sigmoid, entropy balancing per layer over its own E_i; "
+        "Gs=2 R=2, one padded row, answer-only"),
+    "moeut_pyramid_residual_bias": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts_per_layer=[6, 3],
+                  ff_expert_size=4, ff_k=1, att_n_experts=3, att_k=1, group_size=2, lm_head_bias=True,
+                  out_norm_affine=True, ff_residual_size=8, router="softmax", balance="bias"),
+        dict(B=2, T=8, rows=[9, 7], answer_only=False, grad_scale=1.0), 1818,
+        "MoE variants: PR-MoE (DeepSpeed-MoE §4.1: Pyramid-Residual), 6 then 3 experts with one routed expert "
+        "beside a residual MLP of width 8; softmax router with bias balancing (a random expert_bias of each "
+        "layer's own size); Gs=2 R=2, one padded row"),
 }
 
 
@@ -352,6 +386,9 @@ def fixture_weights(model, gen):
         if ffn.n_shared > 0:
             normal(ffn.shared_keys, 1.0 / math.sqrt(C))
             normal(ffn.shared_values, 1.0 / math.sqrt(S))
+        if ffn.residual_size > 0:
+            normal(ffn.residual_keys, 1.0 / math.sqrt(C))
+            normal(ffn.residual_values, 1.0 / math.sqrt(ffn.residual_size))
         if ffn.expert_bias is not None:
             normal(ffn.expert_bias, EXPERT_BIAS_STD[ffn.router])
     # Round to f32: the stored weights are F32, and the twin computes from exactly those values.

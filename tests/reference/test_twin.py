@@ -256,6 +256,8 @@ def main():
     moe_arch_checks()
     group_limited_checks()
     seq_balance_checks()
+    residual_mlp_checks()
+    pyramid_checks()
     if failures:
         print(f"test_twin: {len(failures)} check(s) FAILED: {', '.join(failures)}")
         sys.exit(1)
@@ -657,17 +659,18 @@ def param_count_formula(cfg):
     """Parameters of a MoEUT config written from the spec (buffers not counted)."""
     V, C = cfg["n_tokens"], cfg["d_model"]
     H, D, EA = cfg["n_heads"], cfg["d_head"], cfg["att_n_experts"]
-    E, S, Ks = cfg["ff_n_experts"], cfg["ff_expert_size"], cfg.get("n_shared_experts", 0)
+    S, Ks = cfg["ff_expert_size"], cfg.get("n_shared_experts", 0)
     n, Gs = cfg.get("n_dense_first", 0), cfg["group_size"]
-    d_ff = cfg.get("d_ff") or (cfg["ff_k"] + Ks) * S
+    W = cfg.get("ff_residual_size", 0)
+    d_ff = cfg.get("d_ff") or (cfg["ff_k"] + Ks) * S + W
     ln = 2 * C
     hashed = cfg.get("routing") == "hash"  # Roller et al.: no router (expert_sel) and so no LN2 before it
     dense_layer = 4 * H * D * C + (C * d_ff + d_ff) + (d_ff * C + C) + 2 * ln
     attention = 2 * H * D * C + H * EA * C * D + H * EA * D * C + 2 * H * EA * C
-    ffn = E * C * S + E * S * C + (0 if hashed else E * C) + Ks * (C * S + S * C)
-    moe_layer = attention + ffn + (1 if hashed else 2) * ln
+    Es = cfg.get("ff_n_experts_per_layer") or [cfg["ff_n_experts"]] * Gs  # a pyramid's E_i per layer
+    ffn = sum(E * C * S + E * S * C + (0 if hashed else E * C) + Ks * (C * S + S * C) + (C * W + W * C) for E in Es)
     head = V * C + (V if cfg["lm_head_bias"] else 0) + (2 * C if cfg["out_norm_affine"] else 0)
-    return V * C + n * dense_layer + Gs * moe_layer + head
+    return V * C + n * dense_layer + Gs * (attention + (1 if hashed else 2) * ln) + ffn + head
 
 
 def spec_state_dict_names(cfg):
@@ -686,6 +689,8 @@ def spec_state_dict_names(cfg):
         names += [p + "ffn.keys", p + "ffn.values"] + ([] if cfg.get("routing") == "hash" else [p + "ffn.expert_sel"])
         if cfg.get("n_shared_experts", 0) > 0:
             names += [p + "ffn.shared_keys", p + "ffn.shared_values"]
+        if cfg.get("ff_residual_size", 0) > 0:
+            names += [p + "ffn.residual_keys", p + "ffn.residual_values"]
         if cfg.get("balance") == "bias":
             names += [p + "ffn.expert_bias"]
         names += [p + s for s in ("ln1.weight", "ln1.bias")]
@@ -699,7 +704,7 @@ def spec_state_dict_names(cfg):
 
 def variant_count_checks():
     new_keys = ("n_shared_experts", "n_dense_first", "d_ff", "balance_gamma", "routed_scaling_factor", "routing",
-                "hash_seed", "ff_capacity_factor", "ff_capacity_order")
+                "hash_seed", "ff_capacity_factor", "ff_capacity_order", "ff_residual_size")
     for name in ("moeut_shared_bias", "moeut_dense_first", "moeut_dense_first_shared_softmax_bias",
                  "moeut_deepseek_scaled", "moeut_hash", "moeut_capacity", "moeut_capacity_score"):
         cfg = gen_fixtures.FIXTURES[name][0]
@@ -714,7 +719,7 @@ def variant_count_checks():
               "entropy_reg" not in j if cfg.get("balance") == "bias" else True)
     old = [n for n, (c, *_) in gen_fixtures.FIXTURES.items()
            if not any(k in c for k in ("n_shared_experts", "n_dense_first", "balance_gamma", "routed_scaling_factor",
-                                       "routing", "ff_capacity_factor"))]
+                                       "routing", "ff_capacity_factor", "ff_residual_size"))]
     check(f"configs without the new switches carry none of their keys ({len(old)} fixtures)",
           all(not any(k in twin.json.loads(twin.config_json(gen_fixtures.FIXTURES[n][0])) for k in new_keys
                       if not (k == "d_ff" and gen_fixtures.FIXTURES[n][0]["arch"] == "dense")) for n in old))
@@ -919,6 +924,117 @@ def seq_balance_checks():
     fd_gradcheck("MoEUT sequence-wise balance loss (alpha 0.5) beside the entropy regularizer, softmax",
                  _variant_cfg(router="softmax", seq_balance_alpha=0.5),
                  dict(B=2, T=6, rows=[7, 4], answer_only=True, grad_scale=1.0), 42)
+
+
+def residual_mlp_checks():
+    """ff_residual_size W, written from DeepSpeed-MoE §4.1.2 (Residual-MoE: y = MLP(x) + g E_top1(x)) and Snowflake
+    Arctic (y = x + MLP(x) + MoE(x)): the layer equals the same layer without the residual MLP (same weights) plus
+    ReLU(x1 Wk) Wv computed here by hand, token by token, at weight 1; the router and its selections do not see it.
+    Then finite differences, parameter count, state_dict order and the config JSON of its fixtures."""
+    gen = torch.Generator().manual_seed(41)
+    for ks in (0, 1):
+        cfg = _variant_cfg(ff_k=1, n_shared_experts=ks, ff_residual_size=7)
+        layer = twin.MoEUTLayer(cfg).double()
+        _random_fill(layer, gen, 0.5)
+        _set_ln(layer)
+        plain = twin.MoEUTLayer(dict(cfg, ff_residual_size=0)).double()
+        missing = plain.load_state_dict(layer.state_dict(), strict=False)
+        B, T, C = 2, 5, cfg["d_model"]
+        x = torch.randn(B, T, C, generator=gen, dtype=torch.float64)
+        n_rot = twin.n_rot_of(cfg["d_head"])
+        cos, sin = twin.rope_tables(T, n_rot, torch.float64)
+        x1s = []
+        hook = layer.ffn.register_forward_hook(lambda m, inp, out: x1s.append(inp[0].detach()))
+        y, _, (l, sel) = layer(x, cos, sin, n_rot)
+        hook.remove()
+        y0, _, (l0, sel0) = plain(x, cos, sin, n_rot)
+        x1 = x1s[0]
+        Wk, Wv = layer.ffn.residual_keys.detach(), layer.ffn.residual_values.detach()
+        hand = torch.zeros(B, T, C, dtype=torch.float64)
+        for b in range(B):
+            for t in range(T):
+                for w in range(Wk.shape[1]):
+                    hand[b, t] += max(float(x1[b, t] @ Wk[:, w]), 0.0) * Wv[w]
+        err = float((y.detach() - (y0.detach() + hand)).abs().max())
+        check(f"residual MLP (K_s={ks}): layer output = layer without it + ReLU(x1 Wk) Wv (raw x1, weight 1)",
+              err < 1e-12 and float(hand.abs().max()) > 1e-2 and Wk.shape == (C, 7) and Wv.shape == (7, C) and
+              missing.unexpected_keys == ["ffn.residual_keys", "ffn.residual_values"], f"max err {err:.1e}")
+        check(f"residual MLP (K_s={ks}): router logits and selections unchanged",
+              torch.equal(l, l0) and torch.equal(sel, sel0))
+    fd_gradcheck("MoEUT PR-MoE residual: ff_k 1 + residual MLP W=6, padding, answer-only",
+                 _variant_cfg(ff_k=1, ff_residual_size=6),
+                 dict(B=2, T=6, rows=[7, 4], answer_only=True, grad_scale=1.0), 25)
+    fd_gradcheck("MoEUT Arctic: top-2 softmax renorm + residual MLP W=5 + 1 shared, dense prefix of default width",
+                 _variant_cfg(n_layers=3, group_size=1, n_dense_first=1, n_shared_experts=1, router="softmax",
+                              router_renorm=True, ff_residual_size=5, lm_head_bias=False),
+                 dict(B=2, T=6, rows=[7, 5], answer_only=False, grad_scale=0.5), 26)
+    for name in ("moeut_residual", "moeut_arctic_residual"):
+        cfg = gen_fixtures.FIXTURES[name][0]
+        model = twin.build_model(cfg)
+        got = sum(p.numel() for p in model.parameters())
+        check(f"{name}: {got} parameters = closed formula", got == param_count_formula(cfg))
+        check(f"{name}: state_dict order as the spec", list(model.state_dict()) == spec_state_dict_names(cfg))
+        j = twin.json.loads(twin.config_json(cfg))
+        check(f"{name}: config JSON carries ff_residual_size", j.get("ff_residual_size") == cfg["ff_residual_size"])
+    cfg = gen_fixtures.FIXTURES["moeut_arctic_residual"][0]
+    check("dense prefix: d_ff default (ff_k + n_shared_experts) * ff_expert_size + ff_residual_size",
+          twin.dense_prefix_d_ff(cfg) == (2 + 1) * 4 + 12 and
+          twin.build_model(cfg).transformer.dense_layers[0].ffn.linear1.out_features == 24)
+    # reference_init: the residual MLP as the shared experts (keys s/sqrt(C), values s/sqrt(E S))
+    cfg = _variant_cfg(d_model=64, n_heads=4, d_head=16, ff_n_experts=8, ff_expert_size=32, ff_residual_size=96)
+    model = twin.build_model(cfg)
+    twin.reference_init(model, torch.Generator().manual_seed(10))
+    s = math.sqrt(2.0 / cfg["n_layers"])
+    lay = model.transformer.layers[1].ffn
+    ratios = [float(lay.residual_keys.std()) / (s / 8), float(lay.residual_values.std()) / (s / 16)]
+    check("reference_init: residual MLP at the shared experts' stds", all(abs(r - 1) < 0.1 for r in ratios),
+          " ".join(f"{r:.3f}" for r in ratios))
+
+
+def pyramid_checks():
+    """ff_n_experts_per_layer, written from DeepSpeed-MoE §4.1.1 (Pyramid-MoE: the number of experts grows in the
+    later layers): distinct layer i is exactly the uniform model's layer with E = E_i (same weights load into it,
+    same output and logits); the histories and balancing terms are per layer of its own E_i; then finite
+    differences, parameter count, state_dict order and the config JSON of its fixtures."""
+    gen = torch.Generator().manual_seed(43)
+    cfg = _variant_cfg(ff_n_experts_per_layer=[3, 6])
+    del cfg["ff_n_experts"]
+    model = twin.build_model(cfg).double()
+    _random_fill(model, gen, 0.5)
+    B, T, C = 2, 5, cfg["d_model"]
+    n_rot = twin.n_rot_of(cfg["d_head"])
+    cos, sin = twin.rope_tables(T, n_rot, torch.float64)
+    x = torch.randn(B, T, C, generator=gen, dtype=torch.float64)
+    for i, E in enumerate([3, 6]):
+        layer = model.transformer.layers[i]
+        ref = twin.MoEUTLayer(dict(cfg, ff_n_experts=E)).double()
+        ref.load_state_dict(layer.state_dict())
+        y, _, (l, sel) = layer(x, cos, sin, n_rot)
+        y0, _, (l0, sel0) = ref(x, cos, sin, n_rot)
+        check(f"pyramid: layer {i} has E_{i} = {E} experts (keys, values, router rows) and equals the uniform layer "
+              f"with E = {E}", layer.ffn.keys.shape[0] == E and layer.ffn.expert_sel.shape[0] == E and
+              l.shape[-1] == E and torch.equal(y, y0) and torch.equal(sel, sel0))
+    fd_gradcheck("MoEUT Pyramid-MoE: 3 then 5 experts, entropy balancing per layer, padding, answer-only",
+                 {k: v for k, v in _variant_cfg(ff_n_experts_per_layer=[3, 5]).items() if k != "ff_n_experts"},
+                 dict(B=2, T=6, rows=[7, 4], answer_only=True, grad_scale=1.0), 27)
+    fd_gradcheck("MoEUT PR-MoE: 5 then 3 experts, ff_k 1 + residual MLP, softmax + Switch balancing",
+                 {k: v for k, v in _variant_cfg(ff_n_experts_per_layer=[5, 3], ff_k=1, ff_residual_size=4,
+                                                router="softmax", balance="switch", balance_alpha=0.5).items()
+                  if k != "ff_n_experts"},
+                 dict(B=2, T=6, rows=[7, 5], answer_only=False, grad_scale=1.0), 28)
+    for name in ("moeut_pyramid", "moeut_pyramid_residual_bias"):
+        cfg = gen_fixtures.FIXTURES[name][0]
+        model = twin.build_model(cfg)
+        got = sum(p.numel() for p in model.parameters())
+        check(f"{name}: {got} parameters = closed formula", got == param_count_formula(cfg))
+        check(f"{name}: state_dict order as the spec", list(model.state_dict()) == spec_state_dict_names(cfg))
+        j = twin.json.loads(twin.config_json(cfg))
+        check(f"{name}: config JSON carries ff_n_experts_per_layer, not ff_n_experts",
+              j.get("ff_n_experts_per_layer") == cfg["ff_n_experts_per_layer"] and "ff_n_experts" not in j)
+    hist = [{"ffn_sel": [torch.tensor([[[0], [2]]])]}, {"ffn_sel": [torch.tensor([[[5], [5]]])]}]
+    c = twin.expert_load_counts(hist, None, [3, 6])
+    check("pyramid: expert_load_counts per layer of its own E_i",
+          [t.tolist() for t in c] == [[1, 0, 1], [0, 0, 0, 0, 0, 2]])
 
 
 if __name__ == "__main__":

@@ -27,6 +27,12 @@ Semantics (DM-math version):
     (N = B*T positions); the others get gate 0 (the token passes through the residual for that slot). Which ones an
     expert keeps: ff_capacity_order "position" (GShard's dispatch: all first choices in position order, then all second
     choices, ...) or "score" (Riquelme et al. 2021 §3.1, batch-prioritised routing, per assignment: by gate, descending).
+    ff_residual_size W (DeepSpeed-MoE's Residual-MoE, arXiv 2201.05596 §4.1.2 "Residual-MoE"; Snowflake Arctic 2024:
+    a dense MLP in parallel with a residual MoE MLP, y = x + MLP(x) + MoE(x)): a dense ReLU MLP of its own width W,
+    weight 1, reading the raw x1 like the experts (y = x1 + f_routed + f_shared + ReLU(x1 Wk) Wv).
+    ff_n_experts_per_layer [E_0, .., E_{Gs-1}] (DeepSpeed-MoE §4.1.1 "Pyramid-MoE": more experts in the later layers,
+    their First-Half-MoE vs Second-Half-MoE study): distinct layer i is a sigma-MoE of E_i experts (its own router
+    of E_i rows, histories, balancing term and expert_bias), instead of ff_n_experts for every layer.
     n_dense_first n: the first n layer applications are dense pre-LN layers (DenseLayer, width d_ff) with their own
     weights (transformer.dense_layers.{i}); application a >= n uses MoEUT layer (a - n) % Gs.
     routing "hash" (Roller et al. 2021, "Hash Layers For Large Sparse Models", arXiv 2106.04426 §3): the FFN expert
@@ -67,17 +73,17 @@ MOEUT_KEYS = [
 MOEUT_SWITCH_KEYS = ["router", "router_renorm", "routed_scaling_factor", "balance", "balance_alpha", "balance_gamma",
                      "n_shared_experts", "n_dense_first", "routing", "hash_seed",
                      "ff_capacity_factor", "ff_capacity_order", "n_group", "topk_group",
-                     "seq_balance_alpha"]
+                     "seq_balance_alpha", "ff_residual_size", "ff_n_experts_per_layer"]
 BALANCES = ("entropy", "switch", "none", "bias")
 BALANCE_GAMMA_DEFAULT = 0.001
 
 
 def dense_prefix_d_ff(cfg):
     """Width of the dense-prefix FFNs of a MoEUT config: d_ff when given (nonzero), else the C default
-    (ff_k + n_shared_experts) * ff_expert_size (the active expert width)."""
+    (ff_k + n_shared_experts) * ff_expert_size + ff_residual_size (the active FFN width)."""
     if cfg.get("d_ff"):
         return cfg["d_ff"]
-    return (cfg["ff_k"] + cfg.get("n_shared_experts", 0)) * cfg["ff_expert_size"]
+    return (cfg["ff_k"] + cfg.get("n_shared_experts", 0)) * cfg["ff_expert_size"] + cfg.get("ff_residual_size", 0)
 
 
 def hash_table(V, E, seed):
@@ -235,7 +241,8 @@ class SwitchHead(nn.Module):
 class SigmaMoE(nn.Module):
     def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False, route_scale=1.0,
                  hash_table=None, capacity_factor=0.0,
-                 capacity_order="position", n_group=1, topk_group=None):
+                 capacity_order="position", n_group=1, topk_group=None,
+                 residual_size=0):
         super().__init__()
         assert capacity_factor >= 0 and capacity_order in ("position", "score")
         self.capacity_factor, self.capacity_order = float(capacity_factor), capacity_order
@@ -258,6 +265,10 @@ class SigmaMoE(nn.Module):
         if self.n_shared > 0:
             self.shared_keys = nn.Parameter(torch.empty(self.n_shared, C, S))
             self.shared_values = nn.Parameter(torch.empty(self.n_shared, S, C))
+        self.residual_size = int(residual_size)  # PR-MoE / Arctic residual MLP width W (0 = none)
+        if self.residual_size > 0:
+            self.residual_keys = nn.Parameter(torch.empty(C, self.residual_size))
+            self.residual_values = nn.Parameter(torch.empty(self.residual_size, C))
         if bias_balance:
             self.register_buffer("expert_bias", torch.zeros(E))  # a buffer: no gradient, not trained
         else:
@@ -370,6 +381,18 @@ class SigmaMoE(nn.Module):
             f = y if f is None else f + y
         return f.view(B, T, C)
 
+    def residual_forward(self, x1, route_log=None):
+        """DeepSpeed-MoE Residual-MoE (arXiv 2201.05596 §4.1.2: y = MLP(x) + g E_top1(x), the MLP a fixed dense one on
+        every token) and Snowflake Arctic (a dense MLP in parallel with the MoE MLP): f_res = ReLU(x1 @ residual_keys)
+        @ residual_values with weight 1 on the raw x1, or None without one."""
+        if self.residual_size == 0:
+            return None
+        B, T, C = x1.shape
+        u = x1.reshape(B * T, C) @ self.residual_keys  # [N, W]
+        if route_log is not None:
+            route_log.append(("relu", u.detach(), None))
+        return (F.relu(u) @ self.residual_values).view(B, T, C)
+
 
 class MoEUTLayer(nn.Module):
     def __init__(self, cfg):
@@ -382,7 +405,7 @@ class MoEUTLayer(nn.Module):
                             cfg.get("router_renorm", False), cfg.get("n_shared_experts", 0),
                             cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0), table,
                             cfg.get("ff_capacity_factor", 0.0), cfg.get("ff_capacity_order", "position"),
-                            cfg.get("n_group", 1), cfg.get("topk_group"))
+                            cfg.get("n_group", 1), cfg.get("topk_group"), cfg.get("ff_residual_size", 0))
         self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
         self.ln2 = None if hashed else nn.LayerNorm(C, eps=LN_EPS)  # LN2 feeds only the router
 
@@ -394,6 +417,9 @@ class MoEUTLayer(nn.Module):
         f_routed, ffn_logits, ffn_sel = self.ffn(x1, xs, route_log, tokens)
         f_shared = self.ffn.shared_forward(x1, route_log)
         y = x1 + f_routed if f_shared is None else x1 + f_routed + f_shared
+        f_res = self.ffn.residual_forward(x1, route_log)
+        if f_res is not None:
+            y = y + f_res
         return y, att_logits, (ffn_logits, ffn_sel)
 
 
@@ -428,13 +454,16 @@ class MoEUTLM(_LMBase):
         assert n >= 0 and cfg["n_layers"] - n > 0 and (cfg["n_layers"] - n) % cfg["group_size"] == 0
         assert cfg.get("balance", "entropy") in BALANCES and cfg.get("router", "sigmoid") in ("sigmoid", "softmax")
         assert "balance_gamma" not in cfg or cfg.get("balance") == "bias"
-        assert cfg.get("n_shared_experts", 0) >= 0
+        assert cfg.get("n_shared_experts", 0) >= 0 and cfg.get("ff_residual_size", 0) >= 0
         assert cfg.get("routing", "topk") in ("topk", "hash")
         if cfg.get("routing") == "hash":  # Roller et al.: one expert, nothing to balance, no router keys
             assert cfg["ff_k"] == 1 and cfg.get("balance") == "none" and not cfg.get("ff_expert_dropout")
             assert not any(k in cfg for k in ("router", "router_renorm", "routed_scaling_factor"))
         dense_cfg = dict(cfg, d_ff=dense_prefix_d_ff(cfg))
-        super().__init__(cfg, [MoEUTLayer(cfg) for _ in range(cfg["group_size"])],
+        pyramid = cfg.get("ff_n_experts_per_layer")
+        assert pyramid is None or ("ff_n_experts" not in cfg and len(pyramid) == cfg["group_size"])
+        super().__init__(cfg, [MoEUTLayer(cfg if pyramid is None else dict(cfg, ff_n_experts=pyramid[i]))
+                               for i in range(cfg["group_size"])],
                          [DenseLayer(dense_cfg) for _ in range(n)])
         self.n_dense_first = n
 
@@ -692,9 +721,11 @@ def switch_balance_loss(logits, sel, valid):
 def expert_load_counts(hist, valid, E):
     """Per distinct MoEUT layer, c_e = the number of top-K selections of expert e summed over its R applications
     (hist[i]["ffn_sel"], [B,T,K] each) and over the positions where valid[B,T] (None = all). Shared experts are not
-    routed and not counted. Returns a list of [E] int64 tensors."""
+    routed and not counted. E: one int, or a pyramid's list of E_i (one per layer). Returns a list of [E_i] int64
+    tensors."""
+    Es = list(E) if isinstance(E, (list, tuple)) else [E] * len(hist)
     out = []
-    for layer_hist in hist:
+    for layer_hist, E in zip(hist, Es):
         c = torch.zeros(E, dtype=torch.long)
         for sel in layer_hist["ffn_sel"]:
             s = sel if valid is None else sel[valid]
@@ -907,7 +938,7 @@ def reference_init(model, gen=None):
             ffn.keys_bias.zero_(), ffn.values_bias.zero_()
         elif cfg["arch"] == "moeut":
             att, ffn = layer.attention, layer.ffn
-            H, D, E, S = cfg["n_heads"], cfg["d_head"], cfg["ff_n_experts"], cfg["ff_expert_size"]
+            H, D, E, S = cfg["n_heads"], cfg["d_head"], ffn.E, cfg["ff_expert_size"]  # E_l of a pyramid
             for t in (att.q.weight, att.k.weight, att.v, att.sel_v, att.sel_o, ffn.keys, ffn.expert_sel):
                 if t is not None:  # routing "hash": no expert_sel
                     normal(t, s / math.sqrt(C))
@@ -916,6 +947,9 @@ def reference_init(model, gen=None):
             if ffn.n_shared > 0:  # shared experts like the routed ones
                 normal(ffn.shared_keys, s / math.sqrt(C))
                 normal(ffn.shared_values, s / math.sqrt(E * S))
+            if ffn.residual_size > 0:  # the residual MLP like the shared experts
+                normal(ffn.residual_keys, s / math.sqrt(C))
+                normal(ffn.residual_values, s / math.sqrt(E * S))
             if ffn.expert_bias is not None:
                 ffn.expert_bias.zero_()
             if ffn.expert_sel is not None:

@@ -148,6 +148,31 @@ static const Case cases[] = {
      PRECISION_FP32, 1.0},
     {"moeut fp32 capacity 1.0 score",
      MOEUT_VARIANT_JSON("\"ff_capacity_factor\":1.0,\"ff_capacity_order\":\"score\""), PRECISION_FP32, 1.0},
+    /* the residual MLP (PR-MoE's Residual-MoE, Arctic): beside top-3 softmax renormalised routing and a shared expert,
+     * with a dense prefix of the default width (which counts it); in bf16 with every expert selected (see above) */
+    {"moeut fp32 residual MLP shared softmax dense-first",
+     MOEUT_VARIANT_JSON("\"ff_residual_size\":20,\"n_shared_experts\":1,\"router\":\"softmax\",\"router_renorm\":true,"
+                        "\"n_dense_first\":2"),
+     PRECISION_FP32, 0.5},
+    {"moeut bf16 (K=E, KA=EA) residual MLP",
+     "{\"arch\":\"moeut\",\"n_tokens\":37,\"d_model\":48,\"n_layers\":4,\"n_heads\":2,\"d_head\":20,"
+     "\"ff_n_experts\":6,\"ff_expert_size\":12,\"ff_k\":6,\"att_n_experts\":3,\"att_k\":3,\"group_size\":2,"
+     "\"ff_residual_size\":24,\"lm_head_bias\":false,\"out_norm_affine\":false}",
+     PRECISION_BF16, 1.0},
+    /* Pyramid-MoE (ff_n_experts_per_layer): 4 then 9 experts, every E-sized path per layer (router, experts, the
+     * entropy histories); and PR-MoE (pyramid + residual MLP, ff_k 1) with
+     * bias balancing (each layer's bias of its own size, random: make_models) */
+    {"moeut fp32 pyramid 4/9",
+     "{\"arch\":\"moeut\",\"n_tokens\":37,\"d_model\":48,\"n_layers\":4,\"n_heads\":2,\"d_head\":20,"
+     "\"ff_n_experts_per_layer\":[4,9],\"ff_expert_size\":12,\"ff_k\":3,\"att_n_experts\":4,\"att_k\":2,"
+     "\"group_size\":2,\"att_entropy_reg\":0.001,\"lm_head_bias\":false,\"out_norm_affine\":false}",
+     PRECISION_FP32, 1.0},
+    {"moeut fp32 PR-MoE pyramid 9/4 residual bias",
+     "{\"arch\":\"moeut\",\"n_tokens\":37,\"d_model\":48,\"n_layers\":4,\"n_heads\":2,\"d_head\":20,"
+     "\"ff_n_experts_per_layer\":[9,4],\"ff_expert_size\":12,\"ff_k\":1,\"att_n_experts\":4,\"att_k\":2,"
+     "\"group_size\":2,\"ff_residual_size\":24,\"balance\":\"bias\",\"att_entropy_reg\":0.001,"
+     "\"lm_head_bias\":false,\"out_norm_affine\":false}",
+     PRECISION_FP32, 0.5},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

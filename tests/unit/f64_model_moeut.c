@@ -216,11 +216,23 @@ START_TEST(grad_moeut_hash) {
 }
 END_TEST
 
+/* The residual MLP (model.ff_residual_size): DeepSpeed-MoE's Residual-MoE (one routed expert beside a dense MLP of
+ * width 4), and Snowflake Arctic's dense residual beside top-2 softmax routing, with a shared expert and a dense first
+ * layer (of the default width, which counts the residual MLP) so the paths sum in one gradient. */
+START_TEST(grad_moeut_residual_mlp) {
+    run_check(mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":6,"
+                         "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":1,\"att_n_experts\":3,\"att_k\":1,"
+                         "\"group_size\":2,\"ff_residual_size\":4}"),
+              12);
+}
+END_TEST
+
 START_TEST(grad_moeut_hash_shared_dense_first) {
     run_check(mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":3,\"n_heads\":2,\"d_head\":6,"
                          "\"ff_n_experts\":3,\"ff_expert_size\":3,\"ff_k\":1,\"att_n_experts\":3,\"att_k\":1,"
                          "\"group_size\":2,\"n_dense_first\":1,\"n_shared_experts\":1,\"balance\":\"none\","
                          "\"routing\":\"hash\",\"hash_seed\":3}"),
+              13);
 }
 END_TEST
 
@@ -236,6 +248,15 @@ END_TEST
 START_TEST(grad_moeut_group_limited_deepseek) {
     run_check(mtu_config(GROUP_BASE "\"router_renorm\":true,\"routed_scaling_factor\":2.5,\"balance\":\"bias\","
                                     "\"n_group\":3,\"topk_group\":1}"),
+              13);
+}
+END_TEST
+
+START_TEST(grad_moeut_residual_arctic_shared_dense) {
+    run_check(mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":3,\"n_heads\":2,\"d_head\":6,"
+                         "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,\"att_k\":1,"
+                         "\"group_size\":1,\"n_dense_first\":1,\"n_shared_experts\":1,\"router\":\"softmax\","
+                         "\"router_renorm\":true,\"balance\":\"switch\",\"balance_alpha\":1.0,\"ff_residual_size\":5}"),
               13);
 }
 END_TEST
@@ -264,6 +285,26 @@ END_TEST
 
 START_TEST(grad_moeut_seq_balance_softmax) {
     run_check(mtu_config(SWITCH_BASE "\"router\":\"softmax\",\"seq_balance_alpha\":0.5}"), 15);
+}
+END_TEST
+
+/* Pyramid-MoE (model.ff_n_experts_per_layer): 3 then 6 experts over the group of 2 (every E-sized path per layer:
+ * router, experts, the entropy regularizer's histories), and with the Switch loss, bias balancing's buffer of each
+ * layer's size and a residual MLP (DeepSpeed-MoE's PR-MoE: pyramid + residual). */
+START_TEST(grad_moeut_pyramid) {
+    run_check(mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":6,"
+                         "\"ff_n_experts_per_layer\":[3,6],\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,"
+                         "\"att_k\":1,\"group_size\":2,\"entropy_reg\":1.0}"),
+              14);
+}
+END_TEST
+
+START_TEST(grad_moeut_pyramid_residual_switch) {
+    run_check(mtu_config("{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":6,"
+                         "\"ff_n_experts_per_layer\":[6,2],\"ff_expert_size\":3,\"ff_k\":1,\"att_n_experts\":3,"
+                         "\"att_k\":1,\"group_size\":2,\"ff_residual_size\":4,\"router\":\"softmax\","
+                         "\"balance\":\"switch\",\"balance_alpha\":1.0}"),
+              15);
 }
 END_TEST
 
@@ -296,6 +337,10 @@ int main(void) {
     tcase_add_test(tc, grad_moeut_group_limited_deepseek);
     tcase_add_test(tc, grad_moeut_seq_balance_bias);
     tcase_add_test(tc, grad_moeut_seq_balance_softmax);
+    tcase_add_test(tc, grad_moeut_residual_mlp);
+    tcase_add_test(tc, grad_moeut_residual_arctic_shared_dense);
+    tcase_add_test(tc, grad_moeut_pyramid);
+    tcase_add_test(tc, grad_moeut_pyramid_residual_switch);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -233,7 +233,7 @@ static inline double mt_min_topk_margin(Model *m) {
     for (int i = 0; i < c->group_size; i++) {
         for (int kind = 0; kind < 3; kind++) {
             const scalar_t *hist = kind == 0 ? st->hist_f[i] : kind == 1 ? st->hist_v[i] : st->hist_o[i];
-            const int E = kind == 0 ? c->ff_n_experts : c->att_n_experts;
+            const int E = kind == 0 ? model_config_ff_experts(c, i) : c->att_n_experts; /* E_l of a pyramid */
             const int G = kind == 0 ? 1 : c->n_heads, k = kind == 0 ? c->ff_k : c->att_k;
             if (k == E) continue;
             if (kind == 0 && c->routing == ROUTING_HASH) continue; /* no router logits: the token ids choose */

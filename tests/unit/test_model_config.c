@@ -169,6 +169,10 @@ static void round_trip(const char *json) {
     ck_assert(a.ff_capacity_factor == b.ff_capacity_factor && a.ff_capacity_order == b.ff_capacity_order);
     ck_assert(a.n_group == b.n_group && a.topk_group == b.topk_group);
     ck_assert(a.seq_balance_alpha == b.seq_balance_alpha);
+    ck_assert(a.ff_residual_size == b.ff_residual_size);
+    ck_assert(a.ff_n_experts_per_layer.n == b.ff_n_experts_per_layer.n && a.ff_n_experts == b.ff_n_experts);
+    for (int i = 0; i < a.ff_n_experts_per_layer.n; i++)
+        ck_assert(a.ff_n_experts_per_layer.v[i] == b.ff_n_experts_per_layer.v[i]);
     /* Every key is written (d_head included), none of the other arch. */
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_head"));
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "lm_head_bias"));
@@ -546,6 +550,10 @@ START_TEST(count_matches_created_models) {
         "{\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":5,\"n_heads\":2,\"d_head\":4,"
         "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":1,\"att_n_experts\":3,\"att_k\":2,\"group_size\":2,"
         "\"n_dense_first\":1,\"n_shared_experts\":1,\"balance\":\"none\",\"routing\":\"hash\"}",
+        /* the residual MLP beside shared experts and a dense prefix of the default width */
+        "{\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":3,\"n_heads\":2,\"d_head\":4,"
+        "\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,\"att_k\":2,\"group_size\":2,"
+        "\"n_dense_first\":1,\"n_shared_experts\":1,\"ff_residual_size\":7}",
     };
     Backend *be = mtu_backend();
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
@@ -795,6 +803,55 @@ START_TEST(moe_tensor_names) {
 }
 END_TEST
 
+/* The residual MLP (DeepSpeed-MoE's Residual-MoE, Snowflake Arctic): ff_residual_size W, default 0 (none, no tensor),
+ * in [0, 2^24], MoEUT only; its tensors [C, W] and [W, C] after the shared experts; the dense prefix's default width
+ * counts it as active width. */
+START_TEST(ff_residual_size_key) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.ff_residual_size, 0);
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2,\"ff_expert_size\":5,\"n_shared_experts\":1,"
+                           "\"n_dense_first\":2,\"ff_residual_size\":4}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.ff_residual_size, 4);
+    ck_assert_int_eq(c.d_ff, (2 + 1) * 5 + 4);
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"ff_residual_size\":-1}", "exp.json: model.ff_residual_size:",
+                 "must be in [0, 16777216], got -1");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"ff_residual_size\":16777217}", "exp.json: model.ff_residual_size:",
+                 "got 16777217");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"ff_residual_size\":2.5}", "exp.json: model.ff_residual_size:", NULL);
+    expect_error("{" DENSE_BASE ",\"ff_residual_size\":8}", "exp.json: model.ff_residual_size:", "moeut");
+    round_trip("{" MOEUT_BASE ",\"ff_k\":1,\"n_shared_experts\":1,\"ff_residual_size\":6}");
+
+    ModelConfig mc = mtu_config("{\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":2,\"n_heads\":2,"
+                                "\"d_head\":4,\"ff_n_experts\":5,\"ff_expert_size\":3,\"ff_k\":2,\"att_n_experts\":3,"
+                                "\"group_size\":2,\"n_shared_experts\":1,\"ff_residual_size\":7}");
+    Backend *be = mtu_backend();
+    Model *m = model_create(&mc, be);
+    for (int l = 0; l < 2; l++) {
+        char kn[96], vn[96];
+        snprintf(kn, sizeof kn, "transformer.layers.%d.ffn.residual_keys", l);
+        snprintf(vn, sizeof vn, "transformer.layers.%d.ffn.residual_values", l);
+        const ParamTensor *k = model_find_tensor(m, kn), *v = model_find_tensor(m, vn);
+        ck_assert_msg(k != NULL && v != NULL, "missing %s or %s", kn, vn);
+        ck_assert(k->ndim == 2 && k->shape[0] == 6 && k->shape[1] == 7 && !k->buffer);
+        ck_assert(v->ndim == 2 && v->shape[0] == 7 && v->shape[1] == 6 && !v->buffer);
+        /* order: after the shared experts, before ln1 */
+        snprintf(vn, sizeof vn, "transformer.layers.%d.ffn.shared_values", l);
+        ck_assert(model_find_tensor(m, vn)->offset < k->offset);
+        snprintf(vn, sizeof vn, "transformer.layers.%d.ln1.weight", l);
+        ck_assert(k->offset < model_find_tensor(m, vn)->offset);
+    }
+    ck_assert_uint_eq(model_n_params(m), model_count_params(&mc));
+    model_free(m);
+    mc.ff_residual_size = 0;
+    m = model_create(&mc, be);
+    ck_assert_ptr_null(model_find_tensor(m, "transformer.layers.0.ffn.residual_keys"));
+    model_free(m);
+    backend_destroy(be);
+}
+END_TEST
+
 /* Expert capacity: default 0 (no capacity, order "position"), any finite CF >= 0, the order only with CF > 0. */
 START_TEST(ff_capacity_keys) {
     ModelConfig c;
@@ -841,6 +898,76 @@ START_TEST(ff_capacity_keys) {
 }
 END_TEST
 
+/* Pyramid-MoE (DeepSpeed-MoE §4.1): ff_n_experts_per_layer, one E_l per distinct layer, instead of ff_n_experts
+ * (which then holds the largest, not written); refused with ff_n_experts too, a wrong length, ff_k above an entry. */
+START_TEST(ff_n_experts_per_layer_key) {
+#define PYR_BASE                                                                                                    \
+    "\"arch\":\"moeut\",\"n_tokens\":13,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":4,\"ff_expert_size\":3,"  \
+    "\"ff_k\":2,\"att_n_experts\":3,\"group_size\":2"
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" PYR_BASE ",\"ff_n_experts_per_layer\":[3,7]}", &c, err, sizeof err), 0);
+    ck_assert(c.ff_n_experts_per_layer.n == 2 && c.ff_n_experts == 7);
+    ck_assert(model_config_ff_experts(&c, 0) == 3 && model_config_ff_experts(&c, 1) == 7);
+    cJSON *o = model_config_to_json(&c);
+    ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(o, "ff_n_experts"));
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "ff_n_experts_per_layer");
+    ck_assert(cJSON_IsArray(a) && cJSON_GetArraySize(a) == 2 && cJSON_GetArrayItem(a, 1)->valueint == 7);
+    cJSON_Delete(o);
+    round_trip("{" PYR_BASE ",\"ff_n_experts_per_layer\":[8,2]}");
+    ck_assert_int_eq(parse("{" PYR_BASE ",\"ff_n_experts\":5}", &c, err, sizeof err), 0);
+    ck_assert(c.ff_n_experts_per_layer.n == 0 && model_config_ff_experts(&c, 1) == 5);
+    expect_error("{" PYR_BASE ",\"ff_n_experts\":5,\"ff_n_experts_per_layer\":[3,7]}", "exp.json: model.ff_n_experts:",
+                 "model.ff_n_experts_per_layer");
+    expect_error("{" PYR_BASE "}", "exp.json: model.ff_n_experts:", "missing required key");
+    /* the switches sized by the one ff_n_experts are refused with a pyramid, naming the other key */
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":[4,8],\"ff_capacity_factor\":1}",
+                 "exp.json: model.ff_n_experts_per_layer:", "not supported together with model.ff_capacity_factor");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":[4,8],\"n_group\":2,\"topk_group\":1}",
+                 "exp.json: model.ff_n_experts_per_layer:", "not supported together with model.n_group");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":[4,8],\"seq_balance_alpha\":0.001}",
+                 "exp.json: model.ff_n_experts_per_layer:", "not supported together with model.seq_balance_alpha");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":[4,8],\"balance\":\"none\","
+                 "\"routing\":\"hash\"}",
+                 "exp.json: model.ff_n_experts_per_layer:", "not supported together with model.routing");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":[3,7,9]}", "exp.json: model.ff_n_experts_per_layer:",
+                 "3 entries, need one per distinct layer (group_size 2)");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":[1,7]}", "exp.json: model.ff_k:",
+                 "2 is larger than ff_n_experts_per_layer[0] 1");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":[0,7]}", "exp.json: model.ff_n_experts_per_layer:",
+                 "entry 0 must be in [1, 16777216], got 0");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":[]}", "exp.json: model.ff_n_experts_per_layer:",
+                 "an empty array");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":[3,2.5]}", "exp.json: model.ff_n_experts_per_layer:",
+                 "entry 1: expected an integer");
+    expect_error("{" PYR_BASE ",\"ff_n_experts_per_layer\":4}", "exp.json: model.ff_n_experts_per_layer:",
+                 "expected an array");
+    expect_error("{" DENSE_BASE ",\"ff_n_experts_per_layer\":[4]}", "exp.json: model.ff_n_experts_per_layer:", "moeut");
+    /* a created pyramid: per-layer shapes, the bias buffer of its layer's size, the count = model_n_params */
+    ModelConfig mc = mtu_config("{" PYR_BASE ",\"ff_n_experts_per_layer\":[3,7],\"n_shared_experts\":1,"
+                                "\"balance\":\"bias\"}");
+    Backend *be = mtu_backend();
+    Model *m = model_create(&mc, be);
+    const int want_e[2] = {3, 7};
+    for (int l = 0; l < 2; l++) {
+        const char *suffix[] = {"keys", "values", "expert_sel", "expert_bias"};
+        for (int t = 0; t < 4; t++) {
+            char name[96];
+            snprintf(name, sizeof name, "transformer.layers.%d.ffn.%s", l, suffix[t]);
+            const ParamTensor *p = model_find_tensor(m, name);
+            ck_assert_msg(p != NULL && p->shape[0] == want_e[l], "%s", name);
+        }
+    }
+    ck_assert_uint_eq(model_n_params(m), model_count_params(&mc));
+    ck_assert_int_eq(model_routed_experts(m), 7);
+    ck_assert(model_routed_experts_of(m, 0) == 3 && model_routed_experts_of(m, 1) == 7 &&
+              model_routed_experts_of(m, 2) == 3 && model_routed_experts_of(m, 3) == 7 && model_routed_experts_of(m, 4) == 0);
+    model_free(m);
+    backend_destroy(be);
+#undef PYR_BASE
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model_config");
     TCase *tc = tcase_create("config");
@@ -866,6 +993,8 @@ int main(void) {
     tcase_add_test(tc, moe_arch_config);
     tcase_add_test(tc, moe_tensor_names);
     tcase_add_test(tc, ff_capacity_keys);
+    tcase_add_test(tc, ff_residual_size_key);
+    tcase_add_test(tc, ff_n_experts_per_layer_key);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -143,12 +143,55 @@ START_TEST(capacity_dropped) {
 }
 END_TEST
 
+/* A pyramid (model.ff_n_experts_per_layer): application 0 has 2 experts, application 1 has 4 (the record's E); each
+ * application's figures use its own E_a, its counts array has E_a entries and says "n_experts"; a uniform model's
+ * record has no per-application key (older records read as E_a = E). */
+START_TEST(per_application_experts) {
+    const int64_t c[8] = {3, 3, 0, 0, 6, 0, 0, 0}; /* stride 4; app 0: {3,3} balanced over its 2 */
+    const int app_e[2] = {2, 4};
+    RoutingStats s;
+    routing_stats_from_counts_per_app(&s, c, 1, 2, 4, app_e, 1, 6);
+    ck_assert(routing_stats_app_experts(&s, 0) == 2 && routing_stats_app_experts(&s, 1) == 4);
+    ck_assert(s.apps[0].max_over_mean == 1 && s.apps[0].unused_fraction == 0 && fabs(s.apps[0].entropy - 1) < 1e-15);
+    ck_assert(s.apps[1].max_over_mean == 4 && s.apps[1].unused_fraction == 0.75 && s.apps[1].entropy == 0);
+    cJSON *j = routing_stats_to_json(&s);
+    routing_stats_free(&s);
+    const cJSON *a0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "applications"), 0);
+    ck_assert(cJSON_GetObjectItem(a0, "n_experts")->valueint == 2 &&
+              cJSON_GetArraySize(cJSON_GetObjectItem(a0, "counts")) == 2);
+    char err[512] = "";
+    ck_assert_msg(routing_stats_from_json(&s, j, "r.json", "routing", err, sizeof err) == 0, "%s", err);
+    ck_assert(s.n_experts == 4 && routing_stats_app_experts(&s, 0) == 2 && routing_stats_app_experts(&s, 1) == 4);
+    ck_assert(s.apps[0].max_over_mean == 1 && s.counts[4] == 6 && s.counts[2] == 0);
+    routing_stats_free(&s);
+    /* an application's E_a outside [k, n_experts], or counts of another length: refused */
+    cJSON *a1 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "applications"), 1);
+    cJSON_ReplaceItemInObject(a1, "n_experts", cJSON_CreateNumber(5));
+    ck_assert_int_eq(routing_stats_from_json(&s, j, "r.json", "routing", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "routing.applications[1].n_experts: 5, expected k (1) to the record's n_experts (4)"),
+                  "%s", err);
+    cJSON_ReplaceItemInObject(a1, "n_experts", cJSON_CreateNumber(3));
+    ck_assert_int_eq(routing_stats_from_json(&s, j, "r.json", "routing", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "routing.applications[1].counts: 4 entries, expected n_experts = 3"), "%s", err);
+    cJSON_Delete(j);
+    /* all E_a = E: the uniform record, without the per-application key */
+    const int same[2] = {4, 4};
+    routing_stats_from_counts_per_app(&s, c, 0, 2, 4, same, 1, 6);
+    ck_assert_ptr_null(s.app_experts);
+    j = routing_stats_to_json(&s);
+    ck_assert_ptr_null(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "applications"), 0), "n_experts"));
+    cJSON_Delete(j);
+    routing_stats_free(&s);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("routing_stats");
     TCase *tc = tcase_create("routing_stats");
     tcase_add_test(tc, derived_figures);
     tcase_add_test(tc, json_round_trip_and_refusals);
     tcase_add_test(tc, capacity_dropped);
+    tcase_add_test(tc, per_application_experts);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
