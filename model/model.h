@@ -20,6 +20,10 @@ typedef enum { ARCH_DENSE = 0, ARCH_MOEUT = 1 } Arch;
 /* How the FFN router's load is balanced (model.balance; formulas in kernels/backend_ops.h and experiments/README.md's switch table). */
 typedef enum { BALANCE_ENTROPY = 0, BALANCE_SWITCH = 1, BALANCE_NONE = 2, BALANCE_BIAS = 3 } BalanceKind;
 
+/* Who chooses in the FFN router (model.routing): each token its top-k experts (MoEUT, default), each expert its top-c
+ * tokens (Zhou et al. 2022), or a fixed hash of the token id (Roller et al. 2021). */
+typedef enum { ROUTING_TOPK = 0, ROUTING_EXPERT_CHOICE = 1, ROUTING_HASH = 2 } RoutingKind;
+
 /* Keys of the JSON "model" object. MoEUT keys are the reference constructor's argument names; the dense model uses
  * n_tokens, d_model, n_layers, n_heads, d_head, d_ff, dropout. */
 typedef struct {
@@ -55,6 +59,10 @@ typedef struct {
     double dropout;       /* must be 0: dropout is not implemented (every paper run uses 0) */
     bool lm_head_bias;    /* default true (reference MoEUTLM); DM-math: false */
     bool out_norm_affine; /* default true; DM-math: false */
+    RoutingKind routing;  /* "routing": "topk" (default) | "expert_choice" (training: each expert takes its top-c
+                           * positions of the micro-batch, c = round(ff_capacity_factor * n / E); evaluation and
+                           * decoding: the causal rule, each position its top-ff_k experts of the same softmax) */
+    double ff_capacity_factor; /* "ff_capacity_factor": expert-choice capacity factor CF (Zhou et al.: 2; default 0) */
 } ModelConfig;
 
 /* Fills defaults (the reference constructor's defaults) then reads a cJSON object (type: const struct cJSON *).
@@ -70,6 +78,13 @@ bool model_config_groups_whole(const ModelConfig *cfg);
 /* Coefficient of StepStats.reg_ffn in the objective: entropy_reg (balance "entropy"), balance_alpha ("switch"),
  * 0 ("none", and the dense model). */
 double model_config_ffn_balance_coef(const ModelConfig *cfg);
+/* Expert-choice routing's capacity for n routable positions: c = round(ff_capacity_factor * n / E) (halves away from
+ * zero), clamped to [1, n] (each expert takes c distinct positions, at least one), 0 when n = 0 or with routing
+ * "topk". */
+int model_config_ec_capacity(const ModelConfig *cfg, long n);
+/* The most selections one position makes in a training step's routing statistics (pipeline/records/routing_stats.h's
+ * k): ff_k, or E with routing "expert_choice" (a position may be taken by every expert). */
+int model_config_train_routing_k(const ModelConfig *cfg);
 /* The value of the objective model_train_step differentiates (before grad_scale) for one micro-batch's mean CE and
  * regularizer terms: mean_ce + c_ffn * reg_ffn + att_entropy_reg * reg_att. The one definition the training log and
  * records use (the model itself only needs the gradient). */

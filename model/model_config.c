@@ -33,6 +33,8 @@ _Static_assert(sizeof(RouterKind) == sizeof(int) && sizeof(BalanceKind) == sizeo
                "KEY_ENUM fields are read and written as int");
 static const char *const ROUTER_NAMES[] = {"sigmoid", "softmax", NULL};
 static const char *const BALANCE_NAMES[] = {"entropy", "switch", "none", "bias", NULL};
+_Static_assert(sizeof(RoutingKind) == sizeof(int), "KEY_ENUM fields are read and written as int");
+static const char *const ROUTING_NAMES[] = {"topk", "expert_choice", "hash", NULL};
 
 #define F(field) offsetof(ModelConfig, field)
 /* Order = serialisation order of model_config_to_json. "arch" is handled separately. */
@@ -64,6 +66,8 @@ static const KeyDesc KEYS[] = {
     {"dropout", KEY_DOUBLE, FOR_BOTH, 0, F(dropout), NULL},
     {"lm_head_bias", KEY_BOOL, FOR_BOTH, 0, F(lm_head_bias), NULL},
     {"out_norm_affine", KEY_BOOL, FOR_BOTH, 0, F(out_norm_affine), NULL},
+    {"routing", KEY_ENUM, FOR_MOEUT, 0, F(routing), ROUTING_NAMES},
+    {"ff_capacity_factor", KEY_DOUBLE, FOR_MOEUT, 0, F(ff_capacity_factor), NULL},
 };
 #undef F
 #define N_KEYS ((int)(sizeof KEYS / sizeof KEYS[0]))
@@ -102,6 +106,10 @@ static const char *key_void_under(const ModelConfig *cfg, const KeyDesc *k, char
         (strcmp(k->name, "balance_alpha") == 0 && cfg->balance != BALANCE_SWITCH) ||
         (strcmp(k->name, "balance_gamma") == 0 && cfg->balance != BALANCE_BIAS)) {
         snprintf(buf, buflen, "model.balance \"%s\"", BALANCE_NAMES[cfg->balance]);
+        return buf;
+    }
+    if (strcmp(k->name, "ff_capacity_factor") == 0 && cfg->routing != ROUTING_EXPERT_CHOICE) {
+        snprintf(buf, buflen, "model.routing \"%s\"", ROUTING_NAMES[cfg->routing]);
         return buf;
     }
     if (strcmp(k->name, "d_ff") == 0 && cfg->arch == ARCH_MOEUT && cfg->n_dense_first == 0) {
@@ -332,6 +340,56 @@ static int check_dim(const char *name, int v, char *err, size_t errlen) {
     return 0;
 }
 
+/* model.routing and the keys it constrains (MoEUT only). */
+static int validate_routing(const ModelConfig *cfg, char *err, size_t errlen) {
+    if ((int)cfg->routing < 0 || (int)cfg->routing > ROUTING_HASH) {
+        snprintf(err, errlen, "model.routing: invalid value %d", (int)cfg->routing);
+        return -1;
+    }
+    if (cfg->routing == ROUTING_HASH) {
+        snprintf(err, errlen, "model.routing: \"hash\" (hash routing) is not implemented; use \"topk\" or \"expert_choice\"");
+        return -1;
+    }
+    if (cfg->routing != ROUTING_EXPERT_CHOICE) return 0;
+    /* Expert choice (Zhou et al. 2022 §3.1): gates are the softmax scores of the chosen (token, expert) pairs, and the
+     * experts' loads are equal by construction, so no balancing term and none of the token-choice gate switches. */
+    const double cf = cfg->ff_capacity_factor;
+    if (!(cf > 0.0) || !isfinite(cf) || cf > cfg->ff_n_experts) {
+        snprintf(err, errlen, "model.ff_capacity_factor: routing \"expert_choice\" needs a capacity factor in (0, "
+                 "ff_n_experts %d] (Zhou et al. 2022: 2), got %g", cfg->ff_n_experts, cf);
+        return -1;
+    }
+    if (cfg->router != ROUTER_SOFTMAX) {
+        snprintf(err, errlen, "model.router: routing \"expert_choice\" gates by the softmax over the experts; set "
+                 "router \"softmax\"");
+        return -1;
+    }
+    if (cfg->router_renorm) {
+        snprintf(err, errlen, "model.router_renorm: routing \"expert_choice\" gates by the plain softmax scores");
+        return -1;
+    }
+    if (cfg->routed_scaling_factor != 1.0) {
+        snprintf(err, errlen, "model.routed_scaling_factor: routing \"expert_choice\" gates by the plain softmax scores");
+        return -1;
+    }
+    if (cfg->balance != BALANCE_NONE) {
+        snprintf(err, errlen, "model.balance: routing \"expert_choice\" balances the experts' loads by construction; "
+                 "set balance \"none\"");
+        return -1;
+    }
+    if (cfg->ff_expert_dropout != 0.0) {
+        snprintf(err, errlen, "model.ff_expert_dropout: not implemented with routing \"expert_choice\"");
+        return -1;
+    }
+    const long k_eval = lround(cf);
+    if (cfg->ff_k != k_eval) {
+        snprintf(err, errlen, "model.ff_k: with routing \"expert_choice\" evaluation routes each position causally to "
+                 "its top round(ff_capacity_factor) = %ld experts; set ff_k %ld, got %d", k_eval, k_eval, cfg->ff_k);
+        return -1;
+    }
+    return 0;
+}
+
 int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
     if (cfg->arch != ARCH_DENSE && cfg->arch != ARCH_MOEUT) {
         snprintf(err, errlen, "model.arch: invalid value %d", (int)cfg->arch);
@@ -420,6 +478,7 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
             snprintf(err, errlen, "model.att_expert_dropout: must be in [0, 1), got %g", cfg->att_expert_dropout);
             return -1;
         }
+        if (validate_routing(cfg, err, errlen)) return -1;
     }
     double n = model_count_params_double(cfg);
     if (n > MAX_PARAMS) {
@@ -451,4 +510,14 @@ double model_config_ffn_balance_coef(const ModelConfig *cfg) {
     case BALANCE_BIAS: return 0.0; /* the bias balances without a loss term */
     }
     return 0.0;
+}
+
+int model_config_ec_capacity(const ModelConfig *cfg, long n) {
+    if (cfg->routing != ROUTING_EXPERT_CHOICE || n <= 0) return 0;
+    const double c = round(cfg->ff_capacity_factor * (double)n / cfg->ff_n_experts); /* halves away from zero */
+    return c >= (double)n ? (int)n : c < 1.0 ? 1 : (int)c;
+}
+
+int model_config_train_routing_k(const ModelConfig *cfg) {
+    return cfg->routing == ROUTING_EXPERT_CHOICE ? cfg->ff_n_experts : cfg->ff_k;
 }

@@ -53,6 +53,10 @@ typedef struct {
                                  * scratch reused by every shared expert (shared_stride 0) */
     size_t shared_stride;       /* elements between the shared experts' A blocks: N*S, or 0 */
     scalar_t *f;                /* [N, C] block output (without the residual) */
+    int32_t *ec_pos;            /* routing "expert_choice" in training: [E*c] the entries' positions (sel, gate: [E*c]
+                                 * and A [E*c, S] then); NULL = token choice (always in inference) */
+    int ec_c;                   /* the capacity c (0: no valid position, nothing routed) */
+    scalar_t *ec_xg, *ec_yg;    /* [E*c, C] scratch */
 } FfnIO;
 
 static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, const AttnIO *io) {
@@ -89,14 +93,12 @@ static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, 
     be->cvmm_forward(be, io->att, io->r, W + P->o, io->plan_o, io->gate_o, KA, H * KA, D, C, CVMM_ENTRY_ORDER);
 }
 
-static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *io) {
+/* Token choice: each position its top-K experts; f = the gated sum of their outputs. */
+static void ffn_routed_topk(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *io) {
     const ModelConfig *c = &m->cfg;
     Backend *be = m->be;
     const int C = c->d_model, E = c->ff_n_experts, S = c->ff_expert_size, K = c->ff_k;
     scalar_t *W = m->params;
-    be->layernorm_forward(be, io->xs, io->mean, io->rstd, io->x1, W + P->ln2_w, W + P->ln2_b, N, C,
-                          (scalar_t)MOEUT_LN_EPS);
-    be->matmul(be, io->l, io->xs, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* [N, E] */
     const scalar_t *bias = P->expert_bias != SIZE_MAX ? W + P->expert_bias : NULL; /* [E] balance "bias" */
     be->topk_select(be, io->sel, io->l, io->drop, bias, c->router, N, 1, E, K);
     be->routing_plan(be, io->plan, io->sel, N * K, E);
@@ -111,6 +113,24 @@ static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *
     be->cvmm_forward(be, io->A, io->x1, W + P->keys, io->plan, NULL, K, 1, C, S, CVMM_OUT_SORTED);
     be->relu_forward(be, io->A, io->A, (size_t)N * K * S);
     be->cvmm_forward(be, io->f, io->A, W + P->values, io->plan, io->gate, 1, K, S, C, CVMM_IN_SORTED); /* [N, C] */
+}
+
+static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *io) {
+    const ModelConfig *c = &m->cfg;
+    Backend *be = m->be;
+    const int C = c->d_model, E = c->ff_n_experts, S = c->ff_expert_size;
+    scalar_t *W = m->params;
+    be->layernorm_forward(be, io->xs, io->mean, io->rstd, io->x1, W + P->ln2_w, W + P->ln2_b, N, C,
+                          (scalar_t)MOEUT_LN_EPS);
+    be->matmul(be, io->l, io->xs, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* [N, E] */
+    if (io->ec_pos) { /* routing "expert_choice" in training: each expert its top-c positions */
+        const MoeutEcIO ec = {.pos = io->ec_pos, .sel = io->sel, .gate = io->gate, .plan = io->plan,
+                              .counts = io->counts, .x1 = io->x1, .xg = io->ec_xg, .yg = io->ec_yg, .A = io->A,
+                              .f = io->f};
+        moeut_ec_forward(m, P, N, io->ec_c, io->l, io->valid, io->plan, &ec);
+    } else {
+        ffn_routed_topk(m, P, N, io);
+    }
     /* shared experts: f += ReLU(x1 SharedKeys[s]) SharedValues[s], every token, gate 1 */
     for (int sh = 0; sh < c->n_shared_experts; sh++) {
         scalar_t *A_s = io->A_shared + (size_t)sh * io->shared_stride; /* [N, S] */
@@ -170,6 +190,7 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
         .bias_counts = st->bias_counts ? st->bias_counts + (size_t)layer * E : NULL,
         .valid = st->have_valid ? st->valid_dev : NULL, .A = ac->A, .A_shared = ac->A_shared,
         .shared_stride = (size_t)N * c->ff_expert_size, .f = h_out, .plan = &ac->plan_f,
+        .ec_c = st->ec_c, .ec_pos = ac->pos_f, .ec_xg = s->ec_xg, .ec_yg = s->ec_yg,
     };
     ffn_block(m, P, N, &f);
     be->add_inplace(be, h_out, ac->x1, (size_t)N * C); /* y = x1 + f */

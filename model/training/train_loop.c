@@ -97,7 +97,8 @@ static cJSON *step_routing_json(Trainer *t, long step_number) {
     dist_allreduce_sum_f64(t->routing_sum, n + 1, what);
     for (size_t i = 0; i < n; i++) t->routing_counts[i] = (int64_t)t->routing_sum[i];
     RoutingStats rs;
-    routing_stats_from_counts(&rs, t->routing_counts, first_app, A, E, t->mc.ff_k, (int64_t)t->routing_sum[n]);
+    routing_stats_from_counts(&rs, t->routing_counts, first_app, A, E, model_config_train_routing_k(&t->mc),
+                              (int64_t)t->routing_sum[n]);
     cJSON *j = routing_stats_to_json(&rs);
     routing_stats_free(&rs);
     return j;

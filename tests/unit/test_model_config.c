@@ -165,6 +165,7 @@ static void round_trip(const char *json) {
     ck_assert(a.balance_alpha == b.balance_alpha && a.balance_gamma == b.balance_gamma);
     ck_assert(a.n_dense_first == b.n_dense_first && a.n_shared_experts == b.n_shared_experts);
     ck_assert(a.routed_scaling_factor == b.routed_scaling_factor);
+    ck_assert(a.routing == b.routing && a.ff_capacity_factor == b.ff_capacity_factor);
     /* Every key is written (d_head included), none of the other arch. */
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "d_head"));
     ck_assert_ptr_nonnull(cJSON_GetObjectItemCaseSensitive(o, "lm_head_bias"));
@@ -276,6 +277,59 @@ START_TEST(routed_scaling_factor_key) {
     ck_assert_int_eq(model_config_validate(&c, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "model.routed_scaling_factor: must be a finite number > 0") != NULL, "%s", err);
     round_trip("{" MOEUT_BASE ",\"ff_k\":2,\"router_renorm\":true,\"routed_scaling_factor\":2.5}");
+}
+END_TEST
+
+/* model.routing: "topk" by default (ff_capacity_factor refused: no effect there); "expert_choice" needs a capacity
+ * factor, the softmax router without renormalisation or scaling, no balancing term, ff_k = round(CF) (the causal
+ * evaluation's k); "hash" is refused; dense configs know neither key. The capacity c = round(CF n / E) in [1, n]. */
+#define EC_OK MOEUT_BASE ",\"routing\":\"expert_choice\",\"router\":\"softmax\",\"balance\":\"none\""
+START_TEST(routing_key) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.routing, ROUTING_TOPK);
+    ck_assert(c.ff_capacity_factor == 0.0);
+    ck_assert_int_eq(model_config_ec_capacity(&c, 100), 0);
+    ck_assert_int_eq(model_config_train_routing_k(&c), 2);
+    ck_assert_int_eq(parse("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.routing, ROUTING_EXPERT_CHOICE);
+    ck_assert(c.ff_capacity_factor == 2.0);
+    ck_assert_int_eq(model_config_train_routing_k(&c), 6);
+    ck_assert_int_eq(model_config_ec_capacity(&c, 0), 0);
+    ck_assert_int_eq(model_config_ec_capacity(&c, 1), 1);  /* round(1/3) = 0, at least 1 */
+    ck_assert_int_eq(model_config_ec_capacity(&c, 2), 1);  /* round(2/3) */
+    ck_assert_int_eq(model_config_ec_capacity(&c, 9), 3);
+    ck_assert_int_eq(model_config_ec_capacity(&c, 6), 2);
+    ck_assert_int_eq(model_config_ec_capacity(&c, 100), 33); /* round(33.33) */
+    ck_assert_int_eq(parse("{" EC_OK ",\"ff_capacity_factor\":6,\"ff_k\":6}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(model_config_ec_capacity(&c, 5), 5); /* CF = E: every expert takes every position */
+    ck_assert_int_eq(parse("{" EC_OK ",\"ff_capacity_factor\":1.5,\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(model_config_ec_capacity(&c, 6), 2); /* round(1.5) = 2: halves away from zero */
+    round_trip("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":2,\"n_shared_experts\":1}");
+    round_trip("{" MOEUT_BASE ",\"ff_k\":2}");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"ff_capacity_factor\":2}", "exp.json: model.ff_capacity_factor:",
+                 "model.routing \"topk\"");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"routing\":\"hash\"}", "exp.json: model.routing:", "not implemented");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"routing\":\"choice\"}", "exp.json: model.routing:", "expert_choice");
+    expect_error("{" EC_OK ",\"ff_k\":2}", "exp.json: model.ff_capacity_factor:", "got 0");
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":-1,\"ff_k\":2}", "exp.json: model.ff_capacity_factor:",
+                 "(0, ff_n_experts 6]");
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":7,\"ff_k\":6}", "exp.json: model.ff_capacity_factor:",
+                 "got 7");
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":3}", "exp.json: model.ff_k:", "set ff_k 2, got 3");
+    expect_error("{" MOEUT_BASE ",\"routing\":\"expert_choice\",\"balance\":\"none\",\"ff_capacity_factor\":2,"
+                 "\"ff_k\":2}", "exp.json: model.router:", "set router \"softmax\"");
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":2,\"router_renorm\":true}",
+                 "exp.json: model.router_renorm:", "expert_choice");
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":2,\"routed_scaling_factor\":2.5}",
+                 "exp.json: model.routed_scaling_factor:", "expert_choice");
+    expect_error("{" MOEUT_BASE ",\"routing\":\"expert_choice\",\"router\":\"softmax\",\"ff_capacity_factor\":2,"
+                 "\"ff_k\":2}", "exp.json: model.balance:", "set balance \"none\"");
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":2,\"ff_expert_dropout\":0.1}",
+                 "exp.json: model.ff_expert_dropout:", "expert_choice");
+    expect_error("{" DENSE_BASE ",\"routing\":\"topk\"}", "exp.json: model.routing:", "moeut");
+    expect_error("{" DENSE_BASE ",\"ff_capacity_factor\":2}", "exp.json: model.ff_capacity_factor:", "moeut");
 }
 END_TEST
 
@@ -523,6 +577,7 @@ int main(void) {
     tcase_add_test(tc, dense_defaults);
     tcase_add_test(tc, moe_structure_switches);
     tcase_add_test(tc, routed_scaling_factor_key);
+    tcase_add_test(tc, routing_key);
     tcase_add_test(tc, moeut_switch_tensor_names);
     tcase_add_test(tc, moeut_defaults_are_reference_ctor);
     tcase_add_test(tc, moeut_default_ff_k_is_8);
