@@ -236,6 +236,28 @@ static void run_switch_balance(OpRun *r, const OpCase *c) {
 }
 static const OpDriver drv_switch_balance = {"switch_balance", run_switch_balance, {"B", "T", "G", "E", "k"}};
 
+/* expert_choice_select: dims N, E, c over routing_logits (with ties; F_VALID: 1 in 3 positions masked); the
+ * backward (op expert_choice_gates_backward) of random entry gradients into random dlogits */
+static void run_expert_choice(OpRun *r, const OpCase *c) {
+    const int N = D(0), E = D(1), cap = D(2);
+    const size_t M = (size_t)E * cap;
+    scalar_t *logits = routing_logits(r, (size_t)N * E);
+    uint8_t *valid = c->flags & F_VALID ? routing_mask(r, (size_t)N, 3, 0) : NULL;
+    int32_t *pos = in_zero(r, M * sizeof(int32_t)), *expert = in_zero(r, M * sizeof(int32_t));
+    scalar_t *gate = in_uniform(r, M, -1, 1);
+    BE->expert_choice_select(BE, pos, expert, gate, logits, valid, N, E, cap);
+    if (!strcmp(c->op, "expert_choice_select")) {
+        out_i32(r, "pos", pos, M), out_i32(r, "expert", expert, M);
+        out_f(r, "gate", gate, CMP_F32);
+        return;
+    }
+    scalar_t *dgate = in_uniform(r, M, -1, 1), *dlogits = in_uniform(r, (size_t)N * E, -1, 1);
+    scalar_t *dscore = in_uniform(r, (size_t)N * E, -1, 1); /* scratch: overwritten */
+    BE->expert_choice_gates_backward(BE, dlogits, dscore, dgate, pos, logits, N, E, cap);
+    out_f_added(r, "dlogits", dlogits, CMP_F32);
+}
+static const OpDriver drv_expert_choice = {"expert_choice", run_expert_choice, {"N", "E", "c"}};
+
 /* entropy_reg: dims R, B, T, G, E; p = coef. The mask leaves sequence 2 empty and the others unequal. */
 static void run_entropy_reg(OpRun *r, const OpCase *c) {
     int R = D(0), B = D(1), T = D(2), G = D(3), E = D(4);
