@@ -24,6 +24,11 @@ Semantics (DM-math version):
     reading the raw x1, outside the router and the balancing statistics (y = x1 + f_routed + f_shared).
     n_dense_first n: the first n layer applications are dense pre-LN layers (DenseLayer, width d_ff) with their own
     weights (transformer.dense_layers.{i}); application a >= n uses MoEUT layer (a - n) % Gs.
+    routing "expert_choice" (Zhou et al. 2022, arXiv 2202.09368 §3.1): in training mode (module.training) each expert
+    takes its top-c tokens of the batch from its column of S = softmax(X W_g) [n, E] over the n positions with
+    valid = True, c = round(ff_capacity_factor * n / E) (halves away from zero) clamped to [1, n], gates = those
+    scores, a token gets 0..E experts; ties between equal scores go to the earlier position. In eval mode (and for
+    decoding) each position routes alone: its top-ff_k experts of the same softmax (ff_k = round(CF)), causal.
   * Loss: CE over targets != -1, mean over the counted ones; regularizers in the masked [B,B]-broadcast form of the
     reference code (log_softmax, masked logsumexp over the [B, R*T] axis, minus log(cnt) broadcast [B,..]-[B,1,..]),
     history of the R applications of each distinct module concatenated along time.
@@ -52,7 +57,7 @@ MOEUT_KEYS = [
 # routed_scaling_factor (default 1), n_shared_experts, n_dense_first and balance_gamma likewise; d_ff is written only when n_dense_first > 0 (the dense
 # prefix's width; MOEUT_KEYS has no d_ff).
 MOEUT_SWITCH_KEYS = ["router", "router_renorm", "routed_scaling_factor", "balance", "balance_alpha", "balance_gamma",
-                     "n_shared_experts", "n_dense_first"]
+                     "n_shared_experts", "n_dense_first", "routing", "ff_capacity_factor"]
 BALANCES = ("entropy", "switch", "none", "bias")
 BALANCE_GAMMA_DEFAULT = 0.001
 
@@ -195,8 +200,10 @@ class SwitchHead(nn.Module):
 
 
 class SigmaMoE(nn.Module):
-    def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False, route_scale=1.0):
+    def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False, route_scale=1.0,
+                 routing="topk", capacity_factor=0.0):
         super().__init__()
+        self.routing, self.capacity_factor = routing, float(capacity_factor)
         self.C, self.E, self.S, self.K = C, E, S, K
         self.router, self.renorm = router, bool(renorm)
         self.route_scale = float(route_scale)  # DeepSeek-V3's routed scaling factor (routed gates only)
@@ -229,12 +236,43 @@ class SigmaMoE(nn.Module):
             w = w * self.route_scale
         return idx, w, ranked
 
-    def forward(self, x1, xs, route_log=None):
+    def expert_choice(self, x1, l, valid, route_log=None):
+        """Expert-choice routing (Zhou et al. 2022 §3.1): S = Softmax(X W_g) [n, E] over the positions with valid (all
+        when None); G, I = TopK(S^T, c): expert e takes the c positions of largest S[:, e] (a stable descending sort:
+        equal scores keep the earlier position first); f[t] = sum_{(e, j): I[e, j] = t} G[e, j] * FFN_e(x1[t]).
+        c = round(CF * n / E), halves away from zero, clamped to [1, n]. Returns f[B,T,C]."""
+        B, T, C = x1.shape
+        E = self.E
+        Sc = torch.softmax(l.reshape(B * T, E), dim=-1)  # [N, E]
+        cand = torch.arange(B * T) if valid is None else valid.reshape(-1).nonzero().squeeze(1)  # positions
+        n = int(cand.numel())
+        f = x1.new_zeros(B * T, C)
+        if n == 0:
+            return f.view(B, T, C)
+        c = min(max(int(math.floor(self.capacity_factor * n / E + 0.5)), 1), n)
+        St = Sc.index_select(0, cand).t()  # [E, n]
+        if route_log is not None:  # the c-th vs (c+1)-th score of each expert: the margin of its choice
+            route_log.append(("ffn", St.detach(), c))
+        with torch.no_grad():
+            order = torch.sort(St, dim=-1, descending=True, stable=True).indices[:, :c]  # [E, c]
+        pos = cand[order].reshape(-1)  # [E*c] entry p = e*c + j
+        expert = torch.arange(E).repeat_interleave(c)
+        gate = Sc[pos, expert]  # [E*c], differentiable: the softmax Jacobian reaches every logit of the position
+        u = cvmm(x1.reshape(B * T, C), pos, expert, self.keys)  # [E*c, S]
+        if route_log is not None:
+            route_log.append(("relu", u.detach(), None))
+        y = cvmm(F.relu(u), torch.arange(E * c), expert, self.values)  # [E*c, C]
+        return f.index_add(0, pos, gate.unsqueeze(1) * y).view(B, T, C)
+
+    def forward(self, x1, xs, route_log=None, valid=None):
         """keys read the raw x1, the router reads xs = LN2(x1). Returns the ROUTED output f[B,T,C], raw router logits
-        l[B,T,E] and the selection idx[B,T,K] (shared experts: shared_forward)."""
+        l[B,T,E] and the selection idx[B,T,K] (None with expert choice in training; shared experts: shared_forward).
+        valid[B,T] bool: the positions expert choice chooses from in training (None = all)."""
         B, T, C = x1.shape
         N, K = B * T, self.K
         l = F.linear(xs, self.expert_sel)  # [B,T,E]
+        if self.routing == "expert_choice" and self.training:
+            return self.expert_choice(x1, l, valid, route_log), l, None
         idx, w, ranked = self.route(l)  # [B,T,K]
         if route_log is not None:  # the margin check looks at what the top-K ranks: the logits unless biased
             route_log.append(("ffn", (l if self.expert_bias is None else ranked).detach(), K))
@@ -270,15 +308,16 @@ class MoEUTLayer(nn.Module):
         self.attention = SwitchHead(C, cfg["n_heads"], cfg["d_head"], cfg["att_n_experts"], cfg["att_k"])
         self.ffn = SigmaMoE(C, cfg["ff_n_experts"], cfg["ff_expert_size"], cfg["ff_k"], cfg.get("router", "sigmoid"),
                             cfg.get("router_renorm", False), cfg.get("n_shared_experts", 0),
-                            cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0))
+                            cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0),
+                            cfg.get("routing", "topk"), cfg.get("ff_capacity_factor", 0.0))
         self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
         self.ln2 = nn.LayerNorm(C, eps=LN_EPS)
 
-    def forward(self, x, cos, sin, n_rot, route_log=None):
+    def forward(self, x, cos, sin, n_rot, route_log=None, valid=None):
         xn = layer_norm(x, self.ln1)
         att, att_logits = self.attention(xn, x, cos, sin, n_rot, route_log)
         x1 = x + att
-        f_routed, ffn_logits, ffn_sel = self.ffn(x1, layer_norm(x1, self.ln2), route_log)
+        f_routed, ffn_logits, ffn_sel = self.ffn(x1, layer_norm(x1, self.ln2), route_log, valid)
         f_shared = self.ffn.shared_forward(x1, route_log)
         y = x1 + f_routed if f_shared is None else x1 + f_routed + f_shared
         return y, att_logits, (ffn_logits, ffn_sel)
@@ -329,8 +368,9 @@ class MoEUTLM(_LMBase):
             return self.transformer.dense_layers[a]
         return self.transformer.layers[(a - n) % len(self.transformer.layers)]
 
-    def forward(self, tokens, route_log=None):
-        """tokens[B,T] long -> logits[B,T,V], histories {distinct MoEUT layer: {"ffn"|"ffn_sel"|"att_o"|"att_v":
+    def forward(self, tokens, route_log=None, valid=None):
+        """valid[B,T] bool: the positions routing "expert_choice" chooses from in training (None = all).
+        tokens[B,T] long -> logits[B,T,V], histories {distinct MoEUT layer: {"ffn"|"ffn_sel"|"att_o"|"att_v":
         [R x logits or selections]}} (R = (n_layers - n_dense_first) / group_size; the dense prefix has none)."""
         B, T = tokens.shape
         h = self.embedding(tokens)
@@ -342,7 +382,7 @@ class MoEUTLM(_LMBase):
             h = self.transformer.dense_layers[a](h, cos, sin, self.n_rot, route_log)
         for a in range(n, self.cfg["n_layers"]):
             i = (a - n) % len(layers)  # ABAB sharing
-            h, (lo, lv), (lf, sf) = layers[i](h, cos, sin, self.n_rot, route_log)
+            h, (lo, lv), (lf, sf) = layers[i](h, cos, sin, self.n_rot, route_log, valid)
             hist[i]["ffn"].append(lf)
             hist[i]["ffn_sel"].append(sf)
             hist[i]["att_o"].append(lo)
@@ -407,7 +447,7 @@ class DenseLM(_LMBase):
         assert cfg["arch"] == "dense"
         super().__init__(cfg, [DenseLayer(cfg) for _ in range(cfg["n_layers"])])
 
-    def forward(self, tokens, route_log=None):
+    def forward(self, tokens, route_log=None, valid=None):
         B, T = tokens.shape
         h = self.embedding(tokens)
         cos, sin = rope_tables(T, self.n_rot, h.dtype, h.device)
@@ -512,7 +552,7 @@ def objective(model, inputs, targets, valid=None, grad_scale=1.0, route_log=None
     valid[B,T] bool (regularizer mask) or None. Returns a dict of tensors; 'total' is the differentiated objective
     grad_scale * (ce + c_ffn * reg_ffn + att_entropy_reg * reg_att), c_ffn and reg_ffn by cfg["balance"]."""
     cfg = model.cfg
-    logits, hist = model(inputs, route_log)
+    logits, hist = model(inputs, route_log, valid=valid)
     V = logits.shape[-1]
     flat_t = targets.reshape(-1)
     counted = flat_t >= 0
