@@ -142,6 +142,23 @@ BACKEND_OP(double, seq_balance, (Backend *be, scalar_t *dlogits, const scalar_t 
 BACKEND_OP(void, expert_count, (Backend *be, int64_t *counts, const int32_t *sel, const uint8_t *drop,
                                 const uint8_t *valid, int N, int G, int E, int k))
 
+/* ---- expert-choice routing (Zhou et al. 2022, arXiv 2202.09368 §3.1; model.routing "expert_choice") ----
+ * logits[N,E]: one routing decision's router logits; S[n,e] = softmax over the E experts of row n, in double.
+ * expert_choice_select: each expert e takes the c positions n with valid[n] != 0 (valid[N], NULL = all) of largest
+ * S[n,e], in descending score, ties to the earlier position (kernels/expert_choice_pick.c, shared by the backends):
+ * entry p = e*c + j holds pos[p] = n, expert[p] = e and gate[p] = S[n,e] (pos, expert, gate: [E*c]). The entries
+ * are grouped by expert, so routing_plan over expert[] is the identity permutation. Needs 1 <= c <= the number of
+ * valid positions (every entry a distinct real position of its expert); dies otherwise. A position may be taken by
+ * 0..E experts. */
+BACKEND_OP(void, expert_choice_select, (Backend *be, int32_t *pos, int32_t *expert, scalar_t *gate,
+                                        const scalar_t *logits, const uint8_t *valid, int N, int E, int c))
+/* expert_choice_gates_backward: dlogits[N,E] += the gradient of sum_p dgate[p] * gate[p] through the softmax, for the
+ * entries pos[E*c] of expert_choice_select (an (n,e) pair occurs at most once): with q[n,e] = dgate of the entry
+ * (n,e), 0 where e did not take n,  dl[n,e] += S[n,e] (q[n,e] - sum_i q[n,i] S[n,i]).  dscore[N,E] is scratch
+ * (overwritten with q). */
+BACKEND_OP(void, expert_choice_gates_backward, (Backend *be, scalar_t *dlogits, scalar_t *dscore, const scalar_t *dgate,
+                                                const int32_t *pos, const scalar_t *logits, int N, int E, int c))
+
 /* ---- routing plan: the entries of one routing decision sorted by expert, built once, read by every cvmm ----
  * routing_plan fills plan (memory provided by the caller, see RoutingPlan) from sel[M], values in
  * [0, n_experts): perm/inv/offset are the stable counting sort of the entries by expert (sorted position m holds

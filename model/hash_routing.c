@@ -15,14 +15,8 @@ struct HashRouting {
 };
 
 int model_config_validate_routing(const ModelConfig *cfg, char *err, size_t errlen) {
-    static const char *const names[] = {"topk", "expert_choice", "hash"};
     if ((int)cfg->routing < 0 || (int)cfg->routing > ROUTING_HASH) {
         snprintf(err, errlen, "model.routing: invalid value %d", (int)cfg->routing);
-        return -1;
-    }
-    if (cfg->routing == ROUTING_EXPERT_CHOICE) {
-        snprintf(err, errlen, "model.routing: \"%s\" is not implemented (expected \"topk\" or \"hash\")",
-                 names[cfg->routing]);
         return -1;
     }
     if (cfg->routing != ROUTING_HASH) return 0;

@@ -118,7 +118,7 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
         m->routing_counts =
             be->alloc(be, (size_t)model_n_routed_apps(m) * (size_t)cfg->ff_n_experts * sizeof(int64_t));
     m->hash = hash_routing_create(cfg);
-    if (m->n_apps_of[LAYER_MOEUT] > 0 && cfg->ff_capacity_factor > 0.0)
+    if (m->n_apps_of[LAYER_MOEUT] > 0 && cfg->ff_capacity_factor > 0.0 && cfg->routing == ROUTING_TOPK)
         m->routing_dropped = be->alloc(be, (size_t)m->n_apps_of[LAYER_MOEUT] * sizeof(int64_t));
     /* The activation arena stays empty until the first call says how many tokens it needs. */
     arena_init(&m->arena, be);

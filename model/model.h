@@ -70,12 +70,15 @@ typedef struct {
     double dropout;       /* must be 0: dropout is not implemented (every paper run uses 0) */
     bool lm_head_bias;    /* default true (reference MoEUTLM); DM-math: false */
     bool out_norm_affine; /* default true; DM-math: false */
-    RoutingKind routing;  /* "routing": "topk" (default) | "hash" (k = 1, gate 1, no router and no LN2;
-                           * model/hash_routing.h) */
+    RoutingKind routing;  /* "routing": "topk" (default) | "expert_choice" (training: each expert takes its top-c
+                           * positions of the micro-batch, c = round(ff_capacity_factor * n / E); evaluation and
+                           * decoding: the causal rule, each position its top-ff_k experts of the same softmax) |
+                           * "hash" (k = 1, gate 1, no router and no LN2; model/hash_routing.h) */
     int hash_seed;        /* "hash_seed": seed of routing "hash"'s token -> expert table (default 1; "hash" only) */
     double ff_capacity_factor; /* "ff_capacity_factor": CF of the FFN experts' capacity in training, each expert keeps
                                 * at most max(1, floor(CF*K*N/E + 1/2)) of a routing decision's N*K assignments, the
-                                * others are dropped (gate 0; Switch Transformer §2.2); default 0 = no capacity */
+                                * others are dropped (gate 0; Switch Transformer §2.2); default 0 = no capacity.
+                                * With routing "expert_choice": its capacity factor (Zhou et al. 2022: 2) */
     CapacityOrder ff_capacity_order; /* "ff_capacity_order": which assignments an expert keeps, "position" (GShard
                                       * Algorithm 1; default) | "score" (by gate); only with ff_capacity_factor > 0 */
     int n_group;          /* "n_group": group-limited FFN routing (DeepSeek-V3 §2.1.2): the E experts form n_group
@@ -105,6 +108,13 @@ bool model_config_groups_whole(const ModelConfig *cfg);
 /* Coefficient of StepStats.reg_ffn in the objective: entropy_reg (balance "entropy"), balance_alpha ("switch"),
  * 0 ("none", and the dense model). */
 double model_config_ffn_balance_coef(const ModelConfig *cfg);
+/* Expert-choice routing's capacity for n routable positions: c = round(ff_capacity_factor * n / E) (halves away from
+ * zero), clamped to [1, n] (each expert takes c distinct positions, at least one), 0 when n = 0 or with routing
+ * "topk". */
+int model_config_ec_capacity(const ModelConfig *cfg, long n);
+/* The most selections one position makes in a training step's routing statistics (pipeline/records/routing_stats.h's
+ * k): ff_k, or E with routing "expert_choice" (a position may be taken by every expert). */
+int model_config_train_routing_k(const ModelConfig *cfg);
 /* The value of the objective model_train_step differentiates (before grad_scale) for one micro-batch's mean CE and
  * regularizer terms: mean_ce + c_ffn * reg_ffn + att_entropy_reg * reg_att + seq_balance_alpha * reg_seq. The one
  * definition the training log and records use (the model itself only needs the gradient). */

@@ -163,6 +163,14 @@ static const char *key_void_under(const ModelConfig *cfg, const KeyDesc *k, char
         snprintf(buf, buflen, "model.routing \"hash\"");
         return buf;
     }
+    /* routing "expert_choice": the experts choose (no token-choice capacity order, no groups of a token's choice, no
+     * per-sequence token-choice balance: the loads are equal by construction) */
+    if (cfg->routing == ROUTING_EXPERT_CHOICE &&
+        (strcmp(k->name, "ff_capacity_order") == 0 || strcmp(k->name, "n_group") == 0 ||
+         strcmp(k->name, "topk_group") == 0 || strcmp(k->name, "seq_balance_alpha") == 0)) {
+        snprintf(buf, buflen, "model.routing \"expert_choice\"");
+        return buf;
+    }
     if (strcmp(k->name, "hash_seed") == 0 && cfg->routing != ROUTING_HASH) {
         snprintf(buf, buflen, "model.routing \"%s\"", ROUTING_NAMES[cfg->routing]);
         return buf;
@@ -490,6 +498,48 @@ static int validate_groups(const ModelConfig *cfg, char *err, size_t errlen) {
     return 0;
 }
 
+/* model.routing "expert_choice" and the keys it constrains (MoEUT only; "hash": model_config_validate_routing). */
+static int validate_expert_choice(const ModelConfig *cfg, char *err, size_t errlen) {
+    if (cfg->routing != ROUTING_EXPERT_CHOICE) return 0;
+    /* Expert choice (Zhou et al. 2022 §3.1): gates are the softmax scores of the chosen (token, expert) pairs, and the
+     * experts' loads are equal by construction, so no balancing term and none of the token-choice gate switches. */
+    const double cf = cfg->ff_capacity_factor;
+    if (!(cf > 0.0) || !isfinite(cf) || cf > cfg->ff_n_experts) {
+        snprintf(err, errlen, "model.ff_capacity_factor: routing \"expert_choice\" needs a capacity factor in (0, "
+                 "ff_n_experts %d] (Zhou et al. 2022: 2), got %g", cfg->ff_n_experts, cf);
+        return -1;
+    }
+    if (cfg->router != ROUTER_SOFTMAX) {
+        snprintf(err, errlen, "model.router: routing \"expert_choice\" gates by the softmax over the experts; set "
+                 "router \"softmax\"");
+        return -1;
+    }
+    if (cfg->router_renorm) {
+        snprintf(err, errlen, "model.router_renorm: routing \"expert_choice\" gates by the plain softmax scores");
+        return -1;
+    }
+    if (cfg->routed_scaling_factor != 1.0) {
+        snprintf(err, errlen, "model.routed_scaling_factor: routing \"expert_choice\" gates by the plain softmax scores");
+        return -1;
+    }
+    if (cfg->balance != BALANCE_NONE) {
+        snprintf(err, errlen, "model.balance: routing \"expert_choice\" balances the experts' loads by construction; "
+                 "set balance \"none\"");
+        return -1;
+    }
+    if (cfg->ff_expert_dropout != 0.0) {
+        snprintf(err, errlen, "model.ff_expert_dropout: not implemented with routing \"expert_choice\"");
+        return -1;
+    }
+    const long k_eval = lround(cf);
+    if (cfg->ff_k != k_eval) {
+        snprintf(err, errlen, "model.ff_k: with routing \"expert_choice\" evaluation routes each position causally to "
+                 "its top round(ff_capacity_factor) = %ld experts; set ff_k %ld, got %d", k_eval, k_eval, cfg->ff_k);
+        return -1;
+    }
+    return 0;
+}
+
 int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
     if (cfg->arch != ARCH_DENSE && cfg->arch != ARCH_MOEUT && cfg->arch != ARCH_MOE) {
         snprintf(err, errlen, "model.arch: invalid value %d", (int)cfg->arch);
@@ -637,6 +687,7 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
             snprintf(err, errlen, "model.ff_capacity_order: invalid value %d", (int)cfg->ff_capacity_order);
             return -1;
         }
+        if (validate_expert_choice(cfg, err, errlen)) return -1;
     }
     double n = model_count_params_double(cfg);
     if (n > MAX_PARAMS) {
@@ -675,4 +726,14 @@ double model_config_ffn_balance_coef(const ModelConfig *cfg) {
     case BALANCE_BIAS: return 0.0; /* the bias balances without a loss term */
     }
     return 0.0;
+}
+
+int model_config_ec_capacity(const ModelConfig *cfg, long n) {
+    if (cfg->routing != ROUTING_EXPERT_CHOICE || n <= 0) return 0;
+    const double c = round(cfg->ff_capacity_factor * (double)n / cfg->ff_n_experts); /* halves away from zero */
+    return c >= (double)n ? (int)n : c < 1.0 ? 1 : (int)c;
+}
+
+int model_config_train_routing_k(const ModelConfig *cfg) {
+    return cfg->routing == ROUTING_EXPERT_CHOICE ? cfg->ff_n_experts : cfg->ff_k;
 }

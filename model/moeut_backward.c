@@ -42,13 +42,19 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     scalar_t *dA = s->A;          /* [N*K, S] in plan_f order, as A */
     scalar_t *dgate_f = s->gate_f; /* [N, K] */
     const bool hash = c->routing == ROUTING_HASH; /* gate 1 (no reduction weights), no router, no LN2 */
-    be->zero(be, dA, (size_t)N * K * S * sizeof(scalar_t));
-    be->cvmm_backward(be, dA, G + P->values, hash ? NULL : dgate_f, dx1, ac->A, W + P->values, &ac->plan_f,
-                      hash ? NULL : ac->gate_f, 1, K, S, C, CVMM_IN_SORTED);
-    be->relu_backward(be, dA, dA, ac->A, (size_t)N * K * S); /* dU = dA * (U > 0); A > 0 iff U > 0 */
-    /* U_j = x1 @ Keys[sel_j]: dx1 += sum_j dU_j Keys^T */
-    be->cvmm_backward(be, dx1, G + P->keys, NULL, dA, ac->x1, W + P->keys, &ac->plan_f, NULL, K, 1, C, S,
-                      CVMM_OUT_SORTED);
+    const MoeutEcIO ec = {.pos = ac->pos_f, .sel = ac->sel_f, .gate = ac->gate_f, .plan = &ac->plan_f,
+                          .xg = s->ec_xg, .yg = s->ec_yg, .A = ac->A, .dA = dA};
+    if (ac->pos_f) { /* routing "expert_choice": dgate_f [E*c] */
+        moeut_ec_backward(m, P, st->ec_c, ac->x1, &ec, dx1, dgate_f);
+    } else {
+        be->zero(be, dA, (size_t)N * K * S * sizeof(scalar_t));
+        be->cvmm_backward(be, dA, G + P->values, hash ? NULL : dgate_f, dx1, ac->A, W + P->values, &ac->plan_f,
+                          hash ? NULL : ac->gate_f, 1, K, S, C, CVMM_IN_SORTED);
+        be->relu_backward(be, dA, dA, ac->A, (size_t)N * K * S); /* dU = dA * (U > 0); A > 0 iff U > 0 */
+        /* U_j = x1 @ Keys[sel_j]: dx1 += sum_j dU_j Keys^T */
+        be->cvmm_backward(be, dx1, G + P->keys, NULL, dA, ac->x1, W + P->keys, &ac->plan_f, NULL, K, 1, C, S,
+                          CVMM_OUT_SORTED);
+    }
     /* shared experts: f += A_s SharedValues[s], A_s = ReLU(x1 SharedKeys[s]) (df = dy = dh_out, intact until dh_in is
      * written below) */
     for (int sh = 0; sh < c->n_shared_experts; sh++) {
@@ -77,15 +83,19 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
          * kept gate depends on the dropped expert's logit), recomputed as for rsf. */
         if (ac->cap_dropped) be->mask_zero(be, dgate_f, ac->cap_dropped, (size_t)N * K);
         const scalar_t *gate_f = ac->gate_f;
-        if (c->routed_scaling_factor != 1.0 || ac->cap_dropped) {
+        if (ac->pos_f) { /* expert choice: the softmax Jacobian of the chosen entries' gates */
+            if (st->ec_c > 0)
+                be->expert_choice_gates_backward(be, dl, s->ec_q, dgate_f, ac->pos_f, lf, N, E, st->ec_c);
+        } else if (c->routed_scaling_factor != 1.0 || ac->cap_dropped) {
             scalar_t *unscaled = s->A; /* [N*K*S] >= [N*K] */
             be->router_gates(be, unscaled, lf, ac->sel_f, NULL, N, 1, E, K, c->router, c->router_renorm);
             if (c->routed_scaling_factor != 1.0)
                 be->scale_inplace(be, dgate_f, (scalar_t)c->routed_scaling_factor, (size_t)N * K);
             gate_f = unscaled;
         }
-        be->router_gates_backward(be, dl, dgate_f, gate_f, lf, ac->sel_f, NULL, N, 1, E, K, c->router,
-                                  c->router_renorm);
+        if (!ac->pos_f)
+            be->router_gates_backward(be, dl, dgate_f, gate_f, lf, ac->sel_f, NULL, N, 1, E, K, c->router,
+                                      c->router_renorm);
         scalar_t *xs = s->nc[1]; /* recompute LN2(x1) (identical to the forward's) */
         be->layernorm_forward(be, xs, s->mean, s->rstd, ac->x1, W + P->ln2_w, W + P->ln2_b, N, C, eps);
         be->matmul(be, G + P->expert_sel, dl, xs, E, C, N, 1, 0, 1, 1); /* dSel[E,C] += dl^T xs */

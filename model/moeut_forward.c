@@ -64,6 +64,10 @@ typedef struct {
     int64_t *n_dropped;         /* [1] this application's dropped count (with cap_dropped; counted as counts), or NULL */
     scalar_t *A_res;            /* [N, W] ReLU(x1 ResKeys) of the residual MLP (NULL without one) */
     int E;                      /* E_l, this layer's FFN experts (ff_n_experts_per_layer; the buffers hold ff_n_experts) */
+    int32_t *ec_pos;            /* routing "expert_choice" in training: [E*c] the entries' positions (sel, gate: [E*c]
+                                 * and A [E*c, S] then); NULL = token choice (always in inference) */
+    int ec_c;                   /* the capacity c (0: no valid position, nothing routed) */
+    scalar_t *ec_xg, *ec_yg;    /* [E*c, C] scratch */
 } FfnIO;
 
 static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, const AttnIO *io) {
@@ -100,21 +104,17 @@ static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, 
     be->cvmm_forward(be, io->att, io->r, W + P->o, io->plan_o, io->gate_o, KA, H * KA, D, C, CVMM_ENTRY_ORDER);
 }
 
-static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *io) {
+/* Token choice (or hash routing): each position its top-K experts (the hash's one); f = the gated sum of their
+ * outputs. */
+static void ffn_routed_topk(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *io) {
     const ModelConfig *c = &m->cfg;
     Backend *be = m->be;
     const int C = c->d_model, E = io->E, S = c->ff_expert_size, K = c->ff_k;
     scalar_t *W = m->params;
     const bool hash = c->routing == ROUTING_HASH;
-    if (hash) { /* the experts of the positions' input token ids; no router, gate 1 (no reduction weights below) */
-        hash_routing_upload(m->hash, be, io->sel, io->B, io->T);
-    } else {
-        be->layernorm_forward(be, io->xs, io->mean, io->rstd, io->x1, W + P->ln2_w, W + P->ln2_b, N, C,
-                              (scalar_t)MOEUT_LN_EPS);
-        be->matmul(be, io->l, io->xs, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* [N, E] */
+    if (!hash) {
         const scalar_t *bias = P->expert_bias != SIZE_MAX ? W + P->expert_bias : NULL; /* [E] balance "bias" */
-        be->topk_select(be, io->sel, io->l, io->drop, bias, c->router, N, 1, E, K, c->n_group,
-                        c->topk_group);
+        be->topk_select(be, io->sel, io->l, io->drop, bias, c->router, N, 1, E, K, c->n_group, c->topk_group);
     }
     be->routing_plan(be, io->plan, io->sel, N * K, E);
     if (!hash) be->router_gates(be, io->gate, io->l, io->sel, io->drop, N, 1, E, K, c->router, c->router_renorm);
@@ -133,6 +133,29 @@ static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *
     be->relu_forward(be, io->A, io->A, (size_t)N * K * S);
     be->cvmm_forward(be, io->f, io->A, W + P->values, io->plan, hash ? NULL : io->gate, 1, K, S, C,
                      CVMM_IN_SORTED); /* [N, C] */
+}
+
+static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *io) {
+    const ModelConfig *c = &m->cfg;
+    Backend *be = m->be;
+    const int C = c->d_model, E = io->E, S = c->ff_expert_size;
+    scalar_t *W = m->params;
+    const bool hash = c->routing == ROUTING_HASH;
+    if (hash) { /* the experts of the positions' input token ids; no router, gate 1 (no reduction weights below) */
+        hash_routing_upload(m->hash, be, io->sel, io->B, io->T);
+    } else {
+        be->layernorm_forward(be, io->xs, io->mean, io->rstd, io->x1, W + P->ln2_w, W + P->ln2_b, N, C,
+                              (scalar_t)MOEUT_LN_EPS);
+        be->matmul(be, io->l, io->xs, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* [N, E] */
+    }
+    if (io->ec_pos) { /* routing "expert_choice" in training: each expert its top-c positions */
+        const MoeutEcIO ec = {.pos = io->ec_pos, .sel = io->sel, .gate = io->gate, .plan = io->plan,
+                              .counts = io->counts, .x1 = io->x1, .xg = io->ec_xg, .yg = io->ec_yg, .A = io->A,
+                              .f = io->f};
+        moeut_ec_forward(m, P, N, io->ec_c, io->l, io->valid, io->plan, &ec);
+    } else {
+        ffn_routed_topk(m, P, N, io);
+    }
     /* shared experts: f += ReLU(x1 SharedKeys[s]) SharedValues[s], every token, gate 1 */
     for (int sh = 0; sh < c->n_shared_experts; sh++) {
         scalar_t *A_s = io->A_shared + (size_t)sh * io->shared_stride; /* [N, S] */
@@ -196,7 +219,7 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
         .valid = st->have_valid ? st->valid_dev : NULL, .A = ac->A, .A_shared = ac->A_shared,
         .shared_stride = (size_t)N * c->ff_expert_size, .f = h_out, .plan = &ac->plan_f, .B = B, .T = T,
         .cap_dropped = ac->cap_dropped, .n_dropped = m->routing_dropped ? m->routing_dropped + slot : NULL,
-        .A_res = ac->A_res, .E = (int)E,
+        .A_res = ac->A_res, .E = (int)E, .ec_c = st->ec_c, .ec_pos = ac->pos_f, .ec_xg = s->ec_xg, .ec_yg = s->ec_yg,
     };
     ffn_block(m, P, N, &f);
     be->add_inplace(be, h_out, ac->x1, (size_t)N * C); /* y = x1 + f */

@@ -71,6 +71,8 @@ typedef struct {
     RoutingPlan plan_v, plan_o, plan_f; /* of sel_v, sel_o, sel_f: built in the forward, reused by the backward */
     uint8_t *cap_dropped; /* [N, K] slots over the expert capacity (gate 0; model.ff_capacity_factor > 0, else NULL) */
     scalar_t *A_res;      /* [N, W] ReLU(x1 residual_keys), also the ReLU mask (NULL without a residual MLP) */
+    int32_t *pos_f;       /* [E*c] routing "expert_choice": the position of each entry p = e*c + j (NULL with "topk");
+                           * sel_f [E*c] then holds the entries' experts, gate_f [E*c] their gates, A [E*c, S] */
 } MoeutAppCache;
 
 /* Scratch shared by all applications (backend memory, planned for max(arena_train_tokens, arena_eval_tokens); the
@@ -95,6 +97,9 @@ typedef struct {
     uint8_t *host_drop;   /* host staging for the masks (host memory, grown on use), [N * max(H*EA, E)] */
     size_t host_drop_cap; /* bytes of host_drop */
     scalar_t *res_A;      /* [N, W] the residual MLP's ReLU(U) (inference) | its dA, dU (NULL without one) */
+    scalar_t *ec_xg, *ec_yg; /* [E*c, C] routing "expert_choice" (training): gathered x1 rows, gated expert outputs |
+                              * gathered df rows, their dx1 (NULL with "topk") */
+    scalar_t *ec_q;       /* [N, E] routing "expert_choice": the gate backward's scratch */
 } MoeutScratch;
 
 typedef struct {
@@ -122,7 +127,9 @@ typedef struct {
     scalar_t *bias_host;       /* [E] host staging of one layer's expert_bias */
 
     MoeutScratch s;
-    int32_t *plan_host;        /* host memory of every RoutingPlan above (their host_offset arrays) */
+    int32_t *plan_host;
+    int ec_c;                  /* routing "expert_choice": this training step's capacity c (model_config_ec_capacity
+                                * of its valid positions); 0 with "topk" */        /* host memory of every RoutingPlan above (their host_offset arrays) */
 } MoeutState;
 
 static inline MoeutState *moeut_state(Model *m) { return (MoeutState *)m->layer_state[LAYER_MOEUT]; }
@@ -145,6 +152,25 @@ void moeut_residual_forward(Model *m, const MoeutLayerOffsets *P, int N, const s
                             scalar_t *f);
 void moeut_residual_backward(Model *m, const MoeutLayerOffsets *P, int N, const scalar_t *x1, const scalar_t *A,
                              const scalar_t *df, scalar_t *dx1, scalar_t *dU);
+/* moeut_expert_choice.c: the routed part of the FFN with routing "expert_choice" in training, M = E * c entries. */
+typedef struct {
+    int32_t *pos;         /* [M] position of entry p = e*c + j */
+    int32_t *sel;         /* [M] its expert e (the plan's ids) */
+    scalar_t *gate;       /* [M] S[pos[p], e] */
+    const RoutingPlan *plan; /* of sel (the identity permutation) */
+    int64_t *counts;      /* [E] routing counts, NULL = not counted (forward) */
+    const scalar_t *x1;   /* [N, C] the FFN's input (forward) */
+    scalar_t *xg, *yg;    /* [M, C] scratch */
+    scalar_t *A;          /* [M, S] ReLU(x1[pos] Keys[e]), kept for the backward */
+    scalar_t *dA;         /* [M, S] backward scratch */
+    scalar_t *f;          /* [N, C] the routed output (forward; overwritten) */
+} MoeutEcIO;
+/* Selects (expert_choice_select on l [N, E], valid [N] or NULL), plans into plan (= io->plan), counts and computes f. */
+void moeut_ec_forward(Model *m, const MoeutLayerOffsets *P, int N, int ec_c, const scalar_t *l, const uint8_t *valid,
+                      RoutingPlan *plan, const MoeutEcIO *io);
+/* dx1 [N, C] += the experts' input gradient (dx1 holds df on entry), parameter gradients +=, dgate [M] = dL/dgate. */
+void moeut_ec_backward(Model *m, const MoeutLayerOffsets *P, int ec_c, const scalar_t *x1, const MoeutEcIO *io,
+                       scalar_t *dx1, scalar_t *dgate);
 
 /* moeut_reg.c */
 void moeut_regularizers(Model *m, double grad_scale, StepStats *stats);

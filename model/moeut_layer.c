@@ -177,6 +177,11 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
     const size_t HEA = H * (size_t)c->att_n_experts, HKA = H * (size_t)c->att_k, E = (size_t)c->ff_n_experts;
     const size_t K = (size_t)c->ff_k, S = (size_t)c->ff_expert_size, R = (size_t)st->R;
     const size_t Ks = (size_t)c->n_shared_experts, Wr = (size_t)c->ff_residual_size;
+    /* FFN routing entries of one training application: N*K (token choice), or E*c with routing "expert_choice" (c of
+     * the step's valid positions, at most c(n_train)); the scratch also serves inference's N*K */
+    const bool ec = c->routing == ROUTING_EXPERT_CHOICE;
+    const size_t Mt = ec ? E * (size_t)model_config_ec_capacity(c, n_train) : nt * K;
+    const size_t Ms = Mt > nmax * K ? Mt : nmax * K;
 
     /* training: what each application's backward needs */
     for (int a = 0; a < st->n_apps; a++) {
@@ -192,16 +197,19 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
         plan_scalars(p, &ac->rstd1, nt);        /* [N] */
         plan_scalars(p, &ac->mean2, nt);        /* [N] */
         plan_scalars(p, &ac->rstd2, nt);        /* [N] */
-        plan_scalars(p, &ac->A, nt * K * S);    /* [N*K, S] */
+        plan_scalars(p, &ac->A, Mt * S);        /* [N*K, S] */
         plan_int32(p, &ac->sel_v, nt * HKA);    /* [N, H, KA] */
         plan_int32(p, &ac->sel_o, nt * HKA);    /* [N, H, KA] */
         plan_scalars(p, &ac->gate_v, nt * HKA); /* [N, H, KA] */
         plan_scalars(p, &ac->gate_o, nt * HKA); /* [N, H, KA] */
-        plan_int32(p, &ac->sel_f, nt * K);      /* [N, K] */
-        plan_scalars(p, &ac->gate_f, nt * K);   /* [N, K] */
+        plan_int32(p, &ac->sel_f, Mt);          /* [N, K] */
+        plan_scalars(p, &ac->gate_f, Mt);       /* [N, K] */
         if (Ks > 0) plan_scalars(p, &ac->A_shared, Ks * nt * S); /* [K_s, N, S] */
-        if (c->ff_capacity_factor > 0.0) plan_u8(p, &ac->cap_dropped, nt * K); /* [N, K] */
+        if (c->ff_capacity_factor > 0.0 && c->routing == ROUTING_TOPK) /* token-choice capacity */
+            plan_u8(p, &ac->cap_dropped, nt * K);                        /* [N, K] */
         if (Wr > 0) plan_scalars(p, &ac->A_res, nt * Wr); /* [N, W] */
+        ac->pos_f = NULL;
+        if (ec) plan_int32(p, &ac->pos_f, Mt);  /* [E*c] */
     }
     /* training: regularizer histories and their gradients, per distinct layer */
     for (int i = 0; i < c->group_size; i++) {
@@ -228,15 +236,21 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
     plan_int32(p, &s->sel_o, nmax * HKA);     /* [N, H*KA] */
     plan_scalars(p, &s->gate_v, nmax * HKA);  /* [N, H*KA] */
     plan_scalars(p, &s->gate_o, nmax * HKA);  /* [N, H*KA] */
-    plan_int32(p, &s->sel_f, nmax * K);       /* [N, K] */
-    plan_scalars(p, &s->gate_f, nmax * K);    /* [N, K] */
-    plan_scalars(p, &s->A, nmax * K * S);     /* [N*K, S] */
+    plan_int32(p, &s->sel_f, Ms);             /* [N, K] */
+    plan_scalars(p, &s->gate_f, Ms);          /* [N, K] */
+    plan_scalars(p, &s->A, Ms * S);           /* [N*K, S] */
     if (Ks > 0) plan_scalars(p, &s->shared_A, nmax * S); /* [N, S] */
     if (Wr > 0) plan_scalars(p, &s->res_A, nmax * Wr);  /* [N, W] */
     /* training only: expert-dropout masks */
     plan_u8(p, &s->drop_v, nt * HEA);         /* [N, H*EA] */
     plan_u8(p, &s->drop_o, nt * HEA);         /* [N, H*EA] */
     plan_u8(p, &s->drop_f, nt * E);           /* [N, E] */
+    s->ec_xg = s->ec_yg = s->ec_q = NULL;
+    if (ec) { /* routing "expert_choice", training only */
+        plan_scalars(p, &s->ec_xg, Mt * C);   /* [E*c, C] */
+        plan_scalars(p, &s->ec_yg, Mt * C);   /* [E*c, C] */
+        plan_scalars(p, &s->ec_q, nt * E);    /* [N, E] */
+    }
 
     /* routing plans: one per decision of each training application, and the inference scratch's three */
     const size_t host_per_set = 2 * (HEA + 1) + (E + 1); /* host offsets of one (v, o, f) set */
@@ -246,11 +260,11 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
         MoeutAppCache *ac = &st->apps[a];
         plan_routing(p, &ac->plan_v, nt * HKA, HEA, &host);
         plan_routing(p, &ac->plan_o, nt * HKA, HEA, &host);
-        plan_routing(p, &ac->plan_f, nt * K, E, &host);
+        plan_routing(p, &ac->plan_f, Mt, E, &host);
     }
     plan_routing(p, &s->plan_v, nmax * HKA, HEA, &host);
     plan_routing(p, &s->plan_o, nmax * HKA, HEA, &host);
-    plan_routing(p, &s->plan_f, nmax * K, E, &host);
+    plan_routing(p, &s->plan_f, Ms, E, &host);
 }
 
 static void moeut_train_begin(Model *m, int B, int T, const uint8_t *valid) {
@@ -264,6 +278,12 @@ static void moeut_train_begin(Model *m, int B, int T, const uint8_t *valid) {
     st->plan_gen = m->arena_generation;
     st->have_valid = valid != NULL;
     if (valid) m->be->to_device(m->be, st->valid_dev, valid, (size_t)N);
+    long n_valid = N; /* routing "expert_choice": the experts choose among the valid positions */
+    if (valid) {
+        n_valid = 0;
+        for (int i = 0; i < N; i++) n_valid += valid[i] != 0;
+    }
+    st->ec_c = model_config_ec_capacity(&m->cfg, n_valid);
     st->reg_ready = 0; /* the histories are overwritten by this step's forwards */
 }
 

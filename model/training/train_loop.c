@@ -106,7 +106,8 @@ static cJSON *step_routing_json(Trainer *t, long step_number) {
     RoutingStats rs;
     int *app_e = xmalloc((size_t)A * sizeof *app_e); /* E_a per application (ff_n_experts_per_layer) */
     for (int a = 0; a < A; a++) app_e[a] = model_routed_experts_of(t->m, a);
-    routing_stats_from_counts_per_app(&rs, t->routing_counts, first_app, A, E, app_e, t->mc.ff_k,
+    routing_stats_from_counts_per_app(&rs, t->routing_counts, first_app, A, E, app_e,
+                                      model_config_train_routing_k(&t->mc),
                                       (int64_t)t->routing_sum[n]);
     free(app_e);
     if (has_dropped) {

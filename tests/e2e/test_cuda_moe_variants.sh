@@ -7,7 +7,8 @@
 #   * it trains: the loss falls, and the expert biases are nonzero integer multiples of gamma (they move by exactly
 #     gamma per step), not in the AdamW state;
 #   * a run stopped after 5 steps and resumed ends byte-identical to the uninterrupted run (the biases are in the
-#     checkpoint; the bias update is deterministic).
+#     checkpoint; the bias update is deterministic);
+#   * expert-choice routing: step 1 as on the CPU, the loss falls, equal expert loads.
 # Then PR-MoE (a pyramid of 12/4 experts, model.ff_n_experts_per_layer, with a residual MLP, model.ff_residual_size,
 # and one routed expert): 5 steps, step 1 as on the CPU, loss falling, per-application expert counts.
 # Exit 77 (SKIP) without a usable CUDA GPU. CUDA_TEST_BIN / CUDA_TEST_BACKEND / CUDA_E2E_DATA / CUDA_RESUME_SETTINGS as
@@ -145,4 +146,24 @@ assert w["transformer.layers.1.ffn.residual_keys"][0] == [64, 48], w["transforme
 assert w["transformer.layers.0.ffn.keys"][0][0] == 12 and w["transformer.layers.1.ffn.keys"][0][0] == 4
 assert [a["n_experts"] for a in dev[-1]["routing"]["applications"]] == [12, 4, 12, 4], dev[-1]["routing"]
 print(f"ok: {be}: PR-MoE (pyramid 12/4 + residual MLP) step 1 loss {a:.7f} vs cpu {b:.7f}; loss {dev[0]['loss']:.4f} -> {dev[-1]['loss']:.4f}")
+PY
+# expert-choice routing (Zhou et al. 2022; the selection runs on the host, shared with the CPU): step 1's loss equals
+# the CPU backend's, the loss falls, every expert takes the same number of positions in every application
+sets=(--set model.routing=expert_choice --set model.ff_capacity_factor=4 --set model.router=softmax
+  --set model.balance=none --set model.entropy_reg=null)
+run "$dut_bin" "$be" "$tmp/ec"
+run bin cpu "$tmp/ec_cpu" --set train.steps=1
+python3 - "$tmp" "$be" <<'PY' || fail "$be: the expert-choice run"
+import json, sys
+tmp, be = sys.argv[1:3]
+dev = [json.loads(l) for l in open(f"{tmp}/ec/metrics.jsonl")]
+cpu = [json.loads(l) for l in open(f"{tmp}/ec_cpu/metrics.jsonl")]
+a, b = dev[0]["loss"], cpu[0]["loss"]
+assert abs(a - b) <= 1e-4 * abs(b), f"step 1 loss: {be} {a!r}, cpu {b!r}"
+assert dev[-1]["loss"] < dev[0]["loss"], f"loss did not fall: {dev[0]['loss']} -> {dev[-1]['loss']}"
+for l in dev:
+    for app in l["routing"]["applications"]:
+        assert len(set(app["counts"])) == 1, app["counts"]
+print(f"ok: {be}: expert choice, step 1 loss {a:.7f} vs cpu {b:.7f}; loss {dev[0]['loss']:.4f} -> "
+      f"{dev[-1]['loss']:.4f}; equal loads")
 PY

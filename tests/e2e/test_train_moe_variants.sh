@@ -4,8 +4,8 @@
 # 0, expert_entropy 0 outside "entropy"), a Switch run and a bias run interrupted and resumed end byte-identical to the
 # uninterrupted ones, the bias moves in steps of gamma and evaluation routes with it, a dense prefix leaves its
 # applications out of the routing statistics, hash routing (model.routing "hash") trains, routes every application
-# alike and analyzes, and a coefficient of another balance is refused with one line naming the key (--set KEY=null
-# removes it).
+# alike and analyzes, expert-choice routing trains with equal expert loads and evaluates causally, and a coefficient
+# of another balance is refused with one line naming the key (--set KEY=null removes it).
 source "$(dirname "$0")/train_common.sh"
 
 train_data "$tmp/data"
@@ -52,7 +52,14 @@ run pyramid --set model.ff_n_experts=null --set 'model.ff_n_experts_per_layer=[4
 run prmoe "${bias_sets[@]}" --set model.ff_n_experts=null --set 'model.ff_n_experts_per_layer=[12,4]' \
   --set model.ff_k=1 --set model.ff_residual_size=64
 
-for name in switch none sigmoid_renorm bias deepseek hash capacity capacity_score residual arctic pyramid prmoe; do
+# expert-choice routing (Zhou et al. 2022): each of the 8 experts takes its top-c valid positions of the micro-batch,
+# c = round(4 n / 8); evaluation routes each position to its top ff_k = round(4) = 4 experts
+ec_sets=(--set model.routing=expert_choice --set model.ff_capacity_factor=4 --set model.router=softmax
+  --set model.balance=none --set model.entropy_reg=null)
+run expert_choice "${ec_sets[@]}"
+
+for name in switch none sigmoid_renorm bias deepseek hash capacity capacity_score residual arctic pyramid prmoe \
+  expert_choice; do
   first=$(metric "$tmp/$name" 1 loss) last=$(metric "$tmp/$name" '$' loss)
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b == b + 0 && b < a) }' \
     || fail "$name: loss did not fall (first $first, last $last)"
@@ -207,6 +214,25 @@ for name, s in json.load(open(f"{tmp}/hash/result.json"))["evaluation"]["sets"].
     same_apps(s["routing"], name)
 json.load(open(f"{tmp}/hash/analysis.json"))
 print("ok: hash routing: no router or ln2, config kept, every application routes alike; evaluate and analyze run")
+PY
+# expert choice: every expert took the same number of positions in every application (c per micro-batch), the
+# training record's k is E (a position may be taken by every expert); evaluation routes causally, ff_k per position
+bin/evaluate --run "$tmp/expert_choice" --config "$tmp/moeut.json" --data "$tmp/data" \
+  --out "$tmp/expert_choice/result.json" "${ec_sets[@]}" 2>"$tmp/ev_ec.log" \
+  || { cat "$tmp/ev_ec.log"; fail "bin/evaluate of the expert-choice run failed"; }
+python3 - "$tmp/expert_choice" <<'PY' || fail "expert-choice routing statistics"
+import json, sys
+run = sys.argv[1]
+for l in (json.loads(l) for l in open(f"{run}/metrics.jsonl")):
+    r = l["routing"]
+    assert r["k"] == 8 and r["n_experts"] == 8, r["k"]
+    for a in r["applications"]:
+        assert len(set(a["counts"])) == 1 and a["counts"][0] > 0, a["counts"]  # c each: balanced by construction
+        assert a["max_over_mean"] == 1 and a["unused_fraction"] == 0, a
+for name, s in json.load(open(f"{run}/result.json"))["evaluation"]["sets"].items():
+    r = s["routing"]
+    assert r["k"] == 4 and all(sum(a["counts"]) == 4 * r["tokens"] for a in r["applications"]), name
+print("ok: expert choice trains with equal loads (k = E in the training record) and evaluates with causal top-4")
 PY
 # a bias run stopped at step 8 and resumed: byte-identical (the bias is in the checkpoint)
 bin/train --config "$tmp/moeut.json" --data "$tmp/data" --out "$tmp/bias_resumed" --threads 1 "${bias_sets[@]}" \

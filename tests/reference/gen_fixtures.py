@@ -15,7 +15,8 @@ Each fixture tests/fixtures/twin/<name>/ holds
                         ce_sum, n_counted, reg_ffn, reg_att, total (each [1]) and grad.<name> for every parameter
                         (the gradient of total = grad_scale * (ce + c_ffn*reg_ffn + att_entropy_reg*reg_att), c_ffn =
                         entropy_reg, balance_alpha or 0 by the config's balance switch); buffers (expert_bias of
-                        balance "bias") are in weights.safetensors but have no grad. entry.
+                        balance "bias") are in weights.safetensors but have no grad. entry. With routing
+                        "expert_choice" also eval_logits [B,T,V]: the eval-mode forward (causal top-ff_k routing).
 Everything is deterministic in the per-fixture seed. Weights are random (not the reference init) and scaled so that
 routing and attention are far from uniform; a draw is rejected (next seed) when any top-k decision has a logit margin
 below ROUTING_MARGIN or any ReLU pre-activation lies within RELU_MARGIN of 0, so that f32 and f64 builds make the same
@@ -156,6 +157,15 @@ FIXTURES = {
         dict(B=2, T=9, rows=[10, 8], answer_only=False, grad_scale=1.0), 1616,
         "MoE variants: expert capacity CF 0.75 (EC = 7 of 36), score order (by gate, Riquelme et al. 2021 §3.1), "
         "MoEUT's sigmoid gates, entropy balancing; Gs=2 R=2, Q+A loss; eval_logits: the eval path drops nothing"),
+    "moeut_expert_choice": (
+        moeut_cfg(n_tokens=40, d_model=16, n_layers=4, n_heads=2, d_head=8, ff_n_experts=4, ff_expert_size=6, ff_k=2,
+                  att_n_experts=3, att_k=2, group_size=2, lm_head_bias=False, out_norm_affine=True,
+                  n_shared_experts=1, router="softmax", balance="none", routing="expert_choice",
+                  ff_capacity_factor=2.0),
+        dict(B=2, T=9, rows=[10, 6], answer_only=True, grad_scale=1.0), 1515,
+        "MoE variants: expert-choice routing (Zhou et al. 2022 §3.1) in training: each of the 4 experts takes its "
+        "top-c valid positions of the batch by softmax score, c = round(2 * 14 / 4) = 7, gates = those scores; 1 "
+        "shared expert at gate 1, no balancing term, Gs=2 R=2, one padded row (never chosen), answer-only"),
     "moeut_dense_first": (
         moeut_cfg(n_tokens=40, d_model=16, n_layers=5, n_heads=2, d_head=8, ff_n_experts=5, ff_expert_size=6, ff_k=2,
                   att_n_experts=3, att_k=2, group_size=2, lm_head_bias=True, out_norm_affine=True,
@@ -447,7 +457,11 @@ def build_fixture(name, out_dir):
         fixture_weights(model, gen)
         log = []
         with torch.no_grad():
-            model(inputs, log)
+            model(inputs, log, valid=valid)  # valid: the positions expert choice chooses from
+            if cfg.get("routing") == "expert_choice":  # and its causal evaluation routing, top-ff_k per position
+                model.eval()
+                model(inputs, log)
+                model.train()
         r_margin = twin.min_routing_margin(log)
         u_margin = twin.min_relu_margin(log)
         c_dropped, c_total, c_gap = twin.capacity_stats(log)
@@ -464,7 +478,8 @@ def build_fixture(name, out_dir):
             raise SystemExit(f"{name}: the expert_bias changes no selection")
         extra_meta["bias_changed_selections"] = f"{changed}/{total}"
     eval_logits = None
-    if cfg.get("ff_capacity_factor", 0) > 0:  # capacity must drop some assignments and keep most
+    if cfg.get("ff_capacity_factor", 0) > 0 and cfg.get("routing", "topk") == "topk":  # capacity must drop some
+        # assignments and keep most
         if not 0 < c_dropped < c_total:
             raise SystemExit(f"{name}: the capacity drops {c_dropped} of {c_total} assignments")
         extra_meta["capacity_dropped"] = f"{c_dropped}/{c_total}"
@@ -500,6 +515,11 @@ def build_fixture(name, out_dir):
         expected["eval_logits"] = eval_logits
     if "reg_seq" in res:  # model.seq_balance_alpha > 0
         expected["reg_seq"] = one(res["reg_seq"])
+    if cfg.get("routing") == "expert_choice":  # evaluation routes causally (twin.py): its logits apart
+        model.eval()
+        with torch.no_grad():
+            expected["eval_logits"] = model(inputs)[0].detach()
+        model.train()
     for n, p in model.named_parameters():  # parameters only: the expert_bias buffer has no gradient
         expected["grad." + n] = p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
     st_io.save(os.path.join(out_dir, "expected.safetensors"), expected,

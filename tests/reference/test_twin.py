@@ -39,7 +39,7 @@ def check(name, ok, detail=""):
         failures.append(name)
 
 
-def fd_gradcheck(name, cfg, spec, seed, per_tensor=6, h=1e-4, tol=1e-6):
+def fd_gradcheck(name, cfg, spec, seed, per_tensor=6, h=1e-4, tol=1e-6, routing_margin=5e-3):
     """Fourth-order central differences (f(-2h), f(-h), f(h), f(2h); truncation O(h^4), rounding ~1e-12 absolute)
     on `per_tensor` random entries of every parameter tensor. Draws whose routing margins or ReLU pre-activations are
     within reach of a 2h perturbation are rejected, so no difference crosses a top-k or ReLU switch."""
@@ -52,9 +52,9 @@ def fd_gradcheck(name, cfg, spec, seed, per_tensor=6, h=1e-4, tol=1e-6):
         gen_fixtures.fixture_weights(model, gen_w)
         log = []
         with torch.no_grad():
-            model(inputs, log)
+            model(inputs, log, valid=valid)  # valid: the positions expert choice chooses from
         score_capacity = cfg.get("ff_capacity_order") == "score"  # its decision moves with the gates
-        if twin.min_routing_margin(log) > 5e-3 and twin.min_relu_margin(log) > 2e-3 and \
+        if twin.min_routing_margin(log) > routing_margin and twin.min_relu_margin(log) > 2e-3 and \
                 (not score_capacity or twin.capacity_stats(log)[2] > 5e-3):
             break
     else:
@@ -250,6 +250,7 @@ def main():
     routed_scaling_checks()
     hash_routing_checks()
     capacity_checks()
+    expert_choice_checks()
     expert_bias_checks()
     dense_prefix_checks()
     variant_count_checks()
@@ -312,6 +313,12 @@ def variant_fd_checks():
                  _variant_cfg(n_layers=3, group_size=1, n_dense_first=2, n_shared_experts=1, router="softmax",
                               balance="bias", lm_head_bias=False),
                  dict(B=2, T=6, rows=[7, 5], answer_only=True, grad_scale=1.0), 23)
+
+    fd_gradcheck("MoEUT expert-choice routing CF 2, 1 shared expert (gates' softmax Jacobian)",
+                 _variant_cfg(ff_n_experts=4, n_shared_experts=1, router="softmax", balance="none",
+                              routing="expert_choice", ff_capacity_factor=2.0),
+                 dict(B=2, T=6, rows=[7, 4], answer_only=True, grad_scale=1.0), 25,
+                 routing_margin=1e-3)  # softmax scores: a 2h step moves them by ~1e-4 at most
 
     fd_gradcheck("MoEUT DeepSeek-V3 gates: sigmoid renorm x routed_scaling_factor 2.5, 1 shared expert, expert_bias",
                  _variant_cfg(n_shared_experts=1, router="sigmoid", router_renorm=True, routed_scaling_factor=2.5,
@@ -454,6 +461,58 @@ def hash_routing_checks():
                  _variant_cfg(ff_k=1, balance="none", routing="hash", n_shared_experts=1, n_layers=3,
                               n_dense_first=1, d_ff=10),
                  dict(B=2, T=6, rows=[7, 5], answer_only=True, grad_scale=1.0), 25)
+
+
+def expert_choice_checks():
+    """Expert-choice routing (Zhou et al. 2022 §3.1) against a literal loop over experts: S = softmax over experts per
+    token; expert e takes the c valid tokens of largest S[t, e] (equal scores: the earlier token), c = round(CF n / E);
+    f[t] = sum over the experts that took t of S[t, e] * ReLU(x1[t] K_e) V_e. Then causality: in eval mode (causal
+    top-ff_k routing) no logit of a position depends on a later token; in training mode the choice of the batch does."""
+    gen = torch.Generator().manual_seed(41)
+    cfg = _variant_cfg(ff_n_experts=4, router="softmax", balance="none", routing="expert_choice",
+                       ff_capacity_factor=2.0)
+    layer = twin.MoEUTLayer(cfg).double()
+    _random_fill(layer, gen, 0.5)
+    _set_ln(layer)
+    B, T, C, E = 2, 5, cfg["d_model"], cfg["ff_n_experts"]
+    x1 = torch.randn(B, T, C, generator=gen, dtype=torch.float64)
+    xs = torch.randn(B, T, C, generator=gen, dtype=torch.float64)
+    valid = torch.ones(B, T, dtype=torch.bool)
+    valid[1, 3:] = False
+    xs[0, 3] = xs[0, 1]  # positions 1 and 3 of row 0 score alike for every expert: a tie, earlier first
+    f, l, _ = layer.ffn(x1, xs, valid=valid)
+    S = torch.softmax(l.reshape(B * T, E), -1)
+    vt = [t for t in range(B * T) if valid.reshape(-1)[t]]
+    c = int(math.floor(2.0 * len(vt) / E + 0.5))  # round(2 * 8 / 4) = 4
+    want = torch.zeros(B * T, C, dtype=torch.float64)
+    chosen = torch.zeros(B * T, E, dtype=torch.bool)
+    for e in range(E):
+        for t in sorted(vt, key=lambda t: (-float(S[t, e]), t))[:c]:
+            chosen[t, e] = True
+            want[t] += S[t, e] * (torch.relu(x1.reshape(-1, C)[t] @ layer.ffn.keys[e]) @ layer.ffn.values[e])
+    err = float((f.reshape(-1, C) - want).abs().max())
+    tie_ok = all(not chosen[3, e] or chosen[1, e] for e in range(E))
+    check("expert choice: the layer's routed output = the literal per-expert top-c loop (c = 4 of 8 valid), padding "
+          "never chosen, each expert c tokens, a tie goes to the earlier token",
+          err < 1e-12 and c == 4 and float(f[1, 3:].abs().max()) == 0.0 and bool((chosen.sum(0) == c).all()) and
+          tie_ok, f"max err {err:.1e}")
+
+    model = twin.build_model(_variant_cfg(n_layers=2, group_size=1, ff_n_experts=4, ff_k=2, router="softmax",
+                                          balance="none", routing="expert_choice", ff_capacity_factor=2.0)).double()
+    gen_fixtures.fixture_weights(model, torch.Generator().manual_seed(42))
+    tok = torch.randint(3, 24, (1, 12), generator=gen)
+    ev_moved, tr_moved = 0.0, 0.0
+    with torch.no_grad():
+        for v in range(3, 24):  # every other last token
+            tok2 = tok.clone()
+            tok2[0, -1] = v
+            model.eval()
+            ev_moved = max(ev_moved, float((model(tok)[0][0, :-1] - model(tok2)[0][0, :-1]).abs().max()))
+            model.train()
+            tr_moved = max(tr_moved, float((model(tok)[0][0, :-1] - model(tok2)[0][0, :-1]).abs().max()))
+    check("expert choice: evaluation routes causally (no last token moves an earlier logit beyond rounding); "
+          "training's batch-wide choice does move them", ev_moved < 1e-12 and tr_moved > 1e-3,
+          f"eval {ev_moved:.1e}, training {tr_moved:.2g}")
 
 
 def shared_expert_checks():

@@ -40,6 +40,11 @@ Semantics (DM-math version):
     one expert with weight 1: f = ReLU(x1 @ keys[hash(x_t)]) @ values[hash(x_t)]; no router parameters, and so no
     ln2 (MoEUT's LN2 feeds only the router), no FFN balancing. The hash is the paper's random lookup table made
     balanced over ids: hash(v) = perm[v] mod E, perm a seeded permutation of the vocabulary (hash_table()).
+    routing "expert_choice" (Zhou et al. 2022, arXiv 2202.09368 §3.1): in training mode (module.training) each expert
+    takes its top-c tokens of the batch from its column of S = softmax(X W_g) [n, E] over the n positions with
+    valid = True, c = round(ff_capacity_factor * n / E) (halves away from zero) clamped to [1, n], gates = those
+    scores, a token gets 0..E experts; ties between equal scores go to the earlier position. In eval mode (and for
+    decoding) each position routes alone: its top-ff_k experts of the same softmax (ff_k = round(CF)), causal.
   * Arch "moe" (MoELM): the dense pre-LN layer with its FFN replaced by a routed mixture of experts with biases
     (RoutedFFN: Switch Transformer arXiv 2101.03961 §2, Mixtral arXiv 2401.04088 eq. 1-2), the router and gates
     switches as above, balance "switch" (one loss per MoE layer) or "none"; n_dense_first dense layers first.
@@ -242,10 +247,11 @@ class SigmaMoE(nn.Module):
     def __init__(self, C, E, S, K, router="sigmoid", renorm=False, n_shared=0, bias_balance=False, route_scale=1.0,
                  hash_table=None, capacity_factor=0.0,
                  capacity_order="position", n_group=1, topk_group=None,
-                 residual_size=0):
+                 residual_size=0, routing="topk"):
         super().__init__()
         assert capacity_factor >= 0 and capacity_order in ("position", "score")
         self.capacity_factor, self.capacity_order = float(capacity_factor), capacity_order
+        self.routing = routing
         self.C, self.E, self.S, self.K = C, E, S, K
         self.router, self.renorm = router, bool(renorm)
         self.route_scale = float(route_scale)  # DeepSeek-V3's routed scaling factor (routed gates only)
@@ -332,7 +338,35 @@ class SigmaMoE(nn.Module):
             eligible = eligible.repeat_interleave(Eg, dim=-1)  # [..., E]
         return ranked.masked_fill(~eligible, -math.inf)
 
-    def forward(self, x1, xs, route_log=None, tokens=None):
+    def expert_choice(self, x1, l, valid, route_log=None):
+        """Expert-choice routing (Zhou et al. 2022 §3.1): S = Softmax(X W_g) [n, E] over the positions with valid (all
+        when None); G, I = TopK(S^T, c): expert e takes the c positions of largest S[:, e] (a stable descending sort:
+        equal scores keep the earlier position first); f[t] = sum_{(e, j): I[e, j] = t} G[e, j] * FFN_e(x1[t]).
+        c = round(CF * n / E), halves away from zero, clamped to [1, n]. Returns f[B,T,C]."""
+        B, T, C = x1.shape
+        E = self.E
+        Sc = torch.softmax(l.reshape(B * T, E), dim=-1)  # [N, E]
+        cand = torch.arange(B * T) if valid is None else valid.reshape(-1).nonzero().squeeze(1)  # positions
+        n = int(cand.numel())
+        f = x1.new_zeros(B * T, C)
+        if n == 0:
+            return f.view(B, T, C)
+        c = min(max(int(math.floor(self.capacity_factor * n / E + 0.5)), 1), n)
+        St = Sc.index_select(0, cand).t()  # [E, n]
+        if route_log is not None:  # the c-th vs (c+1)-th score of each expert: the margin of its choice
+            route_log.append(("ffn", St.detach(), c))
+        with torch.no_grad():
+            order = torch.sort(St, dim=-1, descending=True, stable=True).indices[:, :c]  # [E, c]
+        pos = cand[order].reshape(-1)  # [E*c] entry p = e*c + j
+        expert = torch.arange(E).repeat_interleave(c)
+        gate = Sc[pos, expert]  # [E*c], differentiable: the softmax Jacobian reaches every logit of the position
+        u = cvmm(x1.reshape(B * T, C), pos, expert, self.keys)  # [E*c, S]
+        if route_log is not None:
+            route_log.append(("relu", u.detach(), None))
+        y = cvmm(F.relu(u), torch.arange(E * c), expert, self.values)  # [E*c, C]
+        return f.index_add(0, pos, gate.unsqueeze(1) * y).view(B, T, C)
+
+    def forward(self, x1, xs, route_log=None, tokens=None, valid=None):
         """keys read the raw x1, the router reads xs = LN2(x1). Returns the ROUTED output f[B,T,C], raw router logits
         l[B,T,E] and the selection idx[B,T,K] (shared experts: shared_forward). routing "hash": idx = hash(tokens)
         (tokens[B,T], the model's input ids), gate 1, no logits (l is None) and xs unused."""
@@ -344,6 +378,8 @@ class SigmaMoE(nn.Module):
             w = torch.ones(B, T, 1, dtype=x1.dtype, device=x1.device)
         else:
             l = F.linear(xs, self.expert_sel)  # [B,T,E]
+            if self.routing == "expert_choice" and self.training:
+                return self.expert_choice(x1, l, valid, route_log), l, None
             idx, w, ranked = self.route(l)  # [B,T,K]
         if self.capacity_factor > 0 and self.training:  # evaluation drops nothing
             keep = self.capacity_keep(idx.reshape(N, K), w.reshape(N, K))  # [N, K]
@@ -405,16 +441,17 @@ class MoEUTLayer(nn.Module):
                             cfg.get("router_renorm", False), cfg.get("n_shared_experts", 0),
                             cfg.get("balance", "entropy") == "bias", cfg.get("routed_scaling_factor", 1.0), table,
                             cfg.get("ff_capacity_factor", 0.0), cfg.get("ff_capacity_order", "position"),
-                            cfg.get("n_group", 1), cfg.get("topk_group"), cfg.get("ff_residual_size", 0))
+                            cfg.get("n_group", 1), cfg.get("topk_group"), cfg.get("ff_residual_size", 0),
+                            cfg.get("routing", "topk"))
         self.ln1 = nn.LayerNorm(C, eps=LN_EPS)
         self.ln2 = None if hashed else nn.LayerNorm(C, eps=LN_EPS)  # LN2 feeds only the router
 
-    def forward(self, x, cos, sin, n_rot, route_log=None, tokens=None):
+    def forward(self, x, cos, sin, n_rot, route_log=None, tokens=None, valid=None):
         xn = layer_norm(x, self.ln1)
         att, att_logits = self.attention(xn, x, cos, sin, n_rot, route_log)
         x1 = x + att
         xs = None if self.ln2 is None else layer_norm(x1, self.ln2)
-        f_routed, ffn_logits, ffn_sel = self.ffn(x1, xs, route_log, tokens)
+        f_routed, ffn_logits, ffn_sel = self.ffn(x1, xs, route_log, tokens, valid)
         f_shared = self.ffn.shared_forward(x1, route_log)
         y = x1 + f_routed if f_shared is None else x1 + f_routed + f_shared
         f_res = self.ffn.residual_forward(x1, route_log)
@@ -475,8 +512,9 @@ class MoEUTLM(_LMBase):
             return self.transformer.dense_layers[a]
         return self.transformer.layers[(a - n) % len(self.transformer.layers)]
 
-    def forward(self, tokens, route_log=None):
-        """tokens[B,T] long -> logits[B,T,V], histories {distinct MoEUT layer: {"ffn"|"ffn_sel"|"att_o"|"att_v":
+    def forward(self, tokens, route_log=None, valid=None):
+        """valid[B,T] bool: the positions routing "expert_choice" chooses from in training (None = all).
+        tokens[B,T] long -> logits[B,T,V], histories {distinct MoEUT layer: {"ffn"|"ffn_sel"|"att_o"|"att_v":
         [R x logits or selections]}} (R = (n_layers - n_dense_first) / group_size; the dense prefix has none)."""
         B, T = tokens.shape
         h = self.embedding(tokens)
@@ -488,7 +526,7 @@ class MoEUTLM(_LMBase):
             h = self.transformer.dense_layers[a](h, cos, sin, self.n_rot, route_log)
         for a in range(n, self.cfg["n_layers"]):
             i = (a - n) % len(layers)  # ABAB sharing
-            h, (lo, lv), (lf, sf) = layers[i](h, cos, sin, self.n_rot, route_log, tokens)
+            h, (lo, lv), (lf, sf) = layers[i](h, cos, sin, self.n_rot, route_log, tokens, valid)
             hist[i]["ffn"].append(lf)
             hist[i]["ffn_sel"].append(sf)
             hist[i]["att_o"].append(lo)
@@ -553,7 +591,7 @@ class DenseLM(_LMBase):
         assert cfg["arch"] == "dense"
         super().__init__(cfg, [DenseLayer(cfg) for _ in range(cfg["n_layers"])])
 
-    def forward(self, tokens, route_log=None):
+    def forward(self, tokens, route_log=None, valid=None):
         B, T = tokens.shape
         h = self.embedding(tokens)
         cos, sin = rope_tables(T, self.n_rot, h.dtype, h.device)
@@ -651,7 +689,7 @@ class MoELM(_LMBase):
                          [DenseLayer(dense_cfg) for _ in range(n)])
         self.n_dense_first = n
 
-    def forward(self, tokens, route_log=None):
+    def forward(self, tokens, route_log=None, valid=None):  # valid: only MoEUT's expert choice reads it
         """tokens[B,T] -> logits[B,T,V], histories [{"ffn": [l], "ffn_sel": [idx]}] one per MoE layer (each applied
         once; no attention routers)."""
         B, T = tokens.shape
@@ -766,7 +804,7 @@ def objective(model, inputs, targets, valid=None, grad_scale=1.0, route_log=None
     valid[B,T] bool (regularizer mask) or None. Returns a dict of tensors; 'total' is the differentiated objective
     grad_scale * (ce + c_ffn * reg_ffn + att_entropy_reg * reg_att), c_ffn and reg_ffn by cfg["balance"]."""
     cfg = model.cfg
-    logits, hist = model(inputs, route_log)
+    logits, hist = model(inputs, route_log, valid=valid)
     V = logits.shape[-1]
     flat_t = targets.reshape(-1)
     counted = flat_t >= 0

@@ -325,6 +325,27 @@ static void run_seq_balance(OpRun *r, const OpCase *c) {
     if (dlogits) out_f_added(r, "dlogits", dlogits, CMP_F32);
 }
 static const OpDriver drv_seq_balance = {"seq_balance", run_seq_balance, {"B", "T", "E", "k", "kind"}};
+/* expert_choice_select: dims N, E, c over routing_logits (with ties; F_VALID: 1 in 3 positions masked); the
+ * backward (op expert_choice_gates_backward) of random entry gradients into random dlogits */
+static void run_expert_choice(OpRun *r, const OpCase *c) {
+    const int N = D(0), E = D(1), cap = D(2);
+    const size_t M = (size_t)E * cap;
+    scalar_t *logits = routing_logits(r, (size_t)N * E);
+    uint8_t *valid = c->flags & F_VALID ? routing_mask(r, (size_t)N, 3, 0) : NULL;
+    int32_t *pos = in_zero(r, M * sizeof(int32_t)), *expert = in_zero(r, M * sizeof(int32_t));
+    scalar_t *gate = in_uniform(r, M, -1, 1);
+    BE->expert_choice_select(BE, pos, expert, gate, logits, valid, N, E, cap);
+    if (!strcmp(c->op, "expert_choice_select")) {
+        out_i32(r, "pos", pos, M), out_i32(r, "expert", expert, M);
+        out_f(r, "gate", gate, CMP_F32);
+        return;
+    }
+    scalar_t *dgate = in_uniform(r, M, -1, 1), *dlogits = in_uniform(r, (size_t)N * E, -1, 1);
+    scalar_t *dscore = in_uniform(r, (size_t)N * E, -1, 1); /* scratch: overwritten */
+    BE->expert_choice_gates_backward(BE, dlogits, dscore, dgate, pos, logits, N, E, cap);
+    out_f_added(r, "dlogits", dlogits, CMP_F32);
+}
+static const OpDriver drv_expert_choice = {"expert_choice", run_expert_choice, {"N", "E", "c"}};
 
 /* entropy_reg: dims R, B, T, G, E; p = coef. The mask leaves sequence 2 empty and the others unequal. */
 static void run_entropy_reg(OpRun *r, const OpCase *c) {

@@ -105,6 +105,10 @@ static const Case cases[] = {
     /* DeepSeek-V3's routed scaling factor on MoEUT's sigmoid gates (the gate backward needs the unscaled gates) */
     {"moeut fp32 sigmoid routed scaling 2.5", MOEUT_VARIANT_JSON("\"routed_scaling_factor\":2.5,\"balance\":\"none\""),
      PRECISION_FP32, 1.0},
+    /* expert-choice routing (training: each expert its top-c positions; evaluation: causal top-ff_k) */
+    {"moeut fp32 expert choice CF 3", MOEUT_VARIANT_JSON("\"routing\":\"expert_choice\",\"ff_capacity_factor\":3,"
+                                                         "\"router\":\"softmax\",\"balance\":\"none\""),
+     PRECISION_FP32, 1.0},
     {"moeut fp32 softmax bias 2 shared",
      MOEUT_VARIANT_JSON("\"router\":\"softmax\",\"n_shared_experts\":2,\"balance\":\"bias\""), PRECISION_FP32, 0.5},
     /* DeepSeek-V3's group-limited routing (9 experts in 3 groups, 2 kept) with its normalised sigmoid gates x 2.5

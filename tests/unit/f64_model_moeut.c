@@ -17,6 +17,9 @@
 
 #define FD_STEP 1e-4
 #define MIN_MARGIN 1e-2 /* 100 x the step: a step moves a router logit by ~FD_STEP * O(1) */
+/* routing "expert_choice" ranks softmax scores, which a step moves by at most 1/4 of the logits' change (the softmax's
+ * largest slope is 1/4 per logit pair); 1e-3 keeps 20 x the ~FD_STEP * O(1) / 2 a step can move them */
+#define EC_MIN_MARGIN 1e-3
 
 /* Expert capacity in the score order (sigmoid gates, no renormalisation or scaling: gate = sigmoid(logit)): the
  * smallest gap, over the experts of every application of the last training forward that got more than EC
@@ -66,7 +69,7 @@ static void run_check(ModelConfig c, uint64_t seed) {
     uint8_t valid[B * T];
     /* Pick the first weights/batch (deterministic seed sequence) whose routing margins are all wide. */
     Model *m = NULL;
-    double margin = 0;
+    double margin = 0, ec_margin = 0;
     uint64_t s = seed;
     for (int attempt = 0; attempt < 50; attempt++, s += 101) {
         m = mtu_model_with_noise(be, c, s, s + 1, 0.2);
@@ -81,12 +84,15 @@ static void run_check(ModelConfig c, uint64_t seed) {
         StepStats st;
         model_train_step(m, in, ce_tg, valid, B, T, 1.0, &st, NULL);
         margin = c.arch == ARCH_MOE ? mt_moe_min_topk_margin(m) : fmin(mt_min_topk_margin(m), capacity_score_margin(m));
-        if (margin > MIN_MARGIN) break;
+        ec_margin = c.arch == ARCH_MOE ? INFINITY : mt_min_ec_margin(m); /* routing "expert_choice": the experts'
+                                                                           * selections (infinity otherwise) */
+        if (margin > MIN_MARGIN && ec_margin > EC_MIN_MARGIN) break;
         model_free(m);
         m = NULL;
     }
-    ck_assert_msg(m != NULL, "no seed with routing margins > %g in 50 tries (last %g)", MIN_MARGIN, margin);
-    printf("routing margin %.3g (seed %llu)\n", margin, (unsigned long long)s);
+    ck_assert_msg(m != NULL, "no seed with routing margins > %g (expert choice: > %g) in 50 tries (last %g, %g)",
+                  MIN_MARGIN, EC_MIN_MARGIN, margin, ec_margin);
+    printf("routing margin %.3g, expert choice %.3g (seed %llu)\n", margin, ec_margin, (unsigned long long)s);
     int64_t dropped[16] = {0}, n_dropped = 0; /* expert capacity: the case must drop assignments */
     ck_assert(model_routed_applications(m, NULL) <= 16);
     if (model_routing_dropped(m, dropped)) {
@@ -308,6 +314,24 @@ START_TEST(grad_moeut_pyramid_residual_switch) {
 }
 END_TEST
 
+/* Expert-choice routing (Zhou et al. 2022): each expert takes its top-c valid positions by softmax score, c =
+ * round(CF * n / E); the gates' softmax Jacobian reaches every logit of a chosen position. CF 2 (the paper's), and
+ * CF 1 with a shared expert; the check's margin is the gap at each expert's c-th score (mt_min_ec_margin). */
+#define EC_BASE                                                                                                      \
+    "{\"arch\":\"moeut\",\"n_tokens\":7,\"d_model\":6,\"n_layers\":4,\"n_heads\":2,\"d_head\":6,"                      \
+    "\"ff_n_experts\":4,\"ff_expert_size\":3,\"att_n_experts\":3,\"att_k\":1,\"group_size\":2,"                        \
+    "\"routing\":\"expert_choice\",\"router\":\"softmax\",\"balance\":\"none\","
+
+START_TEST(grad_moeut_expert_choice) {
+    run_check(mtu_config(EC_BASE "\"ff_capacity_factor\":2,\"ff_k\":2}"), 12);
+}
+END_TEST
+
+START_TEST(grad_moeut_expert_choice_shared) {
+    run_check(mtu_config(EC_BASE "\"ff_capacity_factor\":1,\"ff_k\":1,\"n_shared_experts\":1}"), 13);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("f64_model_moeut");
     TCase *tc = tcase_create("fd");
@@ -341,6 +365,8 @@ int main(void) {
     tcase_add_test(tc, grad_moeut_residual_arctic_shared_dense);
     tcase_add_test(tc, grad_moeut_pyramid);
     tcase_add_test(tc, grad_moeut_pyramid_residual_switch);
+    tcase_add_test(tc, grad_moeut_expert_choice);
+    tcase_add_test(tc, grad_moeut_expert_choice_shared);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

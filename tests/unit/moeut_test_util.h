@@ -237,6 +237,7 @@ static inline double mt_min_topk_margin(Model *m) {
             const int G = kind == 0 ? 1 : c->n_heads, k = kind == 0 ? c->ff_k : c->att_k;
             if (k == E) continue;
             if (kind == 0 && c->routing == ROUTING_HASH) continue; /* no router logits: the token ids choose */
+            if (kind == 0 && c->routing == ROUTING_EXPERT_CHOICE) continue; /* mt_min_ec_margin's */
             size_t n = (size_t)R * N * G * E;
             double *l = mt_download(be, hist, n);
             /* balance "bias": the FFN selection ranks score + bias (kernels/routing_key.h), so its margin is there */
@@ -274,6 +275,50 @@ static inline double mt_min_topk_margin(Model *m) {
             free(bias);
         }
     }
+    return best;
+}
+
+/* Routing "expert_choice": smallest gap, over the experts of all FFN applications of the last training forward,
+ * between the c-th and (c+1)-th largest softmax score among the valid positions (infinity where c takes them all, or
+ * with routing "topk"): a finite-difference step far below it cannot change an expert's chosen positions. */
+static inline double mt_min_ec_margin(Model *m) {
+    MoeutState *st = moeut_state(m);
+    const ModelConfig *c = model_config(m);
+    Backend *be = model_backend(m);
+    const int R = st->R, N = st->B * st->T, E = c->ff_n_experts, ec_c = st->ec_c;
+    if (c->routing != ROUTING_EXPERT_CHOICE) return INFINITY;
+    uint8_t *valid = malloc((size_t)N);
+    ck_assert_ptr_nonnull(valid);
+    if (st->have_valid) be->to_host(be, valid, st->valid_dev, (size_t)N);
+    else memset(valid, 1, (size_t)N);
+    double best = INFINITY, *col = malloc((size_t)N * sizeof(double));
+    ck_assert_ptr_nonnull(col);
+    for (int i = 0; i < c->group_size; i++) {
+        double *l = mt_download(be, st->hist_f[i], (size_t)R * N * E);
+        for (int r = 0; r < R; r++)
+            for (int e = 0; e < E; e++) {
+                int n_col = 0;
+                for (int n = 0; n < N; n++) {
+                    if (!valid[n]) continue;
+                    const double *row = l + ((size_t)r * N + n) * E;
+                    double mx = -INFINITY, sum = 0;
+                    for (int j = 0; j < E; j++) mx = fmax(mx, row[j]);
+                    for (int j = 0; j < E; j++) sum += exp(row[j] - mx);
+                    col[n_col++] = exp(row[e] - mx) / sum;
+                }
+                if (ec_c >= n_col) continue;
+                for (int a = 1; a < n_col; a++) /* descending */
+                    for (int b = a; b > 0 && col[b] > col[b - 1]; b--) {
+                        double t = col[b];
+                        col[b] = col[b - 1];
+                        col[b - 1] = t;
+                    }
+                best = fmin(best, col[ec_c - 1] - col[ec_c]);
+            }
+        free(l);
+    }
+    free(col);
+    free(valid);
     return best;
 }
 

@@ -486,6 +486,49 @@ START_TEST(test_entropy_masked_broadcast) {
 }
 END_TEST
 
+/* expert_choice_select and its gate backward by hand: N=5 positions, E=2 experts (S[n,0] = sigmoid(l0 - l1)), c=2,
+ * position 4 masked out (it would win expert 0). Expert 0: n1 (0.731), then n0 and n2 tie at 0.5: the earlier, n0.
+ * Expert 1: n3 (0.731), then n0 (0.5; n2 ties, later). Backward with dgate = {1, 2, 3, 4}: q[n,e] at the chosen
+ * pairs, dl[n,e] = S[n,e] (q[n,e] - sum_i q[n,i] S[n,i]); n2 and n4 were chosen by no expert: no gradient. */
+START_TEST(test_expert_choice_by_hand) {
+    Backend *be = ktu_cpu();
+    const int N = 5, E = 2, c = 2;
+    const scalar_t l[] = {0, 0, 1, 0, 0, 0, -1, 0, 2, 0};
+    const uint8_t valid[] = {1, 1, 1, 1, 0};
+    int32_t pos[4], expert[4];
+    scalar_t gate[4];
+    be->expert_choice_select(be, pos, expert, gate, l, valid, N, E, c);
+    const int32_t want_pos[] = {1, 0, 3, 0}, want_expert[] = {0, 0, 1, 1};
+    const double s1 = 1 / (1 + exp(-1.0)); /* 0.731 */
+    const double want_gate[] = {s1, 0.5, s1, 0.5};
+    for (int p = 0; p < 4; p++) {
+        ck_assert_msg(pos[p] == want_pos[p] && expert[p] == want_expert[p], "entry %d: pos %d expert %d", p, pos[p],
+                      expert[p]);
+        ck_assert_msg(fabs(gate[p] - want_gate[p]) < 1e-6, "gate[%d] = %g, want %g", p, gate[p], want_gate[p]);
+    }
+    /* without the mask position 4 (S = sigmoid(2)) is expert 0's first choice */
+    be->expert_choice_select(be, pos, expert, gate, l, NULL, N, E, c);
+    ck_assert_int_eq(pos[0], 4);
+    ck_assert_int_eq(pos[1], 1);
+    const scalar_t dgate[] = {1, 2, 3, 4};
+    scalar_t dl[10], q[10];
+    for (int i = 0; i < 10; i++) dl[i] = 0.5f, q[i] = 99;
+    const int32_t masked_pos[] = {1, 0, 3, 0};
+    be->expert_choice_gates_backward(be, dl, q, dgate, masked_pos, l, N, E, c);
+    const double a = s1, b = 1 - s1;
+    const double want_dl[] = {0.5 * (2 - 3), 0.5 * (4 - 3),             /* n0: q = (2, 4), S = (0.5, 0.5) */
+                              a * (1 - a), b * (0 - a),                 /* n1: q = (1, 0), S = (a, b) */
+                              0, 0,                                     /* n2 */
+                              b * (0 - 3 * a), a * (3 - 3 * a),         /* n3: q = (0, 3), S = (b, a) */
+                              0, 0};                                    /* n4 */
+    for (int i = 0; i < 10; i++)
+        ck_assert_msg(fabs(dl[i] - 0.5 - want_dl[i]) < 1e-6, "dl[%d] = %g, want 0.5 + %g", i, dl[i], want_dl[i]);
+    const scalar_t want_q[] = {2, 4, 1, 0, 0, 0, 0, 3, 0, 0};
+    for (int i = 0; i < 10; i++) ck_assert_msg(q[i] == want_q[i], "dscore[%d] = %g", i, q[i]);
+    backend_destroy(be);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("kernels_routing");
     TCase *tc = tcase_create("cpu");
@@ -499,6 +542,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_entropy_all_valid);
     tcase_add_test(tc, test_entropy_stack_order);
     tcase_add_test(tc, test_entropy_masked_broadcast);
+    tcase_add_test(tc, test_expert_choice_by_hand);
     suite_add_tcase(s, tc);
     return s;
 }

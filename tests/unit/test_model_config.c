@@ -288,8 +288,65 @@ START_TEST(routed_scaling_factor_key) {
 }
 END_TEST
 
+/* model.routing: "topk" by default (ff_capacity_factor there: the token-choice capacity); "expert_choice" needs a
+ * capacity factor, the softmax router without renormalisation or scaling, no balancing term, ff_k = round(CF) (the
+ * causal evaluation's k) and none of the token-choice keys; dense configs know neither key. The capacity c = round(CF n / E) in [1, n]. */
+#define EC_OK MOEUT_BASE ",\"routing\":\"expert_choice\",\"router\":\"softmax\",\"balance\":\"none\""
+START_TEST(routing_key) {
+    ModelConfig c;
+    char err[512];
+    ck_assert_int_eq(parse("{" MOEUT_BASE ",\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.routing, ROUTING_TOPK);
+    ck_assert(c.ff_capacity_factor == 0.0);
+    ck_assert_int_eq(model_config_ec_capacity(&c, 100), 0);
+    ck_assert_int_eq(model_config_train_routing_k(&c), 2);
+    ck_assert_int_eq(parse("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(c.routing, ROUTING_EXPERT_CHOICE);
+    ck_assert(c.ff_capacity_factor == 2.0);
+    ck_assert_int_eq(model_config_train_routing_k(&c), 6);
+    ck_assert_int_eq(model_config_ec_capacity(&c, 0), 0);
+    ck_assert_int_eq(model_config_ec_capacity(&c, 1), 1);  /* round(1/3) = 0, at least 1 */
+    ck_assert_int_eq(model_config_ec_capacity(&c, 2), 1);  /* round(2/3) */
+    ck_assert_int_eq(model_config_ec_capacity(&c, 9), 3);
+    ck_assert_int_eq(model_config_ec_capacity(&c, 6), 2);
+    ck_assert_int_eq(model_config_ec_capacity(&c, 100), 33); /* round(33.33) */
+    ck_assert_int_eq(parse("{" EC_OK ",\"ff_capacity_factor\":6,\"ff_k\":6}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(model_config_ec_capacity(&c, 5), 5); /* CF = E: every expert takes every position */
+    ck_assert_int_eq(parse("{" EC_OK ",\"ff_capacity_factor\":1.5,\"ff_k\":2}", &c, err, sizeof err), 0);
+    ck_assert_int_eq(model_config_ec_capacity(&c, 6), 2); /* round(1.5) = 2: halves away from zero */
+    round_trip("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":2,\"n_shared_experts\":1}");
+    round_trip("{" MOEUT_BASE ",\"ff_k\":2}");
+    expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"routing\":\"choice\"}", "exp.json: model.routing:", "expert_choice");
+    expect_error("{" EC_OK ",\"ff_k\":2}", "exp.json: model.ff_capacity_factor:", "got 0");
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":-1,\"ff_k\":2}", "exp.json: model.ff_capacity_factor:",
+                 "must be a finite number >= 0");
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":7,\"ff_k\":6}", "exp.json: model.ff_capacity_factor:",
+                 "got 7");
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":3}", "exp.json: model.ff_k:", "set ff_k 2, got 3");
+    expect_error("{" MOEUT_BASE ",\"routing\":\"expert_choice\",\"balance\":\"none\",\"ff_capacity_factor\":2,"
+                 "\"ff_k\":2}", "exp.json: model.router:", "set router \"softmax\"");
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":2,\"router_renorm\":true}",
+                 "exp.json: model.router_renorm:", "expert_choice");
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":2,\"routed_scaling_factor\":2.5}",
+                 "exp.json: model.routed_scaling_factor:", "expert_choice");
+    expect_error("{" MOEUT_BASE ",\"routing\":\"expert_choice\",\"router\":\"softmax\",\"ff_capacity_factor\":2,"
+                 "\"ff_k\":2}", "exp.json: model.balance:", "set balance \"none\"");
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":2,\"ff_expert_dropout\":0.1}",
+                 "exp.json: model.ff_expert_dropout:", "expert_choice");
+    expect_error("{" DENSE_BASE ",\"routing\":\"topk\"}", "exp.json: model.routing:", "moeut");
+    expect_error("{" DENSE_BASE ",\"ff_capacity_factor\":2}", "exp.json: model.ff_capacity_factor:", "moeut");
+    /* the token-choice keys that have no effect when the experts choose */
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":2,\"ff_capacity_order\":\"score\"}",
+                 "exp.json: model.ff_capacity_order:", "model.routing \"expert_choice\"");
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":2,\"n_group\":2,\"topk_group\":1}",
+                 "exp.json: model.n_group:", "model.routing \"expert_choice\"");
+    expect_error("{" EC_OK ",\"ff_capacity_factor\":2,\"ff_k\":2,\"seq_balance_alpha\":0.001}",
+                 "exp.json: model.seq_balance_alpha:", "model.routing \"expert_choice\"");
+}
+END_TEST
+
 /* model.routing: "topk" (default), "hash" (Roller et al.: k = 1, balance "none", no router keys, hash_seed default
- * 1); "expert_choice" is a name of the key but not implemented. */
+ * 1). */
 #define HASH_BASE MOEUT_BASE ",\"ff_k\":1,\"balance\":\"none\",\"routing\":\"hash\""
 START_TEST(routing_hash_key) {
     ModelConfig c;
@@ -317,8 +374,6 @@ START_TEST(routing_hash_key) {
     ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(o, "hash_seed"));
     cJSON_Delete(o);
     /* refusals, one line each, naming the key */
-    expect_error("{" MOEUT_BASE ",\"ff_k\":1,\"routing\":\"expert_choice\"}", "exp.json: model.routing:",
-                 "\"expert_choice\" is not implemented");
     expect_error("{" MOEUT_BASE ",\"routing\":\"random\"}", "exp.json: model.routing:", "unknown value \"random\"");
     expect_error("{" MOEUT_BASE ",\"routing\":1}", "exp.json: model.routing:", "expected a string");
     expect_error("{" DENSE_BASE ",\"routing\":\"hash\"}", "exp.json: model.routing:", "moeut");
@@ -976,6 +1031,7 @@ int main(void) {
     tcase_add_test(tc, routed_scaling_factor_key);
     tcase_add_test(tc, group_limited_keys);
     tcase_add_test(tc, seq_balance_alpha_key);
+    tcase_add_test(tc, routing_key);
     tcase_add_test(tc, moeut_switch_tensor_names);
     tcase_add_test(tc, moeut_defaults_are_reference_ctor);
     tcase_add_test(tc, moeut_default_ff_k_is_8);

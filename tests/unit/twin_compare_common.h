@@ -8,7 +8,8 @@
  * valid = targets >= 0 (regularizer mask) and CE targets = targets where valid && loss_mask, else -1; grad_scale comes
  * from fixture.json (inspect always uses 1). Compared with the twin's float64 results:
  *   logits (the float logits_out of the train step, and the scalar_t logits of the eval path
- *   model_embed + model_run_layers + model_head), cross_entropy = ce_sum / n_counted, n_counted (exact), reg_ffn,
+ *   model_embed + model_run_layers + model_head, against eval_logits where the fixture has them: routing
+ *   "expert_choice", whose evaluation routes differently from its training), cross_entropy = ce_sum / n_counted, n_counted (exact), reg_ffn,
  *   reg_att and grad.<name> for every tensor; then a second train step WITHOUT zeroing must leave exactly twice the
  *   expected gradients (the accumulate contract of model_train_step).
  * Error measure per tensor: max |c - e| / max |e| (relative to the tensor's largest entry), or the absolute error when
@@ -293,9 +294,11 @@ static int twin_run_fixture(const char *name) {
     model_head(m, lg, h, B, T);
     be->to_host(be, lg_host, lg, BT * V * sizeof(scalar_t));
     for (size_t i = 0; i < BT * V; i++) logits_d[i] = (double)lg_host[i];
-    /* expert capacity drops assignments in training only: such a fixture has the eval path's logits of its own */
+    /* a fixture whose eval path differs from its training step (expert capacity drops in training only; routing
+     * "expert_choice" routes causally at evaluation) holds the twin's eval logits apart (eval_logits) */
     double *e_eval = st_find(&ex, "eval_logits") ? twin_expected(&ex, "eval_logits", BT * V, path_e) : NULL;
-    twin_compare(&tally, name, "logits (eval path, scalar_t)", logits_d, e_eval ? e_eval : e_logits, BT * V, TWIN_TOL);
+    twin_compare(&tally, name, e_eval ? "logits (eval path, scalar_t; the twin's eval routing)" :
+                 "logits (eval path, scalar_t)", logits_d, e_eval ? e_eval : e_logits, BT * V, TWIN_TOL);
     free(e_eval);
 
     /* ---- accumulation: a second step without zeroing doubles every gradient ---- */

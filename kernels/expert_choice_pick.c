@@ -1,0 +1,60 @@
+/* Expert-choice selection (Zhou et al. 2022, arXiv 2202.09368 §3.1: each expert takes its top-c tokens of the
+ * token-to-expert score matrix S = softmax(X W_g)), one definition for both backends; see expert_choice_pick.h. */
+#include "kernels/expert_choice_pick.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "pipeline/base/log.h"
+
+void expert_choice_scores_f(double *score, const float *logits, int N, int E) {
+    for (long n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * E;
+        double mx = -DBL_MAX, s = 0;
+        for (int e = 0; e < E; e++) mx = (double)l[e] > mx ? (double)l[e] : mx;
+        for (int e = 0; e < E; e++) s += exp((double)l[e] - mx);
+        for (int e = 0; e < E; e++) score[(size_t)n * E + e] = exp((double)l[e] - mx) / s;
+    }
+}
+
+void expert_choice_scores_d(double *score, const double *logits, int N, int E) {
+    for (long n = 0; n < N; n++) {
+        const double *l = logits + (size_t)n * E;
+        double mx = -DBL_MAX, s = 0;
+        for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+        for (int e = 0; e < E; e++) s += exp(l[e] - mx);
+        for (int e = 0; e < E; e++) score[(size_t)n * E + e] = exp(l[e] - mx) / s;
+    }
+}
+
+typedef struct {
+    double s;
+    int32_t n;
+} Cand;
+
+/* descending score, then ascending position: a total order, so the pick does not depend on the sort's stability */
+static int cand_cmp(const void *a, const void *b) {
+    const Cand *x = a, *y = b;
+    if (x->s != y->s) return x->s > y->s ? -1 : 1;
+    return (x->n > y->n) - (x->n < y->n);
+}
+
+void expert_choice_pick(int32_t *pos, int32_t *expert, const double *score, const uint8_t *valid, int N, int E,
+                        int c) {
+    int n_valid = 0;
+    for (int n = 0; n < N; n++) n_valid += !valid || valid[n];
+    if (c < 1 || c > n_valid) die("expert_choice_select: capacity c=%d must be in [1, %d valid positions]", c, n_valid);
+    Cand *cand = xmalloc((size_t)n_valid * sizeof *cand);
+    for (int e = 0; e < E; e++) {
+        int m = 0;
+        for (int n = 0; n < N; n++)
+            if (!valid || valid[n]) cand[m++] = (Cand){score[(size_t)n * E + e], n};
+        qsort(cand, (size_t)m, sizeof *cand, cand_cmp);
+        for (int j = 0; j < c; j++) {
+            pos[(size_t)e * c + j] = cand[j].n;
+            if (expert) expert[(size_t)e * c + j] = e;
+        }
+    }
+    free(cand);
+}
