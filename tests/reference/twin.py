@@ -492,7 +492,7 @@ class MoEUTLM(_LMBase):
         assert cfg.get("balance", "entropy") in BALANCES and cfg.get("router", "sigmoid") in ("sigmoid", "softmax")
         assert "balance_gamma" not in cfg or cfg.get("balance") == "bias"
         assert cfg.get("n_shared_experts", 0) >= 0 and cfg.get("ff_residual_size", 0) >= 0
-        assert cfg.get("routing", "topk") in ("topk", "hash")
+        assert cfg.get("routing", "topk") in ("topk", "expert_choice", "hash")
         if cfg.get("routing") == "hash":  # Roller et al.: one expert, nothing to balance, no router keys
             assert cfg["ff_k"] == 1 and cfg.get("balance") == "none" and not cfg.get("ff_expert_dropout")
             assert not any(k in cfg for k in ("router", "router_renorm", "routed_scaling_factor"))
