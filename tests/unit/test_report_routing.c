@@ -111,6 +111,32 @@ END_TEST
 /* Expert capacity: two logged steps whose routing records dropped assignments (counts as hand_routing, 6 tokens,
  * dropped {2, 1}: 8 kept and 3 dropped per step) give the capacity table's row, 16 kept, 6 dropped, 6/22 = 27.27%;
  * a run without them has no row, and no run with them: no table. */
+/* A run trained with expert-choice routing: the expert-load section says that evaluation routed it causally, naming
+ * the run; the token-choice run is not named. */
+#define EXPERT_CHOICE                                                                                                \
+    "{\"model\":{\"arch\":\"moeut\",\"router\":\"softmax\",\"routing\":\"expert_choice\","                        \
+    "\"ff_capacity_factor\":2},\"train\":{\"steps\":10,\"seed\":1}}"
+START_TEST(expert_choice_evaluation_named) {
+    setup_dirs("test_report_routing_ec");
+    write_run("moeut_answer", "moeut", "answer_only", 50, BASE, 1);
+    write_run("moeut_answer_expert_choice", "moeut", "answer_only", 55, EXPERT_CHOICE, 1);
+    char *md = report("moeut_answer,moeut_answer_expert_choice");
+    check_html();
+    const char *p = strstr(md, "Expert-choice routing (model.routing \"expert_choice\": moeut_answer_expert_choice)");
+    ck_assert_msg(p != NULL, "no expert-choice note:\n%s", md);
+    ck_assert(strstr(p, "route causally") != NULL && strstr(p, "is not measured") != NULL);
+    free(md);
+    remove_tree(g_dir);
+
+    setup_dirs("test_report_routing_no_ec");
+    write_run("moeut_answer", "moeut", "answer_only", 50, BASE, 1);
+    md = report("moeut_answer");
+    ck_assert(strstr(md, "Expert-choice routing") == NULL);
+    free(md);
+    remove_tree(g_dir);
+}
+END_TEST
+
 START_TEST(capacity_dropped_share) {
     setup_dirs("test_report_routing_capacity");
     write_run("moeut_answer", "moeut", "answer_only", 50, BASE, 1);
@@ -152,6 +178,7 @@ int main(void) {
     tcase_add_test(tc, ablations_and_expert_load);
     tcase_add_test(tc, no_sections_without_routing_or_family);
     tcase_add_test(tc, capacity_dropped_share);
+    tcase_add_test(tc, expert_choice_evaluation_named);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
