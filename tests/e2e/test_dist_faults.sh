@@ -97,7 +97,10 @@ if ! mount -t tmpfs -o size=24m tmpfs "$disk" 2>/dev/null; then
   exit 0
 fi
 trap 'for j in $(jobs -p); do kill "$j" 2>/dev/null; done; wait 2>/dev/null; umount "$disk" 2>/dev/null; rm -rf "$tmp"' EXIT
-small=("${ci[@]}" --set train.steps=8 --set train.checkpoint_every=2 --set train.evaluate_every=0)
+# 24 steps: after step 4 the run has ~20 steps and 10 checkpoints left, so the filling (a few ms) lands before its end
+# even on a loaded machine (with 8 steps a busy machine could finish the run before the disk was full).
+full_steps=24
+small=("${ci[@]}" --set train.steps=$full_steps --set train.checkpoint_every=2 --set train.evaluate_every=0)
 mpi_train 2 "${small[@]}" --out "$tmp/full-ref" >"$tmp/full-ref.log" 2>&1 || { cat "$tmp/full-ref.log"; fail "full disk: reference run"; }
 d=$disk/run
 job_until "$d" 4 "${small[@]}"
@@ -112,5 +115,5 @@ echo "ok: full disk: $(grep -o "train\[rank 0\]: error: .*No space left on devic
 k=$(json_get "$d/state.json" step)
 rm -f "$disk/filler"
 mpi_train 2 "${small[@]}" --out "$d" --auto-resume >>"$tmp/run.log" 2>&1 || { cat "$tmp/run.log"; fail "full disk: --auto-resume after freeing space"; }
-grep -q "resumed .* at step $k of 8" "$tmp/run.log" || { cat "$tmp/run.log"; fail "full disk: no resume from the last checkpoint (step $k)"; }
+grep -q "resumed .* at step $k of $full_steps" "$tmp/run.log" || { cat "$tmp/run.log"; fail "full disk: no resume from the last checkpoint (step $k)"; }
 same_as_ref "$tmp/full-ref" "$d" "full disk: the checkpoint of step $k intact, --auto-resume bit-identical to the uninterrupted run"
