@@ -305,11 +305,12 @@ repro-force:
 # dense run's model.safetensors (model/upcycle.h); train leaves the file in place when it starts over.
 repro_upcycle_from = $(REPRO_UPCYCLE_FROM.$(1))
 repro_upcycle_init = $(if $(call repro_upcycle_from,$(1)),$(RUNS_DIR)/$(1)/init.safetensors)
+# (one printed line per stage command: tests read the commands of make -n line by line)
+repro_init_flag = $(if $(call repro_upcycle_init,$(1)), --init-from $(call repro_upcycle_init,$(1)))
 $(RUNS_DIR)/%/train_summary.json: $(EXP_DIR)/$$(call repro_config,$$*).json $(DATA)/tokenize_manifest.json \
     $(RUNS_DIR)/%/train.inputs $$(call repro_upcycle_init,$$*) | bin/train
 	$(call repro_stage,train,$*)
-	$(REPRO_TRAIN_LAUNCH)bin/train $(call repro_stage_args,$*) --out $(RUNS_DIR)/$* $(TRAIN_FLAGS) \
-	  $(if $(call repro_upcycle_init,$*),--init-from $(call repro_upcycle_init,$*))
+	$(REPRO_TRAIN_LAUNCH)bin/train $(call repro_stage_args,$*) --out $(RUNS_DIR)/$* $(TRAIN_FLAGS)$(call repro_init_flag,$*)
 
 $(RUNS_DIR)/%/init.safetensors: $$(RUNS_DIR)/$$(call repro_upcycle_from,$$*)/train_summary.json \
     $(EXP_DIR)/$$(call repro_config,$$*).json $(RUNS_DIR)/%/train.inputs | bin/upcycle
