@@ -4,6 +4,8 @@
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := all
+# Every variable and goal a user gives is checked first, before any $(shell) below can see it (one refusal line).
+include mk/validate/user_values.mk
 
 # Quiet by default: a compile prints "  CC      pipeline/base/config.c", a link "  LD      bin/train". V=1 shows the
 # commands. ($(call quiet,TAG,WHAT) goes in front of a recipe line that has no @ of its own.)
@@ -68,8 +70,6 @@ ifneq ($(filter 1 yes true,$(CUDA)),)
 CUDA_WANTED := CUDA=$(CUDA)
 else ifneq ($(filter 0 no false,$(CUDA)),)
 CUDA_WANTED :=
-else ifneq ($(strip $(CUDA)),)
-$(error CUDA=$(CUDA): expected 1 (build the CUDA backend) or 0 (the CPU only))
 else ifeq ($(BACKEND),cuda)
 CUDA_WANTED := BACKEND=cuda
 else ifneq ($(CUDA_GOALS_ASKED),)
@@ -96,6 +96,12 @@ cuda-missing:
 	$(if $(MAKE_DRY_RUN),@echo "nvcc not found",$(error $(CUDA_WANTED) asks for the CUDA build, \
 	  but nvcc was not found (neither on PATH nor /usr/local/cuda/bin/nvcc): install the CUDA toolkit or give NVCC=/path/to/nvcc))
 NVCC_FLAGS ?= -O3 -std=c++17 -arch=sm_90 -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fPIC --expt-relaxed-constexpr
+# NCCL (the cuda backend's gradient all-reduce) comes with some CUDA toolkits ($(CUDA_HOME)/include/nccl.h) and not
+# with others (then a package such as libnccl-dev provides it). Found: linked (mk/dist.mk). Not found: the CUDA
+# objects are built with DMMATH_NO_NCCL (kernels/cuda/cuda_nccl.cu): everything works on one rank, and a multi-rank
+# CUDA run is refused in one line.
+NCCL_HEADER := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h /usr/local/include/nccl.h))
+NVCC_DEFS := $(if $(NCCL_HEADER),,-DDMMATH_NO_NCCL)
 
 # ---- sources ----
 CORE_SRC := $(wildcard pipeline/*/*.c) $(wildcard datasets/*.c)
@@ -142,8 +148,8 @@ VERSION_HEADER_TEXT := \#define CODE_VERSION_STRING "$(CODE_VERSION)"
 $(shell mkdir -p build; [ "$$(cat build/code_version.h 2>/dev/null)" = '$(VERSION_HEADER_TEXT)' ] || \
         echo '$(VERSION_HEADER_TEXT)' > build/code_version.h)
 # Objects rebuild when the compile flags change (e.g. -DHAVE_CUDA appearing once nvcc and kernels/cuda exist).
-FLAGS_TEXT := $(subst ',,$(BASE_CFLAGS) $(CUDA_DEFS) $(CFLAGS) $(NVCC_FLAGS))
-FLAGS_STAMP := build/flags-$(shell echo "$(FLAGS_TEXT)" | md5sum | cut -c1-12).stamp
+FLAGS_TEXT := $(subst ',,$(BASE_CFLAGS) $(CUDA_DEFS) $(CFLAGS) $(NVCC_FLAGS) $(NVCC_DEFS))
+FLAGS_STAMP := build/flags-$(shell echo $(call shell_quote,$(FLAGS_TEXT)) | md5sum | cut -c1-12).stamp
 $(FLAGS_STAMP):
 	@mkdir -p build; rm -f build/flags-*.stamp; touch $@
 
@@ -161,7 +167,7 @@ $(OBJ)/%.o: %.c $(FLAGS_STAMP) | deps
 	$(call quiet,CC,$<)$(CC) $(BASE_CFLAGS) $(CUDA_DEFS) $(CFLAGS) -MMD -MP -c $< -o $@
 $(OBJ)/%.o: %.cu $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
-	$(call quiet,NVCC,$<)$(NVCC) $(NVCC_FLAGS) -MMD -MP -c $< -o $@
+	$(call quiet,NVCC,$<)$(NVCC) $(NVCC_FLAGS) $(NVCC_DEFS) -MMD -MP -c $< -o $@
 $(OBJ64)/%.o: %.c $(FLAGS_STAMP) | deps
 	@mkdir -p $(dir $@)
 	$(call quiet,CC-F64,$<)$(CC) $(BASE_CFLAGS) -DSCALAR_F64 $(CFLAGS) -MMD -MP -c $< -o $@
@@ -233,7 +239,7 @@ test-e2e: all
 # Everything, then one closing line "N passed, N failed" summed over the suites.
 test: deps-test
 	@rm -f build/test-results.txt
-	@$(MAKE) --no-print-directory test-unit test-f64 test-asan test-cuda test-cuda-emu test-e2e -k; status=$$?; \
+	@$(MAKE) --no-print-directory test-unit test-f64 test-asan test-cuda test-nvcc test-cuda-emu test-e2e -k; status=$$?; \
 	  tests/summarize.sh build/test-results.txt; s2=$$?; [ $$status = 0 ] && [ $$s2 = 0 ]
 
 clean:

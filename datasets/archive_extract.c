@@ -118,11 +118,9 @@ static int sink_open(Sink *s, const char *path, int64_t max_lines, char *err, si
         *slash = '\0';
         if (mkdir_p(dir, err, errlen) != 0) return -1;
     }
-    s->fp = fopen(path, "wb");
-    if (!s->fp) {
-        set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
-        return -1;
-    }
+    /* A new file in a staging tree fetch created itself: anything already at path (a link among them) is refused. */
+    s->fp = fopen_new_write(path, err, errlen);
+    if (!s->fp) return -1;
     s->sha = sha256_new();
     s->max_lines = max_lines;
     s->last_was_newline = 1;
@@ -207,6 +205,42 @@ void dm_extract_result_free(ExtractResult *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* What one archive may expand to (archive_extract.h). */
+typedef struct {
+    int64_t members;          /* bytes of regular members, by their headers */
+    int64_t stream;           /* bytes of the inflated tar stream: 2 * members + 1 MiB */
+    int by_ratio;             /* the ratio, not max_extract_bytes, sets members */
+    int64_t compressed;       /* the archive's size */
+    long ratio;
+    const char *bytes_label, *ratio_label;
+} ExtractCap;
+
+static void cap_init(ExtractCap *c, const ExtractOptions *o, int64_t compressed) {
+    memset(c, 0, sizeof *c);
+    const int64_t max_bytes = o->max_extract_bytes > 0 ? o->max_extract_bytes : DM_EXTRACT_DEFAULT_MAX_BYTES;
+    c->ratio = o->max_extract_ratio > 0 ? o->max_extract_ratio : DM_EXTRACT_DEFAULT_MAX_RATIO;
+    c->compressed = compressed;
+    c->bytes_label = o->max_bytes_label ? o->max_bytes_label : "--max-extract-bytes";
+    c->ratio_label = o->max_ratio_label ? o->max_ratio_label : "--max-extract-ratio";
+    /* ratio * compressed in double: no overflow for any ratio or size */
+    const double by_ratio = (double)c->ratio * (double)compressed;
+    int64_t ratio_cap = by_ratio >= (double)INT64_MAX / 4 ? INT64_MAX / 4 : (int64_t)by_ratio;
+    if (ratio_cap < DM_EXTRACT_RATIO_FREE_BYTES) ratio_cap = DM_EXTRACT_RATIO_FREE_BYTES;
+    c->by_ratio = ratio_cap < max_bytes;
+    c->members = c->by_ratio ? ratio_cap : max_bytes;
+    if (c->members > INT64_MAX / 4) c->members = INT64_MAX / 4;
+    c->stream = 2 * c->members + (1 << 20);
+}
+
+/* "more than ..." for a refusal: which cap, how it came about, and the option or key that sets it. */
+static void cap_describe(const ExtractCap *c, char *out, size_t n) {
+    if (c->by_ratio)
+        snprintf(out, n, "more than %ld times the archive's %" PRId64 " bytes (%s; DM-math text expands about 3.5 "
+                 "times): a decompression bomb", c->ratio, c->compressed, c->ratio_label);
+    else
+        snprintf(out, n, "more than the extraction cap of %" PRId64 " bytes (%s)", c->members, c->bytes_label);
+}
+
 /* The compressed input. With zlib we inflate gzip ourselves and hand libarchive the plain tar stream, because
  * libarchive's gzip reader does not verify the CRC-32 and length trailer: zlib does, so a corrupted archive whose
  * damage still inflates (or sits in the trailer) is refused too. Without zlib, libarchive reads the file directly. */
@@ -214,8 +248,13 @@ typedef struct {
     FILE *fp;
     int is_gzip;
     int64_t compressed_read;        /* bytes consumed from the file, for progress */
+    int64_t compressed_size;        /* the file's size (the ratio cap's base) */
+    int64_t produced;               /* bytes of the tar stream handed out (or skipped) so far */
+    int64_t stream_cap;             /* the most produced may reach (ExtractCap.stream) */
+    int over_cap;                   /* produced passed stream_cap: error holds the refusal */
     int finished;                   /* every gzip member ended and the file is exhausted */
-    char error[256];
+    const ExtractCap *cap;          /* for the refusal's wording */
+    char error[1024];
     unsigned char in[1 << 16];
     unsigned char out[1 << 18];
 #if defined(HAVE_ZLIB)
@@ -230,6 +269,8 @@ static int source_open(Source *src, const char *path, char *err, size_t errlen) 
         set_err(err, errlen, "%s: cannot open archive: %s", path, strerror(errno));
         return -1;
     }
+    struct stat st;
+    src->compressed_size = fstat(fileno(src->fp), &st) == 0 ? (int64_t)st.st_size : 0;
     unsigned char magic[2] = {0, 0};
     size_t got = fread(magic, 1, 2, src->fp);
     src->is_gzip = got == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
@@ -256,7 +297,7 @@ static void source_close(Source *src) {
 }
 
 /* Produces the next chunk of the tar stream into *out. Returns its length, 0 at the end, -1 on error (src->error). */
-static ssize_t source_next(Source *src, const void **out) {
+static ssize_t source_read(Source *src, const void **out) {
     if (!src->is_gzip) {
         size_t n = fread(src->in, 1, sizeof src->in, src->fp);
         if (n == 0 && ferror(src->fp)) {
@@ -311,6 +352,28 @@ static ssize_t source_next(Source *src, const void **out) {
 #endif
 }
 
+/* The refusal of a stream that inflates past its cap (ExtractCap.stream), into src->error. */
+static void source_refuse(Source *src) {
+    char why[600];
+    cap_describe(src->cap, why, sizeof why);
+    snprintf(src->error, sizeof src->error, "refusing: the archive inflates past %" PRId64 " bytes of tar stream, "
+             "twice what its members may hold (%" PRId64 " bytes, %s) plus 1 MiB", src->stream_cap, src->cap->members,
+             why);
+    src->over_cap = 1;
+}
+
+/* source_read, counting what it produces against the stream cap: past it, -1 with the refusal in src->error. */
+static ssize_t source_next(Source *src, const void **out) {
+    ssize_t n = source_read(src, out);
+    if (n <= 0) return n;
+    src->produced += n;
+    if (src->stream_cap > 0 && src->produced > src->stream_cap) {
+        source_refuse(src);
+        return -1;
+    }
+    return n;
+}
+
 /* Consumes what libarchive did not need (tar padding, the gzip trailer) so the trailer's checks run. */
 static int source_drain(Source *src) {
     if (!src->is_gzip) return 0;
@@ -326,6 +389,15 @@ static int source_drain(Source *src) {
 static const char *read_problem(struct archive *a, const Source *src, const char *fallback) {
     if (src->error[0]) return src->error;
     return archive_error_string(a) ? archive_error_string(a) : fallback;
+}
+
+/* The one line for a failed read at `where` ("in entry 'x'", ...): the refusal when the stream passed its cap (a bomb,
+ * not damage), else "corrupt or truncated archive (where): problem". */
+static void set_read_error(char *err, size_t errlen, const char *archive_path, struct archive *a, const Source *src,
+                           const char *where, const char *fallback) {
+    if (src->over_cap) set_err(err, errlen, "%s: %s", archive_path, src->error);
+    else set_err(err, errlen, "%s: corrupt or truncated archive (%s): %s", archive_path, where,
+                 read_problem(a, src, fallback));
 }
 
 /* Compressed bytes consumed so far, for the progress bar. */
@@ -345,12 +417,15 @@ static la_ssize_t on_archive_read(struct archive *a, void *ud, const void **buf)
 static la_int64_t on_archive_skip(struct archive *a, void *ud, la_int64_t request) {
     Source *src = ud;
     if (src->is_gzip || request <= 0) return 0;
+    /* Past the stream cap: no seek, so that the reads libarchive falls back to meet the cap (source_next). */
+    if (src->stream_cap > 0 && src->produced + request > src->stream_cap) return 0;
     /* Never past the end: a member cut short must still read as a truncated archive, not end it cleanly. */
     struct stat st;
     off_t at = ftello(src->fp);
     if (at < 0 || fstat(fileno(src->fp), &st) != 0 || (int64_t)at + request > (int64_t)st.st_size) return 0;
     if (fseeko(src->fp, (off_t)request, SEEK_CUR) != 0) return 0;
     src->compressed_read += request;
+    src->produced += request;
     return request;
 }
 
@@ -366,8 +441,9 @@ static int stream_entry(struct archive *a, const Source *src, const char *archiv
         int rc = archive_read_data_block(a, &buf, &size, &off);
         if (rc == ARCHIVE_EOF) break;
         if (rc != ARCHIVE_OK) {
-            set_err(err, errlen, "%s: corrupt or truncated archive (in entry '%s'): %s", archive_path, entry,
-                    read_problem(a, src, "read error"));
+            char where[1100];
+            snprintf(where, sizeof where, "in entry '%s'", entry);
+            set_read_error(err, errlen, archive_path, a, src, where, "read error");
             return -1;
         }
         const char *d = buf;
@@ -402,6 +478,10 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
     Progress prog;
     progress_start(&prog, "extract", o->archive_bytes, "B");
     if (source_open(src, o->archive_path, err, errlen) != 0) goto out;
+    ExtractCap cap;
+    cap_init(&cap, o, src->compressed_size);
+    src->cap = &cap;
+    src->stream_cap = cap.stream;
 #if defined(HAVE_ZLIB)
     int use_source = 1;
     archive_read_support_filter_none(a);
@@ -414,8 +494,7 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
     int orc = use_source ? archive_read_open2(a, src, NULL, on_archive_read, on_archive_skip, NULL)
                          : archive_read_open_filename(a, o->archive_path, 1 << 16);
     if (orc != ARCHIVE_OK) {
-        set_err(err, errlen, "%s: corrupt or truncated archive (before the first entry): %s", o->archive_path,
-                read_problem(a, src, "cannot open"));
+        set_read_error(err, errlen, o->archive_path, a, src, "before the first entry", "cannot open");
         goto out;
     }
     /* The last entry whose header was read: a corruption found while skipping an entry the filter does not take
@@ -427,12 +506,15 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
         int rc = archive_read_next_header(a, &e);
         if (rc == ARCHIVE_EOF) break;
         if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) {
-            if (last_entry[0])
-                set_err(err, errlen, "%s: corrupt or truncated archive (in or after entry '%s'): %s", o->archive_path,
-                        last_entry, read_problem(a, src, "cannot read the next entry"));
-            else
-                set_err(err, errlen, "%s: corrupt or truncated archive (at the first entry): %s", o->archive_path,
-                        read_problem(a, src, "cannot read the next entry"));
+            char where[1100] = "at the first entry";
+            if (last_entry[0]) snprintf(where, sizeof where, "in or after entry '%s'", last_entry);
+            set_read_error(err, errlen, o->archive_path, a, src, where, "cannot read the next entry");
+            goto out;
+        }
+        /* Without our own inflater (a build without zlib) libarchive's count of the stream stands in for it. */
+        if (!use_source && archive_filter_bytes(a, 0) > cap.stream) {
+            source_refuse(src);
+            set_err(err, errlen, "%s: %s", o->archive_path, src->error);
             goto out;
         }
         const char *path = archive_entry_pathname(e);
@@ -458,10 +540,11 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
             goto out;
         }
         total_claimed += claimed;
-        if ((uint64_t)total_claimed > LIMIT_ARCHIVE_TOTAL_BYTES) {
-            set_err(err, errlen, "%s: refusing entry '%s': the members so far hold %" PRId64 " bytes, more than the "
-                                 "%llu GiB any archive of the dataset holds", o->archive_path, path, total_claimed,
-                    (unsigned long long)(LIMIT_ARCHIVE_TOTAL_BYTES >> 30));
+        if (total_claimed > cap.members) {
+            char why[600];
+            cap_describe(&cap, why, sizeof why);
+            set_err(err, errlen, "%s: refusing entry '%s': the members so far expand to %" PRId64 " bytes, %s",
+                    o->archive_path, path, total_claimed, why);
             goto out;
         }
         char comps[4][256];
@@ -501,17 +584,15 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
         Sink fsink, csink;
         memset(&fsink, 0, sizeof fsink);
         memset(&csink, 0, sizeof csink);
+        /* Room for what the member's header states, once per copy written (the module file, the corpus prefix),
+         * asked before a byte is written (disk_space.h). */
+        char what[1200];
+        snprintf(what, sizeof what, "extracting '%s' from %s", path, o->archive_path);
+        if (disk_space_require(o->out_dir, claimed * (selected + for_corpus), what, err, errlen) != 0) goto out;
         char out_path[4400];
         if (selected) {
             snprintf(out_path, sizeof out_path, "%s/%s/%s/%s", o->out_dir, DM_ARCHIVE_ROOT, split, file);
             if (sink_open(&fsink, out_path, -1, err, errlen) != 0) goto out;
-            /* Room for the member as its header states it, asked before a byte is written (disk_space.h). */
-            char what[1200];
-            snprintf(what, sizeof what, "extracting '%s' from %s", path, o->archive_path);
-            if (disk_space_require(o->out_dir, claimed, what, err, errlen) != 0) {
-                sink_discard(&fsink);
-                goto out;
-            }
         }
         if (for_corpus) {
             snprintf(out_path, sizeof out_path, "%s/tokenizer_corpus/%s", o->out_dir, file);
@@ -530,13 +611,15 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
             /* Damage inside a gzip stream can inflate to plausible bytes that break the line structure before the
              * CRC at its end is reached: when the rest of the stream fails its checks, report that (the cause, e.g.
              * a corrupt download) rather than the symptom. */
-            if (use_source && source_drain(src) != 0)
-                set_err(err, errlen, "%s: corrupt or truncated archive (in entry '%s'): %s", o->archive_path, path,
-                        src->error);
-            else
+            if (use_source && source_drain(src) != 0) {
+                char where[1100];
+                snprintf(where, sizeof where, "in entry '%s'", path);
+                set_read_error(err, errlen, o->archive_path, a, src, where, src->error);
+            } else {
                 set_err(err, errlen,
                         "%s: '%s' has an odd number of lines (%" PRId64 "): questions and answers must alternate",
                         o->archive_path, path, lines);
+            }
             sink_discard(&fsink);
             sink_discard(&csink);
             goto out;
@@ -558,8 +641,9 @@ int dm_extract_archive(const ExtractOptions *o, ExtractResult *r, char *err, siz
         }
     }
     if (use_source && source_drain(src) != 0) {
-        set_err(err, errlen, "%s: corrupt or truncated archive (after the last entry '%s'): %s", o->archive_path,
-                last_entry, src->error);
+        char where[1100];
+        snprintf(where, sizeof where, "after the last entry '%s'", last_entry);
+        set_read_error(err, errlen, o->archive_path, a, src, where, src->error);
         goto out;
     }
     progress_update(&prog, bytes_consumed(a, src), NULL);

@@ -6,7 +6,15 @@
  * train-easy file are written to out_dir/tokenizer_corpus/<name>.txt (the tokenizer is trained on all modules).
  * Any unsafe entry anywhere in the archive (absolute path, a ".." component, symbolic or hard link, device, FIFO,
  * socket) is refused with one error naming it; so is a corrupt or truncated archive, a duplicate entry, or a file
- * with an odd number of lines. On error out_dir may hold partial output: the caller removes it. */
+ * with an odd number of lines. On error out_dir may hold partial output: the caller removes it.
+ *
+ * Decompression bombs: an archive may expand to at most
+ *     min(max_extract_bytes, max(max_extract_ratio x its compressed size, DM_EXTRACT_RATIO_FREE_BYTES))
+ * bytes of members, checked against each member's header before a byte of it is written (a bomb of a few MB that
+ * would inflate to gigabytes is refused at once, nothing of it written), and the inflated stream as a whole (headers,
+ * padding, data after the end of the tar) may be at most twice that plus 1 MiB, checked as it is read, so that
+ * neither the disk nor the time spent inflating what is skipped grows without bound. Room on the disk is asked for
+ * each member before it is written (disk_space.h). */
 #ifndef DATASETS_ARCHIVE_EXTRACT_H
 #define DATASETS_ARCHIVE_EXTRACT_H
 
@@ -15,12 +23,26 @@
 
 #define DM_ARCHIVE_ROOT "mathematics_dataset-v1.0"
 
+/* The official archive, 2.33 GB compressed, expands to about 8.4 GB (the embedded sample's 7.5 MB for its 98,200
+ * pairs, scaled to the release's 112.7 million): twice that, so the whole release always fits. */
+#define DM_EXTRACT_DEFAULT_MAX_BYTES (16ll << 30)
+/* DM-math text compresses 3.4 to 3.6 times with gzip (the official archive, the embedded sample, the arithmetic
+ * archive); a gzip bomb of repeated lines or zeros, hundreds to a thousand times. */
+#define DM_EXTRACT_DEFAULT_MAX_RATIO 20
+/* Below this many bytes the ratio is not applied: a tiny archive (a tar of a few short files is mostly zero padding)
+ * compresses far better than real text and costs nothing to extract. */
+#define DM_EXTRACT_RATIO_FREE_BYTES (64ll << 20)
+
 typedef struct {
     const char *archive_path;
     const char *out_dir;      /* created if missing; normally a temporary directory */
     const char *filter;       /* POSIX ERE, anchored at both ends; NULL = no module files (tokenizer corpus only) */
     long corpus_pairs;        /* pairs per train-easy file for the tokenizer corpus; 0 = no corpus */
     int64_t archive_bytes;    /* for the progress bar; 0 = unknown */
+    int64_t max_extract_bytes; /* cap on what the archive expands to (see above); 0 = DM_EXTRACT_DEFAULT_MAX_BYTES */
+    long max_extract_ratio;    /* cap on expanded / compressed bytes; 0 = DM_EXTRACT_DEFAULT_MAX_RATIO */
+    /* Where each cap came from, named in the refusal: NULL = "--max-extract-bytes" / "--max-extract-ratio". */
+    const char *max_bytes_label, *max_ratio_label;
 } ExtractOptions;
 
 typedef struct {

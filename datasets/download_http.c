@@ -3,6 +3,7 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -122,7 +123,40 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 
 static int64_t file_size_or_zero(const char *path) {
     struct stat st;
-    return stat(path, &st) == 0 ? (int64_t)st.st_size : 0;
+    return lstat(path, &st) == 0 ? (int64_t)st.st_size : 0;
+}
+
+/* The .part has a predictable name (a rerun resumes it), so whatever is there is checked: only a regular file is
+ * appended to; a symbolic link planted there is refused, never followed (O_NOFOLLOW closes the gap between the
+ * check and the open; O_NONBLOCK keeps a FIFO swapped in meanwhile from hanging it). Truncates it first when
+ * truncate_first is set. NULL with err on failure. */
+static FILE *open_part(const char *part, int truncate_first, char *err, size_t errlen) {
+    struct stat st;
+    if (lstat(part, &st) == 0 && !S_ISREG(st.st_mode)) {
+        set_err(err, errlen, "%s: not a regular file (%s): refused", part, file_kind_name(st.st_mode));
+        return NULL;
+    }
+    int fd = open(part, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0666);
+    if (fd < 0) {
+        set_err(err, errlen, "%s: cannot open for writing: %s", part, strerror(errno));
+        return NULL;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        set_err(err, errlen, "%s: not a regular file: refused", part);
+        close(fd);
+        return NULL;
+    }
+    if (truncate_first && ftruncate(fd, 0) != 0) {
+        set_err(err, errlen, "%s: cannot truncate: %s", part, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    FILE *fp = fdopen(fd, "ab");
+    if (!fp) {
+        set_err(err, errlen, "%s: cannot open for writing: %s", part, strerror(errno));
+        close(fd);
+    }
+    return fp;
 }
 
 /* Failures worth another attempt: the network or the server may do better next time. */
@@ -165,13 +199,10 @@ static int attempt(const DownloadOptions *o, const char *part, const char *dir, 
     snprintf(t.what, sizeof t.what, "the download of %s", o->url);
     t.offset = file_size_or_zero(part);
     if (o->expected_size > 0 && t.offset == o->expected_size) return 1; /* finished earlier, rename was interrupted */
-    if (o->expected_size > 0 && t.offset > o->expected_size) {
+    int start_over = o->expected_size > 0 && t.offset > o->expected_size;
+    if (start_over) {
         log_warn("%s is larger than the expected %" PRId64 " bytes; starting over", part, o->expected_size);
         t.offset = 0;
-        if (truncate(part, 0) != 0) {
-            set_err(err, errlen, "%s: cannot truncate: %s", part, strerror(errno));
-            return -1;
-        }
     }
     if (o->max_bytes > 0 && o->expected_size > o->max_bytes) {
         set_err(err, errlen, "%s: the manifest's %" PRId64 " bytes are more than the download cap of %" PRId64
@@ -181,11 +212,8 @@ static int attempt(const DownloadOptions *o, const char *part, const char *dir, 
     if (o->expected_size > 0) {
         if (disk_space_require(dir, o->expected_size - t.offset, t.what, err, errlen) != 0) return -1;
     }
-    t.fp = fopen(part, "ab");
-    if (!t.fp) {
-        set_err(err, errlen, "%s: cannot open for writing: %s", part, strerror(errno));
-        return -1;
-    }
+    t.fp = open_part(part, start_over, err, errlen);
+    if (!t.fp) return -1;
     t.curl = curl_easy_init();
     CHECK_ALLOC(t.curl);
     char curl_err[CURL_ERROR_SIZE] = "";

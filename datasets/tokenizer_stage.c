@@ -25,8 +25,9 @@ static const char *const OUTPUT_FILES[] = {"tokenizer.json", "train.shard", "int
 #define MANIFEST_FILE "tokenize_manifest.json"
 #define N_POOLS 3 /* train, interpolate, extrapolate: OUTPUT_FILES[1 ..] */
 
-/* The staging directory of a run is OUT/.tokenize.tmp.<pid>. */
-#define STAGE_PREFIX ".tokenize.tmp."
+/* The staging directory of a run is a new OUT/.tokenize.tmp.<pid>.<random> (mkdir_temp of STAGE_BASE). */
+#define STAGE_BASE ".tokenize"
+#define STAGE_PREFIX STAGE_BASE ".tmp."
 
 /* Moves the finished outputs from the staging directory into out_dir: the old manifest goes first (so a crash in
  * between never leaves a manifest that describes other files), the new manifest last. */
@@ -72,9 +73,9 @@ int tokenize_run(const TokenizeJob *job, const TokenizeConfig *cfg, char *err, s
     int n_stale = remove_stale_temps(job->out_dir, STAGE_PREFIX);
     if (n_stale > 0) log_info("removed %d stale staging director%s %s/%s<pid>", n_stale, n_stale == 1 ? "y" : "ies",
                               job->out_dir, STAGE_PREFIX);
-    snprintf(stage_dir, sizeof stage_dir, "%s/" STAGE_PREFIX "%ld", job->out_dir, (long)getpid());
-    remove_tree(stage_dir);
-    if (mkdir_p(stage_dir, err, errlen) != 0) {
+    char stage_base[4200];
+    if (path_join_checked(stage_base, sizeof stage_base, job->out_dir, STAGE_BASE, err, errlen) != 0) goto done;
+    if (mkdir_temp(stage_base, stage_dir, sizeof stage_dir, err, errlen) != 0) {
         stage_dir[0] = '\0';
         goto done;
     }

@@ -5,7 +5,7 @@
  *        (datasets/raw_inputs.h);
  * writes OUT/tokenizer.json (datasets/tokenizer_training.h), OUT/{train,interpolate,extrapolate}.shard
  *        (datasets/pool_order.h, datasets/pool_encode.h) and OUT/tokenize_manifest.json
- *        (datasets/tokenize_manifest.h), all first into OUT/.tokenize.tmp.<pid>/ and renamed into place only when
+ *        (datasets/tokenize_manifest.h), all first into OUT/.tokenize.tmp.<pid>.<random>/ and renamed into place only when
  *        everything succeeded (the manifest last).
  * Same inputs give byte-identical outputs. */
 #ifndef DATASETS_TOKENIZER_STAGE_H

@@ -7,11 +7,11 @@
 # path of the same spelling. A diff is not a gate: it exits 0 whenever both runs can be read.
 .PHONY: diff
 # diff_resolve NAME WHICH: the directory or prefix bin/compare is given, or one error line and exit 2.
-diff_resolve = if [ -z '$(1)' ]; then \
+diff_resolve = if [ -z $(call shell_quote,$(1)) ]; then \
     echo "make diff: $(2) is missing: give two runs, e.g. make diff EXPERIMENT=$(EXPERIMENT) A=dense_qa B=dense_qa@1a2b3c4d (run names in runs/$(EXPERIMENT), or paths)" >&2; \
     exit 2; \
-  elif [ -d '$(RUNS_DIR)/$(1)' ]; then $(2)_path='$(RUNS_DIR)/$(1)'; \
-  elif [ -d '$(1)' ] || [ -f '$(1).result.json' ]; then $(2)_path='$(1)'; \
+  elif [ -d $(call shell_quote,$(RUNS_DIR)/$(1)) ]; then $(2)_path=$(call shell_quote,$(RUNS_DIR)/$(1)); \
+  elif [ -d $(call shell_quote,$(1)) ] || [ -f $(call shell_quote,$(1).result.json) ]; then $(2)_path=$(call shell_quote,$(1)); \
   else \
     runs=$$(cd '$(RUNS_DIR)' 2>/dev/null && for d in */; do [ -d "$$d" ] && printf ' %s' "$${d%/}"; done); \
     echo "make diff: $(2)=$(1): no run $(RUNS_DIR)/$(1) and no run directory or baseline record $(1)[.result.json]$${runs:+ (runs in $(RUNS_DIR):$$runs)}" >&2; \

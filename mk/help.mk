@@ -23,11 +23,12 @@ help:
 	'  prune                delete the kept earlier variants and sweep points (runs/EXP/*@*) of EXPERIMENT' \
 	'  reproduce-clean      delete the runs and report of EXPERIMENT (not the data, not the baselines)' \
 	'Tests (tests/README.md):' \
-	'  test                 test-unit, test-f64, test-asan, test-cuda, test-cuda-emu and test-e2e (CI; 10+ min),' \
+	'  test                 test-unit, test-f64, test-asan, test-cuda, test-nvcc, test-cuda-emu and test-e2e (CI),' \
 	'                       ending "N passed, N failed, N skipped" (logs: build/test-logs/)' \
 	'  test-unit, test-f64, test-asan, test-e2e  one suite: the Check unit tests, the double-precision gradient' \
 	'                       checks, the unit tests under ASan/UBSan, the end-to-end scripts tests/e2e/' \
 	'  test-cuda            the CUDA unit programs (builds the CUDA backend; they skip without a GPU)' \
+	'  test-nvcc            every kernels/cuda/*.cu compiled (not run) by nvcc: sm_90, warnings as errors' \
 	'  test-cuda-emu, emu-bins  the CUDA tests on the CPU emulator of CUDA under ASan/UBSan (no nvcc or GPU needed);' \
 	'                       emu-bins only builds them (build/emu/)' \
 	'  fuzz, fuzz-one       libFuzzer: every harness FUZZ_SECONDS each; one harness, FUZZ=<name> (tests/fuzz/README.md)' \
@@ -62,7 +63,9 @@ help:
 	'  RUNS="..."           the runs of make reproduce (default: every run config of EXPERIMENT, the paper four first)' \
 	'  RUN=name             the runs of make train/evaluate/analyze (default: all of RUNS)' \
 	'  SEEDS=N              train seeds 1..N of every run (runs/EXP/RUN.seed<S>; default: the config'"'"'s own seed)' \
-	'  SET="k=v ..."        config overrides, e.g. SET="train.lr=1e-3 train.precision=bf16" (changing it retrains)' \
+	'  SET="k=v ..."        config overrides, e.g. SET="train.lr=1e-3 train.precision=bf16"; runs/EXP/RUN holds the' \
+	'                       config asked for now: a run of another config there (trained or finished) is kept aside' \
+	'                       as RUN@<variant>, and the same SET again brings it back (no command discards training)' \
 	'  SWEEP="k=v1,v2 ..."  the grid of make sweep: each KEY=V1,V2,... is an axis, every combination a run' \
 	'  A=RUN                the first run of make diff: a name in runs/EXP (dense_qa@1a2b3c4d) or a path' \
 	'  B=RUN                the second run of make diff' \

@@ -90,11 +90,11 @@ REPRO_SEEDS_JSON := $(wildcard $(EXP_DIR)/seeds.json)
 repro_plan_goals := reproduce reproduce-stages reproduce-plan train evaluate analyze report export compare repro-inputs \
   $(RUNS_DIR)/% $(REPORT_DIR)/%
 ifneq ($(filter $(repro_plan_goals),$(MAKECMDGOALS)),)
-repro_plan_key := $(shell printf '%s\n' '$(subst ','\'',$(CODE_VERSION)|$(strip $(SEEDS))|$(RUNS)|$(strip $(SET))|$(strip \
-  $(SWEEP))|$(NPROC))' | md5sum | cut -c1-12)
+repro_plan_key := $(shell printf '%s\n' $(call shell_quote,$(CODE_VERSION)|$(strip $(SEEDS))|$(RUNS)|$(strip \
+  $(SET))|$(strip $(SWEEP))|$(NPROC)) | md5sum | cut -c1-12)
 REPRO_SEEDS_MK := build/plan/$(EXPERIMENT)-$(repro_plan_key).mk
 repro_plan_opts = --experiment $(EXP_DIR) $(if $(strip $(SEEDS)),--count \
-  '$(strip $(SEEDS))') --set '$(subst ','\'',$(strip $(SET)))' --sweep '$(subst ','\'',$(strip $(SWEEP)))'
+  '$(strip $(SEEDS))') --set $(call shell_quote,$(strip $(SET))) --sweep $(call shell_quote,$(strip $(SWEEP)))
 # NPROC reaches bin/runs in its environment, not as an option, so that a bin/runs built before it knew NPROC (make
 # runs it before rebuilding anything) still plans, and train refuses instead.
 repro_runs = REPRO_NPROC='$(NPROC)' bin/runs
@@ -124,27 +124,50 @@ repro_run_dirs = $(foreach d,$(REPRO_RUN_DIRS),$(if $(filter $(call repro_config
 REPRO_RUN_SELECTED = $(strip $(call repro_run_dirs,$(RUN)))
 repro_set_flags = $(foreach s,$(call repro_run_sets,$(1)),--set '$(s)')
 
+# ---- checks before anything runs: an unknown experiment or run is one clear error (parse time, exit 2), before
+# anything is moved, written or deleted ----
+REPRO_GOALS := reproduce reproduce-stages reproduce-plan reproduce-check fetch tokenize train evaluate analyze report \
+  export compare reproduce-clean $(DATA)/% $(RUNS_DIR)/% $(REPORT_DIR)/%
+ifneq ($(filter $(REPRO_GOALS),$(MAKECMDGOALS)),)
+ifeq ($(wildcard $(DATA_JSON)),)
+$(error EXPERIMENT=$(EXPERIMENT): $(DATA_JSON) not found; the experiments are: \
+  $(patsubst experiments/%/data.json,%,$(wildcard experiments/*/data.json)))
+endif
+repro_missing_configs := $(filter-out $(wildcard $(EXP_DIR)/*.json),\
+  $(foreach r,$(sort $(REPRO_RUN_DIRS) $(REPRO_RUN_SELECTED)),$(EXP_DIR)/$(call repro_config,$(r)).json))
+ifneq ($(repro_missing_configs),)
+$(error $(repro_missing_configs): not found (RUNS/RUN name a run with no config); the runs of $(EXPERIMENT) are: \
+  $(repro_exp_configs))
+endif
+endif
+
 # Nothing is overwritten: before anything runs, bin/runs --keep moves a finished current run whose config differs
 # from the wanted one aside to runs/EXP/RUN@<its variant> (and brings back a kept run of the wanted config);
 # model/run_variants.h. Parse time, like fetch.args below, so that make then sees the directories as they will be;
-# never in a dry run (make -n writes nothing), nor for a sweep (its points have names of their own). A failure stops
-# make before any stage.
-ifneq ($(filter $(repro_plan_goals),$(MAKECMDGOALS)),)
+# never in a dry run (make -n writes nothing) or for make reproduce-plan alone (planning is read-only), nor for a
+# sweep (its points have names of their own). A failure stops make before any stage.
+# The goals that only plan or print: with nothing else asked for, make writes, moves and deletes nothing at parse time.
+repro_read_only_goals := reproduce-plan
+repro_writing_goals := $(filter-out $(repro_read_only_goals),$(MAKECMDGOALS))
+ifneq ($(filter $(repro_plan_goals),$(repro_writing_goals)),)
 ifeq ($(repro_dry_run),)
 ifeq ($(strip $(SWEEP)),)
 ifneq ($(wildcard bin/runs),)
 repro_keep_log := build/plan/$(EXPERIMENT)-keep.log
 # Only the runs this make works on (RUN narrows train, evaluate and analyze).
 repro_keep_runs := $(call repro_join,$(filter $(sort $(foreach r,$(RUN),$(call repro_config,$(r)))),$(RUNS)))
-repro_keep_status := $(shell mkdir -p build/plan; [ -z '$(repro_keep_runs)' ] || $(repro_runs) \
-  --runs $(repro_keep_runs) $(repro_plan_opts) --keep $(RUNS_DIR) \
-  >$(repro_keep_log) 2>&1; echo $$?)
+# (The log is removed first: a make with no run to keep must not read, and act on, an earlier make's log.)
+repro_keep_status := $(shell mkdir -p build/plan; rm -f $(repro_keep_log); [ -z '$(repro_keep_runs)' ] || \
+  $(repro_runs) --runs $(repro_keep_runs) $(repro_plan_opts) --keep $(RUNS_DIR) >$(repro_keep_log) 2>&1; echo $$?)
 ifneq ($(repro_keep_status),0)
 $(error $(file <$(repro_keep_log)))
 endif
+# A run moved: the report and runs.csv described the runs as they were, so they go (all three, so that no stale
+# report.md is left) and are made again by this make's report and export.
 ifneq ($(strip $(file <$(repro_keep_log))),)
 $(info $(file <$(repro_keep_log)))
-$(shell rm -f $(REPORT_DIR)/runs.csv $(REPORT_DIR)/report.html)
+$(info runs: $(REPORT_DIR)/report.md, report.html and runs.csv removed: they described the runs before the move)
+$(shell rm -f $(REPORT_DIR)/runs.csv $(REPORT_DIR)/report.html $(REPORT_DIR)/report.md)
 endif
 endif
 endif
@@ -164,7 +187,8 @@ endif
 # an optional "tokenizer_corpus_source" (experiment small: its arithmetic-only archive lacks characters such as M, T,
 # x that the reference tokenizer saw, so the tokenizer corpus comes from the all-modules embedded sample). SOURCE=...
 # given on the make command line overrides the section's "source".
-FETCH_ARGS := $(strip --config $(DATA_JSON) $(if $(filter command line,$(origin SOURCE)),--source '$(SOURCE)'))
+FETCH_ARGS := $(strip --config $(DATA_JSON) $(if $(filter command line,$(origin SOURCE)),--source \
+  $(call shell_quote,$(SOURCE))))
 
 
 TRAIN_SUMMARIES := $(foreach r,$(REPRO_RUN_DIRS),$(RUNS_DIR)/$(r)/train_summary.json)
@@ -184,13 +208,9 @@ repro_stage_args = --config $(EXP_DIR)/$(call repro_config,$(1)).json --data $(D
 # as root). Inside a Slurm allocation (SLURM_JOB_ID set: a batch script or a salloc shell) the ranks are a job step,
 # srun --mpi=pmix, which places them on the allocation's nodes, CPUs and GPUs; LAUNCHER=mpirun|srun overrides
 # (pipeline/base/dist.md). The launcher changes no number (tests/e2e/test_slurm.sh), so it is not in the stamp.
-ifeq ($(shell [[ '$(NPROC)' =~ ^[1-9][0-9]*$$ ]] && echo ok),)
-$(error NPROC=$(NPROC): expected a number of processes >= 1)
-endif
+# (NPROC, LAUNCHER, RESUME and BACKEND were checked against their grammars when make started:
+# mk/validate/user_values.mk.)
 LAUNCHER ?= $(if $(SLURM_JOB_ID),srun,mpirun)
-ifeq ($(filter mpirun srun,$(LAUNCHER)),)
-$(error LAUNCHER=$(LAUNCHER): expected mpirun or srun)
-endif
 repro_launch_mpirun = mpirun -np $(NPROC) --oversubscribe$(if $(filter 0,$(shell id -u)), --allow-run-as-root)
 repro_launch_srun = srun --mpi=pmix -n $(NPROC)
 REPRO_TRAIN_LAUNCH = $(if $(filter-out 1,$(NPROC)),$(repro_launch_$(LAUNCHER)) )
@@ -199,22 +219,6 @@ REPRO_TRAIN_LAUNCH = $(if $(filter-out 1,$(NPROC)),$(repro_launch_$(LAUNCHER)) )
   analyze report export compare repro-force repro-inputs
 .PRECIOUS: $(RUNS_DIR)/%/train_summary.json $(RUNS_DIR)/%/result.json $(RUNS_DIR)/%/predictions.jsonl \
   $(RUNS_DIR)/%/analysis.json $(RUNS_DIR)/%/train.inputs $(RUNS_DIR)/%/init.safetensors
-
-# ---- checks before anything runs: an unknown experiment or run is one clear error (parse time, exit 2) ----
-REPRO_GOALS := reproduce reproduce-stages reproduce-plan reproduce-check fetch tokenize train evaluate analyze report \
-  export compare reproduce-clean $(DATA)/% $(RUNS_DIR)/% $(REPORT_DIR)/%
-ifneq ($(filter $(REPRO_GOALS),$(MAKECMDGOALS)),)
-ifeq ($(wildcard $(DATA_JSON)),)
-$(error EXPERIMENT=$(EXPERIMENT): $(DATA_JSON) not found; the experiments are: \
-  $(patsubst experiments/%/data.json,%,$(wildcard experiments/*/data.json)))
-endif
-repro_missing_configs := $(filter-out $(wildcard $(EXP_DIR)/*.json),\
-  $(foreach r,$(sort $(REPRO_RUN_DIRS) $(REPRO_RUN_SELECTED)),$(EXP_DIR)/$(call repro_config,$(r)).json))
-ifneq ($(repro_missing_configs),)
-$(error $(repro_missing_configs): not found (RUNS/RUN name a run with no config); the runs of $(EXPERIMENT) are: \
-  $(repro_exp_configs))
-endif
-endif
 
 # The plan of one make reproduce (bin/runs --stages writes it, mk/reproduce_stage.sh reads it).
 REPRO_PLAN_DIR := build/reproduce/$(EXPERIMENT)
@@ -254,14 +258,15 @@ reproduce-check:
 # they change (SOURCE= given or dropped), so its time stamp marks the last change. Doing it at parse time rather than
 # in an always-run rule keeps `make -n` truthful (a dry run never writes it, so it does not show a refetch for a
 # changed SOURCE either).
-ifneq ($(filter $(REPRO_GOALS),$(MAKECMDGOALS)),)
+ifneq ($(filter $(REPRO_GOALS),$(repro_writing_goals)),)
 ifeq ($(repro_dry_run),)
-$(shell mkdir -p $(DATA) && { [ "$$(cat $(DATA)/fetch.args 2>/dev/null)" = "$(FETCH_ARGS)" ] || echo "$(FETCH_ARGS)" > $(DATA)/fetch.args; })
+$(shell mkdir -p $(DATA) && { [ "$$(cat $(DATA)/fetch.args 2>/dev/null)" = $(call shell_quote,$(FETCH_ARGS)) ] || \
+  printf '%s\n' $(call shell_quote,$(FETCH_ARGS)) > $(DATA)/fetch.args; })
 endif
 endif
 $(DATA)/fetch.args:
 	@mkdir -p $(@D)
-	@echo "$(FETCH_ARGS)" > $@
+	@printf '%s\n' $(call shell_quote,$(FETCH_ARGS)) > $@
 
 # Which archives data.json names is fetch's business (make does not parse JSON), so the stamp depends on every
 # shipped archive and the dataset manifest; that is cheap because fetch compares archive hashes and leaves an up-to-date
@@ -367,13 +372,22 @@ compare: bin/compare
 # ---- single stages ----
 fetch: $(DATA)/raw/fetch.stamp
 tokenize: $(DATA)/tokenize_manifest.json
+# Each ends with the plan's refusal: a refused SET, SWEEP, SEEDS or NPROC fails these targets even when every file
+# they name is up to date, and so no recipe of theirs would otherwise expand it (the stages' recipes refuse first when
+# something is to be done).
 train: $(foreach r,$(REPRO_RUN_SELECTED),$(RUNS_DIR)/$(r)/train_summary.json)
+	$(repro_seeds_refusal)@:
 evaluate: $(foreach r,$(REPRO_RUN_SELECTED),$(RUNS_DIR)/$(r)/result.json $(RUNS_DIR)/$(r)/predictions.jsonl)
+	$(repro_seeds_refusal)@:
 analyze: $(foreach r,$(REPRO_RUN_SELECTED),$(RUNS_DIR)/$(r)/analysis.json)
+	$(repro_seeds_refusal)@:
 report: $(REPORT_DIR)/report.html
+	$(repro_seeds_refusal)@:
 export: $(REPORT_DIR)/runs.csv
+	$(repro_seeds_refusal)@:
 # Mentioned here so that make treats the stamps as ordinary files (not intermediates it may skip when missing).
 repro-inputs: $(TRAIN_INPUTS)
+	$(repro_seeds_refusal)@:
 
 # Removes this experiment's runs and report (not the data, not the baselines).
 reproduce-clean:
@@ -386,12 +400,13 @@ reproduce-clean:
 .PHONY: sweep prune
 sweep:
 	@$(if $(strip $(SWEEP)),,$(error sweep: SWEEP is empty: e.g. make sweep RUNS=moeut_answer \
-	  SWEEP="train.lr=1e-3,2e-3 model.ff_k=2,4"))$(MAKE) reproduce SWEEP='$(subst ','\'',$(strip $(SWEEP)))'
+	  SWEEP="train.lr=1e-3,2e-3 model.ff_k=2,4"))$(MAKE) reproduce SWEEP=$(call shell_quote,$(strip $(SWEEP)))
 
 # Deletes the kept earlier variants and sweep points (runs/EXP/RUN@<variant>[.seed<S>]) of this experiment.
 repro_kept_dirs = $(sort $(wildcard $(RUNS_DIR)/*@[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f] \
   $(RUNS_DIR)/*@[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f].seed*))
 prune:
-	@$(if $(repro_kept_dirs),echo "prune: deleting $(repro_kept_dirs)"; rm -rf $(repro_kept_dirs) \
-	  $(REPORT_DIR)/runs.csv $(REPORT_DIR)/report.html,\
+	@$(if $(repro_kept_dirs),echo "prune: deleting $(repro_kept_dirs) and the report that names them \
+	  ($(REPORT_DIR)/report.md$(repro_comma) report.html$(repro_comma) runs.csv: make report remakes it)"; \
+	  rm -rf $(repro_kept_dirs) $(REPORT_DIR)/runs.csv $(REPORT_DIR)/report.html $(REPORT_DIR)/report.md,\
 	  echo "prune: no kept variants or sweep points in $(RUNS_DIR)")

@@ -48,30 +48,38 @@ static void download_floats(Backend *be, float *dst, const scalar_t *src, size_t
 #endif
 }
 
-/* The "uninformative" vectors: erased[l] = mean over the counterfactual's input positions 0..Tc-2 of h_l,
- * l = 0..L-1. erased_dev: backend memory [L, C]. cf: the counterfactual's Tc tokens. */
-void depth_counterfactual_means(Model *m, const int32_t *cf, int Tc, scalar_t *erased_dev) {
+void depth_residual_means(Model *m, const int32_t *const *seqs, const int *lens, int n, scalar_t *erased_dev) {
     Backend *be = model_backend(m);
-    const int L = model_config(m)->n_layers, C = model_config(m)->d_model, Tin = Tc - 1;
-    if (Tin < 1) die("analyze: the counterfactual needs at least 2 tokens");
-    scalar_t *h = be->alloc(be, (size_t)Tin * C * sizeof(scalar_t));                 // [1,Tin,C]
-    scalar_t *cap = be->alloc(be, (size_t)(L + 1) * Tin * C * sizeof(scalar_t));     // [L+1,1,Tin,C]
-    model_embed(m, h, cf, 1, Tin);
-    model_run_layers(m, h, 1, Tin, 0, cap);
-    float *host = xmalloc((size_t)L * Tin * C * sizeof(float));
-    download_floats(be, host, cap, (size_t)L * Tin * C);
+    const int L = model_config(m)->n_layers, C = model_config(m)->d_model;
+    double *sum = xcalloc((size_t)L * C, sizeof *sum); // [L,C]
+    long positions = 0;
+    for (int i = 0; i < n; i++) {
+        const int Tin = lens[i] - 1;
+        if (Tin < 1) die("analyze: a sequence of %d tokens has no input position to average", lens[i]);
+        scalar_t *h = be->alloc(be, (size_t)Tin * C * sizeof(scalar_t));             // [1,Tin,C]
+        scalar_t *cap = be->alloc(be, (size_t)(L + 1) * Tin * C * sizeof(scalar_t)); // [L+1,1,Tin,C]
+        model_embed(m, h, seqs[i], 1, Tin);
+        model_run_layers(m, h, 1, Tin, 0, cap);
+        float *host = xmalloc((size_t)L * Tin * C * sizeof(float)); // h_0..h_{L-1}: [L,Tin,C]
+        download_floats(be, host, cap, (size_t)L * Tin * C);
+        for (int l = 0; l < L; l++)
+            for (int t = 0; t < Tin; t++)
+                for (int c = 0; c < C; c++) sum[(size_t)l * C + c] += host[((size_t)l * Tin + t) * C + c];
+        positions += Tin;
+        free(host);
+        be->free(be, cap);
+        be->free(be, h);
+    }
     scalar_t *mean = xmalloc((size_t)L * C * sizeof(scalar_t));
-    for (int l = 0; l < L; l++)
-        for (int c = 0; c < C; c++) {
-            double s = 0;
-            for (int t = 0; t < Tin; t++) s += host[((size_t)l * Tin + t) * C + c];
-            mean[(size_t)l * C + c] = (scalar_t)(s / Tin);
-        }
+    for (size_t i = 0; i < (size_t)L * C; i++) mean[i] = (scalar_t)(sum[i] / (double)positions);
     be->to_device(be, erased_dev, mean, (size_t)L * C * sizeof(scalar_t));
     free(mean);
-    free(host);
-    be->free(be, cap);
-    be->free(be, h);
+    free(sum);
+}
+
+void depth_counterfactual_means(Model *m, const int32_t *cf, int Tc, scalar_t *erased_dev) {
+    if (Tc < 2) die("analyze: the counterfactual needs at least 2 tokens");
+    depth_residual_means(m, &cf, &Tc, 1, erased_dev);
 }
 
 /* Erasure map of one prompt. tokens[T] = question + answer ids, n_answer = len(answer) (< T-1).
@@ -83,24 +91,27 @@ bool depth_erasure_scores(Model *m, const scalar_t *erased_dev, const int32_t *t
     const int Tin = T - 1, nb = T - 2;      /* input positions; erased copies (t = 1..T-2) */
     if (nb < 1 || n_answer < 1 || n_answer > Tin - 1)
         die("analyze: prompt of %d tokens with %d answer tokens is too short", T, n_answer);
-    const size_t TC = (size_t)Tin * C;
+    const size_t TC = (size_t)Tin * C, NA = (size_t)nb * n_answer;
+    const int first = Tin - n_answer; /* first answer-predicting input position */
     scalar_t *h = be->alloc(be, TC * sizeof(scalar_t));                           // [1,Tin,C]
     scalar_t *cap = be->alloc(be, (size_t)(L + 1) * TC * sizeof(scalar_t));       // [L+1,1,Tin,C]
     scalar_t *hb = be->alloc(be, (size_t)nb * TC * sizeof(scalar_t));             // [nb,Tin,C]
-    scalar_t *logits = be->alloc(be, (size_t)nb * Tin * V * sizeof(scalar_t));    // [nb*Tin,V]
-    float *host = xmalloc((size_t)nb * Tin * V * sizeof(float));
+    /* Only the answer-predicting rows go through the head (a per-position map): [nb*n_answer, C] and their logits */
+    scalar_t *rows = be->alloc(be, NA * C * sizeof(scalar_t));
+    scalar_t *logits = be->alloc(be, NA * V * sizeof(scalar_t));                  // [nb*n_answer,V]
+    float *host = xmalloc(NA * V * sizeof(float));
     double *p_ref = xmalloc((size_t)n_answer * V * sizeof(double));               // [n_answer,V]
     double *p = xmalloc((size_t)V * sizeof(double));
-    const int first = Tin - n_answer; /* first answer-predicting input position */
 
     /* Reference run with the residual captures h_0..h_L. */
     model_embed(m, h, tokens, 1, Tin);
     model_run_layers(m, h, 1, Tin, 0, cap);
-    model_head(m, logits, cap + (size_t)L * TC, 1, Tin);
-    download_floats(be, host, logits, (size_t)Tin * V);
+    be->copy(be, rows, cap + (size_t)L * TC + (size_t)first * C, (size_t)n_answer * C * sizeof(scalar_t));
+    model_head(m, logits, rows, n_answer, 1);
+    download_floats(be, host, logits, (size_t)n_answer * V);
     bool correct = true;
     for (int j = 0; j < n_answer; j++) {
-        const float *row = host + (size_t)(first + j) * V;
+        const float *row = host + (size_t)j * V;
         depth_softmax_row(row, V, p_ref + (size_t)j * V);
         int best = 0;
         for (int v = 1; v < V; v++)
@@ -117,12 +128,15 @@ bool depth_erasure_scores(Model *m, const scalar_t *erased_dev, const int32_t *t
             be->copy(be, dst + (size_t)t * C, erased_dev + (size_t)l * C, (size_t)C * sizeof(scalar_t));
         }
         model_run_layers(m, hb, nb, Tin, l, NULL);
-        model_head(m, logits, hb, nb, Tin);
-        download_floats(be, host, logits, (size_t)nb * Tin * V);
+        for (int b = 0; b < nb; b++) /* each copy's answer-predicting rows are contiguous */
+            be->copy(be, rows + (size_t)b * n_answer * C, hb + (size_t)b * TC + (size_t)first * C,
+                     (size_t)n_answer * C * sizeof(scalar_t));
+        model_head(m, logits, rows, (int)NA, 1);
+        download_floats(be, host, logits, NA * V);
         for (int t = 1; t <= nb; t++) {
             double best = 0;
             for (int j = 0; j < n_answer; j++) {
-                depth_softmax_row(host + ((size_t)(t - 1) * Tin + first + j) * V, V, p);
+                depth_softmax_row(host + ((size_t)(t - 1) * n_answer + j) * V, V, p);
                 const double *q = p_ref + (size_t)j * V;
                 double d2 = 0;
                 for (int v = 0; v < V; v++) d2 += (p[v] - q[v]) * (p[v] - q[v]);
@@ -135,21 +149,64 @@ bool depth_erasure_scores(Model *m, const scalar_t *erased_dev, const int32_t *t
     free(p_ref);
     free(host);
     be->free(be, logits);
+    be->free(be, rows);
     be->free(be, hb);
     be->free(be, cap);
     be->free(be, h);
     return correct;
 }
 
-/* The per-prompt depth summary (see DEPTH_DEFINITION). q_len = T - n_answer question tokens. */
-double depth_fraction(const double *scores, int L, int Tin, int q_len) {
-    double *r = xcalloc((size_t)L, sizeof *r), M = 0;
+/* r[l] = the largest score of row l over the question positions t = 1..q_len-2 (position 0 is never erased; the
+ * answer-predicting positions are left out because erasing them changes their own prediction at every layer).
+ * Returns M = max_l r[l]. */
+static double question_profile(const double *scores, int L, int Tin, int q_len, double *r) {
+    double M = 0;
     for (int l = 0; l < L; l++) {
+        r[l] = 0;
         for (int t = 1; t <= q_len - 2 && t < Tin; t++) r[l] = fmax(r[l], scores[(size_t)l * Tin + t]);
         M = fmax(M, r[l]);
     }
+    return M;
+}
+
+/* The per-prompt depth summary (see DEPTH_DEFINITION). q_len = T - n_answer question tokens. */
+double depth_fraction(const double *scores, int L, int Tin, int q_len) {
+    double *r = xcalloc((size_t)L, sizeof *r);
+    const double M = question_profile(scores, L, Tin, q_len, r);
     int k = 0;
     for (int l = 0; l < L && M > 0; l++) k += r[l] >= DEPTH_THRESHOLD * M;
     free(r);
     return M > 0 ? (double)k / L : 0.0;
+}
+
+double depth_centre(const double *scores, int L, int Tin, int q_len) {
+    double *r = xcalloc((size_t)L, sizeof *r), num = 0, den = 0;
+    question_profile(scores, L, Tin, q_len, r);
+    for (int l = 0; l < L; l++) {
+        num += (l + 0.5) / L * r[l];
+        den += r[l];
+    }
+    free(r);
+    return den > 0 ? num / den : 0.0;
+}
+
+void depth_map_accumulate(const double *scores, int L, int Tin, int q_len, int K, double *sum, long *count) {
+    const int nq = q_len - 2, first_answer = q_len - 1; /* question columns 1..nq; answer-predicting q_len-1..Tin-1 */
+    double *cell = xcalloc((size_t)L * (K + 1), sizeof *cell); // [L,K+1] this prompt's sums per bin
+    int *n = xcalloc((size_t)K + 1, sizeof *n);                // positions per bin
+    for (int t = 1; t < Tin; t++) {
+        int bin;
+        if (t >= first_answer) bin = K;
+        else if (nq >= 1) bin = (int)((long)(t - 1) * K / nq);
+        else continue;
+        n[bin]++;
+        for (int l = 0; l < L; l++) cell[(size_t)l * (K + 1) + bin] += scores[(size_t)l * Tin + t];
+    }
+    for (int b = 0; b <= K; b++) {
+        if (!n[b]) continue;
+        count[b]++;
+        for (int l = 0; l < L; l++) sum[(size_t)l * (K + 1) + b] += cell[(size_t)l * (K + 1) + b] / n[b];
+    }
+    free(n);
+    free(cell);
 }

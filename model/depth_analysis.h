@@ -33,6 +33,9 @@ void depth_softmax_row(const float *row, int V, double *p);
 /* The "uninformative" vectors: erased[l] = mean over the counterfactual's input positions 0..Tc-2 of h_l,
  * l = 0..L-1. erased_dev: backend memory [L, C]. cf: the counterfactual's Tc tokens. */
 void depth_counterfactual_means(Model *m, const int32_t *cf, int Tc, scalar_t *erased_dev);
+/* The same over several sequences: erased[l] = mean of h_l over the input positions 0..T_i-2 of every sequence i
+ * (each position weighs the same). seqs[i] holds lens[i] >= 2 tokens. */
+void depth_residual_means(Model *m, const int32_t *const *seqs, const int *lens, int n, scalar_t *erased_dev);
 
 /* Erasure map of one prompt. tokens[T] = question + answer ids, n_answer = len(answer) (< T-1).
  * scores[L * (T-1)]: row l, column t = input position. Returns whether the reference argmax reproduces the answer. */
@@ -41,5 +44,11 @@ bool depth_erasure_scores(Model *m, const scalar_t *erased_dev, const int32_t *t
 
 /* The per-prompt depth summary (see DEPTH_DEFINITION). q_len = T - n_answer question tokens; scores [L, Tin]. */
 double depth_fraction(const double *scores, int L, int Tin, int q_len);
+/* The layer-weighted centre of the question's erasure effect (DEPTH_PROMPTS_DEFINITIONS, depth_prompts_record.h),
+ * from the same per-row maxima as depth_fraction. scores [L, Tin]. */
+double depth_centre(const double *scores, int L, int Tin, int q_len);
+/* Adds one prompt's map to the binned sums of the mean map (DEPTH_MAP_DEFINITION): sum[L, K+1] += the prompt's mean
+ * score per bin, count[K+1] += 1 for each bin the prompt has a position in. scores [L, Tin]. */
+void depth_map_accumulate(const double *scores, int L, int Tin, int q_len, int K, double *sum, long *count);
 
 #endif

@@ -24,14 +24,15 @@ static size_t register_any(Model *m, const char *name, int ndim, const int64_t *
     /* buffers follow every parameter, so that the trainable parameters are one prefix [0, n_params) */
     if (!buffer && m->n_buffer_elems > 0) die("model: parameter %s registered after a buffer", name);
     /* No fixed limit: a dense model has 12 tensors per layer, so any cap would reject some valid n_layers. */
-    if (m->n_tensors == m->tensors_capacity) {
+    if (!m->visit && m->n_tensors == m->tensors_capacity) {
         m->tensors_capacity = m->tensors_capacity ? 2 * m->tensors_capacity : 64;
         m->tensors = xrealloc(m->tensors, (size_t)m->tensors_capacity * sizeof *m->tensors);
     }
-    ParamTensor *t = &m->tensors[m->n_tensors];
+    ParamTensor visited, *t = m->visit ? &visited : &m->tensors[m->n_tensors];
     if (strlen(name) >= sizeof t->name) die("model: tensor name too long: %s", name);
-    for (int i = 0; i < m->n_tensors; i++)
-        if (strcmp(m->tensors[i].name, name) == 0) die("model: tensor %s registered twice", name);
+    if (!m->visit)
+        for (int i = 0; i < m->n_tensors; i++)
+            if (strcmp(m->tensors[i].name, name) == 0) die("model: tensor %s registered twice", name);
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = ndim;
@@ -46,6 +47,8 @@ static size_t register_any(Model *m, const char *name, int ndim, const int64_t *
     if (buffer) m->n_buffer_elems += t->numel;
     else m->n_params += t->numel;
     m->n_tensors++;
+    /* Visiting: the tensor goes to the visitor, not into a registry (nothing kept, so nothing grows with the list). */
+    if (m->visit && m->visit_rc == 0) m->visit_rc = m->visit(m->visit_ctx, t);
     return t->offset;
 }
 
@@ -62,9 +65,8 @@ static size_t register_2d(Model *m, const char *name, int64_t r, int64_t c) {
     return model_register_tensor(m, name, 2, s);
 }
 
-Model *model_create(const ModelConfig *cfg, Backend *be) {
-    char err[512];
-    if (model_config_validate(cfg, err, sizeof err) != 0) die("model_create: invalid config: %s", err);
+/* A model with its schedule and layer kinds set up, nothing registered or allocated yet. */
+static Model *model_new(const ModelConfig *cfg, Backend *be) {
     Model *m = xcalloc(1, sizeof *m);
     m->cfg = *cfg;
     m->be = be;
@@ -78,13 +80,20 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
     m->layer_prefix[LAYER_MOE] = "transformer.layers";
     m->off_out_norm_w = m->off_out_norm_b = m->off_head_b = SIZE_MAX;
     rng_seed(&m->dropout_rng, 0);
+    arena_init(&m->arena, be);
+    return m;
+}
 
-    /* registration order = the reference state_dict order: embedding, dense (prefix) layers, MoEUT layers, out_norm,
-     * head; then the buffers */
+/* Registers every tensor: the one definition of the model's tensor list, its names, shapes and order. Registration
+ * order = the reference state_dict order: embedding, dense (prefix) layers, MoEUT layers, out_norm, head; then the
+ * buffers. A visitor that has stopped (visit_rc != 0) ends it at the next layer. */
+static void register_all(Model *m) {
+    const ModelConfig *cfg = &m->cfg;
     const int64_t V = cfg->n_tokens, C = cfg->d_model;
     m->off_embedding = register_2d(m, "embedding.weight", V, C);
     for (int k = 0; k < N_LAYER_KINDS; k++)
-        for (int l = 0; l < m->n_distinct[k]; l++) m->impls[k]->register_params(m, l);
+        for (int l = 0; l < m->n_distinct[k] && m->visit_rc == 0; l++) m->impls[k]->register_params(m, l);
+    if (m->visit_rc != 0) return;
     if (cfg->out_norm_affine) {
         m->off_out_norm_w = register_1d(m, "out_norm.weight", C);
         m->off_out_norm_b = register_1d(m, "out_norm.bias", C);
@@ -93,8 +102,29 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
     if (cfg->lm_head_bias) m->off_head_b = register_1d(m, "lm_head.bias", V);
     for (int k = 0; k < N_LAYER_KINDS; k++)
         if (m->impls[k] && m->impls[k]->register_buffers)
-            for (int l = 0; l < m->n_distinct[k]; l++) m->impls[k]->register_buffers(m, l);
+            for (int l = 0; l < m->n_distinct[k] && m->visit_rc == 0; l++) m->impls[k]->register_buffers(m, l);
+}
 
+int model_visit_tensors(const ModelConfig *cfg, ModelTensorVisitor visit, void *ctx, char *err, size_t errlen) {
+    if (model_config_validate(cfg, err, errlen) != 0) return -1;
+    /* A host backend for the little a layer sets up while registering (balance "bias"'s counters): the weights, the
+     * gradients and the activations are never allocated. */
+    Backend *be = backend_cpu_create();
+    Model *m = model_new(cfg, be);
+    m->visit = visit;
+    m->visit_ctx = ctx;
+    register_all(m);
+    const int rc = m->visit_rc;
+    model_free(m);
+    backend_destroy(be);
+    return rc;
+}
+
+Model *model_create(const ModelConfig *cfg, Backend *be) {
+    char err[512];
+    if (model_config_validate(cfg, err, sizeof err) != 0) die("model_create: invalid config: %s", err);
+    Model *m = model_new(cfg, be);
+    register_all(m);
     if (cfg->arch == ARCH_MOE)
         snprintf(be->alloc_purpose, sizeof be->alloc_purpose,
                  "the weights and gradients of %zu parameters (model.n_tokens=%d, d_model=%d, n_layers=%d, "
@@ -120,8 +150,7 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
     m->hash = hash_routing_create(cfg);
     if (m->n_apps_of[LAYER_MOEUT] > 0 && cfg->ff_capacity_factor > 0.0 && cfg->routing == ROUTING_TOPK)
         m->routing_dropped = be->alloc(be, (size_t)m->n_apps_of[LAYER_MOEUT] * sizeof(int64_t));
-    /* The activation arena stays empty until the first call says how many tokens it needs. */
-    arena_init(&m->arena, be);
+    /* The activation arena (set up empty by model_new) waits for the first call to say how many tokens it needs. */
     return m;
 }
 

@@ -137,6 +137,13 @@ typedef struct {
 typedef struct Model Model; /* opaque; defined in model/model_internal.h */
 
 Model *model_create(const ModelConfig *cfg, Backend *be); /* allocates params and grads; weights zero */
+/* Goes through the tensors model_create registers for cfg (parameters, then buffers; names, shapes and offsets as
+ * model_tensor gives them), in registration order, without allocating weights or keeping the list: the model's own
+ * definition of its tensors, for checking a checkpoint before anything sized by its config is allocated. visit
+ * returns 0 to go on, or non-zero to stop (registration then ends at the next layer at the latest). Returns 0, the
+ * visitor's non-zero value, or -1 with "model.<key>: <problem>" in err for an invalid cfg. */
+typedef int (*ModelTensorVisitor)(void *ctx, const ParamTensor *t);
+int model_visit_tensors(const ModelConfig *cfg, ModelTensorVisitor visit, void *ctx, char *err, size_t errlen);
 void model_free(Model *m);
 const ModelConfig *model_config(const Model *m);
 Backend *model_backend(const Model *m);

@@ -110,6 +110,11 @@ struct Model {
 
     ParamTensor *tensors;           /* [n_tensors] heap; grows while registering (the count follows n_layers) */
     int n_tensors, tensors_capacity;
+    /* model_visit_tensors: each tensor goes to visit instead of into tensors (which stays empty); registration ends
+     * early once it returns non-zero (kept in visit_rc). NULL for a model of model_create. */
+    ModelTensorVisitor visit;
+    void *visit_ctx;
+    int visit_rc;
     size_t n_params;                /* trainable parameters, offsets [0, n_params) */
     size_t n_buffer_elems;          /* buffers, offsets [n_params, n_params + n_buffer_elems) */
     scalar_t *params;               /* [n_params + n_buffer_elems] backend memory */

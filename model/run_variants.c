@@ -2,6 +2,7 @@
 #include "model/run_variants.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,15 +16,45 @@
 #include "pipeline/base/log.h"
 #include "pipeline/records/run_identity.h"
 
+/* The checkpoint state train writes in a run directory (model/training/train_checkpoint.h, TRAIN_STATE_FILE; named
+ * here, not included, because planning sits below training). */
+#define TRAIN_STATE_FILE_NAME "state.json"
+
 #define FAIL(...) (set_err(err, errlen, __VA_ARGS__), -1)
 
-/* The finished run's record in dir (result.json), or NULL when there is none or it cannot be read: evaluate
- * writes it atomically, so an unreadable one was not written by a finished run (and evaluate will replace it). */
-static cJSON *load_result(const char *dir) {
-    char path[4096 + 16], err[1024];
-    snprintf(path, sizeof path, "%s/result.json", dir);
-    if (!file_exists(path)) return NULL;
-    return json_load_file(path, JSON_KIND_RECORD, err, sizeof err);
+/* What a run directory holds, as far as keeping it is concerned: the effective config it was trained with and the
+ * run name its files carry. From the finished run's record (result.json; evaluate writes it atomically, so an
+ * unreadable one was not written by a finished run), else from the latest checkpoint's state (state.json, written
+ * by train at every checkpoint: a run trained, or partly trained, but not evaluated). NULL when the directory holds
+ * neither, or only files of a train older than the "config" field of state.json: then train decides. */
+typedef struct {
+    cJSON *doc;           /* the file read (owned) */
+    const cJSON *config;  /* its effective config */
+    const char *run;      /* the run name it carries (result.json "run"), or NULL (state.json names only its config) */
+    const char *run_config; /* the run config it was made from (state.json "run_config"), or NULL */
+} HeldRun;
+
+static bool load_held(const char *dir, HeldRun *h) {
+    memset(h, 0, sizeof *h);
+    const char *files[] = {"result.json", TRAIN_STATE_FILE_NAME};
+    for (int i = 0; i < 2 && !h->doc; i++) {
+        char path[4096 + 32], err[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        if (!file_exists(path)) continue;
+        cJSON *doc = json_load_file(path, JSON_KIND_RECORD, err, sizeof err);
+        const cJSON *config = doc ? cJSON_GetObjectItemCaseSensitive(doc, "config") : NULL;
+        if (!cJSON_IsObject(config)) {
+            cJSON_Delete(doc);
+            continue;
+        }
+        h->doc = doc;
+        h->config = config;
+        const cJSON *run = cJSON_GetObjectItemCaseSensitive(doc, "run");
+        const cJSON *run_config = cJSON_GetObjectItemCaseSensitive(doc, "run_config");
+        h->run = cJSON_IsString(run) ? run->valuestring : NULL;
+        h->run_config = cJSON_IsString(run_config) ? run_config->valuestring : NULL;
+    }
+    return h->doc != NULL;
 }
 
 /* "a=1 -> 2, b=x -> y" for the keys that differ between two configs (the seed and descriptions left out). */
@@ -54,13 +85,12 @@ static int keep_one(const char *exp_dir, const char *runs_dir, const PlannedRun 
     snprintf(cur, sizeof cur, "%s/%s", runs_dir, r->dir);
     snprintf(back, sizeof back, "%s/%s@%s%s", runs_dir, r->config, wanted, seed_part);
     int rc = 0;
-    if (is_dir(cur, NO_FOLLOW_LINKS)) {
-        cJSON *rec = load_result(cur);
-        const cJSON *config = rec ? cJSON_GetObjectItemCaseSensitive(rec, "config") : NULL;
-        if (rec && run_variant_key(config, held) == 0 && strcmp(held, wanted) != 0) {
+    HeldRun held_run;
+    if (is_dir(cur, NO_FOLLOW_LINKS) && load_held(cur, &held_run)) {
+        if (run_variant_key(held_run.config, held) == 0 && strcmp(held, wanted) != 0) {
             snprintf(aside, sizeof aside, "%s/%s@%s%s", runs_dir, r->config, held, seed_part);
             char change[2048];
-            describe_change(config, lc.json, change, sizeof change);
+            describe_change(held_run.config, lc.json, change, sizeof change);
             if (is_dir(aside, NO_FOLLOW_LINKS) && remove_tree(aside) != 0)
                 rc = FAIL("%s: cannot remove an older copy of the same variant: %s", aside, strerror(errno));
             else if (rename(cur, aside) != 0)
@@ -68,17 +98,18 @@ static int keep_one(const char *exp_dir, const char *runs_dir, const PlannedRun 
             else
                 fprintf(stderr, "runs: %s holds another config (%s): kept as %s\n", cur, change, aside);
         }
-        cJSON_Delete(rec);
+        cJSON_Delete(held_run.doc);
     }
-    /* Bring back a run of the wanted config that was moved aside (its records carry the current name). */
-    if (rc == 0 && !is_dir(cur, NO_FOLLOW_LINKS) && is_dir(back, NO_FOLLOW_LINKS)) {
-        cJSON *rec = load_result(back);
-        const cJSON *run = rec ? cJSON_GetObjectItemCaseSensitive(rec, "run") : NULL;
-        if (cJSON_IsString(run) && strcmp(run->valuestring, r->dir) == 0) {
+    /* Bring back a run of the wanted config that was moved aside: a finished one whose records carry the current
+     * name, or a trained (not evaluated) one of the same run config (its directory name gives the seed). */
+    if (rc == 0 && !is_dir(cur, NO_FOLLOW_LINKS) && is_dir(back, NO_FOLLOW_LINKS) && load_held(back, &held_run)) {
+        bool ours = held_run.run ? strcmp(held_run.run, r->dir) == 0
+                                 : held_run.run_config && strcmp(held_run.run_config, r->config) == 0;
+        if (ours && run_variant_key(held_run.config, held) == 0 && strcmp(held, wanted) == 0) {
             if (rename(back, cur) != 0) rc = FAIL("%s: cannot move it back to %s: %s", back, cur, strerror(errno));
             else fprintf(stderr, "runs: %s holds the wanted config: back as %s\n", back, cur);
         }
-        cJSON_Delete(rec);
+        cJSON_Delete(held_run.doc);
     }
     loaded_config_free(&lc);
     return rc;

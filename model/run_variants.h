@@ -10,11 +10,13 @@
 
 #include "model/run_plan.h"
 
-/* For each planned run with a current name (no variant): moves runs_dir/DIR aside when it holds a finished run
- * (result.json) of another variant than the plan's config, then brings back runs_dir/CONFIG@<wanted>[.seedS] when it
- * is such a kept run (its records name DIR, not a sweep point) and DIR is free. A run without a readable
- * result.json (not finished) is left where it is: train decides (--auto-resume starts it over when its config changed). One line per
- * move on stderr ("runs: ..."). 0, or -1 with err naming the file. */
+/* For each planned run with a current name (no variant): moves runs_dir/DIR aside when it holds a run of another
+ * variant than the plan's config, finished (result.json) or only trained, whole or in part (the config in the
+ * checkpoint's state.json), then brings back runs_dir/CONFIG@<wanted>[.seedS] when it is such a kept run of this
+ * run (its records name DIR, or its state names CONFIG) and DIR is free. So no change of config or SET discards
+ * training: the run there is kept, and asking for its config again brings it back. A directory without either file
+ * (nothing trained to a checkpoint yet) is left where it is: train decides. One line per move on stderr
+ * ("runs: ..."). 0, or -1 with err naming the file. */
 int run_variants_keep(const char *exp_dir, const char *runs_dir, const PlannedRun *runs, int n, char *err,
                       size_t errlen);
 

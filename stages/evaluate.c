@@ -45,18 +45,10 @@
 
 /* ---------------------------------------------------------------- inputs ----------------------------------- */
 
-/* The "evaluate" section of the run config, strictly. */
+/* The "evaluate" section of the run config, strictly (model/training/evaluation.h). */
 static void read_eval_config(const cJSON *root, const char *path, EvalConfig *ec) {
-    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(root, "evaluate");
-    if (!ev || !cJSON_IsObject(ev)) die("%s: evaluate: missing or not an object", path);
-    JsonReader r;
-    json_reader_init(&r, ev, path, "evaluate");
-    json_get_int(&r, "max_examples_per_set", &ec->max_examples_per_set, true);
-    json_get_int(&r, "greedy_check_examples", &ec->greedy_check_examples, true);
     char err[1024];
-    if (json_reader_finish(&r, err, sizeof err)) die("%s", err);
-    if (ec->max_examples_per_set < 0) die("%s: evaluate.max_examples_per_set: must be >= 0 (0 = all)", path);
-    if (ec->greedy_check_examples < 0) die("%s: evaluate.greedy_check_examples: must be >= 0", path);
+    if (eval_config_read(root, path, ec, err, sizeof err)) die("%s", err);
 }
 
 /* ---------------------------------------------------------------- predictions.jsonl ------------------------ */
@@ -146,7 +138,7 @@ static void save_outputs(const ResultRecord *r, const char *out_path, const char
 static const char *SUMMARY =
     "Evaluates a trained run (model.safetensors + train_summary.json in --run) on the interpolate and extrapolate "
     "shards of --data: teacher-forced exact match of the whole answer, each example alone, fp32. Writes the result "
-    "record (schema dm-math-result v1) to --out and the per-example verdicts (schema dm-math-predictions v2, one JSON "
+    "record (schema dm-math-result v2) to --out and the per-example verdicts (schema dm-math-predictions v2, one JSON "
     "object per line) to --predictions, by default predictions.jsonl beside --out, with their metadata in the sidecar "
     "predictions.meta.json beside it; all atomically, as one set.";
 
@@ -235,15 +227,19 @@ int main(int argc, char **argv) {
     snprintf(r.run, sizeof r.run, "%s", tr.run);
     snprintf(r.arch, sizeof r.arch, "%s", tr.arch);
     snprintf(r.loss_mode, sizeof r.loss_mode, "%s", tr.loss_mode);
-    r.config = tr.config; /* borrowed: trained_run_close frees it */
+    r.config = tr.config; /* borrowed, as config_text: trained_run_close frees them */
+    r.config_text = tr.config_text;
     snprintf(r.config_sha256, sizeof r.config_sha256, "%s", tr.config_sha256);
     r.prov = tr.prov;
     snprintf(r.code_version, sizeof r.code_version, "%s", CODE_VERSION);
     snprintf(r.train_sha256, sizeof r.train_sha256, "%s", train_sha);
     snprintf(r.interpolate_sha256, sizeof r.interpolate_sha256, "%s", shard_sha[EVAL_INTERPOLATE]);
     snprintf(r.extrapolate_sha256, sizeof r.extrapolate_sha256, "%s", shard_sha[EVAL_EXTRAPOLATE]);
-    cJSON *hdr = cJSON_Parse(shards[EVAL_INTERPOLATE].header_json);
-    const cJSON *src = hdr ? cJSON_GetObjectItemCaseSensitive(hdr, "source") : NULL;
+    const char *hdr_text = shards[EVAL_INTERPOLATE].header_json;
+    cJSON *hdr = json_parse_text(hdr_text, strlen(hdr_text), JSON_KIND_MANIFEST, shard_path[EVAL_INTERPOLATE], err,
+                                 sizeof err);
+    if (!hdr) die("%s (the shard's header)", err);
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(hdr, "source");
     r.dataset_source = cJSON_IsObject(src) ? cJSON_Duplicate(src, 1) : NULL;
     cJSON_Delete(hdr);
     snprintf(r.tokenizer_sha256, sizeof r.tokenizer_sha256, "%s", tokenizer_sha256(tok));
@@ -268,6 +264,7 @@ int main(int argc, char **argv) {
              100 * r.evaluation.sets[1].accuracy, now_seconds() - t0);
 
     r.config = NULL; /* tr's */
+    r.config_text = NULL;
     result_record_free(&r);
     for (int s = 0; s < EVAL_N_SETS; s++) {
         set_predictions_free(&preds[s]);

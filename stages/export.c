@@ -2,9 +2,9 @@
  *
  *   bin/export --runs runs/EXP --out reports/EXP/runs.csv
  *
- * Reads only runs/EXP/<RUN>/result.json (each directory that has one; symbolic links are skipped) and writes the
- * table atomically. A record that does not load is one error line naming the file, exit 1, and the earlier table
- * stays as it was. */
+ * Reads only runs/EXP/<RUN>/result.json (each run directory that has one, a symbolic link to one included:
+ * pipeline/records/run_dirs.h, the rule report and compare share) and writes the table atomically. A run that cannot
+ * be read or a record that does not load is one error line naming it, exit 1, and the earlier table stays as it was. */
 #include <stdio.h>
 
 #include "pipeline/base/cli.h"

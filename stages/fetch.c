@@ -21,6 +21,7 @@
 #include "datasets/fetch_output.h"
 #include "pipeline/base/atomic_file.h"
 #include "pipeline/base/cli.h"
+#include "pipeline/base/limits.h"
 #include "pipeline/base/log.h"
 #include "pipeline/base/progress.h"
 #include "pipeline/base/sha256.h"
@@ -31,12 +32,16 @@ static const char *SUMMARY =
     "Fetches the DeepMind Mathematics v1.0 archive and extracts the module files whose name (without .txt) fully\n"
     "matches --filter into OUT/mathematics_dataset-v1.0/<split>/, plus the first --tokenizer-corpus-pairs pairs of\n"
     "EVERY train-easy file into OUT/tokenizer_corpus/, and writes OUT/manifest.json. The tree is built in\n"
-    "OUT.tmp.<pid> and renamed into place only on success. With --tokenizer-corpus-source SRC2 the tokenizer corpus\n"
-    "comes from SRC2's train-easy files instead (e.g. the all-modules sample for an arithmetic-only archive).\n"
+    "OUT.tmp.<pid>.<random> and renamed into place only on success. With --tokenizer-corpus-source SRC2 the\n"
+    "tokenizer corpus comes from SRC2's train-easy files instead (e.g. the all-modules sample for an arithmetic-only\n"
+    "archive).\n"
     "SRC: 'official' (URL and size from the manifest), 'embedded' (datasets/dm_math_sample.tar.gz), an http(s)://\n"
     "or file:// URL, or a local archive path. Downloads go to DOWNLOADS/<name>.part and resume on a rerun.\n"
-    "--config EXP/data.json reads the \"fetch\" section strictly ({\"source\", \"filter\", \"tokenizer_corpus_pairs\",\n"
-    "\"tokenizer_corpus_source\"}); an option given on the command line overrides the same setting there.";
+    "An archive whose members expand to more than --max-extract-bytes, or (beyond 64 MiB) to more than\n"
+    "--max-extract-ratio times its own size, is refused before a byte of the excess is written (a decompression\n"
+    "bomb). --config EXP/data.json reads the \"fetch\" section strictly ({\"source\", \"filter\",\n"
+    "\"tokenizer_corpus_pairs\", \"tokenizer_corpus_source\", \"max_extract_bytes\", \"max_extract_ratio\"}); an option\n"
+    "given on the command line overrides the same setting there.";
 
 /* Finds a project file given relative to the project root: first from the working directory, then next to the
  * executable (bin/../<rel>). Returns 0 and the path in out, or -1. */
@@ -129,7 +134,7 @@ static int hash_archive(const char *path, char hex[65], int64_t *bytes, char *er
     return 0;
 }
 
-/* Removes OUT.tmp.<pid> trees left by fetch processes that no longer exist (killed mid-extraction). */
+/* Removes OUT.tmp.<pid>[.<random>] trees left by fetch processes that no longer exist (killed mid-extraction). */
 static void remove_stale_fetch_temps(const char *out_dir) {
     char dir[PATH_MAX], base[PATH_MAX], prefix[PATH_MAX + 8];
     snprintf(dir, sizeof dir, "%s", out_dir);
@@ -277,6 +282,12 @@ static void obtain_archive(const char *label, const char *source, const char *pi
              pinned[0] ? " (verified)" : "");
 }
 
+/* The extraction caps (archive_extract.h) and where each came from, for the refusal. */
+typedef struct {
+    long max_bytes, max_ratio;              /* LONG_MIN: not set (the default applies) */
+    char bytes_label[PATH_MAX + 64], ratio_label[PATH_MAX + 64];
+} ExtractLimits;
+
 /* Extracts into tmp, or removes tmp, moves a downloaded archive aside (reject_download) and dies with err. */
 static void extract_or_die(const ExtractOptions *xo, const char *tmp, const Archive *a, ExtractResult *xr) {
     char err[8192], note[2 * PATH_MAX + 1500];
@@ -297,6 +308,7 @@ int main(int argc, char **argv) {
     const char *manifest_opt = NULL;
     long corpus_pairs = LONG_MIN;
     NetOptions net = {"data/downloads", 5, 30, 60, 8L << 30};
+    ExtractLimits lim = {LONG_MIN, LONG_MIN, "--max-extract-bytes", "--max-extract-ratio"};
     const CliOption opts[] = {
         {"config", OPT_STRING, &config, "experiment data.json: settings from its \"fetch\" section (options given here win)", false},
         {"source", OPT_STRING, &source, "official | embedded | http(s):// or file:// URL | archive path (default official)", false},
@@ -314,13 +326,26 @@ int main(int argc, char **argv) {
         {"max-download-bytes", OPT_INT, &net.max_download_bytes, "refuse a download larger than this many bytes: a "
                                                                  "Content-Length above it before the body, a body "
                                                                  "growing past it at the cap (default 8 GiB)", false},
+        {"max-extract-bytes", OPT_INT, &lim.max_bytes, "refuse an archive whose members expand to more than this many "
+                                                       "bytes (default 16 GiB, twice the official archive's; at most "
+                                                       "64 GiB)", false},
+        {"max-extract-ratio", OPT_INT, &lim.max_ratio, "refuse an archive that expands to more than this many times its "
+                                                       "own size, beyond 64 MiB (default 20; DM-math text: 3.5)", false},
     };
     cli_parse(argc, argv, "fetch", SUMMARY, opts, (int)(sizeof opts / sizeof opts[0]));
     if (corpus_pairs != LONG_MIN && corpus_pairs < 0) die("--tokenizer-corpus-pairs must be >= 0, got %ld", corpus_pairs);
     if (net.retries < 0 || net.retries > 100) die("--retries must be in [0, 100], got %ld", net.retries);
     if (net.connect_timeout <= 0 || net.low_speed_time <= 0) die("--connect-timeout and --low-speed-time must be positive");
     if (net.max_download_bytes < 1) die("--max-download-bytes must be >= 1, got %ld", net.max_download_bytes);
+    if (lim.max_bytes != LONG_MIN && (lim.max_bytes < 1 || (uint64_t)lim.max_bytes > LIMIT_ARCHIVE_TOTAL_BYTES))
+        die("--max-extract-bytes must be in [1, %llu], got %ld", (unsigned long long)LIMIT_ARCHIVE_TOTAL_BYTES,
+            lim.max_bytes);
+    if (lim.max_ratio != LONG_MIN && lim.max_ratio < 1) die("--max-extract-ratio must be >= 1, got %ld", lim.max_ratio);
     if (!out[0]) die("--out must not be empty");
+    /* OUT without trailing slashes: its temporary tree is the sibling OUT.tmp.*, never a child of OUT. */
+    char out_base[PATH_MAX];
+    if (snprintf(out_base, sizeof out_base, "%s", out) >= (int)sizeof out_base) die("--out %s: path too long", out);
+    for (size_t n = strlen(out_base); n > 1 && out_base[n - 1] == '/'; n--) out_base[n - 1] = '\0';
     struct stat out_st; /* before any download: the output tree replaces only a directory */
     if (lstat(out, &out_st) == 0) {
         if (S_ISLNK(out_st.st_mode))
@@ -349,6 +374,14 @@ int main(int argc, char **argv) {
         if (!corpus_source && fc.tokenizer_corpus_source) {
             corpus_source = fc.tokenizer_corpus_source;
             snprintf(corpus_label, sizeof corpus_label, "%s: fetch.tokenizer_corpus_source", config);
+        }
+        if (lim.max_bytes == LONG_MIN && fc.has_max_extract_bytes) {
+            lim.max_bytes = fc.max_extract_bytes;
+            snprintf(lim.bytes_label, sizeof lim.bytes_label, "%s: fetch.max_extract_bytes", config);
+        }
+        if (lim.max_ratio == LONG_MIN && fc.has_max_extract_ratio) {
+            lim.max_ratio = fc.max_extract_ratio;
+            snprintf(lim.ratio_label, sizeof lim.ratio_label, "%s: fetch.max_extract_ratio", config);
         }
     }
     if (!source) source = "official";
@@ -398,7 +431,7 @@ int main(int argc, char **argv) {
     snprintf(manifest_path, sizeof manifest_path, "%s/manifest.json", out);
     /* Before the up-to-date check, which ends the run early: a tree of a killed extraction (gigabytes with the
      * official archive) must not outlive it just because the next run had nothing to do. */
-    remove_stale_fetch_temps(out);
+    remove_stale_fetch_temps(out_base);
     if (fetch_output_up_to_date(manifest_path, &rec)) {
         printf("fetch: %s is up to date (archive %.12s, filter %s", out, main_ar.sha256, filter);
         if (corpus_source) printf(", tokenizer corpus from archive %.12s", corpus_ar.sha256);
@@ -408,12 +441,15 @@ int main(int argc, char **argv) {
         return 0;
     }
 
-    /* Everything goes into OUT.tmp.<pid>, renamed into place once at the end. */
+    /* Everything goes into a new OUT.tmp.<pid>.<random> (a name nobody can plant a link at beforehand: OUT's parent
+     * may be shared), renamed into place once at the end. */
     char tmp[PATH_MAX + 64];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
-    remove_tree(tmp);
-    /* The module files; the tokenizer corpus too unless it comes from the other archive. */
-    ExtractOptions xo = {main_ar.path, tmp, filter, corpus_source ? 0 : corpus_pairs, main_ar.bytes};
+    if (mkdir_temp(out_base, tmp, sizeof tmp, err, sizeof err) != 0) die("%s", err);
+    /* The module files; the tokenizer corpus too unless it comes from the other archive. 0: the default cap. */
+    const int64_t max_bytes = lim.max_bytes == LONG_MIN ? 0 : lim.max_bytes;
+    const long max_ratio = lim.max_ratio == LONG_MIN ? 0 : lim.max_ratio;
+    ExtractOptions xo = {main_ar.path, tmp, filter, corpus_source ? 0 : corpus_pairs, main_ar.bytes,
+                         max_bytes, max_ratio, lim.bytes_label, lim.ratio_label};
     ExtractResult xr, cr;
     memset(&cr, 0, sizeof cr);
     extract_or_die(&xo, tmp, &main_ar, &xr);
@@ -423,7 +459,8 @@ int main(int argc, char **argv) {
     }
     ExtractResult all = xr; /* what the manifest lists: module files from xr, the corpus from xr or cr */
     if (corpus_source) {
-        ExtractOptions co = {corpus_ar.path, tmp, NULL /* no module files */, corpus_pairs, corpus_ar.bytes};
+        ExtractOptions co = {corpus_ar.path, tmp, NULL /* no module files */, corpus_pairs, corpus_ar.bytes,
+                             max_bytes, max_ratio, lim.bytes_label, lim.ratio_label};
         extract_or_die(&co, tmp, &corpus_ar, &cr);
         if (cr.n_corpus == 0) {
             remove_tree(tmp);

@@ -118,6 +118,7 @@ int main(int argc, char **argv) {
 
     char err[1024];
     ModelConfig cfg;
+    /* The config, with the file's tensor list checked against it before the model it describes is built. */
     if (model_read_checkpoint_config(weights, &cfg, err, sizeof err) != 0) die("%s", err);
     cfg.ff_expert_dropout = 0; /* the comparison must be deterministic */
     cfg.att_expert_dropout = 0;
@@ -128,6 +129,8 @@ int main(int argc, char **argv) {
     be->precision = prec;
     Model *m = model_create(&cfg, be);
     if (model_load_safetensors(m, weights, err, sizeof err) != 0) die("%s", err);
+    /* A NaN or an infinity would turn every logit and gradient into NaN: a comparison against it means nothing. */
+    if (model_check_finite(m, weights, err, sizeof err) != 0) die("%s", err);
 
     const size_t N = (size_t)b.B * b.T, V = (size_t)cfg.n_tokens, np = model_n_params(m);
     int32_t *ce_targets = xmalloc(N * sizeof(int32_t));

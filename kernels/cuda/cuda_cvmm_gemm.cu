@@ -21,12 +21,25 @@ struct GroupedProblem {
     float beta;
 };
 
+// cublasGemmGroupedBatchedEx exists from cuBLAS 12.5 (CUDA 12.5) on. With an older cuBLAS the grouped path is
+// compiled out: the call below answers CUBLAS_STATUS_NOT_SUPPORTED, so auto's probe picks the loop (saying why) and a
+// forced DMMATH_CUDA_CVMM=grouped stops with that status. (The emulator provides the call.)
+#if defined(CUDA_EMULATION) || (defined(CUBLAS_VERSION) && CUBLAS_VERSION >= 120500)
+#define CVMM_HAVE_GROUPED_GEMM 1
+#else
+#define CVMM_HAVE_GROUPED_GEMM 0
+#endif
+
 // One cublasGemmGroupedBatchedEx: problem g computes row-major C_g[M,N] = op(A_g) op(B_g) + beta_g C_g with
 // A_g = ptrs[g], B_g = ptrs[G + g], C_g = ptrs[2G + g] (ptrs: device memory). As in cuda_gemm, the row-major product
 // is the column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B as its A and A as its B. The per-group host arrays
 // (the handle's default host pointer mode) live until the call returns, as the API requires.
 static cublasStatus_t grouped_gemm(Backend *be, int transA, int transB, const std::vector<GroupedProblem> &problem,
                                    int lda, int ldb, int ldc, void *const *ptrs, bool bf16) {
+#if !CVMM_HAVE_GROUPED_GEMM
+    (void)be, (void)transA, (void)transB, (void)problem, (void)lda, (void)ldb, (void)ldc, (void)ptrs, (void)bf16;
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+#else
     int G = (int)problem.size();
     std::vector<cublasOperation_t> op_a((size_t)G, transB ? CUBLAS_OP_T : CUBLAS_OP_N);
     std::vector<cublasOperation_t> op_b((size_t)G, transA ? CUBLAS_OP_T : CUBLAS_OP_N);
@@ -44,6 +57,7 @@ static cublasStatus_t grouped_gemm(Backend *be, int transA, int transB, const st
                                       alpha.data(), (const void *const *)(ptrs + G), t, ld_a.data(),
                                       (const void *const *)ptrs, t, ld_b.data(), beta.data(), ptrs + 2 * (size_t)G,
                                       CUDA_R_32F, ld_c.data(), G, group_size.data(), CUBLAS_COMPUTE_32F);
+#endif
 }
 
 // ---------------------------------------------------------------- auto: the probe
@@ -97,7 +111,9 @@ static bool probe_pattern(Backend *be, const char *name, int transA, int transB,
     CHECK_CUDA(cudaMemcpy(ptrs, host_ptrs.data(), host_ptrs.size() * sizeof(void *), cudaMemcpyHostToDevice));
     cublasStatus_t st = grouped_gemm(be, transA, transB, pr, lda, ldb, ldc, ptrs, bf16);
     bool ok = st == CUBLAS_STATUS_SUCCESS;
-    if (!ok) {
+    if (!ok && !CVMM_HAVE_GROUPED_GEMM) {
+        snprintf(why, whylen, "this cuBLAS (%d) predates cublasGemmGroupedBatchedEx (12.5)", (int)CUBLAS_VERSION);
+    } else if (!ok) {
         snprintf(why, whylen, "cublasGemmGroupedBatchedEx returned %s on the probe's %s GEMMs", cublasGetStatusString(st),
                  name);
     } else {

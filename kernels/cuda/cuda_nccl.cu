@@ -5,11 +5,19 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_common.cuh" // cuda_weights_written
-#ifdef CUDA_EMULATION
+// NCCL does not come with every CUDA toolkit: make defines DMMATH_NO_NCCL when it finds no nccl.h, and this file then
+// builds the same interface answering that multi-rank CUDA training needs NCCL (one process needs no all-reduce).
+#if defined(CUDA_EMULATION)
 #include "kernels/cuda/emu/nccl_emu.h"
-#else
+#define CUDA_HAVE_NCCL 1
+#elif !defined(DMMATH_NO_NCCL)
 #include <nccl.h>
+#define CUDA_HAVE_NCCL 1
+#else
+#define CUDA_HAVE_NCCL 0
 #endif
+
+#if CUDA_HAVE_NCCL
 
 static_assert(NCCL_UNIQUE_ID_BYTES == CUDA_NCCL_ID_BYTES, "cuda_nccl.h: CUDA_NCCL_ID_BYTES must match nccl.h");
 
@@ -66,3 +74,25 @@ extern "C" void cuda_nccl_finalize(void) {
     ncclCommDestroy(g_comm);
     g_comm = nullptr;
 }
+#else
+static int no_nccl(char *err, size_t errlen) {
+    if (err && errlen)
+        snprintf(err, errlen, "this build has no NCCL (nccl.h was not found when it was built): CUDA training on more "
+                              "than one rank needs it; install NCCL (e.g. libnccl-dev) and rebuild, or train with NPROC=1");
+    return -1;
+}
+extern "C" int cuda_nccl_unique_id(unsigned char id[CUDA_NCCL_ID_BYTES], char *err, size_t errlen) {
+    (void)id;
+    return no_nccl(err, errlen);
+}
+extern "C" int cuda_nccl_init(const unsigned char id[CUDA_NCCL_ID_BYTES], int rank, int world, char *err,
+                              size_t errlen) {
+    (void)id, (void)rank, (void)world;
+    return no_nccl(err, errlen);
+}
+extern "C" int cuda_nccl_allreduce_sum(Backend *be, void *buf, size_t n, bool f64, char *err, size_t errlen) {
+    (void)be, (void)buf, (void)n, (void)f64;
+    return no_nccl(err, errlen);
+}
+extern "C" void cuda_nccl_finalize(void) {}
+#endif

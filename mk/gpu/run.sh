@@ -72,7 +72,19 @@ tests)
   tail -n +$((before + 1)) $res >build/test-results-gpu.txt
   tests/summarize.sh build/test-results-gpu.txt  # exits 1 when nothing passed: here only failures count
   if [ $s1 = 0 ] && [ $s2 = 0 ] && ! awk '$3 > 0 {p = 1} END {exit !p}' build/test-results-gpu.txt; then
-    echo "test-gpu: SKIP: every CUDA test skipped (no usable GPU)"
+    # Every test skipped. Where the driver lists a GPU that is no "no GPU" skip but a failure: the programs could not
+    # use it, most often because the driver is older than the CUDA runtime they were built with.
+    gpus=$(nvidia-smi -L 2>/dev/null | grep '^GPU ' || true)
+    if [ -n "$gpus" ]; then
+      driver_cuda=$(nvidia-smi 2>/dev/null | sed -nE 's/.*CUDA Version: *([0-9]+\.[0-9]+).*/\1/p' | head -n 1)
+      runtime=$(ldd $(echo "$bins" | head -n 1) 2>/dev/null | sed -nE 's/.*libcudart\.so\.([0-9]+).*/\1/p' | head -n 1)
+      echo "test-gpu: FAIL: nvidia-smi lists $(echo "$gpus" | head -n 1 | cut -d'(' -f1)but every CUDA test skipped:" \
+        "the driver supports CUDA ${driver_cuda:-(unknown)}, the programs need the CUDA ${runtime:-(unknown)} runtime" \
+        "(libcudart.so.${runtime:-?}); a driver older than the runtime cannot run them (build for this driver's CUDA," \
+        "or update the driver)"
+      exit 1
+    fi
+    echo "test-gpu: SKIP: every CUDA test skipped (no GPU: nvidia-smi lists none)"
   fi
   [ $s1 = 0 ] && [ $s2 = 0 ]
   ;;

@@ -12,6 +12,29 @@
 #include "pipeline/base/progress.h"
 
 
+int eval_config_read(const cJSON *run_config, const char *path, EvalConfig *ec, char *err, size_t errlen) {
+    memset(ec, 0, sizeof *ec);
+    const cJSON *ev = cJSON_GetObjectItemCaseSensitive(run_config, "evaluate");
+    if (!cJSON_IsObject(ev)) {
+        set_err(err, errlen, "%s: evaluate: missing or not an object", path);
+        return -1;
+    }
+    JsonReader r;
+    json_reader_init(&r, ev, path, "evaluate");
+    json_get_int(&r, "max_examples_per_set", &ec->max_examples_per_set, true);
+    json_get_int(&r, "greedy_check_examples", &ec->greedy_check_examples, true);
+    if (json_reader_finish(&r, err, errlen)) return -1;
+    if (ec->max_examples_per_set < 0) {
+        set_err(err, errlen, "%s: evaluate.max_examples_per_set: must be >= 0 (0 = all)", path);
+        return -1;
+    }
+    if (ec->greedy_check_examples < 0) {
+        set_err(err, errlen, "%s: evaluate.greedy_check_examples: must be >= 0", path);
+        return -1;
+    }
+    return 0;
+}
+
 int eval_row_argmax(const float *row, int V) {
     int best = 0;
     for (int v = 1; v < V; v++)
@@ -99,8 +122,7 @@ static void set_predictions_alloc(SetPredictions *p, const EvalExample *ex, long
     p->argmax = xmalloc((at + 1) * sizeof *p->argmax);
 }
 
-/* Examples of a shard (ids widened to int32), validated. Caller frees ex[0].tokens' block and ex. */
-static EvalExample *shard_examples(const Shard *sh, const char *path, long n, int vocab, int32_t **block_out) {
+EvalExample *eval_shard_examples(const Shard *sh, const char *path, long n, int vocab, int32_t **block_out) {
     uint64_t total = 0;
     for (long i = 0; i < n; i++) total += sh->examples[i].q_len + sh->examples[i].a_len;
     int32_t *block = xmalloc((size_t)(total + 1) * sizeof(int32_t));
@@ -156,10 +178,9 @@ static RoutingStats *take_routing_stats(Model *m) {
 void evaluate_set(Model *m, const Shard *sh, const char *path, const EvalConfig *ec, int batch_size, SetEval *out,
                   SetPredictions *pred) {
     const int V = model_config(m)->n_tokens;
-    long n = (long)sh->n_examples;
-    if (ec->max_examples_per_set > 0 && ec->max_examples_per_set < n) n = ec->max_examples_per_set;
+    const long n = eval_set_examples(sh, ec->max_examples_per_set);
     int32_t *block = NULL;
-    EvalExample *ex = shard_examples(sh, path, n, V, &block);
+    EvalExample *ex = eval_shard_examples(sh, path, n, V, &block);
     int max_len = 1;
     for (long i = 0; i < n; i++) max_len = ex[i].q_len + ex[i].a_len > max_len ? ex[i].q_len + ex[i].a_len : max_len;
 
@@ -277,9 +298,13 @@ int eval_shards_open(const char *data_dir, const char *tokenizer_sha256, Shard s
     return 0;
 }
 
+long eval_set_examples(const Shard *sh, long max_examples) {
+    const long n = (long)sh->n_examples;
+    return max_examples > 0 && max_examples < n ? max_examples : n;
+}
+
 int eval_max_length(const Shard *sh, long max_examples) {
-    long n = (long)sh->n_examples;
-    if (max_examples > 0 && max_examples < n) n = max_examples;
+    const long n = eval_set_examples(sh, max_examples);
     int max_len = 1;
     for (long i = 0; i < n; i++) {
         long len = (long)sh->examples[i].q_len + sh->examples[i].a_len;

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "datasets/shard.h"
 #include "model/model.h"
 #include "pipeline/records/result_record.h"
@@ -47,6 +49,18 @@ typedef struct {
     int32_t *argmax;      /* every example's answer-position argmax ids, example i's a_len of them from argmax_at[i] */
     size_t *argmax_at;    /* [n] */
 } SetPredictions;
+
+/* The run config's "evaluate" section, strictly (unknown keys are errors): max_examples_per_set >= 0,
+ * greedy_check_examples >= 0. path names the file in err. 0, or -1 with err. */
+int eval_config_read(const cJSON *run_config, const char *path, EvalConfig *ec, char *err, size_t errlen);
+
+/* How many examples of a shard an evaluation covers: its first max_examples (0 = the whole shard). */
+long eval_set_examples(const Shard *sh, long max_examples);
+
+/* The first n examples of a shard (path names it in errors), ids widened to int32 in one block (*block_out), each
+ * validated (q_len, a_len >= 1, ids < vocab; dies naming the example otherwise). The caller frees *block_out and the
+ * array. */
+EvalExample *eval_shard_examples(const Shard *sh, const char *path, long n, int vocab, int32_t **block_out);
 
 /* argmax with ties to the lowest index (as the backend's argmax_rows). */
 int eval_row_argmax(const float *row, int V);

@@ -223,6 +223,11 @@ static cJSON *state_to_json(const TrainState *st, const char *model_sha, const c
     cJSON_AddNumberToObject(o, "step", (double)st->step);
     cJSON_AddNumberToObject(o, "total_steps", (double)st->total_steps);
     cJSON_AddStringToObject(o, "config_sha256", st->config_sha256);
+    if (st->effective_config) {
+        cJSON *config = cJSON_Duplicate(st->effective_config, 1);
+        CHECK_ALLOC(config);
+        cJSON_AddItemToObject(o, "config", config);
+    }
     run_provenance_to_json(o, &st->prov);
     cJSON_AddStringToObject(o, "backend", st->backend);
     cJSON_AddStringToObject(o, "code_version", CODE_VERSION);
@@ -273,6 +278,7 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
     json_get_int(&r, "step", &step, true);
     json_get_int(&r, "total_steps", &total, true);
     json_get_string(&r, "config_sha256", &cfg, true);
+    json_get_object(&r, "config", false); /* for model/run_variants.c; absent in older states */
     run_provenance_read(&r, &st->prov);
     json_get_string(&r, "backend", &backend, true);
     json_get_string(&r, "code_version", &code, true);

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "datasets/loader.h"
 #include "model/model.h"
 #include "model/optimizer.h"
@@ -55,6 +57,10 @@ typedef struct {
                                      * absent */
     WorldSizeHistory world_size_history; /* the ranks of every part of the run, with the step each began at; absent in
                                           * older states: world_size from step 0 */
+    /* The run's effective config (borrowed, not owned; NULL when unknown): written into state.json as "config" so
+     * that a trained run that was never evaluated can still be kept aside by its variant when the config asked for
+     * changes (model/run_variants.c). Not read back: the run is checked by config_sha256. */
+    const cJSON *effective_config;
 } TrainState;
 
 #define TRAIN_STATE_FILE "state.json"

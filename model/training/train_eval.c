@@ -183,6 +183,10 @@ int jsonl_keep_steps_upto(const char *path, long step, char *err, size_t errlen)
     char *text = NULL;
     size_t n = 0;
     if (read_file_limited(path, LIMIT_JSONL_FILE_BYTES, "JSON-lines file", &text, &n, err, errlen) != 0) return -1;
+    if (json_check_strings(text, n, path, err, errlen) != 0) {
+        free(text);
+        return -1;
+    }
     char *out = xmalloc(n + 1);
     size_t o = 0;
     for (char *line = text; *line;) {

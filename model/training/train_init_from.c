@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/upcycle.h"
+#include "pipeline/base/config.h"
 #include "pipeline/base/log.h"
 #include "pipeline/base/safetensors.h"
 #include "pipeline/base/sha256.h"
@@ -51,14 +52,18 @@ int train_init_from_check(const char *path, const cJSON *run, const ModelConfig 
     if (st_read(&f, path, err, errlen) != 0) return -1;
     int rc = -1;
     cJSON *u = NULL;
+    /* A NaN or an infinity in the starting weights would make every step's loss NaN: refused before training. */
+    if (st_check_finite(&f, path, err, errlen) != 0) goto done;
     const char *text = st_meta(&f, "upcycle");
     char where[600];
     snprintf(where, sizeof where, "%s: __metadata__", path);
-    if (!text || !(u = cJSON_Parse(text))) {
-        set_err(err, errlen, "%s.upcycle: %s (not a checkpoint written by bin/upcycle)", where,
-                text ? "not valid JSON" : "missing");
+    char upcycle_src[700];
+    snprintf(upcycle_src, sizeof upcycle_src, "%s.upcycle", where);
+    if (!text) {
+        set_err(err, errlen, "%s: missing (not a checkpoint written by bin/upcycle)", upcycle_src);
         goto done;
     }
+    if (!(u = json_parse_text(text, strlen(text), JSON_KIND_CONFIG, upcycle_src, err, errlen))) goto done;
     if (run_provenance_read_upcycle(prov, u, where, err, errlen) != 0) goto done;
     if (strcmp(prov->upcycle_from, want.from) != 0 || strcmp(prov->upcycle_method, upcycle_method_name(want.method)) ||
         prov->upcycle_seed != want.seed || prov->upcycle_noise != want.noise) {

@@ -107,6 +107,7 @@ static void start_or_resume(Trainer *t) {
     /* Fields that describe this run (identical on resume, checked above). */
     t->st.total_steps = t->tc.steps;
     snprintf(t->st.config_sha256, sizeof t->st.config_sha256, "%s", t->config_sha256);
+    t->st.effective_config = t->config_json;
     t->st.prov = t->prov;
     snprintf(t->st.backend, sizeof t->st.backend, "%s", t->be->name);
     snprintf(t->st.data_tokenizer_sha256, sizeof t->st.data_tokenizer_sha256, "%s", t->shard.tokenizer_sha256);

@@ -38,6 +38,7 @@ int trained_run_read_config(TrainedRun *r, const char *run_dir, const char *conf
     int rc = config_load_with_overrides(&lc, config_path, sets, n_sets, err, errlen);
     if (rc) return rc;
     r->config = lc.json;
+    r->config_text = lc.text; /* both r's now (trained_run_close frees them) */
     memcpy(r->config_sha256, lc.sha256, sizeof r->config_sha256);
     r->prov = lc.prov;
     if (run_config_parse(r->config, config_path, &r->config_mc, &r->tc, err, errlen)) return -1;
@@ -144,5 +145,6 @@ void trained_run_close(TrainedRun *r) {
     if (r->be) backend_destroy(r->be);
     if (r->tok) tokenizer_free(r->tok);
     cJSON_Delete(r->config);
+    free(r->config_text);
     memset(r, 0, sizeof *r);
 }

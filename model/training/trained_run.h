@@ -34,6 +34,7 @@ typedef struct {
     const char *loss_mode;             /* "qa" | "answer_only" (train.loss_on_target_only) */
 
     cJSON *config;          /* the whole run config, --set overrides applied (owned: stages read their section) */
+    char *config_text;      /* the run config file's bytes as read (owned): result.json records them */
     char config_sha256[65]; /* config_sha256 of the file and the overrides (pipeline/records/config_override.h) */
     RunProvenance prov;     /* overrides, effective train.seed, run_config name: for the records */
     ModelConfig config_mc;  /* its "model" section */

@@ -34,6 +34,8 @@ static void load_config(Trainer *t) {
     t->config_json = lc.json;
     memcpy(t->config_sha256, lc.sha256, sizeof t->config_sha256);
     t->prov = lc.prov;
+    lc.json = NULL; /* t's now; the file's text is not kept */
+    loaded_config_free(&lc);
     if (run_config_parse(t->config_json, t->a.config_path, &t->mc, &t->tc, err, sizeof err) != 0) die("%s", err);
     t->prov.seed = t->tc.seed;
     if (train_init_from_check(t->a.init_from, t->config_json, &t->mc, t->a.config_path, &t->prov, err, sizeof err))

@@ -12,9 +12,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "pipeline/base/log.h"
+
+const char *file_kind_name(unsigned mode) {
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISLNK(mode)) return "a symbolic link";
+    return S_ISREG(mode) ? "a regular file" : "not a regular file";
+}
 
 int file_exists(const char *path) {
     struct stat st;
@@ -81,14 +92,69 @@ int atomic_check_target(const char *path, char *err, size_t errlen) {
     return 0;
 }
 
+int temp_name(char *out, size_t n, const char *base, char *err, size_t errlen) {
+    /* 8 random bytes: a name another user cannot guess in advance, so nothing can be planted there (the pid in front
+     * lets remove_stale_temps tell a dead writer's leftovers from a live one's). */
+    unsigned char rnd[8];
+    size_t got = 0;
+    while (got < sizeof rnd) {
+        ssize_t r = getrandom(rnd + got, sizeof rnd - got, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            set_err(err, errlen, "%s: cannot draw a random name for a temporary: %s", base, strerror(errno));
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    char hex[2 * sizeof rnd + 1];
+    for (size_t i = 0; i < sizeof rnd; i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+    int len = snprintf(out, n, "%s.tmp.%ld.%s", base, (long)getpid(), hex);
+    if (len < 0 || (size_t)len >= n) {
+        set_err(err, errlen, "%s: path too long", base);
+        return -1;
+    }
+    return 0;
+}
+
+FILE *fopen_new_write(const char *path, char *err, size_t errlen) {
+    /* O_EXCL with O_CREAT never opens an existing file and, with O_NOFOLLOW, never follows a symbolic link at path
+     * (whatever another user planted there stays untouched). 0666: the umask decides, as for fopen("w"). */
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        return NULL;
+    }
+    FILE *fp = fdopen(fd, "wb");
+    if (!fp) {
+        set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        close(fd);
+        unlink(path);
+    }
+    return fp;
+}
+
+int mkdir_temp(const char *base, char *out, size_t n, char *err, size_t errlen) {
+    char parent[4096];
+    dir_of(base, parent, sizeof parent);
+    if (mkdir_p(parent, err, errlen) != 0) return -1;
+    /* mkdir creates the directory or fails: an existing entry (a planted link or tree) is never reused. A clash of
+     * two random names is all but impossible; a few retries cover it anyway. */
+    for (int attempt = 0; attempt < 8; attempt++) {
+        if (temp_name(out, n, base, err, errlen) != 0) return -1;
+        if (mkdir(out, 0777) == 0) return 0;
+        if (errno != EEXIST) break;
+    }
+    set_err(err, errlen, "%s: cannot create directory: %s", out, strerror(errno));
+    return -1;
+}
+
 int atomic_open(AtomicFile *af, const char *path, char *err, size_t errlen) {
     memset(af, 0, sizeof *af);
-    if (strlen(path) + 32 >= sizeof af->tmp_path) {
+    if (strlen(path) + 48 >= sizeof af->tmp_path) {
         set_err(err, errlen, "%s: path too long", path);
         return -1;
     }
     snprintf(af->path, sizeof af->path, "%s", path);
-    snprintf(af->tmp_path, sizeof af->tmp_path, "%s.tmp.%ld", path, (long)getpid());
     /* A directory at path would survive until the final rename, after every other file of a set was committed. */
     if (atomic_check_target(path, err, errlen) != 0) return -1;
     char dir[4096];
@@ -99,9 +165,10 @@ int atomic_open(AtomicFile *af, const char *path, char *err, size_t errlen) {
     snprintf(base_buf, sizeof base_buf, "%s", path);
     snprintf(prefix, sizeof prefix, "%s.tmp.", basename(base_buf));
     remove_stale_temps(dir, prefix);
-    af->fp = fopen(af->tmp_path, "wb");
+    if (temp_name(af->tmp_path, sizeof af->tmp_path, path, err, errlen) != 0) return -1;
+    af->fp = fopen_new_write(af->tmp_path, err, errlen);
     if (!af->fp) {
-        set_err(err, errlen, "%s: cannot create: %s", af->tmp_path, strerror(errno));
+        af->tmp_path[0] = '\0'; /* not ours: atomic_abort must not unlink whatever is there */
         return -1;
     }
     return 0;
@@ -195,18 +262,50 @@ int read_file_limited(const char *path, uint64_t max_bytes, const char *kind, ch
                 (unsigned long long)(max_bytes >> 20), kind);
         return -1;
     }
-    /* (A pipe or a file growing meanwhile is still read whole: the bound is against claims, not a sandbox.) */
+    /* (A file growing meanwhile is still read whole: the bound is against claims, not a sandbox. Anything but a
+     * regular file is refused by read_file_all.) */
     return read_file_all(path, data, n, err, errlen);
+}
+
+FILE *fopen_regular_read(const char *path, char *err, size_t errlen) {
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer for ever. It is dropped again once
+     * fstat has shown a regular file (where it has no effect anyway). */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        set_err(err, errlen, "%s: not a regular file (%s): refused", path, file_kind_name(st.st_mode));
+        close(fd);
+        return NULL;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        set_err(err, errlen, "%s: fcntl: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    FILE *fp = fdopen(fd, "rb");
+    if (!fp) {
+        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    return fp;
 }
 
 int read_file_all(const char *path, char **data, size_t *n, char *err, size_t errlen) {
     *data = NULL;
     if (n) *n = 0;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
+    FILE *fp = fopen_regular_read(path, err, errlen);
+    if (!fp) return -1;
     /* Size the buffer from fstat for regular files (checkpoints are large); grow for pipes and the like. */
     size_t cap = 1 << 16, len = 0;
     struct stat st;
@@ -266,6 +365,20 @@ int remove_tree(const char *dir) {
     return nftw(dir, remove_entry, 32, FTW_DEPTH | FTW_PHYS);
 }
 
+/* The pid of a temporary named <prefix><pid> or <prefix><pid>.<hex> (temp_name's form and the older one), or -1. */
+static long temp_owner_pid(const char *suffix) {
+    if (*suffix < '0' || *suffix > '9') return -1;
+    char *end = NULL;
+    errno = 0;
+    long pid = strtol(suffix, &end, 10);
+    if (errno != 0 || pid <= 0) return -1;
+    if (*end == '\0') return pid;
+    if (*end != '.' || end[1] == '\0') return -1;
+    for (const char *p = end + 1; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return -1;
+    return pid;
+}
+
 int remove_stale_temps(const char *dir, const char *prefix) {
     DIR *dp = opendir(dir);
     if (!dp) return 0;
@@ -274,10 +387,8 @@ int remove_stale_temps(const char *dir, const char *prefix) {
     struct dirent *e;
     while ((e = readdir(dp)) != NULL) {
         if (strncmp(e->d_name, prefix, plen) != 0) continue;
-        const char *digits = e->d_name + plen;
-        char *end = NULL;
-        long pid = strtol(digits, &end, 10);
-        if (*digits < '0' || *digits > '9' || *end != '\0' || pid <= 0 || pid == (long)getpid()) continue;
+        long pid = temp_owner_pid(e->d_name + plen);
+        if (pid <= 0 || pid == (long)getpid()) continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive (or not ours to judge): keep */
         char path[8192];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);

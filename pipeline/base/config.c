@@ -40,6 +40,66 @@ uint64_t json_count_values(const char *text, size_t n) {
     return values;
 }
 
+/* Line and column (from 1) of offset at in text, for messages. */
+static void text_position(const char *text, size_t at, int *line, int *col) {
+    *line = 1, *col = 1;
+    for (size_t i = 0; i < at; i++) {
+        if (text[i] == '\n') ++*line, *col = 1;
+        else ++*col;
+    }
+}
+
+/* Whether the 'u' at text[i] ends an escape: the backslashes right before it are odd in number ("\\u0000" is an
+ * escaped backslash and the letters u0000). Outside a string a backslash is not JSON at all (the parser refuses it),
+ * so in a text that parses, an escape found this way lies inside a string, and no string state is needed: the scan
+ * also holds across the lines of a JSON-lines file, whatever an earlier line left open. */
+static bool escaped_u(const char *text, size_t i) {
+    size_t backslashes = 0;
+    while (backslashes < i && text[i - 1 - backslashes] == '\\') backslashes++;
+    return backslashes % 2 == 1;
+}
+
+int json_check_strings(const char *text, size_t n, const char *source, char *err, size_t errlen) {
+    int line, col;
+    const char *nul = memchr(text, '\0', n);
+    if (nul) {
+        text_position(text, (size_t)(nul - text), &line, &col);
+        set_err(err, errlen, "%s:%d:%d: contains a NUL byte (not a JSON text file)", source, line, col);
+        return -1;
+    }
+    /* cJSON decodes \u0000 into a NUL that ends the C string early: "dense_qa\u0000evil" would read as "dense_qa". */
+    for (const char *p = text; (p = memchr(p, 'u', n - (size_t)(p - text))) != NULL; p++) {
+        const size_t i = (size_t)(p - text);
+        if (i + 5 <= n && memcmp(p + 1, "0000", 4) == 0 && escaped_u(text, i)) {
+            text_position(text, i - 1, &line, &col);
+            set_err(err, errlen, "%s:%d:%d: a string holds \\u0000 (a NUL character, which would cut it short): "
+                    "refused", source, line, col);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int json_check_text(const char *text, size_t n, JsonKind kind, const char *source, char *err, size_t errlen) {
+    if ((int)kind < 0 || kind >= JSON_KIND_N) die("json_check_text: bad kind %d", (int)kind);
+    const JsonLimit *lim = &JSON_LIMITS[kind];
+    if (n > lim->max_bytes) {
+        set_err(err, errlen, "%s: %zu bytes, more than the %llu MiB %s may hold", source, n,
+                (unsigned long long)(lim->max_bytes >> 20), lim->name);
+        return -1;
+    }
+    if (json_check_strings(text, n, source, err, errlen) != 0) return -1;
+    /* Parsed, every value is a node: bound them before the parser allocates (a file of "[0,0,...]" inside the byte
+     * limit would otherwise cost 40 times its size). */
+    const uint64_t values = json_count_values(text, n);
+    if (values > lim->max_values) {
+        set_err(err, errlen, "%s: %llu JSON values, more than the %llu %s may hold", source,
+                (unsigned long long)values, (unsigned long long)lim->max_values, lim->name);
+        return -1;
+    }
+    return 0;
+}
+
 int json_read_text(const char *path, JsonKind kind, char **text_out, size_t *n_out, char *err, size_t errlen) {
     if ((int)kind < 0 || kind >= JSON_KIND_N) die("json_read_text: bad kind %d", (int)kind);
     const JsonLimit *lim = &JSON_LIMITS[kind];
@@ -50,17 +110,7 @@ int json_read_text(const char *path, JsonKind kind, char **text_out, size_t *n_o
     *text_out = NULL;
     *n_out = 0;
     if (read_file_limited(path, lim->max_bytes, what, &text, &n, err, errlen) != 0) return -1;
-    if (strlen(text) != n) {
-        set_err(err, errlen, "%s: contains a NUL byte (not a JSON text file)", path);
-        free(text);
-        return -1;
-    }
-    /* Parsed, every value is a node: bound them before the parser allocates (a file of "[0,0,...]" inside the byte
-     * limit would otherwise cost 40 times its size). */
-    const uint64_t values = json_count_values(text, n);
-    if (values > lim->max_values) {
-        set_err(err, errlen, "%s: %llu JSON values, more than the %llu %s may hold", path,
-                (unsigned long long)values, (unsigned long long)lim->max_values, lim->name);
+    if (json_check_text(text, n, kind, path, err, errlen) != 0) {
         free(text);
         return -1;
     }
@@ -69,25 +119,31 @@ int json_read_text(const char *path, JsonKind kind, char **text_out, size_t *n_o
     return 0;
 }
 
+/* The strict parse of a checked text: the whole text one value (trailing garbage is an error), a failure located as
+ * "<source>:<line>:<column>: invalid JSON". */
+static cJSON *parse_checked(const char *text, size_t n, const char *source, char *err, size_t errlen) {
+    const char *end = NULL;
+    cJSON *json = cJSON_ParseWithOpts(text, &end, 1 /* trailing garbage is an error */);
+    if (!json) {
+        const char *at = end ? end : cJSON_GetErrorPtr();
+        if (!at || at < text || at > text + n) at = text + n;
+        int line, col;
+        text_position(text, (size_t)(at - text), &line, &col);
+        set_err(err, errlen, "%s:%d:%d: invalid JSON", source, line, col);
+    }
+    return json;
+}
+
+cJSON *json_parse_text(const char *text, size_t n, JsonKind kind, const char *source, char *err, size_t errlen) {
+    if (json_check_text(text, n, kind, source, err, errlen) != 0) return NULL;
+    return parse_checked(text, n, source, err, errlen);
+}
+
 cJSON *json_load_file(const char *path, JsonKind kind, char *err, size_t errlen) {
     char *text = NULL;
     size_t n = 0;
     if (json_read_text(path, kind, &text, &n, err, errlen) != 0) return NULL;
-    const char *end = NULL;
-    cJSON *json = cJSON_ParseWithOpts(text, &end, 1 /* trailing garbage is an error */);
-    if (!json) {
-        /* Locate the failure as line:column for the message. */
-        const char *at = end ? end : cJSON_GetErrorPtr();
-        if (!at || at < text || at > text + n) at = text + n;
-        int line = 1, col = 1;
-        for (const char *p = text; p < at; p++) {
-            if (*p == '\n') line++, col = 1;
-            else col++;
-        }
-        set_err(err, errlen, "%s:%d:%d: invalid JSON", path, line, col);
-        free(text);
-        return NULL;
-    }
+    cJSON *json = parse_checked(text, n, path, err, errlen);
     free(text);
     return json;
 }

@@ -16,9 +16,23 @@
  * errors; the limit and the count for a file over its kind's bounds). */
 cJSON *json_load_file(const char *path, JsonKind kind, char *err, size_t errlen);
 
-/* The text of a JSON file of the given kind, checked as json_load_file checks it before parsing (bytes, no NUL
- * byte, values); for a reader with its own parser. 0, or -1 with err (and *text NULL). The caller frees *text. */
+/* The text of a JSON file of the given kind, checked as json_load_file checks it before parsing (json_check_text);
+ * for a reader with its own parser. 0, or -1 with err (and *text NULL). The caller frees *text. */
 int json_read_text(const char *path, JsonKind kind, char **text, size_t *n, char *err, size_t errlen);
+
+/* What every JSON reader refuses before parsing, because C strings cannot hold it: a NUL byte in the text, and a
+ * \u0000 escape in a string (cJSON decodes it into a NUL that silently ends the string: "dense_qa\u0000evil" would
+ * read as "dense_qa"). An escaped backslash followed by the letters u0000 ("\\u0000") is not one. The text may be a
+ * JSON-lines file (the check holds across lines). 0, or -1 with "<source>:<line>:<column>: ..." in err. */
+int json_check_strings(const char *text, size_t n, const char *source, char *err, size_t errlen);
+
+/* json_check_strings plus the bounds of the kind (bytes, then values): the checks json_load_file makes on a file's
+ * text, for JSON that arrives another way (a string inside a record or a header). 0, or -1 with err. */
+int json_check_text(const char *text, size_t n, JsonKind kind, const char *source, char *err, size_t errlen);
+
+/* json_load_file of a text in memory (text[n] must be its terminating NUL): json_check_text, then a strict parse (the
+ * whole text one value; a failure located as "<source>:<line>:<column>: invalid JSON"). NULL with err on error. */
+cJSON *json_parse_text(const char *text, size_t n, JsonKind kind, const char *source, char *err, size_t errlen);
 
 /* Values of a JSON text (numbers, strings, literals, arrays, objects; object keys are not values): an upper bound
  * that the parser cannot exceed, counted without allocating (commas and opening brackets outside strings, plus one). */

@@ -39,7 +39,8 @@ extern const JsonLimit JSON_LIMITS[JSON_KIND_N]; /* pipeline/base/config.c */
  * the official archive: about 200 MiB). */
 #define LIMIT_MODULE_TEXT_BYTES (4ull << 30)
 /* All regular members of one archive together, as their headers state them before extraction (the official
- * archive, 2.2 GB compressed, holds about 8 GB). A decompression bomb stops here, before filling the disk. */
+ * archive, 2.2 GB compressed, holds about 8 GB): the most fetch's --max-extract-bytes may allow (its default and the
+ * ratio cap that stops a decompression bomb long before: datasets/archive_extract.h). */
 #define LIMIT_ARCHIVE_TOTAL_BYTES (64ull << 30)
 
 #endif

@@ -5,11 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <errno.h>
+#include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
 #include "pipeline/base/atomic_file.h"
+#include "pipeline/base/config.h"
 #include "pipeline/base/log.h"
 
 #define ST_MAX_HEADER (100u * 1024u * 1024u) /* the format's own limit on the JSON header */
@@ -218,7 +221,7 @@ static int parse_header(StFile *f, const char *path, const cJSON *h, const uint8
         snprintf(t->name, sizeof t->name, "%s", e->string);
         if (parse_tensor(path, e, t, &ranges[f->n_tensors], data_size, err, errlen) != 0) goto out;
         ranges[f->n_tensors].index = f->n_tensors;
-        t->data = data + ranges[f->n_tensors].begin;
+        t->data = data ? data + ranges[f->n_tensors].begin : NULL; /* NULL: header only (st_read_header) */
         f->n_tensors++;
     }
     /* The format requires the data section to be covered exactly: no overlaps and no holes. */
@@ -246,6 +249,48 @@ out:
     return rc;
 }
 
+/* Parses and validates the header h_text[hlen] (at byte 8) of a file of file_size bytes. data: the data section in
+ * memory, or NULL when only the header was read (the tensors' data pointers are then NULL). */
+static int parse_file(StFile *f, const char *path, const char *h_text, uint64_t hlen, uint64_t file_size,
+                      const uint8_t *data, char *err, size_t errlen) {
+    if (hlen < 2 || h_text[0] != '{') {
+        set_err(err, errlen, "%s: header does not start with a JSON object", path);
+        return -1;
+    }
+    /* a NUL in a header string (a NUL byte, or \u0000) would cut a name or a metadata value short: refused first */
+    if (json_check_strings(h_text, (size_t)hlen, path, err, errlen) != 0) return -1;
+    const char *end = NULL;
+    cJSON *h = cJSON_ParseWithLengthOpts(h_text, (size_t)hlen, &end, 0);
+    if (!h) {
+        set_err(err, errlen, "%s: header is not valid JSON (near byte %ld)", path,
+                end ? (long)(end - h_text) + 8 : -1L);
+        return -1;
+    }
+    /* Anything after the JSON value inside the header must be the padding spaces. */
+    for (const char *p = end; p < h_text + hlen; p++)
+        if (*p != ' ' && *p != '\n' && *p != '\t' && *p != '\r') {
+            set_err(err, errlen, "%s: trailing bytes in the header after the JSON object", path);
+            cJSON_Delete(h);
+            return -1;
+        }
+    int rc = parse_header(f, path, h, data, file_size - 8 - hlen, err, errlen);
+    cJSON_Delete(h);
+    return rc;
+}
+
+/* The header length of a file of file_size bytes from its first 8 bytes, checked: 0 or -1 with err. */
+static int header_length(const char *path, const uint8_t len8[8], uint64_t file_size, uint64_t *hlen, char *err,
+                         size_t errlen) {
+    *hlen = 0;
+    for (int i = 7; i >= 0; i--) *hlen = (*hlen << 8) | len8[i]; /* little-endian on every host */
+    if (*hlen > ST_MAX_HEADER || *hlen > file_size - 8) {
+        set_err(err, errlen, "%s: header length %llu exceeds the file (%llu bytes)", path, (unsigned long long)*hlen,
+                (unsigned long long)file_size);
+        return -1;
+    }
+    return 0;
+}
+
 int st_read(StFile *f, const char *path, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
     if (read_file_all(path, &f->buf, &f->size, err, errlen) != 0) return -1;
@@ -255,38 +300,43 @@ int st_read(StFile *f, const char *path, char *err, size_t errlen) {
         return -1;
     }
     const uint8_t *b = (const uint8_t *)f->buf;
+    uint64_t hlen;
+    int rc = header_length(path, b, f->size, &hlen, err, errlen);
+    if (rc == 0) rc = parse_file(f, path, f->buf + 8, hlen, f->size, b + 8 + hlen, err, errlen);
+    if (rc != 0) st_free(f);
+    return rc;
+}
+
+int st_read_header(StFile *f, const char *path, char *err, size_t errlen) {
+    memset(f, 0, sizeof *f);
+    FILE *fp = fopen_regular_read(path, err, errlen);
+    if (!fp) return -1;
+    int rc = -1;
+    struct stat st;
+    uint8_t len8[8];
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | b[i]; /* little-endian on every host */
-    if (hlen > ST_MAX_HEADER || hlen > f->size - 8) {
-        set_err(err, errlen, "%s: header length %llu exceeds the file (%zu bytes)", path, (unsigned long long)hlen, f->size);
-        st_free(f);
-        return -1;
+    if (fstat(fileno(fp), &st) != 0) {
+        set_err(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        goto done;
     }
-    if (hlen < 2 || b[8] != '{') {
-        set_err(err, errlen, "%s: header does not start with a JSON object", path);
-        st_free(f);
-        return -1;
+    const uint64_t file_size = (uint64_t)st.st_size;
+    if (file_size < 8 || fread(len8, 1, 8, fp) != 8) {
+        set_err(err, errlen, "%s: too short for a safetensors file (%llu bytes)", path, (unsigned long long)file_size);
+        goto done;
     }
-    const char *end = NULL;
-    cJSON *h = cJSON_ParseWithLengthOpts((const char *)b + 8, (size_t)hlen, &end, 0);
-    if (!h) {
-        set_err(err, errlen, "%s: header is not valid JSON (near byte %ld)", path,
-                end ? (long)(end - (const char *)b) : -1L);
-        st_free(f);
-        return -1;
+    if (header_length(path, len8, file_size, &hlen, err, errlen) != 0) goto done;
+    /* Only the header is read (its length is bounded by ST_MAX_HEADER and by the file), never the data. */
+    f->size = 8 + (size_t)hlen;
+    f->buf = xmalloc(f->size + 1);
+    memcpy(f->buf, len8, 8);
+    if (fread(f->buf + 8, 1, (size_t)hlen, fp) != (size_t)hlen) {
+        set_err(err, errlen, "%s: read failed in the header", path);
+        goto done;
     }
-    /* Anything after the JSON value inside the header must be the padding spaces. */
-    for (const char *p = end; p < (const char *)b + 8 + hlen; p++)
-        if (*p != ' ' && *p != '\n' && *p != '\t' && *p != '\r') {
-            set_err(err, errlen, "%s: trailing bytes in the header after the JSON object", path);
-            cJSON_Delete(h);
-            st_free(f);
-            return -1;
-        }
-    const uint8_t *data = b + 8 + hlen;
-    uint64_t data_size = f->size - 8 - hlen;
-    int rc = parse_header(f, path, h, data, data_size, err, errlen);
-    cJSON_Delete(h);
+    f->buf[f->size] = '\0';
+    rc = parse_file(f, path, f->buf + 8, hlen, file_size, NULL, err, errlen);
+done:
+    fclose(fp);
     if (rc != 0) st_free(f);
     return rc;
 }
@@ -337,6 +387,22 @@ static double elem_f64(const StTensor *t, size_t i) {
     }
     }
     return 0.0;
+}
+
+int st_check_finite(const StFile *f, const char *path, char *err, size_t errlen) {
+    for (int k = 0; k < f->n_tensors; k++) {
+        const StTensor *t = &f->tensors[k];
+        if (t->dtype != ST_F32 && t->dtype != ST_F64 && t->dtype != ST_BF16) continue;
+        for (size_t i = 0; i < t->numel; i++) {
+            const double v = elem_f64(t, i);
+            if (!isfinite(v)) {
+                set_err(err, errlen, "%s: tensor %s: element %zu is %s", path, t->name, i,
+                        isnan(v) ? "NaN" : "infinite");
+                return -1;
+            }
+        }
+    }
+    return 0;
 }
 
 void st_to_f32(const StTensor *t, float *out) {

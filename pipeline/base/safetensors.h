@@ -29,9 +29,16 @@ typedef struct {
 
 /* Validates header, dtypes, shapes vs byte ranges, overlaps and bounds. Errors: "<path>: <problem>". */
 int st_read(StFile *f, const char *path, char *err, size_t errlen);
+/* st_read of the header alone: the same checks (every tensor's byte range against the file's size), but only the
+ * first 8 + header-length bytes are read, so a large checkpoint's tensor list and metadata cost what its header
+ * does. The tensors' data pointers are NULL; buf/size hold just those bytes. */
+int st_read_header(StFile *f, const char *path, char *err, size_t errlen);
 void st_free(StFile *f);
 const StTensor *st_find(const StFile *f, const char *name);
 const char *st_meta(const StFile *f, const char *key); /* NULL if absent */
+/* 0 when every element of every float tensor (F32, F64, BF16) is finite; else -1 with
+ * "<path>: tensor <name>: element <i> is NaN|infinite" for the first one, in the header's order. */
+int st_check_finite(const StFile *f, const char *path, char *err, size_t errlen);
 /* Converts any float tensor to float/double arrays of numel elements. */
 void st_to_f32(const StTensor *t, float *out);
 void st_to_f64(const StTensor *t, double *out);

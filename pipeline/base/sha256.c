@@ -1,6 +1,8 @@
 /* SHA-256 through OpenSSL's EVP interface (a maintained implementation; we never hand-roll the hash). */
 #include "pipeline/base/sha256.h"
 
+#include "pipeline/base/atomic_file.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,9 +49,10 @@ void sha256_hex(const void *data, size_t n, char hex[65]) {
 }
 
 int sha256_file_hex(const char *path, char hex[65], char *err, size_t errlen) {
-    FILE *fp = fopen(path, "rb");
+    char open_err[512];
+    FILE *fp = fopen_regular_read(path, open_err, sizeof open_err);
     if (!fp) {
-        if (err && errlen) snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        if (err && errlen) snprintf(err, errlen, "%s", open_err);
         return -1;
     }
     Sha256 *s = sha256_new();

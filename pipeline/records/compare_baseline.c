@@ -47,7 +47,7 @@ int baseline_load(Baseline *bl, const char *baselines, const char *name, char *c
     char path[4096], err[1024];
     memset(bl, 0, sizeof *bl);
     snprintf(path, sizeof path, "%s/%s.result.json", baselines, name);
-    if (result_record_load(&bl->rec, path, err, sizeof err)) {
+    if (result_record_load_in(&bl->rec, path, baselines, name, true, err, sizeof err)) {
         log_error("%s", err);
         return 2;
     }
@@ -64,7 +64,7 @@ int baseline_load(Baseline *bl, const char *baselines, const char *name, char *c
         if (!baseline_same_run_config(names[i], name)) continue;
         ResultRecord s;
         snprintf(path, sizeof path, "%s/%s.result.json", baselines, names[i]);
-        if (result_record_load(&s, path, err, sizeof err)) {
+        if (result_record_load_in(&s, path, baselines, names[i], true, err, sizeof err)) {
             log_error("%s", err);
             rc = 2;
             break;

@@ -8,6 +8,7 @@
 
 #include "pipeline/base/atomic_file.h"
 #include "pipeline/records/compare_baseline.h"
+#include "pipeline/records/run_dirs.h"
 #include "pipeline/base/log.h"
 #include "pipeline/records/run_identity.h"
 
@@ -101,28 +102,27 @@ static int check_selection(const CompareRequest *req, const char *tol_path, cons
     return worst;
 }
 
-/* Prints one "note:" line for every run directory under runs with a result.json that was not asked for (no
- * baseline, left out by --only, another variant); returns their number. */
+/* Prints one "note:" line for every evaluated run under runs (run_dirs.h, the rule report and export share) that
+ * was not asked for (no baseline, left out by --only, another variant); returns their number, or -1 after logging
+ * a run that cannot be read (never left out silently: the gate cannot say what it did not see). */
 static int note_other_runs(const char *runs, const char *baselines, char *const *all, int n_all, char *const *names,
                            int n_names) {
     /* Runs without a baseline are reported, not compared: a new run is not a regression. */
-    DIR *rd = opendir(runs);
-    if (!rd) return 0;
-    char **others = NULL;
-    int n_other = 0;
-    for (struct dirent *e; (e = readdir(rd));) {
-        if (e->d_name[0] == '.') continue;
-        char rpath[4096];
-        snprintf(rpath, sizeof rpath, "%s/%s/result.json", runs, e->d_name);
-        if (!file_exists(rpath)) continue;
-        bool known = false;
-        for (int i = 0; i < n_names && !known; i++) known = strcmp(names[i], e->d_name) == 0;
-        if (known) continue;
-        others = xrealloc(others, (size_t)(n_other + 1) * sizeof *others);
-        others[n_other++] = xstrdup(e->d_name);
+    char **found = NULL, err[1200];
+    int n_found = 0;
+    if (run_dirs_list(runs, &found, &n_found, err, sizeof err) != 0) {
+        log_error("%s", err);
+        return -1;
     }
-    closedir(rd);
-    if (n_other) qsort(others, (size_t)n_other, sizeof *others, cmp_str);
+    char **others = xmalloc((size_t)(n_found + 1) * sizeof *others);
+    int n_other = 0;
+    for (int k = 0; k < n_found; k++) {
+        bool known = false;
+        for (int i = 0; i < n_names && !known; i++) known = strcmp(names[i], found[k]) == 0;
+        if (known) free(found[k]);
+        else others[n_other++] = found[k];
+    }
+    free(found);
     for (int k = 0; k < n_other; k++) {
         /* Left out by --only is not the same as having no baseline (make reproduce RUNS=... passes --only). */
         bool has_baseline = false;
@@ -229,6 +229,10 @@ int compare_gate(const CompareRequest *req) {
                      out.why, out.noted ? " (a note: --config-change=note)" : "");
         }
         t.other = note_other_runs(req->runs, req->baselines, all, n_all, names, n_names);
+        if (t.other < 0) {
+            t.other = 0;
+            if (worst < 2) worst = 2;
+        }
         worst = print_summary(&tol, tol_path, req->baselines, worst, &t, req->options.allow_better);
     }
     for (int i = 0; i < n_all; i++) free(all[i]);

@@ -7,6 +7,7 @@
 #include "pipeline/base/atomic_file.h"
 #include "pipeline/records/compare_baseline.h"
 #include "pipeline/records/config_diff.h"
+#include "pipeline/records/run_dirs.h"
 #include "pipeline/base/log.h"
 
 /* The config keys whose values differ between a (the baseline's) and b, as "key base -> new" (a value at most 24
@@ -39,14 +40,14 @@ int compare_one_run(const char *run, const char *baselines, char *const *names, 
         baseline_free(&bl);
         return 2;
     }
-    if (!file_exists(result_path)) {
+    if (!run_file_present(result_path)) {
         log_error("%s: missing result record (baseline %s exists)", result_path, baseline_path);
         snprintf(out->why, sizeof out->why, "no result record");
         baseline_free(&bl);
         return 2;
     }
     ResultRecord cur;
-    if (result_record_load(&cur, result_path, err, sizeof err)) {
+    if (result_record_load_in(&cur, result_path, runs, run, false, err, sizeof err)) {
         log_error("%s", err);
         snprintf(out->why, sizeof out->why, "its result record cannot be read");
         baseline_free(&bl);

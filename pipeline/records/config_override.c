@@ -56,9 +56,15 @@ int config_overrides_parse(ConfigOverrides *o, const char *const *args, int n_ar
         it->key[klen] = '\0';
         /* JSON when the text is JSON; otherwise the text itself as a string (precision=bf16). */
         it->value = cJSON_ParseWithOpts(eq + 1, NULL, 1);
+        o->n++;
+        char why[512];
+        if (it->value && json_check_strings(eq + 1, strlen(eq + 1), "VALUE", why, sizeof why) != 0) {
+            set_err(err, errlen, "--set '%s': a JSON string in VALUE holds \\u0000 (a NUL character, which would cut "
+                    "it short): refused", arg);
+            return CONFIG_USAGE_ERROR;
+        }
         if (!it->value) it->value = cJSON_CreateString(eq + 1);
         CHECK_ALLOC(it->value);
-        o->n++;
         for (int k = 0; k < o->n - 1; k++)
             if (strcmp(o->items[k].key, it->key) == 0) {
                 set_err(err, errlen, "--set '%s': %s is already set by an earlier --set (give each KEY once)", arg,
@@ -145,6 +151,25 @@ void config_overrides_sha256(const void *bytes, size_t n, const RunProvenance *p
     sha256_final_hex(h, hex);
 }
 
+int config_from_text(const char *text, size_t n, const RunProvenance *p, const char *source, cJSON **json,
+                     char hex[65], char *err, size_t errlen) {
+    *json = NULL;
+    cJSON *root = json_parse_text(text, n, JSON_KIND_CONFIG, source, err, errlen);
+    if (!root) return -1;
+    config_overrides_sha256(text, n, p, hex);
+    /* The canonical forms are what is hashed and recorded, so they are what is applied: a record read back gives
+     * the config its writer applied, never one that a different spelling of the same --set would give. */
+    const char *args[RUN_MAX_OVERRIDES];
+    for (int i = 0; i < p->n_overrides; i++) args[i] = p->overrides[i];
+    ConfigOverrides o;
+    int rc = config_overrides_parse(&o, args, p->n_overrides, err, errlen);
+    if (rc == 0) rc = config_overrides_apply(&o, root, source, err, errlen);
+    config_overrides_free(&o);
+    if (rc) cJSON_Delete(root);
+    else *json = root;
+    return rc;
+}
+
 int config_load_with_overrides(LoadedConfig *c, const char *path, const char *const *sets, int n_sets, char *err,
                                size_t errlen) {
     memset(c, 0, sizeof *c);
@@ -153,17 +178,10 @@ int config_load_with_overrides(LoadedConfig *c, const char *path, const char *co
     ConfigOverrides o;
     int rc = config_overrides_parse(&o, sets, n_sets, err, errlen);
     if (rc == 0) rc = config_overrides_canonical(&o, &c->prov, err, errlen);
-    char *bytes = NULL;
-    size_t n = 0;
-    if (rc == 0) rc = read_file_all(path, &bytes, &n, err, errlen);
-    if (rc == 0) {
-        config_overrides_sha256(bytes, n, &c->prov, c->sha256);
-        c->json = json_load_file(path, JSON_KIND_CONFIG, err, errlen);
-        if (!c->json) rc = -1;
-    }
-    if (rc == 0) rc = config_overrides_apply(&o, c->json, path, err, errlen);
-    free(bytes);
     config_overrides_free(&o);
+    /* One read: the bytes hashed are the bytes parsed (a second read could see another file). */
+    if (rc == 0) rc = json_read_text(path, JSON_KIND_CONFIG, &c->text, &c->text_len, err, errlen);
+    if (rc == 0) rc = config_from_text(c->text, c->text_len, &c->prov, path, &c->json, c->sha256, err, errlen);
     if (rc) loaded_config_free(c);
     return rc;
 }
@@ -171,4 +189,7 @@ int config_load_with_overrides(LoadedConfig *c, const char *path, const char *co
 void loaded_config_free(LoadedConfig *c) {
     cJSON_Delete(c->json);
     c->json = NULL;
+    free(c->text);
+    c->text = NULL;
+    c->text_len = 0;
 }

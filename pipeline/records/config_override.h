@@ -52,10 +52,20 @@ int config_overrides_canonical(const ConfigOverrides *o, RunProvenance *p, char 
 /* config_sha256 of file bytes with the canonical overrides of p (see above), as 64 hex digits. */
 void config_overrides_sha256(const void *bytes, size_t n, const RunProvenance *p, char hex[65]);
 
+/* The effective config of a run config file's text with the canonical overrides of p (p->overrides): the text's
+ * JSON with each override applied, and its config_sha256 (above). The one definition of both: the stages compute them
+ * from the file (config_load_with_overrides), and the record readers recompute them from the text a result record
+ * carries, so that a record's "config" and "config_sha256" cannot be edited apart from each other. source names the
+ * text in messages. 0 with *json (the caller frees it) and hex; -1 or CONFIG_USAGE_ERROR with err (*json NULL). */
+int config_from_text(const char *text, size_t n, const RunProvenance *p, const char *source, cJSON **json,
+                     char hex[65], char *err, size_t errlen);
+
 /* A run config file with overrides applied: the one place that turns (path, --set arguments) into the JSON every
  * stage validates, the config_sha256 train records and evaluate/analyze check, and the provenance fields. */
 typedef struct {
     cJSON *json;        /* the file's JSON, overrides applied (owned) */
+    char *text;         /* the file's bytes as read, NUL-terminated (owned): hashed, parsed and recorded once */
+    size_t text_len;
     char sha256[65];    /* config_sha256 */
     RunProvenance prov; /* overrides and run_config; seed is left -1 (the caller validates train.seed) */
 } LoadedConfig;
@@ -63,6 +73,6 @@ typedef struct {
 /* 0; -1 with err (the file cannot be read or is not JSON); CONFIG_USAGE_ERROR with err (a bad --set argument). */
 int config_load_with_overrides(LoadedConfig *c, const char *path, const char *const *sets, int n_sets, char *err,
                                size_t errlen);
-void loaded_config_free(LoadedConfig *c);
+void loaded_config_free(LoadedConfig *c); /* frees json and text */
 
 #endif

@@ -13,6 +13,8 @@
 #include "pipeline/base/limits.h"
 #include "pipeline/base/log.h"
 #include "pipeline/records/predictions.h"
+#include "pipeline/records/result_record.h" /* copy_str */
+#include "pipeline/records/run_identity.h"
 #include "pipeline/base/sha256.h"
 
 static unsigned long long fnv1a(unsigned long long h, const void *data, size_t n) {
@@ -50,7 +52,8 @@ static int load_meta(PredictionTable *t, const char *path, const char *text, siz
     cJSON *m = json_load_file(meta_path, JSON_KIND_RECORD, err, errlen);
     if (!m) return -1;
     int rc = -1;
-    const char *schema = str_field(m, "schema"), *run = str_field(m, "run"), *sha = str_field(m, "predictions_sha256");
+    const char *schema = str_field(m, "schema"), *run = str_field(m, "run"), *sha = str_field(m, "predictions_sha256"),
+               *code_version = str_field(m, "code_version");
     const cJSON *version = cJSON_GetObjectItemCaseSensitive(m, "schema_version"),
                 *n = cJSON_GetObjectItemCaseSensitive(m, "n_examples");
     char have[65];
@@ -58,6 +61,9 @@ static int load_meta(PredictionTable *t, const char *path, const char *text, siz
         snprintf(err, errlen, "%s: not a %s metadata file (schema, run)", meta_path, PREDICTIONS_SCHEMA);
     } else if (!cJSON_IsNumber(version) || version->valuedouble != PREDICTIONS_SCHEMA_VERSION) {
         snprintf(err, errlen, "%s: schema_version: expected %d", meta_path, PREDICTIONS_SCHEMA_VERSION);
+    } else if (!code_version || copy_str(t->code_version, sizeof t->code_version, code_version) != 0) {
+        snprintf(err, errlen, "%s: code_version: expected a string of at most %zu bytes", meta_path,
+                 sizeof t->code_version - 1);
     } else if (!cJSON_IsNumber(n) || !(n->valuedouble >= 0 && n->valuedouble <= 1e15) ||
                n->valuedouble != floor(n->valuedouble)) {
         snprintf(err, errlen, "%s: n_examples: expected a whole number >= 0", meta_path);
@@ -69,6 +75,7 @@ static int load_meta(PredictionTable *t, const char *path, const char *text, siz
                  path, have, sha, meta_path);
     } else {
         snprintf(t->run, sizeof t->run, "%s", run);
+        snprintf(t->meta_source, sizeof t->meta_source, "%s", meta_path);
         *n_examples = (long)n->valuedouble;
         rc = 0;
     }
@@ -92,6 +99,10 @@ int prediction_table_load(PredictionTable *t, const char *path, char *err, size_
     char *text = NULL;
     size_t size = 0;
     if (read_file_limited(path, LIMIT_JSONL_FILE_BYTES, "JSON-lines file", &text, &size, err, errlen)) return -1;
+    if (json_check_strings(text, size, path, err, errlen) != 0) {
+        free(text);
+        return -1;
+    }
     long cap = 1024, line_no = 0, expect_n = -1;
     /* Version 1: the metadata is the first line. Version 2: every line is an example, the metadata in the sidecar. */
     bool header_line = first_line_is_header(text), header = !header_line;
@@ -127,6 +138,9 @@ int prediction_table_load(PredictionTable *t, const char *path, char *err, size_
                 goto out;
             }
             snprintf(t->run, sizeof t->run, "%s", run);
+            const char *code_version = str_field(j, "code_version");
+            snprintf(t->code_version, sizeof t->code_version, "%s", code_version ? code_version : "");
+            snprintf(t->meta_source, sizeof t->meta_source, "%s", path);
             header = true;
             cJSON_Delete(j);
             j = NULL;
@@ -215,6 +229,20 @@ void prediction_table_free(PredictionTable *t) {
     for (int i = 0; i < t->n_modules; i++) free(t->modules[i]);
     free(t->modules);
     memset(t, 0, sizeof *t);
+}
+
+int prediction_table_check_record(const PredictionTable *t, const char *path, const char *run,
+                                  const char *code_version, const char *record_path, char *err, size_t errlen) {
+    if (record_owner_check(t->meta_source, t->run, "", run, "the directory", NULL, NULL, err, errlen) != 0) return -1;
+    /* predictions of one evaluation beside the record of another would pair and bootstrap examples that this record's
+     * numbers do not come from */
+    if (strcmp(t->code_version, code_version) != 0) {
+        snprintf(err, errlen, "%s: code_version \"%s\" differs from %s's code_version \"%s\": %s and its record come from "
+                 "different evaluations (evaluate the run again)", t->meta_source, t->code_version, record_path,
+                 code_version, path);
+        return -1;
+    }
+    return 0;
 }
 
 int prediction_tables_match(const PredictionTable *a, const char *path_a, const PredictionTable *b,

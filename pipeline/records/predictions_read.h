@@ -10,6 +10,8 @@
 
 typedef struct {
     char run[128];            /* the metadata's run (the sidecar's, or the version-1 header line's) */
+    char code_version[128];   /* the metadata's code_version ("" in a version-1 header without one) */
+    char meta_source[4352];   /* where the metadata was read: the sidecar, or the predictions file (version 1) */
     long n;                   /* examples */
     unsigned char *set;       /* [n] 0 interpolate, 1 extrapolate (EVAL_INTERPOLATE / EVAL_EXTRAPOLATE) */
     int *module;              /* [n] index into modules */
@@ -33,6 +35,12 @@ void prediction_table_free(PredictionTable *t);
  * files and the first example that differs. */
 int prediction_tables_match(const PredictionTable *a, const char *path_a, const PredictionTable *b,
                             const char *path_b, char *err, size_t errlen);
+
+/* A predictions file read beside a result record (record_path; its run directory is named run) must come from the
+ * same evaluation: its metadata names that run (record_owner_check, run_identity.h) and the record's code_version
+ * (code_version). 0, or -1 with err naming the file and both values. */
+int prediction_table_check_record(const PredictionTable *t, const char *path, const char *run,
+                                  const char *code_version, const char *record_path, char *err, size_t errlen);
 
 /* Index of the module name in t->modules, or -1. */
 int prediction_table_module(const PredictionTable *t, const char *name);

@@ -11,6 +11,9 @@
 #include "pipeline/base/log.h"
 #include "pipeline/base/sha256.h"
 #include "pipeline/base/stats.h"
+#include "pipeline/records/config_diff.h"
+#include "pipeline/records/config_override.h"
+#include "pipeline/records/run_identity.h"
 
 const char *const EVAL_SET_NAMES[EVAL_N_SETS] = {"interpolate", "extrapolate"};
 
@@ -41,6 +44,11 @@ const ModuleEval *set_eval_find_module(const SetEval *s, const char *name) {
 
 /* cJSON_Add* return NULL only when out of memory: one check per object keeps the writers readable. */
 static cJSON *must(cJSON *x) {
+    CHECK_ALLOC(x);
+    return x;
+}
+
+static char *must_text(char *x) {
     CHECK_ALLOC(x);
     return x;
 }
@@ -84,6 +92,7 @@ cJSON *result_record_to_json(const ResultRecord *r) {
     must(cJSON_AddStringToObject(o, "loss_mode", r->loss_mode));
     cJSON_AddItemToObject(o, "config", r->config ? must(cJSON_Duplicate(r->config, 1)) : must(cJSON_CreateObject()));
     must(cJSON_AddStringToObject(o, "config_sha256", r->config_sha256));
+    must(cJSON_AddStringToObject(o, "config_text", r->config_text ? r->config_text : ""));
     run_provenance_to_json(o, &r->prov);
     must(cJSON_AddStringToObject(o, "code_version", r->code_version));
     cJSON *ds = must(cJSON_AddObjectToObject(o, "dataset"));
@@ -296,6 +305,56 @@ static int set_from_json(SetEval *s, const cJSON *obj, const char *source, const
     return 0;
 }
 
+/* The first config key whose value differs between a and b, as "KEY is A, but ... gives B" into out ("" when the
+ * flattened values agree: the two then differ only in key order or a duplicated key). */
+static void first_config_difference(const cJSON *recorded, const cJSON *effective, char *out, size_t n) {
+    const cJSON *configs[2] = {recorded, effective};
+    ConfigDiff d;
+    config_diff(configs, 2, NULL, &d);
+    out[0] = '\0';
+    if (d.n_rows > 0) {
+        const char *a = d.rows[0].values[0], *b = d.rows[0].values[1];
+        snprintf(out, n, "%s is %.40s, but config_text with the overrides gives %.40s", d.rows[0].key,
+                 a ? a : "absent", b ? b : "absent");
+    }
+    config_diff_free(&d);
+}
+
+/* "config" and "config_sha256" are what config_from_text computes from "config_text" and the overrides: an edited
+ * config (another lr, another arch) under the hash of the original is refused here, in the one reader that compare,
+ * diff, the report and export share. Both are compared exactly: the hash as text, the config as its printed JSON
+ * (key order and duplicate keys included, which the writer reproduces and a forger might not). */
+static int check_config_identity(const ResultRecord *rec, const char *source, char *err, size_t errlen) {
+    char where[4200], hex[65];
+    snprintf(where, sizeof where, "%s: config_text", source);
+    cJSON *effective = NULL;
+    char why[2048];
+    if (config_from_text(rec->config_text, strlen(rec->config_text), &rec->prov, where, &effective, hex, why,
+                         sizeof why) != 0) {
+        /* an override the record lists that cannot be applied says "--set ...": the line still names the file */
+        if (strncmp(why, source, strlen(source)) == 0) set_err(err, errlen, "%s", why);
+        else set_err(err, errlen, "%s: overrides: %s", source, why);
+        return -1;
+    }
+    int rc = 0;
+    char *want = must_text(cJSON_PrintUnformatted(effective)), *have = must_text(cJSON_PrintUnformatted(rec->config));
+    if (strcmp(hex, rec->config_sha256) != 0) {
+        set_err(err, errlen, "%s: config_sha256: %s is not the hash of config_text and the overrides (%s): the record "
+                "was edited", source, rec->config_sha256, hex);
+        rc = -1;
+    } else if (strcmp(want, have) != 0) {
+        char what[256];
+        first_config_difference(rec->config, effective, what, sizeof what);
+        set_err(err, errlen, "%s: config: differs from config_text with the overrides applied (%s): the record was "
+                "edited", source, what[0] ? what : "in key order or a duplicated key");
+        rc = -1;
+    }
+    cJSON_free(want);
+    cJSON_free(have);
+    cJSON_Delete(effective);
+    return rc;
+}
+
 int result_record_from_json(ResultRecord *rec, const cJSON *json, const char *source, char *err, size_t errlen) {
     memset(rec, 0, sizeof *rec);
     JsonReader r;
@@ -305,8 +364,10 @@ int result_record_from_json(ResultRecord *rec, const cJSON *json, const char *so
     json_get_string(&r, "schema", &schema, true);
     json_get_int(&r, "schema_version", &version, true);
     if (!r.error[0] && (strcmp(schema, RESULT_SCHEMA) != 0 || version != RESULT_SCHEMA_VERSION)) {
-        set_err(err, errlen, "%s: schema is \"%s\" version %ld, expected \"%s\" version %d", source, schema, version,
-                RESULT_SCHEMA, RESULT_SCHEMA_VERSION);
+        const bool older = strcmp(schema, RESULT_SCHEMA) == 0 && version >= 1 && version < RESULT_SCHEMA_VERSION;
+        set_err(err, errlen, "%s: schema is \"%s\" version %ld, expected \"%s\" version %d%s", source, schema, version,
+                RESULT_SCHEMA, RESULT_SCHEMA_VERSION,
+                older ? " (written before records carried config_text: evaluate the run again)" : "");
         return -1;
     }
     get_str(&r, "experiment", rec->experiment, sizeof rec->experiment, true);
@@ -315,6 +376,8 @@ int result_record_from_json(ResultRecord *rec, const cJSON *json, const char *so
     get_str(&r, "loss_mode", rec->loss_mode, sizeof rec->loss_mode, true);
     const cJSON *config = json_get_object(&r, "config", true);
     get_sha(&r, "config_sha256", rec->config_sha256);
+    const char *config_text = NULL;
+    json_get_string(&r, "config_text", &config_text, true);
     run_provenance_read(&r, &rec->prov);
     get_str(&r, "code_version", rec->code_version, sizeof rec->code_version, true);
     const cJSON *ds = json_get_object(&r, "dataset", true);
@@ -327,6 +390,8 @@ int result_record_from_json(ResultRecord *rec, const cJSON *json, const char *so
     const cJSON *ev = json_get_object(&r, "evaluation", true);
     if (finish(&r, err, errlen)) return -1;
     rec->config = must(cJSON_Duplicate(config, 1));
+    rec->config_text = xstrdup(config_text);
+    if (check_config_identity(rec, source, err, errlen)) return -1;
 
     JsonReader d;
     json_reader_init(&d, ds, source, "dataset");
@@ -401,6 +466,20 @@ int result_record_load(ResultRecord *r, const char *path, char *err, size_t errl
     return rc;
 }
 
+int result_record_load_in(ResultRecord *r, const char *path, const char *dir, const char *name, bool is_baseline,
+                          char *err, size_t errlen) {
+    char experiment[256];
+    if (result_record_load(r, path, err, errlen) != 0) return -1;
+    if (dir_own_name(dir, experiment, sizeof experiment, err, errlen) != 0 ||
+        record_owner_check(path, r->run, r->experiment, name, is_baseline ? "its file name" : "the directory",
+                           experiment, is_baseline ? "the baselines directory" : "the runs directory", err,
+                           errlen) != 0) {
+        result_record_free(r);
+        return -1;
+    }
+    return 0;
+}
+
 void set_eval_free(SetEval *s) {
     for (int m = 0; m < s->n_modules; m++) free(s->modules[m].name);
     free(s->modules);
@@ -412,6 +491,7 @@ void set_eval_free(SetEval *s) {
 void result_record_free(ResultRecord *r) {
     if (!r) return;
     cJSON_Delete(r->config);
+    free(r->config_text);
     cJSON_Delete(r->dataset_source);
     for (int i = 0; i < EVAL_N_SETS; i++) set_eval_free(&r->evaluation.sets[i]);
     memset(r, 0, sizeof *r);

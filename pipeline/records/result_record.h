@@ -1,7 +1,7 @@
 /* The JSON records shared by the evaluate, analyze, report and compare stages, as typed structs with strict
  * readers and writers (one place that knows each schema).
  *
- *  - runs/EXP/RUN/result.json     schema "dm-math-result", version 1 (evaluate writes, report/compare read)
+ *  - runs/EXP/RUN/result.json     schema "dm-math-result", version 2 (evaluate writes, report/compare read)
  *  - runs/EXP/RUN/analysis.json   schema "dm-math-analysis", version 1 (analyze writes, report reads)
  *  - runs/EXP/RUN/train_summary.json  (train writes; evaluate reads the fields it needs, unknown keys are ignored
  *                                     because train owns that file)
@@ -21,7 +21,9 @@
 #include "pipeline/records/run_provenance.h"
 
 #define RESULT_SCHEMA "dm-math-result"
-#define RESULT_SCHEMA_VERSION 1
+/* Version 2 added "config_text", the run config file's bytes: with them a reader recomputes "config" and
+ * "config_sha256" (version 1 records carry neither check, so they are refused: evaluate the run again). */
+#define RESULT_SCHEMA_VERSION 2
 #define ANALYSIS_SCHEMA "dm-math-analysis"
 #define ANALYSIS_SCHEMA_VERSION 1
 
@@ -52,7 +54,9 @@ typedef struct {
     char experiment[128], run[128];
     char arch[16];            /* "dense" | "moeut" | "moe" */
     char loss_mode[16];       /* "qa" | "answer_only" */
-    cJSON *config;            /* the run config object (owned) */
+    cJSON *config;            /* the run config object, --set overrides applied (owned) */
+    char *config_text;        /* the run config file's bytes (owned); config and config_sha256 must be what
+                               * config_from_text computes from them and the overrides: the reader checks both */
     char config_sha256[65];   /* config_sha256 of the run config file and its --set overrides */
     RunProvenance prov;       /* "overrides", "seed", "run_config" (optional on read) */
     char code_version[128];
@@ -84,6 +88,11 @@ cJSON *result_record_to_json(const ResultRecord *r);
 int result_record_from_json(ResultRecord *r, const cJSON *json, const char *source, char *err, size_t errlen);
 int result_record_save(const ResultRecord *r, const char *path, char *err, size_t errlen); /* atomic */
 int result_record_load(ResultRecord *r, const char *path, char *err, size_t errlen);
+/* result_record_load of a record where compare finds it: a run's DIR/NAME/result.json, or a baseline's
+ * DIR/NAME.result.json (is_baseline). The record must name that run NAME, and as its experiment DIR's own name (the
+ * directories evaluate wrote it in, and reports/baselines/EXP): record_owner_check (run_identity.h). */
+int result_record_load_in(ResultRecord *r, const char *path, const char *dir, const char *name, bool is_baseline,
+                          char *err, size_t errlen);
 void result_record_free(ResultRecord *r); /* frees owned members; the struct itself is the caller's */
 
 /* ---- train_summary.json (read only) ---- */

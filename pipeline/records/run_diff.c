@@ -8,22 +8,30 @@
 #include "pipeline/base/atomic_file.h"
 #include "pipeline/records/compare_metrics.h"
 #include "pipeline/base/log.h"
+#include "pipeline/records/run_dirs.h"
 #include "pipeline/records/run_identity.h"
 #include "pipeline/base/stats.h"
 
-/* Reads DIR/predictions.jsonl and DIR/analysis.json when they exist (neither is required for a diff). */
-static void load_run_extras(DiffSide *s, const char *dir) {
-    char err[1024];
+/* Reads DIR/predictions.jsonl and DIR/analysis.json when they exist (neither is required for a diff: one that does
+ * not load only leaves its rows out, saying why). Predictions of another run or another evaluation than the record
+ * are an error, as in the report: -1 with err. */
+static int load_run_extras(DiffSide *s, const char *dir, const char *name, char *err, size_t errlen) {
+    char perr[1024];
     snprintf(s->pred_path, sizeof s->pred_path, "%s/predictions.jsonl", dir);
-    if (!file_exists(s->pred_path))
+    if (!run_file_present(s->pred_path))
         snprintf(s->no_predictions, sizeof s->no_predictions, "%.1000s has no predictions.jsonl", dir);
-    else if (prediction_table_load(&s->pred, s->pred_path, err, sizeof err) != 0)
-        snprintf(s->no_predictions, sizeof s->no_predictions, "%.1000s", err);
-    else s->has_predictions = true;
+    else if (prediction_table_load(&s->pred, s->pred_path, perr, sizeof perr) != 0)
+        snprintf(s->no_predictions, sizeof s->no_predictions, "%.1000s", perr);
+    else {
+        s->has_predictions = true;
+        if (prediction_table_check_record(&s->pred, s->pred_path, name, s->rec.code_version, s->record_path, err,
+                                          errlen) != 0)
+            return -1;
+    }
     char apath[4200];
     snprintf(apath, sizeof apath, "%s/analysis.json", dir);
     AnalysisRecord an;
-    if (file_exists(apath) && analysis_record_load(&an, apath, err, sizeof err) == 0) {
+    if (run_file_present(apath) && analysis_record_load(&an, apath, perr, sizeof perr) == 0) {
         if (an.enabled) {
             s->has_analysis = true;
             snprintf(s->analysis_name, sizeof s->analysis_name, "%s", an.summary_name);
@@ -31,6 +39,7 @@ static void load_run_extras(DiffSide *s, const char *dir) {
         }
         analysis_record_free(&an);
     }
+    return 0;
 }
 
 int diff_side_load(DiffSide *s, const char *arg, char *err, size_t errlen) {
@@ -43,11 +52,11 @@ int diff_side_load(DiffSide *s, const char *arg, char *err, size_t errlen) {
     snprintf(prefix_path, sizeof prefix_path, "%s.result.json", dir);
     if (is_dir(dir, FOLLOW_LINKS)) {
         snprintf(s->record_path, sizeof s->record_path, "%s/result.json", dir);
-        if (!file_exists(s->record_path)) {
+        if (!run_file_present(s->record_path)) {
             snprintf(err, errlen, "%.1000s: a run directory without result.json (not evaluated yet?)", dir);
             return -1;
         }
-    } else if (file_exists(prefix_path)) {
+    } else if (run_file_present(prefix_path)) {
         snprintf(s->record_path, sizeof s->record_path, "%s", prefix_path);
         s->is_baseline = true;
         snprintf(s->no_predictions, sizeof s->no_predictions, "%.1000s is a baseline record (no predictions)",
@@ -57,12 +66,15 @@ int diff_side_load(DiffSide *s, const char *arg, char *err, size_t errlen) {
                  prefix_path);
         return -1;
     }
-    char rerr[1024];
-    if (result_record_load(&s->rec, s->record_path, rerr, sizeof rerr) != 0) {
-        snprintf(err, errlen, "%s", rerr);
+    /* the record must be of the run the path names: DIR's own name (or a baseline's NAME), of the experiment named by
+     * the directory holding it, as compare and the report require */
+    char parent[4096], name[256];
+    if (path_parent_and_name(dir, parent, sizeof parent, name, sizeof name, err, errlen) != 0) return -1;
+    if (result_record_load_in(&s->rec, s->record_path, parent, name, s->is_baseline, err, errlen) != 0) return -1;
+    if (!s->is_baseline && load_run_extras(s, dir, name, err, errlen) != 0) {
+        diff_side_free(s); /* nothing is left for the caller to free after an error */
         return -1;
     }
-    if (!s->is_baseline) load_run_extras(s, dir);
     return 0;
 }
 

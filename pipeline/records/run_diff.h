@@ -33,8 +33,11 @@ typedef struct {
     double analysis_value;
 } DiffSide;
 
-/* Loads one side; returns 0, or -1 with err naming the argument and what is missing or wrong. A missing or
- * unreadable predictions.jsonl or analysis.json is not an error (no_predictions says why; no analysis row). */
+/* Loads one side; returns 0, or -1 with err naming the argument and what is missing or wrong (nothing is left to
+ * free then). The record must be of the run its path names (record_owner_check, run_identity.h: run = the
+ * directory's or the baseline's own name, experiment = the name of the directory holding it). A missing or
+ * unreadable predictions.jsonl or analysis.json is not an error (no_predictions says why; no analysis row), but
+ * predictions of another run or code_version than the record are (prediction_table_check_record). */
 int diff_side_load(DiffSide *s, const char *arg, char *err, size_t errlen);
 void diff_side_free(DiffSide *s);
 

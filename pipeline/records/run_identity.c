@@ -1,11 +1,15 @@
 /* Run config and seed of a run directory (see run_identity.h). */
 #include "pipeline/records/run_identity.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipeline/base/log.h"
 #include "pipeline/base/sha256.h"
+#include "pipeline/records/result_record.h" /* copy_str */
 
 /* The offset of a variant "@" + RUN_VARIANT_LEN lowercase hex digits ending at end (exclusive), or -1. */
 static long variant_at(const char *run, size_t end) {
@@ -51,6 +55,63 @@ int run_name_stable(const char *run, char *out, size_t cap) {
     memcpy(out, run, head);
     memcpy(out + head, run + end, tail);
     out[head + tail] = '\0';
+    return 0;
+}
+
+int path_parent_and_name(const char *path, char *parent, size_t pcap, char *name, size_t ncap, char *err,
+                         size_t errlen) {
+    char p[PATH_MAX];
+    if (copy_str(p, sizeof p, path) != 0) {
+        set_err(err, errlen, "%.200s...: path too long", path);
+        return -1;
+    }
+    for (size_t n = strlen(p); n > 1 && p[n - 1] == '/'; n--) p[n - 1] = '\0';
+    const char *slash = strrchr(p, '/'), *last = slash ? slash + 1 : p;
+    if (!last[0] || strcmp(last, ".") == 0 || strcmp(last, "..") == 0) {
+        char resolved[PATH_MAX];
+        if (!realpath(p, resolved)) {
+            set_err(err, errlen, "%s: cannot resolve: %s", path, strerror(errno));
+            return -1;
+        }
+        snprintf(p, sizeof p, "%s", resolved);
+        slash = strrchr(p, '/');
+        last = slash ? slash + 1 : p;
+    }
+    const int rc_name = copy_str(name, ncap, last);
+    int rc_parent;
+    if (!slash) rc_parent = copy_str(parent, pcap, ".");
+    else if (slash == p) rc_parent = copy_str(parent, pcap, "/");
+    else {
+        p[slash - p] = '\0';
+        rc_parent = copy_str(parent, pcap, p);
+    }
+    if (rc_name != 0 || rc_parent != 0) {
+        set_err(err, errlen, "%s: path too long", path);
+        return -1;
+    }
+    return 0;
+}
+
+int dir_own_name(const char *dir, char *out, size_t cap, char *err, size_t errlen) {
+    char parent[PATH_MAX];
+    return path_parent_and_name(dir, parent, sizeof parent, out, cap, err, errlen);
+}
+
+int record_owner_check(const char *path, const char *rec_run, const char *rec_experiment, const char *run,
+                       const char *run_from, const char *experiment, const char *experiment_from, char *err,
+                       size_t errlen) {
+    char stable[256] = "";
+    if (run_name_stable(run, stable, sizeof stable) != 0) stable[0] = '\0';
+    if (strcmp(rec_run, run) != 0 && (!stable[0] || strcmp(rec_run, stable) != 0)) {
+        set_err(err, errlen, "%s: run is \"%s\", but %s is \"%s\" (a record of another run?)", path, rec_run, run_from,
+                run);
+        return -1;
+    }
+    if (experiment && strcmp(rec_experiment, experiment) != 0) {
+        set_err(err, errlen, "%s: experiment is \"%s\", but %s is \"%s\" (a record of another experiment?)", path,
+                rec_experiment, experiment_from, experiment);
+        return -1;
+    }
     return 0;
 }
 

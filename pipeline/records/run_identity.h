@@ -36,6 +36,28 @@ int run_variant_key(const cJSON *config, char key[RUN_VARIANT_LEN + 1]);
 /* The canonical JSON text run_variant_key hashes (caller frees), or NULL when config is not an object. */
 char *run_variant_canonical(const cJSON *config);
 
+/* The name a directory gives what it holds: its last path component ("runs/ci/" -> "ci"; "." and ".." resolved to the
+ * directory's own name). evaluate names a record's experiment after the directory its run directory sits in, and
+ * baselines of EXP sit in reports/baselines/EXP. 0, or -1 with err when the path cannot be resolved. */
+int dir_own_name(const char *dir, char *out, size_t cap, char *err, size_t errlen);
+
+/* A run directory's path (or a baseline record's prefix DIR/NAME) as the directory holding it and its own name:
+ * "runs/ci/dense_qa/" -> "runs/ci", "dense_qa"; "dense_qa" -> ".", "dense_qa"; a last component "." or ".." is
+ * resolved first. 0, or -1 with err. */
+int path_parent_and_name(const char *path, char *parent, size_t pcap, char *name, size_t ncap, char *err,
+                         size_t errlen);
+
+/* Whether a record belongs where it was read (report, export, compare and its --diff all ask this): its "run" is the
+ * name it was read under (run: a run directory's name, where that name without its variant counts too, as a
+ * directory moved aside keeps the records of its first name; or a baseline record's NAME), and its "experiment" the
+ * one it was read for (NULL: not checked). run_from and experiment_from say where those come from, for the message. A
+ * record copied in from another run or experiment would otherwise be reported, compared or exported under the wrong
+ * name. 0, or -1 with "<path>: run is "X", but <run_from> is "Y" (a record of another run?)" or the like for the
+ * experiment. */
+int record_owner_check(const char *path, const char *rec_run, const char *rec_experiment, const char *run,
+                       const char *run_from, const char *experiment, const char *experiment_from, char *err,
+                       size_t errlen);
+
 /* The optional identity fields of a record (result.json or analysis.json), read from its raw JSON. */
 typedef struct {
     bool has_seed, has_run_config, has_overrides;

@@ -1,14 +1,11 @@
 /* The runs of an experiment as one tidy CSV (see runs_csv.h). */
 #include "pipeline/records/runs_csv.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -17,6 +14,7 @@
 #include "pipeline/base/exact_number.h"
 #include "pipeline/base/log.h"
 #include "pipeline/records/result_record.h"
+#include "pipeline/records/run_dirs.h"
 #include "pipeline/records/run_identity.h"
 
 /* ---------------------------------------------------------------- names and values ------------------------ */
@@ -149,14 +147,9 @@ static int row_load(RunRow *row, const char *runs_dir, const char *name, char *e
     int rc = -1;
     if (result_record_from_json(&rec, j, path, err, errlen) != 0) goto out;
     if (record_identity_read(j, path, &id, err, errlen) != 0) goto out;
-    /* a record of this directory carries its name, or, in a directory moved aside, the name without the variant */
-    char stable[256];
-    if (run_name_stable(name, stable, sizeof stable) != 0) snprintf(stable, sizeof stable, "%s", name);
-    if (strcmp(rec.run, name) != 0 && strcmp(rec.run, stable) != 0) {
-        set_err(err, errlen, "%s: run is \"%s\", but the directory is \"%s\" (a record of another run?)", path, rec.run,
-                name);
+    /* a record of this directory carries its name (its experiment: one per table, checked by the caller) */
+    if (record_owner_check(path, rec.run, rec.experiment, name, "the directory", NULL, NULL, err, errlen) != 0)
         goto out;
-    }
     char run_config[128], variant[RUN_VARIANT_LEN + 1];
     long seed = -1;
     if (run_identity_resolve(name, &id, rec.config, path, run_config, sizeof run_config, &seed, err, errlen) != 0)
@@ -234,30 +227,15 @@ static int cmp_names(const void *a, const void *b) {
     return strverscmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The run directories of runs_dir: directories (not symbolic links) holding a result.json, in natural order. */
+/* The evaluated runs of runs_dir (run_dirs.h: the rule report and compare share; a run that cannot be read is an
+ * error, never a missing row), in natural order. */
 static char **list_runs(const char *runs_dir, int *n_out, char *err, size_t errlen) {
-    DIR *d = opendir(runs_dir);
-    if (!d) {
-        set_err(err, errlen, "%s: cannot open the runs directory: %s", runs_dir, strerror(errno));
-        return NULL;
-    }
     char **names = NULL;
     int n = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (e->d_name[0] == '.') continue;
-        char p[4400];
-        struct stat st;
-        snprintf(p, sizeof p, "%s/%s", runs_dir, e->d_name);
-        if (lstat(p, &st) != 0 || !S_ISDIR(st.st_mode)) continue; /* files, and links to runs listed elsewhere */
-        snprintf(p, sizeof p, "%s/%s/result.json", runs_dir, e->d_name);
-        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) continue; /* not evaluated (yet) */
-        names = xrealloc(names, (size_t)(n + 1) * sizeof *names);
-        names[n++] = xstrdup(e->d_name);
-    }
-    closedir(d);
+    if (run_dirs_list(runs_dir, &names, &n, err, errlen) != 0) return NULL;
     if (n > 1) qsort(names, (size_t)n, sizeof *names, cmp_names);
     *n_out = n;
-    return names ? names : xmalloc(1);
+    return names;
 }
 
 void runs_table_free(RunsTable *t) {

@@ -1,8 +1,10 @@
 /* One tidy CSV of every run of an experiment (bin/export): one row per run directory of runs/EXP that holds a
  * result.json, one column per quantity, for pandas, R or a spreadsheet.
  *
- * Rows: every entry of the runs directory that is a directory (not a symbolic link) holding a result.json, named
- * CONFIG[@VARIANT][.seed<S>] (pipeline/records/run_identity.h), in natural order of the names ("x.seed2" before "x.seed10").
+ * Rows: every evaluated run of the runs directory by the rule report and compare share (pipeline/records/run_dirs.h:
+ * a directory, or a symbolic link to one, holding a result.json; a run that cannot be read is an error, never a row
+ * left out), named CONFIG[@VARIANT][.seed<S>] (pipeline/records/run_identity.h), in natural order of the names
+ * ("x.seed2" before "x.seed10").
  * Columns, in this order:
  *   run            the directory name
  *   run_config     the run config it was trained from (the record's, else the directory name's)
@@ -33,8 +35,8 @@ typedef struct {
     char ***cells; /* [n_rows][n_cols] cell text, "" when missing */
 } RunsTable;
 
-/* Reads every run of runs_dir into t (rows and columns as above). A result.json that does not load, a record of
- * another run (its "run" neither the directory name nor that name without its variant), records of different
+/* Reads every run of runs_dir into t (rows and columns as above). A run that cannot be read (run_dirs.h), a
+ * result.json that does not load, a record of another run (record_owner_check, run_identity.h), records of different
  * experiments, or a config key that would name a fixed column is an error naming the file: -1 with err, t empty.
  * A runs directory without any run is an error too (there is nothing to export). */
 int runs_table_load(RunsTable *t, const char *runs_dir, char *err, size_t errlen);

@@ -49,11 +49,16 @@ void section_answer(Doc *d, const ReportInput *in, const VerdictTally *t) {
                   short_label(t->effect_acc[0]), short_label(t->effect_acc[1]), short_label(t->effect_acc[2]),
                   short_label(t->interaction_headline), short_label(t->effect_loss[0]),
                   short_label(t->effect_loss[1]), short_label(t->effect_loss[2]));
-    doc_list_item(d, "Do the models use more depth as the paper says (residual erasure)? Transformer answer-only > "
-                     "Q+A: %s; MoEUT > Transformer with Q+A: %s, with answer-only: %s; MoEUT answer-only > MoEUT "
-                     "Q+A: %s.",
+    doc_list_item(d, "Do the models use more depth as the paper says (residual erasure on the paper's four prompts)? "
+                     "Transformer answer-only > Q+A: %s; MoEUT > Transformer with Q+A: %s, with answer-only: %s; "
+                     "MoEUT answer-only > MoEUT Q+A: %s.",
                   short_label(t->depth[0]), short_label(t->depth[1]), short_label(t->depth[2]),
                   short_label(t->depth[3]));
+    if (t->has_depth_prompts)
+        doc_list_item(d, "The same four over the sampled evaluation prompts (depth_fraction, the paper's counterfactual "
+                         "vector): %s; %s, %s; %s.",
+                      short_label(t->depth_prompts[0]), short_label(t->depth_prompts[1]),
+                      short_label(t->depth_prompts[2]), short_label(t->depth_prompts[3]));
     /* The run configs the verdicts read: the primary group of each of the paper's four configurations. */
     char seeds[1024] = "", notes[4096] = "";
     size_t len = 0, nlen = 0;

@@ -51,11 +51,13 @@ void report_write_document(Doc *d, const ReportInput *in, const char *experiment
     section_headline(d, in);
     section_seeds(d, in);
     section_comparisons(d, in);
+    section_loss_mode_settings(d, in);
     section_pooled(d, in);
     section_modules(d, in, EVAL_INTERPOLATE);
     section_modules(d, in, EVAL_EXTRAPOLATE);
     section_curves(d, in);
     section_depth(d, in);
+    section_depth_prompts(d, in);
     section_expert_load(d, in);
     section_provenance(d, in);
     section_verdict_rules(d);

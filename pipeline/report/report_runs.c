@@ -1,8 +1,6 @@
 /* Loading and grouping of an experiment's runs for the report (see report_runs.h). */
 #include "pipeline/report/report_runs.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +11,7 @@
 #include "pipeline/base/config.h"
 #include "pipeline/base/log.h"
 #include "pipeline/records/predictions.h"
+#include "pipeline/records/run_dirs.h"
 #include "pipeline/records/routing_stats.h"
 
 /* Calls each_line(ctx, path, line_no, parsed) for every non-blank line of the JSON-lines file at path, parsed being
@@ -22,7 +21,8 @@ static void read_jsonl_lines(const char *path, JsonlLineFn each_line, void *ctx)
     char *text = NULL;
     size_t n = 0;
     char err[1024];
-    if (read_file_limited(path, LIMIT_JSONL_FILE_BYTES, "JSON-lines file", &text, &n, err, sizeof err))
+    if (read_file_limited(path, LIMIT_JSONL_FILE_BYTES, "JSON-lines file", &text, &n, err, sizeof err) ||
+        json_check_strings(text, n, path, err, sizeof err))
         die("%s", err);
     int line_no = 0;
     for (char *line = text, *next; line && *line; line = next) {
@@ -101,13 +101,10 @@ static void load_metrics(RunData *r, const char *path) {
  * or from runs/OTHER would be reported under the wrong name, title and paper comparison. */
 static void require_owner(const char *path, const char *rec_run, const char *rec_experiment, const char *run,
                           const char *experiment) {
-    /* A directory moved aside (CONFIG -> CONFIG@OLDVARIANT) keeps records that name the run as it was trained. */
-    char stable[128] = "";
-    run_name_stable(run, stable, sizeof stable);
-    if (strcmp(rec_run, run) != 0 && strcmp(rec_run, stable) != 0)
-        die("%s: run is \"%s\", expected \"%s\"", path, rec_run, run);
-    if (strcmp(rec_experiment, experiment) != 0)
-        die("%s: experiment is \"%s\", but this report is for --experiment %s", path, rec_experiment, experiment);
+    char err[1200];
+    if (record_owner_check(path, rec_run, rec_experiment, run, "the directory", experiment, "--experiment", err,
+                           sizeof err) != 0)
+        die("%s", err);
 }
 
 static void eval_curve_line(void *ctx, const char *path, int line_no, const cJSON *j) {
@@ -171,7 +168,7 @@ void report_run_load(RunData *r, const char *runs_dir, const char *name, const c
     r->aside = strchr(name, '@') != NULL;
     char path[4200], err[1024];
     snprintf(path, sizeof path, "%s/result.json", r->dir);
-    if (file_exists(path)) {
+    if (run_file_present(path)) {
         if (result_record_load(&r->res, path, err, sizeof err)) die("%s", err);
         require_owner(path, r->res.run, r->res.experiment, name, experiment);
         r->has_result = true;
@@ -183,23 +180,30 @@ void report_run_load(RunData *r, const char *runs_dir, const char *name, const c
         if (suffix) r->seed = seed;
     }
     snprintf(path, sizeof path, "%s/analysis.json", r->dir);
-    if (file_exists(path)) {
+    if (run_file_present(path)) {
         if (analysis_record_load(&r->ana, path, err, sizeof err)) die("%s", err);
         require_owner(path, r->ana.run, r->ana.experiment, name, experiment);
         r->has_analysis = true;
     }
+    snprintf(path, sizeof path, "%s/%s", r->dir, DEPTH_PROMPTS_FILE_NAME);
+    if (report_run_has_maps(r) && run_file_present(path)) {
+        if (depth_prompts_load(&r->depth, path, err, sizeof err)) die("%s", err);
+        require_owner(path, r->depth.run, r->depth.experiment, name, experiment);
+        r->has_depth_prompts = true;
+    }
     /* Curves are drawn for finished runs only; a run still training, or killed in the middle of a line, must not
      * stop the report of the others. */
     snprintf(path, sizeof path, "%s/metrics.jsonl", r->dir);
-    if (r->has_result && file_exists(path)) load_metrics(r, path);
+    if (r->has_result && run_file_present(path)) load_metrics(r, path);
     snprintf(path, sizeof path, "%s/eval_curve.jsonl", r->dir);
-    if (r->has_result && file_exists(path)) load_eval_curve(r, path);
+    if (r->has_result && run_file_present(path)) load_eval_curve(r, path);
     snprintf(path, sizeof path, "%s/%s", r->dir, PREDICTIONS_FILE_NAME);
-    if (r->has_result && file_exists(path)) {
+    if (r->has_result && run_file_present(path)) {
         if (prediction_table_load(&r->pred, path, err, sizeof err)) die("%s", err);
-        char stable[128] = "";
-        run_name_stable(name, stable, sizeof stable);
-        if (strcmp(r->pred.run, name) != 0 && strcmp(r->pred.run, stable) != 0) die("%s: run is \"%s\", expected \"%s\"", path, r->pred.run, name);
+        char record_path[4300];
+        snprintf(record_path, sizeof record_path, "%s/result.json", r->dir);
+        if (prediction_table_check_record(&r->pred, path, name, r->res.code_version, record_path, err, sizeof err))
+            die("%s", err);
         r->has_predictions = true;
     }
 }
@@ -213,6 +217,7 @@ void report_run_free(RunData *r) {
     if (r->has_result) result_record_free(&r->res);
     if (r->has_analysis) analysis_record_free(&r->ana);
     if (r->has_predictions) prediction_table_free(&r->pred);
+    if (r->has_depth_prompts) depth_prompts_free(&r->depth);
     free(r->step);
     free(r->loss);
     free(r->ce);
@@ -296,19 +301,17 @@ char **report_list_runs(const char *runs_dir, const char *expected, int *n_out) 
     }
     free(copy);
     const int n_expected = n;
-    DIR *d = opendir(runs_dir);
-    if (!d) die("%s: cannot open the runs directory: %s", runs_dir, strerror(errno));
-    char **extra = NULL;
-    int n_extra = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (e->d_name[0] == '.') continue;
-        char p[4400];
-        snprintf(p, sizeof p, "%s/%s/result.json", runs_dir, e->d_name);
-        if (!file_exists(p) || listed(names, n, e->d_name)) continue;
-        extra = xrealloc(extra, (size_t)(n_extra + 1) * sizeof *extra);
-        extra[n_extra++] = xstrdup(e->d_name);
+    /* every evaluated run by the rule export and compare share (run_dirs.h): one that cannot be read stops the
+     * report, naming it, rather than leaving it out */
+    char **found = NULL, **extra = NULL, err[1200];
+    int n_found = 0, n_extra = 0;
+    if (run_dirs_list(runs_dir, &found, &n_found, err, sizeof err) != 0) die("%s", err);
+    extra = xmalloc((size_t)(n_found + 1) * sizeof *extra);
+    for (int i = 0; i < n_found; i++) {
+        if (listed(names, n, found[i])) free(found[i]);
+        else extra[n_extra++] = found[i];
     }
-    closedir(d);
+    free(found);
     if (n_extra) qsort(extra, (size_t)n_extra, sizeof *extra, cmp_run_name);
     /* Each expected run followed by its other seeds and its other variants (extra is sorted: current seeds first),
      * then the rest. */

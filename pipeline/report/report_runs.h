@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 
+#include "pipeline/records/depth_prompts_record.h"
 #include "pipeline/records/predictions_read.h"
 #include "pipeline/records/result_record.h"
 #include "pipeline/records/run_identity.h"
@@ -26,6 +27,8 @@ typedef struct {
     int n_curve;              /* eval_curve.jsonl: step and accuracy per set (NaN where a set is absent) */
     double *curve_step, *curve_acc[EVAL_N_SETS];
     PredictionTable pred;
+    bool has_depth_prompts;   /* depth_prompts.json beside an enabled analysis.json (analyze.eval_prompts > 0) */
+    DepthPromptsRecord depth;
     /* expert capacity: metrics.jsonl lines whose "routing" records "dropped" (cap_steps of them), their kept
      * (cap_kept: the counts) and dropped assignments summed over the lines; 0 without capacity */
     int cap_steps;

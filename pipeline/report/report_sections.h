@@ -1,8 +1,8 @@
 /* The sections of bin/report, each written to both formats of the document (report_doc.h) from the loaded runs
  * (report_runs.h). report_sections.c: caveats, runs, headline, pooled and per-module accuracy, curves, depth maps;
  * report_seed_sections.c: across seeds, paired comparisons, verdicts; report_provenance.c: config differences,
- * provenance; report_variants.c: variants and sweeps; report_answer.c: the short answer; report_document.c: the
- * order of the sections. */
+ * provenance; report_variants.c: variants and sweeps; report_depth.c: the depth over the sampled evaluation prompts;
+ * report_answer.c: the short answer; report_document.c: the order of the sections. */
 #ifndef PIPELINE_REPORT_SECTIONS_H
 #define PIPELINE_REPORT_SECTIONS_H
 
@@ -17,6 +17,13 @@ typedef struct {
     double paper_percent;
 } PaperNumber;
 extern const PaperNumber PAPER_HEADLINE[4]; /* dense qa, dense answer_only, moeut qa, moeut answer_only */
+
+/* The paper's four depth claims (dm-math-protocol.md §5), each "depth(a) > depth(b)", in the order of the verdicts. */
+typedef struct {
+    const char *claim;
+    const char *arch_a, *mode_a, *arch_b, *mode_b;
+} DepthClaim;
+extern const DepthClaim DEPTH_CLAIMS[4];
 
 typedef struct {
     const RunData *runs;
@@ -35,7 +42,20 @@ void section_pooled(Doc *d, const ReportInput *in);
 void section_modules(Doc *d, const ReportInput *in, int set);
 void section_curves(Doc *d, const ReportInput *in);
 void section_depth(Doc *d, const ReportInput *in);
+/* report_depth.c: the depth analysis over the sampled evaluation prompts (depth_prompts.json): levels, mean maps,
+ * the claims on both measures for all prompts and those answered correctly and wrongly, and the sensitivity of the
+ * verdicts to the uninformative vector. */
+void section_depth_prompts(Doc *d, const ReportInput *in);
+/* Whether any run has depth_prompts.json. */
+bool report_has_depth_prompts(const ReportInput *in);
+/* The verdict line of depth claim k over the evaluation prompts (depth_fraction, all prompts, the paper's
+ * counterfactual vector), written as a list item; returns its verdict. */
+Verdict depth_prompts_verdict_line(Doc *d, const ReportInput *in, int k);
 void section_provenance(Doc *d, const ReportInput *in);
+/* report_settings.c: the loss-mode effect at every training setting the runs hold (budget, learning rate): pairs that
+ * differ in the loss mode alone get the paired effect, others are "not comparable", naming the keys; nothing when the
+ * runs hold only the paper's pair per architecture. */
+void section_loss_mode_settings(Doc *d, const ReportInput *in);
 /* report_routing.c: the expert load of the runs with routing statistics (nothing without any), and the ablation
  * tables of run configs that share an arch and loss mode (nothing when every config is alone in its family). */
 void section_expert_load(Doc *d, const ReportInput *in);
@@ -58,7 +78,9 @@ typedef struct {
     bool at_paper_scale;          /* any headline run at the paper's scale */
     Verdict effect_acc[3], effect_loss[3]; /* Transformer, MoEUT, interaction */
     Verdict interaction_headline;
-    Verdict depth[4];             /* the depth claims in their order */
+    Verdict depth[4];             /* the depth claims in their order, on the paper's four prompts */
+    bool has_depth_prompts;       /* some run has depth_prompts.json: the claims were also judged over its prompts */
+    Verdict depth_prompts[4];     /* ... with these verdicts (depth_fraction, the paper's counterfactual vector) */
 } VerdictTally;
 
 /* The verdict lines (and which seeds were left out of them when a config's seeds were not pooled). */

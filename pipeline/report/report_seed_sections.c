@@ -279,11 +279,7 @@ static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const c
     *on_loss = vl;
 }
 
-typedef struct {
-    const char *claim;
-    const char *arch_a, *mode_a, *arch_b, *mode_b; /* the paper says depth(a) > depth(b) */
-} DepthClaim;
-static const DepthClaim DEPTH_CLAIMS[4] = {
+const DepthClaim DEPTH_CLAIMS[4] = {
     {"answer-only loss makes the Transformer use more depth than Q+A loss", "dense", "answer_only", "dense", "qa"},
     {"MoEUT uses more depth than the Transformer with Q+A loss", "moeut", "qa", "dense", "qa"},
     {"MoEUT uses more depth than the Transformer with answer-only loss", "moeut", "answer_only", "dense",
@@ -300,7 +296,8 @@ void section_verdict_rules(Doc *d) {
                      "the other side, not resolved otherwise; and not resolved whenever fewer than %d paired seeds "
                      "went into it (seed-to-seed variance, as large as the effects here, would be unmeasured). "
                      "The interval: the union of a hierarchical bootstrap interval (accuracy: seeds and examples of "
-                     "the headline module, as in the comparisons section; depth: seeds and the analysis prompts) and "
+                     "the headline module, as in the comparisons section; depth: seeds and the prompts, the paper's four or the "
+                     "sampled evaluation prompts of depth_prompts.json) and "
                      "the t-interval of the per-seed differences across paired seeds; the bootstrap alone understates "
                      "seed variance with 2 or 3 seeds, the t-interval alone ignores example (prompt) variance.",
                   VERDICT_MIN_SEEDS);
@@ -329,6 +326,7 @@ void section_verdict_rules(Doc *d) {
 
 void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
     memset(t, 0, sizeof *t);
+    t->has_depth_prompts = report_has_depth_prompts(in);
     doc_heading(d, 2, "Do the paper's claims hold here?");
     doc_para(d, "One line per claim of the paper (dm-math-protocol.md §4 and §5), each with exactly one verdict: "
                 "consistent, contradicted, not resolved at this size, or (effect sizes) smaller than the paper's "
@@ -431,6 +429,7 @@ void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
         const char *name_a = a ? a->run_config : "missing", *name_b = b ? b->run_config : "missing";
         doc_list_item(d, "Depth (§5): %s, i.e. depth summary of %s > %s: %s. Ours: %s.", dc->claim, name_a, name_b,
                       verdict_label(v), nums);
+        if (t->has_depth_prompts) tally(t, t->depth_prompts[k] = depth_prompts_verdict_line(d, in, k));
     }
     doc_list_end(d);
 }

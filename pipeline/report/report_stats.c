@@ -61,8 +61,7 @@ void report_seed_summary(const RunGroup *g, Metric m, SeedSummary *out) {
     }
 }
 
-/* [min lo, max hi]; NaN when either interval is undefined (one seed: no t-interval, so no verdict interval). */
-static void union_interval(double lo1, double hi1, double lo2, double hi2, double *lo, double *hi) {
+void report_union_interval(double lo1, double hi1, double lo2, double hi2, double *lo, double *hi) {
     if (!isfinite(lo1) || !isfinite(hi1) || !isfinite(lo2) || !isfinite(hi2)) {
         *lo = *hi = NAN;
         return;
@@ -161,7 +160,7 @@ void report_contrast(const RunGroup *const *groups, const double *weights, int n
     hierarchical_bootstrap_mean(values, out->n_seeds, ne, REPORT_BOOT_REPLICATES, REPORT_BOOT_RNG_SEED, &out->boot);
     double mean;
     mean_t_interval(out->per_seed, out->n_seeds, &mean, &out->t_lo, &out->t_hi, NULL);
-    union_interval(out->boot.lo, out->boot.hi, out->t_lo, out->t_hi, &out->verdict_lo, &out->verdict_hi);
+    report_union_interval(out->boot.lo, out->boot.hi, out->t_lo, out->t_hi, &out->verdict_lo, &out->verdict_hi);
     out->ok = true;
     free(values);
     free(idx);
@@ -212,5 +211,5 @@ void report_depth_diff(const RunGroup *a, const RunGroup *b, DepthDiff *out) {
                                     report_group_seed(b, out->diff.seeds[s])->ana.prompts[k].depth_value;
     hierarchical_bootstrap_mean(v, out->diff.n, np, REPORT_BOOT_REPLICATES, REPORT_BOOT_RNG_SEED, &out->boot);
     free(v);
-    union_interval(out->boot.lo, out->boot.hi, out->diff.lo, out->diff.hi, &out->verdict_lo, &out->verdict_hi);
+    report_union_interval(out->boot.lo, out->boot.hi, out->diff.lo, out->diff.hi, &out->verdict_lo, &out->verdict_hi);
 }

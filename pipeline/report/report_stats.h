@@ -63,6 +63,10 @@ typedef struct {
     double p[REPORT_MAX_SEEDS];    /* exact McNemar p */
 } Contrast;
 
+/* The verdict interval of a difference: [min lo, max hi] of the bootstrap and t-intervals (the reasons below); NaN
+ * when either is undefined (one seed: no t-interval, so no verdict interval). */
+void report_union_interval(double lo1, double hi1, double lo2, double hi2, double *lo, double *hi);
+
 /* sum_k weights[k] * quantity(groups[k]) per example, averaged; groups paired by seed number (seeds missing from any
  * group are left out). The verdict interval is the union of the hierarchical-bootstrap interval and the t-interval
  * of the per-seed values: the percentile bootstrap over 2 or 3 seeds understates seed variance (it cannot reach

@@ -4,8 +4,9 @@
 # compare must name the metric:
 #  1. final_train_loss, mean_answer_loss, module_mean_answer_loss: trained and evaluated with a quarter of the
 #     learning rate (--set train.lr=0.0005; every loss rises by 31-48%). A defect in the code would not change the
-#     config, so compare reads a copy of the record carrying the baseline's config identity (config, config_sha256):
-#     every number in it is the defective run's. Exit 1, each class WORSE.
+#     config, so compare reads a copy of the record carrying the baseline's config identity (config, config_sha256,
+#     config_text, no overrides: the readers check that these agree): every number in it is the defective run's. Exit
+#     1, each class WORSE.
 #  2. count: trained 36 of its 40 steps (bin/train --steps 36, a training loop that stops early; the same config
 #     file, so the record is compared as it is): training.steps and training.tokens CHANGED, exit 1.
 #  3. The other direction: train.loss_on_target_only flipped to true (a qa run trained on the answers only) ends with
@@ -43,10 +44,12 @@ train_eval() { # train_eval NAME [train flags...]: experiments/ci/dense_qa train
   bin/evaluate --run "$out" --config $CFG --data data/ci --out "$out/result.json" "${sets[@]}" >"$out.eval.log" 2>&1 ||
     { tail -5 "$out.eval.log"; fail "bin/evaluate $out"; }
 }
-as_baseline_config() { # as_baseline_config NAME: $tmp/NAME.as/dense_qa/result.json with the baseline's config identity
-  mkdir -p "$tmp/$1.as/dense_qa"
+as_baseline_config() { # as_baseline_config NAME: $tmp/as/NAME/dense_qa/result.json with the baseline's config identity
+  # (in a runs directory named NAME too: a record names the experiment of the directory it was evaluated in)
+  mkdir -p "$tmp/as/$1/dense_qa"
   jq --slurpfile b $BASE/dense_qa.result.json '.config = $b[0].config | .config_sha256 = $b[0].config_sha256
-    | del(.overrides)' "$tmp/$1/dense_qa/result.json" >"$tmp/$1.as/dense_qa/result.json" || fail "jq on $1"
+    | .config_text = $b[0].config_text | del(.overrides)' "$tmp/$1/dense_qa/result.json" \
+    >"$tmp/as/$1/dense_qa/result.json" || fail "jq on $1"
 }
 gate() { # gate RUNS_DIR LOG [flags]: bin/compare of dense_qa; prints the exit status
   local runs=$1 log=$2
@@ -59,7 +62,7 @@ row() { grep -E "^$1 " "$2"; } # row METRIC_REGEX LOG: the table rows of matchin
 # 1. a quarter of the learning rate
 train_eval lrquarter --set train.lr=0.0005
 as_baseline_config lrquarter
-rc=$(gate "$tmp/lrquarter.as" "$tmp/lrquarter.log")
+rc=$(gate "$tmp/as/lrquarter" "$tmp/lrquarter.log")
 [ "$rc" = 1 ] || { cat "$tmp/lrquarter.log"; fail "quarter lr: compare exit $rc, want 1"; }
 row 'training\.final_train_loss' "$tmp/lrquarter.log" | grep -q ' WORSE$' || fail "quarter lr: final_train_loss not WORSE"
 row '(interpolate|extrapolate)\.mean_answer_loss' "$tmp/lrquarter.log" | grep -q ' WORSE$' ||
@@ -91,14 +94,14 @@ echo "36 of 40 steps: compare exit 1; training.steps and training.tokens CHANGED
 # 3. loss_on_target_only flipped: BETTER losses, a failure of the two-sided gate
 train_eval target_only --set train.loss_on_target_only=true
 as_baseline_config target_only
-rc=$(gate "$tmp/target_only.as" "$tmp/target_only.log" --only-failures)
+rc=$(gate "$tmp/as/target_only" "$tmp/target_only.log" --only-failures)
 [ "$rc" = 1 ] || { cat "$tmp/target_only.log"; fail "loss_on_target_only flipped: compare exit $rc, want 1"; }
 row 'training\.final_train_loss' "$tmp/target_only.log" | grep -q ' BETTER$' ||
   { cat "$tmp/target_only.log"; fail "loss_on_target_only flipped: final_train_loss not BETTER"; }
 grep -q '^== dense_qa: OUTSIDE tolerances (.* BETTER beyond the measured spread' "$tmp/target_only.log" ||
   { cat "$tmp/target_only.log"; fail "loss_on_target_only flipped: no 'OUTSIDE tolerances (... BETTER ...)' line"; }
 n_better=$(grep -c ' BETTER$' "$tmp/target_only.log")
-rc2=$(gate "$tmp/target_only.as" "$tmp/target_only.allow.log" --allow-better)
+rc2=$(gate "$tmp/as/target_only" "$tmp/target_only.allow.log" --allow-better)
 if grep -q ' WORSE$' "$tmp/target_only.allow.log"; then
   echo "NOTE: loss_on_target_only flipped also made metrics WORSE (compare --allow-better exit $rc2)"
 else

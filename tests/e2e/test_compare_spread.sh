@@ -32,7 +32,9 @@ train_eval() { # train_eval OUT_ROOT RUN [train flags...]: trains and evaluates 
 }
 
 # 1. honest rerun on another kernel path and thread count
-mkdir -p "$tmp/honest" "$tmp/degraded" "$tmp/degraded_counts_restored"
+# (the restored copies sit in a runs directory named like the one they were evaluated in: a record names its experiment
+# after that directory)
+mkdir -p "$tmp/honest" "$tmp/degraded" "$tmp/restored/degraded"
 for r in dense_qa dense_answer moeut_qa moeut_answer; do
   OPENBLAS_CORETYPE=Sandybridge train_eval "$tmp/honest" $r --threads 1
 done
@@ -47,15 +49,15 @@ grep -E '^(== |training\.final_train_loss)' "$tmp/honest.log" | sed 's/^/    /'
 # 2. degraded: 10% fewer steps
 for r in dense_qa moeut_qa; do
   train_eval "$tmp/degraded" $r --steps 36
-  mkdir -p "$tmp/degraded_counts_restored/$r"
+  mkdir -p "$tmp/restored/degraded/$r"
   jq --slurpfile b reports/baselines/ci/$r.result.json \
     '.training.steps = $b[0].training.steps | .training.tokens = $b[0].training.tokens' \
-    "$tmp/degraded/$r/result.json" >"$tmp/degraded_counts_restored/$r/result.json" || fail "jq on $r"
+    "$tmp/degraded/$r/result.json" >"$tmp/restored/degraded/$r/result.json" || fail "jq on $r"
 done
 bin/compare --baselines reports/baselines/ci --runs "$tmp/degraded" --only dense_qa,moeut_qa >"$tmp/degraded.log" 2>&1
 rc=$?
 [ $rc = 1 ] || { cat "$tmp/degraded.log"; fail "36-step runs: compare exit $rc, want 1"; }
-bin/compare --baselines reports/baselines/ci --runs "$tmp/degraded_counts_restored" --only dense_qa,moeut_qa \
+bin/compare --baselines reports/baselines/ci --runs "$tmp/restored/degraded" --only dense_qa,moeut_qa \
   --only-failures >"$tmp/restored.log" 2>&1
 rc=$?
 [ $rc = 1 ] || { cat "$tmp/restored.log"; fail "36-step runs with the counts set back: compare exit $rc, want 1"; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bin/export on real runs of the ci experiment (its data config, its run configs, trained 3 steps with --set, then
 # evaluated): runs/ci/{dense_qa, dense_qa.seed2, moeut_answer@0123abcd} (a seed of the same configuration and a
-# sweep-point name), beside a symbolic link to a run and a run without a result.json, which are skipped.
+# sweep-point name), beside a run without a result.json, which is skipped (not evaluated yet).
 #   - python3's csv module reads runs.csv: a header of unique names starting with the fixed columns, one row per
 #     evaluated run directory in natural order; every cell agrees with that run's result.json (identity, overrides
 #     joined with ";", every config leaf flattened as model.d_model, accuracies per set and module, answer losses,
@@ -9,7 +9,8 @@
 #     such key; the seeds of one configuration share their variant, the other run has its own;
 #   - pandas (where installed; Debian python3-pandas, in mk/deps.sh test) reads the same table: the shape, numeric
 #     metric columns, NaN where empty;
-#   - a record that does not load is one error line naming it, exit 1, and the earlier runs.csv stays as it was.
+#   - a record that does not load, and a symbolic link aliasing another run (read like any run directory, its record
+#     names the other run), are one error line naming it, exit 1, and the earlier runs.csv stays as it was.
 # About 1 min of CPU time (three 3-step trainings and evaluations of 200 examples per set; 2 min 46 s measured on a
 # loaded 2-core machine).
 source "$(dirname "$0")/train_common.sh"
@@ -42,7 +43,6 @@ run() {
 run dense_qa dense_qa
 run dense_qa.seed2 dense_qa --set train.seed=2
 run moeut_answer@0123abcd moeut_answer --set train.lr=0.001
-ln -s dense_qa "$runs/alias_of_dense_qa"
 mkdir -p "$runs/unfinished" && cp "$runs/dense_qa/train_summary.json" "$runs/unfinished/"
 echo "ok: trained and evaluated 3 ci runs (3 steps each)"
 
@@ -70,7 +70,7 @@ FIXED = ["run", "run_config", "variant", "seed", "overrides", "arch", "loss_mode
 check(head[:len(FIXED)] == FIXED, "fixed columns %s" % head[:len(FIXED)])
 check(len(set(head)) == len(head), "duplicate column names")
 check([r[0] for r in body] == ["dense_qa", "dense_qa.seed2", "moeut_answer@0123abcd"],
-      "rows %s (the link and the unevaluated run must be skipped)" % [r[0] for r in body])
+      "rows %s (the unevaluated run must be skipped)" % [r[0] for r in body])
 check(all(len(r) == len(head) for r in body), "rows of another width than the header")
 table = [dict(zip(head, r)) for r in body]
 
@@ -156,7 +156,7 @@ PYCHECK
 # A record that does not load: one error line naming it, exit 1, the earlier table untouched.
 cp "$out" "$tmp/good.csv"
 cp "$runs/dense_qa.seed2/result.json" "$tmp/good_result.json"
-sed -i 's/"schema_version":[[:space:]]*1/"schema_version": 9/' "$runs/dense_qa.seed2/result.json"
+sed -i 's/"schema_version":[[:space:]]*[0-9]*/"schema_version": 9/' "$runs/dense_qa.seed2/result.json"
 rc=0
 bin/export --runs "$runs" --out "$out" >"$tmp/bad.log" 2>&1 || rc=$?
 [ "$rc" = 1 ] || { cat "$tmp/bad.log"; fail "export of a broken record exited $rc, expected 1"; }
@@ -164,4 +164,14 @@ bin/export --runs "$runs" --out "$out" >"$tmp/bad.log" 2>&1 || rc=$?
   || { cat "$tmp/bad.log"; fail "expected one error line naming dense_qa.seed2/result.json"; }
 cmp "$out" "$tmp/good.csv" || fail "a failed export changed the earlier runs.csv"
 echo "ok: a broken record: $(cat "$tmp/bad.log"); runs.csv untouched"
+cp "$tmp/good_result.json" "$runs/dense_qa.seed2/result.json"
+ln -s dense_qa "$runs/alias_of_dense_qa"
+rc=0
+bin/export --runs "$runs" --out "$out" >"$tmp/alias.log" 2>&1 || rc=$?
+[ "$rc" = 1 ] || { cat "$tmp/alias.log"; fail "export with a link aliasing another run exited $rc, expected 1"; }
+[ "$(wc -l <"$tmp/alias.log")" = 1 ] &&
+  grep -q 'alias_of_dense_qa/result.json: run is "dense_qa", but the directory is "alias_of_dense_qa"' "$tmp/alias.log" ||
+  { cat "$tmp/alias.log"; fail "expected one error line naming alias_of_dense_qa/result.json"; }
+cmp "$out" "$tmp/good.csv" || fail "a failed export changed the earlier runs.csv"
+echo "ok: a link aliasing another run: $(cat "$tmp/alias.log"); runs.csv untouched"
 echo "ok: bin/export checks passed"

@@ -2,7 +2,9 @@
 # bin/inspect end to end: checkpoints written independently (Python, from the documented state_dict names and shapes)
 # load; the output holds logits, the loss terms and a gradient for every parameter; cross_entropy equals the CE
 # recomputed from the logits under the loss mask; the dense gradients agree with finite differences of inspect's own
-# objective; bad batches are refused with one line naming the field and leave no output.
+# objective; bad batches are refused with one line naming the field and leave no output; forged checkpoints (a header
+# claiming 100,000 layers) are refused from the header in under a second and 64 MB; NaN or infinite weights are refused
+# naming the tensor.
 set -u
 cd "$(dirname "$0")/../.."
 PY=/usr/bin/python3
@@ -14,7 +16,7 @@ trap 'rm -rf "$tmp"' EXIT
 bin/inspect --help >/dev/null || { echo "FAIL: --help"; exit 1; }
 
 "$PY" - "$tmp" <<'EOF' || exit 1
-import json, math, os, random, struct, subprocess, sys
+import json, math, os, random, struct, subprocess, sys, time
 
 tmp = sys.argv[1]
 
@@ -205,6 +207,67 @@ write_st(os.path.join(tmp, "short.safetensors"), p, {"config": json.dumps(dense_
 r = inspect(os.path.join(tmp, "short.safetensors"), os.path.join(tmp, "x.out"), expect_ok=False)
 if r.returncode == 0 or "transformer.layers.1.ln2.bias" not in r.stderr:
     fails.append("missing tensor not reported: %r" % r.stderr)
+
+
+# Forged checkpoints: a header whose config claims 100,000 layers is refused from the header alone, before the model
+# it describes is built: in under a second and 64 MB, with one line, no output. Measured per child (wait4).
+def timed_inspect(w, out):
+    t0 = time.monotonic()
+    p = subprocess.Popen(["bin/inspect", "--weights", w, "--batch", bpath, "--out", out],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, status, ru = os.wait4(p.pid, 0)
+    secs = time.monotonic() - t0
+    err = p.stderr.read().strip()
+    p.stdout.close()
+    p.stderr.close()
+    return os.waitstatus_to_exitcode(status), err, secs, ru.ru_maxrss  # ru_maxrss: KiB
+
+def write_bf16_filler(path, tensors, meta, filler_values):
+    """write_st plus one BF16 tensor "filler" of filler_values zeros (bulk for the file, cheap to make)."""
+    write_st(path, tensors, meta)
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    end = max((e["data_offsets"][1] for k, e in header.items() if k != "__metadata__"), default=0)
+    header["filler"] = {"dtype": "BF16", "shape": [filler_values], "data_offsets": [end, end + 2 * filler_values]}
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data[8 + n:] + bytes(2 * filler_values))
+
+forged = [
+    # the real 2-layer model's tensors under a config of 100,000 layers, bulked up to 3.7 MB
+    ("claims 100000 layers", dict(dense_cfg, n_layers=100000), make(dense_tensors(dense_cfg), 0.4), 1800000,
+     "__metadata__.config describes a dense model of"),
+    # tiny layers whose 3.1 M parameters the filler's values could hold: the tensor list itself is checked
+    ("claims 100000 tiny layers", dict(dense_cfg, d_model=2, n_heads=1, d_head=2, d_ff=1, n_layers=100000), {},
+     3200000, "embedding.weight: missing tensor"),
+]
+for label, cfg, tensors, filler, want in forged:
+    w = os.path.join(tmp, "forged.safetensors")
+    write_bf16_filler(w, tensors, {"config": json.dumps(cfg), "format": "pt"}, filler)
+    size = os.path.getsize(w)
+    out = os.path.join(tmp, "forged.out")
+    rc, err, secs, rss_kib = timed_inspect(w, out)
+    print("forged checkpoint (%s, %.1f MB): exit %d in %.3f s, max RSS %.1f MiB: %s" %
+          (label, size / 1e6, rc, secs, rss_kib / 1024, err))
+    if rc == 0 or want not in err or len(err.splitlines()) != 1 or os.path.exists(out):
+        fails.append("forged checkpoint (%s): rc %d, stderr %r" % (label, rc, err))
+    if secs >= 1.0 or rss_kib >= 64 * 1024:
+        fails.append("forged checkpoint (%s): %.3f s and %d KiB, over 1 s or 64 MiB" % (label, secs, rss_kib))
+
+# Non-finite weights: refused naming the tensor and the element, one line, no output.
+for bad_value, word in ((float("nan"), "NaN"), (float("inf"), "infinite")):
+    p = make(dense_tensors(dense_cfg), 0.4)
+    p["transformer.layers.1.ffn.linear1.bias"][1][3] = bad_value
+    w = os.path.join(tmp, "nonfinite.safetensors")
+    write_st(w, p, {"config": json.dumps(dense_cfg), "format": "pt"})
+    out = os.path.join(tmp, "nonfinite.out")
+    r = inspect(w, out, expect_ok=False)
+    err = r.stderr.strip()
+    want = "%s: tensor transformer.layers.1.ffn.linear1.bias: element 3 is %s" % (w, word)
+    if r.returncode == 0 or want not in err or len(err.splitlines()) != 1 or os.path.exists(out):
+        fails.append("%s weight: rc %d, stderr %r" % (word, r.returncode, err))
 
 for f in fails:
     print("FAIL:", f)

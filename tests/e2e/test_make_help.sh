@@ -19,6 +19,7 @@ declare -A INTERNAL_TARGETS=(
   [repro-force]="makes a changed train.inputs stamp rewrite itself"
   [repro-inputs]="names the train.inputs stamps so make keeps them"
   [gpu-print-link-flags]="prints the link flags for mk/gpu/bundle.sh"
+  [nvcc-print-flags]="prints the CUDA build's nvcc flags for tests/e2e/test_nvcc_compile_check.sh"
 )
 declare -A INTERNAL_VARIABLES=(
   [REPRO_SEEDS_ERROR]="written by the generated seeds makefile (build/seeds/*.mk), not by a user"

@@ -10,7 +10,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 [ -x bin/compare ] || fail "bin/compare missing (make all)"
 
 forge() { # run field-edit(python expression on d) -> runs dir with that run's forged result.json
-    local run=$1 expr=$2 dir=$tmp/runs
+    local run=$1 expr=$2 dir=$tmp/ci # named like runs/ci: a record names the experiment of the directory holding it
     rm -rf "$dir"
     mkdir -p "$dir/$run"
     python3 - "$run" "$expr" "$dir/$run/result.json" <<'PY'
@@ -28,18 +28,18 @@ PY
 check() { # name run expr expected-substring
     local name=$1 run=$2 expr=$3 want=$4 rc=0
     forge "$run" "$expr"
-    bin/compare --baselines reports/baselines/ci --runs "$tmp/runs" --only "$run" >"$tmp/out" 2>"$tmp/err" || rc=$?
+    bin/compare --baselines reports/baselines/ci --runs "$tmp/ci" --only "$run" >"$tmp/out" 2>"$tmp/err" || rc=$?
     [ "$rc" -ne 0 ] || fail "$name: compare exited 0 on a forged record: $(cat "$tmp/out")"
     grep -q "BETTER" "$tmp/out" && fail "$name: compare called a forged value BETTER"
     [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "$name: expected one error line, got: $(cat "$tmp/err")"
     grep -qF -- "$want" "$tmp/err" || fail "$name: error does not name '$want': $(cat "$tmp/err")"
-    grep -qF "$tmp/runs/$run/result.json" "$tmp/err" || fail "$name: error does not name the file: $(cat "$tmp/err")"
+    grep -qF "$tmp/ci/$run/result.json" "$tmp/err" || fail "$name: error does not name the file: $(cat "$tmp/err")"
     echo "ok: $name: $(cat "$tmp/err")"
 }
 
 # the honest record passes
 forge dense_qa "pass"
-bin/compare --baselines reports/baselines/ci --runs "$tmp/runs" --only dense_qa >"$tmp/out" 2>&1 ||
+bin/compare --baselines reports/baselines/ci --runs "$tmp/ci" --only dense_qa >"$tmp/out" 2>&1 ||
     fail "the unedited record does not pass: $(tail -3 "$tmp/out")"
 
 check "accuracy 2.0" dense_qa "d['evaluation']['sets']['interpolate']['accuracy'] = 2.0" \

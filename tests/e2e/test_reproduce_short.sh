@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End to end: `make reproduce EXPERIMENT=ci` from scratch (fetch, tokenize, 4 x train/evaluate/analyze, report,
-# compare against reports/baselines/ci), then checks the console (the plan, the [k/N] stage lines), the outputs (each run's predictions.jsonl against its
-# result.json with tests/e2e/predictions_check.py), that a second `make reproduce` retrains nothing,
+# compare against reports/baselines/ci), then checks the console (the plan, the [k/N] stage lines), the outputs (the
+# depth analysis over 24 evaluation prompts, the same in every run, and its report sections; each run's
+# predictions.jsonl against its result.json with tests/e2e/predictions_check.py), that a second `make reproduce`
+# retrains nothing,
 # that editing one run config would rerun only that run and the report, that an interrupted train is resumed, and
 # that the 4 runs trained again as 2 MPI ranks each (NPROC=2) stay within the 1-process baselines' tolerances. A few
 # minutes on 2 CPU cores.
@@ -30,7 +32,7 @@ grep -q '^\[15/15\] ' build/test-logs/reproduce_ci.log || fail "no stage line [1
   fail "expected 4 bin/train command lines in the log"
 for r in $RUNS; do
   for f in train_summary.json metrics.jsonl model.safetensors result.json predictions.jsonl analysis.json depth_1.svg \
-           depth_4.svg; do
+           depth_4.svg depth_prompts.json; do
     [ -s runs/ci/$r/$f ] || fail "runs/ci/$r/$f missing"
   done
   if command -v python3 >/dev/null; then # evaluate's per-example lines add up to its record
@@ -42,6 +44,18 @@ done
 for f in report.md report.html loss_qa.svg loss_answer_only.svg; do [ -s reports/ci/$f ] || fail "reports/ci/$f missing"; done
 grep -q '| Transformer | 41% |' reports/ci/report.md || fail "no headline row in reports/ci/report.md"
 grep -q 'What this run can and cannot show' reports/ci/report.md || fail "no caveats section"
+# The depth analysis over analyze.eval_prompts = 24 evaluation prompts: its section, the sensitivity to the
+# uninformative vector, and one verdict line per depth claim among the paper's claims.
+grep -q '^## Depth over the evaluation prompts' reports/ci/report.md || fail "no section on the depth over evaluation prompts"
+grep -q '^### Sensitivity to the uninformative vector' reports/ci/report.md || fail "no sensitivity section"
+[ "$(grep -c '^- Depth (§5) over the sampled evaluation prompts: ' reports/ci/report.md)" = 4 ] ||
+  fail "expected 4 depth verdict lines over the evaluation prompts"
+python3 - $RUNS <<'PY' || fail "depth_prompts.json: not the same 24 prompts in every run"
+import json, sys
+samples = [[(p["set"], p["index"]) for p in json.load(open(f"runs/ci/{r}/depth_prompts.json"))["prompts"]]
+           for r in sys.argv[1:]]
+assert len(samples[0]) == 24 and all(s == samples[0] for s in samples), [len(s) for s in samples]
+PY
 if grep -q 'MISSING' reports/ci/report.md; then fail "report lists a missing run"; fi
 
 # The comparison with the recorded baselines, explicitly (make reproduce already ran it): must be 0.

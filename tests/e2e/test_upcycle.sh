@@ -3,7 +3,8 @@
 # the ci experiment's config is converted into arch "moe" (copy), the upcycled model trains 5 steps (loss finite, and
 # its first step's loss is the dense model's, the conversion keeping the function), an interrupted upcycled run
 # resumes byte-identically, the records carry init_from (path, SHA-256 and the conversion), evaluate passes it on,
-# a changed initial checkpoint makes auto-resume start over, and every refusal is one line naming the reason.
+# a changed initial checkpoint makes auto-resume start over, and every refusal (starting weights holding a NaN among
+# them) is one line naming the reason.
 source "$(dirname "$0")/train_common.sh"
 [ -x bin/upcycle ] && [ -x bin/evaluate ] || fail "bin/upcycle or bin/evaluate missing (run make first)"
 
@@ -129,6 +130,21 @@ refused "--init-from without an upcycle section" "has no \"upcycle\" section" \
   bin/train --config experiments/ci/dense_qa.json --data "$tmp/data" --out "$tmp/none" --threads 1 \
   --init-from "$tmp/init.safetensors"
 [ ! -e "$tmp/x.safetensors" ] || fail "a refused conversion left an output"
+# starting weights holding a NaN: refused before training, naming the tensor and the element
+python3 - "$tmp/init.safetensors" "$tmp/nan.safetensors" <<'PY'
+import json, struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+e = json.loads(data[8:8 + n])["transformer.layers.1.ffn.keys"]
+assert e["dtype"] == "F32", e
+at = 8 + n + e["data_offsets"][0] + 4 * 5  # element 5
+data[at:at + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(data)
+PY
+refused "--init-from with a NaN weight" "$tmp/nan.safetensors: tensor transformer.layers.1.ffn.keys: element 5 is NaN" \
+  bin/train --config "$tmp/up.json" --data "$tmp/data" --out "$tmp/nan_run" --threads 1 \
+  --init-from "$tmp/nan.safetensors"
+[ ! -e "$tmp/nan_run/metrics.jsonl" ] || fail "a run from NaN weights trained"
 # a split conversion trains too
 up_config "$tmp/split.json" moe split 128 8
 bin/upcycle --config "$tmp/split.json" --dense "$tmp/dense/model.safetensors" --out "$tmp/split.safetensors" \

@@ -10,7 +10,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_write_file("a.tar.gz", data, size, path, sizeof path);
     snprintf(out, sizeof out, "%s/out", fuzz_dir());
     remove_tree(out);
-    ExtractOptions o = {path, out, ".*", 10, (int64_t)size};
+    ExtractOptions o = {path, out, ".*", 10, (int64_t)size, 0, 0, NULL, NULL}; /* 0, NULL: the default caps */
     ExtractResult r;
     memset(&r, 0, sizeof r);
     int rc = dm_extract_archive(&o, &r, err, sizeof err);

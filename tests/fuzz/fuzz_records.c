@@ -1,7 +1,9 @@
-/* The JSON records passed between stages and researchers (pipeline/records/result_record.c): result.json (evaluate),
- * analysis.json (analyze) and train_summary.json (train), each read strictly from the same input. */
+/* The JSON records passed between stages and researchers (pipeline/records/result_record.c,
+ * pipeline/records/depth_prompts_record.c): result.json (evaluate), analysis.json and depth_prompts.json (analyze) and
+ * train_summary.json (train), each read strictly from the same input. */
 #include <math.h>
 
+#include "pipeline/records/depth_prompts_record.h"
 #include "pipeline/records/result_record.h"
 #include "tests/fuzz/fuzz_common.h"
 
@@ -48,6 +50,20 @@ static void check_analysis(const AnalysisRecord *a) {
     }
 }
 
+static void check_depth_prompts(const DepthPromptsRecord *d) {
+    ORACLE(d->n_layers >= 1 && d->map_bins >= 1 && d->n_prompts >= 1 && d->n_prompts <= d->requested);
+    ORACLE(d->requested <= DEPTH_PROMPTS_MAX);
+    for (int b = 0; b < DEPTH_N_VECTORS; b++)
+        for (long c = 0; c < (long)d->n_layers * (d->map_bins + 1); c++)
+            ORACLE(nonneg(d->mean_map[b][c]) && d->mean_map[b][c] <= 1.5);
+    for (int i = 0; i < d->n_prompts; i++) {
+        const DepthPrompt *p = &d->prompts[i];
+        ORACLE(p->set >= 0 && p->set < EVAL_N_SETS && p->index >= 0 && p->q_len >= 1 && p->a_len >= 1);
+        for (int b = 0; b < DEPTH_N_VECTORS; b++)
+            for (int m = 0; m < DEPTH_N_MEASURES; m++) ORACLE(fraction(p->value[b][m]));
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[600], err[4096] = "";
     fuzz_write_file("record.json", data, size, path, sizeof path);
@@ -67,6 +83,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc == 0) {
         check_analysis(&a);
         analysis_record_free(&a);
+    }
+    DepthPromptsRecord dp;
+    err[0] = '\0';
+    rc = depth_prompts_load(&dp, path, err, sizeof err);
+    fuzz_check_error(rc, err);
+    if (rc == 0) {
+        check_depth_prompts(&dp);
+        depth_prompts_free(&dp);
     }
     TrainSummary s;
     memset(&s, 0, sizeof s);

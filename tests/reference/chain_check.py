@@ -13,7 +13,11 @@ part written here from dm-math-training-code.md / dm-math-protocol.md / moeut-sp
   * bin/evaluate: every example's teacher-forced exact-match verdict and summed answer CE (predictions.jsonl) against
     the twin run on q+a minus the last token;
   * bin/analyze: every cell of every erasure map (rows = inputs of applications 0..L-1, positions 1..T-2 replaced by
-    the counterfactual's mean residual over its input positions, max L2 distance of the answer-predicting softmaxes).
+    the counterfactual's mean residual over its input positions, max L2 distance of the answer-predicting softmaxes);
+    and depth_prompts.json (analyze.eval_prompts): the stratified sample of evaluated examples drawn again from its
+    definition, each prompt's verdict, its maps under the three uninformative vectors (the counterfactual mean, the
+    mean residual over the sampled prompts' input positions, zero) and the two depth measures computed from them
+    (depth_fraction, depth_centre), and the binned mean maps (pipeline/records/depth_prompts_record.h).
 
 usage: /usr/bin/python3 tests/reference/chain_check.py [--bin bin] [--keep DIR]      (make twin-chain-check)
 Needs bin/{fetch,tokenize,train,evaluate,analyze}; runs on the embedded sample in a temporary directory (~1 min).
@@ -307,6 +311,197 @@ def check_analyze(name, model, run_dir, data):
                   f"max |C - twin| = {d:.1e} (largest score {float(want.max()):.3f})")
 
 
+def shard_modules(path):
+    """the module index of every example, and the module names (datasets/shard.h)"""
+    b = open(path, "rb").read()
+    (j,) = struct.unpack_from("<I", b, 12)
+    head = json.loads(b[16:16 + j].rstrip(b"\0"))
+    off = 16 + (j + 7) // 8 * 8
+    return [struct.unpack_from("<QIIII", b, off + 24 * i)[3] for i in range(head["n_examples"])], head["modules"]
+
+
+class SplitMix64:
+    """splitmix64 (Steele, Lea, Flood 2014) with rejection sampling for uniform integers below n"""
+    def __init__(self, seed):
+        self.s = seed
+
+    def next(self):
+        self.s = (self.s + 0x9E3779B97F4A7C15) & M64
+        z = self.s
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+        return z ^ (z >> 31)
+
+    def below(self, n):
+        limit = M64 - (M64 % n)
+        while True:
+            x = self.next()
+            if x < limit:
+                return x % n
+
+
+def shares(total, caps):
+    """total split as equally as the stratum sizes allow; the first open strata take one more for a remainder"""
+    out, left = [0] * len(caps), total
+    while left > 0:
+        open_ = [k for k in range(len(caps)) if out[k] < caps[k]]
+        if not open_:
+            break
+        share, extra = divmod(left, len(open_))
+        for j, k in enumerate(open_):
+            give = min(share + (1 if j < extra else 0), caps[k] - out[k])
+            out[k] += give
+            left -= give
+    return out
+
+
+def draw_sample(modules, n_modules, pool, n, seed):
+    """[(set, index)]: n of the first pool[s] examples of each set, split between the sets, then the modules of each
+    set, each module's share by a partial Fisher-Yates shuffle of its examples in shard order (one generator)"""
+    rng, picks = SplitMix64(seed), []
+    for s, n_set in enumerate(shares(n, pool)):
+        mods = modules[s][:pool[s]]
+        per = shares(n_set, [mods.count(m) for m in range(n_modules[s])])
+        for m in range(n_modules[s]):
+            idx = [i for i, x in enumerate(mods) if x == m]
+            for j in range(per[m]):
+                r = j + rng.below(len(idx) - j)
+                idx[j], idx[r] = idx[r], idx[j]
+            picks += [(s, i) for i in sorted(idx[:per[m]])]
+    return picks
+
+
+def question_profile(S, q_len):
+    """r_l = the largest score of row l over the question positions 1..q_len-2"""
+    return [max([float(S[l, t]) for t in range(1, min(q_len - 1, S.shape[1]))], default=0.0) for l in range(S.shape[0])]
+
+
+def depth_fraction_of(r):
+    M = max(r)
+    return 0.0 if M == 0 else sum(x >= 0.1 * M for x in r) / len(r)
+
+
+def depth_centre_of(r):
+    L = len(r)
+    return 0.0 if sum(r) == 0 else sum((l + 0.5) / L * x for l, x in enumerate(r)) / sum(r)
+
+
+def check_depth_prompts(name, model, run_dir, data, run_cfg):
+    """pipeline/records/depth_prompts_record.h, from its definitions."""
+    n_req = run_cfg["analyze"].get("eval_prompts", 0)
+    path = run_dir + "/depth_prompts.json"
+    check(f"{name} analyze: depth_prompts.json written for eval_prompts = {n_req}", os.path.exists(path) == (n_req > 0))
+    if n_req == 0 or not os.path.exists(path):
+        return
+    dp = json.load(open(path))
+    an = json.load(open(run_dir + "/analysis.json"))
+    pieces = json.load(open(f"{data}/tokenizer.json"))["pieces"]
+    L = model.cfg["n_layers"]
+    shards, modules, names, pool = [], [], [], []
+    limit = run_cfg["evaluate"]["max_examples_per_set"]
+    for split in ("interpolate", "extrapolate"):
+        shards.append(read_shard(f"{data}/{split}.shard"))
+        mods, mod_names = shard_modules(f"{data}/{split}.shard")
+        modules.append(mods)
+        names.append(mod_names)
+        pool.append(min(len(mods), limit) if limit > 0 else len(mods))
+    picks = draw_sample(modules, [len(x) for x in names], pool, n_req, dp["sample"]["seed"])
+    got = [(("interpolate", "extrapolate").index(p["set"]), p["index"]) for p in dp["prompts"]]
+    check(f"{name} depth prompts: the stratified sample", got == picks and dp["sample"]["pool"] == pool,
+          f"{len(got)} recorded, {len(picks)} drawn here")
+    if got != picks:
+        return
+    check(f"{name} depth prompts: modules", all(p["module"] == names[s][modules[s][i]]
+                                                for p, (s, i) in zip(dp["prompts"], picks)))
+    seqs = []
+    for s, i in picks:
+        q0, ql, al = shards[s][0][i]
+        seqs.append((torch.tensor(shards[s][1][q0:q0 + ql + al]), ql, al))
+
+    layers = model.transformer.layers
+
+    def run_layers(h, first, capture=None):
+        cos, sin = twin.rope_tables(h.shape[1], model.n_rot, h.dtype)
+        for a in range(first, L):
+            if capture is not None:
+                capture.append(h)
+            layer = model.layer_of(a) if hasattr(model, "layer_of") else layers[a % len(layers)]
+            out = layer(h, cos, sin, model.n_rot)
+            h = out[0] if isinstance(out, tuple) else out
+        return h
+
+    def residuals(ids):
+        hs = []
+        run_layers(model.embedding(ids.unsqueeze(0)), 0, hs)
+        return hs
+
+    def erasure_map(ids, na, erased):
+        """[L, T-1]: row l, column t = h_l[t] replaced by erased[l] (t >= 1), all T-2 copies of a row in one batch"""
+        inp = ids[:-1]
+        T1 = inp.numel()
+        hs = residuals(inp)
+        ref = F.softmax(model.head(run_layers(hs[0], 0)), -1)[0, T1 - na:]
+        S = torch.zeros(L, T1, dtype=torch.float64)
+        for l in range(L):
+            h = hs[l].repeat(T1 - 1, 1, 1)
+            for t in range(1, T1):
+                h[t - 1, t] = erased[l]
+            pe = F.softmax(model.head(run_layers(h, l)), -1)[:, T1 - na:]
+            S[l, 1:] = (pe - ref.unsqueeze(0)).norm(dim=-1).max(dim=-1).values
+        return S
+
+    K = dp["mean_maps"]["question_bins"]
+    with torch.no_grad():
+        cf = torch.tensor(bpe_encode(pieces, an["counterfactual"]))
+        vectors = {"counterfactual": [h[0].mean(0) for h in residuals(cf[:-1])]}
+        per_prompt = [residuals(ids[:-1]) for ids, _, _ in seqs]
+        vectors["eval_mean"] = [torch.cat([hs[l][0] for hs in per_prompt]).mean(0) for l in range(L)]
+        vectors["zero"] = [torch.zeros_like(v) for v in vectors["counterfactual"]]
+        bad_correct, worst, frac_bad, frac_borderline, map_worst = 0, 0.0, 0, 0, 0.0
+        for b, vec in enumerate(dp["vectors"]):
+            sums, counts = torch.zeros(L, K + 1, dtype=torch.float64), [0] * (K + 1)
+            for p, (ids, ql, al) in zip(dp["prompts"], seqs):
+                if b == 0:
+                    logits, _ = model(ids[:-1].unsqueeze(0))
+                    correct = bool((logits[0, ql - 1:].argmax(-1) == ids[ql:]).all())
+                    bad_correct += correct != p["correct"]
+                S = erasure_map(ids, al, vectors[vec])
+                r = question_profile(S, ql)
+                # f32 (C) against f64 (here): scores agree to ~1e-6, and the centre divides by sum(r), so its error
+                # grows as the question's effect shrinks: measured against 1e-4 + 1e-5 L / sum(r)
+                allowed = 1e-4 + 1e-5 * L / max(sum(r), 1e-12)
+                worst = max(worst, abs(depth_centre_of(r) - p["depth_centre"][b]) / allowed)
+                if depth_fraction_of(r) != p["depth_fraction"][b]:
+                    # a row maximum within f32 rounding of the 0.1 M threshold may fall on either side
+                    if any(abs(x - 0.1 * max(r)) < 1e-4 for x in r):
+                        frac_borderline += 1
+                    else:
+                        frac_bad += 1
+                # the mean map's bins: question positions 1..ql-2 in K bins of relative position, then the
+                # answer-predicting positions ql-1..T-2
+                nq, T1 = ql - 2, S.shape[1]
+                bins = [[] for _ in range(K + 1)]
+                for t in range(1, T1):
+                    if t >= ql - 1:
+                        bins[K].append(t)
+                    elif nq >= 1:
+                        bins[(t - 1) * K // nq].append(t)
+                for c, ts in enumerate(bins):
+                    if ts:
+                        sums[:, c] += S[:, ts].mean(1)
+                        counts[c] += 1
+            want = torch.stack([sums[:, c] / counts[c] if counts[c] else sums[:, c] for c in range(K + 1)], 1)
+            map_worst = max(map_worst, float((torch.tensor(dp["mean_maps"][vec], dtype=torch.float64) - want)
+                                             .abs().max()))
+    n = len(seqs)
+    check(f"{name} depth prompts: teacher-forced verdicts of {n} prompts", bad_correct == 0, f"{bad_correct} differ")
+    check(f"{name} depth prompts: depth_centre under 3 vectors", worst < 1,
+          f"max |C - twin| / (1e-4 + 1e-5 L / sum r) = {worst:.2f}")
+    check(f"{name} depth prompts: depth_fraction under 3 vectors", frac_bad == 0,
+          f"{frac_bad} differ ({frac_borderline} at the threshold within rounding)")
+    check(f"{name} depth prompts: mean maps", map_worst < 1e-4, f"max |C - twin| = {map_worst:.1e}")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 def run(cmd):
     r = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -378,6 +573,7 @@ def main():
             model = load_twin(out, cfg)
             check_evaluate(run_name, model, out, data)
             check_analyze(run_name, model, out, data)
+            check_depth_prompts(run_name, model, out, data, cfg)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

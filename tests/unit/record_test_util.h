@@ -10,6 +10,7 @@
 
 #include "pipeline/base/atomic_file.h"
 #include "pipeline/base/log.h"
+#include "pipeline/records/config_override.h"
 #include "pipeline/records/result_record.h"
 
 static const char *const RTU_INTERP_MODULES[3] = {"arithmetic__add_or_sub", "arithmetic__mul", "arithmetic__div"};
@@ -18,6 +19,49 @@ static const char *const RTU_EXTRAP_MODULES[2] = {"arithmetic__add_or_sub_big", 
 static inline void rtu_sha(char out[65], char fill) {
     memset(out, fill, 64);
     out[64] = '\0';
+}
+
+/* Whether text with r's overrides gives r->config (printed alike), the check the record readers make. */
+static inline bool rtu_config_is_from(const ResultRecord *r, const char *text) {
+    cJSON *effective = NULL;
+    char hex[65], err[1024];
+    if (config_from_text(text, strlen(text), &r->prov, "test config", &effective, hex, err, sizeof err) != 0)
+        return false;
+    char *a = cJSON_PrintUnformatted(effective), *b = cJSON_PrintUnformatted(r->config);
+    const bool same = a && b && strcmp(a, b) == 0;
+    cJSON_free(a);
+    cJSON_free(b);
+    cJSON_Delete(effective);
+    return same;
+}
+
+/* Makes r's config identity what evaluate writes for its config and overrides, as the record readers recompute it
+ * (config_from_text): config_text the config printed (as a run config file would hold it; kept while it still gives
+ * the config, so sealing twice changes nothing), config that text with the overrides of r->prov applied (an override
+ * the config lacks lands in it), config_sha256 the hash of the text and the overrides. Call after editing r->config
+ * or r->prov.overrides (rtu_save does). */
+static inline void rtu_seal(ResultRecord *r) {
+    if (!r->config_text || !rtu_config_is_from(r, r->config_text)) {
+        char *text = cJSON_Print(r->config);
+        ck_assert_ptr_nonnull(text);
+        free(r->config_text);
+        r->config_text = xstrdup(text);
+        cJSON_free(text);
+    }
+    cJSON *effective = NULL;
+    char err[1024];
+    ck_assert_msg(config_from_text(r->config_text, strlen(r->config_text), &r->prov, "test config", &effective,
+                                   r->config_sha256, err, sizeof err) == 0,
+                  "%s", err);
+    cJSON_Delete(r->config);
+    r->config = effective;
+}
+
+/* rtu_seal, then the record written to path. */
+static inline void rtu_save(ResultRecord *r, const char *path) {
+    char err[1024];
+    rtu_seal(r);
+    ck_assert_msg(result_record_save(r, path, err, sizeof err) == 0, "%s", err);
 }
 
 /* A complete record: `correct_per_module` correct out of 100 in every module (so set accuracy = that / 100). */
@@ -31,7 +75,7 @@ static inline void rtu_record(ResultRecord *r, const char *run, const char *arch
     snprintf(r->loss_mode, sizeof r->loss_mode, "%s", mode);
     r->config = cJSON_Parse("{\"description\":\"hand-made\",\"model\":{\"arch\":\"dense\"},\"train\":{\"steps\":10}}");
     ck_assert(r->config != NULL);
-    rtu_sha(r->config_sha256, 'a');
+    rtu_seal(r); /* config_text and config_sha256 */
     snprintf(r->code_version, sizeof r->code_version, "test-version");
     rtu_sha(r->train_sha256, 'b');
     rtu_sha(r->interpolate_sha256, 'c');

@@ -266,6 +266,8 @@ START_TEST(loader_rejects_bad_files) {
     ck_assert(load_fails_with(HEAD NORMAL("a") "," NORMAL("a b") "]}", "not a valid piece"));
     ck_assert(load_fails_with("{\"type\":\"wordpiece\"}", "type"));
     ck_assert(load_fails_with("{", "not valid JSON"));
+    /* a piece "a\u0000b" would read as "a" (a duplicate of the real one): the NUL is refused before parsing */
+    ck_assert(load_fails_with(HEAD NORMAL("a") "," NORMAL("a\\u0000b") "]}", "a string holds \\u0000"));
     /* Every character of a piece must be a piece itself (encoding starts from characters). */
     ck_assert(load_fails_with(HEAD NORMAL("a") "," NORMAL(WS "a") "]}", "not a piece itself"));
     /* And the same file with two distinct valid pieces loads. */

@@ -30,18 +30,19 @@ static char g_dir[256], g_base[512], g_runs[512];
 
 static void setup_dirs(void) {
     rtu_tmpdir(g_dir, sizeof g_dir, "test_compare");
-    snprintf(g_base, sizeof g_base, "%s/baselines", g_dir);
-    snprintf(g_runs, sizeof g_runs, "%s/runs", g_dir);
+    /* named like reports/baselines/EXP and runs/EXP: a record names the experiment of the directory holding it */
+    snprintf(g_base, sizeof g_base, "%s/baselines/unit", g_dir);
+    snprintf(g_runs, sizeof g_runs, "%s/runs/unit", g_dir);
     char p[700];
     snprintf(p, sizeof p, "%s/tolerances.json", g_base);
     rtu_write(p, TOL);
 }
 
-static void save(const ResultRecord *r, int as_baseline) {
-    char p[700], err[512];
+static void save(ResultRecord *r, int as_baseline) {
+    char p[700];
     if (as_baseline) snprintf(p, sizeof p, "%s/%s.result.json", g_base, r->run);
     else snprintf(p, sizeof p, "%s/%s/result.json", g_runs, r->run);
-    ck_assert_msg(result_record_save(r, p, err, sizeof err) == 0, "%s", err);
+    rtu_save(r, p);
 }
 
 /* The gate on g_base and g_runs (bin/compare --baselines --runs [--tolerances]); returns its exit status. */
@@ -173,13 +174,13 @@ START_TEST(unlike_or_missing_is_two) {
     save(&base, 1);
     /* missing run record */
     ck_assert_int_eq(run_compare(NULL), 2);
-    /* different config hash, otherwise identical */
+    /* different config (so config hash), otherwise identical */
     rtu_record(&cur, "dense_qa", "dense", "qa", 40);
-    rtu_sha(cur.config_sha256, '9');
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(cur.config, "train"), "steps", cJSON_CreateNumber(9));
     save(&cur, 0);
     ck_assert_int_eq(run_compare(NULL), 2);
     /* different extrapolate shard */
-    rtu_sha(cur.config_sha256, 'a');
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(cur.config, "train"), "steps", cJSON_CreateNumber(10));
     rtu_sha(cur.extrapolate_sha256, '0');
     save(&cur, 0);
     ck_assert_int_eq(run_compare(NULL), 2);
@@ -282,7 +283,6 @@ START_TEST(config_change_note) {
     rtu_record(&base, "dense_qa", "dense", "qa", 40);
     save(&base, 1);
     rtu_record(&cur, "dense_qa", "dense", "qa", 5); /* far worse, but of another config: not compared */
-    rtu_sha(cur.config_sha256, '9');
     cJSON_ReplaceItemInObject(cJSON_GetObjectItem(cur.config, "train"), "steps", cJSON_CreateNumber(9));
     save(&cur, 0);
     char *text = NULL;
@@ -419,7 +419,7 @@ START_TEST(seed_baselines_must_match) {
     ResultRecord a, b;
     rtu_record(&a, "dense_qa", "dense", "qa", 40);
     rtu_record(&b, "dense_qa.seed2", "dense", "qa", 40);
-    rtu_sha(b.config_sha256, '7'); /* another --set train.seed: fine */
+    snprintf(b.prov.overrides[b.prov.n_overrides++], RUN_OVERRIDE_MAX, "train.seed=2"); /* another config_sha256: fine */
     save(&a, 1);
     save(&a, 0);
     save(&b, 1);
@@ -493,12 +493,13 @@ START_TEST(summary_counts_compared) {
     free(text);
     save(&b, 0);
     /* a run without a baseline and an earlier variant of dense_qa: listed, not failures */
-    ResultRecord extra = a;
-    snprintf(extra.run, sizeof extra.run, "dense_answer");
+    ResultRecord extra;
+    rtu_record(&extra, "dense_answer", "dense", "answer_only", 40);
     save(&extra, 0);
-    char p[700], err[512];
+    result_record_free(&extra);
+    char p[700];
     snprintf(p, sizeof p, "%s/dense_qa@1a2b3c4d/result.json", g_runs);
-    ck_assert_msg(result_record_save(&a, p, err, sizeof err) == 0, "%s", err);
+    rtu_save(&a, p);
     ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 0);
     ck_assert_msg(strstr(text, "dense_answer/result.json has no baseline"), "%.3000s", text);
     ck_assert_msg(strstr(text, "dense_qa@1a2b3c4d/result.json not compared: another variant of dense_qa"), "%.3000s",
@@ -597,7 +598,7 @@ static void save_run_with_predictions(ResultRecord *r, const char *dir, long ind
         se->mean_answer_loss = sum / (double)se->n;
     }
     snprintf(p, sizeof p, "%s/result.json", dir);
-    ck_assert_msg(result_record_save(r, p, err, sizeof err) == 0, "%s", err);
+    rtu_save(r, p);
     snprintf(p, sizeof p, "%s/predictions.jsonl", dir);
     FILE *fp = fopen(p, "w");
     ck_assert_ptr_nonnull(fp);

@@ -107,6 +107,9 @@ START_TEST(usage_errors_name_the_argument) {
         {"=1", NULL, "--set '=1': KEY must be"},
         {"trian.lr=1", NULL, "--set trian.lr: "},
         {"train.lr=1", "train.lr=2", "--set 'train.lr=2': train.lr is already set"},
+        /* a JSON string holding \u0000 would be cut short ("a"): refused, the text itself is not JSON-decoded */
+        {"train.precision=\"a\\u0000b\"", NULL, "--set 'train.precision=\"a\\u0000b\"': a JSON string in VALUE holds "
+                                                 "\\u0000"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *sets[2] = {cases[i].arg, cases[i].second};

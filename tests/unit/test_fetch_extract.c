@@ -1,5 +1,5 @@
 /* Archive extraction: filter (full match), tokenizer corpus prefix, pair counting, and refusal of unsafe or
- * malformed archives. Test archives are written with libarchive's writer so every entry kind can be crafted. */
+ * malformed archives and of decompression bombs. Test archives are written with libarchive's writer so every entry kind can be crafted. */
 #include <archive.h>
 #include <archive_entry.h>
 #include <check.h>
@@ -69,9 +69,23 @@ static void write_archive(const char *path, const Entry *entries, int n, int gzi
 #define R "mathematics_dataset-v1.0/"
 static const char *Q3 = "What is 1+1?\n2\nWhat is 2+2?\n4\nWhat is 3+3?\n6\n";
 
-static int run_extract(const char *filter, long corpus_pairs, ExtractResult *r, char *err, size_t errlen) {
-    ExtractOptions o = {g_tgz, g_out, filter, corpus_pairs, 0};
+/* Extracts g_tgz into a fresh g_out (the extractor never writes over a file already there) with the options' caps
+ * (NULL: the defaults). */
+static int run_extract_with(const ExtractOptions *caps, const char *filter, long corpus_pairs, ExtractResult *r,
+                            char *err, size_t errlen) {
+    remove_tree(g_out);
+    ExtractOptions o = {g_tgz, g_out, filter, corpus_pairs, 0, 0, 0, NULL, NULL};
+    if (caps) {
+        o.max_extract_bytes = caps->max_extract_bytes;
+        o.max_extract_ratio = caps->max_extract_ratio;
+        o.max_bytes_label = caps->max_bytes_label;
+        o.max_ratio_label = caps->max_ratio_label;
+    }
     return dm_extract_archive(&o, r, err, errlen);
+}
+
+static int run_extract(const char *filter, long corpus_pairs, ExtractResult *r, char *err, size_t errlen) {
+    return run_extract_with(NULL, filter, corpus_pairs, r, err, errlen);
 }
 
 static char *slurp(const char *path) {
@@ -329,9 +343,9 @@ static void write_sparse_tar(const char *path, const char *const *names, const l
     close(fd);
 }
 
-/* A member whose header claims more than any module file (5 GiB), and members that together claim more than any
- * archive of the dataset (22 x 3 GiB, a bomb's shape): refused at the header, naming the entry and the bound, before
- * anything is written. */
+/* A member whose header claims more than any module file (5 GiB), and members that together claim more than the
+ * extraction cap (22 x 3 GiB against the default 16 GiB, a bomb's shape; a plain tar, so the ratio allows all of
+ * it): refused at the header, naming the entry and the bound, before anything is written. */
 START_TEST(huge_members_and_bombs_refused) {
     const char *one[] = {R "train-easy/arithmetic__mul.txt"};
     const long long five_gib[] = {5ll << 30};
@@ -352,8 +366,160 @@ START_TEST(huge_members_and_bombs_refused) {
     }
     write_sparse_tar(g_tgz, name_ptrs, sizes, N);
     ck_assert_int_eq(run_extract(".*", 0, &r, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "refusing entry 'junk/part21': the members so far hold 70866960384 bytes, more than "
-                              "the 64 GiB"), "%s", err);
+    ck_assert_msg(strstr(err, "refusing entry 'junk/part05': the members so far expand to 19327352832 bytes, more "
+                              "than the extraction cap of 17179869184 bytes (--max-extract-bytes)"), "%s", err);
+}
+END_TEST
+
+#if defined(HAVE_ZLIB)
+/* One gzip member holding data[n] (gzip streams may be concatenated: a reader inflates them as one). */
+static unsigned char *gzip_member(const void *data, size_t n, size_t *out_n) {
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    ck_assert_int_eq(deflateInit2(&zs, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    size_t cap = deflateBound(&zs, (uLong)n);
+    unsigned char *out = malloc(cap);
+    ck_assert_ptr_nonnull(out);
+    zs.next_in = (unsigned char *)data;
+    zs.avail_in = (uInt)n;
+    zs.next_out = out;
+    zs.avail_out = (uInt)cap;
+    ck_assert_int_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
+    *out_n = cap - zs.avail_out;
+    deflateEnd(&zs);
+    return out;
+}
+
+/* A ustar header block for a regular member of `size` bytes (the format of write_sparse_tar). */
+static void ustar_header(unsigned char h[512], const char *name, long long size) {
+    memset(h, 0, 512);
+    snprintf((char *)h, 100, "%s", name);
+    memcpy(h + 100, "0000644", 8);
+    memcpy(h + 108, "0000000", 8);
+    memcpy(h + 116, "0000000", 8);
+    snprintf((char *)h + 124, 12, "%011llo", size);
+    memcpy(h + 136, "00000000000", 12);
+    h[156] = '0';
+    memcpy(h + 257, "ustar", 6);
+    memcpy(h + 263, "00", 2);
+    memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int k = 0; k < 512; k++) sum += h[k];
+    snprintf((char *)h + 148, 8, "%06o", sum);
+}
+
+/* A gzip bomb built without compressing its bulk: the tar (header of `name` claiming `claim` bytes, unless name is
+ * NULL: then a small valid archive ending in its end-of-archive blocks) as one gzip member, then `mib` members of
+ * 1 MiB each of "What's 1 + 1?\n2\n" lines (the same few kilobytes repeated), then the end-of-archive blocks. */
+static void write_bomb(const char *path, const char *name, long long claim, int mib) {
+    FILE *fp = fopen(path, "wb");
+    ck_assert_ptr_nonnull(fp);
+    unsigned char tar[3 * 512];
+    size_t tar_n;
+    if (name) {
+        ustar_header(tar, name, claim);
+        tar_n = 512;
+    } else {
+        ustar_header(tar, R "train-easy/arithmetic__mul.txt", 16);
+        memset(tar + 512, 0, 1024);
+        memcpy(tar + 512, "What's 1 + 1?\n2\n", 16);
+        tar_n = 3 * 512; /* header, data block, then one of the two end blocks (the other follows below) */
+    }
+    size_t n;
+    unsigned char *m = gzip_member(tar, tar_n, &n);
+    ck_assert_uint_eq(fwrite(m, 1, n, fp), n);
+    free(m);
+    enum { CHUNK = 1 << 20 };
+    char *lines = malloc(CHUNK);
+    ck_assert_ptr_nonnull(lines);
+    for (size_t i = 0; i < CHUNK; i += 16) memcpy(lines + i, "What's 1 + 1?\n2\n", 16);
+    if (!name) memset(lines, 0, CHUNK); /* after the end of the tar: zeros (more end blocks, then padding) */
+    m = gzip_member(lines, CHUNK, &n);
+    for (int i = 0; i < mib; i++) ck_assert_uint_eq(fwrite(m, 1, n, fp), n);
+    free(m);
+    free(lines);
+    unsigned char end[1024] = {0};
+    m = gzip_member(end, sizeof end, &n);
+    ck_assert_uint_eq(fwrite(m, 1, n, fp), n);
+    free(m);
+    ck_assert_int_eq(fclose(fp), 0);
+}
+
+/* A gzip bomb (200 MiB of question/answer lines in a member of a ~200 KB archive): refused at the member's header by
+ * the default ratio cap, before a byte of it is written; with a higher ratio the byte cap set by the caller refuses
+ * it, naming the setting given; within both caps it extracts. */
+START_TEST(gzip_bomb_refused_by_ratio_and_cap) {
+    const char *name = R "train-easy/arithmetic__mul.txt";
+    write_bomb(g_tgz, name, 200ll << 20, 200);
+    struct stat st;
+    ck_assert_int_eq(stat(g_tgz, &st), 0);
+    ck_assert_int_lt(st.st_size, 1 << 20);
+    char err[2048] = "", want[1024];
+    ExtractResult r;
+    ck_assert_int_eq(run_extract(".*", 10, &r, err, sizeof err), -1);
+    snprintf(want, sizeof want, "%s: refusing entry '%s': the members so far expand to %lld bytes, more than 20 times "
+             "the archive's %lld bytes (--max-extract-ratio", g_tgz, name, 200ll << 20, (long long)st.st_size);
+    ck_assert_msg(strstr(err, want) == err && strstr(err, "a decompression bomb"), "%s", err);
+    char path[700];
+    snprintf(path, sizeof path, "%s/" R "train-easy/arithmetic__mul.txt", g_out);
+    ck_assert(!file_exists(path)); /* nothing of it written */
+    snprintf(path, sizeof path, "%s/tokenizer_corpus/arithmetic__mul.txt", g_out);
+    ck_assert(!file_exists(path));
+
+    ExtractOptions caps = {0};
+    caps.max_extract_ratio = 100000;
+    caps.max_extract_bytes = 8 << 20;
+    caps.max_bytes_label = "x/data.json: fetch.max_extract_bytes";
+    ck_assert_int_eq(run_extract_with(&caps, ".*", 10, &r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "the members so far expand to 209715200 bytes, more than the extraction cap of 8388608 "
+                              "bytes (x/data.json: fetch.max_extract_bytes)"), "%s", err);
+
+    write_bomb(g_tgz, name, 4 << 20, 4); /* 4 MiB: under both caps */
+    caps.max_extract_bytes = 0;
+    ck_assert_msg(run_extract_with(&caps, ".*", 10, &r, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.n_files, 1);
+    ck_assert_int_eq(r.files[0].pairs, (4 << 20) / 16);
+    dm_extract_result_free(&r);
+}
+END_TEST
+
+/* What the members' headers do not claim still counts: a small valid tar followed, inside the gzip stream, by 200 MiB
+ * of zeros (read only to check the gzip trailer) is refused once the stream passes twice the cap plus 1 MiB. */
+START_TEST(inflated_stream_capped) {
+    write_bomb(g_tgz, NULL, 0, 200);
+    char err[2048] = "";
+    ExtractResult r;
+    ck_assert_int_eq(run_extract(".*", 0, &r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "refusing: the archive inflates past 135266304 bytes of tar stream, twice what its "
+                              "members may hold (67108864 bytes"), "%s", err);
+    ck_assert_msg(!strstr(err, "corrupt"), "%s", err);
+    ExtractOptions caps = {0};
+    caps.max_extract_ratio = 100000; /* 200 MiB of stream is within twice a cap of 20 GB */
+    ck_assert_msg(run_extract_with(&caps, ".*", 0, &r, err, sizeof err) == 0, "%s", err);
+    dm_extract_result_free(&r);
+}
+END_TEST
+#endif
+
+/* An output path inside out_dir that already holds something (a symbolic link planted there) is refused, never
+ * followed: the link's target keeps its content. */
+START_TEST(planted_link_not_followed) {
+    Entry es[] = {{R "train-easy/arithmetic__mul.txt", Q3, AE_IFREG, NULL}};
+    write_archive(g_tgz, es, 1, 1);
+    char victim[600], link_path[700], err[1024] = "";
+    snprintf(victim, sizeof victim, "%s/victim.txt", g_dir);
+    ck_assert_int_eq(write_file_atomic(victim, "keep", 4, err, sizeof err), 0);
+    snprintf(link_path, sizeof link_path, "%s/" R "train-easy", g_out);
+    ck_assert_int_eq(mkdir_p(link_path, err, sizeof err), 0);
+    snprintf(link_path, sizeof link_path, "%s/" R "train-easy/arithmetic__mul.txt", g_out);
+    ck_assert_int_eq(symlink(victim, link_path), 0);
+    ExtractOptions o = {g_tgz, g_out, ".*", 0, 0, 0, 0, NULL, NULL};
+    ExtractResult r;
+    ck_assert_int_eq(dm_extract_archive(&o, &r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "arithmetic__mul.txt: cannot create: File exists"), "%s", err);
+    char *c = slurp(victim);
+    ck_assert_str_eq(c, "keep");
+    free(c);
 }
 END_TEST
 
@@ -442,9 +608,12 @@ int main(void) {
     tcase_add_test(tc, truncation_in_skipped_entry_names_it);
     tcase_add_test(tc, overlong_name_refused);
     tcase_add_test(tc, huge_members_and_bombs_refused);
+    tcase_add_test(tc, planted_link_not_followed);
     tcase_add_test(tc, filter_matching);
 #if defined(HAVE_ZLIB)
     tcase_add_test(tc, corruption_reported_before_line_structure);
+    tcase_add_test(tc, gzip_bomb_refused_by_ratio_and_cap);
+    tcase_add_test(tc, inflated_stream_capped);
 #endif
     suite_add_tcase(s, tc);
     return run_test_suite(s);

@@ -1,6 +1,8 @@
 /* Atomic writes: no temporary left behind, an aborted write keeps the old file, directories swap whole, a set of
- * files committed together keeps every old file when it fails before the renames. */
+ * files committed together keeps every old file when it fails before the renames, and a symbolic link planted where
+ * a temporary might go is never followed. */
 #include <check.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +89,120 @@ START_TEST(stale_temps_of_dead_writers_are_removed) {
     ck_assert(!file_exists(sub));
     ck_assert_int_eq(remove_stale_temps(g_dir, "out.json.tmp."), 0);
     ck_assert_int_eq(count_entries(g_dir), 4);
+}
+END_TEST
+
+/* Whether name is "<prefix><pid>.<16 lowercase hex digits>". */
+static int is_new_temp_name(const char *name, const char *prefix, long pid) {
+    char head[600];
+    snprintf(head, sizeof head, "%s%ld.", prefix, pid);
+    if (strncmp(name, head, strlen(head)) != 0) return 0;
+    const char *hex = name + strlen(head);
+    if (strlen(hex) != 16) return 0;
+    for (const char *p = hex; *p; p++)
+        if (!isxdigit((unsigned char)*p) || isupper((unsigned char)*p)) return 0;
+    return 1;
+}
+
+/* A symbolic link planted at the temporary's old, predictable name (<path>.tmp.<pid>) and at guesses of the new one
+ * (<path>.tmp.<pid>.<hex>) is not followed: the write goes to a fresh, unguessable temporary and succeeds, and the
+ * links' target keeps its content. */
+START_TEST(planted_links_are_not_followed) {
+    char victim[600], path[600], link_path[800], err[512] = "", got[64];
+    snprintf(victim, sizeof victim, "%s/victim.txt", g_dir);
+    ck_assert_int_eq(write_file_atomic(victim, "precious", 8, err, sizeof err), 0);
+    snprintf(path, sizeof path, "%s/out.json", g_dir);
+    const char *guesses[] = {"", ".0000000000000000", ".ffffffffffffffff", ".0123456789abcdef"};
+    for (size_t i = 0; i < sizeof guesses / sizeof guesses[0]; i++) {
+        snprintf(link_path, sizeof link_path, "%s.tmp.%ld%s", path, (long)getpid(), guesses[i]);
+        ck_assert_int_eq(symlink(victim, link_path), 0);
+    }
+    AtomicFile af;
+    ck_assert_msg(atomic_open(&af, path, err, sizeof err) == 0, "%s", err);
+    const char *base = strrchr(af.tmp_path, '/') + 1;
+    ck_assert_msg(is_new_temp_name(base, "out.json.tmp.", (long)getpid()), "temporary %s", af.tmp_path);
+    struct stat st;
+    ck_assert_int_eq(lstat(af.tmp_path, &st), 0);
+    ck_assert(S_ISREG(st.st_mode));
+    ck_assert_uint_eq(st.st_nlink, 1);
+    fputs("new", af.fp);
+    ck_assert_msg(atomic_commit(&af, err, sizeof err) == 0, "%s", err);
+    read_str(path, got, sizeof got);
+    ck_assert_str_eq(got, "new");
+    read_str(victim, got, sizeof got);
+    ck_assert_str_eq(got, "precious");
+    for (size_t i = 0; i < sizeof guesses / sizeof guesses[0]; i++) { /* this (live) process's names: kept */
+        snprintf(link_path, sizeof link_path, "%s.tmp.%ld%s", path, (long)getpid(), guesses[i]);
+        ck_assert_int_eq(lstat(link_path, &st), 0);
+        ck_assert(S_ISLNK(st.st_mode));
+    }
+    /* Two temporaries of one path in one process get different names. */
+    char a[700], b[700];
+    ck_assert_int_eq(temp_name(a, sizeof a, path, err, sizeof err), 0);
+    ck_assert_int_eq(temp_name(b, sizeof b, path, err, sizeof err), 0);
+    ck_assert_str_ne(a, b);
+}
+END_TEST
+
+/* fopen_new_write refuses whatever is already at its path, a link (dangling or not) above all, and changes nothing;
+ * mkdir_temp makes a new directory of the new form, never reusing an existing entry. */
+START_TEST(exclusive_creation_refuses_existing_entries) {
+    char victim[600], link_path[600], dangling[600], err[512] = "", got[64];
+    snprintf(victim, sizeof victim, "%s/victim.txt", g_dir);
+    ck_assert_int_eq(write_file_atomic(victim, "precious", 8, err, sizeof err), 0);
+    snprintf(link_path, sizeof link_path, "%s/link", g_dir);
+    ck_assert_int_eq(symlink(victim, link_path), 0);
+    ck_assert_ptr_null(fopen_new_write(link_path, err, sizeof err));
+    ck_assert_msg(strstr(err, "link: cannot create: File exists"), "%s", err);
+    snprintf(dangling, sizeof dangling, "%s/dangling", g_dir);
+    char nowhere[700];
+    snprintf(nowhere, sizeof nowhere, "%s/created-through-the-link", g_dir);
+    ck_assert_int_eq(symlink(nowhere, dangling), 0);
+    ck_assert_ptr_null(fopen_new_write(dangling, err, sizeof err));
+    ck_assert(!file_exists(nowhere));
+    ck_assert_ptr_null(fopen_new_write(victim, err, sizeof err));
+    read_str(victim, got, sizeof got);
+    ck_assert_str_eq(got, "precious");
+
+    char base[600], tree[700];
+    snprintf(base, sizeof base, "%s/sub/out", g_dir);
+    ck_assert_msg(mkdir_temp(base, tree, sizeof tree, err, sizeof err) == 0, "%s", err);
+    ck_assert(is_dir(tree, NO_FOLLOW_LINKS));
+    ck_assert_msg(is_new_temp_name(strrchr(tree, '/') + 1, "out.tmp.", (long)getpid()), "%s", tree);
+    ck_assert_int_eq(remove_tree(tree), 0);
+}
+END_TEST
+
+/* Temporaries in the new form (<prefix><pid>.<hex>) of a dead writer are removed like the old form's; a live
+ * writer's are kept; names that merely resemble the form are kept. */
+START_TEST(stale_temps_in_the_new_form_are_removed) {
+    char name[700], sub[700], err[256];
+    long dead = dead_pid();
+    snprintf(name, sizeof name, "out.json.tmp.%ld.0123456789abcdef", dead);
+    touch(g_dir, name);
+    snprintf(sub, sizeof sub, "%s/out.tmp.%ld.fedcba9876543210", g_dir, dead); /* a tree (fetch's, tokenize's) */
+    ck_assert_int_eq(mkdir_p(sub, err, sizeof err), 0);
+    touch(sub, "part.txt");
+    snprintf(name, sizeof name, "out.json.tmp.%ld.00000000000000aa", (long)getppid()); /* alive: kept */
+    touch(g_dir, name);
+    snprintf(name, sizeof name, "out.json.tmp.%ld.xyz", dead); /* not hex: kept */
+    touch(g_dir, name);
+    snprintf(name, sizeof name, "out.json.tmp.%ld.", dead); /* nothing after the dot: kept */
+    touch(g_dir, name);
+    ck_assert_int_eq(count_entries(g_dir), 5);
+    ck_assert_int_eq(remove_stale_temps(g_dir, "out.json.tmp."), 1);
+    ck_assert_int_eq(remove_stale_temps(g_dir, "out.tmp."), 1);
+    ck_assert(!file_exists(sub));
+    ck_assert_int_eq(count_entries(g_dir), 3);
+    /* atomic_open removes them too, as it did the old form */
+    snprintf(name, sizeof name, "out.json.tmp.%ld.0123456789abcdef", dead);
+    touch(g_dir, name);
+    char path[700];
+    snprintf(path, sizeof path, "%s/out.json", g_dir);
+    ck_assert_int_eq(write_file_atomic(path, "new", 3, err, sizeof err), 0);
+    snprintf(name, sizeof name, "%s/out.json.tmp.%ld.0123456789abcdef", g_dir, dead);
+    ck_assert(!file_exists(name));
+    ck_assert_int_eq(count_entries(g_dir), 4); /* out.json and the three kept */
 }
 END_TEST
 
@@ -281,6 +397,9 @@ int main(void) {
     tcase_add_test(tc, commit_all_rename_failure_names_the_replaced_files);
     tcase_add_test(tc, stale_temps_of_dead_writers_are_removed);
     tcase_add_test(tc, wrong_kind_at_the_target_is_refused);
+    tcase_add_test(tc, planted_links_are_not_followed);
+    tcase_add_test(tc, exclusive_creation_refuses_existing_entries);
+    tcase_add_test(tc, stale_temps_in_the_new_form_are_removed);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

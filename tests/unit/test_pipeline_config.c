@@ -168,6 +168,52 @@ START_TEST(syntax_error_has_line) {
 }
 END_TEST
 
+/* A NUL in a string, as a \u0000 escape or a raw byte, is refused before parsing: cJSON would end the C string there
+ * ("dense_qa\u0000evil" read as "dense_qa", a tokenizer piece "a\u0000b" as a duplicate of "a"). An escaped backslash
+ * followed by the letters u0000 is text, not a NUL. */
+START_TEST(nul_in_strings_refused) {
+    char err[512] = "";
+    const char *path = write_tmp("nul.json", "{\"run\": \"dense_qa\\u0000evil\"}");
+    ck_assert_ptr_null(json_load_file(path, JSON_KIND_RECORD, err, sizeof err));
+    ck_assert_msg(strstr(err, "nul.json:1:18: a string holds \\u0000 (a NUL character") && strstr(err, "refused"),
+                  "message: %s", err);
+    /* in a key, after other escapes, on a later line; the tokenizer kind (json_read_text) too */
+    const char *bad[] = {"{\"a\\u0000b\": 1}", "[\"\\n\\\\\\u0000\"]", "{\"pieces\": [\"a\",\n  \"a\\u0000b\"]}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        path = write_tmp("nul.json", bad[i]);
+        ck_assert_msg(json_load_file(path, JSON_KIND_CONFIG, err, sizeof err) == NULL, "accepted %s", bad[i]);
+        ck_assert_msg(strstr(err, "holds \\u0000"), "%s: %s", bad[i], err);
+        char *text = NULL;
+        size_t n = 0;
+        ck_assert_int_eq(json_read_text(path, JSON_KIND_TOKENIZER, &text, &n, err, sizeof err), -1);
+        ck_assert_ptr_null(text);
+    }
+    ck_assert_msg(strstr(err, "nul.json:2:5:"), "line and column of the escape: %s", err);
+    /* an escaped backslash and the text u0000 is not a NUL, nor is another escape */
+    path = write_tmp("ok.json", "{\"a\": \"x\\\\u0000\", \"b\": \"\\u0001\", \"c\": \"\\\\\\\\u0000\"}");
+    cJSON *j = json_load_file(path, JSON_KIND_CONFIG, err, sizeof err);
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_str_eq(cJSON_GetObjectItem(j, "a")->valuestring, "x\\u0000");
+    ck_assert_str_eq(cJSON_GetObjectItem(j, "c")->valuestring, "\\\\u0000");
+    cJSON_Delete(j);
+    /* a raw NUL byte, named with its position */
+    char raw[] = "{\"a\": \"x\0y\"}";
+    char raw_path[512];
+    snprintf(raw_path, sizeof raw_path, "%s/raw.json", g_dir);
+    ck_assert_int_eq(write_file_atomic(raw_path, raw, sizeof raw - 1, err, sizeof err), 0);
+    ck_assert_ptr_null(json_load_file(raw_path, JSON_KIND_CONFIG, err, sizeof err));
+    ck_assert_msg(strstr(err, "raw.json:1:9: contains a NUL byte"), "message: %s", err);
+    /* texts in memory (a record's config_text, a header) and JSON-lines files: the same check */
+    const char *mem = "{\"k\": \"v\\u0000\"}";
+    ck_assert_ptr_null(json_parse_text(mem, strlen(mem), JSON_KIND_CONFIG, "mem", err, sizeof err));
+    ck_assert_msg(strstr(err, "mem:1:9: a string holds"), "message: %s", err);
+    const char *lines = "{\"a\": \"unterminated\n{\"b\": \"\\u0000\"}\n";
+    ck_assert_int_eq(json_check_strings(lines, strlen(lines), "x.jsonl", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "x.jsonl:2:8:"), "message: %s", err);
+    ck_assert_int_eq(json_check_strings("{\"a\": 1}\n", 9, "x.jsonl", err, sizeof err), 0);
+}
+END_TEST
+
 START_TEST(missing_file_named) {
     char err[512] = "";
     cJSON *j = json_load_file("/nonexistent/x.json", JSON_KIND_CONFIG, err, sizeof err);
@@ -211,6 +257,7 @@ int main(void) {
     tcase_add_test(tc, closest_key_cutoffs);
     tcase_add_test(tc, syntax_error_has_line);
     tcase_add_test(tc, missing_file_named);
+    tcase_add_test(tc, nul_in_strings_refused);
     tcase_add_test(tc, save_round_trip);
     suite_add_tcase(s, tc);
     return run_test_suite(s);

@@ -1,6 +1,8 @@
-/* safetensors: writer/reader round trip (all dtypes, scalar, metadata, sorted names, padded header) and rejection
- * of malformed files built byte by byte. */
+/* safetensors: writer/reader round trip (all dtypes, scalar, metadata, sorted names, padded header), rejection of
+ * malformed files built byte by byte (by st_read and by the header-only st_read_header alike), and the check for
+ * non-finite values. */
 #include <check.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,7 +110,8 @@ START_TEST(duplicate_names_refused_by_writer) {
 }
 END_TEST
 
-/* Writes 8-byte length + header + data bytes and returns st_read's result; err gets the message. */
+/* Writes 8-byte length + header + data bytes and returns st_read's result; err gets the message. st_read_header must
+ * come to the same verdict with the same message (it checks the same header against the file's size). */
 static int read_crafted(const char *header, const void *data, size_t data_len, char *err, size_t errlen) {
     size_t hl = strlen(header);
     size_t total = 8 + hl + data_len;
@@ -122,6 +125,11 @@ static int read_crafted(const char *header, const void *data, size_t data_len, c
     StFile f;
     int rc = st_read(&f, g_path, err, errlen);
     if (rc == 0) st_free(&f);
+    char header_err[512] = "";
+    int header_rc = st_read_header(&f, g_path, header_err, sizeof header_err);
+    if (header_rc == 0) st_free(&f);
+    ck_assert_int_eq(header_rc, rc);
+    if (rc != 0) ck_assert_str_eq(header_err, err);
     return rc;
 }
 
@@ -167,6 +175,73 @@ START_TEST(malformed_rejected) {
                   "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
                   8, "duplicate tensor 'a'");
     EXPECT_REJECT("{\"__metadata__\":{\"k\":1}}", 0, "__metadata__.k is not a string");
+    /* a \u0000 would end the C string early: "config\u0000x" would read as "config" */
+    EXPECT_REJECT("{\"__metadata__\":{\"config\\u0000x\":\"1\"}}", 0, "holds \\u0000");
+}
+END_TEST
+
+/* st_read_header reads the header and nothing else: the tensor list and metadata, data pointers NULL, the byte
+ * ranges still checked against the file's size. */
+START_TEST(header_only_read) {
+    float a[4] = {1, 2, 3, 4};
+    int64_t sa[1] = {4};
+    StWriter w;
+    st_writer_init(&w);
+    st_writer_add(&w, "a", ST_F32, 1, sa, a);
+    st_writer_meta(&w, "config", "{}");
+    char err[512] = "";
+    ck_assert_msg(st_writer_save(&w, g_path, err, sizeof err) == 0, "%s", err);
+    st_writer_free(&w);
+    StFile f;
+    ck_assert_msg(st_read_header(&f, g_path, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(f.n_tensors, 1);
+    ck_assert_str_eq(f.tensors[0].name, "a");
+    ck_assert_uint_eq(f.tensors[0].numel, 4);
+    ck_assert_ptr_null(f.tensors[0].data);
+    ck_assert_str_eq(st_meta(&f, "config"), "{}");
+    ck_assert_uint_lt(f.size, 8 + 200); /* just the header */
+    st_free(&f);
+    /* the data cut short: the tensor's range lies past the end of the file */
+    char *raw;
+    size_t n;
+    ck_assert_int_eq(read_file_all(g_path, &raw, &n, err, sizeof err), 0);
+    ck_assert_int_eq(write_file_atomic(g_path, raw, n - 4, err, sizeof err), 0);
+    free(raw);
+    ck_assert_int_eq(st_read_header(&f, g_path, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "tensor 'a': data_offsets [0, 16] out of range (data section is 12 bytes)"), "%s", err);
+}
+END_TEST
+
+/* st_check_finite names the first non-finite element of any float dtype; integer tensors are not looked at. */
+START_TEST(non_finite_values_found) {
+    float a[3] = {1, 2, 3};
+    double b[2] = {0.5, 0.25};
+    uint16_t c[2] = {0x3f80, 0x3f80};
+    int32_t d[2] = {-1, 0x7fc00000}; /* an I32 with a NaN's bit pattern is just an integer */
+    int64_t s3[1] = {3}, s2[1] = {2};
+    char err[512] = "";
+    for (int k = 0; k < 5; k++) {
+        if (k == 1) a[2] = NAN;
+        if (k == 2) a[2] = 3, b[1] = -INFINITY;
+        if (k == 3) b[1] = 0.25, c[1] = 0x7f80; /* bf16 +inf */
+        if (k == 4) c[1] = 0x7fc1;             /* bf16 NaN */
+        StWriter w;
+        st_writer_init(&w);
+        st_writer_add(&w, "a", ST_F32, 1, s3, a);
+        st_writer_add(&w, "b", ST_F64, 1, s2, b);
+        st_writer_add(&w, "c", ST_BF16, 1, s2, c);
+        st_writer_add(&w, "d", ST_I32, 1, s2, d);
+        ck_assert_msg(st_writer_save(&w, g_path, err, sizeof err) == 0, "%s", err);
+        st_writer_free(&w);
+        StFile f;
+        ck_assert_msg(st_read(&f, g_path, err, sizeof err) == 0, "%s", err);
+        static const char *const want[] = {NULL, "tensor a: element 2 is NaN", "tensor b: element 1 is infinite",
+                                           "tensor c: element 1 is infinite", "tensor c: element 1 is NaN"};
+        err[0] = '\0';
+        ck_assert_int_eq(st_check_finite(&f, g_path, err, sizeof err), want[k] ? -1 : 0);
+        if (want[k]) ck_assert_msg(strstr(err, g_path) == err && strstr(err, want[k]), "%s", err);
+        st_free(&f);
+    }
 }
 END_TEST
 
@@ -198,6 +273,8 @@ int main(void) {
     tcase_add_test(tc, crafted_valid_file_accepted);
     tcase_add_test(tc, malformed_rejected);
     tcase_add_test(tc, bad_lengths_rejected);
+    tcase_add_test(tc, header_only_read);
+    tcase_add_test(tc, non_finite_values_found);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

@@ -82,7 +82,7 @@ static int load_edited(void (*edit)(cJSON *), char *err, size_t errlen) {
 }
 static void edit_unknown(cJSON *j) { cJSON_AddNumberToObject(cJSON_GetObjectItem(j, "training"), "bogus", 1); }
 static void edit_missing(cJSON *j) { cJSON_DeleteItemFromObject(j, "tokenizer_sha256"); }
-static void edit_schema(cJSON *j) { cJSON_ReplaceItemInObject(j, "schema_version", cJSON_CreateNumber(2)); }
+static void edit_schema(cJSON *j) { cJSON_ReplaceItemInObject(j, "schema_version", cJSON_CreateNumber(3)); }
 static void edit_type(cJSON *j) {
     cJSON *ev = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "evaluation"), "sets"), "interpolate");
     cJSON_ReplaceItemInObject(ev, "n", cJSON_CreateString("many"));
@@ -93,6 +93,92 @@ static void edit_counts(cJSON *j) {
 }
 static void edit_sha(cJSON *j) { cJSON_ReplaceItemInObject(j, "config_sha256", cJSON_CreateString("XYZ")); }
 static void edit_mode(cJSON *j) { cJSON_ReplaceItemInObject(j, "loss_mode", cJSON_CreateString("both")); }
+
+/* Edits of the config identity: config, config_sha256, config_text and the overrides are bound together. */
+static cJSON *config_train(cJSON *j) { return cJSON_GetObjectItem(cJSON_GetObjectItem(j, "config"), "train"); }
+static void edit_config_lr(cJSON *j) { cJSON_AddNumberToObject(config_train(j), "lr", 0.5); }
+static void edit_config_steps(cJSON *j) { cJSON_ReplaceItemInObject(config_train(j), "steps", cJSON_CreateNumber(99)); }
+static void edit_config_arch(cJSON *j) {
+    cJSON *model = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "config"), "model");
+    cJSON_ReplaceItemInObject(model, "arch", cJSON_CreateString("moeut"));
+}
+static void edit_config_dup(cJSON *j) { /* a second "train" after the first: readers that iterate would see it */
+    cJSON_AddItemToObject(cJSON_GetObjectItem(j, "config"), "train", cJSON_Parse("{\"steps\": 99}"));
+}
+static void edit_config_hash(cJSON *j) { /* a well-formed hash of something else */
+    cJSON_ReplaceItemInObject(j, "config_sha256", cJSON_CreateString("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"));
+}
+static void edit_config_text(cJSON *j) {
+    cJSON_ReplaceItemInObject(j, "config_text", cJSON_CreateString("{\"model\": {\"arch\": \"dense\"}, \"train\": {\"steps\": 99}}"));
+}
+static void edit_config_overrides(cJSON *j) {
+    cJSON_AddItemToArray(cJSON_GetObjectItem(j, "overrides"), cJSON_CreateString("train.lr=0.5"));
+}
+static void edit_config_text_missing(cJSON *j) { cJSON_DeleteItemFromObject(j, "config_text"); }
+static void edit_version_one(cJSON *j) {
+    cJSON_ReplaceItemInObject(j, "schema_version", cJSON_CreateNumber(1));
+    cJSON_DeleteItemFromObject(j, "config_text");
+}
+
+START_TEST(config_identity_is_checked) {
+    char err[1024];
+    const struct {
+        void (*edit)(cJSON *);
+        const char *want;
+    } CASES[] = {
+        {edit_config_lr, "edited.json: config: differs from config_text with the overrides applied (train.lr is 0.5, "
+                         "but config_text with the overrides gives absent): the record was edited"},
+        {edit_config_steps, "config: differs from config_text with the overrides applied (train.steps is 99, but"},
+        {edit_config_arch, "(model.arch is \"moeut\", but config_text with the overrides gives \"dense\")"},
+        {edit_config_dup, "edited.json: config: differs from config_text"},
+        {edit_config_hash, "edited.json: config_sha256: 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef "
+                           "is not the hash of config_text and the overrides ("},
+        {edit_config_text, "edited.json: config_sha256: "},
+        {edit_config_overrides, "edited.json: config_sha256: "},
+        {edit_config_text_missing, "edited.json: missing required key config_text"},
+        {edit_version_one, "edited.json: schema is \"dm-math-result\" version 1, expected \"dm-math-result\" version 2 "
+                           "(written before records carried config_text: evaluate the run again)"},
+    };
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        ck_assert_msg(load_edited(CASES[i].edit, err, sizeof err) == -1, "case %zu accepted", i);
+        ck_assert_msg(strstr(err, CASES[i].want), "case %zu: %s", i, err);
+    }
+    /* the record as written loads, its config_text the run config's text and its hash that text's */
+    ResultRecord r, back;
+    rtu_record(&r, "dense_qa", "dense", "qa", 5);
+    cJSON *j = result_record_to_json(&r);
+    ck_assert_msg(result_record_from_json(&back, j, "written.json", err, sizeof err) == 0, "%s", err);
+    char hex[65];
+    sha256_hex(back.config_text, strlen(back.config_text), hex);
+    ck_assert_str_eq(back.config_sha256, hex);
+    result_record_free(&back);
+    cJSON_Delete(j);
+    result_record_free(&r);
+}
+END_TEST
+
+/* A record string holding \u0000 is refused by the file reader: "dense_qa\u0000evil" must not read as "dense_qa". */
+START_TEST(nul_in_record_string_refused) {
+    char dir[256], path[512], err[1024];
+    rtu_tmpdir(dir, sizeof dir, "test_record_nul");
+    snprintf(path, sizeof path, "%s/result.json", dir);
+    ResultRecord r, back;
+    rtu_record(&r, "dense_qaXXXXXXevil", "dense", "qa", 5);
+    rtu_save(&r, path);
+    char *text = NULL;
+    size_t n = 0;
+    ck_assert_msg(read_file_all(path, &text, &n, err, sizeof err) == 0, "%s", err);
+    char *mark = strstr(text, "XXXXXX");
+    ck_assert_ptr_nonnull(mark);
+    memcpy(mark, "\\u0000", 6); /* "run": "dense_qa\u0000evil" */
+    rtu_write(path, text);
+    ck_assert_int_eq(result_record_load(&back, path, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, path) && strstr(err, "a string holds \\u0000"), "%s", err);
+    free(text);
+    result_record_free(&r);
+    remove_tree(dir);
+}
+END_TEST
 
 /* Well-formed records with impossible numbers: each must be refused naming the field. */
 static cJSON *set_of(cJSON *j, const char *set) {
@@ -133,7 +219,7 @@ START_TEST(result_rejects_bad_records) {
     ck_assert_int_eq(load_edited(edit_missing, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "tokenizer_sha256"), "%s", err);
     ck_assert_int_eq(load_edited(edit_schema, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "version 2"), "%s", err);
+    ck_assert_msg(strstr(err, "version 3, expected \"dm-math-result\" version 2"), "%s", err);
     ck_assert_int_eq(load_edited(edit_type, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "evaluation.sets.interpolate.n"), "%s", err);
     ck_assert_int_eq(load_edited(edit_counts, err, sizeof err), -1);
@@ -279,8 +365,9 @@ static void drop_provenance(cJSON *j) {
     cJSON_DeleteItemFromObject(j, "run_config");
 }
 
-/* overrides, seed and run_config round-trip through result.json and analysis.json; records without them (written
- * before they existed, e.g. the committed baselines) still load, with no overrides, seed -1 and no run_config. */
+/* overrides, seed and run_config round-trip through result.json and analysis.json; records without them (no --set,
+ * and analysis records written before they existed) still load, with no overrides, seed -1 and no run_config; but a
+ * result record whose overrides were dropped no longer matches its config_sha256, and is refused. */
 START_TEST(provenance_fields_round_trip) {
     char dir[256], path[512], err[512];
     rtu_tmpdir(dir, sizeof dir, "test_record");
@@ -288,7 +375,7 @@ START_TEST(provenance_fields_round_trip) {
     ResultRecord r, back;
     rtu_record(&r, "dense_qa.seed2", "dense", "qa", 37);
     sample_provenance(&r.prov);
-    ck_assert_int_eq(result_record_save(&r, path, err, sizeof err), 0);
+    rtu_save(&r, path); /* the overrides are in config_sha256 and applied to config, as evaluate writes them */
     char *text = rtu_read(path);
     ck_assert_msg(strstr(text, "\"overrides\":\t[\"train.lr=0.001\", \"train.seed=2\"]"), "%s", text);
     ck_assert_msg(strstr(text, "\"seed\":\t2,") && strstr(text, "\"run_config\":\t\"dense_qa\""), "%s", text);
@@ -299,6 +386,16 @@ START_TEST(provenance_fields_round_trip) {
     result_record_free(&back);
 
     cJSON *old = result_record_to_json(&r);
+    drop_provenance(old);
+    ck_assert_int_eq(result_record_from_json(&back, old, "dropped.json", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "dropped.json: config_sha256: ") && strstr(err, "is not the hash of config_text"), "%s",
+                  err);
+    result_record_free(&back);
+    cJSON_Delete(old);
+    ResultRecord plain; /* no --set: nothing to drop from the hash */
+    rtu_record(&plain, "dense_qa", "dense", "qa", 37);
+    old = result_record_to_json(&plain);
+    result_record_free(&plain);
     drop_provenance(old);
     ck_assert_msg(result_record_from_json(&back, old, "old.json", err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(back.prov.n_overrides, 0);
@@ -384,6 +481,8 @@ int main(void) {
     tcase_add_test(tc, analysis_round_trip);
     tcase_add_test(tc, shard_content_identity);
     tcase_add_test(tc, provenance_fields_round_trip);
+    tcase_add_test(tc, config_identity_is_checked);
+    tcase_add_test(tc, nul_in_record_string_refused);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

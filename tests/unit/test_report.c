@@ -32,7 +32,7 @@ static void make_runs(void) {
         ResultRecord r;
         rtu_record(&r, R[i].run, R[i].arch, R[i].mode, R[i].correct);
         snprintf(p, sizeof p, "%s/%s/result.json", g_runs, R[i].run);
-        ck_assert_msg(result_record_save(&r, p, err, sizeof err) == 0, "%s", err);
+        rtu_save(&r, p);
         result_record_free(&r);
         if (R[i].analysis) {
             AnalysisRecord a;
@@ -98,7 +98,13 @@ START_TEST(headline_missing_and_html) {
     ck_assert(file_exists(p));
     /* provenance: each value once with the runs sharing it, config hashes per run, each distinct config once */
     ck_assert(strstr(md, "| code version | test-version | all 3 runs |"));
-    ck_assert(strstr(md, "| dense_qa | aaaaaaaa"));
+    ResultRecord dense_qa;
+    char err[1024], row[128];
+    snprintf(p, sizeof p, "%s/dense_qa/result.json", g_runs);
+    ck_assert_msg(result_record_load(&dense_qa, p, err, sizeof err) == 0, "%s", err);
+    snprintf(row, sizeof row, "| dense_qa | %s", dense_qa.config_sha256);
+    result_record_free(&dense_qa);
+    ck_assert_msg(strstr(md, row), "%s", row);
     ck_assert_int_eq(count_substr(md, "\"description\":\t\"hand-made\""), 1);
     ck_assert(strstr(md, "### Run config of dense_qa, dense_answer, moeut_answer"));
     /* HTML: well-formed, self-contained (inline SVG, no external references), figures inlined */
@@ -210,9 +216,9 @@ START_TEST(records_of_other_data_die) {
     ResultRecord r;
     rtu_record(&r, "dense_answer", "dense", "answer_only", 48);
     rtu_sha(r.interpolate_sha256, 'f');
-    char p[700], err[512];
+    char p[700];
     snprintf(p, sizeof p, "%s/dense_answer/result.json", g_runs);
-    ck_assert_msg(result_record_save(&r, p, err, sizeof err) == 0, "%s", err);
+    rtu_save(&r, p);
     result_record_free(&r);
     run_report();
 }
@@ -253,7 +259,8 @@ static void write_predictions_loss(const char *path, const char *run, long corre
     StrBuf b;
     sb_init(&b);
     sb_printf(&b, "{\"schema\":\"dm-math-predictions\",\"schema_version\":1,\"experiment\":\"unit\",\"run\":\"%s\","
-                  "\"code_version\":\"t\",\"backend\":\"cpu\",\"hardware\":\"t\",\"config_sha256\":\"a\"}\n", run);
+                  "\"code_version\":\"test-version\",\"backend\":\"cpu\",\"hardware\":\"t\",\"config_sha256\":\"a\"}\n",
+              run); /* the code_version of rtu_record's records: predictions of the same evaluation */
     for (int i = 0; i < 3; i++)
         sb_printf(&b, "{\"set\":\"interpolate\",\"index\":%d,\"module\":\"arithmetic__mul\","
                       "\"question\":\"Q: %d*2 A:\",\"answer\":\"%d\",\"predicted\":\"0\",\"correct\":false,"
@@ -290,7 +297,7 @@ static void make_seeded_runs(void) {
             snprintf(r.prov.run_config, sizeof r.prov.run_config, "%s", SEEDED[k].cfg);
             if (s == 1) snprintf(r.prov.overrides[r.prov.n_overrides++], RUN_OVERRIDE_MAX, "train.seed=2");
             snprintf(p, sizeof p, "%s/%s/result.json", g_runs, run);
-            ck_assert_msg(result_record_save(&r, p, err, sizeof err) == 0, "%s", err);
+            rtu_save(&r, p);
             result_record_free(&r);
             AnalysisRecord a;
             rtu_analysis(&a, run, SEEDED[k].arch, SEEDED[k].mode, 4);
@@ -500,25 +507,23 @@ END_TEST
 
 /* ---------------------------------------------------------------- variants ---------------------------------- */
 
-/* Sets config.train.lr (and model.d_model when > 0) of runs/<run>/result.json in place. */
+/* Sets config.train.lr (and model.d_model when > 0) of runs/<run>/result.json, as evaluating the run retrained with
+ * that config would (config_text and config_sha256 follow the config). */
 static void set_run_config(const char *run, double lr, int d_model) {
-    char p[800];
+    char p[800], err[1024];
     snprintf(p, sizeof p, "%s/%s/result.json", g_runs, run);
-    char *text = rtu_read(p);
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    cJSON *cfg = cJSON_GetObjectItemCaseSensitive(j, "config");
-    cJSON *train = cJSON_GetObjectItemCaseSensitive(cfg, "train"), *model = cJSON_GetObjectItemCaseSensitive(cfg, "model");
+    ResultRecord r;
+    ck_assert_msg(result_record_load(&r, p, err, sizeof err) == 0, "%s", err);
+    cJSON *train = cJSON_GetObjectItemCaseSensitive(r.config, "train");
+    cJSON *model = cJSON_GetObjectItemCaseSensitive(r.config, "model");
     cJSON_DeleteItemFromObject(train, "lr");
     cJSON_AddNumberToObject(train, "lr", lr);
     if (d_model > 0) {
         cJSON_DeleteItemFromObject(model, "d_model");
         cJSON_AddNumberToObject(model, "d_model", d_model);
     }
-    char *out = cJSON_Print(j);
-    cJSON_Delete(j);
-    rtu_write(p, out);
-    free(out);
+    rtu_save(&r, p);
+    result_record_free(&r);
 }
 
 /* A dense Q+A run of another variant: runs/dense_qa@KEY[.seedS] (KEY = the variant key of its config, as make names
@@ -560,9 +565,9 @@ static void write_variant_run(double lr, int d_model, long seed, long correct, b
     snprintf(r.run, sizeof r.run, "%.120s", moved_aside ? stable : dir);
     r.prov.seed = seed;
     snprintf(r.prov.run_config, sizeof r.prov.run_config, "dense_qa");
-    char p[800], err[512];
+    char p[800];
     snprintf(p, sizeof p, "%s/%s/result.json", g_runs, dir);
-    ck_assert_msg(result_record_save(&r, p, err, sizeof err) == 0, "%s", err);
+    rtu_save(&r, p);
     snprintf(p, sizeof p, "%s/%s/predictions.jsonl", g_runs, dir);
     write_predictions_loss(p, r.run, correct, 0, 2.0);
     result_record_free(&r);

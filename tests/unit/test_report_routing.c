@@ -35,9 +35,9 @@ static void write_run(const char *run, const char *arch, const char *mode, long 
     ck_assert_ptr_nonnull(r.config);
     if (routing)
         for (int s = 0; s < EVAL_N_SETS; s++) r.evaluation.sets[s].routing = hand_routing();
-    char p[700], err[512];
+    char p[700];
     snprintf(p, sizeof p, "%s/%s/result.json", g_runs, run);
-    ck_assert_msg(result_record_save(&r, p, err, sizeof err) == 0, "%s", err);
+    rtu_save(&r, p);
     result_record_free(&r);
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "pipeline/base/atomic_file.h"
@@ -36,9 +37,9 @@ static void write_run(const char *dir, const char *run, const char *arch, long c
     for (int i = 0; i < n_overrides; i++) snprintf(r.prov.overrides[i], RUN_OVERRIDE_MAX, "%s", overrides[i]);
     r.prov.n_overrides = n_overrides;
     if (alter) alter(&r);
-    char p[512], err[512];
+    char p[512];
     snprintf(p, sizeof p, "%s/%s/result.json", g_runs, dir);
-    ck_assert_msg(result_record_save(&r, p, err, sizeof err) == 0, "%s", err);
+    rtu_save(&r, p);
     result_record_free(&r);
 }
 
@@ -74,8 +75,13 @@ static void setup(void) {
     /* moved aside: its record carries the name without the variant */
     write_run("b@0123abcd", "b", "moeut", 50, MOEUT_CONFIG, 1, NULL, 0, other_module);
     char p[512], q[512];
-    snprintf(p, sizeof p, "%s/link", g_runs);
-    ck_assert_int_eq(symlink("a", p), 0);
+    /* a run directory reached by a symbolic link is read like the others: its record names the link */
+    snprintf(p, sizeof p, "%s.elsewhere", g_runs);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s.elsewhere/b@0123abcd", g_runs);
+    snprintf(q, sizeof q, "%s/b@0123abcd", g_runs);
+    ck_assert_int_eq(rename(q, p), 0);
+    ck_assert_int_eq(symlink(p, q), 0);
     snprintf(p, sizeof p, "%s/unfinished/train_summary.json", g_runs);
     rtu_write(p, "{}");
     snprintf(p, sizeof p, "%s/notes.txt", g_runs);
@@ -83,7 +89,12 @@ static void setup(void) {
     snprintf(q, sizeof q, "%s/.hidden/result.json", g_runs);
     rtu_write(q, "{ not even JSON");
 }
-static void teardown(void) { remove_tree(g_runs); }
+static void teardown(void) {
+    char p[512];
+    snprintf(p, sizeof p, "%s.elsewhere", g_runs);
+    remove_tree(p);
+    remove_tree(g_runs);
+}
 
 START_TEST(rows_columns_and_cells) {
     RunsTable t;
@@ -229,6 +240,29 @@ START_TEST(errors_name_the_file) {
 }
 END_TEST
 
+/* Runs that cannot be read are errors naming them, never rows left out (run_dirs.h): a link to another run's directory
+ * (its record names that run), a link that leads nowhere, a result.json that is a FIFO (refused at once, not read). */
+START_TEST(unreadable_runs_are_errors) {
+    char err[1024], p[512], target[512];
+    RunsTable t;
+    snprintf(p, sizeof p, "%s/alias", g_runs);
+    ck_assert_int_eq(symlink("a", p), 0);
+    ck_assert_int_eq(runs_table_load(&t, g_runs, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "/alias/result.json: run is \"a\", but the directory is \"alias\""), "%s", err);
+    unlink(p);
+    snprintf(target, sizeof target, "%s/gone", g_runs);
+    ck_assert_int_eq(symlink(target, p), 0);
+    ck_assert_int_eq(runs_table_load(&t, g_runs, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "/alias: a symbolic link whose target cannot be read"), "%s", err);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/a/result.json", g_runs);
+    unlink(p);
+    ck_assert_int_eq(mkfifo(p, 0644), 0);
+    ck_assert_int_eq(runs_table_load(&t, g_runs, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "/a/result.json: not a regular file (a FIFO)"), "%s", err);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("runs_csv");
     TCase *tc = tcase_create("runs_csv");
@@ -237,6 +271,7 @@ int main(void) {
     tcase_add_test(tc, csv_quoting);
     tcase_add_test(tc, export_writes_atomically);
     tcase_add_test(tc, errors_name_the_file);
+    tcase_add_test(tc, unreadable_runs_are_errors);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
