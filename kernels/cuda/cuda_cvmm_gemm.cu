@@ -111,9 +111,12 @@ static bool probe_pattern(Backend *be, const char *name, int transA, int transB,
     CHECK_CUDA(cudaMemcpy(ptrs, host_ptrs.data(), host_ptrs.size() * sizeof(void *), cudaMemcpyHostToDevice));
     cublasStatus_t st = grouped_gemm(be, transA, transB, pr, lda, ldb, ldc, ptrs, bf16);
     bool ok = st == CUBLAS_STATUS_SUCCESS;
-    if (!ok && !CVMM_HAVE_GROUPED_GEMM) {
+#if !CVMM_HAVE_GROUPED_GEMM
+    if (!ok) {
         snprintf(why, whylen, "this cuBLAS (%d) predates cublasGemmGroupedBatchedEx (12.5)", (int)CUBLAS_VERSION);
-    } else if (!ok) {
+    } else
+#endif
+    if (!ok) {
         snprintf(why, whylen, "cublasGemmGroupedBatchedEx returned %s on the probe's %s GEMMs", cublasGetStatusString(st),
                  name);
     } else {
