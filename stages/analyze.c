@@ -6,7 +6,7 @@
  * The method (prompts, counterfactual, erasure scores, depth summary) is model/depth_analysis.h; this stage
  * tokenizes the prompts, runs it on the trained model and writes the outputs.
  * Writes analysis.json (schema dm-math-analysis v1) and one heat map depth_<k>.svg per prompt beside it. With
- * analyze.eval_prompts = N > 0 it also analyzes N evaluation examples (model/depth_prompts.h: a stratified sample of
+ * analyze.eval_prompts = N > 0 it also analyzes N evaluation examples (model/training/depth_prompts.h: a stratified sample of
  * the evaluated ones, the same for every run) under three "uninformative" vectors and writes depth_prompts.json
  * (pipeline/records/depth_prompts_record.h) beside them, in the same output set.
  * With "analyze": {"enabled": false} in the run config it writes a record saying so, and no maps. */
@@ -22,7 +22,7 @@
 #include "datasets/tokenizer.h"
 #include "kernels/backend.h"
 #include "model/depth_analysis.h"
-#include "model/depth_prompts.h"
+#include "model/training/depth_prompts.h"
 #include "model/model.h"
 #include "model/training/evaluation.h"
 #include "model/training/trained_run.h"
@@ -127,7 +127,7 @@ static void read_analyze_config(const cJSON *config, const char *path, bool *ena
 }
 
 /* The many-prompt analysis into dp: the sample drawn from the evaluated examples (evaluate.max_examples_per_set of
- * each shard), then model/depth_prompts.h on it. */
+ * each shard), then model/training/depth_prompts.h on it. */
 static void analyze_eval_prompts(TrainedRun *tr, const char *data_dir, const char *config_path, long requested,
                                  const scalar_t *cf_mean, const AnalysisRecord *a, DepthPromptsRecord *dp) {
     char err[2048], paths[EVAL_N_SETS][4096];

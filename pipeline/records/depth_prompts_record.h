@@ -12,7 +12,7 @@
  *    "prompts": [{"set", "index", "module", "q_len", "a_len", "correct",
  *                 "depth_fraction": [one per vector], "depth_centre": [one per vector]}, ...]}
  *
- * The sample (model/depth_prompts.h): N examples of the evaluated ones (the first evaluate.max_examples_per_set of
+ * The sample (model/training/depth_prompts.h): N examples of the evaluated ones (the first evaluate.max_examples_per_set of
  * each shard, "pool"), stratified by set and module, drawn with the fixed seed S: the same prompts for every run and
  * seed of an experiment. "index" is the example's position in its shard, as in predictions.jsonl; "correct" is the
  * evaluation's teacher-forced exact match (model/training/evaluation.h). The measures are DEPTH_PROMPTS_DEFINITIONS,

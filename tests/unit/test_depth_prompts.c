@@ -1,4 +1,4 @@
-/* The depth analysis over many evaluation prompts (model/depth_prompts.c and the measures of model/depth_analysis.c):
+/* The depth analysis over many evaluation prompts (model/training/depth_prompts.c and the measures of model/depth_analysis.c):
  * the share rule and the stratified draw on hand-made shards (counts per set and module, within the pool, sorted,
  * without repeats, reproducible), depth_centre and the mean-map bins on hand-made maps, the mean residual of several
  * sequences against a host computation, and on a tiny random model every recorded value against the parts it is
@@ -9,7 +9,7 @@
 
 #include "kernels/backend.h"
 #include "model/depth_analysis.h"
-#include "model/depth_prompts.h"
+#include "model/training/depth_prompts.h"
 #include "model/model.h"
 #include "model/training/evaluation.h"
 #include "tests/unit/model_test_util.h"

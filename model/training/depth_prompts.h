@@ -3,8 +3,8 @@
  * vector (the paper's counterfactual mean, the evaluation prompts' mean residual, zero), reduced to the depth measures
  * and the mean map of pipeline/records/depth_prompts_record.h, plus whether the model answers it correctly (the
  * evaluation's own teacher-forced rule, model/training/evaluation.h). The erasure itself is depth_analysis.h's. */
-#ifndef MODEL_DEPTH_PROMPTS_H
-#define MODEL_DEPTH_PROMPTS_H
+#ifndef MODEL_TRAINING_DEPTH_PROMPTS_H
+#define MODEL_TRAINING_DEPTH_PROMPTS_H
 
 #include <stdint.h>
 

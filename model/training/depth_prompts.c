@@ -1,5 +1,5 @@
 /* The depth analysis over many evaluation prompts (see depth_prompts.h). */
-#include "model/depth_prompts.h"
+#include "model/training/depth_prompts.h"
 
 #include <stdlib.h>
 #include <string.h>
