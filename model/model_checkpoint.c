@@ -57,6 +57,24 @@ static void shape_str(char *out, size_t outlen, int ndim, const int64_t *shape) 
     if (k < outlen) snprintf(out + k, outlen - k, "]");
 }
 
+/* A file tensor s standing for the model tensor t: a float dtype and t's shape; 0, or -1 with err set. */
+static int tensor_matches(const char *path, const StTensor *s, const ParamTensor *t, char *err, size_t errlen) {
+    if (s->dtype != ST_F32 && s->dtype != ST_F64 && s->dtype != ST_BF16) {
+        set_err(err, errlen, "%s: %s: unsupported dtype (expected F32, F64 or BF16)", path, t->name);
+        return -1;
+    }
+    int same = s->ndim == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
+    if (!same) {
+        char want[96], got[160];
+        shape_str(want, sizeof want, t->ndim, t->shape);
+        shape_str(got, sizeof got, s->ndim, s->shape);
+        set_err(err, errlen, "%s: %s: shape %s, expected %s", path, t->name, got, want);
+        return -1;
+    }
+    return 0;
+}
+
 int model_load_safetensors(Model *m, const char *path, char *err, size_t errlen) {
     StFile f;
     if (st_read(&f, path, err, errlen) != 0) return -1;
@@ -78,19 +96,7 @@ int model_load_safetensors(Model *m, const char *path, char *err, size_t errlen)
             set_err(err, errlen, "%s: %s: missing tensor", path, t->name);
             goto done;
         }
-        if (s->dtype != ST_F32 && s->dtype != ST_F64 && s->dtype != ST_BF16) {
-            set_err(err, errlen, "%s: %s: unsupported dtype (expected F32, F64 or BF16)", path, t->name);
-            goto done;
-        }
-        int same = s->ndim == t->ndim;
-        for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
-        if (!same) {
-            char want[96], got[160];
-            shape_str(want, sizeof want, t->ndim, t->shape);
-            shape_str(got, sizeof got, s->ndim, s->shape);
-            set_err(err, errlen, "%s: %s: shape %s, expected %s", path, t->name, got, want);
-            goto done;
-        }
+        if (tensor_matches(path, s, t, err, errlen) != 0) goto done;
 #ifdef SCALAR_F64
         st_to_f64(s, host + t->offset);
 #else
@@ -149,20 +155,7 @@ static int check_registered(void *ctx, const ParamTensor *t) {
     }
     const StTensor *s = &c->f->tensors[i];
     c->claimed[i] = 1;
-    if (s->dtype != ST_F32 && s->dtype != ST_F64 && s->dtype != ST_BF16) {
-        set_err(c->err, c->errlen, "%s: %s: unsupported dtype (expected F32, F64 or BF16)", c->path, t->name);
-        return 1;
-    }
-    int same = s->ndim == t->ndim;
-    for (int d = 0; same && d < t->ndim; d++) same = s->shape[d] == t->shape[d];
-    if (!same) {
-        char want[96], got[160];
-        shape_str(want, sizeof want, t->ndim, t->shape);
-        shape_str(got, sizeof got, s->ndim, s->shape);
-        set_err(c->err, c->errlen, "%s: %s: shape %s, expected %s", c->path, t->name, got, want);
-        return 1;
-    }
-    return 0;
+    return tensor_matches(c->path, s, t, c->err, c->errlen) != 0;
 }
 
 /* A one-line account of the config's size for the refusal. */
