@@ -112,3 +112,7 @@ void config_diff_free(ConfigDiff *d) {
     free(d->rows);
     memset(d, 0, sizeof *d);
 }
+
+bool config_key_is_analysis_only(const char *key) {
+    return strcmp(key, "description") == 0 || strncmp(key, "analyze.", 8) == 0 || strstr(key, "comment") != NULL;
+}

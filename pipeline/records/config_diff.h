@@ -5,6 +5,8 @@
 #ifndef PIPELINE_CONFIG_DIFF_H
 #define PIPELINE_CONFIG_DIFF_H
 
+#include <stdbool.h>
+
 #include <cjson/cJSON.h>
 
 typedef struct {
@@ -21,5 +23,10 @@ typedef struct {
  * may be NULL) are left out. */
 void config_diff(const cJSON *const *configs, int n, const char *const *skip, ConfigDiff *out);
 void config_diff_free(ConfigDiff *d);
+
+/* Whether a dotted key can change neither what a run learns nor how it is evaluated: the description, a comment,
+ * or a key of the analyze section (the depth analysis reads the trained weights after evaluation). Two runs that
+ * differ only in such keys are a comparable pair. */
+bool config_key_is_analysis_only(const char *key);
 
 #endif

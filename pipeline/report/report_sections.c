@@ -502,8 +502,9 @@ void section_caveats(Doc *d, const ReportInput *in) {
     for (int i = 0; i < n; i++) any_analysis |= report_run_has_maps(&runs[i]);
     if (any_analysis)
         doc_list_item(d, "The depth maps show where %s model reads the question; %s", small_model ? "this small" : "each",
-                      small_model ? "they cannot confirm or refute the paper's finding about its 244M models, and maps "
-                                    "for prompts a model answers wrongly show the sensitivity of a wrong prediction."
+                      small_model ? "they cannot confirm or refute the paper's finding about its 228M-parameter "
+                                    "models, and maps for prompts a model answers wrongly show the sensitivity of a "
+                                    "wrong prediction."
                                   : "maps for prompts a model answers wrongly show the sensitivity of a wrong prediction.");
     doc_list_end(d);
 }

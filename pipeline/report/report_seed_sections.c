@@ -279,6 +279,40 @@ static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const c
     *on_loss = vl;
 }
 
+/* The interaction is the difference of the two loss-mode effects, so a resolved interaction can be carried by either
+ * one alone: this line says which, from the two effects' own verdict intervals (resolved = at least
+ * VERDICT_MIN_SEEDS paired seeds and an interval that excludes 0), so that "helps MoEUT more" is never read as
+ * "helps MoEUT" when MoEUT's own effect is unresolved. */
+static bool interval_resolved(const Contrast *c) {
+    return c->ok && c->n_seeds >= VERDICT_MIN_SEEDS && (c->verdict_lo > 0 || c->verdict_hi < 0);
+}
+
+static void interaction_decomposition(Doc *d, const ReportInput *in, Quantity q) {
+    Contrast dense, moeut, both;
+    compute_contrast(in, &CONTRASTS[CONTRAST_EFFECT_DENSE], SCOPE_ALL, q, &dense);
+    compute_contrast(in, &CONTRASTS[CONTRAST_EFFECT_MOEUT], SCOPE_ALL, q, &moeut);
+    compute_contrast(in, &CONTRASTS[CONTRAST_INTERACTION], SCOPE_ALL, q, &both);
+    if (!dense.ok || !moeut.ok || !both.ok) return;
+    const bool acc = q == QUANTITY_CORRECT;
+    const double scale = acc ? 100 : 1;
+    const char *unit = acc ? "points" : "nats";
+    const bool m_res = interval_resolved(&moeut), d_res = interval_resolved(&dense);
+    const char *carried =
+        !interval_resolved(&both) ? "the interaction itself is not resolved"
+        : m_res && d_res          ? "both effects are resolved, so both contribute"
+        : d_res ? "it is carried by the Transformer's effect alone: MoEUT's own effect is not resolved (its interval "
+                  "contains 0)"
+        : m_res ? "it is carried by MoEUT's own effect: the Transformer's effect is not resolved"
+                : "neither effect is resolved on its own; only their difference is";
+    doc_list_item(d, "Decomposition of the interaction on the %s: %+.*f %s = MoEUT's effect %+.*f [%+.*f, %+.*f] minus "
+                     "the Transformer's %+.*f [%+.*f, %+.*f] (verdict intervals, %d paired seed%s); %s.",
+                  acc ? "accuracy" : "mean answer loss", acc ? 1 : 3, scale * both.boot.estimate, unit, acc ? 1 : 3,
+                  scale * moeut.boot.estimate, acc ? 1 : 3, scale * moeut.verdict_lo, acc ? 1 : 3,
+                  scale * moeut.verdict_hi, acc ? 1 : 3, scale * dense.boot.estimate, acc ? 1 : 3,
+                  scale * dense.verdict_lo, acc ? 1 : 3, scale * dense.verdict_hi, both.n_seeds,
+                  both.n_seeds == 1 ? "" : "s", carried);
+}
+
 const DepthClaim DEPTH_CLAIMS[4] = {
     {"answer-only loss makes the Transformer use more depth than Q+A loss", "dense", "answer_only", "dense", "qa"},
     {"MoEUT uses more depth than the Transformer with Q+A loss", "moeut", "qa", "dense", "qa"},
@@ -364,8 +398,8 @@ void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
                       p->label, p->paper_percent, REPORT_HEADLINE_MODULE, verdict_label(v), 100 * mean, 100 * lo,
                       100 * hi, seeds, seeds == 1 ? "" : "s", n_per, pp, tt,
                       scale ? " (the paper's scale)"
-                            : ": below the paper's scale, where an absolute accuracy is not comparable to its 244M "
-                              "models");
+                            : ": below the paper's scale, where an absolute accuracy is not comparable to its "
+                              "228M-parameter models");
     }
     effect_verdicts(d, in, CONTRAST_EFFECT_DENSE, "Answer-only loss helps the Transformer (dense_answer - dense_qa > 0)",
                     &t->effect_acc[0], &t->effect_loss[0]);
@@ -375,6 +409,8 @@ void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
                     "Answer-only loss helps MoEUT more than the Transformer ((moeut_answer - moeut_qa) - "
                     "(dense_answer - dense_qa) > 0)",
                     &t->effect_acc[2], &t->effect_loss[2]);
+    interaction_decomposition(d, in, QUANTITY_CORRECT);
+    interaction_decomposition(d, in, QUANTITY_ANSWER_LOSS);
     for (int k = 0; k < 3; k++) {
         tally(t, t->effect_acc[k]);
         tally(t, t->effect_loss[k]);

@@ -31,7 +31,7 @@ static int other_differences(const RunGroup *a, const RunGroup *b, char *out, si
     out[0] = '\0';
     for (int r = 0; r < diff.n_rows; r++) {
         const ConfigDiffRow *row = &diff.rows[r];
-        if (strcmp(row->key, LOSS_MODE_KEY) == 0 || strstr(row->key, "comment")) continue;
+        if (strcmp(row->key, LOSS_MODE_KEY) == 0 || config_key_is_analysis_only(row->key)) continue;
         size_t len = strlen(out);
         snprintf(out + len, cap - len, "%s%s %s / %s", n ? ", " : "", row->key, row->values[0] ? row->values[0] : "-",
                  row->values[1] ? row->values[1] : "-");

@@ -399,7 +399,7 @@ START_TEST(seeds_aggregated_compared_and_judged) {
         memcpy(item, q, len);
         item[len] = '\0';
         if (strstr(item, "Claims about a difference") || strstr(item, "The four headline numbers") ||
-            strstr(item, "The loss-mode effects and the interaction, which"))
+            strstr(item, "The loss-mode effects and the interaction, which") || strstr(item, "- Decomposition of "))
             continue;
         int labels = (strstr(item, ": consistent.") != NULL) + (strstr(item, ": contradicted.") != NULL) +
                      (strstr(item, ": not resolved at this size.") != NULL) +
@@ -439,6 +439,17 @@ START_TEST(seeds_aggregated_compared_and_judged) {
     l = md_line(md, "- Answer-only loss helps MoEUT more than the Transformer ((moeut_answer - moeut_qa) - "
                     "(dense_answer - dense_qa) > 0), on the mean answer loss");
     ck_assert_msg(l && strstr(l, "only): consistent. Ours: -0.685 nats"), "%s", l ? l : md);
+    /* the interaction decomposed: on accuracy MoEUT's own effect is resolved and the Transformer's (+6.8, t interval
+     * reaching below 0) is not, so MoEUT's effect carries it; on the loss both effects are resolved */
+    l = md_line(md, "- Decomposition of the interaction on the accuracy:");
+    ck_assert_msg(l && strstr(l, "= MoEUT's effect +25.7 [") && strstr(l, "minus the Transformer's +6.8 [") &&
+                      strstr(l, "(verdict intervals, 2 paired seeds); it is carried by MoEUT's own effect: the "
+                                "Transformer's effect is not resolved."),
+                  "%s", l ? l : md);
+    l = md_line(md, "- Decomposition of the interaction on the mean answer loss: -0.685 nats = MoEUT's effect -1.175 [");
+    ck_assert_msg(l && strstr(l, "minus the Transformer's -0.490 [-0.617, -0.363]") &&
+                      strstr(l, "both effects are resolved, so both contribute."),
+                  "%s", l ? l : md);
     /* what differs: the seed (recorded config and the run's own), the arch and the loss mode; not steps */
     ck_assert(strstr(md, "| train.seed | 1 | 2 | 1 | 2 | 1 | 2 | 1 | 2 |"));
     ck_assert(strstr(md, "| (run) seed | \"1\" | \"2\" |"));
