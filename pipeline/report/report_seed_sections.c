@@ -242,6 +242,38 @@ static void effect_numbers(char *out, size_t cap, const Contrast *c, Quantity q)
 
 static void tally(VerdictTally *t, Verdict v) { t->count[v]++; }
 
+/* The training setting a loss-mode verdict holds at: " Setting: train.steps 3000, train.lr 0.002." when every
+ * configuration of the contrast has the same budget and learning rate (a loss-mode effect is read at the budget and
+ * learning rate at which it was measured; the section on the loss-mode effect by setting shows the others), or the
+ * values per configuration. A key some configuration lacks is left out; empty when none is left. */
+static void setting_phrase(char *out, size_t cap, const ReportInput *in, const ContrastSpec *spec) {
+    static const char *const KEYS[2] = {"steps", "lr"};
+    char parts[2][600];
+    int n_parts = 0;
+    for (int k = 0; k < 2; k++) {
+        char first[64] = "", all[512] = "";
+        bool same = true, present = true;
+        for (int i = 0; i < spec->n && present; i++) {
+            const RunGroup *g = kind(in, spec->arch[i], spec->mode[i]);
+            const cJSON *cfg = g && g->n > 0 ? g->runs[0]->res.config : NULL;
+            const cJSON *train = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "train") : NULL;
+            const cJSON *v = train ? cJSON_GetObjectItemCaseSensitive(train, KEYS[k]) : NULL;
+            present = cJSON_IsNumber(v);
+            if (!present) break;
+            char text[64];
+            snprintf(text, sizeof text, "%g", v->valuedouble);
+            if (i == 0) snprintf(first, sizeof first, "%s", text);
+            else same &= strcmp(first, text) == 0;
+            size_t al = strlen(all);
+            snprintf(all + al, sizeof all - al, "%s%s %s", i ? ", " : "", g->run_config, text);
+        }
+        if (present) snprintf(parts[n_parts++], sizeof parts[0], "train.%s %s", KEYS[k], same ? first : all);
+    }
+    if (n_parts == 0) snprintf(out, cap, "%s", "");
+    else if (n_parts == 1) snprintf(out, cap, " Setting: %s.", parts[0]);
+    else snprintf(out, cap, " Setting: %s, %s.", parts[0], parts[1]);
+}
+
 static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const char *claim, Verdict *on_acc,
                             Verdict *on_loss) {
     const ContrastSpec *spec = &CONTRASTS[contrast];
@@ -254,7 +286,8 @@ static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const c
                               : VERDICT_NOT_RESOLVED;
     const Verdict vl = loss.ok ? verdict_direction(loss.verdict_lo, loss.verdict_hi, loss.n_seeds, -1)
                                : VERDICT_NOT_RESOLVED;
-    char na[1600], nl[1600], levels[256] = "";
+    char na[1600], nl[1600], levels[256] = "", setting[1400];
+    setting_phrase(setting, sizeof setting, in, spec);
     effect_numbers(na, sizeof na, &acc, QUANTITY_CORRECT);
     effect_numbers(nl, sizeof nl, &loss, QUANTITY_ANSWER_LOSS);
     if (acc.ok) {
@@ -269,12 +302,12 @@ static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const c
     else if (va == VERDICT_NOT_RESOLVED && acc.ok && acc.n_seeds >= VERDICT_MIN_SEEDS && !off_floor)
         note = " (accuracy on the floor: no effect-size verdict)";
     doc_list_item(d, "%s (paper: %+.0f points on %s), on accuracy over all %ld evaluation examples: %s%s. Ours: %s; "
-                     "accuracies %s.",
+                     "accuracies %s.%s",
                   claim, spec->paper_points, REPORT_HEADLINE_MODULE, acc.n_examples, verdict_label(va), note, na,
-                  acc.ok ? levels : "-");
+                  acc.ok ? levels : "-", setting);
     doc_list_item(d, "%s, on the mean answer loss over all %ld evaluation examples (summed answer-token "
-                     "cross-entropy per example, lower is better; the paper reports accuracy only): %s. Ours: %s.",
-                  claim, loss.n_examples, verdict_label(vl), nl);
+                     "cross-entropy per example, lower is better; the paper reports accuracy only): %s. Ours: %s.%s",
+                  claim, loss.n_examples, verdict_label(vl), nl, setting);
     *on_acc = va;
     *on_loss = vl;
 }
