@@ -296,11 +296,14 @@ static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const c
             len += snprintf(levels + len, sizeof levels - (size_t)len, "%s%s %.1f%%", k ? ", " : "",
                             kind(in, spec->arch[k], spec->mode[k])->run_config, 100 * acc.mean_level[k]);
     }
-    const char *note = "";
+    char note[320] = "";
     if (va == VERDICT_CONSISTENT && verdict_below_paper_effect(acc.verdict_lo, acc.verdict_hi, paper))
-        note = " (the whole interval is also below the paper's effect)";
+        snprintf(note, sizeof note, " (the whole interval is also below the paper's effect)");
     else if (va == VERDICT_NOT_RESOLVED && acc.ok && acc.n_seeds >= VERDICT_MIN_SEEDS && !off_floor)
-        note = " (accuracy on the floor: no effect-size verdict)";
+        snprintf(note, sizeof note,
+                 " (an accuracy of the contrast is under the %.0f%% floor, so the interval cannot be called smaller "
+                 "than the paper's effect; the floor governs only that outcome, never the direction rule)",
+                 100 * VERDICT_FLOOR_ACCURACY);
     doc_list_item(d, "%s (paper: %+.0f points on %s), on accuracy over all %ld evaluation examples: %s%s. Ours: %s; "
                      "accuracies %s.%s",
                   claim, spec->paper_points, REPORT_HEADLINE_MODULE, acc.n_examples, verdict_label(va), note, na,
