@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "pipeline/base/log.h"
+#include "pipeline/base/rng.h"
 
 struct HashRouting {
     int V, E;
@@ -50,19 +51,12 @@ int model_config_validate_routing(const ModelConfig *cfg, char *err, size_t errl
     return 0;
 }
 
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 void hash_routing_table(int32_t *table, int V, int E, uint64_t seed) {
     if (V < 1 || E < 1) die("hash_routing_table: V = %d, E = %d", V, E);
     for (int v = 0; v < V; v++) table[v] = v; /* perm, built in place */
     uint64_t s = seed;
     for (int i = V - 1; i >= 1; i--) {
-        int j = (int)(splitmix64(&s) % (uint64_t)(i + 1));
+        int j = (int)(splitmix64_next(&s) % (uint64_t)(i + 1));
         int32_t t = table[i];
         table[i] = table[j];
         table[j] = t;

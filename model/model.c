@@ -1,4 +1,4 @@
-/* The LM wrapper shared by both architectures (moeut-spec.md §1.1, dm-math-training-code.md §C.1):
+/* The LM wrapper shared by every architecture (moeut-spec.md §1.1, dm-math-training-code.md §C.1):
  *   h0 = Emb[tok]; h_{a+1} = layer_{apps[a]}(h_a) for a = 0..L-1; logits = LN_out(h_L) @ W_head^T (+ b_head)
  * where apps is the layer schedule (layer_schedule.c: dense layers, a MoEUT's dense prefix, its shared group).
  * It owns the parameter registry (one contiguous buffer, tensors are views), the activation arena (one allocation for

@@ -1,4 +1,5 @@
-/* The two architectures (dense pre-LN Transformer and MoEUT) over the backend interface.
+/* The three architectures (dense pre-LN Transformer, MoEUT, and "moe": the Transformer with a routed FFN) over the
+ * backend interface.
  *
  * Semantics: model/spec/moeut-spec.md, overridden for the DM-math runs by dm-math-training-code.md.
  * Parameters live in ONE contiguous buffer (model->params, in backend memory), gradients in another of the same
@@ -94,6 +95,10 @@ typedef struct {
                            * instead of ff_n_experts, which then holds their maximum (the buffers' size). Absent
                            * (n = 0): every layer has ff_n_experts */
 } ModelConfig;
+
+/* Largest accepted value of any size field of a ModelConfig (model_config.c, moe_config.c): with it no count derived
+ * from the sizes overflows a double's exact range. */
+#define MODEL_MAX_DIM (1 << 24)
 
 /* Fills defaults (the reference constructor's defaults) then reads a cJSON object (type: const struct cJSON *).
  * Unknown keys and wrong types are errors: returns -1 and writes "<source>: model.<key>: <problem>" into err. */

@@ -443,8 +443,6 @@ cJSON *model_config_to_json(const ModelConfig *cfg) {
     return o;
 }
 
-/* Largest accepted value of any size field; with it no count below overflows a double's exact range checks. */
-#define MAX_DIM (1 << 24)
 /* Largest accepted parameter count: 2^38 (1 TiB of fp32); anything bigger is a typo, not a model. */
 #define MAX_PARAMS 274877906944.0
 
@@ -453,8 +451,8 @@ static int check_dim(const char *name, int v, char *err, size_t errlen) {
         snprintf(err, errlen, "model.%s: must be >= 1 (got %d)", name, v);
         return -1;
     }
-    if (v > MAX_DIM) {
-        snprintf(err, errlen, "model.%s: %d is larger than the limit %d", name, v, MAX_DIM);
+    if (v > MODEL_MAX_DIM) {
+        snprintf(err, errlen, "model.%s: %d is larger than the limit %d", name, v, MODEL_MAX_DIM);
         return -1;
     }
     return 0;
@@ -589,8 +587,8 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
             return -1;
         }
         if (cfg->n_dense_first > 0 && check_dim("d_ff", cfg->d_ff, err, errlen)) return -1;
-        if (cfg->n_shared_experts < 0 || cfg->n_shared_experts > MAX_DIM) {
-            snprintf(err, errlen, "model.n_shared_experts: must be in [0, %d], got %d", MAX_DIM, cfg->n_shared_experts);
+        if (cfg->n_shared_experts < 0 || cfg->n_shared_experts > MODEL_MAX_DIM) {
+            snprintf(err, errlen, "model.n_shared_experts: must be in [0, %d], got %d", MODEL_MAX_DIM, cfg->n_shared_experts);
             return -1;
         }
         const ModelIntList *pl = &cfg->ff_n_experts_per_layer;
@@ -600,8 +598,8 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
             return -1;
         }
         for (int i = 0, max = 0; i < pl->n; i++) {
-            if (pl->v[i] < 1 || pl->v[i] > MAX_DIM) {
-                snprintf(err, errlen, "model.ff_n_experts_per_layer: entry %d must be in [1, %d], got %d", i, MAX_DIM,
+            if (pl->v[i] < 1 || pl->v[i] > MODEL_MAX_DIM) {
+                snprintf(err, errlen, "model.ff_n_experts_per_layer: entry %d must be in [1, %d], got %d", i, MODEL_MAX_DIM,
                          pl->v[i]);
                 return -1;
             }
@@ -631,8 +629,8 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
                 return -1;
             }
         }
-        if (cfg->ff_residual_size < 0 || cfg->ff_residual_size > MAX_DIM) {
-            snprintf(err, errlen, "model.ff_residual_size: must be in [0, %d], got %d", MAX_DIM, cfg->ff_residual_size);
+        if (cfg->ff_residual_size < 0 || cfg->ff_residual_size > MODEL_MAX_DIM) {
+            snprintf(err, errlen, "model.ff_residual_size: must be in [0, %d], got %d", MODEL_MAX_DIM, cfg->ff_residual_size);
             return -1;
         }
         if ((int)cfg->router < 0 || (int)cfg->router > ROUTER_SOFTMAX) {

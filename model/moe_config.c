@@ -8,12 +8,9 @@
 #include <math.h>
 #include <stdio.h>
 
-/* The size limit of model_config.c (MAX_DIM) */
-#define MOE_MAX_DIM (1 << 24)
-
 static int check_size(const char *name, int v, char *err, size_t errlen) {
-    if (v < 1 || v > MOE_MAX_DIM) {
-        snprintf(err, errlen, "model.%s: must be in [1, %d] (got %d)", name, MOE_MAX_DIM, v);
+    if (v < 1 || v > MODEL_MAX_DIM) {
+        snprintf(err, errlen, "model.%s: must be in [1, %d] (got %d)", name, MODEL_MAX_DIM, v);
         return -1;
     }
     return 0;
