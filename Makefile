@@ -153,7 +153,7 @@ FLAGS_STAMP := build/flags-$(shell echo $(call shell_quote,$(FLAGS_TEXT)) | md5s
 $(FLAGS_STAMP):
 	@mkdir -p build; rm -f build/flags-*.stamp; touch $@
 
-.PHONY: all deps deps-test deps-torch clean test test-unit test-f64 test-asan test-e2e test-cuda test-cuda-emu
+.PHONY: all deps deps-test deps-torch clean check test test-unit test-f64 test-asan test-e2e test-cuda test-cuda-emu
 
 deps:
 	@mk/deps.sh build
@@ -223,12 +223,16 @@ F64_BINS := $(addprefix build/tests/,$(F64_TESTS))
 CUDA_BINS := $(if $(CUDA_ENABLED),$(addprefix build/tests/,$(CUDA_TESTS)))
 ASAN_BINS := $(addprefix build/asan/tests/,$(UNIT_TESTS))
 
+# The unit, f64 and sanitizer programs share nothing (each works in its own temporary directory), so they run
+# TEST_JOBS at a time (default: the cores); the e2e scripts share runs/ and data/ and run one at a time.
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 test-unit: all $(UNIT_BINS)
-	@tests/run_suite.sh unit $(UNIT_BINS)
+	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh unit $(UNIT_BINS)
 test-f64: all $(F64_BINS)
-	@tests/run_suite.sh f64 $(F64_BINS)
+	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh f64 $(F64_BINS)
 test-asan: all $(ASAN_BINS)
-	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run_suite.sh asan $(ASAN_BINS)
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 SUITE_JOBS=$(TEST_JOBS) \
+	  tests/run_suite.sh asan $(ASAN_BINS)
 # In a CPU build tree (make test's default) the CUDA programs are not built: one skip, saying how to build them.
 test-cuda: all $(CUDA_BINS)
 	@$(if $(CUDA_ENABLED),tests/run_suite.sh cuda $(CUDA_BINS),mkdir -p build; echo "cuda cuda-build-off 0 0 1" \
@@ -240,6 +244,15 @@ test-e2e: all
 test: deps-test
 	@rm -f build/test-results.txt
 	@$(MAKE) --no-print-directory test-unit test-f64 test-asan test-cuda test-nvcc test-cuda-emu test-e2e -k; status=$$?; \
+	  tests/summarize.sh build/test-results.txt; s2=$$?; [ $$status = 0 ] && [ $$s2 = 0 ]
+
+# The fast loop while editing: the unit and double-precision tests, the layering and docs checks and one short
+# end-to-end run (train, evaluate and report on tiny ci runs), ending with the same closing line as make test.
+CHECK_E2E := tests/e2e/test_layering.sh tests/e2e/test_docs.sh tests/e2e/test_report_settings.sh
+check: all $(UNIT_BINS) $(F64_BINS)
+	@rm -f build/test-results.txt
+	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh unit $(UNIT_BINS) $(F64_BINS); status=$$?; \
+	  tests/run_suite.sh e2e $(CHECK_E2E) || status=1; \
 	  tests/summarize.sh build/test-results.txt; s2=$$?; [ $$status = 0 ] && [ $$s2 = 0 ]
 
 clean:

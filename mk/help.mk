@@ -23,8 +23,10 @@ help:
 	'  prune                delete the kept earlier variants and sweep points (runs/EXP/*@*) of EXPERIMENT' \
 	'  reproduce-clean      delete the runs and report of EXPERIMENT (not the data, not the baselines)' \
 	'Tests (tests/README.md):' \
+	'  check                the fast loop: unit and f64 tests, layering, docs and one short end-to-end run' \
 	'  test                 test-unit, test-f64, test-asan, test-cuda, test-nvcc, test-cuda-emu and test-e2e (CI),' \
-	'                       ending "N passed, N failed, N skipped" (logs: build/test-logs/)' \
+	'                       ending "N passed, N failed, N skipped" (logs: build/test-logs/), the sanitizer reruns' \
+	'                       of the unit tests counted on a line of their own' \
 	'  test-unit, test-f64, test-asan, test-e2e  one suite: the Check unit tests, the double-precision gradient' \
 	'                       checks, the unit tests under ASan/UBSan, the end-to-end scripts tests/e2e/' \
 	'  test-cuda            the CUDA unit programs (builds the CUDA backend; they skip without a GPU)' \
@@ -92,6 +94,7 @@ help:
 	'  FUZZ=name            the harness of make fuzz-one (tests/fuzz/fuzz_<name>.c)' \
 	'  FUZZ_SECONDS=60      seconds per harness of make fuzz and fuzz-one' \
 	'  FUZZ_CC=clang        the compiler of the fuzzing build' \
+	'  TEST_JOBS=N          unit, f64 and sanitizer test programs run at once (default: the cores)' \
 	'  BENCH_STEPS=5        training steps per config of make bench-cpu' \
 	'  BENCH_THREADS=2      CPU threads of make bench-cpu' \
 	'  BENCH_CONFIGS=...    the run configs of make bench-cpu (default: experiments/tiny moeut_qa and dense_qa)' \

@@ -2,12 +2,22 @@
 # Runs test programs of one suite and appends "suite name passed failed skipped" lines to build/test-results.txt.
 # Check binaries are counted by their "Checks: N, Failures: F, Errors: E" line; other programs (e2e scripts) count as
 # one test each: exit 0 passed, exit 77 skipped (printing why), anything else failed.
+#
+# SUITE_JOBS=N runs up to N programs at once (default 1). Only suites whose programs share nothing may use it: the
+# unit, f64 and sanitizer programs each work in their own mkdtemp directory; most e2e scripts share runs/ and data/
+# of the tree and run one at a time. Each program's report is printed whole when it ends, so parallel reports never
+# interleave; the results file gets one short appended line per program (O_APPEND, atomic at that size).
 set -u
 suite=$1; shift
+jobs=${SUITE_JOBS:-1}
+[[ "$jobs" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "run_suite: SUITE_JOBS must be a count 1-999 (got '$jobs')" >&2; exit 2; }
 mkdir -p build/test-logs
 results=build/test-results.txt
-status=0
-for t in "$@"; do
+status_dir=$(mktemp -d build/test-logs/.status.XXXXXX)
+trap 'rm -rf "$status_dir"' EXIT
+
+run_one() {
+  local t=$1 name log start rc secs line checks fails errs bad good skipped report
   name=$(basename "$t")
   log=build/test-logs/$suite-$name.log
   start=$(date +%s)
@@ -18,7 +28,7 @@ for t in "$@"; do
     checks=$(sed -E 's/.*Checks: ([0-9]+).*/\1/' <<<"$line")
     fails=$(sed -E 's/.*Failures: ([0-9]+).*/\1/' <<<"$line")
     errs=$(sed -E 's/.*Errors: ([0-9]+).*/\1/' <<<"$line")
-    bad=$((fails + errs)); good=$((checks - bad)); skipped=0
+    bad=$((fails + errs)); good=$((checks - bad))
     skipped=$(grep -c '^SKIP' "$log" || true)
     [ "$rc" != 0 ] && [ "$bad" = 0 ] && bad=1
   elif [ "$rc" = 77 ]; then good=0; bad=0; skipped=1
@@ -27,13 +37,26 @@ for t in "$@"; do
   fi
   echo "$suite $name $good $bad $skipped" >>"$results"
   if [ "$bad" != 0 ]; then
-    status=1
-    echo "FAIL [$suite] $name (${secs}s) — log: $log"; tail -n 30 "$log" | sed 's/^/    /'
+    touch "$status_dir/failed"
+    report="FAIL [$suite] $name (${secs}s) — log: $log"$'\n'$(tail -n 30 "$log" | sed 's/^/    /')
   elif [ "$skipped" != 0 ] && [ "$good" = 0 ]; then
-    echo "SKIP [$suite] $name: $(grep -m1 -i 'skip' "$log")"
+    report="SKIP [$suite] $name: $(grep -m1 -i 'skip' "$log")"
   else
-    echo "ok   [$suite] $name: $good passed (${secs}s)"
-    grep '^SKIP' "$log" | sed 's/^/    /'
+    report="ok   [$suite] $name: $good passed (${secs}s)"
+    local skips
+    skips=$(grep '^SKIP' "$log" | sed 's/^/    /')
+    [ -n "$skips" ] && report+=$'\n'"$skips"
+  fi
+  printf '%s\n' "$report"
+}
+
+for t in "$@"; do
+  if [ "$jobs" = 1 ]; then
+    run_one "$t"
+  else
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+    run_one "$t" &
   fi
 done
-exit $status
+wait
+[ ! -e "$status_dir/failed" ]

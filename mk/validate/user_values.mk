@@ -118,7 +118,7 @@ uv_enum.OMP_WAIT_POLICY := passive PASSIVE active ACTIVE Passive Active
 USER_VALUE_GRAMMAR := \
   EXPERIMENT:name RUNS:names RUN:names A:path B:path FUZZ:name CODE_VERSION:name \
   NPROC:required_positive THREADS:count SEEDS:count FUZZ_SECONDS:positive BENCH_STEPS:positive \
-  BENCH_THREADS:positive BENCH_GPU_STEPS:positive BENCH_GPU_WARMUP:count \
+  BENCH_THREADS:positive BENCH_GPU_STEPS:positive BENCH_GPU_WARMUP:count TEST_JOBS:positive \
   BACKEND:enum RESUME:enum LAUNCHER:enum COMPARE_CONFIG_CHANGE:enum V:enum CUDA:optenum GPU_PREBUILT:optenum \
   OMP_WAIT_POLICY:enum \
   SET:set SWEEP:set SOURCE:source \
