@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/router_gates_grad.h"
 #include "kernels/routing_key.h"
 #include "kernels/routing_topk.h"
 #include "pipeline/base/log.h"
@@ -105,39 +106,8 @@ void cpu_router_gates_backward(Backend *be, scalar_t *dlogits, const scalar_t *d
         scalar_t *dl = dlogits + (size_t)ng * E;
         double mx = 0, sum = 1;
         if (kind == ROUTER_SOFTMAX) softmax_stats(l, E, &mx, &sum);
-        /* scores of the live slots, their total, and sum_i c_i gate_i */
-        double total = 0, cg = 0;
-        for (int j = 0; j < k; j++) {
-            int e = local_expert(s[j], g, E, "router_gates_backward");
-            if (dr && dr[e]) continue;
-            total += kind == ROUTER_SIGMOID ? 1.0 / (1.0 + exp(-(double)l[e])) : exp((double)l[e] - mx) / sum;
-            cg += (double)c[j] * gv[j];
-        }
-        if (renorm && !(total > 0)) continue; /* every gate was 0: no gradient */
-        if (kind == ROUTER_SIGMOID) {
-            for (int j = 0; j < k; j++) {
-                int e = s[j] - g * E;
-                if (dr && dr[e]) continue;
-                double sj = 1.0 / (1.0 + exp(-(double)l[e]));
-                double ds = ((double)c[j] - cg) / total;
-                dl[e] += (scalar_t)(ds * sj * (1.0 - sj));
-            }
-            continue;
-        }
-        /* softmax: q at the selected experts, then the softmax Jacobian over the whole group */
-        double qp = 0; /* sum_i q_i p_i */
-        for (int j = 0; j < k; j++) {
-            int e = s[j] - g * E;
-            if (dr && dr[e]) continue;
-            double q = renorm ? ((double)c[j] - cg) / total : (double)c[j];
-            qp += q * (exp((double)l[e] - mx) / sum);
-        }
-        for (int e = 0; e < E; e++) {
-            double p = exp((double)l[e] - mx) / sum, q = 0;
-            for (int j = 0; j < k; j++)
-                if (s[j] - g * E == e && !(dr && dr[e])) q = renorm ? ((double)c[j] - cg) / total : (double)c[j];
-            dl[e] += (scalar_t)(p * (q - qp));
-        }
+        for (int j = 0; j < k; j++) (void)local_expert(s[j], g, E, "router_gates_backward"); /* stops on a bad id */
+        router_gates_grad_row(dl, l, s, c, gv, dr, kind == ROUTER_SOFTMAX, renorm, g, E, k, mx, sum);
     }
 }
 

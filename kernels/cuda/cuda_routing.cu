@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/entropy_reg_value.h"
+#include "kernels/router_gates_grad.h"
 #include "kernels/routing_key.h"
 #include "kernels/routing_topk.h"
 #include "kernels/switch_balance_value.h"
@@ -124,7 +125,7 @@ __global__ void k_sigmoid_gates_bwd(float *dlogits, const float *dgate, const in
     }
 }
 
-// The general case (formulas in kernels/cpu/cpu_routing.c), one thread per (n,g), the same double arithmetic.
+// The general case (kernels/router_gates_grad.h, shared with the CPU reference), one thread per (n,g).
 __global__ void k_router_gates_bwd(float *dlogits, const float *dgate, const float *gate, const float *logits,
                                    const int32_t *sel, const uint8_t *drop, long rows, int G, int E, int k,
                                    int softmax, int renorm) {
@@ -137,37 +138,7 @@ __global__ void k_router_gates_bwd(float *dlogits, const float *dgate, const flo
         float *dl = dlogits + (size_t)ng * E;
         double mx = 0, sum = 1;
         if (softmax) routing_softmax_stats_f(l, E, &mx, &sum);
-        double total = 0, cg = 0;
-        for (int j = 0; j < k; j++) {
-            int e = s[j] - g * E;
-            if (e < 0 || e >= E || (dr && dr[e])) continue;
-            total += softmax ? exp((double)l[e] - mx) / sum : 1.0 / (1.0 + exp(-(double)l[e]));
-            cg += (double)c[j] * gv[j];
-        }
-        if (renorm && !(total > 0)) continue;
-        if (!softmax) {
-            for (int j = 0; j < k; j++) {
-                int e = s[j] - g * E;
-                if (e < 0 || e >= E || (dr && dr[e])) continue;
-                double sj = 1.0 / (1.0 + exp(-(double)l[e]));
-                double ds = ((double)c[j] - cg) / total;
-                dl[e] += (float)(ds * sj * (1.0 - sj));
-            }
-            continue;
-        }
-        double qp = 0;
-        for (int j = 0; j < k; j++) {
-            int e = s[j] - g * E;
-            if (e < 0 || e >= E || (dr && dr[e])) continue;
-            double q = renorm ? ((double)c[j] - cg) / total : (double)c[j];
-            qp += q * (exp((double)l[e] - mx) / sum);
-        }
-        for (int e = 0; e < E; e++) {
-            double p = exp((double)l[e] - mx) / sum, q = 0;
-            for (int j = 0; j < k; j++)
-                if (s[j] - g * E == e && !(dr && dr[e])) q = renorm ? ((double)c[j] - cg) / total : (double)c[j];
-            dl[e] += (float)(p * (q - qp));
-        }
+        router_gates_grad_row(dl, l, s, c, gv, dr, softmax, renorm, g, E, k, mx, sum);
     }
 }
 
