@@ -11,6 +11,9 @@ set -u
 suite=$1; shift
 jobs=${SUITE_JOBS:-1}
 [[ "$jobs" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "run_suite: SUITE_JOBS must be a count 1-999 (got '$jobs')" >&2; exit 2; }
+# Programs sharing the cores must not spin at OpenMP barriers waiting for a core another program holds (that slows
+# them many-fold); passive waiting changes the speed only, never a number.
+[ "$jobs" -gt 1 ] && export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 mkdir -p build/test-logs
 results=build/test-results.txt
 status_dir=$(mktemp -d build/test-logs/.status.XXXXXX)
