@@ -23,12 +23,19 @@ void section_answer(Doc *d, const ReportInput *in, const VerdictTally *t) {
         doc_para(d, "No run has a result record yet: nothing to say about the paper's claims.");
         return;
     }
-    const int total = t->count[0] + t->count[1] + t->count[2] + t->count[3];
+    int total = 0;
+    for (int v = 0; v < VERDICT_N; v++) total += t->count[v];
+    /* A claim whose runs differ in more than its factor has no verdict, and is counted apart, never as resolved. */
+    char not_comparable[256] = "";
+    if (t->count[VERDICT_NOT_COMPARABLE])
+        snprintf(not_comparable, sizeof not_comparable,
+                 "; %d not comparable (no verdict: their runs differ in more than the factor under study)",
+                 t->count[VERDICT_NOT_COMPARABLE]);
     doc_list_begin(d);
     doc_list_item(d, "Of the %d claim lines below: %d consistent with the paper, %d contradicted, %d not resolved at "
-                     "this size, %d smaller than the paper's effect.",
+                     "this size, %d smaller than the paper's effect%s.",
                   total, t->count[VERDICT_CONSISTENT], t->count[VERDICT_CONTRADICTED], t->count[VERDICT_NOT_RESOLVED],
-                  t->count[VERDICT_SMALLER_THAN_PAPER]);
+                  t->count[VERDICT_SMALLER_THAN_PAPER], not_comparable);
     char p[32], k[32];
     fmt_big(p, sizeof p, max_params);
     fmt_big(k, sizeof k, max_tokens);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "pipeline/base/log.h"
+#include "pipeline/report/report_comparable.h"
 #include "pipeline/report/report_sections.h"
 #include "pipeline/report/report_stats.h"
 #include "pipeline/report/verdict.h"
@@ -44,7 +45,7 @@ static const DepthPromptsRecord *first_record(const ReportInput *in) {
 /* A paired difference a - b of one measure under one vector, over one subset of the prompts. */
 typedef struct {
     bool ok;
-    char why[512];                 /* when !ok */
+    char why[1100];                /* when !ok */
     int n_seeds;
     long seeds[REPORT_MAX_SEEDS];
     double per_seed[REPORT_MAX_SEEDS];
@@ -84,6 +85,11 @@ static void depth_diff(const RunGroup *a, const RunGroup *b, DepthVector v, Dept
     out->verdict = VERDICT_NOT_RESOLVED;
     if (!a || !b) {
         snprintf(out->why, sizeof out->why, "a run config of the claim has no results");
+        return;
+    }
+    const RunGroup *pair[2] = {a, b};
+    if (!report_claim_comparable(pair, 2, out->why, sizeof out->why)) { /* why: the keys that differ besides */
+        out->verdict = VERDICT_NOT_COMPARABLE;
         return;
     }
     const DepthPromptsRecord *ra[REPORT_MAX_SEEDS], *rb[REPORT_MAX_SEEDS], *all[2 * REPORT_MAX_SEEDS];
@@ -182,6 +188,10 @@ static void depth_level(const RunGroup *g, DepthLevel *out) {
 
 /* "consistent: +0.031 [+0.012, +0.050] (3 seeds x 500)", or "not resolved at this size: n/a (why)". */
 static void fmt_diff_cell(char *out, size_t cap, const DepthPromptsDiff *dd) {
+    if (!dd->ok && dd->verdict == VERDICT_NOT_COMPARABLE) {
+        snprintf(out, cap, "%s: %s", verdict_label(dd->verdict), dd->why);
+        return;
+    }
     if (!dd->ok) {
         snprintf(out, cap, "%s: n/a (%s)", verdict_label(dd->verdict), dd->why);
         return;
@@ -216,6 +226,13 @@ Verdict depth_prompts_verdict_line(Doc *d, const ReportInput *in, int k) {
     DepthPromptsDiff dd;
     depth_diff(a, b, DEPTH_VEC_COUNTERFACTUAL, DEPTH_MEASURE_FRACTION, SUBSET_ALL, &dd);
     char nums[1600];
+    if (dd.verdict == VERDICT_NOT_COMPARABLE) {
+        doc_list_item(d, "Depth (§5) over the sampled evaluation prompts: %s, i.e. depth_fraction of %s > %s: %s: %s. "
+                         "%s.",
+                      c->claim, a->run_config, b->run_config, verdict_label(dd.verdict), dd.why,
+                      REPORT_NO_VERDICT_REASON);
+        return dd.verdict;
+    }
     if (!dd.ok) snprintf(nums, sizeof nums, "%s", dd.why);
     else {
         int len = snprintf(nums, sizeof nums, "difference %+.3f, bootstrap over seeds and %ld prompts [%+.3f, %+.3f]",
@@ -344,7 +361,7 @@ static void claims_table(Doc *d, const ReportInput *in) {
     doc_table_begin(d, 5, h);
     for (int k = 0; k < 4; k++)
         for (int m = 0; m < DEPTH_N_MEASURES; m++) {
-            char cells[N_SUBSETS][700];
+            char cells[N_SUBSETS][1300];
             for (int s = 0; s < N_SUBSETS; s++) {
                 DepthPromptsDiff dd;
                 claim_diff(in, k, DEPTH_VEC_COUNTERFACTUAL, (DepthMeasure)m, (Subset)s, &dd);
@@ -371,7 +388,7 @@ static void sensitivity(Doc *d, const ReportInput *in) {
     int n_flips = 0;
     for (int k = 0; k < 4; k++)
         for (int m = 0; m < DEPTH_N_MEASURES; m++) {
-            char cells[DEPTH_N_VECTORS][700], dep[256];
+            char cells[DEPTH_N_VECTORS][1300], dep[256];
             Verdict v[DEPTH_N_VECTORS];
             int side[DEPTH_N_VECTORS];
             bool flip = false, moves = false;

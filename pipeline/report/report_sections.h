@@ -73,7 +73,7 @@ void section_upcycle(Doc *d, const ReportInput *in);
 
 /* What the verdict lines said, for the short answer at the top. */
 typedef struct {
-    int count[4];                 /* lines per Verdict */
+    int count[VERDICT_N];         /* lines per Verdict (not comparable: a line without a verdict) */
     Verdict headline[4];          /* PAPER_HEADLINE order */
     bool at_paper_scale;          /* any headline run at the paper's scale */
     Verdict effect_acc[3], effect_loss[3]; /* Transformer, MoEUT, interaction */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "pipeline/base/log.h"
+#include "pipeline/report/report_comparable.h"
 #include "pipeline/report/report_sections.h"
 #include "pipeline/report/report_stats.h"
 #include "pipeline/report/verdict.h"
@@ -114,6 +115,14 @@ static void compute_contrast(const ReportInput *in, const ContrastSpec *c, Scope
     report_contrast(g, c->weight, c->n, scope, q, out);
 }
 
+/* Whether a contrast's run configs differ only in the factors it contrasts (report_comparable.h); why names the keys
+ * that differ besides. */
+static bool contrast_comparable(const ReportInput *in, const ContrastSpec *c, char *why, size_t cap) {
+    const RunGroup *g[4];
+    for (int k = 0; k < c->n; k++) g[k] = kind(in, c->arch[k], c->mode[k]);
+    return report_claim_comparable(g, c->n, why, cap);
+}
+
 static void fmt_contrast(char *out, size_t cap, const Contrast *c) {
     if (!c->ok) {
         snprintf(out, cap, "not computed: %s", c->why);
@@ -161,17 +170,24 @@ void section_comparisons(Doc *d, const ReportInput *in) {
                 "verdicts use the union of the two. Per seed: the difference, and for two-configuration comparisons "
                 "the exact McNemar test (b = examples only the first gets right, c = only the second; two-sided p = "
                 "min(1, 2 P(X <= min(b, c))), X ~ Binomial(b + c, 1/2)). The paper column applies the same contrast "
-                "to the paper's four headline numbers.",
+                "to the paper's four headline numbers. A comparison whose configurations differ in more than the factor "
+                "it contrasts (the architecture, the loss mode) is \"not comparable\", naming the keys that differ.",
              REPORT_BOOT_REPLICATES, (unsigned long long)REPORT_BOOT_RNG_SEED);
     const char *h[] = {"comparison", "paper", "ours, headline module", "per seed (McNemar)", "ours, all examples",
                        "per seed (McNemar), all examples"};
     doc_table_begin(d, 6, h);
     for (int k = 0; k < 5; k++) {
+        char paper[32], a[1200], b[2048], c[1200], e[2048], why[1100];
+        snprintf(paper, sizeof paper, "%+.0f", CONTRASTS[k].paper_points);
+        if (!contrast_comparable(in, &CONTRASTS[k], why, sizeof why)) {
+            snprintf(a, sizeof a, "%s: %s", verdict_label(VERDICT_NOT_COMPARABLE), why);
+            const char *row[] = {CONTRASTS[k].label, paper, a, "", a, ""};
+            doc_table_row(d, 6, row, false);
+            continue;
+        }
         Contrast head, all;
         compute_contrast(in, &CONTRASTS[k], SCOPE_HEADLINE, QUANTITY_CORRECT, &head);
         compute_contrast(in, &CONTRASTS[k], SCOPE_ALL, QUANTITY_CORRECT, &all);
-        char paper[32], a[1200], b[2048], c[1200], e[2048];
-        snprintf(paper, sizeof paper, "%+.0f", CONTRASTS[k].paper_points);
         fmt_contrast(a, sizeof a, &head);
         fmt_mcnemar(b, sizeof b, &head);
         fmt_contrast(c, sizeof c, &all);
@@ -278,6 +294,16 @@ static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const c
                             Verdict *on_loss) {
     const ContrastSpec *spec = &CONTRASTS[contrast];
     const double paper = spec->paper_points / 100;
+    char why[1100];
+    if (!contrast_comparable(in, spec, why, sizeof why)) {
+        doc_list_item(d, "%s (paper: %+.0f points on %s), on accuracy over all evaluation examples: %s: %s. %s.", claim,
+                      spec->paper_points, REPORT_HEADLINE_MODULE, verdict_label(VERDICT_NOT_COMPARABLE), why,
+                      REPORT_NO_VERDICT_REASON);
+        doc_list_item(d, "%s, on the mean answer loss over all evaluation examples: %s: %s. %s.", claim,
+                      verdict_label(VERDICT_NOT_COMPARABLE), why, REPORT_NO_VERDICT_REASON);
+        *on_acc = *on_loss = VERDICT_NOT_COMPARABLE;
+        return;
+    }
     Contrast acc, loss;
     compute_contrast(in, spec, SCOPE_ALL, QUANTITY_CORRECT, &acc);
     compute_contrast(in, spec, SCOPE_ALL, QUANTITY_ANSWER_LOSS, &loss);
@@ -324,6 +350,8 @@ static bool interval_resolved(const Contrast *c) {
 }
 
 static void interaction_decomposition(Doc *d, const ReportInput *in, Quantity q) {
+    char why[1100];
+    if (!contrast_comparable(in, &CONTRASTS[CONTRAST_INTERACTION], why, sizeof why)) return; /* said by its claims */
     Contrast dense, moeut, both;
     compute_contrast(in, &CONTRASTS[CONTRAST_EFFECT_DENSE], SCOPE_ALL, q, &dense);
     compute_contrast(in, &CONTRASTS[CONTRAST_EFFECT_MOEUT], SCOPE_ALL, q, &moeut);
@@ -390,6 +418,13 @@ void section_verdict_rules(Doc *d) {
                      "excludes it. Our interval: one seed, the run's Wilson interval; several seeds, the union of the "
                      "t-interval across seeds and the Wilson interval of all seeds' examples pooled.",
                   100 * VERDICT_SCALE_FRACTION);
+    doc_list_item(d, "Comparable runs: a claim about the architecture or the loss mode is read only on runs whose "
+                     "recorded configs differ in that factor alone. The architecture owns the whole model section and "
+                     "train.n_microbatch (the paper trains MoEUT in 2 micro-batches), the loss mode "
+                     "train.loss_on_target_only; the description, train.seed and the analyze keys may differ too. "
+                     "Runs that differ in any other key (train.lr, train.steps, ...) give the claim no verdict: its "
+                     "line says \"not comparable\" with the keys and both values, and the short answer counts it "
+                     "apart (pipeline/report/report_comparable.h).");
     doc_list_end(d);
     doc_details_end(d);
 }
@@ -400,7 +435,8 @@ void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
     doc_heading(d, 2, "Do the paper's claims hold here?");
     doc_para(d, "One line per claim of the paper (dm-math-protocol.md §4 and §5), each with exactly one verdict: "
                 "consistent, contradicted, not resolved at this size, or (effect sizes) smaller than the paper's "
-                "effect. The rules are in the appendix \"How the verdicts are decided\" at the end (pipeline/report/verdict.h).");
+                "effect; or none, \"not comparable\", when the claim's runs differ in more than the factor it is "
+                "about (the keys and values are named). The rules are in the appendix \"How the verdicts are decided\" at the end (pipeline/report/verdict.h).");
     for (int k = 0; k < 4; k++) { /* the run configs the verdicts read */
         const RunGroup *g = kind(in, PAPER_HEADLINE[k].arch, PAPER_HEADLINE[k].loss_mode);
         char note[4096], vnote[4096];
@@ -452,28 +488,45 @@ void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
         tally(t, t->effect_loss[k]);
     }
     /* The interaction, on the headline module. */
-    Contrast c;
-    compute_contrast(in, &CONTRASTS[CONTRAST_INTERACTION], SCOPE_HEADLINE, QUANTITY_CORRECT, &c);
-    {
+    char why[1100];
+    if (!contrast_comparable(in, &CONTRASTS[CONTRAST_INTERACTION], why, sizeof why)) {
+        t->interaction_headline = VERDICT_NOT_COMPARABLE;
+        tally(t, VERDICT_NOT_COMPARABLE);
+        doc_list_item(d, "Answer-only loss helps MoEUT more than the Transformer, i.e. (moeut_answer - moeut_qa) - "
+                         "(dense_answer - dense_qa) > 0 (paper: (63 - 36) - (48 - 41) = +20 points), on %s: %s: %s. "
+                         "%s.",
+                      REPORT_HEADLINE_MODULE, verdict_label(VERDICT_NOT_COMPARABLE), why, REPORT_NO_VERDICT_REASON);
+    } else {
+        Contrast c;
+        compute_contrast(in, &CONTRASTS[CONTRAST_INTERACTION], SCOPE_HEADLINE, QUANTITY_CORRECT, &c);
         const Verdict v = c.ok ? verdict_direction(c.verdict_lo, c.verdict_hi, c.n_seeds, +1) : VERDICT_NOT_RESOLVED;
         t->interaction_headline = v;
         tally(t, v);
-        char why[1600];
-        fmt_contrast(why, sizeof why, &c);
+        char ours[1600];
+        fmt_contrast(ours, sizeof ours, &c);
         if (c.ok && c.n_seeds >= 2) {
-            size_t len = strlen(why);
-            snprintf(why + len, sizeof why - len, "; verdict interval (union) [%+.1f, %+.1f]", 100 * c.verdict_lo,
+            size_t len = strlen(ours);
+            snprintf(ours + len, sizeof ours - len, "; verdict interval (union) [%+.1f, %+.1f]", 100 * c.verdict_lo,
                      100 * c.verdict_hi);
         }
         doc_list_item(d, "Answer-only loss helps MoEUT more than the Transformer, i.e. (moeut_answer - moeut_qa) - "
                          "(dense_answer - dense_qa) > 0 (paper: (63 - 36) - (48 - 41) = +20 points): %s. Ours, in "
                          "points on %s: %s%s.",
-                      verdict_label(v), REPORT_HEADLINE_MODULE, why,
+                      verdict_label(v), REPORT_HEADLINE_MODULE, ours,
                       c.ok && c.n_seeds < VERDICT_MIN_SEEDS ? "; one seed: not resolved by rule" : "");
     }
     for (int k = 0; k < 4; k++) {
         const DepthClaim *dc = &DEPTH_CLAIMS[k];
         const RunGroup *a = kind(in, dc->arch_a, dc->mode_a), *b = kind(in, dc->arch_b, dc->mode_b);
+        const RunGroup *pair[2] = {a, b};
+        if (!report_claim_comparable(pair, 2, why, sizeof why)) {
+            t->depth[k] = VERDICT_NOT_COMPARABLE;
+            tally(t, VERDICT_NOT_COMPARABLE);
+            doc_list_item(d, "Depth (§5): %s, i.e. depth summary of %s > %s: %s: %s. %s.", dc->claim, a->run_config,
+                          b->run_config, verdict_label(VERDICT_NOT_COMPARABLE), why, REPORT_NO_VERDICT_REASON);
+            if (t->has_depth_prompts) tally(t, t->depth_prompts[k] = depth_prompts_verdict_line(d, in, k));
+            continue;
+        }
         DepthDiff dd;
         report_depth_diff(a, b, &dd);
         const PairedSeedDiff pd = dd.diff;

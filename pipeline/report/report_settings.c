@@ -1,8 +1,8 @@
 /* The loss-mode effect at every training setting the runs hold: for each architecture, every pair of configurations
- * (groups of seeds, report_runs.h) whose recorded configs differ in the loss mode alone is one row, with the
- * settings that distinguish it from the paper's pair (train.steps, train.lr, ...), and the paired effect of the
- * answer-only loss on accuracy and on the answer loss with its verdict interval (report_contrast: the same
- * statistics as the paper's claims). An answer-only configuration without such a partner is listed beside the Q+A
+ * (groups of seeds, report_runs.h) whose recorded configs differ in the loss mode alone (report_comparable.h) is one
+ * row, with the settings that distinguish it from the paper's pair (train.steps, train.lr, ...), and the paired
+ * effect of the answer-only loss on accuracy and on the answer loss with its verdict interval (report_contrast: the
+ * same statistics as the paper's claims). An answer-only configuration without such a partner is listed beside the Q+A
  * configuration that differs from it in the fewest other keys, as "not comparable", naming them: a difference there
  * is not an effect of the loss mode. A plot shows the effect against the budget (train.steps) per architecture.
  * This is how a loss-mode verdict is read at the budget and learning rate at which it holds. */
@@ -13,33 +13,10 @@
 
 #include "pipeline/base/log.h"
 #include "pipeline/base/svg.h"
-#include "pipeline/records/config_diff.h"
+#include "pipeline/report/report_comparable.h"
 #include "pipeline/report/report_sections.h"
 
-static const char *const SETTING_SKIP[] = {"description", "train.seed", NULL};
-#define LOSS_MODE_KEY "train.loss_on_target_only"
-#define MAX_SETTING_KEYS 8
-
 static const cJSON *group_config(const RunGroup *g) { return g->runs[0]->res.config; }
-
-/* The keys (other than the loss mode) in which two groups' configs differ, as "k a/b, ..." into out; their count. */
-static int other_differences(const RunGroup *a, const RunGroup *b, char *out, size_t cap) {
-    const cJSON *cfg[2] = {group_config(a), group_config(b)};
-    ConfigDiff diff;
-    config_diff(cfg, 2, SETTING_SKIP, &diff);
-    int n = 0;
-    out[0] = '\0';
-    for (int r = 0; r < diff.n_rows; r++) {
-        const ConfigDiffRow *row = &diff.rows[r];
-        if (strcmp(row->key, LOSS_MODE_KEY) == 0 || config_key_is_analysis_only(row->key)) continue;
-        size_t len = strlen(out);
-        snprintf(out + len, cap - len, "%s%s %s / %s", n ? ", " : "", row->key, row->values[0] ? row->values[0] : "-",
-                 row->values[1] ? row->values[1] : "-");
-        n++;
-    }
-    config_diff_free(&diff);
-    return n;
-}
 
 /* A config value as text ("-" when absent), e.g. train.steps. */
 static void config_value(const RunGroup *g, const char *section, const char *key, char *out, size_t cap) {
@@ -105,7 +82,7 @@ static SettingRow *setting_rows(const ReportInput *in, int *n_out) {
             const RunGroup *q = &in->groups[j];
             if (strcmp(q->loss_mode, "qa") != 0 || strcmp(q->arch, a->arch) != 0 || !group_config(q)) continue;
             char other[1024];
-            int k = other_differences(a, q, other, sizeof other);
+            int k = report_pair_confounds(a, q, other, sizeof other);
             if (best.n_other < 0 || k < best.n_other) {
                 best.qa = q;
                 best.n_other = k;
@@ -204,7 +181,7 @@ void section_loss_mode_settings(Doc *d, const ReportInput *in) {
             snprintf(seeds, sizeof seeds, "%d / %d", sa.n, sq.n);
             snprintf(acc, sizeof acc, "%.1f%% / %.1f%% (levels, no effect)", 100 * sa.mean, 100 * sq.mean);
             snprintf(loss, sizeof loss, "%.2f / %.2f (levels, no effect)", la.mean, lq.mean);
-            snprintf(comp, sizeof comp, "not comparable: %s differ%s", r->other, r->n_other == 1 ? "s" : "");
+            snprintf(comp, sizeof comp, "not comparable: %s", r->other);
         }
         const char *cells[8] = {arch_name(r->answer->arch), steps, lr, names, seeds, acc, loss, comp};
         doc_table_row(d, 8, cells, false);

@@ -8,6 +8,7 @@ const char *verdict_label(Verdict v) {
     case VERDICT_CONSISTENT: return "consistent";
     case VERDICT_CONTRADICTED: return "contradicted";
     case VERDICT_SMALLER_THAN_PAPER: return "smaller than the paper's effect";
+    case VERDICT_NOT_COMPARABLE: return "not comparable";
     default: return "not resolved at this size";
     }
 }

@@ -25,13 +25,25 @@
  *  It compares sizes in accuracy points on the scope the report names (not the paper's headline module at the
  *  paper's scale): it says the effect at this size is smaller, not that the paper's effect is absent at its size.
  *
+ *  Not comparable: a claim is read only on runs whose recorded configs differ in the factor the claim is about (the
+ *  architecture, or the loss mode; report_comparable.h says which keys each factor owns). When they differ in
+ *  anything else too (another learning rate, another budget), the claim's line says "not comparable", names the keys
+ *  and their values, and gives none of the outcomes above: a difference there is not an effect of the factor.
+ *
  * The labels are printed verbatim in the report. */
 #ifndef PIPELINE_VERDICT_H
 #define PIPELINE_VERDICT_H
 
 #include <stdbool.h>
 
-typedef enum { VERDICT_CONSISTENT, VERDICT_CONTRADICTED, VERDICT_NOT_RESOLVED, VERDICT_SMALLER_THAN_PAPER } Verdict;
+typedef enum {
+    VERDICT_CONSISTENT,
+    VERDICT_CONTRADICTED,
+    VERDICT_NOT_RESOLVED,
+    VERDICT_SMALLER_THAN_PAPER,
+    VERDICT_NOT_COMPARABLE, /* no verdict: the runs differ in more than the factor under study */
+    VERDICT_N
+} Verdict;
 
 #define VERDICT_MIN_SEEDS 2
 /* "Off the floor": the least accuracy, on the contrast's scope, of every configuration in an effect-size verdict. */
@@ -41,7 +53,7 @@ typedef enum { VERDICT_CONSISTENT, VERDICT_CONTRADICTED, VERDICT_NOT_RESOLVED, V
 #define PAPER_PARAMS 228.0e6
 #define PAPER_TOKENS (64.0 * 1024.0 * 100000.0)
 
-/* "consistent", "contradicted", "not resolved at this size", "smaller than the paper's effect" */
+/* "consistent", "contradicted", "not resolved at this size", "smaller than the paper's effect", "not comparable" */
 const char *verdict_label(Verdict v);
 
 /* direction: +1 when the paper says the difference is positive, -1 when negative. */

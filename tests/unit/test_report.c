@@ -538,6 +538,19 @@ static void set_run_config(const char *run, double lr, int d_model) {
     result_record_free(&r);
 }
 
+/* Sets config.SECTION.KEY of runs/<run>/result.json to a number (config_text and config_sha256 follow). */
+static void set_run_number(const char *run, const char *section, const char *key, double value) {
+    char p[800], err[1024];
+    snprintf(p, sizeof p, "%s/%s/result.json", g_runs, run);
+    ResultRecord r;
+    ck_assert_msg(result_record_load(&r, p, err, sizeof err) == 0, "%s", err);
+    cJSON *sec = cJSON_GetObjectItemCaseSensitive(r.config, section);
+    cJSON_DeleteItemFromObject(sec, key);
+    cJSON_AddNumberToObject(sec, key, value);
+    rtu_save(&r, p);
+    result_record_free(&r);
+}
+
 /* A dense Q+A run of another variant: runs/dense_qa@KEY[.seedS] (KEY = the variant key of its config, as make names
  * it); its records say "run": record_run ("dense_qa" for a directory moved aside, the directory name for a sweep
  * point). correct of 100 per module and of the 100 headline examples. Writes the directory name to dir. */
@@ -595,6 +608,10 @@ static char *verdict_section(const char *md) {
  * pooled, each has its own row, and the paper's verdicts rest on seed 1 alone (one paired seed: not resolved). */
 START_TEST(seeds_of_other_configs_not_pooled) {
     make_seeded_runs();
+    /* the other configurations at seed 1's learning rate, so that the verdicts' pairs stay comparable */
+    const char *const others[6] = {"dense_answer", "dense_answer.seed2", "moeut_qa",
+                                   "moeut_qa.seed2", "moeut_answer", "moeut_answer.seed2"};
+    for (int i = 0; i < 6; i++) set_run_number(others[i], "train", "lr", 1e-3);
     set_run_config("dense_qa", 1e-3, 0);
     set_run_config("dense_qa.seed2", 2e-3, 0);
     ck_assert_int_eq(run_report(), 0);
@@ -633,6 +650,82 @@ START_TEST(seeds_of_other_configs_not_pooled) {
     ck_assert_msg(strstr(v, row), "no row %s", row);
     snprintf(p, sizeof p, "%s/sweep_dense_qa_train.lr.svg", g_out);
     ck_assert(file_exists(p));
+    free(md);
+    remove_tree(g_dir);
+}
+END_TEST
+
+/* dense_qa (both seeds) trained at another learning rate than the other three configurations: every claim that reads
+ * dense_qa says "not comparable", names train.lr with both values and gives no verdict, and the short answer counts
+ * those lines apart; the claims on the other configurations keep their verdicts, although MoEUT differs from the
+ * Transformer in a model key and in train.n_microbatch (the architecture's own keys). */
+START_TEST(confounded_pairs_not_comparable) {
+    make_seeded_runs();
+    const char *const cfgs[4] = {"dense_qa", "dense_answer", "moeut_qa", "moeut_answer"};
+    for (int k = 0; k < 4; k++)
+        for (int s = 0; s < 2; s++) {
+            char run[64];
+            snprintf(run, sizeof run, s ? "%s.seed2" : "%s", cfgs[k]);
+            set_run_number(run, "train", "lr", k == 0 ? 1e-3 : 2e-3);
+            if (k >= 2) {
+                set_run_number(run, "model", "d_model", 64);
+                set_run_number(run, "train", "n_microbatch", 2);
+            }
+        }
+    ck_assert_int_eq(run_report(), 0);
+    char *md = read_out("report.md");
+    char *v = verdict_section(md);
+    /* the claims on dense_qa: not comparable, with the key and both values, and no verdict */
+    const char *nc[] = {
+        "- Answer-only loss helps the Transformer (dense_answer - dense_qa > 0) (paper: +7 points on "
+        "arithmetic__mul_div_multiple_longer), on accuracy over all evaluation examples: not comparable: train.lr "
+        "differs (dense_answer 0.002 / dense_qa 0.001). No verdict: these runs differ in more than the factor under "
+        "study",
+        "- Answer-only loss helps the Transformer (dense_answer - dense_qa > 0), on the mean answer loss over all "
+        "evaluation examples: not comparable: train.lr differs (dense_answer 0.002 / dense_qa 0.001).",
+        "(dense_answer - dense_qa) > 0) (paper: +20 points on arithmetic__mul_div_multiple_longer), on accuracy over "
+        "all evaluation examples: not comparable: train.lr differs (dense_answer 0.002 / dense_qa 0.001).",
+        "(63 - 36) - (48 - 41) = +20 points), on arithmetic__mul_div_multiple_longer: not comparable: train.lr differs "
+        "(dense_answer 0.002 / dense_qa 0.001).",
+        "depth summary of dense_answer > dense_qa: not comparable: train.lr differs (dense_answer 0.002 / dense_qa "
+        "0.001).",
+        "depth summary of moeut_qa > dense_qa: not comparable: train.lr differs (moeut_qa 0.002 / dense_qa 0.001).",
+    };
+    for (size_t i = 0; i < sizeof nc / sizeof nc[0]; i++) {
+        const char *l = md_line(v, nc[i]);
+        ck_assert_msg(l, "no line with: %s\n%s", nc[i], v);
+        ck_assert_msg(!strstr(l, ": consistent") && !strstr(l, ": contradicted") && !strstr(l, "not resolved") &&
+                          !strstr(l, "smaller than") && !strstr(l, "Ours"),
+                      "a not-comparable line with a verdict or numbers: %s", l);
+    }
+    ck_assert_int_eq(count_substr(v, ": not comparable: "), 7);
+    ck_assert_msg(!strstr(v, "- Decomposition of"), "the interaction decomposed on a confounded pair:\n%s", v);
+    /* the claims that do not read dense_qa keep their verdicts (MoEUT's model.d_model and train.n_microbatch are the
+     * architecture's: moeut_answer and dense_answer stay a comparable pair) */
+    const char *l = md_line(v, "- Answer-only loss helps MoEUT (moeut_answer - moeut_qa > 0) (paper: +27 points");
+    ck_assert_msg(l && strstr(l, "examples: consistent. Ours: +25.7 points ["), "%s", l ? l : v);
+    l = md_line(v, "depth summary of moeut_answer > dense_answer:");
+    ck_assert_msg(l && strstr(l, ": not resolved at this size. Ours: difference -0.005"), "%s", l ? l : v);
+    l = md_line(v, "depth summary of moeut_answer > moeut_qa:");
+    ck_assert_msg(l && strstr(l, ": contradicted. Ours: difference -0.205"), "%s", l ? l : v);
+    /* the short answer counts them apart, never as resolved */
+    ck_assert_msg(strstr(md, "- Of the 15 claim lines below: 2 consistent with the paper, 1 contradicted, 5 not "
+                             "resolved at this size, 0 smaller than the paper's effect; 7 not comparable (no verdict: "
+                             "their runs differ in more than the factor under study)."),
+                  "%s", md_line(md, "- Of the"));
+    ck_assert_msg(strstr(md, "Transformer: not comparable; MoEUT: consistent; MoEUT more than the Transformer: not "
+                             "comparable (on the headline module: not comparable)."),
+                  "%s", md_line(md, "- Does answer-only loss"));
+    ck_assert(strstr(md, "Transformer answer-only > Q+A: not comparable; MoEUT > Transformer with Q+A: not comparable, "
+                         "with answer-only: not resolved at this size; MoEUT answer-only > MoEUT Q+A: contradicted."));
+    /* the paired comparisons: no numbers for the confounded contrasts, numbers for the others */
+    l = md_line(md, "| answer-only - Q+A, Transformer | +7 |");
+    ck_assert_msg(l && strstr(l, "| not comparable: train.lr differs (dense_answer 0.002 / dense_qa 0.001) |") &&
+                      !strstr(l, "seed 1"),
+                  "%s", l ? l : md);
+    l = md_line(md, "| MoEUT - Transformer, answer-only | +15 |");
+    ck_assert_msg(l && strstr(l, "(2 seeds x 100 examples)"), "%s", l ? l : md);
+    free(v);
     free(md);
     remove_tree(g_dir);
 }
@@ -754,6 +847,7 @@ int main(void) {
     tcase_add_exit_test(tc, predictions_of_other_examples_die, 1);
     tcase_add_exit_test(tc, seed_field_disagreeing_with_directory_dies, 1);
     tcase_add_test(tc, seeds_of_other_configs_not_pooled);
+    tcase_add_test(tc, confounded_pairs_not_comparable);
     tcase_add_test(tc, aside_variants_loaded_but_not_judged);
     tcase_add_test(tc, sweep_grid_table_and_plots);
     suite_add_tcase(s, tc);
