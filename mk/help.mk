@@ -19,7 +19,8 @@ help:
 	'  sweep                train every point of a grid: make sweep RUNS=moeut_answer SWEEP="train.lr=1e-3,2e-3' \
 	'                       model.ff_k=2,4"; each point its own run runs/EXP/RUN@<variant>, all in the report' \
 	'  diff                 compare two runs side by side: make diff A=dense_qa B=dense_qa@1a2b3c4d: config keys that' \
-	'                       differ, each metric'"'"'s change with a paired interval' \
+	'                       differ, each metric'"'"'s change with a paired interval; B=baseline: A against its own' \
+	'                       recorded baseline reports/baselines/EXP/A.result.json (make diff A=dense_qa B=baseline)' \
 	'  prune                delete the kept earlier variants and sweep points (runs/EXP/*@*) of EXPERIMENT' \
 	'  reproduce-clean      delete the runs and report of EXPERIMENT (not the data, not the baselines)' \
 	'Tests (tests/README.md):' \
@@ -69,8 +70,9 @@ help:
 	'                       config asked for now: a run of another config there (trained or finished) is kept aside' \
 	'                       as RUN@<variant>, and the same SET again brings it back (no command discards training)' \
 	'  SWEEP="k=v1,v2 ..."  the grid of make sweep: each KEY=V1,V2,... is an axis, every combination a run' \
-	'  A=RUN                the first run of make diff: a name in runs/EXP (dense_qa@1a2b3c4d) or a path' \
-	'  B=RUN                the second run of make diff' \
+	'  A=RUN                the first run of make diff: a name in runs/EXP (dense_qa@1a2b3c4d), a path (a run' \
+	'                       directory, or a baseline record reports/baselines/EXP/RUN.result.json) or baseline' \
+	'  B=RUN                the second run of make diff (B=baseline: the recorded baseline of A'"'"'s run)' \
 	'  NPROC=1              processes that train one run together (mpirun -np NPROC; changing it retrains)' \
 	'  LAUNCHER=...         how NPROC ranks start: mpirun, or srun (the default inside a Slurm allocation)' \
 	'  RESUME=auto          auto: continue an interrupted train when it can; 1: must continue; 0: start over' \

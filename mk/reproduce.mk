@@ -349,9 +349,14 @@ $(REPORT_DIR)/report.html: $(RESULTS) $(ANALYSES) bin/report
 $(REPORT_DIR)/runs.csv: $(RESULTS) bin/export
 	bin/export --runs $(RUNS_DIR) --out $@
 
-# The runs compared: every run of its config's own seed, and the other seeds' runs that have a baseline record.
+# The runs compared: every run of its config's own seed, the other seeds' runs that have a baseline record, and the
+# seeds the baselines do not hold of a run config they hold 2 or more seeds of (SEEDS=5 against 3 recorded seeds:
+# compared with the recorded seeds' mean and spread, pipeline/records/compare_seeds.h).
+repro_seed_config = $(firstword $(subst .seed, ,$(1)))
 repro_compared = $(strip $(filter $(RUNS),$(REPRO_RUN_DIRS)) $(foreach d,$(filter-out $(RUNS),$(REPRO_RUN_DIRS)),\
-  $(if $(wildcard $(BASELINE_DIR)/$(d).result.json),$(d))))
+  $(if $(or $(wildcard $(BASELINE_DIR)/$(d).result.json),$(word 2,$(wildcard \
+    $(BASELINE_DIR)/$(call repro_seed_config,$(d)).result.json \
+    $(BASELINE_DIR)/$(call repro_seed_config,$(d)).seed*.result.json))),$(d))))
 # `make compare` is the explicit check (CI's): a run whose config differs from its baseline's is an error (exit 2).
 # make reproduce passes COMPARE_CONFIG_CHANGE=note: such a run is one note line (a changed config is not a regression
 # of the code); when every run was only noted, bin/compare exits 3 ("0 compared"), which is then one line, not a

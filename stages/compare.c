@@ -10,7 +10,7 @@
  * seeds: pipeline/records/compare_baseline.h; one run's table: pipeline/records/compare_run.h.
  *
  * --diff A B (pipeline/records/run_diff.h): A and B are run directories (runs/EXP/RUN, runs/EXP/RUN@VARIANT, any path) or
- * baseline record prefixes (reports/baselines/EXP/RUN for RUN.result.json). Prints the config keys that differ, then
+ * baseline records (reports/baselines/EXP/RUN.result.json, or its prefix reports/baselines/EXP/RUN). Prints the config keys that differ, then
  * every metric (and training throughput, and the analysis' depth summary when both have analysis.json) with A, B and
  * B-A, and, where both have predictions.jsonl listing the same examples that add up to their records, a paired 95%
  * percentile bootstrap interval of B-A over those examples. A diff judges nothing: exit 0, or 2 when A or B cannot be
@@ -27,21 +27,24 @@ static const char *SUMMARY =
     "Compares each run's result.json with the baseline record <baselines>/<RUN>.result.json metric by metric, with "
     "the per-metric tolerances of the tolerances file (default <baselines>/tolerances.json); with baselines of "
     "several seeds (RUN.result.json, RUN.seed<S>.result.json), against the seeds' mean with a tolerance of at least "
-    "seed_spread.k standard deviations. Prints a table (metric, baseline, new, delta, tolerance, status: ok, WORSE, "
+    "seed_spread.k standard deviations; a run of a seed the baselines do not hold (RUN.seed4) is compared with that mean "
+    "too when they hold 2 or more seeds of RUN, and recorded seeds not run beside it are noted, not failures. Prints a table (metric, baseline, new, delta, tolerance, status: ok, WORSE, "
     "BETTER, CHANGED, or 'not gated' for a class the tolerances file declares \"gated\": false), then one line "
     "'compare: N compared, M not compared (...): verdict'. The gate is two-sided: a tolerance is a measured spread, and "
     "a metric beyond it in the good direction (BETTER) means the results moved as much as WORSE does. Exit 0: something "
     "was compared and every metric within its tolerance; 1: a metric WORSE or BETTER (BETTER allowed with "
     "--allow-better) or a count CHANGED; 2: nothing compared, "
-    "or a missing record or records of different config / dataset / tokenizer (not comparable; with "
-    "--config-change=note a different config is one counted note, not a failure while another run is compared); 3: "
+    "or a missing record or records of different config / dataset / tokenizer (not comparable; the changed config keys "
+    "are named with both values, and keys that change neither training nor evaluation (description, analyze) do not "
+    "count; with --config-change=note a different config is one counted note, not a failure while another run is "
+    "compared); 3: "
     "nothing compared because every run asked for was such a note. "
     "bin/compare --diff A B shows what differs between two runs instead (--diff --help).";
 
 static const char *DIFF_SUMMARY =
     "bin/compare --diff A B: what differs between two runs. A and B are run directories (runs/EXP/RUN, with "
-    "result.json, and predictions.jsonl and analysis.json when present) or baseline record prefixes "
-    "(reports/baselines/EXP/RUN for RUN.result.json). Prints the config keys whose values differ (each result.json's "
+    "result.json, and predictions.jsonl and analysis.json when present) or baseline records "
+    "(reports/baselines/EXP/RUN.result.json, or its prefix reports/baselines/EXP/RUN). Prints the config keys whose values differ (each result.json's "
     "\"config\"), then every metric with A, B, B-A and, where both runs have predictions.jsonl on the same examples, "
     "a paired 95% bootstrap interval of B-A over the examples. Judges nothing: exit 0 (2 when A or B cannot be read).";
 
@@ -62,7 +65,7 @@ static int diff_main(int argc, char **argv, int at) {
     cli_parse(n_rest, rest, "compare --diff A B", DIFF_SUMMARY, opts, 1);
     free(rest);
     if (n_pos < 2)
-        cli_usage_die("compare", "--diff needs two runs: --diff A B (run directories or baseline record prefixes)");
+        cli_usage_die("compare", "--diff needs two runs: --diff A B (run directories or baseline records)");
     if (replicates < 1 || replicates > 1000000) {
         log_error("--replicates: expected 1 to 1000000 (got %ld)", replicates);
         return 2;

@@ -46,8 +46,24 @@ bool baseline_same_run_config(const char *a, const char *b) {
 int baseline_load(Baseline *bl, const char *baselines, const char *name, char *const *names, int n) {
     char path[4096], err[1024];
     memset(bl, 0, sizeof *bl);
-    snprintf(path, sizeof path, "%s/%s.result.json", baselines, name);
-    if (result_record_load_in(&bl->rec, path, baselines, name, true, err, sizeof err)) {
+    /* a seed the baselines do not hold: its run config's first recorded seed stands for the pool's inputs */
+    const char *ref = name;
+    bool recorded = false;
+    for (int i = 0; i < n && !recorded; i++) recorded = strcmp(names[i], name) == 0;
+    if (!recorded) {
+        ref = NULL;
+        int n_group = 0;
+        for (int i = 0; i < n; i++)
+            if (baseline_same_run_config(names[i], name) && n_group++ == 0) ref = names[i];
+        if (n_group < 2) {
+            log_error("%s/%s.result.json: missing baseline record (and not 2 or more recorded seeds of %.*s to compare "
+                      "another seed with)", baselines, name, (int)baseline_run_config_len(name), name);
+            return 2;
+        }
+        bl->replication = true;
+    }
+    snprintf(path, sizeof path, "%s/%s.result.json", baselines, ref);
+    if (result_record_load_in(&bl->rec, path, baselines, ref, true, err, sizeof err)) {
         log_error("%s", err);
         return 2;
     }
@@ -73,7 +89,7 @@ int baseline_load(Baseline *bl, const char *baselines, const char *name, char *c
         memcpy(s.config_sha256, bl->rec.config_sha256, sizeof s.config_sha256);
         const char *diff = record_inputs_unlike(&bl->rec, &s);
         if (diff[0]) {
-            log_error("%s: cannot pool with %s/%s.result.json: %s differs", path, baselines, name, diff);
+            log_error("%s: cannot pool with %s/%s.result.json: %s differs", path, baselines, ref, diff);
             rc = 2;
         }
         RecordMetricList sm = {0};
@@ -88,7 +104,7 @@ int baseline_load(Baseline *bl, const char *baselines, const char *name, char *c
             double d = m->value - bl->metrics.m[k].value;
             /* Counts must agree across seeds exactly: pooling unequal counts would hide a broken baseline. */
             if (bl->metrics.m[k].klass == MC_COUNT && d != 0) {
-                log_error("%s: %s differs from %s/%s.result.json's (%.0f vs %.0f)", path, m->name, baselines, name,
+                log_error("%s: %s differs from %s/%s.result.json's (%.0f vs %.0f)", path, m->name, baselines, ref,
                           m->value, bl->metrics.m[k].value);
                 rc = 2;
                 break;

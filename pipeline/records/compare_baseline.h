@@ -12,9 +12,11 @@
 #include "pipeline/records/result_record.h"
 
 typedef struct {
-    ResultRecord rec;   /* the baseline record of the same name (its hashes are checked against the new record) */
+    ResultRecord rec;   /* the baseline record of the same name (its hashes are checked against the new record); for
+                         * a replication, its run config's first recorded seed */
     RecordMetricList metrics; /* values: that record's, or the seeds' means with seed_sd set */
     int n_seeds;        /* 1, or the number of seed records pooled */
+    bool replication;   /* name is a seed the baselines do not hold (compare_seeds.h): compared with the seeds' mean */
 } Baseline;
 
 /* "" if the two records describe the same experiment inputs, else the name of the first difference:
@@ -29,7 +31,9 @@ size_t baseline_run_config_len(const char *name);
 bool baseline_same_run_config(const char *a, const char *b);
 
 /* Loads the baseline for `name` from the directory `baselines`; names[0..n) are all baseline names there, and the
- * seeds of name's run config among them are pooled (the caller checked that the tolerances have seed_spread.k).
+ * seeds of name's run config among them are pooled (the caller checked that the tolerances have seed_spread.k). A
+ * name the baselines do not hold is a replication when they hold >= 2 seeds of its run config: their pool, with
+ * replication set; otherwise an error.
  * Returns 0, or 2 after logging why not (the seeds' data inputs or counts differ, a record cannot be read). Free with
  * baseline_free in either case. */
 int baseline_load(Baseline *bl, const char *baselines, const char *name, char *const *names, int n);

@@ -5,7 +5,11 @@
  * Baselines are files <NAME>.result.json (a copy of a result.json); each is compared with <runs>/<NAME>/result.json.
  * NAME is a run directory name: RUN for the config's own seed, RUN.seed<S> for another seed (stages/README.md,
  * "Seeds").
- * Without --only every baseline record is asked for; --only RUN asks for RUN and its seeds RUN.seed<S>.
+ * Without --only every baseline record is asked for; --only RUN asks for RUN and its seeds RUN.seed<S>. Seeds the
+ * baselines do not hold, of a run config they hold 2 or more seeds of (a replication: runs/EXP/RUN.seed4), are asked
+ * for too and compared with the recorded seeds' mean within the seed spread; the recorded seeds of that run config
+ * that were not run here (no run directory at all) are one note line, not compared and no failure
+ * (compare_seeds.h).
  *
  * Verdict per metric: ok (within tolerance); WORSE (a loss or disagreement count higher, an accuracy lower, beyond
  * the tolerance); BETTER (the other direction beyond the tolerance: a failure too, since a tolerance is a measured
@@ -23,8 +27,11 @@
  *    differs, or whose record cannot be read: an error line, listed as not compared, exit 2 (the others are still
  *    compared and printed).
  *  - A run asked for whose config changed since its baseline (config_sha256 differs): with --config-change=error
- *    (the default, `make compare`) an error as above; with --config-change=note (make reproduce, where an edited
- *    config is the user's intent) one "note:" line naming the changed keys, and a counted note: listed as not
+ *    (the default, `make compare`) an error as above, naming the changed keys and values ("train.lr 0.002 -> 0.008");
+ *    when every changed key changes neither training nor evaluation (the description, comments, analyze keys:
+ *    config_key_is_analysis_only) the run is compared, after a note naming them; with --config-change=note (make
+ *    reproduce, where an edited config is the user's intent) one "note:" line naming the changed keys, and a
+ *    counted note: listed as not
  *    compared ("... (a note: --config-change=note)"), not a failure while some other run was compared, and the verdict
  *    then reads "the N compared are within tolerances; K asked for was/were only noted, not checked".
  *  - A run directory that was not asked for is never a failure (a new run is not a regression).

@@ -11,19 +11,26 @@
 #include "pipeline/base/log.h"
 
 /* The config keys whose values differ between a (the baseline's) and b, as "key base -> new" (a value at most 24
- * characters) separated by "; ", into out (size n). */
-static void config_change_text(const cJSON *a, const cJSON *b, char *out, size_t n) {
+ * characters) separated by "; ", into out (size n); train.seed left out with skip_seed (a replication's seed is
+ * meant to differ). Returns the number of keys; *material: how many of them can change the result record (not
+ * config_key_is_analysis_only: the description, comments and analyze keys change neither training nor evaluation). */
+static int config_change_text(const cJSON *a, const cJSON *b, bool skip_seed, char *out, size_t n, int *material) {
     const cJSON *configs[2] = {a, b};
+    static const char *const SEED[] = {"train.seed", NULL};
     ConfigDiff d;
-    config_diff(configs, 2, NULL, &d);
+    config_diff(configs, 2, skip_seed ? SEED : NULL, &d);
     out[0] = '\0';
+    *material = 0;
     for (int i = 0; i < d.n_rows; i++) {
         const char *sa = d.rows[i].values[0], *sb = d.rows[i].values[1];
+        *material += !config_key_is_analysis_only(d.rows[i].key);
         size_t len = strlen(out);
         snprintf(out + len, n - len, "%s%s %.24s%s -> %.24s%s", len ? "; " : "", d.rows[i].key, sa ? sa : "(absent)",
                  sa && strlen(sa) > 24 ? "..." : "", sb ? sb : "(absent)", sb && strlen(sb) > 24 ? "..." : "");
     }
+    const int keys = d.n_rows;
     config_diff_free(&d);
+    return keys;
 }
 
 /* Compares one run. Returns 0 (nothing failed), 1 (some metric failed) or 2 (not comparable); *out says whether it
@@ -40,8 +47,13 @@ int compare_one_run(const char *run, const char *baselines, char *const *names, 
         baseline_free(&bl);
         return 2;
     }
+    const int rc_len = (int)baseline_run_config_len(run);
+    if (bl.replication) /* what the run is compared with: no record of its own name */
+        snprintf(baseline_path, sizeof baseline_path, "the mean of %s/%.*s[.seed<S>].result.json", baselines, rc_len,
+                 run);
     if (!run_file_present(result_path)) {
-        log_error("%s: missing result record (baseline %s exists)", result_path, baseline_path);
+        log_error("%s: missing result record (%s %s exists)", result_path, bl.replication ? "its comparison," : "baseline",
+                  baseline_path);
         snprintf(out->why, sizeof out->why, "no result record");
         baseline_free(&bl);
         return 2;
@@ -54,9 +66,24 @@ int compare_one_run(const char *run, const char *baselines, char *const *names, 
         return 2;
     }
     const char *diff = record_inputs_unlike(&bl.rec, &cur);
+    char what[1024] = ""; /* the changed config keys, when the config changed */
+    int n_keys = 0, material = 0;
+    if (strcmp(diff, "config_sha256") == 0)
+        n_keys = config_change_text(bl.rec.config, cur.config, bl.replication, what, sizeof what, &material);
+    if (strcmp(diff, "config_sha256") == 0 && material == 0 && (n_keys > 0 || bl.replication)) {
+        /* Another config_sha256 for the same training and evaluation: a replication's seed (a --set train.seed
+         * override), or keys that change neither (an edited description, analyze.eval_prompts added since the
+         * baseline): the result record is the same experiment's, so it is compared, saying so. Its data and
+         * tokenizer must still match. */
+        if (n_keys)
+            printf("note: %s: compared although its config differs from the baseline's, in keys that change neither "
+                   "training nor evaluation (%s)\n",
+                   run, what);
+        ResultRecord tmp = cur;
+        memcpy(tmp.config_sha256, bl.rec.config_sha256, sizeof tmp.config_sha256);
+        diff = record_inputs_unlike(&bl.rec, &tmp);
+    }
     if (diff[0] && strcmp(diff, "config_sha256") == 0 && o->config_change_note) {
-        char what[1024] = "";
-        config_change_text(bl.rec.config, cur.config, what, sizeof what);
         printf("note: %s: not compared: its config changed since the baseline (%s; config_sha256 %.12s... -> "
                "%.12s...)\n",
                run, what[0] ? what : "same settings, different file bytes or --set overrides", bl.rec.config_sha256,
@@ -73,6 +100,18 @@ int compare_one_run(const char *run, const char *baselines, char *const *names, 
             return 0;
         }
     }
+    if (diff[0] && strcmp(diff, "config_sha256") == 0) {
+        /* the keys and values, as the note above names them: a hash alone says nothing about what changed */
+        log_error("%s: cannot compare with %s: its config differs from the baseline's: %s (config_sha256 %.12s... -> "
+                  "%.12s...)",
+                  result_path, baseline_path, what[0] ? what : "same settings, different file bytes or --set overrides",
+                  bl.rec.config_sha256, cur.config_sha256);
+        snprintf(out->why, sizeof out->why, "config differs from the baseline's: %s",
+                 what[0] ? what : "same settings, different file bytes or --set overrides");
+        baseline_free(&bl);
+        result_record_free(&cur);
+        return 2;
+    }
     if (diff[0]) {
         log_error("%s: cannot compare with %s: %s differs (baseline %.12s..., new %.12s...)", result_path,
                   baseline_path, diff, record_input_value(&bl.rec, diff), record_input_value(&cur, diff));
@@ -87,8 +126,10 @@ int compare_one_run(const char *run, const char *baselines, char *const *names, 
     const RecordMetricList *bm = &bl.metrics;
     int status = 0, n_better = 0, n_not_gated = 0;
     if (bl.n_seeds > 1)
-        printf("== %s: mean of %d seeds' baselines (%s/%.*s[.seed<S>].result.json; tolerance at least %g sd) vs %s\n",
-               run, bl.n_seeds, baselines, (int)baseline_run_config_len(run), run, tol->seed_k, result_path);
+        printf("== %s: mean of %d seeds' baselines (%s/%.*s[.seed<S>].result.json%s; tolerance at least %g sd) vs %s\n",
+               run, bl.n_seeds, baselines, rc_len, run,
+               bl.replication ? "; a seed they do not hold, compared with their spread" : "", tol->seed_k,
+               result_path);
     else
         printf("== %s: %s vs %s\n", run, baseline_path, result_path);
     printf("%-62s %14s %14s %12s %10s  %s\n", "metric", bl.n_seeds > 1 ? "seeds' mean" : "baseline", "new", "delta",

@@ -18,7 +18,7 @@ typedef struct {
 typedef struct {
     bool compared;     /* its metrics were judged (status then says how) */
     bool noted;        /* not compared, and by --config-change=note that is a counted note, not an error */
-    char why[160];     /* when not compared: the short reason for the summary */
+    char why[512];     /* when not compared: the short reason for the summary */
 } RunOutcome;
 
 /* Compares <runs>/<run>/result.json with the baseline of run in the directory baselines (names[0..n_names): every

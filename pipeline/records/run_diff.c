@@ -48,6 +48,11 @@ int diff_side_load(DiffSide *s, const char *arg, char *err, size_t errlen) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", arg);
     for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--) dir[n - 1] = '\0';
+    /* a baseline record named by its file (reports/baselines/EXP/RUN.result.json) is its prefix */
+    const char *suffix = ".result.json";
+    const size_t n_dir = strlen(dir), n_suffix = strlen(suffix);
+    if (n_dir > n_suffix && strcmp(dir + n_dir - n_suffix, suffix) == 0 && !is_dir(dir, FOLLOW_LINKS))
+        dir[n_dir - n_suffix] = '\0';
     char prefix_path[1100];
     snprintf(prefix_path, sizeof prefix_path, "%s.result.json", dir);
     if (is_dir(dir, FOLLOW_LINKS)) {

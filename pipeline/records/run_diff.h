@@ -18,7 +18,8 @@
 #define RUN_DIFF_BOOT_RNG_SEED 20250607ull
 
 /* One side of a diff: a run directory (DIR/result.json, DIR/predictions.jsonl when present, DIR/analysis.json when
- * present) or a baseline record (PREFIX.result.json, e.g. reports/baselines/ci/dense_qa: no predictions). */
+ * present) or a baseline record (PREFIX.result.json, named by PREFIX or by the file itself, e.g.
+ * reports/baselines/ci/dense_qa or reports/baselines/ci/dense_qa.result.json: no predictions). */
 typedef struct {
     char given[1024];       /* the argument as given */
     char record_path[4096]; /* the result.json read */

@@ -15,8 +15,9 @@
 #  4. accuracy is declared not gated at this size (reports/baselines/ci/tolerances.json says why: the models answer
 #     1-3 of 200 examples): compare prints its rows as "not gated" and says so with the file's reason; the quarter-lr
 #     run, far outside every loss tolerance, indeed leaves dense_qa's accuracies unchanged.
-#  5. Nothing compared is a failure: the quarter-lr run's own record (its config differs from the baseline's) with
-#     --config-change=note is one counted note and compare exits 3 (nothing compared, every run asked for a note),
+#  5. Nothing compared is a failure: the quarter-lr run's own record (its config differs from the baseline's) is not
+#     comparable (exit 2), named by the key and values ("train.lr 0.002 -> 0.0005"), not by its hash; with
+#     --config-change=note it is one counted note and compare exits 3 (nothing compared, every run asked for a note),
 #     "0 compared".
 # greedy_disagreements is exact (0 allowed); no config setting makes greedy decoding disagree with teacher forcing
 # (that takes a KV-cache bug), so its failure is tested on a forged record in tests/unit/test_compare.c.
@@ -109,11 +110,17 @@ else
 fi
 echo "loss_on_target_only flipped: $n_better metric(s) BETTER, compare exit $rc (with --allow-better: exit $rc2)"
 
-# 5. nothing compared
+# 5. nothing compared; a changed config is named by its keys and values, not by its hash
+rc=$(gate "$tmp/lrquarter" "$tmp/changed.log")
+[ "$rc" = 2 ] || { cat "$tmp/changed.log"; fail "a changed config: compare exit $rc, want 2"; }
+grep -q "cannot compare with $BASE/dense_qa.result.json: its config differs from the baseline's: train.lr 0.002 -> 0.0005 (config_sha256 " \
+  "$tmp/changed.log" || { cat "$tmp/changed.log"; fail "the changed config's error does not name train.lr 0.002 -> 0.0005"; }
+grep -q "^compare: 0 compared, 1 not compared (dense_qa: config differs from the baseline's: train.lr 0.002 -> 0.0005): FAILED" \
+  "$tmp/changed.log" || { cat "$tmp/changed.log"; fail "the summary does not name train.lr"; }
 rc=$(gate "$tmp/lrquarter" "$tmp/noted.log" --config-change=note)
 [ "$rc" = 3 ] || { cat "$tmp/noted.log"; fail "only a changed config, noted: compare exit $rc, want 3"; }
 grep -q '^compare: 0 compared, 1 not compared (dense_qa: config changed since the baseline (a note: --config-change=note)): FAILED: nothing was checked' \
   "$tmp/noted.log" || { cat "$tmp/noted.log"; fail "no 'nothing was checked' line"; }
 if grep -q 'within tolerances' "$tmp/noted.log"; then fail "compare claimed tolerances on nothing"; fi
-echo "a run whose config changed, noted, and nothing else: compare exit 3 (not 0), '0 compared'"
+echo "a run whose config changed: exit 2 naming train.lr 0.002 -> 0.0005; noted, and nothing else: exit 3 (not 0), '0 compared'"
 echo "ok: the ci gate fails a quarter learning rate (losses WORSE) and fewer steps (counts CHANGED), fails a flipped loss_on_target_only (losses BETTER beyond the spread), says accuracy is not gated, and never passes on nothing"

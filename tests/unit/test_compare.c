@@ -410,6 +410,129 @@ START_TEST(seed_spread_rule) {
 }
 END_TEST
 
+/* A seed the baselines do not hold (dense_qa.seed4, its config the recorded seeds' but for --set train.seed=4) is
+ * compared with the three recorded seeds' mean within the seed spread (1.1 +- 0.3); the recorded seeds not run here
+ * are noted, not failures; --only by run config or by name selects it; another config key is named; with one recorded
+ * seed it is a note, not compared. */
+START_TEST(replication_seed_compared_with_spread) {
+    setup_dirs();
+    char tol[700];
+    snprintf(tol, sizeof tol, "%s/tolerances.json", g_base);
+    rtu_write(tol, TOL_SEEDS);
+    const char *names[3] = {"dense_qa", "dense_qa.seed2", "dense_qa.seed3"};
+    ResultRecord r[3], rep;
+    for (int i = 0; i < 3; i++) {
+        rtu_record(&r[i], names[i], "dense", "qa", 40);
+        r[i].training.final_train_loss = 1.0 + 0.1 * i;
+        save(&r[i], 1);
+    }
+    rtu_record(&rep, "dense_qa.seed4", "dense", "qa", 40);
+    snprintf(rep.prov.overrides[rep.prov.n_overrides++], RUN_OVERRIDE_MAX, "train.seed=4");
+    rep.training.final_train_loss = 1.35; /* 0.25 from the mean: inside 3 sd (0.3), far outside the declared 0.001 */
+    save(&rep, 0);
+    char *text = NULL;
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 0);
+    ck_assert_msg(strstr(text, "== dense_qa.seed4: mean of 3 seeds' baselines (") &&
+                      strstr(text, "; a seed they do not hold, compared with their spread; tolerance at least 3 sd)"),
+                  "%.3000s", text);
+    ck_assert_msg(strstr(text, "note: dense_qa: the recorded seeds dense_qa, dense_qa.seed2, dense_qa.seed3 were not run "
+                               "here (not compared); dense_qa.seed4, seed(s) the baselines do not hold, are compared "
+                               "with the recorded seeds' mean"),
+                  "%.3000s", text);
+    ck_assert_msg(strstr(text, "compare: 1 compared, 3 not compared (3 recorded seed(s) not run here, replicated with "
+                               "other seeds): all metrics within tolerances"),
+                  "%.3000s", text);
+    free(text);
+    ck_assert_int_eq(run_compare_capture(&text, (CompareRequest){.only = "dense_qa"}), 0);
+    ck_assert_msg(strstr(text, "compare: 1 compared, 3 not compared"), "%.3000s", text);
+    free(text);
+    ck_assert_int_eq(run_compare_capture(&text, (CompareRequest){.only = "dense_qa.seed4"}), 0);
+    ck_assert_msg(strstr(text, "compare: 1 compared, 0 not compared: all metrics within tolerances"), "%.3000s", text);
+    free(text);
+    /* 1.45: 0.35 from the mean, outside 3 sd */
+    rep.training.final_train_loss = 1.45;
+    save(&rep, 0);
+    ck_assert_int_eq(run_compare_capture(&text, ONLY_FAILURES), 1);
+    ck_assert_msg(strstr(text, "training.final_train_loss") && strstr(text, "WORSE"), "%.3000s", text);
+    free(text);
+    /* a recorded seed whose directory is there without a result record is still missing (not "not run") */
+    char p[700];
+    snprintf(p, sizeof p, "%s/dense_qa.seed2", g_runs);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    rep.training.final_train_loss = 1.1;
+    save(&rep, 0);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 2);
+    ck_assert_msg(strstr(text, "dense_qa.seed2: no result record"), "%.3000s", text);
+    free(text);
+    rmdir(p);
+    /* another config key: not comparable, the key named (the seed is not) */
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(rep.config, "train"), "steps", cJSON_CreateNumber(9));
+    save(&rep, 0);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 2);
+    ck_assert_msg(strstr(text, "(dense_qa.seed4: config differs from the baseline's: train.steps 10 -> 9; 3 recorded "
+                               "seed(s) not run here"),
+                  "%.3000s", text);
+    ck_assert_msg(!strstr(text, "train.seed"), "%.3000s", text);
+    free(text);
+    /* one recorded seed: no spread to compare another seed with */
+    cJSON_ReplaceItemInObject(cJSON_GetObjectItem(rep.config, "train"), "steps", cJSON_CreateNumber(10));
+    save(&rep, 0);
+    for (int i = 1; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s.result.json", g_base, names[i]);
+        unlink(p);
+    }
+    save(&r[0], 0);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 0);
+    ck_assert_msg(strstr(text, "dense_qa.seed4/result.json has no baseline in") &&
+                      strstr(text, "holds one of dense_qa)"),
+                  "%.3000s", text);
+    ck_assert_msg(strstr(text, "compare: 1 compared, 1 not compared (listed above)"), "%.3000s", text);
+    free(text);
+    ck_assert_int_eq(run_compare_capture(&text, (CompareRequest){.only = "dense_qa.seed4"}), 2);
+    free(text);
+    for (int i = 0; i < 3; i++) result_record_free(&r[i]);
+    result_record_free(&rep);
+    remove_tree(g_dir);
+}
+END_TEST
+
+/* A changed config is named key by key, not by its hash: as an error (--config-change=error) and in the summary. A
+ * config that differs in keys which change neither training nor evaluation (the description, analyze keys) is
+ * compared, with a note naming them. */
+START_TEST(config_change_named) {
+    setup_dirs();
+    ResultRecord base, cur;
+    rtu_record(&base, "dense_qa", "dense", "qa", 40);
+    save(&base, 1);
+    rtu_record(&cur, "dense_qa", "dense", "qa", 40);
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(cur.config, "train"), "lr", 0.008);
+    save(&cur, 0);
+    char *text = NULL;
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 2);
+    ck_assert_msg(strstr(text, "compare: 0 compared, 1 not compared (dense_qa: config differs from the baseline's: "
+                               "train.lr (absent) -> 0.008): FAILED"),
+                  "%.3000s", text);
+    ck_assert_msg(!strstr(text, "config_sha256 differs"), "%.3000s", text);
+    free(text);
+    /* the description and an analyze key: the same training and evaluation */
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(cur.config, "train"), "lr");
+    cJSON_ReplaceItemInObject(cur.config, "description", cJSON_CreateString("edited"));
+    cJSON *analyze = cJSON_AddObjectToObject(cur.config, "analyze");
+    cJSON_AddNumberToObject(analyze, "eval_prompts", 500);
+    save(&cur, 0);
+    ck_assert_int_eq(run_compare_capture(&text, NO_OPTIONS), 0);
+    ck_assert_msg(strstr(text, "note: dense_qa: compared although its config differs from the baseline's, in keys that "
+                               "change neither training nor evaluation (analyze.eval_prompts (absent) -> 500; "
+                               "description \"hand-made\" -> \"edited\")"),
+                  "%.3000s", text);
+    ck_assert_msg(strstr(text, "compare: 1 compared, 0 not compared: all metrics within tolerances"), "%.3000s", text);
+    free(text);
+    result_record_free(&cur);
+    result_record_free(&base);
+    remove_tree(g_dir);
+}
+END_TEST
+
 /* Seeds' baselines are pooled only when they share the data and every count (their config_sha256 may differ). */
 START_TEST(seed_baselines_must_match) {
     setup_dirs();
@@ -784,6 +907,8 @@ int main(void) {
     tcase_add_test(tc, config_change_note);
     tcase_add_test(tc, seed_spread_rule);
     tcase_add_test(tc, seed_baselines_must_match);
+    tcase_add_test(tc, replication_seed_compared_with_spread);
+    tcase_add_test(tc, config_change_named);
     tcase_add_test(tc, tolerances_validated);
     tcase_add_test(tc, summary_counts_compared);
     tcase_add_test(tc, not_gated_class);
