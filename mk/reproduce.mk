@@ -342,11 +342,12 @@ $(REPORT_DIR)/report.html: $(RESULTS) $(ANALYSES) bin/report
 	  --expected-runs $(call repro_join,$(REPRO_RUN_DIRS))
 
 # runs.csv: one row per evaluated run of the experiment (every directory with a result.json: the current runs, their
-# seeds, kept variants and sweep points; pipeline/records/runs_csv.h), for pandas or R. After this plan's results. (Not after
+# seeds, kept variants and sweep points; pipeline/records/runs_csv.h), for pandas or R. After this plan's results and
+# analyses (its depth columns read analysis.json and depth_prompts.json). (Not after
 # every run directory's result.json: as prerequisites they would be targets, and make would retrain a run of another
 # plan. Runs that move without retraining, kept aside or brought back, remove runs.csv and report.html at parse time,
 # and so does make prune: they are then made again.)
-$(REPORT_DIR)/runs.csv: $(RESULTS) bin/export
+$(REPORT_DIR)/runs.csv: $(RESULTS) $(ANALYSES) bin/export
 	bin/export --runs $(RUNS_DIR) --out $@
 
 # The runs compared: every run of its config's own seed, the other seeds' runs that have a baseline record, and the

@@ -268,7 +268,7 @@ int main(int argc, char **argv) {
         snprintf(title, sizeof title, "%s/%s, prompt %d: %s%s (model %s)", a.experiment, a.run, k + 1, DEPTH_PROMPT_Q[k],
                  DEPTH_PROMPT_A[k], p->model_correct ? "correct" : "WRONG");
         HeatmapStyle st = {title, "input token (dashed: answer-predicting positions)", "layer",
-                           "L2 distance", p->n_positions - p->n_answer};
+                           "L2 distance", p->n_positions - p->n_answer, 0};
         sb_init(&maps[k]);
         svg_heatmap(&maps[k], p->scores, L, p->n_positions, (const char *const *)p->pieces, &st);
         log_info("prompt %d: %d tokens (%d answer), model %s, depth fraction %.3f", k + 1, T, na,

@@ -2,8 +2,9 @@
  *
  *   bin/export --runs runs/EXP --out reports/EXP/runs.csv
  *
- * Reads only runs/EXP/<RUN>/result.json (each run directory that has one, a symbolic link to one included:
- * pipeline/records/run_dirs.h, the rule report and compare share) and writes the table atomically. A run that cannot
+ * Reads runs/EXP/<RUN>/result.json (each run directory that has one, a symbolic link to one included:
+ * pipeline/records/run_dirs.h, the rule report and compare share), and analysis.json and depth_prompts.json where
+ * present (the depth scores), and writes the table atomically. A run that cannot
  * be read or a record that does not load is one error line naming it, exit 1, and the earlier table stays as it was. */
 #include <stdio.h>
 
@@ -14,9 +15,10 @@
 static const char *SUMMARY =
     "Writes every run of an experiment (each directory of --runs holding a result.json) as one CSV table to --out: "
     "one row per run (run, run_config, variant, seed, overrides, arch, loss_mode, backend, code_version, n_params, "
-    "every key of the run's config flattened as model.d_model, then the accuracies per set and per module "
-    "acc.<set>.<module>, mean answer losses and training numbers); RFC 4180 quoting, '.' decimals, an empty cell "
-    "where a run has no value.";
+    "every key of the run's config flattened as model.d_model, then its numbers under the names make diff prints: "
+    "accuracy and mean answer loss per set and module as interpolate.accuracy, training numbers, and the depth scores "
+    "of analysis.json and depth_prompts.json); RFC 4180 quoting, '.' decimals, an empty cell where a run has no "
+    "value.";
 
 int main(int argc, char **argv) {
     log_set_program("export");

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,49 @@ void svg_heatmap(StrBuf *b, const double *values, int rows, int cols, const char
     svg_heatmap_scaled(b, values, rows, cols, col_labels, style, 0.0);
 }
 
+/* The drawn width of text at font size px: about 0.6 em per character of sans-serif (0.65 em bold), a UTF-8
+ * continuation byte not counted. */
+static double text_px(const char *s, size_t n, double px, bool bold) {
+    size_t chars = 0;
+    for (size_t i = 0; i < n && s[i]; i++) chars += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return (double)chars * px * (bold ? 0.65 : 0.6);
+}
+
+/* Breaks text at spaces into at most max_lines lines of at most max_px (a word longer than that stands alone);
+ * each line is (start, length) into text. Returns the number of lines; text past the last line is dropped. */
+static int wrap_lines(const char *text, double px, bool bold, double max_px, int max_lines, const char **start,
+                      size_t *len) {
+    int n = 0;
+    const char *p = text;
+    while (*p && n < max_lines) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        size_t take = strcspn(p, " "); /* the first word, whatever its width */
+        for (;;) {
+            const size_t next = take + strspn(p + take, " ");
+            if (!p[next]) break;
+            const size_t word = strcspn(p + next, " ");
+            if (text_px(p, next + word, px, bold) > max_px) break;
+            take = next + word;
+        }
+        start[n] = p;
+        len[n++] = take;
+        p += take;
+    }
+    return n;
+}
+
+static void put_lines(StrBuf *b, const char *const *start, const size_t *len, int n, double x, double y0, double dy,
+                      const char *attrs) {
+    for (int i = 0; i < n; i++) {
+        char line[512];
+        snprintf(line, sizeof line, "%.*s", (int)(len[i] < sizeof line ? len[i] : sizeof line - 1), start[i]);
+        sb_printf(b, "<text x=\"%.0f\" y=\"%.0f\"%s>", x, y0 + i * dy, attrs);
+        sb_put_escaped(b, line);
+        sb_puts(b, "</text>\n");
+    }
+}
+
 void svg_heatmap_scaled(StrBuf *b, const double *values, int rows, int cols, const char *const *col_labels,
                         const HeatmapStyle *style, double scale_max) {
     double vmax = 0;
@@ -125,15 +169,66 @@ void svg_heatmap_scaled(StrBuf *b, const double *values, int rows, int cols, con
     const double scale = scale_max > 0 ? scale_max : (vmax > 0 ? vmax : 1.0);
     const double bar_top = scale_max > 0 ? scale_max : vmax;
     const int clipped = scale_max > 0 && vmax > scale_max;
+    const bool compact = style && style->max_width > 0;
 
-    const int cw = cols > 0 ? (cols <= 32 ? 24 : (cols <= 64 ? 14 : 9)) : 24; /* cell size in px */
     const int ch = rows <= 8 ? 36 : (rows <= 24 ? 18 : (rows <= 48 ? 10 : 6));    /* few layers: taller rows */
-    const int left = 70, top = 40, bottom = 110, bar_gap = 24, bar_w = 16, right = 90;
+    /* The colour bar's ticks: 0, half and the top ("\u2265top" when brighter cells saturate); compact with 3
+     * significant digits. */
+    char ticks[3][48];
+    double tick_w = 0;
+    for (int k = 0; k <= 2; k++) {
+        char t[32];
+        if (compact && bar_top * k / 2.0 != 0) snprintf(t, sizeof t, "%.3g", bar_top * k / 2.0);
+        else fmt_tick(bar_top * k / 2.0, t, sizeof t);
+        snprintf(ticks[k], sizeof ticks[k], "%s%s", k == 2 && clipped ? "\u2265" : "", t);
+        tick_w = fmax(tick_w, text_px(ticks[k], strlen(ticks[k]), 11, false));
+    }
+    /* Compact: narrow margins, the colour bar's label right of its ticks, and the cells as wide as the rest allows. */
+    const int left = compact ? 36 : 70, bar_gap = compact ? 8 : 24, bar_w = compact ? 10 : 16;
+    const int bar_label_dx = compact ? 6 + (int)ceil(tick_w) + 10 : 60; /* from the bar's right edge */
+    const int right = compact ? bar_label_dx + 8 : 90;
+    int cw = cols > 0 ? (cols <= 32 ? 24 : (cols <= 64 ? 14 : 9)) : 24; /* cell size in px */
+    if (compact) {
+        const int room = style->max_width - left - bar_gap - bar_w - right;
+        cw = cols > 0 && room / cols < cw ? room / cols : cw;
+        if (cw < 2) cw = 2;
+    }
+    /* Column labels are rotated 45 degrees: 11 px text needs about 16 px between columns, so a narrow map labels
+     * every k-th column only. */
+    const int label_step = compact && cw < 16 ? (16 + cw - 1) / cw : 1;
+    double label_depth = 0; /* how far the rotated labels reach below the plot */
+    for (int c = 0; col_labels && c < cols; c += label_step) {
+        const double w = text_px(col_labels[c], strlen(col_labels[c]), 11, false) * 0.7071;
+        if (w > label_depth) label_depth = w;
+    }
     const int plot_w = cols * cw, plot_h = rows * ch;
     int width = left + plot_w + bar_gap + bar_w + right;
+    if (compact && width < style->max_width) width = style->max_width;
+    /* The title (14 px bold; compact: 12 px, up to two lines) and the x label (compact: up to three lines). */
+    const char *title_at[2], *xl_at[3];
+    size_t title_len[2], xl_len[3];
+    int n_title = 0, n_xl = 0;
+    if (style && style->title) {
+        if (compact) n_title = wrap_lines(style->title, 12, true, width - left - 4, 2, title_at, title_len);
+        else {
+            title_at[0] = style->title;
+            title_len[0] = strlen(style->title);
+            n_title = 1;
+        }
+    }
+    if (style && style->x_label) {
+        if (compact) n_xl = wrap_lines(style->x_label, 11, false, width - 8, 3, xl_at, xl_len);
+        else {
+            xl_at[0] = style->x_label;
+            xl_len[0] = strlen(style->x_label);
+            n_xl = 1;
+        }
+    }
+    const int top = compact ? 14 + 15 * n_title : 40;
+    const int bottom = compact ? 14 + (int)ceil(label_depth) + 14 * n_xl + 6 : 110;
     const int height = top + plot_h + bottom;
     /* Wide enough for the title (about 8 px per character at 14 px bold). */
-    if (style && style->title) {
+    if (!compact && style && style->title) {
         int title_w = left + 8 * (int)strlen(style->title) + 20;
         if (title_w > width) width = title_w;
     }
@@ -141,11 +236,12 @@ void svg_heatmap_scaled(StrBuf *b, const double *values, int rows, int cols, con
     sb_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                  "font-family=\"sans-serif\" font-size=\"11\">\n", width, height, width, height);
     sb_puts(b, "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
-    if (style && style->title) {
+    if (n_title && !compact) {
         sb_printf(b, "<text x=\"%d\" y=\"22\" font-size=\"14\" font-weight=\"bold\">", left);
         sb_put_escaped(b, style->title);
         sb_puts(b, "</text>\n");
-    }
+    } else if (n_title)
+        put_lines(b, title_at, title_len, n_title, 4, 16, 15, " font-size=\"12\" font-weight=\"bold\"");
     /* Cells: row r at y = top + (rows-1-r)*ch so that row 0 is at the bottom. */
     for (int r = 0; r < rows; r++) {
         for (int c = 0; c < cols; c++) {
@@ -174,24 +270,26 @@ void svg_heatmap_scaled(StrBuf *b, const double *values, int rows, int cols, con
         sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" dominant-baseline=\"middle\">%d</text>\n", left - 6,
                   top + (rows - 1 - r) * ch + ch / 2, r);
     if (style && style->y_label) {
-        sb_printf(b, "<text transform=\"translate(18,%d) rotate(-90)\" text-anchor=\"middle\">", top + plot_h / 2);
+        sb_printf(b, "<text transform=\"translate(%d,%d) rotate(-90)\" text-anchor=\"middle\">", compact ? 12 : 18,
+                  top + plot_h / 2);
         sb_put_escaped(b, style->y_label);
         sb_puts(b, "</text>\n");
     }
     /* Column labels, rotated 45 degrees as in the paper's figures. */
     if (col_labels) {
-        for (int c = 0; c < cols; c++) {
+        for (int c = 0; c < cols; c += label_step) {
             sb_printf(b, "<text transform=\"translate(%d,%d) rotate(-45)\" text-anchor=\"end\">",
                       left + c * cw + cw / 2 + 3, top + plot_h + 10);
             sb_put_escaped(b, col_labels[c]);
             sb_puts(b, "</text>\n");
         }
     }
-    if (style && style->x_label) {
+    if (n_xl && !compact) {
         sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", left + plot_w / 2, height - 8);
         sb_put_escaped(b, style->x_label);
         sb_puts(b, "</text>\n");
-    }
+    } else if (n_xl)
+        put_lines(b, xl_at, xl_len, n_xl, 4, height - 8 - 14 * (n_xl - 1), 14, "");
     /* Colour bar: a vertical gradient from 0 (bottom) to the map max (top). */
     const int bx = left + plot_w + bar_gap;
     /* The gradient id must be unique when several maps are inlined into one HTML page, and the same for the same
@@ -212,17 +310,13 @@ void svg_heatmap_scaled(StrBuf *b, const double *values, int rows, int cols, con
     sb_puts(b, "</linearGradient></defs>\n");
     sb_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"url(#cbar%016llx)\" stroke=\"black\"/>\n",
               bx, top, bar_w, plot_h, (unsigned long long)gid);
-    for (int s = 0; s <= 2; s++) {
-        char t[32], shown[40];
-        fmt_tick(bar_top * s / 2.0, t, sizeof t);
-        /* brighter cells exist: the top colour means "this or more" */
-        snprintf(shown, sizeof shown, "%s%s", s == 2 && clipped ? "\u2265" : "", t);
+    for (int s = 0; s <= 2; s++) { /* brighter cells exist: the top colour means "this or more" */
         int y = top + plot_h - (int)lround(plot_h * s / 2.0);
         sb_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>", bx + bar_w, y, bx + bar_w + 4, y);
-        sb_printf(b, "<text x=\"%d\" y=\"%d\" dominant-baseline=\"middle\">%s</text>\n", bx + bar_w + 6, y, shown);
+        sb_printf(b, "<text x=\"%d\" y=\"%d\" dominant-baseline=\"middle\">%s</text>\n", bx + bar_w + 6, y, ticks[s]);
     }
     if (style && style->bar_label) {
-        sb_printf(b, "<text transform=\"translate(%d,%d) rotate(-90)\" text-anchor=\"middle\">", bx + bar_w + 60,
+        sb_printf(b, "<text transform=\"translate(%d,%d) rotate(-90)\" text-anchor=\"middle\">", bx + bar_w + bar_label_dx,
                   top + plot_h / 2);
         sb_put_escaped(b, style->bar_label);
         sb_puts(b, "</text>\n");

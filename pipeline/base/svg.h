@@ -31,6 +31,11 @@ typedef struct {
     const char *y_label;  /* e.g. "layer (input of application l)" */
     const char *bar_label; /* e.g. "L2 distance" */
     int mark_from_col;    /* columns >= this are outlined as answer-predicting positions; -1 = none */
+    /* > 0: the map is exactly this wide, so that several fit side by side in one row of a page: the cells as wide as
+     * the width leaves them (at least 2 px), every k-th column labelled (k such that the rotated labels do not
+     * overlap; each cell's label stays in its hover title), the title and axis label wrapped onto short lines, the
+     * text still 11 px or more. 0: the natural size (cells 9-24 px wide, every column labelled). */
+    int max_width;
 } HeatmapStyle;
 void svg_heatmap(StrBuf *b, const double *values, int rows, int cols, const char *const *col_labels,
                  const HeatmapStyle *style);

@@ -10,6 +10,7 @@
 #include "pipeline/base/log.h"
 #include "pipeline/records/run_dirs.h"
 #include "pipeline/records/run_identity.h"
+#include "pipeline/records/run_metrics.h"
 #include "pipeline/base/stats.h"
 
 /* Reads DIR/predictions.jsonl and DIR/analysis.json when they exist (neither is required for a diff: one that does
@@ -30,14 +31,11 @@ static int load_run_extras(DiffSide *s, const char *dir, const char *name, char 
     }
     char apath[4200];
     snprintf(apath, sizeof apath, "%s/analysis.json", dir);
-    AnalysisRecord an;
-    if (run_file_present(apath) && analysis_record_load(&an, apath, perr, sizeof perr) == 0) {
-        if (an.enabled) {
-            s->has_analysis = true;
-            snprintf(s->analysis_name, sizeof s->analysis_name, "%s", an.summary_name);
-            s->analysis_value = an.summary_value;
-        }
-        analysis_record_free(&an);
+    if (run_file_present(apath) && analysis_record_load(&s->analysis, apath, perr, sizeof perr) == 0) {
+        s->has_analysis = true;
+        snprintf(apath, sizeof apath, "%s/%s", dir, DEPTH_PROMPTS_FILE_NAME);
+        if (s->analysis.enabled && run_file_present(apath) && depth_prompts_load(&s->depth, apath, perr, sizeof perr) == 0)
+            s->has_depth_prompts = true;
     }
     return 0;
 }
@@ -86,6 +84,8 @@ int diff_side_load(DiffSide *s, const char *arg, char *err, size_t errlen) {
 void diff_side_free(DiffSide *s) {
     result_record_free(&s->rec);
     if (s->has_predictions) prediction_table_free(&s->pred);
+    if (s->has_analysis) analysis_record_free(&s->analysis);
+    if (s->has_depth_prompts) depth_prompts_free(&s->depth);
     memset(s, 0, sizeof *s);
 }
 
@@ -206,20 +206,29 @@ void run_diff_compute(const DiffSide *a, const DiffSide *b, int replicates, unsi
                  "a predictions.jsonl older or newer than its result.json?",
                  n_inconsistent, first_inconsistent);
     }
-    /* Numbers a diff shows but compare does not gate (they vary run to run, or come from analysis.json). */
-    DiffRow *r = add_row(out, "training.tokens_per_s");
-    r->in_a = r->in_b = true;
-    r->a = a->rec.training.tokens_per_s;
-    r->b = b->rec.training.tokens_per_s;
-    if (a->has_analysis || b->has_analysis) {
-        char name[128];
-        snprintf(name, sizeof name, "analysis.%s", a->has_analysis ? a->analysis_name : b->analysis_name);
-        r = add_row(out, name);
-        r->in_a = a->has_analysis && (!b->has_analysis || strcmp(a->analysis_name, b->analysis_name) == 0);
-        r->in_b = b->has_analysis && (!a->has_analysis || strcmp(a->analysis_name, b->analysis_name) == 0);
-        r->a = a->analysis_value;
-        r->b = b->analysis_value;
+    /* The numbers a diff shows but compare does not gate (run_metrics.h: the names runs.csv uses too; wall times and
+     * throughput vary run to run, the depth summaries come from analysis.json and depth_prompts.json). */
+    RunMetricList xa = {0}, xb = {0};
+    run_metrics_described(&a->rec, a->has_analysis ? &a->analysis : NULL, a->has_depth_prompts ? &a->depth : NULL,
+                          &xa);
+    run_metrics_described(&b->rec, b->has_analysis ? &b->analysis : NULL, b->has_depth_prompts ? &b->depth : NULL,
+                          &xb);
+    for (int i = 0; i < xa.n; i++) {
+        DiffRow *r = add_row(out, xa.m[i].name);
+        const RunMetric *y = run_metrics_find(&xb, xa.m[i].name);
+        r->in_a = true;
+        r->a = xa.m[i].value;
+        r->in_b = y != NULL;
+        r->b = y ? y->value : 0;
     }
+    for (int i = 0; i < xb.n; i++)
+        if (!run_metrics_find(&xa, xb.m[i].name)) {
+            DiffRow *r = add_row(out, xb.m[i].name);
+            r->in_b = true;
+            r->b = xb.m[i].value;
+        }
+    run_metrics_free(&xa);
+    run_metrics_free(&xb);
     free(values);
     record_metrics_free(&ma);
     record_metrics_free(&mb);

@@ -1,6 +1,7 @@
 /* What differs between two runs (bin/compare --diff A B): the config keys whose values differ (each result.json's
- * "config"), then every metric of the records (compare_metrics.h: counts, final training loss, accuracy and mean
- * answer loss per set and per module) with A, B and the change B - A, and, where both runs have predictions.jsonl
+ * "config"), then every named number of the runs (run_metrics.h, the names runs.csv uses: counts, final training
+ * loss, accuracy and mean answer loss per set and per module, wall times and throughput, the depth summaries of
+ * analysis.json and depth_prompts.json) with A, B and the change B - A, and, where both runs have predictions.jsonl
  * on the same examples, a paired 95% bootstrap interval of the change over those examples. A diff is a description,
  * not a gate: it judges nothing. */
 #ifndef PIPELINE_RUN_DIFF_H
@@ -10,6 +11,7 @@
 #include <stdio.h>
 
 #include "pipeline/records/config_diff.h"
+#include "pipeline/records/depth_prompts_record.h"
 #include "pipeline/records/predictions_read.h"
 #include "pipeline/records/result_record.h"
 
@@ -29,15 +31,17 @@ typedef struct {
     PredictionTable pred;
     char pred_path[4096];
     char no_predictions[1100]; /* why has_predictions is false */
-    bool has_analysis;         /* analysis.json present, readable and enabled */
-    char analysis_name[64];
-    double analysis_value;
+    bool has_analysis;         /* analysis.json present and readable (a disabled one has no depth summary) */
+    AnalysisRecord analysis;
+    bool has_depth_prompts;    /* depth_prompts.json present and readable, beside an enabled analysis */
+    DepthPromptsRecord depth;
 } DiffSide;
 
 /* Loads one side; returns 0, or -1 with err naming the argument and what is missing or wrong (nothing is left to
  * free then). The record must be of the run its path names (record_owner_check, run_identity.h: run = the
  * directory's or the baseline's own name, experiment = the name of the directory holding it). A missing or
- * unreadable predictions.jsonl or analysis.json is not an error (no_predictions says why; no analysis row), but
+ * unreadable predictions.jsonl, analysis.json or depth_prompts.json is not an error (no_predictions says why; no
+ * depth rows), but
  * predictions of another run or code_version than the record are (prediction_table_check_record). */
 int diff_side_load(DiffSide *s, const char *arg, char *err, size_t errlen);
 void diff_side_free(DiffSide *s);

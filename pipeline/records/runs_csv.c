@@ -16,6 +16,7 @@
 #include "pipeline/records/result_record.h"
 #include "pipeline/records/run_dirs.h"
 #include "pipeline/records/run_identity.h"
+#include "pipeline/records/run_metrics.h"
 
 /* ---------------------------------------------------------------- names and values ------------------------ */
 
@@ -106,31 +107,39 @@ static void row_free(RunRow *r) {
     kv_free(&r->metrics);
 }
 
-static void add_metrics(KeyValues *m, const ResultRecord *rec) {
-    kv_add(m, "mean_accuracy", number_text(rec->evaluation.mean_accuracy));
-    char key[512];
-    for (int s = 0; s < EVAL_N_SETS; s++) {
-        const SetEval *se = &rec->evaluation.sets[s];
-        snprintf(key, sizeof key, "acc.%s", EVAL_SET_NAMES[s]);
-        kv_add(m, key, number_text(se->accuracy));
-        snprintf(key, sizeof key, "n.%s", EVAL_SET_NAMES[s]);
-        kv_add(m, key, long_text(se->n));
-        snprintf(key, sizeof key, "answer_loss.%s", EVAL_SET_NAMES[s]);
-        kv_add(m, key, number_text(se->mean_answer_loss));
+/* The run's named numbers (run_metrics.h: the names make diff shows too), less those that are identity columns
+ * (n_params). */
+static void add_metrics(KeyValues *m, const ResultRecord *rec, const AnalysisRecord *analysis,
+                        const DepthPromptsRecord *depth) {
+    RunMetricList l = {0};
+    run_metrics_all(rec, analysis, depth, &l);
+    for (int i = 0; i < l.n; i++) {
+        bool fixed = false;
+        for (int f = 0; f < N_FIXED && !fixed; f++) fixed = strcmp(FIXED_COLS[f], l.m[i].name) == 0;
+        if (!fixed) kv_add(m, l.m[i].name, number_text(l.m[i].value));
     }
-    for (int s = 0; s < EVAL_N_SETS; s++) {
-        const SetEval *se = &rec->evaluation.sets[s];
-        for (int k = 0; k < se->n_modules; k++) {
-            snprintf(key, sizeof key, "acc.%s.%s", EVAL_SET_NAMES[s], se->modules[k].name);
-            kv_add(m, key, number_text(se->modules[k].accuracy));
-        }
-    }
-    kv_add(m, "training.steps", long_text(rec->training.steps));
-    kv_add(m, "training.tokens", long_text(rec->training.tokens));
-    kv_add(m, "training.wall_time_s", number_text(rec->training.wall_time_s));
-    kv_add(m, "training.tokens_per_s", number_text(rec->training.tokens_per_s));
-    kv_add(m, "training.final_train_loss", number_text(rec->training.final_train_loss));
-    kv_add(m, "evaluation.wall_time_s", number_text(rec->evaluation.wall_time_s));
+    run_metrics_free(&l);
+}
+
+/* The run's depth records beside result.json: analysis.json where present, and depth_prompts.json where present
+ * beside an enabled analysis (the report's rule). A record that does not load, or of another run or experiment, is an
+ * error naming the file, as for result.json. */
+static int load_depth_records(const char *dir, const char *name, const char *experiment, AnalysisRecord *ana,
+                              bool *has_ana, DepthPromptsRecord *depth, bool *has_depth, char *err, size_t errlen) {
+    char path[4500];
+    snprintf(path, sizeof path, "%s/analysis.json", dir);
+    if (!run_file_present(path)) return 0;
+    if (analysis_record_load(ana, path, err, errlen) != 0) return -1;
+    *has_ana = true;
+    if (record_owner_check(path, ana->run, ana->experiment, name, "the directory", experiment, "result.json", err,
+                           errlen) != 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/%s", dir, DEPTH_PROMPTS_FILE_NAME);
+    if (!ana->enabled || !run_file_present(path)) return 0;
+    if (depth_prompts_load(depth, path, err, errlen) != 0) return -1;
+    *has_depth = true;
+    return record_owner_check(path, depth->run, depth->experiment, name, "the directory", experiment, "result.json",
+                              err, errlen);
 }
 
 /* Reads runs_dir/name/result.json into row. 0 or -1 with err naming the file. */
@@ -144,6 +153,9 @@ static int row_load(RunRow *row, const char *runs_dir, const char *name, char *e
     ResultRecord rec;
     memset(&rec, 0, sizeof rec);
     RecordIdentity id;
+    AnalysisRecord ana;
+    DepthPromptsRecord depth;
+    bool has_ana = false, has_depth = false;
     int rc = -1;
     if (result_record_from_json(&rec, j, path, err, errlen) != 0) goto out;
     if (record_identity_read(j, path, &id, err, errlen) != 0) goto out;
@@ -174,7 +186,10 @@ static int row_load(RunRow *row, const char *runs_dir, const char *name, char *e
     row->fixed[COL_N_PARAMS] = long_text(rec.n_params);
     snprintf(row->experiment, sizeof row->experiment, "%s", rec.experiment);
     flatten(&row->config, "", rec.config);
-    add_metrics(&row->metrics, &rec);
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/%s", runs_dir, name); /* as path above: runs_dir and a directory name fit */
+    if (load_depth_records(dir, name, rec.experiment, &ana, &has_ana, &depth, &has_depth, err, errlen) != 0) goto out;
+    add_metrics(&row->metrics, &rec, has_ana ? &ana : NULL, has_depth ? &depth : NULL);
     /* a config key is never a fixed or metric column's name (cannot happen with the project's configs: their
      * top-level keys are sections and "description"), so no cell is ambiguous */
     for (int i = 0; i < row->config.n; i++) {
@@ -188,6 +203,8 @@ static int row_load(RunRow *row, const char *runs_dir, const char *name, char *e
     }
     rc = 0;
 out:
+    if (has_ana) analysis_record_free(&ana);
+    if (has_depth) depth_prompts_free(&depth);
     result_record_free(&rec);
     cJSON_Delete(j);
     return rc;

@@ -15,10 +15,11 @@
  *   arch, loss_mode, backend (evaluation), code_version, n_params
  *   <config keys>  every key of the record's effective config, flattened with "." ("model.d_model"), the union over
  *                  the runs in the order they appear; arrays as their JSON text, empty where a run lacks the key
- *   mean_accuracy, then per set (interpolate, extrapolate): acc.<set>, n.<set> (examples), answer_loss.<set> (mean
- *                  summed answer-token cross-entropy, nats); then acc.<set>.<module> for every module of the runs;
- *                  then training.steps, training.tokens, training.wall_time_s, training.tokens_per_s,
- *                  training.final_train_loss, evaluation.wall_time_s
+ *   <metrics>      the run's named numbers (run_metrics.h: the names make diff prints, e.g. interpolate.accuracy,
+ *                  extrapolate.MODULE.mean_answer_loss, training.final_train_loss, evaluation.wall_time_s), the
+ *                  union over the runs in the order they appear, n_params left out (an identity column above); with
+ *                  the depth scores of analysis.json (analysis.depth_fraction) and depth_prompts.json
+ *                  (depth_prompts.n, depth_prompts.VECTOR.MEASURE), empty for a run without them
  * Cells: RFC 4180 (a field holding a comma, a double quote, CR or LF is quoted, its quotes doubled; records end with
  * CRLF), numbers with '.' as the decimal point in the shortest form that reads back to the same double
  * (pipeline/base/exact_number.h), booleans true/false, an empty cell for a missing or non-finite value. */
@@ -36,8 +37,9 @@ typedef struct {
 } RunsTable;
 
 /* Reads every run of runs_dir into t (rows and columns as above). A run that cannot be read (run_dirs.h), a
- * result.json that does not load, a record of another run (record_owner_check, run_identity.h), records of different
- * experiments, or a config key that would name a fixed column is an error naming the file: -1 with err, t empty.
+ * result.json, analysis.json or depth_prompts.json that does not load, a record of another run (record_owner_check,
+ * run_identity.h), records of different experiments, or a config key that would name a fixed column is an error naming
+ * the file: -1 with err, t empty.
  * A runs directory without any run is an error too (there is nothing to export). */
 int runs_table_load(RunsTable *t, const char *runs_dir, char *err, size_t errlen);
 void runs_table_free(RunsTable *t);

@@ -220,7 +220,7 @@ static void fmt_level(char *out, size_t cap, const BootstrapResult *b) {
 
 /* ---------------------------------------------------------------- the verdict line ------------------------- */
 
-Verdict depth_prompts_verdict_line(Doc *d, const ReportInput *in, int k) {
+Verdict depth_prompts_verdict_line(Doc *d, const ReportInput *in, int k, VerdictWhy *why) {
     const DepthClaim *c = &DEPTH_CLAIMS[k];
     const RunGroup *a = kind(in, c->arch_a, c->mode_a), *b = kind(in, c->arch_b, c->mode_b);
     DepthPromptsDiff dd;
@@ -250,6 +250,7 @@ Verdict depth_prompts_verdict_line(Doc *d, const ReportInput *in, int k) {
                      "prompt (the paper's counterfactual vector): %s. Ours: %s.",
                   c->claim, a ? a->run_config : "missing", b ? b->run_config : "missing", verdict_label(dd.verdict),
                   nums);
+    *why = dd.ok ? verdict_direction_why(dd.lo, dd.hi, dd.n_seeds, +1) : VERDICT_WHY_NO_DATA;
     return dd.verdict;
 }
 
@@ -337,8 +338,9 @@ static void mean_maps_row(Doc *d, const ReportInput *in) {
         snprintf(title, sizeof title, "%s: mean erasure map", g->label);
         snprintf(files[j], sizeof files[j], "depth_mean_%s.svg", g->label);
         snprintf(heads[j], sizeof heads[j], "%s (%s)", PAPER_HEADLINE[j].label, g->label);
+        /* one row of four at 1280 px */
         HeatmapStyle st = {title, "question position (share of the question), then the answer-predicting positions",
-                           "layer", "mean L2 distance", K};
+                           "layer", "mean L2 distance", K, doc_row_figure_width(4)};
         sb_init(&svgs[j]);
         svg_heatmap_scaled(&svgs[j], maps[j], rows[j], cols[j], (const char *const *)labels, &st, scale);
         svgp[j] = &svgs[j];

@@ -2,6 +2,7 @@
 #include "pipeline/report/report_doc.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,14 +19,81 @@ void md_escape(StrBuf *b, const char *s) {
     }
 }
 
+void doc_anchor_slug(const char *text, char *out, size_t cap) {
+    size_t o = 0;
+    for (const char *p = text; *p && o + 1 < cap; p++) {
+        const unsigned char c = (unsigned char)*p;
+        if (c >= 'A' && c <= 'Z') out[o++] = (char)(c - 'A' + 'a');
+        else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_') out[o++] = (char)c;
+        else if (c == ' ') out[o++] = '-';
+    }
+    out[o] = '\0';
+    if (o == 0) snprintf(out, cap, "section");
+}
+
+/* The heading's id, unique among the anchors recorded so far, and recorded with it. */
+static void anchor_add(Doc *d, int level, const char *text, char *id, size_t cap) {
+    char base[256];
+    doc_anchor_slug(text, base, sizeof base);
+    snprintf(id, cap, "%s", base);
+    DocAnchors *a = d->anchors;
+    if (!a) return;
+    for (int k = 1;; k++) {
+        bool taken = false;
+        for (int i = 0; i < a->n && !taken; i++) taken = strcmp(a->id[i], id) == 0;
+        if (!taken) break;
+        snprintf(id, cap, "%s-%d", base, k);
+    }
+    if (a->n == a->cap) {
+        a->cap = a->cap ? 2 * a->cap : 32;
+        a->level = xrealloc(a->level, (size_t)a->cap * sizeof *a->level);
+        a->text = xrealloc(a->text, (size_t)a->cap * sizeof *a->text);
+        a->id = xrealloc(a->id, (size_t)a->cap * sizeof *a->id);
+    }
+    a->level[a->n] = level;
+    a->text[a->n] = xstrdup(text);
+    a->id[a->n++] = xstrdup(id);
+}
+
+void doc_anchors_free(DocAnchors *a) {
+    for (int i = 0; i < a->n; i++) {
+        free(a->text[i]);
+        free(a->id[i]);
+    }
+    free(a->level);
+    free(a->text);
+    free(a->id);
+    memset(a, 0, sizeof *a);
+}
+
 void doc_heading(Doc *d, int level, const char *text) {
+    char id[300];
+    anchor_add(d, level, text, id, sizeof id);
     for (int i = 0; i < level; i++) sb_puts(&d->md, "#");
     sb_puts(&d->md, " ");
     md_escape(&d->md, text);
     sb_puts(&d->md, "\n\n");
-    sb_printf(&d->html, "<h%d>", level);
+    sb_printf(&d->html, "<h%d id=\"%s\">", level, id);
     sb_put_escaped(&d->html, text);
     sb_printf(&d->html, "</h%d>\n", level);
+}
+
+void doc_toc(Doc *d, const DocAnchors *a, int from, int to, int max_level) {
+    sb_puts(&d->md, "**Contents**\n\n");
+    sb_puts(&d->html, "<nav class=\"toc\"><b>Contents:</b> ");
+    int shown = 0;
+    for (int i = from; i < to && i < a->n; i++) {
+        if (a->level[i] > max_level) continue;
+        sb_puts(&d->md, "- [");
+        md_escape(&d->md, a->text[i]);
+        sb_printf(&d->md, "](#%s)\n", a->id[i]);
+        if (shown++) sb_puts(&d->html, " \u00b7 ");
+        sb_printf(&d->html, "<a href=\"#%s\">", a->id[i]);
+        sb_put_escaped(&d->html, a->text[i]);
+        sb_puts(&d->html, "</a>");
+    }
+    sb_puts(&d->md, "\n");
+    sb_puts(&d->html, "</nav>\n");
 }
 
 void doc_para(Doc *d, const char *fmt, ...) {
@@ -101,11 +169,13 @@ void doc_table_row_titled(Doc *d, int n, const char *const *cells, const char *c
 }
 
 void doc_details_begin(Doc *d, int level, const char *summary) {
+    char id[300];
+    anchor_add(d, level, summary, id, sizeof id);
     for (int i = 0; i < level; i++) sb_puts(&d->md, "#");
     sb_puts(&d->md, " ");
     md_escape(&d->md, summary);
     sb_puts(&d->md, "\n\n");
-    sb_printf(&d->html, "<details><summary><h%d>", level);
+    sb_printf(&d->html, "<details><summary><h%d id=\"%s\">", level, id);
     sb_put_escaped(&d->html, summary);
     sb_printf(&d->html, "</h%d></summary>\n", level);
 }

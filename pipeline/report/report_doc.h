@@ -9,13 +9,34 @@
 
 #include "pipeline/base/svg.h"
 
+/* The headings of one document, in the order they were written: each with the anchor id it got, for the table of
+ * contents. Shared by the parts of a document written apart (doc_append), so that every id stays unique. */
+typedef struct {
+    int n, cap;
+    int *level;
+    char **text, **id;
+} DocAnchors;
+
 typedef struct {
     StrBuf md, html;
     const char *out_dir;
     int n_figures;
+    DocAnchors *anchors; /* NULL: headings still get ids, unique only by their text */
 } Doc;
 
+/* A heading's anchor as GitHub makes it from Markdown, so that a "#id" link works in report.md on GitHub and in
+ * report.html alike: lower case, ASCII letters, digits, '-' and '_' kept, each space a '-', everything else dropped
+ * ("What's new? (1)" -> "whats-new-1"; "section" when nothing is left). */
+void doc_anchor_slug(const char *text, char *out, size_t cap);
+void doc_anchors_free(DocAnchors *a);
+/* The table of contents: a link to every heading of level <= max_level among the recorded ones [from, to) (the
+ * sections it lists): in the Markdown a list under "Contents", in the HTML one <nav> paragraph of links (a few lines
+ * at 1280 px, so that it fits the first screen). */
+void doc_toc(Doc *d, const DocAnchors *a, int from, int to, int max_level);
+
 void md_escape(StrBuf *b, const char *s);
+/* A heading; in the HTML with its anchor id (doc_anchor_slug, "-1", "-2", ... appended to a repeated one, as GitHub
+ * does), recorded in d->anchors. */
 void doc_heading(Doc *d, int level, const char *text);
 void doc_para(Doc *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void doc_list_begin(Doc *d);
@@ -41,6 +62,12 @@ void doc_figure(Doc *d, const char *file, const StrBuf *svg, const char *caption
  * image links under the given column headers (so the text stays readable). */
 void doc_figure_row(Doc *d, int n, const char *const *files, const StrBuf *const *svgs, const char *const *headers,
                     const char *caption);
+
+/* The HTML page's text column and the gap between the figures of a row (report_document.c's CSS: body, .figrow):
+ * a figure at most doc_row_figure_width(n) px wide stands in one row with n - 1 others at 1280 px. */
+#define DOC_PAGE_WIDTH 1220
+#define DOC_FIGURE_GAP 8
+static inline int doc_row_figure_width(int n) { return (DOC_PAGE_WIDTH - DOC_FIGURE_GAP * (n - 1)) / n; }
 
 /* "12.3% [10.1, 14.8] (n=400)" */
 void fmt_acc(char *out, size_t n, double acc, const double ci[2], long count);

@@ -66,6 +66,76 @@ void section_config_diff(Doc *d, const ReportInput *in) {
     free(runs);
 }
 
+/* A JSON value of a config as the line shows it: a string without its quotes. */
+static void shown_value(const char *json, char *out, size_t cap) {
+    const size_t n = strlen(json);
+    if (n >= 2 && json[0] == '"' && json[n - 1] == '"') snprintf(out, cap, "%.*s", (int)(n - 2), json + 1);
+    else snprintf(out, cap, "%s", json);
+}
+
+/* Keys the line leaves out: the free text, comments (the variant key ignores them too) and the seed (said apart). */
+static bool line_skips(const char *key) {
+    const char *last = strrchr(key, '.');
+    return strcmp(key, "description") == 0 || strcmp(last ? last + 1 : key, "comment") == 0 ||
+           strcmp(key, "train.seed") == 0;
+}
+
+int report_config_diff_line(const ReportInput *in, char *out, size_t cap) {
+    enum { MAX_NAMED = 16, MAX_VALUES = 4 };
+    out[0] = '\0';
+    int n = 0;
+    const cJSON **cfg = xcalloc((size_t)in->n + 1, sizeof *cfg);
+    for (int i = 0; i < in->n; i++)
+        if (in->runs[i].has_result) cfg[n++] = in->runs[i].res.config;
+    ConfigDiff diff;
+    config_diff((const cJSON *const *)cfg, n, NULL, &diff);
+    free(cfg);
+    char everywhere[4096] = "", somewhere[4096] = "";
+    size_t le = 0, ls = 0;
+    int keys = 0, named = 0;
+    for (int r = 0; r < diff.n_rows; r++) {
+        const ConfigDiffRow *row = &diff.rows[r];
+        if (line_skips(row->key)) continue;
+        keys++;
+        if (named >= MAX_NAMED) continue;
+        named++;
+        bool in_all = true;
+        for (int i = 0; i < n; i++) in_all &= row->values[i] != NULL;
+        if (!in_all) {
+            ls += (size_t)snprintf(somewhere + ls, ls < sizeof somewhere ? sizeof somewhere - ls : 0, "%s%s",
+                                   ls ? ", " : "", row->key);
+            continue;
+        }
+        /* the distinct values in order of appearance */
+        le += (size_t)snprintf(everywhere + le, le < sizeof everywhere ? sizeof everywhere - le : 0, "%s%s (",
+                               le ? ", " : "", row->key);
+        int shown = 0;
+        for (int i = 0; i < n; i++) {
+            bool seen = false;
+            for (int j = 0; j < i && !seen; j++) seen = strcmp(row->values[j], row->values[i]) == 0;
+            if (seen) continue;
+            char v[64];
+            shown_value(row->values[i], v, sizeof v);
+            if (shown++ == MAX_VALUES) {
+                le += (size_t)snprintf(everywhere + le, le < sizeof everywhere ? sizeof everywhere - le : 0,
+                                       " / ...");
+                break;
+            }
+            le += (size_t)snprintf(everywhere + le, le < sizeof everywhere ? sizeof everywhere - le : 0, "%s%s",
+                                   shown > 1 ? " / " : "", v);
+        }
+        le += (size_t)snprintf(everywhere + le, le < sizeof everywhere ? sizeof everywhere - le : 0, ")");
+    }
+    config_diff_free(&diff);
+    snprintf(out, cap, "%s%s%s%s", everywhere, everywhere[0] && somewhere[0] ? "; " : "",
+             somewhere[0] ? "set in some runs only: " : "", somewhere);
+    if (keys > named) {
+        const size_t len = strlen(out);
+        snprintf(out + len, cap - len, "; and %d more", keys - named);
+    }
+    return keys;
+}
+
 /* ---------------------------------------------------------------- provenance ------------------------------- */
 
 typedef const char *(*RunField)(const RunData *r, char *buf, size_t cap);

@@ -43,7 +43,7 @@ static void expert_load_map(Doc *d, const RunGroup *g) {
     char title[256], file[256], caption[768];
     snprintf(title, sizeof title, "%s: expert load per layer application", r->name);
     snprintf(file, sizeof file, "expert_load_%s.svg", r->name);
-    HeatmapStyle st = {title, "expert", "layer application", "load x E", -1};
+    HeatmapStyle st = {title, "expert", "layer application", "load x E", -1, 0};
     StrBuf svg;
     sb_init(&svg);
     svg_heatmap(&svg, rel, A, E, NULL, &st);

@@ -385,7 +385,9 @@ void section_depth(Doc *d, const ReportInput *in) {
                      p->model_correct ? "correct" : "WRONG", p->depth_value);
             snprintf(files[j], sizeof files[j], "depth_%s_%d.svg", r->name, k + 1);
             snprintf(heads[j], sizeof heads[j], "%s (%s)", PAPER_HEADLINE[j].label, r->name);
-            HeatmapStyle st = {ptitle, "input token", "layer", "L2 distance", p->n_positions - p->n_answer};
+            /* one row of four at 1280 px: each map as wide as a quarter of the page leaves it */
+            HeatmapStyle st = {ptitle, "input token", "layer", "L2 distance", p->n_positions - p->n_answer,
+                               doc_row_figure_width(4)};
             sb_init(&svgs[j]);
             svg_heatmap_scaled(&svgs[j], p->scores, p->n_layers, p->n_positions, (const char *const *)p->pieces, &st,
                                scale);
@@ -403,45 +405,63 @@ void section_depth(Doc *d, const ReportInput *in) {
 
 /* ---------------------------------------------------------------- caveats ---------------------------------- */
 
+void report_scale(const ReportInput *in, ReportScale *s) {
+    memset(s, 0, sizeof *s);
+    s->min_params = s->min_tokens = INFINITY;
+    for (int i = 0; i < in->n; i++) {
+        if (!in->runs[i].has_result) continue;
+        const ResultRecord *r = &in->runs[i].res;
+        s->n_runs++;
+        s->min_params = fmin(s->min_params, (double)r->n_params);
+        s->max_params = fmax(s->max_params, (double)r->n_params);
+        s->min_tokens = fmin(s->min_tokens, (double)r->training.tokens);
+        s->max_tokens = fmax(s->max_tokens, (double)r->training.tokens);
+    }
+    char a[32], b[32];
+    fmt_big(a, sizeof a, s->min_params);
+    fmt_big(b, sizeof b, s->max_params);
+    if (s->min_params == s->max_params) snprintf(s->params, sizeof s->params, "%s", b);
+    else snprintf(s->params, sizeof s->params, "%s to %s", a, b);
+    fmt_big(a, sizeof a, s->min_tokens);
+    fmt_big(b, sizeof b, s->max_tokens);
+    if (s->min_tokens == s->max_tokens) snprintf(s->tokens, sizeof s->tokens, "%s", b);
+    else snprintf(s->tokens, sizeof s->tokens, "%s to %s", a, b);
+}
+
+bool report_run_loss_span(const RunData *r, double *first, double *first_step, double *last, double *last_step) {
+    if (!r->has_result || !r->has_metrics || r->n_points < 2) return false;
+    *first = r->ce[0];
+    *first_step = r->step[0];
+    *last = r->ce[r->n_points - 1];
+    *last_step = r->step[r->n_points - 1];
+    return true;
+}
+
 void section_caveats(Doc *d, const ReportInput *in) {
     const RunData *runs = in->runs;
     const int n = in->n;
     doc_heading(d, 2, "What this run can and cannot show");
-    double min_params = INFINITY, max_params = 0, min_tokens = INFINITY, max_tokens = 0;
     long min_head_n = -1;
-    int n_have = 0;
     for (int i = 0; i < n; i++) {
         if (!runs[i].has_result) continue;
         const ResultRecord *r = &runs[i].res;
-        n_have++;
-        min_params = fmin(min_params, (double)r->n_params);
-        max_params = fmax(max_params, (double)r->n_params);
-        min_tokens = fmin(min_tokens, (double)r->training.tokens);
-        max_tokens = fmax(max_tokens, (double)r->training.tokens);
         const ModuleEval *me = set_eval_find_module(&r->evaluation.sets[REPORT_HEADLINE_SET], REPORT_HEADLINE_MODULE);
         if (me && (min_head_n < 0 || me->n < min_head_n)) min_head_n = me->n;
     }
+    ReportScale sc;
+    report_scale(in, &sc);
     doc_list_begin(d);
-    if (n_have == 0) {
+    if (sc.n_runs == 0) {
         doc_list_item(d, "No run has a result record yet: this report shows nothing about the models.");
         doc_list_end(d);
         return;
     }
-    char a[32], b[32], c[32], e[32];
-    fmt_big(a, sizeof a, min_params);
-    fmt_big(b, sizeof b, max_params);
-    fmt_big(c, sizeof c, min_tokens);
-    fmt_big(e, sizeof e, max_tokens);
+    const double max_params = sc.max_params, max_tokens = sc.max_tokens;
     const bool small_model = max_params < VERDICT_SCALE_FRACTION * PAPER_PARAMS;
     const bool short_training = max_tokens < VERDICT_SCALE_FRACTION * PAPER_TOKENS;
-    char params[80], tokens[80];
-    if (min_params == max_params) snprintf(params, sizeof params, "%s", b);
-    else snprintf(params, sizeof params, "%s to %s", a, b);
-    if (min_tokens == max_tokens) snprintf(tokens, sizeof tokens, "%s", e);
-    else snprintf(tokens, sizeof tokens, "%s to %s", c, e);
     doc_list_item(d, "Scale: %s parameters (paper: about 228M, %.0fx more) trained on %s token slots (paper: 64 x "
                      "1024 x 100k = 6.55B; %.2g%% of it at most).",
-                  params, PAPER_PARAMS / fmax(max_params, 1), tokens, 100.0 * max_tokens / PAPER_TOKENS);
+                  sc.params, PAPER_PARAMS / fmax(max_params, 1), sc.tokens, 100.0 * max_tokens / PAPER_TOKENS);
     const int seeds = report_max_seeds(in);
     if (small_model || short_training)
         doc_list_item(d, "These runs cannot reproduce the paper's numbers: the models are %s%s%s than the paper's. "
@@ -456,11 +476,11 @@ void section_caveats(Doc *d, const ReportInput *in) {
     /* Did learning happen? Compare the first and last logged loss of each run. */
     for (int i = 0; i < n; i++) {
         const RunData *r = &runs[i];
-        if (!r->has_result || !r->has_metrics || r->n_points < 2) continue;
-        double first = r->ce[0], last = r->ce[r->n_points - 1];
+        double first, first_step, last, last_step;
+        if (!report_run_loss_span(r, &first, &first_step, &last, &last_step)) continue;
         doc_list_item(d, "%s: training cross-entropy went from %.3f (step %.0f) to %.3f (step %.0f)%s; pooled "
                          "interpolate accuracy %.1f%%, extrapolate %.1f%%.",
-                      r->name, first, r->step[0], last, r->step[r->n_points - 1],
+                      r->name, first, first_step, last, last_step,
                       last < 0.9 * first ? ", so the model learned" : ", so this run shows little or no learning",
                       100 * r->res.evaluation.sets[EVAL_INTERPOLATE].accuracy,
                       100 * r->res.evaluation.sets[EVAL_EXTRAPOLATE].accuracy);

@@ -49,8 +49,8 @@ void section_depth_prompts(Doc *d, const ReportInput *in);
 /* Whether any run has depth_prompts.json. */
 bool report_has_depth_prompts(const ReportInput *in);
 /* The verdict line of depth claim k over the evaluation prompts (depth_fraction, all prompts, the paper's
- * counterfactual vector), written as a list item; returns its verdict. */
-Verdict depth_prompts_verdict_line(Doc *d, const ReportInput *in, int k);
+ * counterfactual vector), written as a list item; returns its verdict, and why in *why. */
+Verdict depth_prompts_verdict_line(Doc *d, const ReportInput *in, int k, VerdictWhy *why);
 void section_provenance(Doc *d, const ReportInput *in);
 /* report_settings.c: the loss-mode effect at every training setting the runs hold (budget, learning rate): pairs that
  * differ in the loss mode alone get the paired effect, others are "not comparable", naming the keys; nothing when the
@@ -81,14 +81,18 @@ typedef struct {
     Verdict depth[4];             /* the depth claims in their order, on the paper's four prompts */
     bool has_depth_prompts;       /* some run has depth_prompts.json: the claims were also judged over its prompts */
     Verdict depth_prompts[4];     /* ... with these verdicts (depth_fraction, the paper's counterfactual vector) */
+    /* why each of those verdicts is what it is (verdict.h), in the same places */
+    VerdictWhy why_headline[4], why_effect_acc[3], why_effect_loss[3], why_interaction_headline, why_depth[4],
+        why_depth_prompts[4];
 } VerdictTally;
 
 /* The verdict lines (and which seeds were left out of them when a config's seeds were not pooled). */
 void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t);
 /* The rules behind them, collapsed (the appendix). */
 void section_verdict_rules(Doc *d);
-/* Two to six lines at the top: what the verdicts say about the paper's question. */
-void section_answer(Doc *d, const ReportInput *in, const VerdictTally *t);
+/* The first screen (report_answer.c): what ran and what differs between the runs, the verdicts with why the
+ * unresolved ones are unresolved, loss and accuracy per configuration, the best point of any sweep. */
+void section_answer(Doc *d, const ReportInput *in, const VerdictTally *t, const char *experiment);
 /* report_variants.c: the table and sweep plots of run configs with more than one variant among the runs (nothing
  * without any). */
 void section_variants(Doc *d, const ReportInput *in);
@@ -103,5 +107,26 @@ void section_config_diff(Doc *d, const ReportInput *in);
 
 /* Largest number of seeds of any run config (0 without results). */
 int report_max_seeds(const ReportInput *in);
+
+/* The size of the runs with a result: parameters and training token slots, least and most, and as text ("922.1k"
+ * or "922.1k to 928.8k"). */
+typedef struct {
+    int n_runs;
+    double min_params, max_params, min_tokens, max_tokens;
+    char params[80], tokens[80];
+} ReportScale;
+void report_scale(const ReportInput *in, ReportScale *s);
+/* The first and last training cross-entropy of metrics.jsonl and their steps; false without two logged points. */
+bool report_run_loss_span(const RunData *r, double *first, double *first_step, double *last, double *last_step);
+/* report_variants.c: the best point of each sweep (a run config trained in more than one configuration): the
+ * configuration with the lowest mean answer loss, named by the values of the config keys that differ among them, e.g.
+ * "moeut_answer at train.lr=0.004: mean answer loss 1.234 nats, accuracy 5.1% (2 seeds; the lowest of its 3
+ * configurations)", joined with "; " over the run configs. false (out "") when no run config has several. */
+bool report_best_sweep_points(const ReportInput *in, char *out, size_t cap);
+/* report_provenance.c: the config keys that differ between the runs with a result, as one line: "model.arch (dense /
+ * moeut), train.lr (0.002 / 0.008); set in some runs only: model.d_ff, model.ff_k" (the description, comments and
+ * train.seed left out: the seeds are said apart); "" when the runs' configs agree. The table of the section "What
+ * differs between the runs" shows every value. Returns the number of keys. */
+int report_config_diff_line(const ReportInput *in, char *out, size_t cap);
 
 #endif

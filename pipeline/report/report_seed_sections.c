@@ -291,7 +291,7 @@ static void setting_phrase(char *out, size_t cap, const ReportInput *in, const C
 }
 
 static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const char *claim, Verdict *on_acc,
-                            Verdict *on_loss) {
+                            Verdict *on_loss, VerdictWhy *why_acc, VerdictWhy *why_loss) {
     const ContrastSpec *spec = &CONTRASTS[contrast];
     const double paper = spec->paper_points / 100;
     char why[1100];
@@ -339,6 +339,10 @@ static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const c
                   claim, loss.n_examples, verdict_label(vl), nl, setting);
     *on_acc = va;
     *on_loss = vl;
+    *why_acc = acc.ok ? verdict_effect_why(acc.verdict_lo, acc.verdict_hi, acc.n_seeds, paper, off_floor)
+                      : VERDICT_WHY_NO_DATA;
+    *why_loss = loss.ok ? verdict_direction_why(loss.verdict_lo, loss.verdict_hi, loss.n_seeds, -1)
+                        : VERDICT_WHY_NO_DATA;
 }
 
 /* The interaction is the difference of the two loss-mode effects, so a resolved interaction can be carried by either
@@ -454,12 +458,14 @@ void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
             doc_list_item(d, "%s, %.0f%% on %s: %s. No result for it (run missing or module not evaluated).", p->label,
                           p->paper_percent, REPORT_HEADLINE_MODULE, verdict_label(VERDICT_NOT_RESOLVED));
             t->headline[k] = VERDICT_NOT_RESOLVED;
+            t->why_headline[k] = VERDICT_WHY_NO_DATA;
             tally(t, VERDICT_NOT_RESOLVED);
             continue;
         }
         const bool scale = verdict_at_paper_scale(params, tokens);
         const Verdict v = verdict_paper_number(lo, hi, p->paper_percent / 100, scale);
         t->headline[k] = v;
+        t->why_headline[k] = verdict_paper_number_why(lo, hi, p->paper_percent / 100, scale);
         t->at_paper_scale |= scale;
         tally(t, v);
         char pp[32], tt[32];
@@ -474,13 +480,13 @@ void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
                               "228M-parameter models");
     }
     effect_verdicts(d, in, CONTRAST_EFFECT_DENSE, "Answer-only loss helps the Transformer (dense_answer - dense_qa > 0)",
-                    &t->effect_acc[0], &t->effect_loss[0]);
+                    &t->effect_acc[0], &t->effect_loss[0], &t->why_effect_acc[0], &t->why_effect_loss[0]);
     effect_verdicts(d, in, CONTRAST_EFFECT_MOEUT, "Answer-only loss helps MoEUT (moeut_answer - moeut_qa > 0)",
-                    &t->effect_acc[1], &t->effect_loss[1]);
+                    &t->effect_acc[1], &t->effect_loss[1], &t->why_effect_acc[1], &t->why_effect_loss[1]);
     effect_verdicts(d, in, CONTRAST_INTERACTION,
                     "Answer-only loss helps MoEUT more than the Transformer ((moeut_answer - moeut_qa) - "
                     "(dense_answer - dense_qa) > 0)",
-                    &t->effect_acc[2], &t->effect_loss[2]);
+                    &t->effect_acc[2], &t->effect_loss[2], &t->why_effect_acc[2], &t->why_effect_loss[2]);
     interaction_decomposition(d, in, QUANTITY_CORRECT);
     interaction_decomposition(d, in, QUANTITY_ANSWER_LOSS);
     for (int k = 0; k < 3; k++) {
@@ -501,6 +507,8 @@ void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
         compute_contrast(in, &CONTRASTS[CONTRAST_INTERACTION], SCOPE_HEADLINE, QUANTITY_CORRECT, &c);
         const Verdict v = c.ok ? verdict_direction(c.verdict_lo, c.verdict_hi, c.n_seeds, +1) : VERDICT_NOT_RESOLVED;
         t->interaction_headline = v;
+        t->why_interaction_headline =
+            c.ok ? verdict_direction_why(c.verdict_lo, c.verdict_hi, c.n_seeds, +1) : VERDICT_WHY_NO_DATA;
         tally(t, v);
         char ours[1600];
         fmt_contrast(ours, sizeof ours, &c);
@@ -524,7 +532,8 @@ void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
             tally(t, VERDICT_NOT_COMPARABLE);
             doc_list_item(d, "Depth (§5): %s, i.e. depth summary of %s > %s: %s: %s. %s.", dc->claim, a->run_config,
                           b->run_config, verdict_label(VERDICT_NOT_COMPARABLE), why, REPORT_NO_VERDICT_REASON);
-            if (t->has_depth_prompts) tally(t, t->depth_prompts[k] = depth_prompts_verdict_line(d, in, k));
+            if (t->has_depth_prompts)
+                tally(t, t->depth_prompts[k] = depth_prompts_verdict_line(d, in, k, &t->why_depth_prompts[k]));
             continue;
         }
         DepthDiff dd;
@@ -532,6 +541,7 @@ void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
         const PairedSeedDiff pd = dd.diff;
         const Verdict v = verdict_direction(dd.verdict_lo, dd.verdict_hi, pd.n, +1);
         t->depth[k] = v;
+        t->why_depth[k] = pd.n == 0 ? VERDICT_WHY_NO_DATA : verdict_direction_why(dd.verdict_lo, dd.verdict_hi, pd.n, +1);
         tally(t, v);
         char nums[1400];
         if (pd.n == 0)
@@ -554,7 +564,8 @@ void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
         const char *name_a = a ? a->run_config : "missing", *name_b = b ? b->run_config : "missing";
         doc_list_item(d, "Depth (§5): %s, i.e. depth summary of %s > %s: %s. Ours: %s.", dc->claim, name_a, name_b,
                       verdict_label(v), nums);
-        if (t->has_depth_prompts) tally(t, t->depth_prompts[k] = depth_prompts_verdict_line(d, in, k));
+        if (t->has_depth_prompts)
+            tally(t, t->depth_prompts[k] = depth_prompts_verdict_line(d, in, k, &t->why_depth_prompts[k]));
     }
     doc_list_end(d);
 }

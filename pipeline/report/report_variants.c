@@ -111,13 +111,41 @@ bool report_split_note(const ReportInput *in, const char *run_config, char *note
 
 /* ---------------------------------------------------------------- variants and sweeps ---------------------- */
 
-/* Mean accuracy (the mean of the two sets) of a group and its 95% interval: across seeds with >= 2 seeds; with one,
- * a bootstrap over the run's evaluation examples (predictions.jsonl), each example weighted by half the inverse of
- * its set's size so that the statistic is the mean of the two sets' accuracies. Returns "seeds" or "examples", or
- * why there is no interval. */
-static const char *group_accuracy(const RunGroup *g, double *mean, double *lo, double *hi) {
+/* Whether the run's predictions.jsonl lists exactly the examples its result record counts (per set: the number and
+ * the correct ones), so that an interval over those examples is about the numbers shown. Returns the sets that have
+ * examples, or 0 with *why set. */
+static int predictions_match_record(const RunData *r, long per_set[EVAL_N_SETS], const char **why) {
+    if (!r->has_predictions || r->pred.n == 0) {
+        *why = "no predictions.jsonl";
+        return 0;
+    }
+    long right[EVAL_N_SETS] = {0};
+    for (int k = 0; k < EVAL_N_SETS; k++) per_set[k] = 0;
+    for (long i = 0; i < r->pred.n; i++) {
+        per_set[r->pred.set[i]]++;
+        right[r->pred.set[i]] += r->pred.correct[i];
+    }
+    int sets = 0;
+    for (int k = 0; k < EVAL_N_SETS; k++) {
+        const SetEval *se = &r->res.evaluation.sets[k];
+        if (per_set[k] != se->n || right[k] != se->correct) {
+            *why = "predictions.jsonl disagrees with result.json";
+            return 0;
+        }
+        sets += per_set[k] > 0;
+    }
+    if (!sets) *why = "no examples";
+    return sets;
+}
+
+/* A group's metric (METRIC_MEAN: the mean of the two sets' accuracies; METRIC_ANSWER_LOSS: the mean answer loss over
+ * every example of both sets) and its 95% interval: across seeds with >= 2 seeds; with one, a bootstrap over the
+ * run's evaluation examples (predictions.jsonl), each example weighted so that the statistic is the metric (an
+ * accuracy example by half the inverse of its set's size). Returns "seeds" or "examples", or why there is no
+ * interval. */
+static const char *group_interval(const RunGroup *g, Metric m, double *mean, double *lo, double *hi) {
     SeedSummary s;
-    report_seed_summary(g, METRIC_MEAN, &s);
+    report_seed_summary(g, m, &s);
     *mean = s.mean;
     *lo = *hi = NAN;
     if (s.n == 0) return "no result";
@@ -127,29 +155,45 @@ static const char *group_accuracy(const RunGroup *g, double *mean, double *lo, d
         return "seeds";
     }
     const RunData *r = g->runs[0];
-    if (!r->has_predictions || r->pred.n == 0) return "no predictions.jsonl";
-    long per_set[EVAL_N_SETS] = {0}, right[EVAL_N_SETS] = {0};
+    long per_set[EVAL_N_SETS];
+    const char *why = NULL;
+    const int sets = predictions_match_record(r, per_set, &why);
+    if (!sets) return why;
+    const bool acc = m == METRIC_MEAN;
+    double *v = xmalloc((size_t)r->pred.n * sizeof *v), sum = 0;
     for (long i = 0; i < r->pred.n; i++) {
-        per_set[r->pred.set[i]]++;
-        right[r->pred.set[i]] += r->pred.correct[i];
+        v[i] = acc ? r->pred.correct[i] * (double)r->pred.n / ((double)sets * (double)per_set[r->pred.set[i]])
+                   : r->pred.answer_loss[i];
+        sum += v[i];
     }
-    /* The interval must be about the accuracy shown: the file has to list exactly the record's examples. */
-    int sets = 0;
-    for (int k = 0; k < EVAL_N_SETS; k++) {
-        const SetEval *se = &r->res.evaluation.sets[k];
-        if (per_set[k] != se->n || right[k] != se->correct) return "predictions.jsonl disagrees with result.json";
-        sets += per_set[k] > 0;
+    /* the losses' mean must be the record's (the counts above cannot tell a stale file by its losses) */
+    if (!acc && fabs(sum / (double)r->pred.n - s.mean) > 1e-6 * fmax(1.0, fabs(s.mean))) {
+        free(v);
+        return "predictions.jsonl disagrees with result.json";
     }
-    double *v = xmalloc((size_t)r->pred.n * sizeof *v);
-    for (long i = 0; i < r->pred.n; i++)
-        v[i] = r->pred.correct[i] * (double)r->pred.n / ((double)sets * (double)per_set[r->pred.set[i]]);
     BootstrapResult b;
     const int rc = hierarchical_bootstrap_mean(v, 1, r->pred.n, REPORT_BOOT_REPLICATES, REPORT_BOOT_RNG_SEED, &b);
     free(v);
     if (rc) return "no examples";
-    *lo = fmax(b.lo, 0.0);
-    *hi = fmin(b.hi, 1.0);
+    *lo = fmax(b.lo, 0.0); /* a fraction, or a loss: never below 0 */
+    *hi = acc ? fmin(b.hi, 1.0) : b.hi;
     return "examples";
+}
+
+/* The group of g[0..n) with the lowest mean answer loss over its seeds: the best point of a sweep (-1 when none has
+ * an answer loss). Ties go to the first in table order. */
+static int best_group(const RunGroup *const *g, int n) {
+    int best = -1;
+    double best_loss = INFINITY;
+    for (int i = 0; i < n; i++) {
+        SeedSummary s;
+        report_seed_summary(g[i], METRIC_ANSWER_LOSS, &s);
+        if (s.n > 0 && s.mean < best_loss) {
+            best_loss = s.mean;
+            best = i;
+        }
+    }
+    return best;
 }
 
 static double mean_final_loss(const RunGroup *g) {
@@ -176,16 +220,26 @@ static int cmp_point(const void *a, const void *b) {
     return c ? c : (p->x > q->x) - (p->x < q->x);
 }
 
-/* Accuracy against the numeric key `row` of the diff, one line per combination of the other differing keys. */
-static void sweep_plot(Doc *d, const char *run_config, int n, const ConfigDiff *diff, int row, const double *acc,
-                       const double *lo, const double *hi) {
-    SweepPoint *p = xcalloc((size_t)n, sizeof *p);
+/* The file name of a sweep plot: sweep_<config>_<key><suffix>.svg, with only [A-Za-z0-9._-] (a config key may hold
+ * any character). */
+static void sweep_file(char *out, size_t cap, const char *run_config, const char *key, const char *suffix) {
+    snprintf(out, cap, "sweep_%s_%s%s.svg", run_config, key, suffix);
+    for (char *c = out; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("._-", *c)))
+            *c = '_';
+}
+
+/* One quantity (y with its interval) against the numeric key `row` of the diff, one line per combination of the other
+ * differing keys, as an SVG in svg. */
+static void sweep_svg(StrBuf *svg, const char *run_config, int n, const ConfigDiff *diff, int row, const double *y,
+                      const double *lo, const double *hi, const char *quantity, const char *y_label, bool *log_x) {
+    SweepPoint *p = xcalloc((size_t)n + 1, sizeof *p);
     int k = 0;
     double xmin = INFINITY, xmax = -INFINITY;
     for (int i = 0; i < n; i++) {
         double x;
-        if (!is_number_text(diff->rows[row].values[i], &x) || !isfinite(acc[i])) continue;
-        p[k] = (SweepPoint){x, acc[i], lo[i], hi[i], ""};
+        if (!is_number_text(diff->rows[row].values[i], &x) || !isfinite(y[i])) continue;
+        p[k] = (SweepPoint){x, y[i], lo[i], hi[i], ""};
         size_t len = 0;
         for (int r = 0; r < diff->n_rows; r++) {
             if (r == row) continue;
@@ -213,29 +267,44 @@ static void sweep_plot(Doc *d, const char *run_config, int n, const ConfigDiff *
                                                &his[i], 0};
         series[ns - 1].n++;
     }
-    const bool log_x = xmin > 0 && xmax >= 10 * xmin;
-    char title[256], file[512], caption[1024];
-    snprintf(title, sizeof title, "%s: accuracy against %s", run_config, diff->rows[row].key);
-    snprintf(file, sizeof file, "sweep_%s_%s.svg", run_config, diff->rows[row].key);
-    for (char *c = file; *c; c++) /* a config key may hold any character; the file name only these */
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || strchr("._-", *c)))
-            *c = '_';
-    IntervalPlotStyle st = {title, diff->rows[row].key, "mean accuracy (fraction)", log_x};
-    StrBuf svg;
-    sb_init(&svg);
-    svg_interval_plot(&svg, series, ns, &st);
-    snprintf(caption, sizeof caption, "%s: mean accuracy of the two sets against %s%s, with the 95%% interval of the "
-                                      "table (across seeds, or over the examples with one seed); one line per "
-                                      "combination of the other keys that differ.",
-             run_config, diff->rows[row].key, log_x ? " (log axis)" : "");
-    doc_figure(d, file, &svg, caption);
-    sb_free(&svg);
+    *log_x = xmin > 0 && xmax >= 10 * xmin;
+    char title[256];
+    snprintf(title, sizeof title, "%s: %s against %s", run_config, quantity, diff->rows[row].key);
+    IntervalPlotStyle st = {title, diff->rows[row].key, y_label, *log_x};
+    svg_interval_plot(svg, series, ns, &st);
     free(series);
     free(xs);
     free(ys);
     free(los);
     free(his);
     free(p);
+}
+
+/* The mean accuracy and the mean answer loss against the numeric key `row`, side by side: accuracy alone is noise
+ * when a few examples are right, while the answer loss moves long before whole answers become exact. */
+static void sweep_plot(Doc *d, const char *run_config, int n, const ConfigDiff *diff, int row, const double *acc,
+                       const double *acc_lo, const double *acc_hi, const double *loss, const double *loss_lo,
+                       const double *loss_hi) {
+    StrBuf svg[2];
+    bool log_x = false;
+    char files[2][512], caption[1024];
+    sb_init(&svg[0]);
+    sb_init(&svg[1]);
+    sweep_svg(&svg[0], run_config, n, diff, row, acc, acc_lo, acc_hi, "accuracy", "mean accuracy (fraction)", &log_x);
+    sweep_svg(&svg[1], run_config, n, diff, row, loss, loss_lo, loss_hi, "answer loss", "mean answer loss (nats)",
+              &log_x);
+    sweep_file(files[0], sizeof files[0], run_config, diff->rows[row].key, "");
+    sweep_file(files[1], sizeof files[1], run_config, diff->rows[row].key, "_answer_loss");
+    snprintf(caption, sizeof caption, "%s against %s%s: the mean accuracy of the two sets (left) and the mean answer "
+                                      "loss over every evaluation example (right, lower is better), each with the 95%% "
+                                      "interval of the table (across seeds, or over the examples with one seed); one "
+                                      "line per combination of the other keys that differ.",
+             run_config, diff->rows[row].key, log_x ? " (log axis)" : "");
+    const char *filep[2] = {files[0], files[1]}, *heads[2] = {"accuracy", "answer loss"};
+    const StrBuf *svgp[2] = {&svg[0], &svg[1]};
+    doc_figure_row(d, 2, filep, svgp, heads, caption);
+    sb_free(&svg[0]);
+    sb_free(&svg[1]);
 }
 
 static void variants_of(Doc *d, const char *run_config, const RunGroup *const *g, int n) {
@@ -249,29 +318,33 @@ static void variants_of(Doc *d, const char *run_config, const RunGroup *const *g
     for (int r = 0; r < diff.n_rows; r++) h[1 + r] = diff.rows[r].key;
     h[1 + diff.n_rows] = "seeds";
     h[2 + diff.n_rows] = "mean accuracy [95% interval]";
-    h[3 + diff.n_rows] = "mean answer loss (nats)";
+    h[3 + diff.n_rows] = "mean answer loss (nats) [95% interval]";
     h[4 + diff.n_rows] = "final train loss";
     h[5 + diff.n_rows] = "run directories";
     doc_table_begin(d, cols, h);
     double *acc = xcalloc((size_t)n, sizeof *acc), *lo = xcalloc((size_t)n, sizeof *lo);
-    double *hi = xcalloc((size_t)n, sizeof *hi);
+    double *hi = xcalloc((size_t)n, sizeof *hi), *ls = xcalloc((size_t)n, sizeof *ls);
+    double *ls_lo = xcalloc((size_t)n, sizeof *ls_lo), *ls_hi = xcalloc((size_t)n, sizeof *ls_hi);
+    const int best = best_group(g, n);
     for (int i = 0; i < n; i++) {
-        char variant[128], seeds[300], a[128], loss[32], fl[32], dirs[2048] = "";
-        snprintf(variant, sizeof variant, "%s%s", g[i]->variant,
-                 g[i]->primary ? " (current)" : (g[i]->current ? " (current, not pooled)" : " (@VARIANT directory)"));
+        char variant[160], seeds[300], a[128], loss[128], fl[32], dirs[2048] = "";
+        snprintf(variant, sizeof variant, "%s%s%s", g[i]->variant,
+                 g[i]->primary ? " (current)" : (g[i]->current ? " (current, not pooled)" : " (@VARIANT directory)"),
+                 i == best ? " (lowest answer loss)" : "");
         char sl[256];
         seed_list(g[i], sl, sizeof sl);
         snprintf(seeds, sizeof seeds, "%d (%s)", g[i]->n, sl);
-        const char *kind = group_accuracy(g[i], &acc[i], &lo[i], &hi[i]);
+        const char *kind = group_interval(g[i], METRIC_MEAN, &acc[i], &lo[i], &hi[i]);
         if (strcmp(kind, "seeds") != 0 && strcmp(kind, "examples") != 0)
             snprintf(a, sizeof a, "%.1f%% (no interval: %s)", 100 * acc[i], kind);
         else
             snprintf(a, sizeof a, "%.1f%% [%.1f, %.1f] (%s)", 100 * acc[i], 100 * lo[i], 100 * hi[i],
                      strcmp(kind, "seeds") == 0 ? "across seeds" : "over examples, 1 seed");
-        SeedSummary ls;
-        report_seed_summary(g[i], METRIC_ANSWER_LOSS, &ls);
-        if (ls.n) snprintf(loss, sizeof loss, "%.3f", ls.mean);
-        else snprintf(loss, sizeof loss, "-");
+        kind = group_interval(g[i], METRIC_ANSWER_LOSS, &ls[i], &ls_lo[i], &ls_hi[i]);
+        if (!isfinite(ls[i])) snprintf(loss, sizeof loss, "-");
+        else if (strcmp(kind, "seeds") != 0 && strcmp(kind, "examples") != 0)
+            snprintf(loss, sizeof loss, "%.3f", ls[i]);
+        else snprintf(loss, sizeof loss, "%.3f [%.3f, %.3f]", ls[i], ls_lo[i], ls_hi[i]);
         snprintf(fl, sizeof fl, "%.4f", mean_final_loss(g[i]));
         size_t len = 0;
         for (int s = 0; s < g[i]->n && len < sizeof dirs; s++)
@@ -296,11 +369,14 @@ static void variants_of(Doc *d, const char *run_config, const RunGroup *const *g
                 if (isnan(first)) first = x;
                 else distinct |= x != first;
             }
-        if (numeric == n && distinct) sweep_plot(d, run_config, n, &diff, r, acc, lo, hi);
+        if (numeric == n && distinct) sweep_plot(d, run_config, n, &diff, r, acc, lo, hi, ls, ls_lo, ls_hi);
     }
     free(acc);
     free(lo);
     free(hi);
+    free(ls);
+    free(ls_lo);
+    free(ls_hi);
     free(h);
     free(row);
     config_diff_free(&diff);
@@ -320,11 +396,14 @@ void section_variants(Doc *d, const ReportInput *in) {
                         "runs kept under CONFIG@VARIANT (a sweep point, or an earlier variant moved aside when the "
                         "config changed). One row per variant (the 8-hex-digit key of its effective config), a "
                         "column per config key whose value differs among them (empty where absent). Mean accuracy = "
-                        "the mean of the two sets' accuracies, with its 95%% interval: the t-interval across seeds "
-                        "with >= 2 seeds, else a bootstrap over the run's evaluation examples (%d replicates, RNG "
-                        "seed %llu; from predictions.jsonl). Only the current variant enters the verdicts. A plot per "
-                        "numeric key that differs: accuracy against its value (log axis when the values are positive "
-                        "and span 10x or more), one line per combination of the other differing keys.",
+                        "the mean of the two sets' accuracies, and the mean answer loss over every evaluation example "
+                        "(summed answer-token cross-entropy, nats), each with its 95%% interval: the t-interval "
+                        "across seeds with >= 2 seeds, else a bootstrap over the run's evaluation examples (%d "
+                        "replicates, RNG seed %llu; from predictions.jsonl). Only the current variant enters the verdicts. A plot per "
+                        "numeric key that differs: accuracy and the mean answer loss against its value (log axis when the "
+                        "values are positive and span 10x or more), one line per combination of the other differing "
+                        "keys. The configuration with the lowest mean answer loss is marked: the best point of the "
+                        "sweep.",
                      REPORT_BOOT_REPLICATES, (unsigned long long)REPORT_BOOT_RNG_SEED);
         }
         const RunGroup **g;
@@ -332,4 +411,41 @@ void section_variants(Doc *d, const ReportInput *in) {
         variants_of(d, cfg, g, n);
         free(g);
     }
+}
+
+bool report_best_sweep_points(const ReportInput *in, char *out, size_t cap) {
+    out[0] = '\0';
+    size_t len = 0;
+    for (int i = 0; i < in->n_groups && len < cap; i++) {
+        const char *cfg = in->groups[i].run_config;
+        bool first = true;
+        for (int j = 0; j < i; j++) first &= strcmp(in->groups[j].run_config, cfg) != 0;
+        if (!first || report_config_variants(in->groups, in->n_groups, cfg) < 2) continue;
+        const RunGroup **g;
+        const int n = config_groups(in, cfg, &g);
+        const int b = best_group(g, n);
+        if (b < 0) {
+            free(g);
+            continue;
+        }
+        ConfigDiff diff;
+        groups_diff(g, n, &diff);
+        char settings[1024] = "";
+        size_t sl = 0;
+        for (int r = 0; r < diff.n_rows && sl < sizeof settings; r++)
+            sl += (size_t)snprintf(settings + sl, sizeof settings - sl, "%s%s=%s", r ? ", " : "", diff.rows[r].key,
+                                   diff.rows[r].values[b] ? diff.rows[r].values[b] : "absent");
+        if (!settings[0]) snprintf(settings, sizeof settings, "variant %s", g[b]->variant);
+        SeedSummary loss, acc;
+        report_seed_summary(g[b], METRIC_ANSWER_LOSS, &loss);
+        report_seed_summary(g[b], METRIC_MEAN, &acc);
+        len += (size_t)snprintf(out + len, cap - len,
+                                "%s%s at %s: mean answer loss %.3f nats, accuracy %.1f%% (%d seed%s; the lowest of its "
+                                "%d configurations)",
+                                len ? "; " : "", cfg, settings, loss.mean, 100 * acc.mean, loss.n, loss.n == 1 ? "" : "s",
+                                n);
+        config_diff_free(&diff);
+        free(g);
+    }
+    return out[0] != '\0';
 }

@@ -50,3 +50,31 @@ Verdict verdict_effect(double lo, double hi, int n_seeds, double paper_effect, b
         return VERDICT_SMALLER_THAN_PAPER;
     return VERDICT_NOT_RESOLVED;
 }
+
+const char *verdict_why_label(VerdictWhy w) {
+    switch (w) {
+    case VERDICT_WHY_RESOLVED: return "resolved";
+    case VERDICT_WHY_NO_DATA: return "not computed";
+    case VERDICT_WHY_SIZE: return "below the paper's scale";
+    case VERDICT_WHY_ONE_SEED: return "one seed";
+    case VERDICT_WHY_FLOOR: return "accuracy on the floor";
+    default: return "the interval contains 0";
+    }
+}
+
+VerdictWhy verdict_direction_why(double lo, double hi, int n_seeds, int direction) {
+    if (verdict_direction(lo, hi, n_seeds, direction) != VERDICT_NOT_RESOLVED) return VERDICT_WHY_RESOLVED;
+    return n_seeds < VERDICT_MIN_SEEDS ? VERDICT_WHY_ONE_SEED : VERDICT_WHY_INTERVAL;
+}
+
+VerdictWhy verdict_effect_why(double lo, double hi, int n_seeds, double paper_effect, bool off_floor) {
+    if (verdict_effect(lo, hi, n_seeds, paper_effect, off_floor) != VERDICT_NOT_RESOLVED) return VERDICT_WHY_RESOLVED;
+    if (n_seeds < VERDICT_MIN_SEEDS) return VERDICT_WHY_ONE_SEED;
+    return off_floor ? VERDICT_WHY_INTERVAL : VERDICT_WHY_FLOOR;
+}
+
+VerdictWhy verdict_paper_number_why(double lo, double hi, double paper_value, bool at_paper_scale) {
+    if (!at_paper_scale) return VERDICT_WHY_SIZE;
+    return verdict_paper_number(lo, hi, paper_value, at_paper_scale) != VERDICT_NOT_RESOLVED ? VERDICT_WHY_RESOLVED
+                                                                                             : VERDICT_WHY_INTERVAL;
+}

@@ -71,4 +71,22 @@ bool verdict_at_paper_scale(double n_params, double train_tokens);
 /* lo, hi, paper_value as fractions (0.41, not 41). */
 Verdict verdict_paper_number(double lo, double hi, double paper_value, bool at_paper_scale);
 
+/* Why a claim line has its verdict, for the short answer at the top of the report: the first of these that applies.
+ * Each follows the rule of its verdict above, so the reason and the verdict cannot disagree. */
+typedef enum {
+    VERDICT_WHY_RESOLVED,  /* consistent, contradicted or smaller than the paper's effect */
+    VERDICT_WHY_NO_DATA,   /* not computed: a run, a record or a shared seed is missing (set by the caller) */
+    VERDICT_WHY_SIZE,      /* a paper number below the paper's scale */
+    VERDICT_WHY_ONE_SEED,  /* fewer than VERDICT_MIN_SEEDS paired seeds */
+    VERDICT_WHY_FLOOR,     /* an effect size: the interval contains 0 and an accuracy of the contrast is on the floor */
+    VERDICT_WHY_INTERVAL,  /* the interval contains 0 (or is undefined) */
+    VERDICT_WHY_N
+} VerdictWhy;
+
+/* "resolved", "not computed", "below the paper's scale", "one seed", "accuracy on the floor", "the interval contains 0" */
+const char *verdict_why_label(VerdictWhy w);
+VerdictWhy verdict_direction_why(double lo, double hi, int n_seeds, int direction);
+VerdictWhy verdict_effect_why(double lo, double hi, int n_seeds, double paper_effect, bool off_floor);
+VerdictWhy verdict_paper_number_why(double lo, double hi, double paper_value, bool at_paper_scale);
+
 #endif

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # bin/export on real runs of the ci experiment (its data config, its run configs, trained 3 steps with --set, then
-# evaluated): runs/ci/{dense_qa, dense_qa.seed2, moeut_answer@0123abcd} (a seed of the same configuration and a
-# sweep-point name), beside a run without a result.json, which is skipped (not evaluated yet).
+# evaluated; dense_qa also analyzed): runs/ci/{dense_qa, dense_qa.seed2, moeut_answer@0123abcd} (a seed of the same
+# configuration and a sweep-point name), beside a run without a result.json, which is skipped (not evaluated yet).
 #   - python3's csv module reads runs.csv: a header of unique names starting with the fixed columns, one row per
 #     evaluated run directory in natural order; every cell agrees with that run's result.json (identity, overrides
 #     joined with ";", every config leaf flattened as model.d_model, accuracies per set and module, answer losses,
-#     training numbers), numbers exactly (float(cell) is the record's double), empty cells exactly where a run has no
-#     such key; the seeds of one configuration share their variant, the other run has its own;
+#     training numbers, the depth scores of analysis.json and depth_prompts.json), numbers exactly (float(cell) is the
+#     record's double), empty cells exactly where a run has no such key; the seeds of one configuration share their
+#     variant, the other run has its own;
+#   - the metric columns are named as make diff names them: every metric line of bin/compare --diff on two of the
+#     runs is a column of the CSV;
 #   - pandas (where installed; Debian python3-pandas, in mk/deps.sh test) reads the same table: the shape, numeric
 #     metric columns, NaN where empty;
 #   - a record that does not load, and a symbolic link aliasing another run (read like any run directory, its record
@@ -44,7 +47,11 @@ run dense_qa dense_qa
 run dense_qa.seed2 dense_qa --set train.seed=2
 run moeut_answer@0123abcd moeut_answer --set train.lr=0.001
 mkdir -p "$runs/unfinished" && cp "$runs/dense_qa/train_summary.json" "$runs/unfinished/"
-echo "ok: trained and evaluated 3 ci runs (3 steps each)"
+bin/analyze --threads 2 --run "$runs/dense_qa" --config experiments/ci/dense_qa.json --data "$tmp/data" \
+  --set train.steps=3 --out "$runs/dense_qa/analysis.json" >"$tmp/analyze.log" 2>&1 \
+  || { cat "$tmp/analyze.log"; fail "analyze dense_qa"; }
+[ -f "$runs/dense_qa/depth_prompts.json" ] || fail "analyze wrote no depth_prompts.json (analyze.eval_prompts of ci?)"
+echo "ok: trained and evaluated 3 ci runs (3 steps each), analyzed dense_qa"
 
 out=$tmp/reports/ci/runs.csv
 bin/export --runs "$runs" --out "$out" >"$tmp/export.log" 2>&1 || { cat "$tmp/export.log"; fail "bin/export failed"; }
@@ -107,19 +114,38 @@ for row in table:
         else:
             check(json.loads(cell) == value, "%s: %s %r" % (name, key, cell))
         n_checked += 1
-    config_cols = head[len(FIXED):head.index("mean_accuracy")]
+    config_cols = head[len(FIXED):head.index("training.steps")]
     for key in config_cols:
         if key not in config:
             check(row[key] == "", "%s: %s should be empty (not in its config), is %r" % (name, key, row[key]))
     ev = rec["evaluation"]
-    same_number(row["mean_accuracy"], ev["mean_accuracy"], name + ": mean_accuracy")
+    same_number(row["evaluation.mean_accuracy"], ev["mean_accuracy"], name + ": evaluation.mean_accuracy")
     for s, se in ev["sets"].items():
-        same_number(row["acc." + s], se["accuracy"], "%s: acc.%s" % (name, s))
-        check(row["n." + s] == str(se["n"]), "%s: n.%s" % (name, s))
-        same_number(row["answer_loss." + s], se["mean_answer_loss"], "%s: answer_loss.%s" % (name, s))
+        same_number(row[s + ".accuracy"], se["accuracy"], "%s: %s.accuracy" % (name, s))
+        check(row[s + ".n"] == str(se["n"]), "%s: %s.n" % (name, s))
+        same_number(row[s + ".mean_answer_loss"], se["mean_answer_loss"], "%s: %s.mean_answer_loss" % (name, s))
         for m, me in se["modules"].items():
-            same_number(row["acc.%s.%s" % (s, m)], me["accuracy"], "%s: acc.%s.%s" % (name, s, m))
+            same_number(row["%s.%s.accuracy" % (s, m)], me["accuracy"], "%s: %s.%s.accuracy" % (name, s, m))
+            same_number(row["%s.%s.mean_answer_loss" % (s, m)], me["mean_answer_loss"],
+                        "%s: %s.%s.mean_answer_loss" % (name, s, m))
             n_checked += 1
+    # the depth scores: analysis.json's summary, and depth_prompts.json's means per vector and measure
+    apath = os.path.join(runs, name, "analysis.json")
+    if os.path.exists(apath):
+        summary = json.load(open(apath))["depth_summary"]
+        same_number(row["analysis." + summary["name"]], summary["value"], name + ": analysis depth summary")
+        dp = json.load(open(os.path.join(runs, name, "depth_prompts.json")))
+        check(row["depth_prompts.n"] == str(len(dp["prompts"])), name + ": depth_prompts.n")
+        for v, vector in enumerate(dp["vectors"]):
+            for measure in dp["measures"]:
+                values = [p[measure][v] for p in dp["prompts"]]
+                cell = row["depth_prompts.%s.%s" % (vector, measure)]
+                check(cell != "" and abs(float(cell) - sum(values) / len(values)) <= 1e-12,
+                      "%s: depth_prompts.%s.%s %r" % (name, vector, measure, cell))
+                n_checked += 1
+    else:
+        check(row["analysis.depth_fraction"] == "" and row["depth_prompts.counterfactual.depth_fraction"] == "",
+              name + ": depth cells of a run without an analysis should be empty")
     for k in ("steps", "tokens", "wall_time_s", "tokens_per_s", "final_train_loss"):
         same_number(row["training." + k], rec["training"][k], "%s: training.%s" % (name, k))
     same_number(row["evaluation.wall_time_s"], ev["wall_time_s"], name + ": evaluation.wall_time_s")
@@ -142,16 +168,29 @@ except ImportError:
 df = pandas.read_csv(path)
 check(df.shape == (len(body), len(head)), "pandas shape %s" % (df.shape,))
 check(list(df.columns) == head, "pandas columns")
-metric_cols = [c for c in head if c.startswith(("acc.", "answer_loss.", "training.", "n."))] + ["mean_accuracy"]
+metric_cols = head[head.index("training.steps"):]
 check(all(pandas.api.types.is_numeric_dtype(df[c]) for c in metric_cols), "non-numeric metric columns: %s"
       % [c for c in metric_cols if not pandas.api.types.is_numeric_dtype(df[c])])
 check(df["model.ff_n_experts"].isna().tolist() == [True, True, False], "pandas NaN for a missing config key")
-check(df["acc.interpolate"].tolist() == [float(r["acc.interpolate"]) for r in table], "pandas acc.interpolate")
+check(df["interpolate.accuracy"].tolist() == [float(r["interpolate.accuracy"]) for r in table],
+      "pandas interpolate.accuracy")
+check(df["depth_prompts.counterfactual.depth_fraction"].notna().tolist() == [True, False, False],
+      "pandas: the depth score of the analyzed run only")
 check(df.groupby(["run_config", "variant"]).size().tolist() == [2, 1], "seeds grouped by run_config and variant")
 print("ok: pandas %s: read_csv gives %d x %d, metric columns numeric, NaN where a run has no value"
       % (pandas.__version__, df.shape[0], df.shape[1]))
 sys.exit(1 if fails else 0)
 PYCHECK
+
+# One naming of the metrics: every metric line of make diff (bin/compare --diff) on two of the runs is a column.
+bin/compare --diff "$runs/dense_qa" "$runs/dense_qa.seed2" >"$tmp/diff.txt" 2>&1 || { cat "$tmp/diff.txt"; fail "diff"; }
+head -1 "$out" | tr -d '\r' | tr ',' '\n' >"$tmp/columns.txt"
+sed -n '/^metric /,/^intervals:/p' "$tmp/diff.txt" | sed '1d;$d' | awk '{print $1}' >"$tmp/diff_metrics.txt"
+[ "$(wc -l <"$tmp/diff_metrics.txt")" -gt 20 ] || { cat "$tmp/diff.txt"; fail "too few metric lines in the diff"; }
+missing=$(grep -vxF -f "$tmp/columns.txt" "$tmp/diff_metrics.txt" || true)
+[ -z "$missing" ] || fail "metrics of make diff that are no column of runs.csv: $(echo $missing)"
+grep -qx "depth_prompts.counterfactual.depth_fraction" "$tmp/diff_metrics.txt" || fail "the diff shows no depth score"
+echo "ok: the $(wc -l <"$tmp/diff_metrics.txt") metric lines of make diff are columns of runs.csv under the same names"
 
 # A record that does not load: one error line naming it, exit 1, the earlier table untouched.
 cp "$out" "$tmp/good.csv"

@@ -6,8 +6,12 @@
 #  - the page fits the 1280 px window: no element reaches past its right edge;
 #  - the figures are readable at that size: every SVG text is drawn at 11 px or more, and no legend box intersects a
 #    plotted line;
-#  - the report answers first: the short answer and the verdicts come before the first table, and the rules behind
-#    the verdicts sit in a collapsed <details> at the end.
+#  - the report answers first: the short answer is the first section, the first screen of a 1280 x 800 window holds
+#    it whole (its loss-and-accuracy table included) and the table of contents after it, the contents link every
+#    section's heading by its id, the verdicts follow the contents, and the rules behind the verdicts sit in a
+#    collapsed <details> at the end;
+#  - the depth maps of one prompt stand in one row at 1280 px: the four maps of each row side by side (the same top,
+#    left to right), not stacked.
 # The layout checks run in the page: a copy of report.html gets a small script that measures the laid-out elements
 # and writes its findings into the DOM, which chromium --dump-dom prints.
 # Exit 77 (skip) when chromium is missing (mk/deps.sh test installs it).
@@ -85,25 +89,63 @@ cat >"$tmp/check.js" <<'EOF'
         }
     }
   }
-  // 4. the answer first: the short answer and the verdicts before the first table; the rules collapsed at the end
+  // 4. the answer first: the short answer is the first section and, with the contents after it, fills the first
+  // screen (1280 x 800); the contents link every section; the verdicts follow; the rules collapsed at the end
+  var FOLD = 800, after = function (a, b) { return !!(a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING); };
   var h2 = document.getElementsByTagName('h2'), answer = null, verdicts = null;
   for (var i = 0; i < h2.length; i++) {
     if (h2[i].textContent === 'Short answer') answer = h2[i];
     if (h2[i].textContent.indexOf("Do the paper's claims hold here?") === 0) verdicts = h2[i];
   }
-  var table = document.getElementsByTagName('table')[0];
-  if (!answer || !verdicts || !table) bad.push('no answer, verdict heading or table');
+  var table = document.getElementsByTagName('table')[0], toc = document.querySelector('nav.toc');
+  if (!answer || !verdicts || !table || !toc) bad.push('no answer, verdict heading, table or contents');
   else {
-    if (!(answer.compareDocumentPosition(table) & Node.DOCUMENT_POSITION_FOLLOWING)) bad.push('a table comes before the answer');
-    if (!(verdicts.compareDocumentPosition(table) & Node.DOCUMENT_POSITION_FOLLOWING)) bad.push('a table comes before the verdicts');
     if (h2[0] !== answer) bad.push('the first section is not the answer: ' + h2[0].textContent);
+    if (!after(answer, table) || !after(table, toc)) bad.push('the first table is not the short answer\'s');
+    if (!after(toc, verdicts)) bad.push('the verdicts do not follow the contents');
+    var list = answer.nextElementSibling;
+    if (!list || list.tagName !== 'UL' || list.children.length < 5) bad.push('the short answer has no list of facts');
+    else {
+      var text = list.textContent;
+      ['What ran:', 'What differs between the runs:', 'Answer:', 'not resolved ('].forEach(function (k) {
+        if (text.indexOf(k) < 0) bad.push('the short answer lacks "' + k + '"');
+      });
+    }
+    var fold = toc.getBoundingClientRect().bottom;
+    n.fold = Math.round(fold);
+    if (fold > FOLD) bad.push('the short answer and the contents end at ' + fold.toFixed(0) + ' px, below the first screen (' + FOLD + ' px)');
+    var links = toc.querySelectorAll('a'), linked = {};
+    for (var i = 0; i < links.length; i++) {
+      var id = links[i].getAttribute('href').slice(1);
+      linked[id] = true;
+      if (!document.getElementById(id)) bad.push('contents link #' + id + ' has no target');
+    }
+    n.toc = links.length;
+    for (var i = 0; i < h2.length; i++)
+      if (h2[i] !== answer && !(h2[i].id && linked[h2[i].id])) bad.push('section "' + h2[i].textContent + '" not in the contents');
   }
+  // 5. the depth maps of one prompt in one row: each row of the depth section's maps side by side
+  var depthHead = null;
+  for (var i = 0; i < h2.length; i++) if (h2[i].textContent.indexOf('Depth analysis') === 0) depthHead = h2[i];
+  var rows = document.querySelectorAll('.figrow');
+  n.maprows = 0;
+  for (var i = 0; i < rows.length; i++) {
+    var heads = rows[i].querySelectorAll(':scope > div > svg');
+    if (!depthHead || !after(depthHead, rows[i]) || heads.length !== 4) continue;
+    n.maprows++;
+    for (var k = 1; k < 4; k++) {
+      var p = heads[k - 1].getBoundingClientRect(), q = heads[k].getBoundingClientRect();
+      if (Math.abs(q.top - p.top) > 1 || q.left < p.right - 0.5)
+        bad.push('depth map row ' + n.maprows + ': map ' + (k + 1) + ' is not beside map ' + k + ' (top ' + q.top.toFixed(0) + ' vs ' + p.top.toFixed(0) + ')');
+    }
+  }
+  if (!n.maprows) bad.push('no row of four depth maps found');
   var det = document.getElementsByTagName('details');
   if (det.length !== 1 || det[0].open || det[0].textContent.indexOf('How the verdicts are decided') < 0) bad.push('no collapsed appendix of the rules');
   else if (det[0].nextElementSibling && det[0].nextElementSibling.tagName !== 'SCRIPT') bad.push('the rules are not the last section');
   var out = document.createElement('pre');
   out.id = 'layout-check';
-  out.textContent = 'LAYOUT ' + (bad.length ? 'FAIL ' + bad.join(' | ') : 'OK') + ' svgs=' + n.svg + ' texts=' + n.text + ' legends=' + n.legend + ' points=' + n.points + ' END';
+  out.textContent = 'LAYOUT ' + (bad.length ? 'FAIL ' + bad.join(' | ') : 'OK') + ' svgs=' + n.svg + ' texts=' + n.text + ' legends=' + n.legend + ' points=' + n.points + ' maprows=' + n.maprows + ' toc=' + n.toc + ' fold=' + n.fold + ' END';
   document.body.appendChild(out);
 })();
 EOF
@@ -125,7 +167,22 @@ case "$verdict" in
   "LAYOUT OK "*) ;;
   *) echo "FAIL: layout"; exit 1 ;;
 esac
-read -r _ _ svgs texts legends points _ <<<"$verdict"
+read -r _ _ svgs texts legends points maprows toc fold _ <<<"$verdict"
 [ "${svgs#svgs=}" -ge 8 ] && [ "${legends#legends=}" -ge 2 ] && [ "${points#points=}" -ge 20 ] ||
   { echo "FAIL: too little measured ($svgs $legends $points): the figures, legends or curves are missing"; exit 1; }
+# the CI baselines' analyses hold the paper's four prompts: four rows of four maps; the contents list >= 10 sections
+[ "${maprows#maprows=}" -ge 4 ] && [ "${toc#toc=}" -ge 10 ] ||
+  { echo "FAIL: too little measured ($maprows $toc): the depth map rows or the contents are missing"; exit 1; }
 echo "ok: report.html fits 1280 px, figure text >= 11 px, legends clear of the curves, the answer first"
+echo "ok: the short answer and the contents fit the first screen (they end at ${fold#fold=} px of 800), the contents link every section, the depth maps of each prompt in one row"
+
+# The Markdown's first screen: the short answer within its first 25 lines, the contents right after it.
+md=$tmp/report/report.md
+first=$(grep -n '^## ' "$md" | head -1)
+[ "${first#*:}" = "## Short answer" ] || { echo "FAIL: the first section of report.md is not the short answer: $first"; exit 1; }
+contents=$(grep -n '^\*\*Contents\*\*$' "$md" | head -1 | cut -d: -f1)
+[ -n "$contents" ] && [ "$contents" -le 26 ] ||
+  { echo "FAIL: report.md's short answer does not end within its first 25 lines (contents at line ${contents:-none})"; exit 1; }
+sed -n "$((contents + 2))p" "$md" | grep -q '^- \[Do the paper.s claims hold here?\](#do-the-papers-claims-hold-here)$' ||
+  { echo "FAIL: report.md's contents do not start with a link to the verdicts"; sed -n "$contents,$((contents + 4))p" "$md"; exit 1; }
+echo "ok: report.md: the short answer in lines 1-$((contents - 1)), then the contents"

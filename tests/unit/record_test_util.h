@@ -10,7 +10,9 @@
 
 #include "pipeline/base/atomic_file.h"
 #include "pipeline/base/log.h"
+#include "pipeline/base/config.h"
 #include "pipeline/records/config_override.h"
+#include "pipeline/records/depth_prompts_record.h"
 #include "pipeline/records/result_record.h"
 
 static const char *const RTU_INTERP_MODULES[3] = {"arithmetic__add_or_sub", "arithmetic__mul", "arithmetic__div"};
@@ -149,6 +151,53 @@ static inline void rtu_analysis(AnalysisRecord *a, const char *run, const char *
     snprintf(a->summary_name, sizeof a->summary_name, "depth_fraction");
     a->summary_value = 0.5;
     a->summary_definition = xstrdup("test definition");
+}
+
+/* DIR/analysis.json (rtu_analysis: depth summary 0.5) and DIR/depth_prompts.json of run: 2 prompts whose
+ * depth_fraction is 0.25 and 0.75 under the counterfactual vector (mean 0.5), 0.1 and 0.2 under the others (mean
+ * 0.15), depth_centre 0.3 under every vector. */
+static inline void rtu_save_depth_records(const char *dir, const char *run) {
+    char p[1200], err[512];
+    AnalysisRecord a;
+    rtu_analysis(&a, run, "dense", "qa", 2);
+    snprintf(p, sizeof p, "%s/analysis.json", dir);
+    ck_assert_msg(analysis_record_save(&a, p, err, sizeof err) == 0, "%s", err);
+    analysis_record_free(&a);
+    DepthPromptsRecord d;
+    memset(&d, 0, sizeof d);
+    snprintf(d.experiment, sizeof d.experiment, "unit");
+    snprintf(d.run, sizeof d.run, "%s", run);
+    snprintf(d.arch, sizeof d.arch, "dense");
+    snprintf(d.loss_mode, sizeof d.loss_mode, "qa");
+    run_provenance_init(&d.prov);
+    snprintf(d.code_version, sizeof d.code_version, "test-version");
+    snprintf(d.backend, sizeof d.backend, "cpu");
+    snprintf(d.hardware, sizeof d.hardware, "test cpu");
+    d.n_layers = 2;
+    d.requested = 2;
+    d.sample_seed = 1;
+    d.pool[0] = d.pool[1] = 10;
+    d.map_bins = 2;
+    for (int b = 0; b < DEPTH_N_VECTORS; b++) d.mean_map[b] = xcalloc(6, sizeof(double));
+    d.n_prompts = 2;
+    d.prompts = xcalloc(2, sizeof *d.prompts);
+    for (int i = 0; i < 2; i++) {
+        DepthPrompt *q = &d.prompts[i];
+        q->set = i;
+        q->index = i;
+        snprintf(q->module, sizeof q->module, "%s", RTU_INTERP_MODULES[2]);
+        q->q_len = 9;
+        q->a_len = 2;
+        for (int b = 0; b < DEPTH_N_VECTORS; b++) {
+            q->value[b][DEPTH_MEASURE_FRACTION] = b == DEPTH_VEC_COUNTERFACTUAL ? 0.25 + 0.5 * i : 0.1 * (i + 1);
+            q->value[b][DEPTH_MEASURE_CENTRE] = 0.3;
+        }
+    }
+    cJSON *j = depth_prompts_to_json(&d);
+    snprintf(p, sizeof p, "%s/%s", dir, DEPTH_PROMPTS_FILE_NAME);
+    ck_assert_msg(json_save_file(p, j, err, sizeof err) == 0, "%s", err);
+    cJSON_Delete(j);
+    depth_prompts_free(&d);
 }
 
 /* A fresh empty directory under /tmp (removed by the caller with remove_tree). */

@@ -896,6 +896,39 @@ START_TEST(diff_two_runs) {
 }
 END_TEST
 
+/* The diff's numbers beyond the gated metrics carry the names runs.csv uses (run_metrics.h): the depth summary of
+ * analysis.json and the means of depth_prompts.json, in A only where B has no such record. */
+START_TEST(diff_depth_scores) {
+    setup_dirs();
+    char da[700], db[700], err[1024];
+    snprintf(da, sizeof da, "%s/dense_qa", g_runs);
+    snprintf(db, sizeof db, "%s/dense_qa@1a2b3c4d", g_runs);
+    ResultRecord a;
+    rtu_record(&a, "dense_qa", "dense", "qa", 40);
+    save_run_with_predictions(&a, da, 0);
+    save_run_with_predictions(&a, db, 0);
+    rtu_save_depth_records(da, "dense_qa");
+    DiffSide sa, sb;
+    ck_assert_msg(diff_side_load(&sa, da, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(diff_side_load(&sb, db, err, sizeof err) == 0, "%s", err);
+    RunDiff d;
+    run_diff_compute(&sa, &sb, 100, 1, &d);
+    const DiffRow *r = diff_row(&d, "analysis.depth_fraction");
+    ck_assert(r->in_a && !r->in_b && r->a == 0.5);
+    r = diff_row(&d, "depth_prompts.counterfactual.depth_fraction");
+    ck_assert(r->in_a && !r->in_b && r->a == 0.5);
+    r = diff_row(&d, "depth_prompts.zero.depth_centre");
+    ck_assert(r->in_a && r->a == 0.3);
+    r = diff_row(&d, "training.tokens_per_s");
+    ck_assert(r->in_a && r->in_b);
+    run_diff_free(&d);
+    diff_side_free(&sa);
+    diff_side_free(&sb);
+    result_record_free(&a);
+    remove_tree(g_dir);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("compare");
     TCase *tc = tcase_create("compare");
@@ -913,6 +946,7 @@ int main(void) {
     tcase_add_test(tc, summary_counts_compared);
     tcase_add_test(tc, not_gated_class);
     tcase_add_test(tc, diff_two_runs);
+    tcase_add_test(tc, diff_depth_scores);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

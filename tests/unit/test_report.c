@@ -1,6 +1,8 @@
-/* bin/report (pipeline/report/report_build.h) on hand-made records: the headline table with the paper's numbers beside
- * ours, a missing run listed as missing, per-module tables, depth maps, well-formed self-contained HTML, deterministic
- * output. */
+/* bin/report (pipeline/report/report_build.h) on hand-made records: the first screen (the short answer: what ran, what
+ * differs, the verdicts with why, loss and accuracy per configuration, the best sweep point) and the table of contents
+ * linking every section by its anchor, the headline table with the paper's numbers beside ours, a missing run listed
+ * as missing, per-module tables, depth maps, sweep tables and plots (accuracy and answer loss), well-formed
+ * self-contained HTML, deterministic output. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,7 +114,9 @@ START_TEST(headline_missing_and_html) {
     char why[256];
     ck_assert_msg(xml_check(html, 1, why, sizeof why) == 0, "report.html not well-formed: %s", why);
     ck_assert_int_eq(count_substr(html, "<svg "), 2 + 4);
-    ck_assert(strstr(html, "src=") == NULL && strstr(html, "href=") == NULL);
+    /* no external reference: no src, and every link an anchor of the page (the contents) */
+    ck_assert(strstr(html, "src=") == NULL && count_substr(html, "href=\"") == count_substr(html, "href=\"#"));
+    ck_assert_int_ge(count_substr(html, "href=\"#"), 10);
     ck_assert(strstr(html, "<td>MoEUT</td><td>36%</td><td>missing</td>") != NULL);
     /* deterministic: a second run writes the same bytes */
     ck_assert_int_eq(run_report(), 0);
@@ -360,7 +364,7 @@ START_TEST(seeds_aggregated_compared_and_judged) {
      * +26 (p = 2 / 2^26 = 2.98e-08); mean +26.5; t across seeds: sd .7071, half-width 6.35 -> [+20.1, +32.9] */
     l = md_line(md, "| answer-only - Q+A, MoEUT | +27 |");
     ck_assert_msg(l && strstr(l, "| +26.5 [") && strstr(l, "(2 seeds x 100 examples); t across seeds [+20.1, +32.9]"),
-                  "%s", l ? l : "no row");
+                  "%.2000s", l ? l : "no row");
     ck_assert_msg(strstr(l, "seed 1: +27.0 (b=27, c=0, p=1.49e-08); seed 2: +26.0 (b=26, c=0, p=2.98e-08)"), "%s", l);
     /* all examples: 103 per seed (3 interpolate examples all wrong) */
     ck_assert_msg(strstr(l, "(2 seeds x 103 examples)"), "%s", l);
@@ -368,26 +372,26 @@ START_TEST(seeds_aggregated_compared_and_judged) {
     l = md_line(md, "| interaction (");
     ck_assert_msg(l && strstr(l, "| +20 | +19.5 [") && strstr(l, "t across seeds [+13.1, +25.9]") &&
                       strstr(l, "seed 1: +19.0; seed 2: +20.0"),
-                  "%s", l ? l : "");
+                  "%.2000s", l ? l : "");
     /* verdicts: one line per claim, each with exactly one of the three labels */
     ck_assert_msg(strstr(md, "- Transformer, loss on Q+A, 41% on arithmetic__mul_div_multiple_longer: not resolved at "
                              "this size. Ours 42.0% ["),
-                  "%s", md_line(md, "- Transformer, loss on Q+A, 41%"));
+                  "%.2000s", md_line(md, "- Transformer, loss on Q+A, 41%"));
     l = md_line(md, "- Answer-only loss helps MoEUT more than the Transformer, i.e.");
     ck_assert_msg(l && strstr(l, "+20 points): consistent. Ours, in points on arithmetic__mul_div_multiple_longer: "
                                  "+19.5 ["),
-                  "%s", l ? l : md);
+                  "%.2000s", l ? l : md);
     l = md_line(md, "depth summary of dense_answer > dense_qa:");
     /* t across seeds: sd .0070711, half-width 12.7062 * .0070711 / sqrt 2 = .0635; the prompts agree, so the
      * bootstrap only resamples the two seeds: [.300, .310] */
     ck_assert_msg(l && strstr(l, ": consistent. Ours: difference +0.305, t across seeds [+0.241, +0.369], bootstrap "
                                  "over seeds and 2 prompts [+0.300, +0.310]; 2 paired seeds (seed 1: +0.300, seed 2: "
                                  "+0.310)."),
-                  "%s", l ? l : md);
+                  "%.2000s", l ? l : md);
     l = md_line(md, "depth summary of moeut_answer > dense_answer:");
-    ck_assert_msg(l && strstr(l, ": not resolved at this size. Ours: difference -0.005"), "%s", l ? l : md);
+    ck_assert_msg(l && strstr(l, ": not resolved at this size. Ours: difference -0.005"), "%.2000s", l ? l : md);
     l = md_line(md, "depth summary of moeut_answer > moeut_qa:");
-    ck_assert_msg(l && strstr(l, ": contradicted. Ours: difference -0.205"), "%s", l ? l : md);
+    ck_assert_msg(l && strstr(l, ": contradicted. Ours: difference -0.205"), "%.2000s", l ? l : md);
     const char *v = strstr(md, "## Do the paper's claims hold here?"), *v_end = strstr(md, "## What this run can and cannot show");
     ck_assert(v && v_end);
     int n_lines = 0, n_consistent = 0, n_contradicted = 0, n_open = 0, n_smaller = 0;
@@ -414,11 +418,62 @@ START_TEST(seeds_aggregated_compared_and_judged) {
     ck_assert_int_eq(n_lines, 4 + 6 + 1 + 4);
     /* the short answer at the top counts the same lines */
     char tally[256];
-    snprintf(tally, sizeof tally, "- Of the %d claim lines below: %d consistent with the paper, %d contradicted, %d not "
-                                  "resolved at this size, %d smaller than the paper's effect.",
+    snprintf(tally, sizeof tally, "- Answer: of the %d claim lines below, %d consistent with the paper, %d contradicted, "
+                                  "%d not resolved at this size, %d smaller than the paper's effect;",
              n_lines, n_consistent, n_contradicted, n_open, n_smaller);
-    ck_assert_msg(strstr(md, tally) && strstr(md, "## Short answer") < v, "%s\n%s", tally, md_line(md, "- Of the"));
-    ck_assert(strstr(md, "- Seeds behind the verdicts: dense_qa 2, dense_answer 2, moeut_qa 2, moeut_answer 2.\n"));
+    ck_assert_msg(strstr(md, tally) && strstr(md, "## Short answer") < v, "%s\n%s", tally, md_line(md, "- Answer:"));
+    /* ... and per claim the verdict, with why where it is not resolved (the verdict lines below agree) */
+    ck_assert_msg(strstr(md, "- The paper's four accuracies (41/48/36/63% on arithmetic__mul_div_multiple_longer): all 4: "
+                             "not resolved (below the paper's scale).\n"),
+                  "%.2000s", md_line(md, "- The paper's four accuracies"));
+    ck_assert_msg(strstr(md, "- Answer-only loss (instead of Q+A) helps, on accuracy: Transformer: not resolved (the "
+                             "interval contains 0); MoEUT, MoEUT more than the Transformer, the same on the headline "
+                             "module: consistent. On the answer loss: all 3: consistent.\n"),
+                  "%.2000s", md_line(md, "- Answer-only loss (instead of Q+A) helps"));
+    ck_assert_msg(strstr(md, "- More depth used, as the paper says (residual erasure on its four prompts): Transformer "
+                             "answer-only > Q+A, MoEUT > Transformer with Q+A: consistent; MoEUT > Transformer with "
+                             "answer-only: not resolved (the interval contains 0); MoEUT answer-only > Q+A: "
+                             "contradicted.\n"),
+                  "%.2000s", md_line(md, "- More depth used"));
+    /* what ran, what differs (the seeds alone: said apart), loss and accuracy per configuration */
+    ck_assert_msg(strstr(md, "- What ran: experiment unit, 8 runs with results: 4 run configs (dense_qa, dense_answer, "
+                             "moeut_qa, moeut_answer), 2 seeds each; 12.3k parameters, 10.2k training token slots "
+                             "(paper: about 228M and 6.55B).\n"),
+                  "%.2000s", md_line(md, "- What ran:"));
+    ck_assert(strstr(md, "- What differs between the runs: nothing but the seeds.\n"));
+    ck_assert_msg(strstr(md, "| configuration | seeds | training loss, first \u2192 last | mean answer loss (nats) | "
+                             "accuracy (interpolate, extrapolate) |\n"),
+                  "%.2000s", md);
+    /* moeut_answer: (63 + 56) / 2 = 59.5% in both sets (every module 63 or 56 of 100); no metrics.jsonl */
+    ck_assert_msg(strstr(md, "| moeut_answer | 2 | 1.250 (final; no metrics.jsonl) | 0.600 | 59.5%, 59.5% |\n"), "%s",
+                  md_line(md, "| moeut_answer | 2 |"));
+    ck_assert(strstr(md, "Best point of the sweep") == NULL); /* no sweep */
+    /* the first screen: the short answer within the first 25 lines, then the contents: every section linked by the
+     * anchor of its heading (GitHub's, and the HTML's id) */
+    const char *contents = strstr(md, "\n**Contents**\n");
+    int line = 1;
+    for (const char *q = md; q < contents; q++) line += *q == '\n';
+    ck_assert_msg(contents && line <= 25 && strstr(md, "## Short answer") < contents, "contents at line %d", line);
+    ck_assert(strstr(contents, "- [Do the paper's claims hold here?](#do-the-papers-claims-hold-here)\n"));
+    ck_assert(strstr(contents, "- [Headline: extrapolation on arithmetic__mul_div_multiple_longer]"
+                               "(#headline-extrapolation-on-arithmetic__mul_div_multiple_longer)\n"));
+    int sections = 0;
+    for (const char *h = strstr(contents, "\n## "); h; h = strstr(h + 1, "\n## ")) {
+        char title[256], link[300];
+        const char *e = strchr(h + 4, '\n');
+        snprintf(title, sizeof title, "%.*s", (int)(e - h - 4), h + 4);
+        snprintf(link, sizeof link, "- [%s](#", title);
+        ck_assert_msg(strstr(contents, link) && strstr(contents, link) < strstr(contents, "\n## "),
+                      "section %s not in the contents", title);
+        sections++;
+    }
+    ck_assert_int_ge(sections, 15);
+    char *page = read_out("report.html");
+    ck_assert(strstr(page, "<h2 id=\"do-the-papers-claims-hold-here\">Do the paper&#39;s claims hold here?</h2>") ||
+              strstr(page, "<h2 id=\"do-the-papers-claims-hold-here\">Do the paper&apos;s claims hold here?</h2>"));
+    ck_assert(strstr(page, "<nav class=\"toc\"><b>Contents:</b> <a href=\"#do-the-papers-claims-hold-here\">"));
+    ck_assert(strstr(page, "<summary><h2 id=\"how-the-verdicts-are-decided\">How the verdicts are decided</h2>"));
+    free(page);
     /* the effects on all 103 examples. Accuracy, Transformer: +8/103, +6/103 = 7.77, 5.83 points; t half-width
      * 12.7062 * 1.373 / sqrt 2 = 12.3 reaches the paper's +7: not resolved. MoEUT: 26.2, 25.2: consistent. */
     l = md_line(md, "- Answer-only loss helps the Transformer (dense_answer - dense_qa > 0) (paper: +7 points on "
@@ -426,31 +481,31 @@ START_TEST(seeds_aggregated_compared_and_judged) {
     ck_assert_msg(l && strstr(l, "examples: not resolved at this size. Ours: +6.8 points [") &&
                       strstr(l, "per seed +7.8, +5.8; accuracies dense_answer 47.6%, dense_qa 40.8%. Setting: "
                                 "train.steps 10."),
-                  "%s", l ? l : md);
+                  "%.2000s", l ? l : md);
     l = md_line(md, "- Answer-only loss helps MoEUT (moeut_answer - moeut_qa > 0) (paper: +27 points");
-    ck_assert_msg(l && strstr(l, "examples: consistent. Ours: +25.7 points ["), "%s", l ? l : md);
+    ck_assert_msg(l && strstr(l, "examples: consistent. Ours: +25.7 points ["), "%.2000s", l ? l : md);
     /* answer loss: -0.50, -0.48 -> mean -0.49, t half-width 12.7062 * .014142 / sqrt 2 = .127 -> [-0.617, -0.363],
      * and the bootstrap over two seeds [-0.500, -0.480]: the union */
     l = md_line(md, "- Answer-only loss helps the Transformer (dense_answer - dense_qa > 0), on the mean answer loss");
     ck_assert_msg(l && strstr(l, "lower is better; the paper reports accuracy only): consistent. Ours: -0.490 nats "
                                  "[-0.500, -0.480] (bootstrap, 2 seeds x 103 examples); t across seeds [-0.617, "
                                  "-0.363]; verdict interval [-0.617, -0.363]; per seed -0.500, -0.480."),
-                  "%s", l ? l : md);
+                  "%.2000s", l ? l : md);
     /* interaction on the loss: -0.70, -0.67: consistent (lower on the paper's side) */
     l = md_line(md, "- Answer-only loss helps MoEUT more than the Transformer ((moeut_answer - moeut_qa) - "
                     "(dense_answer - dense_qa) > 0), on the mean answer loss");
-    ck_assert_msg(l && strstr(l, "only): consistent. Ours: -0.685 nats"), "%s", l ? l : md);
+    ck_assert_msg(l && strstr(l, "only): consistent. Ours: -0.685 nats"), "%.2000s", l ? l : md);
     /* the interaction decomposed: on accuracy MoEUT's own effect is resolved and the Transformer's (+6.8, t interval
      * reaching below 0) is not, so MoEUT's effect carries it; on the loss both effects are resolved */
     l = md_line(md, "- Decomposition of the interaction on the accuracy:");
     ck_assert_msg(l && strstr(l, "= MoEUT's effect +25.7 [") && strstr(l, "minus the Transformer's +6.8 [") &&
                       strstr(l, "(verdict intervals, 2 paired seeds); it is carried by MoEUT's own effect: the "
                                 "Transformer's effect is not resolved."),
-                  "%s", l ? l : md);
+                  "%.2000s", l ? l : md);
     l = md_line(md, "- Decomposition of the interaction on the mean answer loss: -0.685 nats = MoEUT's effect -1.175 [");
     ck_assert_msg(l && strstr(l, "minus the Transformer's -0.490 [-0.617, -0.363]") &&
                       strstr(l, "both effects are resolved, so both contribute."),
-                  "%s", l ? l : md);
+                  "%.2000s", l ? l : md);
     /* what differs: the seed (recorded config and the run's own), the arch and the loss mode; not steps */
     ck_assert(strstr(md, "| train.seed | 1 | 2 | 1 | 2 | 1 | 2 | 1 | 2 |"));
     ck_assert(strstr(md, "| (run) seed | \"1\" | \"2\" |"));
@@ -553,10 +608,12 @@ static void set_run_number(const char *run, const char *section, const char *key
 
 /* A dense Q+A run of another variant: runs/dense_qa@KEY[.seedS] (KEY = the variant key of its config, as make names
  * it); its records say "run": record_run ("dense_qa" for a directory moved aside, the directory name for a sweep
- * point). correct of 100 per module and of the 100 headline examples. Writes the directory name to dir. */
+ * point). correct of 100 per module and of the 100 headline examples; answer losses 3 - correct / 100 plus 0 to 0.04
+ * per example (write_predictions_loss), the record's means theirs. Writes the directory name to dir. */
 static void write_variant_run(double lr, int d_model, long seed, long correct, bool moved_aside, char *dir,
                               size_t cap) {
     ResultRecord r;
+    const double loss_base = 3.0 - 0.01 * (double)correct;
     rtu_record(&r, "x", "dense", "qa", correct);
     cJSON *train = cJSON_GetObjectItemCaseSensitive(r.config, "train");
     cJSON *model = cJSON_GetObjectItemCaseSensitive(r.config, "model");
@@ -576,7 +633,8 @@ static void write_variant_run(double lr, int d_model, long seed, long correct, b
         se->modules[0].name = xstrdup(k == EVAL_INTERPOLATE ? "arithmetic__mul" : "arithmetic__mul_div_multiple_longer");
         se->modules[0].n = se->n = k == EVAL_INTERPOLATE ? 3 : 100;
         se->modules[0].correct = se->correct = k == EVAL_INTERPOLATE ? 0 : correct;
-        se->modules[0].mean_answer_loss = se->mean_answer_loss = 2.0;
+        /* the means of write_predictions_loss's losses: base + 0.01 (i % 5) over 3 and over 100 examples */
+        se->modules[0].mean_answer_loss = se->mean_answer_loss = loss_base + (k == EVAL_INTERPOLATE ? 0.01 : 0.02);
         se->greedy_n = se->greedy_agree = 3;
         set_eval_finish(se);
     }
@@ -594,7 +652,7 @@ static void write_variant_run(double lr, int d_model, long seed, long correct, b
     snprintf(p, sizeof p, "%s/%s/result.json", g_runs, dir);
     rtu_save(&r, p);
     snprintf(p, sizeof p, "%s/%s/predictions.jsonl", g_runs, dir);
-    write_predictions_loss(p, r.run, correct, 0, 2.0);
+    write_predictions_loss(p, r.run, correct, 0, loss_base);
     result_record_free(&r);
 }
 
@@ -616,11 +674,16 @@ START_TEST(seeds_of_other_configs_not_pooled) {
     set_run_config("dense_qa.seed2", 2e-3, 0);
     ck_assert_int_eq(run_report(), 0);
     char *md = read_out("report.md");
-    ck_assert_msg(strstr(md, "dense_qa: seeds 1 and 2 not pooled: train.lr differs (0.001 / 0.002)"), "%s", md);
+    ck_assert_msg(strstr(md, "dense_qa: seeds 1 and 2 not pooled: train.lr differs (0.001 / 0.002)"), "%.2000s", md);
     ck_assert(strstr(md, "dense_qa: the verdicts use seed 1 (the variant of runs/EXP/dense_qa); seed 2 left out: "
                          "train.lr differs (0.001 / 0.002)."));
-    ck_assert(strstr(md, "- Seeds behind the verdicts: dense_qa 1, dense_answer 2, moeut_qa 2, moeut_answer 2; dense_qa: "
-                         "seeds 1 and 2 not pooled: train.lr differs (0.001 / 0.002).\n"));
+    ck_assert_msg(strstr(md, "- What ran: experiment unit, 8 runs with results: 4 run configs (dense_qa, dense_answer, "
+                             "moeut_qa, moeut_answer), 1 to 2 seeds each, and 1 other configuration (variants, sweep "
+                             "points); 12.3k parameters, 10.2k training token slots (paper: about 228M and 6.55B); "
+                             "dense_qa: seeds 1 and 2 not pooled: train.lr differs (0.001 / 0.002).\n"),
+                  "%.2000s", md_line(md, "- What ran:"));
+    ck_assert_msg(strstr(md, "- What differs between the runs: train.lr (0.001 / 0.002) (every value: "),
+                  "%.2000s", md_line(md, "- What differs"));
     /* each variant its own across-seeds row: seed 1 alone (no interval), seed 2 under its key */
     char key2[RUN_VARIANT_LEN + 1], row[256], p[800];
     snprintf(p, sizeof p, "%s/dense_qa.seed2/result.json", g_runs);
@@ -629,7 +692,7 @@ START_TEST(seeds_of_other_configs_not_pooled) {
     free(text);
     ck_assert_int_eq(run_variant_key(cJSON_GetObjectItemCaseSensitive(j, "config"), key2), 0);
     cJSON_Delete(j);
-    ck_assert_msg(strstr(md, "| dense_qa | 1 | 40.0% (1 seed) |"), "%s", md_line(md, "| dense_qa | 1 |"));
+    ck_assert_msg(strstr(md, "| dense_qa | 1 | 40.0% (1 seed) |"), "%.2000s", md_line(md, "| dense_qa | 1 |"));
     snprintf(row, sizeof row, "| dense_qa@%s | 2 | 44.0%% (1 seed) |", key2);
     ck_assert_msg(strstr(md, row), "no row %s", row);
     /* the verdicts pair seed 1 only: the headline interaction is not resolved by rule (it was consistent with both) */
@@ -637,15 +700,17 @@ START_TEST(seeds_of_other_configs_not_pooled) {
     ck_assert_msg(l && strstr(l, ": not resolved at this size. Ours, in points on arithmetic__mul_div_multiple_longer: "
                                  "+19.0 [") && strstr(l, "(1 seed x 100 examples)") &&
                       strstr(l, "one seed: not resolved by rule"),
-                  "%s", l ? l : md);
+                  "%.2000s", l ? l : md);
     /* the variants table of dense_qa: the current variant first, the other current one marked not pooled */
     const char *v = strstr(md, "## Variants and sweeps");
     ck_assert(v && strstr(v, "### dense_qa\n"));
-    ck_assert_msg(strstr(v, "| variant | train.lr | seeds | mean accuracy [95% interval] |"), "%s", v);
+    ck_assert_msg(strstr(v, "| variant | train.lr | seeds | mean accuracy [95% interval] |"), "%.2000s", v);
     /* one seed: the interval would be the example bootstrap, but this fixture's predictions.jsonl (103 examples)
      * does not list the record's 500, so none is shown rather than one about other numbers */
-    l = md_line(v, "(current) | 0.001 | 1 (1) | 40.0% (no interval: predictions.jsonl disagrees with result.json)");
-    ck_assert_msg(l && strstr(l, "| dense_qa |"), "%s", l ? l : v);
+    /* both variants have the records' answer loss 0.6: the first, the current one, is marked the lowest */
+    l = md_line(v, "(current) (lowest answer loss) | 0.001 | 1 (1) | 40.0% (no interval: predictions.jsonl disagrees "
+                   "with result.json)");
+    ck_assert_msg(l && strstr(l, "| dense_qa |"), "%.2000s", l ? l : v);
     snprintf(row, sizeof row, "| %s (current, not pooled) | 0.002 | 1 (2) | 44.0%% (no interval", key2);
     ck_assert_msg(strstr(v, row), "no row %s", row);
     snprintf(p, sizeof p, "%s/sweep_dense_qa_train.lr.svg", g_out);
@@ -709,15 +774,18 @@ START_TEST(confounded_pairs_not_comparable) {
     l = md_line(v, "depth summary of moeut_answer > moeut_qa:");
     ck_assert_msg(l && strstr(l, ": contradicted. Ours: difference -0.205"), "%s", l ? l : v);
     /* the short answer counts them apart, never as resolved */
-    ck_assert_msg(strstr(md, "- Of the 15 claim lines below: 2 consistent with the paper, 1 contradicted, 5 not "
-                             "resolved at this size, 0 smaller than the paper's effect; 7 not comparable (no verdict: "
-                             "their runs differ in more than the factor under study)."),
-                  "%s", md_line(md, "- Of the"));
-    ck_assert_msg(strstr(md, "Transformer: not comparable; MoEUT: consistent; MoEUT more than the Transformer: not "
-                             "comparable (on the headline module: not comparable)."),
-                  "%s", md_line(md, "- Does answer-only loss"));
-    ck_assert(strstr(md, "Transformer answer-only > Q+A: not comparable; MoEUT > Transformer with Q+A: not comparable, "
-                         "with answer-only: not resolved at this size; MoEUT answer-only > MoEUT Q+A: contradicted."));
+    ck_assert_msg(strstr(md, "- Answer: of the 15 claim lines below, 2 consistent with the paper, 1 contradicted, 5 "
+                             "not resolved at this size, 0 smaller than the paper's effect; 7 not comparable (no "
+                             "verdict: their runs differ in more than the factor under study); by claim"),
+                  "%s", md_line(md, "- Answer:"));
+    ck_assert_msg(strstr(md, "helps, on accuracy: Transformer, MoEUT more than the Transformer, the same on the "
+                             "headline module: not comparable; MoEUT: consistent. On the answer loss: Transformer, "
+                             "MoEUT more than the Transformer: not comparable; MoEUT: consistent."),
+                  "%s", md_line(md, "- Answer-only loss (instead"));
+    ck_assert_msg(strstr(md, "Transformer answer-only > Q+A, MoEUT > Transformer with Q+A: not comparable; MoEUT > "
+                             "Transformer with answer-only: not resolved (the interval contains 0); MoEUT answer-only "
+                             "> Q+A: contradicted."),
+                  "%s", md_line(md, "- More depth used"));
     /* the paired comparisons: no numbers for the confounded contrasts, numbers for the others */
     l = md_line(md, "| answer-only - Q+A, Transformer | +7 |");
     ck_assert_msg(l && strstr(l, "| not comparable: train.lr differs (dense_answer 0.002 / dense_qa 0.001) |") &&
@@ -756,12 +824,16 @@ START_TEST(aside_variants_loaded_but_not_judged) {
     const char *vs = strstr(md, "## Variants and sweeps");
     ck_assert(vs);
     snprintf(row, sizeof row, "%s", "(@VARIANT directory) | 0.01 | 1 (1) | 35.0% [");
-    ck_assert_msg(strstr(vs, row), "%s", vs);
+    ck_assert_msg(strstr(vs, row), "%.2000s", vs);
     const char *l = md_line(vs, "(@VARIANT directory) | 0.03 | 1 (2) | 40.0% [");
-    ck_assert_msg(l && strstr(l, "(over examples, 1 seed)"), "%s", l ? l : vs);
-    ck_assert_msg(l && strstr(l, sweep), "%s", l ? l : vs);
+    ck_assert_msg(l && strstr(l, "(over examples, 1 seed)"), "%.2000s", l ? l : vs);
+    ck_assert_msg(l && strstr(l, sweep), "%.2000s", l ? l : vs);
     /* the current variant pools its two seeds: an interval across seeds */
-    ck_assert_msg(strstr(vs, "(current) |  | 2 (1, 2) | 42.0% ["), "%s", vs);
+    ck_assert_msg(strstr(vs, "(current) (lowest answer loss) |  | 2 (1, 2) | 42.0% ["), "%.2000s",
+                  md_line(vs, "(current)"));
+    /* the answer loss of a one-seed variant with its interval over the examples: 3 - 0.80 = 2.20, plus 0.01 and 0.02
+     * on the two sets: (3 x 2.21 + 100 x 2.22) / 103 = 2.220 */
+    ck_assert_msg(strstr(l, "| 2.220 [2.21"), "%s", l);
     ck_assert(strstr(md, "not pooled:") == NULL);
     free(v_before);
     free(v_after);
@@ -788,10 +860,11 @@ START_TEST(sweep_grid_table_and_plots) {
     const char *vs = strstr(md, "## Variants and sweeps");
     ck_assert(vs);
     ck_assert_msg(strstr(vs, "| variant | model.d_model | train.lr | seeds | mean accuracy [95% interval] | mean "
-                             "answer loss (nats) | final train loss | run directories |"),
-                  "%s", vs);
+                             "answer loss (nats) [95% interval] | final train loss | run directories |"),
+                  "%.2000s", vs);
     /* 7 rows, the current variant first */
-    const char *first = strstr(vs, "|---|"), *cur = strstr(vs, "(current) | 48 | 0.002 | 2 (1, 2) |");
+    const char *first = strstr(vs, "|---|"),
+               *cur = strstr(vs, "(current) (lowest answer loss) | 48 | 0.002 | 2 (1, 2) |");
     ck_assert(first && cur);
     ck_assert_msg(strchr(first, '\n') + 1 == strstr(first, "| ") && strstr(strchr(first, '\n') + 1, "(current)") == cur,
                   "the current variant is not the first row");
@@ -802,7 +875,7 @@ START_TEST(sweep_grid_table_and_plots) {
     /* lr = 1e-2, d_model 64: 10 + 40 + 5 = 55 of the 100 extrapolate examples, 0 of the 3 interpolate ones: the mean
      * of the sets is 27.5%, and its interval comes from the bootstrap over the examples */
     const char *l = md_line(vs, "| 64 | 0.01 | 1 (1) | 27.5% [");
-    ck_assert_msg(l && strstr(l, "(over examples, 1 seed)"), "%s", l ? l : vs);
+    ck_assert_msg(l && strstr(l, "(over examples, 1 seed)"), "%.2000s", l ? l : vs);
     double lo = 0, hi = 0;
     ck_assert_int_eq(sscanf(strstr(l, "27.5% [") + 7, "%lf, %lf]", &lo, &hi), 2);
     ck_assert_msg(lo < 27.5 && hi > 27.5 && lo > 15 && hi < 40, "interval [%g, %g]", lo, hi);
@@ -816,15 +889,38 @@ START_TEST(sweep_grid_table_and_plots) {
     ck_assert_int_eq(count_substr(lr_svg, "<circle"), 7);
     /* interval bars: every point has one (seeds or examples) */
     ck_assert_int_eq(count_substr(lr_svg, "<path d=\"M"), 7);
+    /* beside each accuracy plot the answer loss against the same key, with its intervals: the lr = 1e-2, d_model 64
+     * point has 3 - 0.55 + 0.01 or 0.02 */
+    char *loss_svg = read_out("sweep_dense_qa_train.lr_answer_loss.svg");
+    ck_assert(strstr(loss_svg, "dense_qa: answer loss against train.lr") && strstr(loss_svg, "mean answer loss (nats)"));
+    ck_assert_int_eq(count_substr(loss_svg, "<polyline"), 3);
+    ck_assert_int_eq(count_substr(loss_svg, "<circle"), 7);
+    ck_assert_int_eq(count_substr(loss_svg, "<path d=\"M"), 7);
+    ck_assert_msg(strstr(loss_svg, "model.d_model=64 x=0.01: 2.47"), "%.3000s", loss_svg);
+    ck_assert(strstr(vs, "| ![accuracy](sweep_dense_qa_train.lr.svg) | ![answer loss]"
+                         "(sweep_dense_qa_train.lr_answer_loss.svg) |"));
+    /* the best point by mean answer loss: the current configuration (the records' 0.6), named by its settings, on
+     * the first screen and marked in the table */
+    ck_assert_msg(strstr(md, "- Best point of the sweep, by mean answer loss: dense_qa at model.d_model=48, "
+                             "train.lr=0.002: mean answer loss 0.600 nats, accuracy 42.0% (2 seeds; the lowest of its 7 "
+                             "configurations) (\"Variants and sweeps\").\n"),
+                  "%s", md_line(md, "- Best point"));
+    ck_assert(strstr(md, "- Best point") < strstr(md, "**Contents**"));
     char *html = read_out("report.html");
     char why[256];
     ck_assert_msg(xml_check(html, 1, why, sizeof why) == 0, "report.html not well-formed: %s", why);
-    /* the answer comes first, the rules last (collapsed in the HTML) */
+    /* the answer comes first (its own table of loss and accuracy, then the contents), the rules last (collapsed in
+     * the HTML) */
     const char *ans = strstr(md, "## Short answer"), *ver = strstr(md, "## Do the paper's claims"),
-               *tab = strstr(md, "\n| "), *rules = strstr(md, "## How the verdicts are decided");
-    ck_assert(ans && ver && tab && rules && ans < ver && ver < tab && rules > strstr(md, "## Provenance"));
-    ck_assert(strstr(html, "<details><summary><h2>How the verdicts are decided</h2></summary>"));
+               *tab = strstr(md, "\n| "), *toc = strstr(md, "\n**Contents**\n"),
+               *rules = strstr(md, "## How the verdicts are decided");
+    ck_assert(ans && ver && tab && toc && rules && ans < tab && tab < toc && toc < ver &&
+              rules > strstr(md, "## Provenance"));
+    ck_assert(strstr(html, "<details><summary><h2 id=\"how-the-verdicts-are-decided\">How the verdicts are decided</h2>"
+                           "</summary>"));
+    ck_assert(strstr(html, "<h3 id=\"dense_qa\">dense_qa</h3>"));
     free(html);
+    free(loss_svg);
     free(lr_svg);
     free(dm_svg);
     free(md);

@@ -3,7 +3,7 @@
  * the claims judged prompt by prompt (numbers against hand-computed ones) for all prompts and those answered
  * correctly and wrongly, one verdict line per claim among the paper's claims (counted by the short answer), and the
  * sensitivity table naming the verdicts that flip with the uninformative vector (and, with one seed, the intervals that
- * move across 0); nothing of it without records. */
+ * move across 0, and the short answer's reason: one seed); nothing of it without records. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,10 +177,13 @@ START_TEST(depth_over_prompts) {
                          "contradicted with the counterfactual mean, contradicted with the evaluation mean, not "
                          "resolved at this size with zero."));
     /* the short answer counts the four new lines: 4 headline + 6 effects + 1 interaction + 4 + 4 depth */
-    l = md_line(md, "- Of the ");
-    ck_assert_msg(l && strstr(l, "- Of the 19 claim lines below:"), "%s", l ? l : "(no line)");
-    ck_assert(strstr(md, "The same four over the sampled evaluation prompts (depth_fraction, the paper's "
-                         "counterfactual vector): consistent; consistent, consistent; contradicted."));
+    l = md_line(md, "- Answer: ");
+    ck_assert_msg(l && strstr(l, "- Answer: of the 19 claim lines below,"), "%s", l ? l : "(no line)");
+    l = md_line(md, "- More depth used");
+    ck_assert_msg(l && strstr(l, " Over the sampled evaluation prompts: Transformer answer-only > Q+A, MoEUT > "
+                                "Transformer with Q+A, MoEUT > Transformer with answer-only: consistent; MoEUT "
+                                "answer-only > Q+A: contradicted."),
+                  "%s", l ? l : "(no line)");
     char *html = NULL, err[512], why[256];
     size_t n = 0;
     snprintf(p, sizeof p, "%s/report.html", g_out);
@@ -215,6 +218,14 @@ START_TEST(one_seed_interval_moves) {
                       strstr(l, "| no verdict changes, but the interval moves: above 0 / above 0 / across 0 |"),
                   "%s", l ? l : "(no line)");
     ck_assert(strstr(sens, "No verdict flips with the choice of the vector."));
+    /* the short answer says why nothing is resolved: one seed (on the four prompts, and over the sampled ones);
+     * the paper's accuracies: below its scale */
+    l = md_line(md, "- More depth used");
+    ck_assert_msg(l && strstr(l, "on its four prompts: all 4: not resolved (one seed). Over the sampled evaluation "
+                                 "prompts: all 4: not resolved (one seed)."),
+                  "%s", l ? l : "(no line)");
+    ck_assert(strstr(md, "accuracies (41/48/36/63% on arithmetic__mul_div_multiple_longer): all 4: not resolved (below "
+                         "the paper's scale)."));
     free(md);
     remove_tree(g_dir);
 }

@@ -2,8 +2,9 @@
  * (symbolic links, directories without a result.json and plain files skipped; natural order of the names), the
  * columns (the fixed ones, the union of the runs' flattened config keys in their order, the metrics with the union
  * of the modules), the cells (seed, joined overrides, the variant key shared by the seeds of one configuration,
- * numbers that read back to the same double, empty where a run lacks a key), RFC 4180 quoting, the atomic write,
- * and the errors (a record of another run, two experiments, nothing to export) naming the file. */
+ * numbers that read back to the same double, empty where a run lacks a key), the metric names make diff shows and
+ * the depth scores of analysis.json and depth_prompts.json, RFC 4180 quoting, the atomic write, and the errors (a
+ * record of another run, two experiments, nothing to export, a depth record that does not load) naming the file. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -65,6 +66,14 @@ static void other_module(ResultRecord *r) {
     r->training.wall_time_s = 2.0 / 3.0; /* cJSON writes it with 17 digits, exactly */
 }
 
+/* a run's depth records (rtu_save_depth_records: depth summary 0.5; over the prompts, depth_fraction 0.5 under the
+ * counterfactual vector, 0.15 under the others, depth_centre 0.3) */
+static void write_depth(const char *dir, const char *run) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", g_runs, dir);
+    rtu_save_depth_records(p, run);
+}
+
 static void setup(void) {
     rtu_tmpdir(g_runs, sizeof g_runs, "test_runs_csv");
     const char *ov_a[] = {"train.lr=0.001", "train.steps=10"};
@@ -72,6 +81,7 @@ static void setup(void) {
     write_run("a", "a", "dense", 33, DENSE_CONFIG, 1, ov_a, 2, NULL);
     write_run("a.seed2", "a.seed2", "dense", 40, DENSE_CONFIG, 2, ov_s, 3, NULL);
     write_run("a.seed10", "a.seed10", "dense", 41, DENSE_CONFIG, 10, ov_s, 3, NULL);
+    write_depth("a", "a");
     /* moved aside: its record carries the name without the variant */
     write_run("b@0123abcd", "b", "moeut", 50, MOEUT_CONFIG, 1, NULL, 0, other_module);
     char p[512], q[512];
@@ -103,14 +113,20 @@ START_TEST(rows_columns_and_cells) {
     ck_assert_int_eq(t.n_rows, 4);
     const char *order[4] = {"a", "a.seed2", "a.seed10", "b@0123abcd"};
     for (int r = 0; r < 4; r++) ck_assert_str_eq(cell(&t, r, "run"), order[r]);
-    /* the fixed columns first, then the config keys' union in the runs' order, then the metrics */
+    /* the fixed columns first, then the config keys' union in the runs' order, then the metrics under the names make
+     * diff shows (run_metrics.h) */
     const char *head[] = {"run",         "run_config",        "variant",       "seed",       "overrides",
                           "arch",        "loss_mode",         "backend",       "code_version", "n_params",
                           "description", "model.arch",        "model.d_model", "model.ff_n_experts",
-                          "train.steps", "train.lr",          "train.seed",    "comment",    "mean_accuracy",
-                          "acc.interpolate", "n.interpolate", "answer_loss.interpolate", "acc.extrapolate"};
+                          "train.steps", "train.lr",          "train.seed",    "comment",    "training.steps",
+                          "training.tokens", "training.final_train_loss", "evaluation.mean_accuracy",
+                          "interpolate.n", "interpolate.accuracy", "interpolate.mean_answer_loss"};
     for (int c = 0; c < (int)(sizeof head / sizeof head[0]); c++) ck_assert_str_eq(t.cols[c], head[c]);
-    ck_assert_str_eq(t.cols[t.n_cols - 1], "evaluation.wall_time_s");
+    ck_assert_int_gt(col(&t, "evaluation.wall_time_s"), col(&t, "extrapolate.arithmetic__add_or_sub_big.accuracy"));
+    ck_assert_str_eq(t.cols[t.n_cols - 1], "depth_prompts.zero.depth_centre");
+    int n_params = 0;
+    for (int c = 0; c < t.n_cols; c++) n_params += strcmp(t.cols[c], "n_params") == 0;
+    ck_assert_int_eq(n_params, 1); /* an identity column, not repeated among the metrics */
     /* identity */
     ck_assert_str_eq(cell(&t, 0, "run_config"), "a");
     ck_assert_str_eq(cell(&t, 3, "run_config"), "b");
@@ -132,21 +148,34 @@ START_TEST(rows_columns_and_cells) {
     ck_assert_str_eq(cell(&t, 3, "comment"), "[1,\"a,b\"]");
     ck_assert_str_eq(cell(&t, 0, "comment"), "");
     /* metrics: accuracies per set and module, the modules' union (empty where a run has no such module) */
-    ck_assert_str_eq(cell(&t, 0, "acc.interpolate"), "0.33");
-    ck_assert_str_eq(cell(&t, 0, "n.interpolate"), "300");
-    ck_assert_str_eq(cell(&t, 0, "answer_loss.extrapolate"), "0.6");
-    ck_assert_str_eq(cell(&t, 1, "acc.extrapolate.arithmetic__mul_div_multiple_longer"), "0.4");
-    ck_assert_str_eq(cell(&t, 0, "acc.interpolate.arithmetic__div"), "0.33");
-    ck_assert_str_eq(cell(&t, 3, "acc.interpolate.arithmetic__div"), "");
-    ck_assert_str_eq(cell(&t, 3, "acc.interpolate.arithmetic__new"), "0.5");
-    ck_assert_str_eq(cell(&t, 0, "acc.interpolate.arithmetic__new"), "");
-    ck_assert_int_lt(col(&t, "acc.interpolate.arithmetic__new"), col(&t, "acc.extrapolate.arithmetic__add_or_sub_big"));
+    ck_assert_str_eq(cell(&t, 0, "interpolate.accuracy"), "0.33");
+    ck_assert_str_eq(cell(&t, 0, "interpolate.n"), "300");
+    ck_assert_str_eq(cell(&t, 0, "extrapolate.mean_answer_loss"), "0.6");
+    ck_assert_str_eq(cell(&t, 1, "extrapolate.arithmetic__mul_div_multiple_longer.accuracy"), "0.4");
+    ck_assert_str_eq(cell(&t, 0, "interpolate.arithmetic__div.accuracy"), "0.33");
+    ck_assert_str_eq(cell(&t, 0, "interpolate.arithmetic__div.n"), "100");
+    ck_assert_str_eq(cell(&t, 0, "interpolate.arithmetic__div.mean_answer_loss"), "0.7");
+    ck_assert_str_eq(cell(&t, 3, "interpolate.arithmetic__div.accuracy"), "");
+    ck_assert_str_eq(cell(&t, 3, "interpolate.arithmetic__new.accuracy"), "0.5");
+    ck_assert_str_eq(cell(&t, 0, "interpolate.arithmetic__new.accuracy"), "");
+    ck_assert_int_lt(col(&t, "interpolate.arithmetic__new.accuracy"),
+                     col(&t, "extrapolate.arithmetic__add_or_sub_big.accuracy"));
+    ck_assert_str_eq(cell(&t, 0, "interpolate.greedy_disagreements"), "0");
     ck_assert_str_eq(cell(&t, 0, "training.final_train_loss"), "1.25");
     ck_assert_str_eq(cell(&t, 0, "training.steps"), "10");
     ck_assert_str_eq(cell(&t, 3, "training.wall_time_s"), "0.6666666666666666");
     ck_assert(strtod(cell(&t, 3, "training.wall_time_s"), NULL) == 2.0 / 3.0);
     ck_assert(strtod(cell(&t, 3, "train.lr"), NULL) == 1.0 / 3.0);
-    ck_assert_str_eq(cell(&t, 0, "mean_accuracy"), "0.33");
+    ck_assert_str_eq(cell(&t, 0, "evaluation.mean_accuracy"), "0.33");
+    /* the depth scores: a's analysis.json summary and its depth_prompts.json means; empty for the runs without */
+    ck_assert_str_eq(cell(&t, 0, "analysis.depth_fraction"), "0.5");
+    ck_assert_str_eq(cell(&t, 0, "depth_prompts.n"), "2");
+    ck_assert_str_eq(cell(&t, 0, "depth_prompts.counterfactual.depth_fraction"), "0.5");
+    ck_assert_str_eq(cell(&t, 0, "depth_prompts.counterfactual.depth_centre"), "0.3");
+    ck_assert(strtod(cell(&t, 0, "depth_prompts.eval_mean.depth_fraction"), NULL) == (0.1 + 0.2) / 2);
+    ck_assert_str_eq(cell(&t, 1, "analysis.depth_fraction"), "");
+    ck_assert_str_eq(cell(&t, 3, "depth_prompts.counterfactual.depth_fraction"), "");
+    ck_assert_int_lt(col(&t, "evaluation.wall_time_s"), col(&t, "analysis.depth_fraction"));
 
     /* the CSV text: header first, CRLF, the quoted fields */
     StrBuf b;
@@ -240,6 +269,25 @@ START_TEST(errors_name_the_file) {
 }
 END_TEST
 
+/* The depth records are read like result.json: one of another run, or one that does not load, is an error naming it
+ * (never a row with its depth cells quietly empty). */
+START_TEST(depth_records_are_checked) {
+    char err[1024], p[512];
+    RunsTable t;
+    write_depth("a.seed2", "zzz");
+    ck_assert_int_eq(runs_table_load(&t, g_runs, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "/a.seed2/analysis.json: run is \"zzz\", but the directory is \"a.seed2\""), "%s", err);
+    write_depth("a.seed2", "a.seed2");
+    ck_assert_msg(runs_table_load(&t, g_runs, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(cell(&t, 1, "depth_prompts.counterfactual.depth_fraction"), "0.5");
+    runs_table_free(&t);
+    snprintf(p, sizeof p, "%s/a.seed2/%s", g_runs, DEPTH_PROMPTS_FILE_NAME);
+    rtu_write(p, "{\"schema\": \"dm-math-depth-prompts\"}");
+    ck_assert_int_eq(runs_table_load(&t, g_runs, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "/a.seed2/depth_prompts.json") != NULL, "%s", err);
+}
+END_TEST
+
 /* Runs that cannot be read are errors naming them, never rows left out (run_dirs.h): a link to another run's directory
  * (its record names that run), a link that leads nowhere, a result.json that is a FIFO (refused at once, not read). */
 START_TEST(unreadable_runs_are_errors) {
@@ -271,6 +319,7 @@ int main(void) {
     tcase_add_test(tc, csv_quoting);
     tcase_add_test(tc, export_writes_atomically);
     tcase_add_test(tc, errors_name_the_file);
+    tcase_add_test(tc, depth_records_are_checked);
     tcase_add_test(tc, unreadable_runs_are_errors);
     suite_add_tcase(s, tc);
     return run_test_suite(s);

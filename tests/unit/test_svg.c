@@ -57,7 +57,7 @@ START_TEST(heatmap_structure) {
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++) v[r * C + c] = c == 0 ? 0.0 : 0.3 * r + 0.01 * c;
     const char *labels[C] = {"\xE2\x96\x81Q", ":", "<b>", "a&b", "\"", "\xE2\x96\x81" "A", ":"};
-    HeatmapStyle st = {"map & <title>", "input token", "layer", "L2 distance", 5};
+    HeatmapStyle st = {"map & <title>", "input token", "layer", "L2 distance", 5, 0};
     StrBuf b;
     sb_init(&b);
     svg_heatmap(&b, v, R, C, labels, &st);
@@ -90,6 +90,53 @@ START_TEST(heatmap_structure) {
     ck_assert_msg(strstr(b.data, ">1.26</text>") != NULL, "no max tick");
     /* answer-position marker */
     ck_assert(strstr(b.data, "stroke-dasharray") != NULL);
+    sb_free(&b);
+}
+END_TEST
+
+/* A map of 36 columns asked to fit 296 px (one of four side by side): exactly that wide, every cell still drawn and
+ * titled with its token, every 4th column labelled (5 px cells: rotated 11 px labels need about 16 px), the long title
+ * and x label wrapped onto lines that fit, no text smaller than 11 px. */
+START_TEST(heatmap_compact_fits_its_width) {
+    enum { R = 4, C = 36 };
+    double v[R * C];
+    char names[C][8];
+    const char *labels[C];
+    for (int c = 0; c < C; c++) {
+        snprintf(names[c], sizeof names[c], "t%d", c);
+        labels[c] = names[c];
+        for (int r = 0; r < R; r++) v[r * C + c] = 0.01 * (r + c);
+    }
+    HeatmapStyle st = {"moeut_answer.seed2: WRONG, depth 0.812",
+                       "question position (share of the question), then the answer-predicting positions", "layer",
+                       "L2 distance", 33, 296};
+    StrBuf b;
+    sb_init(&b);
+    svg_heatmap(&b, v, R, C, labels, &st);
+    char why[256];
+    ck_assert_msg(xml_check(b.data, 0, why, sizeof why) == 0, "not well-formed: %s\n%s", why, b.data);
+    ck_assert_msg(strstr(b.data, "width=\"296\"") && strstr(b.data, "viewBox=\"0 0 296 "), "%.200s", b.data);
+    ck_assert_int_eq(count_substr(b.data, "<title>layer "), R * C);
+    ck_assert(strstr(b.data, "position 1 (t1): "));
+    ck_assert(strstr(b.data, ">t0</text>") && strstr(b.data, ">t4</text>") && strstr(b.data, ">t32</text>"));
+    ck_assert(!strstr(b.data, ">t1</text>") && !strstr(b.data, ">t3</text>") && !strstr(b.data, ">t33</text>"));
+    /* cells of 5 px: 296 less the margins (36 left, 8 + 10 for the bar, about 51 for its ticks and label) over 36 */
+    ck_assert_msg(strstr(b.data, "<rect x=\"36\" y=\"") && strstr(b.data, "width=\"5\" height=\"36\""), "%.600s",
+                  b.data);
+    /* the title on two lines, the x label on three at most; every text at 11 px or more */
+    ck_assert(strstr(b.data, ">moeut_answer.seed2: WRONG, depth</text>") && strstr(b.data, ">0.812</text>"));
+    ck_assert(strstr(b.data, ">question position (share of the question),</text>") &&
+              strstr(b.data, ">then the answer-predicting positions</text>"));
+    for (const char *f = strstr(b.data, "font-size=\""); f; f = strstr(f + 1, "font-size=\""))
+        ck_assert_msg(atoi(f + 11) >= 11, "a text at %d px", atoi(f + 11));
+    /* each text line fits the width: about 0.6 em per character (0.65 em bold) */
+    for (const char *t = strstr(b.data, "<text x=\""); t; t = strstr(t + 1, "<text x=\"")) {
+        const char *open = strchr(t, '>'), *close = strstr(t, "</text>");
+        const int bold = strstr(t, "font-weight") && strstr(t, "font-weight") < open;
+        const double per_char = bold ? 0.65 * 12 : 0.6 * 11;
+        ck_assert_msg(atoi(t + 9) + per_char * (double)(close - open - 1) <= 296, "a text line too long: %.*s",
+                      (int)(close - t), t);
+    }
     sb_free(&b);
 }
 END_TEST
@@ -224,6 +271,7 @@ int main(void) {
     Suite *s = suite_create("svg");
     TCase *tc = tcase_create("svg");
     tcase_add_test(tc, heatmap_structure);
+    tcase_add_test(tc, heatmap_compact_fits_its_width);
     tcase_add_test(tc, heatmap_all_zero_and_colours);
     tcase_add_test(tc, line_plot);
     tcase_add_test(tc, interval_plot);

@@ -1,5 +1,5 @@
 /* The report's pure pieces on constructed inputs: the verdict rules (each of the three outcomes, both directions,
- * the one-seed and below-paper-scale rules), the config-difference table, and run identity (RUN.seed<S> names,
+ * the one-seed and below-paper-scale rules) and the reasons the short answer gives, the config-difference table, and run identity (RUN.seed<S> names,
  * the records' optional seed/run_config/overrides, their agreement with the directory name). */
 #include <check.h>
 #include <math.h>
@@ -77,6 +77,32 @@ START_TEST(effect_rule) {
     ck_assert(verdict_below_paper_effect(0.01, 0.03, 0.07));
     ck_assert(!verdict_below_paper_effect(0.01, 0.08, 0.07));
     ck_assert_str_eq(verdict_label(VERDICT_SMALLER_THAN_PAPER), "smaller than the paper's effect");
+}
+END_TEST
+
+/* Why a claim has its verdict (the short answer's reason): the first rule that leaves it open, and "resolved" exactly
+ * when the verdict is not "not resolved". */
+START_TEST(verdict_reasons) {
+    /* direction: one seed before the interval; an interval across 0 (or undefined) with >= 2 seeds */
+    ck_assert_int_eq(verdict_direction_why(0.1, 0.2, 1, +1), VERDICT_WHY_ONE_SEED);
+    ck_assert_int_eq(verdict_direction_why(-0.1, 0.2, 3, +1), VERDICT_WHY_INTERVAL);
+    ck_assert_int_eq(verdict_direction_why(NAN, NAN, 2, +1), VERDICT_WHY_INTERVAL);
+    ck_assert_int_eq(verdict_direction_why(0.1, 0.2, 2, +1), VERDICT_WHY_RESOLVED);
+    ck_assert_int_eq(verdict_direction_why(0.1, 0.2, 2, -1), VERDICT_WHY_RESOLVED); /* contradicted */
+    /* effect size: one seed, then the floor, then the interval; "smaller than the paper's" is resolved */
+    ck_assert_int_eq(verdict_effect_why(-0.01, 0.02, 1, 0.27, true), VERDICT_WHY_ONE_SEED);
+    ck_assert_int_eq(verdict_effect_why(-0.01, 0.02, 3, 0.27, false), VERDICT_WHY_FLOOR);
+    ck_assert_int_eq(verdict_effect_why(-0.01, 0.30, 3, 0.27, true), VERDICT_WHY_INTERVAL);
+    ck_assert_int_eq(verdict_effect_why(-0.01, 0.02, 3, 0.27, true), VERDICT_WHY_RESOLVED);
+    ck_assert_int_eq(verdict_effect(-0.01, 0.02, 3, 0.27, true), VERDICT_SMALLER_THAN_PAPER);
+    ck_assert_int_eq(verdict_effect_why(0.01, 0.02, 1, 0.27, false), VERDICT_WHY_ONE_SEED);
+    /* a paper number: size first; at the paper's scale only an undefined interval leaves it open */
+    ck_assert_int_eq(verdict_paper_number_why(0.3, 0.5, 0.41, false), VERDICT_WHY_SIZE);
+    ck_assert_int_eq(verdict_paper_number_why(0.3, 0.5, 0.41, true), VERDICT_WHY_RESOLVED);
+    ck_assert_int_eq(verdict_paper_number_why(NAN, NAN, 0.41, true), VERDICT_WHY_INTERVAL);
+    ck_assert_str_eq(verdict_why_label(VERDICT_WHY_ONE_SEED), "one seed");
+    ck_assert_str_eq(verdict_why_label(VERDICT_WHY_SIZE), "below the paper's scale");
+    ck_assert_str_eq(verdict_why_label(VERDICT_WHY_FLOOR), "accuracy on the floor");
 }
 END_TEST
 
@@ -260,6 +286,7 @@ int main(void) {
     tcase_add_test(tc, direction_three_outcomes);
     tcase_add_test(tc, paper_number_rule);
     tcase_add_test(tc, effect_rule);
+    tcase_add_test(tc, verdict_reasons);
     tcase_add_test(tc, config_differences);
     tcase_add_test(tc, run_names);
     tcase_add_test(tc, run_names_with_variants);
