@@ -28,10 +28,14 @@ static void fmt_verdict(char *out, size_t cap, Verdict v, VerdictWhy why) {
     else snprintf(out, cap, "not resolved (%s)", verdict_why_label(why));
 }
 
+/* The most claims of one group (the four depth claims, the four accuracy contrasts). */
+#define GROUP_MAX_CLAIMS 4
+
 /* The claims of one group as "A, B: not resolved (one seed); C: consistent": claims with the same verdict and reason
  * share one phrase, in the order of their first claim; "all N: ..." when they all agree. */
 static void claim_phrase(char *out, size_t cap, const Claim *c, int n) {
-    bool done[8] = {false};
+    bool done[GROUP_MAX_CLAIMS] = {false};
+    if (n > GROUP_MAX_CLAIMS) die("claim_phrase: %d claims, at most %d", n, GROUP_MAX_CLAIMS);
     size_t len = 0;
     out[0] = '\0';
     int groups = 0;
@@ -44,8 +48,8 @@ static void claim_phrase(char *out, size_t cap, const Claim *c, int n) {
             if (done[j] || c[j].v != c[i].v || c[j].why != c[i].why) continue;
             done[j] = true;
             members++;
-            ll += (size_t)snprintf(labels + ll, ll < sizeof labels ? sizeof labels - ll : 0, "%s%s", ll ? ", " : "",
-                                   c[j].label);
+            if (ll < sizeof labels)
+                ll += (size_t)snprintf(labels + ll, sizeof labels - ll, "%s%s", ll ? ", " : "", c[j].label);
         }
         fmt_verdict(verdict, sizeof verdict, c[i].v, c[i].why);
         if (members == n && n > 1) snprintf(labels, sizeof labels, "all %d", n);
@@ -55,8 +59,9 @@ static void claim_phrase(char *out, size_t cap, const Claim *c, int n) {
 
 /* ---------------------------------------------------------------- what ran --------------------------------- */
 
-/* "4 runs of 4 configurations (dense_qa 1 seed, ...)": the primary group of every run config, with its seeds; the
- * notes of configs whose current seeds were not pooled appended. */
+/* "What ran: experiment ci, 4 runs with results: 4 run configs (dense_qa, ...), 1 seed each; ...": the primary group
+ * of every run config (the first ANSWER_MAX_CONFIGS named), their seeds, the other configurations (variants, sweep
+ * points), the scale, and the notes of configs whose current seeds were not pooled. */
 static void what_ran(Doc *d, const ReportInput *in, const char *experiment, const ReportScale *sc) {
     char configs[2048] = "", notes[4096] = "";
     size_t len = 0, nlen = 0;

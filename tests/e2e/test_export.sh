@@ -14,8 +14,8 @@
 #     metric columns, NaN where empty;
 #   - a record that does not load, and a symbolic link aliasing another run (read like any run directory, its record
 #     names the other run), are one error line naming it, exit 1, and the earlier runs.csv stays as it was.
-# About 1 min of CPU time (three 3-step trainings and evaluations of 200 examples per set; 2 min 46 s measured on a
-# loaded 2-core machine).
+# About 1.5 min of CPU time (three 3-step trainings and evaluations of 200 examples per set, one analysis over ci's 24
+# evaluation prompts, about 25 s; 2 min 46 s measured on a loaded 2-core machine before the analysis was added).
 source "$(dirname "$0")/train_common.sh"
 
 # A python3 with pandas where there is one (a pyenv python3 first on PATH may lack Debian's python3-pandas).
