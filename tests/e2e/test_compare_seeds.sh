@@ -30,7 +30,11 @@ RUNS=runs/$exp
 CONFIGS="dense_qa dense_answer moeut_qa moeut_answer"
 mkdir -p "experiments/$exp" "$BASE" "$RUNS"
 cp experiments/cpu_arith/data.json "experiments/$exp/"
-for c in $CONFIGS; do cp "experiments/cpu_arith/$c.json" "experiments/$exp/"; done
+# the replications analyze fewer prompts than the baselines did: a config difference in a key that changes neither
+# training nor evaluation, which compare must name in a note and compare through
+for c in $CONFIGS; do
+  jq '.analyze.eval_prompts = 400' "experiments/cpu_arith/$c.json" >"experiments/$exp/$c.json" || fail "jq on $c.json"
+done
 cp "$SRC/tolerances.json" "$BASE/"
 for f in "$SRC"/*.result.json; do # the baselines, as recorded, under the scratch experiment's name
   jq --arg e "$exp" '.experiment = $e' "$f" >"$BASE/$(basename "$f")" || fail "jq on $f"
@@ -77,7 +81,7 @@ for c in $CONFIGS; do
   grep -q "^note: $c: the recorded seeds $c, $c.seed2, $c.seed3 were not run here (not compared); $c.seed4, $c.seed5," \
     "$tmp/rep.log" || { cat "$tmp/rep.log"; fail "no note on $c's recorded seeds not run here"; }
 done
-grep -q "^note: dense_qa.seed4: compared although its config differs from the baseline's, in keys that change neither training nor evaluation (analyze.eval_prompts (absent) -> 500)" \
+grep -q "^note: dense_qa.seed4: compared although its config differs from the baseline's, in keys that change neither training nor evaluation (analyze.eval_prompts 500 -> 400)" \
   "$tmp/rep.log" || { cat "$tmp/rep.log"; fail "no note on the analysis-only config difference"; }
 echo "seeds 4 and 5: 8 compared with the recorded seeds' mean and spread, exit 0"
 
@@ -94,16 +98,16 @@ echo "a replication with a 30% higher final loss: WORSE, exit 1"
 forge "$SRC/dense_qa.seed2.result.json" dense_qa.seed4 4 train.lr=0.008
 rc=$(gate "$tmp/lr.log")
 [ "$rc" = 2 ] || { cat "$tmp/lr.log" "$tmp/lr.log.err"; fail "a replication at lr 0.008: compare exit $rc, want 2"; }
-grep -q "dense_qa.seed4/result.json: cannot compare with the mean of $BASE/dense_qa\[.seed<S>\].result.json: its config differs from the baseline's: analyze.eval_prompts (absent) -> 500; train.lr 0.002 -> 0.008 (config_sha256 " \
+grep -q "dense_qa.seed4/result.json: cannot compare with the mean of $BASE/dense_qa\[.seed<S>\].result.json: its config differs from the baseline's: analyze.eval_prompts 500 -> 400; train.lr 0.002 -> 0.008 (config_sha256 " \
   "$tmp/lr.log.err" || { cat "$tmp/lr.log.err"; fail "the error does not name train.lr 0.002 -> 0.008"; }
-grep -q '(dense_qa.seed4: config differs from the baseline.s: analyze.eval_prompts (absent) -> 500; train.lr 0.002 -> 0.008;' \
+grep -q '(dense_qa.seed4: config differs from the baseline.s: analyze.eval_prompts 500 -> 400; train.lr 0.002 -> 0.008;' \
   "$tmp/lr.log" || { tail -1 "$tmp/lr.log"; fail "the summary does not name train.lr 0.002 -> 0.008"; }
 if grep -q 'train.seed' "$tmp/lr.log.err"; then cat "$tmp/lr.log.err"; fail "a replication's seed named as a change"; fi
 forge "$SRC/dense_qa.seed2.result.json" dense_qa.seed4 4
 forge "$SRC/dense_qa.result.json" dense_qa 1 train.lr=0.008
 rc=$(gate "$tmp/lr1.log" --only dense_qa)
 [ "$rc" = 2 ] || { cat "$tmp/lr1.log" "$tmp/lr1.log.err"; fail "a recorded seed at lr 0.008: compare exit $rc, want 2"; }
-grep -q "dense_qa/result.json: cannot compare with $BASE/dense_qa.result.json: its config differs from the baseline's: analyze.eval_prompts (absent) -> 500; train.lr 0.002 -> 0.008 (config_sha256 [0-9a-f]\{12\}\.\.\. -> [0-9a-f]\{12\}\.\.\.)" \
+grep -q "dense_qa/result.json: cannot compare with $BASE/dense_qa.result.json: its config differs from the baseline's: analyze.eval_prompts 500 -> 400; train.lr 0.002 -> 0.008 (config_sha256 [0-9a-f]\{12\}\.\.\. -> [0-9a-f]\{12\}\.\.\.)" \
   "$tmp/lr1.log.err" || { cat "$tmp/lr1.log.err"; fail "a recorded seed's config change: train.lr not named"; }
 echo "another learning rate: not comparable (exit 2), naming train.lr 0.002 -> 0.008"
 
@@ -122,7 +126,7 @@ echo "make compare SEEDS=5: the 8 replications compared beside the 12 recorded s
 # 5. make diff against the run's own baseline
 out=$(m diff A=dense_qa B=baseline) || { echo "$out"; fail "make diff A=dense_qa B=baseline"; }
 grep -q "^bin/compare --diff runs/$exp/dense_qa $BASE/dense_qa\$" <<<"$out" || { echo "$out" | head -3; fail "B=baseline resolved wrongly"; }
-grep -qE '^  analyze\.eval_prompts +A 500  B \(absent\)$' <<<"$out" || { echo "$out" | head -8; fail "the diff's config key"; }
+grep -qE '^  analyze\.eval_prompts +A 400  B 500$' <<<"$out" || { echo "$out" | head -8; fail "the diff's config key"; }
 grep -qE '^training\.final_train_loss ' <<<"$out" || fail "the diff has no metric rows"
 out=$(m diff A="$BASE/dense_qa.seed2.result.json" B=dense_qa.seed2) || { echo "$out"; fail "make diff with a .result.json path"; }
 grep -q "^B = runs/$exp/dense_qa.seed2 " <<<"$out" || { echo "$out" | head -3; fail "the .result.json path"; }
