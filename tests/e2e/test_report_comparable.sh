@@ -82,10 +82,10 @@ grep -F -- "- Answer-only loss helps MoEUT (moeut_answer - moeut_qa > 0) (paper:
   grep -qE 'examples: (consistent|contradicted|not resolved at this size|smaller than the paper.s effect)\. Ours:' ||
   fail "the MoEUT loss-mode claim lost its verdict"
 # the short answer: counted apart, not as resolved
-grep -qE '^- Of the 15 claim lines below: .*, 8 not resolved at this size, 0 smaller than the paper.s effect; 7 not comparable \(no verdict' \
-  "$tmp/lr/report.md" || { grep -- '- Of the' "$tmp/lr/report.md"; fail "the short answer does not count 7 not comparable apart"; }
-grep -q 'Transformer: not comparable; MoEUT: not resolved at this size; MoEUT more than the Transformer: not comparable' \
-  "$tmp/lr/report.md" || { grep -- '- Does answer-only' "$tmp/lr/report.md"; fail "short answer on the loss-mode claims"; }
+grep -qE '^- Answer: of the 15 claim lines below, .*, 8 not resolved at this size, 0 smaller than the paper.s effect; 7 not comparable \(no verdict' \
+  "$tmp/lr/report.md" || { grep -- '- Answer:' "$tmp/lr/report.md"; fail "the short answer does not count 7 not comparable apart"; }
+grep -q 'helps, on accuracy: Transformer, MoEUT more than the Transformer, the same on the headline module: not comparable; MoEUT: not resolved' \
+  "$tmp/lr/report.md" || { grep -- '- Answer-only loss (instead' "$tmp/lr/report.md"; fail "short answer on the loss-mode claims"; }
 grep -qF '| answer-only - Q+A, Transformer | +7 | not comparable: train.lr differs (dense_answer 0.002 / dense_qa 0.008) |' \
   "$tmp/lr/report.md" || fail "the paired comparisons table shows numbers for a confounded contrast"
 echo "dense_qa at train.lr 0.008: 7 claim lines 'not comparable' naming train.lr (0.002 / 0.008), no verdict; the others keep theirs"
