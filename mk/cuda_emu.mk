@@ -13,7 +13,8 @@ EMU_CXX ?= g++
 EMU_SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 EMU_CFLAGS := $(BASE_CFLAGS) -DHAVE_CUDA -O1 -g $(EMU_SAN)
 EMU_CXXFLAGS := -std=c++17 -D_GNU_SOURCE -DCUDA_EMULATION -I. $(WARN) -Wno-unknown-pragmas -O1 -g $(EMU_SAN) $(MPI_CFLAGS)
-EMU_RUNTIME_OBJ := $(OBJEMU)/kernels/cuda/emu/cuda_emu_runtime.o $(OBJEMU)/kernels/cuda/emu/cuda_emu_stats.o
+EMU_RUNTIME_OBJ := $(OBJEMU)/kernels/cuda/emu/cuda_emu_runtime.o $(OBJEMU)/kernels/cuda/emu/cuda_emu_stats.o \
+                   $(OBJEMU)/kernels/cuda/emu/cuda_emu_launch_log.o
 EMU_CU_OBJ := $(patsubst %.cu,$(OBJEMU)/%.o,$(CUDA_SRC)) $(EMU_RUNTIME_OBJ) $(OBJEMU)/kernels/cuda/emu/nccl_emu.o
 EMU_CORE := build/emu/libcore.a
 EMU_NN := build/emu/libnn.a
