@@ -93,6 +93,29 @@ static void set_err(char *err, size_t errlen, const char *reason) {
     if (err && errlen) snprintf(err, errlen, "no usable CUDA GPU: %s", reason);
 }
 
+// "CUDA 12.4" from the API's 12040; 0 (no driver) as "none".
+static void cuda_version_text(char *out, size_t n, int v) {
+    if (v <= 0) snprintf(out, n, "none");
+    else snprintf(out, n, "CUDA %d.%d", v / 1000, v % 1000 / 10);
+}
+
+// The reason why no device could be counted, with the driver's CUDA version beside this program's runtime's: a driver
+// of an older major version than the runtime (the usual cause on a machine with a GPU) is named as such.
+static void set_err_no_device(char *err, size_t errlen, cudaError_t e) {
+    int driver = 0, runtime = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+    if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+    cudaGetLastError(); // neither query leaves an error for later calls to see
+    char d[32], r[32], reason[384];
+    cuda_version_text(d, sizeof d, driver);
+    cuda_version_text(r, sizeof r, runtime);
+    bool too_old = e == cudaErrorInsufficientDriver || (driver > 0 && driver / 1000 < runtime / 1000);
+    snprintf(reason, sizeof reason, "%s (driver: %s, runtime: %s%s)", cudaGetErrorString(e), d, r,
+             too_old ? "; the driver is too old for this runtime: update it, or build with the driver's CUDA toolkit"
+                     : "");
+    set_err(err, errlen, reason);
+}
+
 // Reads an implementation-choice variable: unset or empty = the first choice (auto); an unknown value is an error.
 static bool read_choice(const char *var, const char *const choices[], int n_choices, int *out, char *err,
                         size_t errlen) {
@@ -160,7 +183,7 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     int n_dev = 0;
     cudaError_t e = cudaGetDeviceCount(&n_dev);
     if (e != cudaSuccess) {
-        set_err(err, errlen, cudaGetErrorString(e));
+        set_err_no_device(err, errlen, e);
         cudaGetLastError(); // clear the sticky-free error so later runtime calls are not confused by it
         return nullptr;
     }

@@ -75,6 +75,7 @@ typedef enum {
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInvalidDevicePointer = 17,
+    cudaErrorInsufficientDriver = 35,
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
 } cudaError_t;
@@ -97,6 +98,11 @@ const char *cudaGetErrorString(cudaError_t e);
 const char *cudaGetErrorName(cudaError_t e);
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaGetDeviceCount(int *n);
+// The runtime is CUDA 13.0 (13000, what the project's GPU builds use); the driver's CUDA version is
+// CUDA_EMU_DRIVER_VERSION (default the runtime's). With a driver of an older major version than the runtime,
+// cudaGetDeviceCount fails with cudaErrorInsufficientDriver, as on a GPU machine with an old driver.
+cudaError_t cudaDriverGetVersion(int *version);
+cudaError_t cudaRuntimeGetVersion(int *version);
 cudaError_t cudaSetDevice(int dev);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int dev);
 cudaError_t cudaDeviceSynchronize(void);

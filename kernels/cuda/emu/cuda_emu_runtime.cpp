@@ -403,6 +403,8 @@ static const struct {
     {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
     {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
     {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
+    {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
+     "CUDA driver version is insufficient for CUDA runtime version"},
     {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
     {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
 };
@@ -427,8 +429,25 @@ static int n_devices(void) {
     const char *s = getenv("CUDA_EMU_DEVICES");
     return s ? atoi(s) : 1;
 }
+static const int EMU_RUNTIME_VERSION = 13000;
+cudaError_t cudaRuntimeGetVersion(int *version) {
+    *version = EMU_RUNTIME_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int *version) {
+    const char *s = getenv("CUDA_EMU_DRIVER_VERSION");
+    *version = s && *s ? atoi(s) : EMU_RUNTIME_VERSION;
+    return cudaSuccess;
+}
+static bool driver_too_old(void) {
+    int driver;
+    cudaDriverGetVersion(&driver);
+    return driver / 1000 < EMU_RUNTIME_VERSION / 1000;
+}
+
 cudaError_t cudaGetDeviceCount(int *n) {
     *n = 0;
+    if (driver_too_old()) return cudaErrorInsufficientDriver;
     if (n_devices() <= 0) return cudaErrorNoDevice;
     *n = n_devices();
     return cudaSuccess;
