@@ -3,17 +3,21 @@
 # accesses) on machines without a GPU. Needs g++ only (no nvcc, no GPU). It does not replace a GPU run.
 #   make test-cuda-emu   the emulator self-test, the three CUDA unit-test programs, the four CUDA e2e scripts and the
 #                        thread-order race check (tests/e2e/cuda_emu_order.sh) on the emulator
+#   make bench-model     the cost model: predicted H100/H200 time and MFU of one training step of the paper's dense and
+#                        MoEUT configs in bf16, from every launch the backend issues in the emulator's dry run
+#                        (CUDA_EMU_DRY_RUN; tests/bench/bench_model.py); a prediction, not a measurement
 #   make bench-emu-counts  kernel launches, cuBLAS calls, routing-plan builds, host<->device copies, bf16 roundings and
 #                        bytes moved per training step of the paper's layouts in fp32 and bf16
 #                        (tests/bench/emu_call_counts.sh), default kernel paths against the comparator paths
-.PHONY: test-cuda-emu emu-bins bench-emu-counts
+.PHONY: test-cuda-emu emu-bins bench-emu-counts bench-model
 
 OBJEMU := build/emu/obj
 EMU_CXX ?= g++
 EMU_SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 EMU_CFLAGS := $(BASE_CFLAGS) -DHAVE_CUDA -O1 -g $(EMU_SAN)
 EMU_CXXFLAGS := -std=c++17 -D_GNU_SOURCE -DCUDA_EMULATION -I. $(WARN) -Wno-unknown-pragmas -O1 -g $(EMU_SAN) $(MPI_CFLAGS)
-EMU_RUNTIME_OBJ := $(OBJEMU)/kernels/cuda/emu/cuda_emu_runtime.o $(OBJEMU)/kernels/cuda/emu/cuda_emu_stats.o
+EMU_RUNTIME_OBJ := $(OBJEMU)/kernels/cuda/emu/cuda_emu_runtime.o $(OBJEMU)/kernels/cuda/emu/cuda_emu_stats.o \
+                   $(OBJEMU)/kernels/cuda/emu/cuda_emu_launch_log.o
 EMU_CU_OBJ := $(patsubst %.cu,$(OBJEMU)/%.o,$(CUDA_SRC)) $(EMU_RUNTIME_OBJ) $(OBJEMU)/kernels/cuda/emu/nccl_emu.o
 EMU_CORE := build/emu/libcore.a
 EMU_NN := build/emu/libnn.a
@@ -69,3 +73,7 @@ build/emu/bench/bench_train_step: $(OBJEMU)/tests/bench/bench_train_step.o $(EMU
 
 bench-emu-counts: build/emu/bench/bench_train_step
 	@tests/bench/emu_call_counts.sh
+
+# Debian's python (tests/bench/bench_model.py needs nothing beyond the standard library).
+bench-model: build/emu/bench/bench_train_step
+	@/usr/bin/python3 tests/bench/bench_model.py --exe build/emu/bench/bench_train_step

@@ -43,6 +43,8 @@ help:
 	'  bench-cpu            C against the PyTorch twin: training tokens/s of BENCH_CONFIGS' \
 	'  bench-tokenize       bin/tokenize against zcat of the same archive (BENCH_TOKENIZE_ARCHIVE)' \
 	'  bench-emu-counts     kernel launches, cuBLAS calls and copies per CUDA training step, on the emulator (~20 min)' \
+	'  bench-model          predicted (not measured) H100/H200 step time and MFU of the paper configs: the roofline' \
+	'                       of every launch of one CUDA training step, recorded by the emulator'"'"'s dry run (~20 s)' \
 	'  bench-gpu            C (CUDA) against PyTorch: tokens/s and MFU of BENCH_GPU_CONFIGS on one GPU' \
 	'  bench-gpu-selftest   the FLOP arithmetic and the benchmark'"'"'s PyTorch kernels against the twin' \
 	'GPU (tests/GPU_CHECKLIST.md):' \

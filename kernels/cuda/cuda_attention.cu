@@ -64,8 +64,30 @@ void cuda_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, 
         im->rope_half = half;
         im->rope_base = (float)base;
     }
-    LAUNCH(k_rope, grid_for(total, 256), 256, 0)(x, im->rope_inv_freq, B, T, H, D, n_rot, pos_offset, inverse);
+    // per rotated pair: two values read and written, the angle, its cosine and sine, and the rotation
+    LAUNCH(k_rope, grid_for(total, 256), 256, 0, streaming_cost(total, 9, 4 * sizeof(float)))(
+        x, im->rope_inv_freq, B, T, H, D, n_rot, pos_offset, inverse);
     CHECK_LAUNCH();
+}
+
+// ---------------------------------------------------------------- costs of the fused kernels (cuda_common.cuh)
+// Per visited query-key pair: the q.k dot product (2D) and, forward, the online softmax (about 6) and p v (2D);
+// dq: q.k, dout.v and ds k (6D + 8); dk/dv: q.k, dout.v, ds q and p dout (8D + 8). Bytes: q, k, v (and dout) read
+// once, the outputs written once (read too where they accumulate), the per-row lse and D_i.
+static inline KernelCost fused_attention_fwd_cost(int B, int Tq, int Tk, int H, int D) {
+    double pairs = (double)B * H * causal_pairs(Tq, Tk), rows = (double)B * H * Tq;
+    return kernel_cost(pairs * (4.0 * D + 6), (2.0 * rows * D + 2.0 * B * H * Tk * D + rows) * sizeof(float));
+}
+static inline KernelCost attention_rowdot_cost(long rows, int D) {
+    return kernel_cost(2.0 * rows * D, (2.0 * rows * D + rows) * sizeof(float));
+}
+static inline KernelCost fused_attention_dq_cost(int B, int T, int H, int D) {
+    double pairs = (double)B * H * causal_pairs(T, T), rows = (double)B * H * T;
+    return kernel_cost(pairs * (6.0 * D + 8), (6.0 * rows * D + 2.0 * rows) * sizeof(float));
+}
+static inline KernelCost fused_attention_dkdv_cost(int B, int T, int H, int D) {
+    double pairs = (double)B * H * causal_pairs(T, T), rows = (double)B * H * T;
+    return kernel_cost(pairs * (8.0 * D + 8), (8.0 * rows * D + 2.0 * rows) * sizeof(float));
 }
 
 // ---------------------------------------------------------------- forward
@@ -135,9 +157,11 @@ void cuda_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const sca
     if (rows <= 0) return;
     unsigned blocks = (unsigned)((rows + 7) / 8);
     if (use_bf16(be))
-        LAUNCH(k_attn_fwd<true>, blocks, 256, 0)(out, lse, q, k, v, B, Tq, Tk, H, D, scale);
+        LAUNCH(k_attn_fwd<true>, blocks, 256, 0, fused_attention_fwd_cost(B, Tq, Tk, H, D))(out, lse, q, k, v, B, Tq,
+                                                                                             Tk, H, D, scale);
     else
-        LAUNCH(k_attn_fwd<false>, blocks, 256, 0)(out, lse, q, k, v, B, Tq, Tk, H, D, scale);
+        LAUNCH(k_attn_fwd<false>, blocks, 256, 0, fused_attention_fwd_cost(B, Tq, Tk, H, D))(out, lse, q, k, v, B, Tq,
+                                                                                              Tk, H, D, scale);
     CHECK_LAUNCH();
 }
 
@@ -263,9 +287,9 @@ void cuda_attention_rowdot(Backend *be, float *Di, const float *dout, const floa
     if (rows <= 0) return;
     unsigned blocks = (unsigned)((rows + 7) / 8);
     if (use_bf16(be))
-        LAUNCH(k_attn_rowdot<true>, blocks, 256, 0)(Di, dout, out, B, T, H, D);
+        LAUNCH(k_attn_rowdot<true>, blocks, 256, 0, attention_rowdot_cost(rows, D))(Di, dout, out, B, T, H, D);
     else
-        LAUNCH(k_attn_rowdot<false>, blocks, 256, 0)(Di, dout, out, B, T, H, D);
+        LAUNCH(k_attn_rowdot<false>, blocks, 256, 0, attention_rowdot_cost(rows, D))(Di, dout, out, B, T, H, D);
     CHECK_LAUNCH();
 }
 
@@ -284,13 +308,17 @@ void cuda_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *
     float *Di = (float *)cuda_scratch(be, SCRATCH_ATTN_ROWDOT, (size_t)rows * sizeof(float));
     cuda_attention_rowdot(be, Di, dout, out, B, T, H, D);
     if (use_bf16(be)) {
-        LAUNCH(k_attn_bwd_dq<true>, blocks, 256, 0)(dq, dout, lse, Di, q, k, v, B, T, H, D, scale);
+        LAUNCH(k_attn_bwd_dq<true>, blocks, 256, 0, fused_attention_dq_cost(B, T, H, D))(dq, dout, lse, Di, q, k, v, B,
+                                                                                          T, H, D, scale);
         CHECK_LAUNCH();
-        LAUNCH(k_attn_bwd_dkdv<true>, blocks, 256, 0)(dk, dv, dout, lse, Di, q, k, v, B, T, H, D, scale);
+        LAUNCH(k_attn_bwd_dkdv<true>, blocks, 256, 0, fused_attention_dkdv_cost(B, T, H, D))(dk, dv, dout, lse, Di, q,
+                                                                                              k, v, B, T, H, D, scale);
     } else {
-        LAUNCH(k_attn_bwd_dq<false>, blocks, 256, 0)(dq, dout, lse, Di, q, k, v, B, T, H, D, scale);
+        LAUNCH(k_attn_bwd_dq<false>, blocks, 256, 0, fused_attention_dq_cost(B, T, H, D))(dq, dout, lse, Di, q, k, v,
+                                                                                           B, T, H, D, scale);
         CHECK_LAUNCH();
-        LAUNCH(k_attn_bwd_dkdv<false>, blocks, 256, 0)(dk, dv, dout, lse, Di, q, k, v, B, T, H, D, scale);
+        LAUNCH(k_attn_bwd_dkdv<false>, blocks, 256, 0, fused_attention_dkdv_cost(B, T, H, D))(dk, dv, dout, lse, Di, q,
+                                                                                               k, v, B, T, H, D, scale);
     }
     CHECK_LAUNCH();
 }

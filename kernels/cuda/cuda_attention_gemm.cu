@@ -117,6 +117,21 @@ __global__ void k_attn_softmax_bwd(Elem *P, Elem *dS, const float *S, const floa
     }
 }
 
+// ---------------------------------------------------------------- costs (cuda_common.cuh)
+// The softmax kernels read the fp32 scores (and dP) of the whole Tq x Tk block once and write P (and dS) in the GEMM
+// operand type, masked half included; their arithmetic is per visible pair: forward max, exp, sum and the
+// normalised exp again (about 8), backward p and ds (about 6).
+static inline KernelCost softmax_fwd_cost(int pairs, int Tq, int Tk, size_t elem) {
+    double scores = (double)pairs * Tq * Tk;
+    return kernel_cost(8.0 * pairs * causal_pairs(Tq, Tk),
+                       scores * (sizeof(float) + elem) + (double)pairs * Tq * sizeof(float));
+}
+static inline KernelCost softmax_bwd_cost(int pairs, int T, size_t elem) {
+    double scores = (double)pairs * T * T;
+    return kernel_cost(6.0 * pairs * causal_pairs(T, T),
+                       scores * 2 * (sizeof(float) + elem) + 2.0 * pairs * T * sizeof(float));
+}
+
 // ---------------------------------------------------------------- host side
 // Row-major batched C_b[M,N] = op(A_b) op(B_b) (alpha 1, beta 0) with element strides between the batch entries;
 // bf16 or fp32 operands, fp32 C and accumulation. Row-major is column-major transposed: swap the operands, keep the
@@ -148,9 +163,12 @@ static HeadMajor pack_heads(Backend *be, int slot, const float *x, int B, int T,
     m.base = cuda_scratch(be, slot, (size_t)B * H * T * m.ld * m.elem);
     if (!total) return m;
     if (bf16)
-        LAUNCH(k_attn_pack<__nv_bfloat16>, grid_for(total, 256), 256, 0)((__nv_bfloat16 *)m.base, x, B, T, H, D, m.ld);
+        LAUNCH(k_attn_pack<__nv_bfloat16>, grid_for(total, 256), 256, 0,
+               streaming_cost(total, 1, sizeof(float) + sizeof(__nv_bfloat16)))((__nv_bfloat16 *)m.base, x, B, T, H,
+                                                                                D, m.ld);
     else
-        LAUNCH(k_attn_pack<float>, grid_for(total, 256), 256, 0)((float *)m.base, x, B, T, H, D, m.ld);
+        LAUNCH(k_attn_pack<float>, grid_for(total, 256), 256, 0, streaming_cost(total, 0, 2 * sizeof(float)))(
+            (float *)m.base, x, B, T, H, D, m.ld);
     CHECK_LAUNCH();
     return m;
 }
@@ -159,7 +177,9 @@ static void unpack_heads(float *dst, const float *src, int p0, int pairs, int T,
                          bool accumulate) {
     size_t total = (size_t)pairs * T * D;
     if (!total) return;
-    LAUNCH(k_attn_unpack, grid_for(total, 256), 256, 0)(dst, src, p0, pairs, T, H, D, ld, accumulate ? 1 : 0);
+    LAUNCH(k_attn_unpack, grid_for(total, 256), 256, 0,
+           streaming_cost(total, accumulate ? 1 : 0, (accumulate ? 3 : 2) * sizeof(float)))(dst, src, p0, pairs, T, H,
+                                                                                           D, ld, accumulate ? 1 : 0);
     CHECK_LAUNCH();
 }
 
@@ -186,10 +206,12 @@ void cuda_attention_gemm_forward(Backend *be, scalar_t *out, scalar_t *lse, cons
                      np); // S = Q K^T
         unsigned blocks = (unsigned)(((long)np * Tq + 7) / 8);
         if (bf16)
-            LAUNCH(k_attn_softmax_fwd<__nv_bfloat16>, blocks, 256, 0)(P16, S, lse + (size_t)p0 * Tq, np, Tq, Tk, ldK,
-                                                                      scale);
+            LAUNCH(k_attn_softmax_fwd<__nv_bfloat16>, blocks, 256, 0,
+                   softmax_fwd_cost(np, Tq, Tk, sizeof(__nv_bfloat16)))(P16, S, lse + (size_t)p0 * Tq, np, Tq, Tk, ldK,
+                                                                        scale);
         else
-            LAUNCH(k_attn_softmax_fwd<float>, blocks, 256, 0)(S, S, lse + (size_t)p0 * Tq, np, Tq, Tk, ldK, scale);
+            LAUNCH(k_attn_softmax_fwd<float>, blocks, 256, 0, softmax_fwd_cost(np, Tq, Tk, sizeof(float)))(
+                S, S, lse + (size_t)p0 * Tq, np, Tq, Tk, ldK, scale);
         CHECK_LAUNCH();
         const void *P = bf16 ? (const void *)P16 : (const void *)S;
         gemm_batched(be, bf16, 0, 0, Tq, D, Tk, P, ldK, sS, V.pair(p0), ldD, V.stride(), O, ldD,
@@ -233,11 +255,11 @@ void cuda_attention_gemm_backward(Backend *be, scalar_t *dq, scalar_t *dk, scala
         size_t n_elem = (size_t)np * T * T;
         const float *lse_c = lse + (size_t)p0 * T, *Di_c = Di + (size_t)p0 * T;
         if (bf16)
-            LAUNCH(k_attn_softmax_bwd<__nv_bfloat16>, grid_for(n_elem, 256), 256, 0)(P16, dS16, S, dP, lse_c, Di_c,
-                                                                                     np, T, ldK, scale);
+            LAUNCH(k_attn_softmax_bwd<__nv_bfloat16>, grid_for(n_elem, 256), 256, 0,
+                   softmax_bwd_cost(np, T, sizeof(__nv_bfloat16)))(P16, dS16, S, dP, lse_c, Di_c, np, T, ldK, scale);
         else
-            LAUNCH(k_attn_softmax_bwd<float>, grid_for(n_elem, 256), 256, 0)(S, dP, S, dP, lse_c, Di_c, np, T, ldK,
-                                                                             scale);
+            LAUNCH(k_attn_softmax_bwd<float>, grid_for(n_elem, 256), 256, 0, softmax_bwd_cost(np, T, sizeof(float)))(
+                S, dP, S, dP, lse_c, Di_c, np, T, ldK, scale);
         CHECK_LAUNCH();
         const void *P = bf16 ? (const void *)P16 : (const void *)S;
         const void *dS = bf16 ? (const void *)dS16 : (const void *)dP;

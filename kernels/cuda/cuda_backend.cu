@@ -93,6 +93,29 @@ static void set_err(char *err, size_t errlen, const char *reason) {
     if (err && errlen) snprintf(err, errlen, "no usable CUDA GPU: %s", reason);
 }
 
+// "CUDA 12.4" from the API's 12040; 0 (no driver) as "none".
+static void cuda_version_text(char *out, size_t n, int v) {
+    if (v <= 0) snprintf(out, n, "none");
+    else snprintf(out, n, "CUDA %d.%d", v / 1000, v % 1000 / 10);
+}
+
+// The reason why no device could be counted, with the driver's CUDA version beside this program's runtime's: a driver
+// of an older major version than the runtime (the usual cause on a machine with a GPU) is named as such.
+static void set_err_no_device(char *err, size_t errlen, cudaError_t e) {
+    int driver = 0, runtime = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+    if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+    cudaGetLastError(); // neither query leaves an error for later calls to see
+    char d[32], r[32], reason[384];
+    cuda_version_text(d, sizeof d, driver);
+    cuda_version_text(r, sizeof r, runtime);
+    bool too_old = e == cudaErrorInsufficientDriver || (driver > 0 && driver / 1000 < runtime / 1000);
+    snprintf(reason, sizeof reason, "%s (driver: %s, runtime: %s%s)", cudaGetErrorString(e), d, r,
+             too_old ? "; the driver is too old for this runtime: update it, or build with the driver's CUDA toolkit"
+                     : "");
+    set_err(err, errlen, reason);
+}
+
 // Reads an implementation-choice variable: unset or empty = the first choice (auto); an unknown value is an error.
 static bool read_choice(const char *var, const char *const choices[], int n_choices, int *out, char *err,
                         size_t errlen) {
@@ -127,6 +150,27 @@ static bool read_positive(const char *var, int *out, char *err, size_t errlen) {
     return true;
 }
 
+#ifdef CUDA_EMULATION
+// On the emulator every table entry runs under a label naming it, so that its launch log says which op launched what
+// (cuda_emu_launch_log.cpp; make bench-model groups the step by op). A GPU build fills the table with the functions.
+template <const char *Name, auto F> struct Labelled;
+template <const char *Name, class R, class... A, R (*F)(A...)> struct Labelled<Name, F> {
+    static R call(A... a) {
+        emu::OpLabel label(Name);
+        return F(a...);
+    }
+};
+#define BACKEND_OP(ret, name, params) static constexpr char label_##name[] = #name;
+#include "kernels/backend_ops.h"
+#undef BACKEND_OP
+static constexpr char label_alloc[] = "alloc", label_free[] = "free", label_to_device[] = "to_device",
+                      label_to_host[] = "to_host", label_copy[] = "copy", label_zero[] = "zero",
+                      label_synchronize[] = "synchronize", label_register_weights[] = "register_weights";
+#define TABLE_ENTRY(name, fn) (&Labelled<label_##name, fn>::call)
+#else
+#define TABLE_ENTRY(name, fn) (fn)
+#endif
+
 extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
     static const char *const attention_choices[] = {"auto", "fused", "gemm"};
@@ -139,7 +183,7 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     int n_dev = 0;
     cudaError_t e = cudaGetDeviceCount(&n_dev);
     if (e != cudaSuccess) {
-        set_err(err, errlen, cudaGetErrorString(e));
+        set_err_no_device(err, errlen, e);
         cudaGetLastError(); // clear the sticky-free error so later runtime calls are not confused by it
         return nullptr;
     }
@@ -196,17 +240,17 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     snprintf(be->device_name, sizeof be->device_name, "%.80s (%.0f GiB, sm_%d%d)", prop.name,
              (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), prop.major, prop.minor);
 
-    be->alloc = cu_alloc;
-    be->free = cu_free;
-    be->to_device = cu_to_device;
-    be->to_host = cu_to_host;
-    be->copy = cu_copy;
-    be->zero = cu_zero;
-    be->synchronize = cu_synchronize;
+    be->alloc = TABLE_ENTRY(alloc, cu_alloc);
+    be->free = TABLE_ENTRY(free, cu_free);
+    be->to_device = TABLE_ENTRY(to_device, cu_to_device);
+    be->to_host = TABLE_ENTRY(to_host, cu_to_host);
+    be->copy = TABLE_ENTRY(copy, cu_copy);
+    be->zero = TABLE_ENTRY(zero, cu_zero);
+    be->synchronize = TABLE_ENTRY(synchronize, cu_synchronize);
     be->destroy = cu_destroy;
-    be->register_weights = cuda_register_weights;
+    be->register_weights = TABLE_ENTRY(register_weights, cuda_register_weights);
 
-#define BACKEND_OP(ret, name, params) be->name = cuda_##name;
+#define BACKEND_OP(ret, name, params) be->name = TABLE_ENTRY(name, cuda_##name);
 #include "kernels/backend_ops.h"
 #undef BACKEND_OP
     return be;

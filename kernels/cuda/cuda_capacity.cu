@@ -50,13 +50,16 @@ void cuda_capacity_drop(Backend *be, uint8_t *dropped, scalar_t *gate, int64_t *
     if (counts) cuda_weights_written(be, counts, (size_t)E * sizeof(int64_t));
     if (n_dropped) cuda_weights_written(be, n_dropped, sizeof(int64_t));
     // two kernels: the ranks read the gates that the second one zeroes
-    LAUNCH(k_capacity_rank, grid_for((size_t)M, 128), 128, 0)(dropped, gate, sel, M, N, k, cap,
-                                                             order == CAPACITY_SCORE);
+    // each assignment compares itself with up to all M (counted as M each); ids and gates in, a byte out
+    LAUNCH(k_capacity_rank, grid_for((size_t)M, 128), 128, 0,
+           kernel_cost((double)M * M, (double)M * (sizeof(int32_t) + sizeof(float) + 1)))(dropped, gate, sel, M, N, k,
+                                                                                          cap, order == CAPACITY_SCORE);
     CHECK_LAUNCH();
     static_assert(sizeof(unsigned long long) == sizeof(int64_t), "int64 counts as CUDA's 64-bit atomics");
-    LAUNCH(k_capacity_apply, grid_for((size_t)M, 128), 128, 0)(gate, (unsigned long long *)counts,
-                                                              (unsigned long long *)n_dropped, dropped, sel, valid, M,
-                                                              E, k);
+    // the decision, the ids and the gates in, the gates out, an 8-byte counter updated per assignment
+    LAUNCH(k_capacity_apply, grid_for((size_t)M, 128), 128, 0,
+           kernel_cost((double)M, (double)M * (1 + sizeof(int32_t) + 2 * sizeof(float) + 2 * sizeof(int64_t))))(
+        gate, (unsigned long long *)counts, (unsigned long long *)n_dropped, dropped, sel, valid, M, E, k);
     CHECK_LAUNCH();
 }
 
@@ -68,6 +71,6 @@ __global__ void k_mask_zero(float *x, const uint8_t *mask, size_t n) {
 void cuda_mask_zero(Backend *be, scalar_t *x, const uint8_t *mask, size_t n) {
     cuda_weights_written(be, x, n * sizeof(float));
     if (!n) return;
-    LAUNCH(k_mask_zero, grid_for(n, 256), 256, 0)(x, mask, n);
+    LAUNCH(k_mask_zero, grid_for(n, 256), 256, 0, streaming_cost(n, 0, 1 + sizeof(float)))(x, mask, n);
     CHECK_LAUNCH();
 }

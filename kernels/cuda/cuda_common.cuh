@@ -46,13 +46,35 @@ static_assert(sizeof(scalar_t) == sizeof(float), "the CUDA backend is built for 
                 (int)st_);                                                                                         \
     } while (0)
 
-// Kernel launches go through LAUNCH(kernel, grid, block, dynamic_shared_bytes)(args...) so that the emulator can
-// run them on the CPU; on a GPU it is exactly kernel<<<grid, block, shmem>>>(args...).
+// What one kernel launch asks of the GPU, for the cost model (make bench-model, tests/bench/bench_model.py): flops,
+// the floating-point operations of its arithmetic (a multiply-add 2, an exp/log/sqrt/division 1, integer index
+// arithmetic and comparisons not counted unless they are the work, as in the routing plan's and top-k's kernels, where
+// each integer step counts 1), and bytes, what it must move between device memory and the SMs at least: every element
+// it reads once, every element it writes once (the roofline's traffic, not what caches do). Each launch states its
+// own; the emulator records it with the launch (CUDA_EMU_LAUNCH_LOG); a GPU build compiles the expression (so nvcc
+// checks it and its helpers count as used) inside sizeof, never evaluated.
 #ifdef CUDA_EMULATION
-#define LAUNCH(kernel, grid, block, shmem) emu::launch(#kernel, (grid), (block), (shmem), kernel)
+typedef emu::LaunchCost KernelCost;
+#else
+struct KernelCost {
+    double flops, bytes;
+};
+#endif
+static inline KernelCost kernel_cost(double flops, double bytes) { return KernelCost{flops, bytes}; }
+// The cost of a kernel that streams n elements: flops_per and bytes_per each.
+static inline KernelCost streaming_cost(double n, double flops_per, double bytes_per) {
+    return KernelCost{n * flops_per, n * bytes_per};
+}
+// Query-key pairs a causal attention over Tq queries and Tk keys visits (query i sees keys j <= Tk - Tq + i).
+static inline double causal_pairs(int Tq, int Tk) { return (double)Tq * (Tk - Tq) + (double)Tq * (Tq + 1) / 2; }
+
+// Kernel launches go through LAUNCH(kernel, grid, block, dynamic_shared_bytes, cost)(args...) so that the emulator
+// can run (and record) them on the CPU; on a GPU it is kernel<<<grid, block, shmem>>>(args...) (the cost unevaluated).
+#ifdef CUDA_EMULATION
+#define LAUNCH(kernel, grid, block, shmem, cost) emu::launch(#kernel, (grid), (block), (shmem), kernel, (cost))
 #define DYNAMIC_SHARED(type, name) type *name = (type *)emu::dynamic_shared()
 #else
-#define LAUNCH(kernel, grid, block, shmem) kernel<<<(grid), (block), (shmem)>>>
+#define LAUNCH(kernel, grid, block, shmem, cost) kernel<<<(grid), (block), ((void)sizeof(cost), (shmem))>>>
 #define DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #endif
 

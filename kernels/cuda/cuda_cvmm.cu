@@ -80,6 +80,12 @@ __global__ void k_dw(float *dw, const float *Qs, const float *Xs, const int32_t 
     if (lane == 0) dw[p] = (float)s;
 }
 
+// The row kernels' cost (cuda_common.cuh): the row data they move (what count_traffic reports, reads + writes), the
+// M int32 plan indices they read and, where weighted, the M weights; flops per element as the kernel does them.
+static inline KernelCost rows_cost(double flops, size_t row_bytes, int M, bool weighted) {
+    return kernel_cost(flops, (double)row_bytes + (double)M * (sizeof(int32_t) + (weighted ? sizeof(float) : 0)));
+}
+
 // bf16 copy of n fp32 values in plan order (a sorted operand in bf16 mode) in scratch slot `slot`
 static __nv_bfloat16 *bf16_copy(Backend *be, const float *src, size_t n, int slot) {
     __nv_bfloat16 *dst = (__nv_bfloat16 *)cuda_scratch(be, slot, n * sizeof(__nv_bfloat16));
@@ -103,8 +109,10 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
         float *Xs = bf16 ? nullptr : (float *)cuda_scratch(be, SCRATCH_CVMM_X_SORTED, (size_t)M * Kin * sizeof(float));
         __nv_bfloat16 *Xs16 =
             bf16 ? (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_X_BF16, (size_t)M * Kin * esz) : nullptr;
-        count_traffic("cvmm_rows", (size_t)M * Kin * (sizeof(float) + esz));
-        LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0)(Xs, Xs16, X, pl->perm, M, in_div, Kin);
+        const size_t moved = (size_t)M * Kin * (sizeof(float) + esz);
+        count_traffic("cvmm_rows", moved);
+        LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0,
+               rows_cost(bf16 ? (double)M * Kin : 0, moved, M, false))(Xs, Xs16, X, pl->perm, M, in_div, Kin);
         CHECK_LAUNCH();
         xs = bf16 ? (const void *)Xs16 : (const void *)Xs;
     }
@@ -118,12 +126,16 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
     cvmm_expert_gemms(be, "cvmm_forward", *pl, fwd, bf16);
     if (out_sorted) return;
     if (!w) {
-        count_traffic("cvmm_rows", (size_t)M * Nout * 2 * sizeof(float));
-        LAUNCH(k_unsort, grid_for((size_t)M * Nout, 256), 256, 0)(Y, Ys, pl->inv, M, Nout);
+        const size_t moved = (size_t)M * Nout * 2 * sizeof(float);
+        count_traffic("cvmm_rows", moved);
+        LAUNCH(k_unsort, grid_for((size_t)M * Nout, 256), 256, 0, rows_cost(0, moved, M, false))(Y, Ys, pl->inv, M,
+                                                                                                  Nout);
     } else {
         int rows = M / out_div;
-        count_traffic("cvmm_rows", ((size_t)M + rows) * Nout * sizeof(float));
-        LAUNCH(k_reduce, grid_for((size_t)rows * Nout, 256), 256, 0)(Y, Ys, pl->inv, w, rows, out_div, Nout, false);
+        const size_t moved = ((size_t)M + rows) * Nout * sizeof(float);
+        count_traffic("cvmm_rows", moved);
+        LAUNCH(k_reduce, grid_for((size_t)rows * Nout, 256), 256, 0, rows_cost(2.0 * M * Nout, moved, M, true))(
+            Y, Ys, pl->inv, w, rows, out_div, Nout, false);
     }
     CHECK_LAUNCH();
 }
@@ -154,8 +166,11 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         Gbuf = (float *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(float));
         Gs16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_DY_BF16, (size_t)M * Nout * sizeof(__nv_bfloat16))
                     : nullptr;
-        count_traffic("cvmm_rows", (size_t)M * Nout * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0)));
-        LAUNCH(k_gather, grid_for((size_t)M * Nout, 256), 256, 0)(Gbuf, Gs16, dY, pl->perm, M, w ? out_div : 1, Nout);
+        const size_t moved = (size_t)M * Nout * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0));
+        count_traffic("cvmm_rows", moved);
+        LAUNCH(k_gather, grid_for((size_t)M * Nout, 256), 256, 0,
+               rows_cost(bf16 ? (double)M * Nout : 0, moved, M, false))(Gbuf, Gs16, dY, pl->perm, M, w ? out_div : 1,
+                                                                        Nout);
         CHECK_LAUNCH();
         Gs = Gbuf;
     }
@@ -169,8 +184,10 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         float *buf = (float *)cuda_scratch(be, SCRATCH_CVMM_X_SORTED, (size_t)M * Kin * sizeof(float));
         if (bf16)
             Xs16 = (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_X_BF16, (size_t)M * Kin * sizeof(__nv_bfloat16));
-        count_traffic("cvmm_rows", (size_t)M * Kin * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0)));
-        LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0)(buf, Xs16, X, pl->perm, M, in_div, Kin);
+        const size_t moved = (size_t)M * Kin * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0));
+        count_traffic("cvmm_rows", moved);
+        LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0,
+               rows_cost(bf16 ? (double)M * Kin : 0, moved, M, false))(buf, Xs16, X, pl->perm, M, in_div, Kin);
         CHECK_LAUNCH();
         Xs = buf;
     }
@@ -186,13 +203,17 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         cvmm_expert_gemms(be, "cvmm_backward", *pl, q, bf16);
     }
     if (want_dw) {
-        LAUNCH(k_dw, (unsigned)((M + 7) / 8), 256, 0)(dw, Qs, Xs, pl->inv, M, Kin);
+        LAUNCH(k_dw, (unsigned)((M + 7) / 8), 256, 0,
+               rows_cost(2.0 * M * Kin, (size_t)M * (2 * (size_t)Kin + 1) * sizeof(float), M, false))(dw, Qs, Xs,
+                                                                                                       pl->inv, M, Kin);
         CHECK_LAUNCH();
     }
     if (dW) {
         if (w) { // weighted rows (and their bf16 copy); w != NULL means Gs is the gathered copy Gbuf (cvmm_check_args)
-            count_traffic("cvmm_rows", (size_t)M * Nout * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0)));
-            LAUNCH(k_scale_rows, grid_for((size_t)M * Nout, 256), 256, 0)(Gbuf, Gs16, w, pl->perm, M, Nout);
+            const size_t moved = (size_t)M * Nout * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0));
+            count_traffic("cvmm_rows", moved);
+            LAUNCH(k_scale_rows, grid_for((size_t)M * Nout, 256), 256, 0,
+                   rows_cost((double)M * Nout * (bf16 ? 2 : 1), moved, M, true))(Gbuf, Gs16, w, pl->perm, M, Nout);
             CHECK_LAUNCH();
         }
         const void *xs = bf16 ? (const void *)Xs16 : (const void *)Xs;
@@ -203,13 +224,17 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         cvmm_expert_gemms(be, "cvmm_backward", *pl, dw_set, bf16);
     }
     if (dX && in_sorted) {
-        count_traffic("cvmm_rows", (size_t)M * Kin * 3 * sizeof(float));
-        LAUNCH(k_add_rows, grid_for((size_t)M * Kin, 256), 256, 0)(dX, Qs, w, pl->perm, M, Kin);
+        const size_t moved = (size_t)M * Kin * 3 * sizeof(float);
+        count_traffic("cvmm_rows", moved);
+        LAUNCH(k_add_rows, grid_for((size_t)M * Kin, 256), 256, 0, rows_cost(2.0 * M * Kin, moved, M, w != nullptr))(
+            dX, Qs, w, pl->perm, M, Kin);
         CHECK_LAUNCH();
     } else if (dX) {
         int rows = M / in_div;
-        count_traffic("cvmm_rows", ((size_t)M + 2 * (size_t)rows) * Kin * sizeof(float));
-        LAUNCH(k_reduce, grid_for((size_t)rows * Kin, 256), 256, 0)(dX, Qs, pl->inv, w, rows, in_div, Kin, true);
+        const size_t moved = ((size_t)M + 2 * (size_t)rows) * Kin * sizeof(float);
+        count_traffic("cvmm_rows", moved);
+        LAUNCH(k_reduce, grid_for((size_t)rows * Kin, 256), 256, 0, rows_cost(2.0 * M * Kin, moved, M, w != nullptr))(
+            dX, Qs, pl->inv, w, rows, in_div, Kin, true);
         CHECK_LAUNCH();
     }
 }

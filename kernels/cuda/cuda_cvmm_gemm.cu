@@ -208,7 +208,10 @@ void cvmm_expert_gemms(Backend *be, const char *op, const RoutingPlan &pl, const
     int G = pl.n_groups;
     // Stream order keeps the reuse of this slot safe: a later set's pointer kernel runs after this set's GEMMs.
     void **ptrs = (void **)cuda_scratch(be, SCRATCH_GROUPED_GEMM_PTRS, (size_t)3 * G * sizeof(void *));
-    LAUNCH(k_expert_pointers, grid_for((size_t)G, 128), 128, 0)(ptrs, G, pl.group_expert, pl.offset, s.A, s.B, s.C);
+    // per group: its expert and offset read, three pointers written
+    LAUNCH(k_expert_pointers, grid_for((size_t)G, 128), 128, 0,
+           kernel_cost(0, (double)G * (2 * sizeof(int32_t) + 3 * sizeof(void *))))(ptrs, G, pl.group_expert, pl.offset,
+                                                                                   s.A, s.B, s.C);
     CHECK_LAUNCH();
     cublasStatus_t st = grouped_gemm(be, s.transA, s.transB, problem, s.lda, s.ldb, s.ldc, ptrs, bf16);
     if (st != CUBLAS_STATUS_SUCCESS)

@@ -82,6 +82,15 @@ __device__ __forceinline__ int owned_slot(int32_t id, int w0, int wn) {
     return (j < (unsigned)wn && j % PLAN_THREADS == threadIdx.x) ? (int)j : -1;
 }
 
+// ---------------------------------------------------------------- costs (cuda_common.cuh)
+// Counting and placing are integer work: every thread of a chunk's block walks the whole chunk once per window of
+// experts, so each of the M ids is looked at PLAN_THREADS times per window (each look counted as one operation).
+static inline double plan_walks(int M, int E) {
+    return (double)M * PLAN_THREADS * ((E + PLAN_WINDOW - 1) / PLAN_WINDOW);
+}
+// The scan: n int32 in, n out (and a tile sum per tile), one addition each.
+static inline KernelCost scan_cost(long n) { return streaming_cost((double)n, 1, 2 * sizeof(int32_t)); }
+
 // ---------------------------------------------------------------- 1. per-chunk counts
 // counts[e * n_chunks + c] = #{p in chunk c : sel[p] = e}; chunk_bad[c] = chunk c's first bad entry, or M.
 __global__ void k_plan_count(int32_t *counts, int32_t *chunk_bad, const int32_t *sel, int M, int E, int n_chunks) {
@@ -141,15 +150,15 @@ static long scan_temp_count(long n) {
 static void device_exclusive_scan(int32_t *out, const int32_t *in, long n, int32_t *tmp) {
     long tiles = scan_tiles(n);
     if (tiles <= 1) { // one tile: its total is out[n]
-        LAUNCH(k_scan_tiles, 1, SCAN_THREADS, 0)(out, out + n, in, n);
+        LAUNCH(k_scan_tiles, 1, SCAN_THREADS, 0, scan_cost(n))(out, out + n, in, n);
         CHECK_LAUNCH();
         return;
     }
     int32_t *sums = tmp, *sums_scan = tmp + tiles; // [tiles], [tiles + 1]
-    LAUNCH(k_scan_tiles, (unsigned)tiles, SCAN_THREADS, 0)(out, sums, in, n);
+    LAUNCH(k_scan_tiles, (unsigned)tiles, SCAN_THREADS, 0, scan_cost(n))(out, sums, in, n);
     CHECK_LAUNCH();
     device_exclusive_scan(sums_scan, sums, tiles, sums_scan + tiles + 1);
-    LAUNCH(k_scan_add, grid_for((size_t)n + 1, 256), 256, 0)(out, sums_scan, n);
+    LAUNCH(k_scan_add, grid_for((size_t)n + 1, 256), 256, 0, scan_cost(n + 1))(out, sums_scan, n);
     CHECK_LAUNCH();
 }
 
@@ -200,6 +209,16 @@ __global__ void k_plan_scatter(int32_t *perm, int32_t *inv, const int32_t *base,
 }
 
 // ---------------------------------------------------------------- host side
+#ifdef CUDA_EMULATION
+// The emulator's dry run (the cost model, cuda_emu_launch_log.cpp) runs no kernel, so the copied-back offsets would be
+// meaningless; the host then sizes the plan's GEMMs as if routing were perfectly balanced: expert e gets the
+// entries [e M / E, (e + 1) M / E), and no entry is bad.
+static void dry_run_balanced_info(std::vector<int32_t> &info, int M, int E) {
+    for (int e = 0; e <= E; e++) info[(size_t)e] = (int32_t)((int64_t)M * e / E);
+    info[(size_t)E + 1] = -1;
+    info[(size_t)E + 2] = 0;
+}
+#endif
 void cuda_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, int n_experts) {
     routing_plan_check_args(pl, M, n_experts);
     const int E = n_experts;
@@ -225,17 +244,29 @@ void cuda_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, 
     int32_t *b = (int32_t *)cuda_scratch(be, SCRATCH_PLAN_TEMP, n_tmp * sizeof(int32_t));
     int32_t *counts = b, *base = b + cells, *chunk_bad = base + cells + 1, *scan_tmp = chunk_bad + n_chunks;
 
-    LAUNCH(k_plan_count, (unsigned)n_chunks, PLAN_THREADS, 0)(counts, chunk_bad, sel, M, E, n_chunks);
+    // count: the ids in, a count per (expert, chunk) and a first bad entry per chunk out
+    LAUNCH(k_plan_count, (unsigned)n_chunks, PLAN_THREADS, 0,
+           kernel_cost(plan_walks(M, E), ((double)M + cells + n_chunks) * sizeof(int32_t)))(counts, chunk_bad, sel, M,
+                                                                                           E, n_chunks);
     CHECK_LAUNCH();
     device_exclusive_scan(base, counts, cells, scan_tmp);
-    LAUNCH(k_plan_offsets, 1, PLAN_THREADS, 0)(pl->offset, info, pl->group_expert, base, chunk_bad, sel, M, E,
-                                               n_chunks);
+    // offsets: two bases per expert and the chunks' bad entries in; offsets, info and the group list out
+    LAUNCH(k_plan_offsets, 1, PLAN_THREADS, 0,
+           kernel_cost(2.0 * E + n_chunks, (5.0 * E + n_chunks) * sizeof(int32_t)))(pl->offset, info, pl->group_expert,
+                                                                                   base, chunk_bad, sel, M, E,
+                                                                                   n_chunks);
     CHECK_LAUNCH();
-    LAUNCH(k_plan_scatter, (unsigned)n_chunks, PLAN_THREADS, 0)(pl->perm, pl->inv, base, sel, M, E, n_chunks);
+    // scatter: the ids and a base per (expert, chunk) in, perm and inv out
+    LAUNCH(k_plan_scatter, (unsigned)n_chunks, PLAN_THREADS, 0,
+           kernel_cost(plan_walks(M, E), (3.0 * M + cells) * sizeof(int32_t)))(pl->perm, pl->inv, base, sel, M, E,
+                                                                               n_chunks);
     CHECK_LAUNCH();
 
     std::vector<int32_t> host((size_t)E + 3);
     CHECK_CUDA(cudaMemcpy(host.data(), info, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost)); // the sync
+#ifdef CUDA_EMULATION
+    if (emu::dry_run()) dry_run_balanced_info(host, M, E);
+#endif
     if (host[(size_t)E + 1] >= 0)
         die("routing_plan: expert id %d at entry %d is outside [0, %d)", host[(size_t)E + 2], host[(size_t)E + 1], E);
     if (host[(size_t)E] != M) die("routing_plan: %d of %d entries placed (internal error)", host[(size_t)E], M);

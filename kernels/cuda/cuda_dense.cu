@@ -22,8 +22,9 @@ __global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
 
 void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
     if (!n) return;
-    count_traffic("bf16_convert", n * (sizeof(float) + sizeof(__nv_bfloat16)));
-    LAUNCH(k_to_bf16, grid_for(n, 256), 256, 0)(dst, src, n);
+    const size_t moved = n * (sizeof(float) + sizeof(__nv_bfloat16));
+    count_traffic("bf16_convert", moved);
+    LAUNCH(k_to_bf16, grid_for(n, 256), 256, 0, kernel_cost((double)n, (double)moved))(dst, src, n);
     CHECK_LAUNCH();
 }
 
@@ -38,7 +39,8 @@ void cuda_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B,
     size_t nC = (size_t)M * N;
     cuda_weights_written(be, C, nC * sizeof(float));
     if (K <= 0) { // empty product: C = beta*C, and beta = 0 clears NaN like the CPU backend
-        LAUNCH(k_scale, grid_for(nC, 256), 256, 0)(C, beta, nC, beta == 0.0f);
+        LAUNCH(k_scale, grid_for(nC, 256), 256, 0, streaming_cost(nC, 1, beta == 0.0f ? 4 : 8))(C, beta, nC,
+                                                                                                beta == 0.0f);
         CHECK_LAUNCH();
         return;
     }
@@ -60,14 +62,14 @@ __global__ void k_add(float *y, const float *x, size_t n) {
 void cuda_add_inplace(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {
     cuda_weights_written(be, y, n * sizeof(float));
     if (!n) return;
-    LAUNCH(k_add, grid_for(n, 256), 256, 0)(y, x, n);
+    LAUNCH(k_add, grid_for(n, 256), 256, 0, streaming_cost(n, 1, 3 * sizeof(float)))(y, x, n);
     CHECK_LAUNCH();
 }
 
 void cuda_scale_inplace(Backend *be, scalar_t *y, scalar_t s, size_t n) {
     cuda_weights_written(be, y, n * sizeof(float));
     if (!n) return;
-    LAUNCH(k_scale, grid_for(n, 256), 256, 0)(y, s, n, false);
+    LAUNCH(k_scale, grid_for(n, 256), 256, 0, streaming_cost(n, 1, 2 * sizeof(float)))(y, s, n, false);
     CHECK_LAUNCH();
 }
 
@@ -79,7 +81,8 @@ void cuda_add_bias(Backend *be, scalar_t *y, const scalar_t *bias, int N, int C)
     cuda_weights_written(be, y, (size_t)N * C * sizeof(float));
     size_t total = (size_t)N * C;
     if (!total) return;
-    LAUNCH(k_add_bias, grid_for(total, 256), 256, 0)(y, bias, total, C);
+    LAUNCH(k_add_bias, grid_for(total, 256), 256, 0,
+           kernel_cost((double)total, ((double)total * 2 + C) * sizeof(float)))(y, bias, total, C);
     CHECK_LAUNCH();
 }
 
@@ -90,7 +93,7 @@ __global__ void k_relu(float *y, const float *x, size_t n) {
 void cuda_relu_forward(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {
     cuda_weights_written(be, y, n * sizeof(float));
     if (!n) return;
-    LAUNCH(k_relu, grid_for(n, 256), 256, 0)(y, x, n);
+    LAUNCH(k_relu, grid_for(n, 256), 256, 0, streaming_cost(n, 1, 2 * sizeof(float)))(y, x, n);
     CHECK_LAUNCH();
 }
 
@@ -101,7 +104,7 @@ __global__ void k_relu_bwd(float *dx, const float *dy, const float *pre, size_t 
 void cuda_relu_backward(Backend *be, scalar_t *dx, const scalar_t *dy, const scalar_t *pre, size_t n) {
     cuda_weights_written(be, dx, n * sizeof(float));
     if (!n) return;
-    LAUNCH(k_relu_bwd, grid_for(n, 256), 256, 0)(dx, dy, pre, n);
+    LAUNCH(k_relu_bwd, grid_for(n, 256), 256, 0, streaming_cost(n, 1, 3 * sizeof(float)))(dx, dy, pre, n);
     CHECK_LAUNCH();
 }
 
@@ -143,6 +146,18 @@ __global__ void k_colsum_final(float *out_a, float *out_b, const double *pa, con
     if (out_b) out_b[c] += (float)b;
 }
 
+// Pass 1 reads dy (mode 1: also x, and mean and rstd per row) and writes one double per chunk and column (two in
+// mode 1); pass 2 reads those and adds into one or two columns of floats.
+static inline KernelCost colsum_partial_cost(int N, int C, int chunks, int mode) {
+    double cells = (double)N * C, partials = (double)chunks * C * (mode ? 2 : 1);
+    return kernel_cost(cells * (mode ? 5 : 1), cells * (mode ? 2 : 1) * sizeof(float) +
+                                                   (mode ? 2.0 * N * sizeof(float) : 0) + partials * sizeof(double));
+}
+static inline KernelCost colsum_final_cost(int C, int chunks, int mode) {
+    double partials = (double)chunks * C * (mode ? 2 : 1);
+    return kernel_cost(partials, partials * sizeof(double) + (mode ? 4.0 : 2.0) * C * sizeof(float));
+}
+
 // out_a[c] += sum_n a(n,c), out_b[c] += sum_n b(n,c); mode 1 when x != NULL (LayerNorm), else mode 0 (bias).
 void cuda_column_sums(Backend *be, float *out_a, float *out_b, const float *dy, const float *x, const float *mean,
                       const float *rstd, int N, int C) {
@@ -157,9 +172,11 @@ void cuda_column_sums(Backend *be, float *out_a, float *out_b, const float *dy, 
     double *pb =
         mode ? (double *)cuda_scratch(be, SCRATCH_COLSUM_PARTIAL_B, (size_t)chunks * C * sizeof(double)) : nullptr;
     dim3 grid((C + 127) / 128, chunks);
-    LAUNCH(k_colsum_partial, grid, 128, 0)(pa, pb, dy, x, mean, rstd, N, C, rows_per_chunk, mode);
+    LAUNCH(k_colsum_partial, grid, 128, 0, colsum_partial_cost(N, C, chunks, mode))(pa, pb, dy, x, mean, rstd, N, C,
+                                                                                    rows_per_chunk, mode);
     CHECK_LAUNCH();
-    LAUNCH(k_colsum_final, (C + 127) / 128, 128, 0)(out_a, out_b, pa, pb, C, chunks);
+    LAUNCH(k_colsum_final, (C + 127) / 128, 128, 0, colsum_final_cost(C, chunks, mode))(out_a, out_b, pa, pb, C,
+                                                                                        chunks);
     CHECK_LAUNCH();
 }
 
@@ -178,7 +195,8 @@ __global__ void k_embed(float *h, const int32_t *tokens, const float *table, int
 void cuda_embedding_forward(Backend *be, scalar_t *h, const int32_t *tokens, const scalar_t *table, int N, int C) {
     cuda_weights_written(be, h, (size_t)N * C * sizeof(float));
     if (N <= 0 || C <= 0) return;
-    LAUNCH(k_embed, grid_for((size_t)N * C, 256), 256, 0)(h, tokens, table, N, C);
+    LAUNCH(k_embed, grid_for((size_t)N * C, 256), 256, 0,
+           kernel_cost(0, ((double)N * C * 2) * sizeof(float) + (double)N * sizeof(int32_t)))(h, tokens, table, N, C);
     CHECK_LAUNCH();
 }
 
@@ -226,7 +244,9 @@ void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, 
     int32_t *d_stage = (int32_t *)cuda_scratch(be, SCRATCH_EMBED_STAGE, n_stage * sizeof(int32_t));
     CHECK_CUDA(cudaMemcpy(d_stage, stage, n_stage * sizeof(int32_t), cudaMemcpyHostToDevice));
     dim3 grid(U, (C + 127) / 128);
-    LAUNCH(k_embed_bwd, grid, 128, 0)(dtable, dh, d_stage, d_stage + N, d_stage + N + U + 1, C);
+    LAUNCH(k_embed_bwd, grid, 128, 0,
+           kernel_cost((double)N * C, ((double)N * C + 2.0 * U * C) * sizeof(float) + n_stage * sizeof(int32_t)))(
+        dtable, dh, d_stage, d_stage + N, d_stage + N + U + 1, C);
     CHECK_LAUNCH();
 }
 
@@ -264,7 +284,9 @@ void cuda_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *
     cuda_weights_written(be, mean, (size_t)N * sizeof(float));
     cuda_weights_written(be, rstd, (size_t)N * sizeof(float));
     if (N <= 0) return;
-    LAUNCH(k_ln_fwd, (N + 7) / 8, 256, 0)(y, mean, rstd, x, w, b, N, C, eps);
+    // x in, y and the row statistics out; about 8 operations per element (two statistics passes, normalise, affine)
+    LAUNCH(k_ln_fwd, (N + 7) / 8, 256, 0, kernel_cost(8.0 * N * C, (2.0 * N * C + 2.0 * N + 2.0 * C) * sizeof(float)))(
+        y, mean, rstd, x, w, b, N, C, eps);
     CHECK_LAUNCH();
 }
 
@@ -296,7 +318,10 @@ void cuda_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *
     cuda_weights_written(be, dx, (size_t)N * C * sizeof(float)); // dw, db: in cuda_column_sums
     if (N <= 0) return;
     if (dx) {
-        LAUNCH(k_ln_bwd_dx, (N + 7) / 8, 256, 0)(dx, dy, x, w, mean, rstd, N, C);
+        // dy and x in, dx read and written (+=); about 12 operations per element (two passes)
+        LAUNCH(k_ln_bwd_dx, (N + 7) / 8, 256, 0,
+               kernel_cost(12.0 * N * C, (4.0 * N * C + 2.0 * N + C) * sizeof(float)))(dx, dy, x, w, mean, rstd, N,
+                                                                                        C);
         CHECK_LAUNCH();
     }
     // same rule as the CPU: dw when w and dw are given, db when db is given

@@ -68,9 +68,12 @@ void cuda_expert_choice_gates_backward(Backend *be, scalar_t *dlogits, scalar_t 
     CHECK_CUDA(cudaMemset(dscore, 0, (size_t)N * E * sizeof(float)));
     const long M = (long)E * c;
     if (M > 0) {
-        LAUNCH(k_ec_scatter, grid_for((size_t)M, 128), 128, 0)(dscore, dgate, pos, M, N, E, c);
+        LAUNCH(k_ec_scatter, grid_for((size_t)M, 128), 128, 0,
+               streaming_cost(M, 0, 2 * sizeof(float) + sizeof(int32_t)))(dscore, dgate, pos, M, N, E, c);
         CHECK_LAUNCH();
     }
-    LAUNCH(k_ec_softmax_bwd, grid_for((size_t)N, 128), 128, 0)(dlogits, dscore, logits, N, E);
+    // logits and q in, dlogits read and written; the softmax three times over (about 10 operations per element)
+    LAUNCH(k_ec_softmax_bwd, grid_for((size_t)N, 128), 128, 0, streaming_cost((double)N * E, 10, 4 * sizeof(float)))(
+        dlogits, dscore, logits, N, E);
     CHECK_LAUNCH();
 }

@@ -18,10 +18,15 @@ __global__ void k_sum_doubles(double *out, const double *x, size_t n) {
 double cuda_sum_doubles(Backend *be, const double *x, size_t n) {
     if (n == 0) return 0.0;
     double *d_out = (double *)cuda_scratch(be, SCRATCH_SUM_DOUBLES_OUT, sizeof(double));
-    LAUNCH(k_sum_doubles, 1, 256, 0)(d_out, x, n);
+    LAUNCH(k_sum_doubles, 1, 256, 0, kernel_cost((double)n, ((double)n + 1) * sizeof(double)))(d_out, x, n);
     CHECK_LAUNCH();
     double r;
     CHECK_CUDA(cudaMemcpy(&r, d_out, sizeof r, cudaMemcpyDeviceToHost));
+#ifdef CUDA_EMULATION
+    // The emulator's dry run (cuda_emu_launch_log.cpp) sums nothing: every term reads back as 1, so the loss is 1 per
+    // row and the gradient norm exceeds any clip (clipping active, as in most steps at the paper's clip of 0.25).
+    if (emu::dry_run()) r = (double)n;
+#endif
     return r;
 }
 
@@ -62,6 +67,14 @@ __global__ void k_ce(float *dlogits, float *losses, double *row_loss, int *bad, 
     }
 }
 
+// The logits in (max, exp-sum; the gradient's exp again), dlogits out; per row the target in, the losses out.
+static inline KernelCost ce_cost(int N, int V, bool grad, bool losses) {
+    double cells = (double)N * V;
+    return kernel_cost(cells * (grad ? 7 : 4), cells * (grad ? 2 : 1) * sizeof(float) +
+                                                   (double)N * (sizeof(int32_t) + sizeof(double) +
+                                                                (losses ? sizeof(float) : 0)));
+}
+
 double cuda_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, const scalar_t *logits,
                           const int32_t *targets, int N, int V, scalar_t grad_scale) {
     cuda_weights_written(be, dlogits, (size_t)N * V * sizeof(float));
@@ -70,7 +83,8 @@ double cuda_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, cons
     double *row_loss = (double *)cuda_scratch(be, SCRATCH_XENT_ROW_LOSS, (size_t)N * sizeof(double));
     int *bad = (int *)cuda_scratch(be, SCRATCH_XENT_BAD, sizeof(int));
     CHECK_CUDA(cudaMemsetAsync(bad, 0, sizeof(int), 0));
-    LAUNCH(k_ce, (unsigned)((N + 7) / 8), 256, 0)(dlogits, losses, row_loss, bad, logits, targets, N, V, grad_scale);
+    LAUNCH(k_ce, (unsigned)((N + 7) / 8), 256, 0, ce_cost(N, V, dlogits != nullptr, losses != nullptr))(
+        dlogits, losses, row_loss, bad, logits, targets, N, V, grad_scale);
     CHECK_LAUNCH();
     double total = cuda_sum_doubles(be, row_loss, (size_t)N);
     int h_bad = 0;
@@ -100,7 +114,8 @@ __global__ void k_argmax(int32_t *out, const float *x, int N, int V) {
 void cuda_argmax_rows(Backend *be, int32_t *argmax, const scalar_t *x, int N, int V) {
     cuda_weights_written(be, argmax, (size_t)N * sizeof(int32_t));
     if (N <= 0) return;
-    LAUNCH(k_argmax, (unsigned)((N + 7) / 8), 256, 0)(argmax, x, N, V);
+    LAUNCH(k_argmax, (unsigned)((N + 7) / 8), 256, 0,
+           kernel_cost((double)N * V, (double)N * V * sizeof(float) + (double)N * sizeof(int32_t)))(argmax, x, N, V);
     CHECK_LAUNCH();
 }
 
@@ -124,10 +139,10 @@ void cuda_adamw_step(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, s
     for (float *x : {p, m, v}) cuda_weights_written(be, x, n * sizeof(float));
     if (t < 1) die("adamw_step: step t=%ld must be >= 1", t);
     if (!n) return;
-    LAUNCH(k_adamw, grid_for(n, 256), 256, 0)(p, g, m, v, n, (float)(1.0 - lr * wd), (float)beta1, (float)beta2,
-                                       (float)(1.0 - beta1), (float)(1.0 - beta2),
-                                       (float)(lr / (1.0 - pow(beta1, (double)t))),
-                                       (float)sqrt(1.0 - pow(beta2, (double)t)), (float)eps);
+    // p, g, m, v in; p, m, v out; about 12 operations each (a square root and a division among them)
+    LAUNCH(k_adamw, grid_for(n, 256), 256, 0, streaming_cost(n, 12, 7 * sizeof(float)))(
+        p, g, m, v, n, (float)(1.0 - lr * wd), (float)beta1, (float)beta2, (float)(1.0 - beta1), (float)(1.0 - beta2),
+        (float)(lr / (1.0 - pow(beta1, (double)t))), (float)sqrt(1.0 - pow(beta2, (double)t)), (float)eps);
     CHECK_LAUNCH();
 }
 
@@ -145,7 +160,8 @@ double cuda_sum_squares(Backend *be, const scalar_t *x, size_t n) {
     if (n == 0) return 0.0;
     size_t chunks = (n + SUMSQ_CHUNK - 1) / SUMSQ_CHUNK;
     double *partial = (double *)cuda_scratch(be, SCRATCH_SUMSQ_PARTIAL, chunks * sizeof(double));
-    LAUNCH(k_sumsq_chunks, (unsigned)chunks, 256, 0)(partial, x, n);
+    LAUNCH(k_sumsq_chunks, (unsigned)chunks, 256, 0,
+           kernel_cost(2.0 * n, (double)n * sizeof(float) + (double)chunks * sizeof(double)))(partial, x, n);
     CHECK_LAUNCH();
     return cuda_sum_doubles(be, partial, chunks);
 }
@@ -159,7 +175,7 @@ int cuda_all_finite(Backend *be, const scalar_t *x, size_t n) {
     if (n == 0) return 1;
     int *found = (int *)cuda_scratch(be, SCRATCH_FINITE_FOUND, sizeof(int));
     CHECK_CUDA(cudaMemsetAsync(found, 0, sizeof(int), 0));
-    LAUNCH(k_nonfinite, grid_for(n, 256), 256, 0)(found, x, n);
+    LAUNCH(k_nonfinite, grid_for(n, 256), 256, 0, streaming_cost(n, 1, sizeof(float)))(found, x, n);
     CHECK_LAUNCH();
     int h = 0;
     CHECK_CUDA(cudaMemcpy(&h, found, sizeof h, cudaMemcpyDeviceToHost));

@@ -18,6 +18,32 @@ __device__ __forceinline__ float sigmoidf_stable(float x) {
     return e / (1.0f + e);
 }
 
+// ---------------------------------------------------------------- costs (cuda_common.cuh)
+// A routing row: its E logits in (and a drop byte per expert where there is a mask), about 4 operations per expert
+// for the key and the comparison with the current k-th best, the k ids out.
+static inline KernelCost topk_cost(long rows, int E, int k, bool drop) {
+    return kernel_cost(4.0 * rows * E,
+                       (double)rows * E * (sizeof(float) + (drop ? 1 : 0)) + (double)rows * k * sizeof(int32_t));
+}
+// Gates: sigmoid reads the k selected logits, softmax the whole row; the k ids in and the k gates out.
+static inline KernelCost gates_cost(long rows, int E, int k, bool softmax) {
+    double slots = (double)rows * k, read = softmax ? (double)rows * E : slots;
+    return kernel_cost(softmax ? 3.0 * rows * E + 3.0 * slots : 4.0 * slots,
+                       read * sizeof(float) + slots * (sizeof(int32_t) + sizeof(float)));
+}
+// Gate backward: per slot dgate, the id and the gate in, a logit gradient read and written; the general kernel also
+// reads every logit and writes every logit gradient of the row.
+static inline KernelCost gates_bwd_cost(long rows, int E, int k, bool whole_row) {
+    double slots = (double)rows * k, cells = whole_row ? (double)rows * E : 0;
+    return kernel_cost(whole_row ? 6.0 * cells : 4.0 * slots, slots * (2 * sizeof(float) + sizeof(int32_t)) +
+                                                                  (whole_row ? 3 * cells : 2 * slots) * sizeof(float));
+}
+// A softmax row pass over rows x E logits: each logit read once, per element ops_per, per row one double written.
+static inline KernelCost row_pass_cost(long rows, int E, double ops_per, bool writes_rows) {
+    double cells = (double)rows * E;
+    return kernel_cost(ops_per * cells, cells * sizeof(float) * (writes_rows ? 2 : 1) + (double)rows * sizeof(double));
+}
+
 // One thread per (n,g): routing_topk_row (kernels/routing_topk.h), the same code as the CPU reference's.
 __global__ void k_topk_select(int32_t *sel, const float *logits, const uint8_t *drop, const float *bias, int softmax,
                               long rows, int G, int E, int k, int n_group, int topk_group) {
@@ -38,8 +64,8 @@ void cuda_topk_select(Backend *be, int32_t *sel, const scalar_t *logits, const u
         die("topk_select: n_group=%d topk_group=%d invalid for E=%d k=%d", n_group, topk_group, E, k);
     long rows = (long)N * G;
     if (rows <= 0) return;
-    LAUNCH(k_topk_select, grid_for((size_t)rows, 128), 128, 0)(sel, logits, drop, bias, score == ROUTER_SOFTMAX,
-                                                               rows, G, E, k, n_group, topk_group);
+    LAUNCH(k_topk_select, grid_for((size_t)rows, 128), 128, 0, topk_cost(rows, E, k, drop != nullptr))(
+        sel, logits, drop, bias, score == ROUTER_SOFTMAX, rows, G, E, k, n_group, topk_group);
     CHECK_LAUNCH();
 }
 
@@ -67,8 +93,11 @@ void cuda_expert_count(Backend *be, int64_t *counts, const int32_t *sel, const u
     long rows = (long)N * G;
     if (rows <= 0) return;
     static_assert(sizeof(unsigned long long) == sizeof(int64_t), "int64 counts as CUDA's 64-bit atomics");
-    LAUNCH(k_expert_count, grid_for((size_t)rows, 128), 128, 0)((unsigned long long *)counts, sel, drop, valid, rows,
-                                                               G, E, k);
+    // the ids in (and drop bytes, the mask); one atomic read-modify-write of an 8-byte counter per counted slot
+    LAUNCH(k_expert_count, grid_for((size_t)rows, 128), 128, 0,
+           kernel_cost((double)rows * k, (double)rows * k * (sizeof(int32_t) + 2 * sizeof(int64_t)) +
+                                             (drop ? (double)rows * E : 0) + (valid ? (double)N : 0)))(
+        (unsigned long long *)counts, sel, drop, valid, rows, G, E, k);
     CHECK_LAUNCH();
 }
 
@@ -103,8 +132,8 @@ void cuda_router_gates(Backend *be, scalar_t *gate, const scalar_t *logits, cons
     if (kind != ROUTER_SIGMOID && kind != ROUTER_SOFTMAX) die("router_gates: unknown router kind %d", (int)kind);
     long rows = (long)N * G;
     if (rows <= 0) return;
-    LAUNCH(k_router_gates, grid_for((size_t)rows, 128), 128, 0)(gate, logits, sel, drop, rows, G, E, k,
-                                                               kind == ROUTER_SOFTMAX, renorm != 0);
+    LAUNCH(k_router_gates, grid_for((size_t)rows, 128), 128, 0, gates_cost(rows, E, k, kind == ROUTER_SOFTMAX))(
+        gate, logits, sel, drop, rows, G, E, k, kind == ROUTER_SOFTMAX, renorm != 0);
     CHECK_LAUNCH();
 }
 
@@ -152,12 +181,11 @@ void cuda_router_gates_backward(Backend *be, scalar_t *dlogits, const scalar_t *
     long rows = (long)N * G;
     if (rows <= 0) return;
     if (kind == ROUTER_SIGMOID && !renorm)
-        LAUNCH(k_sigmoid_gates_bwd, grid_for((size_t)rows, 128), 128, 0)(dlogits, dgate, sel, gate, drop, rows, G, E,
-                                                                          k);
+        LAUNCH(k_sigmoid_gates_bwd, grid_for((size_t)rows, 128), 128, 0, gates_bwd_cost(rows, E, k, false))(
+            dlogits, dgate, sel, gate, drop, rows, G, E, k);
     else
-        LAUNCH(k_router_gates_bwd, grid_for((size_t)rows, 128), 128, 0)(dlogits, dgate, gate, logits, sel, drop,
-                                                                         rows, G, E, k, kind == ROUTER_SOFTMAX,
-                                                                         renorm != 0);
+        LAUNCH(k_router_gates_bwd, grid_for((size_t)rows, 128), 128, 0, gates_bwd_cost(rows, E, k, true))(
+            dlogits, dgate, gate, logits, sel, drop, rows, G, E, k, kind == ROUTER_SOFTMAX, renorm != 0);
     CHECK_LAUNCH();
 }
 
@@ -227,6 +255,13 @@ __global__ void k_entropy_grad(float *dlogits, const float *logits, const double
     }
 }
 
+// k_pbar: every logit and row lse in (R x B x T x G rows), a softmax term each; per (b, g) E log pbar and H out.
+static inline KernelCost pbar_cost(int R, int B, int T, int G, int E) {
+    double rows = (double)R * B * T * G, cells = rows * E, bge = (double)B * G * E;
+    return kernel_cost(3.0 * cells + 3.0 * bge, cells * sizeof(float) + rows * sizeof(double) + (double)B * T +
+                                                    (bge + (double)B * G) * sizeof(double));
+}
+
 double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
                         int T, int G, int E, scalar_t coef) {
     cuda_weights_written(be, dlogits, (size_t)R * B * T * G * E * sizeof(float));
@@ -256,9 +291,10 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     double *d_logpbar = (double *)cuda_scratch(be, SCRATCH_EREG_LOG_PBAR, (size_t)B * G * E * sizeof(double));
     double *d_H = (double *)cuda_scratch(be, SCRATCH_EREG_ENTROPY, (size_t)B * G * sizeof(double));
     CHECK_CUDA(cudaMemcpy(d_cnt, cnt.data(), (size_t)B * sizeof(double), cudaMemcpyHostToDevice));
-    LAUNCH(k_row_lse, (unsigned)((rows + 7) / 8), 256, 0)(d_lse, logits, rows, E);
+    LAUNCH(k_row_lse, (unsigned)((rows + 7) / 8), 256, 0, row_pass_cost(rows, E, 4, false))(d_lse, logits, rows, E);
     CHECK_LAUNCH();
-    LAUNCH(k_pbar, B * G, 128, 128 * sizeof(double))(d_logpbar, d_H, logits, d_lse, valid, d_cnt, R, B, T, G, E);
+    LAUNCH(k_pbar, B * G, 128, 128 * sizeof(double), pbar_cost(R, B, T, G, E))(d_logpbar, d_H, logits, d_lse, valid,
+                                                                               d_cnt, R, B, T, G, E);
     CHECK_LAUNCH();
     std::vector<double> H((size_t)B * G);
     CHECK_CUDA(cudaMemcpy(H.data(), d_H, (size_t)B * G * sizeof(double), cudaMemcpyDeviceToHost));
@@ -268,8 +304,8 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     double value = entropy_reg_value(cnt.data(), H.data(), B, G, n_seq, &grad_factor);
     if (dlogits) {
         double factor = (double)coef * grad_factor;
-        LAUNCH(k_entropy_grad, (unsigned)((rows + 7) / 8), 256, 0)(dlogits, logits, d_lse, d_logpbar, valid, d_cnt, B, T, G,
-                                                             E, rows, factor);
+        LAUNCH(k_entropy_grad, (unsigned)((rows + 7) / 8), 256, 0, row_pass_cost(rows, E, 7, true))(
+            dlogits, logits, d_lse, d_logpbar, valid, d_cnt, B, T, G, E, rows, factor);
         CHECK_LAUNCH();
     }
     return value;
@@ -338,9 +374,13 @@ double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logit
     double *d_lse = (double *)cuda_scratch(be, SCRATCH_BALANCE_LSE, (size_t)rows * sizeof(double));
     double *d_f = (double *)cuda_scratch(be, SCRATCH_SWB_LOAD, GE * sizeof(double));
     double *d_P = (double *)cuda_scratch(be, SCRATCH_SWB_MEAN_PROB, GE * sizeof(double));
-    LAUNCH(k_row_lse, (unsigned)((rows + 7) / 8), 256, 0)(d_lse, logits, rows, E);
+    LAUNCH(k_row_lse, (unsigned)((rows + 7) / 8), 256, 0, row_pass_cost(rows, E, 4, false))(d_lse, logits, rows, E);
     CHECK_LAUNCH();
-    LAUNCH(k_switch_stats, G, 128, 0)(d_f, d_P, logits, d_lse, sel, valid, N, G, E, k);
+    // per group: every logit and lse of its rows in and, per expert, a pass over the rows' k ids; f and P out
+    LAUNCH(k_switch_stats, G, 128, 0,
+           kernel_cost((double)rows * E * (k + 3), (double)rows * (E * sizeof(float) + k * sizeof(int32_t) +
+                                                                  sizeof(double)) + 2.0 * GE * sizeof(double)))(
+        d_f, d_P, logits, d_lse, sel, valid, N, G, E, k);
     CHECK_LAUNCH();
     std::vector<double> f(GE), P(GE);
     CHECK_CUDA(cudaMemcpy(f.data(), d_f, GE * sizeof(double), cudaMemcpyDeviceToHost));
@@ -351,8 +391,8 @@ double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logit
     if (dlogits) {
         CHECK_CUDA(cudaMemcpy(d_f, f.data(), GE * sizeof(double), cudaMemcpyHostToDevice));
         double factor = (double)coef * grad_factor;
-        LAUNCH(k_switch_grad, (unsigned)((rows + 7) / 8), 256, 0)(dlogits, logits, d_lse, d_f, valid, rows, G, E,
-                                                                 factor);
+        LAUNCH(k_switch_grad, (unsigned)((rows + 7) / 8), 256, 0, row_pass_cost(rows, E, 7, true))(
+            dlogits, logits, d_lse, d_f, valid, rows, G, E, factor);
         CHECK_LAUNCH();
     }
     return value;

@@ -96,9 +96,16 @@ double cuda_seq_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     double *d_f = (double *)cuda_scratch(be, SCRATCH_SEQB_LOAD, BE * sizeof(double));
     double *d_P = (double *)cuda_scratch(be, SCRATCH_SEQB_PROB, BE * sizeof(double));
     double *d_factor = (double *)cuda_scratch(be, SCRATCH_SEQB_FACTOR, (size_t)B * sizeof(double));
-    LAUNCH(k_seqb_norm, grid_for((size_t)rows, 128), 128, 0)(d_norm, logits, rows, E, softmax);
+    // the logits in, one double per row out
+    LAUNCH(k_seqb_norm, grid_for((size_t)rows, 128), 128, 0,
+           kernel_cost(4.0 * rows * E, (double)rows * (E * sizeof(float) + sizeof(double))))(d_norm, logits, rows, E,
+                                                                                             softmax);
     CHECK_LAUNCH();
-    LAUNCH(k_seqb_stats, B, 128, 0)(d_f, d_P, logits, d_norm, sel, valid, T, E, k, softmax);
+    // per sequence: its logits, normalisers and ids in, a pass over a row's k ids per expert; f and P out
+    LAUNCH(k_seqb_stats, B, 128, 0,
+           kernel_cost((double)rows * E * (k + 4), (double)rows * (E * sizeof(float) + k * sizeof(int32_t) +
+                                                                  sizeof(double)) + 2.0 * BE * sizeof(double)))(
+        d_f, d_P, logits, d_norm, sel, valid, T, E, k, softmax);
     CHECK_LAUNCH();
     std::vector<double> f(BE), P(BE), factor((size_t)B);
     CHECK_CUDA(cudaMemcpy(f.data(), d_f, BE * sizeof(double), cudaMemcpyDeviceToHost));
@@ -108,8 +115,10 @@ double cuda_seq_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     if (dlogits) {
         CHECK_CUDA(cudaMemcpy(d_f, f.data(), BE * sizeof(double), cudaMemcpyHostToDevice));
         CHECK_CUDA(cudaMemcpy(d_factor, factor.data(), (size_t)B * sizeof(double), cudaMemcpyHostToDevice));
-        LAUNCH(k_seqb_grad, grid_for((size_t)rows, 128), 128, 0)(dlogits, logits, d_norm, d_f, d_factor, valid, rows,
-                                                                T, E, softmax);
+        LAUNCH(k_seqb_grad, grid_for((size_t)rows, 128), 128, 0,
+               kernel_cost(10.0 * rows * E, (double)rows * (3 * E * sizeof(float) + sizeof(double)) +
+                                                (double)BE * sizeof(double)))(dlogits, logits, d_norm, d_f, d_factor,
+                                                                              valid, rows, T, E, softmax);
         CHECK_LAUNCH();
     }
     return value;

@@ -11,6 +11,10 @@
 #                         dependencies they weigh 58 MB), so `mk/gpu/run.sh small` trains on this copy
 #   tools/make            this machine's GNU make, used there only when the GPU machine has none
 #   VERSION               the code version of the tree the binaries were built from (mk/code_version.sh)
+#   CUDA_RUNTIME          the major version of the CUDA runtime the programs are linked against (libcudart.so.N):
+#                         the GPU machine's driver must support that CUDA version; `source mk/gpu/env.sh` checks it
+#                         first and stops with one line where it does not (build the bundle with the toolkit of the
+#                         driver's CUDA major for such a machine)
 # Kept small, because it is copied to the GPU machine together with the tree (about 16 MiB): the script fails above
 # GPU_BUNDLE_MAX_MIB (default 44, so that bundle and tree stay under 64 MiB). NCCL (218 MB) and the CUDA runtime
 # are NOT bundled, the GPU machine's own are found by gpu_env.sh.
@@ -66,6 +70,9 @@ cp -p data/small/{fetch.args,tokenizer.json,train.shard,interpolate.shard,extrap
 cp -p data/small/raw/{fetch.stamp,manifest.json} "$stage/data-small/raw/"
 cp -L "$(command -v make)" "$stage/tools/make"
 mk/code_version.sh >"$stage/VERSION" 2>/dev/null || echo unknown >"$stage/VERSION"
+source mk/gpu/cuda_versions.sh
+cuda_major=$(gpu_runtime_cuda_major bin/train)
+echo "$cuda_major" >"$stage/CUDA_RUNTIME"
 
 tar czf build/gpu-bundle.tar.gz -C build gpu-bundle
 mib=$(( ($(stat -c %s build/gpu-bundle.tar.gz) + 1048575) / 1048576 ))
@@ -75,5 +82,6 @@ if [ "$mib" -gt "$max" ]; then
     "under 64 MiB); largest parts: $(du -sm "$stage"/* "$stage"/lib/* | sort -rn | head -n 4 | awk '{printf "%s %s MiB; ", $2, $1}')" >&2
   exit 1
 fi
-echo "gpu-bundle: build/gpu-bundle.tar.gz ($mib MiB; code $(cat "$stage/VERSION"));" \
+echo "gpu-bundle: build/gpu-bundle.tar.gz ($mib MiB; code $(cat "$stage/VERSION"); built for the CUDA $cuda_major" \
+  "runtime: needs a driver that supports CUDA $cuda_major or later);" \
   "libraries: $(ls "$stage/lib" | tr '\n' ' ')"

@@ -1,5 +1,7 @@
 # Sourced (not run) from the repository root on a GPU machine that lacks this project's build dependencies:
 #     source mk/gpu/env.sh
+# First, it checks that this machine's driver supports the CUDA major version the bundle was built for (its
+# CUDA_RUNTIME) and stops with one line where it does not: the programs could not start on it.
 # Unpacks build/gpu-bundle.tar.gz (made by `make gpu-bundle` on a machine with them, and copied here), copies
 # its programs to where the tests and mk/gpu/run.sh look for them (bin/, build/tests/, build/bench/; their RPATH finds
 # the bundled libraries from there), puts the tokenized data of experiment small in data/small (unless the same is
@@ -32,6 +34,15 @@ gpu_env_main() {
     tar xzf build/gpu-bundle.tar.gz -C build || { echo "gpu_env: cannot unpack build/gpu-bundle.tar.gz" >&2; return 1; }
   fi
   [ -d "$b/bin" ] || { echo "gpu_env: no $b (run make gpu-bundle where the build dependencies are and copy build/gpu-bundle.tar.gz here)" >&2; return 1; }
+  source mk/gpu/cuda_versions.sh || return 1
+  local need driver
+  need=$(cat "$b/CUDA_RUNTIME" 2>/dev/null)
+  driver=$(gpu_driver_cuda)
+  if gpu_driver_too_old "$driver" "$need"; then
+    echo "gpu_env: FAIL: the bundle's programs need the CUDA $need runtime, this machine's driver supports CUDA $driver:" \
+      "too old for them (make gpu-bundle with a CUDA ${driver%%.*} toolkit for this machine, or update the driver)" >&2
+    return 1
+  fi
   mkdir -p bin build/tests build/bench || return 1
   cp -pf "$b"/bin/* bin/ && cp -pf "$b"/tests/* build/tests/ && cp -pf "$b"/bench/* build/bench/ || return 1
   # data/small: replaced only when its manifest differs from the bundle's (a rerun keeps the runs' data as it was).

@@ -30,6 +30,7 @@
 # 3 when `small` stopped at its time limit (rerun it to continue).
 set -u
 cd "$(dirname "$0")/../.."
+source mk/gpu/cuda_versions.sh # gpu_driver_cuda, gpu_runtime_cuda_major, gpu_driver_too_old
 step=${1:-}
 shift || true
 
@@ -48,6 +49,15 @@ case "$step" in
 probe)
   echo "== GPU";           (nvidia-smi -L 2>&1 || echo "nvidia-smi: not available") | head -n 4
   echo "== driver";        (nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true) | head -n 2
+  echo "== CUDA driver and runtime"
+  drv=$(gpu_driver_cuda)
+  rt=$( [ -e bin/train ] && gpu_runtime_cuda_major bin/train)
+  echo "driver: CUDA ${drv:-unknown (no nvidia-smi)}; runtime of the programs: CUDA ${rt:-(bin/train has none: not built with CUDA)}" \
+    "$( [ -f build/gpu-bundle/CUDA_RUNTIME ] && echo "(the bundle is built for CUDA $(cat build/gpu-bundle/CUDA_RUNTIME))")"
+  if gpu_driver_too_old "$drv" "$rt"; then
+    echo "the driver is too old for this runtime: the CUDA $rt programs cannot run on a CUDA $drv driver (build them" \
+      "with a CUDA ${drv%%.*} toolkit, or update the driver)"
+  fi
   echo "== nvcc";          (command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || echo "nvcc: not found") | head -n 1
   echo "== compute-sanitizer"; (command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || echo "not found") | head -n 1
   echo "== python/torch";  py=$(find_torch_python) && "$py" -c 'import torch,sys; print(sys.executable, torch.__version__, "cuda available:", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' || echo "no python3 with torch"
@@ -76,8 +86,8 @@ tests)
     # use it, most often because the driver is older than the CUDA runtime they were built with.
     gpus=$(nvidia-smi -L 2>/dev/null | grep '^GPU ' || true)
     if [ -n "$gpus" ]; then
-      driver_cuda=$(nvidia-smi 2>/dev/null | sed -nE 's/.*CUDA Version: *([0-9]+\.[0-9]+).*/\1/p' | head -n 1)
-      runtime=$(ldd $(echo "$bins" | head -n 1) 2>/dev/null | sed -nE 's/.*libcudart\.so\.([0-9]+).*/\1/p' | head -n 1)
+      driver_cuda=$(gpu_driver_cuda)
+      runtime=$(gpu_runtime_cuda_major "$(echo "$bins" | head -n 1)")
       echo "test-gpu: FAIL: nvidia-smi lists $(echo "$gpus" | head -n 1 | cut -d'(' -f1)but every CUDA test skipped:" \
         "the driver supports CUDA ${driver_cuda:-(unknown)}, the programs need the CUDA ${runtime:-(unknown)} runtime" \
         "(libcudart.so.${runtime:-?}); a driver older than the runtime cannot run them (build for this driver's CUDA," \

@@ -45,6 +45,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 
 DEFAULT_CONFIGS = ["experiments/paper/dense_qa.json", "experiments/paper/moeut_qa.json"]
+# Micro-batches per step on a GPU unless --n-microbatch says otherwise: 32-window micro-batches for the paper configs.
+CUDA_MICROBATCHES = 2
 
 
 def fail(msg):
@@ -56,18 +58,26 @@ def fail(msg):
 # ---------------------------------------------------------------------------------------------------------------
 # FLOP accounting
 # ---------------------------------------------------------------------------------------------------------------
-# Peak dense (no sparsity) bf16 tensor-core throughput, TFLOP/s, from NVIDIA's data sheets: H100 SXM5 989.4 (the
-# device reports itself as "NVIDIA H100 80GB HBM3"), H100 PCIe 756, H200 (SXM) 989.4. Any other device: MFU n/a.
+# The GPUs the project targets, from NVIDIA's data sheets: dense (no sparsity) bf16 tensor-core peak and fp32
+# CUDA-core (non-tensor) peak in TFLOP/s, HBM bandwidth in TB/s, streaming multiprocessors. H100 SXM5 (the device
+# reports itself as "NVIDIA H100 80GB HBM3") and H200 SXM. MFU here and the cost model (bench_model.py) use them.
+GPU_SPECS = {
+    "H100 SXM": {"bf16_tflops": 989.4, "fp32_tflops": 67.0, "hbm_tb_s": 3.35, "sms": 132},
+    "H200": {"bf16_tflops": 989.4, "fp32_tflops": 67.0, "hbm_tb_s": 4.8, "sms": 132},
+}
+
+
+# Peak dense bf16 throughput of a device by its name: GPU_SPECS, and H100 PCIe 756. Any other device: MFU n/a.
 def peak_bf16_tflops(device_name):
     n = device_name.upper()
     if "H200" in n:
-        return 989.4
+        return GPU_SPECS["H200"]["bf16_tflops"]
     if "H100" in n:
         if "PCIE" in n:
             return 756.0
         if "NVL" in n:
             return None  # not in the table above
-        return 989.4
+        return GPU_SPECS["H100 SXM"]["bf16_tflops"]
     return None
 
 
@@ -539,7 +549,7 @@ def main():
             run = json.load(f)
         mc, tc = model_config(run), run["train"]
         batch = args.batch_size or int(tc["batch_size"])
-        nmb = args.n_microbatch or (2 if args.device == "cuda" else int(tc["n_microbatch"]))
+        nmb = args.n_microbatch or (CUDA_MICROBATCHES if args.device == "cuda" else int(tc["n_microbatch"]))
         if batch % nmb:
             fail(f"--batch-size {batch} is not a multiple of --n-microbatch {nmb}")
         T = int(tc["context"])

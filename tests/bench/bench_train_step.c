@@ -10,7 +10,9 @@
  * (cpu_seconds: process CPU time over all threads, less sensitive than wall time to a machine shared with others).
  * Optional overrides (used by `make bench-gpu`, tests/bench/bench_gpu.py; without them the config decides):
  * --precision fp32|bf16, --batch-size N and --n-microbatch M (windows per step and micro-batches per step),
- * --warmup W (untimed warm-up steps, default 1). The output line ends with "precision P batch B micro_batches M
+ * --warmup W (untimed warm-up steps, default 1). --no-init leaves the weights zero instead of drawing them (for
+ * make bench-model's dry run on the CUDA emulator, which computes nothing: drawing 228M random weights on the host
+ * would take most of its time; a timed or trained run must not use it). The output line ends with "precision P batch B micro_batches M
  * device <backend device name>" after the fields above, so parsers of the older line still match.
  */
 #include <cblas.h>
@@ -53,6 +55,7 @@ int main(int argc, char **argv) {
     log_set_program("bench_train_step");
     const char *config_path = NULL, *backend_name = "cpu", *precision_name = NULL;
     long steps = 5, threads = 2, batch_override = 0, nmb_override = 0, warmup = 1;
+    bool no_init = false;
     const CliOption opts[] = {
         {"config", OPT_STRING, &config_path, "run config experiments/EXP/RUN.json", true},
         {"steps", OPT_INT, &steps, "timed optimizer steps (default 5; one extra untimed warm-up step)", false},
@@ -62,6 +65,7 @@ int main(int argc, char **argv) {
         {"batch-size", OPT_INT, &batch_override, "windows per step (default: the config's batch_size)", false},
         {"n-microbatch", OPT_INT, &nmb_override, "micro-batches per step (default: the config's n_microbatch)", false},
         {"warmup", OPT_INT, &warmup, "untimed warm-up steps before the timed ones (default 1)", false},
+        {"no-init", OPT_FLAG, &no_init, "leave the weights zero (make bench-model's dry run only)", false},
     };
     cli_parse(argc, argv, "bench_train_step",
               "Times full training steps (forward, backward, clip, AdamW) of the C model of a run config on random "
@@ -101,7 +105,7 @@ int main(int argc, char **argv) {
     be->precision = tc.precision;
     Model *m = model_create(&mc, be);
     if (!m) die("%s: model_create failed", config_path);
-    model_init_weights(m, train_seed_init(&tc));
+    if (!no_init) model_init_weights(m, train_seed_init(&tc));
     size_t np = model_n_params(m);
     AdamW opt;
     adamw_init(&opt, be, np, tc.adam_beta1, tc.adam_beta2, tc.adam_eps, tc.weight_decay);

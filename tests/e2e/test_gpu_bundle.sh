@@ -19,9 +19,12 @@ tar tzf build/gpu-bundle.tar.gz >"$tmp/bundle.list"
 ! grep -E 'lib/lib(cudart|cublas|nccl)' "$tmp/bundle.list" || fail "the bundle carries a CUDA or NCCL library"
 for f in gpu-bundle/bin/train gpu-bundle/tests/cuda_model_vs_cpu gpu-bundle/bench/bench_train_step \
          gpu-bundle/data-small/train.shard gpu-bundle/data-small/tokenize_manifest.json gpu-bundle/data-small/raw/fetch.stamp \
-         gpu-bundle/tools/make gpu-bundle/VERSION; do
+         gpu-bundle/tools/make gpu-bundle/VERSION gpu-bundle/CUDA_RUNTIME; do
   grep -qx "$f" "$tmp/bundle.list" || fail "the bundle lacks $f"
 done
+cuda_major=$(ldd bin/train | sed -nE 's/.*libcudart\.so\.([0-9]+).*/\1/p' | head -n 1)
+[ "$(tar xzOf build/gpu-bundle.tar.gz gpu-bundle/CUDA_RUNTIME)" = "$cuda_major" ] ||
+  fail "the bundle's CUDA_RUNTIME is not the major version of bin/train's libcudart ($cuda_major)"
 echo "ok: bundle $((size / 1048576)) MiB with programs, small data and make; no CUDA/NCCL libraries"
 
 # 2. A bare copy of the tree, as a job copies it to the GPU machine, plus the bundle.

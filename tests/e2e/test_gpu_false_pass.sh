@@ -11,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 tree=$tmp/tree
 mkdir -p "$tree/mk/gpu" "$tree/tests/e2e" "$tree/build/tests" "$tmp/gpu" "$tmp/nogpu"
-cp "$root/mk/gpu/run.sh" "$tree/mk/gpu/"
+cp "$root/mk/gpu/run.sh" "$root/mk/gpu/cuda_versions.sh" "$tree/mk/gpu/"
 cp "$root/tests/run_suite.sh" "$root/tests/summarize.sh" "$tree/tests/"
 printf '#!/bin/sh\necho "SKIP: no usable CUDA GPU (cudaErrorInsufficientDriver)"\nexit 77\n' >"$tree/build/tests/cuda_fake"
 cp "$tree/build/tests/cuda_fake" "$tree/tests/e2e/test_cuda_fake.sh"

@@ -19,6 +19,13 @@
 // What it does not prove: anything about the real hardware: speed, the GPU's math library (expf etc. are the
 // host's, within an ulp or two), cuBLAS's own summation order, memory-model races between truly concurrent threads
 // of different blocks. A GPU run is still required before the CUDA backend counts as working.
+//
+// Two records for the cost model (make bench-model, tests/bench/bench_model.py): CUDA_EMU_LAUNCH_LOG=FILE writes one
+// line per device operation (kernel launch with its grid and the cost the backend states for it, cuBLAS call with
+// its FLOPs and bytes, memset, copy, synchronisation), each labelled with the backend op it ran in
+// (cuda_emu_launch_log.cpp); CUDA_EMU_DRY_RUN=1 records everything but computes nothing (no kernel body, no GEMM, no
+// memset or device-to-device copy; device memory is reserved, not filled), so a paper-size training step runs on a
+// CPU in seconds: the results are meaningless, the sequence of launches is the backend's own.
 #ifndef KERNELS_CUDA_EMU_CUDA_EMU_H
 #define KERNELS_CUDA_EMU_CUDA_EMU_H
 
@@ -68,6 +75,7 @@ typedef enum {
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInvalidDevicePointer = 17,
+    cudaErrorInsufficientDriver = 35,
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
 } cudaError_t;
@@ -90,6 +98,11 @@ const char *cudaGetErrorString(cudaError_t e);
 const char *cudaGetErrorName(cudaError_t e);
 cudaError_t cudaGetLastError(void);
 cudaError_t cudaGetDeviceCount(int *n);
+// The runtime is CUDA 13.0 (13000, what the project's GPU builds use); the driver's CUDA version is
+// CUDA_EMU_DRIVER_VERSION (default the runtime's). With a driver of an older major version than the runtime,
+// cudaGetDeviceCount fails with cudaErrorInsufficientDriver, as on a GPU machine with an old driver.
+cudaError_t cudaDriverGetVersion(int *version);
+cudaError_t cudaRuntimeGetVersion(int *version);
 cudaError_t cudaSetDevice(int dev);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int dev);
 cudaError_t cudaDeviceSynchronize(void);
@@ -190,11 +203,35 @@ void stat_bf16(const char *kernel, long roundings);
 // kernels/cuda/cuda_common.cuh), per named kind.
 void stat_traffic(const char *kind, size_t bytes);
 
+// The launch log and the dry run (cuda_emu_launch_log.cpp; see the top of this file).
+// What one kernel launch asks of the GPU, as the backend states it at the launch (LAUNCH's cost argument).
+struct LaunchCost {
+    double flops, bytes;
+};
+bool dry_run(void); // CUDA_EMU_DRY_RUN=1: record, compute nothing
+// The backend op (or memory call) running now; cuda_backend.cu sets it around every entry of its table. Nested
+// labels keep the outermost (an op that calls another op's helper is still the op the model called).
+struct OpLabel {
+    explicit OpLabel(const char *op);
+    ~OpLabel();
+    OpLabel(const OpLabel &) = delete;
+    OpLabel &operator=(const OpLabel &) = delete;
+    const char *saved;
+};
+void log_launch(const char *kernel, dim3 grid, dim3 block, size_t shmem, LaunchCost cost);
+// One cuBLAS call: problems, FLOPs (2mnk summed), bytes (each operand read once, C written once and read too when
+// beta != 0) and output tiles of 128 x 128 (summed over the problems: how much of the GPU the call can fill).
+void log_gemm(const char *call, bool bf16, long problems, double flops, double bytes, long tiles);
+void log_memset(size_t bytes);
+void log_copy(int kind, bool synchronous, size_t bytes); // kind as stat_copy's
+void log_sync(const char *what);                         // cudaDeviceSynchronize, or cudaFree (it synchronises)
+
 // Launch support
 bool is_device_range(const void *p, size_t bytes); // inside one live cudaMalloc allocation (end inclusive)
 [[noreturn]] void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-bool begin_launch(const char *kernel, dim3 grid, dim3 block, size_t shmem); // false: bad config (error recorded)
-void run_launch(const std::function<void()> &body);                          // every thread of every block
+// false: bad config (error recorded); records the launch (stats, launch log) either way
+bool begin_launch(const char *kernel, dim3 grid, dim3 block, size_t shmem, LaunchCost cost);
+void run_launch(const std::function<void()> &body); // every thread of every block
 
 template <class A> inline void check_arg(const char *kernel, int index, const A &a) {
     if constexpr (std::is_pointer_v<A>) {
@@ -209,15 +246,17 @@ template <class F> struct BoundLaunch {
     dim3 grid, block;
     size_t shmem;
     F kernel;
+    LaunchCost cost;
     template <class... A> void operator()(A... args) const {
         int i = 0;
         (check_arg(name, i++, args), ...);
-        if (!begin_launch(name, grid, block, shmem)) return;
+        if (!begin_launch(name, grid, block, shmem, cost) || dry_run()) return;
         run_launch([&]() { kernel(args...); });
     }
 };
-template <class F> inline BoundLaunch<F> launch(const char *name, dim3 grid, dim3 block, size_t shmem, F kernel) {
-    return BoundLaunch<F>{name, grid, block, shmem, kernel};
+template <class F>
+inline BoundLaunch<F> launch(const char *name, dim3 grid, dim3 block, size_t shmem, F kernel, LaunchCost cost) {
+    return BoundLaunch<F>{name, grid, block, shmem, kernel, cost};
 }
 
 } // namespace emu

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <sys/mman.h>
 #include <vector>
 
 #if !defined(__x86_64__)
@@ -311,9 +312,10 @@ static void run_block(size_t n_threads) {
     }
 }
 
-bool begin_launch(const char *kernel, dim3 grid, dim3 block, size_t shmem) {
+bool begin_launch(const char *kernel, dim3 grid, dim3 block, size_t shmem, LaunchCost cost) {
     launch_name = kernel;
     stat_launch(kernel);
+    log_launch(kernel, grid, block, shmem, cost);
     size_t n = (size_t)block.x * block.y * block.z;
     bool ok = block.x >= 1 && block.y >= 1 && block.z >= 1 && block.x <= 1024 && block.y <= 1024 && block.z <= 64 &&
               n <= 1024 && grid.x >= 1 && grid.y >= 1 && grid.z >= 1 && grid.x <= 2147483647u && grid.y <= 65535 &&
@@ -401,6 +403,8 @@ static const struct {
     {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
     {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
     {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
+    {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
+     "CUDA driver version is insufficient for CUDA runtime version"},
     {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
     {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
 };
@@ -425,8 +429,25 @@ static int n_devices(void) {
     const char *s = getenv("CUDA_EMU_DEVICES");
     return s ? atoi(s) : 1;
 }
+static const int EMU_RUNTIME_VERSION = 13000;
+cudaError_t cudaRuntimeGetVersion(int *version) {
+    *version = EMU_RUNTIME_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int *version) {
+    const char *s = getenv("CUDA_EMU_DRIVER_VERSION");
+    *version = s && *s ? atoi(s) : EMU_RUNTIME_VERSION;
+    return cudaSuccess;
+}
+static bool driver_too_old(void) {
+    int driver;
+    cudaDriverGetVersion(&driver);
+    return driver / 1000 < EMU_RUNTIME_VERSION / 1000;
+}
+
 cudaError_t cudaGetDeviceCount(int *n) {
     *n = 0;
+    if (driver_too_old()) return cudaErrorInsufficientDriver;
     if (n_devices() <= 0) return cudaErrorNoDevice;
     *n = n_devices();
     return cudaSuccess;
@@ -444,15 +465,22 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int dev) {
 }
 cudaError_t cudaDeviceSynchronize(void) {
     emu::stat_device_sync();
+    emu::log_sync("device");
     return cudaSuccess;
 }
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
     *p = nullptr;
     size_t n = bytes ? bytes : 1;
-    void *q = aligned_alloc(256, (n + 255) & ~(size_t)255);
-    if (!q) return fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu): out of memory", bytes);
-    memset(q, 0xFF, n); // never-written device memory reads as NaN / -1
+    void *q;
+    if (emu::dry_run()) { // address space only: nothing is written, so a paper-size model costs no memory
+        q = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (q == MAP_FAILED) return fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu): out of address space", bytes);
+    } else {
+        q = aligned_alloc(256, (n + 255) & ~(size_t)255);
+        if (!q) return fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu): out of memory", bytes);
+        memset(q, 0xFF, n); // never-written device memory reads as NaN / -1
+    }
     emu::device_allocs[(uintptr_t)q] = n;
     emu::stat_device_alloc(n, false);
     *p = q;
@@ -464,9 +492,15 @@ static cudaError_t free_tracked(std::map<uintptr_t, size_t> &allocs, void *p, cu
     if (!p) return cudaSuccess;
     auto it = allocs.find((uintptr_t)p);
     if (it == allocs.end()) return fail(not_found, "%s(%p): not an allocation of that kind", what, p);
-    if (&allocs == &emu::device_allocs) emu::stat_device_alloc(it->second, true);
+    bool device = &allocs == &emu::device_allocs;
+    size_t bytes = it->second;
     allocs.erase(it);
-    free(p);
+    if (device) {
+        emu::stat_device_alloc(bytes, true);
+        emu::log_sync("free");
+    }
+    if (device && emu::dry_run()) munmap(p, bytes);
+    else free(p);
     return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) { return free_tracked(emu::device_allocs, p, cudaErrorInvalidDevicePointer, "cudaFree"); }
@@ -486,7 +520,8 @@ static cudaError_t check_side(const void *p, size_t bytes, bool device, const ch
         return fail(cudaErrorInvalidValue, "%s: %p is device memory where host memory was expected", what, p);
     return cudaSuccess;
 }
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+// cudaMemcpy (synchronous: the host waits for the copy and the work queued before it) and cudaMemcpyAsync.
+static cudaError_t copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, bool synchronous) {
     if (bytes == 0) return cudaSuccess;
     bool dst_dev, src_dev;
     switch (kind) {
@@ -498,19 +533,27 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     cudaError_t e = check_side(dst, bytes, dst_dev, "cudaMemcpy dst");
     if (e == cudaSuccess) e = check_side(src, bytes, src_dev, "cudaMemcpy src");
     if (e != cudaSuccess) return e;
-    emu::stat_copy(kind == cudaMemcpyHostToDevice ? 0 : kind == cudaMemcpyDeviceToHost ? 1 : 2, bytes);
-    memmove(dst, src, bytes);
+    int k = kind == cudaMemcpyHostToDevice ? 0 : kind == cudaMemcpyDeviceToHost ? 1 : 2;
+    emu::stat_copy(k, bytes);
+    emu::log_copy(k, synchronous, bytes);
+    // A dry run moves what crosses to or from the host (token ids, masks: the host's decisions may read them back)
+    // and nothing the device keeps to itself.
+    if (!(emu::dry_run() && k == 2)) memmove(dst, src, bytes);
     return cudaSuccess;
 }
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    return copy(dst, src, bytes, kind, true);
+}
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-    return cudaMemcpy(dst, src, bytes, kind); // one in-order stream: async work completes immediately
+    return copy(dst, src, bytes, kind, false); // one in-order stream: async work completes immediately
 }
 cudaError_t cudaMemset(void *p, int value, size_t bytes) {
     if (bytes == 0) return cudaSuccess;
     cudaError_t e = check_side(p, bytes, true, "cudaMemset");
     if (e != cudaSuccess) return e;
     emu::stat_memset(bytes);
-    memset(p, value, bytes);
+    emu::log_memset(bytes);
+    if (!emu::dry_run()) memset(p, value, bytes);
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
@@ -593,8 +636,25 @@ static cublasStatus_t check_shape(const char *call, cublasOperation_t transa, cu
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// What one cuBLAS call asks of the GPU, summed over its problems, for the launch log (log_gemm).
+struct GemmTally {
+    long problems = 0, tiles = 0;
+    double flops = 0, bytes = 0;
+    void add(int m, int n, int k, cudaDataType_t t, float beta, long count = 1) {
+        double esz = t == CUDA_R_16BF ? 2 : 4, mn = (double)m * n;
+        problems += count;
+        tiles += count * (long)((m + 127) / 128) * (long)((n + 127) / 128);
+        flops += count * 2.0 * mn * k;
+        bytes += count * (((double)m * k + (double)k * n) * esz + mn * 4 * (beta != 0.0f ? 2 : 1));
+    }
+    void log(const char *call, cudaDataType_t t) const {
+        emu::log_gemm(call, t == CUDA_R_16BF, problems, flops, bytes, tiles);
+    }
+};
+
 // One column-major product C[m,n] = alpha op(A) op(B) + beta C after the checks above; operands that do not lie in
-// device memory are fatal (a GPU would fault). Sums in double; beta = 0 never reads C.
+// device memory are fatal (a GPU would fault). Sums in double; beta = 0 never reads C. A dry run checks, computes
+// nothing.
 static void gemm_compute(const char *call, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                          float alpha, const void *A, cudaDataType_t Atype, int lda, const void *B, int ldb, float beta,
                          void *C, int ldc) {
@@ -609,6 +669,7 @@ static void gemm_compute(const char *call, cublasOperation_t transa, cublasOpera
               k);
     if (!emu::is_device_range(C, extent(ldc, m, n) * 4))
         fatal("%s: C %p does not lie inside a device allocation (m=%d n=%d ldc=%d)", call, C, m, n, ldc);
+    if (emu::dry_run()) return;
     float *c = (float *)C;
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
@@ -642,6 +703,9 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOp
     cublasStatus_t st = check_call(call, h, 1, transa, transb, m, n, k, lda, ldb, ldc, Atype, Btype, Ctype, compute);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     emu::stat_cublas(call, 1);
+    GemmTally tally;
+    tally.add(m, n, k, Atype, *(const float *)beta_p);
+    tally.log(call, Atype);
     gemm_compute(call, transa, transb, m, n, k, *(const float *)alpha_p, A, Atype, lda, B, ldb,
                  *(const float *)beta_p, C, ldc);
     return CUBLAS_STATUS_SUCCESS;
@@ -658,6 +722,9 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t tr
         check_call(call, h, batch, transa, transb, m, n, k, lda, ldb, ldc, Atype, Btype, Ctype, compute);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     emu::stat_cublas(call, batch);
+    GemmTally tally;
+    tally.add(m, n, k, Atype, *(const float *)beta_p, batch);
+    tally.log(call, Atype);
     size_t esz = Atype == CUDA_R_16BF ? 2 : 4;
     for (int b = 0; b < batch; b++)
         gemm_compute(call, transa, transb, m, n, k, *(const float *)alpha_p, (const char *)A + b * strideA * esz,
@@ -685,6 +752,10 @@ cublasStatus_t cublasGemmBatchedEx(cublasHandle_t h, cublasOperation_t transa, c
     check_pointer_array(call, "Barray", Barray, batch);
     check_pointer_array(call, "Carray", Carray, batch);
     emu::stat_cublas(call, batch);
+    GemmTally tally;
+    tally.add(m, n, k, Atype, *(const float *)beta_p, batch);
+    tally.log(call, Atype);
+    if (emu::dry_run()) return CUBLAS_STATUS_SUCCESS; // the pointer arrays are device data a dry run never wrote
     for (int b = 0; b < batch; b++)
         gemm_compute(call, transa, transb, m, n, k, *(const float *)alpha_p, Aarray[b], Atype, lda, Barray[b], ldb,
                      *(const float *)beta_p, Carray[b], ldc);
@@ -733,6 +804,10 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
         return gemm_fail(call, CUBLAS_STATUS_NOT_SUPPORTED, "refused (CUDA_EMU_GROUPED_GEMM=%s)", fault);
     emu::stat_cublas(call, total);
     const float *alpha = (const float *)alpha_array, *beta = (const float *)beta_array;
+    GemmTally tally;
+    for (int g = 0; g < group_count; g++) tally.add(m_array[g], n_array[g], k_array[g], Atype, beta[g], group_size[g]);
+    tally.log(call, Atype);
+    if (emu::dry_run()) return CUBLAS_STATUS_SUCCESS; // the pointer arrays are device data a dry run never wrote
     long p = 0;
     for (int g = 0; g < group_count; g++)
         for (int i = 0; i < group_size[g]; i++, p++) {

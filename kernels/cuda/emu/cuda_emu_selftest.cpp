@@ -135,12 +135,12 @@ static bool stats_count_known_work(void) {
     if (pid == 0) {
         setenv("CUDA_EMU_STATS", path, 1);
         float *d = dev_floats(64), h[64];
-        LAUNCH(k_iota, 2, 32, 0)(d, (size_t)64);
-        LAUNCH(k_iota, 1, 64, 0)(d, (size_t)64);
+        LAUNCH(k_iota, 2, 32, 0, kernel_cost(0, 0))(d, (size_t)64);
+        LAUNCH(k_iota, 1, 64, 0, kernel_cost(0, 0))(d, (size_t)64);
         cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
         __nv_bfloat16 *d16 = nullptr;
         cudaMalloc(&d16, 40 * sizeof(__nv_bfloat16));
-        LAUNCH(k_round16, 1, 32, 0)(d16, d, (size_t)40);
+        LAUNCH(k_round16, 1, 32, 0, kernel_cost(0, 0))(d16, d, (size_t)40);
         cudaMemcpy(d + 32, d, 12 * sizeof(float), cudaMemcpyDeviceToDevice);
         cudaMemset(d, 0, 20);
         emu::stat_traffic("selftest", 1000);
@@ -175,7 +175,7 @@ int main() {
     {
         size_t n = 1000;
         float *d = dev_floats(n), h[1000];
-        LAUNCH(k_iota, 3, 64, 0)(d, n);
+        LAUNCH(k_iota, 3, 64, 0, kernel_cost(0, 0))(d, n);
         cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost);
         bool ok = cudaGetLastError() == cudaSuccess;
         for (size_t i = 0; i < n; i++) ok &= h[i] == (float)i;
@@ -188,7 +188,7 @@ int main() {
         for (int i = 0; i < 256; i++) hx[i] = (float)(i % 7);
         float *x = dev_floats(256), *s = dev_floats(2);
         cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice);
-        LAUNCH(k_block_sum, 2, 128, 0)(s, x);
+        LAUNCH(k_block_sum, 2, 128, 0, kernel_cost(0, 0))(s, x);
         cudaMemcpy(hs, s, sizeof hs, cudaMemcpyDeviceToHost);
         float w0 = 0, w1 = 0;
         for (int i = 0; i < 128; i++) w0 += hx[i], w1 += hx[128 + i];
@@ -201,7 +201,7 @@ int main() {
         for (int i = 0; i < 64; i++) hx[i] = (float)(i + 1);
         float *x = dev_floats(64), *o = dev_floats(64);
         cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice);
-        LAUNCH(k_warp_sum, 1, 64, 0)(o, x);
+        LAUNCH(k_warp_sum, 1, 64, 0, kernel_cost(0, 0))(o, x);
         cudaMemcpy(ho, o, sizeof ho, cudaMemcpyDeviceToHost);
         bool ok = true;
         for (int i = 0; i < 64; i++) ok &= ho[i] == (i < 32 ? 528.0f : 1552.0f); // 1..32 and 33..64
@@ -212,7 +212,7 @@ int main() {
     {
         float ho[96];
         float *o = dev_floats(96);
-        LAUNCH(k_dyn_shared, 1, 96, 96 * sizeof(float))(o);
+        LAUNCH(k_dyn_shared, 1, 96, 96 * sizeof(float), kernel_cost(0, 0))(o);
         cudaMemcpy(ho, o, sizeof ho, cudaMemcpyDeviceToHost);
         bool ok = true;
         for (int i = 0; i < 96; i++) ok &= ho[i] == (float)((95 - i) * 2);
@@ -224,7 +224,7 @@ int main() {
         float ho[48];
         float *o = dev_floats(48);
         cudaMemset(o, 0, 48 * sizeof(float));
-        LAUNCH(k_index2d, dim3(3, 2), dim3(4, 2), 0)(o);
+        LAUNCH(k_index2d, dim3(3, 2), dim3(4, 2), 0, kernel_cost(0, 0))(o);
         cudaMemcpy(ho, o, sizeof ho, cudaMemcpyDeviceToHost);
         bool ok = true;
         for (int i = 0; i < 48; i++) ok &= ho[i] == 1.0f + (float)(i / 8);
@@ -235,11 +235,11 @@ int main() {
     {
         float *o = dev_floats(4);
         cudaMemset(o, 0, 4 * sizeof(float));
-        LAUNCH(k_touch, 1, 2048, 0)(o);
+        LAUNCH(k_touch, 1, 2048, 0, kernel_cost(0, 0))(o);
         cudaError_t e1 = cudaGetLastError(), e2 = cudaGetLastError();
-        LAUNCH(k_touch, dim3(1, 70000), 1, 0)(o);
+        LAUNCH(k_touch, dim3(1, 70000), 1, 0, kernel_cost(0, 0))(o);
         cudaError_t e3 = cudaGetLastError();
-        LAUNCH(k_touch, 1, 1, 64 * 1024)(o);
+        LAUNCH(k_touch, 1, 1, 64 * 1024, kernel_cost(0, 0))(o);
         cudaError_t e4 = cudaGetLastError();
         float h[4];
         cudaMemcpy(h, o, sizeof h, cudaMemcpyDeviceToHost);
@@ -339,22 +339,22 @@ int main() {
     // ---- misuse must be caught
     check(dies_with([] {
               float host[32];
-              LAUNCH(k_touch, 1, 32, 0)(host);
+              LAUNCH(k_touch, 1, 32, 0, kernel_cost(0, 0))(host);
           }, "is not device memory"),
           "a host pointer passed to a kernel is reported");
     check(dies_with([] {
               float *o = dev_floats(64);
-              LAUNCH(k_shfl_after_exit, 1, 64, 0)(o);
+              LAUNCH(k_shfl_after_exit, 1, 64, 0, kernel_cost(0, 0))(o);
           }, "after 1 lanes exited"),
           "a full-mask shuffle after a lane exited is reported");
     check(dies_with([] {
               float *o = dev_floats(64);
-              LAUNCH(k_divergent_barrier, 1, 64, 0)(o);
+              LAUNCH(k_divergent_barrier, 1, 64, 0, kernel_cost(0, 0))(o);
           }, "deadlock"),
           "threads waiting at different collectives are reported as a deadlock");
     check(dies_with([] {
               float *o = dev_floats(64);
-              LAUNCH(k_barrier_after_exit, 1, 64, 0)(o);
+              LAUNCH(k_barrier_after_exit, 1, 64, 0, kernel_cost(0, 0))(o);
           }, "__syncthreads after 1 threads of the block exited"),
           "a __syncthreads not reached by every thread is reported");
     check(dies_with([] {
@@ -378,7 +378,7 @@ int main() {
 #ifdef __SANITIZE_ADDRESS__
     check(dies_with([] {
               float *o = dev_floats(64);
-              LAUNCH(k_out_of_bounds, 1, 32, 0)(o, 64);
+              LAUNCH(k_out_of_bounds, 1, 32, 0, kernel_cost(0, 0))(o, 64);
           }, "heap-buffer-overflow"),
           "an out-of-bounds store inside a kernel is reported by ASan");
 #endif
@@ -386,10 +386,10 @@ int main() {
         float fwd[64], rev[64];
         float *o = dev_floats(64);
         setenv("CUDA_EMU_ORDER", "forward", 1);
-        LAUNCH(k_missing_barrier, 1, 64, 0)(o);
+        LAUNCH(k_missing_barrier, 1, 64, 0, kernel_cost(0, 0))(o);
         cudaMemcpy(fwd, o, sizeof fwd, cudaMemcpyDeviceToHost);
         setenv("CUDA_EMU_ORDER", "reverse", 1);
-        LAUNCH(k_missing_barrier, 1, 64, 0)(o);
+        LAUNCH(k_missing_barrier, 1, 64, 0, kernel_cost(0, 0))(o);
         cudaMemcpy(rev, o, sizeof rev, cudaMemcpyDeviceToHost);
         unsetenv("CUDA_EMU_ORDER");
         check(memcmp(fwd, rev, sizeof fwd) != 0, "a missing barrier shows as a forward/reverse order difference");

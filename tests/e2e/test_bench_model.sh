@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# make bench-model's cost model (tests/bench/bench_model.py) on small configs, checked for internal consistency:
+#   - the predicted step time of each GPU is the sum of the per-launch times in the launch list it writes, and the
+#     list has one kernel row per kernel launch the summary counts;
+#   - the cuBLAS FLOPs the emulator recorded equal the model FLOPs of tests/bench/bench_gpu.py: 6 x active parameters
+#     x tokens for the matmuls, plus, where attention runs on cuBLAS, 7/6 of the attention term (the forward's QK^T and
+#     PV, the backward's recomputed QK^T, dP, dV, dQ, dK: 7 products where the PaLM count has 6); with the fused
+#     attention kernels the matmuls alone;
+#   - MFU in (0, 1], the output labelled a prediction, ten heaviest kernels listed;
+#   - the dry run (CUDA_EMU_DRY_RUN=1, nothing computed) issues the same step as an executed run on the emulator:
+#     the same records in the same order with the same grids and costs, except where real routing decides (the
+#     grouped GEMMs' problem lists and the pointer kernel over the non-empty experts: the dry run gives every expert
+#     rows), and there the GEMM FLOPs still agree.
+# Builds build/emu/bench/bench_train_step (the emulator build) when missing.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+tmp=$(mktemp -d /tmp/test_bench_model.XXXXXX)
+trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+exe=build/emu/bench/bench_train_step
+${MAKE:-make} -s --no-print-directory "$exe" >"$tmp/build.log" 2>&1 ||
+  { cat "$tmp/build.log"; fail "cannot build $exe"; }
+tiny=tests/bench/configs/moeut_cost_model_tiny.json
+narrow=(tests/bench/configs/dense_paper_layout_narrow.json tests/bench/configs/moeut_paper_layout_narrow.json)
+
+# check_summary OUTPUT_FILE: every "bench-model summary:" line of a run, checked against its launch list
+check_summary() {
+  /usr/bin/python3 - "$1" <<'PY'
+import sys
+out = open(sys.argv[1]).read()
+lines = [l for l in out.splitlines() if l.startswith("bench-model summary: ")]
+if not lines:
+    sys.exit("FAIL: no summary line")
+for line in lines:
+    s = dict(kv.split("=", 1) for kv in line[len("bench-model summary: "):].split())
+    name = s["config"]
+    rows = [l.split("\t") for l in open(s["launches_file"]) if not l.startswith("#")]
+    for col, key in ((7, "h100_s"), (8, "h200_s")):
+        total = sum(float(r[col]) for r in rows) * 1e-6
+        if abs(total - float(s[key])) > 1e-9 * float(s[key]):
+            sys.exit(f"FAIL: {name}: {key} {s[key]} is not the sum of the launch list's rows ({total})")
+    kernels = sum(r[1] == "kernel" for r in rows)
+    gemms = sum(r[1] == "gemm" for r in rows)
+    if kernels != int(s["kernels"]) or gemms != int(s["gemms"]):
+        sys.exit(f"FAIL: {name}: the list has {kernels} kernels and {gemms} cuBLAS calls, the summary "
+                 f"{s['kernels']} and {s['gemms']}")
+    gemm_flops = sum(float(r[5]) for r in rows if r[1] == "gemm")
+    if abs(gemm_flops - float(s["gemm_flops"])) > 1e-9 * gemm_flops:
+        sys.exit(f"FAIL: {name}: the list's cuBLAS FLOPs {gemm_flops} differ from the summary's {s['gemm_flops']}")
+    expect = float(s["matmul_flops"]) + (7 / 6 * float(s["attention_flops"]) if s["attention_on_gemm"] == "1" else 0)
+    if abs(gemm_flops - expect) > 1e-9 * expect:
+        sys.exit(f"FAIL: {name}: cuBLAS FLOPs {gemm_flops:.6g}, expected {expect:.6g} from the model FLOPs "
+                 f"(matmul {float(s['matmul_flops']):.6g}, attention {float(s['attention_flops']):.6g}, on cuBLAS: "
+                 f"{s['attention_on_gemm']})")
+    for key in ("h100_mfu", "h200_mfu"):
+        if not 0 < float(s[key]) <= 1:
+            sys.exit(f"FAIL: {name}: {key} {s[key]} outside (0, 1]")
+    if not float(s["h200_s"]) < float(s["h100_s"]):
+        sys.exit(f"FAIL: {name}: the H200 (more bandwidth, same peak) is not faster: {s['h200_s']} vs {s['h100_s']}")
+    print(f"ok: {name}: step = sum of {len(rows)} listed rows; cuBLAS FLOPs = model FLOPs "
+          f"({'with' if s['attention_on_gemm'] == '1' else 'without'} 7/6 attention); MFU "
+          f"{100 * float(s['h100_mfu']):.1f}% (H100), {100 * float(s['h200_mfu']):.1f}% (H200)")
+if (out.count("A PREDICTION, NOT A MEASUREMENT") != len(lines) or
+        out.count("predicted step time (PREDICTION)") != len(lines)):
+    sys.exit("FAIL: a config's output is not labelled a prediction")
+PY
+}
+
+run_model() { # NAME ARGS...: bench_model.py into $tmp/NAME.out, its launch lists into $tmp/NAME/
+  local name=$1
+  shift
+  /usr/bin/python3 tests/bench/bench_model.py --exe "$exe" --launches-dir "$tmp/$name" "$@" >"$tmp/$name.out" 2>&1 ||
+    { cat "$tmp/$name.out"; fail "bench_model.py $*"; }
+}
+
+run_model narrow --config "${narrow[0]}" --config "${narrow[1]}"
+check_summary "$tmp/narrow.out"
+heavy=$(awk '/the ten heaviest kernels/ {on = 1; getline; next} on && NF == 0 {on = 0} on' "$tmp/narrow.out" | wc -l)
+[ "$heavy" = 20 ] ||
+  { cat "$tmp/narrow.out"; fail "expected ten heaviest kernels per config, got $heavy rows for two"; }
+echo "ok: ten heaviest kernels listed per config"
+
+run_model fused --config "$tiny" --attention fused
+run_model gemm --config "$tiny" --attention gemm --cvmm loop --print-launches
+check_summary "$tmp/fused.out"
+check_summary "$tmp/gemm.out"
+grep -q "attention fused -> fused kernels" "$tmp/fused.out" && grep -q "attention gemm -> cuBLAS" "$tmp/gemm.out" ||
+  fail "the attention path is not the one asked for"
+printed=$(awk '/every launch \(/ {on = 1; next} on && NF' "$tmp/gemm.out" | wc -l)
+listed=$(grep -vc '^#' "$tmp/gemm/moeut_cost_model_tiny.bf16.launches.tsv")
+[ "$printed" = "$listed" ] || fail "--print-launches printed $printed launches, the list has $listed"
+echo "ok: --print-launches prints every launch of the list ($listed)"
+
+# The dry run against an executed run of the same step on the emulator.
+step() { # LOG: the records between the last two synchronize calls
+  awk -F'\t' '!/^#/ {r[NR] = $0; if ($1 == "sync" && $2 == "synchronize") { a = b; b = NR } }
+              END { for (i = a + 1; i < b; i++) if (i in r) print r[i] }' "$1"
+}
+for mode in dry executed; do
+  dry=0; [ $mode = dry ] && dry=1
+  CUDA_EMU_DRY_RUN=$dry CUDA_EMU_LAUNCH_LOG=$tmp/$mode.log ASAN_OPTIONS=detect_leaks=0 DMMATH_CUDA_CVMM=grouped \
+    DMMATH_CUDA_ATTENTION=gemm "$exe" --config "$tiny" --backend cuda --precision bf16 --steps 1 --warmup 1 \
+    >"$tmp/$mode.out" 2>&1 || { cat "$tmp/$mode.out"; fail "the $mode run of $tiny failed"; }
+  step "$tmp/$mode.log" >"$tmp/$mode.step"
+done
+/usr/bin/python3 - "$tmp/dry.step" "$tmp/executed.step" <<'PY'
+import sys
+dry, ex = ([l.rstrip("\n").split("\t") for l in open(p)] for p in sys.argv[1:3])
+if len(dry) != len(ex) or len(dry) < 100:
+    sys.exit(f"FAIL: the dry step has {len(dry)} records, the executed one {len(ex)}")
+routed = 0
+for i, (d, e) in enumerate(zip(dry, ex)):
+    if d[0] == "launch" and d[2] == "k_expert_pointers" and e[:3] == d[:3]:
+        routed += 1  # its grid and bytes follow the non-empty experts
+    elif d[0] == "gemm" and d[2] == "cublasGemmGroupedBatchedEx" and e[:4] == d[:4] and e[6] == d[6]:
+        routed += 1  # problems, tiles and bytes follow the routing; the FLOPs (all rows) do not
+    elif d != e:
+        sys.exit(f"FAIL: record {i} of the step differs: dry {d}, executed {e}")
+if not routed:
+    sys.exit("FAIL: no grouped expert GEMM in the step (the comparison did not cover cvmm)")
+print(f"ok: the dry run's step is the executed step: {len(dry)} records alike ({routed} routing-sized ones "
+      f"alike in kind and FLOPs)")
+PY
