@@ -422,3 +422,9 @@ const RunData *report_group_seed(const RunGroup *g, long seed) {
         if (g->runs[i]->seed == seed) return g->runs[i];
     return NULL;
 }
+
+const cJSON *report_group_config_item(const RunGroup *g, const char *section, const char *key) {
+    const cJSON *cfg = g && g->n > 0 ? g->runs[0]->res.config : NULL;
+    const cJSON *s = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, section) : NULL;
+    return s ? cJSON_GetObjectItemCaseSensitive(s, key) : NULL;
+}

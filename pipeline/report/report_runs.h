@@ -82,5 +82,8 @@ const RunGroup *report_find_group(const RunGroup *g, int n, const char *arch, co
 int report_config_variants(const RunGroup *g, int n, const char *run_config);
 /* The run of the group with this seed, or NULL. */
 const RunData *report_group_seed(const RunGroup *g, long seed);
+/* section.key of the group's recorded config (every seed of a group has the same one, so its first run's stands for
+ * all), or NULL when g is NULL, has no run or no config, or the key is absent. */
+const cJSON *report_group_config_item(const RunGroup *g, const char *section, const char *key);
 
 #endif

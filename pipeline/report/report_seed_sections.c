@@ -258,36 +258,23 @@ static void effect_numbers(char *out, size_t cap, const Contrast *c, Quantity q)
 
 static void tally(VerdictTally *t, Verdict v) { t->count[v]++; }
 
-/* The training setting a loss-mode verdict holds at: " Setting: train.steps 3000, train.lr 0.002." when every
- * configuration of the contrast has the same budget and learning rate (a loss-mode effect is read at the budget and
- * learning rate at which it was measured; the section on the loss-mode effect by setting shows the others), or the
- * values per configuration. A key some configuration lacks is left out; empty when none is left. */
+/* The training setting a loss-mode verdict holds at, " Setting: train.steps 3000, train.lr 0.002." (a loss-mode
+ * effect is read at the budget and learning rate at which it was measured; the section on the loss-mode effect by
+ * setting shows the others). Only comparable contrasts get a verdict line (contrast_comparable), and neither key may
+ * differ within one, so the first configuration's values stand for all. A key it lacks is left out; empty when both
+ * are. */
 static void setting_phrase(char *out, size_t cap, const ReportInput *in, const ContrastSpec *spec) {
+    const RunGroup *g = kind(in, spec->arch[0], spec->mode[0]);
     static const char *const KEYS[2] = {"steps", "lr"};
-    char parts[2][600];
-    int n_parts = 0;
-    for (int k = 0; k < 2; k++) {
-        char first[64] = "", all[512] = "";
-        bool same = true, present = true;
-        for (int i = 0; i < spec->n && present; i++) {
-            const RunGroup *g = kind(in, spec->arch[i], spec->mode[i]);
-            const cJSON *cfg = g && g->n > 0 ? g->runs[0]->res.config : NULL;
-            const cJSON *train = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "train") : NULL;
-            const cJSON *v = train ? cJSON_GetObjectItemCaseSensitive(train, KEYS[k]) : NULL;
-            present = cJSON_IsNumber(v);
-            if (!present) break;
-            char text[64];
-            snprintf(text, sizeof text, "%g", v->valuedouble);
-            if (i == 0) snprintf(first, sizeof first, "%s", text);
-            else same &= strcmp(first, text) == 0;
-            size_t al = strlen(all);
-            snprintf(all + al, sizeof all - al, "%s%s %s", i ? ", " : "", g->run_config, text);
-        }
-        if (present) snprintf(parts[n_parts++], sizeof parts[0], "train.%s %s", KEYS[k], same ? first : all);
+    size_t len = 0;
+    out[0] = '\0';
+    for (int k = 0; k < 2 && len < cap; k++) {
+        const cJSON *v = report_group_config_item(g, "train", KEYS[k]);
+        if (!cJSON_IsNumber(v)) continue;
+        int w = snprintf(out + len, cap - len, "%s train.%s %g", len ? "," : " Setting:", KEYS[k], v->valuedouble);
+        len = w < 0 ? cap : len + (size_t)w;
     }
-    if (n_parts == 0) snprintf(out, cap, "%s", "");
-    else if (n_parts == 1) snprintf(out, cap, " Setting: %s.", parts[0]);
-    else snprintf(out, cap, " Setting: %s, %s.", parts[0], parts[1]);
+    if (len > 0 && len < cap) snprintf(out + len, cap - len, ".");
 }
 
 static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const char *claim, Verdict *on_acc,
@@ -312,7 +299,7 @@ static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const c
                               : VERDICT_NOT_RESOLVED;
     const Verdict vl = loss.ok ? verdict_direction(loss.verdict_lo, loss.verdict_hi, loss.n_seeds, -1)
                                : VERDICT_NOT_RESOLVED;
-    char na[1600], nl[1600], levels[256] = "", setting[1400];
+    char na[1600], nl[1600], levels[256] = "", setting[160];
     setting_phrase(setting, sizeof setting, in, spec);
     effect_numbers(na, sizeof na, &acc, QUANTITY_CORRECT);
     effect_numbers(nl, sizeof nl, &loss, QUANTITY_ANSWER_LOSS);

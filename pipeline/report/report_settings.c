@@ -20,15 +20,13 @@ static const cJSON *group_config(const RunGroup *g) { return g->runs[0]->res.con
 
 /* A config value as text ("-" when absent), e.g. train.steps. */
 static void config_value(const RunGroup *g, const char *section, const char *key, char *out, size_t cap) {
-    const cJSON *s = cJSON_GetObjectItemCaseSensitive(group_config(g), section);
-    const cJSON *v = s ? cJSON_GetObjectItemCaseSensitive(s, key) : NULL;
+    const cJSON *v = report_group_config_item(g, section, key);
     if (cJSON_IsNumber(v)) snprintf(out, cap, "%g", v->valuedouble);
     else snprintf(out, cap, "-");
 }
 
 static double config_number(const RunGroup *g, const char *section, const char *key) {
-    const cJSON *s = cJSON_GetObjectItemCaseSensitive(group_config(g), section);
-    const cJSON *v = s ? cJSON_GetObjectItemCaseSensitive(s, key) : NULL;
+    const cJSON *v = report_group_config_item(g, section, key);
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
