@@ -277,8 +277,10 @@ static void setting_phrase(char *out, size_t cap, const ReportInput *in, const C
     if (len > 0 && len < cap) snprintf(out + len, cap - len, ".");
 }
 
+/* out[0], out[1]: the contrast on accuracy and on the answer loss, for the interaction's decomposition (ok false when
+ * the contrast is not comparable and so not computed). */
 static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const char *claim, Verdict *on_acc,
-                            Verdict *on_loss, VerdictWhy *why_acc, VerdictWhy *why_loss) {
+                            Verdict *on_loss, VerdictWhy *why_acc, VerdictWhy *why_loss, Contrast out[2]) {
     const ContrastSpec *spec = &CONTRASTS[contrast];
     const double paper = spec->paper_points / 100;
     char why[1100];
@@ -289,11 +291,13 @@ static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const c
         doc_list_item(d, "%s, on the mean answer loss over all evaluation examples: %s: %s. %s.", claim,
                       verdict_label(VERDICT_NOT_COMPARABLE), why, REPORT_NO_VERDICT_REASON);
         *on_acc = *on_loss = VERDICT_NOT_COMPARABLE;
+        out[0].ok = out[1].ok = false;
         return;
     }
-    Contrast acc, loss;
-    compute_contrast(in, spec, SCOPE_ALL, QUANTITY_CORRECT, &acc);
-    compute_contrast(in, spec, SCOPE_ALL, QUANTITY_ANSWER_LOSS, &loss);
+    Contrast *const acc_out = &out[0], *const loss_out = &out[1];
+    compute_contrast(in, spec, SCOPE_ALL, QUANTITY_CORRECT, acc_out);
+    compute_contrast(in, spec, SCOPE_ALL, QUANTITY_ANSWER_LOSS, loss_out);
+    const Contrast acc = *acc_out, loss = *loss_out;
     const bool off_floor = acc.ok && verdict_off_floor(acc.mean_level, spec->n);
     const Verdict va = acc.ok ? verdict_effect(acc.verdict_lo, acc.verdict_hi, acc.n_seeds, paper, off_floor)
                               : VERDICT_NOT_RESOLVED;
@@ -333,39 +337,35 @@ static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const c
 }
 
 /* The interaction is the difference of the two loss-mode effects, so a resolved interaction can be carried by either
- * one alone: this line says which, from the two effects' own verdict intervals (resolved = at least
- * VERDICT_MIN_SEEDS paired seeds and an interval that excludes 0), so that "helps MoEUT more" is never read as
- * "helps MoEUT" when MoEUT's own effect is unresolved. */
+ * one alone: this line says which, from the two effects' own verdict intervals, resolved by the direction rule
+ * (verdict_direction: enough paired seeds and an interval that excludes 0), so that "helps MoEUT more" is never read
+ * as "helps MoEUT" when MoEUT's own effect is unresolved. dense, moeut, both: the contrasts effect_verdicts computed,
+ * on the same quantity q. */
 static bool interval_resolved(const Contrast *c) {
-    return c->ok && c->n_seeds >= VERDICT_MIN_SEEDS && (c->verdict_lo > 0 || c->verdict_hi < 0);
+    return c->ok && verdict_direction(c->verdict_lo, c->verdict_hi, c->n_seeds, +1) != VERDICT_NOT_RESOLVED;
 }
 
-static void interaction_decomposition(Doc *d, const ReportInput *in, Quantity q) {
-    char why[1100];
-    if (!contrast_comparable(in, &CONTRASTS[CONTRAST_INTERACTION], why, sizeof why)) return; /* said by its claims */
-    Contrast dense, moeut, both;
-    compute_contrast(in, &CONTRASTS[CONTRAST_EFFECT_DENSE], SCOPE_ALL, q, &dense);
-    compute_contrast(in, &CONTRASTS[CONTRAST_EFFECT_MOEUT], SCOPE_ALL, q, &moeut);
-    compute_contrast(in, &CONTRASTS[CONTRAST_INTERACTION], SCOPE_ALL, q, &both);
-    if (!dense.ok || !moeut.ok || !both.ok) return;
+static void interaction_decomposition(Doc *d, Quantity q, const Contrast *dense, const Contrast *moeut,
+                                      const Contrast *both) {
+    if (!dense->ok || !moeut->ok || !both->ok) return; /* not comparable or not computed: said by its claims */
     const bool acc = q == QUANTITY_CORRECT;
     const double scale = acc ? 100 : 1;
     const char *unit = acc ? "points" : "nats";
-    const bool m_res = interval_resolved(&moeut), d_res = interval_resolved(&dense);
+    const bool m_res = interval_resolved(moeut), d_res = interval_resolved(dense);
     const char *carried =
-        !interval_resolved(&both) ? "the interaction itself is not resolved"
-        : m_res && d_res          ? "both effects are resolved, so both contribute"
+        !interval_resolved(both) ? "the interaction itself is not resolved"
+        : m_res && d_res         ? "both effects are resolved, so both contribute"
         : d_res ? "it is carried by the Transformer's effect alone: MoEUT's own effect is not resolved (its interval "
                   "contains 0)"
         : m_res ? "it is carried by MoEUT's own effect: the Transformer's effect is not resolved"
                 : "neither effect is resolved on its own; only their difference is";
     doc_list_item(d, "Decomposition of the interaction on the %s: %+.*f %s = MoEUT's effect %+.*f [%+.*f, %+.*f] minus "
                      "the Transformer's %+.*f [%+.*f, %+.*f] (verdict intervals, %d paired seed%s); %s.",
-                  acc ? "accuracy" : "mean answer loss", acc ? 1 : 3, scale * both.boot.estimate, unit, acc ? 1 : 3,
-                  scale * moeut.boot.estimate, acc ? 1 : 3, scale * moeut.verdict_lo, acc ? 1 : 3,
-                  scale * moeut.verdict_hi, acc ? 1 : 3, scale * dense.boot.estimate, acc ? 1 : 3,
-                  scale * dense.verdict_lo, acc ? 1 : 3, scale * dense.verdict_hi, both.n_seeds,
-                  both.n_seeds == 1 ? "" : "s", carried);
+                  acc ? "accuracy" : "mean answer loss", acc ? 1 : 3, scale * both->boot.estimate, unit, acc ? 1 : 3,
+                  scale * moeut->boot.estimate, acc ? 1 : 3, scale * moeut->verdict_lo, acc ? 1 : 3,
+                  scale * moeut->verdict_hi, acc ? 1 : 3, scale * dense->boot.estimate, acc ? 1 : 3,
+                  scale * dense->verdict_lo, acc ? 1 : 3, scale * dense->verdict_hi, both->n_seeds,
+                  both->n_seeds == 1 ? "" : "s", carried);
 }
 
 const DepthClaim DEPTH_CLAIMS[4] = {
@@ -466,16 +466,17 @@ void section_verdicts(Doc *d, const ReportInput *in, VerdictTally *t) {
                             : ": below the paper's scale, where an absolute accuracy is not comparable to its "
                               "228M-parameter models");
     }
+    Contrast dense[2], moeut[2], both[2]; /* [accuracy, answer loss] */
     effect_verdicts(d, in, CONTRAST_EFFECT_DENSE, "Answer-only loss helps the Transformer (dense_answer - dense_qa > 0)",
-                    &t->effect_acc[0], &t->effect_loss[0], &t->why_effect_acc[0], &t->why_effect_loss[0]);
+                    &t->effect_acc[0], &t->effect_loss[0], &t->why_effect_acc[0], &t->why_effect_loss[0], dense);
     effect_verdicts(d, in, CONTRAST_EFFECT_MOEUT, "Answer-only loss helps MoEUT (moeut_answer - moeut_qa > 0)",
-                    &t->effect_acc[1], &t->effect_loss[1], &t->why_effect_acc[1], &t->why_effect_loss[1]);
+                    &t->effect_acc[1], &t->effect_loss[1], &t->why_effect_acc[1], &t->why_effect_loss[1], moeut);
     effect_verdicts(d, in, CONTRAST_INTERACTION,
                     "Answer-only loss helps MoEUT more than the Transformer ((moeut_answer - moeut_qa) - "
                     "(dense_answer - dense_qa) > 0)",
-                    &t->effect_acc[2], &t->effect_loss[2], &t->why_effect_acc[2], &t->why_effect_loss[2]);
-    interaction_decomposition(d, in, QUANTITY_CORRECT);
-    interaction_decomposition(d, in, QUANTITY_ANSWER_LOSS);
+                    &t->effect_acc[2], &t->effect_loss[2], &t->why_effect_acc[2], &t->why_effect_loss[2], both);
+    interaction_decomposition(d, QUANTITY_CORRECT, &dense[0], &moeut[0], &both[0]);
+    interaction_decomposition(d, QUANTITY_ANSWER_LOSS, &dense[1], &moeut[1], &both[1]);
     for (int k = 0; k < 3; k++) {
         tally(t, t->effect_acc[k]);
         tally(t, t->effect_loss[k]);
