@@ -31,6 +31,8 @@ void cvmm_check_args(const char *op, const RoutingPlan *pl, int in_div, int out_
     if ((order & CVMM_OUT_SORTED) && reduced) die("%s: outputs in plan order cannot be reduced (w given)", op);
 }
 
+bool backend_name_known(const char *name) { return name && (strcmp(name, "cpu") == 0 || strcmp(name, "cuda") == 0); }
+
 Backend *backend_create(const char *name, char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
     if (!name) {
@@ -46,7 +48,7 @@ Backend *backend_create(const char *name, char *err, size_t errlen) {
         return NULL;
 #endif
     }
-    set_err(err, errlen, "unknown backend '%s' (expected 'cpu' or 'cuda')", name);
+    set_err(err, errlen, "unknown backend '%s' (expected 'cpu' or 'cuda')", name); /* BACKEND_NAMES */
     return NULL;
 }
 

@@ -15,6 +15,7 @@
 #ifndef KERNELS_BACKEND_H
 #define KERNELS_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -88,6 +89,11 @@ struct Backend {
 /* Creates a backend by name: "cpu" always works; "cuda" works when built with nvcc and a usable GPU is present.
  * On failure returns NULL and writes one line into err. */
 Backend *backend_create(const char *name, char *err, size_t errlen);
+/* The backend names there are (whether or not this build or machine can run them), as a message lists them. */
+#define BACKEND_NAMES "cpu or cuda"
+/* Whether name is one of BACKEND_NAMES: make's BACKEND is checked against it while planning (bin/runs), before any
+ * stage is written. */
+bool backend_name_known(const char *name);
 /* The out-of-memory end of alloc: "<backend> backend: out of memory allocating X GiB (N bytes) for <purpose>". */
 __attribute__((noreturn)) void backend_die_out_of_memory(const Backend *be, size_t bytes, const char *detail);
 /* The argument checks every backend's routing_plan and cvmm_forward/cvmm_backward make first (one definition, one

@@ -9,7 +9,12 @@ help:
 	'' \
 	'The pipeline (data/EXP/, runs/EXP/, reports/EXP/ of the experiment EXPERIMENT):' \
 	'  reproduce            the whole experiment: fetch, tokenize, train/evaluate/analyze each run, report, compare' \
-	'  reproduce-plan       what make reproduce would run now and about how long it takes (one line; runs nothing)' \
+	'  reproduce-plan       what make reproduce would run now and about how long it takes (one line; runs, moves and' \
+	'                       writes nothing under data/, runs/, reports/; make -n neither). The estimate: a train takes' \
+	'                       its tokens at its run'"'"'s measured rate (else a default by model size), whatever its' \
+	'                       threads; min(-jN, cores / (NPROC x THREADS)) runs train at once, so the throughput scales' \
+	'                       with min(cores, jobs x threads) / threads; a run already trained with the asked config is' \
+	'                       a no-op (seconds); evaluations take one thread each, min(-jN, cores) at once' \
 	'  fetch, tokenize      the data of EXPERIMENT (data/EXP/)' \
 	'  train, evaluate, analyze  one stage for the runs in RUN (runs/EXP/RUN/)' \
 	'  report               reports/EXP/report.md and report.html from the runs' \
@@ -75,10 +80,14 @@ help:
 	'  A=RUN                the first run of make diff: a name in runs/EXP (dense_qa@1a2b3c4d), a path (a run' \
 	'                       directory, or a baseline record reports/baselines/EXP/RUN.result.json) or baseline' \
 	'  B=RUN                the second run of make diff (B=baseline: the recorded baseline of A'"'"'s run)' \
-	'  NPROC=1              processes that train one run together (mpirun -np NPROC; changing it retrains)' \
+	'  NPROC=1              processes that train one run together (mpirun -np NPROC). Changing it reruns train, which' \
+	'                       continues an interrupted run with the new count and leaves a finished one as it is (the' \
+	'                       same windows and micro-batches), then re-evaluates; RESUME=0 trains it again' \
 	'  LAUNCHER=...         how NPROC ranks start: mpirun, or srun (the default inside a Slurm allocation)' \
-	'  RESUME=auto          auto: continue an interrupted train when it can; 1: must continue; 0: start over' \
-	'  THREADS=N            CPU threads of train (default: all cores)' \
+	'  RESUME=auto          auto: continue an interrupted train when it can; 1: must continue; 0: train the asked runs' \
+	'                       again from scratch, each trained one first kept aside as RUN@<variant> (not with SWEEP)' \
+	'  THREADS=N            CPU threads of each train (default: all cores); make -jN THREADS=1 trains N runs side by' \
+	'                       side, faster for small models (experiments/cpu_arith/README.md)' \
 	'  SOURCE=...           where fetch gets the data (overrides data.json "source")' \
 	'  EVAL_FLAGS=...       extra flags for bin/evaluate (e.g. EVAL_FLAGS=--batch-size=32)' \
 	'  ANALYZE_FLAGS=...    extra flags for bin/analyze' \

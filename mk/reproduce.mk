@@ -15,12 +15,15 @@
 #   make runs/tiny/dense_qa/result.json                 (any output file is a target)
 # Other knobs: RESUME=auto (default) passes --auto-resume to train: an interrupted run continues from its checkpoint
 #   (bit-identically) when its config, length, training data and backend are unchanged, and starts over otherwise;
-#   RESUME=1 passes --resume (continue, and refuse a checkpoint that does not match); RESUME=0 always starts over;
-#   THREADS=N passes --threads N to train; EVAL_FLAGS / ANALYZE_FLAGS add flags (e.g. EVAL_FLAGS=--batch-size=32).
+#   RESUME=1 passes --resume (continue, and refuse a checkpoint that does not match); RESUME=0 trains the asked runs
+#   again from scratch: each trained or partly trained run there is first kept aside as RUN@<variant> (below), never
+#   deleted; THREADS=N passes --threads N to train; EVAL_FLAGS / ANALYZE_FLAGS add flags (e.g. EVAL_FLAGS=--batch-size=32).
 #   SET="train.lr=1e-3 train.precision=bf16" passes --set KEY=VALUE (one per word) to train, evaluate and analyze of
 #   every run; NPROC=W trains each run as W data-parallel ranks on this host (mpirun -np W --oversubscribe
 #   bin/train ...; inside a Slurm allocation srun --mpi=pmix -n W; the runs' n_microbatch must be a multiple of W);
-#   NPROC 1 is the single process. `make help` lists
+#   NPROC 1 is the single process. A changed NPROC reruns train, which continues an interrupted run on the new count
+#   and leaves a finished one as it is (the same windows and micro-batches: pipeline/base/dist.md), and re-evaluates;
+#   RESUME=0 trains again. `make help` lists
 #   every target and variable.
 # Variants: a run directory holds one effective config. When the config of runs/EXP/RUN changes (the file is edited,
 #   or SET differs), the finished run there is first moved aside to runs/EXP/RUN@<variant> (bin/runs --keep), so
@@ -35,12 +38,14 @@
 #
 # What make knows about a run's training: its config file and the data (prerequisites), plus a per-run stamp
 # runs/EXP/RUN/train.inputs holding the inputs given on the command line (BACKEND, NPROC, SET). A stamp is rewritten
-# only when its text changes, so changing any of them retrains that run (train --auto-resume then starts over, saying
-# why) and re-evaluates and re-analyzes it; leaving them alone leaves the run alone.
+# only when its text changes, so changing any of them reruns that run's train (train --auto-resume then starts over,
+# saying why, except for NPROC: a finished run stands, an interrupted one continues) and re-evaluates and
+# re-analyzes it; leaving them alone leaves the run alone.
 #
 # Console: `make reproduce` builds, then plans: bin/runs --stages (model/stage_plan.h) decides from the files on disk,
 # as this file's prerequisites do, which stages will run, and says how many and about how long they take (an estimate
-# from the effective configs and the throughput of earlier runs; `make reproduce-plan` prints just that line); then
+# from the effective configs, the throughput of earlier runs, make's -jN and THREADS: the model is in
+# model/stage_plan.h and `make help`; `make reproduce-plan` prints just that line); then
 # it runs them, each announced as "[k/N] stage run (experiment, backend)" with the time left
 # (mk/reproduce_stage.sh: once enough has run, the estimate is scaled by the measured rate and says "measured"), then
 # compares with the baselines. An interrupted train prints the command that continues (REPRO_COMMAND, below). With nothing to do it says everything is up to date.
@@ -141,11 +146,24 @@ $(error $(repro_missing_configs): not found (RUNS/RUN name a run with no config)
 endif
 endif
 
-# Nothing is overwritten: before anything runs, bin/runs --keep moves a finished current run whose config differs
-# from the wanted one aside to runs/EXP/RUN@<its variant> (and brings back a kept run of the wanted config);
-# model/run_variants.h. Parse time, like fetch.args below, so that make then sees the directories as they will be;
+# Nothing is overwritten: before anything runs, bin/runs --keep moves a trained current run whose config differs
+# from the wanted one aside to runs/EXP/RUN@<its variant> (and brings back a kept run of the wanted config); with
+# RESUME=0 (--start-over) it moves every trained run of this make aside and brings nothing back, so that train starts
+# each from scratch; model/run_variants.h. Parse time, so that make then sees the directories as they will be;
 # never in a dry run (make -n writes nothing) or for make reproduce-plan alone (planning is read-only), nor for a
-# sweep (its points have names of their own). A failure stops make before any stage.
+# sweep (its points have names of their own: RESUME=0 is refused there). A failure stops make before any stage.
+# The run configs this make works on (RUN narrows train, evaluate and analyze).
+repro_asked_configs := $(filter $(sort $(foreach r,$(RUN),$(call repro_config,$(r)))),$(RUNS))
+# RESUME=0: the runs asked for are trained again from scratch (the train_summary.json of each also depends on the
+# phony repro-force, so that make -n lists their trains too; a run only needed by them, such as an upcycled run's
+# dense source, is not started over).
+repro_start_over := $(if $(filter 0 no false,$(RESUME)),--start-over)
+repro_start_over_force = $(if $(repro_start_over),$(if $(filter $(call repro_config,$(1)),$(repro_asked_configs)),\
+  repro-force))
+ifneq ($(and $(repro_start_over),$(strip $(SWEEP)),$(filter sweep $(repro_plan_goals),$(MAKECMDGOALS))),)
+$(error RESUME=$(RESUME) with SWEEP: a sweep point has no other name to be kept under; to train points again, \
+  delete them first (make prune EXPERIMENT=$(EXPERIMENT) deletes every kept run and sweep point))
+endif
 # The goals that only plan or print: with nothing else asked for, make writes, moves and deletes nothing at parse time.
 repro_read_only_goals := reproduce-plan
 repro_writing_goals := $(filter-out $(repro_read_only_goals),$(MAKECMDGOALS))
@@ -154,11 +172,12 @@ ifeq ($(repro_dry_run),)
 ifeq ($(strip $(SWEEP)),)
 ifneq ($(wildcard bin/runs),)
 repro_keep_log := build/plan/$(EXPERIMENT)-keep.log
-# Only the runs this make works on (RUN narrows train, evaluate and analyze).
-repro_keep_runs := $(call repro_join,$(filter $(sort $(foreach r,$(RUN),$(call repro_config,$(r)))),$(RUNS)))
+# Only the runs this make works on.
+repro_keep_runs := $(call repro_join,$(repro_asked_configs))
 # (The log is removed first: a make with no run to keep must not read, and act on, an earlier make's log.)
 repro_keep_status := $(shell mkdir -p build/plan; rm -f $(repro_keep_log); [ -z '$(repro_keep_runs)' ] || \
-  $(repro_runs) --runs $(repro_keep_runs) $(repro_plan_opts) --keep $(RUNS_DIR) >$(repro_keep_log) 2>&1; echo $$?)
+  $(repro_runs) --runs $(repro_keep_runs) $(repro_plan_opts) --keep $(RUNS_DIR) $(repro_start_over) \
+  >$(repro_keep_log) 2>&1; echo $$?)
 ifneq ($(repro_keep_status),0)
 $(error $(file <$(repro_keep_log)))
 endif
@@ -222,8 +241,12 @@ REPRO_TRAIN_LAUNCH = $(if $(filter-out 1,$(NPROC)),$(repro_launch_$(LAUNCHER)) )
 
 # The plan of one make reproduce (bin/runs --stages writes it, mk/reproduce_stage.sh reads it).
 REPRO_PLAN_DIR := build/reproduce/$(EXPERIMENT)
+# make's job count, for the estimate: in a recipe, MAKEFLAGS holds -jN (GNU make 4.3 and later; -j alone for no
+# limit); none: one job. (At parse time it does not: hence a recursive variable, expanded in the recipes.)
+repro_make_jobs = $(firstword $(filter -j%,$(MAKEFLAGS)))
 repro_plan_stages = bin/runs --runs $(call repro_join,$(RUNS)) $(repro_plan_opts) --stages $(REPRO_PLAN_DIR) \
-  --backend '$(BACKEND)' --nproc '$(NPROC)' --resume '$(RESUME)'
+  --backend '$(BACKEND)' --nproc '$(NPROC)' --resume '$(RESUME)' $(if $(THREADS),--threads '$(THREADS)') \
+  $(if $(repro_make_jobs),--jobs '$(patsubst -j%,%,$(repro_make_jobs))') --fetch-args $(call shell_quote,$(FETCH_ARGS))
 # What mk/reproduce_stage.sh needs to know (environment variables of their own names).
 export REPRO_EXPERIMENT := $(EXPERIMENT)
 export REPRO_BACKEND := $(BACKEND)
@@ -232,12 +255,13 @@ export REPRO_PLAN
 repro_stage = $(repro_seeds_refusal)@mk/reproduce_stage.sh $(1) $(2)
 
 # Build, plan (only the stages that will run are counted), run the stages, compare. The stages are a $(MAKE) line, so
-# `make -n reproduce` lists the stage commands; the plan is not (a dry run prints it and writes nothing).
+# `make -n reproduce` lists the stage commands; the plan is not (a dry run prints it and writes nothing). (compare's
+# make gets RESUME=auto: under RESUME=0 it would otherwise keep aside the runs just trained.)
 reproduce: reproduce-check
 	@$(MAKE) all
 	@$(repro_plan_stages)
 	@$(MAKE) reproduce-stages REPRO_PLAN=$(REPRO_PLAN_DIR)
-	@$(MAKE) compare COMPARE_CONFIG_CHANGE=note
+	@$(MAKE) compare COMPARE_CONFIG_CHANGE=note RESUME=auto
 	@echo "reproduce: done: $(REPORT_DIR)/report.md, $(REPORT_DIR)/report.html"
 
 # The predictions first: one evaluate writes them and result.json, so the report and runs.csv, considered after them,
@@ -254,18 +278,15 @@ reproduce-check:
 	$(repro_seeds_refusal)@test -f $(DATA_JSON) || { echo "reproduce: $(DATA_JSON) not found (EXPERIMENT=$(EXPERIMENT))" >&2; exit 1; }
 
 # ---- data: fetch (reruns when its arguments, data.json or a shipped archive change) and tokenize ----
-# fetch.args holds the fetch arguments; it is rewritten (at parse time, when a pipeline goal is asked for) only when
-# they change (SOURCE= given or dropped), so its time stamp marks the last change. Doing it at parse time rather than
-# in an always-run rule keeps `make -n` truthful (a dry run never writes it, so it does not show a refetch for a
-# changed SOURCE either).
-ifneq ($(filter $(REPRO_GOALS),$(repro_writing_goals)),)
-ifeq ($(repro_dry_run),)
-$(shell mkdir -p $(DATA) && { [ "$$(cat $(DATA)/fetch.args 2>/dev/null)" = $(call shell_quote,$(FETCH_ARGS)) ] || \
-  printf '%s\n' $(call shell_quote,$(FETCH_ARGS)) > $(DATA)/fetch.args; })
-endif
-endif
-$(DATA)/fetch.args:
-	@mkdir -p $(@D)
+# fetch.args holds the fetch arguments, a stamp like train.inputs below: when its text differs from this make's
+# (SOURCE= given or dropped) it depends on the phony repro-force, so its recipe rewrites it (after the plan's
+# refusal: a refused command writes nothing) and fetch reruns; a stamp that matches is never touched, so its time
+# stamp marks the last change. make -n prints the rewrite and the fetch it brings, and writes nothing.
+repro_fetch_args_read = $(strip $(file <$(DATA)/fetch.args))
+repro_fetch_args_stale = $(if $(subst $(FETCH_ARGS),,$(repro_fetch_args_read))$(subst \
+  $(repro_fetch_args_read),,$(FETCH_ARGS)),repro-force)
+$(DATA)/fetch.args: $$(repro_fetch_args_stale)
+	$(repro_seeds_refusal)@mkdir -p $(@D)
 	@printf '%s\n' $(call shell_quote,$(FETCH_ARGS)) > $@
 
 # Which archives data.json names is fetch's business (make does not parse JSON), so the stamp depends on every
@@ -313,7 +334,7 @@ repro_upcycle_init = $(if $(call repro_upcycle_from,$(1)),$(RUNS_DIR)/$(1)/init.
 # (one printed line per stage command: tests read the commands of make -n line by line)
 repro_init_flag = $(if $(call repro_upcycle_init,$(1)), --init-from $(call repro_upcycle_init,$(1)))
 $(RUNS_DIR)/%/train_summary.json: $(EXP_DIR)/$$(call repro_config,$$*).json $(DATA)/tokenize_manifest.json \
-    $(RUNS_DIR)/%/train.inputs $$(call repro_upcycle_init,$$*) | bin/train
+    $(RUNS_DIR)/%/train.inputs $$(call repro_upcycle_init,$$*) $$(call repro_start_over_force,$$*) | bin/train
 	$(call repro_stage,train,$*)
 	$(REPRO_TRAIN_LAUNCH)bin/train $(call repro_stage_args,$*) --out $(RUNS_DIR)/$* $(TRAIN_FLAGS)$(call repro_init_flag,$*)
 
@@ -411,8 +432,11 @@ sweep:
 # Deletes the kept earlier variants and sweep points (runs/EXP/RUN@<variant>[.seed<S>]) of this experiment.
 repro_kept_dirs = $(sort $(wildcard $(RUNS_DIR)/*@[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f] \
   $(RUNS_DIR)/*@[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f].seed*))
+# The report goes with them, figures included (their legends and file names name the runs): make report remakes it.
+repro_report_files = $(wildcard $(REPORT_DIR)/report.md $(REPORT_DIR)/report.html $(REPORT_DIR)/runs.csv \
+  $(REPORT_DIR)/*.svg)
 prune:
 	@$(if $(repro_kept_dirs),echo "prune: deleting $(repro_kept_dirs) and the report that names them \
-	  ($(REPORT_DIR)/report.md$(repro_comma) report.html$(repro_comma) runs.csv: make report remakes it)"; \
-	  rm -rf $(repro_kept_dirs) $(REPORT_DIR)/runs.csv $(REPORT_DIR)/report.html $(REPORT_DIR)/report.md,\
+	  ($(REPORT_DIR)/report.md$(repro_comma) report.html$(repro_comma) runs.csv and the figures: make report remakes \
+	  it)"; rm -rf $(repro_kept_dirs) $(repro_report_files),\
 	  echo "prune: no kept variants or sweep points in $(RUNS_DIR)")

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -74,55 +75,106 @@ static void describe_change(const cJSON *from, const cJSON *to, char *out, size_
     config_diff_free(&d);
 }
 
-static int keep_one(const char *exp_dir, const char *runs_dir, const PlannedRun *r, char *err, size_t errlen) {
-    char cfg_path[4096], cur[4096], aside[4096], back[4096], wanted[RUN_VARIANT_LEN + 1], held[RUN_VARIANT_LEN + 1];
+/* What keeping does for one run: which directories move (run_variants_keep acts on it, run_variants_foresee only
+ * reads it). */
+typedef struct {
+    char cur[4096], aside[4096], back[4096];
+    bool move_aside;  /* cur -> aside */
+    bool leave_empty; /* start over: an empty cur after the move, so that nothing is brought back into it */
+    bool bring_back;  /* back -> cur */
+    char change[2048];
+} KeepDecision;
+
+static int keep_decide(const char *exp_dir, const char *runs_dir, const PlannedRun *r, bool start_over,
+                       KeepDecision *d, char *err, size_t errlen) {
+    char cfg_path[4096], wanted[RUN_VARIANT_LEN + 1], held[RUN_VARIANT_LEN + 1];
+    memset(d, 0, sizeof *d);
     snprintf(cfg_path, sizeof cfg_path, "%s/%s.json", exp_dir, r->config);
     LoadedConfig lc;
     if (config_load_with_overrides(&lc, cfg_path, (const char *const *)r->sets, r->n_sets, err, errlen) != 0)
         return -1;
     run_variant_key(lc.json, wanted);
     const char *seed_part = r->dir + strlen(r->config); /* "" or ".seed<S>" */
-    snprintf(cur, sizeof cur, "%s/%s", runs_dir, r->dir);
-    snprintf(back, sizeof back, "%s/%s@%s%s", runs_dir, r->config, wanted, seed_part);
+    snprintf(d->cur, sizeof d->cur, "%s/%s", runs_dir, r->dir);
+    snprintf(d->back, sizeof d->back, "%s/%s@%s%s", runs_dir, r->config, wanted, seed_part);
     int rc = 0;
     HeldRun held_run;
-    if (is_dir(cur, NO_FOLLOW_LINKS) && load_held(cur, &held_run)) {
-        if (run_variant_key(held_run.config, held) == 0 && strcmp(held, wanted) != 0) {
-            snprintf(aside, sizeof aside, "%s/%s@%s%s", runs_dir, r->config, held, seed_part);
-            char change[2048];
-            describe_change(held_run.config, lc.json, change, sizeof change);
-            if (is_dir(aside, NO_FOLLOW_LINKS) && remove_tree(aside) != 0)
-                rc = FAIL("%s: cannot remove an older copy of the same variant: %s", aside, strerror(errno));
-            else if (rename(cur, aside) != 0)
-                rc = FAIL("%s: cannot move it aside to %s: %s", cur, aside, strerror(errno));
-            else
-                fprintf(stderr, "runs: %s holds another config (%s): kept as %s\n", cur, change, aside);
+    bool cur_exists = is_dir(d->cur, NO_FOLLOW_LINKS);
+    if (cur_exists && load_held(d->cur, &held_run)) {
+        if (run_variant_key(held_run.config, held) == 0 && (start_over || strcmp(held, wanted) != 0)) {
+            d->move_aside = true;
+            d->leave_empty = start_over;
+            snprintf(d->aside, sizeof d->aside, "%s/%s@%s%s", runs_dir, r->config, held, seed_part);
+            if (strcmp(held, wanted) != 0) describe_change(held_run.config, lc.json, d->change, sizeof d->change);
+            else snprintf(d->change, sizeof d->change, "RESUME=0 starts it over");
+            /* never replaced: an earlier copy of the same config (or a sweep point of it) holds its own training */
+            if (is_dir(d->aside, NO_FOLLOW_LINKS))
+                rc = FAIL("%s is to be kept aside as %s, which already holds a run of the same config and seed (an "
+                          "earlier copy or a sweep point): delete one of the two (rm -r %s, or make prune for every "
+                          "kept run), then run make again", d->cur, d->aside, d->aside);
         }
         cJSON_Delete(held_run.doc);
     }
     /* Bring back a run of the wanted config that was moved aside: a finished one whose records carry the current
      * name, or a trained (not evaluated) one of the same run config (its directory name gives the seed). */
-    if (rc == 0 && !is_dir(cur, NO_FOLLOW_LINKS) && is_dir(back, NO_FOLLOW_LINKS) && load_held(back, &held_run)) {
+    if (rc == 0 && !start_over && (!cur_exists || d->move_aside) && is_dir(d->back, NO_FOLLOW_LINKS) &&
+        load_held(d->back, &held_run)) {
         bool ours = held_run.run ? strcmp(held_run.run, r->dir) == 0
                                  : held_run.run_config && strcmp(held_run.run_config, r->config) == 0;
-        if (ours && run_variant_key(held_run.config, held) == 0 && strcmp(held, wanted) == 0) {
-            if (rename(back, cur) != 0) rc = FAIL("%s: cannot move it back to %s: %s", back, cur, strerror(errno));
-            else fprintf(stderr, "runs: %s holds the wanted config: back as %s\n", back, cur);
-        }
+        d->bring_back = ours && run_variant_key(held_run.config, held) == 0 && strcmp(held, wanted) == 0;
         cJSON_Delete(held_run.doc);
     }
     loaded_config_free(&lc);
     return rc;
 }
 
-int run_variants_keep(const char *exp_dir, const char *runs_dir, const PlannedRun *runs, int n, char *err,
-                      size_t errlen) {
+static int keep_one(const char *exp_dir, const char *runs_dir, const PlannedRun *r, bool start_over, char *err,
+                    size_t errlen) {
+    KeepDecision d;
+    if (keep_decide(exp_dir, runs_dir, r, start_over, &d, err, errlen) != 0) return -1;
+    if (d.move_aside) {
+        if (rename(d.cur, d.aside) != 0) return FAIL("%s: cannot move it aside to %s: %s", d.cur, d.aside, strerror(errno));
+        fprintf(stderr, "runs: %s holds %s (%s): kept as %s\n", d.cur,
+                d.leave_empty ? "a trained run" : "another config", d.change, d.aside);
+        if (d.leave_empty && mkdir(d.cur, 0777) != 0)
+            return FAIL("%s: cannot make it again (its run is kept as %s): %s", d.cur, d.aside, strerror(errno));
+    }
+    if (d.bring_back) {
+        if (rename(d.back, d.cur) != 0) return FAIL("%s: cannot move it back to %s: %s", d.back, d.cur, strerror(errno));
+        fprintf(stderr, "runs: %s holds the wanted config: back as %s\n", d.back, d.cur);
+    }
+    return 0;
+}
+
+int run_variants_foresee(const char *exp_dir, const char *runs_dir, const PlannedRun *run, bool start_over, char *dir,
+                         size_t cap, char *err, size_t errlen) {
+    char variant[RUN_VARIANT_LEN + 1];
+    run_name_variant(run->dir, variant);
+    KeepDecision d;
+    if (variant[0] || !is_dir(runs_dir, NO_FOLLOW_LINKS)) { /* a sweep point, or nothing trained yet: left alone */
+        snprintf(dir, cap, "%s/%s", runs_dir, run->dir);
+        return 0;
+    }
+    if (keep_decide(exp_dir, runs_dir, run, start_over, &d, err, errlen) != 0) return -1;
+    snprintf(dir, cap, "%s", d.bring_back ? d.back : d.move_aside ? "" : d.cur);
+    return 0;
+}
+
+int run_variants_keep(const char *exp_dir, const char *runs_dir, const PlannedRun *runs, int n, bool start_over,
+                      char *err, size_t errlen) {
     if (!is_dir(runs_dir, NO_FOLLOW_LINKS)) return 0; /* nothing trained yet */
+    /* every decision first: a refusal (a kept copy in the way) moves nothing at all */
+    for (int i = 0; i < n; i++) {
+        char variant[RUN_VARIANT_LEN + 1];
+        KeepDecision d;
+        run_name_variant(runs[i].dir, variant);
+        if (!variant[0] && keep_decide(exp_dir, runs_dir, &runs[i], start_over, &d, err, errlen) != 0) return -1;
+    }
     for (int i = 0; i < n; i++) {
         char variant[RUN_VARIANT_LEN + 1];
         run_name_variant(runs[i].dir, variant);
         if (variant[0]) continue; /* a sweep point is its own run: nothing to keep */
-        if (keep_one(exp_dir, runs_dir, &runs[i], err, errlen) != 0) return -1;
+        if (keep_one(exp_dir, runs_dir, &runs[i], start_over, err, errlen) != 0) return -1;
     }
     return 0;
 }

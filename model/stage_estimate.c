@@ -2,12 +2,16 @@
  * hints here: one that cannot be read, or lacks a number, leaves that estimate to the next source, never stops make. */
 #include <glob.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "model/param_count.h"
 #include "model/stage_plan.h"
 #include "model/train_config.h"
 #include "pipeline/base/config.h"
@@ -17,9 +21,9 @@
 #define FAIL(...) (set_err(err, errlen, __VA_ARGS__), -1)
 
 /* The record dir/name, or NULL when it is missing or unreadable. */
-static cJSON *load_record(const char *runs_dir, const char *run, const char *name, JsonKind kind) {
+static cJSON *load_record(const char *dir, const char *name, JsonKind kind) {
     char path[4096], ignored[512];
-    if (snprintf(path, sizeof path, "%s/%s/%s", runs_dir, run, name) >= (int)sizeof path) return NULL;
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return NULL;
     /* json_load_file opens without blocking and only a regular file: a FIFO there is unreadable, not a hang */
     return json_load_file(path, kind, ignored, sizeof ignored);
 }
@@ -39,9 +43,13 @@ static bool record_number(const cJSON *obj, const char *key, double *v) {
     return false;
 }
 
+static bool record_string_is(const cJSON *obj, const char *key, const char *want) {
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsString(b) && strcmp(b->valuestring, want) == 0;
+}
+
 static bool record_backend_is(const cJSON *obj, const char *backend) {
-    const cJSON *b = cJSON_GetObjectItemCaseSensitive(obj, "backend");
-    return cJSON_IsString(b) && strcmp(b->valuestring, backend) == 0;
+    return record_string_is(obj, "backend", backend);
 }
 
 /* The mean train throughput of the experiment's finished runs on this backend, rounded to whole tokens/s; 0 when
@@ -67,9 +75,15 @@ static double measured_mean(const StagePlanRequest *req) {
     return count ? nearbyint(sum / count) : 0;
 }
 
-/* The run's effective config (its file with its overrides): tokens of a whole training, examples per evaluated set. */
-static int run_sizes(const StagePlanRequest *req, const PlannedRun *run, double *tokens, double *examples, char *err,
-                     size_t errlen) {
+/* What the estimate needs of a run's effective config (its file with its overrides). */
+typedef struct {
+    double tokens;   /* of a whole training */
+    double examples; /* per evaluated set */
+    double params;   /* the model's parameters */
+    char sha256[65]; /* config_sha256, as train computes it */
+} RunSizes;
+
+static int run_sizes(const StagePlanRequest *req, const PlannedRun *run, RunSizes *rs, char *err, size_t errlen) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s.json", req->exp_dir, run->config) >= (int)sizeof path)
         return FAIL("%s/%s.json: path too long", req->exp_dir, run->config);
@@ -80,10 +94,13 @@ static int run_sizes(const StagePlanRequest *req, const PlannedRun *run, double 
     TrainConfig tc;
     int rc = run_config_parse(lc.json, path, &mc, &tc, err, errlen);
     if (rc == 0) {
-        *tokens = (double)tc.steps * (double)tc.batch_size * (double)tc.context;
+        rs->tokens = (double)tc.steps * (double)tc.batch_size * (double)tc.context;
         const cJSON *ev = cJSON_GetObjectItemCaseSensitive(lc.json, "evaluate");
         double per_set;
-        *examples = record_number(ev, "max_examples_per_set", &per_set) ? per_set : STAGE_PLAN_DEFAULT_EXAMPLES_PER_SET;
+        rs->examples = record_number(ev, "max_examples_per_set", &per_set) ? per_set
+                                                                          : STAGE_PLAN_DEFAULT_EXAMPLES_PER_SET;
+        rs->params = model_count_params_double(&mc);
+        snprintf(rs->sha256, sizeof rs->sha256, "%s", lc.sha256);
     }
     loaded_config_free(&lc);
     return rc;
@@ -95,12 +112,47 @@ static const PlannedRun *find_run(const StagePlanRequest *req, const char *dir) 
     return NULL;
 }
 
-static void estimate_train(const StagePlanRequest *req, const char *run, double tokens, double mean,
-                           PlannedStage *s) {
+static bool stage_planned(const PlannedStage *stages, int n, StageKind kind, const char *run) {
+    for (int i = 0; i < n; i++)
+        if (stages[i].kind == kind && (!run || strcmp(stages[i].run, run) == 0)) return true;
+    return false;
+}
+
+/* A modification time is later than another's (both files there). */
+static bool file_newer(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (stat(a, &sa) != 0 || stat(b, &sb) != 0) return false;
+    return sa.st_mtim.tv_sec > sb.st_mtim.tv_sec ||
+           (sa.st_mtim.tv_sec == sb.st_mtim.tv_sec && sa.st_mtim.tv_nsec > sb.st_mtim.tv_nsec);
+}
+
+/* Whether train, started as make will start it, finds the run in dir finished with the asked config and leaves it as
+ * is (model/training/train_resume.c: the same config_sha256, backend and data; every step done). */
+static bool already_trained(const StagePlanRequest *req, const PlannedRun *run, const char *dir, const RunSizes *rs,
+                            const PlannedStage *stages, int n) {
+    if (!req->resume || stage_planned(stages, n, STAGE_TOKENIZE, NULL) ||
+        stage_planned(stages, n, STAGE_UPCYCLE, run->dir))
+        return false;
+    char summary[4096 + 32], manifest[4096];
+    snprintf(summary, sizeof summary, "%s/train_summary.json", dir);
+    snprintf(manifest, sizeof manifest, "%s/tokenize_manifest.json", req->data_dir);
+    if (access(summary, F_OK) != 0 || file_newer(manifest, summary)) return false;
+    cJSON *state = load_record(dir, "state.json", JSON_KIND_STATE);
+    double step, total;
+    bool done = state && record_number(state, "step", &step) && record_number(state, "total_steps", &total) &&
+                total > 0 && step >= total && record_string_is(state, "config_sha256", rs->sha256) &&
+                record_backend_is(state, req->backend);
+    cJSON_Delete(state);
+    return done;
+}
+
+/* The train's own time, seconds; its basis into s. */
+static double estimate_train(const StagePlanRequest *req, const char *dir, const char *run, const RunSizes *rs,
+                             double mean, PlannedStage *s) {
     double tps = 0, done = 0;
     char from[300] = "";
-    cJSON *summary = load_record(req->runs_dir, run, "train_summary.json", JSON_KIND_RECORD);
-    cJSON *state = summary ? NULL : load_record(req->runs_dir, run, "state.json", JSON_KIND_STATE);
+    cJSON *summary = load_record(dir, "train_summary.json", JSON_KIND_RECORD);
+    cJSON *state = summary ? NULL : load_record(dir, "state.json", JSON_KIND_STATE);
     if (summary && record_backend_is(summary, req->backend) && record_number(summary, "tokens_per_s", &tps)) {
         snprintf(from, sizeof from, "%s's last run", run);
     } else if (state && record_backend_is(state, req->backend)) {
@@ -121,51 +173,102 @@ static void estimate_train(const StagePlanRequest *req, const char *run, double 
             tps = mean;
             snprintf(from, sizeof from, "%s on %s", req->runs_dir, req->backend);
         } else {
-            tps = strcmp(req->backend, "cpu") == 0 ? STAGE_PLAN_DEFAULT_CPU_TOKENS_PER_S
+            tps = strcmp(req->backend, "cpu") == 0 ? nearbyint(STAGE_PLAN_DEFAULT_CPU_PARAM_TOKENS_PER_S /
+                                                               (rs->params > 1 ? rs->params : 1))
                                                    : STAGE_PLAN_DEFAULT_GPU_TOKENS_PER_S;
+            if (!(tps >= 1)) tps = 1;
             snprintf(from, sizeof from, "default");
         }
     }
-    double left = tokens - done;
-    s->seconds = (long)nearbyint((left > 0 ? left : 0) / tps);
+    double left = rs->tokens - done;
     snprintf(s->basis, sizeof s->basis, "%.0f tokens/s (%s)", tps, from);
+    return (left > 0 ? left : 0) / tps;
 }
 
-static void estimate_evaluate(const StagePlanRequest *req, const char *run, double examples, PlannedStage *s) {
-    cJSON *result = load_record(req->runs_dir, run, "result.json", JSON_KIND_RECORD);
+/* The evaluation's own time, seconds; its basis into s. */
+static double estimate_evaluate(const char *dir, double examples, PlannedStage *s) {
+    cJSON *result = load_record(dir, "result.json", JSON_KIND_RECORD);
     double wall;
     if (record_number(cJSON_GetObjectItemCaseSensitive(result, "evaluation"), "wall_time_s", &wall) && wall >= 0) {
-        s->seconds = (long)nearbyint(wall);
         snprintf(s->basis, sizeof s->basis, "last evaluation");
     } else {
-        s->seconds = (long)nearbyint(2 * examples * STAGE_PLAN_DEFAULT_EVAL_S_PER_EXAMPLE);
+        wall = 2 * examples * STAGE_PLAN_DEFAULT_EVAL_S_PER_EXAMPLE;
         snprintf(s->basis, sizeof s->basis, "default");
     }
     cJSON_Delete(result);
+    return wall;
+}
+
+long stage_plan_at_once(const StagePlanRequest *req, StageKind kind, int planned) {
+    if (planned < 2 || strcmp(req->backend, "cpu") != 0) return 1; /* one GPU: the runs take turns on it */
+    if (kind != STAGE_TRAIN && kind != STAGE_EVALUATE && kind != STAGE_ANALYZE) return 1;
+    long jobs = req->jobs == STAGE_PLAN_JOBS_UNLIMITED ? planned : req->jobs > 1 ? req->jobs : 1;
+    long cores = req->cores > 0 ? req->cores : omp_get_num_procs();
+    if (cores < 1) cores = 1;
+    long per_stage = 1; /* evaluate and analyze: one thread */
+    if (kind == STAGE_TRAIN) {
+        long nproc = strtol(req->nproc ? req->nproc : "1", NULL, 10);
+        if (nproc < 1) nproc = 1;
+        /* train's default: every core, shared among a run's ranks (pipeline/base/dist.c) */
+        long threads = req->threads > 0 ? req->threads : (cores / nproc > 1 ? cores / nproc : 1);
+        per_stage = nproc * threads;
+    }
+    long fit = cores / per_stage > 1 ? cores / per_stage : 1;
+    long k = jobs < planned ? jobs : planned;
+    return k < fit ? k : fit;
 }
 
 int stage_plan_estimate(const StagePlanRequest *req, PlannedStage *stages, int n, char *err, size_t errlen) {
     double mean = measured_mean(req);
-    for (int i = 0; i < n; i++) {
+    int planned[STAGE_REPORT + 1] = {0};
+    double *own = xcalloc((size_t)(n ? n : 1), sizeof *own); /* each stage's own time, seconds */
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
         PlannedStage *s = &stages[i];
-        double tokens = 0, examples = 0;
+        RunSizes rs = {0};
+        char dir[4096];
+        const PlannedRun *run = NULL;
         if (s->kind == STAGE_TRAIN || s->kind == STAGE_EVALUATE) {
-            const PlannedRun *run = find_run(req, s->run);
-            if (!run) return FAIL("%s: not a run of this plan", s->run);
-            if (run_sizes(req, run, &tokens, &examples, err, errlen) != 0) return -1;
+            run = find_run(req, s->run);
+            int where = run ? stage_plan_run_dir(req, run, dir, sizeof dir) : 0;
+            if (!run) rc = FAIL("%s: not a run of this plan", s->run);
+            else if (where < 0) rc = FAIL("%s/%s: path too long", req->runs_dir, run->dir);
+            else rc = run_sizes(req, run, &rs, err, errlen);
+            if (rc != 0) break;
+            if (where > 0) snprintf(dir, sizeof dir, "%s/%s/" STAGE_PLAN_FRESH_RUN, req->runs_dir, run->dir);
         }
         switch (s->kind) {
-        case STAGE_TRAIN: estimate_train(req, s->run, tokens, mean, s); break;
-        case STAGE_EVALUATE: estimate_evaluate(req, s->run, examples, s); break;
-        case STAGE_FETCH: s->seconds = STAGE_PLAN_DEFAULT_FETCH_S; break;
-        case STAGE_TOKENIZE: s->seconds = STAGE_PLAN_DEFAULT_TOKENIZE_S; break;
-        case STAGE_ANALYZE: s->seconds = STAGE_PLAN_DEFAULT_ANALYZE_S; break;
-        case STAGE_REPORT: s->seconds = STAGE_PLAN_DEFAULT_REPORT_S; break;
-        case STAGE_UPCYCLE: s->seconds = STAGE_PLAN_DEFAULT_UPCYCLE_S; break;
+        case STAGE_TRAIN:
+            if (already_trained(req, run, dir, &rs, stages, n)) {
+                own[i] = STAGE_PLAN_NOOP_TRAIN_S;
+                snprintf(s->basis, sizeof s->basis, STAGE_PLAN_NOOP_BASIS);
+            } else {
+                own[i] = estimate_train(req, dir, s->run, &rs, mean, s);
+            }
+            break;
+        case STAGE_EVALUATE: own[i] = estimate_evaluate(dir, rs.examples, s); break;
+        case STAGE_FETCH: own[i] = STAGE_PLAN_DEFAULT_FETCH_S; break;
+        case STAGE_TOKENIZE: own[i] = STAGE_PLAN_DEFAULT_TOKENIZE_S; break;
+        case STAGE_ANALYZE: own[i] = STAGE_PLAN_DEFAULT_ANALYZE_S; break;
+        case STAGE_REPORT: own[i] = STAGE_PLAN_DEFAULT_REPORT_S; break;
+        case STAGE_UPCYCLE: own[i] = STAGE_PLAN_DEFAULT_UPCYCLE_S; break;
         }
         if (s->kind != STAGE_TRAIN && s->kind != STAGE_EVALUATE) snprintf(s->basis, sizeof s->basis, "default");
+        if (!(s->kind == STAGE_TRAIN && strcmp(s->basis, STAGE_PLAN_NOOP_BASIS) == 0)) planned[s->kind]++;
     }
-    return 0;
+    /* each stage's share of the wall time: its own time over how many of its kind run at once (no-ops aside) */
+    for (int i = 0; i < n && rc == 0; i++) {
+        PlannedStage *s = &stages[i];
+        bool noop = s->kind == STAGE_TRAIN && strcmp(s->basis, STAGE_PLAN_NOOP_BASIS) == 0;
+        long k = noop ? 1 : stage_plan_at_once(req, s->kind, planned[s->kind]);
+        s->seconds = (long)nearbyint(own[i] / (double)k);
+        if (s->kind == STAGE_TRAIN && k > 1) {
+            size_t len = strlen(s->basis);
+            snprintf(s->basis + len, sizeof s->basis - len, ", %ld runs at once", k);
+        }
+    }
+    free(own);
+    return rc;
 }
 
 void stage_plan_duration(long s, char *buf, size_t cap) {
@@ -202,9 +305,11 @@ void stage_plan_summary(const char *experiment, const char *backend, const Plann
     /* the throughputs the training estimates use, each once */
     const char **bases = xmalloc((size_t)n * sizeof *bases);
     int n_bases = 0;
+    int noops = 0;
     for (int i = 0; i < n; i++) {
         total += stages[i].seconds;
-        if (stages[i].kind == STAGE_TRAIN) bases[n_bases++] = stages[i].basis;
+        if (stages[i].kind == STAGE_TRAIN && strcmp(stages[i].basis, STAGE_PLAN_NOOP_BASIS) == 0) noops++;
+        else if (stages[i].kind == STAGE_TRAIN) bases[n_bases++] = stages[i].basis;
     }
     qsort(bases, (size_t)n_bases, sizeof *bases, cmp_str);
     char duration[64];
@@ -216,6 +321,10 @@ void stage_plan_summary(const char *experiment, const char *backend, const Plann
         if (i > 0 && strcmp(bases[i], bases[i - 1]) == 0) continue;
         len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? "; " : "; training at ", bases[i]);
     }
+    if (noops && len < cap)
+        len += (size_t)snprintf(buf + len, cap - len, "; %d train%s %s", noops, noops == 1 ? "" : "s",
+                                noops == 1 ? "finds its run already trained and leaves it as is"
+                                           : "find their runs already trained and leave them as they are");
     if (len < cap) snprintf(buf + len, cap - len, ")");
     free(bases);
 }

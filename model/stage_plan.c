@@ -47,13 +47,16 @@ static FileTime path_time(char *buf, size_t cap, const char *fmt, const char *a,
     return file_time(buf);
 }
 
-/* fetch: the stamp against fetch.args, data.json, the shipped archives and the dataset manifest. */
+static bool text_differs(const char *path, const char *want);
+
+/* fetch: the stamp against fetch.args (and its text against this make's), data.json, the shipped archives and the
+ * dataset manifest. */
 static bool fetch_needed(const StagePlanRequest *req) {
     char p[4096];
-    FileTime stamp = path_time(p, sizeof p, "%s/%s", req->data_dir, "raw/fetch.stamp");
-    if (!stamp.exists) return true;
     FileTime args = path_time(p, sizeof p, "%s/%s", req->data_dir, "fetch.args");
-    if (!args.exists || newer(args, stamp)) return true;
+    if (!args.exists || (req->fetch_args && text_differs(p, req->fetch_args))) return true;
+    FileTime stamp = path_time(p, sizeof p, "%s/%s", req->data_dir, "raw/fetch.stamp");
+    if (!stamp.exists || newer(args, stamp)) return true;
     if (newer(path_time(p, sizeof p, "%s/%s", req->exp_dir, "data.json"), stamp)) return true;
     if (newer(path_time(p, sizeof p, "%s/%s", req->datasets_dir, "dm_math_v1.0.json"), stamp)) return true;
     bool any = false;
@@ -101,23 +104,40 @@ static void squeeze_blanks(char *s) {
     *w = '\0';
 }
 
+/* Whether a stamp's text (make reads it through $(strip)) differs from want; a stamp that is missing or cannot be
+ * read differs (make rewrites it). */
+static bool text_differs(const char *path, const char *want_text) {
+    char err[512], *have = NULL, *want = xstrdup(want_text);
+    size_t n = 0;
+    bool differs = true;
+    squeeze_blanks(want);
+    if (read_file_limited(path, 64 * 1024, "stamp", &have, &n, err, sizeof err) == 0) {
+        squeeze_blanks(have);
+        differs = strcmp(have, want) != 0;
+        free(have);
+    }
+    free(want);
+    return differs;
+}
+
 /* Whether make rewrites the run's train.inputs: its text (missing: empty) differs from this make's. */
-static int stamp_stale(const StagePlanRequest *req, const PlannedRun *run, const char *path, bool *stale, char *err,
-                       size_t errlen) {
+static bool stamp_stale(const StagePlanRequest *req, const PlannedRun *run, const char *path) {
     char want[8192];
     stage_plan_inputs_text(req, run, want, sizeof want);
-    squeeze_blanks(want);
-    char *have = NULL;
-    size_t n = 0;
-    if (!file_time(path).exists) {
-        *stale = true;
-        return 0;
+    return text_differs(path, want);
+}
+
+int stage_plan_run_dir(const StagePlanRequest *req, const PlannedRun *run, char *buf, size_t cap) {
+    const char *dir = NULL;
+    char own[4096];
+    if (req->run_dirs) {
+        dir = req->run_dirs[run - req->runs];
+        if (!dir) return 1;
+    } else {
+        if (snprintf(own, sizeof own, "%s/%s", req->runs_dir, run->dir) >= (int)sizeof own) return -1;
+        dir = own;
     }
-    if (read_file_limited(path, 64 * 1024, "train.inputs stamp", &have, &n, err, errlen) != 0) return -1;
-    squeeze_blanks(have);
-    *stale = strcmp(have, want) != 0;
-    free(have);
-    return 0;
+    return snprintf(buf, cap, "%s", dir) >= (int)cap ? -1 : 0;
 }
 
 static void add_stage(PlannedStage **out, int *n, StageKind kind, const char *run) {
@@ -134,23 +154,36 @@ typedef struct {
     bool inputs_redone; /* tokenize or the stamp */
 } RunStages;
 
+/* The directory holding a run's files as make will see them (stage_plan_run_dir); for a fresh run, a path inside
+ * its directory that no file has (STAGE_PLAN_FRESH_RUN), so that every file of it is missing. *moved: the
+ * directory is not runs_dir/DIR as it is now (bin/runs --keep moves a run, and make then remakes the report). */
+static int held_dir(const StagePlanRequest *req, const PlannedRun *run, char *dir, size_t cap, bool *moved,
+                    char *err, size_t errlen) {
+    char own[4096];
+    int rc = stage_plan_run_dir(req, run, dir, cap);
+    if (rc < 0 || snprintf(own, sizeof own, "%s/%s", req->runs_dir, run->dir) >= (int)sizeof own)
+        return FAIL("%s/%s: path too long", req->runs_dir, run->dir);
+    if (moved) *moved = rc > 0 || strcmp(dir, own) != 0;
+    if (rc > 0 && snprintf(dir, cap, "%s/" STAGE_PLAN_FRESH_RUN, own) >= (int)cap)
+        return FAIL("%s/%s: path too long", req->runs_dir, run->dir);
+    return 0;
+}
+
 static int decide_run(const StagePlanRequest *req, const PlannedRun *run, bool data_redone, FileTime tokenized,
                       FileTime prog_evaluate, FileTime prog_analyze, RunStages *rs, char *err, size_t errlen) {
     char p[4096], dir[4096];
-    if (snprintf(dir, sizeof dir, "%s/%s", req->runs_dir, run->dir) >= (int)sizeof dir)
-        return FAIL("%s/%s: path too long", req->runs_dir, run->dir);
+    if (held_dir(req, run, dir, sizeof dir, NULL, err, errlen) != 0) return -1;
     FileTime config = path_time(p, sizeof p, "%s/%s.json", req->exp_dir, run->config);
     FileTime stamp = path_time(p, sizeof p, "%s/%s", dir, "train.inputs");
-    bool stale;
-    if (stamp_stale(req, run, p, &stale, err, errlen) != 0) return -1;
+    bool stale = stamp_stale(req, run, p);
     FileTime summary = path_time(p, sizeof p, "%s/%s", dir, "train_summary.json");
     FileTime result = path_time(p, sizeof p, "%s/%s", dir, "result.json");
     FileTime predictions = path_time(p, sizeof p, "%s/%s", dir, "predictions.jsonl");
     FileTime analysis = path_time(p, sizeof p, "%s/%s", dir, "analysis.json");
     bool inputs_redone = data_redone || stale;
     rs->inputs_redone = inputs_redone;
-    rs->train = inputs_redone || !summary.exists || newer(config, summary) || newer(tokenized, summary) ||
-                newer(stamp, summary);
+    rs->train = inputs_redone || !req->resume || !summary.exists || newer(config, summary) ||
+                newer(tokenized, summary) || newer(stamp, summary);
     /* the prerequisites evaluate and analyze share; each of evaluate's two outputs is judged on its own */
     FileTime common[] = {summary, config, tokenized, stamp};
     bool redo = rs->train || inputs_redone;
@@ -172,14 +205,15 @@ static int decide_upcycle(const StagePlanRequest *req, RunStages *rs, int i, cha
     for (int k = 0; k < req->n_runs && src < 0; k++)
         if (strcmp(req->runs[k].dir, run->upcycle_from) == 0) src = k;
     if (src < 0) return FAIL("%s: upcycled from %s, which is not planned", run->dir, run->upcycle_from);
-    char p[4096], dir[4096];
-    if (snprintf(dir, sizeof dir, "%s/%s", req->runs_dir, run->dir) >= (int)sizeof dir)
-        return FAIL("%s/%s: path too long", req->runs_dir, run->dir);
+    char p[4096], dir[4096], dense_dir[4096];
+    if (held_dir(req, run, dir, sizeof dir, NULL, err, errlen) != 0 ||
+        held_dir(req, &req->runs[src], dense_dir, sizeof dense_dir, NULL, err, errlen) != 0)
+        return -1;
     FileTime init = path_time(p, sizeof p, "%s/%s", dir, "init.safetensors");
     FileTime summary = path_time(p, sizeof p, "%s/%s", dir, "train_summary.json");
     FileTime config = path_time(p, sizeof p, "%s/%s.json", req->exp_dir, run->config);
     FileTime stamp = path_time(p, sizeof p, "%s/%s", dir, "train.inputs");
-    FileTime dense = path_time(p, sizeof p, "%s/%s/train_summary.json", req->runs_dir, run->upcycle_from);
+    FileTime dense = path_time(p, sizeof p, "%s/%s", dense_dir, "train_summary.json");
     rs[i].upcycle = rs[src].train || rs[i].inputs_redone || !init.exists || newer(dense, init) ||
                     newer(config, init) || newer(stamp, init);
     if (rs[i].upcycle || newer(init, summary)) rs[i].train = rs[i].evaluate = rs[i].analyze = true;
@@ -206,12 +240,15 @@ int stage_plan_decide(const StagePlanRequest *req, PlannedStage **out, int *n, c
         if (req->runs[i].upcycle_from[0]) rc = decide_upcycle(req, rs, i, err, errlen);
     for (int i = 0; i < req->n_runs && rc == 0; i++) {
         const PlannedRun *run = &req->runs[i];
+        char dir[4096];
+        bool moved = false;
         if (rs[i].upcycle) add_stage(out, n, STAGE_UPCYCLE, run->dir);
         if (rs[i].train) add_stage(out, n, STAGE_TRAIN, run->dir);
         if (rs[i].evaluate) add_stage(out, n, STAGE_EVALUATE, run->dir);
-        report_needed = report_needed || rs[i].evaluate || rs[i].analyze ||
-                        newer(path_time(p, sizeof p, "%s/%s/result.json", req->runs_dir, run->dir), report) ||
-                        newer(path_time(p, sizeof p, "%s/%s/analysis.json", req->runs_dir, run->dir), report);
+        rc = held_dir(req, run, dir, sizeof dir, &moved, err, errlen);
+        report_needed = report_needed || moved || rs[i].evaluate || rs[i].analyze ||
+                        newer(path_time(p, sizeof p, "%s/%s", dir, "result.json"), report) ||
+                        newer(path_time(p, sizeof p, "%s/%s", dir, "analysis.json"), report);
     }
     for (int i = 0; i < req->n_runs && rc == 0; i++)
         if (rs[i].analyze) add_stage(out, n, STAGE_ANALYZE, req->runs[i].dir);

@@ -4,7 +4,8 @@
  * Which stages: decided from the files on disk as make's prerequisites in mk/reproduce.mk decide them, so that the
  * plan lists exactly what make then runs (tests/e2e/test_make_console.sh compares the two):
  *   fetch     data/EXP/raw/fetch.stamp missing, or older than data/EXP/fetch.args, data.json, a shipped archive
- *             (datasets/ *.tar.gz) or the dataset manifest;
+ *             (datasets/ *.tar.gz) or the dataset manifest; or fetch.args missing or of another text than this
+ *             make's (make rewrites it, so it is new);
  *   tokenize  data/EXP/tokenize_manifest.json or raw/manifest.json missing, or the former older than the latter or
  *             than data.json (a fetch that finds its archives unchanged leaves raw/manifest.json alone, so it does not
  *             re-tokenize);
@@ -14,19 +15,38 @@
  *   train     train_summary.json missing or older than the run config, the tokenize manifest, the run's
  *             train.inputs stamp or (an upcycled run) init.safetensors; tokenize or upcycle runs; or the stamp's text
  *             differs from this make's (backend, nproc and the run's overrides: make rewrites it, so it is new);
+ *             or RESUME=0;
  *   evaluate  result.json or predictions.jsonl missing or older than train_summary.json, the run config, the tokenize
  *             manifest, the stamp or bin/evaluate; or train, tokenize or the stamp is redone;
  *   analyze   the same for analysis.json and bin/analyze;
  *   report    report.html missing or older than a result.json, an analysis.json or bin/report; or any evaluate or
- *             analyze runs.
+ *             analyze runs; or bin/runs --keep moves a run (make then removes the report).
  * A file "older" than another: an earlier modification time (nanoseconds), as make compares them.
  *
- * How long: train = the tokens still to train (train.steps x batch_size x context of the run's effective config, less
- * what an interrupted run already trained when it is continued) / a throughput: the run's own finished run on this
- * backend (train_summary.json tokens_per_s), else its interrupted run's (state.json tokens / wall_time_s, once it
- * trained STAGE_PLAN_MIN_STATE_S), else the mean of the experiment's finished runs on this backend, else a default;
- * evaluate = the run's last evaluation time (result.json evaluation.wall_time_s), else a default per example; the
- * other stages are fixed defaults. */
+ * The run directory whose files decide a run's stages is the one make will find there once bin/runs --keep has run
+ * (StagePlanRequest.run_dirs: a kept run brought back, or none for a run moved aside), and with RESUME=0 every run is
+ * trained again (make moves each trained run aside first).
+ *
+ * How long (an estimate; the model, also in `make help`): each stage's own time, divided by how many stages of its
+ * kind make runs at once, summed.
+ *   train     own time = the tokens still to train (train.steps x batch_size x context of the run's effective
+ *             config, less what an interrupted run already trained when it is continued) / the run's rate: its own
+ *             finished run on this backend (train_summary.json tokens_per_s), else its interrupted run's (state.json
+ *             tokens / wall_time_s, once it trained STAGE_PLAN_MIN_STATE_S), else the mean of the experiment's
+ *             finished runs on this backend, else a default (CPU: STAGE_PLAN_DEFAULT_CPU_PARAM_TOKENS_PER_S / the
+ *             model's parameters). A measured rate is used as it is, whatever THREADS it was measured with: more
+ *             threads help one small run little (experiments/cpu_arith/README.md), runs side by side do.
+ *             At once: on the CPU, k = min(jobs, trains to do, max(1, cores / (NPROC x threads))), threads =
+ *             THREADS (unset: every core, train's default); so training throughput scales with
+ *             min(cores, jobs x threads) / threads. On a GPU, 1 (the runs share it).
+ *             A run already trained with the asked config (state.json: every step done, its config_sha256 and backend
+ *             those asked for; the data not re-tokenized since; RESUME not 0) is a no-op: train finds it finished and
+ *             leaves it as is (a config saved unchanged or reverted, a kept run brought back, another NPROC), about
+ *             STAGE_PLAN_NOOP_TRAIN_S.
+ *   evaluate  own time = the run's last evaluation time (result.json evaluation.wall_time_s), else a default per
+ *             example; analyze a fixed default. Both run on one thread: on the CPU, min(jobs, planned, cores) at
+ *             once.
+ *   fetch, tokenize, upcycle, report: fixed defaults, one at a time. */
 #ifndef MODEL_STAGE_PLAN_H
 #define MODEL_STAGE_PLAN_H
 
@@ -39,26 +59,36 @@ typedef enum {
     STAGE_FETCH, STAGE_TOKENIZE, STAGE_UPCYCLE, STAGE_TRAIN, STAGE_EVALUATE, STAGE_ANALYZE, STAGE_REPORT
 } StageKind;
 
-/* Defaults where nothing was measured: train throughput in tokens/s (a 2-core CPU trains experiment tiny/ci's dense
- * runs at about 9000 tokens/s and MoEUT at about 5000; a GPU does far more), evaluation seconds per example (both
- * sets), and fixed seconds for the short stages. */
-#define STAGE_PLAN_DEFAULT_CPU_TOKENS_PER_S 5000.0
+/* Defaults where nothing was measured. CPU training: parameters x tokens per second, per run (one run trains at
+ * about this / the model's parameters tokens/s: a 2-core AMD EPYC trains cpu_arith's 922k-parameter runs at 6,600-9,200
+ * tokens/s on one thread each, experiments/cpu_arith/README.md); a GPU run in tokens/s (far more); evaluation seconds
+ * per example (both sets; the same runs evaluate 10,000 examples in 19-26 s); fixed seconds for the short stages and
+ * for a train that finds its run already trained. */
+#define STAGE_PLAN_DEFAULT_CPU_PARAM_TOKENS_PER_S 7.0e9
 #define STAGE_PLAN_DEFAULT_GPU_TOKENS_PER_S 200000.0
-#define STAGE_PLAN_DEFAULT_EVAL_S_PER_EXAMPLE 0.01
+#define STAGE_PLAN_DEFAULT_EVAL_S_PER_EXAMPLE 0.003
 #define STAGE_PLAN_DEFAULT_EXAMPLES_PER_SET 1000
 #define STAGE_PLAN_DEFAULT_FETCH_S 5
 #define STAGE_PLAN_DEFAULT_TOKENIZE_S 10
 #define STAGE_PLAN_DEFAULT_ANALYZE_S 2
 #define STAGE_PLAN_DEFAULT_REPORT_S 2
 #define STAGE_PLAN_DEFAULT_UPCYCLE_S 2
+#define STAGE_PLAN_NOOP_TRAIN_S 3
+/* A name no run directory holds: the files of a fresh run (moved aside by bin/runs --keep) are looked up below it. */
+#define STAGE_PLAN_FRESH_RUN ".no-run-here"
+/* The basis of a no-op train. */
+#define STAGE_PLAN_NOOP_BASIS "already trained: train leaves it as is"
+/* make -j without a number (StagePlanRequest.jobs) */
+#define STAGE_PLAN_JOBS_UNLIMITED (-1L)
 /* An interrupted run's own throughput counts only after this much training: start-up dominates the first steps. */
 #define STAGE_PLAN_MIN_STATE_S 30.0
 
 typedef struct {
     StageKind kind;
     char run[256];   /* run directory name under runs/EXP; "" for fetch, tokenize and report */
-    long seconds;    /* the estimate, whole seconds */
-    char basis[320]; /* where it comes from: "8460 tokens/s (dense_qa's last run)", "last evaluation", "default" */
+    long seconds;    /* the estimate, whole seconds: the stage's share of the wall time (its own time / at once) */
+    char basis[320]; /* where it comes from: "8460 tokens/s (dense_qa's last run)", "last evaluation", "default",
+                      * "already trained" (a no-op train) */
 } PlannedStage;
 
 typedef struct {
@@ -70,9 +100,18 @@ typedef struct {
     const char *datasets_dir; /* the shipped archives and the dataset manifest (datasets) */
     const char *backend;      /* make's BACKEND */
     const char *nproc;        /* make's NPROC, as written into the stamps */
-    bool resume;              /* make's RESUME is not 0: an interrupted run continues from its checkpoint */
+    bool resume;              /* make's RESUME is not 0: an interrupted run continues from its checkpoint (0: make
+                               * moves every trained run aside and trains it again) */
     const PlannedRun *runs;   /* the run directories (run_plan_build) */
     int n_runs;
+    /* Optional (zero: as noted) */
+    const char *fetch_args;   /* the text make's data/EXP/fetch.args stamp must hold (fetch reruns when it differs);
+                               * NULL: not compared */
+    const char *const *run_dirs; /* per run: the directory make will find at runs_dir/DIR once bin/runs --keep has
+                                  * run (run_variants_foresee), NULL for a fresh run; NULL for all: runs_dir/DIR */
+    long jobs;                /* make's -jN: N; 0 or 1 one stage at a time; STAGE_PLAN_JOBS_UNLIMITED for -j */
+    long threads;             /* make's THREADS (train's --threads); 0: unset, every core */
+    long cores;               /* the CPUs (0: this machine's, as train's default thread count sees them) */
 } StagePlanRequest;
 
 /* The stages to run, in make's order (fetch, tokenize, upcycle, train and evaluate of each run, analyze of each run,
@@ -81,6 +120,10 @@ int stage_plan_decide(const StagePlanRequest *req, PlannedStage **out, int *n, c
 
 /* Fills in seconds and basis of each stage. 0, or -1 with err (an unreadable run config or record). */
 int stage_plan_estimate(const StagePlanRequest *req, PlannedStage *stages, int n, char *err, size_t errlen);
+
+/* The directory holding run's files as make will see them (req->run_dirs, else runs_dir/DIR) into buf: 0; 1 for a
+ * fresh run (nothing there); -1 when it does not fit. run is one of req->runs. */
+int stage_plan_run_dir(const StagePlanRequest *req, const PlannedRun *run, char *buf, size_t cap);
 
 /* The text make writes into runs/EXP/DIR/train.inputs: "backend=B nproc=N set=K1=V1,K2=V2" (the overrides sorted,
  * duplicates dropped, as make's $(sort)). */
@@ -92,10 +135,14 @@ const char *stage_kind_name(StageKind kind);
 void stage_plan_duration(long seconds, char *buf, size_t cap);
 
 /* The console line: "reproduce: EXPERIMENT=ci on cpu: 15 stages to run (fetch, tokenize, 4 train, 4 evaluate,
- * 4 analyze, report), about 2 min in all (an estimate; training at 5000 tokens/s (default))", or that everything
- * is up to date. */
+ * 4 analyze, report), about 2 min in all (an estimate; training at 7591 tokens/s (default), 2 runs at once)", or that
+ * everything is up to date. A no-op train is counted ("1 already trained"). */
 void stage_plan_summary(const char *experiment, const char *backend, const PlannedStage *stages, int n, char *buf,
                         size_t cap);
+
+/* How many stages of a kind make runs at once under req (the model above), given how many of that kind are planned.
+ * At least 1. */
+long stage_plan_at_once(const StagePlanRequest *req, StageKind kind, int planned);
 
 /* Writes the plan for mk/reproduce_stage.sh into dir: "plan" (one line "STAGE RUN SECONDS BASIS" per stage, RUN "-"
  * for none), "plan_start" (now, seconds since the epoch) and an empty "started". 0, or -1 with err. */

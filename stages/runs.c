@@ -2,20 +2,24 @@
  * model/run_variants.h).
  *
  *   bin/runs --experiment experiments/EXP --runs dense_qa,moeut_qa [--count N] [--set "K=V ..."]
- *            [--sweep "K=V1,V2 ..."] [--keep runs/EXP | --stages PLAN_DIR --backend B --nproc N --resume R]
+ *            [--sweep "K=V1,V2 ..."]
+ *            [--keep runs/EXP [--start-over]
+ *             | --stages PLAN_DIR --backend B --nproc N --resume R [--jobs J] [--threads T] [--fetch-args TEXT]]
  *            (environment: REPRO_NPROC=W, make's NPROC, default 1)
  *
  * Without --keep: prints a makefile fragment: REPRO_RUN_DIRS (the run directories, run by run, grid point by grid
  * point, seed by seed), REPRO_DIR_SETS.<dir> (every --set of that directory's train, evaluate and analyze) and, for
  * an upcycled run, REPRO_UPCYCLE_FROM.<dir> (the dense run directory its initial checkpoint is converted from).
- * With --keep runs/EXP: moves aside each current run directory that holds a finished run of another config, and brings
- * back a kept one of the wanted config (one line per move on stderr); prints nothing.
+ * With --keep runs/EXP: moves aside each current run directory that holds a run of another config, and brings
+ * back a kept one of the wanted config; with --start-over (make RESUME=0), moves aside every trained one and brings
+ * nothing back (one line per move on stderr); prints nothing.
  * With --stages PLAN_DIR: decides which stages make reproduce still runs for these runs (fetch and tokenize of
- * data/EXP, train, evaluate and analyze of each run directory under runs/EXP, the report in reports/EXP) and how long
- * they take (model/stage_plan.h), writes the plan mk/reproduce_stage.sh counts against into PLAN_DIR, and prints one
- * line: the stages and the estimate, or that everything is up to date.
- * A bad run config, seeds.json, SET or SWEEP, or an NPROC that does not divide a run's train.n_microbatch, is one
- * error line naming the file or key, exit 1. */
+ * data/EXP, train, evaluate and analyze of each run directory under runs/EXP as --keep will leave it, the report in
+ * reports/EXP) and how long they take (model/stage_plan.h: make's -jN as --jobs, THREADS as --threads), writes the
+ * plan mk/reproduce_stage.sh counts against into PLAN_DIR, and prints one line: the stages and the estimate, or that
+ * everything is up to date. It moves nothing.
+ * A bad run config, seeds.json, SET or SWEEP, an NPROC that does not divide a run's train.n_microbatch, or a backend
+ * other than cpu or cuda, is one error line naming the file, key or value, exit 1. */
 #include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -24,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/backend.h"
 #include "model/run_plan.h"
 #include "model/run_variants.h"
 #include "model/stage_plan.h"
@@ -39,14 +44,18 @@ static void print_make_word(const char *w) {
     }
 }
 
+/* Make's -jN as given to --jobs: N, or "" for -j with no number (as many as there are stages). */
+static long parse_jobs(const char *text) {
+    if (!text[0]) return STAGE_PLAN_JOBS_UNLIMITED;
+    char *end = NULL;
+    errno = 0;
+    long jobs = strtol(text, &end, 10);
+    if (errno != 0 || *end != '\0' || jobs < 1) die("--jobs %s: expected a number >= 1, or nothing (make -j)", text);
+    return jobs;
+}
+
 /* --stages: the plan of make reproduce for these runs, written into plan_dir; its summary on stdout. */
-static void plan_stages(const char *exp_dir, const char *plan_dir, const char *backend, const char *nproc,
-                        const char *resume, const PlannedRun *runs, int n_runs) {
-    /* make's RESUME words: auto, 1 (yes, true) or 0 (no, false) */
-    bool continues = strcmp(resume, "0") != 0 && strcmp(resume, "no") != 0 && strcmp(resume, "false") != 0;
-    if (continues && strcmp(resume, "auto") != 0 && strcmp(resume, "1") != 0 && strcmp(resume, "yes") != 0 &&
-        strcmp(resume, "true") != 0)
-        die("--resume %s: expected auto, 1 or 0", resume);
+static void plan_stages(const char *exp_dir, const char *plan_dir, StagePlanRequest *req) {
     /* the layout make reproduce uses: experiments/EXP, data/EXP, runs/EXP, reports/EXP */
     const char *slash = strrchr(exp_dir, '/');
     const char *exp = slash && slash[1] ? slash + 1 : exp_dir;
@@ -54,27 +63,43 @@ static void plan_stages(const char *exp_dir, const char *plan_dir, const char *b
     if (snprintf(data_dir, sizeof data_dir, "data/%s", exp) >= (int)sizeof data_dir) die("%s: name too long", exp);
     snprintf(runs_dir, sizeof runs_dir, "runs/%s", exp);
     snprintf(report_dir, sizeof report_dir, "reports/%s", exp);
-    StagePlanRequest req = {exp_dir, data_dir, runs_dir, report_dir, "bin", "datasets", backend, nproc,
-                            continues, runs, n_runs};
+    req->exp_dir = exp_dir;
+    req->data_dir = data_dir;
+    req->runs_dir = runs_dir;
+    req->report_dir = report_dir;
+    req->bin_dir = "bin";
+    req->datasets_dir = "datasets";
+    /* the directories as make's --keep will leave them (planning itself moves nothing) */
+    char **dirs = xcalloc((size_t)(req->n_runs ? req->n_runs : 1), sizeof *dirs);
+    for (int i = 0; i < req->n_runs; i++) {
+        char dir[4096];
+        if (run_variants_foresee(exp_dir, runs_dir, &req->runs[i], !req->resume, dir, sizeof dir, err, sizeof err) != 0)
+            die("%s", err);
+        dirs[i] = dir[0] ? xstrdup(dir) : NULL;
+    }
+    req->run_dirs = (const char *const *)dirs;
     PlannedStage *stages = NULL;
     int n = 0;
-    if (stage_plan_decide(&req, &stages, &n, err, sizeof err) != 0) die("%s", err);
-    if (stage_plan_estimate(&req, stages, n, err, sizeof err) != 0) die("%s", err);
+    if (stage_plan_decide(req, &stages, &n, err, sizeof err) != 0) die("%s", err);
+    if (stage_plan_estimate(req, stages, n, err, sizeof err) != 0) die("%s", err);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     if (stage_plan_write(plan_dir, stages, n, (double)now.tv_sec + now.tv_nsec * 1e-9, err, sizeof err) != 0)
         die("%s", err);
     char line[4096];
-    stage_plan_summary(exp, backend, stages, n, line, sizeof line);
+    stage_plan_summary(exp, req->backend, stages, n, line, sizeof line);
     puts(line);
     free(stages);
+    for (int i = 0; i < req->n_runs; i++) free(dirs[i]);
+    free(dirs);
 }
 
 int main(int argc, char **argv) {
     log_set_program("runs");
     const char *exp_dir = NULL, *runs = NULL, *set = "", *sweep = "", *keep = NULL, *stages = NULL;
-    const char *backend = "cpu", *nproc = "1", *resume = "auto";
-    long count = LONG_MIN;
+    const char *backend = "cpu", *nproc = "1", *resume = "auto", *jobs = "1", *fetch_args = NULL;
+    long count = LONG_MIN, threads = 0;
+    bool start_over = false;
     const CliOption opts[] = {
         {"experiment", OPT_STRING, &exp_dir, "experiment directory experiments/EXP (run configs, seeds.json)", true},
         {"runs", OPT_STRING, &runs, "comma-separated run config names (EXP/RUN.json)", true},
@@ -89,6 +114,11 @@ int main(int argc, char **argv) {
         {"backend", OPT_STRING, &backend, "with --stages: make's BACKEND (default cpu)", false},
         {"nproc", OPT_STRING, &nproc, "with --stages: make's NPROC (default 1)", false},
         {"resume", OPT_STRING, &resume, "with --stages: make's RESUME: auto, 1 or 0 (default auto)", false},
+        {"jobs", OPT_STRING_OR_EMPTY, &jobs, "with --stages: make's -jN, N (\"\": -j with no number; default 1)",
+         false},
+        {"threads", OPT_INT, &threads, "with --stages: make's THREADS, train's threads (default: every core)", false},
+        {"fetch-args", OPT_STRING, &fetch_args, "with --stages: the text data/EXP/fetch.args must hold", false},
+        {"start-over", OPT_FLAG, &start_over, "with --keep: make's RESUME=0: move every trained run aside", false},
     };
     cli_parse(argc, argv, "runs",
               "Prints the run directories make trains (and their overrides) as a makefile fragment; with --keep, "
@@ -110,10 +140,27 @@ int main(int argc, char **argv) {
     char err[2048];
     if (run_plan_build(&req, &plan, &n, err, sizeof err) != 0) die("%s", err);
     if (keep && stages) die("--keep and --stages: one at a time");
+    if (start_over && !keep) die("--start-over: only with --keep");
     if (stages) {
-        plan_stages(exp_dir, stages, backend, nproc, resume, plan, n);
+        /* make's RESUME words: auto, 1 (yes, true) or 0 (no, false) */
+        bool continues = strcmp(resume, "0") != 0 && strcmp(resume, "no") != 0 && strcmp(resume, "false") != 0;
+        if (continues && strcmp(resume, "auto") != 0 && strcmp(resume, "1") != 0 && strcmp(resume, "yes") != 0 &&
+            strcmp(resume, "true") != 0)
+            die("--resume %s: expected auto, 1 or 0", resume);
+        if (!backend_name_known(backend)) die("BACKEND=%s (--backend): expected %s", backend, BACKEND_NAMES);
+        if (threads < 0) die("THREADS=%ld (--threads): expected a number >= 1", threads);
+        StagePlanRequest req = {0};
+        req.backend = backend;
+        req.nproc = nproc;
+        req.resume = continues;
+        req.runs = plan;
+        req.n_runs = n;
+        req.fetch_args = fetch_args;
+        req.jobs = parse_jobs(jobs);
+        req.threads = threads;
+        plan_stages(exp_dir, stages, &req);
     } else if (keep) {
-        if (run_variants_keep(exp_dir, keep, plan, n, err, sizeof err) != 0) die("%s", err);
+        if (run_variants_keep(exp_dir, keep, plan, n, start_over, err, sizeof err) != 0) die("%s", err);
     } else {
         fputs("REPRO_RUN_DIRS :=", stdout);
         for (int i = 0; i < n; i++) {

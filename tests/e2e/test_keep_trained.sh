@@ -4,6 +4,7 @@
 # brings it back and evaluates it without training it again; a run stopped at a checkpoint is kept the same way.
 # make reproduce-plan and a refused command (an unknown run) change nothing under data/, runs/, reports/, and print no
 # earlier command's lines; make prune leaves no report naming the runs it deleted.
+# RESUME=0 trains a run again, keeping the trained one aside (never deleted).
 # Runs: a scratch copy of experiment ci, 6 steps.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -74,3 +75,21 @@ echo "ok: a refused command (RUN=dense_qq) changed nothing under data/ runs/ rep
 out=$(m prune) || { echo "$out"; fail "make prune"; }
 ! grep -rqs "dense_qa@" "reports/$exp" || fail "after make prune, reports/$exp still names a deleted run"
 echo "ok: make prune removes the report that named the deleted runs"
+
+# 6. RESUME=0 trains the asked run again from scratch; the trained one is kept aside first, byte-identical, and not
+#    brought back by the next make. A second RESUME=0 would have to replace that copy: refused, nothing changed.
+weights=$(sha "runs/$exp/dense_qa/model.safetensors")
+out=$(m evaluate RUN=dense_qa SET="$small" RESUME=0) || { echo "$out"; fail "make evaluate RESUME=0"; }
+kept=$(echo "$out" | sed -nE "s|^runs: runs/$exp/dense_qa holds a trained run \(RESUME=0 starts it over\): kept as runs/$exp/(dense_qa@[0-9a-f]{8})\$|\1|p")
+[ -n "$kept" ] && [ "$(sha "runs/$exp/$kept/model.safetensors")" = "$weights" ] ||
+  { echo "$out"; fail "RESUME=0: the trained run was not kept aside byte-identical"; }
+echo "$out" | grep -q "^bin/train .*--out runs/$exp/dense_qa " && [ -f "runs/$exp/dense_qa/result.json" ] ||
+  { echo "$out"; fail "RESUME=0: the run was not trained and evaluated again"; }
+out=$(m evaluate RUN=dense_qa SET="$small") || { echo "$out"; fail "make evaluate after RESUME=0"; }
+! echo "$out" | grep -qE '^runs: |^bin/train ' || { echo "$out"; fail "after RESUME=0 a plain make moved or trained a run"; }
+before=$(tree_state)
+rc=0; out=$(m evaluate RUN=dense_qa SET="$small" RESUME=0) || rc=$?
+[ $rc != 0 ] && echo "$out" | grep -q "already holds a run of the same config and seed" ||
+  { echo "$out"; fail "a second RESUME=0 was not refused (it would replace the kept copy)"; }
+[ "$before" = "$(tree_state)" ] || { diff <(echo "$before") <(tree_state) | head; fail "the refused RESUME=0 changed files"; }
+echo "ok: RESUME=0 kept the trained run as runs/$exp/$kept (byte-identical) and trained it again; a second one is refused, changing nothing"

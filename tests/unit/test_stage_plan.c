@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "model/stage_plan.h"
+#include "pipeline/records/config_override.h"
 #include "pipeline/base/log.h"
 #include "tests/unit/record_test_util.h"
 #include "tests/unit/suite_runner.h"
@@ -40,8 +41,11 @@ static void put(const char *path, const char *text) {
     ck_assert(utimensat(AT_FDCWD, path, t, 0) == 0);
 }
 
+/* One core, one job, unless a test says otherwise: the estimates do not depend on the machine running the test. */
 static StagePlanRequest request(const char *backend) {
-    return (StagePlanRequest){g_exp, g_data, g_runs, g_report, g_bin, g_datasets, backend, "1", true, g_run, 2};
+    return (StagePlanRequest){.exp_dir = g_exp, .data_dir = g_data, .runs_dir = g_runs, .report_dir = g_report,
+                              .bin_dir = g_bin, .datasets_dir = g_datasets, .backend = backend, .nproc = "1",
+                              .resume = true, .runs = g_run, .n_runs = 2, .cores = 1};
 }
 
 /* Every output, written in make's order, so that nothing is left to do. */
@@ -191,6 +195,14 @@ START_TEST(data_stages) {
     put(in(g_data, "fetch.args"), NULL); /* other fetch arguments (SOURCE=) */
     ck_assert_str_eq(plan_of(&req), "fetch");
     everything_made();
+    req.fetch_args = "--config x"; /* the stamp's text as make compares it: the same text, other blanks */
+    ck_assert_str_eq(plan_of(&req), "");
+    req.fetch_args = " --config   x\n";
+    ck_assert_str_eq(plan_of(&req), "");
+    req.fetch_args = "--config x --source 'file:///y.tar.gz'"; /* SOURCE= given: make rewrites the stamp, fetch */
+    ck_assert_str_eq(plan_of(&req), "fetch");
+    req.fetch_args = NULL;
+    everything_made();
     put(in(g_data, "raw/manifest.json"), NULL); /* new raw data: tokenize and every run */
     snprintf(want, sizeof want, "tokenize, %s", all_runs);
     ck_assert_str_eq(plan_of(&req), want);
@@ -240,10 +252,11 @@ static const char *estimate_of(const char *backend, bool resume, StageKind kind,
 }
 
 START_TEST(train_estimates) {
-    /* experiments/ci/dense_qa.json: 40 steps x 8 windows x 256 tokens = 81920 tokens; 200 examples per set */
-    ck_assert_str_eq(estimate_of("cpu", true, STAGE_TRAIN, "dense_qa"), "16 5000 tokens/s (default)");
+    /* experiments/ci/dense_qa.json: 40 steps x 8 windows x 256 tokens = 81920 tokens, 922,112 parameters (default:
+     * 7e9 / 922112 = 7591 tokens/s); 200 examples per set */
+    ck_assert_str_eq(estimate_of("cpu", true, STAGE_TRAIN, "dense_qa"), "11 7591 tokens/s (default)");
     ck_assert_str_eq(estimate_of("cuda", true, STAGE_TRAIN, "dense_qa"), "0 200000 tokens/s (default)");
-    ck_assert_str_eq(estimate_of("cpu", true, STAGE_EVALUATE, "dense_qa"), "4 default");
+    ck_assert_str_eq(estimate_of("cpu", true, STAGE_EVALUATE, "dense_qa"), "1 default");
     /* a finished run on this backend: its own throughput; the others get the experiment's mean */
     put(in(g_runs, "dense_qa/train_summary.json"), "{\"tokens_per_s\": 1024.4, \"backend\": \"cpu\"}");
     put(in(g_runs, "dense_qa/result.json"), "{\"evaluation\": {\"wall_time_s\": 3.4}}");
@@ -272,6 +285,135 @@ START_TEST(train_estimates) {
     g_run[1].sets[g_run[1].n_sets++] = xstrdup("train.steps=80");
     snprintf(want, sizeof want, "160 1024 tokens/s (%s on cpu)", g_runs);
     ck_assert_str_eq(estimate_of("cpu", true, STAGE_TRAIN, "dense_qa.seed2"), want);
+}
+END_TEST
+
+/* The plan's stages as "seconds basis" lines, estimated under req. */
+static const char *estimates(const StagePlanRequest *req) {
+    static char text[4096];
+    PlannedStage *stages;
+    int n;
+    char err[1024];
+    ck_assert_msg(stage_plan_decide(req, &stages, &n, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(stage_plan_estimate(req, stages, n, err, sizeof err) == 0, "%s", err);
+    size_t len = 0;
+    text[0] = '\0';
+    for (int i = 0; i < n; i++)
+        if (stages[i].kind == STAGE_TRAIN || stages[i].kind == STAGE_EVALUATE)
+            len += (size_t)snprintf(text + len, sizeof text - len, "%s%s %s %ld %s", len ? "; " : "",
+                                    stage_kind_name(stages[i].kind), stages[i].run, stages[i].seconds,
+                                    stages[i].basis);
+    free(stages);
+    return text;
+}
+
+/* make -jN and THREADS: runs train side by side while they have cores of their own; evaluations take one thread. */
+START_TEST(jobs_and_threads_count) {
+    StagePlanRequest req = request("cpu");
+    req.cores = 2;
+    /* one job: one at a time, whatever the threads */
+    ck_assert_int_eq(stage_plan_at_once(&req, STAGE_TRAIN, 12), 1);
+    req.threads = 1;
+    ck_assert_int_eq(stage_plan_at_once(&req, STAGE_TRAIN, 12), 1);
+    /* -j2 THREADS=1 on 2 cores: 2 runs at once; without THREADS each run takes every core: 1 */
+    req.jobs = 2;
+    ck_assert_int_eq(stage_plan_at_once(&req, STAGE_TRAIN, 12), 2);
+    ck_assert_int_eq(stage_plan_at_once(&req, STAGE_TRAIN, 1), 1); /* never more than planned */
+    req.threads = 0;
+    ck_assert_int_eq(stage_plan_at_once(&req, STAGE_TRAIN, 12), 1);
+    ck_assert_int_eq(stage_plan_at_once(&req, STAGE_EVALUATE, 12), 2); /* one thread each */
+    /* -j (no limit) THREADS=2 on 16 cores: 8; NPROC=2 ranks of 2 threads: 4; a GPU: 1 */
+    req.cores = 16;
+    req.jobs = STAGE_PLAN_JOBS_UNLIMITED;
+    req.threads = 2;
+    ck_assert_int_eq(stage_plan_at_once(&req, STAGE_TRAIN, 12), 8);
+    req.nproc = "2";
+    ck_assert_int_eq(stage_plan_at_once(&req, STAGE_TRAIN, 12), 4);
+    ck_assert_int_eq(stage_plan_at_once(&req, STAGE_REPORT, 1), 1);
+    req.backend = "cuda";
+    ck_assert_int_eq(stage_plan_at_once(&req, STAGE_TRAIN, 12), 1);
+    /* the estimate: each train's own time over the runs at once (2 x 11 s at 7591 tokens/s -> 5 s each) */
+    req = request("cpu");
+    req.cores = 2;
+    ck_assert_str_eq(estimates(&req), "train dense_qa 11 7591 tokens/s (default); evaluate dense_qa 1 default; "
+                                      "train dense_qa.seed2 11 7591 tokens/s (default); evaluate dense_qa.seed2 1 "
+                                      "default");
+    req.jobs = 2;
+    req.threads = 1;
+    ck_assert_str_eq(estimates(&req), "train dense_qa 5 7591 tokens/s (default), 2 runs at once; evaluate dense_qa "
+                                      "1 default; train dense_qa.seed2 5 7591 tokens/s (default), 2 runs at once; "
+                                      "evaluate dense_qa.seed2 1 default");
+}
+END_TEST
+
+/* A run already trained with the asked config: train finds it finished and leaves it as is (a no-op, seconds). */
+START_TEST(an_already_trained_run_is_a_no_op) {
+    char path[4096], err[1024], state[512];
+    ck_assert(snprintf(path, sizeof path, "%s/dense_qa.json", g_exp) < (int)sizeof path);
+    LoadedConfig lc;
+    ck_assert_msg(config_load_with_overrides(&lc, path, NULL, 0, err, sizeof err) == 0, "%s", err);
+    everything_made();
+    snprintf(state, sizeof state, "{\"step\": 40, \"total_steps\": 40, \"config_sha256\": \"%s\", \"backend\": "
+             "\"cpu\", \"tokens\": 81920, \"wall_time_s\": \"60\"}", lc.sha256);
+    loaded_config_free(&lc);
+    put(in(g_runs, "dense_qa/state.json"), state);
+    put(in(g_runs, "dense_qa/train_summary.json"), "{\"tokens_per_s\": 1000, \"backend\": \"cpu\"}");
+    char *config = rtu_read("experiments/ci/dense_qa.json");
+    put(in(g_exp, "dense_qa.json"), config); /* the config saved again (or an edit reverted): train is planned */
+    free(config);
+    StagePlanRequest req = request("cpu");
+    const char *noop = "train dense_qa 3 " STAGE_PLAN_NOOP_BASIS;
+    ck_assert_msg(strncmp(estimates(&req), noop, strlen(noop)) == 0, "%s", estimates(&req));
+    /* another NPROC (the stamp): still a no-op */
+    req.nproc = "2";
+    ck_assert_msg(strncmp(estimates(&req), noop, strlen(noop)) == 0, "%s", estimates(&req));
+    req.nproc = "1";
+    /* not with RESUME=0, another backend, steps left, or new data */
+    req.resume = false;
+    ck_assert_msg(strncmp(estimates(&req), "train dense_qa 82 1000 tokens/s", 31) == 0, "%s", estimates(&req));
+    req = request("cuda");
+    ck_assert_msg(strncmp(estimates(&req), "train dense_qa 0 200000", 23) == 0, "%s", estimates(&req));
+    req = request("cpu");
+    put(in(g_data, "tokenize_manifest.json"), NULL);
+    ck_assert_msg(strncmp(estimates(&req), "train dense_qa 82 1000 tokens/s", 31) == 0, "%s", estimates(&req));
+    /* the summary counts it */
+    PlannedStage s[2] = {{STAGE_TRAIN, "a", 3, STAGE_PLAN_NOOP_BASIS}, {STAGE_EVALUATE, "a", 2, "last evaluation"}};
+    char line[1024];
+    stage_plan_summary("x", "cpu", s, 2, line, sizeof line);
+    ck_assert_str_eq(line, "reproduce: EXPERIMENT=x on cpu: 2 stages to run (train, evaluate), about 5 s in all (an "
+                           "estimate; 1 train finds its run already trained and leaves it as is)");
+}
+END_TEST
+
+/* The directories as bin/runs --keep will leave them: a kept run brought back decides from its own files; a run
+ * moved aside (none) is trained; RESUME=0 trains every run. */
+START_TEST(runs_as_keep_will_leave_them) {
+    everything_made();
+    StagePlanRequest req = request("cpu");
+    char kept[4096];
+    ck_assert(snprintf(kept, sizeof kept, "%s/dense_qa@0123abcd", g_runs) < (int)sizeof kept);
+    put(in(kept, "train.inputs"), "backend=cpu nproc=1 set=");
+    const char *dirs[2] = {kept, NULL};
+    req.run_dirs = dirs;
+    /* the kept run has no records: trained and evaluated; the other run moved aside: a fresh run */
+    ck_assert_str_eq(plan_of(&req), "train dense_qa, evaluate dense_qa, train dense_qa.seed2, evaluate dense_qa.seed2, "
+                                    "analyze dense_qa, analyze dense_qa.seed2, report");
+    put(in(kept, "train_summary.json"), NULL);
+    put(in(kept, "result.json"), NULL);
+    put(in(kept, "predictions.jsonl"), NULL);
+    put(in(kept, "analysis.json"), NULL);
+    char own[4096];
+    ck_assert(snprintf(own, sizeof own, "%s/dense_qa.seed2", g_runs) < (int)sizeof own);
+    dirs[1] = own;
+    put(in(g_report, "report.html"), NULL);
+    /* up to date, but a run comes back: make's --keep then removes the report, and make remakes it */
+    ck_assert_str_eq(plan_of(&req), "report");
+    ck_assert(snprintf(kept, sizeof kept, "%s/dense_qa", g_runs) < (int)sizeof kept);
+    dirs[0] = kept;
+    ck_assert_str_eq(plan_of(&req), "");
+    req.resume = false; /* RESUME=0 */
+    ck_assert_str_eq(plan_of(&req), "train dense_qa, evaluate dense_qa, train dense_qa.seed2, evaluate dense_qa.seed2, "
+                                    "analyze dense_qa, analyze dense_qa.seed2, report");
 }
 END_TEST
 
@@ -369,6 +511,9 @@ int main(void) {
     tcase_add_test(tc, data_stages);
     tcase_add_test(tc, inputs_text_sorts_like_make);
     tcase_add_test(tc, train_estimates);
+    tcase_add_test(tc, jobs_and_threads_count);
+    tcase_add_test(tc, an_already_trained_run_is_a_no_op);
+    tcase_add_test(tc, runs_as_keep_will_leave_them);
     tcase_add_test(tc, a_bad_override_is_an_error);
     tcase_add_test(tc, summary_and_durations);
     tcase_add_test(tc, writes_the_plan_file);
