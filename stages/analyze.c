@@ -26,6 +26,7 @@
 #include "model/model.h"
 #include "model/training/evaluation.h"
 #include "model/training/trained_run.h"
+#include "model/training/trained_run_options.h"
 #include "pipeline/base/atomic_file.h"
 #include "pipeline/base/cli.h"
 #include "pipeline/base/config.h"
@@ -167,24 +168,13 @@ static void analyze_eval_prompts(TrainedRun *tr, const char *data_dir, const cha
 
 int main(int argc, char **argv) {
     log_set_program("analyze");
-    const char *run_dir = NULL, *config_path = NULL, *data_dir = NULL, *out_path = NULL, *backend_name = "cpu";
-    const char *checkpoint = NULL;
-    long threads = 1;
-    CliStringList sets = {0};
-    CliOption opts[] = {
-        {"run", OPT_STRING, &run_dir, "trained run directory runs/EXP/RUN", true},
-        {"config", OPT_STRING, &config_path, "run config experiments/EXP/RUN.json", true},
-        {"set", OPT_STRING_LIST, &sets, "KEY=VALUE: override a run config key, repeatable (the same as train's)", false},
-        {"data", OPT_STRING, &data_dir, "data directory data/EXP (tokenizer.json)", true},
-        {"out", OPT_STRING, &out_path, "analysis record to write, e.g. runs/EXP/RUN/analysis.json", true},
-        {"backend", OPT_STRING, &backend_name, "cpu | cuda (default cpu)", false},
-        {"checkpoint", OPT_STRING, &checkpoint,
-         "analyze the weights kept at an evaluation step, step<S> in --run's checkpoints/ (train.keep_checkpoints)",
-         false},
-        {"threads", OPT_INT, &threads, "CPU threads (default 1: the per-example forwards are too small to gain; 0 = all cores)", false},
-    };
+    TrainedRunOptions o;
+    CliOption opts[TRAINED_RUN_N_OPTIONS];
+    trained_run_options(&o, "analyze", "data directory data/EXP (tokenizer.json)",
+                        "analysis record to write, e.g. runs/EXP/RUN/analysis.json", opts);
     cli_parse(argc, argv, "analyze", SUMMARY, opts, (int)(sizeof opts / sizeof opts[0]));
-    threads_set(threads);
+    threads_set(o.threads);
+    const char *config_path = o.config_path, *out_path = o.out_path;
     const double t0 = now_seconds();
     char err[2048], path[4300], out_dir[4096];
     dir_of(out_path, out_dir, sizeof out_dir);
@@ -192,10 +182,7 @@ int main(int argc, char **argv) {
     if (atomic_check_target(out_path, err, sizeof err) != 0) die("--out: %s", err);
 
     TrainedRun tr;
-    int rc = trained_run_read_config(&tr, run_dir, config_path, sets.items, sets.n, err, sizeof err);
-    if (rc == CONFIG_USAGE_ERROR) cli_usage_die("analyze", err);
-    if (rc) die("%s", err);
-    if (checkpoint && trained_run_use_checkpoint(&tr, checkpoint, err, sizeof err)) die("%s", err);
+    trained_run_options_read_config("analyze", &o, &tr);
     bool enabled;
     long eval_prompts;
     read_analyze_config(tr.config, config_path, &enabled, &eval_prompts);
@@ -223,8 +210,8 @@ int main(int argc, char **argv) {
     }
 
     /* Training finished with this config; the model in fp32 (§D). */
-    if (trained_run_open(&tr, data_dir, err, sizeof err)) die("%s", err);
-    if (trained_run_load_model(&tr, backend_name, err, sizeof err)) die("%s", err);
+    if (trained_run_open(&tr, o.data_dir, err, sizeof err)) die("%s", err);
+    if (trained_run_load_model(&tr, o.backend_name, err, sizeof err)) die("%s", err);
     const Tokenizer *tok = tr.tok;
     Backend *be = tr.be;
     Model *m = tr.model;
@@ -281,7 +268,7 @@ int main(int argc, char **argv) {
     a.summary_value = depth_sum / DEPTH_N_PROMPTS;
     a.summary_definition = xstrdup(DEPTH_DEFINITION);
     DepthPromptsRecord dp;
-    if (eval_prompts > 0) analyze_eval_prompts(&tr, data_dir, config_path, eval_prompts, erased, &a, &dp);
+    if (eval_prompts > 0) analyze_eval_prompts(&tr, o.data_dir, config_path, eval_prompts, erased, &a, &dp);
     else remove_stale_depth_prompts(out_dir);
     save_analysis_set(&a, maps, eval_prompts > 0 ? &dp : NULL, out_dir, out_path);
     if (eval_prompts > 0) depth_prompts_free(&dp);

@@ -33,6 +33,7 @@
 #include "model/training/evaluation.h"
 #include "model/model.h"
 #include "model/training/trained_run.h"
+#include "model/training/trained_run_options.h"
 #include "pipeline/base/atomic_file.h"
 #include "pipeline/base/cli.h"
 #include "pipeline/base/config.h"
@@ -144,27 +145,20 @@ static const char *SUMMARY =
 
 int main(int argc, char **argv) {
     log_set_program("evaluate");
-    const char *run_dir = NULL, *config_path = NULL, *data_dir = NULL, *out_path = NULL, *backend_name = "cpu";
-    const char *pred_opt = NULL, *checkpoint = NULL;
-    long batch_size = 1, threads = 1;
-    CliStringList sets = {0};
-    CliOption opts[] = {
-        {"run", OPT_STRING, &run_dir, "trained run directory runs/EXP/RUN", true},
-        {"config", OPT_STRING, &config_path, "run config experiments/EXP/RUN.json", true},
-        {"set", OPT_STRING_LIST, &sets, "KEY=VALUE: override a run config key, repeatable (the same as train's)", false},
-        {"data", OPT_STRING, &data_dir, "data directory data/EXP (tokenizer.json, *.shard)", true},
-        {"out", OPT_STRING, &out_path, "result record to write, e.g. runs/EXP/RUN/result.json", true},
-        {"predictions", OPT_STRING, &pred_opt, "per-example verdicts to write (default: predictions.jsonl in --out's directory)", false},
-        {"backend", OPT_STRING, &backend_name, "cpu | cuda (default cpu)", false},
-        {"checkpoint", OPT_STRING, &checkpoint,
-         "evaluate the weights kept at an evaluation step, step<S> in --run's checkpoints/ (train.keep_checkpoints)",
-         false},
-        {"batch-size", OPT_INT, &batch_size, "examples of equal length per forward pass (default 1 = each alone)", false},
-        {"threads", OPT_INT, &threads, "CPU threads (default 1: the per-example forwards are too small to gain; 0 = all cores)", false},
-    };
+    TrainedRunOptions o;
+    const char *pred_opt = NULL;
+    long batch_size = 1;
+    CliOption opts[TRAINED_RUN_N_OPTIONS + 2];
+    trained_run_options(&o, "evaluate", "data directory data/EXP (tokenizer.json, *.shard)",
+                        "result record to write, e.g. runs/EXP/RUN/result.json", opts);
+    opts[TRAINED_RUN_N_OPTIONS] = (CliOption){"predictions", OPT_STRING, &pred_opt,
+        "per-example verdicts to write (default: predictions.jsonl in --out's directory)", false};
+    opts[TRAINED_RUN_N_OPTIONS + 1] = (CliOption){"batch-size", OPT_INT, &batch_size,
+        "examples of equal length per forward pass (default 1 = each alone)", false};
     cli_parse(argc, argv, "evaluate", SUMMARY, opts, (int)(sizeof opts / sizeof opts[0]));
     if (batch_size < 1 || batch_size > 4096) die("--batch-size: must be in [1, 4096] (got %ld)", batch_size);
-    threads_set(threads);
+    threads_set(o.threads);
+    const char *run_dir = o.run_dir, *config_path = o.config_path, *data_dir = o.data_dir, *out_path = o.out_path;
     const double t0 = now_seconds();
     char err[2048], path[4096], pred_path[4096], meta_path[4096];
     if (pred_opt) {
@@ -184,10 +178,7 @@ int main(int argc, char **argv) {
     /* Run config: model/train sections through the shared parser, evaluate section here; then training must have
      * finished with this very config. */
     TrainedRun tr;
-    int rc = trained_run_read_config(&tr, run_dir, config_path, sets.items, sets.n, err, sizeof err);
-    if (rc == CONFIG_USAGE_ERROR) cli_usage_die("evaluate", err);
-    if (rc) die("%s", err);
-    if (checkpoint && trained_run_use_checkpoint(&tr, checkpoint, err, sizeof err)) die("%s", err);
+    trained_run_options_read_config("evaluate", &o, &tr);
     EvalConfig ec;
     read_eval_config(tr.config, config_path, &ec);
     if (trained_run_open(&tr, data_dir, err, sizeof err)) die("%s", err);
@@ -204,7 +195,7 @@ int main(int argc, char **argv) {
     if (shard_content_sha256(path, train_sha, err, sizeof err)) die("%s", err);
 
     /* Model from the checkpoint (fp32, §C.7). */
-    if (trained_run_load_model(&tr, backend_name, err, sizeof err)) die("%s", err);
+    if (trained_run_load_model(&tr, o.backend_name, err, sizeof err)) die("%s", err);
     Model *m = tr.model;
     const Backend *be = tr.be;
 
