@@ -164,8 +164,10 @@ ifneq ($(and $(repro_start_over),$(strip $(SWEEP)),$(filter sweep $(repro_plan_g
 $(error RESUME=$(RESUME) with SWEEP: a sweep point has no other name to be kept under; to train points again, \
   delete them first (make prune EXPERIMENT=$(EXPERIMENT) deletes every kept run and sweep point))
 endif
-# The goals that only plan or print: with nothing else asked for, make writes, moves and deletes nothing at parse time.
-repro_read_only_goals := reproduce-plan
+# The goals that only plan, print or read: with nothing else asked for, make writes, moves and deletes nothing at
+# parse time (compare reads the runs as they are: a run whose config was edited is compared, and its difference named,
+# not moved out of its way).
+repro_read_only_goals := reproduce-plan compare
 repro_writing_goals := $(filter-out $(repro_read_only_goals),$(MAKECMDGOALS))
 ifneq ($(filter $(repro_plan_goals),$(repro_writing_goals)),)
 ifeq ($(repro_dry_run),)

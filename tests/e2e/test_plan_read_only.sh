@@ -3,8 +3,9 @@
 # nothing under data/, runs/ and reports/ (no file added, removed, renamed, rewritten or touched), in the situations
 # of test_make_console.sh: a fresh experiment, finished runs, after a run config was edited (a real make would keep
 # the old run aside), after the edit was reverted (a real make would bring it back), and for
-# `reproduce-plan EXPERIMENT=cpu_arith` with no data. A refused command prints its own error only, never an earlier
-# command's; `make prune` leaves no report naming the runs it deleted.
+# `reproduce-plan EXPERIMENT=cpu_arith` with no data. `make compare` (it reads the runs) is as read-only. A refused
+# command prints its own error only, never an earlier command's; `make prune` leaves no report naming the runs it
+# deleted.
 # A scratch copy of experiment ci (two runs of 4 steps, 20 examples per set).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -65,6 +66,7 @@ probe() {
   read_only "$s" ok -j2 reproduce-plan SET="$small" THREADS=1
   read_only "$s" ok reproduce-plan SET="$small" RESUME=0
   read_only "$s" ok reproduce-plan SET="$small" NPROC=2
+  read_only "$s" ok compare SET="$small" COMPARE_CONFIG_CHANGE=note
   read_only "$s" "dense_qq.json: not found" evaluate RUN=dense_qq SET="$small"
   read_only "$s" "train.lr: expected a number" sweep RUNS=dense_qa SET="$small" SWEEP="train.lr=1e-3,fast"
   read_only "$s" "train.lrx: unknown key" reproduce SET="$small train.lrx=1"
