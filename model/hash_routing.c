@@ -1,7 +1,6 @@
 /* Hash routing: the token -> expert table and the ids of the positions the layers route (see hash_routing.h). */
 #include "model/hash_routing.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "pipeline/base/log.h"
@@ -14,42 +13,6 @@ struct HashRouting {
     size_t cap;
     int B, T;       /* shape of the recorded positions; B = 0: none yet */
 };
-
-int model_config_validate_routing(const ModelConfig *cfg, char *err, size_t errlen) {
-    if ((int)cfg->routing < 0 || (int)cfg->routing > ROUTING_HASH) {
-        snprintf(err, errlen, "model.routing: invalid value %d", (int)cfg->routing);
-        return -1;
-    }
-    if (cfg->routing != ROUTING_HASH) return 0;
-    if (cfg->ff_k != 1) {
-        snprintf(err, errlen, "model.ff_k: routing \"hash\" sends every position to exactly 1 expert, got %d",
-                 cfg->ff_k);
-        return -1;
-    }
-    if (cfg->balance != BALANCE_NONE) {
-        static const char *const balances[] = {"entropy", "switch", "none", "bias"};
-        snprintf(err, errlen, "model.balance: routing \"hash\" has no router to balance: needs \"none\", got \"%s\"",
-                 (int)cfg->balance >= 0 && (int)cfg->balance <= BALANCE_BIAS ? balances[cfg->balance] : "?");
-        return -1;
-    }
-    if (cfg->ff_expert_dropout != 0.0) {
-        snprintf(err, errlen, "model.ff_expert_dropout: routing \"hash\" has no choice to drop experts from, got %g",
-                 cfg->ff_expert_dropout);
-        return -1;
-    }
-    if (cfg->hash_seed < 0) {
-        snprintf(err, errlen, "model.hash_seed: must be >= 0, got %d", cfg->hash_seed);
-        return -1;
-    }
-    if (cfg->n_tokens < cfg->ff_n_experts) {
-        snprintf(err, errlen,
-                 "model.ff_n_experts: routing \"hash\" gives every expert floor(n_tokens / ff_n_experts) token ids: "
-                 "%d experts for %d token ids would leave some without any",
-                 cfg->ff_n_experts, cfg->n_tokens);
-        return -1;
-    }
-    return 0;
-}
 
 void hash_routing_table(int32_t *table, int V, int E, uint64_t seed) {
     if (V < 1 || E < 1) die("hash_routing_table: V = %d, E = %d", V, E);

@@ -1,7 +1,8 @@
 /* Hash routing (model.routing "hash"; Roller et al. 2021, "Hash Layers For Large Sparse Models", arXiv 2106.04426
  * §3): the FFN expert of a position is a fixed function of the position's INPUT token id, the same in every layer
  * application; one expert (k = 1) with gate 1, no router parameters (no ffn.expert_sel, and no ln2: in MoEUT the
- * second LayerNorm feeds only the router), no balancing loss (model.balance "none").
+ * second LayerNorm feeds only the router), no balancing loss (model.balance "none"; the config's rules:
+ * model/switch_rules.c).
  *
  * The hash is the paper's random lookup table made balanced over ids: expert(v) = perm[v] mod E, perm a permutation
  * of the vocabulary 0..V-1 drawn from model.hash_seed, so every expert owns floor(V/E) or ceil(V/E) token ids. The
@@ -22,15 +23,9 @@
 #ifndef MODEL_HASH_ROUTING_H
 #define MODEL_HASH_ROUTING_H
 
-#include <stddef.h>
 #include <stdint.h>
 
 #include "model/model.h"
-
-/* The MoEUT routing keys' checks (model_config_validate): "expert_choice" is refused, "hash" needs ff_k 1, balance
- * "none", no expert dropout, hash_seed >= 0 and at least one token id per expert. 0, or -1 with "model.<key>: ..."
- * in err. */
-int model_config_validate_routing(const ModelConfig *cfg, char *err, size_t errlen);
 
 /* table[V] = the expert of every token id (the definition above). */
 void hash_routing_table(int32_t *table, int V, int E, uint64_t seed);

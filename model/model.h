@@ -96,7 +96,7 @@ typedef struct {
                            * (n = 0): every layer has ff_n_experts */
 } ModelConfig;
 
-/* Largest accepted value of any size field of a ModelConfig (model_config.c, moe_config.c): with it no count derived
+/* Largest accepted value of any size field of a ModelConfig (model/switch_rules.c): with it no count derived
  * from the sizes overflows a double's exact range. */
 #define MODEL_MAX_DIM (1 << 24)
 

@@ -63,7 +63,7 @@ import torch.nn.functional as F
 LN_EPS = 1e-5
 ROPE_BASE = 10000.0
 
-# Keys of the JSON "model" object per architecture (model/model_config.c rejects the other arch's keys).
+# Keys of the JSON "model" object per architecture (model/switch_rules.c: a key of another arch is refused).
 DENSE_KEYS = ["arch", "n_tokens", "d_model", "n_layers", "n_heads", "d_head", "d_ff", "dropout", "lm_head_bias",
               "out_norm_affine"]
 MOEUT_KEYS = [

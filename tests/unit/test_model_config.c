@@ -378,9 +378,9 @@ START_TEST(routing_hash_key) {
     expect_error("{" MOEUT_BASE ",\"routing\":1}", "exp.json: model.routing:", "expected a string");
     expect_error("{" DENSE_BASE ",\"routing\":\"hash\"}", "exp.json: model.routing:", "moeut");
     expect_error("{" MOEUT_BASE ",\"ff_k\":2,\"balance\":\"none\",\"routing\":\"hash\"}", "exp.json: model.ff_k:",
-                 "exactly 1 expert, got 2");
+                 "exactly 1 expert; set ff_k 1, got 2");
     expect_error("{" MOEUT_BASE ",\"ff_k\":1,\"routing\":\"hash\"}", "exp.json: model.balance:",
-                 "needs \"none\", got \"entropy\"");
+                 "set balance \"none\", got \"entropy\"");
     expect_error("{" MOEUT_BASE ",\"ff_k\":1,\"routing\":\"hash\",\"balance\":\"bias\"}", "exp.json: model.balance:",
                  "got \"bias\"");
     expect_error("{" HASH_BASE ",\"router\":\"softmax\"}", "exp.json: model.router:",
