@@ -104,10 +104,14 @@ NCCL_HEADER := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/n
 NVCC_DEFS := $(if $(NCCL_HEADER),,-DDMMATH_NO_NCCL)
 
 # ---- sources ----
-CORE_SRC := $(wildcard pipeline/*/*.c) $(wildcard datasets/*.c)
-NN_SRC := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c) $(wildcard model/*.c) $(wildcard model/training/*.c)
-# Programs whose source includes a kernels/ or model/ header also link the nn library (the others build without it).
-USES_NN := $(shell grep -l -E '^\#include "(kernels|model)/' stages/*.c tests/unit/*.c 2>/dev/null)
+# libcore: the layers below the models; libnn: the backend, the models, training, and the planning above them
+# (pipeline/plan/ reads model configs, so it cannot sit in libcore, which is linked after libnn).
+CORE_SRC := $(wildcard pipeline/base/*.c pipeline/records/*.c pipeline/report/*.c) $(wildcard datasets/*.c)
+NN_SRC := $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c) $(wildcard model/*.c) $(wildcard model/training/*.c) \
+  $(wildcard pipeline/plan/*.c)
+# Programs whose source includes a kernels/, model/ or pipeline/plan/ header also link the nn library (the others build
+# without it).
+USES_NN := $(shell grep -l -E '^\#include "(kernels|model|pipeline/plan)/' stages/*.c tests/unit/*.c 2>/dev/null)
 nn_for = $(if $(filter $(1),$(USES_NN)),$(2))
 STAGES := $(patsubst stages/%.c,%,$(wildcard stages/*.c))
 UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test_*.c))

@@ -42,13 +42,13 @@
 # saying why, except for NPROC: a finished run stands, an interrupted one continues) and re-evaluates and
 # re-analyzes it; leaving them alone leaves the run alone.
 #
-# Console: `make reproduce` builds, then plans: bin/runs --stages (model/stage_plan.h) decides from the files on disk,
-# as this file's prerequisites do, which stages will run, and says how many and about how long they take (an estimate
-# from the effective configs, the throughput of earlier runs, make's -jN and THREADS: the model is in
-# model/stage_plan.h and `make help`; `make reproduce-plan` prints just that line); then
-# it runs them, each announced as "[k/N] stage run (experiment, backend)" with the time left
-# (mk/reproduce_stage.sh: once enough has run, the estimate is scaled by the measured rate and says "measured"), then
-# compares with the baselines. An interrupted train prints the command that continues (REPRO_COMMAND, below). With nothing to do it says everything is up to date.
+# Console: `make reproduce` builds, then plans: bin/runs --stages (pipeline/plan/stage_plan.h) decides from the files on
+# disk, as this file's prerequisites do, which stages will run, and says how many and about how long they take (an
+# estimate from the effective configs, the throughput of earlier runs, make's -jN and THREADS: the model is in
+# pipeline/plan/stage_plan.h and `make help`; `make reproduce-plan` prints just that line); then it runs them, each
+# announced as "[k/N] stage run (experiment, backend)" with the time left (mk/reproduce_stage.sh: once enough has run,
+# the estimate is scaled by the measured rate and says "measured"), then compares with the baselines. An interrupted
+# train prints the command that continues (REPRO_COMMAND, below). With nothing to do it says everything is up to date.
 
 EXPERIMENT ?= tiny
 BACKEND ?= cpu
@@ -80,13 +80,13 @@ repro_join = $(subst $(repro_space),$(repro_comma),$(strip $(1)))
 repro_dry_run := $(MAKE_DRY_RUN)
 
 # ---- the runs: the one place where run names expand (seeds and sweeps hook in here) ----
-# The run directories and each one's overrides come from bin/runs (model/run_plan.h), which reads the run configs,
-# seeds.json, SEEDS, SET and SWEEP strictly and validates every effective config as train will; it writes them into a
-# generated makefile that make includes (and so builds first, dry runs included) whenever a pipeline goal is given.
-# Its name holds a hash of the code version, SEEDS, RUNS, SET and SWEEP; its prerequisites are the files it reads, and
-# bin/runs only when there is none: make remakes included makefiles (and their prerequisites) even under -n, and a
-# bin/runs out of date only by the compile flags (BACKEND=cuda) would then compile the CUDA backend in a dry run; a
-# new bin/runs comes with a new code version, hence a new plan file.
+# The run directories and each one's overrides come from bin/runs (pipeline/plan/run_plan.h), which reads the run
+# configs, seeds.json, SEEDS, SET and SWEEP strictly and validates every effective config as train will; it writes them
+# into a generated makefile that make includes (and so builds first, dry runs included) whenever a pipeline goal is
+# given. Its name holds a hash of the code version, SEEDS, RUNS, SET and SWEEP; its prerequisites are the files it
+# reads, and bin/runs only when there is none: make remakes included makefiles (and their prerequisites) even under -n,
+# and a bin/runs out of date only by the compile flags (BACKEND=cuda) would then compile the CUDA backend in a dry run;
+# a new bin/runs comes with a new code version, hence a new plan file.
 #   without SWEEP: runs/EXP/RUN for a run config's own seed, RUN.seed<S> for another seed S (the current variant);
 #   with SWEEP:    runs/EXP/RUN@<variant>[.seed<S>] for each grid point (variant: a hash of its effective config).
 # repro_config: the config name of a run directory; repro_run_sets: its --set overrides (KEY=VALUE words).
@@ -149,7 +149,7 @@ endif
 # Nothing is overwritten: before anything runs, bin/runs --keep moves a trained current run whose config differs
 # from the wanted one aside to runs/EXP/RUN@<its variant> (and brings back a kept run of the wanted config); with
 # RESUME=0 (--start-over) it moves every trained run of this make aside and brings nothing back, so that train starts
-# each from scratch; model/run_variants.h. Parse time, so that make then sees the directories as they will be;
+# each from scratch; pipeline/plan/run_variants.h. Parse time, so that make then sees the directories as they will be;
 # never in a dry run (make -n writes nothing) or for make reproduce-plan alone (planning is read-only), nor for a
 # sweep (its points have names of their own: RESUME=0 is refused there). A failure stops make before any stage.
 # The run configs this make works on (RUN narrows train, evaluate and analyze).

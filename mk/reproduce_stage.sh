@@ -1,5 +1,5 @@
 # The first line of each stage's recipe (mk/reproduce.mk): announces "STAGE [RUN]" with the experiment and backend.
-# Under `make reproduce` (REPRO_PLAN names the plan bin/runs --stages wrote: model/stage_plan.h) it also counts:
+# Under `make reproduce` (REPRO_PLAN names the plan bin/runs --stages wrote: pipeline/plan/stage_plan.h) it also counts:
 # "[k/N]" and the time left for the stages not started yet, this one included. The count is kept in
 # REPRO_PLAN/started (one line "STAGE RUN START_TIME" per started stage) under a lock, so it stays right under make -j
 # (stages then start in an order of make's choosing).
@@ -40,7 +40,7 @@ read -r left how < <(awk -v left="$left" -v before="$before" -v total="$total" -
     r = elapsed / before
     printf "%.0f measured,_%s_the_estimate\n", left * r, (r >= 10 ? sprintf("%.0fx", r) : sprintf("%.1fx", r))
   } else printf "%.0f estimate\n", left }')
-# "45 s", "3 min", "1 h 20 min" (as model/stage_plan.h's stage_plan_duration writes the plan's total).
+# "45 s", "3 min", "1 h 20 min" (as pipeline/plan/stage_plan.h's stage_plan_duration writes the plan's total).
 human_duration() {
   local s=${1%.*}
   [ -n "$s" ] || s=0

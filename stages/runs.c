@@ -1,5 +1,5 @@
-/* runs: which run directories make trains, and keeping earlier variants (mk/reproduce.mk; model/run_plan.h,
- * model/run_variants.h).
+/* runs: which run directories make trains, and keeping earlier variants (mk/reproduce.mk; pipeline/plan/run_plan.h,
+ * pipeline/plan/run_variants.h).
  *
  *   bin/runs --experiment experiments/EXP --runs dense_qa,moeut_qa [--count N] [--set "K=V ..."]
  *            [--sweep "K=V1,V2 ..."]
@@ -15,9 +15,9 @@
  * nothing back (one line per move on stderr); prints nothing.
  * With --stages PLAN_DIR: decides which stages make reproduce still runs for these runs (fetch and tokenize of
  * data/EXP, train, evaluate and analyze of each run directory under runs/EXP as --keep will leave it, the report in
- * reports/EXP) and how long they take (model/stage_plan.h: make's -jN as --jobs, THREADS as --threads), writes the
- * plan mk/reproduce_stage.sh counts against into PLAN_DIR, and prints one line: the stages and the estimate, or that
- * everything is up to date. It moves nothing.
+ * reports/EXP) and how long they take (pipeline/plan/stage_plan.h: make's -jN as --jobs, THREADS as --threads), writes
+ * the plan mk/reproduce_stage.sh counts against into PLAN_DIR, and prints one line: the stages and the estimate, or
+ * that everything is up to date. It moves nothing.
  * A bad run config, seeds.json, SET or SWEEP, an NPROC that does not divide a run's train.n_microbatch, or a backend
  * other than cpu or cuda, is one error line naming the file, key or value, exit 1. */
 #include <errno.h>
@@ -29,9 +29,9 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "model/run_plan.h"
-#include "model/run_variants.h"
-#include "model/stage_plan.h"
+#include "pipeline/plan/run_plan.h"
+#include "pipeline/plan/run_variants.h"
+#include "pipeline/plan/stage_plan.h"
 #include "pipeline/base/cli.h"
 #include "pipeline/base/log.h"
 

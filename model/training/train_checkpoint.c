@@ -278,7 +278,7 @@ static int state_from_json(const cJSON *o, const char *path, TrainState *st, cha
     json_get_int(&r, "step", &step, true);
     json_get_int(&r, "total_steps", &total, true);
     json_get_string(&r, "config_sha256", &cfg, true);
-    json_get_object(&r, "config", false); /* for model/run_variants.c; absent in older states */
+    json_get_object(&r, "config", false); /* for pipeline/plan/run_variants.c; absent in older states */
     run_provenance_read(&r, &st->prov);
     json_get_string(&r, "backend", &backend, true);
     json_get_string(&r, "code_version", &code, true);

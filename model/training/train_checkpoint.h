@@ -59,7 +59,7 @@ typedef struct {
                                           * older states: world_size from step 0 */
     /* The run's effective config (borrowed, not owned; NULL when unknown): written into state.json as "config" so
      * that a trained run that was never evaluated can still be kept aside by its variant when the config asked for
-     * changes (model/run_variants.c). Not read back: the run is checked by config_sha256. */
+     * changes (pipeline/plan/run_variants.c). Not read back: the run is checked by config_sha256. */
     const cJSON *effective_config;
 } TrainState;
 

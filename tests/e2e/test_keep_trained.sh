@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# No command discards training (model/run_variants.h, stages/README.md "Variants"): a run trained with SET but not
-# evaluated is kept aside when a later command asks for the default config, byte for byte, and the same SET again
+# No command discards training (pipeline/plan/run_variants.h, stages/README.md "Variants"): a run trained with SET but
+# not evaluated is kept aside when a later command asks for the default config, byte for byte, and the same SET again
 # brings it back and evaluates it without training it again; a run stopped at a checkpoint is kept the same way.
 # make reproduce-plan and a refused command (an unknown run) change nothing under data/, runs/, reports/, and print no
 # earlier command's lines; make prune leaves no report naming the runs it deleted.

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The folders form layers, lowest first: pipeline/base/ (command line, JSON reading, files, logs, RNG, statistics,
-# SVG), pipeline/records/ (run configs and overrides, the records and their checks, comparisons, exports),
-# pipeline/report/ (the report's document and sections), datasets/ (archives, tokenizer, shards, loader), kernels/
-# (the backend ops), model/ (the models: layers, forward/backward, optimizer, configs), model/training/ (training and
-# evaluation: they read datasets and drive the models), stages/ (the programs' mains). A file may include headers of
-# its own layer and the layers below, never above: a lower folder that needs a higher one's code means that code sits
-# in the wrong place (this test once found the RNG in model/ used by the data loader, and the shard content hash in
-# pipeline/). So model/ includes neither datasets/ nor model/training/, and pipeline/base/ no record or report code.
+# The folders form layers, lowest first: pipeline/base/ (command line, JSON reading, files, logs, RNG, statistics, SVG),
+# pipeline/records/ (run configs and overrides, the records and their checks, comparisons, exports), pipeline/report/
+# (the report's document and sections), datasets/ (archives, tokenizer, shards, loader), kernels/ (the backend ops),
+# model/ (the models: layers, forward/backward, optimizer, configs), model/training/ (training and evaluation: they read
+# datasets and drive the models), pipeline/plan/ (planning make reproduce: the run directories, keeping earlier
+# variants, which stages run and how long they take; not model code, but it reads the model and train configs, so it
+# sits above them), stages/ (the programs' mains). A file may include headers of its own layer and the layers below,
+# never above: a lower folder that needs a higher one's code means that code sits in the wrong place (this test once
+# found the RNG in model/ used by the data loader, and the shard content hash in pipeline/). So model/ includes neither
+# datasets/ nor model/training/ nor pipeline/plan/, and pipeline/base/ no record or report code.
 # A file's layer is the longest layer folder its path starts with (kernels/cpu/ is kernels/).
 # tests/ and kernels/cuda/emu/ may include anything.
-layers=(pipeline/base pipeline/records pipeline/report datasets kernels model model/training stages)
+layers=(pipeline/base pipeline/records pipeline/report datasets kernels model model/training pipeline/plan stages)
 # The rank of the layer a path (a file, or an include without its file name) belongs to; -1 for none.
 rank() {
   local i best=-1 len=0
@@ -20,10 +22,17 @@ rank() {
 }
 [ "$(rank model/training/x.h)" -gt "$(rank model/x.h)" ] && [ "$(rank model/x.h)" -gt "$(rank datasets/x.h)" ] \
   && [ "$(rank kernels/cpu/x.h)" = "$(rank kernels/x.h)" ] && [ "$(rank pipeline/report/x.h)" -gt \
-  "$(rank pipeline/records/x.h)" ] && [ "$(rank pipeline/x.h)" = -1 ] || { echo "FAIL: rank() is broken"; exit 1; }
-# Every source file belongs to a layer (pipeline/ itself holds only its floors).
+  "$(rank pipeline/records/x.h)" ] && [ "$(rank pipeline/plan/x.h)" -gt "$(rank model/training/x.h)" ] \
+  && [ "$(rank stages/x.c)" -gt "$(rank pipeline/plan/x.h)" ] && [ "$(rank pipeline/x.h)" = -1 ] \
+  || { echo "FAIL: rank() is broken"; exit 1; }
+# Every source file belongs to a layer (pipeline/ itself holds only its floors, each of them a layer).
 loose=$(find pipeline -maxdepth 1 -type f \( -name '*.c' -o -name '*.h' \))
-[ -z "$loose" ] || { echo "FAIL: source files outside pipeline's floors (base, records, report): $loose"; exit 1; }
+[ -z "$loose" ] || { echo "FAIL: source files outside pipeline's floors (base, records, report, plan): $loose"
+  exit 1; }
+# A new floor of pipeline/ must be ranked in layers: unranked, each include of its files would read as a violation.
+stray=$(find pipeline -mindepth 1 -maxdepth 1 -type d | while read -r d; do
+  [ "$(rank "$d/x.h")" -ge 0 ] || echo "$d"; done)
+[ -z "$stray" ] || { echo "FAIL: folders of pipeline/ that are no layer (add them to layers): $stray"; exit 1; }
 bad=0; checked=0
 while IFS= read -r hit; do
   file=${hit%%:*}

@@ -1,4 +1,4 @@
-/* The plan of make reproduce (model/stage_plan.h): which stages run, judged from the files' time stamps and the
+/* The plan of make reproduce (pipeline/plan/stage_plan.h): which stages run, judged from the files' time stamps and the
  * train.inputs stamps as make judges them, and the estimates from the effective configs and the measured records. A
  * scratch layout (experiments/, data/, runs/, reports/, bin/, datasets/ under /tmp) whose files get explicit time
  * stamps, one second apart, in the order make would write them. */
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "model/stage_plan.h"
+#include "pipeline/plan/stage_plan.h"
 #include "pipeline/records/config_override.h"
 #include "pipeline/base/log.h"
 #include "tests/unit/record_test_util.h"

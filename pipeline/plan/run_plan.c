@@ -1,5 +1,5 @@
 /* The runs one make reproduce / make sweep trains (see run_plan.h). */
-#include "model/run_plan.h"
+#include "pipeline/plan/run_plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,7 +7,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "model/run_seeds.h"
+#include "pipeline/plan/run_seeds.h"
 #include "model/train_config.h"
 #include "model/upcycle.h"
 #include "pipeline/base/config.h"

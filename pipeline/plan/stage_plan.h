@@ -47,13 +47,13 @@
  *             example; analyze a fixed default. Both run on one thread: on the CPU, min(jobs, planned, cores) at
  *             once.
  *   fetch, tokenize, upcycle, report: fixed defaults, one at a time. */
-#ifndef MODEL_STAGE_PLAN_H
-#define MODEL_STAGE_PLAN_H
+#ifndef PIPELINE_STAGE_PLAN_H
+#define PIPELINE_STAGE_PLAN_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "model/run_plan.h"
+#include "pipeline/plan/run_plan.h"
 
 typedef enum {
     STAGE_FETCH, STAGE_TOKENIZE, STAGE_UPCYCLE, STAGE_TRAIN, STAGE_EVALUATE, STAGE_ANALYZE, STAGE_REPORT

@@ -1,5 +1,5 @@
 /* Several seeds of an experiment's runs (see run_seeds.h). */
-#include "model/run_seeds.h"
+#include "pipeline/plan/run_seeds.h"
 
 #include <math.h>
 #include <stdio.h>

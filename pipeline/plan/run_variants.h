@@ -3,13 +3,13 @@
  * (pipeline/records/run_identity.h), where the report, the CSV export and `make diff` still see it; and when the
  * wanted config is one that was moved aside earlier, that run comes back under the current name instead of being
  * trained again. `make prune` deletes what was kept. No path here deletes a run. */
-#ifndef MODEL_RUN_VARIANTS_H
-#define MODEL_RUN_VARIANTS_H
+#ifndef PIPELINE_RUN_VARIANTS_H
+#define PIPELINE_RUN_VARIANTS_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "model/run_plan.h"
+#include "pipeline/plan/run_plan.h"
 
 /* For each planned run with a current name (no variant): moves runs_dir/DIR aside when it holds a run of another
  * variant than the plan's config, finished (result.json) or only trained, whole or in part (the config in the

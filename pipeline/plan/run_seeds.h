@@ -2,8 +2,8 @@
  * list of experiments/EXP/seeds.json, or none: each run's own train.seed) and the run directory of each (run, seed):
  * runs/EXP/RUN for the run config's own train.seed (today's directory), runs/EXP/RUN.seed<S> for any other seed S
  * (trained, evaluated and analyzed with --set train.seed=S). Data and tokenizer are shared by all seeds. */
-#ifndef MODEL_RUN_SEEDS_H
-#define MODEL_RUN_SEEDS_H
+#ifndef PIPELINE_RUN_SEEDS_H
+#define PIPELINE_RUN_SEEDS_H
 
 #include <stddef.h>
 

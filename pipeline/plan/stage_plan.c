@@ -1,6 +1,6 @@
 /* Which stages make reproduce still runs, decided as make's prerequisites decide (see stage_plan.h), and the plan
  * file mk/reproduce_stage.sh counts against. */
-#include "model/stage_plan.h"
+#include "pipeline/plan/stage_plan.h"
 
 #include <glob.h>
 #include <stdio.h>

@@ -12,7 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "model/param_count.h"
-#include "model/stage_plan.h"
+#include "pipeline/plan/stage_plan.h"
 #include "model/train_config.h"
 #include "pipeline/base/config.h"
 #include "pipeline/base/log.h"

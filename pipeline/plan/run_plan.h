@@ -1,7 +1,8 @@
 /* The runs one `make reproduce` / `make sweep` trains, and where each lives (mk/reproduce.mk asks bin/runs).
  *
  * Input: the experiment's run configs (experiments/EXP/RUN.json), the seeds (make's SEEDS=N, else seeds.json, else
- * each config's own train.seed; model/run_seeds.h), SET (overrides for every run) and SWEEP (a grid of overrides).
+ * each config's own train.seed; pipeline/plan/run_seeds.h), SET (overrides for every run) and SWEEP (a grid of
+ * overrides).
  * Output: one PlannedRun per (run config, grid point, seed), in that order, each with its directory name and the
  * complete --set list train, evaluate and analyze get:
  *   - without SWEEP: runs/EXP/RUN for the config's own seed, RUN.seed<S> for another seed S (the current variant of
@@ -12,8 +13,8 @@
  * of a sweep); a source that is not planned is refused.
  * Every effective config is validated as train will validate it, so a bad SET or SWEEP, or an NPROC that does
  * not divide a run's train.n_microbatch, is refused (one line naming the key) before make writes anything. */
-#ifndef MODEL_RUN_PLAN_H
-#define MODEL_RUN_PLAN_H
+#ifndef PIPELINE_RUN_PLAN_H
+#define PIPELINE_RUN_PLAN_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /* Earlier variants of a run kept aside, and brought back (see run_variants.h). */
-#include "model/run_variants.h"
+#include "pipeline/plan/run_variants.h"
 
 #include <errno.h>
 #include <stdbool.h>
