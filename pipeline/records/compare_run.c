@@ -106,7 +106,8 @@ int compare_one_run(const char *run, const char *baselines, char *const *names, 
                   "%.12s...)",
                   result_path, baseline_path, what[0] ? what : "same settings, different file bytes or --set overrides",
                   bl.rec.config_sha256, cur.config_sha256);
-        snprintf(out->why, sizeof out->why, "config differs from the baseline's: %s",
+        /* a long list of keys is cut to fit why[512] (the error line above has it whole) */
+        snprintf(out->why, sizeof out->why, "config differs from the baseline's: %.460s",
                  what[0] ? what : "same settings, different file bytes or --set overrides");
         baseline_free(&bl);
         result_record_free(&cur);
