@@ -599,6 +599,10 @@ int main(void) {
     Suite *s = suite_create("fetch_extract");
     TCase *tc = tcase_create("extract");
     tcase_add_checked_fixture(tc, setup, teardown);
+    /* The bomb tests write and inflate a few hundred MiB: seconds on an idle core, several times that on a loaded
+     * 2-core machine, past Check's default 4 s. The timeout only guards against a hang (CK_TIMEOUT_MULTIPLIER still
+     * scales it). */
+    tcase_set_timeout(tc, 60);
     tcase_add_test(tc, filter_full_match_and_corpus);
     tcase_add_test(tc, null_filter_corpus_only);
     tcase_add_test(tc, plain_tar_and_regex_alternation);
