@@ -12,6 +12,7 @@
 
 #include "model/hash_routing.h"
 #include "model/model_internal.h"
+#include "model/routing_kind.h"
 #include "pipeline/base/log.h"
 
 #define OUT_NORM_EPS 1e-5
@@ -148,7 +149,7 @@ Model *model_create(const ModelConfig *cfg, Backend *be) {
         m->routing_counts =
             be->alloc(be, (size_t)model_n_routed_apps(m) * (size_t)cfg->ff_n_experts * sizeof(int64_t));
     m->hash = hash_routing_create(cfg);
-    if (m->n_apps_of[LAYER_MOEUT] > 0 && cfg->ff_capacity_factor > 0.0 && cfg->routing == ROUTING_TOPK)
+    if (m->n_apps_of[LAYER_MOEUT] > 0 && cfg->ff_capacity_factor > 0.0 && moeut_routing_of(cfg)->capacity_drops)
         m->routing_dropped = be->alloc(be, (size_t)m->n_apps_of[LAYER_MOEUT] * sizeof(int64_t));
     /* The activation arena (set up empty by model_new) waits for the first call to say how many tokens it needs. */
     return m;

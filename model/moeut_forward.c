@@ -5,22 +5,16 @@
  *   v = sum_j gate_v * (x V[sel_v])             (V experts read the RAW x)
  *   q, k = RoPE(q, k); r = causal_softmax(q k^T) v (scale 1)
  *   x1 = x + sum_{h,j} gate_o * (r_h O[sel_o])
- *   xs = LN2(x1); l = xs Sel^T; sel = topk_select(l, K); gate = router_gates(l, sel): sigmoid or softmax of l at
- *   sel, renormalised over the K selected or not (model.router, model.router_renorm; MoEUT: sigmoid, not renormalised),
- *   then times model.routed_scaling_factor (DeepSeek-V3: 2.5; default 1)
- *   (balance "bias": topk_select ranks score(l) + expert_bias instead of l; the gates do not see the bias)
- *   y = x1 + sum_j gate * (ReLU(x1 Keys[sel]) Values[sel])   (keys read the RAW x1)
- *          + sum_{s < K_s} ReLU(x1 SharedKeys[s]) SharedValues[s]   (shared experts, gate 1; none by default)
- *   (routing "hash", Roller et al. 2021: no LN2 and no router; sel = the expert of the position's input token id,
- *   K = 1, gate 1: y = x1 + ReLU(x1 Keys[sel]) Values[sel] (+ shared experts); model/hash_routing.h)
- *   (model.ff_capacity_factor > 0, training only: the assignments over an expert's capacity get gate 0 after the
- *   scaling, capacity_drop; evaluation and decoding drop nothing, so a token's output never depends on the batch)
+ *   f = the routed experts of x1, selected, gated and planned by the routing kind (model.routing; the kinds:
+ *       model/routing_kind.h); MoEUT's σ-MoE: f = sum_j gate * (ReLU(x1 Keys[sel]) Values[sel]), the keys reading
+ *       the RAW x1
+ *   y = x1 + f + sum_{s < K_s} ReLU(x1 SharedKeys[s]) SharedValues[s]   (shared experts, gate 1; none by default)
  *          + ReLU(x1 ResKeys) ResValues   (residual MLP of width W, weight 1; model.ff_residual_size, 0 = none)
  */
 #include <math.h>
 
-#include "model/hash_routing.h"
 #include "model/moeut_internal.h"
+#include "model/routing_kind.h"
 #include "pipeline/base/log.h"
 
 /* Buffers of one attention-block forward. k_all/v_all hold the keys/values the queries attend to, [B, Tk, H, D];
@@ -42,32 +36,13 @@ typedef struct {
     scalar_t *att;              /* [N, C] block output (without the residual) */
 } AttnIO;
 
+/* Buffers of one FFN block forward: the routed part's (MoeutFfnIO) and what the kinds share. */
 typedef struct {
-    const scalar_t *x1;         /* [N, C] */
-    scalar_t *xs;               /* [N, C] LN2(x1) */
-    scalar_t *mean, *rstd;      /* [N] */
-    scalar_t *l;                /* [N, E] raw router logits */
-    const uint8_t *drop;        /* [N, E] or NULL */
-    int32_t *sel;               /* [N, K] */
-    scalar_t *gate;             /* [N, K] */
-    RoutingPlan *plan;          /* built here from sel */
-    int64_t *counts;            /* [E] this application's routing counts (model_routed_experts), NULL = not counted */
-    int64_t *bias_counts;       /* [E] its layer's balance-"bias" counts (training), NULL = not counted */
-    const uint8_t *valid;       /* [N] positions the counts cover, NULL = all */
-    scalar_t *A;                /* [N*K, S] ReLU(x1 Keys[sel]), rows in plan order */
+    MoeutFfnIO r;               /* the routing decision and its experts; r.f is the block output (without residual) */
     scalar_t *A_shared;         /* [K_s, N, S] ReLU(x1 SharedKeys[s]) (training: kept for the backward), or [N, S]
                                  * scratch reused by every shared expert (shared_stride 0) */
     size_t shared_stride;       /* elements between the shared experts' A blocks: N*S, or 0 */
-    scalar_t *f;                /* [N, C] block output (without the residual) */
-    int B, T;                   /* the call's positions, N = B*T (routing "hash" uploads their experts) */
-    uint8_t *cap_dropped;       /* [N, K] expert capacity's dropped slots (training with a capacity), NULL = none */
-    int64_t *n_dropped;         /* [1] this application's dropped count (with cap_dropped; counted as counts), or NULL */
     scalar_t *A_res;            /* [N, W] ReLU(x1 ResKeys) of the residual MLP (NULL without one) */
-    int E;                      /* E_l, this layer's FFN experts (ff_n_experts_per_layer; the buffers hold ff_n_experts) */
-    int32_t *ec_pos;            /* routing "expert_choice" in training: [E*c] the entries' positions (sel, gate: [E*c]
-                                 * and A [E*c, S] then); NULL = token choice (always in inference) */
-    int ec_c;                   /* the capacity c (0: no valid position, nothing routed) */
-    scalar_t *ec_xg, *ec_yg;    /* [E*c, C] scratch */
 } FfnIO;
 
 static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, const AttnIO *io) {
@@ -104,66 +79,22 @@ static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, 
     be->cvmm_forward(be, io->att, io->r, W + P->o, io->plan_o, io->gate_o, KA, H * KA, D, C, CVMM_ENTRY_ORDER);
 }
 
-/* Token choice (or hash routing): each position its top-K experts (the hash's one); f = the gated sum of their
- * outputs. */
-static void ffn_routed_topk(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *io) {
+/* route, then experts (the kind's), then the parts every kind shares: the shared experts and the residual MLP */
+static void ffn_block(Model *m, const MoeutRouting *kind, const MoeutLayerOffsets *P, const FfnIO *io) {
     const ModelConfig *c = &m->cfg;
     Backend *be = m->be;
-    const int C = c->d_model, E = io->E, S = c->ff_expert_size, K = c->ff_k;
+    const int N = io->r.N, C = c->d_model, S = c->ff_expert_size;
     scalar_t *W = m->params;
-    const bool hash = c->routing == ROUTING_HASH;
-    if (!hash) {
-        const scalar_t *bias = P->expert_bias != SIZE_MAX ? W + P->expert_bias : NULL; /* [E] balance "bias" */
-        be->topk_select(be, io->sel, io->l, io->drop, bias, c->router, N, 1, E, K, c->n_group, c->topk_group);
-    }
-    be->routing_plan(be, io->plan, io->sel, N * K, E);
-    if (!hash) be->router_gates(be, io->gate, io->l, io->sel, io->drop, N, 1, E, K, c->router, c->router_renorm);
-    /* DeepSeek-V3's routed scaling factor: the routed gates times a constant (the shared experts keep gate 1). Skipped
-     * at 1 so that the default model's numbers do not move by a bit. */
-    if (!hash && c->routed_scaling_factor != 1.0)
-        be->scale_inplace(be, io->gate, (scalar_t)c->routed_scaling_factor, (size_t)N * K);
-    /* expert capacity: the counts are then the kept assignments; the bias counts stay the router's selections */
-    if (io->cap_dropped)
-        be->capacity_drop(be, io->cap_dropped, io->gate, io->counts, io->n_dropped, io->sel, io->valid, N, E, K,
-                          moeut_capacity(c, N), c->ff_capacity_order);
-    else if (io->counts) be->expert_count(be, io->counts, io->sel, io->drop, io->valid, N, 1, E, K);
-    if (io->bias_counts) be->expert_count(be, io->bias_counts, io->sel, io->drop, io->valid, N, 1, E, K);
-    /* U [N*K, S] and A = ReLU(U) stay in plan order: the values read A's rows where the keys wrote them */
-    be->cvmm_forward(be, io->A, io->x1, W + P->keys, io->plan, NULL, K, 1, C, S, CVMM_OUT_SORTED);
-    be->relu_forward(be, io->A, io->A, (size_t)N * K * S);
-    be->cvmm_forward(be, io->f, io->A, W + P->values, io->plan, hash ? NULL : io->gate, 1, K, S, C,
-                     CVMM_IN_SORTED); /* [N, C] */
-}
-
-static void ffn_block(Model *m, const MoeutLayerOffsets *P, int N, const FfnIO *io) {
-    const ModelConfig *c = &m->cfg;
-    Backend *be = m->be;
-    const int C = c->d_model, E = io->E, S = c->ff_expert_size;
-    scalar_t *W = m->params;
-    const bool hash = c->routing == ROUTING_HASH;
-    if (hash) { /* the experts of the positions' input token ids; no router, gate 1 (no reduction weights below) */
-        hash_routing_upload(m->hash, be, io->sel, io->B, io->T);
-    } else {
-        be->layernorm_forward(be, io->xs, io->mean, io->rstd, io->x1, W + P->ln2_w, W + P->ln2_b, N, C,
-                              (scalar_t)MOEUT_LN_EPS);
-        be->matmul(be, io->l, io->xs, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* [N, E] */
-    }
-    if (io->ec_pos) { /* routing "expert_choice" in training: each expert its top-c positions */
-        const MoeutEcIO ec = {.pos = io->ec_pos, .sel = io->sel, .gate = io->gate, .plan = io->plan,
-                              .counts = io->counts, .x1 = io->x1, .xg = io->ec_xg, .yg = io->ec_yg, .A = io->A,
-                              .f = io->f};
-        moeut_ec_forward(m, P, N, io->ec_c, io->l, io->valid, io->plan, &ec);
-    } else {
-        ffn_routed_topk(m, P, N, io);
-    }
+    kind->route(m, P, &io->r);
+    kind->experts(m, P, &io->r);
     /* shared experts: f += ReLU(x1 SharedKeys[s]) SharedValues[s], every token, gate 1 */
     for (int sh = 0; sh < c->n_shared_experts; sh++) {
         scalar_t *A_s = io->A_shared + (size_t)sh * io->shared_stride; /* [N, S] */
-        be->matmul(be, A_s, io->x1, W + P->shared_keys + (size_t)sh * C * S, N, S, C, 0, 0, 1, 0);
+        be->matmul(be, A_s, io->r.x1, W + P->shared_keys + (size_t)sh * C * S, N, S, C, 0, 0, 1, 0);
         be->relu_forward(be, A_s, A_s, (size_t)N * S);
-        be->matmul(be, io->f, A_s, W + P->shared_values + (size_t)sh * S * C, N, C, S, 0, 0, 1, 1);
+        be->matmul(be, io->r.f, A_s, W + P->shared_values + (size_t)sh * S * C, N, C, S, 0, 0, 1, 1);
     }
-    if (c->ff_residual_size > 0) moeut_residual_forward(m, P, N, io->x1, io->A_res, io->f); /* f += MLP_W(x1) */
+    if (c->ff_residual_size > 0) moeut_residual_forward(m, P, N, io->r.x1, io->A_res, io->r.f); /* f += MLP_W(x1) */
 }
 
 /* Draws an expert-dropout mask on the host and uploads it; returns NULL when p == 0 (no dropout). */
@@ -212,16 +143,19 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
 
     const uint8_t *drop_f = dropout_mask(m, s->drop_f, N, (int)E, c->ff_k, c->ff_expert_dropout);
     FfnIO f = {
-        .x1 = ac->x1, .xs = s->nc[1], .mean = ac->mean2, .rstd = ac->rstd2,
-        .l = st->hist_f[layer] + (size_t)rep * N * E, .drop = drop_f, .sel = ac->sel_f, .gate = ac->gate_f,
-        .counts = m->routing_counts + (size_t)slot * Emax,
-        .bias_counts = st->bias_counts ? st->bias_counts + (size_t)layer * Emax : NULL,
-        .valid = st->have_valid ? st->valid_dev : NULL, .A = ac->A, .A_shared = ac->A_shared,
-        .shared_stride = (size_t)N * c->ff_expert_size, .f = h_out, .plan = &ac->plan_f, .B = B, .T = T,
-        .cap_dropped = ac->cap_dropped, .n_dropped = m->routing_dropped ? m->routing_dropped + slot : NULL,
-        .A_res = ac->A_res, .E = (int)E, .ec_c = st->ec_c, .ec_pos = ac->pos_f, .ec_xg = s->ec_xg, .ec_yg = s->ec_yg,
+        .r = {
+            .x1 = ac->x1, .N = N, .B = B, .T = T, .E = (int)E, .xs = s->nc[1], .mean = ac->mean2, .rstd = ac->rstd2,
+            .l = st->hist_f[layer] + (size_t)rep * N * E, .drop = drop_f, .sel = ac->sel_f, .gate = ac->gate_f,
+            .plan = &ac->plan_f, .pos = ac->entry_pos, .choice_c = st->choice_c,
+            .counts = m->routing_counts + (size_t)slot * Emax,
+            .bias_counts = st->bias_counts ? st->bias_counts + (size_t)layer * Emax : NULL,
+            .valid = st->have_valid ? st->valid_dev : NULL, .cap_dropped = ac->cap_dropped,
+            .n_dropped = m->routing_dropped ? m->routing_dropped + slot : NULL, .A = ac->A, .xg = s->gather_x,
+            .yg = s->gather_y, .f = h_out,
+        },
+        .A_shared = ac->A_shared, .shared_stride = (size_t)N * c->ff_expert_size, .A_res = ac->A_res,
     };
-    ffn_block(m, P, N, &f);
+    ffn_block(m, st->routing, P, &f);
     be->add_inplace(be, h_out, ac->x1, (size_t)N * C); /* y = x1 + f */
 }
 
@@ -248,14 +182,18 @@ void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *
     };
     attention_block(m, P, B, T, &a);
     be->add_inplace(be, h, s->nc[2], (size_t)N * C); /* h = x1 */
+    /* inference routes each position alone (expert choice: as "topk"): no pos, no capacity, no bias counts */
     FfnIO f = {
-        .x1 = h, .xs = s->nc[1], .mean = s->mean, .rstd = s->rstd, .l = s->lf, .drop = NULL, .sel = s->sel_f,
-        .gate = s->gate_f, .plan = &s->plan_f,
-        .counts = (m->counting_eval && kv == NULL) ? m->routing_counts + (size_t)m->apps[app].slot * c->ff_n_experts
-                                                   : NULL,
-        .bias_counts = NULL, .valid = NULL, .A = s->A, .A_shared = s->shared_A, .shared_stride = 0, .f = s->nc[2],
-        .B = B, .T = T, .A_res = s->res_A, .E = model_config_ff_experts(c, m->apps[app].layer),
+        .r = {
+            .x1 = h, .N = N, .B = B, .T = T, .E = model_config_ff_experts(c, m->apps[app].layer), .xs = s->nc[1],
+            .mean = s->mean, .rstd = s->rstd, .l = s->lf, .sel = s->sel_f, .gate = s->gate_f, .plan = &s->plan_f,
+            .counts = (m->counting_eval && kv == NULL)
+                          ? m->routing_counts + (size_t)m->apps[app].slot * c->ff_n_experts
+                          : NULL,
+            .A = s->A, .f = s->nc[2],
+        },
+        .A_shared = s->shared_A, .shared_stride = 0, .A_res = s->res_A,
     };
-    ffn_block(m, P, N, &f);
+    ffn_block(m, st->routing->inference, P, &f);
     be->add_inplace(be, h, s->nc[2], (size_t)N * C); /* h = x1 + f */
 }

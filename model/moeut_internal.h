@@ -71,7 +71,7 @@ typedef struct {
     RoutingPlan plan_v, plan_o, plan_f; /* of sel_v, sel_o, sel_f: built in the forward, reused by the backward */
     uint8_t *cap_dropped; /* [N, K] slots over the expert capacity (gate 0; model.ff_capacity_factor > 0, else NULL) */
     scalar_t *A_res;      /* [N, W] ReLU(x1 residual_keys), also the ReLU mask (NULL without a residual MLP) */
-    int32_t *pos_f;       /* [E*c] routing "expert_choice": the position of each entry p = e*c + j (NULL with "topk");
+    int32_t *entry_pos;   /* [E*c] routing "expert_choice": the position of each entry p = e*c + j (NULL otherwise);
                            * sel_f [E*c] then holds the entries' experts, gate_f [E*c] their gates, A [E*c, S] */
 } MoeutAppCache;
 
@@ -97,9 +97,9 @@ typedef struct {
     uint8_t *host_drop;   /* host staging for the masks (host memory, grown on use), [N * max(H*EA, E)] */
     size_t host_drop_cap; /* bytes of host_drop */
     scalar_t *res_A;      /* [N, W] the residual MLP's ReLU(U) (inference) | its dA, dU (NULL without one) */
-    scalar_t *ec_xg, *ec_yg; /* [E*c, C] routing "expert_choice" (training): gathered x1 rows, gated expert outputs |
-                              * gathered df rows, their dx1 (NULL with "topk") */
-    scalar_t *ec_q;       /* [N, E] routing "expert_choice": the gate backward's scratch */
+    scalar_t *gather_x, *gather_y; /* [E*c, C] routing "expert_choice" (training): gathered x1 rows, gated expert
+                                    * outputs | gathered df rows, their dx1 (NULL with the other kinds) */
+    scalar_t *choice_q;   /* [N, E] routing "expert_choice": the gate backward's scratch */
 } MoeutScratch;
 
 typedef struct {
@@ -126,10 +126,11 @@ typedef struct {
     int64_t *bias_host_counts; /* [Gs * E] host staging of bias_counts (the update allocates nothing) */
     scalar_t *bias_host;       /* [E] host staging of one layer's expert_bias */
 
+    const struct MoeutRouting *routing; /* the FFN's routing kind (model/routing_kind.h) */
     MoeutScratch s;
-    int32_t *plan_host;
-    int ec_c;                  /* routing "expert_choice": this training step's capacity c (model_config_ec_capacity
-                                * of its valid positions); 0 with "topk" */        /* host memory of every RoutingPlan above (their host_offset arrays) */
+    int32_t *plan_host;        /* host memory of every RoutingPlan above (their host_offset arrays) */
+    int choice_c;              /* routing "expert_choice": this training step's capacity c (model_config_ec_capacity
+                                * of its valid positions); 0 with the other kinds */
 } MoeutState;
 
 static inline MoeutState *moeut_state(Model *m) { return (MoeutState *)m->layer_state[LAYER_MOEUT]; }
@@ -144,6 +145,9 @@ void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *
 
 /* moeut_backward.c */
 void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in);
+/* dl[n] = this application's regularizer gradient dreg_slot[n] of its router logits, or 0 before regularizers() ran;
+ * the gate path is then added to it. */
+void moeut_router_logit_grad(Model *m, scalar_t *dl, const scalar_t *dreg_slot, size_t n);
 
 /* moeut_residual.c: the residual MLP (ff_residual_size W > 0). forward: A[N,W] = ReLU(x1 ResKeys), f[N,C] += A
  * ResValues. backward: with df the gradient of f, accumulates its parameter gradients and dx1 += ...; dU [N, W]
@@ -152,26 +156,6 @@ void moeut_residual_forward(Model *m, const MoeutLayerOffsets *P, int N, const s
                             scalar_t *f);
 void moeut_residual_backward(Model *m, const MoeutLayerOffsets *P, int N, const scalar_t *x1, const scalar_t *A,
                              const scalar_t *df, scalar_t *dx1, scalar_t *dU);
-/* moeut_expert_choice.c: the routed part of the FFN with routing "expert_choice" in training, M = E * c entries. */
-typedef struct {
-    int32_t *pos;         /* [M] position of entry p = e*c + j */
-    int32_t *sel;         /* [M] its expert e (the plan's ids) */
-    scalar_t *gate;       /* [M] S[pos[p], e] */
-    const RoutingPlan *plan; /* of sel (the identity permutation) */
-    int64_t *counts;      /* [E] routing counts, NULL = not counted (forward) */
-    const scalar_t *x1;   /* [N, C] the FFN's input (forward) */
-    scalar_t *xg, *yg;    /* [M, C] scratch */
-    scalar_t *A;          /* [M, S] ReLU(x1[pos] Keys[e]), kept for the backward */
-    scalar_t *dA;         /* [M, S] backward scratch */
-    scalar_t *f;          /* [N, C] the routed output (forward; overwritten) */
-} MoeutEcIO;
-/* Selects (expert_choice_select on l [N, E], valid [N] or NULL), plans into plan (= io->plan), counts and computes f. */
-void moeut_ec_forward(Model *m, const MoeutLayerOffsets *P, int N, int ec_c, const scalar_t *l, const uint8_t *valid,
-                      RoutingPlan *plan, const MoeutEcIO *io);
-/* dx1 [N, C] += the experts' input gradient (dx1 holds df on entry), parameter gradients +=, dgate [M] = dL/dgate. */
-void moeut_ec_backward(Model *m, const MoeutLayerOffsets *P, int ec_c, const scalar_t *x1, const MoeutEcIO *io,
-                       scalar_t *dx1, scalar_t *dgate);
-
 /* moeut_reg.c */
 void moeut_regularizers(Model *m, double grad_scale, StepStats *stats);
 double moeut_seq_balance(Model *m, double grad_scale); /* moeut_seq_balance.c: adds to dreg_f, returns the value */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "model/moeut_internal.h"
+#include "model/routing_kind.h"
 #include "pipeline/base/log.h"
 
 /* ---- configuration checks ---- */
@@ -48,6 +49,7 @@ static void moeut_register_params(Model *m, int layer) {
         st->layers = xcalloc((size_t)c->group_size, sizeof *st->layers);
         st->n_apps = m->n_apps_of[LAYER_MOEUT];
         st->R = st->n_apps / c->group_size;
+        st->routing = moeut_routing_of(c);
         /* host-side arrays of buffer pointers; the buffers themselves are planned in moeut_plan_activations */
         st->apps = xcalloc((size_t)st->n_apps, sizeof *st->apps);
         scalar_t ***lists[] = {&st->hist_f, &st->hist_v, &st->hist_o, &st->dreg_f, &st->dreg_v, &st->dreg_o};
@@ -77,8 +79,8 @@ static void moeut_register_params(Model *m, int layer) {
     o->sel_o = reg_tensor(m, layer, "attention.sel_o", 2, H * EA, C, 0);
     o->keys = reg_tensor(m, layer, "ffn.keys", 3, E, C, S);
     o->values = reg_tensor(m, layer, "ffn.values", 3, E, S, C);
-    const bool hash = c->routing == ROUTING_HASH; /* no router: no expert_sel, no ln2 (it feeds only the router) */
-    o->expert_sel = hash ? SIZE_MAX : reg_tensor(m, layer, "ffn.expert_sel", 2, E, C, 0);
+    const bool router = st->routing->has_router; /* the router and ln2, which feeds only the router */
+    o->expert_sel = router ? reg_tensor(m, layer, "ffn.expert_sel", 2, E, C, 0) : SIZE_MAX;
     o->shared_keys = o->shared_values = o->expert_bias = SIZE_MAX;
     if (c->n_shared_experts > 0) { /* DeepSeekMoE's shared experts: K_s experts of the routed experts' shape */
         o->shared_keys = reg_tensor(m, layer, "ffn.shared_keys", 3, c->n_shared_experts, C, S);
@@ -91,8 +93,8 @@ static void moeut_register_params(Model *m, int layer) {
     }
     o->ln1_w = reg_tensor(m, layer, "ln1.weight", 1, C, 0, 0);
     o->ln1_b = reg_tensor(m, layer, "ln1.bias", 1, C, 0, 0);
-    o->ln2_w = hash ? SIZE_MAX : reg_tensor(m, layer, "ln2.weight", 1, C, 0, 0);
-    o->ln2_b = hash ? SIZE_MAX : reg_tensor(m, layer, "ln2.bias", 1, C, 0, 0);
+    o->ln2_w = router ? reg_tensor(m, layer, "ln2.weight", 1, C, 0, 0) : SIZE_MAX;
+    o->ln2_b = router ? reg_tensor(m, layer, "ln2.bias", 1, C, 0, 0) : SIZE_MAX;
     st->n_layers_registered++;
 }
 
@@ -129,7 +131,7 @@ static void moeut_init_params(Model *m, int layer, Rng *rng) {
     init_normal(m, o->sel_o, H * EA * C, std_in, rng);
     init_normal(m, o->keys, E * C * S, std_in, rng);
     init_normal(m, o->values, E * S * C, s / sqrt((double)(E * S)), rng);
-    if (o->expert_sel != SIZE_MAX) init_normal(m, o->expert_sel, E * C, std_in, rng); /* none with routing "hash" */
+    if (o->expert_sel != SIZE_MAX) init_normal(m, o->expert_sel, E * C, std_in, rng); /* kinds without a router: none */
     if (o->shared_keys != SIZE_MAX) { /* the routed experts' distributions (drawn last: other tensors keep their draws) */
         const size_t Ks = (size_t)c->n_shared_experts;
         init_normal(m, o->shared_keys, Ks * C * S, std_in, rng);
@@ -177,10 +179,10 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
     const size_t HEA = H * (size_t)c->att_n_experts, HKA = H * (size_t)c->att_k, E = (size_t)c->ff_n_experts;
     const size_t K = (size_t)c->ff_k, S = (size_t)c->ff_expert_size, R = (size_t)st->R;
     const size_t Ks = (size_t)c->n_shared_experts, Wr = (size_t)c->ff_residual_size;
-    /* FFN routing entries of one training application: N*K (token choice), or E*c with routing "expert_choice" (c of
-     * the step's valid positions, at most c(n_train)); the scratch also serves inference's N*K */
-    const bool ec = c->routing == ROUTING_EXPERT_CHOICE;
-    const size_t Mt = ec ? E * (size_t)model_config_ec_capacity(c, n_train) : nt * K;
+    /* FFN routing entries of one training application (the routing kind's: N*K token-major, E*c with expert choice,
+     * at most c(n_train) of the step's valid positions); the scratch also serves inference's N*K */
+    const MoeutRouting *kind = st->routing;
+    const size_t Mt = kind->train_entries(c, nt);
     const size_t Ms = Mt > nmax * K ? Mt : nmax * K;
 
     /* training: what each application's backward needs */
@@ -205,11 +207,8 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
         plan_int32(p, &ac->sel_f, Mt);          /* [N, K] */
         plan_scalars(p, &ac->gate_f, Mt);       /* [N, K] */
         if (Ks > 0) plan_scalars(p, &ac->A_shared, Ks * nt * S); /* [K_s, N, S] */
-        if (c->ff_capacity_factor > 0.0 && c->routing == ROUTING_TOPK) /* token-choice capacity */
-            plan_u8(p, &ac->cap_dropped, nt * K);                        /* [N, K] */
         if (Wr > 0) plan_scalars(p, &ac->A_res, nt * Wr); /* [N, W] */
-        ac->pos_f = NULL;
-        if (ec) plan_int32(p, &ac->pos_f, Mt);  /* [E*c] */
+        kind->plan_app(c, p, ac, nt, Mt); /* the kind's own: capacity's dropped slots, expert choice's positions */
     }
     /* training: regularizer histories and their gradients, per distinct layer */
     for (int i = 0; i < c->group_size; i++) {
@@ -245,12 +244,7 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
     plan_u8(p, &s->drop_v, nt * HEA);         /* [N, H*EA] */
     plan_u8(p, &s->drop_o, nt * HEA);         /* [N, H*EA] */
     plan_u8(p, &s->drop_f, nt * E);           /* [N, E] */
-    s->ec_xg = s->ec_yg = s->ec_q = NULL;
-    if (ec) { /* routing "expert_choice", training only */
-        plan_scalars(p, &s->ec_xg, Mt * C);   /* [E*c, C] */
-        plan_scalars(p, &s->ec_yg, Mt * C);   /* [E*c, C] */
-        plan_scalars(p, &s->ec_q, nt * E);    /* [N, E] */
-    }
+    kind->plan_scratch(c, p, s, nt, Mt); /* the kind's own (training only) */
 
     /* routing plans: one per decision of each training application, and the inference scratch's three */
     const size_t host_per_set = 2 * (HEA + 1) + (E + 1); /* host offsets of one (v, o, f) set */
@@ -283,7 +277,7 @@ static void moeut_train_begin(Model *m, int B, int T, const uint8_t *valid) {
         n_valid = 0;
         for (int i = 0; i < N; i++) n_valid += valid[i] != 0;
     }
-    st->ec_c = model_config_ec_capacity(&m->cfg, n_valid);
+    st->choice_c = model_config_ec_capacity(&m->cfg, n_valid);
     st->reg_ready = 0; /* the histories are overwritten by this step's forwards */
 }
 

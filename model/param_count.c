@@ -10,16 +10,18 @@
  *             + 2*W*C (residual MLP, W = ff_residual_size) + 4C (ln1, ln2);
  *             summed over the group_size layers (E = E_l, ff_n_experts_per_layer), plus n_dense_first dense
  *             layers of width d_ff (the dense formula)
+ *             a routing kind without a router (model/routing_kind.h: "hash"): no expert_sel and no ln2 (the router
+ *             and its LayerNorm), E*C + 2C fewer per layer
  *   moe     : per MoE layer 4*H*D*C (q,k,v,o) + E*C (expert_sel) + E*C*S + E*S (keys, keys_bias)
  *             + E*S*C + E*C (values, values_bias) + 4C (ln1, ln2); n_layers - n_dense_first layers, plus the
  *             n_dense_first dense layers of width d_ff
- *             routing "hash": no expert_sel and no ln2 (the router and its LayerNorm): E*C + 2C fewer per layer
  * Buffers (balance "bias"'s expert_bias) are state, not parameters: not counted.
  * Computed in double (for the validator's overflow bound, before any size_t product could wrap) and in size_t.
  */
 #include "model/param_count.h"
 
 #include "model/model.h"
+#include "model/routing_kind.h"
 
 /* One formula, instantiated for double and size_t. */
 #define DEFINE_COUNT(NAME, T)                                                                                          \
@@ -37,12 +39,12 @@
         }                                                                                                              \
         T EA = (T)cfg->att_n_experts, S = (T)cfg->ff_expert_size;                                                      \
         T att = 2 * H * D * C + 2 * H * EA * C * D + 2 * H * EA * C;                                                   \
-        const int hash = cfg->routing == ROUTING_HASH; /* no expert_sel, no ln2 */                                     \
+        const int router = moeut_routing_of(cfg)->has_router; /* expert_sel and ln2 */                                 \
         for (int l = 0; l < cfg->group_size; l++) { /* E_l: a pyramid's layers differ */                               \
             T E = (T)model_config_ff_experts(cfg, l);                                                                  \
-            T ffn = 2 * E * S * C + (hash ? 0 : E * C) + 2 * (T)cfg->n_shared_experts * C * S;                         \
+            T ffn = 2 * E * S * C + (router ? E * C : 0) + 2 * (T)cfg->n_shared_experts * C * S;                       \
             ffn += 2 * (T)cfg->ff_residual_size * C;                                                                   \
-            total += att + ffn + (hash ? 2 : 4) * C;                                                                   \
+            total += att + ffn + (router ? 4 : 2) * C;                                                                 \
         }                                                                                                              \
         if (cfg->n_dense_first > 0) total += (T)cfg->n_dense_first * NAME##_dense_layer(C, H, D, (T)cfg->d_ff);        \
         return total;                                                                                                  \

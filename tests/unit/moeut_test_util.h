@@ -285,7 +285,7 @@ static inline double mt_min_ec_margin(Model *m) {
     MoeutState *st = moeut_state(m);
     const ModelConfig *c = model_config(m);
     Backend *be = model_backend(m);
-    const int R = st->R, N = st->B * st->T, E = c->ff_n_experts, ec_c = st->ec_c;
+    const int R = st->R, N = st->B * st->T, E = c->ff_n_experts, ec_c = st->choice_c;
     if (c->routing != ROUTING_EXPERT_CHOICE) return INFINITY;
     uint8_t *valid = malloc((size_t)N);
     ck_assert_ptr_nonnull(valid);
