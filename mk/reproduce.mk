@@ -248,7 +248,9 @@ REPRO_PLAN_DIR := build/reproduce/$(EXPERIMENT)
 repro_make_jobs = $(firstword $(filter -j%,$(MAKEFLAGS)))
 repro_plan_stages = bin/runs --runs $(call repro_join,$(RUNS)) $(repro_plan_opts) --stages $(REPRO_PLAN_DIR) \
   --backend '$(BACKEND)' --nproc '$(NPROC)' --resume '$(RESUME)' $(if $(THREADS),--threads '$(THREADS)') \
-  $(if $(repro_make_jobs),--jobs '$(patsubst -j%,%,$(repro_make_jobs))') --fetch-args $(call shell_quote,$(FETCH_ARGS))
+  $(if $(repro_make_jobs),--jobs '$(patsubst -j%,%,$(repro_make_jobs))') --fetch-args $(call shell_quote,$(FETCH_ARGS)) \
+  --data-dir $(call shell_quote,$(DATA)) --runs-dir $(call shell_quote,$(RUNS_DIR)) \
+  --report-dir $(call shell_quote,$(REPORT_DIR))
 # What mk/reproduce_stage.sh needs to know (environment variables of their own names).
 export REPRO_EXPERIMENT := $(EXPERIMENT)
 export REPRO_BACKEND := $(BACKEND)

@@ -54,15 +54,26 @@ static long parse_jobs(const char *text) {
     return jobs;
 }
 
+/* The directories make reproduce works in: its DATA, RUNS_DIR and REPORT_DIR (--data-dir, --runs-dir, --report-dir);
+ * NULL: the default layout, data/EXP, runs/EXP and reports/EXP. */
+typedef struct {
+    const char *data, *runs, *report;
+} StageDirs;
+
+/* dir, or PREFIX/exp when dir is NULL, into out. */
+static void stage_dir(const char *dir, const char *prefix, const char *exp, char *out, size_t cap) {
+    int n = dir ? snprintf(out, cap, "%s", dir) : snprintf(out, cap, "%s/%s", prefix, exp);
+    if (n < 0 || (size_t)n >= cap) die("%s: path too long", dir ? dir : exp);
+}
+
 /* --stages: the plan of make reproduce for these runs, written into plan_dir; its summary on stdout. */
-static void plan_stages(const char *exp_dir, const char *plan_dir, StagePlanRequest *req) {
-    /* the layout make reproduce uses: experiments/EXP, data/EXP, runs/EXP, reports/EXP */
+static void plan_stages(const char *exp_dir, const char *plan_dir, const StageDirs *where, StagePlanRequest *req) {
     const char *slash = strrchr(exp_dir, '/');
     const char *exp = slash && slash[1] ? slash + 1 : exp_dir;
-    char data_dir[512], runs_dir[512], report_dir[512], err[2048];
-    if (snprintf(data_dir, sizeof data_dir, "data/%s", exp) >= (int)sizeof data_dir) die("%s: name too long", exp);
-    snprintf(runs_dir, sizeof runs_dir, "runs/%s", exp);
-    snprintf(report_dir, sizeof report_dir, "reports/%s", exp);
+    char data_dir[4096], runs_dir[4096], report_dir[4096], err[2048];
+    stage_dir(where->data, "data", exp, data_dir, sizeof data_dir);
+    stage_dir(where->runs, "runs", exp, runs_dir, sizeof runs_dir);
+    stage_dir(where->report, "reports", exp, report_dir, sizeof report_dir);
     req->exp_dir = exp_dir;
     req->data_dir = data_dir;
     req->runs_dir = runs_dir;
@@ -100,6 +111,7 @@ int main(int argc, char **argv) {
     const char *backend = "cpu", *nproc = "1", *resume = "auto", *jobs = "1", *fetch_args = NULL;
     long count = LONG_MIN, threads = 0;
     bool start_over = false;
+    StageDirs where = {NULL, NULL, NULL};
     const CliOption opts[] = {
         {"experiment", OPT_STRING, &exp_dir, "experiment directory experiments/EXP (run configs, seeds.json)", true},
         {"runs", OPT_STRING, &runs, "comma-separated run config names (EXP/RUN.json)", true},
@@ -118,6 +130,9 @@ int main(int argc, char **argv) {
          false},
         {"threads", OPT_INT, &threads, "with --stages: make's THREADS, train's threads (default: every core)", false},
         {"fetch-args", OPT_STRING, &fetch_args, "with --stages: the text data/EXP/fetch.args must hold", false},
+        {"data-dir", OPT_STRING, &where.data, "with --stages: make's DATA (default data/EXP)", false},
+        {"runs-dir", OPT_STRING, &where.runs, "with --stages: make's RUNS_DIR (default runs/EXP)", false},
+        {"report-dir", OPT_STRING, &where.report, "with --stages: make's REPORT_DIR (default reports/EXP)", false},
         {"start-over", OPT_FLAG, &start_over, "with --keep: make's RESUME=0: move every trained run aside", false},
     };
     cli_parse(argc, argv, "runs",
@@ -158,7 +173,7 @@ int main(int argc, char **argv) {
         req.fetch_args = fetch_args;
         req.jobs = parse_jobs(jobs);
         req.threads = threads;
-        plan_stages(exp_dir, stages, &req);
+        plan_stages(exp_dir, stages, &where, &req);
     } else if (keep) {
         if (run_variants_keep(exp_dir, keep, plan, n, start_over, err, sizeof err) != 0) die("%s", err);
     } else {
