@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <libgen.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,16 +17,6 @@
 #include "pipeline/base/log.h"
 #include "pipeline/base/progress.h"
 #include "pipeline/base/sha256.h"
-
-/* Writes one formatted line into err; returns -1, the failure of every function here. */
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 int fetch_find_project_file(const char *rel, char *out, size_t outlen) {
     if (access(rel, R_OK) == 0) {
@@ -177,8 +166,8 @@ int fetch_archive_obtain(const char *label, const char *source, const char *pin,
         if (!pinned[0] && dm->sha256) snprintf(pinned, sizeof pinned, "%s", dm->sha256);
     } else if (strcmp(source, "embedded") == 0) {
         if (fetch_find_project_file(dm->embedded_path, a->path, sizeof a->path) != 0)
-            return fail(err, errlen, "embedded sample %s not found (looked in the working directory and next to the "
-                        "executable)", dm->embedded_path);
+            return set_err(err, errlen, "embedded sample %s not found (looked in the working directory and next to the "
+                           "executable)", dm->embedded_path);
         expected_size = dm->embedded_size;
         if (!pinned[0]) snprintf(pinned, sizeof pinned, "%s", dm->embedded_sha256);
     } else if (is_http_url(source)) {
@@ -188,7 +177,8 @@ int fetch_archive_obtain(const char *label, const char *source, const char *pin,
         if (file_url_to_path(source, url_path, sizeof url_path, err, errlen) != 0) return -1;
         snprintf(a->path, sizeof a->path, "%s", url_path);
     } else if (strstr(source, "://")) {
-        return fail(err, errlen, "%s %s: unsupported URL scheme (http, https and file are supported)", label, source);
+        return set_err(err, errlen, "%s %s: unsupported URL scheme (http, https and file are supported)", label,
+                       source);
     } else {
         snprintf(a->path, sizeof a->path, "%s", source);
     }
@@ -213,21 +203,21 @@ int fetch_archive_obtain(const char *label, const char *source, const char *pin,
             if (download_file(&d, err, errlen) != 0) return -1;
         }
     } else if (file_size(a->path) < 0) {
-        return fail(err, errlen, "%s: archive not found (%s)", a->path, label);
+        return set_err(err, errlen, "%s: archive not found (%s)", a->path, label);
     }
 
     if (hash_archive(a->path, a->sha256, &a->bytes, why, sizeof why) != 0) {
         reject_download(a, note, sizeof note);
-        return fail(err, errlen, "%s%s", why, note);
+        return set_err(err, errlen, "%s%s", why, note);
     }
     if (expected_size > 0 && a->bytes != expected_size) {
         reject_download(a, note, sizeof note);
-        return fail(err, errlen, "%s: size mismatch: %" PRId64 " bytes, expected %" PRId64 "%s", a->path, a->bytes,
-                    expected_size, note);
+        return set_err(err, errlen, "%s: size mismatch: %" PRId64 " bytes, expected %" PRId64 "%s", a->path, a->bytes,
+                       expected_size, note);
     }
     if (pinned[0] && strcmp(a->sha256, pinned) != 0) {
         reject_download(a, note, sizeof note);
-        return fail(err, errlen, "%s: SHA-256 mismatch: got %s, expected %s%s", a->path, a->sha256, pinned, note);
+        return set_err(err, errlen, "%s: SHA-256 mismatch: got %s, expected %s%s", a->path, a->sha256, pinned, note);
     }
     log_info("archive %s: %" PRId64 " bytes, sha256 %s%s", a->path, a->bytes, a->sha256,
              pinned[0] ? " (verified)" : "");
@@ -243,5 +233,5 @@ int fetch_archive_extract(const ExtractOptions *xo, const char *tmp, const Fetch
      * the download is kept. */
     note[0] = '\0';
     if (strncmp(why, tmp, strlen(tmp)) != 0) reject_download(a, note, sizeof note);
-    return fail(err, errlen, "%s%s", why, note);
+    return set_err(err, errlen, "%s%s", why, note);
 }

@@ -5,7 +5,6 @@
 #include <inttypes.h>
 #include <libgen.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,15 +13,6 @@
 #include "datasets/fetch_output.h"
 #include "pipeline/base/atomic_file.h"
 #include "pipeline/base/log.h"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* The settings in force, each with where it came from (for the error lines). */
 typedef struct {
@@ -78,10 +68,10 @@ static int resolve_settings(const FetchRequest *req, FetchConfig *fc, FetchSetti
     if (!s->filter) s->filter = FETCH_DEFAULT_FILTER;
     if (s->corpus_pairs == FETCH_NOT_GIVEN) s->corpus_pairs = FETCH_DEFAULT_CORPUS_PAIRS;
     if (s->corpus_source && !s->corpus_source[0]) s->corpus_source = NULL; /* '' on the command line: the main one */
-    if (!s->source[0]) return fail(err, errlen, "--source must not be empty");
+    if (!s->source[0]) return set_err(err, errlen, "--source must not be empty");
     if (s->corpus_source && s->corpus_pairs == 0)
-        return fail(err, errlen, "%s %s: needs tokenizer corpus pairs > 0 (0 means no tokenizer corpus)",
-                    s->corpus_label, s->corpus_source);
+        return set_err(err, errlen, "%s %s: needs tokenizer corpus pairs > 0 (0 means no tokenizer corpus)",
+                       s->corpus_label, s->corpus_source);
     if (dm_filter_matches(s->filter, "", err, errlen) < 0) return -1;
     return 0;
 }
@@ -89,15 +79,15 @@ static int resolve_settings(const FetchRequest *req, FetchConfig *fc, FetchSetti
 /* OUT without trailing slashes into out_base (its temporary tree is the sibling OUT.tmp.*, never a child of OUT);
  * before any download, OUT must be a directory or absent (the output tree replaces only a directory). */
 static int check_out(const char *out, char *out_base, size_t cap, char *err, size_t errlen) {
-    if (!out[0]) return fail(err, errlen, "--out must not be empty");
-    if (snprintf(out_base, cap, "%s", out) >= (int)cap) return fail(err, errlen, "--out %s: path too long", out);
+    if (!out[0]) return set_err(err, errlen, "--out must not be empty");
+    if (snprintf(out_base, cap, "%s", out) >= (int)cap) return set_err(err, errlen, "--out %s: path too long", out);
     for (size_t n = strlen(out_base); n > 1 && out_base[n - 1] == '/'; n--) out_base[n - 1] = '\0';
     struct stat st;
     if (lstat(out, &st) == 0) {
         if (S_ISLNK(st.st_mode))
-            return fail(err, errlen, "--out %s: is a symbolic link (the output tree replaces --out as a whole): pass "
-                        "the directory it points to", out);
-        if (!S_ISDIR(st.st_mode)) return fail(err, errlen, "--out %s: exists and is not a directory", out);
+            return set_err(err, errlen, "--out %s: is a symbolic link (the output tree replaces --out as a whole): "
+                           "pass the directory it points to", out);
+        if (!S_ISDIR(st.st_mode)) return set_err(err, errlen, "--out %s: exists and is not a directory", out);
     }
     return 0;
 }
@@ -125,8 +115,8 @@ static int load_dataset_manifest(const FetchRequest *req, const FetchSettings *s
     char mpath[PATH_MAX];
     if (req->manifest) snprintf(mpath, sizeof mpath, "%s", req->manifest);
     else if (fetch_find_project_file(FETCH_DEFAULT_MANIFEST, mpath, sizeof mpath) != 0)
-        return fail(err, errlen, "cannot find %s (run from the project root or pass --manifest)",
-                    FETCH_DEFAULT_MANIFEST);
+        return set_err(err, errlen, "cannot find %s (run from the project root or pass --manifest)",
+                       FETCH_DEFAULT_MANIFEST);
     if (dataset_manifest_load(mpath, dm, err, errlen) != 0) return -1;
     *have_dm = 1;
     return 0;
@@ -152,7 +142,7 @@ static int extract_into_place(const FetchRequest *req, const FetchSettings *s, c
     if (fetch_archive_extract(&xo, tmp, main_ar, &xr, err, errlen) != 0) goto done;
     if (xr.n_files == 0) {
         remove_tree(tmp);
-        fail(err, errlen, "%s '%s' matched no module file in %s", s->filter_label, s->filter, main_ar->path);
+        set_err(err, errlen, "%s '%s' matched no module file in %s", s->filter_label, s->filter, main_ar->path);
         goto done;
     }
     ExtractResult all = xr; /* what the manifest lists: module files from xr, the corpus from xr or cr */
@@ -162,7 +152,7 @@ static int extract_into_place(const FetchRequest *req, const FetchSettings *s, c
         if (fetch_archive_extract(&co, tmp, corpus_ar, &cr, err, errlen) != 0) goto done;
         if (cr.n_corpus == 0) {
             remove_tree(tmp);
-            fail(err, errlen, "%s %s: no train-easy module file in %s for the tokenizer corpus", s->corpus_label,
+            set_err(err, errlen, "%s %s: no train-easy module file in %s for the tokenizer corpus", s->corpus_label,
                  s->corpus_source, corpus_ar->path);
             goto done;
         }
@@ -200,7 +190,7 @@ int fetch_run(const FetchRequest *req, char *err, size_t errlen) {
     if (resolve_settings(req, &fc, &s, err, errlen) != 0) goto done;
     if (req->pin) {
         if (!is_sha256_hex(req->pin)) {
-            fail(err, errlen, "--sha256: expected 64 hex digits, got '%s'", req->pin);
+            set_err(err, errlen, "--sha256: expected 64 hex digits, got '%s'", req->pin);
             goto done;
         }
         for (int i = 0; i < 64; i++) pinned[i] = (char)tolower((unsigned char)req->pin[i]);
@@ -218,7 +208,7 @@ int fetch_run(const FetchRequest *req, char *err, size_t errlen) {
         /* Two different URLs with the same file name would share one download: refuse rather than mix them up. */
         if (main_ar.url && corpus_ar.url && strcmp(main_ar.url, corpus_ar.url) != 0 &&
             strcmp(main_ar.path, corpus_ar.path) == 0) {
-            fail(err, errlen, "%s and %s both download to %s: use a local copy of one of them", main_ar.url,
+            set_err(err, errlen, "%s and %s both download to %s: use a local copy of one of them", main_ar.url,
                  corpus_ar.url, main_ar.path);
             goto done;
         }

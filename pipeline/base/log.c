@@ -114,10 +114,11 @@ char *xstrdup(const char *s) {
     return p;
 }
 
-void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
+int set_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return -1;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+    return -1;
 }

@@ -34,8 +34,9 @@ void log_set_die_hook(bool (*should_print)(void), void (*after_print)(void));
     } while (0)
 
 /* Writes a formatted one-line error message into a caller's buffer (the library convention: functions return -1
- * and describe the problem in err; stages print it with die("%s", err)). err may be NULL or errlen 0. */
-void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+ * and describe the problem in err; stages print it with die("%s", err)). err may be NULL or errlen 0. Returns -1,
+ * so that a failing function can end with `return set_err(err, errlen, ...)`. */
+int set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* malloc/calloc/realloc that die on failure. */
 void *xmalloc(size_t n);
