@@ -7,10 +7,15 @@
 # unit, f64 and sanitizer programs each work in their own mkdtemp directory; most e2e scripts share runs/ and data/
 # of the tree and run one at a time. Each program's report is printed whole when it ends, so parallel reports never
 # interleave; the results file gets one short appended line per program (O_APPEND, atomic at that size).
+# TEST_TIMEOUT_S=S stops a program that runs longer than S seconds (SIGTERM, then SIGKILL 10 s later) and counts it as
+# failed: on a GPU job with a wall-time limit one hung kernel must not take the time of every later step.
 set -u
 suite=$1; shift
 jobs=${SUITE_JOBS:-1}
 [[ "$jobs" =~ ^[1-9][0-9]{0,2}$ ]] || { echo "run_suite: SUITE_JOBS must be a count 1-999 (got '$jobs')" >&2; exit 2; }
+test_timeout=${TEST_TIMEOUT_S:-}
+[ -z "$test_timeout" ] || [[ "$test_timeout" =~ ^[1-9][0-9]{0,5}$ ]] ||
+  { echo "run_suite: TEST_TIMEOUT_S must be a number of seconds 1-999999 (got '$test_timeout')" >&2; exit 2; }
 # Programs sharing the cores must not spin at OpenMP barriers waiting for a core another program holds (that slows
 # them many-fold); passive waiting changes the speed only, never a number.
 [ "$jobs" -gt 1 ] && export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
@@ -24,7 +29,12 @@ run_one() {
   name=$(basename "$t")
   log=build/test-logs/$suite-$name.log
   start=$(date +%s)
-  "$t" >"$log" 2>&1; rc=$?
+  if [ -n "$test_timeout" ]; then
+    timeout -k 10 "$test_timeout" "$t" >"$log" 2>&1; rc=$?
+    [ "$rc" != 124 ] && [ "$rc" != 137 ] || echo "run_suite: stopped at TEST_TIMEOUT_S=$test_timeout s" >>"$log"
+  else
+    "$t" >"$log" 2>&1; rc=$?
+  fi
   secs=$(( $(date +%s) - start ))
   line=$(grep -E '^[0-9]+%: Checks: [0-9]+' "$log" | tail -1)
   if [ -n "$line" ]; then

@@ -5,7 +5,8 @@
 #
 #   mk/gpu/run.sh probe       what the machine has: GPU, driver, nvcc, compute-sanitizer, PyTorch, build dependencies
 #   mk/gpu/run.sh tests       CUDA unit programs (build/tests/cuda_*) and the CUDA end-to-end scripts
-#                             (tests/e2e/test_cuda_*.sh); closing line "N passed, N failed, N skipped"
+#                             (tests/e2e/test_cuda_*.sh), each stopped after TEST_TIMEOUT_S (default 300) seconds;
+#                             closing line "N passed, N failed, N skipped"
 #   mk/gpu/run.sh sanitizer   compute-sanitizer --tool memcheck (leak check on) over the CUDA unit programs and one
 #                             short CUDA training benchmark of each tiny config (fp32 and bf16)
 #   mk/gpu/run.sh selftest    tests/bench/bench_gpu.py --self-test on the GPU (fast PyTorch kernels vs the twin's)
@@ -71,6 +72,8 @@ probe)
   echo "== prebuilt bundle"; ls -la build/gpu-bundle.tar.gz build/gpu-bundle 2>/dev/null | head -n 3 || true
   ;;
 tests)
+  # One hung program must not take a wall-time-limited job's whole window (run_suite.sh counts it as failed).
+  export TEST_TIMEOUT_S=${TEST_TIMEOUT_S:-300}
   bins=$(cuda_unit_bins)
   [ -n "$bins" ] || { echo "FAIL: no build/tests/cuda_* programs (build them: make test-cuda, or source mk/gpu/env.sh)"; exit 1; }
   # run_suite.sh appends to build/test-results.txt (make test's record): count only the lines added here

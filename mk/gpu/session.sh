@@ -3,6 +3,7 @@
 # scheduler: each call does what fits in its time and the next call continues where it stopped, until it says "done":
 #
 #     source mk/gpu/env.sh && mk/gpu/session.sh [--budget SECONDS] [--skip "STEP ..."] [--small-seeds N]
+#                                               [--small-set "KEY=VALUE ..."]
 #
 # Runs the steps of mk/gpu/run.sh in this order, each at most once per machine:
 #   probe, tests, selftest, bench, sanitizer, small
@@ -13,21 +14,25 @@
 # reproduce EXPERIMENT=small BACKEND=cuda) takes whatever time is left and continues from its checkpoints in the next
 # call until it completes, SMALL_JOBS (default 4) stages at a time (mk/gpu/run.sh small --jobs). The sanitizer runs
 # after the benchmark because it is the slowest step and its results do not change the figures; it is capped at
-# SANITIZER_MAX_S (default 240).
+# SANITIZER_MAX_S (default 240), `tests` at TESTS_MAX_S (default: no cap beyond the budget; each program is stopped
+# after TEST_TIMEOUT_S, default 300). --small-set passes make's SET to `small` (e.g. "train.steps=200": a short run
+# of each architecture, whose loss curve is read beside the CPU's first steps).
 # Every call writes into $OUT (unset: build/gpu-session/out): gpu-session-summary.txt (each step's state and last
 # lines) and gpu-session.tar.gz (every step's log, build/test-logs/, build/test-results-gpu.txt and, once `small` has
 # run, small-results.tar.gz). Exit status: 0 when every step is done and passed, 3 when steps are left for the next
 # call, 1 when a step failed. GPU_RUN replaces mk/gpu/run.sh (tests/e2e/test_gpu_session.sh runs a stand-in).
 set -u
 cd "$(dirname "$0")/../.."
-budget=540 skip= small_seeds=
+budget=540 skip= small_seeds= small_set=
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "gpu_session: $1 needs a value" >&2; exit 2; }
   case "$1" in
     --budget) budget=$2 ;;
     --skip) skip=$2 ;;
     --small-seeds) small_seeds=$2 ;;
-    *) echo "gpu_session: unknown argument '$1' (--budget S, --skip \"STEP ...\", --small-seeds N)" >&2; exit 2 ;;
+    --small-set) small_set=$2 ;;
+    *) echo "gpu_session: unknown argument '$1' (--budget S, --skip \"STEP ...\", --small-seeds N, --small-set \"K=V ...\")" >&2
+       exit 2 ;;
   esac
   shift 2
 done
@@ -76,13 +81,13 @@ step() {
 }
 
 step probe 10 60 "$run" probe
-step tests 120 0 "$run" tests
+step tests 120 "${TESTS_MAX_S:-0}" "$run" tests
 step selftest 30 180 "$run" selftest
 step bench 150 0 "$run" bench --steps 10 --warmup 2 --c-variant "DMMATH_CUDA_ATTENTION=fused DMMATH_CUDA_CVMM=loop"
 step sanitizer 120 "${SANITIZER_MAX_S:-240}" "$run" sanitizer
 # small's own limit stops make reproduce (training saves a checkpoint) before the step's timeout would.
 step small 90 0 "$run" small --limit $(( $(left) > 60 ? $(left) - 30 : 30 )) --jobs "${SMALL_JOBS:-4}" \
-  ${small_seeds:+--seeds "$small_seeds"}
+  ${small_seeds:+--seeds "$small_seeds"} ${small_set:+--set "$small_set"}
 
 files=$(ls "$state"/*.log "$state"/*.rc build/test-results-gpu.txt 2>/dev/null; [ -d build/test-logs ] && echo build/test-logs)
 tar czf "$out/gpu-session.tar.gz" $files

@@ -35,3 +35,17 @@ rc=0; (cd "$tree" && PATH=$tmp/nogpu:$PATH mk/gpu/run.sh tests) >"$tmp/nogpu.log
 [ $rc = 0 ] && grep -q "test-gpu: SKIP: every CUDA test skipped (no GPU" "$tmp/nogpu.log" ||
   { cat "$tmp/nogpu.log"; fail "no GPU: exit $rc, expected 0 with a SKIP line"; }
 echo "ok: without a GPU the same step is a SKIP (exit 0)"
+
+# A hung program (a kernel that never returns) is stopped at TEST_TIMEOUT_S and counted as failed, and the suite goes
+# on to the next program: on a job with a wall-time limit it must not take every later step's time.
+printf '#!/bin/sh\nsleep 60\n' >"$tree/build/tests/cuda_hang"
+printf '#!/bin/sh\necho "Checks: 1"\nexit 0\n' >"$tree/build/tests/cuda_quick"
+chmod +x "$tree/build/tests/cuda_hang" "$tree/build/tests/cuda_quick"
+rc=0; start=$SECONDS
+(cd "$tree" && TEST_TIMEOUT_S=2 tests/run_suite.sh cuda build/tests/cuda_hang build/tests/cuda_quick) >"$tmp/hang.log" 2>&1 || rc=$?
+[ $rc = 1 ] && [ $((SECONDS - start)) -lt 30 ] || { cat "$tmp/hang.log"; fail "a hung program: exit $rc after $((SECONDS - start)) s, expected 1 within 30 s"; }
+grep -q "FAIL \[cuda\] cuda_hang" "$tmp/hang.log" && grep -q "stopped at TEST_TIMEOUT_S=2 s" "$tmp/hang.log" &&
+  grep -q "ok   \[cuda\] cuda_quick" "$tmp/hang.log" || { cat "$tmp/hang.log"; fail "the hung program is not reported as stopped, or the next one did not run"; }
+rc=0; (cd "$tree" && TEST_TIMEOUT_S='1;true' tests/run_suite.sh cuda build/tests/cuda_quick) >"$tmp/bad.log" 2>&1 || rc=$?
+[ $rc = 2 ] && grep -q "TEST_TIMEOUT_S must be a number of seconds" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "a bad TEST_TIMEOUT_S: exit $rc"; }
+echo "ok: a hung program is stopped at TEST_TIMEOUT_S and counted as failed; the next one runs; a bad value is refused"
