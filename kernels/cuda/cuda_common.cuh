@@ -42,8 +42,8 @@ static_assert(sizeof(scalar_t) == sizeof(float), "the CUDA backend is built for 
     do {                                                                                                           \
         cublasStatus_t st_ = (call);                                                                               \
         if (st_ != CUBLAS_STATUS_SUCCESS)                                                                          \
-            die("cuBLAS error at %s:%d in %s: %s (%d)", __FILE__, __LINE__, #call, cublasGetStatusString(st_),      \
-                (int)st_);                                                                                         \
+            die("cuBLAS error at %s:%d in %s: %s (%s)", __FILE__, __LINE__, #call, cublasGetStatusName(st_),        \
+                cublasGetStatusString(st_));                                                                       \
     } while (0)
 
 // What one kernel launch asks of the GPU, for the cost model (make bench-model, tests/bench/bench_model.py): flops,

@@ -68,10 +68,11 @@ static float probe_value(uint32_t *state) {
     return (float)((int)(*state >> 24) % 7 - 3); // [-3, 3]
 }
 
-// Compares one grouped call with the per-problem cuda_gemm loop on the same inputs; false with the reason in why.
+// Compares one grouped call with the per-problem cuda_gemm loop on the same inputs; false with the reason in why, and
+// *refused set when cuBLAS did not take the call at all (rather than computing something else).
 // Problems with beta = 0 start from NaN in C (it must not be read), the others from integers.
 static bool probe_pattern(Backend *be, const char *name, int transA, int transB, const std::vector<GroupedProblem> &pr,
-                          int lda, int ldb, int ldc, bool bf16, char *why, size_t whylen) {
+                          int lda, int ldb, int ldc, bool bf16, char *why, size_t whylen, bool *refused) {
     size_t G = pr.size(), n_a = 0, n_b = 0, n_c = 0;
     std::vector<size_t> at_a(G), at_b(G), at_c(G);
     for (size_t g = 0; g < G; g++) { // row-major extents: op(A) is [M,K], op(B) [K,N]
@@ -111,14 +112,15 @@ static bool probe_pattern(Backend *be, const char *name, int transA, int transB,
     CHECK_CUDA(cudaMemcpy(ptrs, host_ptrs.data(), host_ptrs.size() * sizeof(void *), cudaMemcpyHostToDevice));
     cublasStatus_t st = grouped_gemm(be, transA, transB, pr, lda, ldb, ldc, ptrs, bf16);
     bool ok = st == CUBLAS_STATUS_SUCCESS;
+    *refused = !ok;
 #if !CVMM_HAVE_GROUPED_GEMM
     if (!ok) {
         snprintf(why, whylen, "this cuBLAS (%d) predates cublasGemmGroupedBatchedEx (12.5)", (int)CUBLAS_VERSION);
     } else
 #endif
     if (!ok) {
-        snprintf(why, whylen, "cublasGemmGroupedBatchedEx returned %s on the probe's %s GEMMs", cublasGetStatusString(st),
-                 name);
+        snprintf(why, whylen, "cublasGemmGroupedBatchedEx returned %s (%s) on the probe's %s GEMMs",
+                 cublasGetStatusName(st), cublasGetStatusString(st), name);
     } else {
         std::vector<float> got(2 * n_c);
         CHECK_CUDA(cudaMemcpy(got.data(), c_loop, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -138,15 +140,15 @@ static bool probe_pattern(Backend *be, const char *name, int transA, int transB,
 // The three patterns cvmm uses, each with uneven groups as experts have: rows 3, 1 and 6 for the forward (rows in M)
 // and Q (rows in M, B transposed) sets and for the dW set (A transposed, rows in K, beta = 1: adds to C). No group is
 // empty: cvmm_expert_gemms never passes an empty expert, so a cuBLAS that rejected k = 0 must not cost the grouped path.
-static bool probe_grouped(Backend *be, bool bf16, char *why, size_t whylen) {
+static bool probe_grouped(Backend *be, bool bf16, char *why, size_t whylen, bool *refused) {
     CHECK_CUDA(cudaDeviceSynchronize()); // a clean start: earlier work's errors are not blamed on the probe
     const int Kin = 4, Nout = 5;
     std::vector<GroupedProblem> fwd = {{3, Nout, Kin, 0.0f}, {1, Nout, Kin, 0.0f}, {6, Nout, Kin, 0.0f}};
     std::vector<GroupedProblem> q = {{3, Kin, Nout, 0.0f}, {1, Kin, Nout, 0.0f}, {6, Kin, Nout, 0.0f}};
     std::vector<GroupedProblem> dw = {{Kin, Nout, 3, 1.0f}, {Kin, Nout, 1, 1.0f}, {Kin, Nout, 6, 1.0f}};
-    return probe_pattern(be, "forward (Y = X W)", 0, 0, fwd, Kin, Nout, Nout, bf16, why, whylen) &&
-           probe_pattern(be, "backward Q = G W^T", 0, 1, q, Nout, Nout, Kin, bf16, why, whylen) &&
-           probe_pattern(be, "backward dW += X^T G", 1, 0, dw, Kin, Nout, Nout, bf16, why, whylen);
+    return probe_pattern(be, "forward (Y = X W)", 0, 0, fwd, Kin, Nout, Nout, bf16, why, whylen, refused) &&
+           probe_pattern(be, "backward Q = G W^T", 0, 1, q, Nout, Nout, Kin, bf16, why, whylen, refused) &&
+           probe_pattern(be, "backward dW += X^T G", 1, 0, dw, Kin, Nout, Nout, bf16, why, whylen, refused);
 }
 
 // Whether this backend runs cvmm's GEMM sets for this operand type as grouped GEMMs.
@@ -157,7 +159,8 @@ static bool use_grouped(Backend *be, bool bf16) {
     int &decision = im->cvmm_auto_grouped[bf16 ? 1 : 0];
     if (decision == 0) {
         char why[256] = "";
-        bool ok = probe_grouped(be, bf16, why, sizeof why);
+        bool refused = false;
+        bool ok = probe_grouped(be, bf16, why, sizeof why, &refused);
         decision = ok ? 1 : -1;
         if (ok)
             log_info("cuda backend: cvmm (%s operands) uses one grouped GEMM per expert matmul "
@@ -171,6 +174,14 @@ static bool use_grouped(Backend *be, bool bf16) {
 }
 
 extern "C" const char *cuda_cvmm_path(Backend *be, int bf16) { return use_grouped(be, bf16 != 0) ? "grouped" : "loop"; }
+
+extern "C" int cuda_cvmm_grouped_refused(Backend *be, int bf16, char *why, size_t whylen) {
+    bool refused = false;
+    char reason[256] = "";
+    probe_grouped(be, bf16 != 0, reason, sizeof reason, &refused);
+    if (refused) snprintf(why, whylen, "%s", reason);
+    return refused ? 1 : 0;
+}
 
 // ---------------------------------------------------------------- the sets
 // ptrs[g], ptrs[G + g], ptrs[2G + g] = the A, B, C matrices of group g (expert group_expert[g]).
@@ -215,8 +226,8 @@ void cvmm_expert_gemms(Backend *be, const char *op, const RoutingPlan &pl, const
     CHECK_LAUNCH();
     cublasStatus_t st = grouped_gemm(be, s.transA, s.transB, problem, s.lda, s.ldb, s.ldc, ptrs, bf16);
     if (st != CUBLAS_STATUS_SUCCESS)
-        die("%s: cublasGemmGroupedBatchedEx failed: %s (%d groups, %s operands, DMMATH_CUDA_CVMM=%s); "
+        die("%s: cublasGemmGroupedBatchedEx failed: %s (%s; %d groups, %s operands, DMMATH_CUDA_CVMM=%s); "
             "DMMATH_CUDA_CVMM=loop runs one GEMM per expert instead",
-            op, cublasGetStatusString(st), G, bf16 ? "bf16" : "fp32",
+            op, cublasGetStatusName(st), cublasGetStatusString(st), G, bf16 ? "bf16" : "fp32",
             cuda_impl(be)->cvmm_impl == CVMM_GROUPED ? "grouped" : "auto");
 }

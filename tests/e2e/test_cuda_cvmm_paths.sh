@@ -11,23 +11,30 @@ prog=${CUDA_TEST_UNIT_DIR:-build/tests}/cuda_model_vs_cpu
 [ -x "$prog" ] || { echo "SKIP: $prog is not built (make $prog; it needs nvcc)"; exit 77; }
 tmp=$(mktemp -d /tmp/test_cuda_cvmm_paths.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-for path in loop grouped; do
-  log=$tmp/$path.log
-  DMMATH_CUDA_CVMM=$path "$prog" >"$log" 2>&1; rc=$?
-  if [ "$rc" = 77 ]; then grep -m1 '^SKIP' "$log" || echo "SKIP: $prog exited 77"; exit 77; fi
-  # cuBLAS may refuse the grouped call (a cuBLAS older than 12.5, or an operand type combination such as bf16 A/B
-  # with an fp32 C that this cuBLAS does not take): that path is then unavailable here, which auto's probe would
-  # have found; recorded as a skip of the path with cuBLAS's status, not as a crash. Any other failure fails.
-  refusal=$(grep -m1 -oE 'cublasGemmGroupedBatchedEx failed: CUBLAS_STATUS_(NOT_SUPPORTED|INVALID_VALUE|ARCH_MISMATCH)[^;]*' "$log")
-  if [ "$rc" != 0 ] && [ "$path" = grouped ] && [ -n "$refusal" ]; then
-    echo "SKIP: DMMATH_CUDA_CVMM=grouped: cuBLAS refused the grouped GEMM ($refusal); the loop path passed"
-    continue
+# The passes: each forced path; on the CUDA emulator also the forced grouped path with the emulator's cuBLAS made to
+# refuse bf16, as an H100's CUDA 13.0 cuBLAS does (the refusal must be recorded, and the fp32 cases still run grouped).
+for pass in loop grouped grouped-refuses-bf16; do
+  path=${pass%%-*}
+  log=$tmp/$pass.log
+  if [ "$pass" = grouped-refuses-bf16 ]; then
+    grep -q '^cuda device: .*emulator' "$tmp/grouped.log" || continue # CUDA_EMU_* acts on the emulator only
+    DMMATH_CUDA_CVMM=grouped CUDA_EMU_GROUPED_GEMM=unsupported-bf16 "$prog" >"$log" 2>&1; rc=$?
+  else
+    DMMATH_CUDA_CVMM=$path "$prog" >"$log" 2>&1; rc=$?
   fi
+  if [ "$rc" = 77 ]; then grep -m1 '^SKIP' "$log" || echo "SKIP: $prog exited 77"; exit 77; fi
   if [ "$rc" != 0 ]; then
-    echo "FAIL: DMMATH_CUDA_CVMM=$path: $prog exited $rc"; tail -n 40 "$log" | sed 's/^/    /'; exit 1
+    echo "FAIL: DMMATH_CUDA_CVMM=$path ($pass): $prog exited $rc"; tail -n 40 "$log" | sed 's/^/    /'; exit 1
   fi
   # auto's probe logs its choice; a forced path must not have run it
   if grep -q 'DMMATH_CUDA_CVMM=auto' "$log"; then echo "FAIL: DMMATH_CUDA_CVMM=$path was not applied (auto ran)"; exit 1; fi
-  echo "ok: DMMATH_CUDA_CVMM=$path: $(grep -E '^[0-9]+%: Checks' "$log")"
+  # cuBLAS may refuse the grouped call for bf16 operands (bf16 A/B with an fp32 C): the program then records each
+  # bf16 case with experts as not run, with cuBLAS's status; the loop pass and auto (the CUDA suites) run them.
+  refused=$(grep -c 'not run: DMMATH_CUDA_CVMM=grouped, and cuBLAS refuses' "$log")
+  if [ "$pass" = grouped-refuses-bf16 ] && [ "$refused" = 0 ]; then
+    echo "FAIL: with the emulator's grouped GEMM refusing bf16, no bf16 case was recorded as refused"; exit 1
+  fi
+  echo "ok: DMMATH_CUDA_CVMM=$path${pass#$path}: $(grep -E '^[0-9]+%: Checks' "$log")"
+  [ "$refused" = 0 ] || echo "    recorded: $refused bf16 case(s) not run: $(grep -m1 -o 'cuBLAS refuses the grouped GEMM for bf16 operands here ([^)]*)' "$log")"
 done
-echo "cuda cvmm paths: cuda_model_vs_cpu passed with the loop expert GEMMs and the grouped ones (or cuBLAS refused them: SKIP above)"
+echo "cuda cvmm paths: cuda_model_vs_cpu passed with the loop expert GEMMs and the grouped ones (bf16 cases that cuBLAS refuses grouped: recorded above)"

@@ -60,12 +60,13 @@ typedef struct {
 
 enum {
     V_DEFAULT, V_ATT_FUSED, V_ATT_GEMM, V_ATT_AUTO, V_ATT_GEMM_CHUNK3, V_ATT_GEMM_CHUNK1, V_CVMM_AUTO, V_CVMM_LOOP,
-    V_CVMM_GROUPED, V_CVMM_FAULT_BF16, V_CVMM_FAULT_ALL, V_CVMM_FAULT_WRONG, N_VARIANTS
+    V_CVMM_GROUPED, V_CVMM_FAULT_BF16, V_CVMM_FAULT_ALL, V_CVMM_FAULT_WRONG, V_CVMM_GROUPED_FAULT_BF16, N_VARIANTS
 };
 #define VB(v) (1u << (v))
 #define V_ATT_BOTH (VB(V_ATT_FUSED) | VB(V_ATT_GEMM))
 #define V_CVMM_ALL (VB(V_CVMM_AUTO) | VB(V_CVMM_LOOP) | VB(V_CVMM_GROUPED))
-#define V_CVMM_FAULTS (VB(V_CVMM_FAULT_BF16) | VB(V_CVMM_FAULT_ALL) | VB(V_CVMM_FAULT_WRONG))
+#define V_CVMM_FAULTS                                                                                              \
+    (VB(V_CVMM_FAULT_BF16) | VB(V_CVMM_FAULT_ALL) | VB(V_CVMM_FAULT_WRONG) | VB(V_CVMM_GROUPED_FAULT_BF16))
 
 /* auto's cvmm path on a GPU depends on its cuBLAS (either is right); the emulator's cuBLAS computes both operand
  * types in the grouped call, so its probe must choose grouped; with the fault injection, auto must fall back to the
@@ -93,6 +94,11 @@ static const CudaVariant cuda_variants[N_VARIANTS] = {
     [V_CVMM_FAULT_WRONG] = {"cvmm auto, grouped GEMM wrong",
                             {{"DMMATH_CUDA_CVMM", "auto"}, {"CUDA_EMU_GROUPED_GEMM", "wrong"}}, {"loop", "loop"},
                             {NULL}, 1},
+    /* the forced grouped path where cuBLAS refuses bf16 (as an H100's CUDA 13.0 cuBLAS does): fp32 runs grouped,
+     * bf16 is recorded as refused and not run (cuda_backend_ops.c, grouped_refused) */
+    [V_CVMM_GROUPED_FAULT_BF16] = {"cvmm grouped, grouped GEMM refuses bf16",
+                                   {{"DMMATH_CUDA_CVMM", "grouped"}, {"CUDA_EMU_GROUPED_GEMM", "unsupported-bf16"}},
+                                   {"grouped", "grouped"}, {NULL}, 1},
 };
 
 /* ---- a case ---- */

@@ -50,6 +50,7 @@
 #include "pipeline/base/rng.h"
 #include "tests/unit/model_test_util.h"
 #include "tests/unit/cuda_test_main.h"
+#include "kernels/cuda/cuda_cvmm_hooks.h"
 
 #define TOL_FP32 5e-5
 #define U_BF16 (1.0 / 256.0) /* bf16 unit roundoff: 8 significand bits, round to nearest */
@@ -316,6 +317,20 @@ static double *to_doubles_f(const float *x, size_t n) {
     return d;
 }
 
+/* Under a forced DMMATH_CUDA_CVMM=grouped, a case with experts in bf16 runs only where cuBLAS takes the grouped call
+ * for bf16 operands (an H100's CUDA 13.0 cuBLAS refuses bf16 A/B with an fp32 C): there the forced path cannot run at
+ * all, so the case is recorded as refused in one line and not run. auto's probe takes the loop for such operands, and
+ * the default run (and DMMATH_CUDA_CVMM=loop) runs the case. Returns 1 when the case is left out. */
+static int grouped_bf16_refused(Precision prec, const ModelConfig *cfg, const char *label) {
+    const char *forced = getenv("DMMATH_CUDA_CVMM");
+    if (prec != PRECISION_BF16 || cfg->arch == ARCH_DENSE || !forced || strcmp(forced, "grouped") != 0) return 0;
+    char why[256] = "";
+    if (!cuda_cvmm_grouped_refused(gpu, 1, why, sizeof why)) return 0;
+    printf("case %s: not run: DMMATH_CUDA_CVMM=grouped, and cuBLAS refuses the grouped GEMM for bf16 operands here "
+           "(%s); recorded, not a failure\n\n", label, why);
+    return 1;
+}
+
 START_TEST(test_model_case) {
     char label[96];
     const int ci = select_attention_variant(_i, N_CASES, label, sizeof label, cases[_i % N_CASES].name);
@@ -325,6 +340,11 @@ START_TEST(test_model_case) {
     Model *mc, *mg;
     make_models(c, seed, &mc, &mg);
     const ModelConfig *cfg = model_config(mc);
+    if (grouped_bf16_refused(c->prec, cfg, label)) {
+        model_free(mc);
+        model_free(mg);
+        return;
+    }
     const int B = BATCH_B, T = BATCH_T, V = cfg->n_tokens;
     const size_t BT = (size_t)B * T, np = model_n_params(mc);
     printf("case %s: %s, %zu parameters, B=%d T=%d, grad_scale %g, cuda device %s\n", label,
@@ -420,6 +440,11 @@ START_TEST(test_step_repeatable) {
     gpu->precision = PRECISION_BF16;
     Model *mc, *mg;
     make_models(c, 4200, &mc, &mg);
+    if (grouped_bf16_refused(PRECISION_BF16, model_config(mg), label)) {
+        model_free(mc);
+        model_free(mg);
+        return;
+    }
     const int B = BATCH_B, T = BATCH_T, V = model_config(mg)->n_tokens;
     const size_t BT = (size_t)B * T, np = model_n_params(mg);
     int32_t *inputs = xmalloc_test(BT * sizeof *inputs), *targets = xmalloc_test(BT * sizeof *targets);

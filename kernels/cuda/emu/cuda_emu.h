@@ -143,6 +143,7 @@ cublasStatus_t cublasDestroy(cublasHandle_t h);
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode);
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s);
 inline cublasStatus_t cublasSetStream(cublasHandle_t h, int s) { return cublasSetStream(h, (cudaStream_t)(intptr_t)s); }
+const char *cublasGetStatusName(cublasStatus_t st);
 const char *cublasGetStatusString(cublasStatus_t st);
 // Column-major C[m,n] = alpha op(A) op(B) + beta C, fp32 accumulation (the emulator sums in double), beta = 0
 // never reads C.

@@ -582,7 +582,10 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t) {
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t) {
     return h && h->magic == CUBLAS_MAGIC ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_INITIALIZED;
 }
-const char *cublasGetStatusString(cublasStatus_t st) {
+// cuBLAS's two names of a status: the enumerator's (cublasGetStatusName) and a sentence (cublasGetStatusString; an
+// H100's CUDA 13.0 cuBLAS said "the requested functionality is not supported" for NOT_SUPPORTED, and messages that
+// print both must read the same here).
+const char *cublasGetStatusName(cublasStatus_t st) {
     switch (st) {
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
     case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
@@ -591,6 +594,16 @@ const char *cublasGetStatusString(cublasStatus_t st) {
     case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
     }
     return "CUBLAS_STATUS_UNKNOWN";
+}
+const char *cublasGetStatusString(cublasStatus_t st) {
+    switch (st) {
+    case CUBLAS_STATUS_SUCCESS: return "the operation completed successfully";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the requested functionality is not supported";
+    }
+    return "unknown error";
 }
 
 // Every GEMM entry point reports through gemm_fail with its own name (the message names the call that failed).
