@@ -1,4 +1,5 @@
-// CUDA: RoPE, fused causal attention, and the choice between it and the cuBLAS path (cuda_attention_gemm.cu).
+// CUDA: RoPE, fused causal attention for short sequences, and the choice between it and the cuBLAS path for long
+// ones (cuda_attention_gemm.cu).
 // The fused attention uses one warp per query row (forward, dq) or per key row (dk, dv): lanes own the head dimensions
 // d = lane + 32u, every score is a warp butterfly sum (same value in all lanes, fixed order), keys are visited in
 // order with an online softmax. No atomics: dq and (dk, dv) come from separate kernels, so the results are
@@ -9,17 +10,19 @@
 
 #define ATT_MAX_U 8 // head dim up to 32 * 8 = 256
 
-// DMMATH_CUDA_ATTENTION=auto takes the fused kernels below wherever they can hold the head dim, the cuBLAS path only
-// for head dims above 32 * ATT_MAX_U. Measured on an H100 (make bench-gpu, the paper's dense config: T = 1024, 64
-// windows per step, bf16): a training step took 7.7 s with the cuBLAS path and 1.0 s with the fused kernels, so the
-// earlier rule (cuBLAS from 64 query rows on, a guess) is gone; T = 1024 is the longest context of any config here.
-// DMMATH_CUDA_ATTENTION=gemm keeps the cuBLAS path as an alternative (and the tests' second implementation).
+// DMMATH_CUDA_ATTENTION=auto takes the cuBLAS path from this many query rows on (and for head dims the fused kernels
+// cannot hold), the fused kernels below it. Query rows, not keys: KV-cache decode (1 to a few queries against a long
+// cache) stays fused, since packing the whole cache head-major for a one-row GEMM per head would only add traffic.
+// Measured on an H100 (make bench-gpu, the paper's dense config: T = 1024, 64 windows per step, bf16): 10 training
+// steps took 10.2 s with the cuBLAS path and 77.3 s with the fused kernels (7.6x). Where between 1 and 1024 query
+// rows the two cross is not measured: 64 is still a guess (DMMATH_CUDA_ATTENTION=fused|gemm forces either).
+#define ATTN_GEMM_MIN_T 64
+
 static bool attention_uses_gemm(Backend *be, int Tq, int D) {
-    (void)Tq;
     switch (cuda_impl(be)->attention_impl) {
     case ATTENTION_FUSED: return false;
     case ATTENTION_GEMM: return true;
-    default: return D > 32 * ATT_MAX_U;
+    default: return Tq >= ATTN_GEMM_MIN_T || D > 32 * ATT_MAX_U;
     }
 }
 

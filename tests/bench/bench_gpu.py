@@ -350,7 +350,8 @@ def c_bench(exe, cfg_path, device, bf16, steps, warmup, batch, nmb, threads, ext
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
         fail(f"C bench on {cfg_path} exited {r.returncode}: {last}")
-    sys.stdout.write(r.stdout)
+    paths = " ".join(f"{k}={v}" for k, v in sorted((extra_env or {}).items())) or "default"
+    sys.stdout.write(r.stdout.rstrip("\n") + f" paths {paths}\n")
     m = re.search(r"tokens_per_s ([0-9.eE+-]+) .* params (\d+) .*device (.*)$", r.stdout.strip())
     if not m:
         fail(f"cannot parse the C bench output: {r.stdout!r}")
@@ -543,6 +544,11 @@ def main():
         peak = peak_bf16_tflops(dev_name)
     else:
         dev_name, peak = "cpu", None
+    # The headline pairs first (per config: C on its default paths, then PyTorch), every config's comparator paths
+    # after them: a run stopped at a job's time limit still has the figures that matter (the C lines tell the paths
+    # apart by their "paths" field).
+    if args.c_variant and not args.c_bench:
+        fail("--c-variant needs --c-bench")
     rows = []
     for cfg in configs:
         with open(cfg) as f:
@@ -558,13 +564,6 @@ def main():
               f"{batch // nmb}, {'bf16' if bf16 else 'fp32'}, {args.warmup} warm-up + {args.steps} timed steps, "
               f"{fl['total'] / 1e9:.4f} GFLOP per token", flush=True)
         c = None
-        variants = []
-        for text in args.c_variant:
-            if not args.c_bench:
-                fail("--c-variant needs --c-bench")
-            v_tps, _, _ = c_bench(args.c_bench, cfg, args.device, bf16, args.steps, args.warmup, batch, nmb,
-                                  args.threads, parse_c_variant(text))
-            variants.append((text, v_tps))
         if args.c_bench:
             c_tps, c_np, c_dev = c_bench(args.c_bench, cfg, args.device, bf16, args.steps, args.warmup, batch, nmb,
                                          args.threads)
@@ -573,7 +572,13 @@ def main():
                                   args.torch_loop)
         if args.c_bench and c_np != t_np:
             fail(f"{cfg}: parameter counts differ (C {c_np}, PyTorch {t_np})")
-        rows.append((cfg, mc["arch"], fl["total"], c, t_tps, batch, nmb, T, variants))
+        rows.append((cfg, mc["arch"], fl["total"], c, t_tps, batch, nmb, T, []))
+    for cfg, _, _, _, _, batch, nmb, _, variants in rows if args.c_variant else []:
+        print(f"== {cfg}: the comparator paths", flush=True)
+        for text in args.c_variant:
+            v_tps, _, _ = c_bench(args.c_bench, cfg, args.device, bf16, args.steps, args.warmup, batch, nmb,
+                                  args.threads, parse_c_variant(text))
+            variants.append((text, v_tps))
 
     def mfu(tps, flops):
         return "n/a" if (peak is None or tps is None) else f"{100 * tps * flops / (peak * 1e12):.1f}%"

@@ -35,6 +35,6 @@ for pass in loop grouped grouped-refuses-bf16; do
     echo "FAIL: with the emulator's grouped GEMM refusing bf16, no bf16 case was recorded as refused"; exit 1
   fi
   echo "ok: DMMATH_CUDA_CVMM=$path${pass#$path}: $(grep -E '^[0-9]+%: Checks' "$log")"
-  [ "$refused" = 0 ] || echo "    recorded: $refused bf16 case(s) not run: $(grep -m1 -o 'cuBLAS refuses the grouped GEMM for bf16 operands here ([^)]*)' "$log")"
+  [ "$refused" = 0 ] || echo "    recorded: $refused bf16 case(s) not run: $(grep -m1 -o 'cuBLAS refuses the grouped GEMM for bf16 operands here (.*); recorded' "$log" | sed 's/; recorded$//')"
 done
 echo "cuda cvmm paths: cuda_model_vs_cpu passed with the loop expert GEMMs and the grouped ones (bf16 cases that cuBLAS refuses grouped: recorded above)"

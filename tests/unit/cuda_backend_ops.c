@@ -83,13 +83,13 @@ static const OpCase op_cases[] = {
     ATT_ROWS("9 pairs in chunks of 3", 3, 37, 3, 16, 0.25, VB(V_ATT_GEMM_CHUNK3), 0, 0),
     ATT_ROWS("4 pairs in chunks of 3 + 1", 1, 70, 4, 82, INV_SQRT_82, VB(V_ATT_GEMM_CHUNK3), 0, 0),
     ATT_FWD("8 pairs in chunks of 3 + 3 + 2, Tq < Tk", 2, 5, 41, 4, 82, 0.3, VB(V_ATT_GEMM_CHUNK3), 0, 0),
-    /* auto takes the fused kernels wherever the head dim fits them (cuda_attention.cu: measured faster on an H100
-     * at T = 1024), short and long sequences and KV-cache decode alike; both forced paths (the GEMM path also one
-     * pair per chunk) repeat bit for bit, and differ from each other in their bits */
+    /* auto takes the GEMM path from ATTN_GEMM_MIN_T = 64 query rows on (cuda_attention.cu; update the shapes here
+     * if that is tuned) and the fused kernels below, KV-cache decode included; both forced paths (the GEMM path
+     * also one pair per chunk) repeat bit for bit */
 #define ATT_AUTO VB(V_ATT_FUSED) | VB(V_ATT_GEMM) | VB(V_ATT_AUTO) | VB(V_ATT_GEMM_CHUNK1)
 #define ATT_REPEAT VB(V_ATT_FUSED) | VB(V_ATT_GEMM) | VB(V_ATT_GEMM_CHUNK1)
-    ATT_ROWS("Tq = 70: auto is fused", 2, 70, 4, 82, 0.11, ATT_AUTO, ATT_REPEAT, V_ATT_FUSED),
-    ATT_ROWS("Tq = 64: auto is fused", 2, 64, 1, 16, 0.25, ATT_AUTO, ATT_REPEAT, V_ATT_FUSED),
+    ATT_ROWS("Tq = 70: auto is gemm", 2, 70, 4, 82, 0.11, ATT_AUTO, ATT_REPEAT, V_ATT_GEMM),
+    ATT_ROWS("Tq = 64, the threshold: auto is gemm", 2, 64, 1, 16, 0.25, ATT_AUTO, ATT_REPEAT, V_ATT_GEMM),
     ATT_ROWS("Tq = 37: auto is fused", 2, 37, 3, 16, 0.25, ATT_AUTO, ATT_REPEAT, V_ATT_FUSED),
     ATT_FWD("decode against a long cache: auto is fused", 2, 1, 70, 2, 32, 0.3, ATT_AUTO, ATT_REPEAT, V_ATT_FUSED),
 
