@@ -76,8 +76,8 @@ repro_empty :=
 repro_space := $(repro_empty) $(repro_empty)
 repro_join = $(subst $(repro_space),$(repro_comma),$(strip $(1)))
 
-# A dry run (make -n; MAKE_DRY_RUN in the Makefile).
-repro_dry_run := $(MAKE_DRY_RUN)
+# A dry run (make -n, also -q and -t: no recipe runs; MAKE_NO_RECIPES in the Makefile).
+repro_dry_run := $(MAKE_NO_RECIPES)
 
 # ---- the runs: the one place where run names expand (seeds and sweeps hook in here) ----
 # The run directories and each one's overrides come from bin/runs (pipeline/plan/run_plan.h), which reads the run
