@@ -9,7 +9,7 @@
 // Scratch: the sorted blocks below and the grouped GEMM's pointer arrays, named in cuda_common.cuh (SCRATCH_CVMM_*).
 #include "kernels/cuda/cuda_cvmm.cuh"
 
-// dst[m, :] = src[perm[m] / div, :] (optionally also a bf16 copy)
+// dst[m, :] = src[perm[m] / div, :] (either copy may be NULL: fp32 mode writes dst, bf16 mode only dst16)
 __global__ void k_gather(float *dst, __nv_bfloat16 *dst16, const float *src, const int32_t *perm, int M, int div,
                          int width) {
     size_t total = (size_t)M * width;
@@ -57,23 +57,37 @@ __global__ void k_add_rows(float *dX, const float *Qs, const float *w, const int
     }
 }
 
-// rows of G scaled by w[perm[m]] (in place), with an optional bf16 copy
-__global__ void k_scale_rows(float *G, __nv_bfloat16 *G16, const float *w, const int32_t *perm, int M, int width) {
+// rows of G scaled by w[perm[m]] (fp32 mode: in place)
+__global__ void k_scale_rows(float *G, const float *w, const int32_t *perm, int M, int width) {
     size_t total = (size_t)M * width;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         size_t m = i / width;
-        float v = G[i] * (w ? w[perm[m]] : 1.0f);
-        G[i] = v;
-        if (G16) G16[i] = __float2bfloat16_rn(v);
+        G[i] = G[i] * w[perm[m]];
     }
 }
 
-// dw[p] = <Qs[inv[p]], Xs[inv[p]]>, one warp per entry, double accumulation
-__global__ void k_dw(float *dw, const float *Qs, const float *Xs, const int32_t *inv, int M, int Kin) {
+// bf16 mode: G16[m, :] = bf16(src[perm[m] / div, :] * w[perm[m]]), the weighted rows gathered and rounded in one pass
+// from the caller's rows (no fp32 copy in plan order: no bf16 GEMM would read it). The same product and rounding as
+// k_gather's fp32 copy followed by k_scale_rows, so the bits are those of the two-pass version.
+__global__ void k_gather_scale_bf16(__nv_bfloat16 *G16, const float *src, const float *w, const int32_t *perm, int M,
+                                    int div, int width) {
+    size_t total = (size_t)M * width;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        size_t m = i / width, c = i % width;
+        int32_t p = perm[m];
+        G16[i] = __float2bfloat16_rn(src[(size_t)(p / div) * width + c] * w[p]);
+    }
+}
+
+// dw[p] = <Qs[inv[p]], x_p>, one warp per entry, double accumulation; x_p is entry p's input row read where it lies:
+// X[inv[p]] when X is in plan order (x_in_plan), else X[p / in_div] (the row the gather would have copied to inv[p])
+__global__ void k_dw(float *dw, const float *Qs, const float *X, const int32_t *inv, int M, int Kin, int in_div,
+                     int x_in_plan) {
     long p = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (p >= M) return;
-    const float *q = Qs + (size_t)inv[p] * Kin, *x = Xs + (size_t)inv[p] * Kin;
+    const float *q = Qs + (size_t)inv[p] * Kin;
+    const float *x = X + (size_t)(x_in_plan ? inv[p] : p / in_div) * Kin;
     double part = 0;
     for (int i = lane; i < Kin; i += 32) part += (double)q[i] * x[i];
     double s = warp_sum_d(part);
@@ -151,40 +165,42 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     if (dw && w) cuda_weights_written(be, dw, (size_t)M * sizeof(float));
     if (M == 0) return;
     bool want_dw = (w != nullptr && dw != nullptr), want_Q = (dX != nullptr || want_dw);
-    bool want_Xs = (dW != nullptr || want_dw);
     if (!want_Q && !dW) return;
     const bool bf16 = use_bf16(be);
     const size_t esz = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
-    // output gradient rows in plan order [M, Nout] (unweighted; + bf16 copy for the GEMMs): dY itself when it comes
-    // so (then w is NULL: never scaled below)
+    // Output gradient rows in plan order [M, Nout], unweighted: fp32 (fp32 mode) or bf16 (bf16 mode); dY itself when
+    // it comes so (then w is NULL: never scaled below). In bf16 mode the GEMMs read only bf16 rows, so no fp32 copy
+    // in plan order is made: the weighted rows for dW come straight from dY (k_gather_scale_bf16), and k_dw reads X
+    // where it lies.
+    const int g_div = w ? out_div : 1; // entry p's row of dY
     float *Gbuf = nullptr;
     const float *Gs = dY;
     __nv_bfloat16 *Gs16 = nullptr;
     if (out_sorted) {
         if (bf16) Gs16 = bf16_copy(be, dY, (size_t)M * Nout, SCRATCH_CVMM_DY_BF16);
     } else {
-        Gbuf = (float *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(float));
+        Gbuf = bf16 ? nullptr : (float *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(float));
         Gs16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_DY_BF16, (size_t)M * Nout * sizeof(__nv_bfloat16))
                     : nullptr;
-        const size_t moved = (size_t)M * Nout * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0));
+        const size_t moved = (size_t)M * Nout * (sizeof(float) + esz);
         count_traffic("cvmm_rows", moved);
         LAUNCH(k_gather, grid_for((size_t)M * Nout, 256), 256, 0,
-               rows_cost(bf16 ? (double)M * Nout : 0, moved, M, false))(Gbuf, Gs16, dY, pl->perm, M, w ? out_div : 1,
-                                                                        Nout);
+               rows_cost(bf16 ? (double)M * Nout : 0, moved, M, false))(Gbuf, Gs16, dY, pl->perm, M, g_div, Nout);
         CHECK_LAUNCH();
         Gs = Gbuf;
     }
-    // input rows in plan order [M, Kin] (+ bf16 copy)
+    // input rows in plan order [M, Kin]: fp32 (fp32 mode) or bf16 (bf16 mode)
     const float *Xs = nullptr;
     __nv_bfloat16 *Xs16 = nullptr;
-    if (want_Xs && in_sorted) {
+    // (only the dW GEMM reads them: k_dw reads X in place)
+    if (dW && in_sorted) {
         Xs = X;
         if (bf16) Xs16 = bf16_copy(be, X, (size_t)M * Kin, SCRATCH_CVMM_X_BF16);
-    } else if (want_Xs) {
-        float *buf = (float *)cuda_scratch(be, SCRATCH_CVMM_X_SORTED, (size_t)M * Kin * sizeof(float));
+    } else if (dW) {
+        float *buf = bf16 ? nullptr : (float *)cuda_scratch(be, SCRATCH_CVMM_X_SORTED, (size_t)M * Kin * sizeof(float));
         if (bf16)
             Xs16 = (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_X_BF16, (size_t)M * Kin * sizeof(__nv_bfloat16));
-        const size_t moved = (size_t)M * Kin * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0));
+        const size_t moved = (size_t)M * Kin * (sizeof(float) + esz);
         count_traffic("cvmm_rows", moved);
         LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0,
                rows_cost(bf16 ? (double)M * Kin : 0, moved, M, false))(buf, Xs16, X, pl->perm, M, in_div, Kin);
@@ -202,18 +218,24 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
                          {Qs, 0, (size_t)Kin * sizeof(float)}, Nout, Nout, Kin, 0.0f};
         cvmm_expert_gemms(be, "cvmm_backward", *pl, q, bf16);
     }
-    if (want_dw) {
+    if (want_dw) { // X's rows where they lie (in plan order when in_sorted, else row p / in_div)
         LAUNCH(k_dw, (unsigned)((M + 7) / 8), 256, 0,
-               rows_cost(2.0 * M * Kin, (size_t)M * (2 * (size_t)Kin + 1) * sizeof(float), M, false))(dw, Qs, Xs,
-                                                                                                       pl->inv, M, Kin);
+               rows_cost(2.0 * M * Kin, (size_t)M * (2 * (size_t)Kin + 1) * sizeof(float), M, false))(
+            dw, Qs, X, pl->inv, M, Kin, in_div, in_sorted ? 1 : 0);
         CHECK_LAUNCH();
     }
     if (dW) {
-        if (w) { // weighted rows (and their bf16 copy); w != NULL means Gs is the gathered copy Gbuf (cvmm_check_args)
-            const size_t moved = (size_t)M * Nout * (2 * sizeof(float) + (bf16 ? sizeof(__nv_bfloat16) : 0));
+        if (w && bf16) { // weighted rows in bf16 straight from dY (w != NULL: not out_sorted, cvmm_check_args)
+            const size_t moved = (size_t)M * Nout * (sizeof(float) + sizeof(__nv_bfloat16));
             count_traffic("cvmm_rows", moved);
-            LAUNCH(k_scale_rows, grid_for((size_t)M * Nout, 256), 256, 0,
-                   rows_cost((double)M * Nout * (bf16 ? 2 : 1), moved, M, true))(Gbuf, Gs16, w, pl->perm, M, Nout);
+            LAUNCH(k_gather_scale_bf16, grid_for((size_t)M * Nout, 256), 256, 0,
+                   rows_cost((double)M * Nout * 2, moved, M, true))(Gs16, dY, w, pl->perm, M, g_div, Nout);
+            CHECK_LAUNCH();
+        } else if (w) { // weighted rows in place in the gathered fp32 copy Gbuf
+            const size_t moved = (size_t)M * Nout * 2 * sizeof(float);
+            count_traffic("cvmm_rows", moved);
+            LAUNCH(k_scale_rows, grid_for((size_t)M * Nout, 256), 256, 0, rows_cost((double)M * Nout, moved, M, true))(
+                Gbuf, w, pl->perm, M, Nout);
             CHECK_LAUNCH();
         }
         const void *xs = bf16 ? (const void *)Xs16 : (const void *)Xs;
