@@ -1,25 +1,61 @@
 // CUDA: expert capacity (capacity_drop) and mask_zero (contracts in kernels/backend_ops.h; the CPU reference in
 // kernels/cpu/cpu_capacity.c walks the assignments in order instead).
-#include "kernels/cuda/cuda_common.cuh"
+//
+// capacity_drop ranks each expert's assignments in the admission order by stable sorts, so the whole decision is
+// O(M) passes for M = N k assignments (before, every assignment compared itself with all others: O(M^2), seconds per
+// step at the paper's size). The sorts are the routing plan's stable counting sort (cuda_cvmm_plan.cu) used as a
+// radix pass: a plan over small integer keys is a stable sort by them. Starting from the assignments in entry order
+// p = n k + j:
+//   CAPACITY_POSITION  one pass by the slot j: then (j, n) ascending, the admission order;
+//   CAPACITY_SCORE     four passes by the bytes of the gate's descending key, least significant first: then gate
+//                      descending, ties in entry order (the lower position: an expert holds a token in one slot);
+// then one pass by the expert: expert e's assignments sit at sorted positions [offset[e], offset[e+1]) in admission
+// order, so an assignment's rank is its sorted position minus offset[e], and it is kept iff that is below cap. All
+// integer work: the decision equals the CPU reference's exactly, and repeats bit for bit. Each pass reads its
+// offsets back to the host (the plan's one sync): 2 syncs per decision by position, 5 by score.
+#include <vector>
 
-// q comes before p in the admission order (for assignments of the same expert).
-__device__ __forceinline__ bool capacity_before(const float *gate, long q, long p, int N, int k, int score) {
-    if (score) return gate[q] > gate[p] || (gate[q] == gate[p] && q < p); // q < p: the lower position
-    const long kq = (long)(q % k) * N + q / k, kp = (long)(p % k) * N + p / k; // (j, n) ascending
-    return kq < kp;
+#include "kernels/cuda/cuda_cvmm.cuh"
+
+// The gate's key, ascending in gate DEScending order (the float's bits made order-preserving, then inverted);
+// -0 is taken as +0, so that equal gates compare equal as they do on the CPU.
+__device__ __forceinline__ uint32_t capacity_gate_key(float g) {
+    uint32_t u = __float_as_uint(g == 0.0f ? 0.0f : g);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u); // ascending in g
+    return ~u;
 }
 
-// One thread per assignment p: its rank among its expert's assignments is the number of that expert's assignments
-// before it; it is kept iff the rank is below cap. O((N k)^2) comparisons in all, none of them serial, and no
-// sort: the capacity decision of one routing decision costs about as much as one small GEMM of the layer.
-__global__ void k_capacity_rank(uint8_t *dropped, const float *gate, const int32_t *sel, long M, int N, int k, int cap,
-                                int score) {
+// The assignments in entry order, and their pass-1 keys: the slot j (position order) or the gate's key (score order).
+__global__ void k_capacity_start(int32_t *order, uint32_t *key, const float *gate, long M, int k, int score) {
     for (long p = blockIdx.x * (long)blockDim.x + threadIdx.x; p < M; p += (long)gridDim.x * blockDim.x) {
-        const int32_t e = sel[p];
-        long rank = 0;
-        for (long q = 0; q < M && rank < cap; q++)
-            if (q != p && sel[q] == e && capacity_before(gate, q, p, N, k, score)) rank++;
-        dropped[p] = rank >= cap;
+        order[p] = (int32_t)p;
+        key[p] = score ? capacity_gate_key(gate[p]) : (uint32_t)(p % k);
+    }
+}
+
+// ids[m] = the pass's bucket of the assignment at position m of the current order: byte `byte` of its key, its key
+// (byte < 0), or its expert (by_expert).
+__global__ void k_capacity_ids(int32_t *ids, const int32_t *order, const uint32_t *key, const int32_t *sel, long M,
+                               int byte, int by_expert) {
+    for (long m = blockIdx.x * (long)blockDim.x + threadIdx.x; m < M; m += (long)gridDim.x * blockDim.x) {
+        const int32_t p = order[m];
+        ids[m] = by_expert ? sel[p] : byte < 0 ? (int32_t)key[p] : (int32_t)((key[p] >> (8 * byte)) & 0xffu);
+    }
+}
+
+// next[m] = cur[perm[m]]: the order after a stable pass.
+__global__ void k_capacity_permute(int32_t *next, const int32_t *cur, const int32_t *perm, long M) {
+    for (long m = blockIdx.x * (long)blockDim.x + threadIdx.x; m < M; m += (long)gridDim.x * blockDim.x)
+        next[m] = cur[perm[m]];
+}
+
+// The last pass (by expert) done: sorted position m holds assignment order[perm[m]] of expert e; its rank is
+// m - offset[e]. One thread per sorted position: it finds e by the expert id and marks the drop.
+__global__ void k_capacity_mark(uint8_t *dropped, const int32_t *order, const int32_t *perm, const int32_t *offset,
+                                const int32_t *sel, long M, int cap) {
+    for (long m = blockIdx.x * (long)blockDim.x + threadIdx.x; m < M; m += (long)gridDim.x * blockDim.x) {
+        const int32_t p = order[perm[m]];
+        dropped[p] = m - offset[sel[p]] >= cap;
     }
 }
 
@@ -38,6 +74,20 @@ __global__ void k_capacity_apply(float *gate, unsigned long long *counts, unsign
     }
 }
 
+// One stable pass: a routing plan over ids[M] (values < n_buckets) in the plan memory of `pl`, then cur reordered
+// into next (the two order buffers swap).
+static void capacity_pass(Backend *be, RoutingPlan *pl, int32_t *ids, int32_t **cur, int32_t **next, long M,
+                          int n_buckets) {
+    cuda_routing_plan(be, pl, ids, (int)M, n_buckets);
+    // the order and perm in, the next order out
+    LAUNCH(k_capacity_permute, grid_for((size_t)M, 256), 256, 0, kernel_cost(0, 3.0 * M * sizeof(int32_t)))(
+        *next, *cur, pl->perm, M);
+    CHECK_LAUNCH();
+    int32_t *t = *cur;
+    *cur = *next;
+    *next = t;
+}
+
 void cuda_capacity_drop(Backend *be, uint8_t *dropped, scalar_t *gate, int64_t *counts, int64_t *n_dropped,
                         const int32_t *sel, const uint8_t *valid, int N, int E, int k, int cap, CapacityOrder order) {
     if (N < 0 || E < 1 || k < 1 || k > E) die("capacity_drop: bad shape N=%d E=%d k=%d", N, E, k);
@@ -45,15 +95,52 @@ void cuda_capacity_drop(Backend *be, uint8_t *dropped, scalar_t *gate, int64_t *
     if (order != CAPACITY_POSITION && order != CAPACITY_SCORE) die("capacity_drop: unknown order %d", (int)order);
     const long M = (long)N * k;
     if (M == 0) return;
+    if (M > INT32_MAX) die("capacity_drop: %ld assignments exceed the routing plan's int32 entries", M);
     cuda_weights_written(be, gate, (size_t)M * sizeof(float));
     cuda_weights_written(be, dropped, (size_t)M);
     if (counts) cuda_weights_written(be, counts, (size_t)E * sizeof(int64_t));
     if (n_dropped) cuda_weights_written(be, n_dropped, sizeof(int64_t));
-    // two kernels: the ranks read the gates that the second one zeroes
-    // each assignment compares itself with up to all M (counted as M each); ids and gates in, a byte out
-    LAUNCH(k_capacity_rank, grid_for((size_t)M, 128), 128, 0,
-           kernel_cost((double)M * M, (double)M * (sizeof(int32_t) + sizeof(float) + 1)))(dropped, gate, sel, M, N, k,
-                                                                                          cap, order == CAPACITY_SCORE);
+    const int score = order == CAPACITY_SCORE;
+    const int max_buckets = E > 256 ? E : 256;
+    // Scratch (the cvmm slots: capacity_drop runs before a decision's cvmm calls, never inside one; the plan itself
+    // uses SCRATCH_PLAN_INFO and SCRATCH_PLAN_TEMP): the pass plan's perm | inv, its offset | group list, two order
+    // buffers, the keys and the pass ids.
+    RoutingPlan pl = {};
+    pl.max_entries = (int)M;
+    pl.max_experts = max_buckets;
+    int32_t *pi = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_X_SORTED, (size_t)2 * M * sizeof(int32_t));
+    pl.perm = pi, pl.inv = pi + M;
+    int32_t *og = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (2 * (size_t)max_buckets + 1) * sizeof(int32_t));
+    pl.offset = og, pl.group_expert = og + max_buckets + 1;
+    std::vector<int32_t> host_offset((size_t)max_buckets + 1);
+    pl.host_offset = host_offset.data();
+    int32_t *cur = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_DX_SORTED, (size_t)M * sizeof(int32_t));
+    int32_t *next = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_X_BF16, (size_t)M * sizeof(int32_t));
+    uint32_t *key = (uint32_t *)cuda_scratch(be, SCRATCH_CVMM_DY_BF16, (size_t)M * sizeof(uint32_t));
+    int32_t *ids = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_W_BF16, (size_t)M * sizeof(int32_t));
+
+    // the gates in (score order), the entry order and the keys out
+    LAUNCH(k_capacity_start, grid_for((size_t)M, 256), 256, 0,
+           kernel_cost(0, (double)M * ((score ? sizeof(float) : 0) + 2 * sizeof(int32_t))))(cur, key, gate, M, k,
+                                                                                             score);
+    CHECK_LAUNCH();
+    // the key passes (position: the slot; score: four bytes, least significant first), then the expert pass
+    const int n_key_passes = score ? 4 : 1;
+    for (int pass = 0; pass <= n_key_passes; pass++) {
+        const int by_expert = pass == n_key_passes;
+        // the order and its keys (or experts) in, the pass ids out
+        LAUNCH(k_capacity_ids, grid_for((size_t)M, 256), 256, 0, kernel_cost(0, 3.0 * M * sizeof(int32_t)))(
+            ids, cur, key, sel, M, score ? pass : -1, by_expert);
+        CHECK_LAUNCH();
+        if (by_expert) {
+            cuda_routing_plan(be, &pl, ids, (int)M, E);
+            break;
+        }
+        capacity_pass(be, &pl, ids, &cur, &next, M, score ? 256 : k);
+    }
+    // the final order, perm, offsets and experts in, a byte per assignment out
+    LAUNCH(k_capacity_mark, grid_for((size_t)M, 256), 256, 0, kernel_cost(0, (double)M * (4 * sizeof(int32_t) + 1)))(
+        dropped, cur, pl.perm, pl.offset, sel, M, cap);
     CHECK_LAUNCH();
     static_assert(sizeof(unsigned long long) == sizeof(int64_t), "int64 counts as CUDA's 64-bit atomics");
     // the decision, the ids and the gates in, the gates out, an 8-byte counter updated per assignment

@@ -20,6 +20,7 @@ enum {
     F_NO_LOSSES = 1 << 6,  /* cross_entropy losses NULL */
     F_IN_SORTED = 1 << 8,  /* cvmm order CVMM_IN_SORTED */
     F_OUT_SORTED = 1 << 9, /* cvmm order CVMM_OUT_SORTED */
+    F_SIGNED = 1 << 10,    /* capacity_drop: gates of both signs, -0 and +0 among them */
 };
 static int cvmm_order_of(unsigned flags) {
     return (flags & F_IN_SORTED ? CVMM_IN_SORTED : 0) | (flags & F_OUT_SORTED ? CVMM_OUT_SORTED : 0);
@@ -232,19 +233,28 @@ static void run_expert_count(OpRun *r, const OpCase *c) {
 static const OpDriver drv_expert_count = {"expert_count", run_expert_count, {"N", "G", "E", "k"}};
 
 /* capacity_drop (cap d[3], order d[4]) of one unbiased selection (G = 1) with gates of 6 values (ties in the score
- * order), from the host so that both backends rank the same numbers; counts and n_dropped pre-filled (+=) */
+ * order; F_SIGNED: 7 values from -3/8 to 3/8 with -0 and +0, which the score order must take as equal), from the host
+ * so that both backends rank the same numbers; counts and n_dropped pre-filled (+=) */
 static void run_capacity_drop(OpRun *r, const OpCase *c) {
     const int N = D(0), E = D(1), k = D(2), cap = D(3);
     OpCase one = *c; /* the routing shape N, G = 1, E, k, without expert dropout */
     one.d[0] = N, one.d[1] = 1, one.d[2] = E, one.d[3] = k, one.flags &= ~(unsigned)F_DROP;
     Routing t = routing_setup(r, &one);
     scalar_t *hg = ktu_scalars(t.ns);
-    for (size_t i = 0; i < t.ns; i++) hg[i] = (scalar_t)(ktu_int(&r->rng, 6) / 8.0);
+    for (size_t i = 0; i < t.ns; i++) {
+        if (!(c->flags & F_SIGNED)) {
+            hg[i] = (scalar_t)(ktu_int(&r->rng, 6) / 8.0);
+            continue;
+        }
+        int v = ktu_int(&r->rng, 8) - 4; /* -4 stands for -0 */
+        hg[i] = v == -4 ? (scalar_t)-0.0 : (scalar_t)(v / 8.0);
+    }
     scalar_t *gate = in_host(r, hg, t.ns * sizeof(scalar_t));
     free(hg);
-    const int64_t h[] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
-    ck_assert(E + 1 <= (int)(sizeof h / sizeof h[0]));
+    int64_t *h = ktu_alloc(((size_t)E + 1) * sizeof(int64_t));
+    for (int e = 0; e <= E; e++) h[e] = (e * 7 + 3) % 10; /* earlier counts, added to */
     int64_t *counts = in_host(r, h, (size_t)E * sizeof(int64_t)), *n_dropped = in_host(r, h + E, sizeof(int64_t));
+    free(h);
     uint8_t *valid = c->flags & F_VALID ? routing_mask(r, (size_t)N, 3, 0) : NULL; /* 0: masked, p = 1/3 */
     uint8_t *h_junk = ktu_alloc(t.ns);
     memset(h_junk, 0xAA, t.ns); /* overwritten entry by entry, kept ones included */

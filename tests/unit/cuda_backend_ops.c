@@ -213,6 +213,16 @@ static const OpCase op_cases[] = {
      F_VALID, DT_FP32, DEF, 0, 0},
     {"capacity_drop", "capacity above every load", &drv_capacity_drop, {200, 11, 4, 200, CAPACITY_SCORE}, 0, 0,
      DT_FP32, DEF, 0, 0},
+    /* the CUDA decision is a chain of stable counting sorts (cuda_capacity.cu): assignments over several of the
+     * plan's chunks of 1024, more experts than a byte's 256 buckets, gates of both signs with -0 equal to +0 */
+    {"capacity_drop", "score order, 4000 assignments over four plan chunks", &drv_capacity_drop,
+     {1000, 40, 4, 90, CAPACITY_SCORE}, 0, F_VALID, DT_FP32, DEF, 0, 0},
+    {"capacity_drop", "position order, 4000 assignments over four plan chunks", &drv_capacity_drop,
+     {1000, 40, 4, 90, CAPACITY_POSITION}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"capacity_drop", "score order, 300 experts, signed gates and -0", &drv_capacity_drop,
+     {700, 300, 3, 3, CAPACITY_SCORE}, 0, F_SIGNED, DT_FP32, DEF, 0, 0},
+    {"capacity_drop", "position order, 300 experts", &drv_capacity_drop, {700, 300, 3, 3, CAPACITY_POSITION}, 0, 0,
+     DT_FP32, DEF, 0, 0},
     {"mask_zero", "100003 values", &drv_mask_zero, {100003}, 0, 0, DT_FP32, DEF, 0, 0},
 };
 enum { N_OP_CASES = sizeof op_cases / sizeof op_cases[0] };

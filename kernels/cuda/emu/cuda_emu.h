@@ -68,6 +68,18 @@ namespace emu {
 uint16_t bf16_round_bits(float f); // the bits __float2bfloat16_rn gives, not counted (for host-side checks)
 }
 
+// ---------------------------------------------------------------- bit casts (CUDA's reinterpretations, no conversion)
+inline unsigned int __float_as_uint(float x) {
+    unsigned int u;
+    std::memcpy(&u, &x, sizeof u);
+    return u;
+}
+inline float __uint_as_float(unsigned int u) {
+    float x;
+    std::memcpy(&x, &u, sizeof x);
+    return x;
+}
+
 // ---------------------------------------------------------------- runtime API
 typedef enum {
     cudaSuccess = 0,
