@@ -129,8 +129,8 @@ typedef struct {
     const struct MoeutRouting *routing; /* the FFN's routing kind (model/routing_kind.h) */
     MoeutScratch s;
     int32_t *plan_host;        /* host memory of every RoutingPlan above (their host_offset arrays) */
-    int choice_c;              /* routing "expert_choice": this training step's capacity c (model_config_ec_capacity
-                                * of its valid positions); 0 with the other kinds */
+    int choice_c;              /* this training step's per-expert capacity (the kind's step_capacity: expert choice's
+                                * c of its valid positions); 0 with the other kinds */
 } MoeutState;
 
 static inline MoeutState *moeut_state(Model *m) { return (MoeutState *)m->layer_state[LAYER_MOEUT]; }

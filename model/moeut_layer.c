@@ -272,12 +272,7 @@ static void moeut_train_begin(Model *m, int B, int T, const uint8_t *valid) {
     st->plan_gen = m->arena_generation;
     st->have_valid = valid != NULL;
     if (valid) m->be->to_device(m->be, st->valid_dev, valid, (size_t)N);
-    long n_valid = N; /* routing "expert_choice": the experts choose among the valid positions */
-    if (valid) {
-        n_valid = 0;
-        for (int i = 0; i < N; i++) n_valid += valid[i] != 0;
-    }
-    st->choice_c = model_config_ec_capacity(&m->cfg, n_valid);
+    st->choice_c = st->routing->step_capacity ? st->routing->step_capacity(&m->cfg, valid, N) : 0;
     st->reg_ready = 0; /* the histories are overwritten by this step's forwards */
 }
 

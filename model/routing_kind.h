@@ -70,6 +70,9 @@ struct MoeutRouting {
     const MoeutRouting *inference;
     /* Routing entries of one training application of n positions (the sizes of sel_f, gate_f, A, plan_f). */
     size_t (*train_entries)(const ModelConfig *c, size_t n);
+    /* The per-expert capacity of a training step of N positions with mask valid[N] (NULL = all valid), read by route
+     * as io->choice_c: expert choice's c among the valid positions; NULL for kinds without one (0). */
+    int (*step_capacity)(const ModelConfig *c, const uint8_t *valid, int N);
     /* Plans the kind's own buffers of a training application's cache (nt positions, M entries), and of the scratch
      * (both may plan nothing). */
     void (*plan_app)(const ModelConfig *c, ActivationPlan *p, MoeutAppCache *ac, size_t nt, size_t M);

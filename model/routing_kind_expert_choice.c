@@ -18,6 +18,16 @@ static size_t train_entries(const ModelConfig *c, size_t n) {
     return (size_t)c->ff_n_experts * (size_t)model_config_ec_capacity(c, (long)n);
 }
 
+/* c of the step: the experts choose among the valid positions */
+static int step_capacity(const ModelConfig *c, const uint8_t *valid, int N) {
+    long n_valid = N;
+    if (valid) {
+        n_valid = 0;
+        for (int i = 0; i < N; i++) n_valid += valid[i] != 0;
+    }
+    return model_config_ec_capacity(c, n_valid);
+}
+
 static void plan_app(const ModelConfig *c, ActivationPlan *p, MoeutAppCache *ac, size_t nt, size_t M) {
     (void)c;
     (void)nt;
@@ -97,6 +107,7 @@ const MoeutRouting moeut_routing_expert_choice = {
     .capacity_drops = false,
     .inference = &moeut_routing_topk,
     .train_entries = train_entries,
+    .step_capacity = step_capacity,
     .plan_app = plan_app,
     .plan_scratch = plan_scratch,
     .route = route,
