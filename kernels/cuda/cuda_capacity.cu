@@ -15,7 +15,7 @@
 // offsets back to the host (the plan's one sync): 2 syncs per decision by position, 5 by score.
 #include <vector>
 
-#include "kernels/cuda/cuda_cvmm.cuh"
+#include "kernels/cuda/cuda_common.cuh" // the ops, routing_plan among them (cuda_routing_plan)
 
 // The gate's key, ascending in gate DEScending order (the float's bits made order-preserving, then inverted);
 // -0 is taken as +0, so that equal gates compare equal as they do on the CPU.
@@ -102,22 +102,21 @@ void cuda_capacity_drop(Backend *be, uint8_t *dropped, scalar_t *gate, int64_t *
     if (n_dropped) cuda_weights_written(be, n_dropped, sizeof(int64_t));
     const int score = order == CAPACITY_SCORE;
     const int max_buckets = E > 256 ? E : 256;
-    // Scratch (the cvmm slots: capacity_drop runs before a decision's cvmm calls, never inside one; the plan itself
-    // uses SCRATCH_PLAN_INFO and SCRATCH_PLAN_TEMP): the pass plan's perm | inv, its offset | group list, two order
+    // Scratch (cuda_common.cuh, SCRATCH_CAP_*): the pass plan's perm | inv, its offset | group list, two order
     // buffers, the keys and the pass ids.
     RoutingPlan pl = {};
     pl.max_entries = (int)M;
     pl.max_experts = max_buckets;
-    int32_t *pi = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_X_SORTED, (size_t)2 * M * sizeof(int32_t));
+    int32_t *pi = (int32_t *)cuda_scratch(be, SCRATCH_CAP_PLAN_PERM_INV, (size_t)2 * M * sizeof(int32_t));
     pl.perm = pi, pl.inv = pi + M;
-    int32_t *og = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (2 * (size_t)max_buckets + 1) * sizeof(int32_t));
+    int32_t *og = (int32_t *)cuda_scratch(be, SCRATCH_CAP_PLAN_OFFSETS, (2 * (size_t)max_buckets + 1) * sizeof(int32_t));
     pl.offset = og, pl.group_expert = og + max_buckets + 1;
     std::vector<int32_t> host_offset((size_t)max_buckets + 1);
     pl.host_offset = host_offset.data();
-    int32_t *cur = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_DX_SORTED, (size_t)M * sizeof(int32_t));
-    int32_t *next = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_X_BF16, (size_t)M * sizeof(int32_t));
-    uint32_t *key = (uint32_t *)cuda_scratch(be, SCRATCH_CVMM_DY_BF16, (size_t)M * sizeof(uint32_t));
-    int32_t *ids = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_W_BF16, (size_t)M * sizeof(int32_t));
+    int32_t *cur = (int32_t *)cuda_scratch(be, SCRATCH_CAP_ORDER, (size_t)M * sizeof(int32_t));
+    int32_t *next = (int32_t *)cuda_scratch(be, SCRATCH_CAP_ORDER_NEXT, (size_t)M * sizeof(int32_t));
+    uint32_t *key = (uint32_t *)cuda_scratch(be, SCRATCH_CAP_KEY, (size_t)M * sizeof(uint32_t));
+    int32_t *ids = (int32_t *)cuda_scratch(be, SCRATCH_CAP_IDS, (size_t)M * sizeof(int32_t));
 
     // the gates in (score order), the entry order and the keys out
     LAUNCH(k_capacity_start, grid_for((size_t)M, 256), 256, 0,

@@ -107,6 +107,15 @@ enum {
     SCRATCH_CVMM_DY_BF16 = 6,   // bf16[M, Nout]: the sorted output gradients' bf16 copy (bf16 mode, backward)
     SCRATCH_CVMM_W_BF16 = 7,    // bf16[E, Kin, Nout]: W converted, when it is not part of the registered weights
 };
+// capacity_drop (cuda_capacity.cu; it runs routing_plan inside, so not buffers 0 and 1); M = N k assignments
+enum {
+    SCRATCH_CAP_PLAN_PERM_INV = 2, // int32_t[2M]: the pass plan's perm | inv
+    SCRATCH_CAP_PLAN_OFFSETS = 3,  // int32_t[2 max(E, 256) + 1]: the pass plan's offset | group list
+    SCRATCH_CAP_ORDER = 4,         // int32_t[M]: the assignments in the current order
+    SCRATCH_CAP_ORDER_NEXT = 5,    // int32_t[M]: the order after the next pass
+    SCRATCH_CAP_KEY = 6,           // uint32_t[M]: each assignment's key (slot, or the gate's descending key)
+    SCRATCH_CAP_IDS = 7,           // int32_t[M]: each position's bucket in the current pass
+};
 // matmul (cuda_dense.cu), bf16 mode: an operand converted when it is not part of the registered weights
 enum { SCRATCH_MATMUL_A_BF16 = 8 /* bf16[M, K] */, SCRATCH_MATMUL_B_BF16 = 9 /* bf16[K, N] */ };
 // column_sums, embedding_backward (cuda_dense.cu)
