@@ -74,11 +74,21 @@ __global__ void k_capacity_apply(float *gate, unsigned long long *counts, unsign
     }
 }
 
-// One stable pass: a routing plan over ids[M] (values < n_buckets) in the plan memory of `pl`, then cur reordered
-// into next (the two order buffers swap).
-static void capacity_pass(Backend *be, RoutingPlan *pl, int32_t *ids, int32_t **cur, int32_t **next, long M,
-                          int n_buckets) {
+// One stable pass by a bucket of each assignment in the current order cur (k_capacity_ids' byte / by_expert, values
+// < n_buckets): its ids, then a routing plan over them in the plan memory of `pl`.
+static void capacity_plan(Backend *be, RoutingPlan *pl, int32_t *ids, const int32_t *cur, const uint32_t *key,
+                          const int32_t *sel, long M, int byte, int by_expert, int n_buckets) {
+    // the order and its keys (or experts) in, the pass ids out
+    LAUNCH(k_capacity_ids, grid_for((size_t)M, 256), 256, 0, kernel_cost(0, 3.0 * M * sizeof(int32_t)))(
+        ids, cur, key, sel, M, byte, by_expert);
+    CHECK_LAUNCH();
     cuda_routing_plan(be, pl, ids, (int)M, n_buckets);
+}
+
+// A key pass: capacity_plan, then cur reordered into next (the two order buffers swap).
+static void capacity_key_pass(Backend *be, RoutingPlan *pl, int32_t *ids, int32_t **cur, int32_t **next,
+                              const uint32_t *key, const int32_t *sel, long M, int byte, int n_buckets) {
+    capacity_plan(be, pl, ids, *cur, key, sel, M, byte, 0, n_buckets);
     // the order and perm in, the next order out
     LAUNCH(k_capacity_permute, grid_for((size_t)M, 256), 256, 0, kernel_cost(0, 3.0 * M * sizeof(int32_t)))(
         *next, *cur, pl->perm, M);
@@ -123,20 +133,13 @@ void cuda_capacity_drop(Backend *be, uint8_t *dropped, scalar_t *gate, int64_t *
            kernel_cost(0, (double)M * ((score ? sizeof(float) : 0) + 2 * sizeof(int32_t))))(cur, key, gate, M, k,
                                                                                              score);
     CHECK_LAUNCH();
-    // the key passes (position: the slot; score: four bytes, least significant first), then the expert pass
-    const int n_key_passes = score ? 4 : 1;
-    for (int pass = 0; pass <= n_key_passes; pass++) {
-        const int by_expert = pass == n_key_passes;
-        // the order and its keys (or experts) in, the pass ids out
-        LAUNCH(k_capacity_ids, grid_for((size_t)M, 256), 256, 0, kernel_cost(0, 3.0 * M * sizeof(int32_t)))(
-            ids, cur, key, sel, M, score ? pass : -1, by_expert);
-        CHECK_LAUNCH();
-        if (by_expert) {
-            cuda_routing_plan(be, &pl, ids, (int)M, E);
-            break;
-        }
-        capacity_pass(be, &pl, ids, &cur, &next, M, score ? 256 : k);
-    }
+    // the key passes (position: the whole key, the slot; score: its four bytes, least significant first), then the
+    // pass by expert, whose plan gives the ranks
+    if (score)
+        for (int byte = 0; byte < 4; byte++) capacity_key_pass(be, &pl, ids, &cur, &next, key, sel, M, byte, 256);
+    else
+        capacity_key_pass(be, &pl, ids, &cur, &next, key, sel, M, -1, k);
+    capacity_plan(be, &pl, ids, cur, key, sel, M, -1, 1, E);
     // the final order, perm, offsets and experts in, a byte per assignment out
     LAUNCH(k_capacity_mark, grid_for((size_t)M, 256), 256, 0, kernel_cost(0, (double)M * (4 * sizeof(int32_t) + 1)))(
         dropped, cur, pl.perm, pl.offset, sel, M, cap);

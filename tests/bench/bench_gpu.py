@@ -573,12 +573,13 @@ def main():
         if args.c_bench and c_np != t_np:
             fail(f"{cfg}: parameter counts differ (C {c_np}, PyTorch {t_np})")
         rows.append((cfg, mc["arch"], fl["total"], c, t_tps, batch, nmb, T, []))
-    for cfg, _, _, _, _, batch, nmb, _, variants in rows if args.c_variant else []:
-        print(f"== {cfg}: the comparator paths", flush=True)
-        for text in args.c_variant:
-            v_tps, _, _ = c_bench(args.c_bench, cfg, args.device, bf16, args.steps, args.warmup, batch, nmb,
-                                  args.threads, parse_c_variant(text))
-            variants.append((text, v_tps))
+    if args.c_variant:
+        for cfg, _, _, _, _, batch, nmb, _, variants in rows:
+            print(f"== {cfg}: the comparator paths", flush=True)
+            for text in args.c_variant:
+                v_tps, _, _ = c_bench(args.c_bench, cfg, args.device, bf16, args.steps, args.warmup, batch, nmb,
+                                      args.threads, parse_c_variant(text))
+                variants.append((text, v_tps))
 
     def mfu(tps, flops):
         return "n/a" if (peak is None or tps is None) else f"{100 * tps * flops / (peak * 1e12):.1f}%"
