@@ -6,9 +6,9 @@
 #    line that rank 1 (pid, host) is stopped; the last checkpoint resumes;
 #  - SIGSTOP of rank 0 during its evaluation (the others wait for its signs of life): the job ends within seconds,
 #    rank 1 naming rank 0;
-#  - a full disk under rank 0's checkpoint (a small tmpfs as the run directory, filled mid-run): one error line naming
-#    the file and "No space left on device", the last checkpoint intact, and --auto-resume after freeing the space
-#    ends bit-identical to an uninterrupted run.
+#  - a full disk under rank 0's checkpoint (a tmpfs run directory with room for one checkpoint set and a half): one
+#    error line naming the file and "No space left on device", the last checkpoint intact, and --auto-resume after
+#    freeing the space ends bit-identical to an uninterrupted run.
 # kill -9 of a rank is in test_train_mpi_failures.sh; faults across hosts in test_dist_hosts.sh.
 source "$(dirname "$0")/train_common.sh"
 source "$(dirname "$0")/mpi_common.sh"
@@ -89,31 +89,34 @@ stop_case "SIGSTOP of rank 0 during its evaluation" "$tmp/stop0" 0 4 \
   "train\[rank 1\]: error: rank 0 (pid [0-9]* on host $host) stopped (SIGSTOP or a debugger): no answer for $timeout_s s .*during the wait for rank 0's evaluation of step 4" \
   "${ci[@]}" "${long_eval[@]}" --set train.steps=40 --set train.checkpoint_every=2
 
-# A full disk under rank 0's checkpoint: the run directory on a 24 MiB tmpfs (checkpoints ~11 MiB).
+# A full disk under rank 0's checkpoint. The run directory is a tmpfs sized to hold one checkpoint set and a half:
+# the save of step 2 fits, the save of step 4 (its .pending set written beside the live one) cannot. The size, not
+# timing, decides where the disk fills: filling it from outside mid-run raced the save (a filler sized while a
+# complete .pending set sat beside the old one left room again once the renames freed the old set, and the run ended
+# with status 0 on a slow machine).
+full_steps=24
+small=("${ci[@]}" --set train.steps=$full_steps --set train.checkpoint_every=2 --set train.evaluate_every=0)
+mpi_train 2 "${small[@]}" --out "$tmp/full-ref" >"$tmp/full-ref.log" 2>&1 || { cat "$tmp/full-ref.log"; fail "full disk: reference run"; }
+set_kib=$(du -k -c "$tmp/full-ref/model.safetensors" "$tmp/full-ref/optim.safetensors" | tail -n 1 | cut -f 1)
+disk_kib=$((set_kib * 3 / 2))
 disk=$tmp/disk
 mkdir -p "$disk"
-if ! mount -t tmpfs -o size=24m tmpfs "$disk" 2>/dev/null; then
+if ! mount -t tmpfs -o "size=${disk_kib}k" tmpfs "$disk" 2>/dev/null; then
   echo "SKIP (sub-case): full disk: cannot mount a tmpfs (not root, or not permitted here)"
   exit 0
 fi
 trap 'for j in $(jobs -p); do kill "$j" 2>/dev/null; done; wait 2>/dev/null; umount "$disk" 2>/dev/null; rm -rf "$tmp"' EXIT
-# 24 steps: after step 4 the run has ~20 steps and 10 checkpoints left, so the filling (a few ms) lands before its end
-# even on a loaded machine (with 8 steps a busy machine could finish the run before the disk was full).
-full_steps=24
-small=("${ci[@]}" --set train.steps=$full_steps --set train.checkpoint_every=2 --set train.evaluate_every=0)
-mpi_train 2 "${small[@]}" --out "$tmp/full-ref" >"$tmp/full-ref.log" 2>&1 || { cat "$tmp/full-ref.log"; fail "full disk: reference run"; }
 d=$disk/run
-job_until "$d" 4 "${small[@]}"
-# Fill it, leaving ~200 KiB: enough for metrics lines, not for a checkpoint.
-avail=$(df -k --output=avail "$disk" | tail -n 1)
-dd if=/dev/zero of="$disk/filler" bs=1K count=$((avail > 200 ? avail - 200 : 0)) 2>/dev/null || true
 rc=0
-wait "$job" || rc=$?
-[ "$rc" != 0 ] || { cat "$tmp/run.log"; fail "full disk: mpirun exited 0 (the disk did not fill?)"; }
+mpi_train 2 "${small[@]}" --out "$d" >"$tmp/run.log" 2>&1 || rc=$?
+[ "$rc" != 0 ] || { cat "$tmp/run.log"; fail "full disk: mpirun exited 0 on a ${disk_kib} KiB disk (checkpoint set ${set_kib} KiB)"; }
 grep -q "train\[rank 0\]: error: .*No space left on device" "$tmp/run.log" || { cat "$tmp/run.log"; fail "full disk: no error line saying so"; }
 echo "ok: full disk: $(grep -o "train\[rank 0\]: error: .*No space left on device.*" "$tmp/run.log" | head -1 | cut -c1-200)"
 k=$(json_get "$d/state.json" step)
-rm -f "$disk/filler"
+[ "$k" = 2 ] || fail "full disk: the live checkpoint is of step $k, not of step 2 (the last save that fitted)"
+ls "$d" | grep -q "\.pending$" && fail "full disk: the failed save left .pending files: $(ls "$d" | grep "\.pending$" | tr '\n' ' ')"
+# Free space: the same disk, made large enough.
+mount -o remount,size=$((set_kib * 4))k "$disk" || fail "full disk: cannot remount the tmpfs larger"
 mpi_train 2 "${small[@]}" --out "$d" --auto-resume >>"$tmp/run.log" 2>&1 || { cat "$tmp/run.log"; fail "full disk: --auto-resume after freeing space"; }
 grep -q "resumed .* at step $k of $full_steps" "$tmp/run.log" || { cat "$tmp/run.log"; fail "full disk: no resume from the last checkpoint (step $k)"; }
 same_as_ref "$tmp/full-ref" "$d" "full disk: the checkpoint of step $k intact, --auto-resume bit-identical to the uninterrupted run"
