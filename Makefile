@@ -232,7 +232,8 @@ CUDA_BINS := $(if $(CUDA_ENABLED),$(addprefix build/tests/,$(CUDA_TESTS)))
 ASAN_BINS := $(addprefix build/asan/tests/,$(UNIT_TESTS))
 
 # The unit, f64 and sanitizer programs share nothing (each works in its own temporary directory), so they run
-# TEST_JOBS at a time (default: the cores); the e2e scripts share runs/ and data/ and run one at a time.
+# TEST_JOBS at a time (default: the cores). The e2e scripts marked private do too; the others share runs/, data/ and
+# make's tree and run one at a time in a lane of their own beside them (tests/run_suite.sh).
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 test-unit: all $(UNIT_BINS)
 	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh unit $(UNIT_BINS)
@@ -246,7 +247,7 @@ test-cuda: all $(CUDA_BINS)
 	@$(if $(CUDA_ENABLED),tests/run_suite.sh cuda $(CUDA_BINS),mkdir -p build; echo "cuda cuda-build-off 0 0 1" \
 	  >>build/test-results.txt; echo "SKIP [cuda] the CUDA build is off in this tree: make test-cuda (or CUDA=1) builds it")
 test-e2e: all
-	@tests/run_suite.sh e2e $(sort $(wildcard tests/e2e/test_*.sh))
+	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh e2e $(sort $(wildcard tests/e2e/test_*.sh))
 
 # Everything, then one closing line "N passed, N failed" summed over the suites.
 test: deps-test
@@ -260,7 +261,7 @@ CHECK_E2E := tests/e2e/test_layering.sh tests/e2e/test_docs.sh tests/e2e/test_re
 check: all $(UNIT_BINS) $(F64_BINS)
 	@rm -f build/test-results.txt
 	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh unit $(UNIT_BINS) $(F64_BINS); status=$$?; \
-	  tests/run_suite.sh e2e $(CHECK_E2E) || status=1; \
+	  SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh e2e $(CHECK_E2E) || status=1; \
 	  tests/summarize.sh build/test-results.txt; s2=$$?; [ $$status = 0 ] && [ $$s2 = 0 ]
 
 clean:

@@ -3,10 +3,13 @@
 # Check binaries are counted by their "Checks: N, Failures: F, Errors: E" line; other programs (e2e scripts) count as
 # one test each: exit 0 passed, exit 77 skipped (printing why), anything else failed.
 #
-# SUITE_JOBS=N runs up to N programs at once (default 1). Only suites whose programs share nothing may use it: the
-# unit, f64 and sanitizer programs each work in their own mkdtemp directory; most e2e scripts share runs/ and data/
-# of the tree and run one at a time. Each program's report is printed whole when it ends, so parallel reports never
-# interleave; the results file gets one short appended line per program (O_APPEND, atomic at that size).
+# SUITE_JOBS=N runs up to N programs at once (default 1), in two lanes. The pool holds the programs that share
+# nothing: compiled test programs (each works in its own mkdtemp directory) and scripts whose second line is
+# "# e2e-lane: private" (they write only under their own temporary directories; tests/e2e/test_lanes.sh holds them to
+# it). Every other script uses the tree (make, runs/, data/, reports/) and runs in the tree lane: one at a time, in
+# the order given, beside the pool, which then has N - 1 slots. Each program's report is printed whole when it ends,
+# so parallel reports never interleave; the results file gets one short appended line per program (O_APPEND, atomic
+# at that size).
 # TEST_TIMEOUT_S=S stops a program that runs longer than S seconds (SIGTERM, then SIGKILL 10 s later) and counts it as
 # failed: on a GPU job with a wall-time limit one hung kernel must not take the time of every later step.
 set -u
@@ -63,13 +66,22 @@ run_one() {
   printf '%s\n' "$report"
 }
 
-for t in "$@"; do
-  if [ "$jobs" = 1 ]; then
-    run_one "$t"
-  else
+# private PROGRAM: true for a compiled program or a script marked private on its second line.
+private() { [ "$(head -c 2 "$1" 2>/dev/null)" != '#!' ] || [[ "$(sed -n 2p "$1")" == '# e2e-lane: private'* ]]; }
+
+if [ "$jobs" = 1 ]; then
+  for t in "$@"; do run_one "$t"; done
+else
+  pool=() tree=()
+  for t in "$@"; do
+    if private "$t"; then pool+=("$t"); else tree+=("$t"); fi
+  done
+  # The tree lane is one background job, so while it runs the pool's count of running jobs leaves it its slot.
+  [ ${#tree[@]} = 0 ] || { for t in "${tree[@]}"; do run_one "$t"; done; } &
+  for t in ${pool[@]+"${pool[@]}"}; do
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
     run_one "$t" &
-  fi
-done
+  done
+fi
 wait
 [ ! -e "$status_dir/failed" ]

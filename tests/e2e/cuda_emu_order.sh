@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # The CUDA emulator's race check (run by `make test-cuda-emu`, not by test-e2e): bin/inspect of the emulated CUDA
 # build on twin fixtures (dense and MoEUT, fp32 and bf16) with the threads between barriers run in forward and in
 # reverse order (CUDA_EMU_ORDER). The backend's kernels claim to be race-free and deterministic, so the two outputs

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # bin/analyze's outputs and bin/evaluate/analyze's refusal of non-finite weights, on a short MoEUT run:
 #  - analyze writes its heat maps, depth_prompts.json (analyze.eval_prompts 4) and analysis.json as ONE set (as
 #    evaluate does): under strace, every output's temporary file is created and fsynced before the first rename into

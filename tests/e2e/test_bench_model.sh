@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # make bench-model's cost model (tests/bench/bench_model.py) on small configs, checked for internal consistency:
 #   - the predicted step time of each GPU is the sum of the per-launch times in the launch list it writes, and the
 #     list has one kernel row per kernel launch the summary counts;

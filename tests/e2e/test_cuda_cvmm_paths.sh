@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # Whole tiny models on the CUDA backend against the CPU backend (the cuda_model_vs_cpu program) with each forced
 # expert-GEMM path of the CUDA cvmm: DMMATH_CUDA_CVMM=loop (one cuBLAS GEMM per expert) and =grouped (one
 # cublasGemmGroupedBatchedEx per GEMM set). The CUDA suites run the same program under the default, auto, which

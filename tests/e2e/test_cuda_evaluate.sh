@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # bin/evaluate and bin/analyze on the CUDA backend against the CPU backend, end to end on trained checkpoints.
 # One tiny dense run (Q+A loss) and one tiny MoEUT run (answer-only loss) are trained on the CPU backend with bin/train;
 # each is then evaluated and analyzed twice: --backend cpu with bin/ (the reference) and --backend cuda with the

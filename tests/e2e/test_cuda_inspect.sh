@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # bin/inspect on the CUDA backend against the CPU backend, on the PyTorch twin fixtures' weights and batches
 # (tests/fixtures/twin/*/): the same checkpoint and batch.json through `bin/inspect --backend cuda` and
 # `--backend cpu`, every output tensor compared (logits, cross_entropy, reg_ffn, reg_att, grad.<every parameter>),

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # test_cuda_inspect.sh (bin/inspect on the CUDA backend against the CPU backend and the PyTorch twin, every fixture,
 # fp32 and bf16) with the kernel paths the default does not take on these short fixtures: the cuBLAS attention
 # (DMMATH_CUDA_ATTENTION=gemm; auto picks the fused kernels below 64 query rows) and the per-expert GEMM loop of cvmm

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # The MoE-variant switches on the CUDA backend: expert capacity (CF 1.0: 5 steps on the device, step 1's loss and
 # dropped counts as the CPU's, every step drops), and DeepSeek-V3's router (sigmoid gates normalised over the
 # selected, times 2.5, balance "bias", group-limited: 4 groups of 2 experts, 3 kept, the sequence-wise balance loss

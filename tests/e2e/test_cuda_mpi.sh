@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # Data-parallel training on the cuda backend: the gradient all-reduce over NCCL, one rank per GPU, the
 # NCCL id broadcast over MPI. 2 ranks against 1 process on the same micro-batches (MoEUT, 2 micro-batches):
 #   * rank 0 says the all-reduce is NCCL's (not the host-staged fallback);

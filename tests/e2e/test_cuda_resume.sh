@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # Kill-and-resume bit identity on the CUDA backend (the backend claims deterministic reductions: no floating-point
 # atomics, fixed reduction orders; kernels/cuda/cuda_common.cuh). For a MoEUT run in bf16 with expert dropout and
 # frequent checkpoints, and a dense run in fp32:

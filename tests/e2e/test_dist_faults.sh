@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # Data-parallel faults on one host, CPU backend, 2 ranks under mpirun with --dist-timeout 3:
 #  - a healthy run whose rank 0 evaluates and writes a checkpoint for longer than the timeout completes (rank 0 sends
 #    signs of life while the other rank waits; before, the wait counted as a hang and ended the job at step 10);

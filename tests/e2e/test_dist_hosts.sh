@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # Data-parallel training across two hosts, emulated with network namespaces this test creates and removes
 # (tests/e2e/netns_hosts.sh: "hosta" and "hostb", each with its own hostname, OpenMPI over TCP between them). The
 # process ids stay visible across the namespaces, but each rank's watchdog only inspects the pids of ranks with its own

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # The documentation stays usable and about the project:
 # 1. README.md is a short introduction: at most 140 lines (the details live in the documents it links).
 # 2. Every relative link of README.md and of the Markdown documents it links resolves: the file (or folder) exists and,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # bin/evaluate's predictions.jsonl (schema dm-math-predictions v2, reports/README.md) on a trained tiny dense run:
 #   - written beside --out by default (and where --predictions says) with its sidecar predictions.meta.json, nothing
 #     temporary left, --help documents it;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # End-to-end test of bin/fetch against a local HTTP server (tests/e2e/http_server.py on 127.0.0.1, random port):
 # download, resume after a dropped connection (Range request seen by the server), in-run retry after a stall,
 # a server that cannot resume, hostile servers (a resume at the wrong offset, a malformed Content-Range,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # End-to-end test of bin/fetch --config (the "fetch" section of an experiment's data.json, read strictly) and
 # --tokenizer-corpus-source (the tokenizer corpus taken from a second archive's train-easy files): the happy path,
 # an unknown key and a wrong type refused with one line naming file and key and no output, command-line options

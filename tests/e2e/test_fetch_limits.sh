@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # End-to-end test of bin/fetch's extraction caps (datasets/archive_extract.h): a gzip bomb, a tar.gz of under
 # 1 MB whose module file inflates to 400 MiB of question/answer lines, is refused in one line, exit 1, within
 # seconds, with nothing left behind (no output tree, no OUT.tmp.*, an earlier output untouched): by the default

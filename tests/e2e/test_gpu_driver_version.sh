@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # A GPU machine whose driver is older than the CUDA runtime the programs were built with, rehearsed without a GPU:
 #   1. the CUDA backend's "no usable CUDA GPU" line names the driver's CUDA version (cudaDriverGetVersion) beside the
 #      runtime's (cudaRuntimeGetVersion) and says the driver is too old (on the CUDA emulator, whose driver version

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # mk/gpu/run.sh tests (make test-gpu): when every CUDA test skips ("no usable CUDA GPU", exit 77), the step is a
 # SKIP only where there is no GPU; where nvidia-smi lists one, it fails, naming the driver's CUDA version and the
 # runtime the programs need (the usual cause: a driver older than the CUDA runtime they were built with).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # mk/gpu/session.sh, the GPU checklist as one command called again until done, with a stand-in for mk/gpu/run.sh
 # (GPU_RUN) whose steps take no time and fail or continue on demand: a call whose budget is short of a step's minimum
 # runs what fits and exits 3 saying what is left; the next call skips what is done, runs the rest and records a failing

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # bin/inspect end to end: checkpoints written independently (Python, from the documented state_dict names and shapes)
 # load; the output holds logits, the loss terms and a gradient for every parameter; cross_entropy equals the CE
 # recomputed from the logits under the loss mask; the dense gradients agree with finite differences of inspect's own

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # The folders form layers, lowest first: pipeline/base/ (command line, JSON reading, files, logs, RNG, statistics, SVG),
 # pipeline/records/ (run configs and overrides, the records and their checks, comparisons, exports), pipeline/report/
 # (the report's document and sections), datasets/ (archives, tokenizer, shards, loader), kernels/ (the backend ops),

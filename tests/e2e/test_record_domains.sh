@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # A well-formed record with an impossible number (accuracy 2.0 or 1e999, a negative loss) never reaches compare's
 # verdict or the report: bin/compare fails with one line naming the file, the field and the value, and says nothing
 # is BETTER. Uses the recorded ci baselines as the honest records.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # Records edited or replaced as an attacker would, and runs that cannot be read: bin/compare (the gate and --diff),
 # bin/report and bin/export refuse each with an error naming the file and a non-zero exit, never a pass, a hang or a
 # run silently left out.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # Renders a report built from the recorded CI baselines (reports/baselines/ci: result and analysis records, plus a
 # made-up metrics.jsonl per run so that the loss plots have curves and legends) in headless Chromium at 1280 px and
 # checks that

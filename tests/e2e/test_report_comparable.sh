@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # End to end: the report gives a claim a verdict only on runs that differ in the factor the claim is about
 # (pipeline/report/report_comparable.h). Built from copies of the committed cpu_arith baseline records (3 seeds of the
 # four configurations, result.json and analysis.json; no training):

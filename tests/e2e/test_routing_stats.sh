@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # Routing statistics (pipeline/records/routing_stats.h) through bin/train and bin/evaluate on the CPU: every metrics.jsonl
 # line of a MoEUT run carries "routing" for its step (one entry per layer application, counts over the E experts
 # that sum to k selections per routed position, and max/mean, unused and entropy recomputed here from the counts by

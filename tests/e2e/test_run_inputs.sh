@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # bin/evaluate and bin/analyze on bad inputs next to a good trained run (a 3-step tiny dense run): each is one error
 # line naming the culprit, exit 1, and leaves the earlier result.json / analysis.json byte-identical:
 #   - eval shards swapped (interpolate.shard holding the extrapolate split): the sets would silently trade places;

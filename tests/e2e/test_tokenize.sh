@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # bin/tokenize end to end on the embedded sample: outputs, byte-identical reruns, one-line errors that leave nothing
 # behind, and (when Debian's python3-sentencepiece is installed) a cross-check of the vocabulary and of every shard
 # example against SentencePiece trained the reference way.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # bin/train --auto-resume (make's default, RESUME=auto): an interrupted run continues bit-identically from its
 # checkpoint when the config, the length, the training data and the backend are those of the checkpoint, and starts
 # over, saying why, when any of them changed (--resume refuses instead, naming the same cause). Cases: --stop-after

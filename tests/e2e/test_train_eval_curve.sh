@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # Accuracy during training (train.evaluate_every / evaluate_examples / keep_checkpoints, model/training/train_eval.h):
 #  - eval_curve.jsonl has one line per evaluate_every step (not step 0), n = evaluate_examples per set, accuracy in
 #    [0, 1] and = correct / n;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # bin/train failure paths: a NaN gradient (--debug-nan) or a diverging lr stops with "non-finite ... at step S; last
 # good checkpoint step K kept", exit 1, and the checkpoint of step K stays intact and resumable; bad inputs (unknown
 # config key, n_tokens vs tokenizer, tokenizer vs shard, micro-batches, missing data) are one clear line, exit 1,

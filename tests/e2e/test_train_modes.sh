@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # bin/train on the embedded sample for both architectures x both loss modes: the training loss falls (mean CE of the
 # last 10% of steps clearly below the first 10%), every output is written (and nothing temporary left behind), the
 # metrics and the summary carry the documented fields, and the MoEUT routing entropy lies in (0, log E].

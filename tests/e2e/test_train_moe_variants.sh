@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # The MoE-variant switches (README "MoE-variant switches") through bin/train on the CPU: every switch trains (loss
 # finite and falling), reg_ffn is the balancing term the switch names (the Switch loss > 0, "none" and "bias" exactly
 # 0, expert_entropy 0 outside "entropy"), a Switch run and a bias run interrupted and resumed end byte-identical to the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # Data-parallel training over MPI on the CPU backend: 1, 2 and 4 ranks on the same micro-batches
 # (pipeline/base/dist.md, "What is exact and what is within rounding").
 #  - exact: step 1's loss terms (1 process vs 2 ranks), the data stream position (loader RNG, windows, examples)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # Kill-and-resume bit identity on the CPU backend: a run interrupted by --stop-after, SIGINT or SIGTERM and then
 # continued with --resume ends with byte-identical model.safetensors and optim.safetensors (and the same metrics,
 # tokens_per_s aside) as the uninterrupted run. MoEUT runs with expert dropout, so the dropout RNG must be restored

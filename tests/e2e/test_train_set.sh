@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # --set KEY=VALUE (bin/train, bin/evaluate, bin/analyze): a run trained with `--set train.steps=4` is byte-identical
 # to a run of a config file that says 4 steps, records the override ("overrides", "seed", "run_config" in
 # train_summary.json, state.json, result.json, the predictions header, analysis.json) and a config_sha256 that is not

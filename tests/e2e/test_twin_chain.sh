@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # The training, evaluation and analysis chain against torch (tests/reference/chain_check.py, also `make
 # twin-chain-check`): one whole bin/train step of each ci run (loader windows, masks, micro-batches, regularizers,
 # clipping, AdamW, lr) and every bin/evaluate verdict and bin/analyze erasure score, recomputed in torch from the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # Sparse upcycling end to end (model/upcycle.h, bin/upcycle, bin/train --init-from) on the CPU: a 5-step dense run of
 # the ci experiment's config is converted into arch "moe" (copy), the upcycled model trains 5 steps (loss finite, and
 # its first step's loss is the dense model's, the conversion keeping the function), an interrupted upcycled run
