@@ -59,7 +59,7 @@ void depth_residual_means(Model *m, const int32_t *const *seqs, const int *lens,
         scalar_t *h = be->alloc(be, (size_t)Tin * C * sizeof(scalar_t));             // [1,Tin,C]
         scalar_t *cap = be->alloc(be, (size_t)(L + 1) * Tin * C * sizeof(scalar_t)); // [L+1,1,Tin,C]
         model_embed(m, h, seqs[i], 1, Tin);
-        model_run_layers(m, h, 1, Tin, 0, cap);
+        model_run_layers(m, h, seqs[i], 1, Tin, 0, cap);
         float *host = xmalloc((size_t)L * Tin * C * sizeof(float)); // h_0..h_{L-1}: [L,Tin,C]
         download_floats(be, host, cap, (size_t)L * Tin * C);
         for (int l = 0; l < L; l++)
@@ -102,10 +102,12 @@ bool depth_erasure_scores(Model *m, const scalar_t *erased_dev, const int32_t *t
     float *host = xmalloc(NA * V * sizeof(float));
     double *p_ref = xmalloc((size_t)n_answer * V * sizeof(double));               // [n_answer,V]
     double *p = xmalloc((size_t)V * sizeof(double));
+    int32_t *copies_tokens = xmalloc((size_t)nb * Tin * sizeof(int32_t)); // [nb,Tin] the erased copies' input ids
+    for (int b = 0; b < nb; b++) memcpy(copies_tokens + (size_t)b * Tin, tokens, (size_t)Tin * sizeof(int32_t));
 
     /* Reference run with the residual captures h_0..h_L. */
     model_embed(m, h, tokens, 1, Tin);
-    model_run_layers(m, h, 1, Tin, 0, cap);
+    model_run_layers(m, h, tokens, 1, Tin, 0, cap);
     be->copy(be, rows, cap + (size_t)L * TC + (size_t)first * C, (size_t)n_answer * C * sizeof(scalar_t));
     model_head(m, logits, rows, n_answer, 1);
     download_floats(be, host, logits, (size_t)n_answer * V);
@@ -127,7 +129,7 @@ bool depth_erasure_scores(Model *m, const scalar_t *erased_dev, const int32_t *t
             be->copy(be, dst, cap + (size_t)l * TC, TC * sizeof(scalar_t));
             be->copy(be, dst + (size_t)t * C, erased_dev + (size_t)l * C, (size_t)C * sizeof(scalar_t));
         }
-        model_run_layers(m, hb, nb, Tin, l, NULL);
+        model_run_layers(m, hb, copies_tokens, nb, Tin, l, NULL);
         for (int b = 0; b < nb; b++) /* each copy's answer-predicting rows are contiguous */
             be->copy(be, rows + (size_t)b * n_answer * C, hb + (size_t)b * TC + (size_t)first * C,
                      (size_t)n_answer * C * sizeof(scalar_t));
@@ -145,6 +147,7 @@ bool depth_erasure_scores(Model *m, const scalar_t *erased_dev, const int32_t *t
             scores[(size_t)l * Tin + t] = best;
         }
     }
+    free(copies_tokens);
     free(p);
     free(p_ref);
     free(host);

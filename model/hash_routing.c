@@ -9,9 +9,8 @@
 struct HashRouting {
     int V, E;
     int32_t *table; /* [V] expert of token id v */
-    int32_t *sel;   /* [B*T] experts of the positions recorded last (host), capacity cap */
+    int32_t *sel;   /* [cap] host staging of the experts of one layer call's positions */
     size_t cap;
-    int B, T;       /* shape of the recorded positions; B = 0: none yet */
 };
 
 void hash_routing_table(int32_t *table, int V, int E, uint64_t seed) {
@@ -44,29 +43,16 @@ void hash_routing_free(HashRouting *h) {
     free(h);
 }
 
-void hash_routing_set_tokens(HashRouting *h, const int32_t *tokens, int B, int T) {
-    if (B < 1 || T < 1) die("hash routing: empty batch %dx%d", B, T);
-    const size_t n = (size_t)B * (size_t)T;
-    if (n > h->cap) {
-        h->sel = xrealloc(h->sel, n * sizeof *h->sel);
-        h->cap = n;
+void hash_routing_upload(HashRouting *h, Backend *be, int32_t *sel_dev, const int32_t *tokens, int n) {
+    if (!h || !tokens) die("model: routing \"hash\": a layer call without its positions' token ids");
+    if (n < 1) die("hash routing: %d positions", n);
+    if ((size_t)n > h->cap) {
+        h->sel = xrealloc(h->sel, (size_t)n * sizeof *h->sel);
+        h->cap = (size_t)n;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (tokens[i] < 0 || tokens[i] >= h->V) die("hash routing: token[%zu] = %d outside [0, %d)", i, tokens[i], h->V);
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= h->V) die("hash routing: token[%d] = %d outside [0, %d)", i, tokens[i], h->V);
         h->sel[i] = h->table[tokens[i]];
     }
-    h->B = B;
-    h->T = T;
-}
-
-void hash_routing_upload(const HashRouting *h, Backend *be, int32_t *sel_dev, int B, int T) {
-    if (!h || h->B == 0)
-        die("model: routing \"hash\": the layers ran before any token ids were given (model_embed, model_train_step)");
-    if (T != h->T || B < 1 || B % h->B != 0)
-        die("model: routing \"hash\": the layers run on %d x %d positions, but the token ids given last are %d x %d "
-            "(a layer call must repeat them)",
-            B, T, h->B, h->T);
-    const size_t n = (size_t)h->B * (size_t)h->T;
-    for (int r = 0; r < B / h->B; r++) /* [B / B_recorded] copies of the recorded [B_recorded, T] */
-        be->to_device(be, sel_dev + (size_t)r * n, h->sel, n * sizeof(int32_t));
+    be->to_device(be, sel_dev, h->sel, (size_t)n * sizeof(int32_t));
 }

@@ -13,13 +13,10 @@
  *   perm = [0, 1, .., V-1]; for i = V-1 down to 1: j = next() mod (i + 1); swap(perm[i], perm[j])   (Fisher-Yates)
  *   expert(v) = perm[v] mod E
  *
- * The layers see only the residual stream, so the wrapper hands the ids over: model_embed (and so model_forward_eval,
- * model_decode and the depth analysis) and model_train_step record the experts of the positions they embed
- * (hash_routing_set_tokens, host memory: the arena does not outlive a call, while model_run_layers follows
- * model_embed as a call of its own), and the MoEUT FFN of each application uploads them as its selection
- * (hash_routing_upload). model_run_layers may run B sequences of the embedded T positions when B is a multiple of the
- * embedded batch (the depth analysis's erased copies of one prompt): the ids repeat; the erasure changes the residual
- * stream, not the input tokens. */
+ * The ids come with every layer call (model_train_step's inputs through train_begin, model_run_layers's tokens,
+ * the decoder's), and the MoEUT FFN of each application uploads their experts as its selection
+ * (hash_routing_upload). The depth analysis runs erased copies of one prompt with the prompt's ids repeated: the
+ * erasure changes the residual stream, not the input tokens. */
 #ifndef MODEL_HASH_ROUTING_H
 #define MODEL_HASH_ROUTING_H
 
@@ -34,10 +31,8 @@ typedef struct HashRouting HashRouting;
 /* NULL unless cfg routes by hash. */
 HashRouting *hash_routing_create(const ModelConfig *cfg);
 void hash_routing_free(HashRouting *h);
-/* Records the experts of tokens[B,T] (host, ids already checked against the vocabulary) for the next layer calls. */
-void hash_routing_set_tokens(HashRouting *h, const int32_t *tokens, int B, int T);
-/* sel_dev[B*T] (backend memory) = the experts of the positions of a layer call on B x T positions: those recorded
- * last, repeated B / B_recorded times. Dies when no ids were recorded or the shapes do not fit. */
-void hash_routing_upload(const HashRouting *h, Backend *be, int32_t *sel_dev, int B, int T);
+/* sel_dev[n] (backend memory) = the experts of the token ids tokens[n] (host) of a layer call's positions. Dies when
+ * the caller gave no ids or an id is outside the vocabulary. */
+void hash_routing_upload(HashRouting *h, Backend *be, int32_t *sel_dev, const int32_t *tokens, int n);
 
 #endif

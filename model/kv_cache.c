@@ -58,7 +58,8 @@ void model_decode(Model *m, KVCache *c, const int32_t *tokens, int n, float *log
     scalar_t *h = m->eval_h;      // [1, n, C]
     scalar_t *logits = m->logits; // [n, V]
     model_embed(m, h, tokens, 1, n);
-    for (int a = 0; a < m->cfg.n_layers; a++) model_app_impl(m, a)->forward_infer(m, a, h, 1, n, &c->apps[a], c->len);
+    for (int a = 0; a < m->cfg.n_layers; a++)
+        model_app_impl(m, a)->forward_infer(m, a, h, 1, n, tokens, &c->apps[a], c->len);
     model_head(m, logits, h, 1, n);
     c->len += n;
 #ifdef SCALAR_F64

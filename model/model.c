@@ -281,18 +281,17 @@ void model_embed(Model *m, scalar_t *h, const int32_t *tokens_host, int B, int T
     int N = B * T;
     model_reserve_activations(m, 0, N);
     upload_tokens(m, tokens_host, N);
-    if (m->hash) hash_routing_set_tokens(m->hash, tokens_host, B, T); /* the FFN routes of these positions */
     m->be->embedding_forward(m->be, h, m->tokens_dev, m->params + m->off_embedding, N, m->cfg.d_model);
 }
 
-void model_run_layers(Model *m, scalar_t *h, int B, int T, int first_app, scalar_t *captures) {
+void model_run_layers(Model *m, scalar_t *h, const int32_t *tokens, int B, int T, int first_app, scalar_t *captures) {
     const int L = m->cfg.n_layers;
     if (first_app < 0 || first_app > L) die("model_run_layers: first_app %d outside [0, %d]", first_app, L);
     size_t nc = (size_t)B * T * m->cfg.d_model;
     model_reserve_activations(m, 0, B * T); /* before the loop: the layers then find their scratch in place */
     for (int a = first_app; a < L; a++) {
         if (captures) m->be->copy(m->be, captures + (size_t)(a - first_app) * nc, h, nc * sizeof(scalar_t));
-        model_app_impl(m, a)->forward_infer(m, a, h, B, T, NULL, 0);
+        model_app_impl(m, a)->forward_infer(m, a, h, B, T, tokens, NULL, 0);
     }
     if (captures) m->be->copy(m->be, captures + (size_t)(L - first_app) * nc, h, nc * sizeof(scalar_t));
 }
@@ -323,7 +322,7 @@ void model_forward_eval(Model *m, const int32_t *tokens, int B, int T, float *lo
     scalar_t *h = m->eval_h; // [B,T,C]
     model_embed(m, h, tokens, B, T);
     m->counting_eval++; /* the routing counts of an eval forward (decoding and analysis interventions don't count) */
-    model_run_layers(m, h, B, T, 0, NULL);
+    model_run_layers(m, h, tokens, B, T, 0, NULL);
     m->counting_eval--;
     if (m->routing_counts) m->routing_tokens += N;
     head_forward(m, m->logits, h, N);
@@ -359,11 +358,10 @@ void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, c
     model_reserve_activations(m, N, 0); /* the only place a step may re-plan: before anything of it is in the arena */
     m->arena_busy++;
     upload_tokens(m, inputs, N);
-    if (m->hash) hash_routing_set_tokens(m->hash, inputs, B, T); /* the FFN routes of these positions */
     be->to_device(be, m->targets_dev, targets, (size_t)N * sizeof(int32_t));
 
     // ---- forward: h_0 .. h_L kept in resid for the layer backward ----
-    model_layers_train_begin(m, B, T, valid); // they find their buffers reserved: no re-plan
+    model_layers_train_begin(m, B, T, inputs, valid); // they find their buffers reserved: no re-plan
     be->embedding_forward(be, m->resid, m->tokens_dev, m->params + m->off_embedding, N, C);
     for (int a = 0; a < L; a++)
         model_app_impl(m, a)->forward_train(m, a, m->resid + (size_t)a * nc, m->resid + (size_t)(a + 1) * nc);

@@ -202,11 +202,11 @@ void model_set_dropout_seed(Model *m, uint64_t seed);
 /* ---- inference (eval mode: no regularizer, no dropout, no activation caching) ----
  * The residual stream of a batch: h[B,T,C] in backend memory. Application a = 0..L-1 applies distinct layer a % Gs. */
 void model_embed(Model *m, scalar_t *h, const int32_t *tokens_host, int B, int T);
-/* Runs applications [first_app, L) in place on h. If captures != NULL (backend memory, [(L - first_app + 1), B,T,C]),
- * captures[i] receives the input of application first_app + i, and the last slot the final residual.
- * model.routing "hash": the FFN routes by the token ids of the last model_embed, so T must be its T and B a multiple
- * of its B (the copies repeat its ids; model/hash_routing.h). */
-void model_run_layers(Model *m, scalar_t *h, int B, int T, int first_app, scalar_t *captures);
+/* Runs applications [first_app, L) in place on h, whose positions have the input token ids tokens[B,T] (host; the
+ * FFN of model.routing "hash" routes by them, model/hash_routing.h; NULL allowed with the other kinds). If captures !=
+ * NULL (backend memory, [(L - first_app + 1), B,T,C]), captures[i] receives the input of application first_app + i,
+ * and the last slot the final residual. */
+void model_run_layers(Model *m, scalar_t *h, const int32_t *tokens, int B, int T, int first_app, scalar_t *captures);
 /* logits[B*T, V] (backend memory) = head(out_norm(h)). */
 void model_head(Model *m, scalar_t *logits, const scalar_t *h, int B, int T);
 /* Convenience: full eval forward of tokens[B,T] (host) into logits_host[B,T,V]. */

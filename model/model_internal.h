@@ -74,8 +74,9 @@ typedef struct LayerImpl {
     void (*plan_activations)(Model *m, ActivationPlan *plan, int n_train, int n_eval);
     /* Prepares a training forward on B x T tokens: model_reserve_activations(m, B*T, 0) (a re-plan, if needed,
      * happens HERE, before anything of this step is in the arena), then the step geometry and the regularizer mask.
-     * valid[B,T] host (1 = position has a real target), NULL = all valid. */
-    void (*train_begin)(Model *m, int B, int T, const uint8_t *valid);
+     * tokens[B,T] host: the positions' input token ids (routing "hash" routes by them), alive until the step's last
+     * forward_train. valid[B,T] host (1 = position has a real target), NULL = all valid. */
+    void (*train_begin)(Model *m, int B, int T, const int32_t *tokens, const uint8_t *valid);
     /* Application `app` (0..L-1, distinct layer app % Gs) in training mode: h_out[B*T, C] = layer(h_in).
      * Caches what backward needs for this application. h_out never aliases h_in. */
     void (*forward_train)(Model *m, int app, const scalar_t *h_in, scalar_t *h_out);
@@ -85,10 +86,13 @@ typedef struct LayerImpl {
     /* Backward of application `app`: dh_in = d(objective)/d(h_in) (overwrite), parameter gradients accumulate
      * into model_grads. Called in reverse application order. */
     void (*backward)(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in);
-    /* Eval-mode forward of application `app` in place on h[B*T, C]. If kv != NULL (B must be 1): the new keys/values
-     * are appended at positions kv_len.. and attention reads the whole cache; RoPE offset = kv_len. Starts with
-     * model_reserve_activations(m, 0, B*T) (a no-op under the wrapper, which reserved first). */
-    void (*forward_infer)(Model *m, int app, scalar_t *h, int B, int T, LayerKV *kv, int kv_len);
+    /* Eval-mode forward of application `app` in place on h[B*T, C], whose positions have the input token ids
+     * tokens[B,T] (host; routing "hash" routes by them, the other kinds ignore them, NULL allowed there). If kv !=
+     * NULL (B must be 1): the new keys/values are appended at positions kv_len.. and attention reads the whole cache;
+     * RoPE offset = kv_len. Starts with model_reserve_activations(m, 0, B*T) (a no-op under the wrapper, which
+     * reserved first). */
+    void (*forward_infer)(Model *m, int app, scalar_t *h, int B, int T, const int32_t *tokens, LayerKV *kv,
+                          int kv_len);
     /* Frees the arch state (host memory only: the activation buffers belong to the model's arena). */
     void (*destroy)(Model *m);
 } LayerImpl;
@@ -168,9 +172,9 @@ size_t model_register_buffer(Model *m, const char *name, int ndim, const int64_t
 /* The application's layer implementation. */
 static inline const LayerImpl *model_app_impl(const Model *m, int app) { return m->impls[m->apps[app].kind]; }
 /* train_begin / regularizers of every layer kind present (model_train_step's order). */
-static inline void model_layers_train_begin(Model *m, int B, int T, const uint8_t *valid) {
+static inline void model_layers_train_begin(Model *m, int B, int T, const int32_t *tokens, const uint8_t *valid) {
     for (int k = 0; k < N_LAYER_KINDS; k++)
-        if (m->impls[k]) m->impls[k]->train_begin(m, B, T, valid);
+        if (m->impls[k]) m->impls[k]->train_begin(m, B, T, tokens, valid);
 }
 static inline void model_layers_regularizers(Model *m, double grad_scale, StepStats *stats) {
     for (int k = 0; k < N_LAYER_KINDS; k++)

@@ -80,7 +80,7 @@ MoeAppCache *moe_check_step(Model *m, const char *what, int app);
 
 /* moe_ffn.c */
 void moe_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_out);
-void moe_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *kv, int kv_len);
+void moe_forward_infer(Model *m, int app, scalar_t *h, int B, int T, const int32_t *tokens, LayerKV *kv, int kv_len);
 void moe_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in);
 
 #endif

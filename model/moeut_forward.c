@@ -144,7 +144,7 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
     const uint8_t *drop_f = dropout_mask(m, s->drop_f, N, (int)E, c->ff_k, c->ff_expert_dropout);
     FfnIO f = {
         .r = {
-            .x1 = ac->x1, .N = N, .B = B, .T = T, .E = (int)E, .xs = s->nc[1], .mean = ac->mean2, .rstd = ac->rstd2,
+            .x1 = ac->x1, .N = N, .tokens = st->tokens, .E = (int)E, .xs = s->nc[1], .mean = ac->mean2, .rstd = ac->rstd2,
             .l = st->hist_f[layer] + (size_t)rep * N * E, .drop = drop_f, .sel = ac->sel_f, .gate = ac->gate_f,
             .plan = &ac->plan_f, .pos = ac->entry_pos, .choice_c = st->choice_c,
             .counts = m->routing_counts + (size_t)slot * Emax,
@@ -159,7 +159,8 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
     be->add_inplace(be, h_out, ac->x1, (size_t)N * C); /* y = x1 + f */
 }
 
-void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *kv, int kv_len) {
+void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, const int32_t *tokens, LayerKV *kv,
+                         int kv_len) {
     MoeutState *st = moeut_state(m);
     const ModelConfig *c = &m->cfg;
     Backend *be = m->be;
@@ -185,7 +186,7 @@ void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *
     /* inference routes each position alone (expert choice: as "topk"): no pos, no capacity, no bias counts */
     FfnIO f = {
         .r = {
-            .x1 = h, .N = N, .B = B, .T = T, .E = model_config_ff_experts(c, m->apps[app].layer), .xs = s->nc[1],
+            .x1 = h, .N = N, .tokens = tokens, .E = model_config_ff_experts(c, m->apps[app].layer), .xs = s->nc[1],
             .mean = s->mean, .rstd = s->rstd, .l = s->lf, .sel = s->sel_f, .gate = s->gate_f, .plan = &s->plan_f,
             .counts = (m->counting_eval && kv == NULL)
                           ? m->routing_counts + (size_t)m->apps[app].slot * c->ff_n_experts

@@ -109,6 +109,7 @@ typedef struct {
 
     /* training step geometry (train_begin; B = 0: no step prepared) */
     int B, T;
+    const int32_t *tokens;     /* [B, T] host: the step's input token ids (the caller's, alive through the forwards) */
     unsigned plan_gen;         /* m->arena_generation at train_begin: caches and histories must not move until the
                                 * backward (the histories hold all R applications' logits until regularizers()) */
     MoeutAppCache *apps;       /* [n_apps] by LayerApp.slot */
@@ -141,7 +142,8 @@ void moeut_check_step(Model *m, const char *what, int app);
 
 /* moeut_forward.c */
 void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_out);
-void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, LayerKV *kv, int kv_len);
+void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, const int32_t *tokens, LayerKV *kv,
+                         int kv_len);
 
 /* moeut_backward.c */
 void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in);

@@ -261,7 +261,7 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
     plan_routing(p, &s->plan_f, Ms, E, &host);
 }
 
-static void moeut_train_begin(Model *m, int B, int T, const uint8_t *valid) {
+static void moeut_train_begin(Model *m, int B, int T, const int32_t *tokens, const uint8_t *valid) {
     MoeutState *st = moeut_state(m);
     if (st == NULL || st->n_layers_registered != m->cfg.group_size) die("moeut: train_begin before registration");
     if (B <= 0 || T <= 0) die("moeut: train_begin with B=%d T=%d", B, T);
@@ -269,6 +269,7 @@ static void moeut_train_begin(Model *m, int B, int T, const uint8_t *valid) {
     model_reserve_activations(m, N, 0);
     st->B = B;
     st->T = T;
+    st->tokens = tokens;
     st->plan_gen = m->arena_generation;
     st->have_valid = valid != NULL;
     if (valid) m->be->to_device(m->be, st->valid_dev, valid, (size_t)N);

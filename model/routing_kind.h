@@ -20,7 +20,9 @@
 /* Buffers of one FFN routing decision and its experts (forward, one application on N = B*T positions). */
 typedef struct {
     const scalar_t *x1;         /* [N, C] the FFN input */
-    int N, B, T;                /* the positions (routing "hash" uploads their experts, [B, T]) */
+    int N;                      /* the positions */
+    const int32_t *tokens;      /* [N] host: their input token ids (routing "hash" routes by them; may be NULL for
+                                 * the other kinds) */
     int E;                      /* E_l, this layer's FFN experts (ff_n_experts_per_layer; buffers hold ff_n_experts) */
     scalar_t *xs;               /* [N, C] LN2(x1) (kinds with a router) */
     scalar_t *mean, *rstd;      /* [N] its statistics */

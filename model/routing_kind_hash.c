@@ -16,12 +16,12 @@ static void plan_scratch(const ModelConfig *c, ActivationPlan *p, MoeutScratch *
     plan_nothing(c, p, s, nt, M);
 }
 
-/* The experts of the positions' token ids, recorded when they were embedded (hash_routing_set_tokens). */
+/* The experts of the positions' input token ids, which every layer call hands over (io->tokens). */
 static void route(Model *m, const MoeutLayerOffsets *P, const MoeutFfnIO *io) {
     (void)P;
     Backend *be = m->be;
     const int N = io->N, E = io->E, K = m->cfg.ff_k;
-    hash_routing_upload(m->hash, be, io->sel, io->B, io->T);
+    hash_routing_upload(m->hash, be, io->sel, io->tokens, N);
     be->routing_plan(be, io->plan, io->sel, N * K, E);
     if (io->counts) be->expert_count(be, io->counts, io->sel, io->drop, io->valid, N, 1, E, K);
 }

@@ -154,7 +154,7 @@ static inline double mt_stack_forward(MtStack *s, const double *x0, const double
     const ModelConfig *c = model_config(m);
     const int L = c->n_layers;
     const size_t nc = (size_t)s->B * s->T * (size_t)c->d_model;
-    model_layers_train_begin(m, s->B, s->T, s->valid);
+    model_layers_train_begin(m, s->B, s->T, NULL, s->valid); /* no token ids: the stack is fed residuals */
     mt_upload(be, s->h, x0, nc);
     for (int a = 0; a < L; a++) model_app_impl(m, a)->forward_train(m, a, s->h + (size_t)a * nc, s->h + (size_t)(a + 1) * nc);
     StepStats st;

@@ -20,12 +20,12 @@ static double naive_cell(Model *m, const scalar_t *erased_dev, const int32_t *to
     scalar_t *h = be->alloc(be, (size_t)Tin * C * sizeof(scalar_t));
     scalar_t *cap = be->alloc(be, (size_t)(L + 1) * Tin * C * sizeof(scalar_t));
     model_embed(m, h, tokens, 1, Tin);
-    model_run_layers(m, h, 1, Tin, 0, cap);
+    model_run_layers(m, h, tokens, 1, Tin, 0, cap);
     float *ref = malloc(sizeof(float) * Tin * V), *out = malloc(sizeof(float) * Tin * V);
     model_forward_eval(m, tokens, 1, Tin, ref); /* the plain forward is the reference */
     be->copy(be, h, cap + (size_t)l * Tin * C, (size_t)Tin * C * sizeof(scalar_t));
     be->copy(be, h + (size_t)t * C, erased_dev + (size_t)l * C, (size_t)C * sizeof(scalar_t));
-    model_run_layers(m, h, 1, Tin, l, NULL);
+    model_run_layers(m, h, tokens, 1, Tin, l, NULL);
     scalar_t *lg = be->alloc(be, (size_t)Tin * V * sizeof(scalar_t));
     model_head(m, lg, h, 1, Tin);
     be->to_host(be, out, lg, (size_t)Tin * V * sizeof(float));
@@ -62,7 +62,7 @@ static void check_model(ModelConfig c, uint64_t seed) {
     scalar_t *cap = be->alloc(be, (size_t)(L + 1) * 11 * C * sizeof(scalar_t));
     scalar_t *h = be->alloc(be, (size_t)11 * C * sizeof(scalar_t));
     model_embed(m, h, cf, 1, 11);
-    model_run_layers(m, h, 1, 11, 0, cap);
+    model_run_layers(m, h, cf, 1, 11, 0, cap);
     scalar_t *caph = malloc(sizeof(scalar_t) * (L + 1) * 11 * C), *eh = malloc(sizeof(scalar_t) * L * C);
     be->to_host(be, caph, cap, sizeof(scalar_t) * (L + 1) * 11 * C);
     be->to_host(be, eh, erased, sizeof(scalar_t) * L * C);
@@ -102,7 +102,7 @@ static void check_model(ModelConfig c, uint64_t seed) {
     const int l0 = L - 1, t0 = 3;
     scalar_t *pcap = be->alloc(be, (size_t)(L + 1) * Tin * C * sizeof(scalar_t));
     model_embed(m, h, tokens, 1, Tin);
-    model_run_layers(m, h, 1, Tin, 0, pcap);
+    model_run_layers(m, h, tokens, 1, Tin, 0, pcap);
     be->copy(be, erased + (size_t)l0 * C, pcap + ((size_t)l0 * Tin + t0) * C, (size_t)C * sizeof(scalar_t));
     double *s2 = malloc(sizeof(double) * cells);
     depth_erasure_scores(m, erased, tokens, T, n_answer, s2);

@@ -168,7 +168,7 @@ START_TEST(residual_means_of_sequences) {
         scalar_t *h = be->alloc(be, (size_t)Tin * C * sizeof(scalar_t));
         scalar_t *cap = be->alloc(be, (size_t)(L + 1) * Tin * C * sizeof(scalar_t));
         model_embed(m, h, seqs[i], 1, Tin);
-        model_run_layers(m, h, 1, Tin, 0, cap);
+        model_run_layers(m, h, seqs[i], 1, Tin, 0, cap);
         scalar_t *host = malloc(sizeof(scalar_t) * (L + 1) * Tin * C);
         be->to_host(be, host, cap, sizeof(scalar_t) * (L + 1) * Tin * C);
         for (int l = 0; l < L; l++)

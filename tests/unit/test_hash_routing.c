@@ -144,20 +144,21 @@ START_TEST(routes_by_input_token) {
 END_TEST
 
 /* The depth analysis's path: model_embed + model_run_layers + model_head gives model_forward_eval's logits, and
- * model_run_layers on n copies of the embedded sequence routes each copy by the same ids. */
+ * model_run_layers on n copies of the embedded sequence, given the ids of each copy, routes each copy alike. */
 START_TEST(embed_run_layers_and_repeats) {
     ModelConfig c = mtu_config(HASH_JSON(""));
     Backend *be = mtu_backend();
     Model *m = mtu_noisy_model(be, c, 64);
     const int T = 7, V = c.n_tokens, C = c.d_model, R = 3;
-    int32_t in[7];
+    int32_t in[7], in_copies[3 * 7];
     mtu_tokens(in, T, V, 65);
+    for (int r = 0; r < R; r++) memcpy(in_copies + r * T, in, sizeof in);
     float *ref = malloc(sizeof(float) * T * V), *got = malloc(sizeof(float) * R * T * V);
     model_forward_eval(m, in, 1, T, ref);
     scalar_t *h = be->alloc(be, sizeof(scalar_t) * R * T * C), *logits = be->alloc(be, sizeof(scalar_t) * R * T * V);
     model_embed(m, h, in, 1, T);
     for (int r = 1; r < R; r++) be->copy(be, h + (size_t)r * T * C, h, sizeof(scalar_t) * T * C);
-    model_run_layers(m, h, R, T, 0, NULL);
+    model_run_layers(m, h, in_copies, R, T, 0, NULL);
     model_head(m, logits, h, R, T);
     scalar_t *host = malloc(sizeof(scalar_t) * R * T * V);
     be->to_host(be, host, logits, sizeof(scalar_t) * R * T * V);
@@ -213,6 +214,22 @@ START_TEST(checkpoint_is_self_describing) {
 }
 END_TEST
 
+/* The ids are an argument of every layer call: a hash model's layers run without them end the program (exit 1, one
+ * line naming the missing ids), never route by stale ids of an earlier call. */
+START_TEST(layers_without_ids_die) {
+    ModelConfig c = mtu_config(HASH_JSON(""));
+    Backend *be = mtu_backend();
+    Model *m = mtu_noisy_model(be, c, 68);
+    const int T = 5;
+    int32_t in[5];
+    mtu_tokens(in, T, c.n_tokens, 69);
+    scalar_t *h = be->alloc(be, sizeof(scalar_t) * T * c.d_model);
+    model_embed(m, h, in, 1, T);
+    model_run_layers(m, h, in, 1, T, 0, NULL); /* with them: fine */
+    model_run_layers(m, h, NULL, 1, T, 0, NULL); /* dies */
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("hash_routing");
     TCase *tc = tcase_create("hash");
@@ -223,6 +240,7 @@ int main(void) {
     tcase_add_test(tc, routes_by_input_token);
     tcase_add_test(tc, embed_run_layers_and_repeats);
     tcase_add_test(tc, checkpoint_is_self_describing);
+    tcase_add_exit_test(tc, layers_without_ids_die, 1);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }

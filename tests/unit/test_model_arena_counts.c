@@ -157,7 +157,7 @@ static void check_live_allocations(int arch) {
     scalar_t *lg = be->alloc(be, (size_t)9 * V * sizeof(scalar_t));
     expect_live(m, 2);
     model_embed(m, h, b1.in, 1, 9);
-    model_run_layers(m, h, 1, 9, 1, NULL);
+    model_run_layers(m, h, b1.in, 1, 9, 1, NULL);
     model_head(m, lg, h, 1, 9);
     expect_live(m, 2);
     be->free(be, h);
@@ -266,7 +266,7 @@ static void guard_case(int arch) {
     model_init_weights(g_m, 1);
     const size_t nc = (size_t)2 * 3 * c.d_model;
     g_h = g_be->alloc(g_be, 3 * nc * sizeof(scalar_t)); /* h_0, h_1, h_2 */
-    model_layers_train_begin(g_m, 2, 3, NULL);
+    model_layers_train_begin(g_m, 2, 3, NULL, NULL);
     model_app_impl(g_m, 0)->forward_train(g_m, 0, g_h, g_h + nc);
     int32_t tok[40] = {0};
     model_forward_eval(g_m, tok, 4, 10, g_logits);

@@ -120,7 +120,7 @@ START_TEST(run_layers_captures) {
     model_embed(m, h, tok, B, T);
     scalar_t *h0 = malloc(nc * sizeof(scalar_t)), *hc = malloc((L + 1) * nc * sizeof(scalar_t));
     be->to_host(be, h0, h, nc * sizeof(scalar_t));
-    model_run_layers(m, h, B, T, 0, cap);
+    model_run_layers(m, h, tok, B, T, 0, cap);
     be->to_host(be, hc, cap, (L + 1) * nc * sizeof(scalar_t));
     ck_assert(memcmp(h0, hc, nc * sizeof(scalar_t)) == 0); /* slot 0 = embedding output */
     scalar_t *hf = malloc(nc * sizeof(scalar_t));
@@ -134,7 +134,7 @@ START_TEST(run_layers_captures) {
     for (int i = 0; i < T * V; i++) ck_assert_msg(fabs(full[i] - lg[i]) < 1e-5, "head mismatch at %d", i);
     /* Resume from the input of application 1. */
     be->copy(be, h, cap + nc, nc * sizeof(scalar_t));
-    model_run_layers(m, h, B, T, 1, NULL);
+    model_run_layers(m, h, tok, B, T, 1, NULL);
     be->to_host(be, hf, h, nc * sizeof(scalar_t));
     for (size_t i = 0; i < nc; i++) ck_assert(fabs(hf[i] - hc[L * nc + i]) < 1e-5);
     free(h0);

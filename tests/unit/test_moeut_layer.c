@@ -22,7 +22,7 @@ static double *infer_layers(Model *m, const double *x, int B, int T) {
     const size_t nc = (size_t)B * T * model_config(m)->d_model;
     scalar_t *h = be->alloc(be, nc * sizeof(scalar_t));
     mt_upload(be, h, x, nc);
-    for (int a = 0; a < model_config(m)->n_layers; a++) model_app_impl(m, a)->forward_infer(m, a, h, B, T, NULL, 0);
+    for (int a = 0; a < model_config(m)->n_layers; a++) model_app_impl(m, a)->forward_infer(m, a, h, B, T, NULL, NULL, 0);
     double *y = mt_download(be, h, nc);
     be->free(be, h);
     return y;
@@ -160,7 +160,7 @@ START_TEST(kv_cache_matches_full_forward) {
     for (size_t ci = 0; ci < sizeof chunks / sizeof chunks[0]; ci++) {
         int n = chunks[ci];
         mt_upload(be, h, x + (size_t)pos * C, (size_t)n * C);
-        for (int a = 0; a < L; a++) model_app_impl(m, a)->forward_infer(m, a, h, 1, n, &kv[a], pos);
+        for (int a = 0; a < L; a++) model_app_impl(m, a)->forward_infer(m, a, h, 1, n, NULL, &kv[a], pos);
         double *y = mt_download(be, h, (size_t)n * C);
         assert_close(y, full + (size_t)pos * C, (size_t)n * C, 2e-5, "KV-cache chunk vs full forward");
         free(y);

@@ -290,7 +290,7 @@ static int twin_run_fixture(const char *name) {
     scalar_t *lg_host = malloc(BT * V * sizeof *lg_host);
     ck_assert_msg(lg_host != NULL, "out of memory");
     model_embed(m, h, inputs, B, T);
-    model_run_layers(m, h, B, T, 0, NULL);
+    model_run_layers(m, h, inputs, B, T, 0, NULL);
     model_head(m, lg, h, B, T);
     be->to_host(be, lg_host, lg, BT * V * sizeof(scalar_t));
     for (size_t i = 0; i < BT * V; i++) logits_d[i] = (double)lg_host[i];
