@@ -144,7 +144,8 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
     const uint8_t *drop_f = dropout_mask(m, s->drop_f, N, (int)E, c->ff_k, c->ff_expert_dropout);
     FfnIO f = {
         .r = {
-            .x1 = ac->x1, .N = N, .tokens = st->tokens, .E = (int)E, .xs = s->nc[1], .mean = ac->mean2, .rstd = ac->rstd2,
+            .x1 = ac->x1, .N = N, .tokens = st->tokens, .E = (int)E, .xs = s->nc[1], .mean = ac->mean2,
+            .rstd = ac->rstd2,
             .l = st->hist_f[layer] + (size_t)rep * N * E, .drop = drop_f, .sel = ac->sel_f, .gate = ac->gate_f,
             .plan = &ac->plan_f, .pos = ac->entry_pos, .choice_c = st->choice_c,
             .counts = m->routing_counts + (size_t)slot * Emax,

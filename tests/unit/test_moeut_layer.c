@@ -22,7 +22,8 @@ static double *infer_layers(Model *m, const double *x, int B, int T) {
     const size_t nc = (size_t)B * T * model_config(m)->d_model;
     scalar_t *h = be->alloc(be, nc * sizeof(scalar_t));
     mt_upload(be, h, x, nc);
-    for (int a = 0; a < model_config(m)->n_layers; a++) model_app_impl(m, a)->forward_infer(m, a, h, B, T, NULL, NULL, 0);
+    for (int a = 0; a < model_config(m)->n_layers; a++)
+        model_app_impl(m, a)->forward_infer(m, a, h, B, T, NULL, NULL, 0);
     double *y = mt_download(be, h, nc);
     be->free(be, h);
     return y;
