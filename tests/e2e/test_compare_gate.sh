@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # End to end: what CI's gate (bin/compare against reports/baselines/ci with its tolerances.json) catches. Each
 # tolerance class is shown failing on a realistic defect injected into a real ci training run of dense_qa, and
 # compare must name the metric:
@@ -25,11 +26,14 @@
 set -u
 cd "$(dirname "$0")/../.."
 fail() { echo "FAIL: $*"; exit 1; }
-for b in train evaluate compare; do [ -x bin/$b ] || fail "bin/$b missing (run make first)"; done
+for b in fetch tokenize train evaluate compare; do [ -x bin/$b ] || fail "bin/$b missing (run make first)"; done
 command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
-make --no-print-directory tokenize EXPERIMENT=ci >/dev/null 2>&1 || fail "make tokenize EXPERIMENT=ci"
 tmp=$(mktemp -d /tmp/test_compare_gate.XXXXXX)
 trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
+# The ci data as make tokenize EXPERIMENT=ci makes it, here in the test's own directory (the test runs beside others).
+bin/fetch --config experiments/ci/data.json --out "$tmp/data/raw" >"$tmp/fetch.log" 2>&1 &&
+  bin/tokenize --raw "$tmp/data/raw" --config experiments/ci/data.json --out "$tmp/data" >"$tmp/tokenize.log" 2>&1 ||
+  { cat "$tmp/fetch.log" "$tmp/tokenize.log" 2>/dev/null | tail -20; fail "fetch + tokenize of the ci data"; }
 export OMP_WAIT_POLICY=PASSIVE # speed only on a busy machine; the numbers do not depend on it
 BASE=reports/baselines/ci
 CFG=experiments/ci/dense_qa.json
@@ -38,11 +42,11 @@ train_eval() { # train_eval NAME [train flags...]: experiments/ci/dense_qa train
   local out=$tmp/$1/dense_qa
   mkdir -p "$tmp/$1"
   shift
-  bin/train --config $CFG --data data/ci --out "$out" "$@" >"$out.train.log" 2>&1 ||
+  bin/train --config $CFG --data "$tmp/data" --out "$out" "$@" >"$out.train.log" 2>&1 ||
     { tail -5 "$out.train.log"; fail "bin/train $*"; }
   local sets=()
   for a in "$@"; do [ "${a#train.}" != "$a" ] && sets+=(--set "$a"); done
-  bin/evaluate --run "$out" --config $CFG --data data/ci --out "$out/result.json" "${sets[@]}" >"$out.eval.log" 2>&1 ||
+  bin/evaluate --run "$out" --config $CFG --data "$tmp/data" --out "$out/result.json" "${sets[@]}" >"$out.eval.log" 2>&1 ||
     { tail -5 "$out.eval.log"; fail "bin/evaluate $out"; }
 }
 as_baseline_config() { # as_baseline_config NAME: $tmp/as/NAME/dense_qa/result.json with the baseline's config identity

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # End to end: compare's tolerances (reports/baselines/ci/tolerances.json, derived from the spread measured by
 # tests/baselines/measure_spread.sh ci) pass an honest rerun on another BLAS kernel path and thread count, and fail a
 # deliberately degraded one.
@@ -15,19 +16,22 @@
 set -u
 cd "$(dirname "$0")/../.."
 fail() { echo "FAIL: $*"; exit 1; }
-for b in train evaluate compare; do [ -x bin/$b ] || fail "bin/$b missing (run make first)"; done
+for b in fetch tokenize train evaluate compare; do [ -x bin/$b ] || fail "bin/$b missing (run make first)"; done
 command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
-make --no-print-directory tokenize EXPERIMENT=ci >/dev/null 2>&1 || fail "make tokenize EXPERIMENT=ci"
 tmp=$(mktemp -d /tmp/test_compare_spread.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+# The ci data as make tokenize EXPERIMENT=ci makes it, here in the test's own directory (the test runs beside others).
+bin/fetch --config experiments/ci/data.json --out "$tmp/data/raw" >"$tmp/fetch.log" 2>&1 &&
+  bin/tokenize --raw "$tmp/data/raw" --config experiments/ci/data.json --out "$tmp/data" >"$tmp/tokenize.log" 2>&1 ||
+  { cat "$tmp/fetch.log" "$tmp/tokenize.log" 2>/dev/null | tail -20; fail "fetch + tokenize of the ci data"; }
 export OMP_WAIT_POLICY=PASSIVE # speed only on a busy machine; the numbers do not depend on it
 
 train_eval() { # train_eval OUT_ROOT RUN [train flags...]: trains and evaluates experiments/ci/RUN into OUT_ROOT/RUN
   local out=$1/$2 cfg=experiments/ci/$2.json
   shift 2
-  bin/train --config "$cfg" --data data/ci --out "$out" "$@" >"$out.train.log" 2>&1 ||
+  bin/train --config "$cfg" --data "$tmp/data" --out "$out" "$@" >"$out.train.log" 2>&1 ||
     { tail -5 "$out.train.log"; fail "bin/train $cfg $*"; }
-  bin/evaluate --run "$out" --config "$cfg" --data data/ci --out "$out/result.json" >"$out.eval.log" 2>&1 ||
+  bin/evaluate --run "$out" --config "$cfg" --data "$tmp/data" --out "$out/result.json" >"$out.eval.log" 2>&1 ||
     { tail -5 "$out.eval.log"; fail "bin/evaluate $out"; }
 }
 
