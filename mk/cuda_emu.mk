@@ -62,10 +62,10 @@ EMU_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stac
            CUDA_TEST_UNIT_DIR=build/emu/tests \
            CUDA_RESUME_STEPS=12 CUDA_RESUME_SETTINGS="context=16 batch_size=4"
 test-cuda-emu: all emu-bins
-	@$(EMU_ENV) SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh cuda-emu build/emu/tests/cuda_emu_selftest $(EMU_TESTS) tests/e2e/test_cuda_inspect.sh \
-	  tests/e2e/cuda_emu_order.sh tests/e2e/test_cuda_evaluate.sh tests/e2e/test_cuda_resume.sh \
-	  tests/e2e/test_cuda_cvmm_paths.sh tests/e2e/test_cuda_inspect_other_paths.sh tests/e2e/test_cuda_mpi.sh \
-	  tests/e2e/test_cuda_moe_variants.sh
+	@$(EMU_ENV) SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh cuda-emu build/emu/tests/cuda_emu_selftest $(EMU_TESTS) \
+	  tests/e2e/test_cuda_inspect.sh tests/e2e/cuda_emu_order.sh tests/e2e/test_cuda_evaluate.sh \
+	  tests/e2e/test_cuda_resume.sh tests/e2e/test_cuda_cvmm_paths.sh tests/e2e/test_cuda_inspect_other_paths.sh \
+	  tests/e2e/test_cuda_mpi.sh tests/e2e/test_cuda_moe_variants.sh
 
 build/emu/bench/bench_train_step: $(OBJEMU)/tests/bench/bench_train_step.o $(EMU_NN) $(EMU_CORE)
 	@mkdir -p $(dir $@)
