@@ -98,7 +98,7 @@ stop_case "SIGSTOP of rank 0 during its evaluation" "$tmp/stop0" 0 4 \
 full_steps=24
 small=("${ci[@]}" --set train.steps=$full_steps --set train.checkpoint_every=2 --set train.evaluate_every=0)
 mpi_train 2 "${small[@]}" --out "$tmp/full-ref" >"$tmp/full-ref.log" 2>&1 || { cat "$tmp/full-ref.log"; fail "full disk: reference run"; }
-set_kib=$(du -k -c "$tmp/full-ref/model.safetensors" "$tmp/full-ref/optim.safetensors" | tail -n 1 | cut -f 1)
+set_kib=$(du -k --apparent-size -c "$tmp/full-ref/model.safetensors" "$tmp/full-ref/optim.safetensors" | tail -n 1 | cut -f 1)
 disk_kib=$((set_kib * 3 / 2))
 disk=$tmp/disk
 mkdir -p "$disk"
