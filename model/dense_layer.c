@@ -136,7 +136,6 @@ static void dense_plan_activations(Model *m, ActivationPlan *p, int n_train, int
 }
 
 static void dense_train_begin(Model *m, int B, int T, const int32_t *tokens, const uint8_t *valid) {
-    (void)tokens, (void)valid;
     if (B <= 0 || T <= 0) die("dense layer: train_begin with B=%d T=%d", B, T);
     model_reserve_activations(m, B * T, 0);
     DenseState *s = state(m);
@@ -249,7 +248,6 @@ static void dense_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *
 
 static void dense_forward_infer(Model *m, int app, scalar_t *h, int B, int T, const int32_t *tokens, LayerKV *kv,
                                 int kv_len) {
-    (void)tokens;
     DenseState *s = state(m);
     Backend *be = m->be;
     if (app < 0 || app >= m->cfg.n_layers || m->apps[app].kind != LAYER_DENSE)

@@ -81,7 +81,6 @@ void moe_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_out)
 }
 
 void moe_forward_infer(Model *m, int app, scalar_t *h, int B, int T, const int32_t *tokens, LayerKV *kv, int kv_len) {
-    (void)tokens;
     MoeState *st = moe_state(m);
     if (st == NULL || app < 0 || app >= m->cfg.n_layers || m->apps[app].kind != LAYER_MOE)
         die("moe layer: forward_infer of application %d, not a MoE one", app);

@@ -140,7 +140,6 @@ static void moe_plan_activations(Model *m, ActivationPlan *p, int n_train, int n
 }
 
 static void moe_train_begin(Model *m, int B, int T, const int32_t *tokens, const uint8_t *valid) {
-    (void)tokens;
     MoeState *st = moe_state(m);
     if (st == NULL || st->n_registered != st->n_moe) die("moe layer: train_begin before registration");
     if (B <= 0 || T <= 0) die("moe layer: train_begin with B=%d T=%d", B, T);
