@@ -56,6 +56,10 @@ void section_provenance(Doc *d, const ReportInput *in);
  * differ in the loss mode alone get the paired effect, others are "not comparable", naming the keys; nothing when the
  * runs hold only the paper's pair per architecture. */
 void section_loss_mode_settings(Doc *d, const ReportInput *in);
+/* Which of the two loss-mode effects carries the interaction (both - its decomposition into MoEUT's effect minus the
+ * Transformer's), as a phrase, judged on each contrast's verdict interval by the direction rule: "the interaction
+ * itself is not resolved", "both effects are resolved, ...", "it is carried by the Transformer's effect alone: ...". */
+const char *report_interaction_carrier(const Contrast *dense, const Contrast *moeut, const Contrast *both);
 /* report_routing.c: the expert load of the runs with routing statistics (nothing without any), and the ablation
  * tables of run configs that share an arch and loss mode (nothing when every config is alone in its family). */
 void section_expert_load(Doc *d, const ReportInput *in);

@@ -337,12 +337,21 @@ static void effect_verdicts(Doc *d, const ReportInput *in, int contrast, const c
 }
 
 /* The interaction is the difference of the two loss-mode effects, so a resolved interaction can be carried by either
- * one alone: this line says which, from the two effects' own verdict intervals, resolved by the direction rule
- * (verdict_direction: enough paired seeds and an interval that excludes 0), so that "helps MoEUT more" is never read
- * as "helps MoEUT" when MoEUT's own effect is unresolved. dense, moeut, both: the contrasts effect_verdicts computed,
- * on the same quantity q. */
+ * one alone: this line says which (report_interaction_carrier), so that "helps MoEUT more" is never read as "helps
+ * MoEUT" when MoEUT's own effect is unresolved. dense, moeut, both: the contrasts effect_verdicts computed, on the same
+ * quantity q. */
 static bool interval_resolved(const Contrast *c) {
     return c->ok && verdict_direction(c->verdict_lo, c->verdict_hi, c->n_seeds, +1) != VERDICT_NOT_RESOLVED;
+}
+
+const char *report_interaction_carrier(const Contrast *dense, const Contrast *moeut, const Contrast *both) {
+    const bool m_res = interval_resolved(moeut), d_res = interval_resolved(dense);
+    return !interval_resolved(both) ? "the interaction itself is not resolved"
+           : m_res && d_res         ? "both effects are resolved, so both contribute"
+           : d_res ? "it is carried by the Transformer's effect alone: MoEUT's own effect is not resolved (its "
+                     "interval contains 0)"
+           : m_res ? "it is carried by MoEUT's own effect: the Transformer's effect is not resolved"
+                   : "neither effect is resolved on its own; only their difference is";
 }
 
 static void interaction_decomposition(Doc *d, Quantity q, const Contrast *dense, const Contrast *moeut,
@@ -351,21 +360,13 @@ static void interaction_decomposition(Doc *d, Quantity q, const Contrast *dense,
     const bool acc = q == QUANTITY_CORRECT;
     const double scale = acc ? 100 : 1;
     const char *unit = acc ? "points" : "nats";
-    const bool m_res = interval_resolved(moeut), d_res = interval_resolved(dense);
-    const char *carried =
-        !interval_resolved(both) ? "the interaction itself is not resolved"
-        : m_res && d_res         ? "both effects are resolved, so both contribute"
-        : d_res ? "it is carried by the Transformer's effect alone: MoEUT's own effect is not resolved (its interval "
-                  "contains 0)"
-        : m_res ? "it is carried by MoEUT's own effect: the Transformer's effect is not resolved"
-                : "neither effect is resolved on its own; only their difference is";
     doc_list_item(d, "Decomposition of the interaction on the %s: %+.*f %s = MoEUT's effect %+.*f [%+.*f, %+.*f] minus "
                      "the Transformer's %+.*f [%+.*f, %+.*f] (verdict intervals, %d paired seed%s); %s.",
                   acc ? "accuracy" : "mean answer loss", acc ? 1 : 3, scale * both->boot.estimate, unit, acc ? 1 : 3,
                   scale * moeut->boot.estimate, acc ? 1 : 3, scale * moeut->verdict_lo, acc ? 1 : 3,
                   scale * moeut->verdict_hi, acc ? 1 : 3, scale * dense->boot.estimate, acc ? 1 : 3,
                   scale * dense->verdict_lo, acc ? 1 : 3, scale * dense->verdict_hi, both->n_seeds,
-                  both->n_seeds == 1 ? "" : "s", carried);
+                  both->n_seeds == 1 ? "" : "s", report_interaction_carrier(dense, moeut, both));
 }
 
 const DepthClaim DEPTH_CLAIMS[4] = {

@@ -4,8 +4,8 @@
  * effect of the answer-only loss on accuracy and on the answer loss with its verdict interval (report_contrast: the
  * same statistics as the paper's claims). An answer-only configuration without such a partner is listed beside the Q+A
  * configuration that differs from it in the fewest other keys, as "not comparable", naming them: a difference there
- * is not an effect of the loss mode. A plot shows the effect against the budget (train.steps) per architecture.
- * This is how a loss-mode verdict is read at the budget and learning rate at which it holds. */
+ * is not an effect of the loss mode. Two plots show the effect against the budget (train.steps) per architecture,
+ * and a second table the interaction at every setting with comparable pairs of both architectures. This is how a loss-mode verdict is read at the budget and learning rate at which it holds. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,39 +104,104 @@ static SettingRow *setting_rows(const ReportInput *in, int *n_out) {
 
 static const char *arch_name(const char *arch) { return strcmp(arch, "moeut") == 0 ? "MoEUT" : "Transformer"; }
 
-static void settings_plot(Doc *d, const SettingRow *rows, int n) {
+/* The effect on one quantity (accuracy in points, or the answer loss in nats) against the budget, one line per
+ * architecture, for the comparable rows; into svg. Returns the number of points. */
+static int settings_svg(StrBuf *svg, const SettingRow *rows, int n, Quantity q) {
     SvgIntervalSeries series[2];
     double *x = xcalloc((size_t)n * 4 + 1, sizeof *x), *y = x + n, *lo = y + n, *hi = lo + n;
+    const bool acc = q == QUANTITY_CORRECT;
+    const double scale = acc ? 100 : 1;
     int ns = 0, at = 0;
     const char *archs[2] = {"dense", "moeut"};
     for (int k = 0; k < 2; k++) {
         int start = at;
         for (int i = 0; i < n; i++) {
             const SettingRow *r = &rows[i];
-            if (r->n_other || !r->acc.ok || strcmp(r->answer->arch, archs[k]) != 0) continue;
-            bool verdict = isfinite(r->acc.verdict_lo);
+            const Contrast *c = acc ? &r->acc : &r->loss;
+            if (r->n_other || !c->ok || strcmp(r->answer->arch, archs[k]) != 0) continue;
+            bool verdict = isfinite(c->verdict_lo);
             x[at] = r->steps;
-            y[at] = 100 * r->acc.boot.estimate;
-            lo[at] = 100 * (verdict ? r->acc.verdict_lo : r->acc.boot.lo);
-            hi[at] = 100 * (verdict ? r->acc.verdict_hi : r->acc.boot.hi);
+            y[at] = scale * c->boot.estimate;
+            lo[at] = scale * (verdict ? c->verdict_lo : c->boot.lo);
+            hi[at] = scale * (verdict ? c->verdict_hi : c->boot.hi);
             at++;
         }
         if (at > start) series[ns++] = (SvgIntervalSeries){arch_name(archs[k]), x + start, y + start, lo + start,
                                                            hi + start, at - start};
     }
-    int points = at;
-    if (points >= 2) {
-        IntervalPlotStyle st = {"Answer-only minus Q+A accuracy against the training budget", "train.steps",
-                                "accuracy effect (points)", 1};
-        StrBuf svg;
-        sb_init(&svg);
-        svg_interval_plot(&svg, series, ns, &st);
-        doc_figure(d, "loss_mode_by_budget.svg", &svg,
-                   "The answer-only loss's effect on pooled accuracy (points; 95% verdict interval) at each training "
-                   "budget, per architecture, for the comparable pairs of the table (log axis).");
-        sb_free(&svg);
+    if (at >= 2) {
+        IntervalPlotStyle st = {acc ? "Answer-only minus Q+A accuracy against the training budget"
+                                    : "Answer-only minus Q+A answer loss against the training budget",
+                                "train.steps", acc ? "accuracy effect (points)" : "answer-loss effect (nats)", 1};
+        svg_interval_plot(svg, series, ns, &st);
     }
     free(x);
+    return at;
+}
+
+static void settings_plot(Doc *d, const SettingRow *rows, int n) {
+    StrBuf svg[2];
+    sb_init(&svg[0]);
+    sb_init(&svg[1]);
+    if (settings_svg(&svg[0], rows, n, QUANTITY_CORRECT) >= 2 &&
+        settings_svg(&svg[1], rows, n, QUANTITY_ANSWER_LOSS) >= 2) {
+        const char *files[2] = {"loss_mode_by_budget.svg", "loss_mode_by_budget_answer_loss.svg"};
+        const char *heads[2] = {"accuracy", "answer loss"};
+        const StrBuf *svgp[2] = {&svg[0], &svg[1]};
+        doc_figure_row(d, 2, files, svgp, heads,
+                       "The answer-only loss's effect at each training budget, per architecture, for the comparable "
+                       "pairs of the table (95% verdict interval; log axis): on pooled accuracy in points (left) and "
+                       "on the mean answer loss in nats (right; below 0: answer-only has the lower loss).");
+    }
+    sb_free(&svg[0]);
+    sb_free(&svg[1]);
+}
+
+/* The interaction at every setting that has a comparable pair of both architectures (the same train.steps and
+ * train.lr, and the four configurations comparable as the paper's four are: report_claim_comparable), with its
+ * decomposition into the two rows' effects. The paper's setting is one of them, judged in the verdicts; the others
+ * say whether "answer-only helps MoEUT more" holds at other budgets and learning rates, and for which reason. */
+static void interaction_table(Doc *d, const SettingRow *rows, int n) {
+    int shown = 0;
+    for (int i = 0; i < n; i++) {
+        const SettingRow *dn = &rows[i];
+        if (dn->n_other || strcmp(dn->answer->arch, "dense") != 0 || !dn->acc.ok || !dn->loss.ok) continue;
+        for (int j = 0; j < n; j++) {
+            const SettingRow *me = &rows[j];
+            if (me->n_other || strcmp(me->answer->arch, "moeut") != 0 || !me->acc.ok || !me->loss.ok) continue;
+            if (!(me->steps == dn->steps || (isnan(me->steps) && isnan(dn->steps)))) continue;
+            if (!(me->lr == dn->lr || (isnan(me->lr) && isnan(dn->lr)))) continue;
+            const RunGroup *g[4] = {me->answer, me->qa, dn->answer, dn->qa};
+            char why[1024];
+            if (!report_claim_comparable(g, 4, why, sizeof why)) continue;
+            static const double WEIGHTS[4] = {1, -1, -1, 1};
+            Contrast both[2];
+            report_contrast(g, WEIGHTS, 4, SCOPE_ALL, QUANTITY_CORRECT, &both[0]);
+            report_contrast(g, WEIGHTS, 4, SCOPE_ALL, QUANTITY_ANSWER_LOSS, &both[1]);
+            if (!shown++) {
+                doc_para(d, "The interaction, (moeut_answer - moeut_qa) - (dense_answer - dense_qa), at every setting "
+                            "with a comparable pair of each architecture, paired by seed on every evaluation example "
+                            "(the paper's claim: answer-only helps MoEUT more, i.e. above 0 on accuracy and below 0 "
+                            "on the answer loss). Its two parts are the rows of the table above; the last columns say "
+                            "which of them carries it, by the direction rule on each verdict interval.");
+                const char *h[7] = {"train.steps", "train.lr", "seeds", "interaction on accuracy (points)",
+                                    "interaction on the answer loss (nats)", "carried by (accuracy)",
+                                    "carried by (answer loss)"};
+                doc_table_begin(d, 7, h);
+            }
+            char steps[32], lr[32], seeds[16], acc[1200], loss[1200];
+            config_value(dn->answer, "train", "steps", steps, sizeof steps);
+            config_value(dn->answer, "train", "lr", lr, sizeof lr);
+            snprintf(seeds, sizeof seeds, "%d", both[1].ok ? both[1].n_seeds : 0);
+            fmt_effect(acc, sizeof acc, &both[0], 100, "");
+            fmt_effect(loss, sizeof loss, &both[1], 1, "");
+            const char *cells[7] = {steps, lr, seeds, acc, loss,
+                                    both[0].ok ? report_interaction_carrier(&dn->acc, &me->acc, &both[0]) : "-",
+                                    both[1].ok ? report_interaction_carrier(&dn->loss, &me->loss, &both[1]) : "-"};
+            doc_table_row(d, 7, cells, false);
+        }
+    }
+    if (shown) doc_table_end(d);
 }
 
 void section_loss_mode_settings(Doc *d, const ReportInput *in) {
@@ -186,5 +251,6 @@ void section_loss_mode_settings(Doc *d, const ReportInput *in) {
     }
     doc_table_end(d);
     settings_plot(d, rows, n);
+    interaction_table(d, rows, n);
     free(rows);
 }
