@@ -31,9 +31,8 @@ command -v jq >/dev/null || { echo "SKIP: jq not installed"; exit 77; }
 tmp=$(mktemp -d /tmp/test_compare_gate.XXXXXX)
 trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
 # The ci data as make tokenize EXPERIMENT=ci makes it, here in the test's own directory (the test runs beside others).
-bin/fetch --config experiments/ci/data.json --out "$tmp/data/raw" >"$tmp/fetch.log" 2>&1 &&
-  bin/tokenize --raw "$tmp/data/raw" --config experiments/ci/data.json --out "$tmp/data" >"$tmp/tokenize.log" 2>&1 ||
-  { cat "$tmp/fetch.log" "$tmp/tokenize.log" 2>/dev/null | tail -20; fail "fetch + tokenize of the ci data"; }
+source tests/e2e/ci_data.sh
+ci_data "$tmp/data" || fail "fetch + tokenize of the ci data"
 export OMP_WAIT_POLICY=PASSIVE # speed only on a busy machine; the numbers do not depend on it
 BASE=reports/baselines/ci
 CFG=experiments/ci/dense_qa.json
