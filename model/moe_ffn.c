@@ -1,5 +1,6 @@
 /* The "moe" layer's forward (training and eval, with the KV cache) and backward (formulas in model/moe_internal.h). */
 #include "model/moe_internal.h"
+#include "model/routed_experts.h"
 #include "pipeline/base/log.h"
 
 /* Buffers of one routed-FFN forward on N tokens. */
@@ -13,6 +14,7 @@ typedef struct {
     RoutingPlan *plan;      /* built here from sel */
     scalar_t *A;            /* [N*K, S] ReLU(U), rows in plan order */
     scalar_t *fb;           /* [N, C] scratch: the gated values_bias term */
+    scalar_t *f;            /* [N, C] scratch: the experts' output */
     int64_t *counts;        /* [E] the application's routing counts, NULL = not counted */
     const uint8_t *valid;   /* [N] positions the counts cover, NULL = all */
     scalar_t *y;            /* [N, C] output: x1 + FFN (may be x1 itself) */
@@ -25,16 +27,8 @@ static void fill_ones(Model *m, size_t n) {
     m->be->to_device(m->be, st->ones, st->ones_host, n * sizeof(scalar_t));
 }
 
-/* y[rows of expert e] += bias[e] for the plan-ordered rows X[M, width] (backward: dbias[e] += their sum). */
-static void per_expert_bias(Model *m, const RoutingPlan *plan, scalar_t *X, scalar_t *bias, int width, int backward) {
-    for (int e = 0; e < plan->n_experts; e++) {
-        const int r0 = plan->host_offset[e], rows = plan->host_offset[e + 1] - r0;
-        if (rows <= 0) continue;
-        if (backward)
-            m->be->bias_backward(m->be, bias + (size_t)e * width, X + (size_t)r0 * width, rows, width);
-        else
-            m->be->add_bias(m->be, X + (size_t)r0 * width, bias + (size_t)e * width, rows, width);
-    }
+static RoutedExpertParams moe_expert_params(const MoeLayerOffsets *P) {
+    return (RoutedExpertParams){.keys = P->keys, .values = P->values, .keys_bias = P->keys_bias, .has_keys_bias = true};
 }
 
 static void ffn_forward(Model *m, const MoeLayerOffsets *P, int N, const FfnIO *io) {
@@ -51,19 +45,18 @@ static void ffn_forward(Model *m, const MoeLayerOffsets *P, int N, const FfnIO *
     if (c->routed_scaling_factor != 1.0)
         be->scale_inplace(be, io->gate, (scalar_t)c->routed_scaling_factor, (size_t)N * K);
     if (io->counts) be->expert_count(be, io->counts, io->sel, NULL, io->valid, N, 1, E, K);
-    /* U[N*K, S] = u Keys[sel] + keys_bias[sel], plan order; A = ReLU(U) in place */
-    be->cvmm_forward(be, io->A, io->u, W + P->keys, io->plan, NULL, K, 1, C, S, CVMM_OUT_SORTED);
-    per_expert_bias(m, io->plan, io->A, W + P->keys_bias, S, 0);
-    be->relu_forward(be, io->A, io->A, (size_t)N * K * S);
+    /* A [N*K, S] = ReLU(u Keys[sel] + keys_bias[sel]), plan order; f [N, C] = sum_j gate_j A_j Values[sel_j] */
+    const RoutedExpertParams params = moe_expert_params(P);
+    const RoutedExpertBatch b = {N, K, C, S, io->plan, io->gate};
+    routed_experts_forward(m, &params, &b, io->u, io->A, io->f);
     /* fb[N, C] = sum_j gate_j values_bias[sel_j]: ones[N*K, 1] @ values_bias[sel] as [1, C], reduced with the gates */
     fill_ones(m, (size_t)N * K);
     be->cvmm_forward(be, io->fb, moe_state(m)->ones, W + P->values_bias, io->plan, io->gate, 1, K, 1, C,
                      CVMM_ENTRY_ORDER);
+    /* y = (x1 + fb) + f: this order of additions is the layer's (its records stay bit-identical) */
     if (io->y != io->x1) be->copy(be, io->y, io->x1, (size_t)N * C * sizeof(scalar_t));
     be->add_inplace(be, io->y, io->fb, (size_t)N * C);
-    /* f[N, C] = sum_j gate_j A_j Values[sel_j] (into fb, then added) */
-    be->cvmm_forward(be, io->fb, io->A, W + P->values, io->plan, io->gate, 1, K, S, C, CVMM_IN_SORTED);
-    be->add_inplace(be, io->y, io->fb, (size_t)N * C);
+    be->add_inplace(be, io->y, io->f, (size_t)N * C);
 }
 
 void moe_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_out) {
@@ -74,7 +67,7 @@ void moe_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_out)
     ac->x = h_in;
     preln_attention_forward_train(m, &P->att, &ac->att, h_in, ac->x1, st->c0, B, T);
     FfnIO f = {.x1 = ac->x1, .u = st->c0, .mean = ac->mean2, .rstd = ac->rstd2, .l = ac->l, .sel = ac->sel,
-               .gate = ac->gate, .plan = &ac->plan, .A = ac->A, .fb = st->c2,
+               .gate = ac->gate, .plan = &ac->plan, .A = ac->A, .fb = st->c2, .f = st->c1,
                .counts = m->routing_counts + (size_t)m->apps[app].slot * m->cfg.ff_n_experts,
                .valid = st->have_valid ? st->valid_dev : NULL, .y = h_out};
     ffn_forward(m, P, N, &f);
@@ -90,7 +83,7 @@ void moe_forward_infer(Model *m, int app, scalar_t *h, int B, int T, const int32
     preln_attention_forward_infer(m, &P->att, h, B, T, kv, kv_len, st->c0, st->hd[0], st->hd[1], st->hd[2], st->hd[3],
                                   st->lse, st->mean, st->rstd); /* h = x1 */
     FfnIO f = {.x1 = h, .u = st->c0, .mean = st->mean, .rstd = st->rstd, .l = st->l, .sel = st->sel,
-               .gate = st->gate, .plan = &st->plan, .A = st->A, .fb = st->c2,
+               .gate = st->gate, .plan = &st->plan, .A = st->A, .fb = st->c2, .f = st->c1,
                .counts = (m->counting_eval && kv == NULL)
                              ? m->routing_counts + (size_t)m->apps[app].slot * m->cfg.ff_n_experts
                              : NULL,
@@ -113,18 +106,15 @@ void moe_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) {
 
     /* ---- experts: f = sum_j gate_j (A_j Values[e_j] + values_bias[e_j]); df = dy = dh_out ---- */
     scalar_t *dA = st->A, *dgate = st->gate, *dgate_b = st->gate2; /* [N*K, S], [N, K], [N, K] */
-    be->zero(be, dA, NK * S * sizeof(scalar_t));
-    be->cvmm_backward(be, dA, G + P->values, dgate, dh_out, ac->A, W + P->values, &ac->plan, ac->gate, 1, K, S, C,
-                      CVMM_IN_SORTED);
     fill_ones(m, NK);
     be->cvmm_backward(be, NULL, G + P->values_bias, dgate_b, dh_out, st->ones, W + P->values_bias, &ac->plan,
                       ac->gate, 1, K, 1, C, CVMM_ENTRY_ORDER);
-    be->add_inplace(be, dgate, dgate_b, NK);
-    be->relu_backward(be, dA, dA, ac->A, NK * S); /* dU = dA * (U > 0); A > 0 iff U > 0 */
-    per_expert_bias(m, &ac->plan, dA, G + P->keys_bias, S, 1);
-    /* U_j = u Keys[e_j] + keys_bias[e_j]: du = sum_j dU_j Keys^T */
+    /* U_j = u Keys[e_j] + keys_bias[e_j]: du = sum_j dU_j Keys^T (and dgate from the values) */
     be->zero(be, du, NC * sizeof(scalar_t));
-    be->cvmm_backward(be, du, G + P->keys, NULL, dA, u, W + P->keys, &ac->plan, NULL, K, 1, C, S, CVMM_OUT_SORTED);
+    const RoutedExpertParams params = moe_expert_params(P);
+    const RoutedExpertBatch b = {N, K, C, S, &ac->plan, ac->gate};
+    routed_experts_backward(m, &params, &b, dh_out, u, ac->A, dA, dgate, du);
+    be->add_inplace(be, dgate, dgate_b, NK);
 
     /* ---- router: l = u Sel^T; dl = the balance gradient + the gates' backward ---- */
     scalar_t *dl = st->l; /* [N, E] */

@@ -12,8 +12,8 @@
  * "transformer.layers.<i>.". N = B*T tokens, C = d_model, HD = n_heads * d_head, E experts of width S, K active.
  * The FFN's hidden rows (U, A = ReLU(U), dA, dU) stay in the routing plan's order (sorted by expert), so that expert
  * e's rows are the contiguous range host_offset[e] .. host_offset[e+1] where keys_bias[e] is added (add_bias per
- * expert). The gated values_bias term is a cvmm of a column of ones against values_bias viewed as [E, 1, C].
- * Every backend buffer lives in the model's activation arena (moe_plan_activations).
+ * expert). The experts' computation (keys, ReLU, values) is model/routed_experts.h, shared with MoEUT's FFN; the
+ * gated values_bias term is a cvmm of a column of ones against values_bias viewed as [E, 1, C]. Every backend buffer lives in the model's activation arena (moe_plan_activations).
  */
 #ifndef MODEL_MOE_INTERNAL_H
 #define MODEL_MOE_INTERNAL_H
@@ -57,7 +57,7 @@ typedef struct {
     int have_valid;
     int reg_ready;           /* regularizers() has run since train_begin */
     /* scratch of both paths, planned for max(train, eval) tokens */
-    scalar_t *c0, *c1, *c2;  /* [N, C]: LN outputs | their gradients, the FFN output | dx1 */
+    scalar_t *c0, *c1, *c2;  /* [N, C]: LN outputs | the experts' output f, their gradients | the bias term, dx1 */
     scalar_t *hd[4];         /* [N, H*D] */
     scalar_t *lse;           /* [N*H] */
     scalar_t *mean, *rstd;   /* [N] */

@@ -97,8 +97,9 @@ const MoeutRouting *moeut_routing_of(const ModelConfig *c);
 void moeut_router_forward(Model *m, const MoeutLayerOffsets *P, const MoeutFfnIO *io);
 void moeut_router_backward(Model *m, const MoeutLayerOffsets *P, const MoeutFfnGrad *g);
 
-/* The token-major experts (moeut_experts.c): f = sum_j gate_j ReLU(x1 Keys[sel_j]) Values[sel_j] over the K entries
- * of each position, rows in plan order; gate NULL = every gate 1. The backward's dgate NULL = no gate gradient. */
+/* The token-major experts (moeut_experts.c, through model/routed_experts.h, which the "moe" layer shares):
+ * f = sum_j gate_j ReLU(x1 Keys[sel_j]) Values[sel_j] over the K entries of each position, rows in plan order; gate
+ * NULL = every gate 1. The backward's dgate NULL = no gate gradient. */
 void moeut_experts_forward(Model *m, const MoeutLayerOffsets *P, const MoeutFfnIO *io, const scalar_t *gate);
 void moeut_experts_backward(Model *m, const MoeutLayerOffsets *P, const MoeutFfnGrad *g, const scalar_t *gate,
                             scalar_t *dgate);

@@ -1,0 +1,41 @@
+/* The routed experts' forward and backward (formulas in model/routed_experts.h). */
+#include "model/routed_experts.h"
+
+/* X[rows of expert e] += bias[e] for the plan-ordered rows X [M, width] (backward: dbias[e] += their sum). The
+ * plan's host offsets size each expert's rows, so no call waits for the device. */
+static void per_expert_bias(Backend *be, const RoutingPlan *plan, scalar_t *X, scalar_t *bias, int width,
+                            bool backward) {
+    for (int e = 0; e < plan->n_experts; e++) {
+        const int r0 = plan->host_offset[e], rows = plan->host_offset[e + 1] - r0;
+        if (rows <= 0) continue;
+        if (backward) be->bias_backward(be, bias + (size_t)e * width, X + (size_t)r0 * width, rows, width);
+        else be->add_bias(be, X + (size_t)r0 * width, bias + (size_t)e * width, rows, width);
+    }
+}
+
+void routed_experts_forward(Model *m, const RoutedExpertParams *P, const RoutedExpertBatch *b, const scalar_t *x,
+                            scalar_t *A, scalar_t *f) {
+    Backend *be = m->be;
+    scalar_t *W = m->params;
+    const size_t MS = (size_t)b->N * b->K * b->S;
+    be->cvmm_forward(be, A, x, W + P->keys, b->plan, NULL, b->K, 1, b->C, b->S, CVMM_OUT_SORTED); /* U [M, S] */
+    if (P->has_keys_bias) per_expert_bias(be, b->plan, A, W + P->keys_bias, b->S, false);
+    be->relu_forward(be, A, A, MS);
+    be->cvmm_forward(be, f, A, W + P->values, b->plan, b->gate, 1, b->K, b->S, b->C, CVMM_IN_SORTED); /* [N, C] */
+}
+
+void routed_experts_backward(Model *m, const RoutedExpertParams *P, const RoutedExpertBatch *b, const scalar_t *df,
+                             const scalar_t *x, const scalar_t *A, scalar_t *dA, scalar_t *dgate, scalar_t *dx) {
+    Backend *be = m->be;
+    scalar_t *W = m->params, *G = m->grads;
+    const size_t MS = (size_t)b->N * b->K * b->S;
+    be->zero(be, dA, MS * sizeof(scalar_t));
+    /* f = sum_j gate_j A_j Values[sel_j]: dA, dValues, dgate */
+    be->cvmm_backward(be, dA, G + P->values, dgate, df, A, W + P->values, b->plan, b->gate, 1, b->K, b->S, b->C,
+                      CVMM_IN_SORTED);
+    be->relu_backward(be, dA, dA, A, MS); /* dU = dA * (U > 0); A > 0 iff U > 0 */
+    if (P->has_keys_bias) per_expert_bias(be, b->plan, dA, G + P->keys_bias, b->S, true);
+    /* U_j = x Keys[sel_j] (+ keys_bias): dx += sum_j dU_j Keys^T, dKeys */
+    be->cvmm_backward(be, dx, G + P->keys, NULL, dA, x, W + P->keys, b->plan, NULL, b->K, 1, b->C, b->S,
+                      CVMM_OUT_SORTED);
+}
