@@ -149,9 +149,9 @@ endif
 # Nothing is overwritten: before anything runs, bin/runs --keep moves a trained current run whose config differs
 # from the wanted one aside to runs/EXP/RUN@<its variant> (and brings back a kept run of the wanted config); with
 # RESUME=0 (--start-over) it moves every trained run of this make aside and brings nothing back, so that train starts
-# each from scratch; pipeline/plan/run_variants.h. Parse time, so that make then sees the directories as they will be;
-# never in a dry run (make -n writes nothing) or for make reproduce-plan alone (planning is read-only), nor for a
-# sweep (its points have names of their own: RESUME=0 is refused there). A failure stops make before any stage.
+# each from scratch; pipeline/plan/run_variants.h. Never in a dry run (make -n writes nothing) or for make
+# reproduce-plan alone (planning is read-only), nor for a sweep (its points have names of their own: RESUME=0 is
+# refused there). A failure stops make before any stage.
 # The run configs this make works on (RUN narrows train, evaluate and analyze).
 repro_asked_configs := $(filter $(sort $(foreach r,$(RUN),$(call repro_config,$(r)))),$(RUNS))
 # RESUME=0: the runs asked for are trained again from scratch (the train_summary.json of each also depends on the
@@ -164,31 +164,46 @@ ifneq ($(and $(repro_start_over),$(strip $(SWEEP)),$(filter sweep $(repro_plan_g
 $(error RESUME=$(RESUME) with SWEEP: a sweep point has no other name to be kept under; to train points again, \
   delete them first (make prune EXPERIMENT=$(EXPERIMENT) deletes every kept run and sweep point))
 endif
-# The goals that only plan, print or read: with nothing else asked for, make writes, moves and deletes nothing at
-# parse time (compare reads the runs as they are: a run whose config was edited is compared, and its difference named,
-# not moved out of its way).
+# The goals that only plan, print or read: with nothing else asked for, make writes, moves and deletes nothing
+# (compare reads the runs as they are: a run whose config was edited is compared, and its difference named, not moved
+# out of its way).
 repro_read_only_goals := reproduce-plan compare
 repro_writing_goals := $(filter-out $(repro_read_only_goals),$(MAKECMDGOALS))
+# The keep is the recipe of an included makefile, build/plan/EXP-keep.mk, so that nothing moves while make reads its
+# makefiles: make reads them all, remakes that file (the keep runs, once: the rule exists only before make's restart),
+# then starts over (GNU make's restart after remaking a makefile) and reads the directories as the keep left them.
+# The recipe never fails: a refusal of bin/runs is written into the file as REPRO_KEEP_ERROR and raised when the
+# restarted make reads it (under make -k a failed recipe would let make go on), before any stage.
 ifneq ($(filter $(repro_plan_goals),$(repro_writing_goals)),)
 ifeq ($(repro_dry_run),)
 ifeq ($(strip $(SWEEP)),)
 ifneq ($(wildcard bin/runs),)
-repro_keep_log := build/plan/$(EXPERIMENT)-keep.log
 # Only the runs this make works on.
 repro_keep_runs := $(call repro_join,$(repro_asked_configs))
-# (The log is removed first: a make with no run to keep must not read, and act on, an earlier make's log.)
-repro_keep_status := $(shell mkdir -p build/plan; rm -f $(repro_keep_log); [ -z '$(repro_keep_runs)' ] || \
-  $(repro_runs) --runs $(repro_keep_runs) $(repro_plan_opts) --keep $(RUNS_DIR) $(repro_start_over) \
-  >$(repro_keep_log) 2>&1; echo $$?)
-ifneq ($(repro_keep_status),0)
-$(error $(file <$(repro_keep_log)))
-endif
+ifneq ($(repro_keep_runs),)
+repro_keep_mk := build/plan/$(EXPERIMENT)-keep.mk
+-include $(repro_keep_mk)
+ifeq ($(MAKE_RESTARTS),)
+.PHONY: repro-keep-now
 # A run moved: the report and runs.csv described the runs as they were, so they go (all three, so that no stale
 # report.md is left) and are made again by this make's report and export.
-ifneq ($(strip $(file <$(repro_keep_log))),)
-$(info $(file <$(repro_keep_log)))
-$(info runs: $(REPORT_DIR)/report.md, report.html and runs.csv removed: they described the runs before the move)
-$(shell rm -f $(REPORT_DIR)/runs.csv $(REPORT_DIR)/report.html $(REPORT_DIR)/report.md)
+$(repro_keep_mk): repro-keep-now
+	@mkdir -p $(@D); rm -f $@; \
+	if $(repro_runs) --runs $(repro_keep_runs) $(repro_plan_opts) --keep $(RUNS_DIR) $(repro_start_over) \
+	  >$@.log 2>&1; then \
+	  if [ -s $@.log ]; then cat $@.log; \
+	    echo "runs: $(REPORT_DIR)/report.md, report.html and runs.csv removed: they described the runs before the move"; \
+	    rm -f $(REPORT_DIR)/runs.csv $(REPORT_DIR)/report.html $(REPORT_DIR)/report.md; fi; \
+	  echo '# bin/runs --keep: done' > $@.tmp; \
+	else \
+	  msg=$$(grep -m1 . $@.log | sed -e 's/\$$/$$$$/g' -e 's/#/\\#/g'); \
+	  echo "REPRO_KEEP_ERROR := $${msg:-bin/runs --keep failed without a message}" > $@.tmp; \
+	fi; rm -f $@.log; mv -f $@.tmp $@
+else
+ifneq ($(REPRO_KEEP_ERROR),)
+$(error $(REPRO_KEEP_ERROR))
+endif
+endif
 endif
 endif
 endif
@@ -370,8 +385,8 @@ $(REPORT_DIR)/report.html: $(RESULTS) $(ANALYSES) bin/report
 # seeds, kept variants and sweep points; pipeline/records/runs_csv.h), for pandas or R. After this plan's results and
 # analyses (its depth columns read analysis.json and depth_prompts.json). (Not after
 # every run directory's result.json: as prerequisites they would be targets, and make would retrain a run of another
-# plan. Runs that move without retraining, kept aside or brought back, remove runs.csv and report.html at parse time,
-# and so does make prune: they are then made again.)
+# plan. Runs that move without retraining, kept aside or brought back, remove runs.csv and report.html in the keep's
+# recipe, before any stage, and so does make prune: they are then made again.)
 $(REPORT_DIR)/runs.csv: $(RESULTS) $(ANALYSES) bin/export
 	bin/export --runs $(RUNS_DIR) --out $@
 

@@ -3,7 +3,8 @@
 # not evaluated is kept aside when a later command asks for the default config, byte for byte, and the same SET again
 # brings it back and evaluates it without training it again; a run stopped at a checkpoint is kept the same way.
 # make reproduce-plan and a refused command (an unknown run) change nothing under data/, runs/, reports/, and print no
-# earlier command's lines; make prune leaves no report naming the runs it deleted.
+# earlier command's lines; make prune leaves no report naming the runs it deleted. The keep is a recipe (of an included
+# makefile), not a move made while make reads its makefiles.
 # RESUME=0 trains a run again, keeping the trained one aside (never deleted).
 # Runs: a scratch copy of experiment ci, 6 steps.
 set -euo pipefail
@@ -30,7 +31,11 @@ out=$(m reproduce-plan RUNS=dense_qa SET="$small") || { echo "$out"; fail "make 
 [ "$before" = "$(tree_state)" ] || { diff <(echo "$before") <(tree_state) | head; fail "make reproduce-plan changed files"; }
 echo "ok: make reproduce-plan after a config change moved, wrote and deleted nothing"
 
-out=$(m evaluate RUN=dense_qa SET="$small") || { echo "$out"; fail "make evaluate without train.lr"; }
+# (--trace: make names each target it updates and why; the keep must be the recipe of the included keep makefile,
+# printed after make read its makefiles, never a move made while it read them)
+out=$(m --trace evaluate RUN=dense_qa SET="$small") || { echo "$out"; fail "make evaluate without train.lr"; }
+echo "$out" | grep -n -m1 -E "update target 'build/plan/$exp-keep.mk'|^runs: " | grep -q "update target" ||
+  { echo "$out" | head -20; fail "the run was moved before make ran the keep makefile's recipe (while reading makefiles?)"; }
 kept=$(echo "$out" | sed -nE "s|^runs: runs/$exp/dense_qa holds another config \(train.lr 0.003 -> 0.002\): kept as runs/$exp/(dense_qa@[0-9a-f]{8})\$|\1|p")
 [ -n "$kept" ] || { echo "$out"; fail "no 'kept as' line for the trained, not evaluated lr=3e-3 run"; }
 [ "$(sha "runs/$exp/$kept/model.safetensors")" = "$weights" ] || fail "the kept weights differ from the trained ones"
