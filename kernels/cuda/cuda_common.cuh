@@ -154,6 +154,9 @@ enum {
     SCRATCH_EREG_ENTROPY = 3,  // double[B, G]: entropy of that mean
     SCRATCH_SWB_LOAD = 2,      // double[G, E]: load fraction f (share of selections per expert)
     SCRATCH_SWB_MEAN_PROB = 3, // double[G, E]: mean routing probability P
+    SCRATCH_EREG_PARTIAL = 4,  // double[chunks, B, G, E]: each chunk's softmax sums (k_pbar_part)
+    SCRATCH_SWB_LOAD_PARTIAL = 4, // double[chunks, G, E]: each chunk's load counts (k_switch_stats_part)
+    SCRATCH_SWB_PROB_PARTIAL = 5, // double[chunks, G, E]: each chunk's probability sums
 };
 // Pinned host buffers.
 enum {

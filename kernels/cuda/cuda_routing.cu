@@ -205,22 +205,42 @@ __global__ void k_row_lse(double *lse, const float *logits, long rows, int E) {
     if (lane == 0) lse[row] = (double)mx + log(s);
 }
 
-// Pass 2: one block per (b,g): pbar_e = mean over valid (r,t) of softmax, in (r,t) order; H and log pbar.
-__global__ void k_pbar(double *logpbar, double *H, const float *logits, const double *lse, const uint8_t *valid,
-                       const double *cnt, int R, int B, int T, int G, int E) {
-    DYNAMIC_SHARED(double, sh);
+// The balance statistics are sums over many positions (N = B*T, or R*T per sequence) for few outputs (G*E, B*G*E):
+// one thread per output looping over every position left most of the GPU idle. They are split into chunks of
+// BALANCE_CHUNK positions: one block per (output group, chunk) writes each chunk's partial sums (positions in order),
+// and a second pass adds the chunks in chunk order, so the result is deterministic (the same bits on every run).
+#define BALANCE_CHUNK 256
+
+static inline long balance_chunks(long n) { return n > 0 ? (n + BALANCE_CHUNK - 1) / BALANCE_CHUNK : 1; }
+
+// Pass 2a: one block per ((b,g), chunk of the R*T (r,t) pairs, r-major): the chunk's sum of the softmax of every e
+// over its valid positions. part[chunk, B*G, E].
+__global__ void k_pbar_part(double *part, const float *logits, const double *lse, const uint8_t *valid, int R, int B,
+                            int T, int G, int E) {
     int bg = blockIdx.x, b = bg / G, g = bg % G;
+    long c = blockIdx.y, rt0 = c * BALANCE_CHUNK, rt1 = min((long)R * T, rt0 + BALANCE_CHUNK);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        double acc = 0;
+        for (long rt = rt0; rt < rt1; rt++) {
+            int r = (int)(rt / T), t = (int)(rt % T);
+            if (valid && !valid[(size_t)b * T + t]) continue;
+            size_t row = (((size_t)r * B + b) * T + t) * G + g;
+            acc += exp((double)logits[row * E + e] - lse[row]);
+        }
+        part[((size_t)c * B * G + bg) * E + e] = acc;
+    }
+}
+
+// Pass 2b: one block per (b,g): pbar_e = (the chunks' sums, in chunk order) / cnt[b]; H and log pbar.
+__global__ void k_pbar(double *logpbar, double *H, const double *part, long chunks, const double *cnt, int B, int G,
+                       int E) {
+    DYNAMIC_SHARED(double, sh);
+    int bg = blockIdx.x, b = bg / G;
     double h_part = 0;
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         double acc = 0;
-        if (cnt[b] > 0) {
-            for (int r = 0; r < R; r++)
-                for (int t = 0; t < T; t++) {
-                    if (valid && !valid[(size_t)b * T + t]) continue;
-                    size_t row = (((size_t)r * B + b) * T + t) * G + g;
-                    acc += exp((double)logits[row * E + e] - lse[row]);
-                }
-        }
+        if (cnt[b] > 0)
+            for (long c = 0; c < chunks; c++) acc += part[((size_t)c * B * G + bg) * E + e];
         double pb = cnt[b] > 0 ? acc / cnt[b] : 0.0;
         if (pb > 0) h_part -= pb * log(pb);
         logpbar[(size_t)bg * E + e] = log(pb > DBL_MIN ? pb : DBL_MIN);
@@ -255,11 +275,17 @@ __global__ void k_entropy_grad(float *dlogits, const float *logits, const double
     }
 }
 
-// k_pbar: every logit and row lse in (R x B x T x G rows), a softmax term each; per (b, g) E log pbar and H out.
-static inline KernelCost pbar_cost(int R, int B, int T, int G, int E) {
-    double rows = (double)R * B * T * G, cells = rows * E, bge = (double)B * G * E;
-    return kernel_cost(3.0 * cells + 3.0 * bge, cells * sizeof(float) + rows * sizeof(double) + (double)B * T +
-                                                    (bge + (double)B * G) * sizeof(double));
+// k_pbar_part: every logit and row lse in (R x B x T x G rows), a softmax term each; the partial sums out.
+static inline KernelCost pbar_part_cost(int R, int B, int T, int G, int E, long chunks) {
+    double rows = (double)R * B * T * G, cells = rows * E, parts = (double)chunks * B * G * E;
+    return kernel_cost(3.0 * cells + parts, cells * sizeof(float) + rows * sizeof(double) + (double)B * T * G +
+                                                parts * sizeof(double));
+}
+
+// k_pbar: the partial sums in, per (b, g) E log pbar and H out.
+static inline KernelCost pbar_cost(int B, int G, int E, long chunks) {
+    double bge = (double)B * G * E, parts = (double)chunks * bge;
+    return kernel_cost(parts + 3.0 * bge, (parts + bge + (double)B * G + B) * sizeof(double));
 }
 
 double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
@@ -293,8 +319,13 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     CHECK_CUDA(cudaMemcpy(d_cnt, cnt.data(), (size_t)B * sizeof(double), cudaMemcpyHostToDevice));
     LAUNCH(k_row_lse, (unsigned)((rows + 7) / 8), 256, 0, row_pass_cost(rows, E, 4, false))(d_lse, logits, rows, E);
     CHECK_LAUNCH();
-    LAUNCH(k_pbar, B * G, 128, 128 * sizeof(double), pbar_cost(R, B, T, G, E))(d_logpbar, d_H, logits, d_lse, valid,
-                                                                               d_cnt, R, B, T, G, E);
+    const long chunks = balance_chunks((long)R * T);
+    double *d_part = (double *)cuda_scratch(be, SCRATCH_EREG_PARTIAL, (size_t)chunks * B * G * E * sizeof(double));
+    LAUNCH(k_pbar_part, dim3((unsigned)(B * G), (unsigned)chunks), 128, 0, pbar_part_cost(R, B, T, G, E, chunks))(
+        d_part, logits, d_lse, valid, R, B, T, G, E);
+    CHECK_LAUNCH();
+    LAUNCH(k_pbar, B * G, 128, 128 * sizeof(double), pbar_cost(B, G, E, chunks))(d_logpbar, d_H, d_part, chunks, d_cnt,
+                                                                                 B, G, E);
     CHECK_LAUNCH();
     std::vector<double> H((size_t)B * G);
     CHECK_CUDA(cudaMemcpy(H.data(), d_H, (size_t)B * G * sizeof(double), cudaMemcpyDeviceToHost));
@@ -312,23 +343,39 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
 }
 
 // ---------------------------------------------------------------- Switch load-balancing loss
-// One block per group g, one thread per expert e (strided): the load count and the probability sum of e over the valid
-// positions, in position order (deterministic). lse[N*G] from k_row_lse.
-__global__ void k_switch_stats(double *f, double *P, const float *logits, const double *lse, const int32_t *sel,
-                               const uint8_t *valid, long N, int G, int E, int k) {
+// One block per (group g, chunk of BALANCE_CHUNK positions), one thread per expert e (strided): the chunk's load count
+// and probability sum of e over its valid positions, in position order. lse[N*G] from k_row_lse. part[chunk, G, E].
+__global__ void k_switch_stats_part(double *f_part, double *P_part, const float *logits, const double *lse,
+                                    const int32_t *sel, const uint8_t *valid, long N, int G, int E, int k) {
     int g = blockIdx.x;
+    long c = blockIdx.y, t0 = c * BALANCE_CHUNK, t1 = min(N, t0 + BALANCE_CHUNK);
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         double load = 0, prob = 0;
-        for (long t = 0; t < N; t++) {
+        for (long t = t0; t < t1; t++) {
             if (valid && !valid[t]) continue;
             size_t row = (size_t)t * G + g;
             const int32_t *s = sel + row * k;
             for (int j = 0; j < k; j++) load += s[j] == g * E + e;
             prob += exp((double)logits[row * E + e] - lse[row]);
         }
-        f[(size_t)g * E + e] = load;
-        P[(size_t)g * E + e] = prob;
+        size_t o = ((size_t)c * G + g) * E + e;
+        f_part[o] = load;
+        P_part[o] = prob;
     }
+}
+
+// One thread per (g, e): the chunks' partial sums added in chunk order.
+__global__ void k_switch_stats(double *f, double *P, const double *f_part, const double *P_part, long chunks,
+                               size_t GE) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= GE) return;
+    double load = 0, prob = 0;
+    for (long c = 0; c < chunks; c++) {
+        load += f_part[(size_t)c * GE + i];
+        prob += P_part[(size_t)c * GE + i];
+    }
+    f[i] = load;
+    P[i] = prob;
 }
 
 // One warp per row (t,g): dl = factor * p (f - sum_i f_i p_i) at valid positions, 0 elsewhere. f is normalised.
@@ -376,11 +423,19 @@ double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logit
     double *d_P = (double *)cuda_scratch(be, SCRATCH_SWB_MEAN_PROB, GE * sizeof(double));
     LAUNCH(k_row_lse, (unsigned)((rows + 7) / 8), 256, 0, row_pass_cost(rows, E, 4, false))(d_lse, logits, rows, E);
     CHECK_LAUNCH();
-    // per group: every logit and lse of its rows in and, per expert, a pass over the rows' k ids; f and P out
-    LAUNCH(k_switch_stats, G, 128, 0,
+    // per (group, chunk): every logit and lse of its rows in and, per expert, a pass over the rows' k ids; partials out
+    const long chunks = balance_chunks(N);
+    double *d_f_part = (double *)cuda_scratch(be, SCRATCH_SWB_LOAD_PARTIAL, (size_t)chunks * GE * sizeof(double));
+    double *d_P_part = (double *)cuda_scratch(be, SCRATCH_SWB_PROB_PARTIAL, (size_t)chunks * GE * sizeof(double));
+    LAUNCH(k_switch_stats_part, dim3((unsigned)G, (unsigned)chunks), 128, 0,
            kernel_cost((double)rows * E * (k + 3), (double)rows * (E * sizeof(float) + k * sizeof(int32_t) +
-                                                                  sizeof(double)) + 2.0 * GE * sizeof(double)))(
-        d_f, d_P, logits, d_lse, sel, valid, N, G, E, k);
+                                                                  sizeof(double)) +
+                                                       2.0 * chunks * GE * sizeof(double)))(
+        d_f_part, d_P_part, logits, d_lse, sel, valid, N, G, E, k);
+    CHECK_LAUNCH();
+    LAUNCH(k_switch_stats, grid_for(GE, 256), 256, 0,
+           kernel_cost(2.0 * chunks * GE, (2.0 * chunks * GE + 2.0 * GE) * sizeof(double)))(d_f, d_P, d_f_part,
+                                                                                           d_P_part, chunks, GE);
     CHECK_LAUNCH();
     std::vector<double> f(GE), P(GE);
     CHECK_CUDA(cudaMemcpy(f.data(), d_f, GE * sizeof(double), cudaMemcpyDeviceToHost));

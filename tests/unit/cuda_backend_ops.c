@@ -125,6 +125,9 @@ static const OpCase op_cases[] = {
      0},
     {"switch_balance", "valid mask, dlogits NULL", &drv_switch_balance, {8, 25, 3, 11, 4}, 0.01,
      F_DROP | F_VALID | F_NO_GRAD, DT_FP32, DEF, 0, 0},
+    /* B=8 x T=70: 560 positions, the statistics' partial sums in 3 chunks of 256 (the last one partly filled) */
+    {"switch_balance", "valid mask, 3 position chunks", &drv_switch_balance, {8, 70, 3, 11, 4}, 0.01,
+     F_DROP | F_VALID, DT_FP32, DEF, 0, 0},
 
     /* ---- seq_balance (DeepSeek-V3): B=8 sequences x T=25, E=11, k=4, coef 0.3; the sigmoid and the softmax form */
     {"seq_balance", "sigmoid, all positions", &drv_seq_balance, {8, 25, 11, 4, ROUTER_SIGMOID}, 0.3, 0, DT_FP32, DEF,
@@ -140,6 +143,9 @@ static const OpCase op_cases[] = {
      DT_FP32, DEF, 0, 0},
     {"entropy_reg", "valid mask, dlogits NULL", &drv_entropy_reg, {3, 4, 9, 2, 7}, 0.01, F_VALID | F_NO_GRAD, DT_FP32,
      DEF, 0, 0},
+    /* R=3 x T=100: 300 (application, position) pairs per sequence, the softmax sums in 2 chunks of 256 */
+    {"entropy_reg", "valid mask, 2 position chunks", &drv_entropy_reg, {3, 4, 100, 2, 7}, 0.01, F_VALID, DT_FP32, DEF,
+     0, 0},
 
     /* ---- routing plan (dims M, E, ids: 0 uniform, 1 experts 0, 4, E-1 empty, 2 one expert, 3 90% on one); each
      * also equals the host counting sort, and a second build repeats the first */
