@@ -158,6 +158,14 @@ enum {
     SCRATCH_SWB_LOAD_PARTIAL = 4, // double[chunks, G, E]: each chunk's load counts (k_switch_stats_part)
     SCRATCH_SWB_PROB_PARTIAL = 5, // double[chunks, G, E]: each chunk's probability sums
 };
+// The balance statistics (entropy_reg, switch_balance, seq_balance) are sums over many positions (N = B*T, R*T per
+// sequence, or T) for few outputs (an expert's per group or sequence): one thread per output looping over every position
+// left most of the GPU idle. They are split into chunks of BALANCE_CHUNK positions: one block per (output group, chunk)
+// writes each chunk's partial sums (positions in order), and a second pass adds the chunks in chunk order, so the
+// result is deterministic (the same bits on every run).
+#define BALANCE_CHUNK 256
+static inline long balance_chunks(long n) { return n > 0 ? (n + BALANCE_CHUNK - 1) / BALANCE_CHUNK : 1; }
+
 // Pinned host buffers.
 enum {
     HOST_SCRATCH_VALID_MASK = 0,    // uint8_t[B, T]: the valid mask read back (entropy_reg, switch_balance)

@@ -205,14 +205,6 @@ __global__ void k_row_lse(double *lse, const float *logits, long rows, int E) {
     if (lane == 0) lse[row] = (double)mx + log(s);
 }
 
-// The balance statistics are sums over many positions (N = B*T, or R*T per sequence) for few outputs (G*E, B*G*E):
-// one thread per output looping over every position left most of the GPU idle. They are split into chunks of
-// BALANCE_CHUNK positions: one block per (output group, chunk) writes each chunk's partial sums (positions in order),
-// and a second pass adds the chunks in chunk order, so the result is deterministic (the same bits on every run).
-#define BALANCE_CHUNK 256
-
-static inline long balance_chunks(long n) { return n > 0 ? (n + BALANCE_CHUNK - 1) / BALANCE_CHUNK : 1; }
-
 // Pass 2a: one block per ((b,g), chunk of the R*T (r,t) pairs, r-major): the chunk's sum of the softmax of every e
 // over its valid positions. part[chunk, B*G, E].
 __global__ void k_pbar_part(double *part, const float *logits, const double *lse, const uint8_t *valid, int R, int B,

@@ -13,6 +13,8 @@ enum {
     SCRATCH_SEQB_NORM = 1,   // double[rows]: each row's normaliser: sum of sigmoids, or log-sum-exp
     SCRATCH_SEQB_LOAD = 2,   // double[B, E]: selections per expert, then f
     SCRATCH_SEQB_PROB = 3,   // double[B, E]: sums of the normalised scores, then P
+    SCRATCH_SEQB_LOAD_PARTIAL = 4, // double[chunks, B, E]: each chunk of positions' selections (k_seqb_stats_part)
+    SCRATCH_SEQB_PROB_PARTIAL = 5, // double[chunks, B, E]: each chunk's score sums
 };
 
 __device__ __forceinline__ double seqb_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -39,22 +41,38 @@ __global__ void k_seqb_norm(double *norm, const float *logits, long rows, int E,
     }
 }
 
-// One block per sequence b, one thread per expert e (strided): its selections and its score sum over b's counted
-// positions, in position order.
-__global__ void k_seqb_stats(double *f, double *P, const float *logits, const double *norm, const int32_t *sel,
-                             const uint8_t *valid, int T, int E, int k, int softmax) {
+// One block per (sequence b, chunk of BALANCE_CHUNK of its positions), one thread per expert e (strided): the chunk's
+// selections and score sum of e over b's counted positions, in position order. part[chunk, B, E].
+__global__ void k_seqb_stats_part(double *f_part, double *P_part, const float *logits, const double *norm,
+                                  const int32_t *sel, const uint8_t *valid, int B, int T, int E, int k, int softmax) {
     int b = blockIdx.x;
+    int c = blockIdx.y, t0 = c * BALANCE_CHUNK, t1 = min(T, t0 + BALANCE_CHUNK);
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         double load = 0, prob = 0;
-        for (int t = 0; t < T; t++) {
+        for (int t = t0; t < t1; t++) {
             size_t row = (size_t)b * T + t;
             if (valid && !valid[row]) continue;
             for (int j = 0; j < k; j++) load += sel[row * k + j] == e;
             prob += seqb_score((double)logits[row * E + e], norm[row], softmax);
         }
-        f[(size_t)b * E + e] = load;
-        P[(size_t)b * E + e] = prob;
+        size_t o = ((size_t)c * B + b) * E + e;
+        f_part[o] = load;
+        P_part[o] = prob;
     }
+}
+
+// One thread per (b, e): the chunks' partial sums added in chunk order.
+__global__ void k_seqb_stats(double *f, double *P, const double *f_part, const double *P_part, long chunks,
+                             size_t BE) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= BE) return;
+    double load = 0, prob = 0;
+    for (long c = 0; c < chunks; c++) {
+        load += f_part[(size_t)c * BE + i];
+        prob += P_part[(size_t)c * BE + i];
+    }
+    f[i] = load;
+    P[i] = prob;
 }
 
 // One thread per row: dl_e += factor_b * w_e * (f_e - sum_i f_i s'_i) at counted positions (f normalised)
@@ -101,11 +119,19 @@ double cuda_seq_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
            kernel_cost(4.0 * rows * E, (double)rows * (E * sizeof(float) + sizeof(double))))(d_norm, logits, rows, E,
                                                                                              softmax);
     CHECK_LAUNCH();
-    // per sequence: its logits, normalisers and ids in, a pass over a row's k ids per expert; f and P out
-    LAUNCH(k_seqb_stats, B, 128, 0,
+    // per (sequence, chunk): its logits, normalisers and ids in, a pass over a row's k ids per expert; partials out
+    const long chunks = balance_chunks(T);
+    double *d_f_part = (double *)cuda_scratch(be, SCRATCH_SEQB_LOAD_PARTIAL, (size_t)chunks * BE * sizeof(double));
+    double *d_P_part = (double *)cuda_scratch(be, SCRATCH_SEQB_PROB_PARTIAL, (size_t)chunks * BE * sizeof(double));
+    LAUNCH(k_seqb_stats_part, dim3((unsigned)B, (unsigned)chunks), 128, 0,
            kernel_cost((double)rows * E * (k + 4), (double)rows * (E * sizeof(float) + k * sizeof(int32_t) +
-                                                                  sizeof(double)) + 2.0 * BE * sizeof(double)))(
-        d_f, d_P, logits, d_norm, sel, valid, T, E, k, softmax);
+                                                                  sizeof(double)) +
+                                                       2.0 * chunks * BE * sizeof(double)))(
+        d_f_part, d_P_part, logits, d_norm, sel, valid, B, T, E, k, softmax);
+    CHECK_LAUNCH();
+    LAUNCH(k_seqb_stats, grid_for(BE, 256), 256, 0,
+           kernel_cost(2.0 * chunks * BE, (2.0 * chunks * BE + 2.0 * BE) * sizeof(double)))(d_f, d_P, d_f_part,
+                                                                                           d_P_part, chunks, BE);
     CHECK_LAUNCH();
     std::vector<double> f(BE), P(BE), factor((size_t)B);
     CHECK_CUDA(cudaMemcpy(f.data(), d_f, BE * sizeof(double), cudaMemcpyDeviceToHost));

@@ -136,6 +136,9 @@ static const OpCase op_cases[] = {
      F_VALID, DT_FP32, DEF, 0, 0},
     {"seq_balance", "sigmoid, valid mask, dlogits NULL", &drv_seq_balance, {8, 25, 11, 4, ROUTER_SIGMOID}, 0.3,
      F_VALID | F_NO_GRAD, DT_FP32, DEF, 0, 0},
+    /* B=4 x T=300: each sequence's statistics in 2 chunks of 256 positions */
+    {"seq_balance", "softmax, valid mask, 2 position chunks", &drv_seq_balance, {4, 300, 11, 4, ROUTER_SOFTMAX}, 0.3,
+     F_VALID, DT_FP32, DEF, 0, 0},
 
     /* ---- entropy_reg: R=3 applications, B=4 x T=9, G=2 groups of E=7, coef 0.01 */
     {"entropy_reg", "all positions", &drv_entropy_reg, {3, 4, 9, 2, 7}, 0.01, 0, DT_FP32, DEF, 0, 0},
