@@ -135,7 +135,7 @@ echo "ok: a SET of 4 to 16 keys (stamps of 100-450 bytes) matches its own stamp"
 # make reproduce-plan (bin/runs --stages, pipeline/plan/stage_plan.h) decides from the files what make will run: it must
 # list exactly the stages a dry run of make lists, in every situation below. (One exception, $also: with
 # predictions.jsonl alone missing, make -n shows evaluate but not the report that a real make then runs, because make
-# takes evaluate's other output, result.json, as remade only when the recipe really ran; test_reproduce_short.sh runs
+# takes evaluate's other output, result.json, as remade only when the recipe really ran; test_reproduce_ci.sh runs
 # that case.)
 plan_dir=build/reproduce/$exp
 plan() { # plan NAME [VAR=VALUE...]: make reproduce-plan's line into $tmp/NAME.out (its plan in $plan_dir/plan)

@@ -6,7 +6,7 @@
 #    after N steps whatever the ranks, two runs with the same number of ranks (model, AdamW state, metrics);
 #  - within rounding: ONE step from an identical checkpoint, W ranks against 1 process (and 2 against 4), within the
 #    summation-order bound of one step (tests/e2e/mpi_common.sh derives it); longer runs are compared by their final
-#    metrics (tests/e2e/test_reproduce_short.sh, NPROC=2 against the 1-process baselines), not by a weight bound;
+#    metrics (tests/e2e/test_reproduce_ci.sh, NPROC=2 against the 1-process baselines), not by a weight bound;
 #  - elastic resume: a checkpoint of W ranks continues on W' (4 -> 2, 2 -> 1, 1 -> 2) on the same data stream, and
 #    state.json / train_summary.json keep world_size_history; W' not dividing n_microbatch is one error naming both
 #    numbers, and leaves --out as it was.
