@@ -58,8 +58,8 @@ CUDA_SRC := $(wildcard kernels/cuda/*.cu)
 # A dry run (make -n): MAKEFLAGS's first word holds the one-letter flags, unless it is a long option such as
 # --no-print-directory (which has an n of its own). Expanded where it is used (recipes see the whole MAKEFLAGS).
 MAKE_DRY_RUN = $(if $(filter -%,$(firstword $(MAKEFLAGS))),,$(findstring n,$(firstword $(MAKEFLAGS))))
-# make -q (question) and -t (touch) run no recipe either: like -n, they must not move runs aside at parse time
-# (mk/reproduce.mk), which a real run does before its recipes.
+# make -q (question) and -t (touch) run no recipe either: like -n, they must not move runs aside (mk/reproduce.mk),
+# which a real run does in the recipe of its keep makefile, before any stage.
 MAKE_NO_RECIPES = $(MAKE_DRY_RUN)$(if $(filter -%,$(firstword $(MAKEFLAGS))),,$(findstring q,$(firstword \
   $(MAKEFLAGS)))$(findstring t,$(firstword $(MAKEFLAGS))))
 CUDA_MARKER := build/cuda.enabled

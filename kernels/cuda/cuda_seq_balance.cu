@@ -1,6 +1,7 @@
 // CUDA: seq_balance, DeepSeek-V3's sequence-wise balance loss (formula: kernels/backend_ops.h; the CPU reference is
-// kernels/cpu/cpu_seq_balance.c). The statistics accumulate in position order per (sequence, expert), the scalar part
-// is the shared host formula (kernels/seq_balance_value.c): deterministic, and the same sums as the CPU's.
+// kernels/cpu/cpu_seq_balance.c). The statistics accumulate in position order within each chunk of BALANCE_CHUNK
+// positions and then over the chunks in order, per (sequence, expert); the scalar part is the shared host formula
+// (kernels/seq_balance_value.c): deterministic, and the CPU's sums up to rounding (the same sums for T <= 256).
 #include <cmath>
 #include <vector>
 

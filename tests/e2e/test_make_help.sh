@@ -18,14 +18,16 @@ declare -A INTERNAL_TARGETS=(
   [reproduce-stages]="the stages of make reproduce, which plans and counts them around it"
   [repro-force]="makes a changed train.inputs stamp rewrite itself"
   [repro-inputs]="names the train.inputs stamps so make keeps them"
+  [repro-keep-now]="forces the keep makefile (build/plan/EXP-keep.mk) to be remade on make's first read"
   [gpu-print-link-flags]="prints the link flags for mk/gpu/bundle.sh"
   [nvcc-print-flags]="prints the CUDA build's nvcc flags for tests/e2e/test_nvcc_compile_check.sh"
 )
 declare -A INTERNAL_VARIABLES=(
   [REPRO_SEEDS_ERROR]="written by the generated seeds makefile (build/seeds/*.mk), not by a user"
+  [REPRO_KEEP_ERROR]="written by the generated keep makefile (build/plan/EXP-keep.mk), not by a user"
   [SLURM_JOB_ID]="set by Slurm inside an allocation (make then launches with srun); help names LAUNCHER"
 )
-MAKE_OWN="MAKE MAKECMDGOALS MAKEFLAGS MAKELEVEL MFLAGS CURDIR SHELL MAKEFILE_LIST .DEFAULT_GOAL"
+MAKE_OWN="MAKE MAKECMDGOALS MAKEFLAGS MAKELEVEL MFLAGS CURDIR SHELL MAKEFILE_LIST .DEFAULT_GOAL MAKE_RESTARTS"
 NEW_TARGETS="sweep diff prune export"
 NEW_VARIABLES="SWEEP A B CUDA"
 

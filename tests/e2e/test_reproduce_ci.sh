@@ -162,6 +162,12 @@ PY
   grep -q 'all metrics within tolerances' build/test-logs/reproduce_ci_nproc2_compare.log ||
     { cat build/test-logs/reproduce_ci_nproc2_compare.log; fail "NPROC=2: compare did not say all metrics within tolerances"; }
   echo "ok: make reproduce EXPERIMENT=ci NPROC=2 in ${secs2}s: the 4 runs as 2 ranks each, all metrics within the 1-process baselines' tolerances"
+  # RESUME=0 kept each 1-process run aside as runs/ci/RUN@<variant>: put them back, so that the next test of the suite
+  # (test_reproduce_seeds.sh, which reuses up-to-date seed-1 runs) finds the runs of the default NPROC.
+  for r in $RUNS; do
+    kept=(runs/ci/$r@*)
+    if [ ${#kept[@]} = 1 ] && [ -d "${kept[0]}" ]; then rm -rf "runs/ci/$r" && mv "${kept[0]}" "runs/ci/$r"; fi
+  done
 else
   echo "note: mpirun not installed: the NPROC=2 part is not run (mk/deps.sh build installs openmpi-bin)"
 fi

@@ -26,7 +26,11 @@ reuse=1
 for r in $RUNS; do
   for f in train_summary.json result.json predictions.jsonl analysis.json; do [ -s runs/ci/$r/$f ] || reuse=0; done
 done
-if [ $reuse = 1 ] && ! make --no-print-directory -n reproduce EXPERIMENT=ci 2>&1 | grep -qE '^bin/(fetch|tokenize|train) '; then
+if [ $reuse = 1 ]; then
+  dry=$(make --no-print-directory -n reproduce EXPERIMENT=ci 2>&1) || reuse=0 # a failing dry run says nothing
+  ! echo "$dry" | grep -qE '^(bin/(fetch|tokenize|train) |mpirun |srun )' || reuse=0
+fi
+if [ $reuse = 1 ]; then
   rm -rf runs/ci/*.seed* runs/ci/*@* reports/ci
   expected=4
   echo "reusing the 4 seed-1 runs in runs/ci (up to date): only the seed-2 runs train"
