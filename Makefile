@@ -233,26 +233,45 @@ ASAN_BINS := $(addprefix build/asan/tests/,$(UNIT_TESTS))
 
 # The unit, f64 and sanitizer programs share nothing (each works in its own temporary directory), so they run
 # TEST_JOBS at a time (default: the cores). The e2e scripts marked private do too; the others share runs/, data/ and
-# make's tree and run one at a time in a lane of their own beside them (tests/run_suite.sh).
+# make's tree and run one at a time in a lane of their own beside them (tests/run_suite.sh). Each suite's arguments
+# to tests/run_suite.sh are defined once (SUITE_*: its name, its environment, its programs) and serve both its own
+# target and make test.
 TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+SUITE_UNIT = --suite unit $(UNIT_BINS)
+SUITE_F64 = --suite f64 $(F64_BINS)
+SUITE_ASAN = --suite asan --env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 --env UBSAN_OPTIONS=print_stacktrace=1 \
+  $(ASAN_BINS)
+SUITE_E2E = --suite e2e $(sort $(wildcard tests/e2e/test_*.sh))
 test-unit: all $(UNIT_BINS)
-	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh unit $(UNIT_BINS)
+	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh $(SUITE_UNIT)
 test-f64: all $(F64_BINS)
-	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh f64 $(F64_BINS)
+	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh $(SUITE_F64)
 test-asan: all $(ASAN_BINS)
-	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 SUITE_JOBS=$(TEST_JOBS) \
-	  tests/run_suite.sh asan $(ASAN_BINS)
+	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh $(SUITE_ASAN)
 # In a CPU build tree (make test's default) the CUDA programs are not built: one skip, saying how to build them.
 test-cuda: all $(CUDA_BINS)
 	@$(if $(CUDA_ENABLED),tests/run_suite.sh cuda $(CUDA_BINS),mkdir -p build; echo "cuda cuda-build-off 0 0 1" \
 	  >>build/test-results.txt; echo "SKIP [cuda] the CUDA build is off in this tree: make test-cuda (or CUDA=1) builds it")
 test-e2e: all
-	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh e2e $(sort $(wildcard tests/e2e/test_*.sh))
+	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh $(SUITE_E2E)
 
-# Everything, then one closing line "N passed, N failed" summed over the suites.
+# Every program the suites of make test run, built by one make with TEST_JOBS compilers (mk/fuzz.mk adds the fuzz
+# harnesses of test_fuzz_regressions.sh where their compiler is installed).
+.PHONY: test-programs
+test-programs: all $(UNIT_BINS) $(F64_BINS) $(ASAN_BINS) emu-bins
+
+# Everything, then one closing line "N passed, N failed" summed over the suites. First every program is built (and
+# nvcc compiles the CUDA sources) at TEST_JOBS jobs; then the CUDA programs of a CUDA build tree run alone (they
+# share the GPU); then the other suites run in ONE tests/run_suite.sh, their programs mixed in one pool (the longest
+# first: the emulated CUDA scripts, then the e2e scripts) beside the tree lane, so that no core idles at the end of
+# one suite while another has work. A failed build fails make test but does not stop it: the programs that were built
+# still run (one that was not is counted failed).
 test: deps-test
 	@rm -f build/test-results.txt
-	@$(MAKE) --no-print-directory test-unit test-f64 test-asan test-cuda test-nvcc test-cuda-emu test-e2e -k; status=$$?; \
+	@$(MAKE) --no-print-directory -k -j$(TEST_JOBS) test-programs test-nvcc; status=$$?; \
+	  $(MAKE) --no-print-directory test-cuda || status=1; \
+	  SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh $(SUITE_CUDA_EMU) $(SUITE_E2E) $(SUITE_F64) $(SUITE_ASAN) $(SUITE_UNIT) \
+	    || status=1; \
 	  tests/summarize.sh build/test-results.txt; s2=$$?; [ $$status = 0 ] && [ $$s2 = 0 ]
 
 # The fast loop while editing: the unit and double-precision tests, the layering and docs checks and one short
@@ -260,12 +279,16 @@ test: deps-test
 CHECK_E2E := tests/e2e/test_layering.sh tests/e2e/test_docs.sh tests/e2e/test_report_settings.sh
 check: all $(UNIT_BINS) $(F64_BINS)
 	@rm -f build/test-results.txt
-	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh unit $(UNIT_BINS) $(F64_BINS); status=$$?; \
-	  SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh e2e $(CHECK_E2E) || status=1; \
+	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh $(SUITE_UNIT) $(SUITE_F64) --suite e2e $(CHECK_E2E); status=$$?; \
 	  tests/summarize.sh build/test-results.txt; s2=$$?; [ $$status = 0 ] && [ $$s2 = 0 ]
 
 clean:
 	rm -rf build bin
 
--include $(shell find build -name '*.d' 2>/dev/null)
+# The compilers' dependency files (-MMD -MP) of every build tree (obj, f64, asan, emu, fuzz). The empty rule tells
+# make that they are made by nothing: without it make searched its pattern rules for a way to remake each of them
+# (hundreds) at every start, 0.35 s of a 0.5 s parse, in every make that a test or a stage line starts.
+DEP_FILES := $(shell find build -name '*.d' 2>/dev/null)
+$(DEP_FILES): ;
+-include $(DEP_FILES)
 -include $(sort $(wildcard mk/*.mk))

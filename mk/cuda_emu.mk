@@ -58,14 +58,16 @@ emu-bins: build/emu/tests/cuda_emu_selftest $(EMU_TESTS) $(EMU_STAGES)
 # Leak checking stays on (the emulator frees its fiber stacks at exit).
 # The resume test runs 12 training runs; at the emulator's speed (about 1 s per step of 64 tokens under ASan) they use
 # 12 steps of 4 x 16 tokens instead of the GPU's 400 steps of 8 x 128.
-EMU_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 CUDA_TEST_BIN=build/emu/bin \
-           CUDA_TEST_UNIT_DIR=build/emu/tests \
-           CUDA_RESUME_STEPS=12 CUDA_RESUME_SETTINGS="context=16 batch_size=4"
+EMU_ENV_ARGS := --env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 --env UBSAN_OPTIONS=print_stacktrace=1 \
+  --env CUDA_TEST_BIN=build/emu/bin --env CUDA_TEST_UNIT_DIR=build/emu/tests --env CUDA_RESUME_STEPS=12 \
+  --env 'CUDA_RESUME_SETTINGS=context=16 batch_size=4'
+# The suite's arguments to tests/run_suite.sh (make test runs it beside the others): the longest programs first.
+SUITE_CUDA_EMU = --suite cuda-emu $(EMU_ENV_ARGS) tests/e2e/test_cuda_resume.sh tests/e2e/test_cuda_cvmm_paths.sh \
+  tests/e2e/test_cuda_evaluate.sh tests/e2e/test_cuda_moe_variants.sh tests/e2e/test_cuda_mpi.sh \
+  tests/e2e/test_cuda_inspect.sh tests/e2e/test_cuda_inspect_other_paths.sh tests/e2e/cuda_emu_order.sh \
+  $(EMU_TESTS) build/emu/tests/cuda_emu_selftest
 test-cuda-emu: all emu-bins
-	@$(EMU_ENV) SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh cuda-emu build/emu/tests/cuda_emu_selftest $(EMU_TESTS) \
-	  tests/e2e/test_cuda_inspect.sh tests/e2e/cuda_emu_order.sh tests/e2e/test_cuda_evaluate.sh \
-	  tests/e2e/test_cuda_resume.sh tests/e2e/test_cuda_cvmm_paths.sh tests/e2e/test_cuda_inspect_other_paths.sh \
-	  tests/e2e/test_cuda_mpi.sh tests/e2e/test_cuda_moe_variants.sh
+	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh $(SUITE_CUDA_EMU)
 
 build/emu/bench/bench_train_step: $(OBJEMU)/tests/bench/bench_train_step.o $(EMU_NN) $(EMU_CORE)
 	@mkdir -p $(dir $@)

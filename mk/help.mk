@@ -31,8 +31,9 @@ help:
 	'Tests (tests/README.md):' \
 	'  check                the fast loop: unit and f64 tests, layering, docs and one short end-to-end run' \
 	'  test                 test-unit, test-f64, test-asan, test-cuda, test-nvcc, test-cuda-emu and test-e2e (CI),' \
-	'                       ending "N passed, N failed, N skipped" (logs: build/test-logs/), the sanitizer reruns' \
-	'                       of the unit tests counted on a line of their own' \
+	'                       their programs TEST_JOBS at a time in one pool, ending "N passed, N failed, N skipped"' \
+	'                       (logs: build/test-logs/), the sanitizer reruns of the unit tests on a line of their own' \
+	'  test-programs        build every program make test runs (TEST_JOBS compilers), run nothing' \
 	'  test-unit, test-f64, test-asan, test-e2e  one suite: the Check unit tests, the double-precision gradient' \
 	'                       checks, the unit tests under ASan/UBSan, the end-to-end scripts tests/e2e/' \
 	'  test-cuda            the CUDA unit programs (builds the CUDA backend; they skip without a GPU)' \

@@ -12,16 +12,17 @@ prog=${CUDA_TEST_UNIT_DIR:-build/tests}/cuda_model_vs_cpu
 [ -x "$prog" ] || { echo "SKIP: $prog is not built (make $prog; it needs nvcc)"; exit 77; }
 tmp=$(mktemp -d /tmp/test_cuda_cvmm_paths.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-# The passes: each forced path; on the CUDA emulator also the forced grouped path with the emulator's cuBLAS made to
+# The passes (each with attention as configured only: the cvmm path is what varies here, and the CUDA suites run both
+# attention paths under the default cvmm path): each forced path; on the CUDA emulator also the forced grouped path with the emulator's cuBLAS made to
 # refuse bf16, as an H100's CUDA 13.0 cuBLAS does (the refusal must be recorded, and the fp32 cases still run grouped).
 for pass in loop grouped grouped-refuses-bf16; do
   path=${pass%%-*}
   log=$tmp/$pass.log
   if [ "$pass" = grouped-refuses-bf16 ]; then
     grep -q '^cuda device: .*emulator' "$tmp/grouped.log" || continue # CUDA_EMU_* acts on the emulator only
-    DMMATH_CUDA_CVMM=grouped CUDA_EMU_GROUPED_GEMM=unsupported-bf16 "$prog" >"$log" 2>&1; rc=$?
+    CUDA_MODEL_GEMM_ATTENTION=0 DMMATH_CUDA_CVMM=grouped CUDA_EMU_GROUPED_GEMM=unsupported-bf16 "$prog" >"$log" 2>&1; rc=$?
   else
-    DMMATH_CUDA_CVMM=$path "$prog" >"$log" 2>&1; rc=$?
+    CUDA_MODEL_GEMM_ATTENTION=0 DMMATH_CUDA_CVMM=$path "$prog" >"$log" 2>&1; rc=$?
   fi
   if [ "$rc" = 77 ]; then grep -m1 '^SKIP' "$log" || echo "SKIP: $prog exited 77"; exit 77; fi
   if [ "$rc" != 0 ]; then

@@ -561,11 +561,14 @@ def main():
             run([b("train"), "--config", cfg_path, "--data", data, "--out", second, "--resume", "--stop-after", "2",
                  "--threads", "1"])
             check_step(f"{run_name} (seed {seed})", cfg, first, second, shard, expected)
-        # Evaluation and analysis of briefly trained models.
+        # Evaluation and analysis of briefly trained models. The depth analysis over evaluation prompts is checked on 8
+        # prompts (the ci runs analyze 24): every prompt goes through the same code, and each costs the torch side 3
+        # erasure maps (one per uninformative vector), most of this check's time.
         for run_name in () if args.skip_eval else ("moeut_answer", "dense_qa"):
             cfg_path = os.path.join(work, run_name + "_eval.json")
             cfg = write_cfg(cfg_path, f"experiments/ci/{run_name}.json", train__steps=25,
-                            evaluate__max_examples_per_set=40, evaluate__greedy_check_examples=2)
+                            evaluate__max_examples_per_set=40, evaluate__greedy_check_examples=2,
+                            analyze__eval_prompts=8)
             out = os.path.join(work, run_name + "_eval")
             run([b("train"), "--config", cfg_path, "--data", data, "--out", out])
             run([b("evaluate"), "--run", out, "--config", cfg_path, "--data", data, "--out", out + "/result.json"])

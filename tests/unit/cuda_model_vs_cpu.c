@@ -474,12 +474,24 @@ START_TEST(test_step_repeatable) {
 }
 END_TEST
 
+/* How many attention variants to run: 2 (as configured, then forced to gemm), or 1 with CUDA_MODEL_GEMM_ATTENTION=0:
+ * tests/e2e/test_cuda_cvmm_paths.sh reruns this program once per forced cvmm path, which the attention path does not
+ * touch (the default run covers both attention paths). */
+static int attention_variants(void) {
+    const char *v = getenv("CUDA_MODEL_GEMM_ATTENTION");
+    if (v == NULL || strcmp(v, "1") == 0) return 2;
+    if (strcmp(v, "0") == 0) return 1;
+    fprintf(stderr, "cuda_model_vs_cpu: CUDA_MODEL_GEMM_ATTENTION must be 0 or 1 (got '%s')\n", v);
+    exit(2);
+}
+
 static Suite *suite(void) {
     Suite *s = suite_create("cuda_model_vs_cpu");
     TCase *tc = tcase_create("models");
     tcase_add_checked_fixture(tc, setup, teardown);
-    tcase_add_loop_test(tc, test_model_case, 0, 2 * N_CASES); /* as configured, then attention gemm */
-    tcase_add_loop_test(tc, test_step_repeatable, 0, 2);
+    const int variants = attention_variants();
+    tcase_add_loop_test(tc, test_model_case, 0, variants * N_CASES); /* as configured, then attention gemm */
+    tcase_add_loop_test(tc, test_step_repeatable, 0, variants);
     suite_add_tcase(s, tc);
     return s;
 }
