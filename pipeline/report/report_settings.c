@@ -184,21 +184,24 @@ static void interaction_table(Doc *d, const SettingRow *rows, int n) {
                             "(the paper's claim: answer-only helps MoEUT more, i.e. above 0 on accuracy and below 0 "
                             "on the answer loss). Its two parts are the rows of the table above; the last columns say "
                             "which of them carries it, by the direction rule on each verdict interval.");
-                const char *h[7] = {"train.steps", "train.lr", "seeds", "interaction on accuracy (points)",
-                                    "interaction on the answer loss (nats)", "carried by (accuracy)",
-                                    "carried by (answer loss)"};
-                doc_table_begin(d, 7, h);
+                /* The configurations column tells apart two rows of one budget and learning rate (two model
+                 * variants of an architecture, say). */
+                const char *h[8] = {"train.steps", "train.lr", "answer-only configurations (dense / MoEUT)", "seeds",
+                                    "interaction on accuracy (points)", "interaction on the answer loss (nats)",
+                                    "carried by (accuracy)", "carried by (answer loss)"};
+                doc_table_begin(d, 8, h);
             }
-            char steps[32], lr[32], seeds[16], acc[1200], loss[1200];
+            char steps[32], lr[32], names[400], seeds[16], acc[1200], loss[1200];
             config_value(dn->answer, "train", "steps", steps, sizeof steps);
             config_value(dn->answer, "train", "lr", lr, sizeof lr);
+            snprintf(names, sizeof names, "%s / %s", dn->answer->label, me->answer->label);
             snprintf(seeds, sizeof seeds, "%d", both[1].ok ? both[1].n_seeds : 0);
             fmt_effect(acc, sizeof acc, &both[0], 100, "");
             fmt_effect(loss, sizeof loss, &both[1], 1, "");
-            const char *cells[7] = {steps, lr, seeds, acc, loss,
+            const char *cells[8] = {steps, lr, names, seeds, acc, loss,
                                     both[0].ok ? report_interaction_carrier(&dn->acc, &me->acc, &both[0]) : "-",
                                     both[1].ok ? report_interaction_carrier(&dn->loss, &me->loss, &both[1]) : "-"};
-            doc_table_row(d, 7, cells, false);
+            doc_table_row(d, 8, cells, false);
         }
     }
     if (shown) doc_table_end(d);

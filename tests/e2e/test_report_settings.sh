@@ -36,16 +36,17 @@ for f in loss_mode_by_budget loss_mode_by_budget_answer_loss; do
 done
 # The interaction table: one row (train.steps 4), and interaction = MoEUT's effect - the Transformer's, per quantity
 # (each printed to 1 or 2 decimals, so within rounding).
-inter=$(echo "$section" | grep -E '^\| [0-9]+ \| 0.002 \| [0-9]+ \| [+-][0-9.]+ \[' || true)
+inter=$(echo "$section" | grep -E '^\| [0-9]+ \| 0.002 \| [^|]+ / [^|]+ \| [0-9]+ \| [+-][0-9.]+ \[' || true)
 [ "$(echo "$inter" | grep -c .)" = 1 ] || { echo "$section"; fail "the interaction table should have exactly one row"; }
-echo "$inter" | grep -qE '^\| 4 \| 0.002 \| 1 \|' || { echo "$inter"; fail "the interaction row is not of train.steps 4, 1 seed"; }
+echo "$inter" | grep -qE '^\| 4 \| 0.002 \| dense_answer(@[0-9a-f]{8})? / moeut_answer(@[0-9a-f]{8})? \| 1 \|' ||
+  { echo "$inter"; fail "the interaction row is not of train.steps 4, dense_answer / moeut_answer, 1 seed"; }
 effect() { # $1 arch, $2 column (6 accuracy, 7 answer loss): the estimate of the 4-step row
   echo "$section" | awk -F' \\| ' -v a="$1" -v c="$2" '$1 == "| " a && $2 == "4" && $3 == "0.002" { split($c, v, " "); print v[1] }'
 }
 for col in 6 7; do
   tol=$([ $col = 6 ] && echo 0.151 || echo 0.0151) # three roundings to 0.1 points or 0.01 nats
   d=$(effect Transformer $col); me=$(effect MoEUT $col)
-  i=$(echo "$inter" | awk -F' \\| ' -v c=$((col - 2)) '{ split($c, v, " "); print v[1] }')
+  i=$(echo "$inter" | awk -F' \\| ' -v c=$((col - 1)) '{ split($c, v, " "); print v[1] }')
   [ -n "$d" ] && [ -n "$me" ] && [ -n "$i" ] || { echo "$section"; fail "could not read the effects of column $col"; }
   awk -v d="$d" -v m="$me" -v i="$i" -v t="$tol" 'BEGIN { e = (m - d) - i; exit !(e <= t && e >= -t) }' ||
     fail "interaction $i is not MoEUT's effect $me minus the Transformer's $d (column $col)"

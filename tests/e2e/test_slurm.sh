@@ -113,9 +113,10 @@ grep -q "data-parallel: 2 rank(s)" "$tmp/srun.log" || { cat "$tmp/srun.log"; fai
 [ "$(grep -c 'done: 3 steps' "$tmp/srun.log")" = 1 ] || { cat "$tmp/srun.log"; fail "srun: expected one 'done' line (rank 0's)"; }
 same_as_ref "$tmp/mpirun" "$tmp/srun" "srun --mpi=pmix -n 2 bin/train: bit-identical to mpirun -np 2 (weights, AdamW state, metrics; at ${SECONDS} s)"
 
-# 2. make reproduce in a batch job against the same make command under mpirun (train shortened by SET: the launcher,
-# not the length, is under test)
-make_args=(reproduce EXPERIMENT=ci RUNS=dense_qa NPROC=2 "SET=train.steps=12 evaluate.max_examples_per_set=50")
+# 2. make reproduce in a batch job against the same make command under mpirun (train, evaluate and the depth analysis
+# over evaluation prompts shortened by SET: the launcher, not the length, is under test)
+make_args=(reproduce EXPERIMENT=ci RUNS=dense_qa NPROC=2
+  "SET=train.steps=12 evaluate.max_examples_per_set=50 analyze.eval_prompts=4")
 cat >"$tmp/job.sh" <<EOF
 #!/bin/bash
 #SBATCH --ntasks=2
