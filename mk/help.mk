@@ -9,12 +9,13 @@ help:
 	'' \
 	'The pipeline (data/EXP/, runs/EXP/, reports/EXP/ of the experiment EXPERIMENT):' \
 	'  reproduce            the whole experiment: fetch, tokenize, train/evaluate/analyze each run, report, compare' \
-	'  reproduce-plan       what make reproduce would run now and about how long it takes (one line; runs, moves and' \
-	'                       writes nothing under data/, runs/, reports/; make -n neither). The estimate: a train takes' \
-	'                       its tokens at its run'"'"'s measured rate (else a default by model size), whatever its' \
-	'                       threads; min(-jN, cores / (NPROC x THREADS)) runs train at once, so the throughput scales' \
-	'                       with min(cores, jobs x threads) / threads; a run already trained with the asked config is' \
-	'                       a no-op (seconds); evaluations take one thread each, min(-jN, cores) at once' \
+	'  reproduce-plan       what make reproduce would run now (the stages make -n lists) and about how long it takes' \
+	'                       (one line; runs, moves and writes nothing under data/, runs/, reports/; make -n neither).' \
+	'                       The estimate: a train takes its tokens at its run'"'"'s measured rate (else a default by' \
+	'                       model size), whatever its threads; min(-jN, cores / (NPROC x THREADS)) runs train at once,' \
+	'                       so the throughput scales with min(cores, jobs x threads) / threads; a run already trained' \
+	'                       with the asked config is a no-op (seconds); evaluations take one thread each, min(-jN,' \
+	'                       cores) at once' \
 	'  fetch, tokenize      the data of EXPERIMENT (data/EXP/)' \
 	'  train, evaluate, analyze  one stage for the runs in RUN (runs/EXP/RUN/)' \
 	'  report               reports/EXP/report.md and report.html from the runs' \

@@ -42,10 +42,11 @@
 # saying why, except for NPROC: a finished run stands, an interrupted one continues) and re-evaluates and
 # re-analyzes it; leaving them alone leaves the run alone.
 #
-# Console: `make reproduce` builds, then plans: bin/runs --stages (pipeline/plan/stage_plan.h) decides from the files on
-# disk, as this file's prerequisites do, which stages will run, and says how many and about how long they take (an
-# estimate from the effective configs, the throughput of earlier runs, make's -jN and THREADS: the model is in
-# pipeline/plan/stage_plan.h and `make help`; `make reproduce-plan` prints just that line); then it runs them, each
+# Console: `make reproduce` builds, then plans: a dry run of the stages (make -n reproduce-stages, below) lists which
+# stages will run, so that this file's rules are the one description of the stage graph, and bin/runs --stages
+# (pipeline/plan/stage_plan.h) says how many and about how long they take (an estimate from the effective configs, the
+# throughput of earlier runs, make's -jN and THREADS: the model is in pipeline/plan/stage_plan.h and `make help`;
+# `make reproduce-plan` prints just that line); then it runs them, each
 # announced as "[k/N] stage run (experiment, backend)" with the time left (mk/reproduce_stage.sh: once enough has run,
 # the estimate is scaled by the measured rate and says "measured"), then compares with the baselines. An interrupted
 # train prints the command that continues (REPRO_COMMAND, below). With nothing to do it says everything is up to date.
@@ -261,21 +262,35 @@ REPRO_PLAN_DIR := build/reproduce/$(EXPERIMENT)
 # make's job count, for the estimate: in a recipe, MAKEFLAGS holds -jN (GNU make 4.3 and later; -j alone for no
 # limit); none: one job. (At parse time it does not: hence a recursive variable, expanded in the recipes.)
 repro_make_jobs = $(firstword $(filter -j%,$(MAKEFLAGS)))
-repro_plan_stages = bin/runs --runs $(call repro_join,$(RUNS)) $(repro_plan_opts) --stages $(REPRO_PLAN_DIR) \
-  --backend '$(BACKEND)' --nproc '$(NPROC)' --resume '$(RESUME)' $(if $(THREADS),--threads '$(THREADS)') \
-  $(if $(repro_make_jobs),--jobs '$(patsubst -j%,%,$(repro_make_jobs))') --fetch-args $(call shell_quote,$(FETCH_ARGS)) \
-  --data-dir $(call shell_quote,$(DATA)) --runs-dir $(call shell_quote,$(RUNS_DIR)) \
-  --report-dir $(call shell_quote,$(REPORT_DIR))
+# Which stages will run is make's to say: a dry run of the stages (make -n reproduce-stages; this make's command-line
+# variables reach it in MAKEFLAGS) prints the first line of each stage's recipe, "$(repro_stage_script) STAGE [RUN]"
+# (repro_stage below), and those lines, less the script's name, are the stage list that bin/runs --stages checks,
+# estimates and writes into the plan. The dry run's messages are shown only when it fails: otherwise they are those of
+# this make's own reading of the same makefiles, or that a dry run gets no job slots of make -jN. (This recipe line
+# names make through repro_dry_stages, not as $(MAKE): a line naming $(MAKE) runs under make -n too, and
+# `make -n reproduce` must only print the plan.)
+repro_stage_script := mk/reproduce_stage.sh
+repro_plan_dir_quoted = $(call shell_quote,$(REPRO_PLAN_DIR))
+repro_dry_stages = $(MAKE) -n --no-print-directory reproduce-stages
+repro_plan_stages = mkdir -p $(repro_plan_dir_quoted) && \
+  if $(repro_dry_stages) >$(repro_plan_dir_quoted)/dry-run 2>$(repro_plan_dir_quoted)/dry-run.err; then \
+    sed -n 's|^$(repro_stage_script) ||p' $(repro_plan_dir_quoted)/dry-run >$(repro_plan_dir_quoted)/stage-list && \
+    bin/runs --runs $(call repro_join,$(RUNS)) $(repro_plan_opts) --stages $(repro_plan_dir_quoted) \
+      --stage-list $(repro_plan_dir_quoted)/stage-list --backend '$(BACKEND)' --nproc '$(NPROC)' --resume '$(RESUME)' \
+      $(if $(THREADS),--threads '$(THREADS)') $(if $(repro_make_jobs),--jobs '$(patsubst -j%,%,$(repro_make_jobs))') \
+      --data-dir $(call shell_quote,$(DATA)) --runs-dir $(call shell_quote,$(RUNS_DIR)); \
+  else cat $(repro_plan_dir_quoted)/dry-run.err >&2; exit 2; fi
 # What mk/reproduce_stage.sh needs to know (environment variables of their own names).
 export REPRO_EXPERIMENT := $(EXPERIMENT)
 export REPRO_BACKEND := $(BACKEND)
 export REPRO_PLAN
 # The line that starts each stage's recipe: "[k/N] train dense_qa (tiny, cpu): ..." (also names the stage in make -n).
-repro_stage = $(repro_seeds_refusal)@mk/reproduce_stage.sh $(1) $(2)
+repro_stage = $(repro_seeds_refusal)@$(repro_stage_script) $(1) $(2)
 
 # Build, plan (only the stages that will run are counted), run the stages, compare. The stages are a $(MAKE) line, so
-# `make -n reproduce` lists the stage commands; the plan is not (a dry run prints it and writes nothing). (compare's
-# make gets RESUME=auto: under RESUME=0 it would otherwise keep aside the runs just trained.)
+# `make -n reproduce` lists the stage commands; the plan is not (a dry run prints it and writes nothing). The plan
+# comes after the keep (the recipe of an included makefile, above), so its dry run sees the directories as the stages
+# will. (compare's make gets RESUME=auto: under RESUME=0 it would otherwise keep aside the runs just trained.)
 reproduce: reproduce-check
 	@$(MAKE) all
 	@$(repro_plan_stages)
@@ -289,7 +304,9 @@ reproduce: reproduce-check
 reproduce-stages: $(PREDICTIONS) $(REPORT_DIR)/report.html $(REPORT_DIR)/runs.csv
 
 # The plan alone: what make reproduce would run now and about how long it takes (one line; the stages in
-# $(REPRO_PLAN_DIR)/plan). Needs bin/runs (mk/gpu/run.sh: what is left after a job's time limit).
+# $(REPRO_PLAN_DIR)/plan). Needs bin/runs (mk/gpu/run.sh: what is left after a job's time limit). It moves nothing, so
+# its dry run judges the run directories as they are: a run that make reproduce would first bring back (bin/runs
+# --keep) counts as make judges the directory it would replace (stages/README.md).
 reproduce-plan:
 	$(repro_seeds_refusal)@$(repro_plan_stages)
 
@@ -376,7 +393,10 @@ $(RUNS_DIR)/%/analysis.json: $(RUNS_DIR)/%/train_summary.json $(EXP_DIR)/$$(call
 	bin/analyze --run $(RUNS_DIR)/$* $(call repro_stage_args,$*) --out $@ $(ANALYZE_FLAGS)
 
 # ---- report (report.html is written last) and compare ----
-$(REPORT_DIR)/report.html: $(RESULTS) $(ANALYSES) bin/report
+# bin/report reads each run's predictions.jsonl too. As a prerequisite it also makes a dry run truthful: with only
+# predictions.jsonl missing, make -n takes evaluate's other output, result.json, as remade only when the recipe
+# really runs, and so listed no report, which the real make then ran.
+$(REPORT_DIR)/report.html: $(PREDICTIONS) $(RESULTS) $(ANALYSES) bin/report
 	$(call repro_stage,report)
 	bin/report --experiment $(EXPERIMENT) --runs $(RUNS_DIR) --out $(REPORT_DIR) \
 	  --expected-runs $(call repro_join,$(REPRO_RUN_DIRS))

@@ -4,7 +4,7 @@
  *   bin/runs --experiment experiments/EXP --runs dense_qa,moeut_qa [--count N] [--set "K=V ..."]
  *            [--sweep "K=V1,V2 ..."]
  *            [--keep runs/EXP [--start-over]
- *             | --stages PLAN_DIR --backend B --nproc N --resume R [--jobs J] [--threads T] [--fetch-args TEXT]]
+ *             | --stages PLAN_DIR --stage-list FILE --backend B --nproc N --resume R [--jobs J] [--threads T]]
  *            (environment: REPRO_NPROC=W, make's NPROC, default 1)
  *
  * Without --keep: prints a makefile fragment: REPRO_RUN_DIRS (the run directories, run by run, grid point by grid
@@ -13,11 +13,11 @@
  * With --keep runs/EXP: moves aside each current run directory that holds a run of another config, and brings
  * back a kept one of the wanted config; with --start-over (make RESUME=0), moves aside every trained one and brings
  * nothing back (one line per move on stderr); prints nothing.
- * With --stages PLAN_DIR: decides which stages make reproduce still runs for these runs (fetch and tokenize of
- * data/EXP, train, evaluate and analyze of each run directory under runs/EXP as --keep will leave it, the report in
- * reports/EXP) and how long they take (pipeline/plan/stage_plan.h: make's -jN as --jobs, THREADS as --threads), writes
- * the plan mk/reproduce_stage.sh counts against into PLAN_DIR, and prints one line: the stages and the estimate, or
- * that everything is up to date. It moves nothing.
+ * With --stages PLAN_DIR: estimates the stages make reproduce still runs for these runs, as make's dry run listed
+ * them in FILE (--stage-list: "STAGE [RUN]" per line; pipeline/plan/stage_plan.h), from the records of each run
+ * directory under runs/EXP as --keep will leave it (make's -jN as --jobs, THREADS as --threads), writes the plan
+ * mk/reproduce_stage.sh counts against into PLAN_DIR, and prints one line: the stages and the estimate, or that
+ * everything is up to date. It moves nothing.
  * A bad run config, seeds.json, SET or SWEEP, an NPROC that does not divide a run's train.n_microbatch, or a backend
  * other than cpu or cuda, is one error line naming the file, key or value, exit 1. */
 #include <errno.h>
@@ -32,6 +32,7 @@
 #include "pipeline/plan/run_plan.h"
 #include "pipeline/plan/run_variants.h"
 #include "pipeline/plan/stage_plan.h"
+#include "pipeline/base/atomic_file.h"
 #include "pipeline/base/cli.h"
 #include "pipeline/base/log.h"
 
@@ -54,10 +55,10 @@ static long parse_jobs(const char *text) {
     return jobs;
 }
 
-/* The directories make reproduce works in: its DATA, RUNS_DIR and REPORT_DIR (--data-dir, --runs-dir, --report-dir);
- * NULL: the default layout, data/EXP, runs/EXP and reports/EXP. */
+/* The directories make reproduce works in: its DATA and RUNS_DIR (--data-dir, --runs-dir); NULL: the default layout,
+ * data/EXP and runs/EXP. */
 typedef struct {
-    const char *data, *runs, *report;
+    const char *data, *runs;
 } StageDirs;
 
 /* dir, or PREFIX/exp when dir is NULL, into out. */
@@ -66,20 +67,21 @@ static void stage_dir(const char *dir, const char *prefix, const char *exp, char
     if (n < 0 || (size_t)n >= cap) die("%s: path too long", dir ? dir : exp);
 }
 
-/* --stages: the plan of make reproduce for these runs, written into plan_dir; its summary on stdout. */
-static void plan_stages(const char *exp_dir, const char *plan_dir, const StageDirs *where, StagePlanRequest *req) {
+/* The largest stage list read (a sweep of 10,000 runs lists about 2 MiB). */
+#define STAGE_LIST_MAX_BYTES (16u << 20)
+
+/* --stages: the plan of make reproduce for these runs, the stages listed in stage_list, written into plan_dir; its
+ * summary on stdout. */
+static void plan_stages(const char *exp_dir, const char *plan_dir, const char *stage_list, const StageDirs *where,
+                        StagePlanRequest *req) {
     const char *slash = strrchr(exp_dir, '/');
     const char *exp = slash && slash[1] ? slash + 1 : exp_dir;
-    char data_dir[4096], runs_dir[4096], report_dir[4096], err[2048];
+    char data_dir[4096], runs_dir[4096], err[2048];
     stage_dir(where->data, "data", exp, data_dir, sizeof data_dir);
     stage_dir(where->runs, "runs", exp, runs_dir, sizeof runs_dir);
-    stage_dir(where->report, "reports", exp, report_dir, sizeof report_dir);
     req->exp_dir = exp_dir;
     req->data_dir = data_dir;
     req->runs_dir = runs_dir;
-    req->report_dir = report_dir;
-    req->bin_dir = "bin";
-    req->datasets_dir = "datasets";
     /* the directories as make's --keep will leave them (planning itself moves nothing) */
     char **dirs = xcalloc((size_t)(req->n_runs ? req->n_runs : 1), sizeof *dirs);
     for (int i = 0; i < req->n_runs; i++) {
@@ -89,9 +91,14 @@ static void plan_stages(const char *exp_dir, const char *plan_dir, const StageDi
         dirs[i] = dir[0] ? xstrdup(dir) : NULL;
     }
     req->run_dirs = (const char *const *)dirs;
+    char *list = NULL;
+    size_t list_len = 0;
+    if (read_file_limited(stage_list, STAGE_LIST_MAX_BYTES, "stage list", &list, &list_len, err, sizeof err) != 0)
+        die("%s", err);
     PlannedStage *stages = NULL;
     int n = 0;
-    if (stage_plan_decide(req, &stages, &n, err, sizeof err) != 0) die("%s", err);
+    if (stage_plan_parse(req, list, &stages, &n, err, sizeof err) != 0) die("%s: %s", stage_list, err);
+    free(list);
     if (stage_plan_estimate(req, stages, n, err, sizeof err) != 0) die("%s", err);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
@@ -108,10 +115,10 @@ static void plan_stages(const char *exp_dir, const char *plan_dir, const StageDi
 int main(int argc, char **argv) {
     log_set_program("runs");
     const char *exp_dir = NULL, *runs = NULL, *set = "", *sweep = "", *keep = NULL, *stages = NULL;
-    const char *backend = "cpu", *nproc = "1", *resume = "auto", *jobs = "1", *fetch_args = NULL;
+    const char *backend = "cpu", *nproc = "1", *resume = "auto", *jobs = "1", *stage_list = NULL;
     long count = LONG_MIN, threads = 0;
     bool start_over = false;
-    StageDirs where = {NULL, NULL, NULL};
+    StageDirs where = {NULL, NULL};
     const CliOption opts[] = {
         {"experiment", OPT_STRING, &exp_dir, "experiment directory experiments/EXP (run configs, seeds.json)", true},
         {"runs", OPT_STRING, &runs, "comma-separated run config names (EXP/RUN.json)", true},
@@ -123,16 +130,16 @@ int main(int argc, char **argv) {
          false},
         {"stages", OPT_STRING, &stages, "PLAN_DIR: plan make reproduce's stages and their time instead of printing",
          false},
+        {"stage-list", OPT_STRING, &stage_list, "with --stages: the stages make's dry run lists, STAGE [RUN] per line",
+         false},
         {"backend", OPT_STRING, &backend, "with --stages: make's BACKEND (default cpu)", false},
         {"nproc", OPT_STRING, &nproc, "with --stages: make's NPROC (default 1)", false},
         {"resume", OPT_STRING, &resume, "with --stages: make's RESUME: auto, 1 or 0 (default auto)", false},
         {"jobs", OPT_STRING_OR_EMPTY, &jobs, "with --stages: make's -jN, N (\"\": -j with no number; default 1)",
          false},
         {"threads", OPT_INT, &threads, "with --stages: make's THREADS, train's threads (default: every core)", false},
-        {"fetch-args", OPT_STRING, &fetch_args, "with --stages: the text data/EXP/fetch.args must hold", false},
         {"data-dir", OPT_STRING, &where.data, "with --stages: make's DATA (default data/EXP)", false},
         {"runs-dir", OPT_STRING, &where.runs, "with --stages: make's RUNS_DIR (default runs/EXP)", false},
-        {"report-dir", OPT_STRING, &where.report, "with --stages: make's REPORT_DIR (default reports/EXP)", false},
         {"start-over", OPT_FLAG, &start_over, "with --keep: make's RESUME=0: move every trained run aside", false},
     };
     cli_parse(argc, argv, "runs",
@@ -156,6 +163,7 @@ int main(int argc, char **argv) {
     if (run_plan_build(&req, &plan, &n, err, sizeof err) != 0) die("%s", err);
     if (keep && stages) die("--keep and --stages: one at a time");
     if (start_over && !keep) die("--start-over: only with --keep");
+    if (!stages != !stage_list) die("--stages and --stage-list: one needs the other");
     if (stages) {
         /* make's RESUME words: auto, 1 (yes, true) or 0 (no, false) */
         bool continues = strcmp(resume, "0") != 0 && strcmp(resume, "no") != 0 && strcmp(resume, "false") != 0;
@@ -170,10 +178,9 @@ int main(int argc, char **argv) {
         req.resume = continues;
         req.runs = plan;
         req.n_runs = n;
-        req.fetch_args = fetch_args;
         req.jobs = parse_jobs(jobs);
         req.threads = threads;
-        plan_stages(exp_dir, stages, &where, &req);
+        plan_stages(exp_dir, stages, stage_list, &where, &req);
     } else if (keep) {
         if (run_variants_keep(exp_dir, keep, plan, n, start_over, err, sizeof err) != 0) die("%s", err);
     } else {

@@ -24,7 +24,7 @@
 int run_variants_keep(const char *exp_dir, const char *runs_dir, const PlannedRun *runs, int n, bool start_over,
                       char *err, size_t errlen);
 
-/* What run_variants_keep would do for run, without doing it (make reproduce-plan plans the directories as they will
+/* What run_variants_keep would do for run, without doing it (the plan's estimates read the directories as they will
  * be): the directory whose files make will then find under runs_dir/DIR, written into dir: runs_dir/DIR itself (left
  * as it is), or the kept runs_dir/CONFIG@<wanted>[.seedS] that comes back; "" when the run there is moved aside and
  * nothing comes back (a fresh run). 0, or -1 with err (an unreadable run config). */

@@ -1,31 +1,15 @@
-/* The stages one `make reproduce` still has to run, and about how long they take (mk/reproduce.mk asks
- * bin/runs --stages before it starts them; mk/reproduce_stage.sh counts them).
+/* The stages one `make reproduce` still has to run, and about how long they take (mk/reproduce.mk hands bin/runs
+ * --stages the list before it starts them; mk/reproduce_stage.sh counts them).
  *
- * Which stages: decided from the files on disk as make's prerequisites in mk/reproduce.mk decide them, so that the
- * plan lists exactly what make then runs (tests/e2e/test_make_console.sh compares the two):
- *   fetch     data/EXP/raw/fetch.stamp missing, or older than data/EXP/fetch.args, data.json, a shipped archive
- *             (datasets/ *.tar.gz) or the dataset manifest; or fetch.args missing or of another text than this
- *             make's (make rewrites it, so it is new);
- *   tokenize  data/EXP/tokenize_manifest.json or raw/manifest.json missing, or the former older than the latter or
- *             than data.json (a fetch that finds its archives unchanged leaves raw/manifest.json alone, so it does not
- *             re-tokenize);
- *   upcycle   (an upcycled run only, PlannedRun.upcycle_from) init.safetensors missing or older than the dense run's
- *             train_summary.json, the run config or the stamp; or the dense run's train, tokenize or the stamp is
- *             redone;
- *   train     train_summary.json missing or older than the run config, the tokenize manifest, the run's
- *             train.inputs stamp or (an upcycled run) init.safetensors; tokenize or upcycle runs; or the stamp's text
- *             differs from this make's (backend, nproc and the run's overrides: make rewrites it, so it is new);
- *             or RESUME=0;
- *   evaluate  result.json or predictions.jsonl missing or older than train_summary.json, the run config, the tokenize
- *             manifest, the stamp or bin/evaluate; or train, tokenize or the stamp is redone;
- *   analyze   the same for analysis.json and bin/analyze;
- *   report    report.html missing or older than a result.json, an analysis.json or bin/report; or any evaluate or
- *             analyze runs; or bin/runs --keep moves a run (make then removes the report).
- * A file "older" than another: an earlier modification time (nanoseconds), as make compares them.
- *
- * The run directory whose files decide a run's stages is the one make will find there once bin/runs --keep has run
- * (StagePlanRequest.run_dirs: a kept run brought back, or none for a run moved aside), and with RESUME=0 every run is
- * trained again (make moves each trained run aside first).
+ * Which stages: make's own dry run decides them, so that the stage graph is written once, as mk/reproduce.mk's rules.
+ * The plan runs `make -n reproduce-stages` with the same variables; the first line of each stage's recipe,
+ * "mk/reproduce_stage.sh STAGE [RUN]", names a stage make will run, in make's order, and those lines (without the
+ * script's name) are the list stage_plan_parse reads: one "STAGE [RUN]" per line. Under `make reproduce` the dry run
+ * comes after bin/runs --keep has moved runs (and removed a report that named them), so it sees the directories as
+ * the stages will; `make reproduce-plan` moves nothing, so its dry run sees them as they are now (a run the keep would
+ * bring back is listed as make judges the directory there: see stages/README.md).
+ * This file only checks that list (known stages, planned runs) and estimates it: the run directory whose records an
+ * estimate reads is the one make will find there once bin/runs --keep has run (StagePlanRequest.run_dirs).
  *
  * How long (an estimate; the model, also in `make help`): each stage's own time, divided by how many stages of its
  * kind make runs at once, summed.
@@ -92,21 +76,16 @@ typedef struct {
 } PlannedStage;
 
 typedef struct {
-    const char *exp_dir;      /* experiments/EXP: data.json and the run configs */
-    const char *data_dir;     /* data/EXP */
+    const char *exp_dir;      /* experiments/EXP: the run configs */
+    const char *data_dir;     /* data/EXP: a re-tokenized data set makes no train a no-op */
     const char *runs_dir;     /* runs/EXP */
-    const char *report_dir;   /* reports/EXP */
-    const char *bin_dir;      /* the programs (bin): a newer evaluate, analyze or report redoes its stage */
-    const char *datasets_dir; /* the shipped archives and the dataset manifest (datasets) */
     const char *backend;      /* make's BACKEND */
-    const char *nproc;        /* make's NPROC, as written into the stamps */
+    const char *nproc;        /* make's NPROC */
     bool resume;              /* make's RESUME is not 0: an interrupted run continues from its checkpoint (0: make
                                * moves every trained run aside and trains it again) */
     const PlannedRun *runs;   /* the run directories (run_plan_build) */
     int n_runs;
     /* Optional (zero: as noted) */
-    const char *fetch_args;   /* the text make's data/EXP/fetch.args stamp must hold (fetch reruns when it differs);
-                               * NULL: not compared */
     const char *const *run_dirs; /* per run: the directory make will find at runs_dir/DIR once bin/runs --keep has
                                   * run (run_variants_foresee), NULL for a fresh run; NULL for all: runs_dir/DIR */
     long jobs;                /* make's -jN: N; 0 or 1 one stage at a time; STAGE_PLAN_JOBS_UNLIMITED for -j */
@@ -114,9 +93,12 @@ typedef struct {
     long cores;               /* the CPUs (0: this machine's, as train's default thread count sees them) */
 } StagePlanRequest;
 
-/* The stages to run, in make's order (fetch, tokenize, upcycle, train and evaluate of each run, analyze of each run,
- * report), estimates not yet filled in. 0, or -1 with err. Free *out with free(). */
-int stage_plan_decide(const StagePlanRequest *req, PlannedStage **out, int *n, char *err, size_t errlen);
+/* The stages of make's dry run, text "STAGE [RUN]" per line (blank lines and blanks around words ignored), in its
+ * order, estimates not yet filled in. STAGE is a stage_kind_name; upcycle, train, evaluate and analyze name a run
+ * directory of req->runs, fetch, tokenize and report none. A line repeated is one stage (make runs a recipe once).
+ * 0, or -1 with err naming the line. Free *out with free(). */
+int stage_plan_parse(const StagePlanRequest *req, const char *text, PlannedStage **out, int *n, char *err,
+                     size_t errlen);
 
 /* Fills in seconds and basis of each stage. 0, or -1 with err (an unreadable run config or record). */
 int stage_plan_estimate(const StagePlanRequest *req, PlannedStage *stages, int n, char *err, size_t errlen);
@@ -124,10 +106,6 @@ int stage_plan_estimate(const StagePlanRequest *req, PlannedStage *stages, int n
 /* The directory holding run's files as make will see them (req->run_dirs, else runs_dir/DIR) into buf: 0; 1 for a
  * fresh run (nothing there); -1 when it does not fit. run is one of req->runs. */
 int stage_plan_run_dir(const StagePlanRequest *req, const PlannedRun *run, char *buf, size_t cap);
-
-/* The text make writes into runs/EXP/DIR/train.inputs: "backend=B nproc=N set=K1=V1,K2=V2" (the overrides sorted,
- * duplicates dropped, as make's $(sort)). */
-void stage_plan_inputs_text(const StagePlanRequest *req, const PlannedRun *run, char *buf, size_t cap);
 
 const char *stage_kind_name(StageKind kind);
 

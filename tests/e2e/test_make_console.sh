@@ -4,8 +4,9 @@
 #  - on a scratch experiment whose outputs are faked (files touched in pipeline order, so make sees them up to date):
 #    a second make reproduce says everything is up to date; BACKEND, SET and NPROC changes redo train, evaluate and
 #    analyze of every run (make -n lists them, and writes nothing); the same SET in another order changes nothing;
-#  - the plan of make reproduce (make reproduce-plan: bin/runs --stages) lists exactly the stages make -n lists, in a
-#    dozen situations, with estimates from the configs and measured throughputs; the stage counter
+#  - the plan of make reproduce (make reproduce-plan: make's dry run of the stages, estimated by bin/runs --stages)
+#    lists exactly the stages make must run, and make -n exactly their commands, in a dozen situations; make -n
+#    writes no plan; the estimates come from the configs and measured throughputs; the stage counter
 #    (mk/reproduce_stage.sh) is right also when the stages start at once as under make -j;
 #  - CODE_VERSION ignores edits under experiments/ and reports/baselines/ but not elsewhere (in a scratch clone);
 #  - the build is quiet (a "CC file" line) and V=1 shows the compiler command;
@@ -132,55 +133,95 @@ touch "runs/$exp/dense_qa/"{train_summary.json,result.json,predictions.jsonl,ana
 echo "ok: a SET of 4 to 16 keys (stamps of 100-450 bytes) matches its own stamp"
 
 # ---- the plan and the stage counter ----
-# make reproduce-plan (bin/runs --stages, pipeline/plan/stage_plan.h) decides from the files what make will run: it must
-# list exactly the stages a dry run of make lists, in every situation below. (One exception, $also: with
-# predictions.jsonl alone missing, make -n shows evaluate but not the report that a real make then runs, because make
-# takes evaluate's other output, result.json, as remade only when the recipe really ran; test_reproduce_ci.sh runs
-# that case.)
+# The plan's stage list is make's own dry run of the stages (mk/reproduce.mk: the lines "mk/reproduce_stage.sh STAGE
+# [RUN]" that `make -n reproduce-stages` prints). Each situation below states the stages make must run: make
+# reproduce-plan's plan file must list exactly those, and `make -n reproduce` exactly their commands (one bin/ command
+# per stage, so a stage line that named another stage or run than its recipe's command fails too). With
+# predictions.jsonl alone missing, make -n once listed evaluate without the report that a real make then ran (make
+# takes evaluate's other output as remade only when the recipe really runs): report.html depends on the predictions
+# too now, and test_reproduce_ci.sh runs that case for real.
 plan_dir=build/reproduce/$exp
 plan() { # plan NAME [VAR=VALUE...]: make reproduce-plan's line into $tmp/NAME.out (its plan in $plan_dir/plan)
   local name=$1; shift
   mk reproduce-plan EXPERIMENT="$exp" RUNS="$runs" "$@" >"$tmp/$name.out" 2>&1 || { cat "$tmp/$name.out"; fail "make reproduce-plan $*"; }
 }
 planned() { awk '{ print $1, $2 }' "$plan_dir/plan" | sort; }
-dry_stages() { # the "STAGE RUN" of each stage recipe (mk/reproduce_stage.sh STAGE [RUN]) in a dry run of the stages
-  mk -n reproduce-stages EXPERIMENT="$exp" RUNS="$runs" "$@" 2>&1 |
-    sed -nE 's/^mk\/reproduce_stage\.sh ([a-z]+) ?([^ ]*)$/\1 \2/p' | awk '{ print $1, ($2 == "" ? "-" : $2) }' | sort
+commands_of() { # commands_of LOG: "STAGE RUN" of each stage command in a make -n log (RUN "-" for a stage of no run)
+  sed -E 's|^mpirun [^/]* bin/|bin/|' "$1" | awk -v runs="runs/$exp/" '
+    function run_of(flag,   i, d) {
+      for (i = 2; i < NF; i++) if ($i == flag) { d = $(i + 1); sub("^" runs, "", d); sub("/init.safetensors$", "", d); return d }
+      return "?"
+    }
+    $1 ~ /^bin\/(fetch|tokenize|report)$/ { print substr($1, 5), "-" }
+    $1 ~ /^bin\/(train|upcycle)$/ { print substr($1, 5), run_of("--out") }
+    $1 ~ /^bin\/(evaluate|analyze)$/ { print substr($1, 5), run_of("--run") }' | sort
 }
+state_of() { find "$@" -printf '%p %s %T@\n' 2>/dev/null | sort; } # names, sizes, times
+every_run="$(for r in $runs; do printf '%s\n' "train $r" "evaluate $r" "analyze $r"; done)
+report -"
 checked=
-agrees() { # agrees WHAT [VAR=VALUE...]: the plan lists what make -n lists (WHAT and the count go into $checked)
-  local what=$1; shift
+agrees() { # agrees WHAT EXPECTED [VAR=VALUE...]: the plan lists EXPECTED ("STAGE RUN" lines), make -n their commands
+  local what=$1 want p d
+  want=$(printf '%s\n' "$2" | grep . | sort || true); shift 2
   plan agree "$@"
-  local p d
-  p=$(planned); d=$({ dry_stages "$@"; [ -z "${also:-}" ] || echo "$also"; } | sort)
-  [ "$p" = "$d" ] || { echo "plan:"; echo "$p"; echo "make -n:"; echo "$d"; fail "$what: the plan differs from make -n"; }
+  p=$(planned)
+  [ "$p" = "$want" ] || { echo "plan:"; echo "$p"; echo "expected:"; echo "$want"; fail "$what: the plan"; }
+  dry agree_dry "$@"
+  d=$(commands_of "$tmp/agree_dry.log")
+  [ "$d" = "$want" ] || { echo "make -n reproduce:"; echo "$d"; echo "expected:"; echo "$want"; fail "$what: make -n"; }
   checked+="${checked:+, }$what: $(grep -c . "$plan_dir/plan" || true)"
 }
 older() { touch -d "@$(( $(stat -c %Y bin/analyze) - 3600 ))" "$@"; } # an hour before bin/analyze was built
 fake_outputs
-agrees "up to date"
+agrees "up to date" ""
 grep -q "^reproduce: everything is up to date for EXPERIMENT=$exp (cpu)" "$tmp/agree.out" || { cat "$tmp/agree.out"; fail "up to date"; }
-agrees "BACKEND=cuda" BACKEND=cuda
-agrees SET SET=train.lr=0.001
-agrees NPROC=2 NPROC=2
+agrees "BACKEND=cuda" "$every_run" BACKEND=cuda
+agrees SET "$every_run" SET=train.lr=0.001
+agrees NPROC=2 "$every_run" NPROC=2
+agrees RESUME=0 "$every_run" RESUME=0
+# make -n reproduce prints the plan's command and writes no plan (nor anything else under build/reproduce)
+before=$(state_of "$plan_dir")
+dry plan_dry SET=train.lr=0.001
+[ "$before" = "$(state_of "$plan_dir")" ] || fail "make -n reproduce wrote into $plan_dir"
+grep -q -- "--stages '$plan_dir' --stage-list '$plan_dir'/stage-list" "$tmp/plan_dry.log" ||
+  { cat "$tmp/plan_dry.log"; fail "make -n reproduce does not print the plan's command"; }
 touch "experiments/$exp/dense_qa.json"
-agrees "a config edited"
+agrees "a config edited" "train dense_qa
+evaluate dense_qa
+analyze dense_qa
+report -"
 fake_outputs; rm "runs/$exp/moeut_qa/predictions.jsonl"
-also="report -" agrees "predictions deleted"
+agrees "predictions deleted" "evaluate moeut_qa
+report -"
+fake_outputs; rm "runs/$exp/moeut_qa/result.json"
+agrees "a result deleted" "evaluate moeut_qa
+report -"
+fake_outputs; touch "runs/$exp/dense_qa/result.json"
+agrees "a newer result" "report -"
 fake_outputs; rm "runs/$exp/dense_qa/train_summary.json"
-agrees "a summary deleted"
+agrees "a summary deleted" "train dense_qa
+evaluate dense_qa
+analyze dense_qa
+report -"
 fake_outputs; older "runs/$exp/dense_qa/analysis.json" "runs/$exp/moeut_qa/analysis.json" "reports/$exp/report.html"
-agrees "bin/analyze newer"
+agrees "bin/analyze newer" "analyze dense_qa
+analyze moeut_qa
+report -"
 fake_outputs; touch "data/$exp/raw/manifest.json"
-agrees "new raw data"
+agrees "new raw data" "tokenize -
+$every_run"
 fake_outputs; rm "data/$exp/raw/fetch.stamp"
-agrees "fetch stamp deleted"
+agrees "fetch stamp deleted" "fetch -"
 fake_outputs; touch "experiments/$exp/data.json"
-agrees "data.json edited"
+agrees "data.json edited" "fetch -
+tokenize -
+$every_run"
 fake_outputs; echo "backend=cpu nproc=1 set=train.lr=2" >"runs/$exp/moeut_qa/train.inputs"
-agrees "a stamp of other inputs"
-[ "$(planned | grep -c '^train ')" = 1 ] || fail "a stamp of other inputs: $(planned)"
-echo "ok: the plan lists exactly the stages make -n lists ($checked stages)"
+agrees "a stamp of other inputs" "train moeut_qa
+evaluate moeut_qa
+analyze moeut_qa
+report -"
+echo "ok: the plan and make -n list exactly the stages make must run ($checked stages)"
 
 fake_outputs
 plan plan BACKEND=cuda

@@ -96,7 +96,8 @@ if [ "$(nproc)" -ge 2 ]; then
   ! grep -q "runs at once" <<<"$out" || { echo "$out"; fail "make -j2 (every core per run): the estimate counts runs at once"; }
 fi
 # a backend bin/runs does not know is refused while planning (make refuses it earlier still: user_values.mk)
-rc=0; out=$(bin/runs --experiment "experiments/$exp" --runs dense_qa --stages "build/reproduce/$exp" --backend gpu 2>&1) || rc=$?
+rc=0; out=$(bin/runs --experiment "experiments/$exp" --runs dense_qa --stages "build/reproduce/$exp" \
+  --stage-list "build/reproduce/$exp/stage-list" --backend gpu 2>&1) || rc=$?
 [ $rc != 0 ] && grep -q "BACKEND=gpu (--backend): expected cpu or cuda" <<<"$out" || { echo "$out"; fail "bin/runs --backend gpu"; }
 echo "ok: a fresh experiment: make -n, reproduce-plan and the refused commands wrote nothing"
 
