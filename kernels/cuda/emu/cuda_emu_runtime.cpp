@@ -683,18 +683,29 @@ static void gemm_compute(const char *call, cublasOperation_t transa, cublasOpera
     if (!emu::is_device_range(C, extent(ldc, m, n) * 4))
         fatal("%s: C %p does not lie inside a device allocation (m=%d n=%d ldc=%d)", call, C, m, n, ldc);
     if (emu::dry_run()) return;
-    float *c = (float *)C;
+    // op(A) row by row and op(B) column by column, widened to double once: the dot products below then read both
+    // contiguously. Each C element is still the double sum over l = 0..k-1 in that order of exact products (two
+    // floats' product fits a double), so the result does not depend on this layout.
+    std::vector<double> op_a((size_t)m * k), op_b((size_t)n * k); // op(A) [m, k] by rows, op(B) [n, k] by columns
+    for (int i = 0; i < m; i++)
+        for (int l = 0; l < k; l++)
+            op_a[(size_t)i * k + l] =
+                load(A, Atype, transa == CUBLAS_OP_N ? (size_t)l * lda + i : (size_t)i * lda + l);
     for (int j = 0; j < n; j++)
+        for (int l = 0; l < k; l++)
+            op_b[(size_t)j * k + l] =
+                load(B, Atype, transb == CUBLAS_OP_N ? (size_t)j * ldb + l : (size_t)l * ldb + j);
+    float *c = (float *)C;
+    for (int j = 0; j < n; j++) {
+        const double *b = op_b.data() + (size_t)j * k;
         for (int i = 0; i < m; i++) {
+            const double *a = op_a.data() + (size_t)i * k;
             double acc = 0;
-            for (int l = 0; l < k; l++) {
-                size_t ia = transa == CUBLAS_OP_N ? (size_t)l * lda + i : (size_t)i * lda + l;
-                size_t ib = transb == CUBLAS_OP_N ? (size_t)j * ldb + l : (size_t)l * ldb + j;
-                acc += load(A, Atype, ia) * load(B, Atype, ib);
-            }
+            for (int l = 0; l < k; l++) acc += a[l] * b[l];
             float *cij = c + (size_t)j * ldc + i;
             *cij = beta == 0.0f ? alpha * (float)acc : alpha * (float)acc + beta * *cij;
         }
+    }
 }
 
 // The checks every single-shape entry point (plain, strided, pointer-array batched) makes, in cuBLAS's order.
