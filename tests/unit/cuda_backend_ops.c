@@ -204,6 +204,19 @@ static const OpCase op_cases[] = {
     {"cross_entropy", "dlogits NULL", &drv_cross_entropy, {150, 77}, 0.5, F_NO_GRAD, DT_FP32, DEF, 0, 0},
     {"expert_choice_select", "all positions", &drv_expert_choice, {150, 11, 27}, 0, 0, DT_FP32, DEF, 0, 0},
     {"expert_choice_select", "valid mask", &drv_expert_choice, {150, 11, 27}, 0, F_VALID, DT_FP32, DEF, 0, 0},
+    /* the CUDA selection is a chain of stable counting sorts over the N*E (expert, position) pairs
+     * (cuda_expert_choice.cu): ties across positions, pairs over many plan chunks of 1024, more experts than a byte's
+     * 256 buckets, c = 1 and c = N, one expert (every score 1), one position */
+    {"expert_choice_select", "tied rows", &drv_expert_choice, {150, 11, 27}, 0, F_TIED_ROWS, DT_FP32, DEF, DEF, 0},
+    {"expert_choice_select", "tied rows, valid mask", &drv_expert_choice, {150, 11, 40}, 0, F_TIED_ROWS | F_VALID,
+     DT_FP32, DEF, 0, 0},
+    {"expert_choice_select", "40,000 pairs over 40 plan chunks, valid mask", &drv_expert_choice, {1000, 40, 60}, 0,
+     F_VALID, DT_FP32, DEF, 0, 0},
+    {"expert_choice_select", "300 experts", &drv_expert_choice, {40, 300, 5}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"expert_choice_select", "c = N", &drv_expert_choice, {150, 11, 150}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"expert_choice_select", "c = 1", &drv_expert_choice, {150, 11, 1}, 0, F_TIED_ROWS, DT_FP32, DEF, 0, 0},
+    {"expert_choice_select", "one expert", &drv_expert_choice, {150, 1, 20}, 0, F_VALID, DT_FP32, DEF, 0, 0},
+    {"expert_choice_select", "one position", &drv_expert_choice, {1, 5, 1}, 0, 0, DT_FP32, DEF, 0, 0},
     {"expert_choice_gates_backward", "all positions", &drv_expert_choice, {150, 11, 27}, 0, 0, DT_FP32, DEF, 0, 0},
     {"expert_choice_gates_backward", "valid mask", &drv_expert_choice, {150, 11, 27}, 0, F_VALID, DT_FP32, DEF, 0,
      0},
@@ -231,6 +244,15 @@ static const OpCase op_cases[] = {
     {"capacity_drop", "score order, 300 experts, signed gates and -0", &drv_capacity_drop,
      {700, 300, 3, 3, CAPACITY_SCORE}, 0, F_SIGNED, DT_FP32, DEF, 0, 0},
     {"capacity_drop", "position order, 300 experts", &drv_capacity_drop, {700, 300, 3, 3, CAPACITY_POSITION}, 0, 0,
+     DT_FP32, DEF, 0, 0},
+    {"capacity_drop", "score order, gates 1 ulp apart", &drv_capacity_drop, {300, 11, 4, 50, CAPACITY_SCORE}, 0,
+     F_ULP_GATES, DT_FP32, DEF, 0, 0},
+    /* most of 300 experts empty (300 assignments), capacity 1; a capacity above all M assignments */
+    {"capacity_drop", "score order, empty experts, cap 1", &drv_capacity_drop, {100, 300, 3, 1, CAPACITY_SCORE}, 0, 0,
+     DT_FP32, DEF, DEF, 0},
+    {"capacity_drop", "position order, empty experts, cap 1", &drv_capacity_drop, {100, 300, 3, 1, CAPACITY_POSITION},
+     0, F_VALID, DT_FP32, DEF, 0, 0},
+    {"capacity_drop", "capacity above M", &drv_capacity_drop, {200, 11, 4, 801, CAPACITY_POSITION}, 0, F_VALID,
      DT_FP32, DEF, 0, 0},
     {"mask_zero", "100003 values", &drv_mask_zero, {100003}, 0, 0, DT_FP32, DEF, 0, 0},
 };
