@@ -1,14 +1,17 @@
 // CUDA: expert-choice routing's selection and gate backward (formulas in kernels/backend_ops.h; the CPU version in
 // kernels/cpu/cpu_expert_choice.c is the reference these mirror).
 //
-// The selection runs on the device, with nothing read back to the host: every (expert e, position n) pair is an
-// entry i = e N + n with a 64-bit key, ascending in DEScending score S[n, e] (the softmax of routing_key.h, in double,
-// as the CPU's kernels/expert_choice_pick.c), masked positions after every score. KeySort (cuda_key_sort.cu) sorts
-// the N E entries stably by the key's 8 bytes, then by expert: expert e's entries fill sorted positions
-// [e N, (e + 1) N) in descending score, ties to the earlier position (the entry order), which is the CPU's order,
-// and the first c are its picks. Integer passes over exact keys: the picks equal the CPU's wherever the device's exp
-// gives the host's bits (on the emulator, always). 10 passes of O(N E) work each, queued without a synchronisation
-// (before: the logits copied to the host, a qsort per expert there, three copies back).
+// The selection runs on the device, with nothing read back to the host. Every (expert e, position n) pair gets a
+// 64-bit key at key[e N + n], ascending in DEScending score S[n, e] (the softmax of routing_key.h, in double, as the
+// CPU's kernels/expert_choice_pick.c), masked positions after every score. Expert e's picks are its c smallest
+// (key, n) pairs in that order, ties to the earlier position as on the CPU: a total order on exact integers, so
+// the picks equal the CPU's wherever the device's exp gives the host's bits (on the emulator, always). Two paths:
+//   N <= EC_BLOCK_SORT_MAX  one block per expert sorts its N (key, n) pairs in shared memory (a bitonic network
+//                           over the total order): 2 launches per decision;
+//   larger N                KeySort (cuda_key_sort.cu) sorts the N E pairs stably by the key's 8 bytes, then by
+//                           expert (entry order is position order within an expert): 10 passes of O(N E) work,
+//                           about 70 launches per decision.
+// Before, the logits went to the host, a qsort per expert ran there, and three copies came back.
 // The gate backward is two kernels: the scatter of the entry gradients into q[N, E] (an (n, e) pair occurs at most
 // once: no atomics) and the per-row softmax Jacobian.
 #include <cfloat>
@@ -36,6 +39,52 @@ __global__ void k_ec_keys(uint64_t *key, const float *logits, const uint8_t *val
         double mx, sum;
         routing_softmax_stats_f(l, E, &mx, &sum);
         for (int e = 0; e < E; e++) key[(size_t)e * N + n] = ec_score_key(routing_softmax_prob((double)l[e], mx, sum));
+    }
+}
+
+constexpr int EC_BLOCK_SORT_MAX = 2048;  // positions one block sorts: 24 KB of keys and positions in shared memory
+constexpr int EC_BLOCK_THREADS = 1024; // its threads (each compares P / 2 / threads pairs per step)
+static_assert((EC_BLOCK_SORT_MAX & (EC_BLOCK_SORT_MAX - 1)) == 0, "the bitonic network sorts a power of two");
+
+// (key, n) after (key', n')
+__device__ __forceinline__ bool ec_after(uint64_t k, int32_t n, uint64_t k2, int32_t n2) {
+    return k > k2 || (k == k2 && n > n2);
+}
+
+// One block per expert e: its N pairs (key, n), padded to P (a power of two >= N) with pairs after every real one,
+// sorted ascending in shared memory by the bitonic network; the first c are e's picks. A masked key among them means
+// c exceeds the valid positions: as k_ec_pick below.
+__global__ void k_ec_block_pick(int32_t *pos, int32_t *expert, float *gate, const uint64_t *key, int N, int P, int c) {
+    __shared__ uint64_t sk[EC_BLOCK_SORT_MAX];
+    __shared__ int32_t sn[EC_BLOCK_SORT_MAX];
+    const int e = blockIdx.x;
+    const uint64_t *ke = key + (size_t)e * N;
+    for (int i = threadIdx.x; i < P; i += blockDim.x) {
+        sk[i] = i < N ? ke[i] : ~0ULL; // padding: the largest key, and a position above every real one
+        sn[i] = i;
+    }
+    __syncthreads();
+    for (int size = 2; size <= P; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = threadIdx.x; i < P; i += blockDim.x) { // each pair (i, i ^ stride) by the thread of its lower i
+                const int j = i ^ stride;
+                if (j <= i) continue;
+                const bool ascending = (i & size) == 0;
+                if (ec_after(sk[i], sn[i], sk[j], sn[j]) == ascending) {
+                    const uint64_t tk = sk[i];
+                    const int32_t tn = sn[i];
+                    sk[i] = sk[j], sn[i] = sn[j];
+                    sk[j] = tk, sn[j] = tn;
+                }
+            }
+            __syncthreads();
+        }
+    for (int j = threadIdx.x; j < c; j += blockDim.x) {
+        const size_t p = (size_t)e * c + j;
+        const bool masked = sk[j] == EC_MASKED_KEY;
+        pos[p] = masked ? -1 : sn[j];
+        expert[p] = masked ? -1 : e;
+        gate[p] = masked ? 0.0f : (float)ec_key_score(sk[j]);
     }
 }
 
@@ -71,27 +120,48 @@ static void dry_run_spread_picks(int32_t *pos, int32_t *expert, float *gate, int
 void cuda_expert_choice_select(Backend *be, int32_t *pos, int32_t *expert, scalar_t *gate, const scalar_t *logits,
                                const uint8_t *valid, int N, int E, int c) {
     if (N < 1 || E < 1) die("expert_choice_select: N=%d E=%d must be >= 1", N, E);
-    // c above the valid positions (but not above N) is found on the device: k_ec_pick
+    // c above the valid positions (but not above N) is found on the device, by the pick kernels
     if (c < 1 || c > N) die("expert_choice_select: capacity c=%d must be in [1, %d positions]", c, N);
     const long M = (long)E * c, entries = (long)N * E;
     if (entries > INT32_MAX) die("expert_choice_select: %ld (position, expert) pairs exceed int32 entries", entries);
     cuda_weights_written(be, pos, (size_t)M * sizeof(int32_t));
     cuda_weights_written(be, expert, (size_t)M * sizeof(int32_t));
     cuda_weights_written(be, gate, (size_t)M * sizeof(float));
+    const bool in_block = N <= EC_BLOCK_SORT_MAX;
     KeySort ks;
-    key_sort_begin(be, &ks, entries, E);
+    uint64_t *key;
+    if (in_block) {
+        key = (uint64_t *)cuda_scratch(be, SCRATCH_SORT_KEY, (size_t)entries * sizeof(uint64_t));
+    } else {
+        key_sort_begin(be, &ks, entries, E);
+        key = ks.key;
+    }
     // the logits and the mask in, a key per (expert, position) out; the softmax of a row once per position
     LAUNCH(k_ec_keys, grid_for((size_t)N, 128), 128, 0,
            kernel_cost(5.0 * entries, (double)entries * (sizeof(float) + sizeof(uint64_t)) + (valid ? N : 0)))(
-        ks.key, logits, valid, N, E);
+        key, logits, valid, N, E);
     CHECK_LAUNCH();
-    key_sort_by_bytes(be, &ks, 8);
-    key_sort_by_group(be, &ks, nullptr, N, E, false); // entry i's expert is i / N
-    // per entry: its sorted position's order, perm and key in; pos, expert and gate out
-    LAUNCH(k_ec_pick, grid_for((size_t)M, 256), 256, 0,
-           kernel_cost(0, (double)M * (2 * sizeof(int32_t) + sizeof(uint64_t) + 2 * sizeof(int32_t) + sizeof(float))))(
-        pos, expert, gate, ks.cur, ks.pl.perm, ks.key, N, c, M);
-    CHECK_LAUNCH();
+    // per pick: its sorted position's (order, perm and) key in; pos, expert and gate out
+    const double pick_bytes = (double)M * (sizeof(uint64_t) + 2 * sizeof(int32_t) + sizeof(float));
+    if (in_block) {
+        int P = 1;
+        while (P < N) P <<= 1;
+        const int threads = P < EC_BLOCK_THREADS ? P : EC_BLOCK_THREADS;
+        double steps = 0; // compare-exchange steps of the network: log2(P) (log2(P) + 1) / 2
+        for (int size = 2; size <= P; size <<= 1)
+            for (int stride = size >> 1; stride > 0; stride >>= 1) steps++;
+        // every key of the expert in; a compare-exchange per pair and step
+        LAUNCH(k_ec_block_pick, (unsigned)E, (unsigned)threads, 0,
+               kernel_cost((double)E * (P / 2) * steps, (double)entries * sizeof(uint64_t) + pick_bytes))(
+            pos, expert, gate, key, N, P, c);
+        CHECK_LAUNCH();
+    } else {
+        key_sort_by_bytes(be, &ks, 8);
+        key_sort_by_group(be, &ks, nullptr, N, E, false); // entry i's expert is i / N
+        LAUNCH(k_ec_pick, grid_for((size_t)M, 256), 256, 0, kernel_cost(0, pick_bytes + 2.0 * M * sizeof(int32_t)))(
+            pos, expert, gate, ks.cur, ks.pl.perm, ks.key, N, c, M);
+        CHECK_LAUNCH();
+    }
 #ifdef CUDA_EMULATION
     if (emu::dry_run()) dry_run_spread_picks(pos, expert, gate, N, E, c);
 #endif

@@ -145,6 +145,43 @@ START_TEST(test_routing_plan_bad_expert_dies) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- balance statistics: the grid's chunk limit */
+/* More than 65,535 chunks of BALANCE_CHUNK = 256 positions per output group (the grid's y limit) stop each balance op
+ * with a message naming it, before any work: the inputs are one-element stand-ins. Child mode: --balance-grid OP. */
+#define GRID_OVER_T (65535 * 256 + 1) /* one position too many */
+static int balance_grid_child(const char *op) {
+    char err[256];
+    Backend *be = backend_create("cuda", err, sizeof err);
+    if (!be) {
+        fprintf(stderr, "child: %s\n", err);
+        return 2;
+    }
+    scalar_t *l = be->alloc(be, sizeof(scalar_t));
+    int32_t *sel = be->alloc(be, sizeof(int32_t));
+    if (!strcmp(op, "switch_balance"))
+        be->switch_balance(be, NULL, l, sel, NULL, 1, GRID_OVER_T, 1, 1, 1, 1.0f);
+    else if (!strcmp(op, "seq_balance"))
+        be->seq_balance(be, NULL, l, sel, NULL, 1, GRID_OVER_T, 1, 1, ROUTER_SOFTMAX, 1.0f);
+    else if (!strcmp(op, "entropy_reg"))
+        be->entropy_reg(be, NULL, l, NULL, 1, 1, GRID_OVER_T, 1, 1, 1.0f);
+    else
+        return 2;
+    fprintf(stderr, "child: %s returned\n", op);
+    return 0;
+}
+
+START_TEST(test_balance_grid_limit_dies) {
+    static const char *const ops[] = {"switch_balance", "seq_balance", "entropy_reg"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        char args[64], want[160];
+        snprintf(args, sizeof args, "--balance-grid %s", ops[i]);
+        snprintf(want, sizeof want, "%s: %d positions per group make 65536 chunks of 256, over the grid's limit of 65535",
+                 ops[i], GRID_OVER_T);
+        expect_child(args, 1, want);
+    }
+}
+END_TEST
+
 /* ---------------------------------------------------------------- the registered weights' bf16 copy */
 /* Weights laid out for every use below: [WE=3, WK=16, WN=8] as cvmm's W, [WK=16, 24] as a matmul operand. */
 enum { WE = 3, WK = 16, WN = 8, WROWS = 16, WCOLS = 24, NWT = WE * WK * WN };
