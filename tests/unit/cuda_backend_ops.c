@@ -437,6 +437,7 @@ static Suite *suite(void) {
     tcase_add_test(checks, test_attention_options_rejected);
     tcase_add_test(checks, test_routing_plan_bad_expert_dies);
     tcase_add_test(checks, test_balance_grid_limit_dies);
+    tcase_add_test(checks, test_expert_choice_c_over_valid);
     tcase_add_test(checks, test_weights_bf16_copy_follows_writes);
     tcase_add_test(checks, test_weights_bf16_copy_stale_is_caught);
     suite_add_tcase(s, checks);
