@@ -145,11 +145,13 @@ BACKEND_OP(void, expert_count, (Backend *be, int64_t *counts, const int32_t *sel
 /* ---- expert-choice routing (Zhou et al. 2022, arXiv 2202.09368 §3.1; model.routing "expert_choice") ----
  * logits[N,E]: one routing decision's router logits; S[n,e] = softmax over the E experts of row n, in double.
  * expert_choice_select: each expert e takes the c positions n with valid[n] != 0 (valid[N], NULL = all) of largest
- * S[n,e], in descending score, ties to the earlier position (kernels/expert_choice_pick.c, shared by the backends):
- * entry p = e*c + j holds pos[p] = n, expert[p] = e and gate[p] = S[n,e] (pos, expert, gate: [E*c]). The entries
- * are grouped by expert, so routing_plan over expert[] is the identity permutation. Needs 1 <= c <= the number of
- * valid positions (every entry a distinct real position of its expert); dies otherwise. A position may be taken by
- * 0..E experts. */
+ * S[n,e], in descending score, ties to the earlier position (the CPU's kernels/expert_choice_pick.c; the CUDA
+ * backend selects on the device in the same order): entry p = e*c + j holds pos[p] = n, expert[p] = e and
+ * gate[p] = S[n,e] (pos, expert, gate: [E*c]). The entries are grouped by expert, so routing_plan over expert[] is
+ * the identity permutation. Needs 1 <= c <= the number of valid positions (every entry a distinct real position of
+ * its expert); dies otherwise (CUDA dies on c > N at once; a c above the valid positions, which it finds on the
+ * device without a copy back, gives those entries pos and expert -1, which the routing_plan over expert[] that
+ * follows the selection dies on). A position may be taken by 0..E experts. */
 BACKEND_OP(void, expert_choice_select, (Backend *be, int32_t *pos, int32_t *expert, scalar_t *gate,
                                         const scalar_t *logits, const uint8_t *valid, int N, int E, int c))
 /* expert_choice_gates_backward: dlogits[N,E] += the gradient of sum_p dgate[p] * gate[p] through the softmax, for the

@@ -1,30 +1,28 @@
 /* Expert-choice selection (Zhou et al. 2022, arXiv 2202.09368 §3.1: each expert takes its top-c tokens of the
- * token-to-expert score matrix S = softmax(X W_g)), one definition for both backends; see expert_choice_pick.h. */
+ * token-to-expert score matrix S = softmax(X W_g)): the CPU backend's; see expert_choice_pick.h. The scores use
+ * routing_key.h's softmax, which the CUDA backend's selection on the device (cuda_expert_choice.cu) shares. */
 #include "kernels/expert_choice_pick.h"
 
-#include <float.h>
-#include <math.h>
 #include <stdlib.h>
 
+#include "kernels/routing_key.h"
 #include "pipeline/base/log.h"
 
 void expert_choice_scores_f(double *score, const float *logits, int N, int E) {
     for (long n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * E;
-        double mx = -DBL_MAX, s = 0;
-        for (int e = 0; e < E; e++) mx = (double)l[e] > mx ? (double)l[e] : mx;
-        for (int e = 0; e < E; e++) s += exp((double)l[e] - mx);
-        for (int e = 0; e < E; e++) score[(size_t)n * E + e] = exp((double)l[e] - mx) / s;
+        double mx, s;
+        routing_softmax_stats_f(l, E, &mx, &s);
+        for (int e = 0; e < E; e++) score[(size_t)n * E + e] = routing_softmax_prob((double)l[e], mx, s);
     }
 }
 
 void expert_choice_scores_d(double *score, const double *logits, int N, int E) {
     for (long n = 0; n < N; n++) {
         const double *l = logits + (size_t)n * E;
-        double mx = -DBL_MAX, s = 0;
-        for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
-        for (int e = 0; e < E; e++) s += exp(l[e] - mx);
-        for (int e = 0; e < E; e++) score[(size_t)n * E + e] = exp(l[e] - mx) / s;
+        double mx, s;
+        routing_softmax_stats_d(l, E, &mx, &s);
+        for (int e = 0; e < E; e++) score[(size_t)n * E + e] = routing_softmax_prob(l[e], mx, s);
     }
 }
 

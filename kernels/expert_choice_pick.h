@@ -1,5 +1,5 @@
-/* The selection of expert-choice routing (backend_ops.h, expert_choice_select), shared by the backends so that both
- * pick the same positions: the CUDA backend runs it on the host over the downloaded logits. */
+/* The selection of expert-choice routing (backend_ops.h, expert_choice_select) on the host: the CPU backend's, the
+ * reference of the CUDA backend's selection on the device (cuda_expert_choice.cu, the same scores and tie-break). */
 #ifndef KERNELS_EXPERT_CHOICE_PICK_H
 #define KERNELS_EXPERT_CHOICE_PICK_H
 

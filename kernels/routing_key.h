@@ -31,10 +31,14 @@ ROUTING_KEY_FN void routing_softmax_stats_d(const double *l, int E, double *mx_o
     *sum_out = s;
 }
 
+/* The softmax probability of one logit from its row's stats (also expert-choice routing's score, expert_choice_pick.c
+ * and cuda_expert_choice.cu). */
+ROUTING_KEY_FN double routing_softmax_prob(double logit, double mx, double sum) { return exp(logit - mx) / sum; }
+
 /* softmax != 0: the softmax score from the row's stats; else the sigmoid. has_bias == 0: the logit itself. */
 ROUTING_KEY_FN double routing_key(double logit, int has_bias, double bias, int softmax, double mx, double sum) {
     if (!has_bias) return logit;
-    double score = softmax ? exp(logit - mx) / sum : 1.0 / (1.0 + exp(-logit));
+    double score = softmax ? routing_softmax_prob(logit, mx, sum) : 1.0 / (1.0 + exp(-logit));
     return score + bias;
 }
 

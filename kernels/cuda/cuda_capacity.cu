@@ -3,18 +3,17 @@
 //
 // capacity_drop ranks each expert's assignments in the admission order by stable sorts, so the whole decision is
 // O(M) passes for M = N k assignments (before, every assignment compared itself with all others: O(M^2), seconds per
-// step at the paper's size). The sorts are the routing plan's stable counting sort (cuda_cvmm_plan.cu) used as a
-// radix pass: a plan over small integer keys is a stable sort by them. Starting from the assignments in entry order
-// p = n k + j:
+// step at the paper's size). The sorts are KeySort's radix passes over the routing plan's stable counting sort
+// (cuda_key_sort.cu). Starting from the assignments in entry order p = n k + j:
 //   CAPACITY_POSITION  one pass by the slot j: then (j, n) ascending, the admission order;
 //   CAPACITY_SCORE     four passes by the bytes of the gate's descending key, least significant first: then gate
 //                      descending, ties in entry order (the lower position: an expert holds a token in one slot);
 // then one pass by the expert: expert e's assignments sit at sorted positions [offset[e], offset[e+1]) in admission
 // order, so an assignment's rank is its sorted position minus offset[e], and it is kept iff that is below cap. All
-// integer work: the decision equals the CPU reference's exactly, and repeats bit for bit. Each pass reads its
-// offsets back to the host (the plan's one sync): 2 syncs per decision by position, 5 by score.
-#include <vector>
-
+// integer work: the decision equals the CPU reference's exactly, and repeats bit for bit. The key passes read
+// nothing back; the pass by expert reads its offsets back, as every routing plan does, to die on an expert id
+// outside [0, E) as the CPU reference does: 1 host synchronisation per decision (it was one per pass: 2 by position,
+// 5 by score).
 #include "kernels/cuda/cuda_common.cuh" // the ops, routing_plan among them (cuda_routing_plan)
 
 // The gate's key, ascending in gate DEScending order (the float's bits made order-preserving, then inverted);
@@ -25,28 +24,10 @@ __device__ __forceinline__ uint32_t capacity_gate_key(float g) {
     return ~u;
 }
 
-// The assignments in entry order, and their pass-1 keys: the slot j (position order) or the gate's key (score order).
-__global__ void k_capacity_start(int32_t *order, uint32_t *key, const float *gate, long M, int k, int score) {
-    for (long p = blockIdx.x * (long)blockDim.x + threadIdx.x; p < M; p += (long)gridDim.x * blockDim.x) {
-        order[p] = (int32_t)p;
-        key[p] = score ? capacity_gate_key(gate[p]) : (uint32_t)(p % k);
-    }
-}
-
-// ids[m] = the pass's bucket of the assignment at position m of the current order: byte `byte` of its key, its key
-// (byte < 0), or its expert (by_expert).
-__global__ void k_capacity_ids(int32_t *ids, const int32_t *order, const uint32_t *key, const int32_t *sel, long M,
-                               int byte, int by_expert) {
-    for (long m = blockIdx.x * (long)blockDim.x + threadIdx.x; m < M; m += (long)gridDim.x * blockDim.x) {
-        const int32_t p = order[m];
-        ids[m] = by_expert ? sel[p] : byte < 0 ? (int32_t)key[p] : (int32_t)((key[p] >> (8 * byte)) & 0xffu);
-    }
-}
-
-// next[m] = cur[perm[m]]: the order after a stable pass.
-__global__ void k_capacity_permute(int32_t *next, const int32_t *cur, const int32_t *perm, long M) {
-    for (long m = blockIdx.x * (long)blockDim.x + threadIdx.x; m < M; m += (long)gridDim.x * blockDim.x)
-        next[m] = cur[perm[m]];
+// Each assignment's key for the first passes: the slot j (position order) or the gate's key (score order).
+__global__ void k_capacity_keys(uint64_t *key, const float *gate, long M, int k, int score) {
+    for (long p = blockIdx.x * (long)blockDim.x + threadIdx.x; p < M; p += (long)gridDim.x * blockDim.x)
+        key[p] = score ? capacity_gate_key(gate[p]) : (uint64_t)(p % k);
 }
 
 // The last pass (by expert) done: sorted position m holds assignment order[perm[m]] of expert e; its rank is
@@ -74,30 +55,6 @@ __global__ void k_capacity_apply(float *gate, unsigned long long *counts, unsign
     }
 }
 
-// One stable pass by a bucket of each assignment in the current order cur (k_capacity_ids' byte / by_expert, values
-// < n_buckets): its ids, then a routing plan over them in the plan memory of `pl`.
-static void capacity_plan(Backend *be, RoutingPlan *pl, int32_t *ids, const int32_t *cur, const uint32_t *key,
-                          const int32_t *sel, long M, int byte, int by_expert, int n_buckets) {
-    // the order and its keys (or experts) in, the pass ids out
-    LAUNCH(k_capacity_ids, grid_for((size_t)M, 256), 256, 0, kernel_cost(0, 3.0 * M * sizeof(int32_t)))(
-        ids, cur, key, sel, M, byte, by_expert);
-    CHECK_LAUNCH();
-    cuda_routing_plan(be, pl, ids, (int)M, n_buckets);
-}
-
-// A key pass: capacity_plan, then cur reordered into next (the two order buffers swap).
-static void capacity_key_pass(Backend *be, RoutingPlan *pl, int32_t *ids, int32_t **cur, int32_t **next,
-                              const uint32_t *key, const int32_t *sel, long M, int byte, int n_buckets) {
-    capacity_plan(be, pl, ids, *cur, key, sel, M, byte, 0, n_buckets);
-    // the order and perm in, the next order out
-    LAUNCH(k_capacity_permute, grid_for((size_t)M, 256), 256, 0, kernel_cost(0, 3.0 * M * sizeof(int32_t)))(
-        *next, *cur, pl->perm, M);
-    CHECK_LAUNCH();
-    int32_t *t = *cur;
-    *cur = *next;
-    *next = t;
-}
-
 void cuda_capacity_drop(Backend *be, uint8_t *dropped, scalar_t *gate, int64_t *counts, int64_t *n_dropped,
                         const int32_t *sel, const uint8_t *valid, int N, int E, int k, int cap, CapacityOrder order) {
     if (N < 0 || E < 1 || k < 1 || k > E) die("capacity_drop: bad shape N=%d E=%d k=%d", N, E, k);
@@ -111,38 +68,22 @@ void cuda_capacity_drop(Backend *be, uint8_t *dropped, scalar_t *gate, int64_t *
     if (counts) cuda_weights_written(be, counts, (size_t)E * sizeof(int64_t));
     if (n_dropped) cuda_weights_written(be, n_dropped, sizeof(int64_t));
     const int score = order == CAPACITY_SCORE;
-    const int max_buckets = E > 256 ? E : 256;
-    // Scratch (cuda_common.cuh, SCRATCH_CAP_*): the pass plan's perm | inv, its offset | group list, two order
-    // buffers, the keys and the pass ids.
-    RoutingPlan pl = {};
-    pl.max_entries = (int)M;
-    pl.max_experts = max_buckets;
-    int32_t *pi = (int32_t *)cuda_scratch(be, SCRATCH_CAP_PLAN_PERM_INV, (size_t)2 * M * sizeof(int32_t));
-    pl.perm = pi, pl.inv = pi + M;
-    int32_t *og = (int32_t *)cuda_scratch(be, SCRATCH_CAP_PLAN_OFFSETS, (2 * (size_t)max_buckets + 1) * sizeof(int32_t));
-    pl.offset = og, pl.group_expert = og + max_buckets + 1;
-    std::vector<int32_t> host_offset((size_t)max_buckets + 1);
-    pl.host_offset = host_offset.data();
-    int32_t *cur = (int32_t *)cuda_scratch(be, SCRATCH_CAP_ORDER, (size_t)M * sizeof(int32_t));
-    int32_t *next = (int32_t *)cuda_scratch(be, SCRATCH_CAP_ORDER_NEXT, (size_t)M * sizeof(int32_t));
-    uint32_t *key = (uint32_t *)cuda_scratch(be, SCRATCH_CAP_KEY, (size_t)M * sizeof(uint32_t));
-    int32_t *ids = (int32_t *)cuda_scratch(be, SCRATCH_CAP_IDS, (size_t)M * sizeof(int32_t));
-
-    // the gates in (score order), the entry order and the keys out
-    LAUNCH(k_capacity_start, grid_for((size_t)M, 256), 256, 0,
-           kernel_cost(0, (double)M * ((score ? sizeof(float) : 0) + 2 * sizeof(int32_t))))(cur, key, gate, M, k,
-                                                                                             score);
+    KeySort ks;
+    key_sort_begin(be, &ks, M, E);
+    // the gates in (score order), a key per assignment out
+    LAUNCH(k_capacity_keys, grid_for((size_t)M, 256), 256, 0,
+           kernel_cost(0, (double)M * ((score ? sizeof(float) : 0) + sizeof(uint64_t))))(ks.key, gate, M, k, score);
     CHECK_LAUNCH();
-    // the key passes (position: the whole key, the slot; score: its four bytes, least significant first), then the
-    // pass by expert, whose plan gives the ranks
+    // the key passes (position: the slot, one pass; score: the key's four bytes), then the checked pass by expert,
+    // whose plan gives the ranks
     if (score)
-        for (int byte = 0; byte < 4; byte++) capacity_key_pass(be, &pl, ids, &cur, &next, key, sel, M, byte, 256);
+        key_sort_by_bytes(be, &ks, 4);
     else
-        capacity_key_pass(be, &pl, ids, &cur, &next, key, sel, M, -1, k);
-    capacity_plan(be, &pl, ids, cur, key, sel, M, -1, 1, E);
+        key_sort_by_key(be, &ks, k);
+    key_sort_by_group(be, &ks, sel, 0, E, true);
     // the final order, perm, offsets and experts in, a byte per assignment out
     LAUNCH(k_capacity_mark, grid_for((size_t)M, 256), 256, 0, kernel_cost(0, (double)M * (4 * sizeof(int32_t) + 1)))(
-        dropped, cur, pl.perm, pl.offset, sel, M, cap);
+        dropped, ks.cur, ks.pl.perm, ks.pl.offset, sel, M, cap);
     CHECK_LAUNCH();
     static_assert(sizeof(unsigned long long) == sizeof(int64_t), "int64 counts as CUDA's 64-bit atomics");
     // the decision, the ids and the gates in, the gates out, an 8-byte counter updated per assignment

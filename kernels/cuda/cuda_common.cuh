@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <vector>
 
 #ifdef CUDA_EMULATION // the CPU emulator used where no GPU exists (kernels/cuda/emu/cuda_emu.h says what it checks)
 #include "kernels/cuda/emu/cuda_emu.h"
@@ -107,14 +108,15 @@ enum {
     SCRATCH_CVMM_DY_BF16 = 6,   // bf16[M, Nout]: the sorted output gradients' bf16 copy (bf16 mode, backward)
     SCRATCH_CVMM_W_BF16 = 7,    // bf16[E, Kin, Nout]: W converted, when it is not part of the registered weights
 };
-// capacity_drop (cuda_capacity.cu; it runs routing_plan inside, so not buffers 0 and 1); M = N k assignments
+// The device-side stable sorts (cuda_key_sort.cu) inside capacity_drop and expert_choice_select (they run
+// routing_plan inside, so not buffers 0 and 1); M entries
 enum {
-    SCRATCH_CAP_PLAN_PERM_INV = 2, // int32_t[2M]: the pass plan's perm | inv
-    SCRATCH_CAP_PLAN_OFFSETS = 3,  // int32_t[2 max(E, 256) + 1]: the pass plan's offset | group list
-    SCRATCH_CAP_ORDER = 4,         // int32_t[M]: the assignments in the current order
-    SCRATCH_CAP_ORDER_NEXT = 5,    // int32_t[M]: the order after the next pass
-    SCRATCH_CAP_KEY = 6,           // uint32_t[M]: each assignment's key (slot, or the gate's descending key)
-    SCRATCH_CAP_IDS = 7,           // int32_t[M]: each position's bucket in the current pass
+    SCRATCH_SORT_PLAN_PERM_INV = 2, // int32_t[2M]: the pass plan's perm | inv
+    SCRATCH_SORT_PLAN_OFFSETS = 3,  // int32_t[2 max(buckets, 256) + 1]: the pass plan's offset | group list
+    SCRATCH_SORT_ORDER = 4,         // int32_t[M]: the entries in the current order
+    SCRATCH_SORT_ORDER_NEXT = 5,    // int32_t[M]: the order after the next pass
+    SCRATCH_SORT_KEY = 6,           // uint64_t[M]: each entry's key
+    SCRATCH_SORT_IDS = 7,           // int32_t[M]: each position's bucket in the current pass
 };
 // matmul (cuda_dense.cu), bf16 mode: an operand converted when it is not part of the registered weights
 enum { SCRATCH_MATMUL_A_BF16 = 8 /* bf16[M, K] */, SCRATCH_MATMUL_B_BF16 = 9 /* bf16[K, N] */ };
@@ -163,8 +165,14 @@ enum {
 // left most of the GPU idle. They are split into chunks of BALANCE_CHUNK positions: one block per (output group, chunk)
 // writes each chunk's partial sums (positions in order), and a second pass adds the chunks in chunk order, so the
 // result is deterministic (the same bits on every run).
+// The chunks are the grid's y dimension, at most 65,535 (BALANCE_CHUNK x 65,535 = 16,776,960 positions per output
+// group): balance_grid checks both dimensions and dies naming the op and the sizes (cuda_balance_chunks.cu).
 #define BALANCE_CHUNK 256
 static inline long balance_chunks(long n) { return n > 0 ? (n + BALANCE_CHUNK - 1) / BALANCE_CHUNK : 1; }
+// The first pass's grid: dim3(groups, balance_chunks(positions)); op names the caller in the message.
+dim3 balance_grid(const char *op, long groups, long positions);
+// The second pass: f[i] = sum of f_part[c, i] and P[i] = sum of P_part[c, i] over the chunks c in order (i < n).
+void balance_chunk_sums(double *f, double *P, const double *f_part, const double *P_part, long chunks, size_t n);
 
 // Pinned host buffers.
 enum {
@@ -244,6 +252,34 @@ static inline void count_traffic(const char *kind, size_t bytes) {
     (void)kind, (void)bytes;
 #endif
 }
+
+// ---- stable sorts on the device (cuda_key_sort.cu), for capacity_drop and expert_choice_select ----
+// The routing plan's stable counting sort used as radix passes: entries 0..M-1, in the order cur (cur[m] = the entry
+// at position m), re-sorted stably by one bucket per entry per pass, with nothing read back to the host between
+// passes. Integer work only: exact and run-to-run identical.
+struct KeySort {
+    long M;
+    int32_t *cur, *next; // [M]: the entries in the current order; the order after the next pass
+    int32_t *ids;        // [M]: each position's bucket in the current pass
+    uint64_t *key;       // [M]: each entry's key, written by the caller after key_sort_begin
+    RoutingPlan pl;      // the last pass's plan (perm, offset on the device)
+    std::vector<int32_t> host_offset; // the checked last pass's offsets (key_sort_by_group)
+};
+// Scratch (SCRATCH_SORT_*) for M entries (1 <= M <= INT32_MAX) and passes of up to max(max_buckets, 256) buckets;
+// cur = the entry order 0..M-1 (one launch).
+void key_sort_begin(Backend *be, KeySort *ks, long M, int max_buckets);
+// LSD passes by bytes 0..n_bytes-1 of key, least significant first: then ascending key, ties in the earlier order.
+void key_sort_by_bytes(Backend *be, KeySort *ks, int n_bytes);
+// One pass by the whole key (every key < n_buckets).
+void key_sort_by_key(Backend *be, KeySort *ks, int n_buckets);
+// The last pass, by a group of each entry: group[p] or, with group NULL, p / per_group. It leaves cur as it was:
+// sorted position m holds entry cur[pl.perm[m]], and group g occupies [pl.offset[g], pl.offset[g + 1]). checked:
+// the plan is cuda_routing_plan's, which reads the offsets back (one synchronisation) and dies on a group outside
+// [0, n_groups) (ids that come from outside); else groups must be in range and nothing is read back.
+void key_sort_by_group(Backend *be, KeySort *ks, const int32_t *group, int per_group, int n_groups, bool checked);
+// cuda_routing_plan up to the device arrays (perm, inv, offset, group_expert), without the host copy (host_offset
+// and n_groups are left alone) and without reporting ids outside [0, n_buckets) (the caller's are in range).
+void cuda_routing_plan_on_device(Backend *be, RoutingPlan *pl, const int32_t *ids, int M, int n_buckets);
 
 // ---- launch helpers ----
 static inline unsigned grid_for(size_t n, unsigned block) {

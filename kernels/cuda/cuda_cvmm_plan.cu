@@ -13,7 +13,8 @@
 //   4. k_plan_scatter  perm[base[e, c] + rank] = p and inv[p] = base[e, c] + rank, rank = earlier entries of e in c
 // The host copies offsets + the bad-entry record (E + 3 ints) into the plan's host_offset: it needs the offsets for
 // the GEMM sizes, and that copy is the only synchronisation of a routing decision (one per plan; the cvmm calls that
-// share the plan add none). Cost on a GPU: each step is one pass over the M ids per owning thread
+// share the plan add none). cuda_routing_plan_on_device stops before the copy: the device-side sorts of
+// cuda_key_sort.cu, whose buckets are in range by construction and whose offsets no host code needs. Cost on a GPU: each step is one pass over the M ids per owning thread
 // group (tens of microseconds for M = 524,288, E = 387), against ~2 ms of host sorting before.
 #include <cstring>
 #include <vector>
@@ -219,7 +220,8 @@ static void dry_run_balanced_info(std::vector<int32_t> &info, int M, int E) {
     info[(size_t)E + 2] = 0;
 }
 #endif
-void cuda_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, int n_experts) {
+// Steps 1-4 into the plan's device arrays; returns the info record [E + 3] the host may copy (NULL when M == 0).
+static const int32_t *plan_build(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, int n_experts) {
     routing_plan_check_args(pl, M, n_experts);
     const int E = n_experts;
     cuda_weights_written(be, pl->perm, (size_t)M * sizeof(int32_t));
@@ -229,10 +231,9 @@ void cuda_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, 
     pl->M = M;
     pl->n_experts = E;
     pl->n_groups = 0;
-    if (M == 0) { // no device work beyond clearing the offsets (no copy back: the host knows them)
+    if (M == 0) { // no device work beyond clearing the offsets
         CHECK_CUDA(cudaMemsetAsync(pl->offset, 0, ((size_t)E + 1) * sizeof(int32_t), 0));
-        memset(pl->host_offset, 0, ((size_t)E + 1) * sizeof(int32_t));
-        return;
+        return nullptr;
     }
 
     int n_chunks = (M + PLAN_CHUNK - 1) / PLAN_CHUNK;
@@ -261,7 +262,16 @@ void cuda_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, 
            kernel_cost(plan_walks(M, E), (3.0 * M + cells) * sizeof(int32_t)))(pl->perm, pl->inv, base, sel, M, E,
                                                                                n_chunks);
     CHECK_LAUNCH();
+    return info;
+}
 
+void cuda_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, int n_experts) {
+    const int E = n_experts;
+    const int32_t *info = plan_build(be, pl, sel, M, n_experts);
+    if (!info) { // M == 0: the host knows the offsets
+        memset(pl->host_offset, 0, ((size_t)E + 1) * sizeof(int32_t));
+        return;
+    }
     std::vector<int32_t> host((size_t)E + 3);
     CHECK_CUDA(cudaMemcpy(host.data(), info, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost)); // the sync
 #ifdef CUDA_EMULATION
@@ -272,4 +282,8 @@ void cuda_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, 
     if (host[(size_t)E] != M) die("routing_plan: %d of %d entries placed (internal error)", host[(size_t)E], M);
     memcpy(pl->host_offset, host.data(), ((size_t)E + 1) * sizeof(int32_t));
     for (int e = 0; e < E; e++) pl->n_groups += pl->host_offset[e + 1] > pl->host_offset[e];
+}
+
+void cuda_routing_plan_on_device(Backend *be, RoutingPlan *pl, const int32_t *ids, int M, int n_buckets) {
+    plan_build(be, pl, ids, M, n_buckets);
 }

@@ -285,6 +285,7 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     cuda_weights_written(be, dlogits, (size_t)R * B * T * G * E * sizeof(float));
     long rows = (long)R * B * T * G;
     size_t n_logits = (size_t)rows * E;
+    const dim3 grid = balance_grid("entropy_reg", (long)B * G, (long)R * T); // checked before any work
     // counts per sequence on the host (the mask is B*T bytes)
     std::vector<double> cnt(B > 0 ? B : 1, 0.0);
     int n_seq = 0;
@@ -313,7 +314,7 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     CHECK_LAUNCH();
     const long chunks = balance_chunks((long)R * T);
     double *d_part = (double *)cuda_scratch(be, SCRATCH_EREG_PARTIAL, (size_t)chunks * B * G * E * sizeof(double));
-    LAUNCH(k_pbar_part, dim3((unsigned)(B * G), (unsigned)chunks), 128, 0, pbar_part_cost(R, B, T, G, E, chunks))(
+    LAUNCH(k_pbar_part, grid, 128, 0, pbar_part_cost(R, B, T, G, E, chunks))(
         d_part, logits, d_lse, valid, R, B, T, G, E);
     CHECK_LAUNCH();
     LAUNCH(k_pbar, B * G, 128, 128 * sizeof(double), pbar_cost(B, G, E, chunks))(d_logpbar, d_H, d_part, chunks, d_cnt,
@@ -356,20 +357,6 @@ __global__ void k_switch_stats_part(double *f_part, double *P_part, const float 
     }
 }
 
-// One thread per (g, e): the chunks' partial sums added in chunk order.
-__global__ void k_switch_stats(double *f, double *P, const double *f_part, const double *P_part, long chunks,
-                               size_t GE) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= GE) return;
-    double load = 0, prob = 0;
-    for (long c = 0; c < chunks; c++) {
-        load += f_part[(size_t)c * GE + i];
-        prob += P_part[(size_t)c * GE + i];
-    }
-    f[i] = load;
-    P[i] = prob;
-}
-
 // One warp per row (t,g): dl = factor * p (f - sum_i f_i p_i) at valid positions, 0 elsewhere. f is normalised.
 __global__ void k_switch_grad(float *dlogits, const float *logits, const double *lse, const double *f,
                               const uint8_t *valid, long rows, int G, int E, double factor) {
@@ -399,6 +386,7 @@ double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logit
     cuda_weights_written(be, dlogits, (size_t)B * T * G * E * sizeof(float));
     long N = (long)B * T, rows = N * G;
     size_t GE = (size_t)G * E;
+    const dim3 grid = balance_grid("switch_balance", G, N); // checked before any work
     long n = N;
     if (valid && N > 0) {
         uint8_t *hv = (uint8_t *)cuda_host_scratch(be, HOST_SCRATCH_VALID_MASK, (size_t)N);
@@ -419,16 +407,13 @@ double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logit
     const long chunks = balance_chunks(N);
     double *d_f_part = (double *)cuda_scratch(be, SCRATCH_SWB_LOAD_PARTIAL, (size_t)chunks * GE * sizeof(double));
     double *d_P_part = (double *)cuda_scratch(be, SCRATCH_SWB_PROB_PARTIAL, (size_t)chunks * GE * sizeof(double));
-    LAUNCH(k_switch_stats_part, dim3((unsigned)G, (unsigned)chunks), 128, 0,
+    LAUNCH(k_switch_stats_part, grid, 128, 0,
            kernel_cost((double)rows * E * (k + 3), (double)rows * (E * sizeof(float) + k * sizeof(int32_t) +
                                                                   sizeof(double)) +
                                                        2.0 * chunks * GE * sizeof(double)))(
         d_f_part, d_P_part, logits, d_lse, sel, valid, N, G, E, k);
     CHECK_LAUNCH();
-    LAUNCH(k_switch_stats, grid_for(GE, 256), 256, 0,
-           kernel_cost(2.0 * chunks * GE, (2.0 * chunks * GE + 2.0 * GE) * sizeof(double)))(d_f, d_P, d_f_part,
-                                                                                           d_P_part, chunks, GE);
-    CHECK_LAUNCH();
+    balance_chunk_sums(d_f, d_P, d_f_part, d_P_part, chunks, GE);
     std::vector<double> f(GE), P(GE);
     CHECK_CUDA(cudaMemcpy(f.data(), d_f, GE * sizeof(double), cudaMemcpyDeviceToHost));
     CHECK_CUDA(cudaMemcpy(P.data(), d_P, GE * sizeof(double), cudaMemcpyDeviceToHost));

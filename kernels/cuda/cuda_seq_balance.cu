@@ -62,20 +62,6 @@ __global__ void k_seqb_stats_part(double *f_part, double *P_part, const float *l
     }
 }
 
-// One thread per (b, e): the chunks' partial sums added in chunk order.
-__global__ void k_seqb_stats(double *f, double *P, const double *f_part, const double *P_part, long chunks,
-                             size_t BE) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= BE) return;
-    double load = 0, prob = 0;
-    for (long c = 0; c < chunks; c++) {
-        load += f_part[(size_t)c * BE + i];
-        prob += P_part[(size_t)c * BE + i];
-    }
-    f[i] = load;
-    P[i] = prob;
-}
-
 // One thread per row: dl_e += factor_b * w_e * (f_e - sum_i f_i s'_i) at counted positions (f normalised)
 __global__ void k_seqb_grad(float *dlogits, const float *logits, const double *norm, const double *f,
                             const double *factor, const uint8_t *valid, long rows, int T, int E, int softmax) {
@@ -101,6 +87,7 @@ double cuda_seq_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     const int softmax = kind == ROUTER_SOFTMAX;
     const long rows = (long)B * T;
     if (rows == 0) return 0.0;
+    const dim3 grid = balance_grid("seq_balance", B, T); // checked before any work
     std::vector<long> n((size_t)B, (long)T);
     if (valid) {
         uint8_t *hv = (uint8_t *)cuda_host_scratch(be, HOST_SCRATCH_VALID_MASK, (size_t)rows);
@@ -124,16 +111,13 @@ double cuda_seq_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     const long chunks = balance_chunks(T);
     double *d_f_part = (double *)cuda_scratch(be, SCRATCH_SEQB_LOAD_PARTIAL, (size_t)chunks * BE * sizeof(double));
     double *d_P_part = (double *)cuda_scratch(be, SCRATCH_SEQB_PROB_PARTIAL, (size_t)chunks * BE * sizeof(double));
-    LAUNCH(k_seqb_stats_part, dim3((unsigned)B, (unsigned)chunks), 128, 0,
+    LAUNCH(k_seqb_stats_part, grid, 128, 0,
            kernel_cost((double)rows * E * (k + 4), (double)rows * (E * sizeof(float) + k * sizeof(int32_t) +
                                                                   sizeof(double)) +
                                                        2.0 * chunks * BE * sizeof(double)))(
         d_f_part, d_P_part, logits, d_norm, sel, valid, B, T, E, k, softmax);
     CHECK_LAUNCH();
-    LAUNCH(k_seqb_stats, grid_for(BE, 256), 256, 0,
-           kernel_cost(2.0 * chunks * BE, (2.0 * chunks * BE + 2.0 * BE) * sizeof(double)))(d_f, d_P, d_f_part,
-                                                                                           d_P_part, chunks, BE);
-    CHECK_LAUNCH();
+    balance_chunk_sums(d_f, d_P, d_f_part, d_P_part, chunks, BE);
     std::vector<double> f(BE), P(BE), factor((size_t)B);
     CHECK_CUDA(cudaMemcpy(f.data(), d_f, BE * sizeof(double), cudaMemcpyDeviceToHost));
     CHECK_CUDA(cudaMemcpy(P.data(), d_P, BE * sizeof(double), cudaMemcpyDeviceToHost));

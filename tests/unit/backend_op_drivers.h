@@ -21,6 +21,8 @@ enum {
     F_IN_SORTED = 1 << 8,  /* cvmm order CVMM_IN_SORTED */
     F_OUT_SORTED = 1 << 9, /* cvmm order CVMM_OUT_SORTED */
     F_SIGNED = 1 << 10,    /* capacity_drop: gates of both signs, -0 and +0 among them */
+    F_ULP_GATES = 1 << 12, /* capacity_drop: gates 0.5 plus 0..5 ulps, so their keys differ in the lowest byte only */
+    F_TIED_ROWS = 1 << 11, /* expert_choice: every logit row one of 4, so each expert's scores tie across positions */
 };
 static int cvmm_order_of(unsigned flags) {
     return (flags & F_IN_SORTED ? CVMM_IN_SORTED : 0) | (flags & F_OUT_SORTED ? CVMM_OUT_SORTED : 0);
@@ -242,6 +244,16 @@ static void run_capacity_drop(OpRun *r, const OpCase *c) {
     Routing t = routing_setup(r, &one);
     scalar_t *hg = ktu_scalars(t.ns);
     for (size_t i = 0; i < t.ns; i++) {
+        if (c->flags & F_ULP_GATES) {
+            uint32_t u;
+            const float half = 0.5f;
+            memcpy(&u, &half, sizeof u);
+            u += (uint32_t)ktu_int(&r->rng, 6);
+            float g;
+            memcpy(&g, &u, sizeof g);
+            hg[i] = (scalar_t)g;
+            continue;
+        }
         if (!(c->flags & F_SIGNED)) {
             hg[i] = (scalar_t)(ktu_int(&r->rng, 6) / 8.0);
             continue;
@@ -335,12 +347,20 @@ static void run_seq_balance(OpRun *r, const OpCase *c) {
     if (dlogits) out_f_added(r, "dlogits", dlogits, CMP_F32);
 }
 static const OpDriver drv_seq_balance = {"seq_balance", run_seq_balance, {"B", "T", "E", "k", "kind"}};
-/* expert_choice_select: dims N, E, c over routing_logits (with ties; F_VALID: 1 in 3 positions masked); the
+/* expert_choice_select: dims N, E, c over routing_logits (with ties; F_VALID: 1 in 3 positions masked; F_TIED_ROWS:
+ * rows 4.. copies of rows 0-3, so equal scores straddle every expert's cut); the
  * backward (op expert_choice_gates_backward) of random entry gradients into random dlogits */
+static scalar_t *tied_rows_logits(OpRun *r, int N, int E) {
+    scalar_t *h = ktu_random(&r->rng, (size_t)N * E, -3, 3); /* [N, E] */
+    for (int n = 4; n < N; n++) memcpy(h + (size_t)n * E, h + (size_t)(ktu_int(&r->rng, 4)) * E, (size_t)E * sizeof *h);
+    scalar_t *d = in_host(r, h, (size_t)N * E * sizeof(scalar_t));
+    free(h);
+    return d;
+}
 static void run_expert_choice(OpRun *r, const OpCase *c) {
     const int N = D(0), E = D(1), cap = D(2);
     const size_t M = (size_t)E * cap;
-    scalar_t *logits = routing_logits(r, (size_t)N * E);
+    scalar_t *logits = c->flags & F_TIED_ROWS ? tied_rows_logits(r, N, E) : routing_logits(r, (size_t)N * E);
     uint8_t *valid = c->flags & F_VALID ? routing_mask(r, (size_t)N, 3, 0) : NULL;
     int32_t *pos = in_zero(r, M * sizeof(int32_t)), *expert = in_zero(r, M * sizeof(int32_t));
     scalar_t *gate = in_uniform(r, M, -1, 1);

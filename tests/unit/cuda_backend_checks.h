@@ -1,6 +1,7 @@
 /* The CUDA backend's checks that are not one op against the CPU reference (tests/unit/cuda_backend_ops.c runs
  * those from its table): the backend's options rejected at creation, the death of routing_plan on an expert id out
- * of range, and the bf16 copy of the registered weights, which must follow every write (and, on the emulator, must
+ * of range, the balance ops' death past the grid's chunk limit, expert_choice_select's marking of a c above the valid
+ * positions, and the bf16 copy of the registered weights, which must follow every write (and, on the emulator, must
  * be caught when stale). The death tests re-execute the program (popen of /proc/self/exe) in a child mode, because
  * a CUDA context does not survive fork(). Header-only, included once by cuda_backend_ops.c. */
 #ifndef TESTS_UNIT_CUDA_BACKEND_CHECKS_H
@@ -142,6 +143,80 @@ START_TEST(test_routing_plan_bad_expert_dies) {
                  "routing_plan: expert id 8 at entry 2100 is outside [0, 8)");
     expect_child("--cvmm-bad-expert 1500:-3 2100:8 2228:9 2689:100 132101:50", 1,
                  "routing_plan: expert id -3 at entry 1500 is outside [0, 8)");
+}
+END_TEST
+
+/* ---------------------------------------------------------------- expert choice: c above the valid positions */
+/* The CPU dies on it; the CUDA selection finds it on the device without a copy back (cuda_expert_choice.cu): each
+ * expert's entries past its valid positions get position and expert -1, which the routing plan over expert[] that
+ * follows a selection rejects. Checked on both paths: one block per expert (N <= 2048) and the sorts. */
+static void expect_c_over_valid(int N) {
+    enum { E = 3, N_VALID = 4, C = 6 };
+    KtuRng rng = {214};
+    uint8_t *hv = calloc((size_t)N, 1);
+    ck_assert(hv != NULL);
+    for (int i = 0; i < N_VALID; i++) hv[(size_t)(i * 7 + 1) % (size_t)N] = 1;
+    scalar_t *logits = up_random(&rng, (size_t)N * E, -3, 3);
+    uint8_t *valid = up(hv, (size_t)N);
+    int32_t *pos = gpu->alloc(gpu, E * C * sizeof(int32_t)), *expert = gpu->alloc(gpu, E * C * sizeof(int32_t));
+    scalar_t *gate = gpu->alloc(gpu, E * C * sizeof(scalar_t));
+    gpu->expert_choice_select(gpu, pos, expert, gate, logits, valid, N, E, C);
+    int32_t hp[E * C], he[E * C];
+    gpu->to_host(gpu, hp, pos, sizeof hp);
+    gpu->to_host(gpu, he, expert, sizeof he);
+    for (int e = 0; e < E; e++)
+        for (int j = 0; j < C; j++) {
+            const int p = e * C + j, n = hp[p];
+            if (j < N_VALID)
+                ck_assert_msg(n >= 0 && n < N && hv[n] && he[p] == e, "N=%d entry %d: position %d expert %d", N, p, n,
+                              he[p]);
+            else
+                ck_assert_msg(n == -1 && he[p] == -1, "N=%d entry %d past the valid positions: position %d expert %d",
+                              N, p, n, he[p]);
+        }
+    gpu->free(gpu, logits), gpu->free(gpu, valid), gpu->free(gpu, pos), gpu->free(gpu, expert), gpu->free(gpu, gate);
+    free(hv);
+}
+START_TEST(test_expert_choice_c_over_valid) {
+    expect_c_over_valid(50);
+    expect_c_over_valid(2049);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- balance statistics: the grid's chunk limit */
+/* More than 65,535 chunks of BALANCE_CHUNK = 256 positions per output group (the grid's y limit) stop each balance op
+ * with a message naming it, before any work: the inputs are one-element stand-ins. Child mode: --balance-grid OP. */
+#define GRID_OVER_T (65535 * 256 + 1) /* one position too many */
+static int balance_grid_child(const char *op) {
+    char err[256];
+    Backend *be = backend_create("cuda", err, sizeof err);
+    if (!be) {
+        fprintf(stderr, "child: %s\n", err);
+        return 2;
+    }
+    scalar_t *l = be->alloc(be, sizeof(scalar_t));
+    int32_t *sel = be->alloc(be, sizeof(int32_t));
+    if (!strcmp(op, "switch_balance"))
+        be->switch_balance(be, NULL, l, sel, NULL, 1, GRID_OVER_T, 1, 1, 1, 1.0f);
+    else if (!strcmp(op, "seq_balance"))
+        be->seq_balance(be, NULL, l, sel, NULL, 1, GRID_OVER_T, 1, 1, ROUTER_SOFTMAX, 1.0f);
+    else if (!strcmp(op, "entropy_reg"))
+        be->entropy_reg(be, NULL, l, NULL, 1, 1, GRID_OVER_T, 1, 1, 1.0f);
+    else
+        return 2;
+    fprintf(stderr, "child: %s returned\n", op);
+    return 0;
+}
+
+START_TEST(test_balance_grid_limit_dies) {
+    static const char *const ops[] = {"switch_balance", "seq_balance", "entropy_reg"};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        char args[64], want[160];
+        snprintf(args, sizeof args, "--balance-grid %s", ops[i]);
+        snprintf(want, sizeof want, "%s: %d positions per group make 65536 chunks of 256, over the grid's limit of 65535",
+                 ops[i], GRID_OVER_T);
+        expect_child(args, 1, want);
+    }
 }
 END_TEST
 

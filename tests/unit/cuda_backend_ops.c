@@ -204,6 +204,26 @@ static const OpCase op_cases[] = {
     {"cross_entropy", "dlogits NULL", &drv_cross_entropy, {150, 77}, 0.5, F_NO_GRAD, DT_FP32, DEF, 0, 0},
     {"expert_choice_select", "all positions", &drv_expert_choice, {150, 11, 27}, 0, 0, DT_FP32, DEF, 0, 0},
     {"expert_choice_select", "valid mask", &drv_expert_choice, {150, 11, 27}, 0, F_VALID, DT_FP32, DEF, 0, 0},
+    /* the CUDA selection (cuda_expert_choice.cu) sorts each expert's positions in one block up to 2048 positions
+     * (the rows above and: ties across positions, 2048 = a full block, more experts than a byte's 256 buckets, c = 1
+     * and c = N, one expert (every score 1), one position), and beyond that the N*E (expert, position) pairs by a
+     * chain of stable counting sorts over many plan chunks of 1024 (2049 positions and more) */
+    {"expert_choice_select", "tied rows", &drv_expert_choice, {150, 11, 27}, 0, F_TIED_ROWS, DT_FP32, DEF, DEF, 0},
+    {"expert_choice_select", "tied rows, valid mask", &drv_expert_choice, {150, 11, 40}, 0, F_TIED_ROWS | F_VALID,
+     DT_FP32, DEF, 0, 0},
+    {"expert_choice_select", "2048 positions, tied rows, valid mask", &drv_expert_choice, {2048, 6, 500}, 0,
+     F_TIED_ROWS | F_VALID, DT_FP32, DEF, 0, 0},
+    {"expert_choice_select", "300 experts", &drv_expert_choice, {40, 300, 5}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"expert_choice_select", "c = N", &drv_expert_choice, {150, 11, 150}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"expert_choice_select", "c = 1", &drv_expert_choice, {150, 11, 1}, 0, F_TIED_ROWS, DT_FP32, DEF, 0, 0},
+    {"expert_choice_select", "one expert", &drv_expert_choice, {150, 1, 20}, 0, F_VALID, DT_FP32, DEF, 0, 0},
+    {"expert_choice_select", "one position", &drv_expert_choice, {1, 5, 1}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"expert_choice_select", "sorts: 2049 positions, tied rows, valid mask", &drv_expert_choice, {2049, 5, 300}, 0,
+     F_TIED_ROWS | F_VALID, DT_FP32, DEF, DEF, 0},
+    {"expert_choice_select", "sorts: 3000 positions x 13 experts, c = N", &drv_expert_choice, {3000, 13, 3000}, 0, 0,
+     DT_FP32, DEF, 0, 0},
+    {"expert_choice_gates_backward", "sorts: 2049 positions, valid mask", &drv_expert_choice, {2049, 5, 300}, 0,
+     F_VALID, DT_FP32, DEF, 0, 0},
     {"expert_choice_gates_backward", "all positions", &drv_expert_choice, {150, 11, 27}, 0, 0, DT_FP32, DEF, 0, 0},
     {"expert_choice_gates_backward", "valid mask", &drv_expert_choice, {150, 11, 27}, 0, F_VALID, DT_FP32, DEF, 0,
      0},
@@ -231,6 +251,15 @@ static const OpCase op_cases[] = {
     {"capacity_drop", "score order, 300 experts, signed gates and -0", &drv_capacity_drop,
      {700, 300, 3, 3, CAPACITY_SCORE}, 0, F_SIGNED, DT_FP32, DEF, 0, 0},
     {"capacity_drop", "position order, 300 experts", &drv_capacity_drop, {700, 300, 3, 3, CAPACITY_POSITION}, 0, 0,
+     DT_FP32, DEF, 0, 0},
+    {"capacity_drop", "score order, gates 1 ulp apart", &drv_capacity_drop, {300, 11, 4, 50, CAPACITY_SCORE}, 0,
+     F_ULP_GATES, DT_FP32, DEF, 0, 0},
+    /* most of 300 experts empty (300 assignments), capacity 1; a capacity above all M assignments */
+    {"capacity_drop", "score order, empty experts, cap 1", &drv_capacity_drop, {100, 300, 3, 1, CAPACITY_SCORE}, 0, 0,
+     DT_FP32, DEF, DEF, 0},
+    {"capacity_drop", "position order, empty experts, cap 1", &drv_capacity_drop, {100, 300, 3, 1, CAPACITY_POSITION},
+     0, F_VALID, DT_FP32, DEF, 0, 0},
+    {"capacity_drop", "capacity above M", &drv_capacity_drop, {200, 11, 4, 801, CAPACITY_POSITION}, 0, F_VALID,
      DT_FP32, DEF, 0, 0},
     {"mask_zero", "100003 values", &drv_mask_zero, {100003}, 0, 0, DT_FP32, DEF, 0, 0},
 };
@@ -407,6 +436,8 @@ static Suite *suite(void) {
     tcase_add_checked_fixture(checks, checks_setup, checks_teardown);
     tcase_add_test(checks, test_attention_options_rejected);
     tcase_add_test(checks, test_routing_plan_bad_expert_dies);
+    tcase_add_test(checks, test_balance_grid_limit_dies);
+    tcase_add_test(checks, test_expert_choice_c_over_valid);
     tcase_add_test(checks, test_weights_bf16_copy_follows_writes);
     tcase_add_test(checks, test_weights_bf16_copy_stale_is_caught);
     suite_add_tcase(s, checks);
@@ -415,6 +446,7 @@ static Suite *suite(void) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--cvmm-bad-expert") == 0) return cvmm_bad_expert_child(argc, argv);
+    if (argc == 3 && strcmp(argv[1], "--balance-grid") == 0) return balance_grid_child(argv[2]);
     if (argc > 1 && strcmp(argv[1], "--stale-weights") == 0) return stale_weights_child(0);
     if (argc > 1 && strcmp(argv[1], "--stale-weights-nccl") == 0) return stale_weights_child(1);
     setvbuf(stdout, NULL, _IOLBF, 0); /* FAIL lines before Check's summary of the case */
