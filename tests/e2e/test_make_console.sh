@@ -37,6 +37,10 @@ cleanup_exp() { rm -rf "experiments/$exp" "data/$exp" "runs/$exp" "reports/$exp"
 trap 'cleanup_exp; rm -rf "$tmp"' EXIT
 mkdir -p "experiments/$exp"
 cp experiments/ci/data.json experiments/ci/dense_qa.json experiments/ci/moeut_qa.json "experiments/$exp/"
+# touch_later FILE...: touches FILEs in a later clock tick than the files touched just before. The kernel stamps
+# file times from a coarse clock (a few ms per tick), so two touches in a row often get the same time, and make
+# takes a prerequisite of the same time as its target as not newer.
+touch_later() { sleep 0.02; touch "$@"; }
 fake_outputs() { # every output of the chain, touched in the order make would write them
   mkdir -p "data/$exp/raw" "reports/$exp"
   echo "--config experiments/$exp/data.json" >"data/$exp/fetch.args"
@@ -185,7 +189,7 @@ dry plan_dry SET=train.lr=0.001
 [ "$before" = "$(state_of "$plan_dir")" ] || fail "make -n reproduce wrote into $plan_dir"
 grep -q -- "--stages '$plan_dir' --stage-list '$plan_dir'/stage-list" "$tmp/plan_dry.log" ||
   { cat "$tmp/plan_dry.log"; fail "make -n reproduce does not print the plan's command"; }
-touch "experiments/$exp/dense_qa.json"
+touch_later "experiments/$exp/dense_qa.json"
 agrees "a config edited" "train dense_qa
 evaluate dense_qa
 analyze dense_qa
@@ -196,7 +200,7 @@ report -"
 fake_outputs; rm "runs/$exp/moeut_qa/result.json"
 agrees "a result deleted" "evaluate moeut_qa
 report -"
-fake_outputs; touch "runs/$exp/dense_qa/result.json"
+fake_outputs; touch_later "runs/$exp/dense_qa/result.json"
 agrees "a newer result" "report -"
 fake_outputs; rm "runs/$exp/dense_qa/train_summary.json"
 agrees "a summary deleted" "train dense_qa
@@ -207,12 +211,12 @@ fake_outputs; older "runs/$exp/dense_qa/analysis.json" "runs/$exp/moeut_qa/analy
 agrees "bin/analyze newer" "analyze dense_qa
 analyze moeut_qa
 report -"
-fake_outputs; touch "data/$exp/raw/manifest.json"
+fake_outputs; touch_later "data/$exp/raw/manifest.json"
 agrees "new raw data" "tokenize -
 $every_run"
 fake_outputs; rm "data/$exp/raw/fetch.stamp"
 agrees "fetch stamp deleted" "fetch -"
-fake_outputs; touch "experiments/$exp/data.json"
+fake_outputs; touch_later "experiments/$exp/data.json"
 agrees "data.json edited" "fetch -
 tokenize -
 $every_run"
