@@ -52,18 +52,22 @@ static_assert(sizeof(scalar_t) == sizeof(float), "the CUDA backend is built for 
 // each integer step counts 1), and bytes, what it must move between device memory and the SMs at least: every element
 // it reads once, every element it writes once (the roofline's traffic, not what caches do). Each launch states its
 // own; the emulator records it with the launch (CUDA_EMU_LAUNCH_LOG); a GPU build compiles the expression (so nvcc
-// checks it and its helpers count as used) inside sizeof, never evaluated.
+// checks it and its helpers count as used) inside sizeof, never evaluated. tensor_cores: the kernel's FLOPs are
+// bf16 tensor-core matrix operations (wmma), costed at the bf16 tensor-core peak; every other kernel's at the fp32
+// CUDA-core peak.
 #ifdef CUDA_EMULATION
 typedef emu::LaunchCost KernelCost;
 #else
 struct KernelCost {
     double flops, bytes;
+    bool tensor_cores;
 };
 #endif
-static inline KernelCost kernel_cost(double flops, double bytes) { return KernelCost{flops, bytes}; }
+static inline KernelCost kernel_cost(double flops, double bytes) { return KernelCost{flops, bytes, false}; }
+static inline KernelCost tensor_core_cost(double flops, double bytes) { return KernelCost{flops, bytes, true}; }
 // The cost of a kernel that streams n elements: flops_per and bytes_per each.
 static inline KernelCost streaming_cost(double n, double flops_per, double bytes_per) {
-    return KernelCost{n * flops_per, n * bytes_per};
+    return KernelCost{n * flops_per, n * bytes_per, false};
 }
 // Query-key pairs a causal attention over Tq queries and Tk keys visits (query i sees keys j <= Tk - Tq + i).
 static inline double causal_pairs(int Tq, int Tk) { return (double)Tq * (Tk - Tq) + (double)Tq * (Tq + 1) / 2; }
@@ -92,6 +96,7 @@ enum { CUDA_SCRATCH_BUFFERS = 10, CUDA_HOST_SCRATCH_BUFFERS = 3 };
 enum {
     SCRATCH_SUM_DOUBLES_OUT = 9,   // double[1]: cuda_sum_doubles' result (inside cross_entropy, sum_squares)
     SCRATCH_GROUPED_GEMM_PTRS = 8, // void *[3, groups]: the grouped GEMM's A, B, C pointers (inside cvmm)
+    SCRATCH_CVMM_MMA_TILES = 8,    // int32_t[E + 1]: each expert's first row tile (cvmm's tensor-core path, no grouped GEMM)
 };
 // routing_plan (cuda_cvmm_plan.cu)
 enum {
@@ -177,11 +182,11 @@ enum {
 // Implementation choices with more than one kernel path (environment variables read once at backend creation, so
 // tests and benchmarks can force each path; "auto" is the default and what results are recorded with):
 //   DMMATH_CUDA_ATTENTION = auto | fused | gemm   (cuda_attention*.cu)
-//   DMMATH_CUDA_CVMM      = auto | loop | grouped (cuda_cvmm*.cu)
+//   DMMATH_CUDA_CVMM      = auto | loop | grouped | mma (cuda_cvmm*.cu)
 // and, for tests only, DMMATH_CUDA_ATTENTION_CHUNK_PAIRS = a positive number of (batch, head) pairs per chunk of the
 // GEMM attention path (unset: as many as its score budget allows), so that small shapes run in several chunks.
 enum AttentionImpl { ATTENTION_AUTO = 0, ATTENTION_FUSED, ATTENTION_GEMM };
-enum CvmmImpl { CVMM_AUTO = 0, CVMM_LOOP, CVMM_GROUPED };
+enum CvmmImpl { CVMM_AUTO = 0, CVMM_LOOP, CVMM_GROUPED, CVMM_MMA };
 
 struct CudaImpl {
     cublasHandle_t cublas;

@@ -3,6 +3,7 @@
 //   loop     one cuBLAS GEMM per non-empty expert (cuda_gemm), sized from the host offsets
 //   grouped  one cublasGemmGroupedBatchedEx per set: one group per non-empty expert (group_size 1) with its own
 //            m/n/k (host arrays); the A/B/C pointer arrays are built on the device from the device offsets
+//   mma      bf16 operands: cvmm's tensor-core kernels instead (cuda_cvmm_mma.cu; cvmm_uses_mma), fp32 as auto
 //   auto     grouped if a one-time probe per backend and operand type (fp32, bf16) shows cuBLAS computes exactly what
 //            the loop computes, else the loop; one log line says which and why. Whether cuBLAS supports bf16 A/B with
 //            fp32 C in the grouped API is not documented clearly, so the probe decides on the GPU at hand.
@@ -151,7 +152,10 @@ static bool probe_grouped(Backend *be, bool bf16, char *why, size_t whylen, bool
            probe_pattern(be, "backward dW += X^T G", 1, 0, dw, Kin, Nout, Nout, bf16, why, whylen, refused);
 }
 
-// Whether this backend runs cvmm's GEMM sets for this operand type as grouped GEMMs.
+bool cvmm_uses_mma(Backend *be, bool bf16) { return bf16 && cuda_impl(be)->cvmm_impl == CVMM_MMA; }
+
+// Whether this backend runs cvmm's GEMM sets for this operand type as grouped GEMMs (fp32 operands under
+// DMMATH_CUDA_CVMM=mma: as auto decides).
 static bool use_grouped(Backend *be, bool bf16) {
     CudaImpl *im = cuda_impl(be);
     if (im->cvmm_impl == CVMM_LOOP) return false;
@@ -173,7 +177,10 @@ static bool use_grouped(Backend *be, bool bf16) {
     return decision > 0;
 }
 
-extern "C" const char *cuda_cvmm_path(Backend *be, int bf16) { return use_grouped(be, bf16 != 0) ? "grouped" : "loop"; }
+extern "C" const char *cuda_cvmm_path(Backend *be, int bf16) {
+    if (cvmm_uses_mma(be, bf16 != 0)) return "mma";
+    return use_grouped(be, bf16 != 0) ? "grouped" : "loop";
+}
 
 extern "C" int cuda_cvmm_grouped_refused(Backend *be, int bf16, char *why, size_t whylen) {
     bool refused = false;
@@ -229,5 +236,5 @@ void cvmm_expert_gemms(Backend *be, const char *op, const RoutingPlan &pl, const
         die("%s: cublasGemmGroupedBatchedEx failed: %s (%s; %d groups, %s operands, DMMATH_CUDA_CVMM=%s); "
             "DMMATH_CUDA_CVMM=loop runs one GEMM per expert instead",
             op, cublasGetStatusName(st), cublasGetStatusString(st), G, bf16 ? "bf16" : "fp32",
-            cuda_impl(be)->cvmm_impl == CVMM_GROUPED ? "grouped" : "auto");
+            cuda_impl(be)->cvmm_impl == CVMM_GROUPED ? "grouped" : cuda_impl(be)->cvmm_impl == CVMM_MMA ? "mma" : "auto");
 }

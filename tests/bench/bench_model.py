@@ -15,7 +15,9 @@ step is what lies between bench_train_step's synchronize calls around its timed 
 Each record's time on each GPU of GPU_SPECS (tests/bench/bench_gpu.py), the roofline at the share of the GPU the
 launch can fill:
   time = max(FLOPs / (rate x fill), bytes / (HBM bandwidth x fill))
-  rate  the dense bf16 tensor-core peak for bf16 cuBLAS calls; the fp32 CUDA-core peak for fp32 calls and kernels
+  rate  the dense bf16 tensor-core peak for bf16 cuBLAS calls and for kernels whose LAUNCH states tensor-core FLOPs
+        (tensor_core_cost in kernels/cuda/cuda_common.cuh: cvmm's wmma kernels); the fp32 CUDA-core peak for fp32
+        calls and every other kernel
   fill  min(1, parallel units / SMs): a kernel's thread blocks, a cuBLAS call's 128 x 128 output tiles (summed over
         its problems); a launch too small to give every SM work runs at that share of the GPU
   memsets and device-to-device copies: their bytes at HBM bandwidth; host<->device copies are not GPU time (counted)
@@ -86,7 +88,7 @@ def step_rows(records):
         kind, op = r[0], r[1]
         if kind == "launch":
             gx, gy, gz = (int(v) for v in r[3].split(","))
-            rows.append(Row(len(rows), "kernel", op, r[2], gx * gy * gz, float(r[6]), float(r[7]), "cuda"))
+            rows.append(Row(len(rows), "kernel", op, r[2], gx * gy * gz, float(r[6]), float(r[7]), r[8]))
         elif kind == "gemm":
             engine = "tensor" if r[3] == "bf16" else "cuda"
             problems = f" ({r[4]} problems)" if int(r[4]) > 1 else ""
