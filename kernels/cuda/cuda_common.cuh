@@ -196,6 +196,9 @@ struct CudaImpl {
     // Under CVMM_AUTO, per operand type (0 fp32, 1 bf16): 0 not probed yet, 1 grouped GEMM, -1 per-expert loop
     // (decided once by cuda_cvmm_gemm.cu's probe).
     int cvmm_auto_grouped[2];
+    // Under CVMM_AUTO, for bf16 operands where the grouped GEMM is not taken: 0 not probed yet, 1 the tensor-core
+    // kernels (cuda_cvmm_mma.cu), -1 the per-expert loop (decided once by cuda_cvmm_mma_probe.cu's probe).
+    int cvmm_auto_mma;
     void *dev[CUDA_SCRATCH_BUFFERS];
     size_t dev_cap[CUDA_SCRATCH_BUFFERS];
     void *host[CUDA_HOST_SCRATCH_BUFFERS];

@@ -33,8 +33,12 @@ struct ExpertGemms {
 };
 
 // Whether cvmm's expert GEMMs run on the tensor-core kernels (cuda_cvmm_mma.cu): bf16 operands under
-// DMMATH_CUDA_CVMM=mma (fp32 operands stay on cuBLAS there: the loop or the grouped call, as auto picks).
+// DMMATH_CUDA_CVMM=mma (fp32 operands stay on cuBLAS there: the loop or the grouped call, as auto picks), or under
+// auto where the grouped GEMM is not taken for bf16 and the kernels pass their probe.
 bool cvmm_uses_mma(Backend *be, bool bf16);
+// The probe (cuda_cvmm_mma_probe.cu): the kernels' three products on a small plan equal the exact results; false with
+// the first difference in why.
+bool cvmm_mma_probe(Backend *be, char *why, size_t whylen);
 
 // Runs a set on the path cuda_impl(be)->cvmm_impl selects: the per-expert cuda_gemm loop, or one
 // cublasGemmGroupedBatchedEx over the non-empty experts (a failing status is fatal there). op names the cvmm op.
