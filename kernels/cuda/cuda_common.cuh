@@ -96,7 +96,7 @@ enum { CUDA_SCRATCH_BUFFERS = 10, CUDA_HOST_SCRATCH_BUFFERS = 3 };
 enum {
     SCRATCH_SUM_DOUBLES_OUT = 9,   // double[1]: cuda_sum_doubles' result (inside cross_entropy, sum_squares)
     SCRATCH_GROUPED_GEMM_PTRS = 8, // void *[3, groups]: the grouped GEMM's A, B, C pointers (inside cvmm)
-    SCRATCH_CVMM_MMA_TILES = 8,    // int32_t[E + 1]: each expert's first row tile (cvmm's tensor-core path, no grouped GEMM)
+    SCRATCH_CVMM_MMA_TILES = 8,    // int32_t[E + 1]: each expert's first row tile (cvmm's tensor-core path)
 };
 // routing_plan (cuda_cvmm_plan.cu)
 enum {
@@ -294,8 +294,9 @@ __device__ __forceinline__ double block_sum_d(double v, double *sh) {
 // The op implementations, cuda_<op> for every op of kernels/backend_ops.h (C++ linkage; cuda_backend.cu's table
 // points at them). The ops by file: cuda_dense.cu (matmul, elementwise, embedding, LayerNorm), cuda_attention.cu
 // (RoPE, attention), cuda_routing.cu (selection, gates, balancing losses, expert counts), cuda_cvmm_plan.cu (the
-// routing plan), cuda_cvmm.cu (cvmm; expert GEMMs: cuda_cvmm_gemm.cu; shared: cuda_cvmm.cuh), cuda_loss_optim.cu
-// (cross-entropy, argmax, optimizer, norms).
+// routing plan), cuda_cvmm.cu (cvmm; expert GEMMs: cuda_cvmm_gemm.cu on cuBLAS, cuda_cvmm_mma.cu on tensor cores
+// with its probe cuda_cvmm_mma_probe.cu; shared: cuda_cvmm.cuh), cuda_loss_optim.cu (cross-entropy, argmax,
+// optimizer, norms).
 #define BACKEND_OP(ret, name, params) ret cuda_##name params;
 #include "kernels/backend_ops.h"
 #undef BACKEND_OP

@@ -6,6 +6,9 @@
 // GEMM per expert (cuda_cvmm_gemm.cu; bf16 operands + fp32 accumulation in bf16 mode, the weights' bf16 copy from
 // cuda_weights_bf16.cu when W is part of the registered weights), and results are scattered/reduced back in entry
 // order by deterministic kernels (no atomics) unless the caller takes them in plan order (CVMM_OUT_SORTED).
+// On the tensor-core path (DMMATH_CUDA_CVMM=mma or auto's choice, bf16 mode; cuda_cvmm_mma.cu) the products read the
+// caller's rows where they lie instead: nothing is gathered or copied to bf16, and only the weighted reductions and
+// dX (k_reduce, k_add_rows) and the gate gradients (k_dw) run here.
 // Scratch: the sorted blocks below and the grouped GEMM's pointer arrays, named in cuda_common.cuh (SCRATCH_CVMM_*).
 #include "kernels/cuda/cuda_cvmm.cuh"
 

@@ -1,5 +1,6 @@
 // Private interface between the cvmm files: the device routing plan (cuda_cvmm_plan.cu), the per-expert GEMM sets
-// (cuda_cvmm_gemm.cu: the per-expert loop or one grouped GEMM) and the ops that use them (cuda_cvmm.cu).
+// (cuda_cvmm_gemm.cu: the per-expert loop or one grouped GEMM), the tensor-core kernels (cuda_cvmm_mma.cu, probed by
+// cuda_cvmm_mma_probe.cu) and the ops that use them (cuda_cvmm.cu).
 #ifndef KERNELS_CUDA_CUDA_CVMM_CUH
 #define KERNELS_CUDA_CUDA_CVMM_CUH
 

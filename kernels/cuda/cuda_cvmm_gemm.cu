@@ -258,5 +258,7 @@ void cvmm_expert_gemms(Backend *be, const char *op, const RoutingPlan &pl, const
         die("%s: cublasGemmGroupedBatchedEx failed: %s (%s; %d groups, %s operands, DMMATH_CUDA_CVMM=%s); "
             "DMMATH_CUDA_CVMM=loop runs one GEMM per expert instead",
             op, cublasGetStatusName(st), cublasGetStatusString(st), G, bf16 ? "bf16" : "fp32",
-            cuda_impl(be)->cvmm_impl == CVMM_GROUPED ? "grouped" : cuda_impl(be)->cvmm_impl == CVMM_MMA ? "mma" : "auto");
+            cuda_impl(be)->cvmm_impl == CVMM_GROUPED ? "grouped"
+            : cuda_impl(be)->cvmm_impl == CVMM_MMA   ? "mma"
+                                                     : "auto");
 }

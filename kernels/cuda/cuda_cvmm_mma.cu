@@ -4,7 +4,8 @@
 // and writing fp32 results straight into the layout cvmm's contract asks for. So no row is gathered or copied before
 // a GEMM, and no host offset sizes anything: tiles find their expert from the device offsets (as ScatterMoE's
 // scatter2scatter reads X through the sorted indices, without padding).
-//   k_mma_rows  C[m, :] = A[m, :] @ B_e for the plan rows m of expert e: forward Y_e = X_e W_e, backward Q_e = G_e W_e^T.
+//   k_mma_rows  C[m, :] = A[m, :] @ B_e for the plan rows m of expert e: forward Y_e = X_e W_e, backward
+//               Q_e = G_e W_e^T.
 //               Its blocks are (row tile, column tile); row tiles are numbered expert after expert (k_mma_tile_starts),
 //               and the grid covers ceil(M / TM) + E of them, an upper bound known without the host offsets.
 //   k_mma_dw    dW_e += X_e^T (w G)_e: one block per (expert, Kin tile, Nout tile), summing over the expert's rows.
@@ -16,6 +17,7 @@
 #endif
 
 using namespace nvcuda;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Accumulator;
 
 // Block tile: MMA_TM x MMA_TN outputs, MMA_TK deep per stage; 4 warps in 2 x 2, each 32 x 32 (2 x 2 fragments).
 constexpr int MMA_TM = 64, MMA_TN = 64, MMA_TK = 32, MMA_THREADS = 128, FRAG = 16;
@@ -40,7 +42,7 @@ struct MmaTiles {
 };
 
 // acc += the stage's a[TM, TK] @ b[TK, TN] for this warp's 32 x 32 quarter
-__device__ __forceinline__ void mma_stage(const MmaTiles &t, wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2]) {
+__device__ __forceinline__ void mma_stage(const MmaTiles &t, Accumulator acc[2][2]) {
     const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
     for (int ks = 0; ks < MMA_TK; ks += FRAG) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
@@ -55,7 +57,7 @@ __device__ __forceinline__ void mma_stage(const MmaTiles &t, wmma::fragment<wmma
 }
 
 // The warp's accumulators into t.c, then a block barrier: every thread may read any of t.c afterwards.
-__device__ __forceinline__ void mma_results(const MmaTiles &t, wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2]) {
+__device__ __forceinline__ void mma_results(const MmaTiles &t, Accumulator acc[2][2]) {
     const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++)
@@ -110,7 +112,7 @@ k_mma_rows(float *C, int ldc, const int32_t *c_perm, RoutedRows a, const __nv_bf
     const int col0 = blockIdx.y * MMA_TN;
     const __nv_bfloat16 *Be = B + (size_t)e * b_expert;
     const MmaTiles tiles = {sa, sb, sc};
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+    Accumulator acc[2][2];
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
     for (int k0 = 0; k0 < K; k0 += MMA_TK) {
@@ -145,7 +147,7 @@ k_mma_dw(float *dW, RoutedRows x, RoutedRows g, const int32_t *offset, int Kin, 
     const int lo = offset[e], hi = offset[e + 1];
     if (lo == hi) return;
     const MmaTiles tiles = {sa, sb, sc};
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+    Accumulator acc[2][2];
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
     for (int m0 = lo; m0 < hi; m0 += MMA_TK) {

@@ -29,7 +29,9 @@ for pass in loop grouped mma grouped-refuses-bf16; do
     echo "FAIL: DMMATH_CUDA_CVMM=$path ($pass): $prog exited $rc"; tail -n 40 "$log" | sed 's/^/    /'; exit 1
   fi
   # auto's probe logs its choice; a forced path must not have run it
-  if grep -q 'DMMATH_CUDA_CVMM=auto)' "$log"; then echo "FAIL: DMMATH_CUDA_CVMM=$path was not applied (auto ran)"; exit 1; fi
+  if grep -q 'DMMATH_CUDA_CVMM=auto)' "$log"; then
+    echo "FAIL: DMMATH_CUDA_CVMM=$path was not applied (auto ran)"; exit 1
+  fi
   # cuBLAS may refuse the grouped call for bf16 operands (bf16 A/B with an fp32 C): the program then records each
   # bf16 case with experts as not run, with cuBLAS's status; the loop pass and auto (the CUDA suites) run them.
   refused=$(grep -c 'not run: DMMATH_CUDA_CVMM=grouped, and cuBLAS refuses' "$log")

@@ -71,7 +71,8 @@ OpLabel::~OpLabel() { current_op = saved; }
 void log_launch(const char *kernel, dim3 grid, dim3 block, size_t shmem, LaunchCost cost) {
     if (FILE *f = log_out())
         fprintf(f, "launch\t%s\t%s\t%u,%u,%u\t%u,%u,%u\t%zu\t%.17g\t%.17g\t%s\n", op_name(), kernel, grid.x, grid.y,
-                grid.z, block.x, block.y, block.z, shmem, cost.flops, cost.bytes, cost.tensor_cores ? "tensor" : "cuda");
+                grid.z, block.x, block.y, block.z, shmem, cost.flops, cost.bytes,
+                cost.tensor_cores ? "tensor" : "cuda");
 }
 
 void log_gemm(const char *call, bool bf16, long problems, double flops, double bytes, long tiles) {
