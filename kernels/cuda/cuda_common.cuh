@@ -53,18 +53,22 @@ static_assert(sizeof(scalar_t) == sizeof(float), "the CUDA backend is built for 
 // each integer step counts 1), and bytes, what it must move between device memory and the SMs at least: every element
 // it reads once, every element it writes once (the roofline's traffic, not what caches do). Each launch states its
 // own; the emulator records it with the launch (CUDA_EMU_LAUNCH_LOG); a GPU build compiles the expression (so nvcc
-// checks it and its helpers count as used) inside sizeof, never evaluated.
+// checks it and its helpers count as used) inside sizeof, never evaluated. tensor_cores: the kernel's FLOPs are
+// bf16 tensor-core matrix operations (wmma), costed at the bf16 tensor-core peak; every other kernel's at the fp32
+// CUDA-core peak.
 #ifdef CUDA_EMULATION
 typedef emu::LaunchCost KernelCost;
 #else
 struct KernelCost {
     double flops, bytes;
+    bool tensor_cores;
 };
 #endif
-static inline KernelCost kernel_cost(double flops, double bytes) { return KernelCost{flops, bytes}; }
+static inline KernelCost kernel_cost(double flops, double bytes) { return KernelCost{flops, bytes, false}; }
+static inline KernelCost tensor_core_cost(double flops, double bytes) { return KernelCost{flops, bytes, true}; }
 // The cost of a kernel that streams n elements: flops_per and bytes_per each.
 static inline KernelCost streaming_cost(double n, double flops_per, double bytes_per) {
-    return KernelCost{n * flops_per, n * bytes_per};
+    return KernelCost{n * flops_per, n * bytes_per, false};
 }
 // Query-key pairs a causal attention over Tq queries and Tk keys visits (query i sees keys j <= Tk - Tq + i).
 static inline double causal_pairs(int Tq, int Tk) { return (double)Tq * (Tk - Tq) + (double)Tq * (Tq + 1) / 2; }
@@ -93,6 +97,7 @@ enum { CUDA_SCRATCH_BUFFERS = 10, CUDA_HOST_SCRATCH_BUFFERS = 3 };
 enum {
     SCRATCH_SUM_DOUBLES_OUT = 9,   // double[1]: cuda_sum_doubles' result (inside cross_entropy, sum_squares)
     SCRATCH_GROUPED_GEMM_PTRS = 8, // void *[3, groups]: the grouped GEMM's A, B, C pointers (inside cvmm)
+    SCRATCH_CVMM_MMA_TILES = 8,    // int32_t[E + 1]: each expert's first row tile (cvmm's tensor-core path)
 };
 // routing_plan (cuda_cvmm_plan.cu)
 enum {
@@ -185,11 +190,11 @@ enum {
 // Implementation choices with more than one kernel path (environment variables read once at backend creation, so
 // tests and benchmarks can force each path; "auto" is the default and what results are recorded with):
 //   DMMATH_CUDA_ATTENTION = auto | fused | gemm   (cuda_attention*.cu)
-//   DMMATH_CUDA_CVMM      = auto | loop | grouped (cuda_cvmm*.cu)
+//   DMMATH_CUDA_CVMM      = auto | loop | grouped | mma (cuda_cvmm*.cu)
 // and, for tests only, DMMATH_CUDA_ATTENTION_CHUNK_PAIRS = a positive number of (batch, head) pairs per chunk of the
 // GEMM attention path (unset: as many as its score budget allows), so that small shapes run in several chunks.
 enum AttentionImpl { ATTENTION_AUTO = 0, ATTENTION_FUSED, ATTENTION_GEMM };
-enum CvmmImpl { CVMM_AUTO = 0, CVMM_LOOP, CVMM_GROUPED };
+enum CvmmImpl { CVMM_AUTO = 0, CVMM_LOOP, CVMM_GROUPED, CVMM_MMA };
 
 struct CudaImpl {
     cublasHandle_t cublas;
@@ -199,6 +204,9 @@ struct CudaImpl {
     // Under CVMM_AUTO, per operand type (0 fp32, 1 bf16): 0 not probed yet, 1 grouped GEMM, -1 per-expert loop
     // (decided once by cuda_cvmm_gemm.cu's probe).
     int cvmm_auto_grouped[2];
+    // Under CVMM_AUTO, for bf16 operands where the grouped GEMM is not taken: 0 not probed yet, 1 the tensor-core
+    // kernels (cuda_cvmm_mma.cu), -1 the per-expert loop (decided once by cuda_cvmm_mma_probe.cu's probe).
+    int cvmm_auto_mma;
     void *dev[CUDA_SCRATCH_BUFFERS];
     size_t dev_cap[CUDA_SCRATCH_BUFFERS];
     void *host[CUDA_HOST_SCRATCH_BUFFERS];
@@ -322,8 +330,9 @@ __device__ __forceinline__ double block_sum_d(double v, double *sh) {
 // The op implementations, cuda_<op> for every op of kernels/backend_ops.h (C++ linkage; cuda_backend.cu's table
 // points at them). The ops by file: cuda_dense.cu (matmul, elementwise, embedding, LayerNorm), cuda_attention.cu
 // (RoPE, attention), cuda_routing.cu (selection, gates, balancing losses, expert counts), cuda_cvmm_plan.cu (the
-// routing plan), cuda_cvmm.cu (cvmm; expert GEMMs: cuda_cvmm_gemm.cu; shared: cuda_cvmm.cuh), cuda_loss_optim.cu
-// (cross-entropy, argmax, optimizer, norms).
+// routing plan), cuda_cvmm.cu (cvmm; expert GEMMs: cuda_cvmm_gemm.cu on cuBLAS, cuda_cvmm_mma.cu on tensor cores
+// with its probe cuda_cvmm_mma_probe.cu; shared: cuda_cvmm.cuh), cuda_loss_optim.cu (cross-entropy, argmax,
+// optimizer, norms).
 #define BACKEND_OP(ret, name, params) ret cuda_##name params;
 #include "kernels/backend_ops.h"
 #undef BACKEND_OP

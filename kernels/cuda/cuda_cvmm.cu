@@ -6,6 +6,9 @@
 // GEMM per expert (cuda_cvmm_gemm.cu; bf16 operands + fp32 accumulation in bf16 mode, the weights' bf16 copy from
 // cuda_weights_bf16.cu when W is part of the registered weights), and results are scattered/reduced back in entry
 // order by deterministic kernels (no atomics) unless the caller takes them in plan order (CVMM_OUT_SORTED).
+// On the tensor-core path (DMMATH_CUDA_CVMM=mma or auto's choice, bf16 mode; cuda_cvmm_mma.cu) the products read the
+// caller's rows where they lie instead: nothing is gathered or copied to bf16, and only the weighted reductions and
+// dX (k_reduce, k_add_rows) and the gate gradients (k_dw) run here.
 // Scratch: the sorted blocks below and the grouped GEMM's pointer arrays, named in cuda_common.cuh (SCRATCH_CVMM_*).
 #include "kernels/cuda/cuda_cvmm.cuh"
 
@@ -100,6 +103,17 @@ static inline KernelCost rows_cost(double flops, size_t row_bytes, int M, bool w
     return kernel_cost(flops, (double)row_bytes + (double)M * (sizeof(int32_t) + (weighted ? sizeof(float) : 0)));
 }
 
+// Y[r, :] (+)= the div entries of row r from their plan-order rows Ys (k_reduce; Y [M / div, width], Ys [M, width])
+static void reduce_rows(float *Y, const float *Ys, const RoutingPlan *pl, const float *w, int div, int width,
+                        bool accumulate) {
+    const int M = pl->M, rows = M / div;
+    const size_t moved = ((size_t)M + (accumulate ? 2 : 1) * (size_t)rows) * width * sizeof(float);
+    count_traffic("cvmm_rows", moved);
+    LAUNCH(k_reduce, grid_for((size_t)rows * width, 256), 256, 0,
+           rows_cost(2.0 * M * width, moved, M, w != nullptr))(Y, Ys, pl->inv, w, rows, div, width, accumulate);
+    CHECK_LAUNCH();
+}
+
 // bf16 copy of n fp32 values in plan order (a sorted operand in bf16 mode) in scratch slot `slot`
 static __nv_bfloat16 *bf16_copy(Backend *be, const float *src, size_t n, int slot) {
     __nv_bfloat16 *dst = (__nv_bfloat16 *)cuda_scratch(be, slot, n * sizeof(__nv_bfloat16));
@@ -114,6 +128,19 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
     cuda_weights_written(be, Y, (size_t)(w ? M / out_div : M) * Nout * sizeof(float));
     if (M == 0) return;
     const bool bf16 = use_bf16(be), in_sorted = order & CVMM_IN_SORTED, out_sorted = order & CVMM_OUT_SORTED;
+    const bool mma = cvmm_uses_mma(be, bf16), scatter = mma && !out_sorted && !w; // scatter: Y[perm[m]] = row m
+    // outputs in plan order [M, Nout]: the caller's Y itself when it takes them so (none when scattered)
+    float *Ys = out_sorted || scatter
+                    ? Y
+                    : (float *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(float));
+    if (mma) { // X read where it lies; unreduced outputs written straight to their rows of Y
+        const RoutedRows x = {X, pl->perm, in_sorted, in_div, Kin, nullptr};
+        cvmm_mma_rows(be, *pl, Ys, Nout, scatter ? pl->perm : nullptr, x,
+                      cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16), (size_t)Kin * Nout, Nout,
+                      1, Nout, Kin);
+        if (w) reduce_rows(Y, Ys, pl, w, out_div, Nout, false);
+        return;
+    }
     const size_t esz = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
     // X rows in plan order [M, Kin]: fp32, or their bf16 copy in bf16 mode
     const void *xs = X;
@@ -132,8 +159,6 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
     }
     const void *ws =
         bf16 ? (const void *)cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16) : (const void *)W;
-    // outputs in plan order [M, Nout]: the caller's Y itself when it takes them so
-    float *Ys = out_sorted ? Y : (float *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(float));
     // Ys_e[r_e, Nout] = Xs_e[r_e, Kin] @ W[e][Kin, Nout]
     ExpertGemms fwd = {0, 0, CVMM_ROWS, Nout, Kin, {xs, 0, (size_t)Kin * esz}, {ws, (size_t)Kin * Nout * esz, 0},
                        {Ys, 0, (size_t)Nout * sizeof(float)}, Kin, Nout, Nout, 0.0f};
@@ -144,35 +169,23 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
         count_traffic("cvmm_rows", moved);
         LAUNCH(k_unsort, grid_for((size_t)M * Nout, 256), 256, 0, rows_cost(0, moved, M, false))(Y, Ys, pl->inv, M,
                                                                                                   Nout);
+        CHECK_LAUNCH();
     } else {
-        int rows = M / out_div;
-        const size_t moved = ((size_t)M + rows) * Nout * sizeof(float);
-        count_traffic("cvmm_rows", moved);
-        LAUNCH(k_reduce, grid_for((size_t)rows * Nout, 256), 256, 0, rows_cost(2.0 * M * Nout, moved, M, true))(
-            Y, Ys, pl->inv, w, rows, out_div, Nout, false);
+        reduce_rows(Y, Ys, pl, w, out_div, Nout, false);
     }
-    CHECK_LAUNCH();
 }
 
-void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
-                        const scalar_t *W, const RoutingPlan *pl, const scalar_t *w, int in_div, int out_div, int Kin,
-                        int Nout, int order) {
-    cvmm_check_args("cvmm_backward", pl, in_div, out_div, w != nullptr, order);
+// cvmm_backward's products on cuBLAS (the loop or the grouped call): the rows gathered in plan order (bf16 copies in
+// bf16 mode), Qs = G_e W_e^T, dW_e += X_e^T (w G)_e. g_div: entry p's row of dY is p / g_div.
+static void backward_on_cublas(Backend *be, float *Qs, float *dW, const float *dY, const float *X, const float *W,
+                               const RoutingPlan *pl, const float *w, int in_div, int g_div, int Kin, int Nout,
+                               bool in_sorted, bool out_sorted, bool bf16) {
     const int M = pl->M, E = pl->n_experts;
-    const bool in_sorted = order & CVMM_IN_SORTED, out_sorted = order & CVMM_OUT_SORTED;
-    if (dX) cuda_weights_written(be, dX, (size_t)(in_sorted ? M : M / in_div) * Kin * sizeof(float));
-    if (dW) cuda_weights_written(be, dW, (size_t)E * Kin * Nout * sizeof(float));
-    if (dw && w) cuda_weights_written(be, dw, (size_t)M * sizeof(float));
-    if (M == 0) return;
-    bool want_dw = (w != nullptr && dw != nullptr), want_Q = (dX != nullptr || want_dw);
-    if (!want_Q && !dW) return;
-    const bool bf16 = use_bf16(be);
     const size_t esz = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
     // Output gradient rows in plan order [M, Nout], unweighted: fp32 (fp32 mode) or bf16 (bf16 mode); dY itself when
     // it comes so (then w is NULL: never scaled below). In bf16 mode the GEMMs read only bf16 rows, so no fp32 copy
     // in plan order is made: the weighted rows for dW come straight from dY (k_gather_scale_bf16), and k_dw reads X
     // where it lies.
-    const int g_div = w ? out_div : 1; // entry p's row of dY
     float *Gbuf = nullptr;
     const float *Gs = dY;
     __nv_bfloat16 *Gs16 = nullptr;
@@ -207,9 +220,7 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         CHECK_LAUNCH();
         Xs = buf;
     }
-    // Q = dY_p @ W[e]^T in plan order [M, Kin]
-    float *Qs = want_Q ? (float *)cuda_scratch(be, SCRATCH_CVMM_DX_SORTED, (size_t)M * Kin * sizeof(float)) : nullptr;
-    if (want_Q) {
+    if (Qs) {
         const void *gs = bf16 ? (const void *)Gs16 : (const void *)Gs;
         const void *ws = bf16 ? (const void *)cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16)
                               : (const void *)W;
@@ -217,12 +228,6 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         ExpertGemms q = {0, 1, CVMM_ROWS, Kin, Nout, {gs, 0, (size_t)Nout * esz}, {ws, (size_t)Kin * Nout * esz, 0},
                          {Qs, 0, (size_t)Kin * sizeof(float)}, Nout, Nout, Kin, 0.0f};
         cvmm_expert_gemms(be, "cvmm_backward", *pl, q, bf16);
-    }
-    if (want_dw) { // X's rows where they lie (in plan order when in_sorted, else row p / in_div)
-        LAUNCH(k_dw, (unsigned)((M + 7) / 8), 256, 0,
-               rows_cost(2.0 * M * Kin, (size_t)M * (2 * (size_t)Kin + 1) * sizeof(float), M, false))(
-            dw, Qs, X, pl->inv, M, Kin, in_div, in_sorted ? 1 : 0);
-        CHECK_LAUNCH();
     }
     if (dW) {
         if (w && bf16) { // weighted rows in bf16 straight from dY (w != NULL: not out_sorted, cvmm_check_args)
@@ -245,6 +250,44 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
                               {dW, (size_t)Kin * Nout * sizeof(float), 0}, Kin, Nout, Nout, 1.0f};
         cvmm_expert_gemms(be, "cvmm_backward", *pl, dw_set, bf16);
     }
+}
+
+void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
+                        const scalar_t *W, const RoutingPlan *pl, const scalar_t *w, int in_div, int out_div, int Kin,
+                        int Nout, int order) {
+    cvmm_check_args("cvmm_backward", pl, in_div, out_div, w != nullptr, order);
+    const int M = pl->M, E = pl->n_experts;
+    const bool in_sorted = order & CVMM_IN_SORTED, out_sorted = order & CVMM_OUT_SORTED;
+    if (dX) cuda_weights_written(be, dX, (size_t)(in_sorted ? M : M / in_div) * Kin * sizeof(float));
+    if (dW) cuda_weights_written(be, dW, (size_t)E * Kin * Nout * sizeof(float));
+    if (dw && w) cuda_weights_written(be, dw, (size_t)M * sizeof(float));
+    if (M == 0) return;
+    bool want_dw = (w != nullptr && dw != nullptr), want_Q = (dX != nullptr || want_dw);
+    if (!want_Q && !dW) return;
+    const bool bf16 = use_bf16(be);
+    const int g_div = w ? out_div : 1; // entry p's row of dY
+    // Q = dY_p @ W[e]^T in plan order [M, Kin]
+    float *Qs = want_Q ? (float *)cuda_scratch(be, SCRATCH_CVMM_DX_SORTED, (size_t)M * Kin * sizeof(float)) : nullptr;
+    if (cvmm_uses_mma(be, bf16)) { // dY and X read where they lie, dY weighted for dW as it is read
+        const RoutedRows g = {dY, pl->perm, out_sorted, g_div, Nout, nullptr};
+        if (Qs) // Qs[m, k] = sum_n G[m, n] W[e][k, n]: B_e[n, k] = W[e][k * Nout + n]
+            cvmm_mma_rows(be, *pl, Qs, Kin, nullptr, g,
+                          cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16), (size_t)Kin * Nout, 1,
+                          Nout, Kin, Nout);
+        if (dW) {
+            const RoutedRows x = {X, pl->perm, in_sorted, in_div, Kin, nullptr};
+            const RoutedRows gw = {dY, pl->perm, out_sorted, g_div, Nout, w};
+            cvmm_mma_dw(*pl, dW, x, gw, Kin, Nout);
+        }
+    } else {
+        backward_on_cublas(be, Qs, dW, dY, X, W, pl, w, in_div, g_div, Kin, Nout, in_sorted, out_sorted, bf16);
+    }
+    if (want_dw) { // X's rows where they lie (in plan order when in_sorted, else row p / in_div)
+        LAUNCH(k_dw, (unsigned)((M + 7) / 8), 256, 0,
+               rows_cost(2.0 * M * Kin, (size_t)M * (2 * (size_t)Kin + 1) * sizeof(float), M, false))(
+            dw, Qs, X, pl->inv, M, Kin, in_div, in_sorted ? 1 : 0);
+        CHECK_LAUNCH();
+    }
     if (dX && in_sorted) {
         const size_t moved = (size_t)M * Kin * 3 * sizeof(float);
         count_traffic("cvmm_rows", moved);
@@ -252,11 +295,6 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
             dX, Qs, w, pl->perm, M, Kin);
         CHECK_LAUNCH();
     } else if (dX) {
-        int rows = M / in_div;
-        const size_t moved = ((size_t)M + 2 * (size_t)rows) * Kin * sizeof(float);
-        count_traffic("cvmm_rows", moved);
-        LAUNCH(k_reduce, grid_for((size_t)rows * Kin, 256), 256, 0, rows_cost(2.0 * M * Kin, moved, M, w != nullptr))(
-            dX, Qs, pl->inv, w, rows, in_div, Kin, true);
-        CHECK_LAUNCH();
+        reduce_rows(dX, Qs, pl, w, in_div, Kin, true);
     }
 }

@@ -1,5 +1,6 @@
 // Private interface between the cvmm files: the device routing plan (cuda_cvmm_plan.cu), the per-expert GEMM sets
-// (cuda_cvmm_gemm.cu: the per-expert loop or one grouped GEMM) and the ops that use them (cuda_cvmm.cu).
+// (cuda_cvmm_gemm.cu: the per-expert loop or one grouped GEMM), the tensor-core kernels (cuda_cvmm_mma.cu, probed by
+// cuda_cvmm_mma_probe.cu) and the ops that use them (cuda_cvmm.cu).
 #ifndef KERNELS_CUDA_CUDA_CVMM_CUH
 #define KERNELS_CUDA_CUDA_CVMM_CUH
 
@@ -32,8 +33,33 @@ struct ExpertGemms {
     float beta;
 };
 
+// Whether cvmm's expert GEMMs run on the tensor-core kernels (cuda_cvmm_mma.cu): bf16 operands under
+// DMMATH_CUDA_CVMM=mma (fp32 operands stay on cuBLAS there: the loop or the grouped call, as auto picks), or under
+// auto where the grouped GEMM is not taken for bf16 and the kernels pass their probe.
+bool cvmm_uses_mma(Backend *be, bool bf16);
+// The probe (cuda_cvmm_mma_probe.cu): the kernels' three products on a small plan equal the exact results; false with
+// the first difference in why.
+bool cvmm_mma_probe(Backend *be, char *why, size_t whylen);
+
 // Runs a set on the path cuda_impl(be)->cvmm_impl selects: the per-expert cuda_gemm loop, or one
 // cublasGemmGroupedBatchedEx over the non-empty experts (a failing status is fatal there). op names the cvmm op.
 void cvmm_expert_gemms(Backend *be, const char *op, const RoutingPlan &plan, const ExpertGemms &set, bool bf16);
+
+// ---- the tensor-core path (cuda_cvmm_mma.cu): no rows gathered, no host offsets
+// M routed rows of `width` fp32 values as the kernels read them: plan row m is base[row * width] with row = m when
+// in_plan_order, else perm[m] / div (the caller's entry order); multiplied by w[perm[m]] when w is given; rounded
+// to bf16 as it is read.
+struct RoutedRows {
+    const float *base;
+    const int32_t *perm; // the plan's perm[M]
+    int in_plan_order, div, width;
+    const float *w;
+};
+// C[dst(m), n] = sum_{k < K} A[m, k] B_e[k, n] for every plan row m (expert e), n < N: dst(m) = c_perm[m] when
+// c_perm is given, else m; B_e[k, n] = B[e * b_expert + k * b_sk + n * b_sn] in bf16 (b_sk or b_sn is 1); A.width = K.
+void cvmm_mma_rows(Backend *be, const RoutingPlan &pl, float *C, int ldc, const int32_t *c_perm, const RoutedRows &a,
+                   const __nv_bfloat16 *B, size_t b_expert, int b_sk, int b_sn, int N, int K);
+// dW[e][Kin, Nout] += X_e^T G_e over each expert's plan rows (x.width = Kin, g.width = Nout).
+void cvmm_mma_dw(const RoutingPlan &pl, float *dW, const RoutedRows &x, const RoutedRows &g, int Kin, int Nout);
 
 #endif

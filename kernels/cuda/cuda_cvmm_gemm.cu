@@ -3,9 +3,11 @@
 //   loop     one cuBLAS GEMM per non-empty expert (cuda_gemm), sized from the host offsets
 //   grouped  one cublasGemmGroupedBatchedEx per set: one group per non-empty expert (group_size 1) with its own
 //            m/n/k (host arrays); the A/B/C pointer arrays are built on the device from the device offsets
+//   mma      bf16 operands: cvmm's tensor-core kernels instead (cuda_cvmm_mma.cu; cvmm_uses_mma), fp32 as auto
 //   auto     grouped if a one-time probe per backend and operand type (fp32, bf16) shows cuBLAS computes exactly what
-//            the loop computes, else the loop; one log line says which and why. Whether cuBLAS supports bf16 A/B with
-//            fp32 C in the grouped API is not documented clearly, so the probe decides on the GPU at hand.
+//            the loop computes; else, for bf16 operands, the tensor-core kernels if they pass their own probe
+//            (cuda_cvmm_mma_probe.cu); else the loop. One log line says which and why. Whether cuBLAS supports bf16
+//            A/B with fp32 C in the grouped API is not documented clearly, so the probe decides on the GPU at hand.
 // With 387 experts the loop issues 387 small GEMMs (~1,355 x 128 each, a dozen thread blocks on a 132-SM GPU) per
 // set; the grouped call fills the GPU with all of them at once.
 #include <cstring>
@@ -151,29 +153,56 @@ static bool probe_grouped(Backend *be, bool bf16, char *why, size_t whylen, bool
            probe_pattern(be, "backward dW += X^T G", 1, 0, dw, Kin, Nout, Nout, bf16, why, whylen, refused);
 }
 
-// Whether this backend runs cvmm's GEMM sets for this operand type as grouped GEMMs.
+// Whether this backend runs cvmm's GEMM sets for this operand type as grouped GEMMs (fp32 operands under
+// DMMATH_CUDA_CVMM=mma: as auto decides).
 static bool use_grouped(Backend *be, bool bf16) {
     CudaImpl *im = cuda_impl(be);
     if (im->cvmm_impl == CVMM_LOOP) return false;
     if (im->cvmm_impl == CVMM_GROUPED) return true;
     int &decision = im->cvmm_auto_grouped[bf16 ? 1 : 0];
     if (decision == 0) {
+        const char *setting = im->cvmm_impl == CVMM_MMA ? "mma, whose fp32 operands go as auto's" : "auto";
         char why[256] = "";
         bool refused = false;
         bool ok = probe_grouped(be, bf16, why, sizeof why, &refused);
         decision = ok ? 1 : -1;
         if (ok)
             log_info("cuda backend: cvmm (%s operands) uses one grouped GEMM per expert matmul "
-                     "(cublasGemmGroupedBatchedEx matched the per-expert loop in its probe; DMMATH_CUDA_CVMM=auto)",
-                     bf16 ? "bf16" : "fp32");
+                     "(cublasGemmGroupedBatchedEx matched the per-expert loop in its probe; DMMATH_CUDA_CVMM=%s)",
+                     bf16 ? "bf16" : "fp32", setting);
+        else if (bf16 && im->cvmm_impl == CVMM_AUTO)
+            log_info("cuda backend: cvmm (bf16 operands) does not use the grouped GEMM: %s (DMMATH_CUDA_CVMM=auto)",
+                     why);
         else
-            log_info("cuda backend: cvmm (%s operands) uses one GEMM per expert: %s (DMMATH_CUDA_CVMM=auto)",
-                     bf16 ? "bf16" : "fp32", why);
+            log_info("cuda backend: cvmm (%s operands) uses one GEMM per expert: %s (DMMATH_CUDA_CVMM=%s)",
+                     bf16 ? "bf16" : "fp32", why, setting);
     }
     return decision > 0;
 }
 
-extern "C" const char *cuda_cvmm_path(Backend *be, int bf16) { return use_grouped(be, bf16 != 0) ? "grouped" : "loop"; }
+bool cvmm_uses_mma(Backend *be, bool bf16) {
+    CudaImpl *im = cuda_impl(be);
+    if (!bf16 || im->cvmm_impl == CVMM_LOOP || im->cvmm_impl == CVMM_GROUPED) return false;
+    if (im->cvmm_impl == CVMM_MMA) return true;
+    if (use_grouped(be, true)) return false; // auto: cuBLAS's grouped call first, where it takes bf16 and is exact
+    if (im->cvmm_auto_mma == 0) {
+        char why[256] = "";
+        bool ok = cvmm_mma_probe(be, why, sizeof why);
+        im->cvmm_auto_mma = ok ? 1 : -1;
+        if (ok)
+            log_info("cuda backend: cvmm (bf16 operands) uses its tensor-core kernels instead (they matched the exact "
+                     "results in their probe; DMMATH_CUDA_CVMM=auto)");
+        else
+            log_info("cuda backend: cvmm (bf16 operands) uses one GEMM per expert: its tensor-core kernels failed "
+                     "their probe: %s (DMMATH_CUDA_CVMM=auto)", why);
+    }
+    return im->cvmm_auto_mma > 0;
+}
+
+extern "C" const char *cuda_cvmm_path(Backend *be, int bf16) {
+    if (cvmm_uses_mma(be, bf16 != 0)) return "mma";
+    return use_grouped(be, bf16 != 0) ? "grouped" : "loop";
+}
 
 extern "C" int cuda_cvmm_grouped_refused(Backend *be, int bf16, char *why, size_t whylen) {
     bool refused = false;
@@ -229,5 +258,7 @@ void cvmm_expert_gemms(Backend *be, const char *op, const RoutingPlan &pl, const
         die("%s: cublasGemmGroupedBatchedEx failed: %s (%s; %d groups, %s operands, DMMATH_CUDA_CVMM=%s); "
             "DMMATH_CUDA_CVMM=loop runs one GEMM per expert instead",
             op, cublasGetStatusName(st), cublasGetStatusString(st), G, bf16 ? "bf16" : "fp32",
-            cuda_impl(be)->cvmm_impl == CVMM_GROUPED ? "grouped" : "auto");
+            cuda_impl(be)->cvmm_impl == CVMM_GROUPED ? "grouped"
+            : cuda_impl(be)->cvmm_impl == CVMM_MMA   ? "mma"
+                                                     : "auto");
 }

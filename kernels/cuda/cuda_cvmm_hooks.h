@@ -15,7 +15,8 @@ extern "C" {
 
 #include "kernels/backend.h" /* C declarations: included with C linkage, as cuda_common.cuh does */
 
-/* The expert-GEMM path cvmm takes on this backend for fp32 (bf16 = 0) or bf16 operands: "loop" or "grouped". Under
+/* The expert-GEMM path cvmm takes on this backend for fp32 (bf16 = 0) or bf16 operands: "loop", "grouped" or "mma"
+ * (the tensor-core kernels, bf16 operands under DMMATH_CUDA_CVMM=mma). Under
  * DMMATH_CUDA_CVMM=auto this runs the one-time probe if it has not run yet. */
 const char *cuda_cvmm_path(Backend *be, int bf16);
 

@@ -15,7 +15,9 @@ step is what lies between bench_train_step's synchronize calls around its timed 
 Each record's time on each GPU of GPU_SPECS (tests/bench/bench_gpu.py), the roofline at the share of the GPU the
 launch can fill:
   time = max(FLOPs / (rate x fill), bytes / (HBM bandwidth x fill))
-  rate  the dense bf16 tensor-core peak for bf16 cuBLAS calls; the fp32 CUDA-core peak for fp32 calls and kernels
+  rate  the dense bf16 tensor-core peak for bf16 cuBLAS calls and for kernels whose LAUNCH states tensor-core FLOPs
+        (tensor_core_cost in kernels/cuda/cuda_common.cuh: cvmm's wmma kernels); the fp32 CUDA-core peak for fp32
+        calls and every other kernel
   fill  min(1, parallel units / SMs): a kernel's thread blocks, a cuBLAS call's 128 x 128 output tiles (summed over
         its problems); a launch too small to give every SM work runs at that share of the GPU
   memsets and device-to-device copies: their bytes at HBM bandwidth; host<->device copies are not GPU time (counted)
@@ -26,7 +28,7 @@ the gradients, as in most steps: cuda_loss_optim.cu). MFU = model FLOPs per step
 bench_gpu.py x tokens, the PaLM convention make bench-gpu uses) / (time x bf16 peak).
 
 Usage: python3 tests/bench/bench_model.py --exe build/emu/bench/bench_train_step [--config C ...] [--precision bf16]
-           [--n-microbatch M] [--cvmm grouped|loop] [--attention auto|fused|gemm] [--launches-dir DIR]
+           [--n-microbatch M] [--cvmm mma|grouped|loop] [--attention auto|fused|gemm] [--launches-dir DIR]
            [--print-launches]
 """
 import argparse
@@ -86,7 +88,7 @@ def step_rows(records):
         kind, op = r[0], r[1]
         if kind == "launch":
             gx, gy, gz = (int(v) for v in r[3].split(","))
-            rows.append(Row(len(rows), "kernel", op, r[2], gx * gy * gz, float(r[6]), float(r[7]), "cuda"))
+            rows.append(Row(len(rows), "kernel", op, r[2], gx * gy * gz, float(r[6]), float(r[7]), r[8]))
         elif kind == "gemm":
             engine = "tensor" if r[3] == "bf16" else "cuda"
             problems = f" ({r[4]} problems)" if int(r[4]) > 1 else ""
@@ -179,6 +181,7 @@ def report(args, cfg):
     tokens = batch * T
     model_flops = fl["total"] * tokens
     gemm_flops = sum(r.flops for r in rows if r.kind == "gemm")
+    tensor_kernel_flops = sum(r.flops for r in rows if r.kind == "kernel" and r.engine == "tensor")
     attention_on_gemm = any(r.kind == "gemm" and r.op.startswith("attention_") for r in rows)
     mfu = {g: model_flops / (totals[g] * GPU_SPECS[g]["bf16_tflops"] * 1e12) for g in GPUS}
     counts = collections.Counter(r.kind for r in rows)
@@ -220,13 +223,15 @@ def report(args, cfg):
           f"H200 {whole['H200'] * 1e3:.1f} ms")
     print(f"   model FLOPs per step {model_flops / 1e12:.2f} TFLOP (6 x {fl['active_params']:,} active parameters x "
           f"{tokens:,} tokens + attention {fl['attention'] * tokens / 1e12:.2f} TFLOP, tests/bench/bench_gpu.py); "
-          f"cuBLAS FLOPs recorded {gemm_flops / 1e12:.2f} TFLOP")
+          f"cuBLAS FLOPs recorded {gemm_flops / 1e12:.2f} TFLOP, tensor-core kernel FLOPs (cvmm's mma path) "
+          f"{tensor_kernel_flops / 1e12:.2f} TFLOP")
     print(f"   not in the prediction: the gaps of {counts['kernel'] + counts['gemm']} launches and "
           f"{host['syncs']} host syncs where the GPU waits for the host; every launch: {launches_path}")
     # one line for scripts (tests/e2e/test_bench_model.sh): the figures above, unrounded
     print("bench-model summary: " + " ".join(f"{k}={v}" for k, v in [
         ("config", cfg), ("launches_file", launches_path), ("kernels", counts["kernel"]), ("gemms", counts["gemm"]),
-        ("host_syncs", host["syncs"]), ("gemm_flops", repr(gemm_flops)), ("model_flops", repr(float(model_flops))),
+        ("host_syncs", host["syncs"]), ("gemm_flops", repr(gemm_flops)),
+        ("tensor_kernel_flops", repr(tensor_kernel_flops)), ("model_flops", repr(float(model_flops))),
         ("matmul_flops", repr(float(fl["matmul"] * tokens))),
         ("attention_flops", repr(float(fl["attention"] * tokens))),
         ("attention_on_gemm", int(attention_on_gemm)),
@@ -250,8 +255,10 @@ def main():
     ap.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     ap.add_argument("--n-microbatch", type=int, default=None,
                     help=f"micro-batches per step (default {CUDA_MICROBATCHES}, as make bench-gpu)")
-    ap.add_argument("--cvmm", choices=["grouped", "loop"], default="grouped",
-                    help="cvmm's GEMM path (default grouped: what auto picks where cuBLAS >= 12.5 passes its probe)")
+    ap.add_argument("--cvmm", choices=["mma", "grouped", "loop"], default="mma",
+                    help="cvmm's expert-GEMM path (default mma: the tensor-core kernels, what auto picks for bf16 "
+                    "where cuBLAS refuses the grouped GEMM for bf16, as the H100's cuBLAS 13.0 does; fp32 operands "
+                    "then run grouped; grouped: what auto picks where cuBLAS >= 12.5 passes its probe)")
     ap.add_argument("--attention", choices=["auto", "fused", "gemm"], default="auto")
     ap.add_argument("--launches-dir", default="build/bench/model", help="where the per-launch lists go")
     ap.add_argument("--print-launches", action="store_true", help="also print every launch")

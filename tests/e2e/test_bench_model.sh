@@ -3,7 +3,8 @@
 # make bench-model's cost model (tests/bench/bench_model.py) on small configs, checked for internal consistency:
 #   - the predicted step time of each GPU is the sum of the per-launch times in the launch list it writes, and the
 #     list has one kernel row per kernel launch the summary counts;
-#   - the cuBLAS FLOPs the emulator recorded equal the model FLOPs of tests/bench/bench_gpu.py: 6 x active parameters
+#   - the cuBLAS FLOPs the emulator recorded, plus those cvmm's tensor-core kernels state (their 2mnk, the default
+#     --cvmm mma), equal the model FLOPs of tests/bench/bench_gpu.py: 6 x active parameters
 #     x tokens for the matmuls, plus, where attention runs on cuBLAS, 7/6 of the attention term (the forward's QK^T and
 #     PV, the backward's recomputed QK^T, dP, dV, dQ, dK: 7 products where the PaLM count has 6); with the fused
 #     attention kernels the matmuls alone;
@@ -29,6 +30,7 @@ narrow=(tests/bench/configs/dense_paper_layout_narrow.json tests/bench/configs/m
 check_summary() {
   /usr/bin/python3 - "$1" <<'PY'
 import sys
+TENSOR_KERNELS = ("k_mma_rows", "k_mma_dw")  # cvmm's tensor-core kernels (kernels/cuda/cuda_cvmm_mma.cu)
 out = open(sys.argv[1]).read()
 lines = [l for l in out.splitlines() if l.startswith("bench-model summary: ")]
 if not lines:
@@ -49,9 +51,14 @@ for line in lines:
     gemm_flops = sum(float(r[5]) for r in rows if r[1] == "gemm")
     if abs(gemm_flops - float(s["gemm_flops"])) > 1e-9 * gemm_flops:
         sys.exit(f"FAIL: {name}: the list's cuBLAS FLOPs {gemm_flops} differ from the summary's {s['gemm_flops']}")
+    tensor_flops = sum(float(r[5]) for r in rows if r[1] == "kernel" and r[3] in TENSOR_KERNELS)
+    if abs(tensor_flops - float(s["tensor_kernel_flops"])) > 1e-9 * max(tensor_flops, 1.0):
+        sys.exit(f"FAIL: {name}: the list's tensor-core kernel FLOPs {tensor_flops} differ from the summary's "
+                 f"{s['tensor_kernel_flops']}")
     expect = float(s["matmul_flops"]) + (7 / 6 * float(s["attention_flops"]) if s["attention_on_gemm"] == "1" else 0)
-    if abs(gemm_flops - expect) > 1e-9 * expect:
-        sys.exit(f"FAIL: {name}: cuBLAS FLOPs {gemm_flops:.6g}, expected {expect:.6g} from the model FLOPs "
+    if abs(gemm_flops + tensor_flops - expect) > 1e-9 * expect:
+        sys.exit(f"FAIL: {name}: cuBLAS FLOPs {gemm_flops:.6g} + tensor-core kernel FLOPs {tensor_flops:.6g}, "
+                 f"expected {expect:.6g} from the model FLOPs "
                  f"(matmul {float(s['matmul_flops']):.6g}, attention {float(s['attention_flops']):.6g}, on cuBLAS: "
                  f"{s['attention_on_gemm']})")
     for key in ("h100_mfu", "h200_mfu"):
@@ -59,7 +66,7 @@ for line in lines:
             sys.exit(f"FAIL: {name}: {key} {s[key]} outside (0, 1]")
     if not float(s["h200_s"]) < float(s["h100_s"]):
         sys.exit(f"FAIL: {name}: the H200 (more bandwidth, same peak) is not faster: {s['h200_s']} vs {s['h100_s']}")
-    print(f"ok: {name}: step = sum of {len(rows)} listed rows; cuBLAS FLOPs = model FLOPs "
+    print(f"ok: {name}: step = sum of {len(rows)} listed rows; cuBLAS + tensor-core kernel FLOPs = model FLOPs "
           f"({'with' if s['attention_on_gemm'] == '1' else 'without'} 7/6 attention); MFU "
           f"{100 * float(s['h100_mfu']):.1f}% (H100), {100 * float(s['h200_mfu']):.1f}% (H200)")
 if (out.count("A PREDICTION, NOT A MEASUREMENT") != len(lines) or
@@ -98,28 +105,35 @@ step() { # LOG: the records between the last two synchronize calls
   awk -F'\t' '!/^#/ {r[NR] = $0; if ($1 == "sync" && $2 == "synchronize") { a = b; b = NR } }
               END { for (i = a + 1; i < b; i++) if (i in r) print r[i] }' "$1"
 }
-for mode in dry executed; do
-  dry=0; [ $mode = dry ] && dry=1
-  CUDA_EMU_DRY_RUN=$dry CUDA_EMU_LAUNCH_LOG=$tmp/$mode.log ASAN_OPTIONS=detect_leaks=0 DMMATH_CUDA_CVMM=grouped \
-    DMMATH_CUDA_ATTENTION=gemm "$exe" --config "$tiny" --backend cuda --precision bf16 --steps 1 --warmup 1 \
-    >"$tmp/$mode.out" 2>&1 || { cat "$tmp/$mode.out"; fail "the $mode run of $tiny failed"; }
-  step "$tmp/$mode.log" >"$tmp/$mode.step"
-done
-/usr/bin/python3 - "$tmp/dry.step" "$tmp/executed.step" <<'PY'
+# With cvmm on the grouped GEMM (routing-sized records) and on the tensor-core kernels (grids over an upper bound of
+# row tiles, costs from the row count: nothing routing-sized, so every record must match).
+for cvmm in grouped mma; do
+  for mode in dry executed; do
+    dry=0; [ $mode = dry ] && dry=1
+    CUDA_EMU_DRY_RUN=$dry CUDA_EMU_LAUNCH_LOG=$tmp/$cvmm.$mode.log ASAN_OPTIONS=detect_leaks=0 DMMATH_CUDA_CVMM=$cvmm \
+      DMMATH_CUDA_ATTENTION=gemm "$exe" --config "$tiny" --backend cuda --precision bf16 --steps 1 --warmup 1 \
+      >"$tmp/$cvmm.$mode.out" 2>&1 || { cat "$tmp/$cvmm.$mode.out"; fail "the $mode run of $tiny (cvmm $cvmm) failed"; }
+    step "$tmp/$cvmm.$mode.log" >"$tmp/$cvmm.$mode.step"
+  done
+  /usr/bin/python3 - "$tmp/$cvmm.dry.step" "$tmp/$cvmm.executed.step" "$cvmm" <<'PY'
 import sys
 dry, ex = ([l.rstrip("\n").split("\t") for l in open(p)] for p in sys.argv[1:3])
+cvmm = sys.argv[3]
 if len(dry) != len(ex) or len(dry) < 100:
-    sys.exit(f"FAIL: the dry step has {len(dry)} records, the executed one {len(ex)}")
-routed = 0
+    sys.exit(f"FAIL: cvmm {cvmm}: the dry step has {len(dry)} records, the executed one {len(ex)}")
+routed = mma = 0
 for i, (d, e) in enumerate(zip(dry, ex)):
-    if d[0] == "launch" and d[2] == "k_expert_pointers" and e[:3] == d[:3]:
+    mma += d[0] == "launch" and d[2] in ("k_mma_rows", "k_mma_dw")
+    if cvmm == "grouped" and d[0] == "launch" and d[2] == "k_expert_pointers" and e[:3] == d[:3]:
         routed += 1  # its grid and bytes follow the non-empty experts
-    elif d[0] == "gemm" and d[2] == "cublasGemmGroupedBatchedEx" and e[:4] == d[:4] and e[6] == d[6]:
+    elif cvmm == "grouped" and d[0] == "gemm" and d[2] == "cublasGemmGroupedBatchedEx" and e[:4] == d[:4] and \
+            e[6] == d[6]:
         routed += 1  # problems, tiles and bytes follow the routing; the FLOPs (all rows) do not
     elif d != e:
-        sys.exit(f"FAIL: record {i} of the step differs: dry {d}, executed {e}")
-if not routed:
-    sys.exit("FAIL: no grouped expert GEMM in the step (the comparison did not cover cvmm)")
-print(f"ok: the dry run's step is the executed step: {len(dry)} records alike ({routed} routing-sized ones "
-      f"alike in kind and FLOPs)")
+        sys.exit(f"FAIL: cvmm {cvmm}: record {i} of the step differs: dry {d}, executed {e}")
+if not (routed if cvmm == "grouped" else mma):
+    sys.exit(f"FAIL: cvmm {cvmm}: no expert GEMM of that path in the step (the comparison did not cover cvmm)")
+print(f"ok: cvmm {cvmm}: the dry run's step is the executed step: {len(dry)} records alike ({routed} routing-sized "
+      f"ones alike in kind and FLOPs, {mma} tensor-core kernel launches)")
 PY
+done

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # e2e-lane: private (it writes only under its own temporary directories, so it may run beside other tests)
 # Whole tiny models on the CUDA backend against the CPU backend (the cuda_model_vs_cpu program) with each forced
-# expert-GEMM path of the CUDA cvmm: DMMATH_CUDA_CVMM=loop (one cuBLAS GEMM per expert) and =grouped (one
-# cublasGemmGroupedBatchedEx per GEMM set). The CUDA suites run the same program under the default, auto, which
-# picks one of the two per operand type after a probe; this script makes sure both pass, whichever auto picks.
+# expert-GEMM path of the CUDA cvmm: DMMATH_CUDA_CVMM=loop (one cuBLAS GEMM per expert), =grouped (one
+# cublasGemmGroupedBatchedEx per GEMM set) and =mma (bf16 operands on cvmm's tensor-core kernels, fp32 ones on the
+# cuBLAS path auto picks). The CUDA suites run the same program under the default, auto, which picks loop or grouped
+# per operand type after a probe; this script makes sure every path passes, whichever auto picks.
 # CUDA_TEST_UNIT_DIR=DIR takes the program from DIR (default build/tests; make test-cuda-emu: build/emu/tests).
 # Exit 77 (SKIP) where the program is not built (no nvcc) or exits 77 itself (no usable CUDA GPU).
 set -u
@@ -15,7 +16,7 @@ trap 'rm -rf "$tmp"' EXIT
 # The passes (each with attention as configured only: the cvmm path is what varies here, and the CUDA suites run both
 # attention paths under the default cvmm path): each forced path; on the CUDA emulator also the forced grouped path with the emulator's cuBLAS made to
 # refuse bf16, as an H100's CUDA 13.0 cuBLAS does (the refusal must be recorded, and the fp32 cases still run grouped).
-for pass in loop grouped grouped-refuses-bf16; do
+for pass in loop grouped mma grouped-refuses-bf16; do
   path=${pass%%-*}
   log=$tmp/$pass.log
   if [ "$pass" = grouped-refuses-bf16 ]; then
@@ -29,7 +30,9 @@ for pass in loop grouped grouped-refuses-bf16; do
     echo "FAIL: DMMATH_CUDA_CVMM=$path ($pass): $prog exited $rc"; tail -n 40 "$log" | sed 's/^/    /'; exit 1
   fi
   # auto's probe logs its choice; a forced path must not have run it
-  if grep -q 'DMMATH_CUDA_CVMM=auto' "$log"; then echo "FAIL: DMMATH_CUDA_CVMM=$path was not applied (auto ran)"; exit 1; fi
+  if grep -q 'DMMATH_CUDA_CVMM=auto)' "$log"; then
+    echo "FAIL: DMMATH_CUDA_CVMM=$path was not applied (auto ran)"; exit 1
+  fi
   # cuBLAS may refuse the grouped call for bf16 operands (bf16 A/B with an fp32 C): the program then records each
   # bf16 case with experts as not run, with cuBLAS's status; the loop pass and auto (the CUDA suites) run them.
   refused=$(grep -c 'not run: DMMATH_CUDA_CVMM=grouped, and cuBLAS refuses' "$log")
@@ -39,4 +42,4 @@ for pass in loop grouped grouped-refuses-bf16; do
   echo "ok: DMMATH_CUDA_CVMM=$path${pass#$path}: $(grep -E '^[0-9]+%: Checks' "$log")"
   [ "$refused" = 0 ] || echo "    recorded: $refused bf16 case(s) not run: $(grep -m1 -o 'cuBLAS refuses the grouped GEMM for bf16 operands here (.*); recorded' "$log" | sed 's/; recorded$//')"
 done
-echo "cuda cvmm paths: cuda_model_vs_cpu passed with the loop expert GEMMs and the grouped ones (bf16 cases that cuBLAS refuses grouped: recorded above)"
+echo "cuda cvmm paths: cuda_model_vs_cpu passed with the loop expert GEMMs, the grouped ones and the tensor-core kernels (bf16 cases that cuBLAS refuses grouped: recorded above)"

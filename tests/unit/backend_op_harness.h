@@ -60,17 +60,19 @@ typedef struct {
 
 enum {
     V_DEFAULT, V_ATT_FUSED, V_ATT_GEMM, V_ATT_AUTO, V_ATT_GEMM_CHUNK3, V_ATT_GEMM_CHUNK1, V_CVMM_AUTO, V_CVMM_LOOP,
-    V_CVMM_GROUPED, V_CVMM_FAULT_BF16, V_CVMM_FAULT_ALL, V_CVMM_FAULT_WRONG, V_CVMM_GROUPED_FAULT_BF16, N_VARIANTS
+    V_CVMM_GROUPED, V_CVMM_MMA, V_CVMM_FAULT_BF16, V_CVMM_FAULT_ALL, V_CVMM_FAULT_WRONG, V_CVMM_GROUPED_FAULT_BF16,
+    N_VARIANTS
 };
 #define VB(v) (1u << (v))
 #define V_ATT_BOTH (VB(V_ATT_FUSED) | VB(V_ATT_GEMM))
-#define V_CVMM_ALL (VB(V_CVMM_AUTO) | VB(V_CVMM_LOOP) | VB(V_CVMM_GROUPED))
+#define V_CVMM_ALL (VB(V_CVMM_AUTO) | VB(V_CVMM_LOOP) | VB(V_CVMM_GROUPED) | VB(V_CVMM_MMA))
 #define V_CVMM_FAULTS                                                                                              \
     (VB(V_CVMM_FAULT_BF16) | VB(V_CVMM_FAULT_ALL) | VB(V_CVMM_FAULT_WRONG) | VB(V_CVMM_GROUPED_FAULT_BF16))
 
 /* auto's cvmm path on a GPU depends on its cuBLAS (either is right); the emulator's cuBLAS computes both operand
- * types in the grouped call, so its probe must choose grouped; with the fault injection, auto must fall back to the
- * loop exactly where the grouped call is refused or wrong. */
+ * types in the grouped call, so its probe must choose grouped; with the fault injection, auto must leave the grouped
+ * call exactly where it is refused or wrong: for the loop with fp32 operands, for the tensor-core kernels (mma,
+ * after their own probe) with bf16 ones. */
 static const CudaVariant cuda_variants[N_VARIANTS] = {
     [V_DEFAULT] = {"default", {{NULL}}, {NULL}, {NULL}, 0},
     [V_ATT_FUSED] = {"attention fused", {{"DMMATH_CUDA_ATTENTION", "fused"}}, {NULL}, {NULL}, 0},
@@ -85,14 +87,16 @@ static const CudaVariant cuda_variants[N_VARIANTS] = {
     [V_CVMM_AUTO] = {"cvmm auto", {{"DMMATH_CUDA_CVMM", "auto"}}, {NULL}, {"grouped", "grouped"}, 0},
     [V_CVMM_LOOP] = {"cvmm loop", {{"DMMATH_CUDA_CVMM", "loop"}}, {"loop", "loop"}, {NULL}, 0},
     [V_CVMM_GROUPED] = {"cvmm grouped", {{"DMMATH_CUDA_CVMM", "grouped"}}, {"grouped", "grouped"}, {NULL}, 0},
+    /* the tensor-core kernels for bf16 operands; fp32 operands stay on cuBLAS, on the path auto picks */
+    [V_CVMM_MMA] = {"cvmm mma", {{"DMMATH_CUDA_CVMM", "mma"}}, {NULL, "mma"}, {"grouped", "mma"}, 0},
     [V_CVMM_FAULT_BF16] = {"cvmm auto, grouped GEMM refuses bf16",
                            {{"DMMATH_CUDA_CVMM", "auto"}, {"CUDA_EMU_GROUPED_GEMM", "unsupported-bf16"}},
-                           {"grouped", "loop"}, {NULL}, 1},
+                           {"grouped", "mma"}, {NULL}, 1},
     [V_CVMM_FAULT_ALL] = {"cvmm auto, grouped GEMM refused",
-                          {{"DMMATH_CUDA_CVMM", "auto"}, {"CUDA_EMU_GROUPED_GEMM", "unsupported"}}, {"loop", "loop"},
+                          {{"DMMATH_CUDA_CVMM", "auto"}, {"CUDA_EMU_GROUPED_GEMM", "unsupported"}}, {"loop", "mma"},
                           {NULL}, 1},
     [V_CVMM_FAULT_WRONG] = {"cvmm auto, grouped GEMM wrong",
-                            {{"DMMATH_CUDA_CVMM", "auto"}, {"CUDA_EMU_GROUPED_GEMM", "wrong"}}, {"loop", "loop"},
+                            {{"DMMATH_CUDA_CVMM", "auto"}, {"CUDA_EMU_GROUPED_GEMM", "wrong"}}, {"loop", "mma"},
                             {NULL}, 1},
     /* the forced grouped path where cuBLAS refuses bf16 (as an H100's CUDA 13.0 cuBLAS does): fp32 runs grouped,
      * bf16 is recorded as refused and not run (cuda_backend_ops.c, grouped_refused) */

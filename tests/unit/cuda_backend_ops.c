@@ -14,6 +14,7 @@
 
 #define DT_BOTH (DT_FP32 | DT_BF16)
 #define DEF VB(V_DEFAULT)
+#define CVMM_REPEATED (VB(V_CVMM_LOOP) | VB(V_CVMM_GROUPED) | VB(V_CVMM_MMA))
 #define INV_SQRT_82 0.11043152607484653 /* 1/sqrt(82): the usual attention scale of a head of 82 */
 enum { PLAN_CHUNK = CUDA_CVMM_PLAN_CHUNK };
 
@@ -183,6 +184,8 @@ static const OpCase op_cases[] = {
     CVMM_ROWS("att V", PAT_ATT_V, 200, 4, 2, 40, 33, 17, 1, 0, V_CVMM_ALL, 0),
     CVMM_ROWS("att O", PAT_ATT_O, 200, 4, 2, 40, 17, 33, 1, 0, V_CVMM_ALL | V_CVMM_FAULTS, 0),
     CVMM_ROWS("att O, one slot, zero-row experts", PAT_ATT_O, 13, 2, 1, 60, 9, 11, 1, 0, V_CVMM_ALL, 0),
+    /* several row, column and depth tiles of the tensor-core kernels (64 x 64 outputs, 32 deep), sizes off them */
+    CVMM_ROWS("FFN up, wide: several tiles each way", PAT_FFN_UP, 100, 1, 3, 5, 100, 130, 0, 0, V_CVMM_ALL, 0),
     /* rows in plan order (MoEUT's FFN: up OUT_SORTED, down IN_SORTED) */
     CVMM_ROWS("FFN up, OUT_SORTED", PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0, F_OUT_SORTED, V_CVMM_ALL, 0),
     CVMM_ROWS("FFN down, IN_SORTED", PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1, F_IN_SORTED, V_CVMM_ALL, 0),
@@ -190,11 +193,11 @@ static const OpCase op_cases[] = {
               V_CVMM_ALL, 0),
     CVMM_ROWS("att O, OUT_SORTED, zero-row experts", PAT_ATT_O, 13, 2, 1, 60, 9, 11, 0, F_OUT_SORTED, V_CVMM_ALL, 0),
     /* repeated runs are bit-identical (no atomics), plan rebuilt in each */
-    CVMM_ROWS("FFN down, 2000 entries, repeated", PAT_FFN_DOWN, 500, 1, 4, 16, 64, 48, 1, 0,
-              VB(V_CVMM_LOOP) | VB(V_CVMM_GROUPED), VB(V_CVMM_LOOP) | VB(V_CVMM_GROUPED)),
+    CVMM_ROWS("FFN down, 2000 entries, repeated", PAT_FFN_DOWN, 500, 1, 4, 16, 64, 48, 1, 0, CVMM_REPEATED,
+              CVMM_REPEATED),
     /* MoEUT's FFN on one plan: rows in plan order between the calls, against the same chain in entry order */
-    {"cvmm_backward", "FFN chain on one plan, plan order", &drv_ffn_chain, {150, 4, 16, 24, 20}, 0, 0, DT_BOTH, DEF, 0,
-     0},
+    {"cvmm_backward", "FFN chain on one plan, plan order", &drv_ffn_chain, {150, 4, 16, 24, 20}, 0, 0, DT_BOTH,
+     DEF | VB(V_CVMM_MMA), 0, 0},
 
     /* ---- loss, argmax, optimizer */
     {"cross_entropy", "losses and dlogits", &drv_cross_entropy, {150, 77}, 0.5, 0, DT_FP32, DEF, 0, 0},
@@ -325,7 +328,8 @@ static Backend *variant_enter(int v) {
             printf("cuda variant '%s', %s operands: cvmm takes the %s path\n", cv->name, bf16 ? "bf16" : "fp32", path);
             if (want) ck_assert_msg(!strcmp(path, want), "cuda variant '%s', %s operands: cvmm path %s, want %s",
                                     cv->name, bf16 ? "bf16" : "fp32", path, want);
-            else ck_assert_msg(!strcmp(path, "loop") || !strcmp(path, "grouped"), "auto cvmm path %s", path);
+            else ck_assert_msg(!strcmp(path, "loop") || !strcmp(path, "grouped") || (bf16 && !strcmp(path, "mma")),
+                               "auto cvmm path %s", path);
         }
     }
     return variant_backend[v];

@@ -4,8 +4,9 @@
 //
 // What it is: the .cu files compiled as plain C++ (g++ -x c++ -DCUDA_EMULATION) against this header instead of the
 // CUDA headers. Every launch runs its blocks one after another; the threads of a block are fibers (ucontext) that
-// switch only at the collectives (__syncthreads, __syncwarp, __shfl_xor_sync), so barrier semantics, shared memory
-// and warp shuffles behave as on the GPU. Device memory is host memory from tracked allocations.
+// switch only at the collectives (__syncthreads, __syncwarp, __shfl_xor_sync, the wmma loads, stores and mma), so
+// barrier semantics, shared memory, warp shuffles and warp matrix operations (cuda_emu_wmma.h) behave as on the GPU.
+// Device memory is host memory from tracked allocations.
 //
 // What it checks, beyond the results: launch configurations against the hardware limits (a bad one sets the error
 // cudaGetLastError reports, as on a GPU); that every pointer argument of a kernel and every cudaMemcpy/cudaMemset
@@ -42,6 +43,8 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(threads) // a compiler hint: the emulator checks block sizes at each launch
+#define __align__(n) __attribute__((aligned(n)))
 // Blocks run one at a time, so a function-static variable is exactly one block's shared memory.
 #define __shared__ static
 
@@ -227,9 +230,11 @@ void stat_bf16(const char *kernel, long roundings);
 void stat_traffic(const char *kind, size_t bytes);
 
 // The launch log and the dry run (cuda_emu_launch_log.cpp; see the top of this file).
-// What one kernel launch asks of the GPU, as the backend states it at the launch (LAUNCH's cost argument).
+// What one kernel launch asks of the GPU, as the backend states it at the launch (LAUNCH's cost argument);
+// tensor_cores: its FLOPs run on the tensor cores (bf16 wmma), not the fp32 CUDA cores.
 struct LaunchCost {
     double flops, bytes;
+    bool tensor_cores;
 };
 bool dry_run(void); // CUDA_EMU_DRY_RUN=1: record, compute nothing
 // The backend op (or memory call) running now; cuda_backend.cu sets it around every entry of its table. Nested
@@ -308,5 +313,7 @@ template <class T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, i
     std::memcpy(&r, &bits, sizeof(T));
     return r;
 }
+
+#include "kernels/cuda/emu/cuda_emu_wmma.h"
 
 #endif

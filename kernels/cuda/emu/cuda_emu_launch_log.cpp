@@ -3,7 +3,9 @@
 //
 // CUDA_EMU_LAUNCH_LOG=FILE: one tab-separated line per device operation, in issue order, each starting with its kind
 // and the backend op it ran in ("-" outside any; cuda_backend.cu labels every table entry):
-//   launch  OP  KERNEL  GX,GY,GZ  BX,BY,BZ  SHMEM  FLOPS  BYTES     a kernel and the cost its LAUNCH states
+//   launch  OP  KERNEL  GX,GY,GZ  BX,BY,BZ  SHMEM  FLOPS  BYTES  tensor|cuda
+//                                                                  a kernel and the cost its LAUNCH states (tensor:
+//                                                                  its FLOPs run on the tensor cores)
 //   gemm    OP  CALL  bf16|fp32  PROBLEMS  TILES  FLOPS  BYTES       a cuBLAS call (cuda_emu.h: log_gemm)
 //   memset  OP  BYTES
 //   copy    OP  h2d|d2h|d2d  sync|async  BYTES                       sync: cudaMemcpy, which the host waits for
@@ -68,8 +70,9 @@ OpLabel::~OpLabel() { current_op = saved; }
 
 void log_launch(const char *kernel, dim3 grid, dim3 block, size_t shmem, LaunchCost cost) {
     if (FILE *f = log_out())
-        fprintf(f, "launch\t%s\t%s\t%u,%u,%u\t%u,%u,%u\t%zu\t%.17g\t%.17g\n", op_name(), kernel, grid.x, grid.y, grid.z,
-                block.x, block.y, block.z, shmem, cost.flops, cost.bytes);
+        fprintf(f, "launch\t%s\t%s\t%u,%u,%u\t%u,%u,%u\t%zu\t%.17g\t%.17g\t%s\n", op_name(), kernel, grid.x, grid.y,
+                grid.z, block.x, block.y, block.z, shmem, cost.flops, cost.bytes,
+                cost.tensor_cores ? "tensor" : "cuda");
 }
 
 void log_gemm(const char *call, bool bf16, long problems, double flops, double bytes, long tiles) {

@@ -86,6 +86,11 @@ const uint3 &thread_idx(const ThreadState *t) {
     return t->idx;
 }
 
+unsigned lane_id(void) {
+    const uint3 &i = thread_idx(current);
+    return (i.x + block_dim.x * (i.y + block_dim.y * i.z)) % 32;
+}
+
 static const size_t STACK_BYTES = 256 * 1024;
 // ---- context switching
 // x86-64: a 20-instruction switch that saves the callee-saved registers and the FPU/SSE control words on the old

@@ -67,8 +67,46 @@ __global__ void k_index2d(float *out) { // grid (3,2) x block (4,2): every (bloc
     out[bid * (blockDim.x * blockDim.y) + tid] += 1.0f + (float)bid;
 }
 
+// wmma (cuda_emu_wmma.h), one warp: D = A B + C (A row-major, B column-major, C and D row-major), and
+// E = A B from a zero fill, stored column-major; then lane 0 reads D's element owned by lane 1 after a __syncwarp.
+__global__ void k_wmma_tile(float *D, float *E, float *seen, const __nv_bfloat16 *A, const __nv_bfloat16 *B,
+                            const float *C) {
+    using namespace nvcuda;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc, zero;
+    wmma::load_matrix_sync(a, A, 16);
+    wmma::load_matrix_sync(b, B, 16);
+    wmma::load_matrix_sync(acc, C, 16, wmma::mem_row_major);
+    wmma::fill_fragment(zero, 0.0f);
+    wmma::mma_sync(zero, a, b, zero);
+    wmma::mma_sync(acc, a, b, acc);
+    wmma::store_matrix_sync(D, acc, 16, wmma::mem_row_major);
+    wmma::store_matrix_sync(E, zero, 16, wmma::mem_col_major);
+    __syncwarp();
+    if (threadIdx.x == 0) seen[0] = D[1];
+}
+
 // ---------------------------------------------------------------- misuse
 __global__ void k_touch(float *p) { p[threadIdx.x] = 1.0f; }
+
+// wmma misuse: an mma_sync after one lane left; a load from a pointer off the 256-bit alignment
+__global__ void k_wmma_after_exit(float *D) {
+    using namespace nvcuda;
+    if (threadIdx.x == 7) return;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(a, 1.0f), wmma::fill_fragment(b, 1.0f), wmma::fill_fragment(acc, 0.0f);
+    wmma::mma_sync(acc, a, b, acc);
+    wmma::store_matrix_sync(D, acc, 16, wmma::mem_row_major);
+}
+__global__ void k_wmma_misaligned(float *D) {
+    using namespace nvcuda;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(acc, D + 4, 16, wmma::mem_row_major); // 16 bytes past an aligned start
+    wmma::store_matrix_sync(D, acc, 16, wmma::mem_row_major);
+}
 
 __global__ void k_shfl_after_exit(float *out) {
     if (threadIdx.x % 32 == 5) return; // one lane leaves, the others shuffle with a full mask
@@ -336,6 +374,45 @@ int main() {
         check(a == 1.0f && b == 1.0f + 4.0f / 256, "bf16 conversion rounds to nearest even");
     }
 
+    // wmma: bf16 products summed with C in double, rounded once; every element stored by its lane
+    {
+        uint32_t state = 7u;
+        float hA[256], hB[256], hC[256], hD[256], hE[256], seen = 0;
+        __nv_bfloat16 a16[256], b16[256];
+        for (int i = 0; i < 256; i++) { // values of every magnitude, rounded to bf16 as the kernel's inputs
+            state = state * 1664525u + 1013904223u;
+            hA[i] = __bfloat162float(__float2bfloat16_rn((float)((int)(state >> 8) % 20001 - 10000) / 997.0f));
+            a16[i] = __float2bfloat16_rn(hA[i]);
+            state = state * 1664525u + 1013904223u;
+            hB[i] = __bfloat162float(__float2bfloat16_rn((float)((int)(state >> 8) % 20001 - 10000) / 1013.0f));
+            b16[i] = __float2bfloat16_rn(hB[i]);
+            hC[i] = (float)i / 7.0f;
+        }
+        float *D = dev_floats(256), *E = dev_floats(256), *seen_d = dev_floats(1), *C = dev_floats(256);
+        __nv_bfloat16 *A = nullptr, *B = nullptr;
+        cudaMalloc(&A, sizeof a16), cudaMalloc(&B, sizeof b16);
+        cudaMemcpy(A, a16, sizeof a16, cudaMemcpyHostToDevice), cudaMemcpy(B, b16, sizeof b16, cudaMemcpyHostToDevice);
+        cudaMemcpy(C, hC, sizeof hC, cudaMemcpyHostToDevice);
+        LAUNCH(k_wmma_tile, 1, 32, 0, tensor_core_cost(2.0 * 2 * 16 * 16 * 16, 0))(D, E, seen_d, A, B, C);
+        cudaMemcpy(hD, D, sizeof hD, cudaMemcpyDeviceToHost), cudaMemcpy(hE, E, sizeof hE, cudaMemcpyDeviceToHost);
+        cudaMemcpy(&seen, seen_d, sizeof seen, cudaMemcpyDeviceToHost);
+        bool same_d = true, same_e = true;
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 16; j++) { // B column-major: B(k, j) = hB[j * 16 + k]
+                double s = hC[i * 16 + j], z = 0; // C first, then the products in k order, as documented
+                for (int k = 0; k < 16; k++) {
+                    s += (double)hA[i * 16 + k] * hB[j * 16 + k];
+                    z += (double)hA[i * 16 + k] * hB[j * 16 + k];
+                }
+                same_d = same_d && hD[i * 16 + j] == (float)s;
+                same_e = same_e && hE[j * 16 + i] == (float)z;
+            }
+        check(same_d, "wmma mma_sync: D = A B + C from bf16 A (row-major) and B (column-major), fp32 C and D");
+        check(same_e, "wmma fill_fragment and a column-major store");
+        check(seen == hD[1], "wmma: a stored element is readable by another lane after __syncwarp");
+        cudaFree(D), cudaFree(E), cudaFree(seen_d), cudaFree(C), cudaFree(A), cudaFree(B);
+    }
+
     // ---- misuse must be caught
     check(dies_with([] {
               float host[32];
@@ -347,6 +424,16 @@ int main() {
               LAUNCH(k_shfl_after_exit, 1, 64, 0, kernel_cost(0, 0))(o);
           }, "after 1 lanes exited"),
           "a full-mask shuffle after a lane exited is reported");
+    check(dies_with([] {
+              float *o = dev_floats(256);
+              LAUNCH(k_wmma_after_exit, 1, 32, 0, kernel_cost(0, 0))(o);
+          }, "after 1 lanes exited"),
+          "a wmma mma_sync after a lane exited is reported");
+    check(dies_with([] {
+              float *o = dev_floats(512);
+              LAUNCH(k_wmma_misaligned, 1, 32, 0, kernel_cost(0, 0))(o);
+          }, "is not 256-bit aligned"),
+          "a wmma load from a pointer off the 256-bit alignment is reported");
     check(dies_with([] {
               float *o = dev_floats(64);
               LAUNCH(k_divergent_barrier, 1, 64, 0, kernel_cost(0, 0))(o);

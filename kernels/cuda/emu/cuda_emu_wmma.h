@@ -1,0 +1,108 @@
+// The emulator's nvcuda::wmma (CUDA's warp matrix API, <mma.h>): the 16 x 16 x 16 shape with bf16 A/B fragments and
+// fp32 accumulators, the subset cvmm's tensor-core kernel uses (kernels/cuda/cuda_cvmm_mma.cu). Included by
+// cuda_emu.h.
+//
+// Semantics, as CUDA documents them: load_matrix_sync, mma_sync and store_matrix_sync are collective over the warp:
+// every lane must reach them (each is a full-warp barrier here, so a missing lane is reported like a __syncwarp
+// after an exit, and lanes waiting at different collectives as a deadlock); mptr must be 256-bit aligned and ldm a
+// multiple of 8 bf16 or 4 float elements (checked). mma_sync: D = A B + C with the bf16 products exact and each
+// element's 16 products and C summed in double and rounded once to fp32 (the tensor core's internal order and
+// rounding within one mma are unspecified; the emulated cuBLAS sums in double too).
+//
+// Representation: each lane's fragment holds the whole 16 x 16 tile. The element mapping to lanes is unspecified in
+// CUDA, so the emulator picks one: element (i, j) belongs to lane (16 i + j) % 32; mma_sync computes, and
+// store_matrix_sync writes, only the calling lane's own elements, so the warp computes each element once and a
+// result is complete only once every lane has stored (read it from another lane after a __syncwarp or
+// __syncthreads, as on the GPU). Per-element access (x[], num_elements) is not emulated.
+#ifndef KERNELS_CUDA_EMU_CUDA_EMU_WMMA_H
+#define KERNELS_CUDA_EMU_CUDA_EMU_WMMA_H
+
+namespace emu {
+unsigned lane_id(void); // the calling thread's lane in its warp (its linear index in the block % 32)
+}
+
+namespace nvcuda {
+namespace wmma {
+
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <class Use, int m, int n, int k, class T, class Layout = void> struct fragment {
+    static_assert(m == 16 && n == 16 && k == 16, "the emulator's wmma has the 16 x 16 x 16 shape only");
+    static_assert(std::is_same_v<Use, accumulator> ? std::is_same_v<T, float> : std::is_same_v<T, __nv_bfloat16>,
+                  "the emulator's wmma has bf16 A/B fragments and fp32 accumulators only");
+    float tile[16 * 16]; // row-major (i, j) of the 16 x 16 tile, as values (a bf16 is exact in a float)
+};
+
+namespace detail {
+inline void check_pointer(const char *what, const void *mptr, unsigned ldm, unsigned elem_bytes) {
+    if ((uintptr_t)mptr % 32 != 0) emu::fatal("wmma::%s: pointer %p is not 256-bit aligned", what, mptr);
+    if (ldm * elem_bytes % 16 != 0)
+        emu::fatal("wmma::%s: ldm %u is not a multiple of 16 bytes (%u-byte elements)", what, ldm, elem_bytes);
+}
+inline bool owns(int i, int j) { return (unsigned)(16 * i + j) % 32 == emu::lane_id(); }
+// element (i, j) of a 16 x 16 matrix at mptr with leading dimension ldm, row- or column-major in memory
+inline size_t at(int i, int j, unsigned ldm, bool row_major) {
+    return row_major ? (size_t)i * ldm + (size_t)j : (size_t)j * ldm + (size_t)i;
+}
+} // namespace detail
+
+template <class Use, class T, class Layout, class V> inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f,
+                                                                              const V &v) {
+    float value;
+    if constexpr (std::is_same_v<V, __nv_bfloat16>) value = __bfloat162float(v);
+    else value = (float)v;
+    for (float &x : f.tile) x = value;
+}
+
+template <class Use, class Layout>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, Layout> &f, const __nv_bfloat16 *mptr,
+                             unsigned ldm) {
+    static_assert(!std::is_same_v<Use, accumulator>, "an accumulator load names its memory layout");
+    emu::warp_barrier(0xffffffffu);
+    detail::check_pointer("load_matrix_sync", mptr, ldm, sizeof(__nv_bfloat16));
+    const bool row = std::is_same_v<Layout, row_major>;
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) f.tile[i * 16 + j] = __bfloat162float(mptr[detail::at(i, j, ldm, row)]);
+}
+
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *mptr, unsigned ldm,
+                             layout_t layout) {
+    emu::warp_barrier(0xffffffffu);
+    detail::check_pointer("load_matrix_sync", mptr, ldm, sizeof(float));
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) f.tile[i * 16 + j] = mptr[detail::at(i, j, ldm, layout == mem_row_major)];
+}
+
+inline void store_matrix_sync(float *mptr, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm,
+                              layout_t layout) {
+    emu::warp_barrier(0xffffffffu);
+    detail::check_pointer("store_matrix_sync", mptr, ldm, sizeof(float));
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++)
+            if (detail::owns(i, j)) mptr[detail::at(i, j, ldm, layout == mem_row_major)] = f.tile[i * 16 + j];
+}
+
+template <class LayoutA, class LayoutB>
+inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+                     const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LayoutA> &a,
+                     const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LayoutB> &b,
+                     const fragment<accumulator, 16, 16, 16, float> &c) {
+    emu::warp_barrier(0xffffffffu);
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) {
+            if (!detail::owns(i, j)) continue;
+            double s = c.tile[i * 16 + j];
+            for (int k = 0; k < 16; k++) s += (double)a.tile[i * 16 + k] * b.tile[k * 16 + j];
+            d.tile[i * 16 + j] = (float)s;
+        }
+}
+
+} // namespace wmma
+} // namespace nvcuda
+
+#endif
