@@ -85,7 +85,7 @@ static void expert_choice_note(Doc *d, const ReportInput *in) {
              "(ff_k = round(ff_capacity_factor)), so the accuracies here are the causal rule's and the expert loads "
              "above are its loads (k = ff_k); what batch routing would leak at evaluation is not measured.",
              names);
-    doc_para(d, text);
+    doc_para(d, "%s", text);
 }
 
 void section_expert_load(Doc *d, const ReportInput *in) {

@@ -100,7 +100,7 @@ END_TEST
 START_TEST(heatmap_compact_fits_its_width) {
     enum { R = 4, C = 36 };
     double v[R * C];
-    char names[C][8];
+    char names[C][16]; /* "t" and any int: no truncation warning */
     const char *labels[C];
     for (int c = 0; c < C; c++) {
         snprintf(names[c], sizeof names[c], "t%d", c);
