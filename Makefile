@@ -241,7 +241,10 @@ SUITE_UNIT = --suite unit $(UNIT_BINS)
 SUITE_F64 = --suite f64 $(F64_BINS)
 SUITE_ASAN = --suite asan --env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 --env UBSAN_OPTIONS=print_stacktrace=1 \
   $(ASAN_BINS)
-SUITE_E2E = --suite e2e $(sort $(wildcard tests/e2e/test_*.sh))
+# The e2e scripts in name order (the tree lane's order: test_reproduce_ci leaves runs for test_reproduce_seeds), the
+# longest private ones first, so that the pool does not end on them.
+E2E_LONG_PRIVATE := tests/e2e/test_compare_spread.sh tests/e2e/test_twin_chain.sh
+SUITE_E2E = --suite e2e $(E2E_LONG_PRIVATE) $(filter-out $(E2E_LONG_PRIVATE),$(sort $(wildcard tests/e2e/test_*.sh)))
 test-unit: all $(UNIT_BINS)
 	@SUITE_JOBS=$(TEST_JOBS) tests/run_suite.sh $(SUITE_UNIT)
 test-f64: all $(F64_BINS)

@@ -57,9 +57,10 @@ emu-bins: build/emu/tests/cuda_emu_selftest $(EMU_TESTS) $(EMU_STAGES)
 # The e2e scripts take the stage binaries from CUDA_TEST_BIN (the emulated build) and the CPU reference from bin/.
 # Leak checking stays on (the emulator frees its fiber stacks at exit).
 # The resume test runs 12 training runs; at the emulator's speed (about 1 s per step of 64 tokens under ASan) they use
-# 12 steps of 4 x 16 tokens instead of the GPU's 400 steps of 8 x 128.
+# 9 steps of 4 x 16 tokens instead of the GPU's 400 steps of 8 x 128 (enough for its stop after 7 steps, and for a
+# signal sent after 3 logged steps to arrive seconds before the end).
 EMU_ENV_ARGS := --env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 --env UBSAN_OPTIONS=print_stacktrace=1 \
-  --env CUDA_TEST_BIN=build/emu/bin --env CUDA_TEST_UNIT_DIR=build/emu/tests --env CUDA_RESUME_STEPS=12 \
+  --env CUDA_TEST_BIN=build/emu/bin --env CUDA_TEST_UNIT_DIR=build/emu/tests --env CUDA_RESUME_STEPS=9 \
   --env 'CUDA_RESUME_SETTINGS=context=16 batch_size=4'
 # The suite's arguments to tests/run_suite.sh (make test runs it beside the others): the longest programs first.
 SUITE_CUDA_EMU = --suite cuda-emu $(EMU_ENV_ARGS) tests/e2e/test_cuda_resume.sh tests/e2e/test_cuda_cvmm_paths.sh \

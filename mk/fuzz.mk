@@ -50,6 +50,9 @@ fuzz-regressions: fuzz-bins
 	@tests/fuzz/run_regressions.sh $(FUZZ_HARNESSES)
 
 # make test builds the harnesses with its other programs, where the compiler is installed (test_fuzz_regressions.sh
-# skips without it). FUZZ_CC was checked when make started (mk/validate/user_values.mk: paths).
+# skips without it). FUZZ_CC was checked when make started (mk/validate/user_values.mk: paths). Asked only when
+# test-programs is a goal: a shell at every make start would cost every stage line and test.
+ifneq ($(filter test-programs,$(MAKECMDGOALS)),)
 test-programs: $(if $(shell command -v '$(firstword $(FUZZ_CC))' 2>/dev/null),fuzz-bins)
+endif
 

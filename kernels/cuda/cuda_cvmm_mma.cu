@@ -171,7 +171,7 @@ k_mma_dw(float *dW, RoutedRows x, RoutedRows g, const int32_t *offset, int Kin, 
     }
 }
 
-static unsigned tiles_over(int n, int tile) { return (unsigned)((n + tile - 1) / tile); }
+static unsigned tiles_over(int n, int tile) { return (unsigned)(((long)n + tile - 1) / tile); }
 
 void cvmm_mma_rows(Backend *be, const RoutingPlan &pl, float *C, int ldc, const int32_t *c_perm, const RoutedRows &a,
                    const __nv_bfloat16 *B, size_t b_expert, int b_sk, int b_sn, int N, int K) {

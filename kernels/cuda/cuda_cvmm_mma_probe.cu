@@ -2,16 +2,19 @@
 // expert matmuls use them: the three products on one small hand-made plan, compared bit for bit with the exact
 // results computed on the host. The data are small integers, so every bf16 operand and fp32 sum is exact and any
 // correct kernel must match whatever order it sums in. The plan has what cvmm's plans have: uneven experts, an empty
-// one, rows read through the permutation, a scattered output, weights, sizes off the 16-wide fragments.
+// one, rows read through the permutation, a scattered output, weights, sizes off the 16-wide fragments; and it spans
+// the kernels' tiles in every direction (an expert of more than 64 rows, so several row tiles and dW row steps; Kin
+// and Nout over one 32-deep stage and one 64-wide column tile), so that auto never adopts kernels whose tile
+// boundaries were not exercised.
 #include <cstring>
 #include <vector>
 
 #include "kernels/cuda/cuda_cvmm.cuh"
 
 namespace {
-constexpr int P_E = 3, P_M = 9, P_KIN = 5, P_NOUT = 7;
-// entry p's expert: expert 0 gets entries 1, 4, 6; expert 1 none; expert 2 the other six
-constexpr int P_SEL[P_M] = {2, 0, 2, 2, 0, 2, 0, 2, 2};
+constexpr int P_E = 3, P_M = 80, P_KIN = 40, P_NOUT = 70;
+// entry p's expert: expert 0 gets every tenth entry from 3 (8 rows), expert 1 none, expert 2 the other 72
+int probe_expert(int p) { return p % 10 == 3 ? 0 : 2; }
 
 int small_int(uint32_t *state) { // [-3, 3]
     *state = *state * 1664525u + 1013904223u;
@@ -26,7 +29,7 @@ bool cvmm_mma_probe(Backend *be, char *why, size_t whylen) {
     for (int e = 0; e < P_E; e++) {
         offset[(size_t)e] = (int32_t)perm.size();
         for (int p = 0; p < P_M; p++)
-            if (P_SEL[p] == e) perm.push_back(p);
+            if (probe_expert(p) == e) perm.push_back(p);
     }
     offset[P_E] = P_M;
     uint32_t state = 2024u;
@@ -41,21 +44,21 @@ bool cvmm_mma_probe(Backend *be, char *why, size_t whylen) {
     for (int p = 0; p < P_M; p++)
         for (int n = 0; n < P_NOUT; n++) {
             float s = 0;
-            for (int k = 0; k < P_KIN; k++) s += X[p * P_KIN + k] * W[(P_SEL[p] * P_KIN + k) * P_NOUT + n];
+            for (int k = 0; k < P_KIN; k++) s += X[p * P_KIN + k] * W[(probe_expert(p) * P_KIN + k) * P_NOUT + n];
             Y[p * P_NOUT + n] = s;
         }
     for (int m = 0; m < P_M; m++)
         for (int k = 0; k < P_KIN; k++) {
             int p = perm[(size_t)m];
             float s = 0;
-            for (int n = 0; n < P_NOUT; n++) s += G[p * P_NOUT + n] * W[(P_SEL[p] * P_KIN + k) * P_NOUT + n];
+            for (int n = 0; n < P_NOUT; n++) s += G[p * P_NOUT + n] * W[(probe_expert(p) * P_KIN + k) * P_NOUT + n];
             Q[m * P_KIN + k] = s;
         }
     std::memcpy(dW, dW0, nw * sizeof(float));
     for (int p = 0; p < P_M; p++)
         for (int k = 0; k < P_KIN; k++)
             for (int n = 0; n < P_NOUT; n++)
-                dW[(P_SEL[p] * P_KIN + k) * P_NOUT + n] += X[p * P_KIN + k] * (w[p] * G[p * P_NOUT + n]);
+                dW[(probe_expert(p) * P_KIN + k) * P_NOUT + n] += X[p * P_KIN + k] * (w[p] * G[p * P_NOUT + n]);
 
     float *dev = nullptr;
     int32_t *idx = nullptr;

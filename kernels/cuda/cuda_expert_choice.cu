@@ -9,8 +9,8 @@
 //   N <= EC_BLOCK_SORT_MAX  one block per expert sorts its N (key, n) pairs in shared memory (a bitonic network
 //                           over the total order): 2 launches per decision;
 //   larger N                KeySort (cuda_key_sort.cu) sorts the N E pairs stably by the key's 8 bytes, then by
-//                           expert (entry order is position order within an expert): 10 passes of O(N E) work,
-//                           about 70 launches per decision.
+//                           expert (entry order is position order within an expert): 9 counting-sort passes of
+//                           O(N E) work, each a few launches.
 // Before, the logits went to the host, a qsort per expert ran there, and three copies came back.
 // The gate backward is two kernels: the scatter of the entry gradients into q[N, E] (an (n, e) pair occurs at most
 // once: no atomics) and the per-row softmax Jacobian.

@@ -12,7 +12,7 @@
 # GPU machine by mk/gpu/bundle.sh) instead of running bin/fetch and bin/tokenize here.
 # Validation without a GPU: CUDA_TEST_BACKEND=cpu runs everything on the cpu backend (plumbing only).
 # CUDA_TEST_BIN=DIR takes bin/train and bin/inspect from DIR (make test-cuda-emu: build/emu/bin, the CUDA backend on
-# the CPU emulator, with CUDA_RESUME_STEPS lowered and CUDA_RESUME_SETTINGS="context=32 batch_size=4" (extra
+# the CPU emulator, with CUDA_RESUME_STEPS lowered and CUDA_RESUME_SETTINGS="context=16 batch_size=4" (extra
 # train_config KEY=VALUE overrides) to fit its speed).
 source "$(dirname "$0")/train_common.sh"
 

@@ -43,7 +43,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(threads) // a compiler hint: the emulator checks block sizes at each launch
+#define __launch_bounds__(...) // a compiler hint: the emulator checks block sizes at each launch
 #define __align__(n) __attribute__((aligned(n)))
 // Blocks run one at a time, so a function-static variable is exactly one block's shared memory.
 #define __shared__ static

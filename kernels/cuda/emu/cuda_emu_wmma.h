@@ -56,6 +56,8 @@ template <class Use, class T, class Layout, class V> inline void fill_fragment(f
     float value;
     if constexpr (std::is_same_v<V, __nv_bfloat16>) value = __bfloat162float(v);
     else value = (float)v;
+    // A bf16 fragment holds bf16 values: CUDA converts the fill value to the fragment's type (round to nearest).
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) value = __bfloat162float(__float2bfloat16_rn(value));
     for (float &x : f.tile) x = value;
 }
 
