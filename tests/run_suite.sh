@@ -58,11 +58,11 @@ run_one() {
   name=$(basename "$t")
   log=build/test-logs/$suite-$name.log
   start=$(date +%s)
-  if [ -n "$test_timeout" ]; then
-    env ${env_words[@]+"${env_words[@]}"} timeout -k 10 "$test_timeout" "$t" >"$log" 2>&1; rc=$?
-    [ "$rc" != 124 ] && [ "$rc" != 137 ] || echo "run_suite: stopped at TEST_TIMEOUT_S=$test_timeout s" >>"$log"
-  else
-    env ${env_words[@]+"${env_words[@]}"} "$t" >"$log" 2>&1; rc=$?
+  local -a cmd=(env ${env_words[@]+"${env_words[@]}"})
+  [ -z "$test_timeout" ] || cmd+=(timeout -k 10 "$test_timeout")
+  "${cmd[@]}" "$t" >"$log" 2>&1; rc=$?
+  if [ -n "$test_timeout" ] && { [ "$rc" = 124 ] || [ "$rc" = 137 ]; }; then
+    echo "run_suite: stopped at TEST_TIMEOUT_S=$test_timeout s" >>"$log"
   fi
   secs=$(( $(date +%s) - start ))
   line=$(grep -E '^[0-9]+%: Checks: [0-9]+' "$log" | tail -1)

@@ -27,6 +27,15 @@ __device__ __forceinline__ uint64_t ec_score_key(double s) {
     return (EC_MASKED_KEY - 1) - (uint64_t)__double_as_longlong(s);
 }
 __device__ __forceinline__ double ec_key_score(uint64_t key) { return __longlong_as_double((long long)(EC_MASKED_KEY - 1 - key)); }
+// Entry p of the selection: position n of expert e with its gate, or -1, -1, 0 where the key is a masked position's
+// (c exceeds the valid positions). Both picking paths write their entries through it.
+__device__ __forceinline__ void ec_write_entry(int32_t *pos, int32_t *expert, float *gate, size_t p, int32_t e,
+                                               int32_t n, uint64_t key) {
+    const bool masked = key == EC_MASKED_KEY;
+    pos[p] = masked ? -1 : n;
+    expert[p] = masked ? -1 : e;
+    gate[p] = masked ? 0.0f : (float)ec_key_score(key);
+}
 
 // One thread per position n: its row's softmax stats, then the key of each entry (e, n) at key[e N + n].
 __global__ void k_ec_keys(uint64_t *key, const float *logits, const uint8_t *valid, int N, int E) {
@@ -79,13 +88,8 @@ __global__ void k_ec_block_pick(int32_t *pos, int32_t *expert, float *gate, cons
             }
             __syncthreads();
         }
-    for (int j = threadIdx.x; j < c; j += blockDim.x) {
-        const size_t p = (size_t)e * c + j;
-        const bool masked = sk[j] == EC_MASKED_KEY;
-        pos[p] = masked ? -1 : sn[j];
-        expert[p] = masked ? -1 : e;
-        gate[p] = masked ? 0.0f : (float)ec_key_score(sk[j]);
-    }
+    for (int j = threadIdx.x; j < c; j += blockDim.x)
+        ec_write_entry(pos, expert, gate, (size_t)e * c + j, e, sn[j], sk[j]);
 }
 
 // One thread per entry p = e c + j: the j-th of expert e's sorted segment, which starts at e N. A masked position
@@ -96,10 +100,7 @@ __global__ void k_ec_pick(int32_t *pos, int32_t *expert, float *gate, const int3
     for (long p = blockIdx.x * (long)blockDim.x + threadIdx.x; p < M; p += (long)gridDim.x * blockDim.x) {
         const long e = p / c, j = p % c;
         const int32_t i = order[perm[e * N + j]]; // = e N + n
-        const bool masked = key[i] == EC_MASKED_KEY;
-        pos[p] = masked ? -1 : (int32_t)(i - e * N);
-        expert[p] = masked ? -1 : (int32_t)e;
-        gate[p] = masked ? 0.0f : (float)ec_key_score(key[i]);
+        ec_write_entry(pos, expert, gate, (size_t)p, (int32_t)e, (int32_t)(i - e * N), key[i]);
     }
 }
 

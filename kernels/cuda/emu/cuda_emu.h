@@ -72,26 +72,18 @@ uint16_t bf16_round_bits(float f); // the bits __float2bfloat16_rn gives, not co
 }
 
 // ---------------------------------------------------------------- bit casts (CUDA's reinterpretations, no conversion)
-inline unsigned int __float_as_uint(float x) {
-    unsigned int u;
-    std::memcpy(&u, &x, sizeof u);
-    return u;
+namespace emu {
+template <class To, class From> inline To bit_cast(From x) { // the bits of x read as a To (the sizes match)
+    static_assert(sizeof(To) == sizeof(From), "a bit cast keeps the size");
+    To y;
+    std::memcpy(&y, &x, sizeof y);
+    return y;
 }
-inline float __uint_as_float(unsigned int u) {
-    float x;
-    std::memcpy(&x, &u, sizeof x);
-    return x;
-}
-inline long long __double_as_longlong(double x) {
-    long long u;
-    std::memcpy(&u, &x, sizeof u);
-    return u;
-}
-inline double __longlong_as_double(long long u) {
-    double x;
-    std::memcpy(&x, &u, sizeof x);
-    return x;
-}
+} // namespace emu
+inline unsigned int __float_as_uint(float x) { return emu::bit_cast<unsigned int>(x); }
+inline float __uint_as_float(unsigned int u) { return emu::bit_cast<float>(u); }
+inline long long __double_as_longlong(double x) { return emu::bit_cast<long long>(x); }
+inline double __longlong_as_double(long long u) { return emu::bit_cast<double>(u); }
 
 // ---------------------------------------------------------------- runtime API
 typedef enum {
