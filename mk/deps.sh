@@ -20,7 +20,7 @@ case "${1:-build}" in
 esac
 missing=""
 for p in $want; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then missing="$missing $p"; fi
+  case "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" in *"install ok installed"*) ;; *) missing="$missing $p" ;; esac
 done
 [ -z "$missing" ] && exit 0
 echo "deps: installing missing Debian packages:$missing" >&2

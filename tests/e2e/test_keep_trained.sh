@@ -34,7 +34,7 @@ echo "ok: make reproduce-plan after a config change moved, wrote and deleted not
 # (--trace: make names each target it updates and why; the keep must be the recipe of the included keep makefile,
 # printed after make read its makefiles, never a move made while it read them)
 out=$(m --trace evaluate RUN=dense_qa SET="$small") || { echo "$out"; fail "make evaluate without train.lr"; }
-echo "$out" | grep -n -m1 -E "update target 'build/plan/$exp-keep.mk'|^runs: " | grep -q "update target" ||
+[[ "$(grep -m1 -E "update target 'build/plan/$exp-keep.mk'|^runs: " <<<"$out")" == *"update target"* ]] ||
   { echo "$out" | head -20; fail "the run was moved before make ran the keep makefile's recipe (while reading makefiles?)"; }
 kept=$(echo "$out" | sed -nE "s|^runs: runs/$exp/dense_qa holds another config \(train.lr 0.003 -> 0.002\): kept as runs/$exp/(dense_qa@[0-9a-f]{8})\$|\1|p")
 [ -n "$kept" ] || { echo "$out"; fail "no 'kept as' line for the trained, not evaluated lr=3e-3 run"; }
@@ -45,13 +45,13 @@ echo "ok: make train SET=train.lr=3e-3, then make evaluate without it: the lr=3e
 
 # 2. The same SET again brings it back and evaluates it without training; the default run is kept in turn.
 out=$(m evaluate RUN=dense_qa SET="$small train.lr=3e-3") || { echo "$out"; fail "make evaluate SET=... train.lr=3e-3"; }
-echo "$out" | grep -q "^runs: runs/$exp/$kept holds the wanted config: back as runs/$exp/dense_qa\$" ||
+grep -q "^runs: runs/$exp/$kept holds the wanted config: back as runs/$exp/dense_qa\$" <<<"$out" ||
   { echo "$out"; fail "the kept lr=3e-3 run was not brought back"; }
-! echo "$out" | grep -q '^bin/train ' || { echo "$out"; fail "the lr=3e-3 run was trained again"; }
+! grep -q '^bin/train ' <<<"$out" || { echo "$out"; fail "the lr=3e-3 run was trained again"; }
 [ "$(sha "runs/$exp/dense_qa/model.safetensors")" = "$weights" ] || fail "the brought-back weights differ"
 python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["config"]["train"]["lr"] == 0.003' \
   "runs/$exp/dense_qa/result.json" || fail "the evaluated run is not the lr=3e-3 one"
-ls -d runs/$exp/dense_qa@* | grep -q . || fail "the default run was not kept aside in turn"
+compgen -G "runs/$exp/dense_qa@*" >/dev/null || fail "the default run was not kept aside in turn"
 echo "ok: the same SET again brings it back and evaluates it without training; the default run is kept in turn"
 
 # 3. A run stopped at a checkpoint (state.json, no train_summary.json) is kept too.
@@ -72,8 +72,8 @@ before=$(tree_state)
 rc=0; out=$(m evaluate RUN=dense_qq SET="$small") || rc=$?
 [ $rc != 0 ] || { echo "$out"; fail "make evaluate RUN=dense_qq exited 0"; }
 [ "$before" = "$(tree_state)" ] || { diff <(echo "$before") <(tree_state) | head; fail "a refused command changed files"; }
-! echo "$out" | grep -q '^runs: ' || { echo "$out"; fail "a refused command printed a move (a stale keep log)"; }
-echo "$out" | grep -q 'dense_qq.json: not found' || { echo "$out"; fail "no refusal line naming dense_qq"; }
+! grep -q '^runs: ' <<<"$out" || { echo "$out"; fail "a refused command printed a move (a stale keep log)"; }
+grep -q 'dense_qq.json: not found' <<<"$out" || { echo "$out"; fail "no refusal line naming dense_qq"; }
 echo "ok: a refused command (RUN=dense_qq) changed nothing under data/ runs/ reports/ and printed only its refusal"
 
 # 5. make prune leaves no report naming the runs it deleted.
@@ -88,13 +88,13 @@ out=$(m evaluate RUN=dense_qa SET="$small" RESUME=0) || { echo "$out"; fail "mak
 kept=$(echo "$out" | sed -nE "s|^runs: runs/$exp/dense_qa holds a trained run \(RESUME=0 starts it over\): kept as runs/$exp/(dense_qa@[0-9a-f]{8})\$|\1|p")
 [ -n "$kept" ] && [ "$(sha "runs/$exp/$kept/model.safetensors")" = "$weights" ] ||
   { echo "$out"; fail "RESUME=0: the trained run was not kept aside byte-identical"; }
-echo "$out" | grep -q "^bin/train .*--out runs/$exp/dense_qa " && [ -f "runs/$exp/dense_qa/result.json" ] ||
+grep -q "^bin/train .*--out runs/$exp/dense_qa " <<<"$out" && [ -f "runs/$exp/dense_qa/result.json" ] ||
   { echo "$out"; fail "RESUME=0: the run was not trained and evaluated again"; }
 out=$(m evaluate RUN=dense_qa SET="$small") || { echo "$out"; fail "make evaluate after RESUME=0"; }
-! echo "$out" | grep -qE '^runs: |^bin/train ' || { echo "$out"; fail "after RESUME=0 a plain make moved or trained a run"; }
+! grep -qE '^runs: |^bin/train ' <<<"$out" || { echo "$out"; fail "after RESUME=0 a plain make moved or trained a run"; }
 before=$(tree_state)
 rc=0; out=$(m evaluate RUN=dense_qa SET="$small" RESUME=0) || rc=$?
-[ $rc != 0 ] && echo "$out" | grep -q "already holds a run of the same config and seed" ||
+[ $rc != 0 ] && grep -q "already holds a run of the same config and seed" <<<"$out" ||
   { echo "$out"; fail "a second RESUME=0 was not refused (it would replace the kept copy)"; }
 [ "$before" = "$(tree_state)" ] || { diff <(echo "$before") <(tree_state) | head; fail "the refused RESUME=0 changed files"; }
 echo "ok: RESUME=0 kept the trained run as runs/$exp/$kept (byte-identical) and trained it again; a second one is refused, changing nothing"

@@ -111,7 +111,7 @@ dry reordered SET="train.warmup=2 train.lr=0.001" RUNS=dense_qa
 [ -z "$(stages_of "$tmp/reordered.log")" ] || { stages_of "$tmp/reordered.log"; fail "a reordered SET redid a stage"; }
 dry dropped RUNS="$runs"
 plan=$(stages_of "$tmp/dropped.log")
-[ "$(echo "$plan" | grep -c '^bin/train')" = 1 ] && grep -q "^bin/train experiments/$exp/dense_qa.json" <<<"$plan" ||
+[ "$(grep -c '^bin/train' <<<"$plan")" = 1 ] && grep -q "^bin/train experiments/$exp/dense_qa.json" <<<"$plan" ||
   { echo "$plan"; fail "dropping SET should retrain dense_qa only"; }
 echo "ok: a reordered SET is the same stamp; dropping it retrains only the run it was given to"
 
@@ -324,7 +324,8 @@ echo "/* edit */" >>"$clone/pipeline/base/log.c"
 echo "ok: CODE_VERSION $v0 stays clean for edits under experiments/ and reports/baselines/, and is -dirty otherwise"
 
 # ---- quiet build, V=1 ----
-src=$(ls tests/unit/test_*.c | head -1)
+unit_sources=(tests/unit/test_*.c)
+src=${unit_sources[0]}
 obj=build/obj/${src%.c}.o
 rm -f "$obj"
 mk "$obj" >"$tmp/quiet.log" 2>&1 || { cat "$tmp/quiet.log"; fail "make $obj"; }
@@ -359,12 +360,12 @@ train_args=(--config "$tmp/run.json" --data "$tmp/data" --threads 1)
 typed='make reproduce EXPERIMENT=ci SET="train.lr=1e-3 train.warmup=2"'
 msg=$(interrupted_message "$tmp/under_make" MAKELEVEL=1 "REPRO_COMMAND=$typed" -- \
   bin/train "${train_args[@]}" --out "$tmp/under_make" --auto-resume)
-echo "$msg" | grep -qF "checkpoint saved at step" || fail "under make: $msg"
-echo "$msg" | grep -qF "; rerun \`$typed\` to continue from the checkpoint" || fail "under make: $msg"
+grep -qF "checkpoint saved at step" <<<"$msg" || fail "under make: $msg"
+grep -qF "; rerun \`$typed\` to continue from the checkpoint" <<<"$msg" || fail "under make: $msg"
 # RESUME=0 (no resume flag): the same command would start over, so its RESUME=0 becomes RESUME=auto.
 msg=$(interrupted_message "$tmp/under_make_resume0" MAKELEVEL=1 "REPRO_COMMAND=make train EXPERIMENT=ci RESUME=0" -- \
   bin/train "${train_args[@]}" --out "$tmp/under_make_resume0")
-echo "$msg" | grep -qF "; rerun \`make train EXPERIMENT=ci RESUME=auto\` to continue from the checkpoint (RESUME=0 starts over)" ||
+grep -qF "; rerun \`make train EXPERIMENT=ci RESUME=auto\` to continue from the checkpoint (RESUME=0 starts over)" <<<"$msg" ||
   fail "under make with RESUME=0: $msg"
 # Alone: its own command line with --auto-resume, quoted for the shell (the run directory has a space in its name),
 # and pasting that command continues the checkpoint.
@@ -377,5 +378,5 @@ cmd=$(echo "$msg" | sed -nE 's/.*; continue with `(.*)`$/\1/p')
   fail "alone: the continue command is '$cmd' (message: $msg)"
 msg=$(interrupted_message "$tmp/alone run" -u MAKELEVEL -u REPRO_COMMAND -- bash -c "exec $cmd")
 grep -q "resumed $alone at step $step of 400" "$alone.log" || { cat "$alone.log"; fail "the printed command did not continue"; }
-echo "$msg" | grep -qF "; continue with \`$cmd\`" || fail "the continued run's own message: $msg"
+grep -qF "; continue with \`$cmd\`" <<<"$msg" || fail "the continued run's own message: $msg"
 echo "ok: an interrupted train prints the command that continues it (the make command as typed, or its own with --auto-resume), and that command continues"

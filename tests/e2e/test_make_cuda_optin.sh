@@ -15,7 +15,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 # make as a user types it: not the flags or variables of a make that runs this test.
 mk() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u CUDA -u BACKEND make --no-print-directory "$@"; }
 [ -x bin/train ] || fail "bin/train missing (run make first)"
-if [ -e build/cuda.enabled ] || { [ -f build/libnn.a ] && ar t build/libnn.a | grep -qx cuda_backend.o; }; then
+if [ -e build/cuda.enabled ] || { [ -f build/libnn.a ] && grep -qx cuda_backend.o <<<"$(ar t build/libnn.a)"; }; then
   echo "SKIP: this build tree is a CUDA build (build/cuda.enabled): the CPU checks need a CPU build tree (make CUDA=0)"
   exit 77
 fi

@@ -42,7 +42,7 @@ defaulted=$(echo "$joined" | grep -oE '^(export +)?[A-Z][A-Z0-9_]* *\?=' | sed -
 read_only=$(echo "$joined" | grep -oE '\$[({][A-Z][A-Z0-9_]*[)}:]' | sed -E 's/^\$[({]//; s/[)}:]$//' | sort -u |
   comm -23 - <(echo "$assigned"))
 variables=$(printf '%s\n' $defaulted $read_only | sort -u)
-for v in "${!INTERNAL_VARIABLES[@]}" $MAKE_OWN; do variables=$(echo "$variables" | grep -vx "$v" || true); done
+for v in "${!INTERNAL_VARIABLES[@]}" $MAKE_OWN; do variables=$(grep -vx "$v" <<<"$variables" || true); done
 for v in EXPERIMENT BACKEND SEEDS THREADS SOURCE EVAL_FLAGS V; do # the rule must find these (a broken one would not)
   grep -qx "$v" <<<"$variables" || fail "the variable rule does not find $v: it is broken"
 done
@@ -64,7 +64,7 @@ done
 n_t=$(echo "$phony" | wc -l); n_v=$(echo "$variables" | wc -l)
 echo "ok: make help lists all $n_t .PHONY targets (${#INTERNAL_TARGETS[@]} internal ones excepted) and $n_v user variables of Makefile and mk/*.mk, and sweep, diff, prune, export, SWEEP, A, B, CUDA"
 # Readable: grouped under headings, no line wider than 120 characters.
-[ "$(echo "$help" | grep -cE '^[A-Z][A-Za-z ]*( \(.*\))?:$')" -ge 6 ] || fail "make help has fewer than 6 groups"
+[ "$(grep -cE '^[A-Z][A-Za-z ]*( \(.*\))?:$' <<<"$help")" -ge 6 ] || fail "make help has fewer than 6 groups"
 wide=$(echo "$help" | awk 'length > 120' | head -3)
 [ -z "$wide" ] || fail "make help lines wider than 120 characters: $wide"
 echo "ok: make help is grouped (pipeline, your runs, tests, benchmarks, GPU, housekeeping) and fits 120 columns"

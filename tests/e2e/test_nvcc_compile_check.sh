@@ -47,5 +47,5 @@ for src in cuda_cvmm_gemm cuda_nccl; do
   (cd "$root" && "$nvcc" $real_flags -I"$tmp/stub" -DDMMATH_NO_NCCL -Werror all-warnings -Xcompiler -Werror \
     -c kernels/cuda/$src.cu -o "$tmp/$src.o") >$src.log 2>&1 || { cat $src.log; fail "$src.cu with cuBLAS 12.4 and no NCCL"; }
 done
-nm -C "$tmp/cuda_cvmm_gemm.o" | grep -q cublasGemmGroupedBatchedEx && fail "the cuBLAS 12.4 build still calls the grouped GEMM"
+grep -q cublasGemmGroupedBatchedEx <<<"$(nm -C "$tmp/cuda_cvmm_gemm.o")" && fail "the cuBLAS 12.4 build still calls the grouped GEMM"
 echo "ok: with a cuBLAS older than 12.5 and without nccl.h, cuda_cvmm_gemm.cu and cuda_nccl.cu compile (no grouped GEMM, no NCCL)"

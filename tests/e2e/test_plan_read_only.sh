@@ -42,13 +42,13 @@ read_only() {
     ok) [ $rc = 0 ] || { echo "$out" | tail -20; fail "$what: make $* failed ($rc)"; } ;;
     question) [ $rc = 0 ] || [ $rc = 1 ] || { echo "$out" | tail -20; fail "$what: make $* exited $rc (make -q: 0 or 1)"; } ;;
     *) [ $rc != 0 ] || { echo "$out" | tail -20; fail "$what: make $* was not refused"; }
-       echo "$out" | grep -q -- "$expect" || { echo "$out"; fail "$what: make $*: no refusal naming '$expect'"; } ;;
+       grep -q -- "$expect" <<<"$out" || { echo "$out"; fail "$what: make $*: no refusal naming '$expect'"; } ;;
   esac
   for e in "${seen_errors[@]+"${seen_errors[@]}"}"; do
     [ "$e" = "$expect" ] && continue
-    ! echo "$out" | grep -q -- "$e" || { echo "$out"; fail "$what: make $* printed an earlier command's error ('$e')"; }
+    ! grep -q -- "$e" <<<"$out" || { echo "$out"; fail "$what: make $* printed an earlier command's error ('$e')"; }
   done
-  ! echo "$out" | grep -q '^runs: ' || { echo "$out"; fail "$what: make $* moved a run (a 'runs:' line)"; }
+  ! grep -q '^runs: ' <<<"$out" || { echo "$out"; fail "$what: make $* moved a run (a 'runs:' line)"; }
   [ "$expect" = ok ] || [ "$expect" = question ] || seen_errors+=("$expect")
   checked=$((checked + 1))
   last_out=$out
@@ -129,9 +129,9 @@ probe reverted
 grep -q "^reproduce: EXPERIMENT=$exp on cpu: 4 stages to run (train, evaluate, analyze, report), about [0-9]* s in all (an estimate; 1 train finds its run already trained and leaves it as is)" \
   <<<"$last_out" || { echo "$last_out"; fail "reverted: the plan does not foresee the kept run brought back"; }
 out=$(m reproduce EXPERIMENT="$exp" SET="$small") || { echo "$out" | tail -20; fail "make reproduce after the revert"; }
-echo "$out" | grep -q "^runs: runs/$exp/$kept holds the wanted config: back as runs/$exp/dense_qa\$" ||
+grep -q "^runs: runs/$exp/$kept holds the wanted config: back as runs/$exp/dense_qa\$" <<<"$out" ||
   { echo "$out"; fail "the real make after the revert did not bring the kept run back"; }
-echo "$out" | grep -q "^train: runs/$exp/dense_qa already finished" && ! echo "$out" | grep -q "starting" ||
+grep -q "^train: runs/$exp/dense_qa already finished" <<<"$out" && ! grep -q "starting" <<<"$out" ||
   { echo "$out"; fail "the brought-back run was trained again"; }
 echo "ok: after the revert: planning wrote nothing and foresaw the no-op; the real make brought the kept run back without training"
 
@@ -142,7 +142,7 @@ out=$(m prune EXPERIMENT="$exp") || { echo "$out"; fail "make prune"; }
 for d in $deleted; do
   [ ! -e "runs/$exp/$d" ] || fail "make prune left runs/$exp/$d"
   ! grep -rqs -- "$d" "reports/$exp" || fail "after make prune, $(grep -rls -- "$d" "reports/$exp") names the deleted $d"
-  ! ls "reports/$exp" 2>/dev/null | grep -q -- "$d" || fail "after make prune, reports/$exp holds a file named after $d"
+  ! grep -q -- "$d" <<<"$(ls "reports/$exp" 2>/dev/null)" || fail "after make prune, reports/$exp holds a file named after $d"
 done
 [ -f "runs/$exp/dense_qa/result.json" ] || fail "make prune deleted the current run"
 echo "ok: make prune deleted $(echo $deleted) and left no report naming them"

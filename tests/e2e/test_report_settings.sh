@@ -26,19 +26,19 @@ out=$(m sweep RUNS="moeut_qa moeut_answer" SET="$small" SWEEP="train.steps=4") |
 section=$(sed -n '/^## Loss-mode effect by training budget and learning rate/,/^## [^L]/p' "reports/$exp/report.md")
 [ -n "$section" ] || fail "the report has no loss-mode-by-setting section"
 for steps in 4 8; do
-  echo "$section" | grep -qE "^\| Transformer \| $steps \| 0.002 \|.*\| [+-][0-9.]+ \[[+-][0-9.]+, [+-][0-9.]+\].*\| yes \|" ||
+  grep -qE "^\| Transformer \| $steps \| 0.002 \|.*\| [+-][0-9.]+ \[[+-][0-9.]+, [+-][0-9.]+\].*\| yes \|" <<<"$section" ||
     { echo "$section"; fail "no comparable row with an effect and its interval at train.steps $steps"; }
 done
-echo "$section" | grep -qE "^\| Transformer \| 4 \| 0.001 \|.*not comparable: train.lr differs \(dense_answer@[0-9a-f]{8} 0.001 / dense_qa(@[0-9a-f]{8})? 0.002\)" ||
+grep -qE "^\| Transformer \| 4 \| 0.001 \|.*not comparable: train.lr differs \(dense_answer@[0-9a-f]{8} 0.001 / dense_qa(@[0-9a-f]{8})? 0.002\)" <<<"$section" ||
   { echo "$section"; fail "the lr point is not marked not comparable, naming train.lr"; }
 for f in loss_mode_by_budget loss_mode_by_budget_answer_loss; do
   [ -s "reports/$exp/$f.svg" ] || fail "no plot $f.svg of the effect against train.steps"
 done
 # The interaction table: one row (train.steps 4), and interaction = MoEUT's effect - the Transformer's, per quantity
 # (each printed to 1 or 2 decimals, so within rounding).
-inter=$(echo "$section" | grep -E '^\| [0-9]+ \| 0.002 \| [^|]+ / [^|]+ \| [0-9]+ \| [+-][0-9.]+ \[' || true)
-[ "$(echo "$inter" | grep -c .)" = 1 ] || { echo "$section"; fail "the interaction table should have exactly one row"; }
-echo "$inter" | grep -qE '^\| 4 \| 0.002 \| dense_answer(@[0-9a-f]{8})? / moeut_answer(@[0-9a-f]{8})? \| 1 \|' ||
+inter=$(grep -E '^\| [0-9]+ \| 0.002 \| [^|]+ / [^|]+ \| [0-9]+ \| [+-][0-9.]+ \[' <<<"$section" || true)
+[ "$(grep -c . <<<"$inter")" = 1 ] || { echo "$section"; fail "the interaction table should have exactly one row"; }
+grep -qE '^\| 4 \| 0.002 \| dense_answer(@[0-9a-f]{8})? / moeut_answer(@[0-9a-f]{8})? \| 1 \|' <<<"$inter" ||
   { echo "$inter"; fail "the interaction row is not of train.steps 4, dense_answer / moeut_answer, 1 seed"; }
 effect() { # $1 arch, $2 column (6 accuracy, 7 answer loss): the estimate of the 4-step row
   echo "$section" | awk -F' \\| ' -v a="$1" -v c="$2" '$1 == "| " a && $2 == "4" && $3 == "0.002" { split($c, v, " "); print v[1] }'

@@ -23,24 +23,24 @@ mkdir -p "experiments/$civ"
 cp experiments/ci/*.json "experiments/$civ/"
 out=$(dry EXPERIMENT=$civ SEEDS=2) || { echo "$out"; fail "make -n reproduce EXPERIMENT=$civ SEEDS=2"; }
 for r in dense_qa dense_answer moeut_qa moeut_answer; do
-  echo "$out" | grep -q "^bin/train --config experiments/$civ/$r.json .*--set 'train.seed=2' --out runs/$civ/$r.seed2 " \
+  grep -q "^bin/train --config experiments/$civ/$r.json .*--set 'train.seed=2' --out runs/$civ/$r.seed2 " <<<"$out" \
     || { echo "$out"; fail "SEEDS=2: no train of runs/$civ/$r.seed2 with --set train.seed=2"; }
-  echo "$out" | grep -q "^bin/evaluate --run runs/$civ/$r.seed2 --config experiments/$civ/$r.json" \
+  grep -q "^bin/evaluate --run runs/$civ/$r.seed2 --config experiments/$civ/$r.json" <<<"$out" \
     || fail "SEEDS=2: no evaluate of $r.seed2"
-  echo "$out" | grep -q "^bin/analyze --run runs/$civ/$r.seed2 --config experiments/$civ/$r.json .*--set 'train.seed=2' --out " \
+  grep -q "^bin/analyze --run runs/$civ/$r.seed2 --config experiments/$civ/$r.json .*--set 'train.seed=2' --out " <<<"$out" \
     || fail "SEEDS=2: no analyze of $r.seed2 with --set train.seed=2"
-  echo "$out" | grep -q "^bin/train --config experiments/$civ/$r.json --data data/$civ --backend cpu  --out runs/$civ/$r --auto-resume $" \
+  grep -q "^bin/train --config experiments/$civ/$r.json --data data/$civ --backend cpu  --out runs/$civ/$r --auto-resume $" <<<"$out" \
     || fail "SEEDS=2: the config's own seed 1 is not trained in runs/$civ/$r as without seeds"
 done
-echo "$out" | grep -q -- "--expected-runs dense_qa,dense_qa.seed2,dense_answer,dense_answer.seed2,moeut_qa,moeut_qa.seed2,moeut_answer,moeut_answer.seed2$" \
+grep -q -- "--expected-runs dense_qa,dense_qa.seed2,dense_answer,dense_answer.seed2,moeut_qa,moeut_qa.seed2,moeut_answer,moeut_answer.seed2$" <<<"$out" \
   || fail "SEEDS=2: the report does not expect all 8 run directories"
-echo "$out" | grep -q "seed1" && fail "SEEDS=2: a .seed1 directory (seed 1 is the configs' own)"
+grep -q "seed1" <<<"$out" && fail "SEEDS=2: a .seed1 directory (seed 1 is the configs' own)"
 echo "ok: SEEDS=2 dry run: RUN and RUN.seed2 (--set train.seed=2) for each run, report expects 8"
 
 out=$(dry EXPERIMENT=$civ) || fail "make -n reproduce EXPERIMENT=$civ"
 # (the planning line, whose bin/runs --stages always passes make's SET, empty here, as --set '')
-echo "$out" | grep -v -- " --stages " | grep -q -E "\.seed|--set" && { echo "$out"; fail "a single seed shows seed directories or --set"; }
-[ "$(echo "$out" | grep -c '^bin/train ')" = 4 ] || fail "a single seed does not train 4 runs"
+[ "$(grep -v -- " --stages " <<<"$out" | grep -c -E "\.seed|--set")" = 0 ] || { echo "$out"; fail "a single seed shows seed directories or --set"; }
+[ "$(grep -c '^bin/train ' <<<"$out")" = 4 ] || fail "a single seed does not train 4 runs"
 echo "ok: without seeds: 4 runs, no .seed directory, no --set"
 
 mkdir -p "experiments/$exp"
@@ -48,11 +48,11 @@ cp experiments/ci/data.json experiments/ci/dense_qa.json "experiments/$exp/"
 seeds_json() { printf '%s\n' "$1" >"experiments/$exp/seeds.json"; }
 seeds_json '{"comment": "two seeds", "seeds": [1, 3]}'
 out=$(dry EXPERIMENT=$exp RUNS=dense_qa) || { echo "$out"; fail "seeds.json [1, 3]"; }
-echo "$out" | grep -q "^bin/train .*--backend cpu  --out runs/$exp/dense_qa --auto-resume $" || fail "seeds.json: no own-seed run"
-echo "$out" | grep -q "^bin/train .*--set 'train.seed=3' --out runs/$exp/dense_qa.seed3 " || fail "seeds.json: no seed 3"
-[ "$(echo "$out" | grep -c '^bin/train ')" = 2 ] || fail "seeds.json [1, 3]: not 2 trainings"
+grep -q "^bin/train .*--backend cpu  --out runs/$exp/dense_qa --auto-resume $" <<<"$out" || fail "seeds.json: no own-seed run"
+grep -q "^bin/train .*--set 'train.seed=3' --out runs/$exp/dense_qa.seed3 " <<<"$out" || fail "seeds.json: no seed 3"
+[ "$(grep -c '^bin/train ' <<<"$out")" = 2 ] || fail "seeds.json [1, 3]: not 2 trainings"
 out=$(dry EXPERIMENT=$exp RUNS=dense_qa SEEDS=1) || fail "SEEDS=1 with seeds.json"
-echo "$out" | grep -v -- " --stages " | grep -q -E "\.seed|--set" && fail "SEEDS=1 does not override seeds.json"
+[ "$(grep -v -- " --stages " <<<"$out" | grep -c -E "\.seed|--set")" = 0 ] || fail "SEEDS=1 does not override seeds.json"
 echo "ok: seeds.json's list is used, SEEDS overrides it"
 
 refused() { # refused LABEL EXPECTED_TEXT MAKE_ARGS...
@@ -82,7 +82,7 @@ seeds_json '{"seeds": [1, 2'
 refused "broken JSON" "experiments/$exp/seeds.json:" EXPERIMENT=$exp RUNS=dense_qa
 seeds_json '{"seeds": [1, 3]}'
 out=$(dry EXPERIMENT=$exp RUNS=dense_qa) || { echo "$out"; fail "a fixed seeds.json after refusals"; }
-echo "$out" | grep -q "^bin/train .*--set 'train.seed=3' --out runs/$exp/dense_qa.seed3 " \
+grep -q "^bin/train .*--set 'train.seed=3' --out runs/$exp/dense_qa.seed3 " <<<"$out" \
   || { echo "$out"; fail "a fixed seeds.json is not read again after a refusal"; }
 echo "ok: a fixed seeds.json is read again after a refusal"
 rm "experiments/$exp/seeds.json"

@@ -36,28 +36,28 @@ echo "ok: changing lr kept the earlier run as runs/$exp/$kept (lr 0.002) beside 
 bin/report --experiment $exp --runs runs/$exp --out reports/$exp --expected-runs dense_qa \
   >build/plan/$exp-report.log 2>&1 || { cat build/plan/$exp-report.log; fail "bin/report after the lr change"; }
 variants=$(sed -n '/^## Variants and sweeps/,/^## [^V]/p' reports/$exp/report.md)
-echo "$variants" | grep -q "$kept" && echo "$variants" | grep -q "train.lr" \
+grep -q "$kept" <<<"$variants" && grep -q "train.lr" <<<"$variants" \
   || fail "the report's Variants and sweeps section lacks the kept run $kept or the train.lr column"
 echo "ok: the report shows both runs (dense_qa and $kept) with their train.lr"
 
 # The diff of the two: the config key that differs with both values, and the metrics with a paired interval.
 out=$(m diff A="$kept" B=dense_qa) || { echo "$out"; fail "make diff A=$kept B=dense_qa"; }
-echo "$out" | grep -qE '^ *train\.lr +A 0\.002 +B 0\.001' || { echo "$out"; fail "make diff: no train.lr row with A 0.002 and B 0.001"; }
-echo "$out" | grep -qE '^interpolate\.mean_answer_loss +[-0-9.]+ +[-0-9.]+ +[-+][0-9.]+ +\[[-+][0-9.e-]+, [-+][0-9.e-]+\]' \
+grep -qE '^ *train\.lr +A 0\.002 +B 0\.001' <<<"$out" || { echo "$out"; fail "make diff: no train.lr row with A 0.002 and B 0.001"; }
+grep -qE '^interpolate\.mean_answer_loss +[-0-9.]+ +[-0-9.]+ +[-+][0-9.]+ +\[[-+][0-9.e-]+, [-+][0-9.e-]+\]' <<<"$out" \
   || { echo "$out"; fail "make diff: no interpolate.mean_answer_loss row with a paired interval"; }
 echo "ok: make diff shows train.lr 0.002 -> 0.001 and the metrics' changes with paired intervals"
 
 # 2. A refused SET changes nothing.
 before=$(snapshot)
 if out=$(m evaluate RUN=dense_qa SET="$small train.lrx=1e-3"); then fail "an unknown key was accepted"; fi
-echo "$out" | grep -q "train.lrx: unknown key (did you mean train.lr?)" || { echo "$out"; fail "refusal: no line naming train.lrx"; }
+grep -q "train.lrx: unknown key (did you mean train.lr?)" <<<"$out" || { echo "$out"; fail "refusal: no line naming train.lrx"; }
 [ "$(snapshot)" = "$before" ] || fail "a refused SET changed files under runs/$exp"
 echo "ok: a refused SET names the key and changes no file"
 
 # 3. Back to the first SET: the kept run comes back, nothing is trained, the lr 1e-3 run is kept in its turn.
 out=$(m evaluate RUN=dense_qa SET="$small") || { echo "$out"; fail "back to the first SET"; }
-echo "$out" | grep -q "runs/$exp/$kept holds the wanted config: back as runs/$exp/dense_qa" || { echo "$out"; fail "not brought back"; }
-echo "$out" | grep -q "^bin/train" && { echo "$out"; fail "going back retrained"; }
+grep -q "runs/$exp/$kept holds the wanted config: back as runs/$exp/dense_qa" <<<"$out" || { echo "$out"; fail "not brought back"; }
+grep -q "^bin/train" <<<"$out" && { echo "$out"; fail "going back retrained"; }
 [ "$(lr_of "runs/$exp/dense_qa/result.json")" = 0.002 ] || fail "runs/$exp/dense_qa does not hold lr 0.002 again"
 n_kept=$(ls -d runs/$exp/dense_qa@* | wc -l)
 [ "$n_kept" = 1 ] || fail "expected one kept variant (lr 1e-3), found $n_kept"
@@ -67,7 +67,7 @@ echo "ok: going back brought the kept run back without training; the lr 1e-3 run
 #    config), then seed 1 back to lr 1e-3 (the kept run comes back); the report names the key and both values.
 out=$(m evaluate RUNS=dense_qa SEEDS=2 SET="$small") || { echo "$out"; fail "seed 2"; }
 out=$(m evaluate RUNS=dense_qa SET="$small train.lr=1e-3") || { echo "$out"; fail "seed 1 back to lr 1e-3"; }
-echo "$out" | grep -q "^bin/train" && { echo "$out"; fail "bringing the lr 1e-3 run back retrained it"; }
+grep -q "^bin/train" <<<"$out" && { echo "$out"; fail "bringing the lr 1e-3 run back retrained it"; }
 bin/report --experiment $exp --runs runs/$exp --out reports/$exp --expected-runs dense_qa,dense_qa.seed2 \
   >build/plan/$exp-report.log 2>&1 || { cat build/plan/$exp-report.log; fail "bin/report on mixed seeds"; }
 grep -q "dense_qa: seeds 1 and 2 not pooled: train.lr differs (0.001 / 0.002)" reports/$exp/report.md \
@@ -84,7 +84,7 @@ for d in runs/$exp/dense_qa@*; do
   found="$found $(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["config"]["train"]; print("%g/%d" % (t["lr"], t["warmup"]))' "$d/result.json")"
 done
 for p in 0.001/1 0.001/2 0.002/1 0.002/2 0.004/1 0.004/2; do
-  echo "$found" | grep -qw "$p" || fail "make sweep: no run with lr/warmup $p (found:$found)"
+  grep -qw "$p" <<<"$found" || fail "make sweep: no run with lr/warmup $p (found:$found)"
 done
 grep -q "^## Variants and sweeps" reports/$exp/report.md || fail "the report has no Variants and sweeps section"
 for key in train.lr train.warmup; do
