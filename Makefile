@@ -34,8 +34,12 @@ CFLAGS ?= $(OPT)
 # zlib: fetch verifies the gzip CRC-32/length trailer that libarchive's gzip reader skips (datasets/archive_extract.c).
 LDLIBS := -lcjson -lcurl -larchive -lcrypto -lopenblas -lz -lm -fopenmp
 # MPI (OpenMPI, pipeline/base/dist.c: train's data parallelism). --as-needed: programs that never call MPI do not load it.
-MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null || echo -I/usr/lib/x86_64-linux-gnu/openmpi/include)
-MPI_LIBS := $(shell pkg-config --libs ompi-c 2>/dev/null || echo -L/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi)
+# Before deps installs OpenMPI (and pkg-config) make reads the Makefile with the fallbacks, which are what Debian's
+# ompi-c.pc says: the compile flags, hence build/flags-*.stamp, are then the same before and after the install, so a
+# new machine's second make does not rebuild everything (tests/e2e/test_make_first_build.sh).
+MPI_CFLAGS := $(strip $(shell pkg-config --cflags ompi-c 2>/dev/null || \
+  echo -I/usr/lib/x86_64-linux-gnu/openmpi/include -I/usr/lib/x86_64-linux-gnu/openmpi/include/openmpi))
+MPI_LIBS := $(strip $(shell pkg-config --libs ompi-c 2>/dev/null || echo -L/usr/lib/x86_64-linux-gnu/openmpi/lib -lmpi))
 BASE_CFLAGS += $(MPI_CFLAGS)
 LDLIBS += -Wl,--as-needed $(MPI_LIBS) -Wl,--no-as-needed
 
