@@ -62,9 +62,8 @@ static int parse_stage(const char *const *sorted_dirs, int n_runs, char *const *
 }
 
 /* Stages in (kind, run, position in the list) order: a repeated line sorts right after its first occurrence. */
-static const PlannedStage *sort_base;
-static int cmp_stage_at(const void *a, const void *b) {
-    const PlannedStage *x = &sort_base[*(const int *)a], *y = &sort_base[*(const int *)b];
+static int cmp_stage_at(const void *a, const void *b, void *stages_arg) {
+    const PlannedStage *stages = stages_arg, *x = &stages[*(const int *)a], *y = &stages[*(const int *)b];
     if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
     int c = strcmp(x->run, y->run);
     return c ? c : (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
@@ -76,8 +75,7 @@ static void drop_repeats(PlannedStage *stages, int *n) {
     int *order = xmalloc((size_t)*n * sizeof *order);
     bool *repeat = xcalloc((size_t)*n, sizeof *repeat);
     for (int i = 0; i < *n; i++) order[i] = i;
-    sort_base = stages;
-    qsort(order, (size_t)*n, sizeof *order, cmp_stage_at);
+    qsort_r(order, (size_t)*n, sizeof *order, cmp_stage_at, stages);
     for (int i = 1; i < *n; i++) {
         const PlannedStage *prev = &stages[order[i - 1]], *cur = &stages[order[i]];
         repeat[order[i]] = prev->kind == cur->kind && strcmp(prev->run, cur->run) == 0;
