@@ -10,6 +10,8 @@
 // caller's rows where they lie instead: nothing is gathered or copied to bf16, and only the weighted reductions and
 // dX (k_reduce, k_add_rows) and the gate gradients (k_dw) run here.
 // Scratch: the sorted blocks below and the grouped GEMM's pointer arrays, named in cuda_common.cuh (SCRATCH_CVMM_*).
+#include <type_traits>
+
 #include "kernels/cuda/cuda_cvmm.cuh"
 
 // dst[m, :] = src[perm[m] / div, :] (either copy may be NULL: fp32 mode writes dst, bf16 mode only dst16)
@@ -33,19 +35,32 @@ __global__ void k_unsort(float *Y, const float *Ys, const int32_t *inv, int M, i
     }
 }
 
-// Y[r, :] (+)= sum_{j < div} coef_p * Ys[inv[p], :], p = r*div + j, in j order; coef = w[p] or 1.
-__global__ void k_reduce(float *Y, const float *Ys, const int32_t *inv, const float *w, int rows, int div, int width,
-                         bool accumulate) {
+__device__ __forceinline__ float load_value(const float *p) { return *p; }
+__device__ __forceinline__ float load_value(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+
+// Y[r, :] (+)= sum_{j < div} coef_p * Ys[inv[p], :], p = r*div + j, in j order; coef = w[p] or 1. Ys fp32 or bf16
+// (the tensor-core forward's unreduced results), the sum in fp32 either way.
+template <class In>
+__device__ __forceinline__ void reduce(float *Y, const In *Ys, const int32_t *inv, const float *w, int rows, int div,
+                                       int width, bool accumulate) {
     size_t total = (size_t)rows * width;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         size_t r = i / width, c = i % width;
         float acc = accumulate ? Y[i] : 0.0f;
         for (int j = 0; j < div; j++) {
             size_t p = r * div + j;
-            acc += (w ? w[p] : 1.0f) * Ys[(size_t)inv[p] * width + c];
+            acc += (w ? w[p] : 1.0f) * load_value(&Ys[(size_t)inv[p] * width + c]);
         }
         Y[i] = acc;
     }
+}
+__global__ void k_reduce(float *Y, const float *Ys, const int32_t *inv, const float *w, int rows, int div, int width,
+                         bool accumulate) {
+    reduce(Y, Ys, inv, w, rows, div, width, accumulate);
+}
+__global__ void k_reduce_bf16(float *Y, const __nv_bfloat16 *Ys, const int32_t *inv, const float *w, int rows, int div,
+                              int width, bool accumulate) {
+    reduce(Y, Ys, inv, w, rows, div, width, accumulate);
 }
 
 // dX[m, :] += coef_m * Qs[m, :], coef_m = w[perm[m]] or 1: dX in plan order (in_div = 1, one term per row); the same
@@ -103,14 +118,21 @@ static inline KernelCost rows_cost(double flops, size_t row_bytes, int M, bool w
     return kernel_cost(flops, (double)row_bytes + (double)M * (sizeof(int32_t) + (weighted ? sizeof(float) : 0)));
 }
 
-// Y[r, :] (+)= the div entries of row r from their plan-order rows Ys (k_reduce; Y [M / div, width], Ys [M, width])
-static void reduce_rows(float *Y, const float *Ys, const RoutingPlan *pl, const float *w, int div, int width,
+// Y[r, :] (+)= the div entries of row r from their plan-order rows Ys (k_reduce; Y [M / div, width], Ys [M, width],
+// fp32 or bf16)
+template <class In>
+static void reduce_rows(float *Y, const In *Ys, const RoutingPlan *pl, const float *w, int div, int width,
                         bool accumulate) {
     const int M = pl->M, rows = M / div;
-    const size_t moved = ((size_t)M + (accumulate ? 2 : 1) * (size_t)rows) * width * sizeof(float);
+    const size_t moved = (size_t)M * width * sizeof(In) + (accumulate ? 2 : 1) * (size_t)rows * width * sizeof(float);
     count_traffic("cvmm_rows", moved);
-    LAUNCH(k_reduce, grid_for((size_t)rows * width, 256), 256, 0,
-           rows_cost(2.0 * M * width, moved, M, w != nullptr))(Y, Ys, pl->inv, w, rows, div, width, accumulate);
+    const KernelCost cost = rows_cost(2.0 * M * width, moved, M, w != nullptr);
+    if constexpr (std::is_same<In, float>::value)
+        LAUNCH(k_reduce, grid_for((size_t)rows * width, 256), 256, 0, cost)(Y, Ys, pl->inv, w, rows, div, width,
+                                                                          accumulate);
+    else
+        LAUNCH(k_reduce_bf16, grid_for((size_t)rows * width, 256), 256, 0, cost)(Y, Ys, pl->inv, w, rows, div, width,
+                                                                               accumulate);
     CHECK_LAUNCH();
 }
 
@@ -128,19 +150,26 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
     cuda_weights_written(be, Y, (size_t)(w ? M / out_div : M) * Nout * sizeof(float));
     if (M == 0) return;
     const bool bf16 = use_bf16(be), in_sorted = order & CVMM_IN_SORTED, out_sorted = order & CVMM_OUT_SORTED;
-    const bool mma = cvmm_uses_mma(be, bf16), scatter = mma && !out_sorted && !w; // scatter: Y[perm[m]] = row m
-    // outputs in plan order [M, Nout]: the caller's Y itself when it takes them so (none when scattered)
-    float *Ys = out_sorted || scatter
-                    ? Y
-                    : (float *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(float));
-    if (mma) { // X read where it lies; unreduced outputs written straight to their rows of Y
-        const RoutedRows x = {X, pl->perm, in_sorted, in_div, Kin, nullptr};
-        cvmm_mma_rows(be, *pl, Ys, Nout, scatter ? pl->perm : nullptr, x,
-                      cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16), (size_t)Kin * Nout, Nout,
-                      1, Nout, Kin);
-        if (w) reduce_rows(Y, Ys, pl, w, out_div, Nout, false);
+    const bool mma = cvmm_uses_mma(be, bf16);
+    if (mma) { // X read where it lies (or its bf16 copy); unreduced outputs written straight to their rows of Y, or
+               // in bf16 in plan order for the weighted reduction (autocast's cvmm stores its result in bf16)
+        const RoutedRows x = cvmm_mma_bf16_rows(be, {X, pl->perm, in_sorted, in_div, Kin, nullptr},
+                                                in_sorted ? M : M / in_div, SCRATCH_CVMM_X_BF16);
+        const __nv_bfloat16 *W16 = cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16);
+        if (w) {
+            __nv_bfloat16 *Ys16 =
+                (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(__nv_bfloat16));
+            cvmm_mma_rows(be, *pl, Ys16, Nout, nullptr, x, W16, (size_t)Kin * Nout, Nout, 1, Nout, Kin);
+            reduce_rows(Y, Ys16, pl, w, out_div, Nout, false);
+        } else {
+            cvmm_mma_rows(be, *pl, Y, Nout, out_sorted ? nullptr : pl->perm, x, W16, (size_t)Kin * Nout, Nout, 1, Nout,
+                          Kin);
+        }
         return;
     }
+    // outputs in plan order [M, Nout]: the caller's Y itself when it takes them so
+    float *Ys =
+        out_sorted ? Y : (float *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(float));
     const size_t esz = bf16 ? sizeof(__nv_bfloat16) : sizeof(float);
     // X rows in plan order [M, Kin]: fp32, or their bf16 copy in bf16 mode
     const void *xs = X;
@@ -268,14 +297,16 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     const int g_div = w ? out_div : 1; // entry p's row of dY
     // Q = dY_p @ W[e]^T in plan order [M, Kin]
     float *Qs = want_Q ? (float *)cuda_scratch(be, SCRATCH_CVMM_DX_SORTED, (size_t)M * Kin * sizeof(float)) : nullptr;
-    if (cvmm_uses_mma(be, bf16)) { // dY and X read where they lie, dY weighted for dW as it is read
-        const RoutedRows g = {dY, pl->perm, out_sorted, g_div, Nout, nullptr};
+    if (cvmm_uses_mma(be, bf16)) { // dY and X read where they lie (or their bf16 copies), dY weighted for dW as read
+        const RoutedRows g = cvmm_mma_bf16_rows(be, {dY, pl->perm, out_sorted, g_div, Nout, nullptr},
+                                                out_sorted ? M : M / g_div, SCRATCH_CVMM_DY_BF16);
         if (Qs) // Qs[m, k] = sum_n G[m, n] W[e][k, n]: B_e[n, k] = W[e][k * Nout + n]
             cvmm_mma_rows(be, *pl, Qs, Kin, nullptr, g,
                           cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16), (size_t)Kin * Nout, 1,
                           Nout, Kin, Nout);
         if (dW) {
-            const RoutedRows x = {X, pl->perm, in_sorted, in_div, Kin, nullptr};
+            const RoutedRows x = cvmm_mma_bf16_rows(be, {X, pl->perm, in_sorted, in_div, Kin, nullptr},
+                                                    in_sorted ? M : M / in_div, SCRATCH_CVMM_X_BF16);
             const RoutedRows gw = {dY, pl->perm, out_sorted, g_div, Nout, w};
             cvmm_mma_dw(*pl, dW, x, gw, Kin, Nout);
         }

@@ -48,16 +48,26 @@ void cvmm_expert_gemms(Backend *be, const char *op, const RoutingPlan &plan, con
 // ---- the tensor-core path (cuda_cvmm_mma.cu): no rows gathered, no host offsets
 // M routed rows of `width` fp32 values as the kernels read them: plan row m is base[row * width] with row = m when
 // in_plan_order, else perm[m] / div (the caller's entry order); multiplied by w[perm[m]] when w is given; rounded
-// to bf16 as it is read.
+// to bf16 as it is read. base16, when set, is base's bf16 copy (same layout, w NULL: cvmm_mma_bf16_rows): the
+// kernels read its 2 bytes per value instead of base's 4, the same bf16 values.
 struct RoutedRows {
     const float *base;
     const int32_t *perm; // the plan's perm[M]
     int in_plan_order, div, width;
     const float *w;
+    const __nv_bfloat16 *base16 = nullptr;
 };
+// r with base16 set to a bf16 copy of its rows [rows, width] (device scratch `slot`) where that moves fewer bytes:
+// unweighted rows read through the permutation at least CVMM_MMA_COPY_MIN_DIV times each (an FFN input row once per
+// chosen expert). Reading a value costs 4 bytes in fp32, 2 in bf16; the copy costs 6 (read fp32, write bf16) once.
+// Otherwise r unchanged. Bit-identical either way: the kernels round each value to bf16 as the copy does.
+constexpr int CVMM_MMA_COPY_MIN_DIV = 4;
+RoutedRows cvmm_mma_bf16_rows(Backend *be, RoutedRows r, int rows, int slot);
 // C[dst(m), n] = sum_{k < K} A[m, k] B_e[k, n] for every plan row m (expert e), n < N: dst(m) = c_perm[m] when
 // c_perm is given, else m; B_e[k, n] = B[e * b_expert + k * b_sk + n * b_sn] in bf16 (b_sk or b_sn is 1); A.width = K.
-void cvmm_mma_rows(Backend *be, const RoutingPlan &pl, float *C, int ldc, const int32_t *c_perm, const RoutedRows &a,
+// C is fp32, or bf16 (a plan-order copy that only a reduction reads: autocast's cvmm stores its result in bf16).
+template <class Out>
+void cvmm_mma_rows(Backend *be, const RoutingPlan &pl, Out *C, int ldc, const int32_t *c_perm, const RoutedRows &a,
                    const __nv_bfloat16 *B, size_t b_expert, int b_sk, int b_sn, int N, int K);
 // dW[e][Kin, Nout] += X_e^T G_e over each expert's plan rows (x.width = Kin, g.width = Nout).
 void cvmm_mma_dw(const RoutingPlan &pl, float *dW, const RoutedRows &x, const RoutedRows &g, int Kin, int Nout);

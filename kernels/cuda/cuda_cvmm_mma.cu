@@ -10,6 +10,8 @@
 //               and the grid covers ceil(M / TM) + E of them, an upper bound known without the host offsets.
 //   k_mma_dw    dW_e += X_e^T (w G)_e: one block per (expert, Kin tile, Nout tile), summing over the expert's rows.
 // Deterministic: each output element is one block's, summed in a fixed order (no atomics).
+#include <type_traits>
+
 #include "kernels/cuda/cuda_cvmm.cuh"
 
 #ifndef CUDA_EMULATION
@@ -29,7 +31,9 @@ constexpr int LDA_S = MMA_TK + 8, LDB_S = MMA_TN + 8, LDC_S = MMA_TN + 4;
 __device__ __forceinline__ __nv_bfloat16 routed_bf16(const RoutedRows &r, int m, int c) {
     if (c >= r.width) return __float2bfloat16_rn(0.0f);
     int32_t p = r.perm[m];
-    float v = r.base[(size_t)(r.in_plan_order ? m : p / r.div) * r.width + c];
+    const size_t at = (size_t)(r.in_plan_order ? m : p / r.div) * r.width + c;
+    if (r.base16) return r.base16[at]; // (unweighted: cvmm_mma_bf16_rows)
+    float v = r.base[at];
     if (r.w) v *= r.w[p];
     return __float2bfloat16_rn(v);
 }
@@ -92,11 +96,15 @@ __global__ void k_mma_tile_starts(int32_t *tile_start, const int32_t *offset, in
     if (E == 0 && threadIdx.x == 0) tile_start[0] = 0;
 }
 
+__device__ __forceinline__ void store_result(float *p, float v) { *p = v; }
+__device__ __forceinline__ void store_result(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
 // C[dst(m), n] = sum_k A[m, k] B_e[k, n] for plan rows m of expert e, n < N, k < K; dst(m) = c_perm[m] when c_perm
-// (the caller's entry order) else m. B_e[k, n] = B[e * b_expert + k * b_sk + n * b_sn] (bf16).
-__global__ void __launch_bounds__(MMA_THREADS)
-k_mma_rows(float *C, int ldc, const int32_t *c_perm, RoutedRows a, const __nv_bfloat16 *B, size_t b_expert, int b_sk,
-           int b_sn, int N, int K, const int32_t *offset, const int32_t *tile_start, int E) {
+// (the caller's entry order) else m. B_e[k, n] = B[e * b_expert + k * b_sk + n * b_sn] (bf16). C fp32 or bf16.
+template <class Out>
+__device__ __forceinline__ void mma_rows(Out *C, int ldc, const int32_t *c_perm, RoutedRows a, const __nv_bfloat16 *B,
+                                         size_t b_expert, int b_sk, int b_sn, int N, int K, const int32_t *offset,
+                                         const int32_t *tile_start, int E) {
     __shared__ __align__(32) __nv_bfloat16 sa[MMA_TM * LDA_S];
     __shared__ __align__(32) __nv_bfloat16 sb[MMA_TK * LDB_S];
     __shared__ __align__(32) float sc[MMA_TM * LDC_S];
@@ -132,8 +140,21 @@ k_mma_rows(float *C, int ldc, const int32_t *c_perm, RoutedRows a, const __nv_bf
     mma_results(tiles, acc);
     for (int idx = threadIdx.x; idx < MMA_TM * MMA_TN; idx += MMA_THREADS) {
         int i = idx / MMA_TN, j = idx % MMA_TN, m = row0 + i, n = col0 + j;
-        if (m < row_end && n < N) C[(size_t)(c_perm ? c_perm[m] : m) * ldc + n] = sc[i * LDC_S + j];
+        if (m < row_end && n < N) store_result(&C[(size_t)(c_perm ? c_perm[m] : m) * ldc + n], sc[i * LDC_S + j]);
     }
+}
+
+// The two instances, named for the launch log: fp32 results, and bf16 results (a plan-order copy for a reduction).
+__global__ void __launch_bounds__(MMA_THREADS)
+k_mma_rows(float *C, int ldc, const int32_t *c_perm, RoutedRows a, const __nv_bfloat16 *B, size_t b_expert, int b_sk,
+           int b_sn, int N, int K, const int32_t *offset, const int32_t *tile_start, int E) {
+    mma_rows(C, ldc, c_perm, a, B, b_expert, b_sk, b_sn, N, K, offset, tile_start, E);
+}
+__global__ void __launch_bounds__(MMA_THREADS)
+k_mma_rows_bf16(__nv_bfloat16 *C, int ldc, const int32_t *c_perm, RoutedRows a, const __nv_bfloat16 *B,
+                size_t b_expert, int b_sk, int b_sn, int N, int K, const int32_t *offset, const int32_t *tile_start,
+                int E) {
+    mma_rows(C, ldc, c_perm, a, B, b_expert, b_sk, b_sn, N, K, offset, tile_start, E);
 }
 
 // dW[e][k, n] += sum over expert e's plan rows m of X[m, k] G[m, n] (X and G as RoutedRows, G weighted), k < Kin,
@@ -173,7 +194,20 @@ k_mma_dw(float *dW, RoutedRows x, RoutedRows g, const int32_t *offset, int Kin, 
 
 static unsigned tiles_over(int n, int tile) { return (unsigned)(((long)n + tile - 1) / tile); }
 
-void cvmm_mma_rows(Backend *be, const RoutingPlan &pl, float *C, int ldc, const int32_t *c_perm, const RoutedRows &a,
+RoutedRows cvmm_mma_bf16_rows(Backend *be, RoutedRows r, int rows, int slot) {
+    if (r.w || r.in_plan_order || r.div < CVMM_MMA_COPY_MIN_DIV || rows == 0) return r;
+    const size_t n = (size_t)rows * r.width;
+    __nv_bfloat16 *copy = (__nv_bfloat16 *)cuda_scratch(be, slot, n * sizeof(__nv_bfloat16));
+    cuda_to_bf16(copy, r.base, n);
+    r.base16 = copy;
+    return r;
+}
+
+// the bytes of one routed value as the kernels read it
+static double routed_value_bytes(const RoutedRows &r) { return r.base16 ? sizeof(__nv_bfloat16) : sizeof(float); }
+
+template <class Out>
+void cvmm_mma_rows(Backend *be, const RoutingPlan &pl, Out *C, int ldc, const int32_t *c_perm, const RoutedRows &a,
                    const __nv_bfloat16 *B, size_t b_expert, int b_sk, int b_sn, int N, int K) {
     const int M = pl.M, E = pl.n_experts;
     if (M == 0 || N == 0) return;
@@ -181,22 +215,32 @@ void cvmm_mma_rows(Backend *be, const RoutingPlan &pl, float *C, int ldc, const 
     LAUNCH(k_mma_tile_starts, 1, 256, 0, kernel_cost(2.0 * E, (double)(2 * E + 1) * sizeof(int32_t)))(
         tile_start, pl.offset, E);
     CHECK_LAUNCH();
-    // FLOPs 2 M N K (the useful products, as the GEMMs count them); bytes: A's routed rows once (fp32), the E
-    // weight matrices (bf16), C written, and the plan's indices.
-    const double bytes = (double)M * K * sizeof(float) + (double)E * K * N * sizeof(__nv_bfloat16) +
-                         (double)M * N * sizeof(float) + (double)M * sizeof(int32_t) * (c_perm ? 2 : 1) +
+    // FLOPs 2 M N K (the useful products, as the GEMMs count them); bytes: A's routed rows once (fp32, or their
+    // bf16 copy), the E weight matrices (bf16), C written (fp32 or bf16), and the plan's indices.
+    const double bytes = (double)M * K * routed_value_bytes(a) + (double)E * K * N * sizeof(__nv_bfloat16) +
+                         (double)M * N * sizeof(Out) + (double)M * sizeof(int32_t) * (c_perm ? 2 : 1) +
                          (a.w ? (double)M * sizeof(float) : 0);
     dim3 grid(tiles_over(M, MMA_TM) + (unsigned)E, tiles_over(N, MMA_TN));
-    LAUNCH(k_mma_rows, grid, MMA_THREADS, 0, tensor_core_cost(2.0 * M * N * K, bytes))(
-        C, ldc, c_perm, a, B, b_expert, b_sk, b_sn, N, K, pl.offset, tile_start, E);
+    if constexpr (std::is_same<Out, float>::value)
+        LAUNCH(k_mma_rows, grid, MMA_THREADS, 0, tensor_core_cost(2.0 * M * N * K, bytes))(
+            C, ldc, c_perm, a, B, b_expert, b_sk, b_sn, N, K, pl.offset, tile_start, E);
+    else
+        LAUNCH(k_mma_rows_bf16, grid, MMA_THREADS, 0, tensor_core_cost(2.0 * M * N * K, bytes))(
+            C, ldc, c_perm, a, B, b_expert, b_sk, b_sn, N, K, pl.offset, tile_start, E);
     CHECK_LAUNCH();
 }
+template void cvmm_mma_rows<float>(Backend *, const RoutingPlan &, float *, int, const int32_t *, const RoutedRows &,
+                                   const __nv_bfloat16 *, size_t, int, int, int, int);
+template void cvmm_mma_rows<__nv_bfloat16>(Backend *, const RoutingPlan &, __nv_bfloat16 *, int, const int32_t *,
+                                           const RoutedRows &, const __nv_bfloat16 *, size_t, int, int, int, int);
 
 void cvmm_mma_dw(const RoutingPlan &pl, float *dW, const RoutedRows &x, const RoutedRows &g, int Kin, int Nout) {
     const int M = pl.M, E = pl.n_experts;
     if (M == 0 || Kin == 0 || Nout == 0) return;
-    // bytes: X's and G's routed rows once (fp32), dW read and written, the plan's indices and weights
-    const double bytes = (double)M * (Kin + Nout) * sizeof(float) + 2.0 * E * Kin * Nout * sizeof(float) +
+    // bytes: X's and G's routed rows once (fp32, or their bf16 copies), dW read and written, the plan's indices and
+    // weights
+    const double bytes = (double)M * (Kin * routed_value_bytes(x) + Nout * routed_value_bytes(g)) +
+                         2.0 * E * Kin * Nout * sizeof(float) +
                          (double)M * sizeof(int32_t) + (g.w ? (double)M * sizeof(float) : 0);
     dim3 grid((unsigned)E, tiles_over(Kin, MMA_TM), tiles_over(Nout, MMA_TN));
     LAUNCH(k_mma_dw, grid, MMA_THREADS, 0, tensor_core_cost(2.0 * M * Kin * Nout, bytes))(dW, x, g, pl.offset, Kin,
