@@ -109,7 +109,8 @@ enum {
     SCRATCH_CVMM_X_SORTED = 2,  // float[M, Kin]: the inputs X gathered in plan order
     SCRATCH_CVMM_Y_SORTED = 3,  // float[M, Nout]: forward outputs, or backward output gradients, in plan order
                                 // (bf16[M, Nout] on the tensor-core path: the unreduced outputs of a weighted forward)
-    SCRATCH_CVMM_DX_SORTED = 4, // float[M, Kin]: backward Q = dY_p @ W[e]^T in plan order
+    SCRATCH_CVMM_DX_SORTED = 4, // float[M, Kin]: backward Q = dY_p @ W[e]^T in plan order (bf16[M, Kin] on the
+                                // tensor-core path when only dX's reduction reads it)
     SCRATCH_CVMM_X_BF16 = 5,    // bf16[M, Kin]: the sorted inputs' bf16 copy (bf16 mode; on the tensor-core path
                                 // the copy of X's rows in place, [M / in_div, Kin], cvmm_mma_bf16_rows)
     SCRATCH_CVMM_DY_BF16 = 6,   // bf16[M, Nout]: the sorted output gradients' bf16 copy (bf16 mode, backward; on the

@@ -295,20 +295,35 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     if (!want_Q && !dW) return;
     const bool bf16 = use_bf16(be);
     const int g_div = w ? out_div : 1; // entry p's row of dY
-    // Q = dY_p @ W[e]^T in plan order [M, Kin]
-    float *Qs = want_Q ? (float *)cuda_scratch(be, SCRATCH_CVMM_DX_SORTED, (size_t)M * Kin * sizeof(float)) : nullptr;
-    if (cvmm_uses_mma(be, bf16)) { // dY and X read where they lie (or their bf16 copies), dY weighted for dW as read
+    const bool mma = cvmm_uses_mma(be, bf16);
+    // Q = dY_p @ W[e]^T in plan order [M, Kin]: fp32, or bf16 on the tensor-core path where only dX's reduction reads
+    // it (no gate gradient; X's rows not in plan order): the unreduced input gradients stored in bf16 as the forward
+    // stores its unreduced results, summed in fp32.
+    const bool q_bf16 = mma && dX && !want_dw && !in_sorted;
+    float *Qs = want_Q && !q_bf16
+                    ? (float *)cuda_scratch(be, SCRATCH_CVMM_DX_SORTED, (size_t)M * Kin * sizeof(float))
+                    : nullptr;
+    __nv_bfloat16 *Qs16 =
+        q_bf16 ? (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_DX_SORTED, (size_t)M * Kin * sizeof(__nv_bfloat16))
+               : nullptr;
+    if (mma) { // dY and X read where they lie (or their bf16 copies), the gate weights applied as they are read
         const RoutedRows g = cvmm_mma_bf16_rows(be, {dY, pl->perm, out_sorted, g_div, Nout, nullptr},
                                                 out_sorted ? M : M / g_div, SCRATCH_CVMM_DY_BF16);
-        if (Qs) // Qs[m, k] = sum_n G[m, n] W[e][k, n]: B_e[n, k] = W[e][k * Nout + n]
-            cvmm_mma_rows(be, *pl, Qs, Kin, nullptr, g,
-                          cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16), (size_t)Kin * Nout, 1,
-                          Nout, Kin, Nout);
+        const __nv_bfloat16 *W16 = cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16);
+        // Q[m, k] = sum_n G[m, n] W[e][k, n]: B_e[n, k] = W[e][k * Nout + n]
+        if (Qs) cvmm_mma_rows(be, *pl, Qs, Kin, nullptr, g, W16, (size_t)Kin * Nout, 1, Nout, Kin, Nout);
+        if (Qs16) cvmm_mma_rows(be, *pl, Qs16, Kin, nullptr, g, W16, (size_t)Kin * Nout, 1, Nout, Kin, Nout);
         if (dW) {
             const RoutedRows x = cvmm_mma_bf16_rows(be, {X, pl->perm, in_sorted, in_div, Kin, nullptr},
                                                     in_sorted ? M : M / in_div, SCRATCH_CVMM_X_BF16);
-            const RoutedRows gw = {dY, pl->perm, out_sorted, g_div, Nout, w};
-            cvmm_mma_dw(*pl, dW, x, gw, Kin, Nout);
+            if (w && g.base16 && !x.base16) { // dW_e = sum_m (w_m x_m)^T g_m: weighted on X's side, so that dY's
+                RoutedRows xw = x;             // rows come from their bf16 copy (the same sum, rounded on X's side)
+                xw.w = w;
+                cvmm_mma_dw(*pl, dW, xw, g, Kin, Nout);
+            } else {
+                const RoutedRows gw = {dY, pl->perm, out_sorted, g_div, Nout, w};
+                cvmm_mma_dw(*pl, dW, x, gw, Kin, Nout);
+            }
         }
     } else {
         backward_on_cublas(be, Qs, dW, dY, X, W, pl, w, in_div, g_div, Kin, Nout, in_sorted, out_sorted, bf16);
@@ -325,6 +340,8 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         LAUNCH(k_add_rows, grid_for((size_t)M * Kin, 256), 256, 0, rows_cost(2.0 * M * Kin, moved, M, w != nullptr))(
             dX, Qs, w, pl->perm, M, Kin);
         CHECK_LAUNCH();
+    } else if (dX && Qs16) {
+        reduce_rows(dX, Qs16, pl, w, in_div, Kin, true);
     } else if (dX) {
         reduce_rows(dX, Qs, pl, w, in_div, Kin, true);
     }
