@@ -21,7 +21,8 @@
 enum AttentionPath { PATH_FUSED, PATH_GEMM, PATH_FLASH };
 
 // The path of one call. DMMATH_CUDA_ATTENTION=flash where cuda_attention_flash.cu cannot run (fp32 mode: wmma has no
-// fp32 inputs; head dims above its 128) takes auto's path and says so once per backend.
+// fp32 inputs, and an fp32 variant on CUDA cores would be the fused kernels again; head dims above ATTN_FLASH_D_MAX)
+// takes auto's path and says so once per backend.
 static AttentionPath attention_path(Backend *be, int Tq, int D) {
     CudaImpl *im = cuda_impl(be);
     const AttentionPath by_size = Tq >= ATTN_GEMM_MIN_T || D > 32 * ATT_MAX_U ? PATH_GEMM : PATH_FUSED;
@@ -31,9 +32,9 @@ static AttentionPath attention_path(Backend *be, int Tq, int D) {
     case ATTENTION_FLASH:
         if (cuda_attention_flash_supported(be, D)) return PATH_FLASH;
         if (!im->attention_flash_fallback_said) {
-            log_info("cuda backend: attention: DMMATH_CUDA_ATTENTION=flash runs bf16 with head dims up to 128; other "
+            log_info("cuda backend: attention: DMMATH_CUDA_ATTENTION=flash runs bf16 with head dims up to %d; other "
                      "calls take auto's path (said once; the first: %s, head dim %d, %s)",
-                     use_bf16(be) ? "bf16" : "fp32", D, by_size == PATH_GEMM ? "gemm" : "fused");
+                     ATTN_FLASH_D_MAX, use_bf16(be) ? "bf16" : "fp32", D, by_size == PATH_GEMM ? "gemm" : "fused");
             im->attention_flash_fallback_said = true;
         }
         return by_size;

@@ -33,9 +33,9 @@ typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_majo
 
 // Tile: FL_B query rows by FL_B keys (FL_B = 32 = the warp size: in the softmax each lane owns one key); 4 warps, each
 // one 16 x 16 fragment of a score tile. FL_D_MAX bounds the head dim so that the tiles fit the 48 KiB of static shared
-// memory (the paper's heads are 64 and 128 wide).
+// memory (checked below).
 constexpr int FL_B = 32, FL_WARPS = 4, FL_THREADS = 32 * FL_WARPS, FL_FRAG = 16;
-constexpr int FL_D_MAX = 128;
+constexpr int FL_D_MAX = ATTN_FLASH_D_MAX;
 // Shared leading dimensions, padded (8 bf16 / 4 floats) against bank conflicts; each a multiple of 16 bytes and each
 // fragment's start a multiple of 32 bytes, as wmma requires. The D-wide ones are Dp + pad at run time (Dp = D rounded
 // up to 16); the arrays are sized for FL_D_MAX.
@@ -336,7 +336,8 @@ static unsigned tile_count(const char *op, int T) {
 
 void cuda_attention_flash_forward(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
                                   const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale) {
-    if (!cuda_attention_flash_supported(be, D)) die("attention_forward: the flash path takes bf16 and D <= %d", FL_D_MAX);
+    if (!cuda_attention_flash_supported(be, D))
+        die("attention_forward: the flash path takes bf16 and D <= %d", FL_D_MAX);
     if (B <= 0 || H <= 0 || Tq <= 0) return;
     const int Dp = round_up16(D);
     const double pairs = (double)B * H * tile_pairs_fwd(Tq, Tk), rows = (double)B * H * Tq;

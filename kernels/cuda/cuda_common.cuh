@@ -357,7 +357,9 @@ void cuda_attention_gemm_backward(Backend *be, scalar_t *dq, scalar_t *dk, scala
                                   const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                                   const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
 // cuda_attention_flash.cu: attention_forward/backward on tensor cores in FlashAttention-2's tiles, for bf16 mode
-// and head dims up to 128 (cuda_attention_flash_supported; cuda_attention.cu dispatches).
+// and head dims up to ATTN_FLASH_D_MAX (cuda_attention_flash_supported; cuda_attention.cu dispatches). The bound
+// keeps its tiles within 48 KiB of static shared memory; the paper's heads are 64 and 128 wide.
+constexpr int ATTN_FLASH_D_MAX = 128;
 bool cuda_attention_flash_supported(Backend *be, int D);
 void cuda_attention_flash_forward(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
                                   const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale);
