@@ -1,5 +1,5 @@
-// CUDA: RoPE, fused causal attention for short sequences, and the choice between it and the cuBLAS path for long
-// ones (cuda_attention_gemm.cu).
+// CUDA: RoPE, fused causal attention for short sequences, and the choice between it, the cuBLAS path for long ones
+// (cuda_attention_gemm.cu) and the tensor-core FlashAttention-2 kernels (cuda_attention_flash.cu, when asked for).
 // The fused attention uses one warp per query row (forward, dq) or per key row (dk, dv): lanes own the head dimensions
 // d = lane + 32u, every score is a warp butterfly sum (same value in all lanes, fixed order), keys are visited in
 // order with an online softmax. No atomics: dq and (dk, dv) come from separate kernels, so the results are
@@ -18,11 +18,27 @@
 // rows the two cross is not measured: 64 is still a guess (DMMATH_CUDA_ATTENTION=fused|gemm forces either).
 #define ATTN_GEMM_MIN_T 64
 
-static bool attention_uses_gemm(Backend *be, int Tq, int D) {
-    switch (cuda_impl(be)->attention_impl) {
-    case ATTENTION_FUSED: return false;
-    case ATTENTION_GEMM: return true;
-    default: return Tq >= ATTN_GEMM_MIN_T || D > 32 * ATT_MAX_U;
+enum AttentionPath { PATH_FUSED, PATH_GEMM, PATH_FLASH };
+
+// The path of one call. DMMATH_CUDA_ATTENTION=flash where cuda_attention_flash.cu cannot run (fp32 mode: wmma has no
+// fp32 inputs, and an fp32 variant on CUDA cores would be the fused kernels again; head dims above ATTN_FLASH_D_MAX)
+// takes auto's path and says so once per backend.
+static AttentionPath attention_path(Backend *be, int Tq, int D) {
+    CudaImpl *im = cuda_impl(be);
+    const AttentionPath by_size = Tq >= ATTN_GEMM_MIN_T || D > 32 * ATT_MAX_U ? PATH_GEMM : PATH_FUSED;
+    switch (im->attention_impl) {
+    case ATTENTION_FUSED: return PATH_FUSED;
+    case ATTENTION_GEMM: return PATH_GEMM;
+    case ATTENTION_FLASH:
+        if (cuda_attention_flash_supported(be, D)) return PATH_FLASH;
+        if (!im->attention_flash_fallback_said) {
+            log_info("cuda backend: attention: DMMATH_CUDA_ATTENTION=flash runs bf16 with head dims up to %d; other "
+                     "calls take auto's path (said once; the first: %s, head dim %d, %s)",
+                     ATTN_FLASH_D_MAX, use_bf16(be) ? "bf16" : "fp32", D, by_size == PATH_GEMM ? "gemm" : "fused");
+            im->attention_flash_fallback_said = true;
+        }
+        return by_size;
+    default: return by_size;
     }
 }
 
@@ -150,8 +166,13 @@ void cuda_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const sca
     cuda_weights_written(be, out, (size_t)B * Tq * H * D * sizeof(float));
     cuda_weights_written(be, lse, (size_t)B * H * Tq * sizeof(float));
     if (Tk < Tq) die("attention_forward: Tk=%d < Tq=%d", Tk, Tq);
-    if (attention_uses_gemm(be, Tq, D)) {
+    const AttentionPath path = attention_path(be, Tq, D);
+    if (path == PATH_GEMM) {
         cuda_attention_gemm_forward(be, out, lse, q, k, v, B, Tq, Tk, H, D, scale);
+        return;
+    }
+    if (path == PATH_FLASH) {
+        cuda_attention_flash_forward(be, out, lse, q, k, v, B, Tq, Tk, H, D, scale);
         return;
     }
     if (D > 32 * ATT_MAX_U) die("attention_forward: head dim %d > %d is not supported by the CUDA kernel", D, 32 * ATT_MAX_U);
@@ -299,8 +320,13 @@ void cuda_attention_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *
                              const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                              const scalar_t *v, int B, int T, int H, int D, scalar_t scale) {
     for (float *g : {dq, dk, dv}) cuda_weights_written(be, g, (size_t)B * T * H * D * sizeof(float));
-    if (attention_uses_gemm(be, T, D)) {
+    const AttentionPath path = attention_path(be, T, D);
+    if (path == PATH_GEMM) {
         cuda_attention_gemm_backward(be, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, D, scale);
+        return;
+    }
+    if (path == PATH_FLASH) {
+        cuda_attention_flash_backward(be, dq, dk, dv, dout, out, lse, q, k, v, B, T, H, D, scale);
         return;
     }
     if (D > 32 * ATT_MAX_U) die("attention_backward: head dim %d > %d is not supported by the CUDA kernel", D, 32 * ATT_MAX_U);

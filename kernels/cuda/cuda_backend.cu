@@ -173,10 +173,10 @@ static constexpr char label_alloc[] = "alloc", label_free[] = "free", label_to_d
 
 extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
-    static const char *const attention_choices[] = {"auto", "fused", "gemm"};
+    static const char *const attention_choices[] = {"auto", "fused", "gemm", "flash"};
     static const char *const cvmm_choices[] = {"auto", "loop", "grouped", "mma"};
     int attention_impl, cvmm_impl, attention_chunk_pairs;
-    if (!read_choice("DMMATH_CUDA_ATTENTION", attention_choices, 3, &attention_impl, err, errlen) ||
+    if (!read_choice("DMMATH_CUDA_ATTENTION", attention_choices, 4, &attention_impl, err, errlen) ||
         !read_choice("DMMATH_CUDA_CVMM", cvmm_choices, 4, &cvmm_impl, err, errlen) ||
         !read_positive("DMMATH_CUDA_ATTENTION_CHUNK_PAIRS", &attention_chunk_pairs, err, errlen))
         return nullptr;

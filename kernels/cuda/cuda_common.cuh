@@ -142,8 +142,8 @@ enum {
     SCRATCH_SUMSQ_PARTIAL = 0, // double[chunks]: each fixed-size chunk's sum of squares
     SCRATCH_FINITE_FOUND = 1,  // int[1]: set when a value is not finite
 };
-// attention_forward, attention_backward (cuda_attention.cu, cuda_attention_gemm.cu); the GEMM path packs the
-// (batch, head) pairs head-major [B*H, T, ldD] and works on `chunk` pairs at a time
+// attention_forward, attention_backward (cuda_attention*.cu; the flash path uses the rowdot only); the GEMM path packs
+// the (batch, head) pairs head-major [B*H, T, ldD] and works on `chunk` pairs at a time
 enum {
     SCRATCH_ATTN_ROWDOT = 0,       // float[B*H, T]: Di = <dO_i, O_i> (backward)
     SCRATCH_ATTN_Q = 1,            // [B*H, Tq, ldD] float or bf16: packed queries
@@ -193,11 +193,11 @@ enum {
 
 // Implementation choices with more than one kernel path (environment variables read once at backend creation, so
 // tests and benchmarks can force each path; "auto" is the default and what results are recorded with):
-//   DMMATH_CUDA_ATTENTION = auto | fused | gemm   (cuda_attention*.cu)
+//   DMMATH_CUDA_ATTENTION = auto | fused | gemm | flash (cuda_attention*.cu)
 //   DMMATH_CUDA_CVMM      = auto | loop | grouped | mma (cuda_cvmm*.cu)
 // and, for tests only, DMMATH_CUDA_ATTENTION_CHUNK_PAIRS = a positive number of (batch, head) pairs per chunk of the
 // GEMM attention path (unset: as many as its score budget allows), so that small shapes run in several chunks.
-enum AttentionImpl { ATTENTION_AUTO = 0, ATTENTION_FUSED, ATTENTION_GEMM };
+enum AttentionImpl { ATTENTION_AUTO = 0, ATTENTION_FUSED, ATTENTION_GEMM, ATTENTION_FLASH };
 enum CvmmImpl { CVMM_AUTO = 0, CVMM_LOOP, CVMM_GROUPED, CVMM_MMA };
 
 struct CudaImpl {
@@ -205,6 +205,7 @@ struct CudaImpl {
     int attention_impl; // AttentionImpl
     int cvmm_impl;      // CvmmImpl
     int attention_chunk_pairs; // 0: from the GEMM attention path's score budget
+    bool attention_flash_fallback_said; // ATTENTION_FLASH: the line saying a call took another path is printed
     // Under CVMM_AUTO, per operand type (0 fp32, 1 bf16): 0 not probed yet, 1 grouped GEMM, -1 per-expert loop
     // (decided once by cuda_cvmm_gemm.cu's probe).
     int cvmm_auto_grouped[2];
@@ -341,6 +342,9 @@ __device__ __forceinline__ double block_sum_d(double v, double *sh) {
 #include "kernels/backend_ops.h"
 #undef BACKEND_OP
 
+// One line on stderr for a path choice the user should know of (pipeline/base/log.h, a C11 header).
+extern "C" void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 // Helpers of the ops shared between their files.
 // cuda_dense.cu: column sums over rows in a fixed order: out[c] += sum_n f(n, c) for the two patterns the backend
 // needs.
@@ -356,6 +360,16 @@ void cuda_attention_gemm_forward(Backend *be, scalar_t *out, scalar_t *lse, cons
 void cuda_attention_gemm_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
                                   const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                                   const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
+// cuda_attention_flash.cu: attention_forward/backward on tensor cores in FlashAttention-2's tiles, for bf16 mode
+// and head dims up to ATTN_FLASH_D_MAX (cuda_attention_flash_supported; cuda_attention.cu dispatches). The bound
+// keeps its tiles within 48 KiB of static shared memory; the paper's heads are 64 and 128 wide.
+constexpr int ATTN_FLASH_D_MAX = 128;
+bool cuda_attention_flash_supported(Backend *be, int D);
+void cuda_attention_flash_forward(Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
+                                  const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale);
+void cuda_attention_flash_backward(Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
+                                   const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
+                                   const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
 // cuda_loss_optim.cu: sums n doubles on the device in a fixed order and returns the result on the host
 // (synchronises).
 double cuda_sum_doubles(Backend *be, const double *x, size_t n);

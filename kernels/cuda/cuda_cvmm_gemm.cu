@@ -15,8 +15,6 @@
 
 #include "kernels/cuda/cuda_cvmm.cuh"
 
-extern "C" void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2))); // pipeline/base/log.h (C11 header)
-
 // Row-major sizes and beta of one problem of a grouped call (cuda_gemm's convention, alpha = 1).
 struct GroupedProblem {
     int M, N, K;

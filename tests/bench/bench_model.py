@@ -16,7 +16,8 @@ Each record's time on each GPU of GPU_SPECS (tests/bench/bench_gpu.py), the roof
 launch can fill:
   time = max(FLOPs / (rate x fill), bytes / (HBM bandwidth x fill))
   rate  the dense bf16 tensor-core peak for bf16 cuBLAS calls and for kernels whose LAUNCH states tensor-core FLOPs
-        (tensor_core_cost in kernels/cuda/cuda_common.cuh: cvmm's wmma kernels); the fp32 CUDA-core peak for fp32
+        (tensor_core_cost in kernels/cuda/cuda_common.cuh: cvmm's wmma kernels and the flash attention kernels); the
+        fp32 CUDA-core peak for fp32
         calls and every other kernel
   fill  min(1, parallel units / SMs): a kernel's thread blocks, a cuBLAS call's 128 x 128 output tiles (summed over
         its problems); a launch too small to give every SM work runs at that share of the GPU
@@ -28,7 +29,7 @@ the gradients, as in most steps: cuda_loss_optim.cu). MFU = model FLOPs per step
 bench_gpu.py x tokens, the PaLM convention make bench-gpu uses) / (time x bf16 peak).
 
 Usage: python3 tests/bench/bench_model.py --exe build/emu/bench/bench_train_step [--config C ...] [--precision bf16]
-           [--n-microbatch M] [--cvmm mma|grouped|loop] [--attention auto|fused|gemm] [--launches-dir DIR]
+           [--n-microbatch M] [--cvmm mma|grouped|loop] [--attention auto|fused|gemm|flash] [--launches-dir DIR]
            [--print-launches]
 """
 import argparse
@@ -181,14 +182,19 @@ def report(args, cfg):
     tokens = batch * T
     model_flops = fl["total"] * tokens
     gemm_flops = sum(r.flops for r in rows if r.kind == "gemm")
-    tensor_kernel_flops = sum(r.flops for r in rows if r.kind == "kernel" and r.engine == "tensor")
+    # tensor-core kernels: cvmm's (counted in the model FLOPs as its 2mnk) apart from the flash attention kernels'
+    # (their executed tile products, masked halves of the diagonal tiles and head-dim padding included)
+    tensor_rows = [r for r in rows if r.kind == "kernel" and r.engine == "tensor"]
+    tensor_kernel_flops = sum(r.flops for r in tensor_rows if not r.op.startswith("attention_"))
+    flash_kernel_flops = sum(r.flops for r in tensor_rows if r.op.startswith("attention_"))
     attention_on_gemm = any(r.kind == "gemm" and r.op.startswith("attention_") for r in rows)
+    attention_path = "cuBLAS" if attention_on_gemm else "flash kernels" if flash_kernel_flops else "fused kernels"
     mfu = {g: model_flops / (totals[g] * GPU_SPECS[g]["bf16_tflops"] * 1e12) for g in GPUS}
     counts = collections.Counter(r.kind for r in rows)
 
     print(f"\n== bench-model: {cfg} ({mc['arch']}, {args.precision}; {batch} x {T} tokens per step in {nmb} "
           f"micro-batches; cvmm {args.cvmm}, attention {args.attention} -> "
-          f"{'cuBLAS' if attention_on_gemm else 'fused kernels'})")
+          f"{attention_path})")
     print("   A PREDICTION, NOT A MEASUREMENT: roofline times of the launches the CUDA backend issues for one training "
           "step,\n   recorded by the CUDA emulator's dry run (nothing computed; routing balanced, gradient clipping "
           "active)")
@@ -224,7 +230,8 @@ def report(args, cfg):
     print(f"   model FLOPs per step {model_flops / 1e12:.2f} TFLOP (6 x {fl['active_params']:,} active parameters x "
           f"{tokens:,} tokens + attention {fl['attention'] * tokens / 1e12:.2f} TFLOP, tests/bench/bench_gpu.py); "
           f"cuBLAS FLOPs recorded {gemm_flops / 1e12:.2f} TFLOP, tensor-core kernel FLOPs (cvmm's mma path) "
-          f"{tensor_kernel_flops / 1e12:.2f} TFLOP")
+          f"{tensor_kernel_flops / 1e12:.2f} TFLOP" +
+          (f", flash attention kernels {flash_kernel_flops / 1e12:.2f} TFLOP" if flash_kernel_flops else ""))
     print(f"   not in the prediction: the gaps of {counts['kernel'] + counts['gemm']} launches and "
           f"{host['syncs']} host syncs where the GPU waits for the host; every launch: {launches_path}")
     # one line for scripts (tests/e2e/test_bench_model.sh): the figures above, unrounded
@@ -259,7 +266,8 @@ def main():
                     help="cvmm's expert-GEMM path (default mma: the tensor-core kernels, what auto picks for bf16 "
                     "where cuBLAS refuses the grouped GEMM for bf16, as the H100's cuBLAS 13.0 does; fp32 operands "
                     "then run grouped; grouped: what auto picks where cuBLAS >= 12.5 passes its probe)")
-    ap.add_argument("--attention", choices=["auto", "fused", "gemm"], default="auto")
+    ap.add_argument("--attention", choices=["auto", "fused", "gemm", "flash"], default="auto",
+                    help="DMMATH_CUDA_ATTENTION (flash: the tensor-core kernels, bf16 only; fp32 takes auto's path)")
     ap.add_argument("--launches-dir", default="build/bench/model", help="where the per-launch lists go")
     ap.add_argument("--print-launches", action="store_true", help="also print every launch")
     args = ap.parse_args()

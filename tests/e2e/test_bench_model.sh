@@ -7,7 +7,8 @@
 #     --cvmm mma), equal the model FLOPs of tests/bench/bench_gpu.py: 6 x active parameters
 #     x tokens for the matmuls, plus, where attention runs on cuBLAS, 7/6 of the attention term (the forward's QK^T and
 #     PV, the backward's recomputed QK^T, dP, dV, dQ, dK: 7 products where the PaLM count has 6); with the fused
-#     attention kernels the matmuls alone;
+#     or the flash attention kernels the matmuls alone (the flash kernels' tensor-core FLOPs, their executed tiles,
+#     are summed apart);
 #   - MFU in (0, 1], the output labelled a prediction, ten heaviest kernels listed;
 #   - the dry run (CUDA_EMU_DRY_RUN=1, nothing computed) issues the same step as an executed run on the emulator:
 #     the same records in the same order with the same grids and costs, except where real routing decides (the
@@ -91,10 +92,15 @@ echo "ok: ten heaviest kernels listed per config"
 
 run_model fused --config "$tiny" --attention fused
 run_model gemm --config "$tiny" --attention gemm --cvmm loop --print-launches
+run_model flash --config "$tiny" --attention flash
 check_summary "$tmp/fused.out"
 check_summary "$tmp/gemm.out"
-grep -q "attention fused -> fused kernels" "$tmp/fused.out" && grep -q "attention gemm -> cuBLAS" "$tmp/gemm.out" ||
-  fail "the attention path is not the one asked for"
+check_summary "$tmp/flash.out"
+grep -q "attention fused -> fused kernels" "$tmp/fused.out" && grep -q "attention gemm -> cuBLAS" "$tmp/gemm.out" &&
+  grep -q "attention flash -> flash kernels" "$tmp/flash.out" || fail "the attention path is not the one asked for"
+grep -q "attention_backward: k_flash_bwd_dkdv" "$tmp/flash.out" ||
+  { cat "$tmp/flash.out"; fail "the flash attention kernels are not priced"; }
+echo "ok: --attention flash prices the flash kernels"
 printed=$(awk '/every launch \(/ {on = 1; next} on && NF' "$tmp/gemm.out" | wc -l)
 listed=$(grep -vc '^#' "$tmp/gemm/moeut_cost_model_tiny.bf16.launches.tsv")
 [ "$printed" = "$listed" ] || fail "--print-launches printed $printed launches, the list has $listed"

@@ -59,12 +59,12 @@ typedef struct {
 } CudaVariant;
 
 enum {
-    V_DEFAULT, V_ATT_FUSED, V_ATT_GEMM, V_ATT_AUTO, V_ATT_GEMM_CHUNK3, V_ATT_GEMM_CHUNK1, V_CVMM_AUTO, V_CVMM_LOOP,
-    V_CVMM_GROUPED, V_CVMM_MMA, V_CVMM_FAULT_BF16, V_CVMM_FAULT_ALL, V_CVMM_FAULT_WRONG, V_CVMM_GROUPED_FAULT_BF16,
+    V_DEFAULT, V_ATT_FUSED, V_ATT_GEMM, V_ATT_FLASH, V_ATT_AUTO, V_ATT_GEMM_CHUNK3, V_ATT_GEMM_CHUNK1, V_CVMM_AUTO,
+    V_CVMM_LOOP, V_CVMM_GROUPED, V_CVMM_MMA, V_CVMM_FAULT_BF16, V_CVMM_FAULT_ALL, V_CVMM_FAULT_WRONG, V_CVMM_GROUPED_FAULT_BF16,
     N_VARIANTS
 };
 #define VB(v) (1u << (v))
-#define V_ATT_BOTH (VB(V_ATT_FUSED) | VB(V_ATT_GEMM))
+#define V_ATT_PATHS (VB(V_ATT_FUSED) | VB(V_ATT_GEMM) | VB(V_ATT_FLASH))
 #define V_CVMM_ALL (VB(V_CVMM_AUTO) | VB(V_CVMM_LOOP) | VB(V_CVMM_GROUPED) | VB(V_CVMM_MMA))
 #define V_CVMM_FAULTS                                                                                              \
     (VB(V_CVMM_FAULT_BF16) | VB(V_CVMM_FAULT_ALL) | VB(V_CVMM_FAULT_WRONG) | VB(V_CVMM_GROUPED_FAULT_BF16))
@@ -77,6 +77,8 @@ static const CudaVariant cuda_variants[N_VARIANTS] = {
     [V_DEFAULT] = {"default", {{NULL}}, {NULL}, {NULL}, 0},
     [V_ATT_FUSED] = {"attention fused", {{"DMMATH_CUDA_ATTENTION", "fused"}}, {NULL}, {NULL}, 0},
     [V_ATT_GEMM] = {"attention gemm", {{"DMMATH_CUDA_ATTENTION", "gemm"}}, {NULL}, {NULL}, 0},
+    /* the tensor-core kernels in bf16 (fp32 and head dims above 128 take auto's path) */
+    [V_ATT_FLASH] = {"attention flash", {{"DMMATH_CUDA_ATTENTION", "flash"}}, {NULL}, {NULL}, 0},
     [V_ATT_AUTO] = {"attention auto", {{"DMMATH_CUDA_ATTENTION", "auto"}}, {NULL}, {NULL}, 0},
     [V_ATT_GEMM_CHUNK3] = {"attention gemm, 3 pairs per chunk",
                            {{"DMMATH_CUDA_ATTENTION", "gemm"}, {"DMMATH_CUDA_ATTENTION_CHUNK_PAIRS", "3"}}, {NULL},

@@ -93,9 +93,9 @@ START_TEST(test_attention_options_rejected) {
                       "DMMATH_CUDA_ATTENTION_CHUNK_PAIRS='%s' was accepted (err '%s')", bad[i], err);
     }
     char err[256] = "";
-    Backend *be = cuda_backend_with_attention("flash", NULL, err, sizeof err);
+    Backend *be = cuda_backend_with_attention("cudnn", NULL, err, sizeof err);
     if (be) backend_destroy(be);
-    ck_assert_msg(be == NULL && strstr(err, "DMMATH_CUDA_ATTENTION=flash") != NULL, "DMMATH_CUDA_ATTENTION=flash: '%s'",
+    ck_assert_msg(be == NULL && strstr(err, "DMMATH_CUDA_ATTENTION=cudnn") != NULL, "DMMATH_CUDA_ATTENTION=cudnn: '%s'",
                   err);
 }
 END_TEST

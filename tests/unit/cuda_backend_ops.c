@@ -72,23 +72,28 @@ static const OpCase op_cases[] = {
     {"rope", "n_rot 40 base 500 (n_rot changed)", &drv_rope, {2, 37, 3, 82, 40, 7}, 500, 0, DT_FP32, DEF, 0, 0},
     {"rope", "n_rot 40 base 10000 (base changed)", &drv_rope, {2, 37, 3, 82, 40, 7}, 10000, 0, DT_FP32, DEF, 0, 0},
 
-    /* ---- attention, each shape on both paths forced (fused kernels, cuBLAS GEMMs) */
-    ATT_ROWS("small", 2, 37, 3, 16, 0.25, V_ATT_BOTH, 0, 0),
-    ATT_ROWS("1x1x1x1", 1, 1, 1, 1, 1.0, V_ATT_BOTH, 0, 0),
-    ATT_ROWS("D = 82, not a multiple of 32", 2, 70, 4, 82, INV_SQRT_82, V_ATT_BOTH, 0, 0),
-    ATT_FWD("KV cache: Tq < Tk", 2, 5, 41, 2, 32, 0.3, V_ATT_BOTH, 0, 0),
-    ATT_FWD("one query (decode step)", 1, 1, 9, 3, 8, 0.5, V_ATT_BOTH, 0, 0),
+    /* ---- attention, each shape on every path forced (fused kernels, cuBLAS GEMMs, tensor-core flash kernels) */
+    ATT_ROWS("small", 2, 37, 3, 16, 0.25, V_ATT_PATHS, 0, 0),
+    ATT_ROWS("1x1x1x1", 1, 1, 1, 1, 1.0, V_ATT_PATHS, 0, 0),
+    ATT_ROWS("D = 82, not a multiple of 32", 2, 70, 4, 82, INV_SQRT_82, V_ATT_PATHS, 0, 0),
+    ATT_FWD("KV cache: Tq < Tk", 2, 5, 41, 2, 32, 0.3, V_ATT_PATHS, 0, 0),
+    ATT_FWD("one query (decode step)", 1, 1, 9, 3, 8, 0.5, V_ATT_PATHS, 0, 0),
     /* head dims above the fused kernels' 256: auto must take the GEMM path even for short sequences */
     ATT_ROWS("D = 264 under auto", 1, 6, 2, 264, 0.06, VB(V_ATT_AUTO), 0, 0),
+    /* the flash kernels' tiles of 32 rows: several query and key tiles, partial ones, the causal offset Tk - Tq not a
+     * multiple of 32, D = 24 padded to 32; their widest head (128); a head past it takes auto's path */
+    ATT_FWD("flash: Tq < Tk over several tiles", 1, 45, 77, 2, 24, 0.2, VB(V_ATT_FLASH), VB(V_ATT_FLASH), 0),
+    ATT_ROWS("flash: D = 128, 3 tiles", 1, 66, 1, 128, 0.09, VB(V_ATT_FLASH), VB(V_ATT_FLASH), 0),
+    ATT_ROWS("flash: D = 136 takes auto's path", 1, 20, 1, 136, 0.09, VB(V_ATT_FLASH), 0, 0),
     /* the GEMM path with (b,h) pairs in chunks of 3: several full chunks, a last partial one, Tq < Tk */
     ATT_ROWS("9 pairs in chunks of 3", 3, 37, 3, 16, 0.25, VB(V_ATT_GEMM_CHUNK3), 0, 0),
     ATT_ROWS("4 pairs in chunks of 3 + 1", 1, 70, 4, 82, INV_SQRT_82, VB(V_ATT_GEMM_CHUNK3), 0, 0),
     ATT_FWD("8 pairs in chunks of 3 + 3 + 2, Tq < Tk", 2, 5, 41, 4, 82, 0.3, VB(V_ATT_GEMM_CHUNK3), 0, 0),
     /* auto takes the GEMM path from ATTN_GEMM_MIN_T = 64 query rows on (cuda_attention.cu; update the shapes here
-     * if that is tuned) and the fused kernels below, KV-cache decode included; both forced paths (the GEMM path
-     * also one pair per chunk) repeat bit for bit */
-#define ATT_AUTO VB(V_ATT_FUSED) | VB(V_ATT_GEMM) | VB(V_ATT_AUTO) | VB(V_ATT_GEMM_CHUNK1)
-#define ATT_REPEAT VB(V_ATT_FUSED) | VB(V_ATT_GEMM) | VB(V_ATT_GEMM_CHUNK1)
+     * if that is tuned) and the fused kernels below, KV-cache decode included; every forced path (the GEMM path
+     * also one pair per chunk) repeats bit for bit */
+#define ATT_AUTO V_ATT_PATHS | VB(V_ATT_AUTO) | VB(V_ATT_GEMM_CHUNK1)
+#define ATT_REPEAT V_ATT_PATHS | VB(V_ATT_GEMM_CHUNK1)
     ATT_ROWS("Tq = 70: auto is gemm", 2, 70, 4, 82, 0.11, ATT_AUTO, ATT_REPEAT, V_ATT_GEMM),
     ATT_ROWS("Tq = 64, the threshold: auto is gemm", 2, 64, 1, 16, 0.25, ATT_AUTO, ATT_REPEAT, V_ATT_GEMM),
     ATT_ROWS("Tq = 37: auto is fused", 2, 37, 3, 16, 0.25, ATT_AUTO, ATT_REPEAT, V_ATT_FUSED),

@@ -38,9 +38,9 @@ static inline char *cuda_test_swap_env(const char *var, const char *value) {
     return saved;
 }
 
-/* A cuda backend created with DMMATH_CUDA_ATTENTION=impl ("auto", "fused", "gemm") and, unless chunk_pairs is NULL,
- * DMMATH_CUDA_ATTENTION_CHUNK_PAIRS=chunk_pairs; the backend reads them at creation only, and the environment is
- * restored before returning. NULL on failure, with the reason in err. */
+/* A cuda backend created with DMMATH_CUDA_ATTENTION=impl ("auto", "fused", "gemm", "flash") and, unless
+ * chunk_pairs is NULL, DMMATH_CUDA_ATTENTION_CHUNK_PAIRS=chunk_pairs; the backend reads them at creation only, and the
+ * environment is restored before returning. NULL on failure, with the reason in err. */
 static inline Backend *cuda_backend_with_attention(const char *impl, const char *chunk_pairs, char *err,
                                                    size_t errlen) {
     char *old_impl = cuda_test_swap_env("DMMATH_CUDA_ATTENTION", impl);
