@@ -87,8 +87,32 @@ __global__ void k_wmma_tile(float *D, float *E, float *seen, const __nv_bfloat16
     if (threadIdx.x == 0) seen[0] = D[1];
 }
 
+// wmma: the lanes write a bf16 tile of ones (each its share, T zero before), the warp loads it as A, and
+// out = A B with B all ones (every element 16 once all ones are seen); with or without a __syncwarp between the
+// writes and the load: a load is no fence, so without it a lane may read elements the others have not yet written.
+__global__ void k_wmma_write_load(__nv_bfloat16 *T, float *out, int sync) {
+    using namespace nvcuda;
+    for (int e = threadIdx.x; e < 256; e += 32) T[e] = __float2bfloat16_rn(1.0f);
+    if (sync) __syncwarp();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(a, T, 16);
+    wmma::fill_fragment(b, 1.0f), wmma::fill_fragment(acc, 0.0f);
+    wmma::mma_sync(acc, a, b, acc);
+    wmma::store_matrix_sync(out, acc, 16, wmma::mem_row_major);
+}
+
 // ---------------------------------------------------------------- misuse
 __global__ void k_touch(float *p) { p[threadIdx.x] = 1.0f; }
+
+// wmma misuse: lanes passing different pointers to one load
+__global__ void k_wmma_divergent_pointer(float *D) {
+    using namespace nvcuda;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(acc, D + (threadIdx.x == 3 ? 256 : 0), 16, wmma::mem_row_major);
+    wmma::store_matrix_sync(D, acc, 16, wmma::mem_row_major);
+}
 
 // wmma misuse: an mma_sync after one lane left; a load from a pointer off the 256-bit alignment
 __global__ void k_wmma_after_exit(float *D) {
@@ -412,6 +436,21 @@ int main() {
         check(seen == hD[1], "wmma: a stored element is readable by another lane after __syncwarp");
         cudaFree(D), cudaFree(E), cudaFree(seen_d), cudaFree(C), cudaFree(A), cudaFree(B);
     }
+    { // a wmma load is no fence: what other lanes wrote is seen after a __syncwarp, and may not be without one
+        int all_ones[2];
+        for (int sync = 0; sync < 2; sync++) {
+            __nv_bfloat16 *T = nullptr;
+            float *out = dev_floats(256), h[256];
+            cudaMalloc(&T, 256 * sizeof(__nv_bfloat16)), cudaMemset(T, 0, 256 * sizeof(__nv_bfloat16));
+            LAUNCH(k_wmma_write_load, 1, 32, 0, tensor_core_cost(2.0 * 16 * 16 * 16, 0))(T, out, sync);
+            cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
+            all_ones[sync] = 1;
+            for (float v : h) all_ones[sync] = all_ones[sync] && v == 16.0f;
+            cudaFree(T), cudaFree(out);
+        }
+        check(all_ones[1] && !all_ones[0], "wmma: a load sees the lanes' earlier writes after a __syncwarp, and stale "
+                                           "values without one (a missing barrier shows)");
+    }
 
     // ---- misuse must be caught
     check(dies_with([] {
@@ -434,6 +473,11 @@ int main() {
               LAUNCH(k_wmma_misaligned, 1, 32, 0, kernel_cost(0, 0))(o);
           }, "is not 256-bit aligned"),
           "a wmma load from a pointer off the 256-bit alignment is reported");
+    check(dies_with([] {
+              float *o = dev_floats(512);
+              LAUNCH(k_wmma_divergent_pointer, 1, 32, 0, kernel_cost(0, 0))(o);
+          }, "passes another pointer, ldm or layout than lane 0"),
+          "a wmma load whose lanes pass different pointers is reported");
     check(dies_with([] {
               float *o = dev_floats(64);
               LAUNCH(k_divergent_barrier, 1, 64, 0, kernel_cost(0, 0))(o);

@@ -4,8 +4,12 @@
 //
 // Semantics, as CUDA documents them: load_matrix_sync, mma_sync and store_matrix_sync are collective over the warp:
 // every lane must reach them (each is a full-warp barrier here, so a missing lane is reported like a __syncwarp
-// after an exit, and lanes waiting at different collectives as a deadlock); mptr must be 256-bit aligned and ldm a
-// multiple of 8 bf16 or 4 float elements (checked). mma_sync: D = A B + C with the bf16 products exact and each
+// after an exit, and lanes waiting at different collectives as a deadlock), and every lane must pass the same mptr,
+// ldm and layout (checked: a lane that passes others than lane 0 is reported); mptr must be 256-bit aligned and ldm a
+// multiple of 8 bf16 or 4 float elements (checked). A load is not a memory fence: each lane reads the tile as it
+// arrives, before the warp meets, so what other lanes stored just before (a store_matrix_sync's elements included) is
+// seen only after a __syncwarp or __syncthreads, as the GPU's memory model promises no more; a missing one gives
+// stale values here, which the op harness then reports against the CPU. mma_sync: D = A B + C with the bf16 products exact and each
 // element's 16 products and C summed in double and rounded once to fp32 (the tensor core's internal order and
 // rounding within one mma are unspecified; the emulated cuBLAS sums in double too).
 //
@@ -45,6 +49,14 @@ inline void check_pointer(const char *what, const void *mptr, unsigned ldm, unsi
         emu::fatal("wmma::%s: ldm %u is not a multiple of 16 bytes (%u-byte elements)", what, ldm, elem_bytes);
 }
 inline bool owns(int i, int j) { return (unsigned)(16 * i + j) % 32 == emu::lane_id(); }
+// The warp meets (a full-warp barrier) and every lane checks that it passed lane 0's arguments.
+inline void converge(const char *what, const void *mptr, unsigned ldm, unsigned layout) {
+    const uint64_t key = ((uint64_t)(uintptr_t)mptr * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)ldm << 2) ^ layout;
+    const unsigned lane = emu::lane_id();
+    if (emu::warp_exchange(0xffffffffu, key, (int)lane) != key) // src_lane_xor = lane: lane 0's value
+        emu::fatal("wmma::%s: lane %u passes another pointer, ldm or layout than lane 0 (%p, ldm %u): every lane of "
+                   "the warp must pass the same", what, lane, mptr, ldm);
+}
 // element (i, j) of a 16 x 16 matrix at mptr with leading dimension ldm, row- or column-major in memory
 inline size_t at(int i, int j, unsigned ldm, bool row_major) {
     return row_major ? (size_t)i * ldm + (size_t)j : (size_t)j * ldm + (size_t)i;
@@ -65,24 +77,24 @@ template <class Use, class Layout>
 inline void load_matrix_sync(fragment<Use, 16, 16, 16, __nv_bfloat16, Layout> &f, const __nv_bfloat16 *mptr,
                              unsigned ldm) {
     static_assert(!std::is_same_v<Use, accumulator>, "an accumulator load names its memory layout");
-    emu::warp_barrier(0xffffffffu);
     detail::check_pointer("load_matrix_sync", mptr, ldm, sizeof(__nv_bfloat16));
     const bool row = std::is_same_v<Layout, row_major>;
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < 16; i++) // as this lane arrives (no fence: see above)
         for (int j = 0; j < 16; j++) f.tile[i * 16 + j] = __bfloat162float(mptr[detail::at(i, j, ldm, row)]);
+    detail::converge("load_matrix_sync", mptr, ldm, row ? 0 : 1);
 }
 
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *mptr, unsigned ldm,
                              layout_t layout) {
-    emu::warp_barrier(0xffffffffu);
     detail::check_pointer("load_matrix_sync", mptr, ldm, sizeof(float));
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < 16; i++) // as this lane arrives (no fence: see above)
         for (int j = 0; j < 16; j++) f.tile[i * 16 + j] = mptr[detail::at(i, j, ldm, layout == mem_row_major)];
+    detail::converge("load_matrix_sync", mptr, ldm, layout == mem_row_major ? 0 : 1);
 }
 
 inline void store_matrix_sync(float *mptr, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm,
                               layout_t layout) {
-    emu::warp_barrier(0xffffffffu);
+    detail::converge("store_matrix_sync", mptr, ldm, layout == mem_row_major ? 0 : 1);
     detail::check_pointer("store_matrix_sync", mptr, ldm, sizeof(float));
     for (int i = 0; i < 16; i++)
         for (int j = 0; j < 16; j++)
