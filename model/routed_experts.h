@@ -26,7 +26,7 @@ typedef struct {
 typedef struct {
     int N, K;
     int C, S;                   /* d_model, the expert size */
-    const RoutingPlan *plan;    /* built from the selection */
+    RoutingPlan *plan;          /* built from the selection (its host offsets copied on first need) */
     const scalar_t *gate;       /* [N, K] the reduction weights; NULL = every gate 1 */
 } RoutedExpertBatch;
 
