@@ -37,8 +37,10 @@ typedef enum { CAPACITY_POSITION = 0, CAPACITY_SCORE = 1 } CapacityOrder;
 
 /* The routing plan of one routing decision (routing_plan fills it; cvmm_forward/cvmm_backward read it). The caller
  * provides the memory and sets the pointers and capacities; routing_plan sets the rest. Backend memory holds what
- * the kernels read; host_offset is what the host needs to size the expert GEMMs (the CUDA backend copies the
- * offsets there once, when the plan is built, so no cvmm call waits for the GPU). */
+ * the kernels read; host_offset is what the host needs to size per-expert work (the CUDA backend copies the offsets
+ * there once, when the plan is built, where its cvmm sizes GEMMs on the host; where its cvmm reads the device offsets
+ * (the tensor-core path) it copies nothing and sets host_pending, and routing_plan_to_host fills host_offset for a
+ * caller that needs it). */
 typedef struct {
     int max_entries, max_experts; /* capacity of the memory below (set by the caller) */
     int32_t *perm;         /* [max_entries] backend: sorted position m -> entry p (ascending expert, then p) */
@@ -47,7 +49,8 @@ typedef struct {
     int32_t *group_expert; /* [max_experts] backend: the non-empty experts, ascending, [0, n_groups) */
     int32_t *host_offset;  /* [max_experts + 1] HOST memory: a copy of offset */
     int M, n_experts;      /* set by routing_plan: entries and experts of the decision */
-    int n_groups;          /* set by routing_plan: number of non-empty experts */
+    int n_groups;          /* set by routing_plan: number of non-empty experts (unset while host_pending) */
+    int host_pending;      /* set by routing_plan: 1 = host_offset and n_groups not filled (kept on the device) */
 } RoutingPlan;
 
 /* cvmm's row-order flags (see cvmm_forward). */
@@ -79,6 +82,10 @@ struct Backend {
      * change, e.g. once per optimizer step, instead of in every call). p = NULL (or freeing the buffer) forgets the
      * registration. The CPU keeps nothing. */
     void (*register_weights)(Backend *be, const scalar_t *p, size_t n);
+    /* Fills plan->host_offset and n_groups where routing_plan left the offsets on the device (plan->host_pending,
+     * cleared here: one synchronisation, and a bad expert id of the plan dies here if nothing reported it before);
+     * nothing otherwise. */
+    void (*routing_plan_to_host)(Backend *be, RoutingPlan *plan);
 
     /* ---- the ops: one member per entry of kernels/backend_ops.h (each op's contract is there) ---- */
 #define BACKEND_OP(ret, name, params) ret(*name) params;

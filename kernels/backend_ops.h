@@ -165,7 +165,9 @@ BACKEND_OP(void, expert_choice_gates_backward, (Backend *be, scalar_t *dlogits, 
  * routing_plan fills plan (memory provided by the caller, see RoutingPlan) from sel[M], values in
  * [0, n_experts): perm/inv/offset are the stable counting sort of the entries by expert (sorted position m holds
  * entry perm[m]; expert e's entries are the sorted positions [offset[e], offset[e+1]), in entry order), and the
- * non-empty experts in increasing order. An id outside [0, n_experts) dies naming the first such entry. One
+ * non-empty experts in increasing order. An id outside [0, n_experts) dies naming the first such entry (a backend
+ * that finds it on its device may die at its next wait instead: CUDA's loss or gradient-norm read, to_host or
+ * synchronize; the plan's reads stay in bounds until then). One
  * routing decision (e.g. the FFN's sel[N,K]) is planned once per forward and its plan serves the forward's and
  * the backward's cvmm calls of that decision (route once, sort once: ScatterMoE, MegaBlocks). */
 BACKEND_OP(void, routing_plan, (Backend *be, RoutingPlan *plan, const int32_t *sel, int M, int n_experts))

@@ -41,6 +41,7 @@ static void ffn_forward(Model *m, const MoeLayerOffsets *P, int N, const FfnIO *
     be->matmul(be, io->l, io->u, W + P->expert_sel, N, E, C, 0, 1, 1, 0); /* l[N,E] = u Sel^T */
     be->topk_select(be, io->sel, io->l, NULL, NULL, c->router, N, 1, E, K, 1, 1); /* no group limit */
     be->routing_plan(be, io->plan, io->sel, N * K, E);
+    be->routing_plan_to_host(be, io->plan); /* keys_bias is added per expert on the host offsets (routed_experts.c) */
     be->router_gates(be, io->gate, io->l, io->sel, NULL, N, 1, E, K, c->router, c->router_renorm);
     if (c->routed_scaling_factor != 1.0)
         be->scale_inplace(be, io->gate, (scalar_t)c->routed_scaling_factor, (size_t)N * K);

@@ -1,10 +1,13 @@
 /* The routed experts' forward and backward (formulas in model/routed_experts.h). */
 #include "model/routed_experts.h"
+#include "pipeline/base/log.h"
 
 /* X[rows of expert e] += bias[e] for the plan-ordered rows X [M, width] (backward: dbias[e] += their sum). The
- * plan's host offsets size each expert's rows, so no call waits for the device. */
+ * plan's host offsets size each expert's rows: the layer that has keys_bias fills them once after routing_plan
+ * (routing_plan_to_host, moe_ffn.c), so no call here waits for the device. */
 static void per_expert_bias(Backend *be, const RoutingPlan *plan, scalar_t *X, scalar_t *bias, int width,
                             bool backward) {
+    if (plan->host_pending) die("routed experts: keys_bias needs the plan's host offsets (routing_plan_to_host)");
     for (int e = 0; e < plan->n_experts; e++) {
         const int r0 = plan->host_offset[e], rows = plan->host_offset[e + 1] - r0;
         if (rows <= 0) continue;

@@ -26,7 +26,7 @@ typedef struct {
 typedef struct {
     int N, K;
     int C, S;                   /* d_model, the expert size */
-    const RoutingPlan *plan;    /* built from the selection */
+    const RoutingPlan *plan;    /* built from the selection (host offsets filled where keys_bias is used) */
     const scalar_t *gate;       /* [N, K] the reduction weights; NULL = every gate 1 */
 } RoutedExpertBatch;
 

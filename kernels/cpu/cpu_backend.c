@@ -54,6 +54,7 @@ void *cpu_scratch(Backend *be, int slot, size_t bytes) {
 
 /* The CPU computes in scalar_t whatever the precision: no derived copy of the weights to keep. */
 static void cpu_register_weights(Backend *be, const scalar_t *p, size_t n) { (void)be, (void)p, (void)n; }
+static void cpu_routing_plan_to_host(Backend *be, RoutingPlan *plan) { (void)be, (void)plan; } /* filled */
 
 static void cpu_destroy(Backend *be) {
     if (!be) return;
@@ -102,6 +103,7 @@ Backend *backend_cpu_create(void) {
     be->synchronize = cpu_synchronize;
     be->destroy = cpu_destroy;
     be->register_weights = cpu_register_weights;
+    be->routing_plan_to_host = cpu_routing_plan_to_host;
 
 #define BACKEND_OP(ret, name, params) be->name = cpu_##name;
 #include "kernels/backend_ops.h"

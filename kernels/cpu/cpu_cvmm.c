@@ -41,6 +41,7 @@ void cpu_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, i
     pl->M = M;
     pl->n_experts = n_experts;
     pl->n_groups = groups;
+    pl->host_pending = 0;
 }
 
 /* per-expert GEMM descriptors for cpu_gemm_batch */

@@ -24,6 +24,7 @@ static void cu_to_device(Backend *be, void *dst, const void *src_host, size_t by
 }
 static void cu_to_host(Backend *be, void *dst_host, const void *src, size_t bytes) {
     if (bytes) CHECK_CUDA(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDeviceToHost));
+    cuda_device_status_check(be); // the device is idle now: a bad input found there stops the run here
 }
 static void cu_copy(Backend *be, void *dst, const void *src, size_t bytes) {
     cuda_weights_written(be, dst, bytes);
@@ -33,7 +34,10 @@ static void cu_zero(Backend *be, void *p, size_t bytes) {
     cuda_weights_written(be, p, bytes);
     if (bytes) CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, 0));
 }
-static void cu_synchronize(Backend *be) { CHECK_CUDA(cudaDeviceSynchronize()); }
+static void cu_synchronize(Backend *be) {
+    CHECK_CUDA(cudaDeviceSynchronize());
+    cuda_device_status_check(be);
+}
 
 void *cuda_scratch(Backend *be, int slot, size_t bytes) {
     CudaImpl *im = cuda_impl(be);
@@ -82,6 +86,7 @@ static void cu_destroy(Backend *be) {
         for (int i = 0; i < CUDA_HOST_SCRATCH_BUFFERS; i++)
             if (im->host[i]) cudaFreeHost(im->host[i]);
         if (im->rope_inv_freq) cudaFree(im->rope_inv_freq);
+        if (im->readback) cudaFree(im->readback);
         if (im->weights16) cudaFree(im->weights16);
         if (im->cublas) cublasDestroy(im->cublas);
         free(im);
@@ -165,7 +170,8 @@ template <const char *Name, class R, class... A, R (*F)(A...)> struct Labelled<N
 #undef BACKEND_OP
 static constexpr char label_alloc[] = "alloc", label_free[] = "free", label_to_device[] = "to_device",
                       label_to_host[] = "to_host", label_copy[] = "copy", label_zero[] = "zero",
-                      label_synchronize[] = "synchronize", label_register_weights[] = "register_weights";
+                      label_synchronize[] = "synchronize", label_register_weights[] = "register_weights",
+                      label_routing_plan_to_host[] = "routing_plan_to_host";
 #define TABLE_ENTRY(name, fn) (&Labelled<label_##name, fn>::call)
 #else
 #define TABLE_ENTRY(name, fn) (fn)
@@ -249,6 +255,7 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     be->synchronize = TABLE_ENTRY(synchronize, cu_synchronize);
     be->destroy = cu_destroy;
     be->register_weights = TABLE_ENTRY(register_weights, cuda_register_weights);
+    be->routing_plan_to_host = TABLE_ENTRY(routing_plan_to_host, cuda_routing_plan_to_host);
 
 #define BACKEND_OP(ret, name, params) be->name = TABLE_ENTRY(name, cuda_##name);
 #include "kernels/backend_ops.h"

@@ -10,10 +10,10 @@
 //                      descending, ties in entry order (the lower position: an expert holds a token in one slot);
 // then one pass by the expert: expert e's assignments sit at sorted positions [offset[e], offset[e+1]) in admission
 // order, so an assignment's rank is its sorted position minus offset[e], and it is kept iff that is below cap. All
-// integer work: the decision equals the CPU reference's exactly, and repeats bit for bit. The key passes read
-// nothing back; the pass by expert reads its offsets back, as every routing plan does, to die on an expert id
-// outside [0, E) as the CPU reference does: 1 host synchronisation per decision (it was one per pass: 2 by position,
-// 5 by score).
+// integer work: the decision equals the CPU reference's exactly, and repeats bit for bit. No pass reads anything back
+// (no host synchronisation; before: one per pass, then one per decision): an expert id outside [0, E), which the CPU
+// reference dies on, goes from the pass by expert to the device's error record (cuda_device_status.cu) and stops the
+// run with the CPU's message at the host's next wait; until then the decision is garbage but every read in bounds.
 #include "kernels/cuda/cuda_common.cuh" // the ops, routing_plan among them (cuda_routing_plan)
 
 // The gate's key, ascending in gate DEScending order (the float's bits made order-preserving, then inverted);
@@ -31,10 +31,12 @@ __global__ void k_capacity_keys(uint64_t *key, const float *gate, long M, int k,
 }
 
 // The last pass (by expert) done: sorted position m holds assignment order[perm[m]] of expert e; its rank is
-// m - offset[e]. One thread per sorted position: it finds e by the expert id and marks the drop.
+// m - offset[e]. One thread per sorted position: it finds e by the expert id and marks the drop. Positions past
+// offset[E] hold no assignment (only with an expert id outside [0, E), whose assignments are not placed).
 __global__ void k_capacity_mark(uint8_t *dropped, const int32_t *order, const int32_t *perm, const int32_t *offset,
-                                const int32_t *sel, long M, int cap) {
+                                const int32_t *sel, long M, int E, int cap) {
     for (long m = blockIdx.x * (long)blockDim.x + threadIdx.x; m < M; m += (long)gridDim.x * blockDim.x) {
+        if (m >= offset[E]) continue;
         const int32_t p = order[perm[m]];
         dropped[p] = m - offset[sel[p]] >= cap;
     }
@@ -75,7 +77,7 @@ void cuda_capacity_drop(Backend *be, uint8_t *dropped, scalar_t *gate, int64_t *
            kernel_cost(0, (double)M * ((score ? sizeof(float) : 0) + sizeof(uint64_t))))(ks.key, gate, M, k, score);
     CHECK_LAUNCH();
     // the key passes (position: the slot, one pass; score: the key's four bytes), then the checked pass by expert,
-    // whose plan gives the ranks
+    // whose plan gives the ranks (a bad expert id recorded on the device)
     if (score)
         key_sort_by_bytes(be, &ks, 4);
     else
@@ -83,7 +85,7 @@ void cuda_capacity_drop(Backend *be, uint8_t *dropped, scalar_t *gate, int64_t *
     key_sort_by_group(be, &ks, sel, 0, E, true);
     // the final order, perm, offsets and experts in, a byte per assignment out
     LAUNCH(k_capacity_mark, grid_for((size_t)M, 256), 256, 0, kernel_cost(0, (double)M * (4 * sizeof(int32_t) + 1)))(
-        dropped, ks.cur, ks.pl.perm, ks.pl.offset, sel, M, cap);
+        dropped, ks.cur, ks.pl.perm, ks.pl.offset, sel, M, E, cap);
     CHECK_LAUNCH();
     static_assert(sizeof(unsigned long long) == sizeof(int64_t), "int64 counts as CUDA's 64-bit atomics");
     // the decision, the ids and the gates in, the gates out, an 8-byte counter updated per assignment

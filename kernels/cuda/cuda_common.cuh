@@ -95,7 +95,6 @@ enum { CUDA_SCRATCH_BUFFERS = 10, CUDA_HOST_SCRATCH_BUFFERS = 3 };
 
 // Device buffers. Helpers inside other ops:
 enum {
-    SCRATCH_SUM_DOUBLES_OUT = 9,   // double[1]: cuda_sum_doubles' result (inside cross_entropy, sum_squares)
     SCRATCH_GROUPED_GEMM_PTRS = 8, // void *[3, groups]: the grouped GEMM's A, B, C pointers (inside cvmm)
     SCRATCH_CVMM_MMA_TILES = 8,    // int32_t[E + 1]: each expert's first row tile (cvmm's tensor-core path)
 };
@@ -138,7 +137,6 @@ enum {
 // cross_entropy, sum_squares, all_finite (cuda_loss_optim.cu)
 enum {
     SCRATCH_XENT_ROW_LOSS = 0, // double[N]: each row's loss, summed in row order afterwards
-    SCRATCH_XENT_BAD = 1,      // int[1]: set when a target is out of range
     SCRATCH_SUMSQ_PARTIAL = 0, // double[chunks]: each fixed-size chunk's sum of squares
     SCRATCH_FINITE_FOUND = 1,  // int[1]: set when a value is not finite
 };
@@ -159,12 +157,12 @@ enum {
 };
 // entropy_reg, switch_balance (cuda_routing.cu)
 enum {
-    SCRATCH_EREG_COUNT = 0,    // double[B]: R * valid positions of each sequence
+    SCRATCH_EREG_STATS = 0,    // double[B, G] | double[B]: entropy of the mean softmax | R * valid positions of each
+                               // sequence (read back in one copy)
     SCRATCH_BALANCE_LSE = 1,   // double[rows]: log-sum-exp of each routing logit row (both ops)
     SCRATCH_EREG_LOG_PBAR = 2, // double[B, G, E]: log of the mean routing softmax per sequence and group
-    SCRATCH_EREG_ENTROPY = 3,  // double[B, G]: entropy of that mean
-    SCRATCH_SWB_LOAD = 2,      // double[G, E]: load fraction f (share of selections per expert)
-    SCRATCH_SWB_MEAN_PROB = 3, // double[G, E]: mean routing probability P
+    SCRATCH_SWB_STATS = 2,     // double[G, E] | double[G, E] | double[1]: load counts f (then the load fraction) |
+                               // probability sums P | valid positions n (read back in one copy)
     SCRATCH_EREG_PARTIAL = 4,  // double[chunks, B, G, E]: each chunk's softmax sums (k_pbar_part)
     SCRATCH_SWB_LOAD_PARTIAL = 4, // double[chunks, G, E]: each chunk's load counts (k_switch_stats_part)
     SCRATCH_SWB_PROB_PARTIAL = 5, // double[chunks, G, E]: each chunk's probability sums
@@ -182,10 +180,12 @@ static inline long balance_chunks(long n) { return n > 0 ? (n + BALANCE_CHUNK - 
 dim3 balance_grid(const char *op, long groups, long positions);
 // The second pass: f[i] = sum of f_part[c, i] and P[i] = sum of P_part[c, i] over the chunks c in order (i < n).
 void balance_chunk_sums(double *f, double *P, const double *f_part, const double *P_part, long chunks, size_t n);
+// cnt[b] = R x the positions t < T with valid[b * T + t] != 0 (all T with valid NULL), b < B, as doubles (exact): the
+// counts the host formulas take, made on the device and read back with the statistics they normalise.
+void balance_valid_counts(double *cnt, const uint8_t *valid, int B, long T, double R);
 
 // Pinned host buffers.
 enum {
-    HOST_SCRATCH_VALID_MASK = 0,    // uint8_t[B, T]: the valid mask read back (entropy_reg, switch_balance)
     HOST_SCRATCH_EMBED_TOKENS = 0,  // int32_t[N]: token ids read back (embedding_backward)
     HOST_SCRATCH_EMBED_STAGE = 1,   // int32_t[3N + 2]: perm | start | uniq staged for the upload
     HOST_SCRATCH_ROPE_INV_FREQ = 2, // float[n_rot / 2]: RoPE inverse frequencies staged for the upload
@@ -221,6 +221,10 @@ struct CudaImpl {
     float *rope_inv_freq;
     int rope_half;
     float rope_base;
+    // The block the host reads values and the device's error record from (cuda_device_status.cu): allocated on first
+    // use; status_unread: a kernel launched since the last read may have written the record.
+    struct DeviceReadback *readback;
+    bool status_unread;
     // The registered weights (register_weights; cuda_weights_bf16.cu) and their bf16 copy for bf16-mode matmul and
     // cvmm operands: allocated on first use, converted again on the first use after any write into the weights.
     const float *weights;
@@ -245,6 +249,8 @@ void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n);
 
 // ---- the registered weights' bf16 copy (cuda_weights_bf16.cu) ----
 void cuda_register_weights(Backend *be, const scalar_t *p, size_t n);
+// Backend.routing_plan_to_host (cuda_cvmm_plan.cu).
+void cuda_routing_plan_to_host(Backend *be, RoutingPlan *pl);
 // Every op that writes device memory calls this for each of its outputs BEFORE writing (dst, bytes: the range it may
 // write): a write into the registered weights marks their bf16 copy stale. Cheap (a range comparison); a write path
 // that skipped it would leave a stale copy, which the emulator's check at every use reports (cuda_weights_bf16.cu).
@@ -287,12 +293,44 @@ void key_sort_by_bytes(Backend *be, KeySort *ks, int n_bytes);
 void key_sort_by_key(Backend *be, KeySort *ks, int n_buckets);
 // The last pass, by a group of each entry: group[p] or, with group NULL, p / per_group. It leaves cur as it was:
 // sorted position m holds entry cur[pl.perm[m]], and group g occupies [pl.offset[g], pl.offset[g + 1]). checked:
-// the plan is cuda_routing_plan's, which reads the offsets back (one synchronisation) and dies on a group outside
-// [0, n_groups) (ids that come from outside); else groups must be in range and nothing is read back.
+// a group outside [0, n_groups) (ids that come from outside) goes to the device's error record as capacity_drop's
+// (its one caller); else groups must be in range. Nothing is read back either way.
 void key_sort_by_group(Backend *be, KeySort *ks, const int32_t *group, int per_group, int n_groups, bool checked);
 // cuda_routing_plan up to the device arrays (perm, inv, offset, group_expert), without the host copy (host_offset
-// and n_groups are left alone) and without reporting ids outside [0, n_buckets) (the caller's are in range).
-void cuda_routing_plan_on_device(Backend *be, RoutingPlan *pl, const int32_t *ids, int M, int n_buckets);
+// and n_groups are left alone). An id outside [0, n_buckets) goes to the device's error record with code bad_id
+// (DEVICE_STATUS_OK: not reported, the caller's ids are in range); the plan stays safe to read (cuda_cvmm_plan.cu).
+void cuda_routing_plan_on_device(Backend *be, RoutingPlan *pl, const int32_t *ids, int M, int n_buckets, int bad_id);
+
+// ---- the device's error record (cuda_device_status.cu) ----
+// A kernel that finds a bad input (an expert id outside [0, E), a target outside [-1, V)) writes it here, the first
+// record winning, instead of the host reading a flag back after each call (one synchronisation each). The host reads
+// the record with the next value it reads anyway (cuda_sum_doubles: the loss, the gradient norm), at to_host and
+// synchronize, and where it copies a plan's offsets, and dies there with the message of the op that found it.
+enum {
+    DEVICE_STATUS_OK = 0,
+    DEVICE_STATUS_PLAN_BAD_ID = 1,     // routing_plan: a = the id, b = its entry, c = E
+    DEVICE_STATUS_XENT_BAD_TARGET = 2, // cross_entropy: a = V
+    DEVICE_STATUS_CAPACITY_BAD_ID = 3, // capacity_drop: a = the id, b = its entry in the last sort pass, c = E
+};
+struct DeviceReadback { // device memory, copied back in one piece
+    double value;       // cuda_sum_doubles' result
+    int32_t status[4];  // code, a, b, c
+};
+// Writers store only if nothing is recorded yet; concurrent writers of one kernel store the same values.
+__device__ __forceinline__ void device_status_set(int32_t *st, int32_t code, int32_t a, int32_t b, int32_t c) {
+    if (st[0] != DEVICE_STATUS_OK) return;
+    st[1] = a, st[2] = b, st[3] = c;
+    st[0] = code;
+}
+// The readback block on the device (allocated and cleared on first use).
+DeviceReadback *cuda_readback(Backend *be);
+// The record for a kernel that may write it (marks it unread).
+int32_t *cuda_device_status(Backend *be);
+// Reads the record if a kernel may have written it since the last read (one synchronisation; none otherwise) and dies
+// with its message if set.
+void cuda_device_status_check(Backend *be);
+// Dies with the message of a record read back (status as copied to the host); returns when it is DEVICE_STATUS_OK.
+void cuda_device_status_die(Backend *be, const int32_t status[4]);
 
 // ---- launch helpers ----
 static inline unsigned grid_for(size_t n, unsigned block) {
@@ -371,7 +409,7 @@ void cuda_attention_flash_backward(Backend *be, scalar_t *dq, scalar_t *dk, scal
                                    const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                                    const scalar_t *v, int B, int T, int H, int D, scalar_t scale);
 // cuda_loss_optim.cu: sums n doubles on the device in a fixed order and returns the result on the host
-// (synchronises).
+// (synchronises; the device's error record comes back in the same copy and is checked).
 double cuda_sum_doubles(Backend *be, const double *x, size_t n);
 
 #endif

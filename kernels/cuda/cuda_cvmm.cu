@@ -1,6 +1,7 @@
 // CUDA: cvmm (spec §4; CPU reference kernels/cpu/cpu_cvmm.c).
 // The routing plan comes built (cuda_cvmm_plan.cu, once per routing decision): its device perm/inv/offsets feed the
-// kernels here, its host offsets size the GEMMs, so a cvmm call never waits for the GPU. Rows are gathered into
+// kernels here, its host offsets size the cuBLAS GEMMs (the tensor-core path needs none), so a cvmm call never waits
+// for the GPU. Rows are gathered into
 // contiguous per-expert blocks on the device unless the caller passes them in plan order already (CVMM_IN_SORTED),
 // each GEMM set (forward Y_e = X_e W_e; backward Q_e = G_e W_e^T, dW_e += X_e^T G_e) runs as one grouped GEMM or one
 // GEMM per expert (cuda_cvmm_gemm.cu; bf16 operands + fp32 accumulation in bf16 mode, the weights' bf16 copy from

@@ -9,7 +9,8 @@
 
 // The routing plan (backend.h's RoutingPlan) is built on the device by cuda_routing_plan (cuda_cvmm_plan.cu): a
 // stable counting sort of the entries by expert id sel[p], i.e. by (sel[p], p), exactly the CPU backend's order. Its
-// device arrays feed the kernels; host_offset sizes the GEMMs without a synchronisation.
+// device arrays feed the kernels; on the cuBLAS paths host_offset sizes the GEMMs without a synchronisation (copied
+// when the plan is built); the tensor-core path needs no host offsets, and none are copied for it.
 
 // One operand of an expert GEMM set, in bytes: expert e's matrix starts at base + e * expert_stride +
 // offset[e] * row_stride (a weight tensor [n_experts, ...] uses expert_stride; a block of sorted rows, row_stride).

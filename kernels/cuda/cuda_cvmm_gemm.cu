@@ -224,7 +224,11 @@ __global__ void k_expert_pointers(void **ptrs, int G, const int32_t *group_exper
 }
 
 void cvmm_expert_gemms(Backend *be, const char *op, const RoutingPlan &pl, const ExpertGemms &s, bool bf16) {
-    if (pl.n_groups == 0 || s.M == 0 || s.N == 0) return; // nothing to compute (cuda_gemm skips empty outputs too)
+    // A plan built for the tensor-core path (its offsets on the device) meets the GEMMs here only when the precision
+    // changed in between: its host half is a cache of the device offsets, filled now (one synchronisation).
+    cuda_routing_plan_to_host(be, const_cast<RoutingPlan *>(&pl));
+    const int n_groups = pl.n_groups;
+    if (n_groups == 0 || s.M == 0 || s.N == 0) return; // nothing to compute (cuda_gemm skips empty outputs too)
     auto dim = [](int d, int rows) { return d == CVMM_ROWS ? rows : d; };
     if (!use_grouped(be, bf16)) {
         for (int e = 0; e < pl.n_experts; e++) {
@@ -238,12 +242,12 @@ void cvmm_expert_gemms(Backend *be, const char *op, const RoutingPlan &pl, const
         return;
     }
     std::vector<GroupedProblem> problem;
-    problem.reserve((size_t)pl.n_groups);
+    problem.reserve((size_t)n_groups);
     for (int e = 0; e < pl.n_experts; e++) { // the same order as the device's group_expert list
         int rows = pl.host_offset[e + 1] - pl.host_offset[e];
         if (rows > 0) problem.push_back({dim(s.M, rows), dim(s.N, rows), dim(s.K, rows), s.beta});
     }
-    int G = pl.n_groups;
+    int G = n_groups;
     // Stream order keeps the reuse of this slot safe: a later set's pointer kernel runs after this set's GEMMs.
     void **ptrs = (void **)cuda_scratch(be, SCRATCH_GROUPED_GEMM_PTRS, (size_t)3 * G * sizeof(void *));
     // per group: its expert and offset read, three pointers written

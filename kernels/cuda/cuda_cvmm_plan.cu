@@ -11,11 +11,17 @@
 //   3. k_plan_offsets  offset[e] = base[e, 0], offset[E] = M; the first bad entry over all chunks; the non-empty
 //                      experts in order (the groups of the grouped GEMM)
 //   4. k_plan_scatter  perm[base[e, c] + rank] = p and inv[p] = base[e, c] + rank, rank = earlier entries of e in c
-// The host copies offsets + the bad-entry record (E + 3 ints) into the plan's host_offset: it needs the offsets for
-// the GEMM sizes, and that copy is the only synchronisation of a routing decision (one per plan; the cvmm calls that
-// share the plan add none). cuda_routing_plan_on_device stops before the copy: the device-side sorts of
-// cuda_key_sort.cu, whose buckets are in range by construction and whose offsets no host code needs. Cost on a GPU: each step is one pass over the M ids per owning thread
-// group (tens of microseconds for M = 524,288, E = 387), against ~2 ms of host sorting before.
+// Where cvmm sizes its GEMMs on the host (cuBLAS: the grouped call or the per-expert loop), the host copies offsets +
+// the bad-entry record (E + 3 ints) into the plan's host_offset, the one synchronisation of a routing decision (the
+// cvmm calls that share the plan add none), and dies there on a bad id. Where cvmm reads the device offsets (the
+// tensor-core path, cuda_cvmm_mma.cu) nothing is copied: the plan is marked host_pending, a bad id goes to the
+// device's error record (cuda_device_status.cu, read at the host's next wait: the loss, the gradient norm) with
+// the same message, and routing_plan_to_host copies the offsets for a caller that needs them after all. A plan with
+// a bad id stays safe to read until then: its bad entries get sorted position 0 (inv) and the positions past the
+// placed entries entry 0 (perm). cuda_routing_plan_on_device stops before any copy: the device-side sorts of
+// cuda_key_sort.cu, whose buckets are in range by construction and whose offsets no host code needs. Cost on a GPU:
+// each step is one pass over the M ids per owning thread group (tens of microseconds for M = 524,288, E = 387),
+// against ~2 ms of host sorting before.
 #include <cstring>
 #include <vector>
 
@@ -165,9 +171,11 @@ static void device_exclusive_scan(int32_t *out, const int32_t *in, long n, int32
 
 // ---------------------------------------------------------------- 3. offsets, first bad entry, group list
 // offset[0..E] = the plan's offsets; info = [the same offsets | first bad entry or -1 | its id] (what the host copies);
-// group_expert[0..G) = the experts with offset[e+1] > offset[e].
-__global__ void k_plan_offsets(int32_t *offset, int32_t *info, int32_t *group_expert, const int32_t *base,
-                               const int32_t *chunk_bad, const int32_t *sel, int M, int E, int n_chunks) {
+// group_expert[0..G) = the experts with offset[e+1] > offset[e]. With a bad entry: the first goes to the error record
+// (status, if given, with code bad_id), and perm[offset[E] .. M) = 0 (positions no entry is placed at, read as 0).
+__global__ void k_plan_offsets(int32_t *offset, int32_t *info, int32_t *group_expert, int32_t *perm, int32_t *status,
+                               int32_t bad_id, const int32_t *base, const int32_t *chunk_bad, const int32_t *sel, int M,
+                               int E, int n_chunks) {
     __shared__ int32_t sh[PLAN_THREADS];
     for (int e = threadIdx.x; e <= E; e += blockDim.x) offset[e] = info[e] = base[(size_t)e * n_chunks];
     int32_t bad = M;
@@ -176,7 +184,10 @@ __global__ void k_plan_offsets(int32_t *offset, int32_t *info, int32_t *group_ex
     if (threadIdx.x == 0) {
         info[E + 1] = bad < M ? bad : -1;
         info[E + 2] = bad < M ? sel[bad] : 0;
+        if (bad < M && status) device_status_set(status, bad_id, sel[bad], bad, E);
     }
+    if (bad < M)
+        for (long m = base[(size_t)E * n_chunks] + threadIdx.x; m < M; m += blockDim.x) perm[m] = 0;
     int32_t placed = 0; // groups written by earlier tiles of experts
     for (int e0 = 0; e0 < E; e0 += blockDim.x) {
         int e = e0 + (int)threadIdx.x;
@@ -189,13 +200,15 @@ __global__ void k_plan_offsets(int32_t *offset, int32_t *info, int32_t *group_ex
 
 // ---------------------------------------------------------------- 4. stable scatter
 // For each entry p of chunk c with id e, in entry order: pos = base[e, c] + (earlier entries of e in c);
-// perm[pos] = p, inv[p] = pos. Bad ids are skipped (the host dies on them after the offsets copy).
+// perm[pos] = p, inv[p] = pos. Bad ids are not placed: inv[p] = 0 (the host dies on them at its next read).
 __global__ void k_plan_scatter(int32_t *perm, int32_t *inv, const int32_t *base, const int32_t *sel, int M, int E,
                                int n_chunks) {
     __shared__ int32_t ids[PLAN_CHUNK];
     __shared__ int32_t cursor[PLAN_WINDOW];
     int c = blockIdx.x, begin = c * PLAN_CHUNK;
     int len = load_chunk(ids, sel, M, E, c, nullptr);
+    for (int i = threadIdx.x; i < len; i += blockDim.x)
+        if ((unsigned)ids[i] >= (unsigned)E) inv[begin + i] = 0;
     for (int w0 = 0; w0 < E; w0 += PLAN_WINDOW) { // as in k_plan_count, cursor[j] has one owner thread
         int wn = min(PLAN_WINDOW, E - w0);
         for (int j = threadIdx.x; j < wn; j += PLAN_THREADS) cursor[j] = base[(size_t)(w0 + j) * n_chunks + c];
@@ -214,14 +227,18 @@ __global__ void k_plan_scatter(int32_t *perm, int32_t *inv, const int32_t *base,
 // The emulator's dry run (the cost model, cuda_emu_launch_log.cpp) runs no kernel, so the copied-back offsets would be
 // meaningless; the host then sizes the plan's GEMMs as if routing were perfectly balanced: expert e gets the
 // entries [e M / E, (e + 1) M / E), and no entry is bad.
+static void dry_run_balanced_offsets(int32_t *offset, int M, int E) {
+    for (int e = 0; e <= E; e++) offset[e] = (int32_t)((int64_t)M * e / E);
+}
 static void dry_run_balanced_info(std::vector<int32_t> &info, int M, int E) {
-    for (int e = 0; e <= E; e++) info[(size_t)e] = (int32_t)((int64_t)M * e / E);
+    dry_run_balanced_offsets(info.data(), M, E);
     info[(size_t)E + 1] = -1;
     info[(size_t)E + 2] = 0;
 }
 #endif
 // Steps 1-4 into the plan's device arrays; returns the info record [E + 3] the host may copy (NULL when M == 0).
-static const int32_t *plan_build(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, int n_experts) {
+// bad_id: the code a bad id is recorded with in the device's error record (DEVICE_STATUS_OK: not recorded).
+static const int32_t *plan_build(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, int n_experts, int bad_id) {
     routing_plan_check_args(pl, M, n_experts);
     const int E = n_experts;
     cuda_weights_written(be, pl->perm, (size_t)M * sizeof(int32_t));
@@ -231,6 +248,7 @@ static const int32_t *plan_build(Backend *be, RoutingPlan *pl, const int32_t *se
     pl->M = M;
     pl->n_experts = E;
     pl->n_groups = 0;
+    pl->host_pending = 0;
     if (M == 0) { // no device work beyond clearing the offsets
         CHECK_CUDA(cudaMemsetAsync(pl->offset, 0, ((size_t)E + 1) * sizeof(int32_t), 0));
         return nullptr;
@@ -253,9 +271,9 @@ static const int32_t *plan_build(Backend *be, RoutingPlan *pl, const int32_t *se
     device_exclusive_scan(base, counts, cells, scan_tmp);
     // offsets: two bases per expert and the chunks' bad entries in; offsets, info and the group list out
     LAUNCH(k_plan_offsets, 1, PLAN_THREADS, 0,
-           kernel_cost(2.0 * E + n_chunks, (5.0 * E + n_chunks) * sizeof(int32_t)))(pl->offset, info, pl->group_expert,
-                                                                                   base, chunk_bad, sel, M, E,
-                                                                                   n_chunks);
+           kernel_cost(2.0 * E + n_chunks, (5.0 * E + n_chunks) * sizeof(int32_t)))(
+        pl->offset, info, pl->group_expert, pl->perm, bad_id == DEVICE_STATUS_OK ? nullptr : cuda_device_status(be),
+        bad_id, base, chunk_bad, sel, M, E, n_chunks);
     CHECK_LAUNCH();
     // scatter: the ids and a base per (expert, chunk) in, perm and inv out
     LAUNCH(k_plan_scatter, (unsigned)n_chunks, PLAN_THREADS, 0,
@@ -265,9 +283,10 @@ static const int32_t *plan_build(Backend *be, RoutingPlan *pl, const int32_t *se
     return info;
 }
 
-void cuda_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, int n_experts) {
+// The host half of a plan whose offsets it sizes GEMMs with: offsets, n_groups, and the bad-id check (one copy).
+static void plan_build_to_host(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, int n_experts) {
     const int E = n_experts;
-    const int32_t *info = plan_build(be, pl, sel, M, n_experts);
+    const int32_t *info = plan_build(be, pl, sel, M, n_experts, DEVICE_STATUS_OK);
     if (!info) { // M == 0: the host knows the offsets
         memset(pl->host_offset, 0, ((size_t)E + 1) * sizeof(int32_t));
         return;
@@ -284,6 +303,33 @@ void cuda_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, 
     for (int e = 0; e < E; e++) pl->n_groups += pl->host_offset[e + 1] > pl->host_offset[e];
 }
 
-void cuda_routing_plan_on_device(Backend *be, RoutingPlan *pl, const int32_t *ids, int M, int n_buckets) {
-    plan_build(be, pl, ids, M, n_buckets);
+// Only the cuBLAS paths of cvmm read host offsets: on the tensor-core path nothing is copied (the plan host_pending).
+void cuda_routing_plan(Backend *be, RoutingPlan *pl, const int32_t *sel, int M, int n_experts) {
+    if (!cvmm_uses_mma(be, use_bf16(be))) {
+        plan_build_to_host(be, pl, sel, M, n_experts);
+        return;
+    }
+    if (plan_build(be, pl, sel, M, n_experts, DEVICE_STATUS_PLAN_BAD_ID)) pl->host_pending = 1;
+    else memset(pl->host_offset, 0, ((size_t)n_experts + 1) * sizeof(int32_t)); // M == 0: the host knows them
+}
+
+void cuda_routing_plan_to_host(Backend *be, RoutingPlan *pl) {
+    if (!pl->host_pending) return;
+    const int E = pl->n_experts, M = pl->M;
+    int32_t *host = pl->host_offset;
+    CHECK_CUDA(cudaMemcpy(host, pl->offset, ((size_t)E + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost));
+#ifdef CUDA_EMULATION
+    if (emu::dry_run()) dry_run_balanced_offsets(host, M, E);
+#endif
+    if (host[E] != M) { // entries left unplaced: a bad id, in the error record unless it was read already
+        cuda_device_status_check(be);
+        die("routing_plan: %d of %d entries placed (internal error)", host[E], M);
+    }
+    pl->n_groups = 0;
+    for (int e = 0; e < E; e++) pl->n_groups += host[e + 1] > host[e];
+    pl->host_pending = 0;
+}
+
+void cuda_routing_plan_on_device(Backend *be, RoutingPlan *pl, const int32_t *ids, int M, int n_buckets, int bad_id) {
+    plan_build(be, pl, ids, M, n_buckets, bad_id);
 }

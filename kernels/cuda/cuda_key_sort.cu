@@ -66,10 +66,8 @@ static void sort_plan(Backend *be, KeySort *ks, int byte, const int32_t *group, 
                                                                        : sizeof(uint64_t)))))(
         ks->ids, ks->cur, ks->key, group, per_group, M, byte, by_group);
     CHECK_LAUNCH();
-    if (checked)
-        cuda_routing_plan(be, &ks->pl, ks->ids, (int)M, n_buckets);
-    else
-        cuda_routing_plan_on_device(be, &ks->pl, ks->ids, (int)M, n_buckets);
+    cuda_routing_plan_on_device(be, &ks->pl, ks->ids, (int)M, n_buckets,
+                                checked ? DEVICE_STATUS_CAPACITY_BAD_ID : DEVICE_STATUS_OK);
 }
 
 // A key pass: sort_plan, then cur reordered into next (the two order buffers swap).

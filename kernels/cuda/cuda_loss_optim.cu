@@ -15,24 +15,27 @@ __global__ void k_sum_doubles(double *out, const double *x, size_t n) {
     if (threadIdx.x == 0) *out = s;
 }
 
+// The sum comes back in one copy with the device's error record (cuda_device_status.cu), which is checked: the one
+// wait serves both.
 double cuda_sum_doubles(Backend *be, const double *x, size_t n) {
     if (n == 0) return 0.0;
-    double *d_out = (double *)cuda_scratch(be, SCRATCH_SUM_DOUBLES_OUT, sizeof(double));
-    LAUNCH(k_sum_doubles, 1, 256, 0, kernel_cost((double)n, ((double)n + 1) * sizeof(double)))(d_out, x, n);
+    DeviceReadback *d_rb = cuda_readback(be);
+    LAUNCH(k_sum_doubles, 1, 256, 0, kernel_cost((double)n, ((double)n + 1) * sizeof(double)))(&d_rb->value, x, n);
     CHECK_LAUNCH();
-    double r;
-    CHECK_CUDA(cudaMemcpy(&r, d_out, sizeof r, cudaMemcpyDeviceToHost));
+    DeviceReadback rb;
+    CHECK_CUDA(cudaMemcpy(&rb, d_rb, sizeof rb, cudaMemcpyDeviceToHost));
 #ifdef CUDA_EMULATION
     // The emulator's dry run (cuda_emu_launch_log.cpp) sums nothing: every term reads back as 1, so the loss is 1 per
     // row and the gradient norm exceeds any clip (clipping active, as in most steps at the paper's clip of 0.25).
-    if (emu::dry_run()) r = (double)n;
+    if (emu::dry_run()) rb.value = (double)n, rb.status[0] = DEVICE_STATUS_OK;
 #endif
-    return r;
+    cuda_device_status_die(be, rb.status);
+    return rb.value;
 }
 
 // ---------------------------------------------------------------- cross-entropy
-// One warp per row. bad[0] is set when a target is outside [-1, V) (checked on the host afterwards).
-__global__ void k_ce(float *dlogits, float *losses, double *row_loss, int *bad, const float *logits,
+// One warp per row. A target outside [-1, V) goes to the device's error record (read with the loss right after).
+__global__ void k_ce(float *dlogits, float *losses, double *row_loss, int32_t *status, const float *logits,
                      const int32_t *targets, int N, int V, float grad_scale) {
     long n = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -40,7 +43,7 @@ __global__ void k_ce(float *dlogits, float *losses, double *row_loss, int *bad, 
     const float *l = logits + (size_t)n * V;
     int t = targets[n];
     if (t < -1 || t >= V) {
-        if (lane == 0) *bad = 1;
+        if (lane == 0) device_status_set(status, DEVICE_STATUS_XENT_BAD_TARGET, V, 0, 0);
         t = -1;
     }
     float mx = -FLT_MAX;
@@ -81,16 +84,10 @@ double cuda_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, cons
     cuda_weights_written(be, losses, (size_t)N * sizeof(float));
     if (N <= 0) return 0.0;
     double *row_loss = (double *)cuda_scratch(be, SCRATCH_XENT_ROW_LOSS, (size_t)N * sizeof(double));
-    int *bad = (int *)cuda_scratch(be, SCRATCH_XENT_BAD, sizeof(int));
-    CHECK_CUDA(cudaMemsetAsync(bad, 0, sizeof(int), 0));
     LAUNCH(k_ce, (unsigned)((N + 7) / 8), 256, 0, ce_cost(N, V, dlogits != nullptr, losses != nullptr))(
-        dlogits, losses, row_loss, bad, logits, targets, N, V, grad_scale);
+        dlogits, losses, row_loss, cuda_device_status(be), logits, targets, N, V, grad_scale);
     CHECK_LAUNCH();
-    double total = cuda_sum_doubles(be, row_loss, (size_t)N);
-    int h_bad = 0;
-    CHECK_CUDA(cudaMemcpy(&h_bad, bad, sizeof h_bad, cudaMemcpyDeviceToHost));
-    if (h_bad) die("cross_entropy: a target is outside [-1, %d)", V);
-    return total;
+    return cuda_sum_doubles(be, row_loss, (size_t)N); // dies on a bad target (the error record comes with the sum)
 }
 
 // ---------------------------------------------------------------- argmax (ties: lowest index)

@@ -286,30 +286,16 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     long rows = (long)R * B * T * G;
     size_t n_logits = (size_t)rows * E;
     const dim3 grid = balance_grid("entropy_reg", (long)B * G, (long)R * T); // checked before any work
-    // counts per sequence on the host (the mask is B*T bytes)
-    std::vector<double> cnt(B > 0 ? B : 1, 0.0);
-    int n_seq = 0;
-    if (valid) {
-        uint8_t *hv = (uint8_t *)cuda_host_scratch(be, HOST_SCRATCH_VALID_MASK, (size_t)B * T);
-        CHECK_CUDA(cudaMemcpy(hv, valid, (size_t)B * T, cudaMemcpyDeviceToHost));
-        for (int b = 0; b < B; b++) {
-            long nv = 0;
-            for (int t = 0; t < T; t++) nv += hv[(size_t)b * T + t] != 0;
-            cnt[b] = (double)R * (double)nv;
-        }
-    } else {
-        for (int b = 0; b < B; b++) cnt[b] = (double)R * T;
-    }
-    for (int b = 0; b < B; b++) n_seq += cnt[b] > 0;
-    if (n_seq == 0 || R == 0 || rows == 0) {
+    if (R == 0 || rows == 0) {
         if (dlogits && n_logits) CHECK_CUDA(cudaMemsetAsync(dlogits, 0, n_logits * sizeof(float), 0));
         return 0.0;
     }
-    double *d_cnt = (double *)cuda_scratch(be, SCRATCH_EREG_COUNT, (size_t)B * sizeof(double));
+    // H [B, G] and the counts per sequence [B] side by side: the op's one copy to the host reads both
+    double *d_stats = (double *)cuda_scratch(be, SCRATCH_EREG_STATS, ((size_t)B * G + B) * sizeof(double));
+    double *d_H = d_stats, *d_cnt = d_stats + (size_t)B * G;
     double *d_lse = (double *)cuda_scratch(be, SCRATCH_BALANCE_LSE, (size_t)rows * sizeof(double));
     double *d_logpbar = (double *)cuda_scratch(be, SCRATCH_EREG_LOG_PBAR, (size_t)B * G * E * sizeof(double));
-    double *d_H = (double *)cuda_scratch(be, SCRATCH_EREG_ENTROPY, (size_t)B * G * sizeof(double));
-    CHECK_CUDA(cudaMemcpy(d_cnt, cnt.data(), (size_t)B * sizeof(double), cudaMemcpyHostToDevice));
+    balance_valid_counts(d_cnt, valid, B, T, (double)R);
     LAUNCH(k_row_lse, (unsigned)((rows + 7) / 8), 256, 0, row_pass_cost(rows, E, 4, false))(d_lse, logits, rows, E);
     CHECK_LAUNCH();
     const long chunks = balance_chunks((long)R * T);
@@ -320,12 +306,23 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     LAUNCH(k_pbar, B * G, 128, 128 * sizeof(double), pbar_cost(B, G, E, chunks))(d_logpbar, d_H, d_part, chunks, d_cnt,
                                                                                  B, G, E);
     CHECK_LAUNCH();
-    std::vector<double> H((size_t)B * G);
-    CHECK_CUDA(cudaMemcpy(H.data(), d_H, (size_t)B * G * sizeof(double), cudaMemcpyDeviceToHost));
-
+    std::vector<double> stats((size_t)B * G + B);
+    CHECK_CUDA(cudaMemcpy(stats.data(), d_stats, stats.size() * sizeof(double), cudaMemcpyDeviceToHost));
+#ifdef CUDA_EMULATION
+    // the emulator's dry run (cuda_emu_launch_log.cpp) counts nothing: every position valid, as without a mask
+    if (emu::dry_run())
+        for (int b = 0; b < B; b++) stats[(size_t)B * G + b] = (double)R * T;
+#endif
+    const double *H = stats.data(), *cnt = stats.data() + (size_t)B * G;
+    int n_seq = 0;
+    for (int b = 0; b < B; b++) n_seq += cnt[b] > 0;
+    if (n_seq == 0) {
+        if (dlogits) CHECK_CUDA(cudaMemsetAsync(dlogits, 0, n_logits * sizeof(float), 0));
+        return 0.0;
+    }
     // value: the shared host formula (kernels/entropy_reg_value.c), the same order as the CPU backend
     double grad_factor;
-    double value = entropy_reg_value(cnt.data(), H.data(), B, G, n_seq, &grad_factor);
+    double value = entropy_reg_value(cnt, H, B, G, n_seq, &grad_factor);
     if (dlogits) {
         double factor = (double)coef * grad_factor;
         LAUNCH(k_entropy_grad, (unsigned)((rows + 7) / 8), 256, 0, row_pass_cost(rows, E, 7, true))(
@@ -381,26 +378,24 @@ __global__ void k_switch_grad(float *dlogits, const float *logits, const double 
     }
 }
 
+// f[i] /= k n (n = *n_valid), as switch_balance_value does on the host: the load fraction the gradient needs.
+__global__ void k_switch_normalize(double *f, const double *n_valid, size_t GE, int k) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < GE; i += (size_t)gridDim.x * blockDim.x)
+        f[i] /= (double)k * *n_valid;
+}
+
 double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
                            const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef) {
     cuda_weights_written(be, dlogits, (size_t)B * T * G * E * sizeof(float));
     long N = (long)B * T, rows = N * G;
     size_t GE = (size_t)G * E;
     const dim3 grid = balance_grid("switch_balance", G, N); // checked before any work
-    long n = N;
-    if (valid && N > 0) {
-        uint8_t *hv = (uint8_t *)cuda_host_scratch(be, HOST_SCRATCH_VALID_MASK, (size_t)N);
-        CHECK_CUDA(cudaMemcpy(hv, valid, (size_t)N, cudaMemcpyDeviceToHost));
-        n = 0;
-        for (long t = 0; t < N; t++) n += hv[t] != 0;
-    }
-    if (n == 0 || rows == 0) {
-        if (dlogits && rows) CHECK_CUDA(cudaMemsetAsync(dlogits, 0, (size_t)rows * E * sizeof(float), 0));
-        return 0.0;
-    }
+    if (rows == 0) return 0.0;
+    // f [G, E], P [G, E] and the valid positions n side by side: the op's one copy to the host reads them
+    double *d_stats = (double *)cuda_scratch(be, SCRATCH_SWB_STATS, (2 * GE + 1) * sizeof(double));
+    double *d_f = d_stats, *d_P = d_stats + GE, *d_n = d_stats + 2 * GE;
     double *d_lse = (double *)cuda_scratch(be, SCRATCH_BALANCE_LSE, (size_t)rows * sizeof(double));
-    double *d_f = (double *)cuda_scratch(be, SCRATCH_SWB_LOAD, GE * sizeof(double));
-    double *d_P = (double *)cuda_scratch(be, SCRATCH_SWB_MEAN_PROB, GE * sizeof(double));
+    balance_valid_counts(d_n, valid, 1, N, 1.0);
     LAUNCH(k_row_lse, (unsigned)((rows + 7) / 8), 256, 0, row_pass_cost(rows, E, 4, false))(d_lse, logits, rows, E);
     CHECK_LAUNCH();
     // per (group, chunk): every logit and lse of its rows in and, per expert, a pass over the rows' k ids; partials out
@@ -414,14 +409,24 @@ double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logit
         d_f_part, d_P_part, logits, d_lse, sel, valid, N, G, E, k);
     CHECK_LAUNCH();
     balance_chunk_sums(d_f, d_P, d_f_part, d_P_part, chunks, GE);
-    std::vector<double> f(GE), P(GE);
-    CHECK_CUDA(cudaMemcpy(f.data(), d_f, GE * sizeof(double), cudaMemcpyDeviceToHost));
-    CHECK_CUDA(cudaMemcpy(P.data(), d_P, GE * sizeof(double), cudaMemcpyDeviceToHost));
-    // normalise and sum on the host: the shared formula (kernels/switch_balance_value.c), as the CPU backend does
+    std::vector<double> stats(2 * GE + 1);
+    CHECK_CUDA(cudaMemcpy(stats.data(), d_stats, stats.size() * sizeof(double), cudaMemcpyDeviceToHost));
+#ifdef CUDA_EMULATION
+    if (emu::dry_run()) stats[2 * GE] = (double)N; // nothing counted (cuda_emu_launch_log.cpp): every position valid
+#endif
+    const long n = (long)stats[2 * GE];
+    if (n == 0) {
+        if (dlogits) CHECK_CUDA(cudaMemsetAsync(dlogits, 0, (size_t)rows * E * sizeof(float), 0));
+        return 0.0;
+    }
+    // normalise and sum on the host: the shared formula (kernels/switch_balance_value.c), as the CPU backend does;
+    // the device normalises its own f the same way for the gradient
     double grad_factor;
-    double value = switch_balance_value(f.data(), P.data(), G, E, k, n, &grad_factor);
+    double value = switch_balance_value(stats.data(), stats.data() + GE, G, E, k, n, &grad_factor);
     if (dlogits) {
-        CHECK_CUDA(cudaMemcpy(d_f, f.data(), GE * sizeof(double), cudaMemcpyHostToDevice));
+        LAUNCH(k_switch_normalize, grid_for(GE, 256), 256, 0, kernel_cost((double)GE, (2.0 * GE + 1) * sizeof(double)))(
+            d_f, d_n, GE, k);
+        CHECK_LAUNCH();
         double factor = (double)coef * grad_factor;
         LAUNCH(k_switch_grad, (unsigned)((rows + 7) / 8), 256, 0, row_pass_cost(rows, E, 7, true))(
             dlogits, logits, d_lse, d_f, valid, rows, G, E, factor);

@@ -12,8 +12,8 @@
 enum {
     SCRATCH_SEQB_FACTOR = 0, // double[B]: coef / (B_c n_b), the gradient's scale per sequence
     SCRATCH_SEQB_NORM = 1,   // double[rows]: each row's normaliser: sum of sigmoids, or log-sum-exp
-    SCRATCH_SEQB_LOAD = 2,   // double[B, E]: selections per expert, then f
-    SCRATCH_SEQB_PROB = 3,   // double[B, E]: sums of the normalised scores, then P
+    SCRATCH_SEQB_STATS = 2,  // double[B, E] | double[B, E] | double[B]: selections per expert, then f | sums of the
+                             // normalised scores | counted positions n_b (read back in one copy)
     SCRATCH_SEQB_LOAD_PARTIAL = 4, // double[chunks, B, E]: each chunk of positions' selections (k_seqb_stats_part)
     SCRATCH_SEQB_PROB_PARTIAL = 5, // double[chunks, B, E]: each chunk's score sums
 };
@@ -62,6 +62,20 @@ __global__ void k_seqb_stats_part(double *f_part, double *P_part, const float *l
     }
 }
 
+// The gradient's f and factor from the counts n_b, as seq_balance_value computes them on the host (the same
+// operations, so the same bits): f[b, e] *= E / (k n_b) and factor[b] = coef / (B_c n_b) where n_b > 0, factor 0
+// elsewhere (B_c: the sequences with n_b > 0). One thread per (b, e); B is small (the micro-batch's sequences).
+__global__ void k_seqb_normalize(double *f, double *factor, const double *n, int B, int E, int k, double coef) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)B * E;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int b = (int)(i / E);
+        int n_seq = 0;
+        for (int j = 0; j < B; j++) n_seq += n[j] > 0;
+        if (n[b] > 0) f[i] *= (double)E / ((double)k * n[b]);
+        if (i % E == 0) factor[b] = n[b] > 0 ? coef / ((double)n_seq * n[b]) : 0.0;
+    }
+}
+
 // One thread per row: dl_e += factor_b * w_e * (f_e - sum_i f_i s'_i) at counted positions (f normalised)
 __global__ void k_seqb_grad(float *dlogits, const float *logits, const double *norm, const double *f,
                             const double *factor, const uint8_t *valid, long rows, int T, int E, int softmax) {
@@ -88,20 +102,13 @@ double cuda_seq_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     const long rows = (long)B * T;
     if (rows == 0) return 0.0;
     const dim3 grid = balance_grid("seq_balance", B, T); // checked before any work
-    std::vector<long> n((size_t)B, (long)T);
-    if (valid) {
-        uint8_t *hv = (uint8_t *)cuda_host_scratch(be, HOST_SCRATCH_VALID_MASK, (size_t)rows);
-        CHECK_CUDA(cudaMemcpy(hv, valid, (size_t)rows, cudaMemcpyDeviceToHost));
-        for (int b = 0; b < B; b++) {
-            n[(size_t)b] = 0;
-            for (int t = 0; t < T; t++) n[(size_t)b] += hv[(size_t)b * T + t] != 0;
-        }
-    }
     const size_t BE = (size_t)B * E;
     double *d_norm = (double *)cuda_scratch(be, SCRATCH_SEQB_NORM, (size_t)rows * sizeof(double));
-    double *d_f = (double *)cuda_scratch(be, SCRATCH_SEQB_LOAD, BE * sizeof(double));
-    double *d_P = (double *)cuda_scratch(be, SCRATCH_SEQB_PROB, BE * sizeof(double));
+    // f, P and the counts side by side: the op's one copy to the host reads them
+    double *d_stats = (double *)cuda_scratch(be, SCRATCH_SEQB_STATS, (2 * BE + B) * sizeof(double));
+    double *d_f = d_stats, *d_P = d_stats + BE, *d_n = d_stats + 2 * BE;
     double *d_factor = (double *)cuda_scratch(be, SCRATCH_SEQB_FACTOR, (size_t)B * sizeof(double));
+    balance_valid_counts(d_n, valid, B, T, 1.0);
     // the logits in, one double per row out
     LAUNCH(k_seqb_norm, grid_for((size_t)rows, 128), 128, 0,
            kernel_cost(4.0 * rows * E, (double)rows * (E * sizeof(float) + sizeof(double))))(d_norm, logits, rows, E,
@@ -118,14 +125,20 @@ double cuda_seq_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
         d_f_part, d_P_part, logits, d_norm, sel, valid, B, T, E, k, softmax);
     CHECK_LAUNCH();
     balance_chunk_sums(d_f, d_P, d_f_part, d_P_part, chunks, BE);
-    std::vector<double> f(BE), P(BE), factor((size_t)B);
-    CHECK_CUDA(cudaMemcpy(f.data(), d_f, BE * sizeof(double), cudaMemcpyDeviceToHost));
-    CHECK_CUDA(cudaMemcpy(P.data(), d_P, BE * sizeof(double), cudaMemcpyDeviceToHost));
+    std::vector<double> stats(2 * BE + B), factor((size_t)B);
+    CHECK_CUDA(cudaMemcpy(stats.data(), d_stats, stats.size() * sizeof(double), cudaMemcpyDeviceToHost));
+    std::vector<long> n((size_t)B);
+    for (int b = 0; b < B; b++) n[(size_t)b] = (long)stats[2 * BE + b];
+#ifdef CUDA_EMULATION
+    if (emu::dry_run()) n.assign((size_t)B, (long)T); // nothing counted (cuda_emu_launch_log.cpp): every position valid
+#endif
     // ids outside [0, E) cannot come from topk_select: they count nowhere here (the CPU reference dies on them)
-    double value = seq_balance_value(f.data(), P.data(), n.data(), B, E, k, (double)coef, factor.data());
+    double value = seq_balance_value(stats.data(), stats.data() + BE, n.data(), B, E, k, (double)coef, factor.data());
     if (dlogits) {
-        CHECK_CUDA(cudaMemcpy(d_f, f.data(), BE * sizeof(double), cudaMemcpyHostToDevice));
-        CHECK_CUDA(cudaMemcpy(d_factor, factor.data(), (size_t)B * sizeof(double), cudaMemcpyHostToDevice));
+        // f and factor made on the device as the host made them above
+        LAUNCH(k_seqb_normalize, grid_for(BE, 256), 256, 0,
+               kernel_cost(3.0 * BE, (2.0 * BE + 2.0 * B) * sizeof(double)))(d_f, d_factor, d_n, B, E, k, (double)coef);
+        CHECK_LAUNCH();
         LAUNCH(k_seqb_grad, grid_for((size_t)rows, 128), 128, 0,
                kernel_cost(10.0 * rows * E, (double)rows * (3 * E * sizeof(float) + sizeof(double)) +
                                                 (double)BE * sizeof(double)))(dlogits, logits, d_norm, d_f, d_factor,

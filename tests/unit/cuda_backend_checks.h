@@ -1,9 +1,9 @@
 /* The CUDA backend's checks that are not one op against the CPU reference (tests/unit/cuda_backend_ops.c runs
- * those from its table): the backend's options rejected at creation, the death of routing_plan on an expert id out
- * of range, the balance ops' death past the grid's chunk limit, expert_choice_select's marking of a c above the valid
- * positions, and the bf16 copy of the registered weights, which must follow every write (and, on the emulator, must
- * be caught when stale). The death tests re-execute the program (popen of /proc/self/exe) in a child mode, because
- * a CUDA context does not survive fork(). Header-only, included once by cuda_backend_ops.c. */
+ * those from its table): the backend's options rejected at creation, the death of routing_plan and capacity_drop on
+ * an expert id out of range, the balance ops' death past the grid's chunk limit, expert_choice_select's marking of a
+ * c above the valid positions, and the bf16 copy of the registered weights, which must follow every write (and, on
+ * the emulator, must be caught when stale). The death tests re-execute the program (popen of /proc/self/exe) in a
+ * child mode, because a CUDA context does not survive fork(). Header-only, included once by cuda_backend_ops.c. */
 #ifndef TESTS_UNIT_CUDA_BACKEND_CHECKS_H
 #define TESTS_UNIT_CUDA_BACKEND_CHECKS_H
 
@@ -103,21 +103,27 @@ END_TEST
 /* ---------------------------------------------------------------- routing plan: an expert id out of range */
 
 /* An expert id outside [0, n_experts) dies with the CPU backend's message naming the first bad entry (it is found on
- * the device: per chunk, then over chunks). Child mode of this program: argv = --cvmm-bad-expert at:id ... */
+ * the device: per chunk, then over chunks). In fp32 the plan's offsets are copied to the host (cvmm's cuBLAS path)
+ * and routing_plan dies there; on the tensor-core path (bf16, DMMATH_CUDA_CVMM=mma) nothing is copied and the device's
+ * error record stops the run at the next wait: synchronize, or (mma-host) routing_plan_to_host.
+ * Child mode of this program: argv = --cvmm-bad-expert [mma | mma-host] at:id ... */
 #define BAD_M (135 * CUDA_CVMM_PLAN_CHUNK) /* more chunks than threads of the block that combines them (128) */
 #define BAD_E 8
 static int cvmm_bad_expert_child(int argc, char **argv) {
+    const char *mode = argc > 2 && strncmp(argv[2], "mma", 3) == 0 ? argv[2] : "";
+    if (*mode) setenv("DMMATH_CUDA_CVMM", "mma", 1);
     char err[256];
     Backend *be = backend_create("cuda", err, sizeof err);
     if (!be) {
         fprintf(stderr, "child: %s\n", err);
         return 2;
     }
+    if (*mode) be->precision = PRECISION_BF16;
     int32_t *sel = calloc(BAD_M, sizeof(int32_t)); /* not ktu_ints: Check's asserts work only inside a test */
     if (!sel) return 2;
     KtuRng rng = {210};
     for (int p = 0; p < BAD_M; p++) sel[p] = ktu_int(&rng, BAD_E);
-    for (int i = 2; i < argc; i++) {
+    for (int i = *mode ? 3 : 2; i < argc; i++) {
         int at, id;
         if (sscanf(argv[i], "%d:%d", &at, &id) != 2 || at < 0 || at >= BAD_M) return 2;
         sel[at] = id;
@@ -129,6 +135,11 @@ static int cvmm_bad_expert_child(int argc, char **argv) {
                       .inv = be->alloc(be, BAD_M * sizeof(int32_t)), .offset = be->alloc(be, (BAD_E + 1) * sizeof(int32_t)),
                       .group_expert = be->alloc(be, BAD_E * sizeof(int32_t)), .host_offset = host_offset};
     be->routing_plan(be, &pl, dsel, BAD_M, BAD_E);
+    if (*mode) {
+        if (!pl.host_pending) return 3; /* the tensor-core path copies nothing */
+        fprintf(stderr, "child: routing_plan returned without a copy\n");
+        if (!strcmp(mode, "mma-host")) be->routing_plan_to_host(be, &pl);
+    }
     be->synchronize(be);
     fprintf(stderr, "child: routing_plan returned\n");
     return 0;
@@ -143,6 +154,40 @@ START_TEST(test_routing_plan_bad_expert_dies) {
                  "routing_plan: expert id 8 at entry 2100 is outside [0, 8)");
     expect_child("--cvmm-bad-expert 1500:-3 2100:8 2228:9 2689:100 132101:50", 1,
                  "routing_plan: expert id -3 at entry 1500 is outside [0, 8)");
+    expect_child("--cvmm-bad-expert mma 2100:8 2228:9 2689:100", 1,
+                 "routing_plan: expert id 8 at entry 2100 is outside [0, 8)");
+    expect_child("--cvmm-bad-expert mma-host 1500:-3 2100:8 132101:50", 1,
+                 "routing_plan: expert id -3 at entry 1500 is outside [0, 8)");
+}
+END_TEST
+
+/* capacity_drop on an expert id outside [0, E): found by its last sort pass on the device, it stops the run at the next
+ * wait (here synchronize) with the CPU's message, and nothing before reads out of bounds. Child mode: --capacity-bad */
+static int capacity_bad_expert_child(void) {
+    enum { N = 700, E = 11, K = 3 }; /* 2,100 assignments: two plan chunks */
+    char err[256];
+    Backend *be = backend_create("cuda", err, sizeof err);
+    if (!be) {
+        fprintf(stderr, "child: %s\n", err);
+        return 2;
+    }
+    int32_t sel[N * K];
+    float gate[N * K];
+    KtuRng rng = {215};
+    for (int p = 0; p < N * K; p++) sel[p] = ktu_int(&rng, E), gate[p] = 0.5f;
+    sel[1800] = E + 2;
+    int32_t *dsel = be->alloc(be, sizeof sel);
+    scalar_t *dgate = be->alloc(be, sizeof gate);
+    uint8_t *dropped = be->alloc(be, N * K);
+    be->to_device(be, dsel, sel, sizeof sel);
+    be->to_device(be, dgate, gate, sizeof gate);
+    be->capacity_drop(be, dropped, dgate, NULL, NULL, dsel, NULL, N, E, K, 150, CAPACITY_POSITION);
+    fprintf(stderr, "child: capacity_drop returned\n");
+    be->synchronize(be);
+    return 0;
+}
+START_TEST(test_capacity_bad_expert_dies) {
+    expect_child("--capacity-bad", 1, "capacity_drop: expert id 13 is not in [0, 11)");
 }
 END_TEST
 

@@ -445,6 +445,7 @@ static Suite *suite(void) {
     tcase_add_checked_fixture(checks, checks_setup, checks_teardown);
     tcase_add_test(checks, test_attention_options_rejected);
     tcase_add_test(checks, test_routing_plan_bad_expert_dies);
+    tcase_add_test(checks, test_capacity_bad_expert_dies);
     tcase_add_test(checks, test_balance_grid_limit_dies);
     tcase_add_test(checks, test_expert_choice_c_over_valid);
     tcase_add_test(checks, test_weights_bf16_copy_follows_writes);
@@ -456,6 +457,7 @@ static Suite *suite(void) {
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--cvmm-bad-expert") == 0) return cvmm_bad_expert_child(argc, argv);
     if (argc == 3 && strcmp(argv[1], "--balance-grid") == 0) return balance_grid_child(argv[2]);
+    if (argc == 2 && strcmp(argv[1], "--capacity-bad") == 0) return capacity_bad_expert_child();
     if (argc > 1 && strcmp(argv[1], "--stale-weights") == 0) return stale_weights_child(0);
     if (argc > 1 && strcmp(argv[1], "--stale-weights-nccl") == 0) return stale_weights_child(1);
     setvbuf(stdout, NULL, _IOLBF, 0); /* FAIL lines before Check's summary of the case */

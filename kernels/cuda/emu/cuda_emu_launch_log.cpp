@@ -14,10 +14,11 @@
 //
 // CUDA_EMU_DRY_RUN=1: the launches and calls above are checked and recorded as usual but not executed (the runtime
 // and cuBLAS emulation consult dry_run()), so the log of a paper-size step costs seconds, not days. Device memory is
-// then reserved address space that reads as zero; what the host reads back is meaningless, and the two host decisions
+// then reserved address space that reads as zero; what the host reads back is meaningless, and the host decisions
 // of a training step that depend on device results are made for the typical step there: the routing plan's expert
-// offsets give every expert an equal share (cuda_cvmm_plan.cu), and the device sums read back large enough for
-// gradient clipping to scale (cuda_loss_optim.cu).
+// offsets give every expert an equal share (cuda_cvmm_plan.cu), the device sums read back large enough for gradient
+// clipping to scale (cuda_loss_optim.cu), the balance ops count every position valid (cuda_routing.cu,
+// cuda_seq_balance.cu), and the device's error record reads clean (cuda_device_status.cu).
 #include "kernels/cuda/emu/cuda_emu.h"
 
 #include <cstdio>
