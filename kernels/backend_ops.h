@@ -145,8 +145,9 @@ BACKEND_OP(void, expert_count, (Backend *be, int64_t *counts, const int32_t *sel
 /* ---- expert-choice routing (Zhou et al. 2022, arXiv 2202.09368 §3.1; model.routing "expert_choice") ----
  * logits[N,E]: one routing decision's router logits; S[n,e] = softmax over the E experts of row n, in double.
  * expert_choice_select: each expert e takes the c positions n with valid[n] != 0 (valid[N], NULL = all) of largest
- * S[n,e], in descending score, ties to the earlier position (the CPU's kernels/expert_choice_pick.c; the CUDA
- * backend selects on the device in the same order): entry p = e*c + j holds pos[p] = n, expert[p] = e and
+ * S[n,e], in descending score, ties to the earlier position, a NaN score before every number as torch.topk ranks it
+ * (a position whose logits hold a NaN: its whole softmax row is NaN, and its gates NaN) (the CPU's
+ * kernels/expert_choice_pick.c; the CUDA backend selects on the device in the same order): entry p = e*c + j holds pos[p] = n, expert[p] = e and
  * gate[p] = S[n,e] (pos, expert, gate: [E*c]). The entries are grouped by expert, so routing_plan over expert[] is
  * the identity permutation. Needs 1 <= c <= the number of valid positions (every entry a distinct real position of
  * its expert); dies otherwise (CUDA dies on c > N at once; a c above the valid positions, which it finds on the

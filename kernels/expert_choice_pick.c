@@ -3,6 +3,7 @@
  * routing_key.h's softmax, which the CUDA backend's selection on the device (cuda_expert_choice.cu) shares. */
 #include "kernels/expert_choice_pick.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 #include "kernels/routing_key.h"
@@ -31,10 +32,14 @@ typedef struct {
     int32_t n;
 } Cand;
 
-/* descending score, then ascending position: a total order, so the pick does not depend on the sort's stability */
+/* descending score, a NaN score before every number (a row with a NaN logit: its whole softmax is NaN; torch.topk
+ * ranks NaN largest), then ascending position: a total order, so the pick does not depend on the sort's stability
+ * (cuda_expert_choice.cu's keys order alike) */
 static int cand_cmp(const void *a, const void *b) {
     const Cand *x = a, *y = b;
-    if (x->s != y->s) return x->s > y->s ? -1 : 1;
+    const int x_nan = isnan(x->s), y_nan = isnan(y->s);
+    if (x_nan != y_nan) return y_nan - x_nan;
+    if (!x_nan && x->s != y->s) return x->s > y->s ? -1 : 1;
     return (x->n > y->n) - (x->n < y->n);
 }
 

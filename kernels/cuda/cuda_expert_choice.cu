@@ -21,12 +21,16 @@
 #include "kernels/routing_key.h"
 
 // Scores are >= +0 (exp / sum), so their bits ascend with them below 2^63: the key 2^63 - 1 - bits ascends in
-// descending score and stays below EC_MASKED_KEY, the key of a masked position.
+// descending score and stays below EC_MASKED_KEY, the key of a masked position. A NaN score (a row with a NaN logit:
+// its whole softmax is NaN, whatever the sign of the NaN) takes key 0, before every number, as torch.topk ranks NaN
+// largest (and the CPU's picker); key 0 maps back to a NaN gate.
 constexpr uint64_t EC_MASKED_KEY = 1ULL << 63;
 __device__ __forceinline__ uint64_t ec_score_key(double s) {
-    return (EC_MASKED_KEY - 1) - (uint64_t)__double_as_longlong(s);
+    return s != s ? 0 : (EC_MASKED_KEY - 1) - (uint64_t)__double_as_longlong(s);
 }
-__device__ __forceinline__ double ec_key_score(uint64_t key) { return __longlong_as_double((long long)(EC_MASKED_KEY - 1 - key)); }
+__device__ __forceinline__ double ec_key_score(uint64_t key) {
+    return __longlong_as_double((long long)(EC_MASKED_KEY - 1 - key));
+}
 // Entry p of the selection: position n of expert e with its gate, or -1, -1, 0 where the key is a masked position's
 // (c exceeds the valid positions). Both picking paths write their entries through it.
 __device__ __forceinline__ void ec_write_entry(int32_t *pos, int32_t *expert, float *gate, size_t p, int32_t e,

@@ -23,6 +23,7 @@ enum {
     F_SIGNED = 1 << 10,    /* capacity_drop: gates of both signs, -0 and +0 among them */
     F_ULP_GATES = 1 << 12, /* capacity_drop: gates 0.5 plus 0..5 ulps, so their keys differ in the lowest byte only */
     F_TIED_ROWS = 1 << 11, /* expert_choice: every logit row one of 4, so each expert's scores tie across positions */
+    F_NAN_ROWS = 1 << 13,  /* expert_choice: a NaN and a negative NaN logit in two rows (their softmax rows all NaN) */
 };
 static int cvmm_order_of(unsigned flags) {
     return (flags & F_IN_SORTED ? CVMM_IN_SORTED : 0) | (flags & F_OUT_SORTED ? CVMM_OUT_SORTED : 0);
@@ -357,17 +358,40 @@ static scalar_t *tied_rows_logits(OpRun *r, int N, int E) {
     free(h);
     return d;
 }
+/* [N, E] random logits with a NaN in row 1 and a negative NaN in row 7 (N > 7): those positions rank before every
+ * other, with NaN gates (backend_ops.h) */
+static scalar_t *nan_rows_logits(OpRun *r, int N, int E) {
+    scalar_t *h = ktu_random(&r->rng, (size_t)N * E, -3, 3);
+    h[(size_t)1 * E + (E > 2 ? 2 : 0)] = NAN;
+    h[(size_t)7 * E] = -NAN;
+    scalar_t *d = in_host(r, h, (size_t)N * E * sizeof(scalar_t));
+    free(h);
+    return d;
+}
 static void run_expert_choice(OpRun *r, const OpCase *c) {
     const int N = D(0), E = D(1), cap = D(2);
     const size_t M = (size_t)E * cap;
-    scalar_t *logits = c->flags & F_TIED_ROWS ? tied_rows_logits(r, N, E) : routing_logits(r, (size_t)N * E);
+    scalar_t *logits = c->flags & F_TIED_ROWS   ? tied_rows_logits(r, N, E)
+                       : c->flags & F_NAN_ROWS ? nan_rows_logits(r, N, E)
+                                               : routing_logits(r, (size_t)N * E);
     uint8_t *valid = c->flags & F_VALID ? routing_mask(r, (size_t)N, 3, 0) : NULL;
     int32_t *pos = in_zero(r, M * sizeof(int32_t)), *expert = in_zero(r, M * sizeof(int32_t));
     scalar_t *gate = in_uniform(r, M, -1, 1);
     BE->expert_choice_select(BE, pos, expert, gate, logits, valid, N, E, cap);
     if (!strcmp(c->op, "expert_choice_select")) {
         out_i32(r, "pos", pos, M), out_i32(r, "expert", expert, M);
-        out_f(r, "gate", gate, CMP_F32);
+        if (c->flags & F_NAN_ROWS) { /* which gates are NaN, exactly; the others as values (NaN taken out) */
+            scalar_t *g = out_copy(r, gate, M, sizeof(scalar_t));
+            int32_t *is_nan = ktu_ints(M);
+            for (size_t i = 0; i < M; i++) {
+                is_nan[i] = isnan(g[i]) != 0;
+                if (is_nan[i]) g[i] = 0;
+            }
+            out_add(r, "gate is NaN", OUT_I32, CMP_EXACT, M, is_nan);
+            out_add(r, "gate", OUT_F32, CMP_F32, M, g);
+        } else {
+            out_f(r, "gate", gate, CMP_F32);
+        }
         return;
     }
     scalar_t *dgate = in_uniform(r, M, -1, 1), *dlogits = in_uniform(r, (size_t)N * E, -1, 1);

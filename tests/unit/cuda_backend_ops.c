@@ -222,6 +222,11 @@ static const OpCase op_cases[] = {
     {"expert_choice_select", "2048 positions, tied rows, valid mask", &drv_expert_choice, {2048, 6, 500}, 0,
      F_TIED_ROWS | F_VALID, DT_FP32, DEF, 0, 0},
     {"expert_choice_select", "300 experts", &drv_expert_choice, {40, 300, 5}, 0, 0, DT_FP32, DEF, 0, 0},
+    /* a NaN logit makes its position's softmax row NaN: it ranks before every number (as torch.topk) on both backends,
+     * whatever the NaN's sign (one block per expert, and KeySort past 2048 positions) */
+    {"expert_choice_select", "NaN rows", &drv_expert_choice, {150, 11, 20}, 0, F_NAN_ROWS, DT_FP32, DEF, 0, 0},
+    {"expert_choice_select", "NaN rows, 2100 positions", &drv_expert_choice, {2100, 3, 30}, 0, F_NAN_ROWS, DT_FP32,
+     DEF, 0, 0},
     {"expert_choice_select", "c = N", &drv_expert_choice, {150, 11, 150}, 0, 0, DT_FP32, DEF, 0, 0},
     {"expert_choice_select", "c = 1", &drv_expert_choice, {150, 11, 1}, 0, F_TIED_ROWS, DT_FP32, DEF, 0, 0},
     {"expert_choice_select", "one expert", &drv_expert_choice, {150, 1, 20}, 0, F_VALID, DT_FP32, DEF, 0, 0},
