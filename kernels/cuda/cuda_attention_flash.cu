@@ -65,6 +65,25 @@ __device__ __forceinline__ void stage_rows(__nv_bfloat16 *s, int lds, const floa
     }
 }
 
+// slse[r], sdi[r] = lse and D_i of query row r0 + r of (b,h) pair bh (0 past T): the backward's per-row statistics.
+__device__ __forceinline__ void stage_row_stats(float *slse, float *sdi, const float *lse, const float *Di, int bh,
+                                                int T, int r0) {
+    if (threadIdx.x < FL_B) {
+        int i = r0 + threadIdx.x;
+        slse[threadIdx.x] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
+        sdi[threadIdx.x] = i < T ? Di[(size_t)bh * T + i] : 0.0f;
+    }
+}
+
+// x[(r0 + r) * ld + d] += res[r * ldo + d] for r < FL_B with r0 + r < T, d < D: a result tile added to one head's
+// rows of a gradient, each element once.
+__device__ __forceinline__ void add_tile_rows(float *x, size_t ld, int T, int r0, int D, const float *res, int ldo) {
+    for (int idx = threadIdx.x; idx < FL_B * D; idx += FL_THREADS) {
+        int r = idx / D, d = idx % D, t = r0 + r;
+        if (t < T) x[(size_t)t * ld + d] += res[r * ldo + d];
+    }
+}
+
 // dst[FL_B, FL_B] (fp32, FL_LDS) = a[FL_B, Dp] b[FL_B, Dp]^T (bf16 row-major tiles, leading dimension ld); one
 // fragment per warp.
 __device__ __forceinline__ void scores_tile(float *dst, const __nv_bfloat16 *a, const __nv_bfloat16 *b, int ld,
@@ -211,11 +230,7 @@ k_flash_bwd_dq(float *dq, const float *dout, const float *lse, const float *Di, 
     const size_t ld = (size_t)H * D, base = (size_t)b * T * ld + (size_t)h * D;
     stage_rows(sq, ldh, q + base, ld, T, i0, D, Dp);
     stage_rows(sdo, ldh, dout + base, ld, T, i0, D, Dp);
-    if (threadIdx.x < FL_B) {
-        int i = i0 + threadIdx.x;
-        slse[threadIdx.x] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
-        sdi[threadIdx.x] = i < T ? Di[(size_t)bh * T + i] : 0.0f;
-    }
+    stage_row_stats(slse, sdi, lse, Di, bh, T, i0);
     FlAcc acc[FL_ACC];
     for (int u = 0; u < FL_ACC; u++) wmma::fill_fragment(acc[u], 0.0f);
     const int i_end = min(i0 + FL_B, T);
@@ -239,11 +254,7 @@ k_flash_bwd_dq(float *dq, const float *dout, const float *lse, const float *Di, 
     __syncthreads(); // sk, sv free
     float *sres = (float *)(void *)sk;
     store_tile(sres, ldo, acc, Dp);
-    float *dqb = dq + base;
-    for (int idx = threadIdx.x; idx < FL_B * D; idx += FL_THREADS) {
-        int r = idx / D, d = idx % D, i = i0 + r;
-        if (i < T) dqb[(size_t)i * ld + d] += sres[r * ldo + d];
-    }
+    add_tile_rows(dq + base, ld, T, i0, D, sres, ldo);
 }
 
 // grid (B*H, key tiles): dk_j += sum over query tiles i >= j of dS^T Q, dv_j += bf16(P)^T dO.
@@ -270,11 +281,7 @@ k_flash_bwd_dkdv(float *dk, float *dv, const float *dout, const float *lse, cons
         __syncthreads(); // the previous tile's products have read sq, sdo and spt
         stage_rows(sq, ldh, q + base, ld, T, i0, D, Dp);
         stage_rows(sdo, ldh, dout + base, ld, T, i0, D, Dp);
-        if (threadIdx.x < FL_B) {
-            int i = i0 + threadIdx.x;
-            slse[threadIdx.x] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
-            sdi[threadIdx.x] = i < T ? Di[(size_t)bh * T + i] : 0.0f;
-        }
+        stage_row_stats(slse, sdi, lse, Di, bh, T, i0);
         __syncthreads();
         scores_tile(sst, sk, sq, ldh, Dp);   // S^T = K Q^T: [key, query]
         scores_tile(sdpt, sv, sdo, ldh, Dp); // dP^T = V dO^T
@@ -298,18 +305,11 @@ k_flash_bwd_dkdv(float *dk, float *dv, const float *dout, const float *lse, cons
     }
     __syncthreads(); // sq, sdo free
     float *sres = (float *)(void *)sq;
-    const size_t out0 = base + (size_t)j0 * ld;
     store_tile(sres, ldo, av, Dp);
-    for (int idx = threadIdx.x; idx < FL_B * D; idx += FL_THREADS) {
-        int r = idx / D, d = idx % D;
-        if (j0 + r < T) dv[out0 + (size_t)r * ld + d] += sres[r * ldo + d];
-    }
+    add_tile_rows(dv + base, ld, T, j0, D, sres, ldo);
     __syncthreads();
     store_tile(sres, ldo, ak, Dp);
-    for (int idx = threadIdx.x; idx < FL_B * D; idx += FL_THREADS) {
-        int r = idx / D, d = idx % D;
-        if (j0 + r < T) dk[out0 + (size_t)r * ld + d] += sres[r * ldo + d];
-    }
+    add_tile_rows(dk + base, ld, T, j0, D, sres, ldo);
 }
 
 // ---------------------------------------------------------------- costs (cuda_common.cuh)
