@@ -78,7 +78,9 @@ typedef struct LayerImpl {
      * forward_train. valid[B,T] host (1 = position has a real target), NULL = all valid. */
     void (*train_begin)(Model *m, int B, int T, const int32_t *tokens, const uint8_t *valid);
     /* Application `app` (0..L-1, distinct layer app % Gs) in training mode: h_out[B*T, C] = layer(h_in).
-     * Caches what backward needs for this application. h_out never aliases h_in. */
+     * Caches what backward needs for this application. h_out never aliases h_in. h_in stays unchanged until this
+     * application's backward (model_train_step keeps every application's input in its residual stream), so an
+     * implementation keeps the pointer rather than a copy. */
     void (*forward_train)(Model *m, int app, const scalar_t *h_in, scalar_t *h_out);
     /* After all forwards and before any backward: ADDS the regularizers to stats (unscaled values summed over
      * distinct modules) and keeps their logit gradients (scaled by coef * grad_scale) for backward. Dense: nothing. */

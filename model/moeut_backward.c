@@ -35,8 +35,11 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     const scalar_t eps = (scalar_t)MOEUT_LN_EPS;
     const size_t NC = (size_t)N * C;
 
-    scalar_t *dx1 = s->nc[3]; /* [N, C] gradient w.r.t. x1; starts as the residual path of y = x1 + f */
-    be->copy(be, dx1, dh_out, NC * sizeof(scalar_t)); /* dh_out is not read again: dh_in may alias it */
+    /* [N, C] gradient w.r.t. x1; starts as the residual path of y = x1 + f. It is made in dh_in itself, which it
+     * becomes through the residual path x -> x1 once the attention output's backward has read it, unless dh_in
+     * aliases dh_out (which the FFN's backward still reads while dx1 grows). */
+    scalar_t *dx1 = dh_in != dh_out ? dh_in : s->nc[3];
+    be->copy(be, dx1, dh_out, NC * sizeof(scalar_t));
 
     /* ---- the routed FFN (df = dy = dx1 at this point): the experts, then the router (the routing kind's) ---- */
     const MoeutFfnGrad g = {
@@ -70,7 +73,7 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     be->zero(be, dr, (size_t)N * HD * sizeof(scalar_t));
     be->cvmm_backward(be, dr, G + P->o, dgate_o, dx1, ac->r, W + P->o, &ac->plan_o, ac->gate_o, KA, H * KA, D, C,
                       CVMM_ENTRY_ORDER);
-    be->copy(be, dh_in, dx1, NC * sizeof(scalar_t)); /* residual path x -> x1 */
+    if (dx1 != dh_in) be->copy(be, dh_in, dx1, NC * sizeof(scalar_t)); /* residual path x -> x1 */
 
     /* ---- softmax attention, RoPE, q/k projections ---- */
     scalar_t *dq = s->hd[0], *dk = s->hd[1], *dv = s->hd[2];

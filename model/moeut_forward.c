@@ -125,7 +125,7 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
     MoeutAppCache *ac = &st->apps[slot];
     MoeutScratch *s = &st->s;
 
-    be->copy(be, ac->x, h_in, (size_t)N * C * sizeof(scalar_t)); /* the caller's buffer may be reused */
+    ac->x = h_in; /* [N, C], kept by the caller until this application's backward */
     /* Dropout masks in a fixed order (v, o, ffn) so a run is reproducible from the RNG state. */
     const uint8_t *drop_v = dropout_mask(m, s->drop_v, (long)N * H, c->att_n_experts, c->att_k, c->att_expert_dropout);
     const uint8_t *drop_o = dropout_mask(m, s->drop_o, (long)N * H, c->att_n_experts, c->att_k, c->att_expert_dropout);
@@ -135,11 +135,10 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
         .lv = st->hist_v[layer] + (size_t)rep * N * HEA, /* written straight into the regularizer history */
         .lo = st->hist_o[layer] + (size_t)rep * N * HEA, .drop_v = drop_v, .drop_o = drop_o, .sel_v = ac->sel_v,
         .sel_o = ac->sel_o, .gate_v = ac->gate_v, .gate_o = ac->gate_o, .plan_v = &ac->plan_v, .plan_o = &ac->plan_o,
-        .r = ac->r, .lse = ac->lse, .att = s->nc[2],
+        .r = ac->r, .lse = ac->lse, .att = ac->x1,
     };
     attention_block(m, P, B, T, &a);
-    be->copy(be, ac->x1, ac->x, (size_t)N * C * sizeof(scalar_t));
-    be->add_inplace(be, ac->x1, s->nc[2], (size_t)N * C); /* x1 = x + att */
+    be->add_inplace(be, ac->x1, ac->x, (size_t)N * C); /* x1 = att + x (= x + att: the same bits) */
 
     const uint8_t *drop_f = dropout_mask(m, s->drop_f, N, (int)E, c->ff_k, c->ff_expert_dropout);
     FfnIO f = {

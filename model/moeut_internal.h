@@ -11,13 +11,13 @@
  * is repeat j / Gs of it; the first n_dense_first applications of the model are dense layers, dense_layer.c).
  *
  * Training memory per token and per application (scalar_t elements unless noted):
- *   cache:   x, x1 (2C) + q, k, v, r (4HD) + lse (H) + LN stats (4) + A = ReLU(U) (K*S)
+ *   cache:   x1 (C) + q, k, v, r (4HD) + lse (H) + LN stats (4) + A = ReLU(U) (K*S)
  *            + gates (2*H*KA + K) + selections (int32: 2*H*KA + K) + routing plans (int32: 2 (2*H*KA + K))
  *            [+ K_s*S shared experts' A] [+ W the residual MLP's A]
  *   history: router logits (2*H*EA + E) and their regularizer gradients (same again), per application
  *   For the DM-math 244M config (C=1024, H=4, D=128, K=16, S=128, EA=10, E=387) that is about
- *   2048 + 2048 + 4 + 4 + 2048 + 20 + 2*467 + 64 ≈ 7.2k elements ≈ 28 KiB per token per application in fp32:
- *   32k tokens x 18 applications ≈ 16 GiB (a GPU concern; the tiny CPU configs need kilobytes).
+ *   1024 + 2048 + 4 + 4 + 2048 + 20 + 2*467 + 64 ≈ 6.1k elements ≈ 24 KiB per token per application in fp32:
+ *   32k tokens x 18 applications ≈ 13.5 GiB (a GPU concern; the tiny CPU configs need kilobytes).
  *   LN outputs xn, xs are not cached: the backward recomputes them from x / x1 and the saved LN statistics.
  *
  * Routing plans: each routing decision (sel_v, sel_o, sel_f) is planned once, right after its topk_select, and
@@ -55,7 +55,8 @@ typedef struct {
 
 /* What the backward of one training application needs (backend memory, planned for the model's arena_train_tokens). */
 typedef struct {
-    scalar_t *x;          /* [N, C]   layer input */
+    const scalar_t *x;    /* [N, C]   layer input: forward_train's h_in, not a copy (the LayerImpl contract keeps it
+                           *           unchanged until this application's backward) */
     scalar_t *x1;         /* [N, C]   x + attention output */
     scalar_t *q, *k;      /* [N, H*D] after the D^-1/4 scale and RoPE */
     scalar_t *v;          /* [N, H*D] after expert mixing */

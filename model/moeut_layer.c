@@ -188,7 +188,6 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
     /* training: what each application's backward needs */
     for (int a = 0; a < st->n_apps; a++) {
         MoeutAppCache *ac = &st->apps[a];
-        plan_scalars(p, &ac->x, nt * C);        /* [N, C] */
         plan_scalars(p, &ac->x1, nt * C);       /* [N, C] */
         plan_scalars(p, &ac->q, nt * HD);       /* [N, H*D] */
         plan_scalars(p, &ac->k, nt * HD);       /* [N, H*D] */

@@ -9,7 +9,7 @@
 // order by deterministic kernels (no atomics) unless the caller takes them in plan order (CVMM_OUT_SORTED).
 // On the tensor-core path (DMMATH_CUDA_CVMM=mma or auto's choice, bf16 mode; cuda_cvmm_mma.cu) the products read the
 // caller's rows where they lie instead: nothing is gathered or copied to bf16, and only the weighted reductions and
-// dX (k_reduce, k_add_rows) and the gate gradients (k_dw) run here.
+// dX with the gate gradients (k_reduce, k_reduce_dw; k_dw without dX) run here.
 // Scratch: the sorted blocks below and the grouped GEMM's pointer arrays, named in cuda_common.cuh (SCRATCH_CVMM_*).
 #include <type_traits>
 
@@ -64,18 +64,6 @@ __global__ void k_reduce_bf16(float *Y, const __nv_bfloat16 *Ys, const int32_t *
     reduce(Y, Ys, inv, w, rows, div, width, accumulate);
 }
 
-// dX[m, :] += coef_m * Qs[m, :], coef_m = w[perm[m]] or 1: dX in plan order (in_div = 1, one term per row); the same
-// arithmetic as k_reduce's accumulate with div = 1.
-__global__ void k_add_rows(float *dX, const float *Qs, const float *w, const int32_t *perm, int M, int width) {
-    size_t total = (size_t)M * width;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        size_t m = i / width;
-        float acc = dX[i];
-        acc += (w ? w[perm[m]] : 1.0f) * Qs[i];
-        dX[i] = acc;
-    }
-}
-
 // rows of G scaled by w[perm[m]] (fp32 mode: in place)
 __global__ void k_scale_rows(float *G, const float *w, const int32_t *perm, int M, int width) {
     size_t total = (size_t)M * width;
@@ -111,6 +99,51 @@ __global__ void k_dw(float *dw, const float *Qs, const float *X, const int32_t *
     for (int i = lane; i < Kin; i += 32) part += (double)q[i] * x[i];
     double s = warp_sum_d(part);
     if (lane == 0) dw[p] = (float)s;
+}
+
+// dX's accumulation from Q and, where dw != NULL, the gate gradients dw[p] = <Q row of p, X row of p>, in one pass
+// over Q, the largest tensor of the backward ([M, Kin]; k_dw read it a second time, and X once per entry).
+//   entry order (X, dX [M / div, Kin]): block r: dX[r, :] += sum_{j < div} coef_p Qs[inv[p], :], p = r*div + j, in j
+//     order (k_reduce's accumulate), and dw[p] = <Qs[inv[p]], X[r]>;
+//   plan order (in_sorted: X, dX [M, Kin] in plan order, div 1): block m: dX[m, :] += coef_p Qs[m, :] and
+//     dw[p] = <Qs[m], X[m]>, p = perm[m]: the same operations on the same values, so both orders give the same bits.
+// coef_p = w[p] or 1. Qs fp32, or bf16 on the tensor-core path, where cvmm stores the unreduced input gradients in bf16
+// as autocast's cvmm does and the reference takes dw from those bf16 rows (moeut-spec §4.4). The dX columns are made
+// as k_reduce's threads make them; dw by warps, entry j by warp j mod warps, with k_dw's lane order and warp sum, so
+// with fp32 Q the results are bit-identical to k_reduce's and k_dw's. The block's second read of its rows of Q hits
+// the cache.
+template <class In>
+__device__ __forceinline__ void reduce_dw(float *dX, float *dw, const In *Qs, const float *X, const int32_t *inv,
+                                          const int32_t *perm, const float *w, int div, int Kin, bool plan_order) {
+    const size_t r = blockIdx.x;
+    float *dx = dX + r * Kin;
+    for (int c = threadIdx.x; c < Kin; c += blockDim.x) {
+        float acc = dx[c];
+        for (int j = 0; j < div; j++) {
+            const size_t p = plan_order ? (size_t)perm[r] : r * div + j, q_row = plan_order ? r : (size_t)inv[p];
+            acc += (w ? w[p] : 1.0f) * load_value(&Qs[q_row * Kin + c]);
+        }
+        dx[c] = acc;
+    }
+    if (!dw) return;
+    const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    const float *x = X + r * Kin;
+    for (int j = threadIdx.x / 32; j < div; j += warps) {
+        const size_t p = plan_order ? (size_t)perm[r] : r * div + j, q_row = plan_order ? r : (size_t)inv[p];
+        const In *q = Qs + q_row * Kin;
+        double part = 0;
+        for (int i = lane; i < Kin; i += 32) part += (double)load_value(&q[i]) * x[i];
+        double s = warp_sum_d(part);
+        if (lane == 0) dw[p] = (float)s;
+    }
+}
+__global__ void k_reduce_dw(float *dX, float *dw, const float *Qs, const float *X, const int32_t *inv,
+                            const int32_t *perm, const float *w, int div, int Kin, bool plan_order) {
+    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order);
+}
+__global__ void k_reduce_dw_bf16(float *dX, float *dw, const __nv_bfloat16 *Qs, const float *X, const int32_t *inv,
+                                 const int32_t *perm, const float *w, int div, int Kin, bool plan_order) {
+    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order);
 }
 
 // The row kernels' cost (cuda_common.cuh): the row data they move (what count_traffic reports, reads + writes), the
@@ -297,10 +330,10 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     const bool bf16 = use_bf16(be);
     const int g_div = w ? out_div : 1; // entry p's row of dY
     const bool mma = cvmm_uses_mma(be, bf16);
-    // Q = dY_p @ W[e]^T in plan order [M, Kin]: fp32, or bf16 on the tensor-core path where only dX's reduction reads
-    // it (no gate gradient; X's rows not in plan order): the unreduced input gradients stored in bf16 as the forward
-    // stores its unreduced results, summed in fp32.
-    const bool q_bf16 = mma && dX && !want_dw && !in_sorted;
+    // Q = dY_p @ W[e]^T in plan order [M, Kin]: fp32, or bf16 on the tensor-core path where dX's reduction (with the
+    // gate gradients beside it: k_reduce_dw) reads it (X's rows not in plan order): the unreduced input gradients
+    // stored in bf16 as the forward stores its unreduced results (autocast's cvmm, moeut-spec §4.4), summed in fp32.
+    const bool q_bf16 = mma && dX != nullptr;
     float *Qs = want_Q && !q_bf16
                     ? (float *)cuda_scratch(be, SCRATCH_CVMM_DX_SORTED, (size_t)M * Kin * sizeof(float))
                     : nullptr;
@@ -329,17 +362,25 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     } else {
         backward_on_cublas(be, Qs, dW, dY, X, W, pl, w, in_div, g_div, Kin, Nout, in_sorted, out_sorted, bf16);
     }
-    if (want_dw) { // X's rows where they lie (in plan order when in_sorted, else row p / in_div)
+    if (dX && (want_dw || in_sorted)) { // dX's accumulation and the gate gradients in one pass over Q
+        const int rows = in_sorted ? M : M / in_div, div = in_sorted ? 1 : in_div;
+        const size_t moved = (size_t)M * Kin * (Qs16 ? sizeof(__nv_bfloat16) : sizeof(float)) +
+                             (want_dw ? 3 : 2) * (size_t)rows * Kin * sizeof(float);
+        count_traffic("cvmm_rows", moved);
+        const KernelCost cost = kernel_cost((want_dw ? 4.0 : 2.0) * M * Kin,
+                                            (double)moved + (double)M * (2 * sizeof(int32_t) + 2 * sizeof(float)));
+        float *dw_out = want_dw ? dw : nullptr;
+        if (Qs16)
+            LAUNCH(k_reduce_dw_bf16, (unsigned)rows, 256, 0, cost)(dX, dw_out, Qs16, X, pl->inv, pl->perm, w, div, Kin,
+                                                                  in_sorted);
+        else
+            LAUNCH(k_reduce_dw, (unsigned)rows, 256, 0, cost)(dX, dw_out, Qs, X, pl->inv, pl->perm, w, div, Kin,
+                                                             in_sorted);
+        CHECK_LAUNCH();
+    } else if (want_dw) { // no dX: X's rows where they lie (in plan order when in_sorted, else row p / in_div)
         LAUNCH(k_dw, (unsigned)((M + 7) / 8), 256, 0,
                rows_cost(2.0 * M * Kin, (size_t)M * (2 * (size_t)Kin + 1) * sizeof(float), M, false))(
             dw, Qs, X, pl->inv, M, Kin, in_div, in_sorted ? 1 : 0);
-        CHECK_LAUNCH();
-    }
-    if (dX && in_sorted) {
-        const size_t moved = (size_t)M * Kin * 3 * sizeof(float);
-        count_traffic("cvmm_rows", moved);
-        LAUNCH(k_add_rows, grid_for((size_t)M * Kin, 256), 256, 0, rows_cost(2.0 * M * Kin, moved, M, w != nullptr))(
-            dX, Qs, w, pl->perm, M, Kin);
         CHECK_LAUNCH();
     } else if (dX && Qs16) {
         reduce_rows(dX, Qs16, pl, w, in_div, Kin, true);
