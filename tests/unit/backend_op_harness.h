@@ -52,7 +52,7 @@ static inline double op_threshold(OpCmp cmp, int bf16) {
  * grouped GEMM, so the variables stay set while a variant runs) ---- */
 typedef struct {
     const char *name;
-    const char *env[2][2];        /* {variable, value} pairs; NULL variable ends */
+    const char *env[3][2];        /* {variable, value} pairs; NULL variable ends */
     const char *cvmm_path[2];     /* the expert-GEMM path it must take for fp32 / bf16 operands (NULL: not checked) */
     const char *emu_cvmm_path[2]; /* the same on the CUDA emulator (NULL: as cvmm_path) */
     int emulator_only;            /* uses the emulator's fault injection: skipped (with a line saying so) on a GPU */
@@ -60,19 +60,20 @@ typedef struct {
 
 enum {
     V_DEFAULT, V_ATT_FUSED, V_ATT_GEMM, V_ATT_FLASH, V_ATT_AUTO, V_ATT_GEMM_CHUNK3, V_ATT_GEMM_CHUNK1, V_CVMM_AUTO,
-    V_CVMM_LOOP, V_CVMM_GROUPED, V_CVMM_MMA, V_CVMM_FAULT_BF16, V_CVMM_FAULT_ALL, V_CVMM_FAULT_WRONG, V_CVMM_GROUPED_FAULT_BF16,
-    N_VARIANTS
+    V_CVMM_LOOP, V_CVMM_GROUPED, V_CVMM_MMA, V_CVMM_FAULT_BF16, V_CVMM_FAULT_ALL, V_CVMM_FAULT_WRONG, V_CVMM_FAULT_MMA,
+    V_CVMM_GROUPED_FAULT_BF16, N_VARIANTS
 };
 #define VB(v) (1u << (v))
 #define V_ATT_PATHS (VB(V_ATT_FUSED) | VB(V_ATT_GEMM) | VB(V_ATT_FLASH))
 #define V_CVMM_ALL (VB(V_CVMM_AUTO) | VB(V_CVMM_LOOP) | VB(V_CVMM_GROUPED) | VB(V_CVMM_MMA))
 #define V_CVMM_FAULTS                                                                                              \
-    (VB(V_CVMM_FAULT_BF16) | VB(V_CVMM_FAULT_ALL) | VB(V_CVMM_FAULT_WRONG) | VB(V_CVMM_GROUPED_FAULT_BF16))
+    (VB(V_CVMM_FAULT_BF16) | VB(V_CVMM_FAULT_ALL) | VB(V_CVMM_FAULT_WRONG) | VB(V_CVMM_FAULT_MMA) |                \
+     VB(V_CVMM_GROUPED_FAULT_BF16))
 
 /* auto's cvmm path on a GPU depends on its cuBLAS (either is right); the emulator's cuBLAS computes both operand
  * types in the grouped call, so its probe must choose grouped; with the fault injection, auto must leave the grouped
  * call exactly where it is refused or wrong: for the loop with fp32 operands, for the tensor-core kernels (mma,
- * after their own probe) with bf16 ones. */
+ * after their own probe) with bf16 ones, and for the loop with bf16 ones where that probe fails too. */
 static const CudaVariant cuda_variants[N_VARIANTS] = {
     [V_DEFAULT] = {"default", {{NULL}}, {NULL}, {NULL}, 0},
     [V_ATT_FUSED] = {"attention fused", {{"DMMATH_CUDA_ATTENTION", "fused"}}, {NULL}, {NULL}, 0},
@@ -100,6 +101,13 @@ static const CudaVariant cuda_variants[N_VARIANTS] = {
     [V_CVMM_FAULT_WRONG] = {"cvmm auto, grouped GEMM wrong",
                             {{"DMMATH_CUDA_CVMM", "auto"}, {"CUDA_EMU_GROUPED_GEMM", "wrong"}}, {"loop", "mma"},
                             {NULL}, 1},
+    /* bf16 where cuBLAS refuses the grouped call and the tensor-core kernels fail their probe (the emulator's wmma
+     * made wrong): auto must fall back to the loop */
+    [V_CVMM_FAULT_MMA] = {"cvmm auto, grouped GEMM refuses bf16, wmma wrong",
+                          {{"DMMATH_CUDA_CVMM", "auto"},
+                           {"CUDA_EMU_GROUPED_GEMM", "unsupported-bf16"},
+                           {"CUDA_EMU_WMMA", "wrong"}},
+                          {"grouped", "loop"}, {NULL}, 1},
     /* the forced grouped path where cuBLAS refuses bf16 (as an H100's CUDA 13.0 cuBLAS does): fp32 runs grouped,
      * bf16 is recorded as refused and not run (cuda_backend_ops.c, grouped_refused) */
     [V_CVMM_GROUPED_FAULT_BF16] = {"cvmm grouped, grouped GEMM refuses bf16",

@@ -311,7 +311,7 @@ END_TEST
 static Backend *reference;                     /* the CPU backend */
 static Backend *variant_backend[N_VARIANTS];   /* made on first use, kept until the end */
 static int variant_refused[N_VARIANTS];        /* emulator-only variant on a GPU: said once, not run */
-static char *variant_saved_env[N_VARIANTS][2]; /* the caller's values while a variant runs */
+static char *variant_saved_env[N_VARIANTS][3]; /* the caller's values while a variant runs */
 static int emulator;                           /* the cuda backend is the CUDA emulator */
 static const char *only_op;                    /* --op NAME: run only that op's rows */
 
@@ -324,7 +324,7 @@ static Backend *variant_enter(int v) {
         printf("cuda variant '%s' not run: not on the CUDA emulator (its fault injection is what it uses)\n", cv->name);
         return NULL;
     }
-    for (int i = 0; i < 2 && cv->env[i][0]; i++)
+    for (int i = 0; i < 3 && cv->env[i][0]; i++)
         variant_saved_env[v][i] = cuda_test_swap_env(cv->env[i][0], cv->env[i][1]);
     if (!variant_backend[v]) {
         char err[256];
@@ -369,7 +369,7 @@ static int grouped_refused(int v, Backend *be, int bf16) {
 
 static void variant_leave(int v) {
     const CudaVariant *cv = &cuda_variants[v];
-    for (int i = 0; i < 2 && cv->env[i][0]; i++) {
+    for (int i = 0; i < 3 && cv->env[i][0]; i++) {
         free(cuda_test_swap_env(cv->env[i][0], variant_saved_env[v][i]));
         free(variant_saved_env[v][i]);
         variant_saved_env[v][i] = NULL;

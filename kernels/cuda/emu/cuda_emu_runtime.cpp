@@ -91,6 +91,11 @@ unsigned lane_id(void) {
     return (i.x + block_dim.x * (i.y + block_dim.y * i.z)) % 32;
 }
 
+bool wmma_fault(void) {
+    const char *v = getenv("CUDA_EMU_WMMA");
+    return v && strcmp(v, "wrong") == 0;
+}
+
 static const size_t STACK_BYTES = 256 * 1024;
 // ---- context switching
 // x86-64: a 20-instruction switch that saves the callee-saved registers and the FPU/SSE control words on the old

@@ -11,7 +11,8 @@
 // seen only after a __syncwarp or __syncthreads, as the GPU's memory model promises no more; a missing one gives
 // stale values here, which the op harness then reports against the CPU. mma_sync: D = A B + C with the bf16 products exact and each
 // element's 16 products and C summed in double and rounded once to fp32 (the tensor core's internal order and
-// rounding within one mma are unspecified; the emulated cuBLAS sums in double too).
+// rounding within one mma are unspecified; the emulated cuBLAS sums in double too). Fault injection for auto's probe of
+// the tensor-core kernels: CUDA_EMU_WMMA=wrong adds 1 to D[0, 0] of every mma_sync.
 //
 // Representation: each lane's fragment holds the whole 16 x 16 tile. The element mapping to lanes is unspecified in
 // CUDA, so the emulator picks one: element (i, j) belongs to lane (16 i + j) % 32; mma_sync computes, and
@@ -23,6 +24,7 @@
 
 namespace emu {
 unsigned lane_id(void); // the calling thread's lane in its warp (its linear index in the block % 32)
+bool wmma_fault(void);  // CUDA_EMU_WMMA=wrong: every mma_sync adds 1 to D[0, 0] (a faulty tensor-core kernel's probe)
 }
 
 namespace nvcuda {
@@ -114,6 +116,7 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
             for (int k = 0; k < 16; k++) s += (double)a.tile[i * 16 + k] * b.tile[k * 16 + j];
             d.tile[i * 16 + j] = (float)s;
         }
+    if (detail::owns(0, 0) && emu::wmma_fault()) d.tile[0] += 1.0f; // read at every call: tests switch it per backend
 }
 
 } // namespace wmma
