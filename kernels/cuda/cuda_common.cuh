@@ -128,10 +128,11 @@ enum {
 };
 // matmul (cuda_dense.cu), bf16 mode: an operand converted when it is not part of the registered weights
 enum { SCRATCH_MATMUL_A_BF16 = 8 /* bf16[M, K] */, SCRATCH_MATMUL_B_BF16 = 9 /* bf16[K, N] */ };
-// column_sums, embedding_backward (cuda_dense.cu)
+// bias_backward, layernorm_backward, embedding_backward (cuda_dense.cu)
 enum {
-    SCRATCH_COLSUM_PARTIAL_A = 0, // double[chunks, C]: each row chunk's column sums of dy * xhat (LayerNorm) or dy
-    SCRATCH_COLSUM_PARTIAL_B = 1, // double[chunks, C]: each row chunk's column sums of dy (LayerNorm only)
+    SCRATCH_COLSUM_PARTIAL_A = 0, // double[chunks (+ groups), C]: each row chunk's (then group's) column sums of
+                                  // dy * xhat (LayerNorm) or dy (bias)
+    SCRATCH_COLSUM_PARTIAL_B = 1, // double[chunks + groups, C]: the same of dy (LayerNorm only)
     SCRATCH_EMBED_STAGE = 0,      // int32_t[N + 2U + 1]: perm[N] | start[U + 1] | uniq[U] (U distinct tokens)
 };
 // cross_entropy, sum_squares, all_finite (cuda_loss_optim.cu)
@@ -384,10 +385,6 @@ __device__ __forceinline__ double block_sum_d(double v, double *sh) {
 extern "C" void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Helpers of the ops shared between their files.
-// cuda_dense.cu: column sums over rows in a fixed order: out[c] += sum_n f(n, c) for the two patterns the backend
-// needs.
-void cuda_column_sums(Backend *be, float *out_a, float *out_b, const float *dy, const float *x, const float *mean,
-                      const float *rstd, int N, int C);
 // cuda_attention.cu: Di[B,H,T] = dout . out per row (dout rounded to bf16 in bf16 mode); the backward's D_i for both
 // attention paths.
 void cuda_attention_rowdot(Backend *be, float *Di, const float *dout, const float *out, int B, int T, int H, int D);

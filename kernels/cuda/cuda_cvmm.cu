@@ -370,12 +370,14 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         const KernelCost cost = kernel_cost((want_dw ? 4.0 : 2.0) * M * Kin,
                                             (double)moved + (double)M * (2 * sizeof(int32_t) + 2 * sizeof(float)));
         float *dw_out = want_dw ? dw : nullptr;
+        // a row's columns in whole warps, at most 256 threads (the results' bits do not depend on it)
+        const int threads = Kin >= 256 ? 256 : Kin <= 32 ? 32 : (Kin + 31) / 32 * 32;
         if (Qs16)
-            LAUNCH(k_reduce_dw_bf16, (unsigned)rows, 256, 0, cost)(dX, dw_out, Qs16, X, pl->inv, pl->perm, w, div, Kin,
-                                                                  in_sorted);
+            LAUNCH(k_reduce_dw_bf16, (unsigned)rows, threads, 0, cost)(dX, dw_out, Qs16, X, pl->inv, pl->perm, w, div,
+                                                                      Kin, in_sorted);
         else
-            LAUNCH(k_reduce_dw, (unsigned)rows, 256, 0, cost)(dX, dw_out, Qs, X, pl->inv, pl->perm, w, div, Kin,
-                                                             in_sorted);
+            LAUNCH(k_reduce_dw, (unsigned)rows, threads, 0, cost)(dX, dw_out, Qs, X, pl->inv, pl->perm, w, div, Kin,
+                                                                 in_sorted);
         CHECK_LAUNCH();
     } else if (want_dw) { // no dX: X's rows where they lie (in plan order when in_sorted, else row p / in_div)
         LAUNCH(k_dw, (unsigned)((M + 7) / 8), 256, 0,

@@ -110,30 +110,20 @@ void cuda_relu_backward(Backend *be, scalar_t *dx, const scalar_t *dy, const sca
 
 // ---------------------------------------------------------------- column sums (deterministic)
 // Rows are split into COL_CHUNKS fixed chunks; pass 1 writes per-chunk partial sums (double) of every column,
-// pass 2 adds the chunks in order. mode 0: a = dy.  mode 1: a = dy * (x - mean) * rstd, b = dy.
+// pass 2 adds the chunks in order (k_colsum_final also adds LayerNorm's two gradients, k_ln_bwd_fused below).
 #define COL_CHUNKS 64
 
-__global__ void k_colsum_partial(double *pa, double *pb, const float *dy, const float *x, const float *mean,
-                                 const float *rstd, int N, int C, int rows_per_chunk, int mode) {
+__global__ void k_colsum_partial(double *pa, const float *dy, int N, int C, int rows_per_chunk) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     int chunk = blockIdx.y;
     if (c >= C) return;
     int n0 = chunk * rows_per_chunk, n1 = min(N, n0 + rows_per_chunk);
-    double a = 0, b = 0;
-    for (int n = n0; n < n1; n++) {
-        float g = dy[(size_t)n * C + c];
-        if (mode == 1) {
-            float xh = (x[(size_t)n * C + c] - mean[n]) * rstd[n];
-            a += (double)g * (double)xh;
-            b += g;
-        } else {
-            a += g;
-        }
-    }
+    double a = 0;
+    for (int n = n0; n < n1; n++) a += dy[(size_t)n * C + c];
     pa[(size_t)chunk * C + c] = a;
-    if (pb) pb[(size_t)chunk * C + c] = b;
 }
 
+// out_a[c] += sum_k pa[k, c], out_b[c] += sum_k pb[k, c] (either may be NULL; pb NULL: none), k in order
 __global__ void k_colsum_final(float *out_a, float *out_b, const double *pa, const double *pb, int C, int chunks) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -146,42 +136,29 @@ __global__ void k_colsum_final(float *out_a, float *out_b, const double *pa, con
     if (out_b) out_b[c] += (float)b;
 }
 
-// Pass 1 reads dy (mode 1: also x, and mean and rstd per row) and writes one double per chunk and column (two in
-// mode 1); pass 2 reads those and adds into one or two columns of floats.
-static inline KernelCost colsum_partial_cost(int N, int C, int chunks, int mode) {
-    double cells = (double)N * C, partials = (double)chunks * C * (mode ? 2 : 1);
-    return kernel_cost(cells * (mode ? 5 : 1), cells * (mode ? 2 : 1) * sizeof(float) +
-                                                   (mode ? 2.0 * N * sizeof(float) : 0) + partials * sizeof(double));
-}
-static inline KernelCost colsum_final_cost(int C, int chunks, int mode) {
-    double partials = (double)chunks * C * (mode ? 2 : 1);
-    return kernel_cost(partials, partials * sizeof(double) + (mode ? 4.0 : 2.0) * C * sizeof(float));
+// k_colsum_final's cost for one (n_partials = 1) or two (2) partial arrays of chunks rows: reads them, adds into the
+// outputs.
+static inline KernelCost colsum_final_cost(int C, int chunks, int n_partials) {
+    double partials = (double)chunks * C * n_partials;
+    return kernel_cost(partials, partials * sizeof(double) + 2.0 * n_partials * C * sizeof(float));
 }
 
-// out_a[c] += sum_n a(n,c), out_b[c] += sum_n b(n,c); mode 1 when x != NULL (LayerNorm), else mode 0 (bias).
-void cuda_column_sums(Backend *be, float *out_a, float *out_b, const float *dy, const float *x, const float *mean,
-                      const float *rstd, int N, int C) {
-    cuda_weights_written(be, out_a, (size_t)C * sizeof(float));
-    cuda_weights_written(be, out_b, (size_t)C * sizeof(float));
-    if (N <= 0 || C <= 0 || (!out_a && !out_b)) return;
-    int mode = x ? 1 : 0;
+// dbias[c] += sum_n dy[n, c]: pass 1 reads dy and writes one double per chunk and column, pass 2 adds those.
+void cuda_bias_backward(Backend *be, scalar_t *dbias, const scalar_t *dy, int N, int C) {
+    cuda_weights_written(be, dbias, (size_t)C * sizeof(float));
+    if (N <= 0 || C <= 0 || !dbias) return;
     int chunks = N < COL_CHUNKS ? N : COL_CHUNKS;
     int rows_per_chunk = (N + chunks - 1) / chunks;
     chunks = (N + rows_per_chunk - 1) / rows_per_chunk;
     double *pa = (double *)cuda_scratch(be, SCRATCH_COLSUM_PARTIAL_A, (size_t)chunks * C * sizeof(double));
-    double *pb =
-        mode ? (double *)cuda_scratch(be, SCRATCH_COLSUM_PARTIAL_B, (size_t)chunks * C * sizeof(double)) : nullptr;
-    dim3 grid((C + 127) / 128, chunks);
-    LAUNCH(k_colsum_partial, grid, 128, 0, colsum_partial_cost(N, C, chunks, mode))(pa, pb, dy, x, mean, rstd, N, C,
-                                                                                    rows_per_chunk, mode);
+    const double cells = (double)N * C;
+    LAUNCH(k_colsum_partial, dim3((C + 127) / 128, chunks), 128, 0,
+           kernel_cost(cells, cells * sizeof(float) + (double)chunks * C * sizeof(double)))(pa, dy, N, C,
+                                                                                         rows_per_chunk);
     CHECK_LAUNCH();
-    LAUNCH(k_colsum_final, (C + 127) / 128, 128, 0, colsum_final_cost(C, chunks, mode))(out_a, out_b, pa, pb, C,
-                                                                                        chunks);
+    LAUNCH(k_colsum_final, (C + 127) / 128, 128, 0, colsum_final_cost(C, chunks, 1))(dbias, nullptr, pa, nullptr, C,
+                                                                                     chunks);
     CHECK_LAUNCH();
-}
-
-void cuda_bias_backward(Backend *be, scalar_t *dbias, const scalar_t *dy, int N, int C) {
-    cuda_column_sums(be, dbias, nullptr, dy, nullptr, nullptr, nullptr, N, C);
 }
 
 // ---------------------------------------------------------------- embedding
@@ -312,11 +289,100 @@ __global__ void k_ln_bwd_dx(float *dx, const float *dy, const float *x, const fl
     }
 }
 
+// The backward with the weight and bias gradients in one pass over dy and x: LN_BWD_ROWS rows per block. First each
+// warp makes its rows' two means as k_ln_bwd_dx does; then each thread takes columns and walks the block's rows in
+// order, adding dx with k_ln_bwd_dx's expression (so the same bits) and summing dy * xhat and dy (double, as
+// k_colsum_partial) into the block's partial row of pa and pb; k_colsum_groups and k_colsum_final add the blocks'
+// partials in block order. The second walk over the block's rows (16 x C values of dy and x) reads what its first
+// walk just brought into the cache (k_ln_bwd_dx and a column-sum pass read them twice from memory).
+constexpr int LN_BWD_ROWS = 16, LN_BWD_GROUPS = 64;
+__global__ void k_ln_bwd_fused(float *dx, double *pa, double *pb, const float *dy, const float *x, const float *w,
+                               const float *mean, const float *rstd, int N, int C) {
+    __shared__ double s_mean_dxh[LN_BWD_ROWS], s_mean_dxh_xh[LN_BWD_ROWS];
+    const int n0 = blockIdx.x * LN_BWD_ROWS, rows = min(LN_BWD_ROWS, N - n0), lane = threadIdx.x % 32;
+    if (dx) {
+        for (int i = threadIdx.x / 32; i < rows; i += blockDim.x / 32) {
+            const float *xr = x + (size_t)(n0 + i) * C, *dyr = dy + (size_t)(n0 + i) * C;
+            const float m = mean[n0 + i], r = rstd[n0 + i];
+            double s1 = 0, s2 = 0;
+            for (int c = lane; c < C; c += 32) {
+                double dxh = (double)dyr[c] * (w ? w[c] : 1.0f);
+                double xh = (double)((xr[c] - m) * r);
+                s1 += dxh;
+                s2 += dxh * xh;
+            }
+            const double mean_dxh = warp_sum_d(s1) / C, mean_dxh_xh = warp_sum_d(s2) / C;
+            if (lane == 0) {
+                s_mean_dxh[i] = mean_dxh;
+                s_mean_dxh_xh[i] = mean_dxh_xh;
+            }
+        }
+        __syncthreads();
+    }
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        double a = 0, b = 0;
+        for (int i = 0; i < rows; i++) {
+            const size_t at = (size_t)(n0 + i) * C + c;
+            const float g = dy[at], m = mean[n0 + i], r = rstd[n0 + i], xh = (x[at] - m) * r;
+            if (dx) {
+                double dxh = (double)g * (w ? w[c] : 1.0f);
+                dx[at] += (float)((double)r * (dxh - s_mean_dxh[i] - (double)xh * s_mean_dxh_xh[i]));
+            }
+            a += (double)g * (double)xh;
+            b += g;
+        }
+        pa[(size_t)blockIdx.x * C + c] = a;
+        pb[(size_t)blockIdx.x * C + c] = b;
+    }
+}
+
+// out[g, c] = sum of rows [g * per, (g + 1) * per) of part (in row order), for both partial arrays; grid (C tiles,
+// groups): the first of the two fixed-order passes that add the fused backward's many block partials.
+__global__ void k_colsum_groups(double *out_a, double *out_b, const double *pa, const double *pb, int C, int chunks,
+                                int per) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, g = blockIdx.y;
+    if (c >= C) return;
+    double a = 0, b = 0;
+    for (int k = g * per; k < min(chunks, (g + 1) * per); k++) {
+        a += pa[(size_t)k * C + c];
+        b += pb[(size_t)k * C + c];
+    }
+    out_a[(size_t)g * C + c] = a;
+    out_b[(size_t)g * C + c] = b;
+}
+
 void cuda_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *db, const scalar_t *dy,
                              const scalar_t *x, const scalar_t *w, const scalar_t *mean, const scalar_t *rstd, int N,
                              int C) {
-    cuda_weights_written(be, dx, (size_t)N * C * sizeof(float)); // dw, db: in cuda_column_sums
+    cuda_weights_written(be, dx, (size_t)N * C * sizeof(float)); // dw, db: below
     if (N <= 0) return;
+    float *out_a = (w && dw) ? dw : nullptr; // same rule as the CPU: dw when w and dw are given, db when db is given
+    if ((out_a || db) && C > 0) {
+        cuda_weights_written(be, out_a, (size_t)C * sizeof(float));
+        cuda_weights_written(be, db, (size_t)C * sizeof(float));
+        const int chunks = (N + LN_BWD_ROWS - 1) / LN_BWD_ROWS;
+        const int per = (chunks + LN_BWD_GROUPS - 1) / LN_BWD_GROUPS, groups = (chunks + per - 1) / per;
+        // [chunks, C] block partials, then [groups, C] group sums, of dy * xhat (pa) and dy (pb)
+        const size_t bytes = (size_t)(chunks + groups) * C * sizeof(double);
+        double *pa = (double *)cuda_scratch(be, SCRATCH_COLSUM_PARTIAL_A, bytes);
+        double *pb = (double *)cuda_scratch(be, SCRATCH_COLSUM_PARTIAL_B, bytes);
+        double *ga = pa + (size_t)chunks * C, *gb = pb + (size_t)chunks * C;
+        const double cells = (double)N * C, partials = 2.0 * chunks * C;
+        // dy and x read once (the second walk hits the cache), dx read and written, the row statistics, w, and the
+        // partials written; about 17 operations per element (the two passes of k_ln_bwd_dx and the two sums)
+        LAUNCH(k_ln_bwd_fused, (unsigned)chunks, 256, 0,
+               kernel_cost((dx ? 17.0 : 5.0) * cells,
+                           ((dx ? 4.0 : 2.0) * cells + 2.0 * N + C) * sizeof(float) + partials * sizeof(double)))(
+            dx, pa, pb, dy, x, w, mean, rstd, N, C);
+        CHECK_LAUNCH();
+        LAUNCH(k_colsum_groups, dim3((C + 127) / 128, groups), 128, 0,
+               kernel_cost(partials, (partials + 2.0 * groups * C) * sizeof(double)))(ga, gb, pa, pb, C, chunks, per);
+        CHECK_LAUNCH();
+        LAUNCH(k_colsum_final, (C + 127) / 128, 128, 0, colsum_final_cost(C, groups, 2))(out_a, db, ga, gb, C,
+                                                                                          groups);
+        CHECK_LAUNCH();
+        return;
+    }
     if (dx) {
         // dy and x in, dx read and written (+=); about 12 operations per element (two passes)
         LAUNCH(k_ln_bwd_dx, (N + 7) / 8, 256, 0,
@@ -324,6 +390,4 @@ void cuda_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *
                                                                                         C);
         CHECK_LAUNCH();
     }
-    // same rule as the CPU: dw when w and dw are given, db when db is given
-    cuda_column_sums(be, (w && dw) ? dw : nullptr, db, dy, x, mean, rstd, N, C);
 }

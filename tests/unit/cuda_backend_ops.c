@@ -62,6 +62,8 @@ static const OpCase op_cases[] = {
     {"layernorm_forward", "affine", &drv_layernorm, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
     {"layernorm_forward", "no affine (w, b NULL)", &drv_layernorm, {300, 70}, 0, F_NO_AFFINE, DT_FP32, DEF, 0, 0},
     {"layernorm_backward", "affine", &drv_layernorm, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
+    /* 132 row blocks of the fused backward (the last one of 4 rows) in 44 groups of 3; 300 columns: two per thread */
+    {"layernorm_backward", "affine, many row blocks", &drv_layernorm, {2100, 300}, 0, 0, DT_FP32, DEF, 0, 0},
     {"layernorm_backward", "no affine (w, b, dw, db NULL)", &drv_layernorm, {300, 70}, 0, F_NO_AFFINE, DT_FP32, DEF, 0,
      0},
 
