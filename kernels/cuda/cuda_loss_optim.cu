@@ -69,7 +69,8 @@ void cuda_read_values(Backend *be, double *dst_host, const double *src, size_t n
 }
 
 // ---------------------------------------------------------------- cross-entropy
-// One warp per row. A target outside [-1, V) goes to the device's error record (read with the loss right after).
+// One warp per row. A target outside [-1, V) goes to the device's error record (read with the loss: right after it in
+// cross_entropy, at the step's read_values after cross_entropy_add).
 __global__ void k_ce(float *dlogits, float *losses, double *row_loss, int32_t *status, const float *logits,
                      const int32_t *targets, int N, int V, float grad_scale) {
     long n = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
