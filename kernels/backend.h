@@ -56,6 +56,9 @@ typedef struct {
 /* cvmm's row-order flags (see cvmm_forward). */
 enum { CVMM_ENTRY_ORDER = 0, CVMM_IN_SORTED = 1, CVMM_OUT_SORTED = 2 };
 
+/* The most doubles one read_values call brings back (a training step's sums: loss and regularizers). */
+#define BACKEND_READ_VALUES_MAX 8
+
 typedef struct Backend Backend;
 struct Backend {
     const char *name;      /* "cpu" or "cuda" */
@@ -72,6 +75,10 @@ struct Backend {
     void (*free)(Backend *be, void *p);
     void (*to_device)(Backend *be, void *dst, const void *src_host, size_t bytes);
     void (*to_host)(Backend *be, void *dst_host, const void *src, size_t bytes);
+    /* dst_host[n] = the doubles src[n] of backend memory (n <= BACKEND_READ_VALUES_MAX): a training step's sums
+     * (the *_add ops of kernels/backend_ops.h), read in the one copy that also brings back a device's error record
+     * (one host synchronisation; dies with the message of a bad input found on the device). */
+    void (*read_values)(Backend *be, double *dst_host, const double *src, size_t n);
     void (*copy)(Backend *be, void *dst, const void *src, size_t bytes); /* device to device */
     void (*zero)(Backend *be, void *p, size_t bytes);
     void (*synchronize)(Backend *be);

@@ -167,8 +167,8 @@ BACKEND_OP(void, expert_choice_gates_backward, (Backend *be, scalar_t *dlogits, 
  * [0, n_experts): perm/inv/offset are the stable counting sort of the entries by expert (sorted position m holds
  * entry perm[m]; expert e's entries are the sorted positions [offset[e], offset[e+1]), in entry order), and the
  * non-empty experts in increasing order. An id outside [0, n_experts) dies naming the first such entry (a backend
- * that finds it on its device may die at its next wait instead: CUDA's loss or gradient-norm read, to_host or
- * synchronize; the plan's reads stay in bounds until then). One
+ * that finds it on its device may die at its next wait instead: CUDA's read_values, a value an op returns, to_host
+ * or synchronize; the plan's reads stay in bounds until then). One
  * routing decision (e.g. the FFN's sel[N,K]) is planned once per forward and its plan serves the forward's and
  * the backward's cvmm calls of that decision (route once, sort once: ScatterMoE, MegaBlocks). */
 BACKEND_OP(void, routing_plan, (Backend *be, RoutingPlan *plan, const int32_t *sel, int M, int n_experts))
@@ -212,6 +212,23 @@ BACKEND_OP(void, cvmm_backward, (Backend *be, scalar_t *dX, scalar_t *dW, scalar
  * returns only H [B,G]). */
 BACKEND_OP(double, entropy_reg, (Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R,
                                  int B, int T, int G, int E, scalar_t coef))
+
+/* ---- the values of a training step, kept on the device ----
+ * Each *_add op is its namesake above with the value, instead of returned, added to *sum: one double of backend
+ * memory, in call order (a sum over calls is made in the order the host would have made it). A backend with a device
+ * reads nothing back for them; the caller reads its sums once per step with read_values (kernels/backend.h), the
+ * host synchronisation that also brings back the device's error record. */
+BACKEND_OP(void, entropy_reg_add, (Backend *be, double *sum, scalar_t *dlogits, const scalar_t *logits,
+                                   const uint8_t *valid, int R, int B, int T, int G, int E, scalar_t coef))
+BACKEND_OP(void, switch_balance_add, (Backend *be, double *sum, scalar_t *dlogits, const scalar_t *logits,
+                                      const int32_t *sel, const uint8_t *valid, int B, int T, int G, int E, int k,
+                                      scalar_t coef))
+BACKEND_OP(void, seq_balance_add, (Backend *be, double *sum, scalar_t *dlogits, const scalar_t *logits,
+                                   const int32_t *sel, const uint8_t *valid, int B, int T, int E, int k,
+                                   RouterKind kind, scalar_t coef))
+BACKEND_OP(void, cross_entropy_add, (Backend *be, double *sum, scalar_t *dlogits, scalar_t *losses,
+                                     const scalar_t *logits, const int32_t *targets, int N, int V,
+                                     scalar_t grad_scale))
 
 /* ---- cross-entropy ----
  * logits[N,V], targets[N] with -1 = not counted. Returns sum over counted rows of -log softmax[target].

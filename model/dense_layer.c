@@ -199,10 +199,10 @@ static void dense_forward_train(Model *m, int app, const scalar_t *h_in, scalar_
     ffn_forward(m, p, h_out, xn, u, s->s_ff, N);
 }
 
-static void dense_regularizers(Model *m, double grad_scale, StepStats *stats) { /* no router: nothing to add */
+static void dense_regularizers(Model *m, double grad_scale, double *sums) { /* no router: nothing to add */
     (void)m;
     (void)grad_scale;
-    (void)stats;
+    (void)sums;
 }
 
 /* ---- backward ---- */

@@ -206,6 +206,7 @@ static void plan_wrapper(Model *m, ActivationPlan *p, int n_train, int n_eval) {
     plan_scalars(p, &m->logits, nmax * V);          /* [N, V] */
     /* training */
     plan_int32(p, &m->targets_dev, nt);             /* [N] */
+    plan_add(p, (void **)&m->step_sums, STEP_SUMS * sizeof(double)); /* [STEP_SUMS] */
     plan_scalars(p, &m->resid, (L + 1) * nt * C);   /* [L+1, N, C] */
     plan_scalars(p, &m->dresid_a, nt * C);          /* [N, C] */
     plan_scalars(p, &m->dresid_b, nt * C);          /* [N, C] */
@@ -369,16 +370,14 @@ void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, c
     head_forward(m, m->logits, hL, N); // final_norm, norm_mean, norm_rstd are kept for the backward
     if (logits_out) download_as_float(be, logits_out, m->logits, (size_t)N * V);
 
-    // ---- loss: per-micro-batch mean CE over counted targets; dlogits overwrites logits in place ----
-    StepStats st;
-    memset(&st, 0, sizeof st);
-    st.n_counted = n_counted;
+    // ---- loss: per-micro-batch mean CE over counted targets; dlogits overwrites logits in place. The loss and the
+    // regularizers are summed on the backend and read once, after the backward is queued (one host wait). ----
+    be->zero(be, m->step_sums, STEP_SUMS * sizeof(double));
     if (n_counted > 0) {
-        st.ce_sum = be->cross_entropy(be, m->logits, NULL, m->logits, m->targets_dev, N, V,
-                                      (scalar_t)(grad_scale / (double)n_counted));
+        be->cross_entropy_add(be, m->step_sums + STEP_SUM_CE, m->logits, NULL, m->logits, m->targets_dev, N, V,
+                              (scalar_t)(grad_scale / (double)n_counted));
     }
-    model_layers_regularizers(m, grad_scale, &st);
-    if (stats) *stats = st;
+    model_layers_regularizers(m, grad_scale, m->step_sums);
 
     // ---- backward: head, out_norm, layers in reverse, embedding ----
     scalar_t *dcur = m->dresid_a, *dnext = m->dresid_b;
@@ -402,5 +401,17 @@ void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, c
         dnext = t;
     }
     be->embedding_backward(be, m->grads + m->off_embedding, dcur, m->tokens_dev, N, C);
+
+    // ---- the step's one read: its sums, with the device's error record (a bad target or expert id dies here) ----
+    double sums[STEP_SUMS];
+    be->read_values(be, sums, m->step_sums, STEP_SUMS);
+    StepStats st;
+    memset(&st, 0, sizeof st);
+    st.n_counted = n_counted;
+    st.ce_sum = sums[STEP_SUM_CE];
+    st.reg_ffn = sums[STEP_SUM_REG_FFN];
+    st.reg_att = sums[STEP_SUM_REG_ATT];
+    st.reg_seq = sums[STEP_SUM_REG_SEQ];
+    if (stats) *stats = st;
     m->arena_busy--;
 }

@@ -37,6 +37,10 @@ struct KVCache {
 
 /* The layer kinds a model is made of; every application of the model is one of them (model->apps). */
 typedef enum { LAYER_DENSE = 0, LAYER_MOEUT = 1, LAYER_MOE = 2 } LayerKind;
+
+/* The values of a training micro-batch the ops add up on the backend (Model.step_sums, the *_add ops of
+ * kernels/backend_ops.h), read back once after its backward (read_values) into StepStats's fields of the same name. */
+typedef enum { STEP_SUM_CE = 0, STEP_SUM_REG_FFN, STEP_SUM_REG_ATT, STEP_SUM_REG_SEQ, STEP_SUMS } StepSum;
 #define N_LAYER_KINDS 3
 
 /* One layer application a = 0..n_layers-1: which kind, which of that kind's distinct layers (its parameters), how
@@ -82,9 +86,10 @@ typedef struct LayerImpl {
      * application's backward (model_train_step keeps every application's input in its residual stream), so an
      * implementation keeps the pointer rather than a copy. */
     void (*forward_train)(Model *m, int app, const scalar_t *h_in, scalar_t *h_out);
-    /* After all forwards and before any backward: ADDS the regularizers to stats (unscaled values summed over
-     * distinct modules) and keeps their logit gradients (scaled by coef * grad_scale) for backward. Dense: nothing. */
-    void (*regularizers)(Model *m, double grad_scale, StepStats *stats);
+    /* After all forwards and before any backward: ADDS the regularizers to sums[STEP_SUM_REG_*] (backend memory, the
+     * *_add ops: unscaled values summed over distinct modules, read once after the backward) and keeps their logit
+     * gradients (scaled by coef * grad_scale) for backward. Dense: nothing. */
+    void (*regularizers)(Model *m, double grad_scale, double *sums);
     /* Backward of application `app`: dh_in = d(objective)/d(h_in) (overwrite), parameter gradients accumulate
      * into model_grads. Called in reverse application order. */
     void (*backward)(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in);
@@ -155,6 +160,7 @@ struct Model {
     scalar_t *logits;               /* [N, V]                               both paths (dlogits in place in training) */
     int32_t *tokens_dev;            /* [N]                                  both paths */
     int32_t *targets_dev;           /* [N]                                  training */
+    double *step_sums;              /* [STEP_SUMS] a micro-batch's sums on the backend (StepSum)  training */
     scalar_t *resid;                /* [(L+1), N, C] residual stream of a training step: h_0 .. h_L */
     scalar_t *dresid_a, *dresid_b;  /* [N, C]                               training backward */
     scalar_t *eval_h;               /* [N, C] residual stream of model_forward_eval and model_decode */
@@ -178,9 +184,9 @@ static inline void model_layers_train_begin(Model *m, int B, int T, const int32_
     for (int k = 0; k < N_LAYER_KINDS; k++)
         if (m->impls[k]) m->impls[k]->train_begin(m, B, T, tokens, valid);
 }
-static inline void model_layers_regularizers(Model *m, double grad_scale, StepStats *stats) {
+static inline void model_layers_regularizers(Model *m, double grad_scale, double *sums) {
     for (int k = 0; k < N_LAYER_KINDS; k++)
-        if (m->impls[k]) m->impls[k]->regularizers(m, grad_scale, stats);
+        if (m->impls[k]) m->impls[k]->regularizers(m, grad_scale, sums);
 }
 /* The applications with an FFN router (MoEUT's or arch "moe"'s; a model has one kind of them): the routing counts'. */
 static inline int model_n_routed_apps(const Model *m) { return m->n_apps_of[LAYER_MOEUT] + m->n_apps_of[LAYER_MOE]; }

@@ -163,22 +163,21 @@ MoeAppCache *moe_check_step(Model *m, const char *what, int app) {
 
 /* balance "switch": one Switch loss per MoE layer (each Switch layer adds its own; Fedus et al. 2021 eq. 4), summed
  * into reg_ffn; its gradient (times balance_alpha * grad_scale) waits in dreg for the backward. "none": 0. */
-static void moe_regularizers(Model *m, double grad_scale, StepStats *stats) {
+static void moe_regularizers(Model *m, double grad_scale, double *sums) {
     MoeState *st = moe_state(m);
     const ModelConfig *c = &m->cfg;
     moe_check_step(m, "regularizers", c->n_layers - 1); /* the last application is always a MoE one */
     const int N = st->B * st->T, E = c->ff_n_experts;
     const scalar_t coef = (scalar_t)(model_config_ffn_balance_coef(c) * grad_scale);
     const uint8_t *valid = st->have_valid ? st->valid_dev : NULL;
-    double reg = 0.0;
     for (int a = 0; a < st->n_moe; a++) {
         MoeAppCache *ac = &st->apps[a];
         if (c->balance == BALANCE_SWITCH)
-            reg += m->be->switch_balance(m->be, ac->dreg, ac->l, ac->sel, valid, st->B, st->T, 1, E, c->ff_k, coef);
+            m->be->switch_balance_add(m->be, sums + STEP_SUM_REG_FFN, ac->dreg, ac->l, ac->sel, valid, st->B, st->T,
+                                      1, E, c->ff_k, coef);
         else
             m->be->zero(m->be, ac->dreg, (size_t)N * E * sizeof(scalar_t));
     }
-    if (stats) stats->reg_ffn += reg;
     st->reg_ready = 1;
 }
 

@@ -160,8 +160,8 @@ void moeut_residual_forward(Model *m, const MoeutLayerOffsets *P, int N, const s
 void moeut_residual_backward(Model *m, const MoeutLayerOffsets *P, int N, const scalar_t *x1, const scalar_t *A,
                              const scalar_t *df, scalar_t *dx1, scalar_t *dU);
 /* moeut_reg.c */
-void moeut_regularizers(Model *m, double grad_scale, StepStats *stats);
-double moeut_seq_balance(Model *m, double grad_scale); /* moeut_seq_balance.c: adds to dreg_f, returns the value */
+void moeut_regularizers(Model *m, double grad_scale, double *sums);
+void moeut_seq_balance(Model *m, double grad_scale, double *sum); /* moeut_seq_balance.c: adds to dreg_f and *sum */
 /* Expert-dropout mask for `rows` routing groups of E experts: each entry is dropped (1) with probability p, drawn
  * from rng in row-major order. A row that would keep fewer than k experts gets randomly chosen dropped entries
  * re-enabled (uniformly, from the same rng) until exactly k remain, so top-k always has k candidates. */

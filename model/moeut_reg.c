@@ -5,9 +5,9 @@
 #include "pipeline/base/log.h"
 
 /* For every distinct layer, one history per router: FFN [R,B,T,1,E], attention v and o [R,B,T,H,EA] (each head its
- * own distribution). The backend op returns the unscaled value and writes coef * d(value)/d(logits), which
- * backward() adds to the router-logit gradients of each application. */
-void moeut_regularizers(Model *m, double grad_scale, StepStats *stats) {
+ * own distribution). The backend op adds the unscaled value to its sum (sums[STEP_SUM_REG_*], backend memory) and
+ * writes coef * d(value)/d(logits), which backward() adds to the router-logit gradients of each application. */
+void moeut_regularizers(Model *m, double grad_scale, double *sums) {
     MoeutState *st = moeut_state(m);
     const ModelConfig *c = &m->cfg;
     Backend *be = m->be;
@@ -17,34 +17,28 @@ void moeut_regularizers(Model *m, double grad_scale, StepStats *stats) {
     const scalar_t coef_ffn = (scalar_t)(model_config_ffn_balance_coef(c) * grad_scale);
     const int N = st->B * st->T, Gs = c->group_size;
     const scalar_t coef_att = (scalar_t)(c->att_entropy_reg * grad_scale);
-    double reg_ffn = 0.0, reg_att = 0.0;
+    double *reg_ffn = sums + STEP_SUM_REG_FFN, *reg_att = sums + STEP_SUM_REG_ATT;
     for (int i = 0; i < c->group_size; i++) {
         const int E = model_config_ff_experts(c, i); /* E_l */
         const size_t NE = (size_t)N * E;
         switch (c->balance) {
         case BALANCE_ENTROPY:
-            reg_ffn += be->entropy_reg(be, st->dreg_f[i], st->hist_f[i], valid, R, st->B, st->T, 1, E, coef_ffn);
+            be->entropy_reg_add(be, reg_ffn, st->dreg_f[i], st->hist_f[i], valid, R, st->B, st->T, 1, E, coef_ffn);
             break;
         case BALANCE_SWITCH: /* one Switch loss per application, as each Switch layer adds its own */
             for (int r = 0; r < R; r++)
-                reg_ffn += be->switch_balance(be, st->dreg_f[i] + (size_t)r * NE, st->hist_f[i] + (size_t)r * NE,
-                                              st->apps[r * Gs + i].sel_f, valid, st->B, st->T, 1, E, c->ff_k,
-                                              coef_ffn);
+                be->switch_balance_add(be, reg_ffn, st->dreg_f[i] + (size_t)r * NE, st->hist_f[i] + (size_t)r * NE,
+                                       st->apps[r * Gs + i].sel_f, valid, st->B, st->T, 1, E, c->ff_k, coef_ffn);
             break;
         case BALANCE_NONE:
         case BALANCE_BIAS: /* no loss term: the bias balances by selection (moeut_bias.c) */
             be->zero(be, st->dreg_f[i], (size_t)R * NE * sizeof(scalar_t));
             break;
         }
-        reg_att += be->entropy_reg(be, st->dreg_v[i], st->hist_v[i], valid, R, st->B, st->T, H, EA, coef_att);
-        reg_att += be->entropy_reg(be, st->dreg_o[i], st->hist_o[i], valid, R, st->B, st->T, H, EA, coef_att);
+        be->entropy_reg_add(be, reg_att, st->dreg_v[i], st->hist_v[i], valid, R, st->B, st->T, H, EA, coef_att);
+        be->entropy_reg_add(be, reg_att, st->dreg_o[i], st->hist_o[i], valid, R, st->B, st->T, H, EA, coef_att);
     }
-    const double reg_seq = moeut_seq_balance(m, grad_scale); /* model.seq_balance_alpha: beside the above */
-    if (stats) {
-        stats->reg_ffn += reg_ffn;
-        stats->reg_att += reg_att;
-        stats->reg_seq += reg_seq;
-    }
+    moeut_seq_balance(m, grad_scale, sums + STEP_SUM_REG_SEQ); /* model.seq_balance_alpha: beside the above */
     st->reg_ready = 1;
 }
 

@@ -34,6 +34,11 @@ static void cpu_copy(Backend *be, void *dst, const void *src, size_t bytes) {
 static void cpu_zero(Backend *be, void *p, size_t bytes) {
     if (bytes) memset(p, 0, bytes);
 }
+static void cpu_read_values(Backend *be, double *dst_host, const double *src, size_t n) {
+    (void)be;
+    if (n > BACKEND_READ_VALUES_MAX) die("read_values: %zu values, at most %d", n, BACKEND_READ_VALUES_MAX);
+    memcpy(dst_host, src, n * sizeof *src);
+}
 static void cpu_synchronize(Backend *be) {}
 
 void *cpu_scratch(Backend *be, int slot, size_t bytes) {
@@ -98,6 +103,7 @@ Backend *backend_cpu_create(void) {
     be->free = cpu_free;
     be->to_device = cpu_to_device;
     be->to_host = cpu_to_host;
+    be->read_values = cpu_read_values;
     be->copy = cpu_copy;
     be->zero = cpu_zero;
     be->synchronize = cpu_synchronize;

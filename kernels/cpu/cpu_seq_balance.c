@@ -35,14 +35,14 @@ double cpu_seq_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, c
     const size_t BE = (size_t)B * E;
     double *f = xcalloc(BE ? BE : 1, sizeof(double)), *P = xcalloc(BE ? BE : 1, sizeof(double));
     double *factor = xcalloc(B ? (size_t)B : 1, sizeof(double));
-    long *n = xcalloc(B ? (size_t)B : 1, sizeof(long));
+    double *n = xcalloc(B ? (size_t)B : 1, sizeof(double)); /* counted positions per sequence (exact) */
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < B; b++) {
         double *s = xmalloc((size_t)E * sizeof(double));
         for (int t = 0; t < T; t++) {
             const size_t row = (size_t)b * T + t;
             if (valid && !valid[row]) continue;
-            n[b]++;
+            n[b] += 1;
             for (int j = 0; j < k; j++) {
                 int e = sel[row * k + j];
                 if (e < 0 || e >= E) die("seq_balance: expert id %d is not in [0, %d)", e, E);

@@ -18,12 +18,32 @@ static void cu_free(Backend *be, void *p) {
     cuda_weights_freed(be, p);
     if (p) CHECK_CUDA(cudaFree(p));
 }
+// A cudaMemcpy from pageable host memory waits for all the work queued before it (a host synchronisation per upload:
+// a step's tokens, targets and masks). An upload that fits into what is left of the pinned upload stage is copied
+// there and queued with cudaMemcpyAsync instead, as llm.c uploads its batches; the stage's bytes are not reused
+// before the host has waited for the device (cuda_host_waited), when every copy queued from them is done. One that
+// does not fit (weights, checkpoints) is a plain cudaMemcpy, itself such a wait.
 static void cu_to_device(Backend *be, void *dst, const void *src_host, size_t bytes) {
     cuda_weights_written(be, dst, bytes);
-    if (bytes) CHECK_CUDA(cudaMemcpy(dst, src_host, bytes, cudaMemcpyHostToDevice));
+    if (!bytes) return;
+    CudaImpl *im = cuda_impl(be);
+    if (bytes <= CUDA_UPLOAD_STAGE_BYTES - im->upload_used) {
+        if (!im->upload_stage) CHECK_CUDA(cudaMallocHost(&im->upload_stage, CUDA_UPLOAD_STAGE_BYTES));
+        char *stage = (char *)im->upload_stage + im->upload_used;
+        memcpy(stage, src_host, bytes);
+        CHECK_CUDA(cudaMemcpyAsync(dst, stage, bytes, cudaMemcpyHostToDevice, 0));
+        im->upload_used += (bytes + 255) / 256 * 256; // the next upload starts aligned
+        if (im->upload_used > CUDA_UPLOAD_STAGE_BYTES) im->upload_used = CUDA_UPLOAD_STAGE_BYTES;
+        return;
+    }
+    CHECK_CUDA(cudaMemcpy(dst, src_host, bytes, cudaMemcpyHostToDevice));
+    cuda_host_waited(be);
 }
 static void cu_to_host(Backend *be, void *dst_host, const void *src, size_t bytes) {
-    if (bytes) CHECK_CUDA(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDeviceToHost));
+    if (bytes) {
+        CHECK_CUDA(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDeviceToHost));
+        cuda_host_waited(be);
+    }
     cuda_device_status_check(be); // the device is idle now: a bad input found there stops the run here
 }
 static void cu_copy(Backend *be, void *dst, const void *src, size_t bytes) {
@@ -36,6 +56,7 @@ static void cu_zero(Backend *be, void *p, size_t bytes) {
 }
 static void cu_synchronize(Backend *be) {
     CHECK_CUDA(cudaDeviceSynchronize());
+    cuda_host_waited(be);
     cuda_device_status_check(be);
 }
 
@@ -85,6 +106,7 @@ static void cu_destroy(Backend *be) {
             if (im->dev[i]) cudaFree(im->dev[i]);
         for (int i = 0; i < CUDA_HOST_SCRATCH_BUFFERS; i++)
             if (im->host[i]) cudaFreeHost(im->host[i]);
+        if (im->upload_stage) cudaFreeHost(im->upload_stage);
         if (im->rope_inv_freq) cudaFree(im->rope_inv_freq);
         if (im->readback) cudaFree(im->readback);
         if (im->weights16) cudaFree(im->weights16);
@@ -169,7 +191,8 @@ template <const char *Name, class R, class... A, R (*F)(A...)> struct Labelled<N
 #include "kernels/backend_ops.h"
 #undef BACKEND_OP
 static constexpr char label_alloc[] = "alloc", label_free[] = "free", label_to_device[] = "to_device",
-                      label_to_host[] = "to_host", label_copy[] = "copy", label_zero[] = "zero",
+                      label_to_host[] = "to_host", label_read_values[] = "read_values", label_copy[] = "copy",
+                      label_zero[] = "zero",
                       label_synchronize[] = "synchronize", label_register_weights[] = "register_weights",
                       label_routing_plan_to_host[] = "routing_plan_to_host";
 #define TABLE_ENTRY(name, fn) (&Labelled<label_##name, fn>::call)
@@ -250,6 +273,7 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     be->free = TABLE_ENTRY(free, cu_free);
     be->to_device = TABLE_ENTRY(to_device, cu_to_device);
     be->to_host = TABLE_ENTRY(to_host, cu_to_host);
+    be->read_values = TABLE_ENTRY(read_values, cuda_read_values);
     be->copy = TABLE_ENTRY(copy, cu_copy);
     be->zero = TABLE_ENTRY(zero, cu_zero);
     be->synchronize = TABLE_ENTRY(synchronize, cu_synchronize);

@@ -91,7 +91,7 @@ static inline double causal_pairs(int Tq, int Tk) { return (double)Tq * (Tk - Tq
 // op's, and nothing in a buffer outlives the op call that filled it). Each op names the buffers it uses after what
 // they hold, below: the names one op uses are different buffers (alive at the same time), names of different ops may
 // be the same buffer. A helper that runs inside other ops has a buffer those ops do not use.
-enum { CUDA_SCRATCH_BUFFERS = 10, CUDA_HOST_SCRATCH_BUFFERS = 3 };
+enum { CUDA_SCRATCH_BUFFERS = 10, CUDA_HOST_SCRATCH_BUFFERS = 1 };
 
 // Device buffers. Helpers inside other ops:
 enum {
@@ -128,12 +128,11 @@ enum {
 };
 // matmul (cuda_dense.cu), bf16 mode: an operand converted when it is not part of the registered weights
 enum { SCRATCH_MATMUL_A_BF16 = 8 /* bf16[M, K] */, SCRATCH_MATMUL_B_BF16 = 9 /* bf16[K, N] */ };
-// bias_backward, layernorm_backward, embedding_backward (cuda_dense.cu)
+// bias_backward, layernorm_backward (cuda_dense.cu)
 enum {
     SCRATCH_COLSUM_PARTIAL_A = 0, // double[chunks (+ groups), C]: each row chunk's (then group's) column sums of
                                   // dy * xhat (LayerNorm) or dy (bias)
     SCRATCH_COLSUM_PARTIAL_B = 1, // double[chunks + groups, C]: the same of dy (LayerNorm only)
-    SCRATCH_EMBED_STAGE = 0,      // int32_t[N + 2U + 1]: perm[N] | start[U + 1] | uniq[U] (U distinct tokens)
 };
 // cross_entropy, sum_squares, all_finite (cuda_loss_optim.cu)
 enum {
@@ -158,12 +157,12 @@ enum {
 };
 // entropy_reg, switch_balance (cuda_routing.cu)
 enum {
-    SCRATCH_EREG_STATS = 0,    // double[B, G] | double[B]: entropy of the mean softmax | R * valid positions of each
-                               // sequence (read back in one copy)
+    SCRATCH_EREG_STATS = 0,    // double[B, G] | double[B] | double[1]: entropy of the mean softmax | R * valid
+                               // positions of each sequence | the gradient's factor (k_entropy_value; on the device)
     SCRATCH_BALANCE_LSE = 1,   // double[rows]: log-sum-exp of each routing logit row (both ops)
     SCRATCH_EREG_LOG_PBAR = 2, // double[B, G, E]: log of the mean routing softmax per sequence and group
-    SCRATCH_SWB_STATS = 2,     // double[G, E] | double[G, E] | double[1]: load counts f (then the load fraction) |
-                               // probability sums P | valid positions n (read back in one copy)
+    SCRATCH_SWB_STATS = 2,     // double[G, E] | double[G, E] | double[2]: load counts f (then the load fraction) |
+                               // probability sums P | valid positions n | the gradient's factor (on the device)
     SCRATCH_EREG_PARTIAL = 4,  // double[chunks, B, G, E]: each chunk's softmax sums (k_pbar_part)
     SCRATCH_SWB_LOAD_PARTIAL = 4, // double[chunks, G, E]: each chunk's load counts (k_switch_stats_part)
     SCRATCH_SWB_PROB_PARTIAL = 5, // double[chunks, G, E]: each chunk's probability sums
@@ -187,9 +186,7 @@ void balance_valid_counts(double *cnt, const uint8_t *valid, int B, long T, doub
 
 // Pinned host buffers.
 enum {
-    HOST_SCRATCH_EMBED_TOKENS = 0,  // int32_t[N]: token ids read back (embedding_backward)
-    HOST_SCRATCH_EMBED_STAGE = 1,   // int32_t[3N + 2]: perm | start | uniq staged for the upload
-    HOST_SCRATCH_ROPE_INV_FREQ = 2, // float[n_rot / 2]: RoPE inverse frequencies staged for the upload
+    HOST_SCRATCH_ROPE_INV_FREQ = 0, // float[n_rot / 2]: RoPE inverse frequencies staged for the upload
 };
 
 // Implementation choices with more than one kernel path (environment variables read once at backend creation, so
@@ -222,6 +219,10 @@ struct CudaImpl {
     float *rope_inv_freq;
     int rope_half;
     float rope_base;
+    // The pinned upload stage (cu_to_device, cuda_backend.cu): allocated on first use; upload_used: its bytes holding
+    // uploads queued since the host last waited for the device.
+    void *upload_stage;
+    size_t upload_used;
     // The block the host reads values and the device's error record from (cuda_device_status.cu): allocated on first
     // use; status_unread: a kernel launched since the last read may have written the record.
     struct DeviceReadback *readback;
@@ -236,6 +237,12 @@ struct CudaImpl {
 
 static inline CudaImpl *cuda_impl(Backend *be) { return (CudaImpl *)be->impl; }
 static inline bool use_bf16(const Backend *be) { return be->precision == PRECISION_BF16; }
+
+// The pinned upload stage's size: a micro-batch's token ids, targets and masks many times over.
+enum : size_t { CUDA_UPLOAD_STAGE_BYTES = (size_t)4 << 20 };
+// Called where the host has waited for all work queued so far (a synchronous copy, cudaDeviceSynchronize): the
+// uploads staged before are done, so the upload stage is free again.
+static inline void cuda_host_waited(Backend *be) { cuda_impl(be)->upload_used = 0; }
 
 // Scratch buffer `slot` (one of the names above) holding at least `bytes`, grown on demand (contents undefined).
 void *cuda_scratch(Backend *be, int slot, size_t bytes);
@@ -273,7 +280,7 @@ static inline void count_traffic(const char *kind, size_t bytes) {
 #endif
 }
 
-// ---- stable sorts on the device (cuda_key_sort.cu), for capacity_drop and expert_choice_select ----
+// ---- stable sorts on the device (cuda_key_sort.cu), for capacity_drop, expert_choice_select, embedding_backward ----
 // The routing plan's stable counting sort used as radix passes: entries 0..M-1, in the order cur (cur[m] = the entry
 // at position m), re-sorted stably by one bucket per entry per pass, with nothing read back to the host between
 // passes. Integer work only: exact and run-to-run identical.
@@ -305,16 +312,19 @@ void cuda_routing_plan_on_device(Backend *be, RoutingPlan *pl, const int32_t *id
 // ---- the device's error record (cuda_device_status.cu) ----
 // A kernel that finds a bad input (an expert id outside [0, E), a target outside [-1, V)) writes it here, the first
 // record winning, instead of the host reading a flag back after each call (one synchronisation each). The host reads
-// the record with the next value it reads anyway (cuda_sum_doubles: the loss, the gradient norm), at to_host and
-// synchronize, and where it copies a plan's offsets, and dies there with the message of the op that found it.
+// the record with the next value it reads anyway (read_values: a training step's sums; cuda_readback_value: a value
+// an op returns, the gradient norm), at to_host and synchronize, and where it copies a plan's offsets, and dies there
+// with the message of the op that found it.
 enum {
     DEVICE_STATUS_OK = 0,
     DEVICE_STATUS_PLAN_BAD_ID = 1,     // routing_plan: a = the id, b = its entry, c = E
     DEVICE_STATUS_XENT_BAD_TARGET = 2, // cross_entropy: a = V
     DEVICE_STATUS_CAPACITY_BAD_ID = 3, // capacity_drop: a = the id, b = its entry in the last sort pass, c = E
+    DEVICE_STATUS_EMBED_BAD_TOKEN = 4, // embedding_backward: a = a negative token id, b = a position holding it
 };
 struct DeviceReadback { // device memory, copied back in one piece
-    double value;       // cuda_sum_doubles' result
+    double value;       // the value an op returns (cuda_sum_doubles, entropy_reg, ...)
+    double values[BACKEND_READ_VALUES_MAX]; // read_values' values
     int32_t status[4];  // code, a, b, c
 };
 // Writers store only if nothing is recorded yet; concurrent writers of one kernel store the same values.
@@ -408,5 +418,12 @@ void cuda_attention_flash_backward(Backend *be, scalar_t *dq, scalar_t *dk, scal
 // cuda_loss_optim.cu: sums n doubles on the device in a fixed order and returns the result on the host
 // (synchronises; the device's error record comes back in the same copy and is checked).
 double cuda_sum_doubles(Backend *be, const double *x, size_t n);
+// *out (device memory) = the fixed-order sum of x[n], or += it with add: queued, nothing read back.
+void cuda_sum_doubles_to(Backend *be, double *out, const double *x, size_t n, bool add);
+// Reads the readback block in one copy (the host waits), dies if the device's error record is set, and returns its
+// value (dry_value on the emulator's dry run, where nothing ran).
+double cuda_readback_value(Backend *be, double dry_value);
+// Backend.read_values (kernels/backend.h).
+void cuda_read_values(Backend *be, double *dst_host, const double *src, size_t n);
 
 #endif

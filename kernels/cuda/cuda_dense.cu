@@ -177,53 +177,52 @@ void cuda_embedding_forward(Backend *be, scalar_t *h, const int32_t *tokens, con
     CHECK_LAUNCH();
 }
 
-// One block row per distinct token: dtable[tok] += dh[n] for its positions n in increasing order (as on the CPU).
-__global__ void k_embed_bwd(float *dtable, const float *dh, const int32_t *perm, const int32_t *start,
-                            const int32_t *uniq, int C) {
-    int u = blockIdx.x; // distinct tokens on x (no 65535 limit), column chunks on y
-    int c = blockIdx.y * blockDim.x + threadIdx.x;
+// key[n] = the token id of position n as an unsigned number (a negative id sorts after every valid one).
+__global__ void k_embed_keys(uint64_t *key, const int32_t *tokens, int N) {
+    for (int n = blockIdx.x * blockDim.x + threadIdx.x; n < N; n += gridDim.x * blockDim.x)
+        key[n] = (uint32_t)tokens[n];
+}
+
+// One block per sorted position m, one thread per column: the block of the first position of each token's run adds
+// dh of the run's positions to dtable[tok] in increasing position order (the sort is stable), as the CPU does; the
+// others return at once. A negative id (the runs at the end) goes to the device's error record: its first run's
+// first position is the one writer.
+__global__ void k_embed_bwd(float *dtable, int32_t *status, const float *dh, const int32_t *order,
+                            const int32_t *tokens, int N, int C) {
+    const int m = blockIdx.x; // sorted positions on x (no 65535 limit), column chunks on y
+    const int32_t tok = tokens[order[m]];
+    if (m > 0 && tokens[order[m - 1]] == tok) return;
+    if (tok < 0) {
+        if (blockIdx.y == 0 && threadIdx.x == 0 && (m == 0 || tokens[order[m - 1]] >= 0))
+            device_status_set(status, DEVICE_STATUS_EMBED_BAD_TOKEN, tok, order[m], 0);
+        return;
+    }
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    float *dst = dtable + (size_t)uniq[u] * C + c;
+    float *dst = dtable + (size_t)tok * C + c;
     float acc = *dst;
-    for (int m = start[u]; m < start[u + 1]; m++) acc += dh[(size_t)perm[m] * C + c];
+    for (int r = m; r < N && tokens[order[r]] == tok; r++) acc += dh[(size_t)order[r] * C + c];
     *dst = acc;
 }
 
+// The positions grouped by token on the device (KeySort: four stable byte passes over the ids, so no id range is
+// needed on the host), then one run per distinct token: nothing is read back to the host.
 void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, const int32_t *tokens, int N, int C) {
     if (N <= 0 || C <= 0) return;
-    // Stable counting sort of the positions by token on the host (tokens are a few KB): deterministic buckets.
-    int32_t *tok = (int32_t *)cuda_host_scratch(be, HOST_SCRATCH_EMBED_TOKENS, (size_t)N * sizeof(int32_t));
-    CHECK_CUDA(cudaMemcpy(tok, tokens, (size_t)N * sizeof(int32_t), cudaMemcpyDeviceToHost));
-    int32_t vmax = -1;
-    for (int n = 0; n < N; n++) {
-        if (tok[n] < 0) die("embedding_backward: negative token id %d at position %d", tok[n], n);
-        if (tok[n] > vmax) vmax = tok[n];
-    }
-    std::vector<int32_t> count((size_t)vmax + 2, 0);
-    for (int n = 0; n < N; n++) count[(size_t)tok[n] + 1]++;
-    for (int32_t v = 0; v <= vmax; v++) count[(size_t)v + 1] += count[(size_t)v];
-    // host staging: perm[N] | start[U+1] | uniq[U]
-    int32_t *stage = (int32_t *)cuda_host_scratch(be, HOST_SCRATCH_EMBED_STAGE, ((size_t)3 * N + 2) * sizeof(int32_t));
-    int32_t *perm = stage;
-    std::vector<int32_t> cursor(count.begin(), count.end() - 1);
-    for (int n = 0; n < N; n++) perm[cursor[(size_t)tok[n]]++] = n;
-    int32_t *start = perm + N;
-    int U = 0;
-    for (int32_t v = 0; v <= vmax; v++)
-        if (count[(size_t)v + 1] > count[(size_t)v]) start[U++] = count[(size_t)v];
-    start[U] = N;
-    int32_t *uniq = start + U + 1;
-    U = 0;
-    for (int32_t v = 0; v <= vmax; v++)
-        if (count[(size_t)v + 1] > count[(size_t)v]) uniq[U++] = v;
-    cuda_weights_written(be, dtable, ((size_t)vmax + 1) * C * sizeof(float)); // the rows it adds to
-    size_t n_stage = (size_t)N + (size_t)U + 1 + (size_t)U;
-    int32_t *d_stage = (int32_t *)cuda_scratch(be, SCRATCH_EMBED_STAGE, n_stage * sizeof(int32_t));
-    CHECK_CUDA(cudaMemcpy(d_stage, stage, n_stage * sizeof(int32_t), cudaMemcpyHostToDevice));
-    dim3 grid(U, (C + 127) / 128);
+    // The rows it adds to are those of the ids in tokens, which stay on the device: the rows any id can reach.
+    cuda_weights_written(be, dtable, ((size_t)INT32_MAX + 1) * (size_t)C * sizeof(float));
+    KeySort ks;
+    key_sort_begin(be, &ks, N, 256);
+    // the ids in, the keys out
+    LAUNCH(k_embed_keys, grid_for((size_t)N, 256), 256, 0,
+           kernel_cost(0, (double)N * (sizeof(int32_t) + sizeof(uint64_t))))(ks.key, tokens, N);
+    CHECK_LAUNCH();
+    key_sort_by_bytes(be, &ks, 4);
+    // dh and the table rows once, the order and the ids of each position and its neighbour
+    dim3 grid((unsigned)N, (unsigned)((C + 127) / 128));
     LAUNCH(k_embed_bwd, grid, 128, 0,
-           kernel_cost((double)N * C, ((double)N * C + 2.0 * U * C) * sizeof(float) + n_stage * sizeof(int32_t)))(
-        dtable, dh, d_stage, d_stage + N, d_stage + N + U + 1, C);
+           kernel_cost((double)N * C, ((double)N * C + 2.0 * N * C) * sizeof(float) + 4.0 * N * sizeof(int32_t)))(
+        dtable, cuda_device_status(be), dh, ks.cur, tokens, N, C);
     CHECK_LAUNCH();
 }
 

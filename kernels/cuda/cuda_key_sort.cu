@@ -1,5 +1,5 @@
 // CUDA: stable sorts of routing entries on the device (KeySort, declared in cuda_common.cuh), for capacity_drop
-// (cuda_capacity.cu) and expert_choice_select (cuda_expert_choice.cu).
+// (cuda_capacity.cu), expert_choice_select (cuda_expert_choice.cu) and embedding_backward (cuda_dense.cu).
 //
 // A routing plan over small integer ids is a stable sort by them (cuda_cvmm_plan.cu's counting sort: per-chunk
 // counts, a scan, a stable scatter), so a chain of plans is an LSD radix sort: one pass per byte of the key, least

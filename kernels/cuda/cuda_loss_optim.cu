@@ -1,40 +1,76 @@
 // CUDA: cross-entropy, argmax, AdamW and the deterministic reductions behind gradient clipping.
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cuda/cuda_common.cuh"
 
 #define SUMSQ_CHUNK 65536 // same chunking as the CPU backend
 
 // ---------------------------------------------------------------- fixed-order sum of doubles
-__global__ void k_sum_doubles(double *out, const double *x, size_t n) {
+// *out = the sum (add: *out += the sum): in stream order after the kernels before, so an accumulation over calls is
+// in call order, deterministic without atomics.
+__global__ void k_sum_doubles(double *out, const double *x, size_t n, int add) {
     __shared__ double sh[256];
     double acc = 0;
     for (size_t i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
     double s = block_sum_d(acc, sh);
-    if (threadIdx.x == 0) *out = s;
+    if (threadIdx.x == 0) *out = add ? *out + s : s;
+}
+
+void cuda_sum_doubles_to(Backend *be, double *out, const double *x, size_t n, bool add) {
+    (void)be;
+    LAUNCH(k_sum_doubles, 1, 256, 0, kernel_cost((double)n, ((double)n + 1 + add) * sizeof(double)))(out, x, n, add);
+    CHECK_LAUNCH();
+}
+
+double cuda_readback_value(Backend *be, double dry_value) {
+    DeviceReadback rb;
+    CHECK_CUDA(cudaMemcpy(&rb, cuda_readback(be), sizeof rb, cudaMemcpyDeviceToHost));
+    cuda_host_waited(be);
+#ifdef CUDA_EMULATION
+    if (emu::dry_run()) rb.value = dry_value, rb.status[0] = DEVICE_STATUS_OK; // nothing ran (cuda_emu_launch_log.cpp)
+#else
+    (void)dry_value;
+#endif
+    cuda_device_status_die(be, rb.status);
+    return rb.value;
 }
 
 // The sum comes back in one copy with the device's error record (cuda_device_status.cu), which is checked: the one
 // wait serves both.
 double cuda_sum_doubles(Backend *be, const double *x, size_t n) {
     if (n == 0) return 0.0;
-    DeviceReadback *d_rb = cuda_readback(be);
-    LAUNCH(k_sum_doubles, 1, 256, 0, kernel_cost((double)n, ((double)n + 1) * sizeof(double)))(&d_rb->value, x, n);
-    CHECK_LAUNCH();
-    DeviceReadback rb;
-    CHECK_CUDA(cudaMemcpy(&rb, d_rb, sizeof rb, cudaMemcpyDeviceToHost));
-#ifdef CUDA_EMULATION
+    cuda_sum_doubles_to(be, &cuda_readback(be)->value, x, n, false);
     // The emulator's dry run (cuda_emu_launch_log.cpp) sums nothing: every term reads back as 1, so the loss is 1 per
     // row and the gradient norm exceeds any clip (clipping active, as in most steps at the paper's clip of 0.25).
-    if (emu::dry_run()) rb.value = (double)n, rb.status[0] = DEVICE_STATUS_OK;
+    return cuda_readback_value(be, (double)n);
+}
+
+// read_values (kernels/backend.h): the values into the readback block beside the error record, then one copy.
+__global__ void k_copy_doubles(double *dst, const double *src, int n) {
+    if ((int)threadIdx.x < n) dst[threadIdx.x] = src[threadIdx.x];
+}
+void cuda_read_values(Backend *be, double *dst_host, const double *src, size_t n) {
+    if (n > BACKEND_READ_VALUES_MAX) die("read_values: %zu values, at most %d", n, BACKEND_READ_VALUES_MAX);
+    DeviceReadback *d_rb = cuda_readback(be);
+    if (n) {
+        LAUNCH(k_copy_doubles, 1, 32, 0, kernel_cost(0, 2.0 * n * sizeof(double)))(d_rb->values, src, (int)n);
+        CHECK_LAUNCH();
+    }
+    DeviceReadback rb;
+    CHECK_CUDA(cudaMemcpy(&rb, d_rb, sizeof rb, cudaMemcpyDeviceToHost));
+    cuda_host_waited(be);
+#ifdef CUDA_EMULATION
+    if (emu::dry_run()) rb.status[0] = DEVICE_STATUS_OK; // nothing ran: the values read as 0 (cuda_emu_launch_log.cpp)
 #endif
     cuda_device_status_die(be, rb.status);
-    return rb.value;
+    memcpy(dst_host, rb.values, n * sizeof(double));
 }
 
 // ---------------------------------------------------------------- cross-entropy
-// One warp per row. A target outside [-1, V) goes to the device's error record (read with the loss right after).
+// One warp per row. A target outside [-1, V) goes to the device's error record (read with the loss: right after it in
+// cross_entropy, at the step's read_values after cross_entropy_add).
 __global__ void k_ce(float *dlogits, float *losses, double *row_loss, int32_t *status, const float *logits,
                      const int32_t *targets, int N, int V, float grad_scale) {
     long n = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -78,16 +114,30 @@ static inline KernelCost ce_cost(int N, int V, bool grad, bool losses) {
                                                                 (losses ? sizeof(float) : 0)));
 }
 
-double cuda_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, const scalar_t *logits,
-                          const int32_t *targets, int N, int V, scalar_t grad_scale) {
+// The rows' losses (k_ce) in scratch, summed by the caller; nullptr when there are no rows.
+static const double *ce_rows(Backend *be, scalar_t *dlogits, scalar_t *losses, const scalar_t *logits,
+                             const int32_t *targets, int N, int V, scalar_t grad_scale) {
     cuda_weights_written(be, dlogits, (size_t)N * V * sizeof(float));
     cuda_weights_written(be, losses, (size_t)N * sizeof(float));
-    if (N <= 0) return 0.0;
+    if (N <= 0) return nullptr;
     double *row_loss = (double *)cuda_scratch(be, SCRATCH_XENT_ROW_LOSS, (size_t)N * sizeof(double));
     LAUNCH(k_ce, (unsigned)((N + 7) / 8), 256, 0, ce_cost(N, V, dlogits != nullptr, losses != nullptr))(
         dlogits, losses, row_loss, cuda_device_status(be), logits, targets, N, V, grad_scale);
     CHECK_LAUNCH();
+    return row_loss;
+}
+
+double cuda_cross_entropy(Backend *be, scalar_t *dlogits, scalar_t *losses, const scalar_t *logits,
+                          const int32_t *targets, int N, int V, scalar_t grad_scale) {
+    const double *row_loss = ce_rows(be, dlogits, losses, logits, targets, N, V, grad_scale);
+    if (!row_loss) return 0.0;
     return cuda_sum_doubles(be, row_loss, (size_t)N); // dies on a bad target (the error record comes with the sum)
+}
+
+void cuda_cross_entropy_add(Backend *be, double *sum, scalar_t *dlogits, scalar_t *losses, const scalar_t *logits,
+                            const int32_t *targets, int N, int V, scalar_t grad_scale) {
+    const double *row_loss = ce_rows(be, dlogits, losses, logits, targets, N, V, grad_scale);
+    if (row_loss) cuda_sum_doubles_to(be, sum, row_loss, (size_t)N, true); // a bad target waits in the error record
 }
 
 // ---------------------------------------------------------------- argmax (ties: lowest index)
@@ -176,5 +226,6 @@ int cuda_all_finite(Backend *be, const scalar_t *x, size_t n) {
     CHECK_LAUNCH();
     int h = 0;
     CHECK_CUDA(cudaMemcpy(&h, found, sizeof h, cudaMemcpyDeviceToHost));
+    cuda_host_waited(be);
     return h ? 0 : 1;
 }

@@ -244,7 +244,7 @@ __global__ void k_pbar(double *logpbar, double *H, const double *part, long chun
 // Pass 3: gradient, one warp per row (r,b,t,g).
 __global__ void k_entropy_grad(float *dlogits, const float *logits, const double *lse, const double *logpbar,
                                const uint8_t *valid, const double *cnt, int B, int T, int G, int E, long rows,
-                               double factor) {
+                               const double *d_factor) {
     long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= rows) return;
@@ -258,6 +258,7 @@ __global__ void k_entropy_grad(float *dlogits, const float *logits, const double
     }
     const float *l = logits + (size_t)row * E;
     const double *lp = logpbar + ((size_t)b * G + g) * E;
+    const double factor = *d_factor;
     double r_lse = lse[row], part = 0;
     for (int e = lane; e < E; e += 32) part += exp((double)l[e] - r_lse) * lp[e];
     double avg = warp_sum_d(part);
@@ -280,19 +281,34 @@ static inline KernelCost pbar_cost(int B, int G, int E, long chunks) {
     return kernel_cost(parts + 3.0 * bge, (parts + bge + (double)B * G + B) * sizeof(double));
 }
 
-double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
-                        int T, int G, int E, scalar_t coef) {
+// The value and the gradient's factor from H and the counts: the shared formula (kernels/entropy_reg_value.h), in
+// the CPU backend's order, on one thread. *value = it (add: *value += it, in stream order: a sum over calls in call
+// order); *factor = coef x its gradient factor (0 with no counted sequence, where every gradient row is 0 anyway).
+__global__ void k_entropy_value(double *value, double *factor, const double *H, const double *cnt, int B, int G,
+                                double coef, int add) {
+    int n_seq = 0;
+    for (int b = 0; b < B; b++) n_seq += cnt[b] > 0;
+    double v = 0, grad_factor = 0;
+    if (n_seq > 0) v = entropy_reg_value(cnt, H, B, G, n_seq, &grad_factor);
+    *factor = coef * grad_factor;
+    *value = add ? *value + v : v;
+}
+
+// entropy_reg with its value written to (add: added to) *value on the device; nothing is read back.
+static void entropy_reg_queue(Backend *be, double *value, bool add, scalar_t *dlogits, const scalar_t *logits,
+                              const uint8_t *valid, int R, int B, int T, int G, int E, scalar_t coef) {
     cuda_weights_written(be, dlogits, (size_t)R * B * T * G * E * sizeof(float));
     long rows = (long)R * B * T * G;
     size_t n_logits = (size_t)rows * E;
     const dim3 grid = balance_grid("entropy_reg", (long)B * G, (long)R * T); // checked before any work
     if (R == 0 || rows == 0) {
         if (dlogits && n_logits) CHECK_CUDA(cudaMemsetAsync(dlogits, 0, n_logits * sizeof(float), 0));
-        return 0.0;
+        if (!add) CHECK_CUDA(cudaMemsetAsync(value, 0, sizeof(double), 0));
+        return;
     }
-    // H [B, G] and the counts per sequence [B] side by side: the op's one copy to the host reads both
-    double *d_stats = (double *)cuda_scratch(be, SCRATCH_EREG_STATS, ((size_t)B * G + B) * sizeof(double));
-    double *d_H = d_stats, *d_cnt = d_stats + (size_t)B * G;
+    // H [B, G], the counts per sequence [B] and the gradient's factor [1] side by side
+    double *d_stats = (double *)cuda_scratch(be, SCRATCH_EREG_STATS, ((size_t)B * G + B + 1) * sizeof(double));
+    double *d_H = d_stats, *d_cnt = d_stats + (size_t)B * G, *d_factor = d_cnt + B;
     double *d_lse = (double *)cuda_scratch(be, SCRATCH_BALANCE_LSE, (size_t)rows * sizeof(double));
     double *d_logpbar = (double *)cuda_scratch(be, SCRATCH_EREG_LOG_PBAR, (size_t)B * G * E * sizeof(double));
     balance_valid_counts(d_cnt, valid, B, T, (double)R);
@@ -306,30 +322,27 @@ double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
     LAUNCH(k_pbar, B * G, 128, 128 * sizeof(double), pbar_cost(B, G, E, chunks))(d_logpbar, d_H, d_part, chunks, d_cnt,
                                                                                  B, G, E);
     CHECK_LAUNCH();
-    std::vector<double> stats((size_t)B * G + B);
-    CHECK_CUDA(cudaMemcpy(stats.data(), d_stats, stats.size() * sizeof(double), cudaMemcpyDeviceToHost));
-#ifdef CUDA_EMULATION
-    // the emulator's dry run (cuda_emu_launch_log.cpp) counts nothing: every position valid, as without a mask
-    if (emu::dry_run())
-        for (int b = 0; b < B; b++) stats[(size_t)B * G + b] = (double)R * T;
-#endif
-    const double *H = stats.data(), *cnt = stats.data() + (size_t)B * G;
-    int n_seq = 0;
-    for (int b = 0; b < B; b++) n_seq += cnt[b] > 0;
-    if (n_seq == 0) {
-        if (dlogits) CHECK_CUDA(cudaMemsetAsync(dlogits, 0, n_logits * sizeof(float), 0));
-        return 0.0;
-    }
-    // value: the shared host formula (kernels/entropy_reg_value.c), the same order as the CPU backend
-    double grad_factor;
-    double value = entropy_reg_value(cnt, H, B, G, n_seq, &grad_factor);
+    // H and the counts in, the value and the factor out: B^2 logarithms on one thread
+    LAUNCH(k_entropy_value, 1, 1, 0,
+           kernel_cost(2.0 * B * B + (double)B * G, ((double)B * G + B + 2 + add) * sizeof(double)))(
+        value, d_factor, d_H, d_cnt, B, G, (double)coef, add);
+    CHECK_LAUNCH();
     if (dlogits) {
-        double factor = (double)coef * grad_factor;
         LAUNCH(k_entropy_grad, (unsigned)((rows + 7) / 8), 256, 0, row_pass_cost(rows, E, 7, true))(
-            dlogits, logits, d_lse, d_logpbar, valid, d_cnt, B, T, G, E, rows, factor);
+            dlogits, logits, d_lse, d_logpbar, valid, d_cnt, B, T, G, E, rows, d_factor);
         CHECK_LAUNCH();
     }
-    return value;
+}
+
+double cuda_entropy_reg(Backend *be, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid, int R, int B,
+                        int T, int G, int E, scalar_t coef) {
+    entropy_reg_queue(be, &cuda_readback(be)->value, false, dlogits, logits, valid, R, B, T, G, E, coef);
+    return cuda_readback_value(be, 0.0); // the one copy back, with the device's error record
+}
+
+void cuda_entropy_reg_add(Backend *be, double *sum, scalar_t *dlogits, const scalar_t *logits, const uint8_t *valid,
+                          int R, int B, int T, int G, int E, scalar_t coef) {
+    entropy_reg_queue(be, sum, true, dlogits, logits, valid, R, B, T, G, E, coef);
 }
 
 // ---------------------------------------------------------------- Switch load-balancing loss
@@ -356,7 +369,7 @@ __global__ void k_switch_stats_part(double *f_part, double *P_part, const float 
 
 // One warp per row (t,g): dl = factor * p (f - sum_i f_i p_i) at valid positions, 0 elsewhere. f is normalised.
 __global__ void k_switch_grad(float *dlogits, const float *logits, const double *lse, const double *f,
-                              const uint8_t *valid, long rows, int G, int E, double factor) {
+                              const uint8_t *valid, long rows, int G, int E, const double *d_factor) {
     long row = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row >= rows) return;
@@ -369,6 +382,7 @@ __global__ void k_switch_grad(float *dlogits, const float *logits, const double 
     }
     const float *l = logits + (size_t)row * E;
     const double *fg = f + (size_t)g * E;
+    const double factor = *d_factor;
     double r_lse = lse[row], part = 0;
     for (int e = lane; e < E; e += 32) part += exp((double)l[e] - r_lse) * fg[e];
     double fp = warp_sum_d(part);
@@ -378,22 +392,35 @@ __global__ void k_switch_grad(float *dlogits, const float *logits, const double 
     }
 }
 
-// f[i] /= k n (n = *n_valid), as switch_balance_value does on the host: the load fraction the gradient needs.
-__global__ void k_switch_normalize(double *f, const double *n_valid, size_t GE, int k) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < GE; i += (size_t)gridDim.x * blockDim.x)
-        f[i] /= (double)k * *n_valid;
+// The value, the load fraction f and the gradient's factor from the counts: the shared formula
+// (kernels/switch_balance_value.h), in the CPU backend's order, on one thread (f normalised in place, for
+// k_switch_grad).
+// *value = it (add: *value += it, in stream order); *factor = coef x its gradient factor (0 with no valid position,
+// where every gradient row is 0 anyway).
+__global__ void k_switch_value(double *value, double *factor, double *f, double *P, const double *n_valid, int G,
+                               int E, int k, double coef, int add) {
+    const long n = (long)*n_valid;
+    double v = 0, grad_factor = 0;
+    if (n > 0) v = switch_balance_value(f, P, G, E, k, n, &grad_factor);
+    *factor = coef * grad_factor;
+    *value = add ? *value + v : v;
 }
 
-double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
-                           const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef) {
+// switch_balance with its value written to (add: added to) *value on the device; nothing is read back.
+static void switch_balance_queue(Backend *be, double *value, bool add, scalar_t *dlogits, const scalar_t *logits,
+                                 const int32_t *sel, const uint8_t *valid, int B, int T, int G, int E, int k,
+                                 scalar_t coef) {
     cuda_weights_written(be, dlogits, (size_t)B * T * G * E * sizeof(float));
     long N = (long)B * T, rows = N * G;
     size_t GE = (size_t)G * E;
     const dim3 grid = balance_grid("switch_balance", G, N); // checked before any work
-    if (rows == 0) return 0.0;
-    // f [G, E], P [G, E] and the valid positions n side by side: the op's one copy to the host reads them
-    double *d_stats = (double *)cuda_scratch(be, SCRATCH_SWB_STATS, (2 * GE + 1) * sizeof(double));
-    double *d_f = d_stats, *d_P = d_stats + GE, *d_n = d_stats + 2 * GE;
+    if (rows == 0) {
+        if (!add) CHECK_CUDA(cudaMemsetAsync(value, 0, sizeof(double), 0));
+        return;
+    }
+    // f [G, E], P [G, E], the valid positions n and the gradient's factor side by side
+    double *d_stats = (double *)cuda_scratch(be, SCRATCH_SWB_STATS, (2 * GE + 2) * sizeof(double));
+    double *d_f = d_stats, *d_P = d_stats + GE, *d_n = d_stats + 2 * GE, *d_factor = d_n + 1;
     double *d_lse = (double *)cuda_scratch(be, SCRATCH_BALANCE_LSE, (size_t)rows * sizeof(double));
     balance_valid_counts(d_n, valid, 1, N, 1.0);
     LAUNCH(k_row_lse, (unsigned)((rows + 7) / 8), 256, 0, row_pass_cost(rows, E, 4, false))(d_lse, logits, rows, E);
@@ -409,28 +436,24 @@ double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logit
         d_f_part, d_P_part, logits, d_lse, sel, valid, N, G, E, k);
     CHECK_LAUNCH();
     balance_chunk_sums(d_f, d_P, d_f_part, d_P_part, chunks, GE);
-    std::vector<double> stats(2 * GE + 1);
-    CHECK_CUDA(cudaMemcpy(stats.data(), d_stats, stats.size() * sizeof(double), cudaMemcpyDeviceToHost));
-#ifdef CUDA_EMULATION
-    if (emu::dry_run()) stats[2 * GE] = (double)N; // nothing counted (cuda_emu_launch_log.cpp): every position valid
-#endif
-    const long n = (long)stats[2 * GE];
-    if (n == 0) {
-        if (dlogits) CHECK_CUDA(cudaMemsetAsync(dlogits, 0, (size_t)rows * E * sizeof(float), 0));
-        return 0.0;
-    }
-    // normalise and sum on the host: the shared formula (kernels/switch_balance_value.c), as the CPU backend does;
-    // the device normalises its own f the same way for the gradient
-    double grad_factor;
-    double value = switch_balance_value(stats.data(), stats.data() + GE, G, E, k, n, &grad_factor);
+    // f, P and n in, f and P normalised, the value and the factor out: 3 G E operations on one thread
+    LAUNCH(k_switch_value, 1, 1, 0, kernel_cost(3.0 * GE, (4.0 * GE + 3 + add) * sizeof(double)))(
+        value, d_factor, d_f, d_P, d_n, G, E, k, (double)coef, add);
+    CHECK_LAUNCH();
     if (dlogits) {
-        LAUNCH(k_switch_normalize, grid_for(GE, 256), 256, 0, kernel_cost((double)GE, (2.0 * GE + 1) * sizeof(double)))(
-            d_f, d_n, GE, k);
-        CHECK_LAUNCH();
-        double factor = (double)coef * grad_factor;
         LAUNCH(k_switch_grad, (unsigned)((rows + 7) / 8), 256, 0, row_pass_cost(rows, E, 7, true))(
-            dlogits, logits, d_lse, d_f, valid, rows, G, E, factor);
+            dlogits, logits, d_lse, d_f, valid, rows, G, E, d_factor);
         CHECK_LAUNCH();
     }
-    return value;
+}
+
+double cuda_switch_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
+                           const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef) {
+    switch_balance_queue(be, &cuda_readback(be)->value, false, dlogits, logits, sel, valid, B, T, G, E, k, coef);
+    return cuda_readback_value(be, 0.0); // the one copy back, with the device's error record
+}
+
+void cuda_switch_balance_add(Backend *be, double *sum, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
+                             const uint8_t *valid, int B, int T, int G, int E, int k, scalar_t coef) {
+    switch_balance_queue(be, sum, true, dlogits, logits, sel, valid, B, T, G, E, k, coef);
 }

@@ -1,9 +1,9 @@
 // CUDA: seq_balance, DeepSeek-V3's sequence-wise balance loss (formula: kernels/backend_ops.h; the CPU reference is
 // kernels/cpu/cpu_seq_balance.c). The statistics accumulate in position order within each chunk of BALANCE_CHUNK
-// positions and then over the chunks in order, per (sequence, expert); the scalar part is the shared host formula
-// (kernels/seq_balance_value.c): deterministic, and the CPU's sums up to rounding (the same sums for T <= 256).
+// positions and then over the chunks in order, per (sequence, expert); the scalar part is the shared formula
+// (kernels/seq_balance_value.h) on one device thread: deterministic, and the CPU's sums up to rounding (the same sums
+// for T <= 256). Nothing is read back to the host but the value of the op that returns it.
 #include <cmath>
-#include <vector>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/seq_balance_value.h"
@@ -13,7 +13,7 @@ enum {
     SCRATCH_SEQB_FACTOR = 0, // double[B]: coef / (B_c n_b), the gradient's scale per sequence
     SCRATCH_SEQB_NORM = 1,   // double[rows]: each row's normaliser: sum of sigmoids, or log-sum-exp
     SCRATCH_SEQB_STATS = 2,  // double[B, E] | double[B, E] | double[B]: selections per expert, then f | sums of the
-                             // normalised scores | counted positions n_b (read back in one copy)
+                             // normalised scores | counted positions n_b
     SCRATCH_SEQB_LOAD_PARTIAL = 4, // double[chunks, B, E]: each chunk of positions' selections (k_seqb_stats_part)
     SCRATCH_SEQB_PROB_PARTIAL = 5, // double[chunks, B, E]: each chunk's score sums
 };
@@ -62,18 +62,13 @@ __global__ void k_seqb_stats_part(double *f_part, double *P_part, const float *l
     }
 }
 
-// The gradient's f and factor from the counts n_b, as seq_balance_value computes them on the host (the same
-// operations, so the same bits): f[b, e] *= E / (k n_b) and factor[b] = coef / (B_c n_b) where n_b > 0, factor 0
-// elsewhere (B_c: the sequences with n_b > 0). One thread per (b, e); B is small (the micro-batch's sequences).
-__global__ void k_seqb_normalize(double *f, double *factor, const double *n, int B, int E, int k, double coef) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)B * E;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const int b = (int)(i / E);
-        int n_seq = 0;
-        for (int j = 0; j < B; j++) n_seq += n[j] > 0;
-        if (n[b] > 0) f[i] *= (double)E / ((double)k * n[b]);
-        if (i % E == 0) factor[b] = n[b] > 0 ? coef / ((double)n_seq * n[b]) : 0.0;
-    }
+// The value, f and the gradient's factors from the counts n_b: the shared formula (kernels/seq_balance_value.h), in
+// the CPU backend's order, on one thread (B x E: the micro-batch's sequences by the experts). *value = it (add:
+// *value += it, in stream order).
+__global__ void k_seqb_value(double *value, double *f, double *P, double *factor, const double *n, int B, int E, int k,
+                             double coef, int add) {
+    const double v = seq_balance_value(f, P, n, B, E, k, coef, factor);
+    *value = add ? *value + v : v;
 }
 
 // One thread per row: dl_e += factor_b * w_e * (f_e - sum_i f_i s'_i) at counted positions (f normalised)
@@ -94,17 +89,21 @@ __global__ void k_seqb_grad(float *dlogits, const float *logits, const double *n
     }
 }
 
-double cuda_seq_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
-                        const uint8_t *valid, int B, int T, int E, int k, RouterKind kind, scalar_t coef) {
+// seq_balance with its value written to (add: added to) *value on the device; nothing is read back.
+static void seq_balance_queue(Backend *be, double *value, bool add, scalar_t *dlogits, const scalar_t *logits,
+                              const int32_t *sel, const uint8_t *valid, int B, int T, int E, int k, RouterKind kind,
+                              scalar_t coef) {
     if (kind != ROUTER_SIGMOID && kind != ROUTER_SOFTMAX) die("seq_balance: unknown router kind %d", (int)kind);
     if (dlogits) cuda_weights_written(be, dlogits, (size_t)B * T * E * sizeof(float));
     const int softmax = kind == ROUTER_SOFTMAX;
     const long rows = (long)B * T;
-    if (rows == 0) return 0.0;
+    if (rows == 0) {
+        if (!add) CHECK_CUDA(cudaMemsetAsync(value, 0, sizeof(double), 0));
+        return;
+    }
     const dim3 grid = balance_grid("seq_balance", B, T); // checked before any work
     const size_t BE = (size_t)B * E;
     double *d_norm = (double *)cuda_scratch(be, SCRATCH_SEQB_NORM, (size_t)rows * sizeof(double));
-    // f, P and the counts side by side: the op's one copy to the host reads them
     double *d_stats = (double *)cuda_scratch(be, SCRATCH_SEQB_STATS, (2 * BE + B) * sizeof(double));
     double *d_f = d_stats, *d_P = d_stats + BE, *d_n = d_stats + 2 * BE;
     double *d_factor = (double *)cuda_scratch(be, SCRATCH_SEQB_FACTOR, (size_t)B * sizeof(double));
@@ -125,25 +124,27 @@ double cuda_seq_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, 
         d_f_part, d_P_part, logits, d_norm, sel, valid, B, T, E, k, softmax);
     CHECK_LAUNCH();
     balance_chunk_sums(d_f, d_P, d_f_part, d_P_part, chunks, BE);
-    std::vector<double> stats(2 * BE + B), factor((size_t)B);
-    CHECK_CUDA(cudaMemcpy(stats.data(), d_stats, stats.size() * sizeof(double), cudaMemcpyDeviceToHost));
-    std::vector<long> n((size_t)B);
-    for (int b = 0; b < B; b++) n[(size_t)b] = (long)stats[2 * BE + b];
-#ifdef CUDA_EMULATION
-    if (emu::dry_run()) n.assign((size_t)B, (long)T); // nothing counted (cuda_emu_launch_log.cpp): every position valid
-#endif
     // ids outside [0, E) cannot come from topk_select: they count nowhere here (the CPU reference dies on them)
-    double value = seq_balance_value(stats.data(), stats.data() + BE, n.data(), B, E, k, (double)coef, factor.data());
+    // f, P and the counts in, f and P normalised, the factors and the value out
+    LAUNCH(k_seqb_value, 1, 1, 0, kernel_cost(4.0 * BE, (4.0 * BE + 2.0 * B + 1 + add) * sizeof(double)))(
+        value, d_f, d_P, d_factor, d_n, B, E, k, (double)coef, add);
+    CHECK_LAUNCH();
     if (dlogits) {
-        // f and factor made on the device as the host made them above
-        LAUNCH(k_seqb_normalize, grid_for(BE, 256), 256, 0,
-               kernel_cost(3.0 * BE, (2.0 * BE + 2.0 * B) * sizeof(double)))(d_f, d_factor, d_n, B, E, k, (double)coef);
-        CHECK_LAUNCH();
         LAUNCH(k_seqb_grad, grid_for((size_t)rows, 128), 128, 0,
                kernel_cost(10.0 * rows * E, (double)rows * (3 * E * sizeof(float) + sizeof(double)) +
                                                 (double)BE * sizeof(double)))(dlogits, logits, d_norm, d_f, d_factor,
                                                                               valid, rows, T, E, softmax);
         CHECK_LAUNCH();
     }
-    return value;
+}
+
+double cuda_seq_balance(Backend *be, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
+                        const uint8_t *valid, int B, int T, int E, int k, RouterKind kind, scalar_t coef) {
+    seq_balance_queue(be, &cuda_readback(be)->value, false, dlogits, logits, sel, valid, B, T, E, k, kind, coef);
+    return cuda_readback_value(be, 0.0); // the one copy back, with the device's error record
+}
+
+void cuda_seq_balance_add(Backend *be, double *sum, scalar_t *dlogits, const scalar_t *logits, const int32_t *sel,
+                          const uint8_t *valid, int B, int T, int E, int k, RouterKind kind, scalar_t coef) {
+    seq_balance_queue(be, sum, true, dlogits, logits, sel, valid, B, T, E, k, kind, coef);
 }

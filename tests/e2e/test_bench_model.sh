@@ -10,6 +10,8 @@
 #     or the flash attention kernels the matmuls alone (the flash kernels' tensor-core FLOPs, their executed tiles,
 #     are summed apart);
 #   - MFU in (0, 1], the output labelled a prediction, ten heaviest kernels listed;
+#   - the paper's MoEUT and dense bf16 steps wait for the device at most 3 times (each micro-batch's one read of its
+#     loss and regularizers, the gradient norm);
 #   - the dry run (CUDA_EMU_DRY_RUN=1, nothing computed) issues the same step as an executed run on the emulator:
 #     the same records in the same order with the same grids and costs, except where real routing decides (the
 #     grouped GEMMs' problem lists and the pointer kernel over the non-empty experts: the dry run gives every expert
@@ -89,6 +91,23 @@ heavy=$(awk '/the ten heaviest kernels/ {on = 1; getline; next} on && NF == 0 {o
 [ "$heavy" = 20 ] ||
   { cat "$tmp/narrow.out"; fail "expected ten heaviest kernels per config, got $heavy rows for two"; }
 echo "ok: ten heaviest kernels listed per config"
+
+# The host synchronisations of a paper-size bf16 step (bench_gpu.py's 2 micro-batches): each micro-batch reads its
+# loss and regularizer sums once (read_values, with the device's error record) and the step reads its gradient norm
+# once for clipping; the uploads are asynchronous and the rest stays on the device. A wait that comes back fails here.
+run_model paper --config experiments/paper/moeut_qa.json --config experiments/paper/dense_qa.json
+/usr/bin/python3 - "$tmp/paper.out" <<'PY' || { cat "$tmp/paper.out"; fail "host synchronisations of the paper step"; }
+import sys
+MAX_SYNCS = 3  # 2 micro-batches' read_values + the gradient norm
+lines = [l for l in open(sys.argv[1]) if l.startswith("bench-model summary: ")]
+if len(lines) != 2:
+    sys.exit(f"FAIL: {len(lines)} summary lines, expected 2")
+for line in lines:
+    s = dict(kv.split("=", 1) for kv in line.split()[2:])
+    if int(s["host_syncs"]) > MAX_SYNCS:
+        sys.exit(f"FAIL: {s['config']}: {s['host_syncs']} host synchronisations per step, at most {MAX_SYNCS} expected")
+    print(f"ok: {s['config']}: {s['host_syncs']} host synchronisations per step (at most {MAX_SYNCS})")
+PY
 
 run_model fused --config "$tiny" --attention fused
 run_model gemm --config "$tiny" --attention gemm --cvmm loop --print-launches

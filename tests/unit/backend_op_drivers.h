@@ -31,6 +31,23 @@ static int cvmm_order_of(unsigned flags) {
 #define BE (r->be)
 #define D(i) (c->d[i])
 
+/* The *_add ops (entropy_reg_add, ...) share their namesake's driver: it calls the op with a sum of backend memory
+ * that starts at SUM_START, reads it back with read_values and records it (the start plus the value). */
+#define SUM_START 0.75
+static int op_adds(const OpCase *c) {
+    size_t n = strlen(c->op);
+    return n > 4 && !strcmp(c->op + n - 4, "_add");
+}
+static double *sum_start(OpRun *r) {
+    const double h = SUM_START;
+    return in_host(r, &h, sizeof h);
+}
+static void out_sum(OpRun *r, const char *name, const double *sum, OpCmp cmp) {
+    double v;
+    BE->read_values(BE, &v, sum, 1);
+    out_value(r, name, v, cmp);
+}
+
 /* ---------------------------------------------------------------- dense */
 static void run_matmul(OpRun *r, const OpCase *c) {
     int M = D(0), N = D(1), K = D(2), tA = D(3), tB = D(4);
@@ -322,8 +339,15 @@ static void run_switch_balance(OpRun *r, const OpCase *c) {
     Routing t = routing_setup(r, &rc);
     uint8_t *valid = c->flags & F_VALID ? routing_mask(r, (size_t)t.N, 4, 0) : NULL; /* 0: masked, p = 1/4 */
     scalar_t *dlogits = c->flags & F_NO_GRAD ? NULL : in_uniform(r, t.nl, -1, 1);   /* overwritten */
-    double v = BE->switch_balance(BE, dlogits, t.logits, t.sel, valid, D(0), D(1), t.G, t.E, t.k, (scalar_t)c->p);
-    out_value(r, "value", v, CMP_F64);
+    if (op_adds(c)) {
+        double *sum = sum_start(r);
+        BE->switch_balance_add(BE, sum, dlogits, t.logits, t.sel, valid, D(0), D(1), t.G, t.E, t.k, (scalar_t)c->p);
+        out_sum(r, "0.75 + the value", sum, CMP_F64);
+    } else {
+        double v = BE->switch_balance(BE, dlogits, t.logits, t.sel, valid, D(0), D(1), t.G, t.E, t.k,
+                                      (scalar_t)c->p);
+        out_value(r, "value", v, CMP_F64);
+    }
     if (dlogits) out_f(r, "dlogits", dlogits, CMP_F32);
 }
 static const OpDriver drv_switch_balance = {"switch_balance", run_switch_balance, {"B", "T", "G", "E", "k"}};
@@ -342,9 +366,16 @@ static void run_seq_balance(OpRun *r, const OpCase *c) {
         free(h);
     }
     scalar_t *dlogits = c->flags & F_NO_GRAD ? NULL : in_uniform(r, t.nl, -1, 1); /* accumulated into */
-    double v = BE->seq_balance(BE, dlogits, t.logits, t.sel, valid, D(0), D(1), t.E, t.k, (RouterKind)D(4),
-                               (scalar_t)c->p);
-    out_value(r, "value", v, CMP_F64);
+    if (op_adds(c)) {
+        double *sum = sum_start(r);
+        BE->seq_balance_add(BE, sum, dlogits, t.logits, t.sel, valid, D(0), D(1), t.E, t.k, (RouterKind)D(4),
+                            (scalar_t)c->p);
+        out_sum(r, "0.75 + the value", sum, CMP_F64);
+    } else {
+        double v = BE->seq_balance(BE, dlogits, t.logits, t.sel, valid, D(0), D(1), t.E, t.k, (RouterKind)D(4),
+                                   (scalar_t)c->p);
+        out_value(r, "value", v, CMP_F64);
+    }
     if (dlogits) out_f_added(r, "dlogits", dlogits, CMP_F32);
 }
 static const OpDriver drv_seq_balance = {"seq_balance", run_seq_balance, {"B", "T", "E", "k", "kind"}};
@@ -414,8 +445,14 @@ static void run_entropy_reg(OpRun *r, const OpCase *c) {
         free(h);
     }
     scalar_t *dlogits = c->flags & F_NO_GRAD ? NULL : in_uniform(r, n, -1, 1); /* overwritten */
-    double v = BE->entropy_reg(BE, dlogits, logits, valid, R, B, T, G, E, (scalar_t)c->p);
-    out_value(r, "value", v, CMP_F64);
+    if (op_adds(c)) {
+        double *sum = sum_start(r);
+        BE->entropy_reg_add(BE, sum, dlogits, logits, valid, R, B, T, G, E, (scalar_t)c->p);
+        out_sum(r, "0.75 + the value", sum, CMP_F64);
+    } else {
+        double v = BE->entropy_reg(BE, dlogits, logits, valid, R, B, T, G, E, (scalar_t)c->p);
+        out_value(r, "value", v, CMP_F64);
+    }
     if (dlogits) out_f(r, "dlogits", dlogits, CMP_F32);
 }
 static const OpDriver drv_entropy_reg = {"entropy_reg", run_entropy_reg, {"R", "B", "T", "G", "E"}};
@@ -599,8 +636,14 @@ static void run_cross_entropy(OpRun *r, const OpCase *c) {
     free(htg);
     scalar_t *dlogits = c->flags & F_NO_GRAD ? NULL : c->flags & F_ALIAS ? logits : in_uniform(r, n, -1, 1);
     scalar_t *losses = c->flags & F_NO_LOSSES ? NULL : in_uniform(r, (size_t)N, -1, 1);
-    double sum = BE->cross_entropy(BE, dlogits, losses, logits, tg, N, V, (scalar_t)c->p);
-    out_value(r, "sum of the losses", sum, CMP_F32); /* rows' log-sum-exp in fp32, summed in double */
+    if (op_adds(c)) { /* the sum of the losses added to SUM_START */
+        double *sum = sum_start(r);
+        BE->cross_entropy_add(BE, sum, dlogits, losses, logits, tg, N, V, (scalar_t)c->p);
+        out_sum(r, "0.75 + the sum of the losses", sum, CMP_F32);
+    } else {
+        double sum = BE->cross_entropy(BE, dlogits, losses, logits, tg, N, V, (scalar_t)c->p);
+        out_value(r, "sum of the losses", sum, CMP_F32); /* rows' log-sum-exp in fp32, summed in double */
+    }
     if (dlogits) out_f(r, "dlogits", dlogits, CMP_F32);
     if (losses) out_f(r, "losses", losses, CMP_F32);
 }

@@ -191,6 +191,44 @@ START_TEST(test_capacity_bad_expert_dies) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- a training step's bad inputs, found on the device */
+/* A target outside [-1, V) (cross_entropy_add) and a negative token id (embedding_backward) go to the device's error
+ * record and stop the run at the step's one read, read_values, with the CPU's messages (the id and a position holding
+ * it): nothing is read back before. Child mode: --step-bad target | token */
+static int step_bad_input_child(const char *what) {
+    enum { N = 40, V = 7, C = 5 };
+    char err[256];
+    Backend *be = backend_create("cuda", err, sizeof err);
+    if (!be) {
+        fprintf(stderr, "child: %s\n", err);
+        return 2;
+    }
+    int32_t ids[N];
+    for (int n = 0; n < N; n++) ids[n] = n % V;
+    double *sum = be->alloc(be, sizeof(double));
+    scalar_t *x = be->alloc(be, (size_t)N * V * sizeof(scalar_t)); /* logits [N, V], or dh [N, C] */
+    int32_t *dids = be->alloc(be, sizeof ids);
+    if (!strcmp(what, "target")) {
+        ids[17] = V + 2;
+        be->to_device(be, dids, ids, sizeof ids);
+        be->cross_entropy_add(be, sum, x, NULL, x, dids, N, V, (scalar_t)1);
+    } else {
+        ids[9] = -4;
+        be->to_device(be, dids, ids, sizeof ids);
+        scalar_t *dtable = be->alloc(be, (size_t)V * C * sizeof(scalar_t));
+        be->embedding_backward(be, dtable, x, dids, N, C);
+    }
+    fprintf(stderr, "child: the op returned\n");
+    double v;
+    be->read_values(be, &v, sum, 1);
+    return 0;
+}
+START_TEST(test_step_bad_inputs_die_at_read_values) {
+    expect_child("--step-bad target", 1, "cross_entropy: a target is outside [-1, 7)");
+    expect_child("--step-bad token", 1, "embedding_backward: negative token id -4 at position 9");
+}
+END_TEST
+
 /* ---------------------------------------------------------------- expert choice: c above the valid positions */
 /* The CPU dies on it; the CUDA selection finds it on the device without a copy back (cuda_expert_choice.cu): each
  * expert's entries past its valid positions get position and expert -1, which the routing plan over expert[] that

@@ -58,7 +58,10 @@ static const OpCase op_cases[] = {
     {"relu_backward", "300x70", &drv_elementwise, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
     {"relu_backward", "in place (dx = dy)", &drv_elementwise, {300, 70}, 0, F_ALIAS, DT_FP32, DEF, 0, 0},
     {"embedding_forward", "300 tokens of 13", &drv_embedding, {300, 70, 13}, 0, 0, DT_FP32, DEF, 0, 0},
-    {"embedding_backward", "300 tokens of 13 (repeated rows)", &drv_embedding, {300, 70, 13}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"embedding_backward", "300 tokens of 13 (repeated rows)", &drv_embedding, {300, 70, 13}, 0, 0, DT_FP32, DEF, DEF,
+     0},
+    /* ids up to 3 bytes wide: the device's grouping sorts by every byte of the id */
+    {"embedding_backward", "300 tokens of 100000", &drv_embedding, {300, 3, 100000}, 0, 0, DT_FP32, DEF, DEF, 0},
     {"layernorm_forward", "affine", &drv_layernorm, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
     {"layernorm_forward", "no affine (w, b NULL)", &drv_layernorm, {300, 70}, 0, F_NO_AFFINE, DT_FP32, DEF, 0, 0},
     {"layernorm_backward", "affine", &drv_layernorm, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
@@ -147,6 +150,22 @@ static const OpCase op_cases[] = {
     /* B=4 x T=300: each sequence's statistics in 2 chunks of 256 positions */
     {"seq_balance", "softmax, valid mask, 2 position chunks", &drv_seq_balance, {4, 300, 11, 4, ROUTER_SOFTMAX}, 0.3,
      F_VALID, DT_FP32, DEF, 0, 0},
+
+    /* ---- the *_add ops: each its namesake's value added to a sum on the backend (0.75), read with read_values */
+    {"switch_balance_add", "valid mask", &drv_switch_balance, {8, 25, 3, 11, 4}, 0.01, F_DROP | F_VALID, DT_FP32, DEF,
+     DEF, 0},
+    {"seq_balance_add", "softmax, valid mask (one sequence empty)", &drv_seq_balance, {8, 25, 11, 4, ROUTER_SOFTMAX},
+     0.3, F_VALID, DT_FP32, DEF, DEF, 0},
+    {"entropy_reg_add", "all positions", &drv_entropy_reg, {3, 4, 9, 2, 7}, 0.01, 0, DT_FP32, DEF, DEF, 0},
+    {"entropy_reg_add", "valid mask: unequal counts, one empty sequence", &drv_entropy_reg, {3, 4, 9, 2, 7}, 0.01,
+     F_VALID, DT_FP32, DEF, DEF, 0},
+    {"entropy_reg_add", "valid mask, dlogits NULL", &drv_entropy_reg, {3, 4, 9, 2, 7}, 0.01, F_VALID | F_NO_GRAD,
+     DT_FP32, DEF, DEF, 0},
+    {"entropy_reg_add", "valid mask, 2 position chunks", &drv_entropy_reg, {3, 4, 100, 2, 7}, 0.01, F_VALID, DT_FP32,
+     DEF, DEF, 0},
+    {"cross_entropy_add", "losses and dlogits", &drv_cross_entropy, {150, 77}, 0.5, 0, DT_FP32, DEF, DEF, 0},
+    {"cross_entropy_add", "dlogits in place of the logits", &drv_cross_entropy, {150, 77}, 0.5, F_ALIAS, DT_FP32, DEF,
+     DEF, 0},
 
     /* ---- entropy_reg: R=3 applications, B=4 x T=9, G=2 groups of E=7, coef 0.01 */
     {"entropy_reg", "all positions", &drv_entropy_reg, {3, 4, 9, 2, 7}, 0.01, 0, DT_FP32, DEF, 0, 0},
@@ -453,6 +472,7 @@ static Suite *suite(void) {
     tcase_add_test(checks, test_attention_options_rejected);
     tcase_add_test(checks, test_routing_plan_bad_expert_dies);
     tcase_add_test(checks, test_capacity_bad_expert_dies);
+    tcase_add_test(checks, test_step_bad_inputs_die_at_read_values);
     tcase_add_test(checks, test_balance_grid_limit_dies);
     tcase_add_test(checks, test_expert_choice_c_over_valid);
     tcase_add_test(checks, test_weights_bf16_copy_follows_writes);
@@ -465,6 +485,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--cvmm-bad-expert") == 0) return cvmm_bad_expert_child(argc, argv);
     if (argc == 3 && strcmp(argv[1], "--balance-grid") == 0) return balance_grid_child(argv[2]);
     if (argc == 2 && strcmp(argv[1], "--capacity-bad") == 0) return capacity_bad_expert_child();
+    if (argc == 3 && strcmp(argv[1], "--step-bad") == 0) return step_bad_input_child(argv[2]);
     if (argc > 1 && strcmp(argv[1], "--stale-weights") == 0) return stale_weights_child(0);
     if (argc > 1 && strcmp(argv[1], "--stale-weights-nccl") == 0) return stale_weights_child(1);
     setvbuf(stdout, NULL, _IOLBF, 0); /* FAIL lines before Check's summary of the case */

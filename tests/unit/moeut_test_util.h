@@ -157,9 +157,13 @@ static inline double mt_stack_forward(MtStack *s, const double *x0, const double
     model_layers_train_begin(m, s->B, s->T, NULL, s->valid); /* no token ids: the stack is fed residuals */
     mt_upload(be, s->h, x0, nc);
     for (int a = 0; a < L; a++) model_app_impl(m, a)->forward_train(m, a, s->h + (size_t)a * nc, s->h + (size_t)(a + 1) * nc);
+    double *sums = be->alloc(be, STEP_SUMS * sizeof(double)), v[STEP_SUMS]; /* the step's sums (model_train_step) */
+    model_layers_regularizers(m, 1.0, sums);
+    be->read_values(be, v, sums, STEP_SUMS);
+    be->free(be, sums);
     StepStats st;
     memset(&st, 0, sizeof st);
-    model_layers_regularizers(m, 1.0, &st);
+    st.reg_ffn = v[STEP_SUM_REG_FFN], st.reg_att = v[STEP_SUM_REG_ATT], st.reg_seq = v[STEP_SUM_REG_SEQ];
     double *hL = mt_download(be, s->h + (size_t)L * nc, nc);
     double J = model_config_objective(c, 0.0, st.reg_ffn, st.reg_att, st.reg_seq);
     if (proj)

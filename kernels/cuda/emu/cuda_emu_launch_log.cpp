@@ -17,8 +17,8 @@
 // then reserved address space that reads as zero; what the host reads back is meaningless, and the host decisions
 // of a training step that depend on device results are made for the typical step there: the routing plan's expert
 // offsets give every expert an equal share (cuda_cvmm_plan.cu), the device sums read back large enough for gradient
-// clipping to scale (cuda_loss_optim.cu), the balance ops count every position valid (cuda_routing.cu,
-// cuda_seq_balance.cu), and the device's error record reads clean (cuda_device_status.cu).
+// clipping to scale (cuda_loss_optim.cu), and the device's error record reads clean (cuda_device_status.cu,
+// cuda_loss_optim.cu).
 #include "kernels/cuda/emu/cuda_emu.h"
 
 #include <cstdio>
