@@ -116,7 +116,7 @@ const __nv_bfloat16 *cuda_bf16_cached(Backend *be, const float *p, size_t n) {
         if (e.src && p >= e.src && n <= e.n && (size_t)(p - e.src) <= e.n - n) { // [p, p + n) inside the entry
             e.used = im->bf16_cache_clock;
 #ifdef CUDA_EMULATION
-            if (!emu::dry_run()) emu_check_entry(e, p, n, "when a matmul read it");
+            if (!emu::dry_run()) emu_check_entry(e, p, n, "when read as a GEMM operand");
 #endif
             return e.buf + (p - e.src);
         }
