@@ -2,6 +2,7 @@
 // The ops live in the other .cu files of this folder; kernels/cpu/ holds the readable definition of each.
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -12,10 +13,12 @@ static void *cu_alloc(Backend *be, size_t bytes) {
     cudaError_t e = cudaMalloc(&p, n);
     if (e != cudaSuccess) backend_die_out_of_memory(be, bytes, cudaGetErrorString(e));
     CHECK_CUDA(cudaMemset(p, 0, n)); // contract: zero-filled
+    cuda_bf16_cache_allocated(be, p, n);
     return p;
 }
 static void cu_free(Backend *be, void *p) {
     cuda_weights_freed(be, p);
+    cuda_bf16_cache_freed(be, p);
     if (p) CHECK_CUDA(cudaFree(p));
 }
 // A cudaMemcpy from pageable host memory waits for all the work queued before it (a host synchronisation per upload:
@@ -110,6 +113,7 @@ static void cu_destroy(Backend *be) {
         if (im->rope_inv_freq) cudaFree(im->rope_inv_freq);
         if (im->readback) cudaFree(im->readback);
         if (im->weights16) cudaFree(im->weights16);
+        cuda_bf16_cache_destroy(be);
         if (im->cublas) cublasDestroy(im->cublas);
         free(im);
     }
@@ -181,10 +185,24 @@ static bool read_positive(const char *var, int *out, char *err, size_t errlen) {
 // On the emulator every table entry runs under a label naming it, so that its launch log says which op launched what
 // (cuda_emu_launch_log.cpp; make bench-model groups the step by op). A GPU build fills the table with the functions.
 template <const char *Name, auto F> struct Labelled;
+// Before and after each entry the conversion cache's entries are checked against their sources
+// (cuda_bf16_cache.cu), so that an unreported write is named: by the entry that made it, or as one outside every
+// entry. Every entry takes the backend first.
 template <const char *Name, class R, class... A, R (*F)(A...)> struct Labelled<Name, F> {
+    template <class... Rest> static void check(bool after, Backend *be, Rest...) {
+        cuda_bf16_cache_check(be, Name, after);
+    }
     static R call(A... a) {
         emu::OpLabel label(Name);
-        return F(a...);
+        check(false, a...);
+        if constexpr (std::is_void<R>::value) {
+            F(a...);
+            check(true, a...);
+        } else {
+            R r = F(a...);
+            check(true, a...);
+            return r;
+        }
     }
 };
 #define BACKEND_OP(ret, name, params) static constexpr char label_##name[] = #name;

@@ -126,8 +126,9 @@ enum {
     SCRATCH_SORT_KEY = 6,           // uint64_t[M]: each entry's key
     SCRATCH_SORT_IDS = 7,           // int32_t[M]: each position's bucket in the current pass
 };
-// matmul (cuda_dense.cu), bf16 mode: an operand converted when it is not part of the registered weights
-enum { SCRATCH_MATMUL_A_BF16 = 8 /* bf16[M, K] */, SCRATCH_MATMUL_B_BF16 = 9 /* bf16[K, N] */ };
+// matmul (cuda_dense.cu): a split-K product's partial outputs (bf16 operands come from the weights' copy or the
+// conversion cache, not scratch)
+enum { SCRATCH_MATMUL_SPLIT_PARTIAL = 8 /* float[S, M, N] */ };
 // bias_backward, layernorm_backward (cuda_dense.cu)
 enum {
     SCRATCH_COLSUM_PARTIAL_A = 0, // double[chunks (+ groups), C]: each row chunk's (then group's) column sums of
@@ -198,6 +199,11 @@ enum {
 enum AttentionImpl { ATTENTION_AUTO = 0, ATTENTION_FUSED, ATTENTION_GEMM, ATTENTION_FLASH };
 enum CvmmImpl { CVMM_AUTO = 0, CVMM_LOOP, CVMM_GROUPED, CVMM_MMA };
 
+// Entries of the bf16 conversion cache (cuda_bf16_cache.cu). make bench-model, the paper's configs: MoEUT converts
+// the same with 8, 16 or 32 entries, dense 507, 495, 473 times per step (287.8 -> 288.6 ms predicted with 8 instead
+// of 16); each entry grows to the largest operand it holds (dense: [32768, 4096] bf16, 256 MiB), so 8.
+constexpr int BF16_CACHE_ENTRIES = 8;
+
 struct CudaImpl {
     cublasHandle_t cublas;
     int attention_impl; // AttentionImpl
@@ -233,6 +239,19 @@ struct CudaImpl {
     size_t weights_n;
     __nv_bfloat16 *weights16;
     bool weights16_stale;
+    // The bf16 conversion cache of other operands (cuda_bf16_cache.cu): BF16_CACHE_ENTRIES device buffers, least
+    // recently used replaced; an entry is valid while src != NULL.
+    struct Bf16CacheEntry {
+        const float *src;    // the fp32 source converted, n floats; NULL: the entry holds nothing
+        size_t n;
+        __nv_bfloat16 *buf;  // bf16[cap]: src's copy in buf[0, n)
+        size_t cap;
+        unsigned long long used; // the cache clock at the last hand-out (larger = more recent)
+    } bf16_cache[BF16_CACHE_ENTRIES];
+    unsigned long long bf16_cache_clock;
+    // The sizes of the live allocations of the backend's alloc (cuda_backend.cu), so that free drops the cache
+    // entries inside the freed buffer: a std::unordered_map<const void *, size_t>, created with the backend.
+    void *alloc_sizes;
 };
 
 static inline CudaImpl *cuda_impl(Backend *be) { return (CudaImpl *)be->impl; }
@@ -260,14 +279,38 @@ void cuda_register_weights(Backend *be, const scalar_t *p, size_t n);
 // Backend.routing_plan_to_host (cuda_cvmm_plan.cu).
 void cuda_routing_plan_to_host(Backend *be, RoutingPlan *pl);
 // Every op that writes device memory calls this for each of its outputs BEFORE writing (dst, bytes: the range it may
-// write): a write into the registered weights marks their bf16 copy stale. Cheap (a range comparison); a write path
-// that skipped it would leave a stale copy, which the emulator's check at every use reports (cuda_weights_bf16.cu).
+// write): a write into the registered weights marks their bf16 copy stale, and the conversion cache drops the entries
+// whose source it overlaps (cuda_bf16_cache_forget). Cheap (range comparisons); a write path that skipped it would
+// leave a stale copy, which the emulator's checks report (cuda_weights_bf16.cu, cuda_bf16_cache.cu).
 void cuda_weights_written(Backend *be, const void *dst, size_t bytes);
 // cu_free of the registered buffer forgets the registration (and frees the copy).
 void cuda_weights_freed(Backend *be, const void *p);
 // The bf16 form of the fp32 operand p[n] for a bf16 GEMM: the weights' copy at p's offset when [p, p + n) lies inside
 // the registered weights (converting all of them first if stale), else p converted into scratch buffer `slot`.
 const __nv_bfloat16 *cuda_bf16_operand(Backend *be, const float *p, size_t n, int slot);
+// The weights' copy slice (true) when [p, p + n) lies inside the registered weights, converting them first if stale.
+bool cuda_bf16_weights_slice(Backend *be, const float *p, size_t n, const __nv_bfloat16 **out);
+
+// ---- the bf16 conversion cache (cuda_bf16_cache.cu) ----
+// The bf16 form of the fp32 operand p[n] for a bf16 GEMM, converted at most once while p's values stay the same: the
+// weights' copy when p lies inside the registered weights, else a cache entry holding [p, p + n) (a hit: nothing
+// converted), else p converted into the least recently used entry. The copy stays valid until BF16_CACHE_ENTRIES - 1
+// other misses later, so one op may take up to that many operands from it. Results are the bits a conversion in
+// the call would give.
+const __nv_bfloat16 *cuda_bf16_cached(Backend *be, const float *p, size_t n);
+// Drops the entries whose source overlaps [p, p + bytes) (cuda_weights_written calls it for every reported write).
+void cuda_bf16_cache_forget(Backend *be, const void *p, size_t bytes);
+// The backend's alloc and free: the allocation's size is kept, and a free drops the entries inside the buffer (its
+// memory may come back from another cudaMalloc, written without a report).
+void cuda_bf16_cache_allocated(Backend *be, const void *p, size_t bytes);
+void cuda_bf16_cache_freed(Backend *be, const void *p);
+void cuda_bf16_cache_destroy(Backend *be); // frees the entries' buffers and the size map
+#ifdef CUDA_EMULATION
+// The emulator's check before and after every op of the table (cuda_backend.cu): each valid entry still equals a
+// fresh rounding of its source; dies otherwise, naming the op that wrote without reporting (after) or saying that the
+// write came from outside the backend's ops (before).
+void cuda_bf16_cache_check(Backend *be, const char *op, bool after);
+#endif
 
 // Bytes a data-movement step reads plus writes (row data, not indices), for the emulator's work counters
 // (CUDA_EMU_STATS, make bench-emu-counts): the cost the issue-16 routing plan removes shows as a number there. Nothing

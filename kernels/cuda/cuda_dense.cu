@@ -33,6 +33,59 @@ __global__ void k_scale(float *y, float s, size_t n, bool overwrite_zero) {
         y[i] = overwrite_zero ? 0.0f : y[i] * s;
 }
 
+// ---------------------------------------------------------------- split-K
+// A product with few output tiles and a long K (the weight gradients dW = X^T dY over all tokens of a micro-batch:
+// the attention routers' [1024 x 40] has 8 tiles of 128 x 128, the FFN router's [1024 x 387] and a projection's
+// [1024 x 512] 32, on a GPU of 132 SMs) leaves most SMs idle, since cuBLAS gives each output tile to one SM. Split K
+// into S equal chunks: one strided-batched GEMM computes the S partial products into scratch (S times the tiles), and
+// k_split_sum adds them in chunk order, then alpha and beta C: a fixed order, so the same bits on every run.
+// The rule: S = the largest power of two with tiles x S <= SPLIT_K_TILES (one tile per SM of an H100, about) whose
+// chunks are exact, at least SPLIT_K_MIN_CHUNK deep and a multiple of 8 (16-byte aligned bf16 chunk starts); S = 1
+// (one GEMM) otherwise. The chunk floor keeps the partials' traffic (2 S M N floats) small against the operands'
+// ((M + N) K values): it is what makes the split pay in the cost model (make bench-model) and not only fill the GPU.
+// A device-independent rule: the same shapes give the same bits on every GPU.
+constexpr long SPLIT_K_TILES = 128;
+constexpr int SPLIT_K_MIN_CHUNK = 1024;
+
+int cuda_matmul_split_k(int M, int N, int K) {
+    const long tiles = (long)((M + 127) / 128) * ((N + 127) / 128);
+    int S = 1;
+    while (tiles * S * 2 <= SPLIT_K_TILES && K % (S * 2) == 0 && K / (S * 2) >= SPLIT_K_MIN_CHUNK &&
+           K / (S * 2) % 8 == 0)
+        S *= 2;
+    return S;
+}
+
+// C[i] = alpha sum_s P[s, i] (s in order) + beta C[i]; beta = 0 never reads C (clears NaN, as cuBLAS does)
+__global__ void k_split_sum(float *C, const float *P, size_t n, int S, float alpha, float beta) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float acc = P[i];
+        for (int s = 1; s < S; s++) acc += P[(size_t)s * n + i];
+        C[i] = beta == 0.0f ? alpha * acc : alpha * acc + beta * C[i];
+    }
+}
+
+// Row-major C[M,N] = alpha op(A) op(B) + beta C in S chunks of K (lda, ldb as cuda_gemm's with ldc = N).
+static void gemm_split_k(Backend *be, int transA, int transB, int M, int N, int K, int S, float alpha, const void *A,
+                         int lda, const void *B, int ldb, float beta, float *C, bool bf16) {
+    const int Kc = K / S;
+    const size_t nC = (size_t)M * N;
+    float *P = (float *)cuda_scratch(be, SCRATCH_MATMUL_SPLIT_PARTIAL, (size_t)S * nC * sizeof(float));
+    // chunk s of op(A) [M, K]: columns s Kc.. of A [M, K], or rows s Kc.. of A [K, M]; of op(B) [K, N] likewise
+    const long long strideA = transA ? (long long)Kc * lda : Kc, strideB = transB ? Kc : (long long)Kc * ldb;
+    const float one = 1.0f, zero = 0.0f;
+    cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    CHECK_CUBLAS(cublasGemmStridedBatchedEx(cuda_impl(be)->cublas, transB ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                            transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, Kc, &one, B, t, ldb, strideB, A,
+                                            t, lda, strideA, &zero, P, CUDA_R_32F, N, (long long)nC, S,
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    // S partials read, C written (and read when beta != 0); S adds and the two scalings per element
+    LAUNCH(k_split_sum, grid_for(nC, 256), 256, 0,
+           kernel_cost((double)nC * (S + 2), (double)nC * (S + (beta != 0.0f ? 2 : 1)) * sizeof(float)))(
+        C, P, nC, S, alpha, beta);
+    CHECK_LAUNCH();
+}
+
 void cuda_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B, int M, int N, int K, int transA,
                  int transB, scalar_t alpha, scalar_t beta) {
     if (M <= 0 || N <= 0) return;
@@ -45,13 +98,14 @@ void cuda_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B,
         return;
     }
     int lda = transA ? M : K, ldb = transB ? K : N;
-    if (use_bf16(be)) { // a weight operand comes from the registered weights' bf16 copy, others are converted here
-        const __nv_bfloat16 *a16 = cuda_bf16_operand(be, A, (size_t)M * K, SCRATCH_MATMUL_A_BF16);
-        const __nv_bfloat16 *b16 = cuda_bf16_operand(be, B, (size_t)K * N, SCRATCH_MATMUL_B_BF16);
-        cuda_gemm(be, transA, transB, M, N, K, alpha, a16, lda, b16, ldb, beta, C, N, true);
-    } else {
-        cuda_gemm(be, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, N, false);
-    }
+    const bool bf16 = use_bf16(be);
+    // bf16 mode: a weight operand comes from the registered weights' bf16 copy, others from the conversion cache
+    const void *a = bf16 ? (const void *)cuda_bf16_cached(be, A, (size_t)M * K) : (const void *)A;
+    const void *b = bf16 ? (const void *)cuda_bf16_cached(be, B, (size_t)K * N) : (const void *)B;
+    const int S = cuda_matmul_split_k(M, N, K);
+    if (S > 1) gemm_split_k(be, transA, transB, M, N, K, S, alpha, a, lda, b, ldb, beta, C, bf16);
+    else cuda_gemm(be, transA, transB, M, N, K, alpha, a, lda, b, ldb, beta, C, N, bf16);
+    if (bf16) cuda_bf16_cache_forget(be, C, nC * sizeof(float)); // C may alias an operand converted above
 }
 
 // ---------------------------------------------------------------- elementwise

@@ -23,6 +23,7 @@ void cuda_register_weights(Backend *be, const scalar_t *p, size_t n) {
 }
 
 void cuda_weights_written(Backend *be, const void *dst, size_t bytes) {
+    cuda_bf16_cache_forget(be, dst, bytes); // the other operands' copies (cuda_bf16_cache.cu)
     CudaImpl *im = cuda_impl(be);
     if (!im->weights || !dst || bytes == 0) return;
     // [d, d + bytes) and [w, w + w_bytes) overlap; unsigned differences, so no end pointer can overflow
@@ -47,22 +48,28 @@ static void emu_check_fresh(const CudaImpl *im, const float *p, size_t n) {
 }
 #endif
 
-const __nv_bfloat16 *cuda_bf16_operand(Backend *be, const float *p, size_t n, int slot) {
+bool cuda_bf16_weights_slice(Backend *be, const float *p, size_t n, const __nv_bfloat16 **out) {
     CudaImpl *im = cuda_impl(be);
-    if (im->weights && p >= im->weights && n <= im->weights_n && (size_t)(p - im->weights) <= im->weights_n - n) {
-        if (!im->weights16) {
-            CHECK_CUDA(cudaMalloc(&im->weights16, im->weights_n * sizeof(__nv_bfloat16)));
-            im->weights16_stale = true;
-        }
-        if (im->weights16_stale) {
-            cuda_to_bf16(im->weights16, im->weights, im->weights_n);
-            im->weights16_stale = false;
-        }
-#ifdef CUDA_EMULATION
-        if (!emu::dry_run()) emu_check_fresh(im, p, n); // a dry run converts nothing (cuda_emu_launch_log.cpp)
-#endif
-        return im->weights16 + (p - im->weights);
+    if (!im->weights || p < im->weights || n > im->weights_n || (size_t)(p - im->weights) > im->weights_n - n)
+        return false;
+    if (!im->weights16) {
+        CHECK_CUDA(cudaMalloc(&im->weights16, im->weights_n * sizeof(__nv_bfloat16)));
+        im->weights16_stale = true;
     }
+    if (im->weights16_stale) {
+        cuda_to_bf16(im->weights16, im->weights, im->weights_n);
+        im->weights16_stale = false;
+    }
+#ifdef CUDA_EMULATION
+    if (!emu::dry_run()) emu_check_fresh(im, p, n); // a dry run converts nothing (cuda_emu_launch_log.cpp)
+#endif
+    *out = im->weights16 + (p - im->weights);
+    return true;
+}
+
+const __nv_bfloat16 *cuda_bf16_operand(Backend *be, const float *p, size_t n, int slot) {
+    const __nv_bfloat16 *w16;
+    if (cuda_bf16_weights_slice(be, p, n, &w16)) return w16;
     __nv_bfloat16 *dst = (__nv_bfloat16 *)cuda_scratch(be, slot, n * sizeof(__nv_bfloat16));
     cuda_to_bf16(dst, p, n);
     return dst;

@@ -24,6 +24,9 @@ enum {
     F_ULP_GATES = 1 << 12, /* capacity_drop: gates 0.5 plus 0..5 ulps, so their keys differ in the lowest byte only */
     F_TIED_ROWS = 1 << 11, /* expert_choice: every logit row one of 4, so each expert's scores tie across positions */
     F_NAN_ROWS = 1 << 13,  /* expert_choice: a NaN and a negative NaN logit in two rows (their softmax rows all NaN) */
+    F_CACHE_SHARED = 1 << 14,  /* matmul_cache: one input read by several matmuls, whole, in part, as either operand */
+    F_CACHE_REWRITE = 1 << 15, /* matmul_cache: the input rewritten by each write path between two matmuls */
+    F_CACHE_REALLOC = 1 << 16, /* matmul_cache: the input freed and a buffer of its size allocated between them */
 };
 static int cvmm_order_of(unsigned flags) {
     return (flags & F_IN_SORTED ? CVMM_IN_SORTED : 0) | (flags & F_OUT_SORTED ? CVMM_OUT_SORTED : 0);
@@ -59,6 +62,77 @@ static void run_matmul(OpRun *r, const OpCase *c) {
     out_f(r, "C = op(A) op(B), beta 0 over NaN", C0, CMP_GEMM);
 }
 static const OpDriver drv_matmul = {"matmul", run_matmul, {"M", "N", "K", "transA", "transB"}};
+
+/* Sequences of matmuls around the CUDA backend's bf16 conversion cache (kernels/cuda/cuda_bf16_cache.cu), which hands
+ * out an operand's bf16 copy made by an earlier matmul while nothing wrote the operand: every later product must be
+ * the one of the operand's values now (on the emulator every hit is also checked bit for bit against a fresh
+ * rounding). A [M, K], B [K, N]; each product recorded. */
+static void run_matmul_cache(OpRun *r, const OpCase *c) {
+    int M = D(0), N = D(1), K = D(2);
+    size_t nA = (size_t)M * K;
+    scalar_t *B = in_uniform(r, (size_t)K * N, -1, 1), *X = in_uniform(r, nA, -2, 2);
+    if (c->flags & F_CACHE_SHARED) { /* one A read 6 times: hits, whole and in part, as op(A) and op(B) */
+        scalar_t *A = in_uniform(r, nA, -1, 1), *Bt = in_uniform(r, (size_t)N * K, -1, 1);
+        scalar_t *G = in_uniform(r, (size_t)M * N, -1, 1);
+        scalar_t *C[6];
+        for (int i = 0; i < 6; i++) C[i] = in_zero(r, (size_t)M * (N > K ? N : K) * sizeof(scalar_t));
+        BE->matmul(BE, C[0], A, B, M, N, K, 0, 0, 1, 0);            /* A B (converts A and B) */
+        BE->matmul(BE, C[1], A, Bt, M, N, K, 0, 1, 1, 0);           /* A Bt^T */
+        BE->matmul(BE, C[2], A, G, K, N, M, 1, 0, 1, 0);            /* A^T G [K, N]: the weight-gradient form */
+        BE->matmul(BE, C[3], A, B, M / 2, N, K, 0, 0, 1, 0);        /* A's first M/2 rows */
+        BE->matmul(BE, C[4], A + 3 * K, B, M - 3, N, K, 0, 0, 1, 0); /* A's rows from 3 on */
+        BE->matmul(BE, C[5], G, A, N, K, M, 1, 0, 1, 0);            /* G^T A [N, K]: A as the second operand */
+        static const char *const names[] = {"A B", "A Bt^T", "A^T G", "A[:M/2] B", "A[3:] B", "G^T A"};
+        for (int i = 0; i < 6; i++) out_f(r, names[i], C[i], CMP_GEMM);
+    } else if (c->flags & F_CACHE_REWRITE) { /* A written by each path (whole or in part), then read again */
+        scalar_t *A = in_uniform(r, nA, -1, 1), *P = in_uniform(r, (size_t)M * 7, -1, 1);
+        scalar_t *Q = in_uniform(r, (size_t)7 * K, -1, 1), *mean = in_zero(r, (size_t)M * sizeof(scalar_t));
+        scalar_t *rstd = in_zero(r, (size_t)M * sizeof(scalar_t)), *C0 = in_zero(r, (size_t)M * N * sizeof(scalar_t));
+        scalar_t *h = ktu_random(&r->rng, nA, -3, 3);
+        BE->matmul(BE, C0, A, B, M, N, K, 0, 0, 1, 0);
+        out_f(r, "A B", C0, CMP_GEMM);
+        static const char *const after[] = {"A B after to_device",    "A B after copy",
+                                            "A B after zero",         "A B after scale_inplace",
+                                            "A B after add_inplace",  "A B after layernorm_forward",
+                                            "A B after relu_forward", "A B after matmul into A",
+                                            "A B after add_inplace into B"};
+        for (int w = 0; w < 9; w++) {
+            switch (w) {
+            case 0: BE->to_device(BE, A + K, h, (size_t)K * sizeof(scalar_t)); break; /* row 1 only */
+            case 1: BE->copy(BE, A + 2, X, (nA - 4) * sizeof(scalar_t)); break;
+            case 2: BE->zero(BE, A + nA - 5, 5 * sizeof(scalar_t)); break; /* A's last 5 values */
+            case 3: BE->scale_inplace(BE, A, (scalar_t)-1.5, nA); break;
+            case 4: BE->add_inplace(BE, A, X, nA); break;
+            case 5: BE->layernorm_forward(BE, A, mean, rstd, X, NULL, NULL, M, K, (scalar_t)1e-5); break;
+            case 6: BE->relu_forward(BE, A, X, nA); break;
+            case 7: BE->matmul(BE, A, P, Q, M, K, 7, 0, 0, 1, 0); break;
+            case 8: BE->add_inplace(BE, B, X, (size_t)K * N < nA ? (size_t)K * N : nA); break;
+            }
+            scalar_t *Cw = in_zero(r, (size_t)M * N * sizeof(scalar_t));
+            BE->matmul(BE, Cw, A, B, M, N, K, 0, 0, 1, 0);
+            out_f(r, after[w], Cw, CMP_GEMM);
+        }
+        free(h);
+    } else { /* F_CACHE_REALLOC: A read, freed; a buffer of its size (maybe at its address) read zero-filled, then
+              * with new values */
+        scalar_t *C1 = in_zero(r, (size_t)M * N * sizeof(scalar_t)), *C2 = in_uniform(r, (size_t)M * N, -1, 1);
+        scalar_t *C3 = in_zero(r, (size_t)M * N * sizeof(scalar_t));
+        scalar_t *h = ktu_random(&r->rng, nA, -1, 1);
+        scalar_t *A = BE->alloc(BE, nA * sizeof(scalar_t)); /* not the case's buffers: this one is freed here */
+        BE->to_device(BE, A, h, nA * sizeof(scalar_t));
+        BE->matmul(BE, C1, A, B, M, N, K, 0, 0, 1, 0);
+        BE->free(BE, A);
+        A = BE->alloc(BE, nA * sizeof(scalar_t));
+        BE->matmul(BE, C2, A, B, M, N, K, 0, 0, 1, 0.5); /* A' zero-filled: C2 halved */
+        BE->copy(BE, A, X, nA * sizeof(scalar_t));
+        BE->matmul(BE, C3, A, B, M, N, K, 0, 0, 1, 0);
+        BE->free(BE, A);
+        free(h);
+        out_f(r, "A B", C1, CMP_GEMM), out_f(r, "A' B + 0.5 C, A' new (zero)", C2, CMP_GEMM);
+        out_f(r, "A' B, A' copied", C3, CMP_GEMM);
+    }
+}
+static const OpDriver drv_matmul_cache = {"matmul_cache", run_matmul_cache, {"M", "N", "K"}};
 
 /* ---------------------------------------------------------------- elementwise, embedding, LayerNorm */
 static void run_elementwise(OpRun *r, const OpCase *c) {

@@ -2,7 +2,7 @@
  * those from its table): the backend's options rejected at creation, the death of routing_plan and capacity_drop on
  * an expert id out of range, the balance ops' death past the grid's chunk limit, expert_choice_select's marking of a
  * c above the valid positions, and the bf16 copy of the registered weights, which must follow every write (and, on
- * the emulator, must be caught when stale). The death tests re-execute the program (popen of /proc/self/exe) in a
+ * the emulator, must be caught when stale), as must the conversion cache's copies of other operands. The death tests re-execute the program (popen of /proc/self/exe) in a
  * child mode, because a CUDA context does not survive fork(). Header-only, included once by cuda_backend_ops.c. */
 #ifndef TESTS_UNIT_CUDA_BACKEND_CHECKS_H
 #define TESTS_UNIT_CUDA_BACKEND_CHECKS_H
@@ -504,6 +504,39 @@ START_TEST(test_weights_bf16_copy_stale_is_caught) {
     }
     expect_child("--stale-weights", 1, "the bf16 copy of the weights is stale at element 3");
     expect_child("--stale-weights-nccl", 0, "child: the matmul saw the new weights");
+}
+END_TEST
+
+/* The same net under the bf16 conversion cache of the other operands (cuda_bf16_cache.cu): an activation a matmul
+ * converted, then written behind the backend's back, must stop the next op (any op: every entry is checked before and
+ * after each one) with a message saying so. Child mode of this program. */
+static int stale_cache_child(void) {
+    char err[256];
+    Backend *be = backend_create("cuda", err, sizeof err);
+    if (!be) {
+        fprintf(stderr, "child: %s\n", err);
+        return 2;
+    }
+    be->precision = PRECISION_BF16;
+    float hx[24], hw[24];
+    for (int i = 0; i < 24; i++) hx[i] = (float)i * 0.25f - 2.0f, hw[i] = (float)(i % 5) - 2.5f;
+    float *x = be->alloc(be, sizeof hx), *w = be->alloc(be, sizeof hw), *c = be->alloc(be, 16 * sizeof(float));
+    be->to_device(be, x, hx, sizeof hx);
+    be->to_device(be, w, hw, sizeof hw);
+    be->matmul(be, c, x, w, 4, 4, 6, 0, 0, 1, 0); /* x [4, 6] and w [6, 4] converted here */
+    x[7] = 99.5f;                                 /* behind the backend's back: emulator memory is host memory */
+    be->scale_inplace(be, c, 2.0f, 16);           /* an op that neither reads nor writes x */
+    fprintf(stderr, "child: the stale copy went unnoticed\n");
+    return 0;
+}
+
+START_TEST(test_bf16_cache_stale_is_caught) {
+    if (!on_emulator(gpu)) {
+        printf("test_bf16_cache_stale_is_caught: not on the CUDA emulator (it writes device memory from the host)\n");
+        return;
+    }
+    expect_child("--stale-cache", 1, "is stale at element 7 (copy 0xbe80, fp32 99.5 now) before the op "
+                                     "'scale_inplace': written outside the backend's ops");
 }
 END_TEST
 

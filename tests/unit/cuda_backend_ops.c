@@ -18,12 +18,13 @@
 #define INV_SQRT_82 0.11043152607484653 /* 1/sqrt(82): the usual attention scale of a head of 82 */
 enum { PLAN_CHUNK = CUDA_CVMM_PLAN_CHUNK };
 
-/* matmul: every transpose pair of one shape, fp32 and bf16 */
-#define MATMUL_ROWS(M, N, K)                                                                                          \
-    {"matmul", #M "x" #N "x" #K ", A B", &drv_matmul, {M, N, K, 0, 0}, 0, 0, DT_BOTH, DEF, 0, 0},                      \
-    {"matmul", #M "x" #N "x" #K ", A B^T", &drv_matmul, {M, N, K, 0, 1}, 0, 0, DT_BOTH, DEF, 0, 0},                    \
-    {"matmul", #M "x" #N "x" #K ", A^T B", &drv_matmul, {M, N, K, 1, 0}, 0, 0, DT_BOTH, DEF, 0, 0},                    \
-    {"matmul", #M "x" #N "x" #K ", A^T B^T", &drv_matmul, {M, N, K, 1, 1}, 0, 0, DT_BOTH, DEF, 0, 0}
+/* matmul: every transpose pair of one shape, fp32 and bf16; repeat: DEF where the rows must repeat bit for bit */
+#define MATMUL_ROWS_R(M, N, K, repeat)                                                                                \
+    {"matmul", #M "x" #N "x" #K ", A B", &drv_matmul, {M, N, K, 0, 0}, 0, 0, DT_BOTH, DEF, repeat, 0},                 \
+    {"matmul", #M "x" #N "x" #K ", A B^T", &drv_matmul, {M, N, K, 0, 1}, 0, 0, DT_BOTH, DEF, repeat, 0},               \
+    {"matmul", #M "x" #N "x" #K ", A^T B", &drv_matmul, {M, N, K, 1, 0}, 0, 0, DT_BOTH, DEF, repeat, 0},               \
+    {"matmul", #M "x" #N "x" #K ", A^T B^T", &drv_matmul, {M, N, K, 1, 1}, 0, 0, DT_BOTH, DEF, repeat, 0}
+#define MATMUL_ROWS(M, N, K) MATMUL_ROWS_R(M, N, K, 0)
 /* attention: the forward of one shape, and its backward when Tq == Tk (which runs the forward first) */
 #define ATT_FWD(name, B, Tq, Tk, H, Dh, scale, variants, repeat, auto_is)                                             \
     {"attention_forward", name, &drv_attention, {B, Tq, Tk, H, Dh}, scale, 0, DT_BOTH, variants, repeat, auto_is}
@@ -47,6 +48,16 @@ static const OpCase op_cases[] = {
     /* ---- dense: four shapes (with 1x1x1 and sizes off every tile), each transpose pair; every row also checks
      * beta = 0 over a C full of NaN */
     MATMUL_ROWS(7, 13, 5), MATMUL_ROWS(1, 1, 1), MATMUL_ROWS(33, 17, 65), MATMUL_ROWS(128, 96, 64),
+    /* split-K (cuda_dense.cu: few output tiles, a long K): 1 tile, K = 4096 in 4 chunks; 2 tiles (M off the tile
+     * size), K = 2048 in 2; K = 4100, whose chunks would not be multiples of 8: one GEMM. Bit-identical when repeated */
+    MATMUL_ROWS_R(40, 24, 4096, DEF), MATMUL_ROWS_R(130, 20, 2048, DEF), MATMUL_ROWS(9, 30, 4100),
+    /* bf16 operands from the conversion cache (cuda_bf16_cache.cu) */
+    {"matmul", "cache: one input read by 6 matmuls", &drv_matmul_cache, {37, 19, 29}, 0, F_CACHE_SHARED, DT_BOTH, DEF,
+     DEF, 0},
+    {"matmul", "cache: the input rewritten by each write path", &drv_matmul_cache, {37, 19, 29}, 0, F_CACHE_REWRITE,
+     DT_BOTH, DEF, 0, 0},
+    {"matmul", "cache: the input freed, a buffer of its size allocated", &drv_matmul_cache, {37, 19, 29}, 0,
+     F_CACHE_REALLOC, DT_BOTH, DEF, 0, 0},
 
     /* ---- elementwise, embedding, LayerNorm (fp32 only: the CUDA backend has no bf16 path for them) */
     {"add_inplace", "300x70", &drv_elementwise, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
@@ -477,6 +488,7 @@ static Suite *suite(void) {
     tcase_add_test(checks, test_expert_choice_c_over_valid);
     tcase_add_test(checks, test_weights_bf16_copy_follows_writes);
     tcase_add_test(checks, test_weights_bf16_copy_stale_is_caught);
+    tcase_add_test(checks, test_bf16_cache_stale_is_caught);
     suite_add_tcase(s, checks);
     return s;
 }
@@ -488,6 +500,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--step-bad") == 0) return step_bad_input_child(argv[2]);
     if (argc > 1 && strcmp(argv[1], "--stale-weights") == 0) return stale_weights_child(0);
     if (argc > 1 && strcmp(argv[1], "--stale-weights-nccl") == 0) return stale_weights_child(1);
+    if (argc > 1 && strcmp(argv[1], "--stale-cache") == 0) return stale_cache_child();
     setvbuf(stdout, NULL, _IOLBF, 0); /* FAIL lines before Check's summary of the case */
     if (argc == 3 && strcmp(argv[1], "--op") == 0) {
         only_op = argv[2];

@@ -1,0 +1,132 @@
+// CUDA: the bf16 conversion cache of GEMM operands that are not weights (activations, gradients), for bf16 mode.
+//
+// Why: a bf16 GEMM takes bf16 operands, and matmul converted its fp32 activation operand in every call. The same
+// tensor is read by several matmuls: a LayerNorm output by the 4-5 projections and routers of the layer it feeds, in
+// the forward and again for their weight gradients in the backward; an output gradient by dX = dY W^T and
+// dW = X^T dY. At the paper's MoEUT size that was 364 conversions of [32768 x 1024] per step. A tensor's bf16 copy
+// stays good until something writes the tensor, so it is kept in one of BF16_CACHE_ENTRIES device buffers owned by
+// the backend, keyed by (pointer, element count), the least recently used one taken for a new conversion.
+//
+// Why a stale copy cannot be handed out: the same reports that keep the weights' copy fresh (cuda_weights_bf16.cu)
+// drop the entries they overlap: every op reports each output range before writing it (cuda_weights_written), and so
+// do the backend's to_device, copy, zero and the NCCL all-reduce; alloc reports the zero-filled buffer; free drops the
+// entries inside the freed buffer (its size kept from alloc), since a later cudaMalloc may hand its memory out again
+// (scratch is written without reports). The one op that reads the cache, matmul, reports its output again after the
+// GEMM (C may alias an operand it converted). On the CUDA emulator every hit is compared bit for bit with a fresh
+// rounding of the fp32 source, and so is every entry before and after each op of the backend's table (naming the op
+// that wrote without a report), so a write path that forgot to report fails the emulated tests. bf16 rounding is deterministic: the bits are those a
+// conversion in every call gives.
+#include <unordered_map>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+typedef std::unordered_map<const void *, size_t> AllocSizes;
+static AllocSizes &alloc_sizes(CudaImpl *im) {
+    if (!im->alloc_sizes) im->alloc_sizes = new AllocSizes();
+    return *(AllocSizes *)im->alloc_sizes;
+}
+
+// [a, a + a_bytes) and [b, b + b_bytes) overlap; unsigned differences, so no end pointer can overflow
+static bool overlaps(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x >= y ? x - y < b_bytes : y - x < a_bytes;
+}
+
+void cuda_bf16_cache_forget(Backend *be, const void *p, size_t bytes) {
+    if (!p || bytes == 0) return;
+    for (CudaImpl::Bf16CacheEntry &e : cuda_impl(be)->bf16_cache)
+        if (e.src && overlaps(e.src, e.n * sizeof(float), p, bytes)) e.src = nullptr;
+}
+
+void cuda_bf16_cache_allocated(Backend *be, const void *p, size_t bytes) {
+    cuda_bf16_cache_forget(be, p, bytes);
+    alloc_sizes(cuda_impl(be))[p] = bytes;
+}
+
+void cuda_bf16_cache_freed(Backend *be, const void *p) {
+    if (!p) return;
+    AllocSizes &sizes = alloc_sizes(cuda_impl(be));
+    auto it = sizes.find(p);
+    if (it == sizes.end()) die("cuda backend: free of %p, which the backend's alloc did not return", p);
+    cuda_bf16_cache_forget(be, p, it->second ? it->second : 1);
+    sizes.erase(it);
+}
+
+void cuda_bf16_cache_destroy(Backend *be) {
+    CudaImpl *im = cuda_impl(be);
+    for (CudaImpl::Bf16CacheEntry &e : im->bf16_cache)
+        if (e.buf) cudaFree(e.buf); // teardown: unchecked, as cu_destroy's
+    delete (AllocSizes *)im->alloc_sizes;
+    im->alloc_sizes = nullptr;
+}
+
+#ifdef CUDA_EMULATION
+// The entry's copy of [p, p + n) against a fresh rounding of the fp32 values now (device memory is host memory here).
+static void emu_check_entry(const CudaImpl::Bf16CacheEntry &e, const float *p, size_t n, const char *when) {
+    const __nv_bfloat16 *c = e.buf + (p - e.src);
+    for (size_t i = 0; i < n; i++)
+        if (c[i].bits != emu::bf16_round_bits(p[i]))
+            die("cuda backend: the cached bf16 copy of %zu floats at %p is stale at element %zu (copy %#06x, fp32 "
+                "%.9g now) %s: an op wrote device memory without reporting it through cuda_weights_written",
+                e.n, (const void *)e.src, (size_t)(p - e.src) + i, (unsigned)c[i].bits, (double)p[i], when);
+}
+
+void cuda_bf16_cache_check(Backend *be, const char *op, bool after) {
+    if (emu::dry_run()) return; // a dry run converts nothing (cuda_emu_launch_log.cpp)
+    char when[160];
+    if (after) snprintf(when, sizeof when, "after the op '%s', which wrote it", op);
+    else snprintf(when, sizeof when, "before the op '%s': written outside the backend's ops", op);
+    for (const CudaImpl::Bf16CacheEntry &e : cuda_impl(be)->bf16_cache)
+        if (e.src) emu_check_entry(e, e.src, e.n, when);
+}
+#endif
+
+// Makes victim hold at least n values. Every buffer is made as large as the largest operand so far; a buffer too small
+// for a new operand means a larger one came, and then the victim and every empty buffer smaller than it are made again
+// at its size, in one go: cudaFree waits for the device, so the step pays that wait about once per new largest size
+// (in the first step), not once per buffer whenever one of them first holds the largest operand. Buffers that hold a
+// copy keep it (and their address): an op may still be about to read it.
+static void alloc_entry(CudaImpl::Bf16CacheEntry *e, size_t n) {
+    cudaError_t err = cudaMalloc(&e->buf, n * sizeof(__nv_bfloat16));
+    if (err != cudaSuccess)
+        die("cuda backend: out of device memory for %zu bytes of the bf16 conversion cache: %s",
+            n * sizeof(__nv_bfloat16), cudaGetErrorString(err));
+    e->cap = n;
+}
+static void grow(CudaImpl *im, CudaImpl::Bf16CacheEntry *victim, size_t n) {
+    for (CudaImpl::Bf16CacheEntry &e : im->bf16_cache) n = e.cap > n ? e.cap : n;
+    if (!victim->buf) return alloc_entry(victim, n); // a first allocation waits for nothing
+    victim->src = nullptr;
+    CHECK_CUDA(cudaDeviceSynchronize()); // kernels queued earlier may still read the old buffers
+    for (CudaImpl::Bf16CacheEntry &e : im->bf16_cache) {
+        if (!e.buf || e.src || e.cap >= n) continue;
+        CHECK_CUDA(cudaFree(e.buf));
+        e.buf = nullptr, e.cap = 0;
+        alloc_entry(&e, n);
+    }
+}
+
+const __nv_bfloat16 *cuda_bf16_cached(Backend *be, const float *p, size_t n) {
+    const __nv_bfloat16 *w16;
+    if (cuda_bf16_weights_slice(be, p, n, &w16)) return w16;
+    CudaImpl *im = cuda_impl(be);
+    im->bf16_cache_clock++;
+    CudaImpl::Bf16CacheEntry *victim = &im->bf16_cache[0];
+    for (CudaImpl::Bf16CacheEntry &e : im->bf16_cache) {
+        if (e.src && p >= e.src && n <= e.n && (size_t)(p - e.src) <= e.n - n) { // [p, p + n) inside the entry
+            e.used = im->bf16_cache_clock;
+#ifdef CUDA_EMULATION
+            if (!emu::dry_run()) emu_check_entry(e, p, n, "when read as a GEMM operand");
+#endif
+            return e.buf + (p - e.src);
+        }
+        // the replaced entry: an empty one, else the least recently used
+        if ((victim->src && !e.src) || (!victim->src == !e.src && e.used < victim->used)) victim = &e;
+    }
+    if (victim->cap < n) grow(im, victim, n);
+    cuda_to_bf16(victim->buf, p, n);
+    victim->src = p;
+    victim->n = n;
+    victim->used = im->bf16_cache_clock;
+    return victim->buf;
+}
