@@ -222,9 +222,11 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     if (err && errlen) err[0] = '\0';
     static const char *const attention_choices[] = {"auto", "fused", "gemm", "flash"};
     static const char *const cvmm_choices[] = {"auto", "loop", "grouped", "mma"};
-    int attention_impl, cvmm_impl, attention_chunk_pairs;
+    static const char *const matmul_choices[] = {"auto", "plain"};
+    int attention_impl, cvmm_impl, matmul_impl, attention_chunk_pairs;
     if (!read_choice("DMMATH_CUDA_ATTENTION", attention_choices, 4, &attention_impl, err, errlen) ||
         !read_choice("DMMATH_CUDA_CVMM", cvmm_choices, 4, &cvmm_impl, err, errlen) ||
+        !read_choice("DMMATH_CUDA_MATMUL", matmul_choices, 2, &matmul_impl, err, errlen) ||
         !read_positive("DMMATH_CUDA_ATTENTION_CHUNK_PAIRS", &attention_chunk_pairs, err, errlen))
         return nullptr;
     int n_dev = 0;
@@ -266,6 +268,7 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     CudaImpl *im = (CudaImpl *)xcalloc(1, sizeof(CudaImpl));
     im->attention_impl = attention_impl;
     im->cvmm_impl = cvmm_impl;
+    im->matmul_impl = matmul_impl;
     im->attention_chunk_pairs = attention_chunk_pairs;
     cublasStatus_t st = cublasCreate(&im->cublas);
     if (st != CUBLAS_STATUS_SUCCESS) {

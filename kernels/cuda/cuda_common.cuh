@@ -198,6 +198,10 @@ enum {
 // GEMM attention path (unset: as many as its score budget allows), so that small shapes run in several chunks.
 enum AttentionImpl { ATTENTION_AUTO = 0, ATTENTION_FUSED, ATTENTION_GEMM, ATTENTION_FLASH };
 enum CvmmImpl { CVMM_AUTO = 0, CVMM_LOOP, CVMM_GROUPED, CVMM_MMA };
+// DMMATH_CUDA_MATMUL: auto (split-K where its rule says, operands from the bf16 conversion cache) or plain (one GEMM
+// per product, each operand outside the weights converted at every call: the path before them, a comparator for
+// make bench-gpu)
+enum MatmulImpl { MATMUL_AUTO = 0, MATMUL_PLAIN };
 
 // Entries of the bf16 conversion cache (cuda_bf16_cache.cu). make bench-model, the paper's configs: MoEUT converts
 // the same with 8, 16 or 32 entries, dense 507, 495, 473 times per step (287.8 -> 288.6 ms predicted with 8 instead
@@ -208,6 +212,7 @@ struct CudaImpl {
     cublasHandle_t cublas;
     int attention_impl; // AttentionImpl
     int cvmm_impl;      // CvmmImpl
+    int matmul_impl;    // MatmulImpl
     int attention_chunk_pairs; // 0: from the GEMM attention path's score budget
     bool attention_flash_fallback_said; // ATTENTION_FLASH: the line saying a call took another path is printed
     // Under CVMM_AUTO, per operand type (0 fp32, 1 bf16): 0 not probed yet, 1 grouped GEMM, -1 per-expert loop

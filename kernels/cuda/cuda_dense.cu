@@ -98,11 +98,15 @@ void cuda_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B,
         return;
     }
     int lda = transA ? M : K, ldb = transB ? K : N;
-    const bool bf16 = use_bf16(be);
+    const bool bf16 = use_bf16(be), plain = cuda_impl(be)->matmul_impl == MATMUL_PLAIN;
+    if (bf16 && plain) { // the comparator: every operand outside the weights converted again
+        cuda_bf16_cache_forget(be, A, (size_t)M * K * sizeof(float));
+        cuda_bf16_cache_forget(be, B, (size_t)K * N * sizeof(float));
+    }
     // bf16 mode: a weight operand comes from the registered weights' bf16 copy, others from the conversion cache
     const void *a = bf16 ? (const void *)cuda_bf16_cached(be, A, (size_t)M * K) : (const void *)A;
     const void *b = bf16 ? (const void *)cuda_bf16_cached(be, B, (size_t)K * N) : (const void *)B;
-    const int S = cuda_matmul_split_k(M, N, K);
+    const int S = plain ? 1 : cuda_matmul_split_k(M, N, K);
     if (S > 1) gemm_split_k(be, transA, transB, M, N, K, S, alpha, a, lda, b, ldb, beta, C, bf16);
     else cuda_gemm(be, transA, transB, M, N, K, alpha, a, lda, b, ldb, beta, C, N, bf16);
     if (bf16) cuda_bf16_cache_forget(be, C, nC * sizeof(float)); // C may alias an operand converted above

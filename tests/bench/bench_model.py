@@ -29,7 +29,8 @@ the gradients, as in most steps: cuda_loss_optim.cu). MFU = model FLOPs per step
 bench_gpu.py x tokens, the PaLM convention make bench-gpu uses) / (time x bf16 peak).
 
 Usage: python3 tests/bench/bench_model.py --exe build/emu/bench/bench_train_step [--config C ...] [--precision bf16]
-           [--n-microbatch M] [--cvmm mma|grouped|loop] [--attention auto|fused|gemm|flash] [--launches-dir DIR]
+           [--n-microbatch M] [--cvmm mma|grouped|loop] [--attention auto|fused|gemm|flash] [--matmul auto|plain]
+           [--launches-dir DIR]
            [--print-launches]
 """
 import argparse
@@ -133,7 +134,7 @@ def row_time(row, gpu, whole_gpu=False):
 # ---------------------------------------------------------------------------------------------------------------
 def dry_run(args, cfg, nmb, log_path):
     env = dict(os.environ, CUDA_EMU_DRY_RUN="1", CUDA_EMU_LAUNCH_LOG=log_path, DMMATH_CUDA_CVMM=args.cvmm,
-               DMMATH_CUDA_ATTENTION=args.attention, ASAN_OPTIONS="detect_leaks=0")
+               DMMATH_CUDA_ATTENTION=args.attention, DMMATH_CUDA_MATMUL=args.matmul, ASAN_OPTIONS="detect_leaks=0")
     cmd = [args.exe, "--config", cfg, "--backend", "cuda", "--precision", args.precision, "--steps", "1", "--warmup",
            "1", "--no-init", "--n-microbatch", str(nmb)]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -194,7 +195,7 @@ def report(args, cfg):
 
     print(f"\n== bench-model: {cfg} ({mc['arch']}, {args.precision}; {batch} x {T} tokens per step in {nmb} "
           f"micro-batches; cvmm {args.cvmm}, attention {args.attention} -> "
-          f"{attention_path})")
+          f"{attention_path}, matmul {args.matmul})")
     print("   A PREDICTION, NOT A MEASUREMENT: roofline times of the launches the CUDA backend issues for one training "
           "step,\n   recorded by the CUDA emulator's dry run (nothing computed; routing balanced, gradient clipping "
           "active)")
@@ -268,6 +269,8 @@ def main():
                     "then run grouped; grouped: what auto picks where cuBLAS >= 12.5 passes its probe)")
     ap.add_argument("--attention", choices=["auto", "fused", "gemm", "flash"], default="auto",
                     help="DMMATH_CUDA_ATTENTION (flash: the tensor-core kernels, bf16 only; fp32 takes auto's path)")
+    ap.add_argument("--matmul", choices=["auto", "plain"], default="auto",
+                    help="DMMATH_CUDA_MATMUL (plain: no split-K, no bf16 conversion cache)")
     ap.add_argument("--launches-dir", default="build/bench/model", help="where the per-launch lists go")
     ap.add_argument("--print-launches", action="store_true", help="also print every launch")
     args = ap.parse_args()

@@ -61,7 +61,7 @@ typedef struct {
 enum {
     V_DEFAULT, V_ATT_FUSED, V_ATT_GEMM, V_ATT_FLASH, V_ATT_AUTO, V_ATT_GEMM_CHUNK3, V_ATT_GEMM_CHUNK1, V_CVMM_AUTO,
     V_CVMM_LOOP, V_CVMM_GROUPED, V_CVMM_MMA, V_CVMM_FAULT_BF16, V_CVMM_FAULT_ALL, V_CVMM_FAULT_WRONG, V_CVMM_FAULT_MMA,
-    V_CVMM_GROUPED_FAULT_BF16, N_VARIANTS
+    V_CVMM_GROUPED_FAULT_BF16, V_MATMUL_PLAIN, N_VARIANTS
 };
 #define VB(v) (1u << (v))
 #define V_ATT_PATHS (VB(V_ATT_FUSED) | VB(V_ATT_GEMM) | VB(V_ATT_FLASH))
@@ -113,6 +113,8 @@ static const CudaVariant cuda_variants[N_VARIANTS] = {
     [V_CVMM_GROUPED_FAULT_BF16] = {"cvmm grouped, grouped GEMM refuses bf16",
                                    {{"DMMATH_CUDA_CVMM", "grouped"}, {"CUDA_EMU_GROUPED_GEMM", "unsupported-bf16"}},
                                    {"grouped", "grouped"}, {NULL}, 1},
+    /* matmul without split-K and the conversion cache (make bench-gpu's comparator) */
+    [V_MATMUL_PLAIN] = {"matmul plain", {{"DMMATH_CUDA_MATMUL", "plain"}}, {NULL}, {NULL}, 0},
 };
 
 /* ---- a case ---- */

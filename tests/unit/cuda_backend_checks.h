@@ -82,7 +82,8 @@ static void expect_child(const char *args, int status, const char *want) {
 }
 
 /* ---------------------------------------------------------------- options read at creation */
-/* A bad DMMATH_CUDA_ATTENTION_CHUNK_PAIRS or DMMATH_CUDA_ATTENTION fails the creation with a message naming it. */
+/* A bad DMMATH_CUDA_ATTENTION_CHUNK_PAIRS, DMMATH_CUDA_ATTENTION or DMMATH_CUDA_MATMUL fails the creation with a
+ * message naming it. */
 START_TEST(test_attention_options_rejected) {
     static const char *const bad[] = {"0", "-3", "abc", "3x", " "};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -97,6 +98,13 @@ START_TEST(test_attention_options_rejected) {
     if (be) backend_destroy(be);
     ck_assert_msg(be == NULL && strstr(err, "DMMATH_CUDA_ATTENTION=cudnn") != NULL, "DMMATH_CUDA_ATTENTION=cudnn: '%s'",
                   err);
+    char *old = cuda_test_swap_env("DMMATH_CUDA_MATMUL", "splitk");
+    err[0] = '\0';
+    be = backend_create("cuda", err, sizeof err);
+    free(cuda_test_swap_env("DMMATH_CUDA_MATMUL", old));
+    if (be) backend_destroy(be);
+    ck_assert_msg(be == NULL && strstr(err, "DMMATH_CUDA_MATMUL=splitk: expected one of auto plain") != NULL,
+                  "DMMATH_CUDA_MATMUL=splitk: '%s'", err);
 }
 END_TEST
 

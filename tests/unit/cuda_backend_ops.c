@@ -18,12 +18,14 @@
 #define INV_SQRT_82 0.11043152607484653 /* 1/sqrt(82): the usual attention scale of a head of 82 */
 enum { PLAN_CHUNK = CUDA_CVMM_PLAN_CHUNK };
 
-/* matmul: every transpose pair of one shape, fp32 and bf16; repeat: DEF where the rows must repeat bit for bit */
-#define MATMUL_ROWS_R(M, N, K, repeat)                                                                                \
-    {"matmul", #M "x" #N "x" #K ", A B", &drv_matmul, {M, N, K, 0, 0}, 0, 0, DT_BOTH, DEF, repeat, 0},                 \
-    {"matmul", #M "x" #N "x" #K ", A B^T", &drv_matmul, {M, N, K, 0, 1}, 0, 0, DT_BOTH, DEF, repeat, 0},               \
-    {"matmul", #M "x" #N "x" #K ", A^T B", &drv_matmul, {M, N, K, 1, 0}, 0, 0, DT_BOTH, DEF, repeat, 0},               \
-    {"matmul", #M "x" #N "x" #K ", A^T B^T", &drv_matmul, {M, N, K, 1, 1}, 0, 0, DT_BOTH, DEF, repeat, 0}
+/* matmul: every transpose pair of one shape, fp32 and bf16, on the default path and the plain one (no split-K, no
+ * conversion cache); repeat: DEF where the rows must repeat bit for bit */
+#define MATMUL_PATHS (DEF | VB(V_MATMUL_PLAIN))
+#define MATMUL_ROWS_R(M, N, K, repeat)                                                                                 \
+    {"matmul", #M "x" #N "x" #K ", A B", &drv_matmul, {M, N, K, 0, 0}, 0, 0, DT_BOTH, MATMUL_PATHS, repeat, 0},        \
+    {"matmul", #M "x" #N "x" #K ", A B^T", &drv_matmul, {M, N, K, 0, 1}, 0, 0, DT_BOTH, MATMUL_PATHS, repeat, 0},      \
+    {"matmul", #M "x" #N "x" #K ", A^T B", &drv_matmul, {M, N, K, 1, 0}, 0, 0, DT_BOTH, MATMUL_PATHS, repeat, 0},      \
+    {"matmul", #M "x" #N "x" #K ", A^T B^T", &drv_matmul, {M, N, K, 1, 1}, 0, 0, DT_BOTH, MATMUL_PATHS, repeat, 0}
 #define MATMUL_ROWS(M, N, K) MATMUL_ROWS_R(M, N, K, 0)
 /* attention: the forward of one shape, and its backward when Tq == Tk (which runs the forward first) */
 #define ATT_FWD(name, B, Tq, Tk, H, Dh, scale, variants, repeat, auto_is)                                             \
@@ -52,8 +54,8 @@ static const OpCase op_cases[] = {
      * size), K = 2048 in 2; K = 4100, whose chunks would not be multiples of 8: one GEMM. Bit-identical when repeated */
     MATMUL_ROWS_R(40, 24, 4096, DEF), MATMUL_ROWS_R(130, 20, 2048, DEF), MATMUL_ROWS(9, 30, 4100),
     /* bf16 operands from the conversion cache (cuda_bf16_cache.cu) */
-    {"matmul", "cache: one input read by 6 matmuls", &drv_matmul_cache, {37, 19, 29}, 0, F_CACHE_SHARED, DT_BOTH, DEF,
-     DEF, 0},
+    {"matmul", "cache: one input read by 6 matmuls", &drv_matmul_cache, {37, 19, 29}, 0, F_CACHE_SHARED, DT_BOTH,
+     MATMUL_PATHS, DEF, 0},
     {"matmul", "cache: the input rewritten by each write path", &drv_matmul_cache, {37, 19, 29}, 0, F_CACHE_REWRITE,
      DT_BOTH, DEF, 0, 0},
     {"matmul", "cache: the input freed, a buffer of its size allocated", &drv_matmul_cache, {37, 19, 29}, 0,
