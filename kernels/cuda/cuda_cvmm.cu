@@ -112,6 +112,16 @@ __global__ void k_dw(float *dw, const float *Qs, const float *X, const int32_t *
 // as k_reduce's threads make them; dw by warps, entry j by warp j mod warps, with k_dw's lane order and warp sum, so
 // with fp32 Q the results are bit-identical to k_reduce's and k_dw's. The block's second read of its rows of Q hits
 // the cache.
+// entry p of block r's j-th term and its row of Q (reduce_dw's two orders)
+struct ReduceEntry {
+    size_t p, q_row;
+};
+__device__ __forceinline__ ReduceEntry reduce_entry(size_t r, int j, int div, const int32_t *inv, const int32_t *perm,
+                                                    bool plan_order) {
+    if (plan_order) return {(size_t)perm[r], r};
+    const size_t p = r * div + j;
+    return {p, (size_t)inv[p]};
+}
 template <class In>
 __device__ __forceinline__ void reduce_dw(float *dX, float *dw, const In *Qs, const float *X, const int32_t *inv,
                                           const int32_t *perm, const float *w, int div, int Kin, bool plan_order) {
@@ -120,8 +130,8 @@ __device__ __forceinline__ void reduce_dw(float *dX, float *dw, const In *Qs, co
     for (int c = threadIdx.x; c < Kin; c += blockDim.x) {
         float acc = dx[c];
         for (int j = 0; j < div; j++) {
-            const size_t p = plan_order ? (size_t)perm[r] : r * div + j, q_row = plan_order ? r : (size_t)inv[p];
-            acc += (w ? w[p] : 1.0f) * load_value(&Qs[q_row * Kin + c]);
+            const ReduceEntry e = reduce_entry(r, j, div, inv, perm, plan_order);
+            acc += (w ? w[e.p] : 1.0f) * load_value(&Qs[e.q_row * Kin + c]);
         }
         dx[c] = acc;
     }
@@ -129,12 +139,12 @@ __device__ __forceinline__ void reduce_dw(float *dX, float *dw, const In *Qs, co
     const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
     const float *x = X + r * Kin;
     for (int j = threadIdx.x / 32; j < div; j += warps) {
-        const size_t p = plan_order ? (size_t)perm[r] : r * div + j, q_row = plan_order ? r : (size_t)inv[p];
-        const In *q = Qs + q_row * Kin;
+        const ReduceEntry e = reduce_entry(r, j, div, inv, perm, plan_order);
+        const In *q = Qs + e.q_row * Kin;
         double part = 0;
         for (int i = lane; i < Kin; i += 32) part += (double)load_value(&q[i]) * x[i];
         double s = warp_sum_d(part);
-        if (lane == 0) dw[p] = (float)s;
+        if (lane == 0) dw[e.p] = (float)s;
     }
 }
 __global__ void k_reduce_dw(float *dX, float *dw, const float *Qs, const float *X, const int32_t *inv,

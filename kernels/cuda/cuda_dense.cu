@@ -324,12 +324,14 @@ void cuda_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *
     CHECK_LAUNCH();
 }
 
-__global__ void k_ln_bwd_dx(float *dx, const float *dy, const float *x, const float *w, const float *mean,
-                            const float *rstd, int N, int C) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= N) return;
-    const float *xr = x + (size_t)row * C, *dyr = dy + (size_t)row * C;
-    float m = mean[row], r = rstd[row];
+// One row of the LayerNorm backward, by one warp: the row's means of dxhat = dy w and of dxhat xhat (double), which
+// every dx element of the row needs (the two backward kernels below share them, so they make the same bits).
+struct LnBwdRowMeans {
+    double dxh, dxh_xh;
+};
+__device__ __forceinline__ LnBwdRowMeans ln_bwd_row_means(const float *dyr, const float *xr, const float *w, float m,
+                                                          float r, int C) {
+    const int lane = threadIdx.x % 32;
     double s1 = 0, s2 = 0;
     for (int c = lane; c < C; c += 32) {
         double dxh = (double)dyr[c] * (w ? w[c] : 1.0f);
@@ -337,42 +339,43 @@ __global__ void k_ln_bwd_dx(float *dx, const float *dy, const float *x, const fl
         s1 += dxh;
         s2 += dxh * xh;
     }
-    double mean_dxh = warp_sum_d(s1) / C, mean_dxh_xh = warp_sum_d(s2) / C;
+    return {warp_sum_d(s1) / C, warp_sum_d(s2) / C};
+}
+// dx's term of element (row, c): rstd (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), xhat = (x - mean) rstd in float
+__device__ __forceinline__ float ln_bwd_dx_term(float g, float x, const float *w, int c, float m, float r,
+                                                LnBwdRowMeans mu) {
+    double dxh = (double)g * (w ? w[c] : 1.0f);
+    double xh = (double)((x - m) * r);
+    return (float)((double)r * (dxh - mu.dxh - xh * mu.dxh_xh));
+}
+
+__global__ void k_ln_bwd_dx(float *dx, const float *dy, const float *x, const float *w, const float *mean,
+                            const float *rstd, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *xr = x + (size_t)row * C, *dyr = dy + (size_t)row * C;
+    const float m = mean[row], r = rstd[row];
+    const LnBwdRowMeans mu = ln_bwd_row_means(dyr, xr, w, m, r, C);
     float *dxr = dx + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) {
-        double dxh = (double)dyr[c] * (w ? w[c] : 1.0f);
-        double xh = (double)((xr[c] - m) * r);
-        dxr[c] += (float)((double)r * (dxh - mean_dxh - xh * mean_dxh_xh));
-    }
+    for (int c = lane; c < C; c += 32) dxr[c] += ln_bwd_dx_term(dyr[c], xr[c], w, c, m, r, mu);
 }
 
 // The backward with the weight and bias gradients in one pass over dy and x: LN_BWD_ROWS rows per block. First each
-// warp makes its rows' two means as k_ln_bwd_dx does; then each thread takes columns and walks the block's rows in
-// order, adding dx with k_ln_bwd_dx's expression (so the same bits) and summing dy * xhat and dy (double, as
+// warp makes its rows' two means (ln_bwd_row_means); then each thread takes columns and walks the block's rows in
+// order, adding dx (ln_bwd_dx_term: the bits of k_ln_bwd_dx) and summing dy * xhat and dy (double, as
 // k_colsum_partial) into the block's partial row of pa and pb; k_colsum_groups and k_colsum_final add the blocks'
 // partials in block order. The second walk over the block's rows (16 x C values of dy and x) reads what its first
 // walk just brought into the cache (k_ln_bwd_dx and a column-sum pass read them twice from memory).
 constexpr int LN_BWD_ROWS = 16, LN_BWD_GROUPS = 64;
 __global__ void k_ln_bwd_fused(float *dx, double *pa, double *pb, const float *dy, const float *x, const float *w,
                                const float *mean, const float *rstd, int N, int C) {
-    __shared__ double s_mean_dxh[LN_BWD_ROWS], s_mean_dxh_xh[LN_BWD_ROWS];
-    const int n0 = blockIdx.x * LN_BWD_ROWS, rows = min(LN_BWD_ROWS, N - n0), lane = threadIdx.x % 32;
+    __shared__ LnBwdRowMeans s_mu[LN_BWD_ROWS];
+    const int n0 = blockIdx.x * LN_BWD_ROWS, rows = min(LN_BWD_ROWS, N - n0);
     if (dx) {
         for (int i = threadIdx.x / 32; i < rows; i += blockDim.x / 32) {
-            const float *xr = x + (size_t)(n0 + i) * C, *dyr = dy + (size_t)(n0 + i) * C;
-            const float m = mean[n0 + i], r = rstd[n0 + i];
-            double s1 = 0, s2 = 0;
-            for (int c = lane; c < C; c += 32) {
-                double dxh = (double)dyr[c] * (w ? w[c] : 1.0f);
-                double xh = (double)((xr[c] - m) * r);
-                s1 += dxh;
-                s2 += dxh * xh;
-            }
-            const double mean_dxh = warp_sum_d(s1) / C, mean_dxh_xh = warp_sum_d(s2) / C;
-            if (lane == 0) {
-                s_mean_dxh[i] = mean_dxh;
-                s_mean_dxh_xh[i] = mean_dxh_xh;
-            }
+            const size_t at = (size_t)(n0 + i) * C;
+            const LnBwdRowMeans mu = ln_bwd_row_means(dy + at, x + at, w, mean[n0 + i], rstd[n0 + i], C);
+            if (threadIdx.x % 32 == 0) s_mu[i] = mu;
         }
         __syncthreads();
     }
@@ -381,10 +384,7 @@ __global__ void k_ln_bwd_fused(float *dx, double *pa, double *pb, const float *d
         for (int i = 0; i < rows; i++) {
             const size_t at = (size_t)(n0 + i) * C + c;
             const float g = dy[at], m = mean[n0 + i], r = rstd[n0 + i], xh = (x[at] - m) * r;
-            if (dx) {
-                double dxh = (double)g * (w ? w[c] : 1.0f);
-                dx[at] += (float)((double)r * (dxh - s_mean_dxh[i] - (double)xh * s_mean_dxh_xh[i]));
-            }
+            if (dx) dx[at] += ln_bwd_dx_term(g, x[at], w, c, m, r, s_mu[i]);
             a += (double)g * (double)xh;
             b += g;
         }
