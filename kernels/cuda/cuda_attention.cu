@@ -1,5 +1,5 @@
 // CUDA: RoPE, fused causal attention for short sequences, and the choice between it, the cuBLAS path for long ones
-// (cuda_attention_gemm.cu) and the tensor-core FlashAttention-2 kernels (cuda_attention_flash.cu, when asked for).
+// (cuda_attention_gemm.cu) and the tensor-core FlashAttention-2 kernels (cuda_attention_flash.cu).
 // The fused attention uses one warp per query row (forward, dq) or per key row (dk, dv): lanes own the head dimensions
 // d = lane + 32u, every score is a warp butterfly sum (same value in all lanes, fixed order), keys are visited in
 // order with an online softmax. No atomics: dq and (dk, dv) come from separate kernels, so the results are
@@ -17,6 +17,10 @@
 // steps took 10.2 s with the cuBLAS path and 77.3 s with the fused kernels (7.6x). Where between 1 and 1024 query
 // rows the two cross is not measured: 64 is still a guess (DMMATH_CUDA_ATTENTION=fused|gemm forces either).
 #define ATTN_GEMM_MIN_T 64
+// Where the size rule says cuBLAS, auto takes the flash kernels instead when they can run (bf16 mode, head dims up to
+// ATTN_FLASH_D_MAX): no T x T scores in HBM. Adopted on the cost model's word, as matmul's split-K was (make
+// bench-model, H100: the paper MoEUT step 399 -> 335 ms, dense 522 -> 285 ms); never measured on a GPU, where the
+// GPU checklist's bench step runs DMMATH_CUDA_ATTENTION=gemm (the choice before) beside auto.
 
 enum AttentionPath { PATH_FUSED, PATH_GEMM, PATH_FLASH };
 
@@ -38,7 +42,7 @@ static AttentionPath attention_path(Backend *be, int Tq, int D) {
             im->attention_flash_fallback_said = true;
         }
         return by_size;
-    default: return by_size;
+    default: return by_size == PATH_GEMM && cuda_attention_flash_supported(be, D) ? PATH_FLASH : by_size;
     }
 }
 

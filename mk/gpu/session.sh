@@ -83,11 +83,11 @@ step() {
 step probe 10 60 "$run" probe
 step tests 120 "${TESTS_MAX_S:-0}" "$run" tests
 step selftest 30 180 "$run" selftest
-# The comparators: the flash attention kernels (against auto's cuBLAS attention: whether auto should take them), the
+# The comparators: the cuBLAS attention (against auto's flash kernels, taken on the cost model's word), the
 # matmul without split-K and the bf16 conversion cache (whether they pay on a GPU, as the cost model says), the
 # per-expert GEMM loop alone (the bf16 expert matmul before the tensor-core kernels, which auto takes where cuBLAS
 # refuses bf16 in its grouped call), then fused attention with it.
-step bench 150 0 "$run" bench --steps 10 --warmup 2 --c-variant "DMMATH_CUDA_ATTENTION=flash" \
+step bench 150 0 "$run" bench --steps 10 --warmup 2 --c-variant "DMMATH_CUDA_ATTENTION=gemm" \
   --c-variant "DMMATH_CUDA_MATMUL=plain" --c-variant "DMMATH_CUDA_CVMM=loop" \
   --c-variant "DMMATH_CUDA_ATTENTION=fused DMMATH_CUDA_CVMM=loop"
 step sanitizer 120 "${SANITIZER_MAX_S:-240}" "$run" sanitizer

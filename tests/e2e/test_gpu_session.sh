@@ -48,7 +48,7 @@ grep -q "tests: exit 1" "$tmp/call2.log" && grep -q "4 passed, 1 failed" "$tmp/c
   fail "call 2 does not report the failing tests"
 grep -q "sanitizer: skipped" "$tmp/call2.log" || fail "call 2 ran the skipped sanitizer"
 grep -q "small: continues in the next call" "$tmp/call2.log" || fail "call 2 does not say small continues"
-grep -q "^bench --steps 10 --warmup 2 --c-variant DMMATH_CUDA_ATTENTION=flash --c-variant DMMATH_CUDA_MATMUL=plain --c-variant DMMATH_CUDA_CVMM=loop --c-variant DMMATH_CUDA_ATTENTION=fused DMMATH_CUDA_CVMM=loop$" "$tmp/calls" ||
+grep -q "^bench --steps 10 --warmup 2 --c-variant DMMATH_CUDA_ATTENTION=gemm --c-variant DMMATH_CUDA_MATMUL=plain --c-variant DMMATH_CUDA_CVMM=loop --c-variant DMMATH_CUDA_ATTENTION=fused DMMATH_CUDA_CVMM=loop$" "$tmp/calls" ||
   fail "bench was not given its arguments: $(grep ^bench "$tmp/calls")"
 grep -Eq "^small --limit [0-9]+ --jobs 4 --seeds 2$" "$tmp/calls" ||
   fail "small was not given --limit, --jobs and --seeds: $(grep ^small "$tmp/calls")"

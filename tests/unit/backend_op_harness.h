@@ -118,6 +118,8 @@ static const CudaVariant cuda_variants[N_VARIANTS] = {
 };
 
 /* ---- a case ---- */
+#define AUTO_IS(fp32_path, bf16_path) ((fp32_path) | (bf16_path) << 8)
+#define AUTO_IS_OF(auto_is, bf16) ((bf16) ? (auto_is) >> 8 : (auto_is) & 0xff)
 typedef struct OpRun OpRun;
 typedef struct OpCase OpCase;
 typedef struct {
@@ -136,8 +138,9 @@ struct OpCase {
     unsigned dtypes;         /* DT_FP32 | DT_BF16 */
     unsigned variants;       /* VB(V_*): the CUDA backends it runs on */
     unsigned repeat;         /* VB(V_*): variants that must give bit-identical outputs when run a second time */
-    int auto_is;             /* V_ATT_FUSED or V_ATT_GEMM: the path V_ATT_AUTO must reproduce bit for bit (and the other
-                                path must differ, or the check proves nothing); 0 = no such check */
+    int auto_is;             /* AUTO_IS(fp32 path, bf16 path), each V_ATT_FUSED, V_ATT_GEMM or V_ATT_FLASH: the path
+                                V_ATT_AUTO must reproduce bit for bit in that dtype (and another path must differ, or
+                                the check proves nothing); 0 = no such check */
 };
 
 /* ---- one run of a case on one backend ---- */

@@ -28,11 +28,16 @@ enum { PLAN_CHUNK = CUDA_CVMM_PLAN_CHUNK };
     {"matmul", #M "x" #N "x" #K ", A^T B^T", &drv_matmul, {M, N, K, 1, 1}, 0, 0, DT_BOTH, MATMUL_PATHS, repeat, 0}
 #define MATMUL_ROWS(M, N, K) MATMUL_ROWS_R(M, N, K, 0)
 /* attention: the forward of one shape, and its backward when Tq == Tk (which runs the forward first) */
-#define ATT_FWD(name, B, Tq, Tk, H, Dh, scale, variants, repeat, auto_is)                                             \
+#define ATT_FWD_AUTO(name, B, Tq, Tk, H, Dh, scale, variants, repeat, auto_is)                                        \
     {"attention_forward", name, &drv_attention, {B, Tq, Tk, H, Dh}, scale, 0, DT_BOTH, variants, repeat, auto_is}
-#define ATT_ROWS(name, B, T, H, Dh, scale, variants, repeat, auto_is)                                                 \
-    ATT_FWD(name, B, T, T, H, Dh, scale, variants, repeat, auto_is),                                                  \
+#define ATT_ROWS_AUTO(name, B, T, H, Dh, scale, variants, repeat, auto_is)                                            \
+    ATT_FWD_AUTO(name, B, T, T, H, Dh, scale, variants, repeat, auto_is),                                             \
     {"attention_backward", name, &drv_attention, {B, T, T, H, Dh}, scale, 0, DT_BOTH, variants, repeat, auto_is}
+/* rows whose auto path (if checked) is the same in both dtypes */
+#define ATT_FWD(name, B, Tq, Tk, H, Dh, scale, variants, repeat, auto_is)                                             \
+    ATT_FWD_AUTO(name, B, Tq, Tk, H, Dh, scale, variants, repeat, AUTO_IS(auto_is, auto_is))
+#define ATT_ROWS(name, B, T, H, Dh, scale, variants, repeat, auto_is)                                                 \
+    ATT_ROWS_AUTO(name, B, T, H, Dh, scale, variants, repeat, AUTO_IS(auto_is, auto_is))
 /* router gates: both kinds, with and without renormalisation (routing shape N=200 G=3 E=11 k=4) */
 #define GATES_ROWS(op, drop, dname)                                                                                   \
     {op, "sigmoid" dname, &drv_router_gates, {200, 3, 11, 4, ROUTER_SIGMOID, 0}, 0, drop, DT_FP32, DEF, 0, 0},         \
@@ -108,12 +113,17 @@ static const OpCase op_cases[] = {
     ATT_ROWS("4 pairs in chunks of 3 + 1", 1, 70, 4, 82, INV_SQRT_82, VB(V_ATT_GEMM_CHUNK3), 0, 0),
     ATT_FWD("8 pairs in chunks of 3 + 3 + 2, Tq < Tk", 2, 5, 41, 4, 82, 0.3, VB(V_ATT_GEMM_CHUNK3), 0, 0),
     /* auto takes the GEMM path from ATTN_GEMM_MIN_T = 64 query rows on (cuda_attention.cu; update the shapes here
-     * if that is tuned) and the fused kernels below, KV-cache decode included; every forced path (the GEMM path
-     * also one pair per chunk) repeats bit for bit */
+     * if that is tuned), except in bf16 with heads up to 128 wide, where it takes the flash kernels, and the fused
+     * kernels below, KV-cache decode included; every forced path (the GEMM path also one pair per chunk) repeats bit
+     * for bit */
 #define ATT_AUTO V_ATT_PATHS | VB(V_ATT_AUTO) | VB(V_ATT_GEMM_CHUNK1)
 #define ATT_REPEAT V_ATT_PATHS | VB(V_ATT_GEMM_CHUNK1)
-    ATT_ROWS("Tq = 70: auto is gemm", 2, 70, 4, 82, 0.11, ATT_AUTO, ATT_REPEAT, V_ATT_GEMM),
-    ATT_ROWS("Tq = 64, the threshold: auto is gemm", 2, 64, 1, 16, 0.25, ATT_AUTO, ATT_REPEAT, V_ATT_GEMM),
+    ATT_ROWS_AUTO("Tq = 70: auto is gemm, flash in bf16", 2, 70, 4, 82, 0.11, ATT_AUTO, ATT_REPEAT,
+                  AUTO_IS(V_ATT_GEMM, V_ATT_FLASH)),
+    ATT_ROWS_AUTO("Tq = 64, the threshold: auto is gemm, flash in bf16", 2, 64, 1, 16, 0.25, ATT_AUTO, ATT_REPEAT,
+                  AUTO_IS(V_ATT_GEMM, V_ATT_FLASH)),
+    ATT_ROWS("Tq = 70, D = 136 (past the flash kernels' heads): auto is gemm", 1, 70, 2, 136, 0.09, ATT_AUTO,
+             ATT_REPEAT, V_ATT_GEMM),
     ATT_ROWS("Tq = 37: auto is fused", 2, 37, 3, 16, 0.25, ATT_AUTO, ATT_REPEAT, V_ATT_FUSED),
     ATT_FWD("decode against a long cache: auto is fused", 2, 1, 70, 2, 32, 0.3, ATT_AUTO, ATT_REPEAT, V_ATT_FUSED),
 
@@ -449,16 +459,17 @@ START_TEST(test_op_case) {
             variant_leave(v);
             ran[v] = 1;
         }
-        if (c->auto_is && ran[V_ATT_AUTO] && ran[V_ATT_FUSED] && ran[V_ATT_GEMM]) {
-            int other = c->auto_is == V_ATT_GEMM ? V_ATT_FUSED : V_ATT_GEMM;
-            if (!runs_equal_bits(&runs[V_ATT_AUTO], &runs[c->auto_is])) {
+        const int auto_is = AUTO_IS_OF(c->auto_is, bf16);
+        const int other = auto_is == V_ATT_GEMM ? V_ATT_FUSED : V_ATT_GEMM;
+        if (auto_is && ran[V_ATT_AUTO] && ran[auto_is] && ran[other]) {
+            if (!runs_equal_bits(&runs[V_ATT_AUTO], &runs[auto_is])) {
                 printf("FAIL %s, case '%s' [%s] %s: auto's results are not the %s path's bit for bit\n", c->op, c->name,
-                       dt, shape, cuda_variants[c->auto_is].name);
+                       dt, shape, cuda_variants[auto_is].name);
                 bad++;
             }
-            if (runs_equal_bits(&runs[c->auto_is], &runs[other])) {
-                printf("FAIL %s, case '%s' [%s] %s: the fused and gemm paths gave identical bits; the auto check "
-                       "proves nothing\n", c->op, c->name, dt, shape);
+            if (runs_equal_bits(&runs[auto_is], &runs[other])) {
+                printf("FAIL %s, case '%s' [%s] %s: the %s and %s paths gave identical bits; the auto check proves "
+                       "nothing\n", c->op, c->name, dt, shape, cuda_variants[auto_is].name, cuda_variants[other].name);
                 bad++;
             }
         }
