@@ -718,7 +718,8 @@ static void run_ffn_chain(OpRun *r, const OpCase *c) {
     if (!r->reference) {
         FfnChain e = ffn_chain(r, &pl, 0, 0, x, keys, values, gate, df, N, K, C, S);
         FfnChain ef = ffn_chain(r, &pl, 0, 1, x, keys, values, gate, df, N, K, C, S);
-        ffn_chain_same_bits(r, c, "fused, entry order", &e, &ef, count, name);
+        const char *const name_e[7] = {"A (entry order)", "f", "dA (entry order)", "dx", "dKeys", "dValues", "dgate"};
+        ffn_chain_same_bits(r, c, "fused, entry order", &e, &ef, count, name_e);
         scalar_t *got_e[7] = {e.A, e.f, e.dA, e.dx, e.dK, e.dV, e.dg};
         int32_t *perm = out_copy(r, pl.perm, (size_t)M, sizeof(int32_t));
         for (int k = 0; k < 7; k++) {
