@@ -26,9 +26,20 @@ void cvmm_check_args(const char *op, const RoutingPlan *pl, int in_div, int out_
     int M = pl->M;
     if (M < 0 || in_div < 1 || M % in_div != 0) die("%s: M=%d is not a multiple of in_div=%d", op, M, in_div);
     if (reduced && (out_div < 1 || M % out_div != 0)) die("%s: M=%d is not a multiple of out_div=%d", op, M, out_div);
-    if (order & ~(CVMM_IN_SORTED | CVMM_OUT_SORTED)) die("%s: unknown row-order flags %#x", op, (unsigned)order);
+    if (order & ~(CVMM_IN_SORTED | CVMM_OUT_SORTED | CVMM_RELU_Y | CVMM_DX_THROUGH_RELU))
+        die("%s: unknown order flags %#x", op, (unsigned)order);
     if ((order & CVMM_IN_SORTED) && in_div != 1) die("%s: inputs in plan order need in_div = 1 (got %d)", op, in_div);
     if ((order & CVMM_OUT_SORTED) && reduced) die("%s: outputs in plan order cannot be reduced (w given)", op);
+}
+
+void cvmm_check_relu(const char *op, int order, int forward, int in_div, int reduced, int has_dx) {
+    if (forward && (order & CVMM_DX_THROUGH_RELU)) die("%s: CVMM_DX_THROUGH_RELU is a backward flag", op);
+    if (!forward && (order & CVMM_RELU_Y)) die("%s: CVMM_RELU_Y is a forward flag", op);
+    if ((order & CVMM_RELU_Y) && reduced) die("%s: CVMM_RELU_Y needs outputs without reduction (w NULL)", op);
+    if (order & CVMM_DX_THROUGH_RELU) {
+        if (in_div != 1) die("%s: CVMM_DX_THROUGH_RELU needs in_div = 1 (got %d)", op, in_div);
+        if (!has_dx) die("%s: CVMM_DX_THROUGH_RELU needs dX", op);
+    }
 }
 
 bool backend_name_known(const char *name) { return name && (strcmp(name, "cpu") == 0 || strcmp(name, "cuda") == 0); }

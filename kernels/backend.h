@@ -53,8 +53,9 @@ typedef struct {
     int host_pending;      /* set by routing_plan: 1 = host_offset and n_groups not filled (kept on the device) */
 } RoutingPlan;
 
-/* cvmm's row-order flags (see cvmm_forward). */
-enum { CVMM_ENTRY_ORDER = 0, CVMM_IN_SORTED = 1, CVMM_OUT_SORTED = 2 };
+/* cvmm's order flags (see cvmm_forward): the row orders, and the ReLU fused on either side of the FFN's expert
+ * activations (CVMM_RELU_Y forward only, CVMM_DX_THROUGH_RELU backward only). */
+enum { CVMM_ENTRY_ORDER = 0, CVMM_IN_SORTED = 1, CVMM_OUT_SORTED = 2, CVMM_RELU_Y = 4, CVMM_DX_THROUGH_RELU = 8 };
 
 /* The most doubles one read_values call brings back (a training step's sums: loss and regularizers). */
 #define BACKEND_READ_VALUES_MAX 8
@@ -115,6 +116,8 @@ __attribute__((noreturn)) void backend_die_out_of_memory(const Backend *be, size
  * divisors and row-order flags fit it (reduced: w given). Each dies with one line naming the problem. */
 void routing_plan_check_args(const RoutingPlan *pl, int M, int n_experts);
 void cvmm_check_args(const char *op, const RoutingPlan *pl, int in_div, int out_div, int reduced, int order);
+/* The ReLU flags' checks (cvmm_forward: relu_y; cvmm_backward: dx_relu; has_dx: dX given), after cvmm_check_args. */
+void cvmm_check_relu(const char *op, int order, int forward, int in_div, int reduced, int has_dx);
 void backend_destroy(Backend *be);
 
 /* Implementations (backend_create dispatches to these). */

@@ -181,6 +181,9 @@ BACKEND_OP(void, routing_plan, (Backend *be, RoutingPlan *plan, const int32_t *s
  * order (CvmmOrder flags) lets rows stay in plan order between calls that share a plan:
  *   CVMM_IN_SORTED:  X (and the backward's dX) row m is entry perm[m]'s row; needs in_div == 1
  *   CVMM_OUT_SORTED: Y (and the backward's dY) row m is y_{perm[m]}; needs w == NULL (no reduction)
+ * and one flag fuses the FFN's ReLU into the up projection (its backward's flag is below):
+ *   CVMM_RELU_Y:     Y[p, :] = ReLU(y_p) = (y_p > 0 ? y_p : 0) per element, relu_forward's select on the same
+ *                    product, so the same bits as cvmm_forward then relu_forward; needs w == NULL
  * The four MoE call patterns (spec §4.3):
  *   FFN up   : X=x[N,C],       sel[N,K],      in_div=K,    w=NULL          -> U[N*K, S]  (MoEUT: OUT_SORTED)
  *   FFN down : X=A[N*K,S],     sel[N,K],      in_div=1,    w[N*K], out_div=K     -> f[N, C]  (MoEUT: IN_SORTED)
@@ -192,7 +195,12 @@ BACKEND_OP(void, cvmm_forward, (Backend *be, scalar_t *Y, const scalar_t *X, con
  *   G_p = (w ? w[p] * dY[p/out_div] : dY[p])
  *   dX[p/in_div] += G_p @ W[sel[p]]^T      (dX may be NULL)
  *   dW[sel[p]]   += X[p/in_div]^T (x) G_p  (dW may be NULL)
- *   dw[p]         = <dY[p/out_div], y_p>   (overwrite; only when w and dw are non-NULL) */
+ *   dw[p]         = <dY[p/out_div], y_p>   (overwrite; only when w and dw are non-NULL)
+ * CVMM_DX_THROUGH_RELU (the FFN's down projection, X = A = ReLU(U), so A > 0 iff U > 0): dX receives the gradient
+ * through that ReLU, and is OVERWRITTEN, not accumulated (no zero fill before):
+ *   dX[p] = (X[p] > 0 ? 0 + G_p @ W[sel[p]]^T : 0) per element (needs dX and in_div = 1)
+ * the same bits as zeroing dX, cvmm_backward without the flag, then relu_backward(dX, dX, X): a select, so a masked
+ * element is +0 as relu_backward makes it. dw (the gate gradients) and dW are those without the flag. */
 BACKEND_OP(void, cvmm_backward, (Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY,
                                  const scalar_t *X, const scalar_t *W, const RoutingPlan *plan, const scalar_t *w,
                                  int in_div, int out_div, int Kin, int Nout, int order))

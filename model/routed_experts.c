@@ -20,10 +20,13 @@ void routed_experts_forward(Model *m, const RoutedExpertParams *P, const RoutedE
                             scalar_t *A, scalar_t *f) {
     Backend *be = m->be;
     scalar_t *W = m->params;
-    const size_t MS = (size_t)b->N * b->K * b->S;
-    be->cvmm_forward(be, A, x, W + P->keys, b->plan, NULL, b->K, 1, b->C, b->S, CVMM_OUT_SORTED); /* U [M, S] */
-    if (P->has_keys_bias) per_expert_bias(be, b->plan, A, W + P->keys_bias, b->S, false);
-    be->relu_forward(be, A, A, MS);
+    if (!P->has_keys_bias) { /* A = ReLU(U) [M, S] written once by the up projection */
+        be->cvmm_forward(be, A, x, W + P->keys, b->plan, NULL, b->K, 1, b->C, b->S, CVMM_OUT_SORTED | CVMM_RELU_Y);
+    } else { /* the bias comes between the product and the ReLU */
+        be->cvmm_forward(be, A, x, W + P->keys, b->plan, NULL, b->K, 1, b->C, b->S, CVMM_OUT_SORTED); /* U [M, S] */
+        per_expert_bias(be, b->plan, A, W + P->keys_bias, b->S, false);
+        be->relu_forward(be, A, A, (size_t)b->N * b->K * b->S);
+    }
     be->cvmm_forward(be, f, A, W + P->values, b->plan, b->gate, 1, b->K, b->S, b->C, CVMM_IN_SORTED); /* [N, C] */
 }
 
@@ -31,12 +34,10 @@ void routed_experts_backward(Model *m, const RoutedExpertParams *P, const Routed
                              const scalar_t *x, const scalar_t *A, scalar_t *dA, scalar_t *dgate, scalar_t *dx) {
     Backend *be = m->be;
     scalar_t *W = m->params, *G = m->grads;
-    const size_t MS = (size_t)b->N * b->K * b->S;
-    be->zero(be, dA, MS * sizeof(scalar_t));
-    /* f = sum_j gate_j A_j Values[sel_j]: dA, dValues, dgate */
+    /* f = sum_j gate_j A_j Values[sel_j]: dU = dA (U > 0) (A > 0 iff U > 0; written over dA's memory, no zero fill
+     * first: CVMM_DX_THROUGH_RELU), dValues, dgate */
     be->cvmm_backward(be, dA, G + P->values, dgate, df, A, W + P->values, b->plan, b->gate, 1, b->K, b->S, b->C,
-                      CVMM_IN_SORTED);
-    be->relu_backward(be, dA, dA, A, MS); /* dU = dA * (U > 0); A > 0 iff U > 0 */
+                      CVMM_IN_SORTED | CVMM_DX_THROUGH_RELU);
     if (P->has_keys_bias) per_expert_bias(be, b->plan, dA, G + P->keys_bias, b->S, true);
     /* U_j = x Keys[sel_j] (+ keys_bias): dx += sum_j dU_j Keys^T, dKeys */
     be->cvmm_backward(be, dx, G + P->keys, NULL, dA, x, W + P->keys, b->plan, NULL, b->K, 1, b->C, b->S,

@@ -63,8 +63,7 @@ static void experts(Model *m, const MoeutLayerOffsets *P, const MoeutFfnIO *io) 
         return;
     }
     be->embedding_forward(be, io->xg, io->pos, io->x1, M, C);                               /* xg[M, C] = x1[pos] */
-    be->cvmm_forward(be, io->A, io->xg, W + P->keys, io->plan, NULL, 1, 1, C, S, CVMM_ENTRY_ORDER); /* [M, S] */
-    be->relu_forward(be, io->A, io->A, (size_t)M * S);
+    be->cvmm_forward(be, io->A, io->xg, W + P->keys, io->plan, NULL, 1, 1, C, S, CVMM_RELU_Y); /* A = ReLU(U) [M, S] */
     be->cvmm_forward(be, io->yg, io->A, W + P->values, io->plan, io->gate, 1, 1, S, C, CVMM_ENTRY_ORDER); /* [M, C] */
     be->zero(be, io->f, (size_t)io->N * C * sizeof(scalar_t));
     be->embedding_backward(be, io->f, io->yg, io->pos, M, C); /* f[pos[p]] += gate[p] y_p */
@@ -80,10 +79,9 @@ static void experts_backward(Model *m, const MoeutLayerOffsets *P, const MoeutFf
     if (g->choice_c == 0) return;
     scalar_t *dA = g->dA; /* [M, S] */
     be->embedding_forward(be, g->yg, ac->entry_pos, g->dx1, M, C); /* dy_p = df[pos[p]] (df = dx1 at this point) */
-    be->zero(be, dA, (size_t)M * S * sizeof(scalar_t));
+    /* dU = dA (U > 0), written over dA (A > 0 iff U > 0), dValues, dgate */
     be->cvmm_backward(be, dA, G + P->values, g->dgate, g->yg, ac->A, W + P->values, &ac->plan_f, ac->gate_f, 1, 1, S,
-                      C, CVMM_ENTRY_ORDER);
-    be->relu_backward(be, dA, dA, ac->A, (size_t)M * S); /* dU = dA * (U > 0); A > 0 iff U > 0 */
+                      C, CVMM_DX_THROUGH_RELU);
     be->embedding_forward(be, g->xg, ac->entry_pos, ac->x1, M, C); /* the forward's gathered rows again */
     scalar_t *dxg = g->yg; /* [M, C], free again */
     be->zero(be, dxg, (size_t)M * C * sizeof(scalar_t));

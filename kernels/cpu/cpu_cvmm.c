@@ -59,6 +59,7 @@ static void gather_rows(scalar_t *dst, const scalar_t *src, const int32_t *perm,
 void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *pl,
                       const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order) {
     cvmm_check_args("cvmm_forward", pl, in_div, out_div, w != NULL, order);
+    cvmm_check_relu("cvmm_forward", order, 1, in_div, w != NULL, 1);
     const int M = pl->M, n_experts = pl->n_experts;
     if (M == 0) return;
     const scalar_t *Xs = X; /* [M, Kin] inputs in plan order */
@@ -76,6 +77,7 @@ void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_
         g[e] = (CpuGemm){off[e + 1] - off[e], Nout, Kin, Xs + (size_t)off[e] * Kin, Kin, W + (size_t)e * Kin * Nout,
                          Nout, Ys + (size_t)off[e] * Nout, Nout};
     cpu_gemm_batch(0, 0, 1, 0, g, n_experts, be);
+    if (order & CVMM_RELU_Y) cpu_relu_forward(be, Ys, Ys, (size_t)M * Nout); /* (no reduction: Ys holds Y's rows) */
     if (order & CVMM_OUT_SORTED) return;
     if (!w) { /* Y[p] = y_p */
 #pragma omp parallel for schedule(static) if ((size_t)M * Nout > PAR_MIN)
@@ -105,6 +107,7 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
                        const scalar_t *W, const RoutingPlan *pl, const scalar_t *w, int in_div, int out_div, int Kin,
                        int Nout, int order) {
     cvmm_check_args("cvmm_backward", pl, in_div, out_div, w != NULL, order);
+    cvmm_check_relu("cvmm_backward", order, 0, in_div, w != NULL, dX != NULL);
     const int M = pl->M, n_experts = pl->n_experts;
     if (M == 0) return;
     int want_dw = (w != NULL && dw != NULL);
@@ -164,7 +167,25 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
         }
         cpu_gemm_batch(1, 0, 1, 1, g, n_experts, be);
     }
-    if (dX && (order & CVMM_IN_SORTED)) { /* dX[m] += (w ? w[perm[m]] : 1) Q_{perm[m]} (in_div = 1: one term per row) */
+    if (dX && (order & CVMM_DX_THROUGH_RELU)) {
+        /* in_div = 1: dX row r (entry r, or plan row r when in sorted) = X_r > 0 ? 0 + coef Q : 0, the unfused
+         * sequence's sum from a zeroed dX and relu_backward's select in one pass */
+        const int sorted = (order & CVMM_IN_SORTED) != 0;
+#pragma omp parallel for schedule(static) if ((size_t)M * Kin > PAR_MIN)
+        for (int r = 0; r < M; r++) {
+            const int p = sorted ? perm[r] : r;
+            scalar_t *dxr = dX + (size_t)r * Kin;
+            const scalar_t *xr = X + (size_t)r * Kin, *qp = Qs + (size_t)inv[p] * Kin;
+            scalar_t wp = w ? w[p] : (scalar_t)1;
+#pragma omp simd
+            for (int i = 0; i < Kin; i++) {
+                scalar_t acc = 0;
+                acc += wp * qp[i];
+                dxr[i] = xr[i] > 0 ? acc : 0;
+            }
+        }
+    } else if (dX && (order & CVMM_IN_SORTED)) {
+        /* dX[m] += (w ? w[perm[m]] : 1) Q_{perm[m]} (in_div = 1: one term per row) */
 #pragma omp parallel for schedule(static) if ((size_t)M * Kin > PAR_MIN)
         for (int m = 0; m < M; m++) {
             scalar_t *dxm = dX + (size_t)m * Kin;

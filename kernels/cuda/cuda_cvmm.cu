@@ -27,12 +27,13 @@ __global__ void k_gather(float *dst, __nv_bfloat16 *dst16, const float *src, con
     }
 }
 
-// Y[p, :] = Ys[inv[p], :]
-__global__ void k_unsort(float *Y, const float *Ys, const int32_t *inv, int M, int width) {
+// Y[p, :] = Ys[inv[p], :], or its ReLU (CVMM_RELU_Y)
+__global__ void k_unsort(float *Y, const float *Ys, const int32_t *inv, int M, int width, bool relu) {
     size_t total = (size_t)M * width;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         size_t p = i / width, c = i % width;
-        Y[i] = Ys[(size_t)inv[p] * width + c];
+        const float v = Ys[(size_t)inv[p] * width + c];
+        Y[i] = relu ? cvmm_relu(v) : v;
     }
 }
 
@@ -107,8 +108,11 @@ __global__ void k_dw(float *dw, const float *Qs, const float *X, const int32_t *
 //     order (k_reduce's accumulate), and dw[p] = <Qs[inv[p]], X[r]>;
 //   plan order (in_sorted: X, dX [M, Kin] in plan order, div 1): block m: dX[m, :] += coef_p Qs[m, :] and
 //     dw[p] = <Qs[m], X[m]>, p = perm[m]: the same operations on the same values, so both orders give the same bits.
-// coef_p = w[p] or 1. Qs fp32, or bf16 on the tensor-core path, where cvmm stores the unreduced input gradients in bf16
-// as autocast's cvmm does and the reference takes dw from those bf16 rows (moeut-spec §4.4). The dX columns are made
+// coef_p = w[p] or 1. through_relu (CVMM_DX_THROUGH_RELU, div 1): dX[r, :] is overwritten with the sum from 0 masked
+// by X[r, :] > 0 (cvmm_through_relu): the zero fill, the accumulation and relu_backward's select of the unfused
+// sequence in this one pass (X's row is read here anyway for dw). Qs fp32, or bf16 on the tensor-core path, where
+// cvmm stores the unreduced input gradients in bf16 as autocast's cvmm does and the reference takes dw from those
+// bf16 rows (moeut-spec §4.4). The dX columns are made
 // as k_reduce's threads make them; dw by warps, entry j by warp j mod warps, with k_dw's lane order and warp sum, so
 // with fp32 Q the results are bit-identical to k_reduce's and k_dw's. The block's second read of its rows of Q hits
 // the cache.
@@ -124,20 +128,21 @@ __device__ __forceinline__ ReduceEntry reduce_entry(size_t r, int j, int div, co
 }
 template <class In>
 __device__ __forceinline__ void reduce_dw(float *dX, float *dw, const In *Qs, const float *X, const int32_t *inv,
-                                          const int32_t *perm, const float *w, int div, int Kin, bool plan_order) {
+                                          const int32_t *perm, const float *w, int div, int Kin, bool plan_order,
+                                          bool through_relu) {
     const size_t r = blockIdx.x;
     float *dx = dX + r * Kin;
+    const float *x = X + r * Kin;
     for (int c = threadIdx.x; c < Kin; c += blockDim.x) {
-        float acc = dx[c];
+        float acc = through_relu ? 0.0f : dx[c];
         for (int j = 0; j < div; j++) {
             const ReduceEntry e = reduce_entry(r, j, div, inv, perm, plan_order);
             acc += (w ? w[e.p] : 1.0f) * load_value(&Qs[e.q_row * Kin + c]);
         }
-        dx[c] = acc;
+        dx[c] = through_relu ? cvmm_through_relu(x[c], acc) : acc;
     }
     if (!dw) return;
     const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
-    const float *x = X + r * Kin;
     for (int j = threadIdx.x / 32; j < div; j += warps) {
         const ReduceEntry e = reduce_entry(r, j, div, inv, perm, plan_order);
         const In *q = Qs + e.q_row * Kin;
@@ -148,12 +153,14 @@ __device__ __forceinline__ void reduce_dw(float *dX, float *dw, const In *Qs, co
     }
 }
 __global__ void k_reduce_dw(float *dX, float *dw, const float *Qs, const float *X, const int32_t *inv,
-                            const int32_t *perm, const float *w, int div, int Kin, bool plan_order) {
-    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order);
+                            const int32_t *perm, const float *w, int div, int Kin, bool plan_order,
+                            bool through_relu) {
+    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order, through_relu);
 }
 __global__ void k_reduce_dw_bf16(float *dX, float *dw, const __nv_bfloat16 *Qs, const float *X, const int32_t *inv,
-                                 const int32_t *perm, const float *w, int div, int Kin, bool plan_order) {
-    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order);
+                                 const int32_t *perm, const float *w, int div, int Kin, bool plan_order,
+                                 bool through_relu) {
+    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order, through_relu);
 }
 
 // The row kernels' cost (cuda_common.cuh): the row data they move (what count_traffic reports, reads + writes), the
@@ -190,10 +197,12 @@ static __nv_bfloat16 *bf16_copy(Backend *be, const float *src, size_t n, int slo
 void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *pl,
                        const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order) {
     cvmm_check_args("cvmm_forward", pl, in_div, out_div, w != nullptr, order);
+    cvmm_check_relu("cvmm_forward", order, 1, in_div, w != nullptr, 1);
     const int M = pl->M, E = pl->n_experts;
     cuda_weights_written(be, Y, (size_t)(w ? M / out_div : M) * Nout * sizeof(float));
     if (M == 0) return;
     const bool bf16 = use_bf16(be), in_sorted = order & CVMM_IN_SORTED, out_sorted = order & CVMM_OUT_SORTED;
+    const bool relu = order & CVMM_RELU_Y; // (w NULL: cvmm_check_relu)
     const bool mma = cvmm_uses_mma(be, bf16);
     if (mma) { // X read where it lies (or its bf16 copy); unreduced outputs written straight to their rows of Y, or
                // in bf16 in plan order for the weighted reduction (autocast's cvmm stores its result in bf16)
@@ -203,11 +212,11 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
         if (w) {
             __nv_bfloat16 *Ys16 =
                 (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(__nv_bfloat16));
-            cvmm_mma_rows(be, *pl, Ys16, Nout, nullptr, x, W16, (size_t)Kin * Nout, Nout, 1, Nout, Kin);
+            cvmm_mma_rows(be, *pl, Ys16, Nout, nullptr, x, W16, (size_t)Kin * Nout, Nout, 1, Nout, Kin, false);
             reduce_rows(Y, Ys16, pl, w, out_div, Nout, false);
-        } else {
+        } else { // the ReLU in the kernel's epilogue
             cvmm_mma_rows(be, *pl, Y, Nout, out_sorted ? nullptr : pl->perm, x, W16, (size_t)Kin * Nout, Nout, 1, Nout,
-                          Kin);
+                          Kin, relu);
         }
         return;
     }
@@ -236,12 +245,15 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
     ExpertGemms fwd = {0, 0, CVMM_ROWS, Nout, Kin, {xs, 0, (size_t)Kin * esz}, {ws, (size_t)Kin * Nout * esz, 0},
                        {Ys, 0, (size_t)Nout * sizeof(float)}, Kin, Nout, Nout, 0.0f};
     cvmm_expert_gemms(be, "cvmm_forward", *pl, fwd, bf16);
-    if (out_sorted) return;
-    if (!w) {
+    if (out_sorted) { // cuBLAS has no ReLU epilogue here: relu_forward's pass over Y
+        if (relu) cuda_relu_forward(be, Y, Y, (size_t)M * Nout);
+        return;
+    }
+    if (!w) { // the rows back in entry order, the ReLU as they are copied
         const size_t moved = (size_t)M * Nout * 2 * sizeof(float);
         count_traffic("cvmm_rows", moved);
-        LAUNCH(k_unsort, grid_for((size_t)M * Nout, 256), 256, 0, rows_cost(0, moved, M, false))(Y, Ys, pl->inv, M,
-                                                                                                  Nout);
+        LAUNCH(k_unsort, grid_for((size_t)M * Nout, 256), 256, 0,
+               rows_cost(relu ? (double)M * Nout : 0, moved, M, false))(Y, Ys, pl->inv, M, Nout, relu);
         CHECK_LAUNCH();
     } else {
         reduce_rows(Y, Ys, pl, w, out_div, Nout, false);
@@ -329,8 +341,10 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
                         const scalar_t *W, const RoutingPlan *pl, const scalar_t *w, int in_div, int out_div, int Kin,
                         int Nout, int order) {
     cvmm_check_args("cvmm_backward", pl, in_div, out_div, w != nullptr, order);
+    cvmm_check_relu("cvmm_backward", order, 0, in_div, w != nullptr, dX != nullptr);
     const int M = pl->M, E = pl->n_experts;
     const bool in_sorted = order & CVMM_IN_SORTED, out_sorted = order & CVMM_OUT_SORTED;
+    const bool through_relu = order & CVMM_DX_THROUGH_RELU; // (dX given, in_div 1: cvmm_check_relu)
     if (dX) cuda_weights_written(be, dX, (size_t)(in_sorted ? M : M / in_div) * Kin * sizeof(float));
     if (dW) cuda_weights_written(be, dW, (size_t)E * Kin * Nout * sizeof(float));
     if (dw && w) cuda_weights_written(be, dw, (size_t)M * sizeof(float));
@@ -355,8 +369,8 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
                                                 out_sorted ? M : M / g_div, SCRATCH_CVMM_DY_BF16);
         const __nv_bfloat16 *W16 = cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16);
         // Q[m, k] = sum_n G[m, n] W[e][k, n]: B_e[n, k] = W[e][k * Nout + n]
-        if (Qs) cvmm_mma_rows(be, *pl, Qs, Kin, nullptr, g, W16, (size_t)Kin * Nout, 1, Nout, Kin, Nout);
-        if (Qs16) cvmm_mma_rows(be, *pl, Qs16, Kin, nullptr, g, W16, (size_t)Kin * Nout, 1, Nout, Kin, Nout);
+        if (Qs) cvmm_mma_rows(be, *pl, Qs, Kin, nullptr, g, W16, (size_t)Kin * Nout, 1, Nout, Kin, Nout, false);
+        if (Qs16) cvmm_mma_rows(be, *pl, Qs16, Kin, nullptr, g, W16, (size_t)Kin * Nout, 1, Nout, Kin, Nout, false);
         if (dW) {
             const RoutedRows x = cvmm_mma_bf16_rows(be, {X, pl->perm, in_sorted, in_div, Kin, nullptr},
                                                     in_sorted ? M : M / in_div, SCRATCH_CVMM_X_BF16);
@@ -372,22 +386,26 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     } else {
         backward_on_cublas(be, Qs, dW, dY, X, W, pl, w, in_div, g_div, Kin, Nout, in_sorted, out_sorted, bf16);
     }
-    if (dX && (want_dw || in_sorted)) { // dX's accumulation and the gate gradients in one pass over Q
+    if (dX && (want_dw || in_sorted || through_relu)) { // dX's accumulation (or its masked sum) and the gate
+                                                        // gradients in one pass over Q
         const int rows = in_sorted ? M : M / in_div, div = in_sorted ? 1 : in_div;
+        // [rows, Kin] fp32 tensors moved besides Q: dX written, and read unless through_relu overwrites it; X read
+        // for dw or the mask
+        const int row_tensors = 1 + (through_relu ? 0 : 1) + (want_dw || through_relu ? 1 : 0);
         const size_t moved = (size_t)M * Kin * (Qs16 ? sizeof(__nv_bfloat16) : sizeof(float)) +
-                             (want_dw ? 3 : 2) * (size_t)rows * Kin * sizeof(float);
+                             (size_t)row_tensors * rows * Kin * sizeof(float);
         count_traffic("cvmm_rows", moved);
-        const KernelCost cost = kernel_cost((want_dw ? 4.0 : 2.0) * M * Kin,
+        const KernelCost cost = kernel_cost((want_dw ? 4.0 : 2.0) * M * Kin + (through_relu ? (double)M * Kin : 0),
                                             (double)moved + (double)M * (2 * sizeof(int32_t) + 2 * sizeof(float)));
         float *dw_out = want_dw ? dw : nullptr;
         // a row's columns in whole warps, at most 256 threads (the results' bits do not depend on it)
         const int threads = Kin >= 256 ? 256 : Kin <= 32 ? 32 : (Kin + 31) / 32 * 32;
         if (Qs16)
             LAUNCH(k_reduce_dw_bf16, (unsigned)rows, threads, 0, cost)(dX, dw_out, Qs16, X, pl->inv, pl->perm, w, div,
-                                                                      Kin, in_sorted);
+                                                                      Kin, in_sorted, through_relu);
         else
             LAUNCH(k_reduce_dw, (unsigned)rows, threads, 0, cost)(dX, dw_out, Qs, X, pl->inv, pl->perm, w, div, Kin,
-                                                                 in_sorted);
+                                                                 in_sorted, through_relu);
         CHECK_LAUNCH();
     } else if (want_dw) { // no dX: X's rows where they lie (in plan order when in_sorted, else row p / in_div)
         LAUNCH(k_dw, (unsigned)((M + 7) / 8), 256, 0,

@@ -100,11 +100,12 @@ __device__ __forceinline__ void store_result(float *p, float v) { *p = v; }
 __device__ __forceinline__ void store_result(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
 // C[dst(m), n] = sum_k A[m, k] B_e[k, n] for plan rows m of expert e, n < N, k < K; dst(m) = c_perm[m] when c_perm
-// (the caller's entry order) else m. B_e[k, n] = B[e * b_expert + k * b_sk + n * b_sn] (bf16). C fp32 or bf16.
+// (the caller's entry order) else m. B_e[k, n] = B[e * b_expert + k * b_sk + n * b_sn] (bf16). C fp32 or bf16;
+// relu: the ReLU of each sum stored instead (CVMM_RELU_Y's epilogue).
 template <class Out>
 __device__ __forceinline__ void mma_rows(Out *C, int ldc, const int32_t *c_perm, RoutedRows a, const __nv_bfloat16 *B,
                                          size_t b_expert, int b_sk, int b_sn, int N, int K, const int32_t *offset,
-                                         const int32_t *tile_start, int E) {
+                                         const int32_t *tile_start, int E, bool relu) {
     __shared__ __align__(32) __nv_bfloat16 sa[MMA_TM * LDA_S];
     __shared__ __align__(32) __nv_bfloat16 sb[MMA_TK * LDB_S];
     __shared__ __align__(32) float sc[MMA_TM * LDC_S];
@@ -140,21 +141,23 @@ __device__ __forceinline__ void mma_rows(Out *C, int ldc, const int32_t *c_perm,
     mma_results(tiles, acc);
     for (int idx = threadIdx.x; idx < MMA_TM * MMA_TN; idx += MMA_THREADS) {
         int i = idx / MMA_TN, j = idx % MMA_TN, m = row0 + i, n = col0 + j;
-        if (m < row_end && n < N) store_result(&C[(size_t)(c_perm ? c_perm[m] : m) * ldc + n], sc[i * LDC_S + j]);
+        if (m >= row_end || n >= N) continue;
+        const float v = sc[i * LDC_S + j];
+        store_result(&C[(size_t)(c_perm ? c_perm[m] : m) * ldc + n], relu ? cvmm_relu(v) : v);
     }
 }
 
 // The two instances, named for the launch log: fp32 results, and bf16 results (a plan-order copy for a reduction).
 __global__ void __launch_bounds__(MMA_THREADS)
 k_mma_rows(float *C, int ldc, const int32_t *c_perm, RoutedRows a, const __nv_bfloat16 *B, size_t b_expert, int b_sk,
-           int b_sn, int N, int K, const int32_t *offset, const int32_t *tile_start, int E) {
-    mma_rows(C, ldc, c_perm, a, B, b_expert, b_sk, b_sn, N, K, offset, tile_start, E);
+           int b_sn, int N, int K, const int32_t *offset, const int32_t *tile_start, int E, bool relu) {
+    mma_rows(C, ldc, c_perm, a, B, b_expert, b_sk, b_sn, N, K, offset, tile_start, E, relu);
 }
 __global__ void __launch_bounds__(MMA_THREADS)
 k_mma_rows_bf16(__nv_bfloat16 *C, int ldc, const int32_t *c_perm, RoutedRows a, const __nv_bfloat16 *B,
                 size_t b_expert, int b_sk, int b_sn, int N, int K, const int32_t *offset, const int32_t *tile_start,
-                int E) {
-    mma_rows(C, ldc, c_perm, a, B, b_expert, b_sk, b_sn, N, K, offset, tile_start, E);
+                int E, bool relu) {
+    mma_rows(C, ldc, c_perm, a, B, b_expert, b_sk, b_sn, N, K, offset, tile_start, E, relu);
 }
 
 // dW[e][k, n] += sum over expert e's plan rows m of X[m, k] G[m, n] (X and G as RoutedRows, G weighted), k < Kin,
@@ -208,7 +211,7 @@ static double routed_value_bytes(const RoutedRows &r) { return r.base16 ? sizeof
 
 template <class Out>
 void cvmm_mma_rows(Backend *be, const RoutingPlan &pl, Out *C, int ldc, const int32_t *c_perm, const RoutedRows &a,
-                   const __nv_bfloat16 *B, size_t b_expert, int b_sk, int b_sn, int N, int K) {
+                   const __nv_bfloat16 *B, size_t b_expert, int b_sk, int b_sn, int N, int K, bool relu) {
     const int M = pl.M, E = pl.n_experts;
     if (M == 0 || N == 0) return;
     int32_t *tile_start = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_MMA_TILES, (size_t)(E + 1) * sizeof(int32_t));
@@ -221,18 +224,21 @@ void cvmm_mma_rows(Backend *be, const RoutingPlan &pl, Out *C, int ldc, const in
                          (double)M * N * sizeof(Out) + (double)M * sizeof(int32_t) * (c_perm ? 2 : 1) +
                          (a.w ? (double)M * sizeof(float) : 0);
     dim3 grid(tiles_over(M, MMA_TM) + (unsigned)E, tiles_over(N, MMA_TN));
+    // (the ReLU's compare per result is not tensor-core work and 1/(2K) of these flops: left out, as in the bytes
+    // nothing changes with it)
+    const double flops = 2.0 * M * N * K;
     if constexpr (std::is_same<Out, float>::value)
-        LAUNCH(k_mma_rows, grid, MMA_THREADS, 0, tensor_core_cost(2.0 * M * N * K, bytes))(
-            C, ldc, c_perm, a, B, b_expert, b_sk, b_sn, N, K, pl.offset, tile_start, E);
+        LAUNCH(k_mma_rows, grid, MMA_THREADS, 0, tensor_core_cost(flops, bytes))(
+            C, ldc, c_perm, a, B, b_expert, b_sk, b_sn, N, K, pl.offset, tile_start, E, relu);
     else
-        LAUNCH(k_mma_rows_bf16, grid, MMA_THREADS, 0, tensor_core_cost(2.0 * M * N * K, bytes))(
-            C, ldc, c_perm, a, B, b_expert, b_sk, b_sn, N, K, pl.offset, tile_start, E);
+        LAUNCH(k_mma_rows_bf16, grid, MMA_THREADS, 0, tensor_core_cost(flops, bytes))(
+            C, ldc, c_perm, a, B, b_expert, b_sk, b_sn, N, K, pl.offset, tile_start, E, relu);
     CHECK_LAUNCH();
 }
 template void cvmm_mma_rows<float>(Backend *, const RoutingPlan &, float *, int, const int32_t *, const RoutedRows &,
-                                   const __nv_bfloat16 *, size_t, int, int, int, int);
+                                   const __nv_bfloat16 *, size_t, int, int, int, int, bool);
 template void cvmm_mma_rows<__nv_bfloat16>(Backend *, const RoutingPlan &, __nv_bfloat16 *, int, const int32_t *,
-                                           const RoutedRows &, const __nv_bfloat16 *, size_t, int, int, int, int);
+                                           const RoutedRows &, const __nv_bfloat16 *, size_t, int, int, int, int, bool);
 
 void cvmm_mma_dw(const RoutingPlan &pl, float *dW, const RoutedRows &x, const RoutedRows &g, int Kin, int Nout) {
     const int M = pl.M, E = pl.n_experts;

@@ -76,8 +76,8 @@ bool cvmm_mma_probe(Backend *be, char *why, size_t whylen) {
     pl.perm = idx, pl.offset = idx + P_M, pl.M = P_M, pl.n_experts = P_E; // what the kernels read
     const RoutedRows x = {dX, idx, 0, 1, P_KIN, nullptr}, g = {dG, idx, 0, 1, P_NOUT, nullptr};
     const RoutedRows gw = {dG, idx, 0, 1, P_NOUT, dw};
-    cvmm_mma_rows(be, pl, dY, P_NOUT, idx, x, W16, (size_t)P_KIN * P_NOUT, P_NOUT, 1, P_NOUT, P_KIN);
-    cvmm_mma_rows(be, pl, dQ, P_KIN, nullptr, g, W16, (size_t)P_KIN * P_NOUT, 1, P_NOUT, P_KIN, P_NOUT);
+    cvmm_mma_rows(be, pl, dY, P_NOUT, idx, x, W16, (size_t)P_KIN * P_NOUT, P_NOUT, 1, P_NOUT, P_KIN, false);
+    cvmm_mma_rows(be, pl, dQ, P_KIN, nullptr, g, W16, (size_t)P_KIN * P_NOUT, 1, P_NOUT, P_KIN, P_NOUT, false);
     cvmm_mma_dw(pl, d_dW, x, gw, P_KIN, P_NOUT);
     std::vector<float> got(want.size()); // dW | Y | Q on the device; want is Y | Q | dW
     CHECK_CUDA(cudaMemcpy(got.data(), d_dW, got.size() * sizeof(float), cudaMemcpyDeviceToHost));

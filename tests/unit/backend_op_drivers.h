@@ -27,9 +27,12 @@ enum {
     F_CACHE_SHARED = 1 << 14,  /* matmul_cache: one input read by several matmuls, whole, in part, as either operand */
     F_CACHE_REWRITE = 1 << 15, /* matmul_cache: the input rewritten by each write path between two matmuls */
     F_CACHE_REALLOC = 1 << 16, /* matmul_cache: the input freed and a buffer of its size allocated between them */
+    F_RELU = 1 << 17, /* cvmm: the fused ReLU, CVMM_RELU_Y (forward) or CVMM_DX_THROUGH_RELU (backward; X a ReLU's
+                       * output, about half of it exact zeros) */
 };
-static int cvmm_order_of(unsigned flags) {
-    return (flags & F_IN_SORTED ? CVMM_IN_SORTED : 0) | (flags & F_OUT_SORTED ? CVMM_OUT_SORTED : 0);
+static int cvmm_order_of(unsigned flags, int forward) {
+    return (flags & F_IN_SORTED ? CVMM_IN_SORTED : 0) | (flags & F_OUT_SORTED ? CVMM_OUT_SORTED : 0) |
+           (flags & F_RELU ? (forward ? CVMM_RELU_Y : CVMM_DX_THROUGH_RELU) : 0);
 }
 #define BE (r->be)
 #define D(i) (c->d[i])
@@ -610,17 +613,22 @@ static CvmmCase cvmm_case_of(const OpCase *c) {
  * plan order are just another set of random rows) */
 static void run_cvmm(OpRun *r, const OpCase *c) {
     CvmmCase cc = cvmm_case_of(c);
-    int M = cvmm_M(&cc), in_div = cvmm_in_div(&cc), out_div = cvmm_out_div(&cc), order = cvmm_order_of(c->flags);
+    const int forward = !strcmp(c->op, "cvmm_forward"), through_relu = !forward && (c->flags & F_RELU);
+    int M = cvmm_M(&cc), in_div = cvmm_in_div(&cc), out_div = cvmm_out_div(&cc);
+    int order = cvmm_order_of(c->flags, forward);
     size_t nX = (size_t)cvmm_x_rows(&cc) * cc.Kin, nW = (size_t)cc.E * cc.Kin * cc.Nout;
     size_t nY = (size_t)cvmm_y_rows(&cc) * cc.Nout;
-    scalar_t *X = in_uniform(r, nX, -1, 1), *W = in_uniform(r, nW, -1, 1);
+    scalar_t *hX = ktu_random(&r->rng, nX, -1, 1);
+    for (size_t i = 0; through_relu && i < nX; i++) hX[i] = hX[i] > 0 ? hX[i] : 0; /* X = A = ReLU(U) */
+    scalar_t *X = in_host(r, hX, nX * sizeof(scalar_t)), *W = in_uniform(r, nW, -1, 1);
+    free(hX);
     scalar_t *w = cvmm_uses_w(&cc) ? in_uniform(r, (size_t)M, 0.05, 1) : NULL;
     int32_t *hsel = ktu_ints((size_t)M);
     cvmm_random_sel(&cc, &r->rng, hsel);
     int32_t *sel = in_host(r, hsel, (size_t)M * sizeof(int32_t));
     free(hsel);
     RoutingPlan pl = plan_make(r, sel, M, cc.E);
-    if (!strcmp(c->op, "cvmm_forward")) {
+    if (forward) {
         scalar_t *Y = in_uniform(r, nY, -1, 1);
         BE->cvmm_forward(BE, Y, X, W, &pl, w, in_div, out_div, cc.Kin, cc.Nout, order);
         out_f(r, "Y", Y, CMP_GEMM);
@@ -628,7 +636,9 @@ static void run_cvmm(OpRun *r, const OpCase *c) {
         scalar_t *G = in_uniform(r, nY, -1, 1), *dX = in_uniform(r, nX, -1, 1), *dW = in_uniform(r, nW, -1, 1);
         scalar_t *dw = w ? in_uniform(r, (size_t)M, -1, 1) : NULL;
         BE->cvmm_backward(BE, dX, dW, dw, G, X, W, &pl, w, in_div, out_div, cc.Kin, cc.Nout, order);
-        out_f_added(r, "dX", dX, CMP_GEMM), out_f_added(r, "dW", dW, CMP_GEMM);
+        if (through_relu) out_f(r, "dX", dX, CMP_GEMM); /* overwritten: its random start must not show */
+        else out_f_added(r, "dX", dX, CMP_GEMM);
+        out_f_added(r, "dW", dW, CMP_GEMM);
         if (dw) out_f(r, "dw", dw, CMP_GEMM);
     }
     free(pl.host_offset);
@@ -637,30 +647,56 @@ static const OpDriver drv_cvmm = {"cvmm", run_cvmm, {"pattern", "N", "H", "K", "
 
 /* MoEUT's FFN as the model runs it, ONE plan for the whole chain: U = x Keys[sel] (rows in plan order when sorted),
  * A = ReLU(U), f = sum_j gate_j A_j Values[sel_j] (reading A in plan order), then the backward: dA (plan order) and
- * dgate from the values, dU = dA (U > 0), dx and dKeys from the keys reading dU (plan order). */
+ * dgate from the values, dU = dA (U > 0), dx and dKeys from the keys reading dU (plan order). fused: the ReLU and its
+ * backward in the cvmm calls (CVMM_RELU_Y, CVMM_DX_THROUGH_RELU: dU written over dA's memory, which starts NaN so
+ * that a read of it shows), as model/routed_experts.c runs them; the dA output is then dU. */
 typedef struct {
     scalar_t *A, *f, *dA, *dx, *dK, *dV, *dg; /* [N*K,S], [N,C], [N*K,S], [N,C], [E,C,S], [E,S,C], [N*K] */
 } FfnChain;
-static FfnChain ffn_chain(OpRun *r, const RoutingPlan *pl, int sorted, const scalar_t *x, const scalar_t *keys,
-                          const scalar_t *values, const scalar_t *gate, const scalar_t *df, int N, int K, int C,
-                          int S) {
+static FfnChain ffn_chain(OpRun *r, const RoutingPlan *pl, int sorted, int fused, const scalar_t *x,
+                          const scalar_t *keys, const scalar_t *values, const scalar_t *gate, const scalar_t *df, int N,
+                          int K, int C, int S) {
     size_t nA = (size_t)N * K * S, nNC = (size_t)N * C, nW = (size_t)pl->n_experts * C * S;
     FfnChain o = {in_zero(r, nA * sizeof(scalar_t)), in_zero(r, nNC * sizeof(scalar_t)),
                   in_zero(r, nA * sizeof(scalar_t)), in_zero(r, nNC * sizeof(scalar_t)),
                   in_zero(r, nW * sizeof(scalar_t)), in_zero(r, nW * sizeof(scalar_t)),
                   in_zero(r, (size_t)N * K * sizeof(scalar_t))}; /* zero-filled: the backward's += start from 0 */
     int in_order = sorted ? CVMM_IN_SORTED : CVMM_ENTRY_ORDER, out_order = sorted ? CVMM_OUT_SORTED : CVMM_ENTRY_ORDER;
-    BE->cvmm_forward(BE, o.A, x, keys, pl, NULL, K, 1, C, S, out_order);
-    BE->relu_forward(BE, o.A, o.A, nA);
-    BE->cvmm_forward(BE, o.f, o.A, values, pl, gate, 1, K, S, C, in_order);
-    BE->cvmm_backward(BE, o.dA, o.dV, o.dg, df, o.A, values, pl, gate, 1, K, S, C, in_order);
-    BE->relu_backward(BE, o.dA, o.dA, o.A, nA);
+    if (fused) {
+        o.dA = in_filled(r, nA, NAN);
+        BE->cvmm_forward(BE, o.A, x, keys, pl, NULL, K, 1, C, S, out_order | CVMM_RELU_Y);
+        BE->cvmm_forward(BE, o.f, o.A, values, pl, gate, 1, K, S, C, in_order);
+        BE->cvmm_backward(BE, o.dA, o.dV, o.dg, df, o.A, values, pl, gate, 1, K, S, C, in_order | CVMM_DX_THROUGH_RELU);
+    } else {
+        BE->cvmm_forward(BE, o.A, x, keys, pl, NULL, K, 1, C, S, out_order);
+        BE->relu_forward(BE, o.A, o.A, nA);
+        BE->cvmm_forward(BE, o.f, o.A, values, pl, gate, 1, K, S, C, in_order);
+        BE->cvmm_backward(BE, o.dA, o.dV, o.dg, df, o.A, values, pl, gate, 1, K, S, C, in_order);
+        BE->relu_backward(BE, o.dA, o.dA, o.A, nA);
+    }
     BE->cvmm_backward(BE, o.dx, o.dK, NULL, o.dA, x, keys, pl, NULL, K, 1, C, S, out_order);
     return o;
 }
+/* The 7 outputs of chain b bit-identical to those of chain a (same row order), on this backend. */
+static void ffn_chain_same_bits(OpRun *r, const OpCase *c, const char *what, const FfnChain *a, const FfnChain *b,
+                                const size_t count[7], const char *const name[7]) {
+    const scalar_t *ga[7] = {a->A, a->f, a->dA, a->dx, a->dK, a->dV, a->dg};
+    const scalar_t *gb[7] = {b->A, b->f, b->dA, b->dx, b->dK, b->dV, b->dg};
+    for (int k = 0; k < 7; k++) {
+        scalar_t *va = out_copy(r, ga[k], count[k], sizeof(scalar_t));
+        scalar_t *vb = out_copy(r, gb[k], count[k], sizeof(scalar_t));
+        for (size_t i = 0; i < count[k]; i++)
+            ck_assert_msg(memcmp(&va[i], &vb[i], sizeof(scalar_t)) == 0,
+                          "cvmm FFN chain '%s' [%s %s, %s]: %s: %s[%zu] %.9g, unfused %.9g: not bit-identical", c->name,
+                          r->reference ? "cpu" : "cuda", r->variant, r->bf16 ? "bf16" : "fp32", what, name[k], i,
+                          vb[i], va[i]);
+        free(va), free(vb);
+    }
+}
 /* dims N, K, E, C, S. The chain in plan order is compared with the reference in fp32 (CMP_F32_ONLY); on the CUDA
  * backend it must also be bit-identical to the same chain in entry order with the rows permuted, in fp32 and bf16
- * (the same arithmetic without the gathers). */
+ * (the same arithmetic without the gathers). On every backend (the CPU reference too), in both orders, the fused
+ * chain's results are bit-identical to the unfused chain's. */
 static void run_ffn_chain(OpRun *r, const OpCase *c) {
     int N = D(0), K = D(1), E = D(2), C = D(3), S = D(4), M = N * K;
     size_t nA = (size_t)M * S, nNC = (size_t)N * C, nW = (size_t)E * C * S;
@@ -672,14 +708,19 @@ static void run_ffn_chain(OpRun *r, const OpCase *c) {
     int32_t *sel = in_host(r, hsel, (size_t)M * sizeof(int32_t));
     free(hsel);
     RoutingPlan pl = plan_make(r, sel, M, E);
-    FfnChain s = ffn_chain(r, &pl, 1, x, keys, values, gate, df, N, K, C, S);
+    FfnChain s = ffn_chain(r, &pl, 1, 0, x, keys, values, gate, df, N, K, C, S);
     const char *name[7] = {"A (plan order)", "f", "dA (plan order)", "dx", "dKeys", "dValues", "dgate"};
+    const size_t count[7] = {nA, nNC, nA, nNC, nW, nW, (size_t)M};
     scalar_t *got_s[7] = {s.A, s.f, s.dA, s.dx, s.dK, s.dV, s.dg};
     for (int k = 0; k < 7; k++) out_f(r, name[k], got_s[k], CMP_F32_ONLY);
+    FfnChain sf = ffn_chain(r, &pl, 1, 1, x, keys, values, gate, df, N, K, C, S);
+    ffn_chain_same_bits(r, c, "fused, plan order", &s, &sf, count, name);
     if (!r->reference) {
-        FfnChain e = ffn_chain(r, &pl, 0, x, keys, values, gate, df, N, K, C, S);
+        FfnChain e = ffn_chain(r, &pl, 0, 0, x, keys, values, gate, df, N, K, C, S);
+        FfnChain ef = ffn_chain(r, &pl, 0, 1, x, keys, values, gate, df, N, K, C, S);
+        const char *const name_e[7] = {"A (entry order)", "f", "dA (entry order)", "dx", "dKeys", "dValues", "dgate"};
+        ffn_chain_same_bits(r, c, "fused, entry order", &e, &ef, count, name_e);
         scalar_t *got_e[7] = {e.A, e.f, e.dA, e.dx, e.dK, e.dV, e.dg};
-        size_t count[7] = {nA, nNC, nA, nNC, nW, nW, (size_t)M};
         int32_t *perm = out_copy(r, pl.perm, (size_t)M, sizeof(int32_t));
         for (int k = 0; k < 7; k++) {
             scalar_t *ev = out_copy(r, got_e[k], count[k], sizeof(scalar_t)), *ep = ktu_copy(ev, count[k]);

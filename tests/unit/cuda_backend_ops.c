@@ -241,6 +241,22 @@ static const OpCase op_cases[] = {
     CVMM_ROWS("FFN down, IN_SORTED | OUT_SORTED", PAT_FFN_DOWN, 30, 1, 3, 7, 19, 37, 0, F_IN_SORTED | F_OUT_SORTED,
               V_CVMM_ALL, 0),
     CVMM_ROWS("att O, OUT_SORTED, zero-row experts", PAT_ATT_O, 13, 2, 1, 60, 9, 11, 0, F_OUT_SORTED, V_CVMM_ALL, 0),
+    /* the FFN's ReLU fused (CVMM_RELU_Y on the up projection, with negative products; CVMM_DX_THROUGH_RELU on the down
+     * projection's backward, X a ReLU's output with exact zeros, dX overwritten), both row orders; several tiles */
+#define CVMM_RELU_ROW(op, name, pat, N, K, E, Kin, Nout, reduce, flags)                                                \
+    {op, name, &drv_cvmm, {pat, N, 1, K, E, Kin, Nout, reduce}, 0, (flags) | F_RELU, DT_BOTH, V_CVMM_ALL, 0, 0}
+    CVMM_RELU_ROW("cvmm_forward", "FFN up, ReLU", PAT_FFN_UP, 300, 4, 16, 40, 50, 0, 0),
+    CVMM_RELU_ROW("cvmm_forward", "FFN up, OUT_SORTED, ReLU", PAT_FFN_UP, 300, 4, 16, 40, 50, 0, F_OUT_SORTED),
+    CVMM_RELU_ROW("cvmm_forward", "FFN up, wide, ReLU", PAT_FFN_UP, 100, 3, 5, 100, 130, 0, 0),
+    CVMM_RELU_ROW("cvmm_backward", "FFN down, dX through ReLU", PAT_FFN_DOWN, 300, 4, 16, 50, 40, 1, 0),
+    CVMM_RELU_ROW("cvmm_backward", "FFN down, IN_SORTED, dX through ReLU", PAT_FFN_DOWN, 300, 4, 16, 50, 40, 1,
+                  F_IN_SORTED),
+    CVMM_RELU_ROW("cvmm_backward", "FFN down, wide, IN_SORTED, dX through ReLU", PAT_FFN_DOWN, 100, 3, 5, 300, 70, 1,
+                  F_IN_SORTED),
+    CVMM_RELU_ROW("cvmm_backward", "FFN down, no reduction, dX through ReLU", PAT_FFN_DOWN, 30, 3, 7, 19, 37, 0, 0),
+    CVMM_RELU_ROW("cvmm_backward", "FFN down, no reduction, IN_SORTED | OUT_SORTED, dX through ReLU", PAT_FFN_DOWN, 30,
+                  3, 7, 19, 37, 0, F_IN_SORTED | F_OUT_SORTED),
+#undef CVMM_RELU_ROW
     /* repeated runs are bit-identical (no atomics), plan rebuilt in each */
     CVMM_ROWS("FFN down, 2000 entries, repeated", PAT_FFN_DOWN, 500, 1, 4, 16, 64, 48, 1, 0, CVMM_REPEATED,
               CVMM_REPEATED),

@@ -354,8 +354,69 @@ START_TEST(test_cvmm_sorted_equals_entry_order) {
 }
 END_TEST
 
+/* The fused ReLU flags give exactly (bit for bit) the unfused sequence (kernels/backend_ops.h): forward
+ * cvmm_forward + relu_forward against CVMM_RELU_Y (products of both signs); backward, X a ReLU's output with exact
+ * zeros: zero(dX) + cvmm_backward + relu_backward(dX, dX, X) against CVMM_DX_THROUGH_RELU over a NaN-filled dX (never
+ * read), with dW and dw unchanged. order: the row-order flags of the case. */
+static void relu_fused_case(Backend *be, KtuRng *rng, const CvmmCase *c, int order) {
+    int M = cvmm_M(c), in_div = cvmm_in_div(c), out_div = cvmm_out_div(c);
+    size_t nX = (size_t)cvmm_x_rows(c) * c->Kin, nW = (size_t)c->E * c->Kin * c->Nout;
+    size_t nY = (size_t)cvmm_y_rows(c) * c->Nout;
+    scalar_t *X = ktu_random(rng, nX, -1, 1), *W = ktu_random(rng, nW, -1, 1), *dY = ktu_random(rng, nY, -1, 1);
+    scalar_t *w = cvmm_uses_w(c) ? ktu_random(rng, M, 0.05, 1) : NULL;
+    int32_t *sel = ktu_ints((size_t)M);
+    cvmm_random_sel(c, rng, sel);
+    RoutingPlan pl = cvmm_host_plan(be, sel, M, c->E);
+    char what[128];
+    if (c->pat == PAT_FFN_UP) {
+        scalar_t *Y = ktu_scalars(nY), *Yf = ktu_scalars(nY);
+        be->cvmm_forward(be, Y, X, W, &pl, NULL, in_div, out_div, c->Kin, c->Nout, order);
+        size_t negative = 0;
+        for (size_t i = 0; i < nY; i++) negative += Y[i] < 0;
+        ck_assert_msg(negative > nY / 4 && negative < nY * 3 / 4, "%zu of %zu products negative", negative, nY);
+        be->relu_forward(be, Y, Y, nY);
+        be->cvmm_forward(be, Yf, X, W, &pl, NULL, in_div, out_div, c->Kin, c->Nout, order | CVMM_RELU_Y);
+        snprintf(what, sizeof what, "%s order=%d ReLU(Y)", cvmm_pattern_name[c->pat], order);
+        ktu_assert_equal_bits(Yf, Y, nY, what);
+        free(Y), free(Yf);
+    } else {
+        for (size_t i = 0; i < nX; i++) X[i] = X[i] > 0 ? X[i] : 0; /* A = ReLU(U): about half exact zeros */
+        scalar_t *dX = ktu_scalars(nX), *dXf = ktu_scalars(nX), *dW = ktu_random(rng, nW, -1, 1);
+        scalar_t *dWf = ktu_copy(dW, nW), *dw = ktu_scalars((size_t)M), *dwf = ktu_scalars((size_t)M);
+        memset(dX, 0, nX * sizeof(scalar_t));
+        for (size_t i = 0; i < nX; i++) dXf[i] = NAN;
+        be->cvmm_backward(be, dX, dW, w ? dw : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order);
+        be->relu_backward(be, dX, dX, X, nX);
+        be->cvmm_backward(be, dXf, dWf, w ? dwf : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout,
+                          order | CVMM_DX_THROUGH_RELU);
+        snprintf(what, sizeof what, "%s reduce=%d order=%d dX through ReLU", cvmm_pattern_name[c->pat], c->reduce,
+                 order);
+        ktu_assert_equal_bits(dXf, dX, nX, what);
+        ktu_assert_equal_bits(dWf, dW, nW, "dW beside dX through ReLU");
+        if (w) ktu_assert_equal_bits(dwf, dw, (size_t)M, "dw beside dX through ReLU");
+        free(dX), free(dXf), free(dW), free(dWf), free(dw), free(dwf);
+    }
+    cvmm_host_plan_free(&pl);
+    free(X), free(W), free(dY), free(w), free(sel);
+}
+
+START_TEST(test_cvmm_relu_fused_equals_unfused) {
+    Backend *be = ktu_cpu();
+    KtuRng rng = {46};
+    const CvmmCase up = {PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0}, down = {PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1};
+    const CvmmCase down_unreduced = {PAT_FFN_DOWN, 30, 1, 3, 7, 19, 37, 0};
+    relu_fused_case(be, &rng, &up, CVMM_ENTRY_ORDER);
+    relu_fused_case(be, &rng, &up, CVMM_OUT_SORTED);
+    relu_fused_case(be, &rng, &down, CVMM_ENTRY_ORDER);
+    relu_fused_case(be, &rng, &down, CVMM_IN_SORTED);
+    relu_fused_case(be, &rng, &down_unreduced, CVMM_ENTRY_ORDER);
+    relu_fused_case(be, &rng, &down_unreduced, CVMM_IN_SORTED | CVMM_OUT_SORTED);
+    backend_destroy(be);
+}
+END_TEST
+
 /* Misuse is a one-line error and exit 1: a plan too small for the call, cvmm with an unbuilt plan, sorted inputs
- * with in_div > 1, sorted outputs with a reduction. */
+ * with in_div > 1, sorted outputs with a reduction, the ReLU flags where they do not apply. */
 START_TEST(test_routing_plan_too_small_dies) {
     Backend *be = ktu_cpu();
     int32_t sel[3] = {0, 1, 0}, perm[2], inv[2], off[3], groups[2], host[3];
@@ -388,6 +449,39 @@ START_TEST(test_cvmm_sorted_reduced_dies) {
 }
 END_TEST
 
+START_TEST(test_cvmm_relu_reduced_dies) { /* CVMM_RELU_Y with a reduction */
+    Backend *be = ktu_cpu();
+    int32_t sel[2] = {0, 1};
+    RoutingPlan pl = cvmm_host_plan(be, sel, 2, 2);
+    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, w[2] = {1, 1}, Y[1];
+    be->cvmm_forward(be, Y, X, W, &pl, w, 1, 2, 1, 1, CVMM_RELU_Y);
+}
+END_TEST
+START_TEST(test_cvmm_relu_backward_flag_in_forward_dies) {
+    Backend *be = ktu_cpu();
+    int32_t sel[2] = {0, 1};
+    RoutingPlan pl = cvmm_host_plan(be, sel, 2, 2);
+    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, Y[2];
+    be->cvmm_forward(be, Y, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_DX_THROUGH_RELU);
+}
+END_TEST
+START_TEST(test_cvmm_through_relu_in_div_dies) {
+    Backend *be = ktu_cpu();
+    int32_t sel[2] = {0, 1};
+    RoutingPlan pl = cvmm_host_plan(be, sel, 2, 2);
+    scalar_t X[1] = {1}, W[2] = {1, 1}, dY[2] = {1, 1}, dX[1];
+    be->cvmm_backward(be, dX, NULL, NULL, dY, X, W, &pl, NULL, 2, 1, 1, 1, CVMM_DX_THROUGH_RELU);
+}
+END_TEST
+START_TEST(test_cvmm_through_relu_no_dx_dies) {
+    Backend *be = ktu_cpu();
+    int32_t sel[2] = {0, 1};
+    RoutingPlan pl = cvmm_host_plan(be, sel, 2, 2);
+    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, dY[2] = {1, 1}, dW[2] = {0, 0};
+    be->cvmm_backward(be, NULL, dW, NULL, dY, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_DX_THROUGH_RELU);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("kernels_cvmm");
     TCase *tc = tcase_create("cpu");
@@ -404,6 +498,11 @@ static Suite *suite(void) {
     tcase_add_exit_test(tc, test_cvmm_unbuilt_plan_dies, 1);
     tcase_add_exit_test(tc, test_cvmm_sorted_in_div_dies, 1);
     tcase_add_exit_test(tc, test_cvmm_sorted_reduced_dies, 1);
+    tcase_add_test(tc, test_cvmm_relu_fused_equals_unfused);
+    tcase_add_exit_test(tc, test_cvmm_relu_reduced_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_relu_backward_flag_in_forward_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_through_relu_in_div_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_through_relu_no_dx_dies, 1);
     suite_add_tcase(s, tc);
     return s;
 }
