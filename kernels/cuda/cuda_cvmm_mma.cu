@@ -109,7 +109,8 @@ __device__ __forceinline__ void mma_rows(Out *C, int ldc, const int32_t *c_perm,
     __shared__ __align__(32) __nv_bfloat16 sa[MMA_TM * LDA_S];
     __shared__ __align__(32) __nv_bfloat16 sb[MMA_TK * LDB_S];
     __shared__ __align__(32) float sc[MMA_TM * LDC_S];
-    const int t = blockIdx.x;
+    const int n_col_tiles = (N + MMA_TN - 1) / MMA_TN; // blocks: row tile major, column tile minor
+    const int t = (int)(blockIdx.x / n_col_tiles);
     if (t >= tile_start[E]) return; // past the last row tile (the grid is an upper bound): the whole block leaves
     int lo = 0, hi = E; // the expert e with tile_start[e] <= t < tile_start[e + 1] (empty experts have no tiles)
     while (hi - lo > 1) {
@@ -118,7 +119,7 @@ __device__ __forceinline__ void mma_rows(Out *C, int ldc, const int32_t *c_perm,
         else hi = mid;
     }
     const int e = lo, row0 = offset[e] + (t - tile_start[e]) * MMA_TM, row_end = offset[e + 1];
-    const int col0 = blockIdx.y * MMA_TN;
+    const int col0 = (int)(blockIdx.x % n_col_tiles) * MMA_TN;
     const __nv_bfloat16 *Be = B + (size_t)e * b_expert;
     const MmaTiles tiles = {sa, sb, sc};
     Accumulator acc[2][2];
@@ -161,13 +162,15 @@ k_mma_rows_bf16(__nv_bfloat16 *C, int ldc, const int32_t *c_perm, RoutedRows a, 
 }
 
 // dW[e][k, n] += sum over expert e's plan rows m of X[m, k] G[m, n] (X and G as RoutedRows, G weighted), k < Kin,
-// n < Nout; grid (E, Kin tiles, Nout tiles). An expert without rows leaves its dW untouched.
+// n < Nout; blocks expert major, then Kin tile, then Nout tile. An expert without rows leaves its dW untouched.
 __global__ void __launch_bounds__(MMA_THREADS)
 k_mma_dw(float *dW, RoutedRows x, RoutedRows g, const int32_t *offset, int Kin, int Nout) {
     __shared__ __align__(32) __nv_bfloat16 sa[MMA_TM * LDA_S];
     __shared__ __align__(32) __nv_bfloat16 sb[MMA_TK * LDB_S];
     __shared__ __align__(32) float sc[MMA_TM * LDC_S];
-    const int e = blockIdx.x, k_base = blockIdx.y * MMA_TM, n_base = blockIdx.z * MMA_TN;
+    const int n_tiles = (Nout + MMA_TN - 1) / MMA_TN, per_expert = (Kin + MMA_TM - 1) / MMA_TM * n_tiles;
+    const int e = (int)(blockIdx.x / per_expert), r = (int)(blockIdx.x % per_expert);
+    const int k_base = r / n_tiles * MMA_TM, n_base = r % n_tiles * MMA_TN;
     const int lo = offset[e], hi = offset[e + 1];
     if (lo == hi) return;
     const MmaTiles tiles = {sa, sb, sc};
@@ -223,7 +226,10 @@ void cvmm_mma_rows(Backend *be, const RoutingPlan &pl, Out *C, int ldc, const in
     const double bytes = (double)M * K * routed_value_bytes(a) + (double)E * K * N * sizeof(__nv_bfloat16) +
                          (double)M * N * sizeof(Out) + (double)M * sizeof(int32_t) * (c_perm ? 2 : 1) +
                          (a.w ? (double)M * sizeof(float) : 0);
-    dim3 grid(tiles_over(M, MMA_TM) + (unsigned)E, tiles_over(N, MMA_TN));
+    // One block per (row tile, column tile), the column tiles of a row tile consecutive: they run at about the same
+    // time, so A's routed rows come from HBM once and from L2 for the other column tiles (as the bytes above count
+    // them); with the row tile as the fast grid index, a row tile's column tiles were a whole pass over A apart.
+    const unsigned grid = (tiles_over(M, MMA_TM) + (unsigned)E) * tiles_over(N, MMA_TN);
     // (the ReLU's compare per result is not tensor-core work and 1/(2K) of these flops: left out, as in the bytes
     // nothing changes with it)
     const double flops = 2.0 * M * N * K;
@@ -248,7 +254,9 @@ void cvmm_mma_dw(const RoutingPlan &pl, float *dW, const RoutedRows &x, const Ro
     const double bytes = (double)M * (Kin * routed_value_bytes(x) + Nout * routed_value_bytes(g)) +
                          2.0 * E * Kin * Nout * sizeof(float) +
                          (double)M * sizeof(int32_t) + (g.w ? (double)M * sizeof(float) : 0);
-    dim3 grid((unsigned)E, tiles_over(Kin, MMA_TM), tiles_over(Nout, MMA_TN));
+    // One block per (expert, Kin tile, Nout tile), an expert's blocks consecutive: they read the same expert's X and
+    // G rows at about the same time (from L2 after the first), as the bytes above count them once.
+    const unsigned grid = (unsigned)E * tiles_over(Kin, MMA_TM) * tiles_over(Nout, MMA_TN);
     LAUNCH(k_mma_dw, grid, MMA_THREADS, 0, tensor_core_cost(2.0 * M * Kin * Nout, bytes))(dW, x, g, pl.offset, Kin,
                                                                                          Nout);
     CHECK_LAUNCH();
