@@ -110,10 +110,10 @@ enum {
                                 // (bf16[M, Nout] on the tensor-core path: the unreduced outputs of a weighted forward)
     SCRATCH_CVMM_DX_SORTED = 4, // float[M, Kin]: backward Q = dY_p @ W[e]^T in plan order (bf16[M, Kin] on the
                                 // tensor-core path when only dX's reduction reads it)
-    SCRATCH_CVMM_X_BF16 = 5,    // bf16[M, Kin]: the sorted inputs' bf16 copy (bf16 mode; on the tensor-core path
-                                // the copy of X's rows in place, [M / in_div, Kin], cvmm_mma_bf16_rows)
-    SCRATCH_CVMM_DY_BF16 = 6,   // bf16[M, Nout]: the sorted output gradients' bf16 copy (bf16 mode, backward; on the
-                                // tensor-core path dY's rows in place, [M / out_div, Nout])
+    SCRATCH_CVMM_X_BF16 = 5,    // bf16[M, Kin]: the inputs gathered in plan order in bf16 (bf16 mode; copies of a
+                                // whole X, in plan order or in place, come from the conversion cache)
+    SCRATCH_CVMM_DY_BF16 = 6,   // bf16[M, Nout]: the output gradients gathered in plan order in bf16 (bf16 mode,
+                                // backward; a whole dY's copy likewise from the conversion cache)
     SCRATCH_CVMM_W_BF16 = 7,    // bf16[E, Kin, Nout]: W converted, when it is not part of the registered weights
 };
 // The device-side stable sorts (cuda_key_sort.cu) inside capacity_drop and expert_choice_select (they run
