@@ -19,7 +19,7 @@
 #define ATTN_GEMM_MIN_T 64
 // Where the size rule says cuBLAS, auto takes the flash kernels instead when they can run (bf16 mode, head dims up to
 // ATTN_FLASH_D_MAX): no T x T scores in HBM. Adopted on the cost model's word, as matmul's split-K was (make
-// bench-model, H100: the paper MoEUT step 399 -> 335 ms, dense 522 -> 285 ms); never measured on a GPU, where the
+// bench-model, H100: the paper MoEUT step 367 -> 304 ms, dense 513 -> 276 ms); never measured on a GPU, where the
 // GPU checklist's bench step runs DMMATH_CUDA_ATTENTION=gemm (the choice before) beside auto.
 
 enum AttentionPath { PATH_FUSED, PATH_GEMM, PATH_FLASH };

@@ -5,17 +5,23 @@
 // the forward and again for their weight gradients in the backward; an output gradient by dX = dY W^T and
 // dW = X^T dY. At the paper's MoEUT size that was 364 conversions of [32768 x 1024] per step. A tensor's bf16 copy
 // stays good until something writes the tensor, so it is kept in one of BF16_CACHE_ENTRIES device buffers owned by
-// the backend, keyed by (pointer, element count), the least recently used one taken for a new conversion.
+// the backend, keyed by (pointer, element count), the least recently used one taken for a new conversion. cvmm takes
+// its bf16 copies of whole operands from here too (cvmm_mma_bf16_rows, and the cuBLAS paths' operands in plan
+// order), so a tensor one of the two ops converted is not converted again by the other; and a producer whose
+// output is a GEMM operand (LayerNorm forward, cuda_dense.cu) writes the bf16 copy into an entry beside its fp32
+// output (cuda_bf16_cache_produce), so no conversion reads it again.
 //
 // Why a stale copy cannot be handed out: the same reports that keep the weights' copy fresh (cuda_weights_bf16.cu)
 // drop the entries they overlap: every op reports each output range before writing it (cuda_weights_written), and so
 // do the backend's to_device, copy, zero and the NCCL all-reduce; alloc reports the zero-filled buffer; free drops the
 // entries inside the freed buffer (its size kept from alloc), since a later cudaMalloc may hand its memory out again
-// (scratch is written without reports). The one op that reads the cache, matmul, reports its output again after the
-// GEMM (C may alias an operand it converted). On the CUDA emulator every hit is compared bit for bit with a fresh
-// rounding of the fp32 source, and so is every entry before and after each op of the backend's table (naming the op
-// that wrote without a report), so a write path that forgot to report fails the emulated tests. bf16 rounding is deterministic: the bits are those a
-// conversion in every call gives.
+// (scratch is written without reports). matmul reports its output again after the GEMM (C may alias an operand it
+// converted); cvmm's outputs may not alias its inputs (kernels/backend_ops.h). On the CUDA emulator every hit is
+// compared bit for bit with a fresh rounding of the fp32 source, and so is every entry before and after each op of the
+// backend's table (naming the op that wrote without a report, or whose produced copy is wrong), so a write path that
+// forgot to report fails the emulated tests. bf16 rounding is deterministic: the bits are those a conversion in every
+// call gives.
+#include <iterator>
 #include <unordered_map>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -24,6 +30,14 @@ typedef std::unordered_map<const void *, size_t> AllocSizes;
 static AllocSizes &alloc_sizes(CudaImpl *im) {
     if (!im->alloc_sizes) im->alloc_sizes = new AllocSizes();
     return *(AllocSizes *)im->alloc_sizes;
+}
+// The operands converted on a miss (source -> element count of the last one), for cuda_bf16_cache_produce_input: a
+// buffer that was a GEMM operand is one again in the next step (the model's buffers are the same every step).
+// Keys inside a freed buffer are dropped; at most BF16_DEMAND_KEYS are kept (all forgotten past that).
+typedef std::unordered_map<const float *, size_t> Demand;
+static Demand &demand(CudaImpl *im) {
+    if (!im->bf16_demand) im->bf16_demand = new Demand();
+    return *(Demand *)im->bf16_demand;
 }
 
 // [a, a + a_bytes) and [b, b + b_bytes) overlap; unsigned differences, so no end pointer can overflow
@@ -49,6 +63,9 @@ void cuda_bf16_cache_freed(Backend *be, const void *p) {
     auto it = sizes.find(p);
     if (it == sizes.end()) die("cuda backend: free of %p, which the backend's alloc did not return", p);
     cuda_bf16_cache_forget(be, p, it->second ? it->second : 1);
+    Demand &d = demand(cuda_impl(be));
+    for (auto k = d.begin(); k != d.end();)
+        k = overlaps(k->first, k->second * sizeof(float), p, it->second ? it->second : 1) ? d.erase(k) : std::next(k);
     sizes.erase(it);
 }
 
@@ -58,6 +75,8 @@ void cuda_bf16_cache_destroy(Backend *be) {
         if (e.buf) cudaFree(e.buf); // teardown: unchecked, as cu_destroy's
     delete (AllocSizes *)im->alloc_sizes;
     im->alloc_sizes = nullptr;
+    delete (Demand *)im->bf16_demand;
+    im->bf16_demand = nullptr;
 }
 
 #ifdef CUDA_EMULATION
@@ -67,7 +86,8 @@ static void emu_check_entry(const CudaImpl::Bf16CacheEntry &e, const float *p, s
     for (size_t i = 0; i < n; i++)
         if (c[i].bits != emu::bf16_round_bits(p[i]))
             die("cuda backend: the cached bf16 copy of %zu floats at %p is stale at element %zu (copy %#06x, fp32 "
-                "%.9g now) %s: an op wrote device memory without reporting it through cuda_weights_written",
+                "%.9g now) %s: an op wrote device memory without reporting it through cuda_weights_written (or a "
+                "producer wrote a copy that is not its output's rounding, cuda_bf16_cache_produce)",
                 e.n, (const void *)e.src, (size_t)(p - e.src) + i, (unsigned)c[i].bits, (double)p[i], when);
 }
 
@@ -106,27 +126,58 @@ static void grow(CudaImpl *im, CudaImpl::Bf16CacheEntry *victim, size_t n) {
     }
 }
 
+// e holds a copy of [p, p + n)
+static bool holds(const CudaImpl::Bf16CacheEntry &e, const float *p, size_t n) {
+    return e.src && p >= e.src && n <= e.n && (size_t)(p - e.src) <= e.n - n;
+}
+
+// The entry that will hold [p, p + n), taken now: an empty one, else the least recently used (each hand-out advances
+// the clock, so the entries handed out by the last BF16_CACHE_ENTRIES - 1 calls are never the one taken).
+static CudaImpl::Bf16CacheEntry *take_entry(CudaImpl *im, const float *p, size_t n) {
+    CudaImpl::Bf16CacheEntry *victim = &im->bf16_cache[0];
+    for (CudaImpl::Bf16CacheEntry &e : im->bf16_cache)
+        if ((victim->src && !e.src) || (!victim->src == !e.src && e.used < victim->used)) victim = &e;
+    if (victim->cap < n) grow(im, victim, n);
+    victim->src = p;
+    victim->n = n;
+    victim->used = ++im->bf16_cache_clock;
+    return victim;
+}
+
 const __nv_bfloat16 *cuda_bf16_cached(Backend *be, const float *p, size_t n) {
     const __nv_bfloat16 *w16;
     if (cuda_bf16_weights_slice(be, p, n, &w16)) return w16;
     CudaImpl *im = cuda_impl(be);
-    im->bf16_cache_clock++;
-    CudaImpl::Bf16CacheEntry *victim = &im->bf16_cache[0];
     for (CudaImpl::Bf16CacheEntry &e : im->bf16_cache) {
-        if (e.src && p >= e.src && n <= e.n && (size_t)(p - e.src) <= e.n - n) { // [p, p + n) inside the entry
-            e.used = im->bf16_cache_clock;
+        if (holds(e, p, n)) { // [p, p + n) inside the entry
+            e.used = ++im->bf16_cache_clock;
 #ifdef CUDA_EMULATION
             if (!emu::dry_run()) emu_check_entry(e, p, n, "when read as a GEMM operand");
 #endif
             return e.buf + (p - e.src);
         }
-        // the replaced entry: an empty one, else the least recently used
-        if ((victim->src && !e.src) || (!victim->src == !e.src && e.used < victim->used)) victim = &e;
     }
-    if (victim->cap < n) grow(im, victim, n);
-    cuda_to_bf16(victim->buf, p, n);
-    victim->src = p;
-    victim->n = n;
-    victim->used = im->bf16_cache_clock;
-    return victim->buf;
+    Demand &d = demand(im);
+    if (d.size() >= BF16_DEMAND_KEYS) d.clear();
+    d[p] = n;
+    CudaImpl::Bf16CacheEntry *e = take_entry(im, p, n);
+    cuda_to_bf16(e->buf, p, n);
+    return e->buf;
+}
+
+__nv_bfloat16 *cuda_bf16_cache_produce_input(Backend *be, const float *p, size_t n) {
+    if (!p || n == 0) return nullptr;
+    CudaImpl *im = cuda_impl(be);
+    auto k = demand(im).find(p);
+    if (k == demand(im).end() || k->second != n) return nullptr; // not converted as a GEMM operand before
+    for (const CudaImpl::Bf16CacheEntry &e : im->bf16_cache)
+        if (holds(e, p, n)) return nullptr; // already held
+    return take_entry(im, p, n)->buf;
+}
+
+__nv_bfloat16 *cuda_bf16_cache_produce(Backend *be, const float *p, size_t n) {
+    if (!p || n == 0) return nullptr;
+    CudaImpl *im = cuda_impl(be);
+    cuda_bf16_cache_forget(be, p, n * sizeof(float)); // (the caller reported the write: nothing overlaps any more)
+    return take_entry(im, p, n)->buf;
 }

@@ -110,10 +110,10 @@ enum {
                                 // (bf16[M, Nout] on the tensor-core path: the unreduced outputs of a weighted forward)
     SCRATCH_CVMM_DX_SORTED = 4, // float[M, Kin]: backward Q = dY_p @ W[e]^T in plan order (bf16[M, Kin] on the
                                 // tensor-core path when only dX's reduction reads it)
-    SCRATCH_CVMM_X_BF16 = 5,    // bf16[M, Kin]: the sorted inputs' bf16 copy (bf16 mode; on the tensor-core path
-                                // the copy of X's rows in place, [M / in_div, Kin], cvmm_mma_bf16_rows)
-    SCRATCH_CVMM_DY_BF16 = 6,   // bf16[M, Nout]: the sorted output gradients' bf16 copy (bf16 mode, backward; on the
-                                // tensor-core path dY's rows in place, [M / out_div, Nout])
+    SCRATCH_CVMM_X_BF16 = 5,    // bf16[M, Kin]: the inputs gathered in plan order in bf16 (bf16 mode; copies of a
+                                // whole X, in plan order or in place, come from the conversion cache)
+    SCRATCH_CVMM_DY_BF16 = 6,   // bf16[M, Nout]: the output gradients gathered in plan order in bf16 (bf16 mode,
+                                // backward; a whole dY's copy likewise from the conversion cache)
     SCRATCH_CVMM_W_BF16 = 7,    // bf16[E, Kin, Nout]: W converted, when it is not part of the registered weights
 };
 // The device-side stable sorts (cuda_key_sort.cu) inside capacity_drop and expert_choice_select (they run
@@ -205,8 +205,13 @@ enum MatmulImpl { MATMUL_AUTO = 0, MATMUL_PLAIN };
 
 // Entries of the bf16 conversion cache (cuda_bf16_cache.cu). make bench-model, the paper's configs: MoEUT converts
 // the same with 8, 16 or 32 entries, dense 507, 495, 473 times per step (287.8 -> 288.6 ms predicted with 8 instead
-// of 16); each entry grows to the largest operand it holds (dense: [32768, 4096] bf16, 256 MiB), so 8.
+// of 16); with cvmm's copies and LayerNorm's in the cache, 16 entries save 0.3 ms (MoEUT) and 0.7 ms (dense) of 388
+// and 513. Every entry grows to the largest operand so far (at the paper's size: dense [32768, 4096], 256 MiB in
+// bf16, 2 GiB for 8; MoEUT [32768, 1024], 512 MiB for 8, 1 GiB on cvmm's cuBLAS paths, whose FFN rows in plan order
+// are [524288, 128]), so 8.
 constexpr int BF16_CACHE_ENTRIES = 8;
+// Keys of past misses kept for cuda_bf16_cache_produce_input (host memory only; the paper's MoEUT step has 47)
+constexpr size_t BF16_DEMAND_KEYS = 4096;
 
 struct CudaImpl {
     cublasHandle_t cublas;
@@ -257,6 +262,8 @@ struct CudaImpl {
     // The sizes of the live allocations of the backend's alloc (cuda_backend.cu), so that free drops the cache
     // entries inside the freed buffer: a std::unordered_map<const void *, size_t>, created with the backend.
     void *alloc_sizes;
+    // The operands converted on a miss (cuda_bf16_cache.cu): a std::unordered_map<const float *, size_t>.
+    void *bf16_demand;
 };
 
 static inline CudaImpl *cuda_impl(Backend *be) { return (CudaImpl *)be->impl; }
@@ -303,6 +310,15 @@ bool cuda_bf16_weights_slice(Backend *be, const float *p, size_t n, const __nv_b
 // other misses later, so one op may take up to that many operands from it. Results are the bits a conversion in
 // the call would give.
 const __nv_bfloat16 *cuda_bf16_cached(Backend *be, const float *p, size_t n);
+// A producer's bf16 copy (LayerNorm forward, cuda_dense.cu): the entry for [p, p + n) taken now, as a miss takes it,
+// and handed out to the caller, whose kernel, launched next, writes bf16(p[i]) into it beside each p[i] it writes
+// (called after the write's report). So the GEMMs that read p find it without a conversion, which would read p's
+// fp32 values again. On the emulator the entry is checked after the op as every other.
+__nv_bfloat16 *cuda_bf16_cache_produce(Backend *be, const float *p, size_t n);
+// The same for an op's INPUT p[n] that it reads whole (LayerNorm forward's x), where a copy is wanted: when [p, p + n)
+// was converted on a miss before (as a GEMM operand: MoEUT's layer input and x1, which its LayerNorms read and cvmm
+// converts; the keys of past misses are kept) and no entry holds it now; else NULL. p must not be written by the op.
+__nv_bfloat16 *cuda_bf16_cache_produce_input(Backend *be, const float *p, size_t n);
 // Drops the entries whose source overlaps [p, p + bytes) (cuda_weights_written calls it for every reported write).
 void cuda_bf16_cache_forget(Backend *be, const void *p, size_t bytes);
 // The backend's alloc and free: the allocation's size is kept, and a free drops the entries inside the buffer (its

@@ -187,12 +187,6 @@ static void reduce_rows(float *Y, const In *Ys, const RoutingPlan *pl, const flo
     CHECK_LAUNCH();
 }
 
-// bf16 copy of n fp32 values in plan order (a sorted operand in bf16 mode) in scratch slot `slot`
-static __nv_bfloat16 *bf16_copy(Backend *be, const float *src, size_t n, int slot) {
-    __nv_bfloat16 *dst = (__nv_bfloat16 *)cuda_scratch(be, slot, n * sizeof(__nv_bfloat16));
-    cuda_to_bf16(dst, src, n);
-    return dst;
-}
 
 void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *pl,
                        const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order) {
@@ -207,7 +201,7 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
     if (mma) { // X read where it lies (or its bf16 copy); unreduced outputs written straight to their rows of Y, or
                // in bf16 in plan order for the weighted reduction (autocast's cvmm stores its result in bf16)
         const RoutedRows x = cvmm_mma_bf16_rows(be, {X, pl->perm, in_sorted, in_div, Kin, nullptr},
-                                                in_sorted ? M : M / in_div, SCRATCH_CVMM_X_BF16);
+                                                in_sorted ? M : M / in_div);
         const __nv_bfloat16 *W16 = cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16);
         if (w) {
             __nv_bfloat16 *Ys16 =
@@ -227,7 +221,7 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
     // X rows in plan order [M, Kin]: fp32, or their bf16 copy in bf16 mode
     const void *xs = X;
     if (in_sorted && bf16) {
-        xs = bf16_copy(be, X, (size_t)M * Kin, SCRATCH_CVMM_X_BF16);
+        xs = cuda_bf16_cached(be, X, (size_t)M * Kin); // a sorted operand's bf16 copy, as matmul's operands
     } else if (!in_sorted) {
         float *Xs = bf16 ? nullptr : (float *)cuda_scratch(be, SCRATCH_CVMM_X_SORTED, (size_t)M * Kin * sizeof(float));
         __nv_bfloat16 *Xs16 =
@@ -271,11 +265,14 @@ static void backward_on_cublas(Backend *be, float *Qs, float *dW, const float *d
     // it comes so (then w is NULL: never scaled below). In bf16 mode the GEMMs read only bf16 rows, so no fp32 copy
     // in plan order is made: the weighted rows for dW come straight from dY (k_gather_scale_bf16), and k_dw reads X
     // where it lies.
+    // (Gs16: the gathered copy in scratch, which the weighted rows overwrite; Gc16: what the GEMMs read, Gs16 or the
+    // conversion cache's copy of dY when it comes in plan order: never weighted, so never written here)
     float *Gbuf = nullptr;
     const float *Gs = dY;
     __nv_bfloat16 *Gs16 = nullptr;
+    const __nv_bfloat16 *Gc16 = nullptr;
     if (out_sorted) {
-        if (bf16) Gs16 = bf16_copy(be, dY, (size_t)M * Nout, SCRATCH_CVMM_DY_BF16);
+        if (bf16) Gc16 = cuda_bf16_cached(be, dY, (size_t)M * Nout);
     } else {
         Gbuf = bf16 ? nullptr : (float *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(float));
         Gs16 = bf16 ? (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_DY_BF16, (size_t)M * Nout * sizeof(__nv_bfloat16))
@@ -286,27 +283,29 @@ static void backward_on_cublas(Backend *be, float *Qs, float *dW, const float *d
                rows_cost(bf16 ? (double)M * Nout : 0, moved, M, false))(Gbuf, Gs16, dY, pl->perm, M, g_div, Nout);
         CHECK_LAUNCH();
         Gs = Gbuf;
+        Gc16 = Gs16;
     }
     // input rows in plan order [M, Kin]: fp32 (fp32 mode) or bf16 (bf16 mode)
     const float *Xs = nullptr;
-    __nv_bfloat16 *Xs16 = nullptr;
+    const __nv_bfloat16 *Xs16 = nullptr;
     // (only the dW GEMM reads them: k_dw reads X in place)
     if (dW && in_sorted) {
         Xs = X;
-        if (bf16) Xs16 = bf16_copy(be, X, (size_t)M * Kin, SCRATCH_CVMM_X_BF16);
+        if (bf16) Xs16 = cuda_bf16_cached(be, X, (size_t)M * Kin);
     } else if (dW) {
         float *buf = bf16 ? nullptr : (float *)cuda_scratch(be, SCRATCH_CVMM_X_SORTED, (size_t)M * Kin * sizeof(float));
-        if (bf16)
-            Xs16 = (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_X_BF16, (size_t)M * Kin * sizeof(__nv_bfloat16));
+        __nv_bfloat16 *buf16 =
+            bf16 ? (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_X_BF16, (size_t)M * Kin * sizeof(__nv_bfloat16))
+                 : nullptr;
         const size_t moved = (size_t)M * Kin * (sizeof(float) + esz);
         count_traffic("cvmm_rows", moved);
         LAUNCH(k_gather, grid_for((size_t)M * Kin, 256), 256, 0,
-               rows_cost(bf16 ? (double)M * Kin : 0, moved, M, false))(buf, Xs16, X, pl->perm, M, in_div, Kin);
+               rows_cost(bf16 ? (double)M * Kin : 0, moved, M, false))(buf, buf16, X, pl->perm, M, in_div, Kin);
         CHECK_LAUNCH();
-        Xs = buf;
+        Xs = buf, Xs16 = buf16;
     }
     if (Qs) {
-        const void *gs = bf16 ? (const void *)Gs16 : (const void *)Gs;
+        const void *gs = bf16 ? (const void *)Gc16 : (const void *)Gs;
         const void *ws = bf16 ? (const void *)cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16)
                               : (const void *)W;
         // Qs_e[r_e, Kin] = Gs_e[r_e, Nout] @ W[e]^T
@@ -329,7 +328,7 @@ static void backward_on_cublas(Backend *be, float *Qs, float *dW, const float *d
             CHECK_LAUNCH();
         }
         const void *xs = bf16 ? (const void *)Xs16 : (const void *)Xs;
-        const void *gs = bf16 ? (const void *)Gs16 : (const void *)Gs;
+        const void *gs = bf16 ? (const void *)Gc16 : (const void *)Gs;
         // dW[e][Kin, Nout] += Xs_e[r_e, Kin]^T @ Gs_e[r_e, Nout]
         ExpertGemms dw_set = {1, 0, Kin, Nout, CVMM_ROWS, {xs, 0, (size_t)Kin * esz}, {gs, 0, (size_t)Nout * esz},
                               {dW, (size_t)Kin * Nout * sizeof(float), 0}, Kin, Nout, Nout, 1.0f};
@@ -366,14 +365,14 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
                : nullptr;
     if (mma) { // dY and X read where they lie (or their bf16 copies), the gate weights applied as they are read
         const RoutedRows g = cvmm_mma_bf16_rows(be, {dY, pl->perm, out_sorted, g_div, Nout, nullptr},
-                                                out_sorted ? M : M / g_div, SCRATCH_CVMM_DY_BF16);
+                                                out_sorted ? M : M / g_div);
         const __nv_bfloat16 *W16 = cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16);
         // Q[m, k] = sum_n G[m, n] W[e][k, n]: B_e[n, k] = W[e][k * Nout + n]
         if (Qs) cvmm_mma_rows(be, *pl, Qs, Kin, nullptr, g, W16, (size_t)Kin * Nout, 1, Nout, Kin, Nout, false);
         if (Qs16) cvmm_mma_rows(be, *pl, Qs16, Kin, nullptr, g, W16, (size_t)Kin * Nout, 1, Nout, Kin, Nout, false);
         if (dW) {
             const RoutedRows x = cvmm_mma_bf16_rows(be, {X, pl->perm, in_sorted, in_div, Kin, nullptr},
-                                                    in_sorted ? M : M / in_div, SCRATCH_CVMM_X_BF16);
+                                                    in_sorted ? M : M / in_div);
             if (w && g.base16 && !x.base16) { // dW_e = sum_m (w_m x_m)^T g_m: weighted on X's side, so that dY's
                 RoutedRows xw = x;             // rows come from their bf16 copy (the same sum, rounded on X's side)
                 xw.w = w;

@@ -63,12 +63,13 @@ struct RoutedRows {
     const float *w;
     const __nv_bfloat16 *base16 = nullptr;
 };
-// r with base16 set to a bf16 copy of its rows [rows, width] (device scratch `slot`) where that moves fewer bytes:
+// r with base16 set to a bf16 copy of its rows [rows, width] (from the conversion cache, cuda_bf16_cached: converted
+// once while X is unwritten, whichever op of matmul and cvmm reads it first) where that moves fewer bytes:
 // unweighted rows read through the permutation at least CVMM_MMA_COPY_MIN_DIV times each (an FFN input row once per
 // chosen expert). Reading a value costs 4 bytes in fp32, 2 in bf16; the copy costs 6 (read fp32, write bf16) once.
 // Otherwise r unchanged. Bit-identical either way: the kernels round each value to bf16 as the copy does.
 constexpr int CVMM_MMA_COPY_MIN_DIV = 4;
-RoutedRows cvmm_mma_bf16_rows(Backend *be, RoutedRows r, int rows, int slot);
+RoutedRows cvmm_mma_bf16_rows(Backend *be, RoutedRows r, int rows);
 // C[dst(m), n] = sum_{k < K} A[m, k] B_e[k, n] for every plan row m (expert e), n < N: dst(m) = c_perm[m] when
 // c_perm is given, else m; B_e[k, n] = B[e * b_expert + k * b_sk + n * b_sn] in bf16 (b_sk or b_sn is 1); A.width = K.
 // C is fp32, or bf16 (a plan-order copy that only a reduction reads: autocast's cvmm stores its result in bf16).

@@ -200,12 +200,9 @@ k_mma_dw(float *dW, RoutedRows x, RoutedRows g, const int32_t *offset, int Kin, 
 
 static unsigned tiles_over(int n, int tile) { return (unsigned)(((long)n + tile - 1) / tile); }
 
-RoutedRows cvmm_mma_bf16_rows(Backend *be, RoutedRows r, int rows, int slot) {
+RoutedRows cvmm_mma_bf16_rows(Backend *be, RoutedRows r, int rows) {
     if (r.w || r.in_plan_order || r.div < CVMM_MMA_COPY_MIN_DIV || rows == 0) return r;
-    const size_t n = (size_t)rows * r.width;
-    __nv_bfloat16 *copy = (__nv_bfloat16 *)cuda_scratch(be, slot, n * sizeof(__nv_bfloat16));
-    cuda_to_bf16(copy, r.base, n);
-    r.base16 = copy;
+    r.base16 = cuda_bf16_cached(be, r.base, (size_t)rows * r.width);
     return r;
 }
 

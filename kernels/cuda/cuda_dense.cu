@@ -285,9 +285,10 @@ void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, 
 }
 
 // ---------------------------------------------------------------- LayerNorm
-// One warp per row; statistics in double like the CPU backend; y from the saved (float) mean/rstd.
-__global__ void k_ln_fwd(float *y, float *mean, float *rstd, const float *x, const float *w, const float *b, int N,
-                         int C, float eps) {
+// One warp per row; statistics in double like the CPU backend; y from the saved (float) mean/rstd; y16 and x16 (when
+// given) the bf16 copies of y (rounded from the value written to y) and of x.
+__global__ void k_ln_fwd(float *y, __nv_bfloat16 *y16, __nv_bfloat16 *x16, float *mean, float *rstd, const float *x,
+                         const float *w, const float *b, int N, int C, float eps) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const float *xr = x + (size_t)row * C;
@@ -306,11 +307,19 @@ __global__ void k_ln_fwd(float *y, float *mean, float *rstd, const float *x, con
         rstd[row] = r;
     }
     float *yr = y + (size_t)row * C;
+    __nv_bfloat16 *yr16 = y16 ? y16 + (size_t)row * C : nullptr, *xr16 = x16 ? x16 + (size_t)row * C : nullptr;
     for (int c = lane; c < C; c += 32) {
+        if (xr16) xr16[c] = __float2bfloat16_rn(xr[c]);
         float xh = (xr[c] - m) * r;
-        yr[c] = xh * (w ? w[c] : 1.0f) + (b ? b[c] : 0.0f);
+        float v = xh * (w ? w[c] : 1.0f) + (b ? b[c] : 0.0f);
+        yr[c] = v;
+        if (yr16) yr16[c] = __float2bfloat16_rn(v);
     }
 }
+
+// LayerNorm writes bf16 copies into the conversion cache (forward: y, and x where wanted; backward: dx), in bf16 mode
+// unless DMMATH_CUDA_MATMUL=plain
+static bool ln_bf16_copy(Backend *be) { return use_bf16(be) && cuda_impl(be)->matmul_impl != MATMUL_PLAIN; }
 
 void cuda_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd, const scalar_t *x,
                             const scalar_t *w, const scalar_t *b, int N, int C, scalar_t eps) {
@@ -318,9 +327,23 @@ void cuda_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *
     cuda_weights_written(be, mean, (size_t)N * sizeof(float));
     cuda_weights_written(be, rstd, (size_t)N * sizeof(float));
     if (N <= 0) return;
-    // x in, y and the row statistics out; about 8 operations per element (two statistics passes, normalise, affine)
-    LAUNCH(k_ln_fwd, (N + 7) / 8, 256, 0, kernel_cost(8.0 * N * C, (2.0 * N * C + 2.0 * N + 2.0 * C) * sizeof(float)))(
-        y, mean, rstd, x, w, b, N, C, eps);
+    // In bf16 mode y is a GEMM operand (every LayerNorm output of the models feeds matmuls: the projections and
+    // routers of its layer, the LM head), so its bf16 copy is written into the conversion cache here, 2 bytes per
+    // value, instead of a conversion at the first matmul reading y's 4 again and writing the 2 (not with
+    // DMMATH_CUDA_MATMUL=plain, whose matmul converts at every call). So is x's where x was a GEMM operand before
+    // (MoEUT's cvmm reads the raw layer input and x1, which its LayerNorms read whole; not the dense model's residual
+    // stream) and is not held yet.
+    const size_t n = (size_t)N * C;
+    const bool copies = ln_bf16_copy(be);
+    __nv_bfloat16 *y16 = copies ? cuda_bf16_cache_produce(be, y, n) : nullptr;
+    const bool x_apart = (uintptr_t)x >= (uintptr_t)(y + n) || (uintptr_t)y >= (uintptr_t)(x + n); // not in place
+    __nv_bfloat16 *x16 = copies && x_apart ? cuda_bf16_cache_produce_input(be, x, n) : nullptr;
+    // x in, y (and the copies) and the row statistics out; about 8 operations per element (two statistics passes,
+    // normalise, affine), 1 more per rounding
+    const double copies_out = (y16 ? 1.0 : 0.0) + (x16 ? 1.0 : 0.0);
+    const double bytes = (2.0 * n + 2.0 * N + 2.0 * C) * sizeof(float) + copies_out * n * sizeof(__nv_bfloat16);
+    LAUNCH(k_ln_fwd, (N + 7) / 8, 256, 0, kernel_cost((8.0 + copies_out) * n, bytes))(y, y16, x16, mean, rstd, x, w, b,
+                                                                                     N, C, eps);
     CHECK_LAUNCH();
 }
 
@@ -349,15 +372,19 @@ __device__ __forceinline__ float ln_bwd_dx_term(float g, float x, const float *w
     return (float)((double)r * (dxh - mu.dxh - xh * mu.dxh_xh));
 }
 
-__global__ void k_ln_bwd_dx(float *dx, const float *dy, const float *x, const float *w, const float *mean,
-                            const float *rstd, int N, int C) {
+__global__ void k_ln_bwd_dx(float *dx, __nv_bfloat16 *dx16, const float *dy, const float *x, const float *w,
+                            const float *mean, const float *rstd, int N, int C) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N) return;
     const float *xr = x + (size_t)row * C, *dyr = dy + (size_t)row * C;
     const float m = mean[row], r = rstd[row];
     const LnBwdRowMeans mu = ln_bwd_row_means(dyr, xr, w, m, r, C);
     float *dxr = dx + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) dxr[c] += ln_bwd_dx_term(dyr[c], xr[c], w, c, m, r, mu);
+    for (int c = lane; c < C; c += 32) {
+        const float v = dxr[c] + ln_bwd_dx_term(dyr[c], xr[c], w, c, m, r, mu);
+        dxr[c] = v;
+        if (dx16) dx16[(size_t)row * C + c] = __float2bfloat16_rn(v);
+    }
 }
 
 // The backward with the weight and bias gradients in one pass over dy and x: LN_BWD_ROWS rows per block. First each
@@ -367,8 +394,8 @@ __global__ void k_ln_bwd_dx(float *dx, const float *dy, const float *x, const fl
 // partials in block order. The second walk over the block's rows (16 x C values of dy and x) reads what its first
 // walk just brought into the cache (k_ln_bwd_dx and a column-sum pass read them twice from memory).
 constexpr int LN_BWD_ROWS = 16, LN_BWD_GROUPS = 64;
-__global__ void k_ln_bwd_fused(float *dx, double *pa, double *pb, const float *dy, const float *x, const float *w,
-                               const float *mean, const float *rstd, int N, int C) {
+__global__ void k_ln_bwd_fused(float *dx, __nv_bfloat16 *dx16, double *pa, double *pb, const float *dy,
+                               const float *x, const float *w, const float *mean, const float *rstd, int N, int C) {
     __shared__ LnBwdRowMeans s_mu[LN_BWD_ROWS];
     const int n0 = blockIdx.x * LN_BWD_ROWS, rows = min(LN_BWD_ROWS, N - n0);
     if (dx) {
@@ -384,7 +411,11 @@ __global__ void k_ln_bwd_fused(float *dx, double *pa, double *pb, const float *d
         for (int i = 0; i < rows; i++) {
             const size_t at = (size_t)(n0 + i) * C + c;
             const float g = dy[at], m = mean[n0 + i], r = rstd[n0 + i], xh = (x[at] - m) * r;
-            if (dx) dx[at] += ln_bwd_dx_term(g, x[at], w, c, m, r, s_mu[i]);
+            if (dx) {
+                const float v = dx[at] + ln_bwd_dx_term(g, x[at], w, c, m, r, s_mu[i]);
+                dx[at] = v;
+                if (dx16) dx16[at] = __float2bfloat16_rn(v);
+            }
             a += (double)g * (double)xh;
             b += g;
         }
@@ -413,6 +444,10 @@ void cuda_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *
                              int C) {
     cuda_weights_written(be, dx, (size_t)N * C * sizeof(float)); // dw, db: below
     if (N <= 0) return;
+    // dx's bf16 copy beside it (as the forward's y): dx is the output gradient of the sublayer below, whose output
+    // projection (matmul's dX and dW, or MoEUT's attention output cvmm) reads as dY
+    __nv_bfloat16 *dx16 = ln_bf16_copy(be) ? cuda_bf16_cache_produce(be, dx, (size_t)N * C) : nullptr;
+    const double dx16_bytes = dx16 ? (double)N * C * sizeof(__nv_bfloat16) : 0.0, dx16_ops = dx16 ? 1.0 : 0.0;
     float *out_a = (w && dw) ? dw : nullptr; // same rule as the CPU: dw when w and dw are given, db when db is given
     if ((out_a || db) && C > 0) {
         cuda_weights_written(be, out_a, (size_t)C * sizeof(float));
@@ -428,9 +463,9 @@ void cuda_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *
         // dy and x read once (the second walk hits the cache), dx read and written, the row statistics, w, and the
         // partials written; about 17 operations per element (the two passes of k_ln_bwd_dx and the two sums)
         LAUNCH(k_ln_bwd_fused, (unsigned)chunks, 256, 0,
-               kernel_cost((dx ? 17.0 : 5.0) * cells,
-                           ((dx ? 4.0 : 2.0) * cells + 2.0 * N + C) * sizeof(float) + partials * sizeof(double)))(
-            dx, pa, pb, dy, x, w, mean, rstd, N, C);
+               kernel_cost((dx ? 17.0 + dx16_ops : 5.0) * cells,
+                           ((dx ? 4.0 : 2.0) * cells + 2.0 * N + C) * sizeof(float) + partials * sizeof(double) +
+                               dx16_bytes))(dx, dx16, pa, pb, dy, x, w, mean, rstd, N, C);
         CHECK_LAUNCH();
         LAUNCH(k_colsum_groups, dim3((C + 127) / 128, groups), 128, 0,
                kernel_cost(partials, (partials + 2.0 * groups * C) * sizeof(double)))(ga, gb, pa, pb, C, chunks, per);
@@ -443,8 +478,8 @@ void cuda_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *
     if (dx) {
         // dy and x in, dx read and written (+=); about 12 operations per element (two passes)
         LAUNCH(k_ln_bwd_dx, (N + 7) / 8, 256, 0,
-               kernel_cost(12.0 * N * C, (4.0 * N * C + 2.0 * N + C) * sizeof(float)))(dx, dy, x, w, mean, rstd, N,
-                                                                                        C);
+               kernel_cost((12.0 + dx16_ops) * N * C, (4.0 * N * C + 2.0 * N + C) * sizeof(float) + dx16_bytes))(
+            dx, dx16, dy, x, w, mean, rstd, N, C);
         CHECK_LAUNCH();
     }
 }

@@ -645,6 +645,74 @@ static void run_cvmm(OpRun *r, const OpCase *c) {
 }
 static const OpDriver drv_cvmm = {"cvmm", run_cvmm, {"pattern", "N", "H", "K", "E", "Kin", "Nout", "reduce"}};
 
+/* cvmm's bf16 copies of whole operands come from matmul's conversion cache (kernels/cuda/cuda_bf16_cache.cu), and a
+ * bf16-mode LayerNorm writes its output's copy there (forward y, backward dx; and the forward's input x where x was
+ * converted before): a tensor converted by either op (or written by LayerNorm) is not converted again by the other
+ * while nothing writes it, and every write drops the copy. The FFN up pattern (each
+ * input row read K times, so its copy is taken), x from a LayerNorm, in entry order (the tensor-core path's copy
+ * of X) or with IN_SORTED | OUT_SORTED (cuBLAS paths' copies of X and dY). dims N, K, E, C, S; every product
+ * recorded. */
+static void run_cvmm_cache(OpRun *r, const OpCase *c) {
+    int N = D(0), K = D(1), E = D(2), C = D(3), S = D(4), order = cvmm_order_of(c->flags);
+    const CvmmCase cc = {PAT_FFN_UP, N, 1, K, E, C, S, 0};
+    const int M = cvmm_M(&cc), in_div = order & CVMM_IN_SORTED ? 1 : K, xr = order & CVMM_IN_SORTED ? M : N;
+    const size_t nX = (size_t)xr * C, nU = (size_t)M * S, nW = (size_t)E * C * S;
+    scalar_t *x0 = in_uniform(r, nX, -2, 2), *D = in_uniform(r, nX, -1, 1), *R = in_uniform(r, (size_t)C * 7, -1, 1);
+    scalar_t *keys = in_uniform(r, nW, -0.5, 0.5), *V = in_uniform(r, (size_t)S * 5, -1, 1);
+    scalar_t *X = in_zero(r, nX * sizeof(scalar_t)), *mean = in_zero(r, (size_t)xr * sizeof(scalar_t));
+    scalar_t *rstd = in_zero(r, (size_t)xr * sizeof(scalar_t)), *dU = in_uniform(r, nU, -1, 1);
+    int32_t *hsel = ktu_ints((size_t)M);
+    cvmm_random_sel(&cc, &r->rng, hsel);
+    int32_t *sel = in_host(r, hsel, (size_t)M * sizeof(int32_t));
+    free(hsel);
+    RoutingPlan pl = plan_make(r, sel, M, E);
+    scalar_t *L[6], *U[7], *Q[2];
+    for (int i = 0; i < 7; i++) U[i] = in_zero(r, nU * sizeof(scalar_t));
+    for (int i = 0; i < 6; i++) L[i] = in_zero(r, (size_t)xr * 7 * sizeof(scalar_t));
+    for (int i = 0; i < 2; i++) Q[i] = in_zero(r, (size_t)M * 5 * sizeof(scalar_t));
+    scalar_t *dX = in_zero(r, nX * sizeof(scalar_t)), *dK = in_zero(r, nW * sizeof(scalar_t));
+    BE->layernorm_forward(BE, X, mean, rstd, x0, NULL, NULL, xr, C, (scalar_t)1e-5); /* X's copy written with it */
+    BE->matmul(BE, L[0], X, R, xr, 7, C, 0, 0, 1, 0);                 /* the router: X from the LayerNorm's copy */
+    BE->cvmm_forward(BE, U[0], X, keys, &pl, NULL, in_div, 1, C, S, order); /* the experts: the same copy */
+    BE->add_inplace(BE, X, D, nX);                                    /* X rewritten: its copy dropped */
+    BE->cvmm_forward(BE, U[1], X, keys, &pl, NULL, in_div, 1, C, S, order); /* converts the new X */
+    BE->matmul(BE, L[1], X, R, xr, 7, C, 0, 0, 1, 0);                 /* cvmm's copy */
+    BE->matmul(BE, Q[0], dU, V, M, 5, S, 0, 0, 1, 0);                 /* dU converted by matmul */
+    BE->cvmm_backward(BE, dX, dK, NULL, dU, X, keys, &pl, NULL, in_div, 1, C, S, order); /* X's and dU's copies */
+    BE->cvmm_forward(BE, dU, X, keys, &pl, NULL, in_div, 1, C, S, order); /* cvmm writes dU: its copy dropped */
+    BE->matmul(BE, Q[1], dU, V, M, 5, S, 0, 0, 1, 0);
+    BE->layernorm_forward(BE, X, mean, rstd, D, NULL, NULL, xr, C, (scalar_t)1e-5); /* the copy written again */
+    BE->cvmm_forward(BE, U[2], X, keys, &pl, NULL, in_div, 1, C, S, order);
+    BE->matmul(BE, L[2], X, R, xr, 7, C, 0, 0, 1, 0);
+    /* LayerNorm's backward writes dx's copy (with dw and db: k_ln_bwd_fused; without: k_ln_bwd_dx) */
+    scalar_t *Gx = in_uniform(r, nX, -1, 1), *dy = in_uniform(r, nX, -1, 1), *lw = in_uniform(r, (size_t)C, 0.5, 1.5);
+    scalar_t *dw = in_zero(r, (size_t)C * sizeof(scalar_t)), *db = in_zero(r, (size_t)C * sizeof(scalar_t));
+    BE->layernorm_backward(BE, Gx, dw, db, dy, D, lw, mean, rstd, xr, C);
+    BE->cvmm_forward(BE, U[3], Gx, keys, &pl, NULL, in_div, 1, C, S, order);
+    BE->matmul(BE, L[3], Gx, R, xr, 7, C, 0, 0, 1, 0);
+    BE->layernorm_backward(BE, Gx, NULL, NULL, dy, D, NULL, mean, rstd, xr, C);
+    BE->matmul(BE, L[4], Gx, R, xr, 7, C, 0, 0, 1, 0);
+    BE->cvmm_forward(BE, U[4], Gx, keys, &pl, NULL, in_div, 1, C, S, order);
+    /* its forward writes its input's copy once the input was converted (here by cvmm) and written since */
+    BE->cvmm_forward(BE, U[5], x0, keys, &pl, NULL, in_div, 1, C, S, order);
+    BE->add_inplace(BE, x0, D, nX);
+    BE->layernorm_forward(BE, X, mean, rstd, x0, lw, NULL, xr, C, (scalar_t)1e-5);
+    BE->cvmm_forward(BE, U[6], x0, keys, &pl, NULL, in_div, 1, C, S, order);
+    BE->matmul(BE, L[5], x0, R, xr, 7, C, 0, 0, 1, 0);
+    static const char *const ln[6] = {"X R, X from LayerNorm", "X R after cvmm, X rewritten", "X R, LayerNorm again",
+                                      "dx R, dx from LayerNorm's backward (dw, db)", "dx R, LayerNorm's backward (dx)",
+                                      "x R, x a LayerNorm's input"};
+    static const char *const un[7] = {"cvmm(X) after matmul", "cvmm(X), X rewritten", "cvmm(X), LayerNorm again",
+                                      "cvmm(dx), LayerNorm's backward (dw, db)", "cvmm(dx), LayerNorm's backward (dx)",
+                                      "cvmm(x)", "cvmm(x), x rewritten, a LayerNorm's input"};
+    for (int i = 0; i < 7; i++) out_f(r, un[i], U[i], CMP_GEMM);
+    for (int i = 0; i < 6; i++) out_f(r, ln[i], L[i], CMP_GEMM);
+    out_f(r, "dU V", Q[0], CMP_GEMM), out_f(r, "dU V, dU written by cvmm", Q[1], CMP_GEMM);
+    out_f(r, "dKeys of cvmm_backward", dK, CMP_GEMM); /* (MAX_OUTS outputs: dX, from dU's copy, not recorded) */
+    free(pl.host_offset);
+}
+static const OpDriver drv_cvmm_cache = {"cvmm_cache", run_cvmm_cache, {"N", "K", "E", "C", "S"}};
+
 /* MoEUT's FFN as the model runs it, ONE plan for the whole chain: U = x Keys[sel] (rows in plan order when sorted),
  * A = ReLU(U), f = sum_j gate_j A_j Values[sel_j] (reading A in plan order), then the backward: dA (plan order) and
  * dgate from the values, dU = dA (U > 0), dx and dKeys from the keys reading dU (plan order). fused: the ReLU and its

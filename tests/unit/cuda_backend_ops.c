@@ -260,6 +260,11 @@ static const OpCase op_cases[] = {
     /* repeated runs are bit-identical (no atomics), plan rebuilt in each */
     CVMM_ROWS("FFN down, 2000 entries, repeated", PAT_FFN_DOWN, 500, 1, 4, 16, 64, 48, 1, 0, CVMM_REPEATED,
               CVMM_REPEATED),
+    /* bf16 copies shared with matmul and LayerNorm through the conversion cache (cuda_bf16_cache.cu) */
+    {"cvmm_forward", "cache: X shared with matmul and LayerNorm", &drv_cvmm_cache, {60, 4, 9, 40, 24}, 0, 0, DT_BOTH,
+     V_CVMM_ALL | VB(V_MATMUL_PLAIN), 0, 0},
+    {"cvmm_forward", "cache: X and dY in plan order shared", &drv_cvmm_cache, {60, 4, 9, 40, 24}, 0,
+     F_IN_SORTED | F_OUT_SORTED, DT_BOTH, V_CVMM_ALL | VB(V_MATMUL_PLAIN), 0, 0},
     /* MoEUT's FFN on one plan: rows in plan order between the calls, against the same chain in entry order */
     {"cvmm_backward", "FFN chain on one plan, plan order", &drv_ffn_chain, {150, 4, 16, 24, 20}, 0, 0, DT_BOTH,
      DEF | VB(V_CVMM_MMA), 0, 0},
