@@ -653,7 +653,7 @@ static const OpDriver drv_cvmm = {"cvmm", run_cvmm, {"pattern", "N", "H", "K", "
  * of X) or with IN_SORTED | OUT_SORTED (cuBLAS paths' copies of X and dY). dims N, K, E, C, S; every product
  * recorded. */
 static void run_cvmm_cache(OpRun *r, const OpCase *c) {
-    int N = D(0), K = D(1), E = D(2), C = D(3), S = D(4), order = cvmm_order_of(c->flags);
+    int N = D(0), K = D(1), E = D(2), C = D(3), S = D(4), order = cvmm_order_of(c->flags, 1); /* no F_RELU rows */
     const CvmmCase cc = {PAT_FFN_UP, N, 1, K, E, C, S, 0};
     const int M = cvmm_M(&cc), in_div = order & CVMM_IN_SORTED ? 1 : K, xr = order & CVMM_IN_SORTED ? M : N;
     const size_t nX = (size_t)xr * C, nU = (size_t)M * S, nW = (size_t)E * C * S;
