@@ -416,6 +416,12 @@ static inline unsigned grid_for(size_t n, unsigned block) {
 
 // ---- device helpers ----
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+// ReLU's selects, one definition for relu_forward / relu_backward (cuda_dense.cu) and cvmm's fused forms (CVMM_RELU_Y,
+// CVMM_DX_THROUGH_RELU), so a fused result has the bits of the unfused sequence: relu_value(v) = v > 0 ? v : +0, and
+// relu_grad(pre, g) = pre > 0 ? g : +0 (the gradient through ReLU of a pre-activation, or of its output: A > 0 iff
+// U > 0).
+__device__ __forceinline__ float relu_value(float v) { return v > 0.0f ? v : 0.0f; }
+__device__ __forceinline__ float relu_grad(float pre, float g) { return pre > 0.0f ? g : 0.0f; }
 template <bool BF16> __device__ __forceinline__ float opnd(float x) { return BF16 ? round_bf16(x) : x; }
 
 __device__ __forceinline__ float warp_sum(float v) {

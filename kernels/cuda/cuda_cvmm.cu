@@ -33,7 +33,7 @@ __global__ void k_unsort(float *Y, const float *Ys, const int32_t *inv, int M, i
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         size_t p = i / width, c = i % width;
         const float v = Ys[(size_t)inv[p] * width + c];
-        Y[i] = relu ? cvmm_relu(v) : v;
+        Y[i] = relu ? relu_value(v) : v;
     }
 }
 
@@ -109,7 +109,7 @@ __global__ void k_dw(float *dw, const float *Qs, const float *X, const int32_t *
 //   plan order (in_sorted: X, dX [M, Kin] in plan order, div 1): block m: dX[m, :] += coef_p Qs[m, :] and
 //     dw[p] = <Qs[m], X[m]>, p = perm[m]: the same operations on the same values, so both orders give the same bits.
 // coef_p = w[p] or 1. through_relu (CVMM_DX_THROUGH_RELU, div 1): dX[r, :] is overwritten with the sum from 0 masked
-// by X[r, :] > 0 (cvmm_through_relu): the zero fill, the accumulation and relu_backward's select of the unfused
+// by X[r, :] > 0 (relu_grad): the zero fill, the accumulation and relu_backward's select of the unfused
 // sequence in this one pass (X's row is read here anyway for dw). Qs fp32, or bf16 on the tensor-core path, where
 // cvmm stores the unreduced input gradients in bf16 as autocast's cvmm does and the reference takes dw from those
 // bf16 rows (moeut-spec §4.4). The dX columns are made
@@ -139,7 +139,7 @@ __device__ __forceinline__ void reduce_dw(float *dX, float *dw, const In *Qs, co
             const ReduceEntry e = reduce_entry(r, j, div, inv, perm, plan_order);
             acc += (w ? w[e.p] : 1.0f) * load_value(&Qs[e.q_row * Kin + c]);
         }
-        dx[c] = through_relu ? cvmm_through_relu(x[c], acc) : acc;
+        dx[c] = through_relu ? relu_grad(x[c], acc) : acc;
     }
     if (!dw) return;
     const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
@@ -186,7 +186,6 @@ static void reduce_rows(float *Y, const In *Ys, const RoutingPlan *pl, const flo
                                                                                accumulate);
     CHECK_LAUNCH();
 }
-
 
 void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *pl,
                        const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order) {

@@ -12,11 +12,6 @@
 // device arrays feed the kernels; on the cuBLAS paths host_offset sizes the GEMMs without a synchronisation (copied
 // when the plan is built); the tensor-core path needs no host offsets, and none are copied for it.
 
-// The ReLU flags' element operations (CVMM_RELU_Y, CVMM_DX_THROUGH_RELU): relu_forward's and relu_backward's selects
-// (cuda_dense.cu), so the fused results are the bits of the unfused sequence.
-__device__ __forceinline__ float cvmm_relu(float v) { return v > 0.0f ? v : 0.0f; }
-__device__ __forceinline__ float cvmm_through_relu(float x, float g) { return x > 0.0f ? g : 0.0f; }
-
 // One operand of an expert GEMM set, in bytes: expert e's matrix starts at base + e * expert_stride +
 // offset[e] * row_stride (a weight tensor [n_experts, ...] uses expert_stride; a block of sorted rows, row_stride).
 struct ExpertOperand {
@@ -73,7 +68,7 @@ RoutedRows cvmm_mma_bf16_rows(Backend *be, RoutedRows r, int rows);
 // C[dst(m), n] = sum_{k < K} A[m, k] B_e[k, n] for every plan row m (expert e), n < N: dst(m) = c_perm[m] when
 // c_perm is given, else m; B_e[k, n] = B[e * b_expert + k * b_sk + n * b_sn] in bf16 (b_sk or b_sn is 1); A.width = K.
 // C is fp32, or bf16 (a plan-order copy that only a reduction reads: autocast's cvmm stores its result in bf16).
-// relu: C gets the ReLU of each result (cvmm_relu, in the epilogue: CVMM_RELU_Y).
+// relu: C gets the ReLU of each result (relu_value, in the epilogue: CVMM_RELU_Y).
 template <class Out>
 void cvmm_mma_rows(Backend *be, const RoutingPlan &pl, Out *C, int ldc, const int32_t *c_perm, const RoutedRows &a,
                    const __nv_bfloat16 *B, size_t b_expert, int b_sk, int b_sn, int N, int K, bool relu);

@@ -144,7 +144,7 @@ __device__ __forceinline__ void mma_rows(Out *C, int ldc, const int32_t *c_perm,
         int i = idx / MMA_TN, j = idx % MMA_TN, m = row0 + i, n = col0 + j;
         if (m >= row_end || n >= N) continue;
         const float v = sc[i * LDC_S + j];
-        store_result(&C[(size_t)(c_perm ? c_perm[m] : m) * ldc + n], relu ? cvmm_relu(v) : v);
+        store_result(&C[(size_t)(c_perm ? c_perm[m] : m) * ldc + n], relu ? relu_value(v) : v);
     }
 }
 

@@ -146,7 +146,7 @@ void cuda_add_bias(Backend *be, scalar_t *y, const scalar_t *bias, int N, int C)
 
 __global__ void k_relu(float *y, const float *x, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        y[i] = relu_value(x[i]);
 }
 void cuda_relu_forward(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {
     cuda_weights_written(be, y, n * sizeof(float));
@@ -157,7 +157,7 @@ void cuda_relu_forward(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {
 
 __global__ void k_relu_bwd(float *dx, const float *dy, const float *pre, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dx[i] = pre[i] > 0.0f ? dy[i] : 0.0f;
+        dx[i] = relu_grad(pre[i], dy[i]);
 }
 void cuda_relu_backward(Backend *be, scalar_t *dx, const scalar_t *dy, const scalar_t *pre, size_t n) {
     cuda_weights_written(be, dx, n * sizeof(float));
