@@ -21,7 +21,9 @@ void routing_plan_check_args(const RoutingPlan *pl, int M, int n_experts) {
         die("routing_plan: the plan's memory is not set (perm, inv, offset, group_expert, host_offset)");
 }
 
-void cvmm_check_args(const char *op, const RoutingPlan *pl, int in_div, int out_div, int reduced, int order) {
+/* The checks both directions share, then the ReLU flags' (forward: CVMM_RELU_Y; backward: CVMM_DX_THROUGH_RELU). */
+static void cvmm_check_args(const char *op, const RoutingPlan *pl, int in_div, int out_div, int reduced, int order,
+                            int forward, int has_dx) {
     if (pl->n_experts < 1) die("%s: the routing plan was not built (routing_plan)", op);
     int M = pl->M;
     if (M < 0 || in_div < 1 || M % in_div != 0) die("%s: M=%d is not a multiple of in_div=%d", op, M, in_div);
@@ -30,9 +32,6 @@ void cvmm_check_args(const char *op, const RoutingPlan *pl, int in_div, int out_
         die("%s: unknown order flags %#x", op, (unsigned)order);
     if ((order & CVMM_IN_SORTED) && in_div != 1) die("%s: inputs in plan order need in_div = 1 (got %d)", op, in_div);
     if ((order & CVMM_OUT_SORTED) && reduced) die("%s: outputs in plan order cannot be reduced (w given)", op);
-}
-
-void cvmm_check_relu(const char *op, int order, int forward, int in_div, int reduced, int has_dx) {
     if (forward && (order & CVMM_DX_THROUGH_RELU)) die("%s: CVMM_DX_THROUGH_RELU is a backward flag", op);
     if (!forward && (order & CVMM_RELU_Y)) die("%s: CVMM_RELU_Y is a forward flag", op);
     if ((order & CVMM_RELU_Y) && reduced) die("%s: CVMM_RELU_Y needs outputs without reduction (w NULL)", op);
@@ -40,6 +39,14 @@ void cvmm_check_relu(const char *op, int order, int forward, int in_div, int red
         if (in_div != 1) die("%s: CVMM_DX_THROUGH_RELU needs in_div = 1 (got %d)", op, in_div);
         if (!has_dx) die("%s: CVMM_DX_THROUGH_RELU needs dX", op);
     }
+}
+
+void cvmm_forward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order) {
+    cvmm_check_args("cvmm_forward", pl, in_div, out_div, reduced, order, 1, 1);
+}
+
+void cvmm_backward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order, int has_dx) {
+    cvmm_check_args("cvmm_backward", pl, in_div, out_div, reduced, order, 0, has_dx);
 }
 
 bool backend_name_known(const char *name) { return name && (strcmp(name, "cpu") == 0 || strcmp(name, "cuda") == 0); }

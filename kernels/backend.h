@@ -115,9 +115,9 @@ __attribute__((noreturn)) void backend_die_out_of_memory(const Backend *be, size
  * set of messages): the plan's memory fits M entries of n_experts experts; the plan was built and the call's
  * divisors and row-order flags fit it (reduced: w given). Each dies with one line naming the problem. */
 void routing_plan_check_args(const RoutingPlan *pl, int M, int n_experts);
-void cvmm_check_args(const char *op, const RoutingPlan *pl, int in_div, int out_div, int reduced, int order);
-/* The ReLU flags' checks (cvmm_forward: relu_y; cvmm_backward: dx_relu; has_dx: dX given), after cvmm_check_args. */
-void cvmm_check_relu(const char *op, int order, int forward, int in_div, int reduced, int has_dx);
+/* (cvmm: the ReLU flags too, each on its own direction's op; has_dx: dX given) */
+void cvmm_forward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order);
+void cvmm_backward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order, int has_dx);
 void backend_destroy(Backend *be);
 
 /* Implementations (backend_create dispatches to these). */

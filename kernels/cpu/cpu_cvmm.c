@@ -58,8 +58,7 @@ static void gather_rows(scalar_t *dst, const scalar_t *src, const int32_t *perm,
 
 void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *pl,
                       const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order) {
-    cvmm_check_args("cvmm_forward", pl, in_div, out_div, w != NULL, order);
-    cvmm_check_relu("cvmm_forward", order, 1, in_div, w != NULL, 1);
+    cvmm_forward_check_args(pl, in_div, out_div, w != NULL, order);
     const int M = pl->M, n_experts = pl->n_experts;
     if (M == 0) return;
     const scalar_t *Xs = X; /* [M, Kin] inputs in plan order */
@@ -106,8 +105,7 @@ void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_
 void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
                        const scalar_t *W, const RoutingPlan *pl, const scalar_t *w, int in_div, int out_div, int Kin,
                        int Nout, int order) {
-    cvmm_check_args("cvmm_backward", pl, in_div, out_div, w != NULL, order);
-    cvmm_check_relu("cvmm_backward", order, 0, in_div, w != NULL, dX != NULL);
+    cvmm_backward_check_args(pl, in_div, out_div, w != NULL, order, dX != NULL);
     const int M = pl->M, n_experts = pl->n_experts;
     if (M == 0) return;
     int want_dw = (w != NULL && dw != NULL);
@@ -151,7 +149,7 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
         }
     }
     if (dW) {
-        if (w) { /* w != NULL means Gs is the gathered copy Gbuf (cvmm_check_args) */
+        if (w) { /* w != NULL means Gs is the gathered copy Gbuf (cvmm_backward_check_args) */
 #pragma omp parallel for schedule(static) if ((size_t)M * Nout > PAR_MIN)
             for (int m = 0; m < M; m++) {
                 scalar_t wp = w[perm[m]];

@@ -189,13 +189,12 @@ static void reduce_rows(float *Y, const In *Ys, const RoutingPlan *pl, const flo
 
 void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *pl,
                        const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order) {
-    cvmm_check_args("cvmm_forward", pl, in_div, out_div, w != nullptr, order);
-    cvmm_check_relu("cvmm_forward", order, 1, in_div, w != nullptr, 1);
+    cvmm_forward_check_args(pl, in_div, out_div, w != nullptr, order);
     const int M = pl->M, E = pl->n_experts;
     cuda_weights_written(be, Y, (size_t)(w ? M / out_div : M) * Nout * sizeof(float));
     if (M == 0) return;
     const bool bf16 = use_bf16(be), in_sorted = order & CVMM_IN_SORTED, out_sorted = order & CVMM_OUT_SORTED;
-    const bool relu = order & CVMM_RELU_Y; // (w NULL: cvmm_check_relu)
+    const bool relu = order & CVMM_RELU_Y; // (w NULL: cvmm_forward_check_args)
     const bool mma = cvmm_uses_mma(be, bf16);
     if (mma) { // X read where it lies (or its bf16 copy); unreduced outputs written straight to their rows of Y, or
                // in bf16 in plan order for the weighted reduction (autocast's cvmm stores its result in bf16)
@@ -313,7 +312,7 @@ static void backward_on_cublas(Backend *be, float *Qs, float *dW, const float *d
         cvmm_expert_gemms(be, "cvmm_backward", *pl, q, bf16);
     }
     if (dW) {
-        if (w && bf16) { // weighted rows in bf16 straight from dY (w != NULL: not out_sorted, cvmm_check_args)
+        if (w && bf16) { // weighted rows in bf16 straight from dY (w != NULL: not out_sorted, cvmm_backward_check_args)
             const size_t moved = (size_t)M * Nout * (sizeof(float) + sizeof(__nv_bfloat16));
             count_traffic("cvmm_rows", moved);
             LAUNCH(k_gather_scale_bf16, grid_for((size_t)M * Nout, 256), 256, 0,
@@ -338,11 +337,10 @@ static void backward_on_cublas(Backend *be, float *Qs, float *dW, const float *d
 void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
                         const scalar_t *W, const RoutingPlan *pl, const scalar_t *w, int in_div, int out_div, int Kin,
                         int Nout, int order) {
-    cvmm_check_args("cvmm_backward", pl, in_div, out_div, w != nullptr, order);
-    cvmm_check_relu("cvmm_backward", order, 0, in_div, w != nullptr, dX != nullptr);
+    cvmm_backward_check_args(pl, in_div, out_div, w != nullptr, order, dX != nullptr);
     const int M = pl->M, E = pl->n_experts;
     const bool in_sorted = order & CVMM_IN_SORTED, out_sorted = order & CVMM_OUT_SORTED;
-    const bool through_relu = order & CVMM_DX_THROUGH_RELU; // (dX given, in_div 1: cvmm_check_relu)
+    const bool through_relu = order & CVMM_DX_THROUGH_RELU; // (dX given, in_div 1: cvmm_backward_check_args)
     if (dX) cuda_weights_written(be, dX, (size_t)(in_sorted ? M : M / in_div) * Kin * sizeof(float));
     if (dW) cuda_weights_written(be, dW, (size_t)E * Kin * Nout * sizeof(float));
     if (dw && w) cuda_weights_written(be, dw, (size_t)M * sizeof(float));
