@@ -40,16 +40,10 @@ static Demand &demand(CudaImpl *im) {
     return *(Demand *)im->bf16_demand;
 }
 
-// [a, a + a_bytes) and [b, b + b_bytes) overlap; unsigned differences, so no end pointer can overflow
-static bool overlaps(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
-    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return x >= y ? x - y < b_bytes : y - x < a_bytes;
-}
-
 void cuda_bf16_cache_forget(Backend *be, const void *p, size_t bytes) {
     if (!p || bytes == 0) return;
     for (CudaImpl::Bf16CacheEntry &e : cuda_impl(be)->bf16_cache)
-        if (e.src && overlaps(e.src, e.n * sizeof(float), p, bytes)) e.src = nullptr;
+        if (e.src && ranges_overlap(e.src, e.n * sizeof(float), p, bytes)) e.src = nullptr;
 }
 
 void cuda_bf16_cache_allocated(Backend *be, const void *p, size_t bytes) {
@@ -62,10 +56,11 @@ void cuda_bf16_cache_freed(Backend *be, const void *p) {
     AllocSizes &sizes = alloc_sizes(cuda_impl(be));
     auto it = sizes.find(p);
     if (it == sizes.end()) die("cuda backend: free of %p, which the backend's alloc did not return", p);
-    cuda_bf16_cache_forget(be, p, it->second ? it->second : 1);
+    const size_t bytes = it->second ? it->second : 1;
+    cuda_bf16_cache_forget(be, p, bytes);
     Demand &d = demand(cuda_impl(be));
     for (auto k = d.begin(); k != d.end();)
-        k = overlaps(k->first, k->second * sizeof(float), p, it->second ? it->second : 1) ? d.erase(k) : std::next(k);
+        k = ranges_overlap(k->first, k->second * sizeof(float), p, bytes) ? d.erase(k) : std::next(k);
     sizes.erase(it);
 }
 
@@ -128,7 +123,7 @@ static void grow(CudaImpl *im, CudaImpl::Bf16CacheEntry *victim, size_t n) {
 
 // e holds a copy of [p, p + n)
 static bool holds(const CudaImpl::Bf16CacheEntry &e, const float *p, size_t n) {
-    return e.src && p >= e.src && n <= e.n && (size_t)(p - e.src) <= e.n - n;
+    return range_inside(p, n, e.src, e.n);
 }
 
 // The entry that will hold [p, p + n), taken now: an empty one, else the least recently used (each hand-out advances

@@ -287,6 +287,16 @@ void cuda_gemm(Backend *be, int transA, int transB, int M, int N, int K, float a
 void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n);
 
 // ---- the registered weights' bf16 copy (cuda_weights_bf16.cu) ----
+// Byte ranges [a, a + a_bytes) and [b, b + b_bytes) overlap: unsigned differences, so no end pointer can overflow
+// (a write's report against the weights and against the conversion cache's sources).
+static inline bool ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x >= y ? x - y < b_bytes : y - x < a_bytes;
+}
+// [p, p + n) lies inside [base, base + base_n) (values; base may be NULL: nothing lies inside)
+static inline bool range_inside(const float *p, size_t n, const float *base, size_t base_n) {
+    return base && p >= base && n <= base_n && (size_t)(p - base) <= base_n - n;
+}
 void cuda_register_weights(Backend *be, const scalar_t *p, size_t n);
 // Backend.routing_plan_to_host (cuda_cvmm_plan.cu).
 void cuda_routing_plan_to_host(Backend *be, RoutingPlan *pl);

@@ -26,9 +26,7 @@ void cuda_weights_written(Backend *be, const void *dst, size_t bytes) {
     cuda_bf16_cache_forget(be, dst, bytes); // the other operands' copies (cuda_bf16_cache.cu)
     CudaImpl *im = cuda_impl(be);
     if (!im->weights || !dst || bytes == 0) return;
-    // [d, d + bytes) and [w, w + w_bytes) overlap; unsigned differences, so no end pointer can overflow
-    uintptr_t d = (uintptr_t)dst, w = (uintptr_t)im->weights, w_bytes = im->weights_n * sizeof(float);
-    if (d >= w ? d - w < w_bytes : w - d < bytes) im->weights16_stale = true;
+    if (ranges_overlap(dst, bytes, im->weights, im->weights_n * sizeof(float))) im->weights16_stale = true;
 }
 
 void cuda_weights_freed(Backend *be, const void *p) {
@@ -50,8 +48,7 @@ static void emu_check_fresh(const CudaImpl *im, const float *p, size_t n) {
 
 bool cuda_bf16_weights_slice(Backend *be, const float *p, size_t n, const __nv_bfloat16 **out) {
     CudaImpl *im = cuda_impl(be);
-    if (!im->weights || p < im->weights || n > im->weights_n || (size_t)(p - im->weights) > im->weights_n - n)
-        return false;
+    if (!range_inside(p, n, im->weights, im->weights_n)) return false;
     if (!im->weights16) {
         CHECK_CUDA(cudaMalloc(&im->weights16, im->weights_n * sizeof(__nv_bfloat16)));
         im->weights16_stale = true;
