@@ -109,7 +109,7 @@ enum {
     SCRATCH_CVMM_Y_SORTED = 3,  // float[M, Nout]: forward outputs, or backward output gradients, in plan order
                                 // (bf16[M, Nout] on the tensor-core path: the unreduced outputs of a weighted forward)
     SCRATCH_CVMM_DX_SORTED = 4, // float[M, Kin]: backward Q = dY_p @ W[e]^T in plan order (bf16[M, Kin] on the
-                                // tensor-core path when only dX's reduction reads it)
+                                // tensor-core path when dX is asked: k_reduce_dw reads it)
     SCRATCH_CVMM_X_BF16 = 5,    // bf16[M, Kin]: the inputs gathered in plan order in bf16 (bf16 mode; copies of a
                                 // whole X, in plan order or in place, come from the conversion cache)
     SCRATCH_CVMM_DY_BF16 = 6,   // bf16[M, Nout]: the output gradients gathered in plan order in bf16 (bf16 mode,
@@ -426,13 +426,13 @@ static inline unsigned grid_for(size_t n, unsigned block) {
 
 // ---- device helpers ----
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+template <bool BF16> __device__ __forceinline__ float opnd(float x) { return BF16 ? round_bf16(x) : x; }
 // ReLU's selects, one definition for relu_forward / relu_backward (cuda_dense.cu) and cvmm's fused forms (CVMM_RELU_Y,
 // CVMM_DX_THROUGH_RELU), so a fused result has the bits of the unfused sequence: relu_value(v) = v > 0 ? v : +0, and
 // relu_grad(pre, g) = pre > 0 ? g : +0 (the gradient through ReLU of a pre-activation, or of its output: A > 0 iff
 // U > 0).
 __device__ __forceinline__ float relu_value(float v) { return v > 0.0f ? v : 0.0f; }
 __device__ __forceinline__ float relu_grad(float pre, float g) { return pre > 0.0f ? g : 0.0f; }
-template <bool BF16> __device__ __forceinline__ float opnd(float x) { return BF16 ? round_bf16(x) : x; }
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -336,7 +336,7 @@ void cuda_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *
     const size_t n = (size_t)N * C;
     const bool copies = ln_bf16_copy(be);
     __nv_bfloat16 *y16 = copies ? cuda_bf16_cache_produce(be, y, n) : nullptr;
-    const bool x_apart = (uintptr_t)x >= (uintptr_t)(y + n) || (uintptr_t)y >= (uintptr_t)(x + n); // not in place
+    const bool x_apart = !ranges_overlap(x, n * sizeof(float), y, n * sizeof(float)); // not in place
     __nv_bfloat16 *x16 = copies && x_apart ? cuda_bf16_cache_produce_input(be, x, n) : nullptr;
     // x in, y (and the copies) and the row statistics out; about 8 operations per element (two statistics passes,
     // normalise, affine), 1 more per rounding
