@@ -20,10 +20,10 @@ void routed_experts_forward(Model *m, const RoutedExpertParams *P, const RoutedE
                             scalar_t *A, scalar_t *f) {
     Backend *be = m->be;
     scalar_t *W = m->params;
-    if (!P->has_keys_bias) { /* A = ReLU(U) [M, S] written once by the up projection */
-        be->cvmm_forward(be, A, x, W + P->keys, b->plan, NULL, b->K, 1, b->C, b->S, CVMM_OUT_SORTED | CVMM_RELU_Y);
-    } else { /* the bias comes between the product and the ReLU */
-        be->cvmm_forward(be, A, x, W + P->keys, b->plan, NULL, b->K, 1, b->C, b->S, CVMM_OUT_SORTED); /* U [M, S] */
+    /* A = ReLU(U) [M, S], the ReLU in the up projection unless a bias comes between the product and it */
+    const int relu = P->has_keys_bias ? 0 : CVMM_RELU_Y;
+    be->cvmm_forward(be, A, x, W + P->keys, b->plan, NULL, b->K, 1, b->C, b->S, CVMM_OUT_SORTED | relu);
+    if (P->has_keys_bias) {
         per_expert_bias(be, b->plan, A, W + P->keys_bias, b->S, false);
         be->relu_forward(be, A, A, (size_t)b->N * b->K * b->S);
     }
