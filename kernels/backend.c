@@ -21,14 +21,16 @@ void routing_plan_check_args(const RoutingPlan *pl, int M, int n_experts) {
         die("routing_plan: the plan's memory is not set (perm, inv, offset, group_expert, host_offset)");
 }
 
-/* The checks both directions share, then the ReLU flags' (forward: CVMM_RELU_Y; backward: CVMM_DX_THROUGH_RELU). */
+/* The checks both directions share, then the ReLU flags' (forward: CVMM_RELU_Y; backward: CVMM_DX_THROUGH_RELU) and
+ * the narrow ones'. */
 static void cvmm_check_args(const char *op, const RoutingPlan *pl, int in_div, int out_div, int reduced, int order,
                             int forward, int has_dx) {
     if (pl->n_experts < 1) die("%s: the routing plan was not built (routing_plan)", op);
     int M = pl->M;
     if (M < 0 || in_div < 1 || M % in_div != 0) die("%s: M=%d is not a multiple of in_div=%d", op, M, in_div);
     if (reduced && (out_div < 1 || M % out_div != 0)) die("%s: M=%d is not a multiple of out_div=%d", op, M, out_div);
-    if (order & ~(CVMM_IN_SORTED | CVMM_OUT_SORTED | CVMM_RELU_Y | CVMM_DX_THROUGH_RELU))
+    if (order & ~(CVMM_IN_SORTED | CVMM_OUT_SORTED | CVMM_RELU_Y | CVMM_DX_THROUGH_RELU | CVMM_IN_NARROW |
+                  CVMM_OUT_NARROW))
         die("%s: unknown order flags %#x", op, (unsigned)order);
     if ((order & CVMM_IN_SORTED) && in_div != 1) die("%s: inputs in plan order need in_div = 1 (got %d)", op, in_div);
     if ((order & CVMM_OUT_SORTED) && reduced) die("%s: outputs in plan order cannot be reduced (w given)", op);
@@ -39,6 +41,12 @@ static void cvmm_check_args(const char *op, const RoutingPlan *pl, int in_div, i
         if (in_div != 1) die("%s: CVMM_DX_THROUGH_RELU needs in_div = 1 (got %d)", op, in_div);
         if (!has_dx) die("%s: CVMM_DX_THROUGH_RELU needs dX", op);
     }
+    if ((order & CVMM_IN_NARROW) && !(order & CVMM_IN_SORTED))
+        die("%s: CVMM_IN_NARROW needs inputs in plan order (CVMM_IN_SORTED)", op);
+    if ((order & CVMM_OUT_NARROW) && !(order & CVMM_OUT_SORTED))
+        die("%s: CVMM_OUT_NARROW needs outputs in plan order (CVMM_OUT_SORTED)", op);
+    if (!forward && (order & CVMM_IN_NARROW) && !(has_dx && (order & CVMM_DX_THROUGH_RELU)))
+        die("%s: CVMM_IN_NARROW needs dX written through the ReLU (dX and CVMM_DX_THROUGH_RELU)", op);
 }
 
 void cvmm_forward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order) {

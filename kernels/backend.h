@@ -53,9 +53,18 @@ typedef struct {
     int host_pending;      /* set by routing_plan: 1 = host_offset and n_groups not filled (kept on the device) */
 } RoutingPlan;
 
-/* cvmm's order flags (see cvmm_forward): the row orders, and the ReLU fused on either side of the FFN's expert
- * activations (CVMM_RELU_Y forward only, CVMM_DX_THROUGH_RELU backward only). */
-enum { CVMM_ENTRY_ORDER = 0, CVMM_IN_SORTED = 1, CVMM_OUT_SORTED = 2, CVMM_RELU_Y = 4, CVMM_DX_THROUGH_RELU = 8 };
+/* cvmm's order flags (see cvmm_forward): the row orders, the ReLU fused on either side of the FFN's expert
+ * activations (CVMM_RELU_Y forward only, CVMM_DX_THROUGH_RELU backward only), and plan-order tensors kept in cvmm's
+ * narrow operand form between the calls of one plan (CVMM_IN_NARROW, CVMM_OUT_NARROW). */
+enum {
+    CVMM_ENTRY_ORDER = 0,
+    CVMM_IN_SORTED = 1,
+    CVMM_OUT_SORTED = 2,
+    CVMM_RELU_Y = 4,
+    CVMM_DX_THROUGH_RELU = 8,
+    CVMM_IN_NARROW = 16,
+    CVMM_OUT_NARROW = 32
+};
 
 /* The most doubles one read_values call brings back (a training step's sums: loss and regularizers). */
 #define BACKEND_READ_VALUES_MAX 8

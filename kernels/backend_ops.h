@@ -184,9 +184,17 @@ BACKEND_OP(void, routing_plan, (Backend *be, RoutingPlan *plan, const int32_t *s
  * and one flag fuses the FFN's ReLU into the up projection (its backward's flag is below):
  *   CVMM_RELU_Y:     Y[p, :] = ReLU(y_p) = (y_p > 0 ? y_p : 0) per element, relu_forward's select on the same
  *                    product, so the same bits as cvmm_forward then relu_forward; needs w == NULL
+ * and two flags keep a plan-order tensor that only cvmm reads in cvmm's narrow operand form (the FFN's A and dU):
+ *   CVMM_OUT_NARROW: (needs CVMM_OUT_SORTED) Y is written, and the backward's dY read, in the narrow form
+ *   CVMM_IN_NARROW:  (needs CVMM_IN_SORTED) X is read, and the backward's dX written, in the narrow form
+ *   The narrow form of a backend whose cvmm products round their operands to bf16 (CUDA in bf16 mode on its
+ *   tensor-core path) is the values rounded to bf16, packed in the first half of the tensor's bytes, as autocast's
+ *   cvmm stores its outputs: the products read exactly the values they read before; the gate weights of dW and dw
+ *   and the ReLU mask (bf16(A) > 0) see the rounded values. Every other backend keeps the exact fp32 tensor. A
+ *   narrow tensor is read by nothing but cvmm calls with the matching flag on the same backend and precision.
  * The four MoE call patterns (spec §4.3):
- *   FFN up   : X=x[N,C],       sel[N,K],      in_div=K,    w=NULL          -> U[N*K, S]  (MoEUT: OUT_SORTED)
- *   FFN down : X=A[N*K,S],     sel[N,K],      in_div=1,    w[N*K], out_div=K     -> f[N, C]  (MoEUT: IN_SORTED)
+ *   FFN up   : X=x[N,C],       sel[N,K],      in_div=K,    w=NULL          -> U[N*K, S]  (MoEUT: OUT_SORTED|NARROW)
+ *   FFN down : X=A[N*K,S],     sel[N,K],      in_div=1,    w[N*K], out_div=K     -> f[N, C]  (MoEUT: IN_SORTED|NARROW)
  *   Att V    : X=x[N,C],       sel[N,H,KA],   in_div=H*KA, w[N*H*KA], out_div=KA -> v[N*H, D]
  *   Att O    : X=r[N*H,D],     sel[N,H,KA],   in_div=KA,   w[N*H*KA], out_div=H*KA -> out[N, C] */
 BACKEND_OP(void, cvmm_forward, (Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *plan,
@@ -200,7 +208,8 @@ BACKEND_OP(void, cvmm_forward, (Backend *be, scalar_t *Y, const scalar_t *X, con
  * through that ReLU, and is OVERWRITTEN, not accumulated (no zero fill before):
  *   dX[p] = (X[p] > 0 ? 0 + G_p @ W[sel[p]]^T : 0) per element (needs dX and in_div = 1)
  * the same bits as zeroing dX, cvmm_backward without the flag, then relu_backward(dX, dX, X): a select, so a masked
- * element is +0 as relu_backward makes it. dw (the gate gradients) and dW are those without the flag. */
+ * element is +0 as relu_backward makes it. dw (the gate gradients) and dW are those without the flag.
+ * CVMM_IN_NARROW in the backward needs dX and CVMM_DX_THROUGH_RELU (a narrow dX is written, never accumulated). */
 BACKEND_OP(void, cvmm_backward, (Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY,
                                  const scalar_t *X, const scalar_t *W, const RoutingPlan *plan, const scalar_t *w,
                                  int in_div, int out_div, int Kin, int Nout, int order))

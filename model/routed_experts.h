@@ -30,7 +30,8 @@ typedef struct {
     const scalar_t *gate;       /* [N, K] the reduction weights; NULL = every gate 1 */
 } RoutedExpertBatch;
 
-/* A [M, S] and f [N, C] from x [N, C] (f overwritten). */
+/* A [M, S] and f [N, C] from x [N, C] (f overwritten). A is in cvmm's narrow form (kernels/backend_ops.h) unless the
+ * keys have a bias: read it only through routed_experts_backward. */
 void routed_experts_forward(Model *m, const RoutedExpertParams *P, const RoutedExpertBatch *b, const scalar_t *x,
                             scalar_t *A, scalar_t *f);
 

@@ -5,7 +5,8 @@
  * contiguous per-expert blocks (unless the caller passes them in plan order already), runs each block as one GEMM
  * against its expert's weight, and scatters/reduces the results back in entry order (unless the caller takes them
  * in plan order). The order of every floating-point sum depends only on sel, never on the thread count, and not on
- * the row-order flags either: a sorted operand is exactly the block the gather would have made.
+ * the row-order flags either: a sorted operand is exactly the block the gather would have made. The narrow flags
+ * (CVMM_IN_NARROW, CVMM_OUT_NARROW) change nothing here: the CPU's narrow form is the exact fp32 tensor.
  */
 #include <string.h>
 

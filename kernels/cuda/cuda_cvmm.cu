@@ -126,20 +126,23 @@ __device__ __forceinline__ ReduceEntry reduce_entry(size_t r, int j, int div, co
     const size_t p = r * div + j;
     return {p, (size_t)inv[p]};
 }
-template <class In>
-__device__ __forceinline__ void reduce_dw(float *dX, float *dw, const In *Qs, const float *X, const int32_t *inv,
+__device__ __forceinline__ void store_value(float *p, float v) { *p = v; }
+__device__ __forceinline__ void store_value(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+template <class In, class Row>
+__device__ __forceinline__ void reduce_dw(Row *dX, float *dw, const In *Qs, const Row *X, const int32_t *inv,
                                           const int32_t *perm, const float *w, int div, int Kin, bool plan_order,
                                           bool through_relu) {
     const size_t r = blockIdx.x;
-    float *dx = dX + r * Kin;
-    const float *x = X + r * Kin;
+    Row *dx = dX + r * Kin;
+    const Row *x = X + r * Kin;
     for (int c = threadIdx.x; c < Kin; c += blockDim.x) {
-        float acc = through_relu ? 0.0f : dx[c];
+        float acc = through_relu ? 0.0f : load_value(&dx[c]);
         for (int j = 0; j < div; j++) {
             const ReduceEntry e = reduce_entry(r, j, div, inv, perm, plan_order);
             acc += (w ? w[e.p] : 1.0f) * load_value(&Qs[e.q_row * Kin + c]);
         }
-        dx[c] = through_relu ? relu_grad(x[c], acc) : acc;
+        store_value(&dx[c], through_relu ? relu_grad(load_value(&x[c]), acc) : acc);
     }
     if (!dw) return;
     const int lane = threadIdx.x % 32, warps = blockDim.x / 32;
@@ -147,7 +150,7 @@ __device__ __forceinline__ void reduce_dw(float *dX, float *dw, const In *Qs, co
         const ReduceEntry e = reduce_entry(r, j, div, inv, perm, plan_order);
         const In *q = Qs + e.q_row * Kin;
         double part = 0;
-        for (int i = lane; i < Kin; i += 32) part += (double)load_value(&q[i]) * x[i];
+        for (int i = lane; i < Kin; i += 32) part += (double)load_value(&q[i]) * load_value(&x[i]);
         double s = warp_sum_d(part);
         if (lane == 0) dw[e.p] = (float)s;
     }
@@ -160,6 +163,12 @@ __global__ void k_reduce_dw(float *dX, float *dw, const float *Qs, const float *
 __global__ void k_reduce_dw_bf16(float *dX, float *dw, const __nv_bfloat16 *Qs, const float *X, const int32_t *inv,
                                  const int32_t *perm, const float *w, int div, int Kin, bool plan_order,
                                  bool through_relu) {
+    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order, through_relu);
+}
+// X and dX in cvmm's narrow form (CVMM_IN_NARROW: bf16 rows in plan order; dX written through the ReLU)
+__global__ void k_reduce_dw_narrow(__nv_bfloat16 *dX, float *dw, const __nv_bfloat16 *Qs, const __nv_bfloat16 *X,
+                                   const int32_t *inv, const int32_t *perm, const float *w, int div, int Kin,
+                                   bool plan_order, bool through_relu) {
     reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order, through_relu);
 }
 
@@ -196,16 +205,22 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
     const bool bf16 = use_bf16(be), in_sorted = order & CVMM_IN_SORTED, out_sorted = order & CVMM_OUT_SORTED;
     const bool relu = order & CVMM_RELU_Y; // (w NULL: cvmm_forward_check_args)
     const bool mma = cvmm_uses_mma(be, bf16);
-    if (mma) { // X read where it lies (or its bf16 copy); unreduced outputs written straight to their rows of Y, or
-               // in bf16 in plan order for the weighted reduction (autocast's cvmm stores its result in bf16)
-        const RoutedRows x = cvmm_mma_bf16_rows(be, {X, pl->perm, in_sorted, in_div, Kin, nullptr},
-                                                in_sorted ? M : M / in_div);
+    if (mma) { // X read where it lies (or its bf16 copy, or its narrow form); unreduced outputs written straight to
+               // their rows of Y (narrow: in bf16), or in bf16 in plan order for the weighted reduction (autocast's
+               // cvmm stores its result in bf16)
+        const RoutedRows x = order & CVMM_IN_NARROW
+                                 ? cvmm_narrow_rows(X, pl->perm, Kin)
+                                 : cvmm_mma_bf16_rows(be, {X, pl->perm, in_sorted, in_div, Kin, nullptr},
+                                                      in_sorted ? M : M / in_div);
         const __nv_bfloat16 *W16 = cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16);
         if (w) {
             __nv_bfloat16 *Ys16 =
                 (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(__nv_bfloat16));
             cvmm_mma_rows(be, *pl, Ys16, Nout, nullptr, x, W16, (size_t)Kin * Nout, Nout, 1, Nout, Kin, false);
             reduce_rows(Y, Ys16, pl, w, out_div, Nout, false);
+        } else if (order & CVMM_OUT_NARROW) { // (plan order: cvmm_forward_check_args) the ReLU in the epilogue too
+            cvmm_mma_rows(be, *pl, (__nv_bfloat16 *)Y, Nout, nullptr, x, W16, (size_t)Kin * Nout, Nout, 1, Nout, Kin,
+                          relu);
         } else { // the ReLU in the kernel's epilogue
             cvmm_mma_rows(be, *pl, Y, Nout, out_sorted ? nullptr : pl->perm, x, W16, (size_t)Kin * Nout, Nout, 1, Nout,
                           Kin, relu);
@@ -361,21 +376,26 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         q_bf16 ? (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_DX_SORTED, (size_t)M * Kin * sizeof(__nv_bfloat16))
                : nullptr;
     if (mma) { // dY and X read where they lie (or their bf16 copies), the gate weights applied as they are read
-        const RoutedRows g = cvmm_mma_bf16_rows(be, {dY, pl->perm, out_sorted, g_div, Nout, nullptr},
-                                                out_sorted ? M : M / g_div);
+        const RoutedRows g = order & CVMM_OUT_NARROW
+                                 ? cvmm_narrow_rows(dY, pl->perm, Nout)
+                                 : cvmm_mma_bf16_rows(be, {dY, pl->perm, out_sorted, g_div, Nout, nullptr},
+                                                      out_sorted ? M : M / g_div);
         const __nv_bfloat16 *W16 = cuda_bf16_operand(be, W, (size_t)E * Kin * Nout, SCRATCH_CVMM_W_BF16);
         // Q[m, k] = sum_n G[m, n] W[e][k, n]: B_e[n, k] = W[e][k * Nout + n]
         if (Qs) cvmm_mma_rows(be, *pl, Qs, Kin, nullptr, g, W16, (size_t)Kin * Nout, 1, Nout, Kin, Nout, false);
         if (Qs16) cvmm_mma_rows(be, *pl, Qs16, Kin, nullptr, g, W16, (size_t)Kin * Nout, 1, Nout, Kin, Nout, false);
         if (dW) {
-            const RoutedRows x = cvmm_mma_bf16_rows(be, {X, pl->perm, in_sorted, in_div, Kin, nullptr},
-                                                    in_sorted ? M : M / in_div);
-            if (w && g.base16 && !x.base16) { // dW_e = sum_m (w_m x_m)^T g_m: weighted on X's side, so that dY's
-                RoutedRows xw = x;             // rows come from their bf16 copy (the same sum, rounded on X's side)
+            const RoutedRows x = order & CVMM_IN_NARROW
+                                     ? cvmm_narrow_rows(X, pl->perm, Kin)
+                                     : cvmm_mma_bf16_rows(be, {X, pl->perm, in_sorted, in_div, Kin, nullptr},
+                                                          in_sorted ? M : M / in_div);
+            if (w && g.base16) { // dW_e = sum_m (w_m x_m)^T g_m: weighted on X's side, so that dY's rows come
+                RoutedRows xw = x; // from their bf16 copy (the same sum, rounded on X's side)
                 xw.w = w;
                 cvmm_mma_dw(*pl, dW, xw, g, Kin, Nout);
-            } else {
-                const RoutedRows gw = {dY, pl->perm, out_sorted, g_div, Nout, w};
+            } else { // G's rows as the product above read them (fp32 dY where w is given), weighted
+                RoutedRows gw = g;
+                gw.w = w;
                 cvmm_mma_dw(*pl, dW, x, gw, Kin, Nout);
             }
         }
@@ -385,18 +405,24 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     if (dX && (want_dw || in_sorted || through_relu)) { // dX's accumulation (or its masked sum) and the gate
                                                         // gradients in one pass over Q
         const int rows = in_sorted ? M : M / in_div, div = in_sorted ? 1 : in_div;
-        // [rows, Kin] fp32 tensors moved besides Q: dX written, and read unless through_relu overwrites it; X read
-        // for dw or the mask
+        // X and dX narrow (bf16; only with Q in bf16: CVMM_IN_NARROW needs dX, which makes Q bf16 on this path)
+        const bool narrow = mma && (order & CVMM_IN_NARROW);
+        // [rows, Kin] tensors moved besides Q: dX written, and read unless through_relu overwrites it; X read for dw
+        // or the mask
         const int row_tensors = 1 + (through_relu ? 0 : 1) + (want_dw || through_relu ? 1 : 0);
         const size_t moved = (size_t)M * Kin * (Qs16 ? sizeof(__nv_bfloat16) : sizeof(float)) +
-                             (size_t)row_tensors * rows * Kin * sizeof(float);
+                             (size_t)row_tensors * rows * Kin * (narrow ? sizeof(__nv_bfloat16) : sizeof(float));
         count_traffic("cvmm_rows", moved);
         const KernelCost cost = kernel_cost((want_dw ? 4.0 : 2.0) * M * Kin + (through_relu ? (double)M * Kin : 0),
                                             (double)moved + (double)M * (2 * sizeof(int32_t) + 2 * sizeof(float)));
         float *dw_out = want_dw ? dw : nullptr;
         // a row's columns in whole warps, at most 256 threads (the results' bits do not depend on it)
         const int threads = Kin >= 256 ? 256 : Kin <= 32 ? 32 : (Kin + 31) / 32 * 32;
-        if (Qs16)
+        if (narrow)
+            LAUNCH(k_reduce_dw_narrow, (unsigned)rows, threads, 0, cost)(
+                (__nv_bfloat16 *)dX, dw_out, Qs16, (const __nv_bfloat16 *)X, pl->inv, pl->perm, w, div, Kin, in_sorted,
+                through_relu);
+        else if (Qs16)
             LAUNCH(k_reduce_dw_bf16, (unsigned)rows, threads, 0, cost)(dX, dw_out, Qs16, X, pl->inv, pl->perm, w, div,
                                                                       Kin, in_sorted, through_relu);
         else

@@ -49,8 +49,9 @@ void cvmm_expert_gemms(Backend *be, const char *op, const RoutingPlan &plan, con
 // ---- the tensor-core path (cuda_cvmm_mma.cu): no rows gathered, no host offsets
 // M routed rows of `width` fp32 values as the kernels read them: plan row m is base[row * width] with row = m when
 // in_plan_order, else perm[m] / div (the caller's entry order); multiplied by w[perm[m]] when w is given; rounded
-// to bf16 as it is read. base16, when set, is base's bf16 copy (same layout, w NULL: cvmm_mma_bf16_rows): the
-// kernels read its 2 bytes per value instead of base's 4, the same bf16 values.
+// to bf16 as it is read. base16, when set, holds the rows in bf16 instead (same layout; base unused): base's bf16
+// copy (w NULL: cvmm_mma_bf16_rows), whose 2 bytes per value the kernels read instead of base's 4, the same bf16
+// values; or a narrow tensor (CVMM_IN_NARROW, CVMM_OUT_NARROW: cvmm_narrow_rows), weighted or not.
 struct RoutedRows {
     const float *base;
     const int32_t *perm; // the plan's perm[M]
@@ -65,6 +66,9 @@ struct RoutedRows {
 // Otherwise r unchanged. Bit-identical either way: the kernels round each value to bf16 as the copy does.
 constexpr int CVMM_MMA_COPY_MIN_DIV = 4;
 RoutedRows cvmm_mma_bf16_rows(Backend *be, RoutedRows r, int rows);
+// The plan-order rows [M, width] of a narrow tensor (cvmm's narrow form on the tensor-core path: bf16 values packed
+// at the start of the fp32 tensor's memory), unweighted.
+RoutedRows cvmm_narrow_rows(const float *t, const int32_t *perm, int width);
 // C[dst(m), n] = sum_{k < K} A[m, k] B_e[k, n] for every plan row m (expert e), n < N: dst(m) = c_perm[m] when
 // c_perm is given, else m; B_e[k, n] = B[e * b_expert + k * b_sk + n * b_sn] in bf16 (b_sk or b_sn is 1); A.width = K.
 // C is fp32, or bf16 (a plan-order copy that only a reduction reads: autocast's cvmm stores its result in bf16).

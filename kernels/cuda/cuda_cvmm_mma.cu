@@ -32,8 +32,8 @@ __device__ __forceinline__ __nv_bfloat16 routed_bf16(const RoutedRows &r, int m,
     if (c >= r.width) return __float2bfloat16_rn(0.0f);
     int32_t p = r.perm[m];
     const size_t at = (size_t)(r.in_plan_order ? m : p / r.div) * r.width + c;
-    if (r.base16) return r.base16[at]; // (unweighted: cvmm_mma_bf16_rows)
-    float v = r.base[at];
+    if (r.base16 && !r.w) return r.base16[at]; // a bf16 copy or a narrow tensor, as the kernels read it
+    float v = r.base16 ? __bfloat162float(r.base16[at]) : r.base[at];
     if (r.w) v *= r.w[p];
     return __float2bfloat16_rn(v);
 }
@@ -206,6 +206,10 @@ RoutedRows cvmm_mma_bf16_rows(Backend *be, RoutedRows r, int rows) {
     return r;
 }
 
+RoutedRows cvmm_narrow_rows(const float *t, const int32_t *perm, int width) {
+    return {nullptr, perm, 1, 1, width, nullptr, (const __nv_bfloat16 *)t};
+}
+
 // the bytes of one routed value as the kernels read it
 static double routed_value_bytes(const RoutedRows &r) { return r.base16 ? sizeof(__nv_bfloat16) : sizeof(float); }
 
@@ -250,7 +254,7 @@ void cvmm_mma_dw(const RoutingPlan &pl, float *dW, const RoutedRows &x, const Ro
     // weights
     const double bytes = (double)M * (Kin * routed_value_bytes(x) + Nout * routed_value_bytes(g)) +
                          2.0 * E * Kin * Nout * sizeof(float) +
-                         (double)M * sizeof(int32_t) + (g.w ? (double)M * sizeof(float) : 0);
+                         (double)M * sizeof(int32_t) + (g.w || x.w ? (double)M * sizeof(float) : 0);
     // One block per (expert, Kin tile, Nout tile), an expert's blocks consecutive: they read the same expert's X and
     // G rows at about the same time (from L2 after the first), as the bytes above count them once.
     const unsigned grid = (unsigned)E * tiles_over(Kin, MMA_TM) * tiles_over(Nout, MMA_TN);

@@ -8,6 +8,7 @@
 
 #include "tests/unit/backend_op_harness.h"
 #include "tests/unit/kernel_test_cvmm.h"
+#include "kernels/cuda/cuda_cvmm_hooks.h" /* cuda_cvmm_path: where the narrow form is bf16 */
 
 /* driver options (OpCase.flags) */
 enum {
@@ -717,10 +718,13 @@ static const OpDriver drv_cvmm_cache = {"cvmm_cache", run_cvmm_cache, {"N", "K",
  * A = ReLU(U), f = sum_j gate_j A_j Values[sel_j] (reading A in plan order), then the backward: dA (plan order) and
  * dgate from the values, dU = dA (U > 0), dx and dKeys from the keys reading dU (plan order). fused: the ReLU and its
  * backward in the cvmm calls (CVMM_RELU_Y, CVMM_DX_THROUGH_RELU: dU written over dA's memory, which starts NaN so
- * that a read of it shows), as model/routed_experts.c runs them; the dA output is then dU. */
+ * that a read of it shows), as model/routed_experts.c runs them; the dA output is then dU. narrow (needs fused and
+ * sorted): A and dU also in cvmm's narrow form (CVMM_OUT_NARROW, CVMM_IN_NARROW), as routed_experts.c keeps them;
+ * then A and dA hold that form, not fp32 values. */
 typedef struct {
     scalar_t *A, *f, *dA, *dx, *dK, *dV, *dg; /* [N*K,S], [N,C], [N*K,S], [N,C], [E,C,S], [E,S,C], [N*K] */
 } FfnChain;
+enum { FFN_UNFUSED, FFN_FUSED, FFN_NARROW };
 static FfnChain ffn_chain(OpRun *r, const RoutingPlan *pl, int sorted, int fused, const scalar_t *x,
                           const scalar_t *keys, const scalar_t *values, const scalar_t *gate, const scalar_t *df, int N,
                           int K, int C, int S) {
@@ -730,6 +734,7 @@ static FfnChain ffn_chain(OpRun *r, const RoutingPlan *pl, int sorted, int fused
                   in_zero(r, nW * sizeof(scalar_t)), in_zero(r, nW * sizeof(scalar_t)),
                   in_zero(r, (size_t)N * K * sizeof(scalar_t))}; /* zero-filled: the backward's += start from 0 */
     int in_order = sorted ? CVMM_IN_SORTED : CVMM_ENTRY_ORDER, out_order = sorted ? CVMM_OUT_SORTED : CVMM_ENTRY_ORDER;
+    if (fused == FFN_NARROW) in_order |= CVMM_IN_NARROW, out_order |= CVMM_OUT_NARROW;
     if (fused) {
         o.dA = in_filled(r, nA, NAN);
         BE->cvmm_forward(BE, o.A, x, keys, pl, NULL, K, 1, C, S, out_order | CVMM_RELU_Y);
@@ -761,10 +766,40 @@ static void ffn_chain_same_bits(OpRun *r, const OpCase *c, const char *what, con
         free(va), free(vb);
     }
 }
+/* The narrow chain n against the fused chain f (both plan order), on this backend. The narrow form changes no product
+ * operand (the products round A and dU to bf16 as they read them either way), so f, dx and dKeys are bit-identical
+ * everywhere. dValues and dgate weight A's narrow values: bit-identical where the narrow form is fp32 (the CPU, fp32
+ * mode, the cuBLAS paths), and where it is bf16 (CUDA's tensor-core path in bf16) within one bf16 rounding of A per
+ * term: NMSE <= 1e-4 (CMP_GEMM's bound), against ~1 for a wrong row. */
+static void ffn_chain_narrow(OpRun *r, const OpCase *c, const FfnChain *f, FfnChain n, const size_t count[7]) {
+    const int bf16_form = !r->reference && r->bf16 && !strcmp(cuda_cvmm_path(r->be, 1), "mma");
+    const scalar_t *gf[7] = {f->A, f->f, f->dA, f->dx, f->dK, f->dV, f->dg};
+    const scalar_t *gn[7] = {n.A, n.f, n.dA, n.dx, n.dK, n.dV, n.dg};
+    static const char *const name[7] = {"A", "f", "dU", "dx", "dKeys", "dValues", "dgate"};
+    for (int k = 1; k < 7; k++) {
+        if (k == 2) continue; /* dU: in the narrow form */
+        scalar_t *vf = out_copy(r, gf[k], count[k], sizeof(scalar_t));
+        scalar_t *vn = out_copy(r, gn[k], count[k], sizeof(scalar_t));
+        if (bf16_form && k >= 5) {
+            double err = 0, norm = 0;
+            for (size_t i = 0; i < count[k]; i++) err += (vn[i] - vf[i]) * (vn[i] - vf[i]), norm += vf[i] * vf[i];
+            ck_assert_msg(norm > 0 && err / norm <= 1e-4, "cvmm FFN chain '%s' [cuda %s, bf16]: narrow %s NMSE %.3g "
+                          "against the fp32 A's (bound 1e-4)", c->name, r->variant, name[k], err / norm);
+        } else {
+            for (size_t i = 0; i < count[k]; i++)
+                ck_assert_msg(memcmp(&vf[i], &vn[i], sizeof(scalar_t)) == 0,
+                              "cvmm FFN chain '%s' [%s %s, %s]: narrow A and dU: %s[%zu] %.9g, fp32 %.9g: not "
+                              "bit-identical", c->name, r->reference ? "cpu" : "cuda", r->variant,
+                              r->bf16 ? "bf16" : "fp32", name[k], i, vn[i], vf[i]);
+        }
+        free(vf), free(vn);
+    }
+}
 /* dims N, K, E, C, S. The chain in plan order is compared with the reference in fp32 (CMP_F32_ONLY); on the CUDA
  * backend it must also be bit-identical to the same chain in entry order with the rows permuted, in fp32 and bf16
  * (the same arithmetic without the gathers). On every backend (the CPU reference too), in both orders, the fused
- * chain's results are bit-identical to the unfused chain's. */
+ * chain's results are bit-identical to the unfused chain's, and in plan order the narrow chain's are checked against
+ * the fused chain's (ffn_chain_narrow). */
 static void run_ffn_chain(OpRun *r, const OpCase *c) {
     int N = D(0), K = D(1), E = D(2), C = D(3), S = D(4), M = N * K;
     size_t nA = (size_t)M * S, nNC = (size_t)N * C, nW = (size_t)E * C * S;
@@ -781,11 +816,12 @@ static void run_ffn_chain(OpRun *r, const OpCase *c) {
     const size_t count[7] = {nA, nNC, nA, nNC, nW, nW, (size_t)M};
     scalar_t *got_s[7] = {s.A, s.f, s.dA, s.dx, s.dK, s.dV, s.dg};
     for (int k = 0; k < 7; k++) out_f(r, name[k], got_s[k], CMP_F32_ONLY);
-    FfnChain sf = ffn_chain(r, &pl, 1, 1, x, keys, values, gate, df, N, K, C, S);
+    FfnChain sf = ffn_chain(r, &pl, 1, FFN_FUSED, x, keys, values, gate, df, N, K, C, S);
     ffn_chain_same_bits(r, c, "fused, plan order", &s, &sf, count, name);
+    ffn_chain_narrow(r, c, &sf, ffn_chain(r, &pl, 1, FFN_NARROW, x, keys, values, gate, df, N, K, C, S), count);
     if (!r->reference) {
-        FfnChain e = ffn_chain(r, &pl, 0, 0, x, keys, values, gate, df, N, K, C, S);
-        FfnChain ef = ffn_chain(r, &pl, 0, 1, x, keys, values, gate, df, N, K, C, S);
+        FfnChain e = ffn_chain(r, &pl, 0, FFN_UNFUSED, x, keys, values, gate, df, N, K, C, S);
+        FfnChain ef = ffn_chain(r, &pl, 0, FFN_FUSED, x, keys, values, gate, df, N, K, C, S);
         const char *const name_e[7] = {"A (entry order)", "f", "dA (entry order)", "dx", "dKeys", "dValues", "dgate"};
         ffn_chain_same_bits(r, c, "fused, entry order", &e, &ef, count, name_e);
         scalar_t *got_e[7] = {e.A, e.f, e.dA, e.dx, e.dK, e.dV, e.dg};

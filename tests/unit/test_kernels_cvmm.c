@@ -480,6 +480,28 @@ START_TEST(test_cvmm_through_relu_no_dx_dies) {
     be->cvmm_backward(be, NULL, dW, NULL, dY, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_DX_THROUGH_RELU);
 }
 END_TEST
+/* the narrow flags: plan order on their side; a narrow dX only written through the ReLU */
+START_TEST(test_cvmm_narrow_in_entry_order_dies) {
+    Backend *be = ktu_cpu();
+    RoutingPlan pl = plan_of_two(be);
+    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, Y[2];
+    be->cvmm_forward(be, Y, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_IN_NARROW);
+}
+END_TEST
+START_TEST(test_cvmm_narrow_out_entry_order_dies) {
+    Backend *be = ktu_cpu();
+    RoutingPlan pl = plan_of_two(be);
+    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, Y[2];
+    be->cvmm_forward(be, Y, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_IN_SORTED | CVMM_OUT_NARROW);
+}
+END_TEST
+START_TEST(test_cvmm_narrow_dx_accumulated_dies) {
+    Backend *be = ktu_cpu();
+    RoutingPlan pl = plan_of_two(be);
+    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, dY[2] = {1, 1}, dX[2] = {0, 0};
+    be->cvmm_backward(be, dX, NULL, NULL, dY, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_IN_SORTED | CVMM_IN_NARROW);
+}
+END_TEST
 
 static Suite *suite(void) {
     Suite *s = suite_create("kernels_cvmm");
@@ -502,6 +524,9 @@ static Suite *suite(void) {
     tcase_add_exit_test(tc, test_cvmm_relu_backward_flag_in_forward_dies, 1);
     tcase_add_exit_test(tc, test_cvmm_through_relu_in_div_dies, 1);
     tcase_add_exit_test(tc, test_cvmm_through_relu_no_dx_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_narrow_in_entry_order_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_narrow_out_entry_order_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_narrow_dx_accumulated_dies, 1);
     suite_add_tcase(s, tc);
     return s;
 }
