@@ -46,6 +46,14 @@ BACKEND_OP(void, embedding_backward, (Backend *be, scalar_t *dtable, const scala
  * mean[N], rstd[N] are saved for the backward. */
 BACKEND_OP(void, layernorm_forward, (Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd, const scalar_t *x,
                                      const scalar_t *w, const scalar_t *b, int N, int C, scalar_t eps))
+/* layernorm_forward for a y that is read only as an operand of matmul (A or B: a layer's projections and routers):
+ * the same mean, rstd and values, y kept in matmul's narrow operand form. Where the backend's matmul rounds its
+ * operands to bf16 (CUDA in bf16 mode under DMMATH_CUDA_MATMUL=auto) that form is y's values rounded to bf16, packed
+ * in the first half of y's memory, the operand a conversion at the matmul would make; elsewhere it is the exact fp32
+ * y. It holds until y is written again; read it through matmul only, on the same backend and precision. */
+BACKEND_OP(void, layernorm_forward_narrow, (Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd,
+                                            const scalar_t *x, const scalar_t *w, const scalar_t *b, int N, int C,
+                                            scalar_t eps))
 /* dx[N,C] += ..., dw[C] += ..., db[C] += ... (dw/db ignored when w/b are NULL). */
 BACKEND_OP(void, layernorm_backward, (Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *db, const scalar_t *dy,
                                       const scalar_t *x, const scalar_t *w, const scalar_t *mean, const scalar_t *rstd,

@@ -85,8 +85,8 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
         be->rope(be, dq, B, T, H, D, n_rot, 0, (scalar_t)MOEUT_ROPE_BASE, 1);
         be->rope(be, dk, B, T, H, D, n_rot, 0, (scalar_t)MOEUT_ROPE_BASE, 1);
     }
-    scalar_t *xn = s->nc[0]; /* recompute LN1(x) */
-    be->layernorm_forward(be, xn, s->mean, s->rstd, ac->x, W + P->ln1_w, W + P->ln1_b, N, C, eps);
+    scalar_t *xn = s->nc[0]; /* recompute LN1(x): read by the weight gradients' matmuls only (narrow form) */
+    be->layernorm_forward_narrow(be, xn, s->mean, s->rstd, ac->x, W + P->ln1_w, W + P->ln1_b, N, C, eps);
     /* q = qk_scale * xn Wq^T: dWq += qk_scale dq^T xn; dxn = qk_scale (dq Wq + dk Wk) */
     be->matmul(be, G + P->q, dq, xn, HD, C, N, 1, 0, qk_scale, 1);
     be->matmul(be, G + P->k, dk, xn, HD, C, N, 1, 0, qk_scale, 1);

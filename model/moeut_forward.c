@@ -53,8 +53,9 @@ static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, 
     scalar_t *W = m->params;
     const scalar_t qk_scale = (scalar_t)pow((double)D, -0.25); /* D^-1/4 on q and on k: scores scaled by 1/sqrt(D) */
 
-    be->layernorm_forward(be, io->xn, io->mean, io->rstd, io->x, W + P->ln1_w, W + P->ln1_b, N, C,
-                          (scalar_t)MOEUT_LN_EPS);
+    /* xn feeds the four matmuls below only: kept in matmul's narrow operand form */
+    be->layernorm_forward_narrow(be, io->xn, io->mean, io->rstd, io->x, W + P->ln1_w, W + P->ln1_b, N, C,
+                                 (scalar_t)MOEUT_LN_EPS);
     scalar_t *k_new = io->k_all + (size_t)io->pos_offset * HD; /* [B, T, H, D] rows of this call */
     scalar_t *v_new = io->v_all + (size_t)io->pos_offset * HD;
     be->matmul(be, io->q, io->xn, W + P->q, N, HD, C, 0, 1, qk_scale, 0);   /* [N, H*D] */

@@ -202,6 +202,12 @@ void cpu_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *r
     }
 }
 
+/* The CPU's matmul reads exact fp32 operands: its narrow form of y is y itself. */
+void cpu_layernorm_forward_narrow(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd, const scalar_t *x,
+                                  const scalar_t *w, const scalar_t *b, int N, int C, scalar_t eps) {
+    cpu_layernorm_forward(be, y, mean, rstd, x, w, b, N, C, eps);
+}
+
 /* dx += rstd * (dxh - mean(dxh) - xh * mean(dxh * xh)) with dxh = dy * w;  dw[C] += sum_n dy*xh;  db[C] += sum_n dy.
  * dw is updated when w and dw are non-NULL; db when db is non-NULL (callers without a bias pass NULL). */
 void cpu_layernorm_backward(Backend *be, scalar_t *dx, scalar_t *dw, scalar_t *db, const scalar_t *dy,

@@ -9,7 +9,11 @@
 // its bf16 copies of whole operands from here too (cvmm_mma_bf16_rows, and the cuBLAS paths' operands in plan
 // order), so a tensor one of the two ops converted is not converted again by the other; and a producer whose
 // output is a GEMM operand (LayerNorm forward, cuda_dense.cu) writes the bf16 copy into an entry beside its fp32
-// output (cuda_bf16_cache_produce), so no conversion reads it again.
+// output (cuda_bf16_cache_produce), so no conversion reads it again. A producer whose output is read by matmul alone
+// (layernorm_forward_narrow) writes only the bf16 rounding, into the output's own memory, which is then registered
+// as a narrow tensor: its own copy, handed out like an entry, dropped by the same reports, never evicted (a full
+// registry makes the producer write fp32 and a cached copy instead). On the emulator the fp32 half it leaves is NaN,
+// so that an fp32 reader shows.
 //
 // Why a stale copy cannot be handed out: the same reports that keep the weights' copy fresh (cuda_weights_bf16.cu)
 // drop the entries they overlap: every op reports each output range before writing it (cuda_weights_written), and so
@@ -44,6 +48,18 @@ void cuda_bf16_cache_forget(Backend *be, const void *p, size_t bytes) {
     if (!p || bytes == 0) return;
     for (CudaImpl::Bf16CacheEntry &e : cuda_impl(be)->bf16_cache)
         if (e.src && ranges_overlap(e.src, e.n * sizeof(float), p, bytes)) e.src = nullptr;
+    for (CudaImpl::Bf16Narrow &t : cuda_impl(be)->bf16_narrow)
+        if (t.src && ranges_overlap(t.src, t.n * sizeof(float), p, bytes)) t.src = nullptr;
+}
+
+__nv_bfloat16 *cuda_bf16_narrow_register(Backend *be, float *p, size_t n) {
+    if (!p || n == 0) return nullptr;
+    for (CudaImpl::Bf16Narrow &t : cuda_impl(be)->bf16_narrow)
+        if (!t.src) {
+            t.src = p, t.n = n;
+            return (__nv_bfloat16 *)p;
+        }
+    return nullptr;
 }
 
 void cuda_bf16_cache_allocated(Backend *be, const void *p, size_t bytes) {
@@ -143,6 +159,8 @@ const __nv_bfloat16 *cuda_bf16_cached(Backend *be, const float *p, size_t n) {
     const __nv_bfloat16 *w16;
     if (cuda_bf16_weights_slice(be, p, n, &w16)) return w16;
     CudaImpl *im = cuda_impl(be);
+    for (const CudaImpl::Bf16Narrow &t : im->bf16_narrow) // a narrow tensor is its own copy
+        if (t.src && range_inside(p, n, t.src, t.n)) return (const __nv_bfloat16 *)t.src + (p - t.src);
     for (CudaImpl::Bf16CacheEntry &e : im->bf16_cache) {
         if (holds(e, p, n)) { // [p, p + n) inside the entry
             e.used = ++im->bf16_cache_clock;

@@ -212,6 +212,9 @@ enum MatmulImpl { MATMUL_AUTO = 0, MATMUL_PLAIN };
 constexpr int BF16_CACHE_ENTRIES = 8;
 // Keys of past misses kept for cuda_bf16_cache_produce_input (host memory only; the paper's MoEUT step has 47)
 constexpr size_t BF16_DEMAND_KEYS = 4096;
+// Live narrow tensors at most (layernorm_forward_narrow; MoEUT has 2: its LN1 and LN2 outputs); past that a narrow
+// LayerNorm writes the exact fp32 y and its cached copy instead
+constexpr int BF16_NARROW_ENTRIES = 8;
 
 struct CudaImpl {
     cublasHandle_t cublas;
@@ -259,6 +262,12 @@ struct CudaImpl {
         unsigned long long used; // the cache clock at the last hand-out (larger = more recent)
     } bf16_cache[BF16_CACHE_ENTRIES];
     unsigned long long bf16_cache_clock;
+    // The narrow tensors (cuda_bf16_cache.cu): fp32 buffers [src, src + n) whose memory holds their own bf16 rounding
+    // (layernorm_forward_narrow), handed out by cuda_bf16_cached like an entry until a write drops them.
+    struct Bf16Narrow {
+        const float *src; // NULL: the slot is free
+        size_t n;
+    } bf16_narrow[BF16_NARROW_ENTRIES];
     // The sizes of the live allocations of the backend's alloc (cuda_backend.cu), so that free drops the cache
     // entries inside the freed buffer: a std::unordered_map<const void *, size_t>, created with the backend.
     void *alloc_sizes;
@@ -329,7 +338,12 @@ __nv_bfloat16 *cuda_bf16_cache_produce(Backend *be, const float *p, size_t n);
 // was converted on a miss before (as a GEMM operand: MoEUT's layer input and x1, which its LayerNorms read and cvmm
 // converts; the keys of past misses are kept) and no entry holds it now; else NULL. p must not be written by the op.
 __nv_bfloat16 *cuda_bf16_cache_produce_input(Backend *be, const float *p, size_t n);
-// Drops the entries whose source overlaps [p, p + bytes) (cuda_weights_written calls it for every reported write).
+// Registers p[n] as a narrow tensor (called after the write's report): its memory will hold bf16(p[i]) at element i
+// of (__nv_bfloat16 *)p, which the caller's kernel, launched next, writes; cuda_bf16_cached then hands that out for
+// p's values, and a write into it drops it as it drops an entry. NULL (nothing registered) when every slot is live.
+__nv_bfloat16 *cuda_bf16_narrow_register(Backend *be, float *p, size_t n);
+// Drops the entries whose source overlaps [p, p + bytes) (cuda_weights_written calls it for every reported write),
+// and the narrow tensors it overlaps.
 void cuda_bf16_cache_forget(Backend *be, const void *p, size_t bytes);
 // The backend's alloc and free: the allocation's size is kept, and a free drops the entries inside the buffer (its
 // memory may come back from another cudaMalloc, written without a report).

@@ -286,7 +286,7 @@ void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, 
 
 // ---------------------------------------------------------------- LayerNorm
 // One warp per row; statistics in double like the CPU backend; y from the saved (float) mean/rstd; y16 and x16 (when
-// given) the bf16 copies of y (rounded from the value written to y) and of x.
+// given) the bf16 copies of y (rounded from the value written to y) and of x; y NULL: only y16 (narrow).
 __global__ void k_ln_fwd(float *y, __nv_bfloat16 *y16, __nv_bfloat16 *x16, float *mean, float *rstd, const float *x,
                          const float *w, const float *b, int N, int C, float eps) {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -306,13 +306,13 @@ __global__ void k_ln_fwd(float *y, __nv_bfloat16 *y16, __nv_bfloat16 *x16, float
         mean[row] = m;
         rstd[row] = r;
     }
-    float *yr = y + (size_t)row * C;
+    float *yr = y ? y + (size_t)row * C : nullptr;
     __nv_bfloat16 *yr16 = y16 ? y16 + (size_t)row * C : nullptr, *xr16 = x16 ? x16 + (size_t)row * C : nullptr;
     for (int c = lane; c < C; c += 32) {
         if (xr16) xr16[c] = __float2bfloat16_rn(xr[c]);
         float xh = (xr[c] - m) * r;
         float v = xh * (w ? w[c] : 1.0f) + (b ? b[c] : 0.0f);
-        yr[c] = v;
+        if (yr) yr[c] = v;
         if (yr16) yr16[c] = __float2bfloat16_rn(v);
     }
 }
@@ -345,6 +345,34 @@ void cuda_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *
     LAUNCH(k_ln_fwd, (N + 7) / 8, 256, 0, kernel_cost((8.0 + copies_out) * n, bytes))(y, y16, x16, mean, rstd, x, w, b,
                                                                                      N, C, eps);
     CHECK_LAUNCH();
+}
+
+// Where matmul reads bf16 operands from the conversion cache (ln_bf16_copy), y is written only in bf16 into its own
+// memory and registered as a narrow tensor (cuda_bf16_narrow_register): 2 bytes per value instead of the 4 of the
+// fp32 y plus the 2 of its cached copy, which nothing would read. Elsewhere, or with every narrow slot live,
+// layernorm_forward (the exact fp32 y, and its cached copy).
+void cuda_layernorm_forward_narrow(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd, const scalar_t *x,
+                                   const scalar_t *w, const scalar_t *b, int N, int C, scalar_t eps) {
+    const size_t n = (size_t)(N > 0 ? N : 0) * C;
+    const bool x_apart = !ranges_overlap(x, n * sizeof(float), y, n * sizeof(float));
+    if (!ln_bf16_copy(be) || N <= 0 || !x_apart)
+        return cuda_layernorm_forward(be, y, mean, rstd, x, w, b, N, C, eps);
+    cuda_weights_written(be, y, n * sizeof(float));
+    cuda_weights_written(be, mean, (size_t)N * sizeof(float));
+    cuda_weights_written(be, rstd, (size_t)N * sizeof(float));
+    __nv_bfloat16 *y16 = cuda_bf16_narrow_register(be, y, n);
+    if (!y16) return cuda_layernorm_forward(be, y, mean, rstd, x, w, b, N, C, eps);
+    __nv_bfloat16 *x16 = cuda_bf16_cache_produce_input(be, x, n); // (as layernorm_forward's)
+    // x in, y's bf16 (and x's copy) and the row statistics out
+    const double copies_out = 1.0 + (x16 ? 1.0 : 0.0);
+    const double bytes = (1.0 * n + 2.0 * N + 2.0 * C) * sizeof(float) + copies_out * n * sizeof(__nv_bfloat16);
+    LAUNCH(k_ln_fwd, (N + 7) / 8, 256, 0, kernel_cost((8.0 + copies_out) * n, bytes))(nullptr, y16, x16, mean, rstd, x,
+                                                                                     w, b, N, C, eps);
+    CHECK_LAUNCH();
+#ifdef CUDA_EMULATION
+    if (!emu::dry_run()) // the fp32 half the narrow form leaves: NaN, so that a reader of y as fp32 shows
+        for (size_t i = (n + 1) / 2; i < n; i++) y[i] = NAN;
+#endif
 }
 
 // One row of the LayerNorm backward, by one warp: the row's means of dxhat = dy w and of dxhat xhat (double), which

@@ -198,6 +198,43 @@ static void run_layernorm(OpRun *r, const OpCase *c) {
 }
 static const OpDriver drv_layernorm = {"layernorm", run_layernorm, {"N", "C"}};
 
+/* layernorm_forward_narrow: y is in matmul's narrow operand form, so it is checked through matmuls reading it as A,
+ * as A^T and as B (dims N, C, K: the other side's width), besides mean and rstd; then the narrow form's life: y
+ * rewritten by layernorm_forward (the narrow form dropped: matmul must read the new values), more live narrow tensors
+ * than the backend keeps (BF16_NARROW_ENTRIES on CUDA: the rest fall back to fp32), and y in place over x. */
+static void run_layernorm_narrow(OpRun *r, const OpCase *c) {
+    enum { LIVE = 10 };
+    int N = D(0), C = D(1), K = D(2);
+    size_t n = (size_t)N * C, nk = (size_t)N * K;
+    scalar_t *x = in_uniform(r, n, -2, 2), *w = in_uniform(r, (size_t)C, 0.5, 1.5), *b = in_uniform(r, (size_t)C, -1, 1);
+    scalar_t *y = in_uniform(r, n, -1, 1), *mean = in_zero(r, N * sizeof(scalar_t)), *rstd = in_zero(r, N * sizeof(scalar_t));
+    scalar_t *R = in_uniform(r, (size_t)C * K, -1, 1), *R2 = in_uniform(r, nk, -1, 1);
+    scalar_t *yR = in_zero(r, nk * sizeof(scalar_t)), *ytR2 = in_zero(r, (size_t)C * K * sizeof(scalar_t));
+    scalar_t *R2ty = in_zero(r, (size_t)K * C * sizeof(scalar_t));
+    BE->layernorm_forward_narrow(BE, y, mean, rstd, x, w, b, N, C, (scalar_t)1e-5);
+    out_f(r, "mean", mean, CMP_F32), out_f(r, "rstd", rstd, CMP_F32);
+    BE->matmul(BE, yR, y, R, N, K, C, 0, 0, 1, 0);      /* y R      [N, K] */
+    BE->matmul(BE, ytR2, y, R2, C, K, N, 1, 0, 1, 0);   /* y^T R2   [C, K] (a weight gradient's shape) */
+    BE->matmul(BE, R2ty, R2, y, K, C, N, 1, 0, 1, 0);   /* R2^T y   [K, C] (y as B) */
+    out_f(r, "y R", yR, CMP_GEMM), out_f(r, "y^T R2", ytR2, CMP_GEMM), out_f(r, "R2^T y", R2ty, CMP_GEMM);
+    scalar_t *x2 = in_uniform(r, n, -3, 1), *again = in_zero(r, nk * sizeof(scalar_t));
+    BE->layernorm_forward(BE, y, mean, rstd, x2, NULL, NULL, N, C, (scalar_t)1e-5);
+    BE->matmul(BE, again, y, R, N, K, C, 0, 0, 1, 0);
+    out_f(r, "y R, y rewritten by layernorm_forward", again, CMP_GEMM);
+    scalar_t *ys[LIVE], *live = in_zero(r, LIVE * nk * sizeof(scalar_t));
+    for (int i = 0; i < LIVE; i++) {
+        ys[i] = in_zero(r, n * sizeof(scalar_t));
+        BE->layernorm_forward_narrow(BE, ys[i], mean, rstd, i % 2 ? x : x2, w, i % 3 ? b : NULL, N, C, (scalar_t)1e-5);
+    }
+    for (int i = 0; i < LIVE; i++) BE->matmul(BE, live + (size_t)i * nk, ys[i], R, N, K, C, 0, 0, 1, 0);
+    out_f(r, "y_i R of 10 live narrow outputs", live, CMP_GEMM);
+    scalar_t *xy = in_uniform(r, n, -2, 2), *inplace = in_zero(r, nk * sizeof(scalar_t));
+    BE->layernorm_forward_narrow(BE, xy, mean, rstd, xy, w, b, N, C, (scalar_t)1e-5);
+    BE->matmul(BE, inplace, xy, R, N, K, C, 0, 0, 1, 0);
+    out_f(r, "y R, y in place over x", inplace, CMP_GEMM);
+}
+static const OpDriver drv_layernorm_narrow = {"layernorm narrow", run_layernorm_narrow, {"N", "C", "K"}};
+
 /* RoPE forward, then its inverse on the result (p = base) */
 static void run_rope(OpRun *r, const OpCase *c) {
     int B = D(0), T = D(1), H = D(2), Dh = D(3), n_rot = D(4), pos = D(5);

@@ -82,6 +82,9 @@ static const OpCase op_cases[] = {
     {"embedding_backward", "300 tokens of 100000", &drv_embedding, {300, 3, 100000}, 0, 0, DT_FP32, DEF, DEF, 0},
     {"layernorm_forward", "affine", &drv_layernorm, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
     {"layernorm_forward", "no affine (w, b NULL)", &drv_layernorm, {300, 70}, 0, F_NO_AFFINE, DT_FP32, DEF, 0, 0},
+    /* y read through matmul (its only reader), on both matmul paths (plain keeps the exact fp32 y) */
+    {"layernorm_forward_narrow", "read by matmul", &drv_layernorm_narrow, {300, 70, 24}, 0, 0, DT_BOTH, MATMUL_PATHS,
+     DEF, 0},
     {"layernorm_backward", "affine", &drv_layernorm, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
     /* 132 row blocks of the fused backward (the last one of 4 rows) in 44 groups of 3; 300 columns: two per thread */
     {"layernorm_backward", "affine, many row blocks", &drv_layernorm, {2100, 300}, 0, 0, DT_FP32, DEF, 0, 0},
