@@ -195,7 +195,7 @@ static void dense_forward_train(Model *m, int app, const scalar_t *h_in, scalar_
     be->copy(be, x1, h_out, n * C * sizeof(scalar_t));
 
     // FFN block
-    be->layernorm_forward(be, xn, mean2, rstd2, x1, P(m, p->ln2_w), P(m, p->ln2_b), N, C, (scalar_t)LN_EPS);
+    be->layernorm_forward_narrow(be, xn, mean2, rstd2, x1, P(m, p->ln2_w), P(m, p->ln2_b), N, C, (scalar_t)LN_EPS);
     ffn_forward(m, p, h_out, xn, u, s->s_ff, N);
 }
 
@@ -225,8 +225,9 @@ static void dense_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *
     scalar_t *dq = s->s_hd[0], *dk = s->s_hd[1], *dv = s->s_hd[2], *datt = s->s_hd[3];
 
     // ---- FFN: x2 = x1 + act W2^T + b2, act = ReLU(u), u = xn2 W1^T + b1 ----
-    // xn2 is recomputed (layernorm_forward rewrites identical mean2/rstd2); act is recomputed from u.
-    be->layernorm_forward(be, xn, mean2, rstd2, x1, P(m, p->ln2_w), P(m, p->ln2_b), N, C, (scalar_t)LN_EPS);
+    // xn2 is recomputed (layernorm_forward rewrites identical mean2/rstd2); act is recomputed from u. xn2 is read by
+    // matmuls alone (the FFN's W1 and dW1): layernorm_forward_narrow.
+    be->layernorm_forward_narrow(be, xn, mean2, rstd2, x1, P(m, p->ln2_w), P(m, p->ln2_b), N, C, (scalar_t)LN_EPS);
     be->relu_forward(be, ff, u, n * F);
     be->matmul(be, G(m, p->w2), dh_out, ff, C, F, N, 1, 0, 1, 1); // dW2[C,F] += dy^T @ act
     be->bias_backward(be, G(m, p->b2), dh_out, N, C);
@@ -261,7 +262,8 @@ static void dense_forward_infer(Model *m, int app, scalar_t *h, int B, int T, co
     const PrelnAttnParams ap = attn_params(p);
     preln_attention_forward_infer(m, &ap, h, B, T, kv, kv_len, xn, s->s_hd[0], s->s_hd[1], s->s_hd[2], s->s_hd[3],
                                   s->s_lse, s->s_mean, s->s_rstd); // h += att @ Wo^T
-    be->layernorm_forward(be, xn, s->s_mean, s->s_rstd, h, P(m, p->ln2_w), P(m, p->ln2_b), N, C, (scalar_t)LN_EPS);
+    be->layernorm_forward_narrow(be, xn, s->s_mean, s->s_rstd, h, P(m, p->ln2_w), P(m, p->ln2_b), N, C,
+                                 (scalar_t)LN_EPS);
     ffn_forward(m, p, h, xn, s->s_ff, s->s_ff, N); // u and act share the buffer: the pre-activation is not needed
 }
 

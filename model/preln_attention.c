@@ -9,7 +9,8 @@
 static scalar_t *P(Model *m, size_t off) { return m->params + off; }
 static scalar_t *G(Model *m, size_t off) { return m->grads + off; }
 
-/* The q/k/v projections of xn[N,C] into q, k, v [N, H*D], with the D^-1/4 scale folded into the q and k matmuls. */
+/* The q/k/v projections of xn[N,C] into q, k, v [N, H*D], with the D^-1/4 scale folded into the q and k matmuls.
+ * xn = LN(x) is read by these matmuls and the weight gradients' alone: layernorm_forward_narrow makes it. */
 static void project_qkv(Model *m, const PrelnAttnParams *p, const scalar_t *xn, scalar_t *q, scalar_t *k, scalar_t *v,
                         int N) {
     Backend *be = m->be;
@@ -25,7 +26,8 @@ void preln_attention_forward_train(Model *m, const PrelnAttnParams *p, const Pre
     Backend *be = m->be;
     const int N = B * T, C = m->cfg.d_model, H = m->cfg.n_heads, D = m->cfg.d_head, HD = H * D;
     const int n_rot = model_config_n_rot(&m->cfg);
-    be->layernorm_forward(be, xn, c->mean, c->rstd, x, P(m, p->ln_w), P(m, p->ln_b), N, C, (scalar_t)PRELN_LN_EPS);
+    be->layernorm_forward_narrow(be, xn, c->mean, c->rstd, x, P(m, p->ln_w), P(m, p->ln_b), N, C,
+                                 (scalar_t)PRELN_LN_EPS);
     project_qkv(m, p, xn, c->q, c->k, c->v, N);
     be->rope(be, c->q, B, T, H, D, n_rot, 0, (scalar_t)PRELN_ROPE_BASE, 0);
     be->rope(be, c->k, B, T, H, D, n_rot, 0, (scalar_t)PRELN_ROPE_BASE, 0);
@@ -50,7 +52,8 @@ void preln_attention_backward(Model *m, const PrelnAttnParams *p, const PrelnAtt
     be->attention_backward(be, dq, dk, dv, datt, c->att, c->lse, c->q, c->k, c->v, B, T, H, D, 1);
     be->rope(be, dq, B, T, H, D, n_rot, 0, (scalar_t)PRELN_ROPE_BASE, 1);
     be->rope(be, dk, B, T, H, D, n_rot, 0, (scalar_t)PRELN_ROPE_BASE, 1);
-    be->layernorm_forward(be, xn, c->mean, c->rstd, x, P(m, p->ln_w), P(m, p->ln_b), N, C, (scalar_t)PRELN_LN_EPS);
+    be->layernorm_forward_narrow(be, xn, c->mean, c->rstd, x, P(m, p->ln_w), P(m, p->ln_b), N, C,
+                                 (scalar_t)PRELN_LN_EPS);
     be->matmul(be, G(m, p->q), dq, xn, HD, C, N, 1, 0, qk_scale, 1); // dWq += s * dq^T @ xn1
     be->matmul(be, G(m, p->k), dk, xn, HD, C, N, 1, 0, qk_scale, 1);
     be->matmul(be, G(m, p->v), dv, xn, HD, C, N, 1, 0, 1, 1);
@@ -68,7 +71,7 @@ void preln_attention_forward_infer(Model *m, const PrelnAttnParams *p, scalar_t 
     const int n_rot = model_config_n_rot(&m->cfg);
     if (kv && B != 1) die("attention: KV-cache decoding needs batch 1 (got %d)", B);
     const int pos = kv ? kv_len : 0;
-    be->layernorm_forward(be, xn, mean, rstd, h, P(m, p->ln_w), P(m, p->ln_b), N, C, (scalar_t)PRELN_LN_EPS);
+    be->layernorm_forward_narrow(be, xn, mean, rstd, h, P(m, p->ln_w), P(m, p->ln_b), N, C, (scalar_t)PRELN_LN_EPS);
     project_qkv(m, p, xn, q, k, v, N);
     be->rope(be, q, B, T, H, D, n_rot, pos, (scalar_t)PRELN_ROPE_BASE, 0);
     be->rope(be, k, B, T, H, D, n_rot, pos, (scalar_t)PRELN_ROPE_BASE, 0);
