@@ -369,12 +369,16 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
     // gate gradients beside it: k_reduce_dw) reads it (X's rows not in plan order): the unreduced input gradients
     // stored in bf16 as the forward stores its unreduced results (autocast's cvmm, moeut-spec §4.4), summed in fp32.
     const bool q_bf16 = mma && dX != nullptr;
+    // The FFN down projection with A and dU narrow: Q stays on chip, the ReLU's backward and dw in the product's
+    // epilogue (cvmm_mma_relu_grad), so neither Q nor k_reduce_dw
+    const bool relu_grad_fused = mma && (order & CVMM_IN_NARROW) && through_relu && Kin <= MMA_RELU_GRAD_N;
+    if (relu_grad_fused) want_Q = false;
     float *Qs = want_Q && !q_bf16
                     ? (float *)cuda_scratch(be, SCRATCH_CVMM_DX_SORTED, (size_t)M * Kin * sizeof(float))
                     : nullptr;
-    __nv_bfloat16 *Qs16 =
-        q_bf16 ? (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_DX_SORTED, (size_t)M * Kin * sizeof(__nv_bfloat16))
-               : nullptr;
+    __nv_bfloat16 *Qs16 = want_Q && q_bf16 ? (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_DX_SORTED,
+                                                                          (size_t)M * Kin * sizeof(__nv_bfloat16))
+                                          : nullptr;
     if (mma) { // dY and X read where they lie (or their bf16 copies), the gate weights applied as they are read
         const RoutedRows g = order & CVMM_OUT_NARROW
                                  ? cvmm_narrow_rows(dY, pl->perm, Nout)
@@ -384,6 +388,9 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         // Q[m, k] = sum_n G[m, n] W[e][k, n]: B_e[n, k] = W[e][k * Nout + n]
         if (Qs) cvmm_mma_rows(be, *pl, Qs, Kin, nullptr, g, W16, (size_t)Kin * Nout, 1, Nout, Kin, Nout, false);
         if (Qs16) cvmm_mma_rows(be, *pl, Qs16, Kin, nullptr, g, W16, (size_t)Kin * Nout, 1, Nout, Kin, Nout, false);
+        if (relu_grad_fused)
+            cvmm_mma_relu_grad(be, *pl, (__nv_bfloat16 *)dX, want_dw ? dw : nullptr, (const __nv_bfloat16 *)X, w, g,
+                               W16, Kin, Nout);
         if (dW) {
             const RoutedRows x = order & CVMM_IN_NARROW
                                      ? cvmm_narrow_rows(X, pl->perm, Kin)
@@ -399,6 +406,7 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
                 cvmm_mma_dw(*pl, dW, x, gw, Kin, Nout);
             }
         }
+        if (relu_grad_fused) return; // dX and dw made in the product's epilogue
     } else {
         backward_on_cublas(be, Qs, dW, dY, X, W, pl, w, in_div, g_div, Kin, Nout, in_sorted, out_sorted, bf16);
     }

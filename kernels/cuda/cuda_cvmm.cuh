@@ -76,6 +76,12 @@ RoutedRows cvmm_narrow_rows(const float *t, const int32_t *perm, int width);
 template <class Out>
 void cvmm_mma_rows(Backend *be, const RoutingPlan &pl, Out *C, int ldc, const int32_t *c_perm, const RoutedRows &a,
                    const __nv_bfloat16 *B, size_t b_expert, int b_sk, int b_sn, int N, int K, bool relu);
+// The FFN down projection's backward through the ReLU with narrow X (A) and dX (dU), in plan order, in one kernel
+// (k_mma_rows_relu_grad): Q = G W_e^T kept on chip, dX = relu_grad(X, w Q) and dw = <Q, X> (dw may be NULL), the
+// bits of cvmm_mma_rows into bf16 Q then k_reduce_dw_narrow. W is [E, Kin, Nout] in bf16; Kin <= MMA_RELU_GRAD_N.
+constexpr int MMA_RELU_GRAD_N = 128;
+void cvmm_mma_relu_grad(Backend *be, const RoutingPlan &pl, __nv_bfloat16 *dX, float *dw, const __nv_bfloat16 *X,
+                        const float *w, const RoutedRows &g, const __nv_bfloat16 *W, int Kin, int Nout);
 // dW[e][Kin, Nout] += X_e^T G_e over each expert's plan rows (x.width = Kin, g.width = Nout).
 void cvmm_mma_dw(const RoutingPlan &pl, float *dW, const RoutedRows &x, const RoutedRows &g, int Kin, int Nout);
 

@@ -26,6 +26,8 @@ constexpr int MMA_TM = 64, MMA_TN = 64, MMA_TK = 32, MMA_THREADS = 128, FRAG = 1
 // Shared leading dimensions, padded; each stays a multiple of 16 bytes, and each fragment's start a multiple of 32
 // bytes, as wmma requires (8 bf16 / 4 floats of padding).
 constexpr int LDA_S = MMA_TK + 8, LDB_S = MMA_TN + 8, LDC_S = MMA_TN + 4;
+// k_mma_rows_relu_grad's whole-row tile of Q: N up to MMA_RELU_GRAD_N (cuda_cvmm.cuh), padded as LDC_S
+constexpr int LDQ_S = MMA_RELU_GRAD_N + 4;
 
 // Value (m, c) of a RoutedRows block, rounded to bf16 (0 outside [0, width)).
 __device__ __forceinline__ __nv_bfloat16 routed_bf16(const RoutedRows &r, int m, int c) {
@@ -161,6 +163,75 @@ k_mma_rows_bf16(__nv_bfloat16 *C, int ldc, const int32_t *c_perm, RoutedRows a, 
     mma_rows(C, ldc, c_perm, a, B, b_expert, b_sk, b_sn, N, K, offset, tile_start, E, relu);
 }
 
+// The FFN down projection's backward through the ReLU with A and dU narrow (CVMM_DX_THROUGH_RELU | CVMM_IN_NARROW,
+// rows in plan order), Q never stored: a block makes its row tile's Q = G W_e^T across all N (<= MMA_RELU_GRAD_N)
+// columns, tile after tile as k_mma_rows makes them, then in its epilogue k_reduce_dw_narrow's arithmetic on Q
+// rounded to bf16 as k_mma_rows_bf16 stores it: dX[m, c] = bf16(relu_grad(X[m, c], 0 + w_p q)), and one warp per row
+// dw[p] = sum_c q X[m, c] in that kernel's lane order and warp sum (p = perm[m]). So the bits of k_mma_rows_bf16 then
+// k_reduce_dw_narrow, without Q's write and read.
+__global__ void __launch_bounds__(MMA_THREADS)
+k_mma_rows_relu_grad(__nv_bfloat16 *dX, float *dw, const __nv_bfloat16 *X, const float *w, RoutedRows g,
+                     const __nv_bfloat16 *B, size_t b_expert, int b_sk, int b_sn, int N, int K, const int32_t *offset,
+                     const int32_t *tile_start, int E) {
+    __shared__ __align__(32) __nv_bfloat16 sa[MMA_TM * LDA_S];
+    __shared__ __align__(32) __nv_bfloat16 sb[MMA_TK * LDB_S];
+    __shared__ __align__(32) float sq[MMA_TM * LDQ_S]; // the row tile's Q, all N columns
+    const int t = (int)blockIdx.x;
+    if (t >= tile_start[E]) return;
+    int lo = 0, hi = E; // the expert e with tile_start[e] <= t < tile_start[e + 1]
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (tile_start[mid] <= t) lo = mid;
+        else hi = mid;
+    }
+    const int e = lo, row0 = offset[e] + (t - tile_start[e]) * MMA_TM, row_end = offset[e + 1];
+    const __nv_bfloat16 *Be = B + (size_t)e * b_expert;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 2, wn = warp % 2;
+    const MmaTiles tiles = {sa, sb, nullptr};
+    for (int col0 = 0; col0 < N; col0 += MMA_TN) { // k_mma_rows's column tiles, in turn
+        Accumulator acc[2][2];
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+        for (int k0 = 0; k0 < K; k0 += MMA_TK) {
+            __syncthreads();
+            for (int idx = threadIdx.x; idx < MMA_TM * MMA_TK; idx += MMA_THREADS) {
+                int i = idx / MMA_TK, kk = idx % MMA_TK, m = row0 + i;
+                sa[i * LDA_S + kk] = m < row_end ? routed_bf16(g, m, k0 + kk) : __float2bfloat16_rn(0.0f);
+            }
+            for (int idx = threadIdx.x; idx < MMA_TK * MMA_TN; idx += MMA_THREADS) {
+                int kk = b_sn == 1 ? idx / MMA_TN : idx % MMA_TK, j = b_sn == 1 ? idx % MMA_TN : idx / MMA_TK;
+                int k = k0 + kk, n = col0 + j;
+                sb[kk * LDB_S + j] =
+                    k < K && n < N ? Be[(size_t)k * b_sk + (size_t)n * b_sn] : __float2bfloat16_rn(0.0f);
+            }
+            __syncthreads();
+            mma_stage(tiles, acc);
+        }
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 2; j++)
+                wmma::store_matrix_sync(sq + (size_t)(wm * 32 + i * FRAG) * LDQ_S + col0 + wn * 32 + j * FRAG,
+                                        acc[i][j], LDQ_S, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int i = warp; i < MMA_TM; i += MMA_THREADS / 32) { // one warp per row
+        const int m = row0 + i;
+        if (m >= row_end) break;
+        const int32_t p = g.perm[m];
+        const __nv_bfloat16 *x = X + (size_t)m * N;
+        __nv_bfloat16 *dx = dX + (size_t)m * N;
+        double part = 0;
+        for (int c = lane; c < N; c += 32) {
+            const float q = __bfloat162float(__float2bfloat16_rn(sq[i * LDQ_S + c])), xv = __bfloat162float(x[c]);
+            float a = 0.0f;
+            a += (w ? w[p] : 1.0f) * q;
+            dx[c] = __float2bfloat16_rn(relu_grad(xv, a));
+            part += (double)q * xv;
+        }
+        const double sum = warp_sum_d(part);
+        if (dw && lane == 0) dw[p] = (float)sum;
+    }
+}
+
 // dW[e][k, n] += sum over expert e's plan rows m of X[m, k] G[m, n] (X and G as RoutedRows, G weighted), k < Kin,
 // n < Nout; blocks expert major, then Kin tile, then Nout tile. An expert without rows leaves its dW untouched.
 __global__ void __launch_bounds__(MMA_THREADS)
@@ -246,6 +317,25 @@ template void cvmm_mma_rows<float>(Backend *, const RoutingPlan &, float *, int,
                                    const __nv_bfloat16 *, size_t, int, int, int, int, bool);
 template void cvmm_mma_rows<__nv_bfloat16>(Backend *, const RoutingPlan &, __nv_bfloat16 *, int, const int32_t *,
                                            const RoutedRows &, const __nv_bfloat16 *, size_t, int, int, int, int, bool);
+
+void cvmm_mma_relu_grad(Backend *be, const RoutingPlan &pl, __nv_bfloat16 *dX, float *dw, const __nv_bfloat16 *X,
+                        const float *w, const RoutedRows &g, const __nv_bfloat16 *W, int Kin, int Nout) {
+    const int M = pl.M, E = pl.n_experts;
+    if (M == 0 || Kin == 0) return;
+    if (Kin > MMA_RELU_GRAD_N) die("cvmm: the fused ReLU backward takes at most %d columns (got %d)", MMA_RELU_GRAD_N, Kin);
+    int32_t *tile_start = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_MMA_TILES, (size_t)(E + 1) * sizeof(int32_t));
+    LAUNCH(k_mma_tile_starts, 1, 256, 0, kernel_cost(2.0 * E, (double)(2 * E + 1) * sizeof(int32_t)))(
+        tile_start, pl.offset, E);
+    CHECK_LAUNCH();
+    // bytes: G's routed rows once (fp32, or their bf16 copy), the E weight matrices (bf16), X read and dX written in
+    // bf16, dw written, w and the plan's indices read; FLOPs: the product, then about 4 per element in the epilogue
+    const double bytes = (double)M * Nout * routed_value_bytes(g) + (double)E * Kin * Nout * sizeof(__nv_bfloat16) +
+                         2.0 * M * Kin * sizeof(__nv_bfloat16) + (double)M * (2 * sizeof(float) + sizeof(int32_t));
+    const unsigned grid = tiles_over(M, MMA_TM) + (unsigned)E;
+    LAUNCH(k_mma_rows_relu_grad, grid, MMA_THREADS, 0, tensor_core_cost(2.0 * M * Kin * Nout, bytes))(
+        dX, dw, X, w, g, W, (size_t)Kin * Nout, 1, Nout, Kin, Nout, pl.offset, tile_start, E);
+    CHECK_LAUNCH();
+}
 
 void cvmm_mma_dw(const RoutingPlan &pl, float *dW, const RoutedRows &x, const RoutedRows &g, int Kin, int Nout) {
     const int M = pl.M, E = pl.n_experts;
