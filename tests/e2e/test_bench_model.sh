@@ -33,7 +33,7 @@ narrow=(tests/bench/configs/dense_paper_layout_narrow.json tests/bench/configs/m
 check_summary() {
   /usr/bin/python3 - "$1" <<'PY'
 import sys
-TENSOR_KERNELS = ("k_mma_rows", "k_mma_rows_bf16", "k_mma_dw")  # cvmm's tensor-core kernels (kernels/cuda/cuda_cvmm_mma.cu)
+TENSOR_KERNELS = ("k_mma_rows", "k_mma_rows_bf16", "k_mma_rows_relu_grad", "k_mma_dw")  # cvmm's (cuda_cvmm_mma.cu)
 out = open(sys.argv[1]).read()
 lines = [l for l in out.splitlines() if l.startswith("bench-model summary: ")]
 if not lines:
@@ -148,7 +148,7 @@ if len(dry) != len(ex) or len(dry) < 100:
     sys.exit(f"FAIL: cvmm {cvmm}: the dry step has {len(dry)} records, the executed one {len(ex)}")
 routed = mma = 0
 for i, (d, e) in enumerate(zip(dry, ex)):
-    mma += d[0] == "launch" and d[2] in ("k_mma_rows", "k_mma_rows_bf16", "k_mma_dw")
+    mma += d[0] == "launch" and d[2] in ("k_mma_rows", "k_mma_rows_bf16", "k_mma_rows_relu_grad", "k_mma_dw")
     if cvmm == "grouped" and d[0] == "launch" and d[2] == "k_expert_pointers" and e[:3] == d[:3]:
         routed += 1  # its grid and bytes follow the non-empty experts
     elif cvmm == "grouped" and d[0] == "gemm" and d[2] == "cublasGemmGroupedBatchedEx" and e[:4] == d[:4] and \
