@@ -77,9 +77,6 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
 
     /* ---- softmax attention, RoPE, q/k projections ---- */
     scalar_t *dq = s->hd[0], *dk = s->hd[1], *dv = s->hd[2];
-    be->zero(be, dq, (size_t)N * HD * sizeof(scalar_t));
-    be->zero(be, dk, (size_t)N * HD * sizeof(scalar_t));
-    be->zero(be, dv, (size_t)N * HD * sizeof(scalar_t));
     be->attention_backward(be, dq, dk, dv, dr, ac->r, ac->lse, ac->q, ac->k, ac->v, B, T, H, D, 1);
     if (n_rot > 0) { /* the transpose of the rotation */
         be->rope(be, dq, B, T, H, D, n_rot, 0, (scalar_t)MOEUT_ROPE_BASE, 1);
