@@ -73,7 +73,7 @@ BACKEND_OP(void, rope, (Backend *be, scalar_t *x, int B, int T, int H, int D, in
  * scores = scale * q.k (MoEUT and the DM-math dense model pre-scale q and k and pass scale = 1). */
 BACKEND_OP(void, attention_forward, (Backend *be, scalar_t *out, scalar_t *lse, const scalar_t *q, const scalar_t *k,
                                      const scalar_t *v, int B, int Tq, int Tk, int H, int D, scalar_t scale))
-/* dq, dk, dv += gradients (same shapes as q, k, v). Requires Tq == Tk. */
+/* dq, dk, dv = gradients (same shapes as q, k, v; overwritten, never read). Requires Tq == Tk. */
 BACKEND_OP(void, attention_backward, (Backend *be, scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
                                       const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                                       const scalar_t *v, int B, int T, int H, int D, scalar_t scale))

@@ -1,6 +1,7 @@
 /* MoEUT layer backward (moeut-spec.md §8.2): the exact reverse of moeut_forward.c for one training application.
  * Parameter gradients accumulate (+=) into Model.grads, so a shared layer receives the sum over its R applications.
- * Router-logit gradients = the gating transform's backward of the gate gradients + the stored regularizer gradients.
+ * Router-logit gradients = the gating transform's backward of the gate gradients + the stored regularizer gradients,
+ * made in the stored slots themselves.
  * The expert-dropout masks are not kept for the backward: moeut_make_drop_mask always leaves k experts, so no slot
  * is a filler of topk_select and router_gates_backward needs no mask (NULL). */
 #include <math.h>
@@ -9,12 +10,9 @@
 #include "model/routing_kind.h"
 #include "pipeline/base/log.h"
 
-void moeut_router_logit_grad(Model *m, scalar_t *dl, const scalar_t *dreg_slot, size_t n) {
-    MoeutState *st = moeut_state(m);
-    if (st->reg_ready)
-        m->be->copy(m->be, dl, dreg_slot, n * sizeof(scalar_t));
-    else
-        m->be->zero(m->be, dl, n * sizeof(scalar_t));
+scalar_t *moeut_router_logit_grad(Model *m, scalar_t *dreg_slot, size_t n) {
+    if (!moeut_state(m)->reg_ready) m->be->zero(m->be, dreg_slot, n * sizeof(scalar_t));
+    return dreg_slot;
 }
 
 void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) {
@@ -28,7 +26,12 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     const int E = model_config_ff_experts(c, layer); /* E_l */
     const int n_rot = model_config_n_rot(c);
     const MoeutLayerOffsets *P = &st->layers[layer];
-    const MoeutAppCache *ac = &st->apps[m->apps[app].slot];
+    MoeutAppCache *ac = &st->apps[m->apps[app].slot];
+    /* the router-logit gradients are made in the dreg_* slots, over the regularizer gradients they start from */
+    if (st->reg_ready && ac->dreg_spent)
+        die("moeut: backward of application %d ran again before regularizers() rewrote its regularizer gradients",
+            app);
+    ac->dreg_spent = 1;
     MoeutScratch *s = &st->s;
     scalar_t *W = m->params, *G = m->grads;
     const scalar_t qk_scale = (scalar_t)pow((double)D, -0.25);
@@ -44,8 +47,7 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     /* ---- the routed FFN (df = dy = dx1 at this point): the experts, then the router (the routing kind's) ---- */
     const MoeutFfnGrad g = {
         .ac = ac, .N = N, .E = E, .choice_c = st->choice_c, .dx1 = dx1, .dgate = s->gate_f, .dA = s->A,
-        .xg = s->gather_x, .yg = s->gather_y, .choice_q = s->choice_q, .dl = s->lf,
-        .dreg = st->dreg_f[layer] + (size_t)rep * N * E,
+        .xg = s->gather_x, .yg = s->gather_y, .choice_q = s->choice_q, .dl = st->dreg_f[layer] + (size_t)rep * N * E,
         .l = st->hist_f[layer] + (size_t)rep * N * E, .xs = s->nc[1], .dxs = s->nc[4], .mean = s->mean,
         .rstd = s->rstd,
     };
@@ -77,9 +79,6 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
 
     /* ---- softmax attention, RoPE, q/k projections ---- */
     scalar_t *dq = s->hd[0], *dk = s->hd[1], *dv = s->hd[2];
-    be->zero(be, dq, (size_t)N * HD * sizeof(scalar_t));
-    be->zero(be, dk, (size_t)N * HD * sizeof(scalar_t));
-    be->zero(be, dv, (size_t)N * HD * sizeof(scalar_t));
     be->attention_backward(be, dq, dk, dv, dr, ac->r, ac->lse, ac->q, ac->k, ac->v, B, T, H, D, 1);
     if (n_rot > 0) { /* the transpose of the rotation */
         be->rope(be, dq, B, T, H, D, n_rot, 0, (scalar_t)MOEUT_ROPE_BASE, 1);
@@ -100,11 +99,10 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
                       CVMM_ENTRY_ORDER);
 
     /* ---- attention routers: lv = xn Sel_v^T, lo = xn Sel_o^T ---- */
-    scalar_t *dlv = s->lv, *dlo = s->lo; /* [N, H*EA] */
-    moeut_router_logit_grad(m, dlv, st->dreg_v[layer] + (size_t)rep * N * HEA, (size_t)N * HEA);
+    scalar_t *dlv = moeut_router_logit_grad(m, st->dreg_v[layer] + (size_t)rep * N * HEA, (size_t)N * HEA);
     const scalar_t *lv = st->hist_v[layer] + (size_t)rep * N * HEA, *lo = st->hist_o[layer] + (size_t)rep * N * HEA;
     be->router_gates_backward(be, dlv, dgate_v, ac->gate_v, lv, ac->sel_v, NULL, N, H, EA, KA, ROUTER_SIGMOID, 0);
-    moeut_router_logit_grad(m, dlo, st->dreg_o[layer] + (size_t)rep * N * HEA, (size_t)N * HEA);
+    scalar_t *dlo = moeut_router_logit_grad(m, st->dreg_o[layer] + (size_t)rep * N * HEA, (size_t)N * HEA);
     be->router_gates_backward(be, dlo, dgate_o, ac->gate_o, lo, ac->sel_o, NULL, N, H, EA, KA, ROUTER_SIGMOID, 0);
     be->matmul(be, G + P->sel_v, dlv, xn, HEA, C, N, 1, 0, 1, 1);
     be->matmul(be, G + P->sel_o, dlo, xn, HEA, C, N, 1, 0, 1, 1);

@@ -74,6 +74,8 @@ typedef struct {
     scalar_t *A_res;      /* [N, W] ReLU(x1 residual_keys), also the ReLU mask (NULL without a residual MLP) */
     int32_t *entry_pos;   /* [E*c] routing "expert_choice": the position of each entry p = e*c + j (NULL otherwise);
                            * sel_f [E*c] then holds the entries' experts, gate_f [E*c] their gates, A [E*c, S] */
+    int dreg_spent;       /* the backward has made the router-logit gradients in this application's dreg_* slots
+                           * (their regularizer gradients are gone until regularizers() writes them again) */
 } MoeutAppCache;
 
 /* Scratch shared by all applications (backend memory, planned for max(arena_train_tokens, arena_eval_tokens); the
@@ -84,7 +86,7 @@ typedef struct {
     scalar_t *hd[4];      /* [N, H*D]: q, k, v, r (inference) | dq, dk, dv, dr */
     scalar_t *lse;        /* [N*H] */
     scalar_t *mean, *rstd; /* [N] */
-    scalar_t *lv, *lo;    /* [N, H*EA] router logits (inference) | their gradients */
+    scalar_t *lv, *lo;    /* [N, H*EA] router logits (inference) */
     scalar_t *lf;         /* [N, E] */
     int32_t *sel_v, *sel_o; /* [N, H*KA] */
     scalar_t *gate_v, *gate_o; /* [N, H*KA] gates (inference) | gate gradients */
@@ -148,9 +150,11 @@ void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, const int
 
 /* moeut_backward.c */
 void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in);
-/* dl[n] = this application's regularizer gradient dreg_slot[n] of its router logits, or 0 before regularizers() ran;
- * the gate path is then added to it. */
-void moeut_router_logit_grad(Model *m, scalar_t *dl, const scalar_t *dreg_slot, size_t n);
+/* The gradient of an application's router logits, dl[n], is made in its regularizer-gradient slot dreg_slot[n] itself
+ * (no copy): it starts as the regularizers' gradient (0 before regularizers() ran: the slot is zeroed) and the
+ * gate path is then added to it. Returns dreg_slot. Each slot is read by its application's backward only, once per
+ * regularizers() (moeut_backward dies on a second backward of an application before the next regularizers()). */
+scalar_t *moeut_router_logit_grad(Model *m, scalar_t *dreg_slot, size_t n);
 
 /* moeut_residual.c: the residual MLP (ff_residual_size W > 0). forward: A[N,W] = ReLU(x1 ResKeys), f[N,C] += A
  * ResValues. backward: with df the gradient of f, accumulates its parameter gradients and dx1 += ...; dU [N, W]

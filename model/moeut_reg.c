@@ -6,7 +6,8 @@
 
 /* For every distinct layer, one history per router: FFN [R,B,T,1,E], attention v and o [R,B,T,H,EA] (each head its
  * own distribution). The backend op adds the unscaled value to its sum (sums[STEP_SUM_REG_*], backend memory) and
- * writes coef * d(value)/d(logits), which backward() adds to the router-logit gradients of each application. */
+ * writes coef * d(value)/d(logits), in which each application's backward then makes its router-logit gradients
+ * (moeut_router_logit_grad). */
 void moeut_regularizers(Model *m, double grad_scale, double *sums) {
     MoeutState *st = moeut_state(m);
     const ModelConfig *c = &m->cfg;
@@ -39,6 +40,7 @@ void moeut_regularizers(Model *m, double grad_scale, double *sums) {
         be->entropy_reg_add(be, reg_att, st->dreg_o[i], st->hist_o[i], valid, R, st->B, st->T, H, EA, coef_att);
     }
     moeut_seq_balance(m, grad_scale, sums + STEP_SUM_REG_SEQ); /* model.seq_balance_alpha: beside the above */
+    for (int a = 0; a < st->n_apps; a++) st->apps[a].dreg_spent = 0;
     st->reg_ready = 1;
 }
 

@@ -41,14 +41,10 @@ void preln_attention_backward(Model *m, const PrelnAttnParams *p, const PrelnAtt
                               scalar_t *datt, int B, int T) {
     Backend *be = m->be;
     const int N = B * T, C = m->cfg.d_model, H = m->cfg.n_heads, D = m->cfg.d_head, HD = H * D;
-    const size_t n = (size_t)N;
     const int n_rot = model_config_n_rot(&m->cfg);
     const scalar_t qk_scale = (scalar_t)pow((double)D, -0.25);
     be->matmul(be, G(m, p->o), dx, c->att, C, HD, N, 1, 0, 1, 1); // dWo[C,HD] += dx1^T @ att
     be->matmul(be, datt, dx, P(m, p->o), N, HD, C, 0, 0, 1, 0);   // datt[N,HD] = dx1 @ Wo
-    be->zero(be, dq, n * HD * sizeof(scalar_t));
-    be->zero(be, dk, n * HD * sizeof(scalar_t));
-    be->zero(be, dv, n * HD * sizeof(scalar_t));
     be->attention_backward(be, dq, dk, dv, datt, c->att, c->lse, c->q, c->k, c->v, B, T, H, D, 1);
     be->rope(be, dq, B, T, H, D, n_rot, 0, (scalar_t)PRELN_ROPE_BASE, 1);
     be->rope(be, dk, B, T, H, D, n_rot, 0, (scalar_t)PRELN_ROPE_BASE, 1);

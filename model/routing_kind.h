@@ -53,8 +53,8 @@ typedef struct {
     scalar_t *dA;               /* [M, S] scratch (also the recomputed gates' scratch of route_backward) */
     scalar_t *xg, *yg;          /* [E*c, C] expert choice's scratch */
     scalar_t *choice_q;         /* [N, E] expert choice's gate-backward scratch */
-    scalar_t *dl;               /* [N, E] scratch: the router logits' gradient */
-    const scalar_t *dreg;       /* [N, E] the regularizers' gradient of this application's logits */
+    scalar_t *dl;               /* [N, E] this application's dreg_f slot: the regularizers' gradient of its logits,
+                                 * made the router logits' gradient by route_backward (moeut_router_logit_grad) */
     const scalar_t *l;          /* [N, E] this application's raw router logits */
     scalar_t *xs, *dxs;         /* [N, C] scratch: LN2(x1) recomputed, its gradient */
     scalar_t *mean, *rstd;      /* [N] scratch of the LN2 recomputation */

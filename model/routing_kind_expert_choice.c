@@ -92,7 +92,7 @@ static void experts_backward(Model *m, const MoeutLayerOffsets *P, const MoeutFf
 
 /* dl = the regularizers' gradient + the softmax Jacobian of the chosen entries' gates; then the router's backward. */
 static void route_backward(Model *m, const MoeutLayerOffsets *P, const MoeutFfnGrad *g) {
-    moeut_router_logit_grad(m, g->dl, g->dreg, (size_t)g->N * g->E);
+    moeut_router_logit_grad(m, g->dl, (size_t)g->N * g->E);
     if (g->choice_c > 0)
         m->be->expert_choice_gates_backward(m->be, g->dl, g->choice_q, g->dgate, g->ac->entry_pos, g->l, g->N, g->E,
                                             g->choice_c);

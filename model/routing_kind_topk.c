@@ -60,7 +60,7 @@ static void route_backward(Model *m, const MoeutLayerOffsets *P, const MoeutFfnG
     Backend *be = m->be;
     const int N = g->N, E = g->E, K = c->ff_k;
     const MoeutAppCache *ac = g->ac;
-    moeut_router_logit_grad(m, g->dl, g->dreg, (size_t)N * E);
+    moeut_router_logit_grad(m, g->dl, (size_t)N * E);
     if (ac->cap_dropped) be->mask_zero(be, g->dgate, ac->cap_dropped, (size_t)N * K);
     const scalar_t *gate_f = ac->gate_f;
     if (c->routed_scaling_factor != 1.0 || ac->cap_dropped) {

@@ -4,6 +4,7 @@
  * logsumexp is saved so the backward can recompute the probabilities. */
 #include <float.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <omp.h>
 
@@ -100,12 +101,18 @@ void cpu_attention_forward(Backend *be, scalar_t *out, scalar_t *lse, const scal
 
 /* Backward of one (b,h) pair, Tq == Tk == T, query blocks in order (so every += lands in a fixed order):
  *   P = exp(scale Q K^T - lse) (causal), dP = dO V^T, dS = scale P (dP - rowsum(dO * O)),
- *   dQ += dS K,  dK += dS^T Q,  dV += P^T dO.
- * p, dp: scratch [QBLOCK, T] each. */
+ *   dQ = dS K,  dK = dS^T Q,  dV = P^T dO.
+ * The head's dq, dk, dv start from +0 and every block adds into them (the op overwrites; a sum started from +0 never
+ * ends at -0, as the CUDA kernels' accumulators). p, dp: scratch [QBLOCK, T] each. */
 static void attention_backward_head(scalar_t *dq, scalar_t *dk, scalar_t *dv, const scalar_t *dout,
                                     const scalar_t *out, const scalar_t *lse, const scalar_t *q, const scalar_t *k,
                                     const scalar_t *v, int T, int D, int ld, scalar_t scale, scalar_t *p,
                                     scalar_t *dp) {
+    for (int t = 0; t < T; t++) {
+        memset(dq + (size_t)t * ld, 0, (size_t)D * sizeof(scalar_t));
+        memset(dk + (size_t)t * ld, 0, (size_t)D * sizeof(scalar_t));
+        memset(dv + (size_t)t * ld, 0, (size_t)D * sizeof(scalar_t));
+    }
     for (int i0 = 0; i0 < T; i0 += QBLOCK) {
         int rows = T - i0 < QBLOCK ? T - i0 : QBLOCK;
         int kend = i0 + rows;

@@ -95,7 +95,7 @@ void cuda_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, 
 // ---------------------------------------------------------------- costs of the fused kernels (cuda_common.cuh)
 // Per visited query-key pair: the q.k dot product (2D) and, forward, the online softmax (about 6) and p v (2D);
 // dq: q.k, dout.v and ds k (6D + 8); dk/dv: q.k, dout.v, ds q and p dout (8D + 8). Bytes: q, k, v (and dout) read
-// once, the outputs written once (read too where they accumulate), the per-row lse and D_i.
+// once, the outputs written once, the per-row lse and D_i.
 static inline KernelCost fused_attention_fwd_cost(int B, int Tq, int Tk, int H, int D) {
     double pairs = (double)B * H * causal_pairs(Tq, Tk), rows = (double)B * H * Tq;
     return kernel_cost(pairs * (4.0 * D + 6), (2.0 * rows * D + 2.0 * B * H * Tk * D + rows) * sizeof(float));
@@ -105,11 +105,11 @@ static inline KernelCost attention_rowdot_cost(long rows, int D) {
 }
 static inline KernelCost fused_attention_dq_cost(int B, int T, int H, int D) {
     double pairs = (double)B * H * causal_pairs(T, T), rows = (double)B * H * T;
-    return kernel_cost(pairs * (6.0 * D + 8), (6.0 * rows * D + 2.0 * rows) * sizeof(float));
+    return kernel_cost(pairs * (6.0 * D + 8), (5.0 * rows * D + 2.0 * rows) * sizeof(float));
 }
 static inline KernelCost fused_attention_dkdv_cost(int B, int T, int H, int D) {
     double pairs = (double)B * H * causal_pairs(T, T), rows = (double)B * H * T;
-    return kernel_cost(pairs * (8.0 * D + 8), (8.0 * rows * D + 2.0 * rows) * sizeof(float));
+    return kernel_cost(pairs * (8.0 * D + 8), (6.0 * rows * D + 2.0 * rows) * sizeof(float));
 }
 
 // ---------------------------------------------------------------- forward
@@ -251,7 +251,7 @@ __global__ void k_attn_bwd_dq(float *dq, const float *dout, const float *lse, co
 #pragma unroll
     for (int u = 0; u < ATT_MAX_U; u++) {
         int d = lane + 32 * u;
-        if (u < nu && d < D) dq[base + (size_t)i * ld + d] += acc[u];
+        if (u < nu && d < D) dq[base + (size_t)i * ld + d] = acc[u];
     }
 }
 
@@ -303,8 +303,8 @@ __global__ void k_attn_bwd_dkdv(float *dk, float *dv, const float *dout, const f
     for (int u = 0; u < ATT_MAX_U; u++) {
         int d = lane + 32 * u;
         if (u < nu && d < D) {
-            dk[base + (size_t)j * ld + d] += ak[u];
-            dv[base + (size_t)j * ld + d] += av[u];
+            dk[base + (size_t)j * ld + d] = ak[u];
+            dv[base + (size_t)j * ld + d] = av[u];
         }
     }
 }

@@ -3,7 +3,7 @@
 //
 // Same op contract as the other paths and the CPU reference (kernels/cpu/cpu_attention.c):
 //   forward   q[B,Tq,H,D], k/v[B,Tk,H,D] -> out[B,Tq,H,D], lse[B,H,Tq]; query i sees keys j <= Tk-Tq+i
-//   backward  Tq == Tk == T; ACCUMULATES into dq, dk, dv (+=)
+//   backward  Tq == Tk == T; OVERWRITES dq, dk, dv (=)
 // One block per ((b,h) pair, tile of FL_B query rows) or key rows; q, k, v, dout are read where they lie, rounded to
 // bf16 as they are staged in shared memory (D padded with zeros to a multiple of 16), multiplied with wmma (bf16
 // inputs, fp32 accumulation). No T x T matrix exists anywhere: only one FL_B x FL_B tile of scores per block.
@@ -11,8 +11,8 @@
 //                    per row, as the fused kernels); O = O corr + bf16(P) V (O fp32 in shared memory, rescaled there);
 //                    out = O / l, lse = m + log l.
 //   k_flash_bwd_dq   per key tile j <= i: S = Q K^T, dP = dO V^T, P = exp(scale S - lse), dS = bf16(P (dP - D_i)
-//                    scale) (masked to 0), dQ += dS K in the warps' accumulators; dq += dQ once at the end.
-//   k_flash_bwd_dkdv per query tile i >= j: S^T = K Q^T, dP^T = V dO^T, dV += bf16(P)^T dO, dK += dS^T Q; dk, dv +=
+//                    scale) (masked to 0), dQ += dS K in the warps' accumulators; dq = dQ once at the end.
+//   k_flash_bwd_dkdv per query tile i >= j: S^T = K Q^T, dP^T = V dO^T, dV += bf16(P)^T dO, dK += dS^T Q; dk, dv =
 //                    once at the end.
 // D_i = dout_i . out_i comes from cuda_attention_rowdot (the other paths' kernel). Deterministic: every output element
 // belongs to one block, which sums its tiles in order; no atomics. bf16 rounding as the other paths: q, k, v, dout,
@@ -75,12 +75,12 @@ __device__ __forceinline__ void stage_row_stats(float *slse, float *sdi, const f
     }
 }
 
-// x[(r0 + r) * ld + d] += res[r * ldo + d] for r < FL_B with r0 + r < T, d < D: a result tile added to one head's
+// x[(r0 + r) * ld + d] = res[r * ldo + d] for r < FL_B with r0 + r < T, d < D: a result tile stored into one head's
 // rows of a gradient, each element once.
-__device__ __forceinline__ void add_tile_rows(float *x, size_t ld, int T, int r0, int D, const float *res, int ldo) {
+__device__ __forceinline__ void store_tile_rows(float *x, size_t ld, int T, int r0, int D, const float *res, int ldo) {
     for (int idx = threadIdx.x; idx < FL_B * D; idx += FL_THREADS) {
         int r = idx / D, d = idx % D, t = r0 + r;
-        if (t < T) x[(size_t)t * ld + d] += res[r * ldo + d];
+        if (t < T) x[(size_t)t * ld + d] = res[r * ldo + d];
     }
 }
 
@@ -215,7 +215,7 @@ __device__ __forceinline__ void prob_grad(float s, float dp, float lse_i, float 
     *ds = vis ? *p * (dp - D_i) * scale : 0.0f;
 }
 
-// grid (B*H, query tiles): dq_i += sum over key tiles j0 <= i of dS K.
+// grid (B*H, query tiles): dq_i = sum over key tiles j0 <= i of dS K.
 __global__ void __launch_bounds__(FL_THREADS)
 k_flash_bwd_dq(float *dq, const float *dout, const float *lse, const float *Di, const float *q, const float *k,
                const float *v, int T, int H, int D, float scale) {
@@ -254,10 +254,10 @@ k_flash_bwd_dq(float *dq, const float *dout, const float *lse, const float *Di, 
     __syncthreads(); // sk, sv free
     float *sres = (float *)(void *)sk;
     store_tile(sres, ldo, acc, Dp);
-    add_tile_rows(dq + base, ld, T, i0, D, sres, ldo);
+    store_tile_rows(dq + base, ld, T, i0, D, sres, ldo);
 }
 
-// grid (B*H, key tiles): dk_j += sum over query tiles i >= j of dS^T Q, dv_j += bf16(P)^T dO.
+// grid (B*H, key tiles): dk_j = sum over query tiles i >= j of dS^T Q, dv_j = bf16(P)^T dO.
 __global__ void __launch_bounds__(FL_THREADS)
 k_flash_bwd_dkdv(float *dk, float *dv, const float *dout, const float *lse, const float *Di, const float *q,
                  const float *k, const float *v, int T, int H, int D, float scale) {
@@ -306,18 +306,18 @@ k_flash_bwd_dkdv(float *dk, float *dv, const float *dout, const float *lse, cons
     __syncthreads(); // sq, sdo free
     float *sres = (float *)(void *)sq;
     store_tile(sres, ldo, av, Dp);
-    add_tile_rows(dv + base, ld, T, j0, D, sres, ldo);
+    store_tile_rows(dv + base, ld, T, j0, D, sres, ldo);
     __syncthreads();
     store_tile(sres, ldo, ak, Dp);
-    add_tile_rows(dk + base, ld, T, j0, D, sres, ldo);
+    store_tile_rows(dk + base, ld, T, j0, D, sres, ldo);
 }
 
 // ---------------------------------------------------------------- costs (cuda_common.cuh)
 // FLOPs: the tensor-core products the kernels execute, per visited (query tile, key tile) pair 2 FL_B^2 Dp each
 // (forward S and P V; dq S, dP and dS K; dkdv S^T, dP^T, P^T dO and dS^T Q), the diagonal tiles' masked half and D's
 // padding to Dp included. The softmax's exp on CUDA cores is not priced (it overlaps the tensor cores at best), so
-// the prediction is a lower bound. Bytes: every input read once, outputs written once (read too where they
-// accumulate): K and V tiles read again by each query tile come from L2 at these sizes.
+// the prediction is a lower bound. Bytes: every input read once, outputs written once: K and V tiles read again by
+// each query tile come from L2 at these sizes.
 static double tile_pairs_fwd(int Tq, int Tk) { // visited (query tile, key tile) pairs of one (b,h)
     double n = 0;
     for (int i0 = 0; i0 < Tq; i0 += FL_B) n += (Tk - Tq + (i0 + FL_B < Tq ? i0 + FL_B : Tq) + FL_B - 1) / FL_B;
@@ -361,11 +361,11 @@ void cuda_attention_flash_backward(Backend *be, scalar_t *dq, scalar_t *dk, scal
     const double pairs = (double)B * H * tile_pairs_bwd(T), prod = 2.0 * FL_B * FL_B * Dp;
     dim3 grid((unsigned)(B * H), tile_count("attention_backward", T));
     LAUNCH(k_flash_bwd_dq, grid, FL_THREADS, 0,
-           tensor_core_cost(3 * pairs * prod, (6.0 * rows * D + 2.0 * rows) * sizeof(float)))(dq, dout, lse, Di, q, k,
+           tensor_core_cost(3 * pairs * prod, (5.0 * rows * D + 2.0 * rows) * sizeof(float)))(dq, dout, lse, Di, q, k,
                                                                                              v, T, H, D, scale);
     CHECK_LAUNCH();
     LAUNCH(k_flash_bwd_dkdv, grid, FL_THREADS, 0,
-           tensor_core_cost(4 * pairs * prod, (8.0 * rows * D + 2.0 * rows) * sizeof(float)))(dk, dv, dout, lse, Di, q,
+           tensor_core_cost(4 * pairs * prod, (6.0 * rows * D + 2.0 * rows) * sizeof(float)))(dk, dv, dout, lse, Di, q,
                                                                                               k, v, T, H, D, scale);
     CHECK_LAUNCH();
 }

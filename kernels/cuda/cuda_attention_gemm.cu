@@ -3,7 +3,7 @@
 //
 // Same op contract as the fused kernels and the CPU reference (kernels/cpu/cpu_attention.c):
 //   forward   q[B,Tq,H,D], k/v[B,Tk,H,D] -> out[B,Tq,H,D], lse[B,H,Tq]; query i sees keys j <= Tk-Tq+i
-//   backward  Tq == Tk == T; ACCUMULATES into dq, dk, dv (+=)
+//   backward  Tq == Tk == T; OVERWRITES dq, dk, dv (=)
 // Steps: q, k, v (and dout) are packed head-major into [B*H, T, ldD] scratch (bf16 in bf16 mode, fp32 in fp32 mode;
 // ldD = D rounded up to 8 so that every row and every (b,h) matrix starts 16-byte aligned for the tensor cores). The
 // (b,h) pairs are then processed in chunks whose scores [pairs, Tq, ldK] fit ATTN_GEMM_CHUNK_SCORES; per chunk, one
@@ -12,8 +12,8 @@
 // the flops of a masked kernel, but on tensor cores).
 //   forward   S = Q K^T;  lse_i = logsumexp_{j<=lim(i)} scale S_ij;  P = exp(scale S - lse) (masked);  O = P V
 //   backward  S = Q K^T, P as above;  dP = dO V^T;  dS = P (dP - D_i) scale;  dV = P^T dO;  dQ = dS K;  dK = dS^T Q
-// with D_i = dout_i . out_i (cuda_attention_rowdot, the fused path's kernel). The per-chunk results are added into
-// dq/dk/dv by an elementwise kernel, so every element gets exactly one += per call: deterministic, no atomics.
+// with D_i = dout_i . out_i (cuda_attention_rowdot, the fused path's kernel). The per-chunk results are copied into
+// dq/dk/dv by an elementwise kernel, every element once per call: deterministic, no atomics.
 // bf16 mode rounds exactly what the fused kernels round: q, k, v, dout (packing), p and ds (the softmax kernels),
 // with fp32 accumulation, fp32 scores, fp32 softmax and fp32 outputs.
 #include <cmath>
@@ -54,9 +54,8 @@ __global__ void k_attn_pack(Elem *dst, const float *src, int B, int T, int H, in
     }
 }
 
-// dst[B,T,H,D] (= or +=) src[pairs, T, ld] for the chunk's pairs p0 .. p0+pairs-1 (pair = b*H + h).
-__global__ void k_attn_unpack(float *dst, const float *src, int p0, int pairs, int T, int H, int D, int ld,
-                              int accumulate) {
+// dst[B,T,H,D] = src[pairs, T, ld] for the chunk's pairs p0 .. p0+pairs-1 (pair = b*H + h).
+__global__ void k_attn_unpack(float *dst, const float *src, int p0, int pairs, int T, int H, int D, int ld) {
     size_t total = (size_t)pairs * T * D;
     for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
@@ -64,9 +63,7 @@ __global__ void k_attn_unpack(float *dst, const float *src, int p0, int pairs, i
         size_t r = idx / D; // (local pair, t)
         int t = (int)(r % T), pair = p0 + (int)(r / T);
         int b = pair / H, h = pair % H;
-        float x = src[r * ld + d];
-        float *o = dst + (((size_t)b * T + t) * H + h) * D + d;
-        *o = accumulate ? *o + x : x;
+        dst[(((size_t)b * T + t) * H + h) * D + d] = src[r * ld + d];
     }
 }
 
@@ -173,13 +170,11 @@ static HeadMajor pack_heads(Backend *be, int slot, const float *x, int B, int T,
     return m;
 }
 
-static void unpack_heads(float *dst, const float *src, int p0, int pairs, int T, int H, int D, int ld,
-                         bool accumulate) {
+static void unpack_heads(float *dst, const float *src, int p0, int pairs, int T, int H, int D, int ld) {
     size_t total = (size_t)pairs * T * D;
     if (!total) return;
-    LAUNCH(k_attn_unpack, grid_for(total, 256), 256, 0,
-           streaming_cost(total, accumulate ? 1 : 0, (accumulate ? 3 : 2) * sizeof(float)))(dst, src, p0, pairs, T, H,
-                                                                                           D, ld, accumulate ? 1 : 0);
+    LAUNCH(k_attn_unpack, grid_for(total, 256), 256, 0, streaming_cost(total, 0, 2 * sizeof(float)))(dst, src, p0, pairs,
+                                                                                                     T, H, D, ld);
     CHECK_LAUNCH();
 }
 
@@ -216,7 +211,7 @@ void cuda_attention_gemm_forward(Backend *be, scalar_t *out, scalar_t *lse, cons
         const void *P = bf16 ? (const void *)P16 : (const void *)S;
         gemm_batched(be, bf16, 0, 0, Tq, D, Tk, P, ldK, sS, V.pair(p0), ldD, V.stride(), O, ldD,
                      (long long)Tq * ldD, np); // O = P V
-        unpack_heads(out, O, p0, np, Tq, H, D, ldD, false);
+        unpack_heads(out, O, p0, np, Tq, H, D, ldD);
     }
 }
 
@@ -266,8 +261,8 @@ void cuda_attention_gemm_backward(Backend *be, scalar_t *dq, scalar_t *dk, scala
         gemm_batched(be, bf16, 1, 0, T, D, T, P, ldK, sS, dO.pair(p0), ldD, dO.stride(), gV, ldD, sG, np); // P^T dO
         gemm_batched(be, bf16, 0, 0, T, D, T, dS, ldK, sS, K.pair(p0), ldD, K.stride(), gQ, ldD, sG, np);  // dS K
         gemm_batched(be, bf16, 1, 0, T, D, T, dS, ldK, sS, Q.pair(p0), ldD, Q.stride(), gK, ldD, sG, np);  // dS^T Q
-        unpack_heads(dq, gQ, p0, np, T, H, D, ldD, true);
-        unpack_heads(dk, gK, p0, np, T, H, D, ldD, true);
-        unpack_heads(dv, gV, p0, np, T, H, D, ldD, true);
+        unpack_heads(dq, gQ, p0, np, T, H, D, ldD);
+        unpack_heads(dk, gK, p0, np, T, H, D, ldD);
+        unpack_heads(dv, gV, p0, np, T, H, D, ldD);
     }
 }

@@ -136,8 +136,9 @@ static void attention_check(Backend *be, KtuRng *rng, int B, int T, int H, int D
     scalar_t *out = ktu_scalars(n), *lse = ktu_scalars((size_t)B * H * T), *dout = ktu_random(rng, n, -1, 1);
     double *wo = ktu_doubles(n), *wl = ktu_doubles((size_t)B * H * T);
     double *wdq = ktu_doubles(n), *wdk = ktu_doubles(n), *wdv = ktu_doubles(n);
-    scalar_t *dq = ktu_random(rng, n, -1, 1), *dk = ktu_random(rng, n, -1, 1), *dv = ktu_random(rng, n, -1, 1);
-    for (size_t i = 0; i < n; i++) wdq[i] = dq[i], wdk[i] = dk[i], wdv[i] = dv[i]; /* backward accumulates */
+    scalar_t *dq = ktu_scalars(n), *dk = ktu_scalars(n), *dv = ktu_scalars(n);
+    for (size_t i = 0; i < n; i++) dq[i] = dk[i] = dv[i] = NAN; /* the backward overwrites: none may leak */
+    for (size_t i = 0; i < n; i++) wdq[i] = wdk[i] = wdv[i] = 0; /* the oracle's sums start from 0 */
     attention_oracle(wo, wl, wdq, wdk, wdv, dout, q, k, v, B, T, T, H, D, scale);
     be->attention_forward(be, out, lse, q, k, v, B, T, T, H, D, (scalar_t)scale);
     ktu_assert_close(out, wo, n, 2e-6, 2e-5, "attention out");

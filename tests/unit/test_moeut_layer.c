@@ -345,6 +345,25 @@ START_TEST(backward_directional_derivative_f32) {
 }
 END_TEST
 
+/* The backward makes each application's router-logit gradients in its regularizer-gradient slots (no copy): a second
+ * forward and backward (regularizers() rewrote the slots) repeats the first one's input gradient bit for bit, and a
+ * second backward after one regularizers() dies instead of starting from spent slots. */
+START_TEST(backward_twice_after_one_regularizers_dies) {
+    MtLayerModel f = mt_layer_model(cfg_of(4, 2, 4, 2, 6, 2, 0, 0), 109);
+    const int B = 2, T = 5;
+    const size_t nc = (size_t)B * T * f.cfg.d_model;
+    double *x = mt_randn(nc, 1.0, &f.rng), *proj = mt_randn(nc, 0.3, &f.rng);
+    MtStack s = mt_stack(f.m, B, T, NULL);
+    mt_stack_forward(&s, x, proj, NULL, NULL);
+    double *dx1 = mt_stack_backward(&s, proj);
+    mt_stack_forward(&s, x, proj, NULL, NULL);
+    double *dx2 = mt_stack_backward(&s, proj);
+    for (size_t i = 0; i < nc; i++) ck_assert_msg(dx1[i] == dx2[i], "input gradient %zu differs on the repeat", i);
+    free(dx1), free(dx2);
+    free(mt_stack_backward(&s, proj)); /* dies */
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("moeut_layer");
     TCase *tc = tcase_create("forward");
@@ -358,6 +377,7 @@ int main(void) {
     tcase_add_test(tc, expert_dropout_in_layer);
     tcase_add_test(tc, regularizer_values);
     tcase_add_test(tc, backward_directional_derivative_f32);
+    tcase_add_exit_test(tc, backward_twice_after_one_regularizers_dies, 1);
     suite_add_tcase(s, tc);
     return run_test_suite(s);
 }
