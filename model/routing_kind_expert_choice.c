@@ -64,8 +64,9 @@ static void experts(Model *m, const MoeutLayerOffsets *P, const MoeutFfnIO *io) 
         return;
     }
     be->embedding_forward(be, io->xg, io->pos, io->x1, M, C);                               /* xg[M, C] = x1[pos] */
-    be->cvmm_forward(be, io->A, io->xg, W + P->keys, io->plan, NULL, 1, 1, C, S, CVMM_RELU_Y, NULL); /* A = ReLU(U) [M, S] */
-    be->cvmm_forward(be, io->yg, io->A, W + P->values, io->plan, io->gate, 1, 1, S, C, CVMM_ENTRY_ORDER, NULL); /* [M, C] */
+    /* A = ReLU(U) [M, S]; yg [M, C] the gated rows (f is their scatter, not cvmm's output: the residual after it) */
+    be->cvmm_forward(be, io->A, io->xg, W + P->keys, io->plan, NULL, 1, 1, C, S, CVMM_RELU_Y, NULL);
+    be->cvmm_forward(be, io->yg, io->A, W + P->values, io->plan, io->gate, 1, 1, S, C, CVMM_ENTRY_ORDER, NULL);
     be->zero(be, io->f, (size_t)io->N * C * sizeof(scalar_t));
     be->embedding_backward(be, io->f, io->yg, io->pos, M, C); /* f[pos[p]] += gate[p] y_p */
     if (io->residual) be->add_inplace(be, io->f, io->residual, (size_t)io->N * C); /* after the scatter, as before */
