@@ -1,4 +1,5 @@
 /* backend_create / backend_destroy: picks an implementation by name. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -49,12 +50,33 @@ static void cvmm_check_args(const char *op, const RoutingPlan *pl, int in_div, i
         die("%s: CVMM_IN_NARROW needs dX written through the ReLU (dX and CVMM_DX_THROUGH_RELU)", op);
 }
 
-void cvmm_forward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order) {
-    cvmm_check_args("cvmm_forward", pl, in_div, out_div, reduced, order, 1, 1);
+/* An operand fused into an output (the forward's residual, the backward's dX_base, n elements each): the output
+ * itself or a disjoint range, compared as addresses (uintptr_t: no pointer arithmetic across objects). */
+static void check_fused_operand(const char *op, const char *name, const char *out_name, const scalar_t *out,
+                                const scalar_t *operand, size_t n) {
+    if (operand == out) return;
+    const uintptr_t a = (uintptr_t)out, b = (uintptr_t)operand, bytes = n * sizeof(scalar_t);
+    if (a < b + bytes && b < a + bytes)
+        die("%s: %s overlaps %s without being it (only %s == %s or disjoint)", op, name, out_name, name, out_name);
 }
 
-void cvmm_backward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order, int has_dx) {
-    cvmm_check_args("cvmm_backward", pl, in_div, out_div, reduced, order, 0, has_dx);
+void cvmm_forward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order,
+                             const scalar_t *Y, const scalar_t *residual, int Nout) {
+    cvmm_check_args("cvmm_forward", pl, in_div, out_div, reduced, order, 1, 1);
+    if (!residual) return;
+    if (!reduced) die("cvmm_forward: a residual needs reduction weights w (it is added after the weighted sum)");
+    check_fused_operand("cvmm_forward", "residual", "Y", Y, residual, (size_t)(pl->M / out_div) * (size_t)Nout);
+}
+
+void cvmm_backward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order,
+                              const scalar_t *dX, const scalar_t *dX_base, int Kin) {
+    cvmm_check_args("cvmm_backward", pl, in_div, out_div, reduced, order, 0, dX != NULL);
+    if (!dX_base) return;
+    if (!dX) die("cvmm_backward: dX_base needs dX");
+    if (order & CVMM_DX_THROUGH_RELU)
+        die("cvmm_backward: dX_base cannot be combined with CVMM_DX_THROUGH_RELU (which overwrites dX)");
+    const int rows = (order & CVMM_IN_SORTED) ? pl->M : pl->M / in_div;
+    check_fused_operand("cvmm_backward", "dX_base", "dX", dX, dX_base, (size_t)rows * (size_t)Kin);
 }
 
 bool backend_name_known(const char *name) { return name && (strcmp(name, "cpu") == 0 || strcmp(name, "cuda") == 0); }

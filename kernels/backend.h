@@ -124,9 +124,12 @@ __attribute__((noreturn)) void backend_die_out_of_memory(const Backend *be, size
  * set of messages): the plan's memory fits M entries of n_experts experts; the plan was built and the call's
  * divisors and row-order flags fit it (reduced: w given). Each dies with one line naming the problem. */
 void routing_plan_check_args(const RoutingPlan *pl, int M, int n_experts);
-/* (cvmm: the ReLU flags too, each on its own direction's op; has_dx: dX given) */
-void cvmm_forward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order);
-void cvmm_backward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order, int has_dx);
+/* (cvmm: the ReLU flags too, each on its own direction's op; the forward's residual against Y [rows, Nout] and the
+ * backward's dX_base against dX [rows, Kin]: given only where allowed, equal or disjoint) */
+void cvmm_forward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order,
+                             const scalar_t *Y, const scalar_t *residual, int Nout);
+void cvmm_backward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order,
+                              const scalar_t *dX, const scalar_t *dX_base, int Kin);
 void backend_destroy(Backend *be);
 
 /* Implementations (backend_create dispatches to these). */

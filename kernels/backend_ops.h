@@ -204,9 +204,15 @@ BACKEND_OP(void, routing_plan, (Backend *be, RoutingPlan *plan, const int32_t *s
  *   FFN up   : X=x[N,C],       sel[N,K],      in_div=K,    w=NULL          -> U[N*K, S]  (MoEUT: OUT_SORTED|NARROW)
  *   FFN down : X=A[N*K,S],     sel[N,K],      in_div=1,    w[N*K], out_div=K     -> f[N, C]  (MoEUT: IN_SORTED|NARROW)
  *   Att V    : X=x[N,C],       sel[N,H,KA],   in_div=H*KA, w[N*H*KA], out_div=KA -> v[N*H, D]
- *   Att O    : X=r[N*H,D],     sel[N,H,KA],   in_div=KA,   w[N*H*KA], out_div=H*KA -> out[N, C] */
+ *   Att O    : X=r[N*H,D],     sel[N,H,KA],   in_div=KA,   w[N*H*KA], out_div=H*KA -> out[N, C]
+ * residual (NULL = none) fuses a layer's residual add into the reduction, so the output is not read again:
+ *   Y[r, :] = (sum_{p: p/out_div == r} w[p] * y_p) + residual[r, :]   (residual [M/out_div, Nout])
+ * the sum first, then one add per element: the same bits as cvmm_forward without it followed by
+ * add_inplace(Y, residual). Needs w (a reduction, so entry order). residual is Y itself (in place: each element is
+ * read before it is written) or does not overlap Y; anything else dies. */
 BACKEND_OP(void, cvmm_forward, (Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *plan,
-                                const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order))
+                                const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order,
+                                const scalar_t *residual))
 /* Backward of cvmm_forward, given dY (shape and order of Y), same plan, order and divisors:
  *   G_p = (w ? w[p] * dY[p/out_div] : dY[p])
  *   dX[p/in_div] += G_p @ W[sel[p]]^T      (dX may be NULL)
@@ -217,10 +223,16 @@ BACKEND_OP(void, cvmm_forward, (Backend *be, scalar_t *Y, const scalar_t *X, con
  *   dX[p] = (X[p] > 0 ? 0 + G_p @ W[sel[p]]^T : 0) per element (needs dX and in_div = 1)
  * the same bits as zeroing dX, cvmm_backward without the flag, then relu_backward(dX, dX, X): a select, so a masked
  * element is +0 as relu_backward makes it. dw (the gate gradients) and dW are those without the flag.
- * CVMM_IN_NARROW in the backward needs dX and CVMM_DX_THROUGH_RELU (a narrow dX is written, never accumulated). */
+ * CVMM_IN_NARROW in the backward needs dX and CVMM_DX_THROUGH_RELU (a narrow dX is written, never accumulated).
+ * dX_base (NULL = none; the shape and order of dX) makes dX's sum start from dX_base instead of dX's contents, so a
+ * residual path's gradient is not copied into dX first:
+ *   dX[i] = dX_base[i] + the terms of dX[i] above, in their order (the accumulator starts at dX_base[i])
+ * the same bits as copy(dX <- dX_base) then cvmm_backward without it. Needs dX and not CVMM_DX_THROUGH_RELU (which
+ * overwrites dX: a base has no meaning there); dX_base is dX itself (then the same as NULL) or does not overlap dX
+ * (it may be dY: both are only read); anything else dies. */
 BACKEND_OP(void, cvmm_backward, (Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY,
                                  const scalar_t *X, const scalar_t *W, const RoutingPlan *plan, const scalar_t *w,
-                                 int in_div, int out_div, int Kin, int Nout, int order))
+                                 int in_div, int out_div, int Kin, int Nout, int order, const scalar_t *dX_base))
 
 /* ---- entropy ("perplexity") regularizer, masked [B,B]-broadcast form of the DM-math training code ----
  * logits[R,B,T,G,E]: the raw router logits of the R applications of ONE module (history in application order).

@@ -49,11 +49,11 @@ static void ffn_forward(Model *m, const MoeLayerOffsets *P, int N, const FfnIO *
     /* A [N*K, S] = ReLU(u Keys[sel] + keys_bias[sel]), plan order; f [N, C] = sum_j gate_j A_j Values[sel_j] */
     const RoutedExpertParams params = moe_expert_params(P);
     const RoutedExpertBatch b = {N, K, C, S, io->plan, io->gate};
-    routed_experts_forward(m, &params, &b, io->u, io->A, io->f);
+    routed_experts_forward(m, &params, &b, io->u, io->A, io->f, NULL);
     /* fb[N, C] = sum_j gate_j values_bias[sel_j]: ones[N*K, 1] @ values_bias[sel] as [1, C], reduced with the gates */
     fill_ones(m, (size_t)N * K);
     be->cvmm_forward(be, io->fb, moe_state(m)->ones, W + P->values_bias, io->plan, io->gate, 1, K, 1, C,
-                     CVMM_ENTRY_ORDER);
+                     CVMM_ENTRY_ORDER, NULL);
     /* y = (x1 + fb) + f: this order of additions is the layer's (its records stay bit-identical) */
     if (io->y != io->x1) be->copy(be, io->y, io->x1, (size_t)N * C * sizeof(scalar_t));
     be->add_inplace(be, io->y, io->fb, (size_t)N * C);
@@ -109,12 +109,12 @@ void moe_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) {
     scalar_t *dA = st->A, *dgate = st->gate, *dgate_b = st->gate2; /* [N*K, S], [N, K], [N, K] */
     fill_ones(m, NK);
     be->cvmm_backward(be, NULL, G + P->values_bias, dgate_b, dh_out, st->ones, W + P->values_bias, &ac->plan,
-                      ac->gate, 1, K, 1, C, CVMM_ENTRY_ORDER);
+                      ac->gate, 1, K, 1, C, CVMM_ENTRY_ORDER, NULL);
     /* U_j = u Keys[e_j] + keys_bias[e_j]: du = sum_j dU_j Keys^T (and dgate from the values) */
     be->zero(be, du, NC * sizeof(scalar_t));
     const RoutedExpertParams params = moe_expert_params(P);
     const RoutedExpertBatch b = {N, K, C, S, &ac->plan, ac->gate};
-    routed_experts_backward(m, &params, &b, dh_out, u, ac->A, dA, dgate, du);
+    routed_experts_backward(m, &params, &b, dh_out, u, ac->A, dA, dgate, du, NULL);
     be->add_inplace(be, dgate, dgate_b, NK);
 
     /* ---- router: l = u Sel^T; dl = the balance gradient + the gates' backward ---- */

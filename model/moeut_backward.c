@@ -38,15 +38,15 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     const scalar_t eps = (scalar_t)MOEUT_LN_EPS;
     const size_t NC = (size_t)N * C;
 
-    /* [N, C] gradient w.r.t. x1; starts as the residual path of y = x1 + f. It is made in dh_in itself, which it
+    /* [N, C] gradient w.r.t. x1; starts as the residual path of y = x1 + f, dh_out, which the experts' backward
+     * writes into it as it adds their input gradient (no copy first). It is made in dh_in itself, which it
      * becomes through the residual path x -> x1 once the attention output's backward has read it, unless dh_in
      * aliases dh_out (which the FFN's backward still reads while dx1 grows). */
     scalar_t *dx1 = dh_in != dh_out ? dh_in : s->nc[3];
-    be->copy(be, dx1, dh_out, NC * sizeof(scalar_t));
 
-    /* ---- the routed FFN (df = dy = dx1 at this point): the experts, then the router (the routing kind's) ---- */
+    /* ---- the routed FFN (df = dy = dh_out): the experts (dx1 = df + ...), then the router (the routing kind's) */
     const MoeutFfnGrad g = {
-        .ac = ac, .N = N, .E = E, .choice_c = st->choice_c, .dx1 = dx1, .dgate = s->gate_f, .dA = s->A,
+        .ac = ac, .N = N, .E = E, .choice_c = st->choice_c, .df = dh_out, .dx1 = dx1, .dgate = s->gate_f, .dA = s->A,
         .xg = s->gather_x, .yg = s->gather_y, .choice_q = s->choice_q, .dl = st->dreg_f[layer] + (size_t)rep * N * E,
         .l = st->hist_f[layer] + (size_t)rep * N * E, .xs = s->nc[1], .dxs = s->nc[4], .mean = s->mean,
         .rstd = s->rstd,
@@ -74,7 +74,7 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     scalar_t *dgate_o = s->gate_o;  /* [N, H, KA] */
     be->zero(be, dr, (size_t)N * HD * sizeof(scalar_t));
     be->cvmm_backward(be, dr, G + P->o, dgate_o, dx1, ac->r, W + P->o, &ac->plan_o, ac->gate_o, KA, H * KA, D, C,
-                      CVMM_ENTRY_ORDER);
+                      CVMM_ENTRY_ORDER, NULL);
     if (dx1 != dh_in) be->copy(be, dh_in, dx1, NC * sizeof(scalar_t)); /* residual path x -> x1 */
 
     /* ---- softmax attention, RoPE, q/k projections ---- */
@@ -96,7 +96,7 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     /* ---- V experts: v_h = sum_j gate_v * x @ V[sel_v] (reads the raw x) ---- */
     scalar_t *dgate_v = s->gate_v;
     be->cvmm_backward(be, dh_in, G + P->v, dgate_v, dv, ac->x, W + P->v, &ac->plan_v, ac->gate_v, H * KA, KA, C, D,
-                      CVMM_ENTRY_ORDER);
+                      CVMM_ENTRY_ORDER, NULL);
 
     /* ---- attention routers: lv = xn Sel_v^T, lo = xn Sel_o^T ---- */
     scalar_t *dlv = moeut_router_logit_grad(m, st->dreg_v[layer] + (size_t)rep * N * HEA, (size_t)N * HEA);

@@ -12,7 +12,7 @@ void moeut_experts_forward(Model *m, const MoeutLayerOffsets *P, const MoeutFfnI
     const ModelConfig *c = &m->cfg;
     const RoutedExpertParams params = moeut_expert_params(P);
     const RoutedExpertBatch b = {io->N, c->ff_k, c->d_model, c->ff_expert_size, io->plan, gate};
-    routed_experts_forward(m, &params, &b, io->x1, io->A, io->f);
+    routed_experts_forward(m, &params, &b, io->x1, io->A, io->f, io->residual);
 }
 
 void moeut_experts_backward(Model *m, const MoeutLayerOffsets *P, const MoeutFfnGrad *g, const scalar_t *gate,
@@ -20,6 +20,6 @@ void moeut_experts_backward(Model *m, const MoeutLayerOffsets *P, const MoeutFfn
     const ModelConfig *c = &m->cfg;
     const RoutedExpertParams params = moeut_expert_params(P);
     const RoutedExpertBatch b = {g->N, c->ff_k, c->d_model, c->ff_expert_size, &g->ac->plan_f, gate};
-    /* g->dx1 holds df on entry and gains the experts' input gradient: read before written (routed_experts.h) */
-    routed_experts_backward(m, &params, &b, g->dx1, g->ac->x1, g->ac->A, g->dA, dgate, g->dx1);
+    /* dx1 = df + the experts' input gradient: the residual path's start fused into the up projection's backward */
+    routed_experts_backward(m, &params, &b, g->df, g->ac->x1, g->ac->A, g->dA, dgate, g->dx1, g->df);
 }

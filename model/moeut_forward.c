@@ -33,12 +33,15 @@ typedef struct {
     RoutingPlan *plan_v, *plan_o; /* built here from sel_v, sel_o */
     scalar_t *r;                /* [N, H*D] attention output */
     scalar_t *lse;              /* [B, H, T] */
-    scalar_t *att;              /* [N, C] block output (without the residual) */
+    scalar_t *att;              /* [N, C] block output: att_residual + the attention output */
+    const scalar_t *att_residual; /* [N, C] the residual added in the O projection's reduction (att itself: in place,
+                                   * or disjoint; x may be it: read before the O projection writes att) */
 } AttnIO;
 
 /* Buffers of one FFN block forward: the routed part's (MoeutFfnIO) and what the kinds share. */
 typedef struct {
-    MoeutFfnIO r;               /* the routing decision and its experts; r.f is the block output (without residual) */
+    MoeutFfnIO r;               /* the routing decision and its experts; r.f is the block output, r.residual + the
+                                 * FFN's (ffn_block sets r.residual) */
     scalar_t *A_shared;         /* [K_s, N, S] ReLU(x1 SharedKeys[s]) (training: kept for the backward), or [N, S]
                                  * scratch reused by every shared expert (shared_stride 0) */
     size_t shared_stride;       /* elements between the shared experts' A blocks: N*S, or 0 */
@@ -70,14 +73,15 @@ static void attention_block(Model *m, const MoeutLayerOffsets *P, int B, int T, 
     be->routing_plan(be, io->plan_o, io->sel_o, N * H * KA, H * EA);
     be->router_gates(be, io->gate_o, io->lo, io->sel_o, io->drop_o, N, H, EA, KA, ROUTER_SIGMOID, 0);
     /* v[n,h] = sum_j gate_v[n,h,j] * x[n] @ V[sel_v[n,h,j]]   -> [N*H, D] */
-    be->cvmm_forward(be, v_new, io->x, W + P->v, io->plan_v, io->gate_v, H * KA, KA, C, D, CVMM_ENTRY_ORDER);
+    be->cvmm_forward(be, v_new, io->x, W + P->v, io->plan_v, io->gate_v, H * KA, KA, C, D, CVMM_ENTRY_ORDER, NULL);
     if (n_rot > 0) {
         be->rope(be, io->q, B, T, H, D, n_rot, io->pos_offset, (scalar_t)MOEUT_ROPE_BASE, 0);
         be->rope(be, k_new, B, T, H, D, n_rot, io->pos_offset, (scalar_t)MOEUT_ROPE_BASE, 0);
     }
     be->attention_forward(be, io->r, io->lse, io->q, io->k_all, io->v_all, B, T, io->Tk, H, D, 1);
     /* att[n] = sum_{h,j} gate_o[n,h,j] * r[n,h] @ O[sel_o[n,h,j]]   -> [N, C] */
-    be->cvmm_forward(be, io->att, io->r, W + P->o, io->plan_o, io->gate_o, KA, H * KA, D, C, CVMM_ENTRY_ORDER);
+    be->cvmm_forward(be, io->att, io->r, W + P->o, io->plan_o, io->gate_o, KA, H * KA, D, C, CVMM_ENTRY_ORDER,
+                     io->att_residual);
 }
 
 /* route, then experts (the kind's), then the parts every kind shares: the shared experts and the residual MLP */
@@ -86,8 +90,14 @@ static void ffn_block(Model *m, const MoeutRouting *kind, const MoeutLayerOffset
     Backend *be = m->be;
     const int N = io->r.N, C = c->d_model, S = c->ff_expert_size;
     scalar_t *W = m->params;
-    kind->route(m, P, &io->r);
-    kind->experts(m, P, &io->r);
+    /* f = residual + the FFN: in the experts' reduction when nothing else adds into f (the shared experts and the
+     * residual MLP add into f first, then the residual as before: their order of additions kept) */
+    const bool fused = c->n_shared_experts == 0 && c->ff_residual_size <= 0;
+    const scalar_t *residual = io->r.residual;
+    MoeutFfnIO r = io->r;
+    r.residual = fused ? residual : NULL;
+    kind->route(m, P, &r);
+    kind->experts(m, P, &r);
     /* shared experts: f += ReLU(x1 SharedKeys[s]) SharedValues[s], every token, gate 1 */
     for (int sh = 0; sh < c->n_shared_experts; sh++) {
         scalar_t *A_s = io->A_shared + (size_t)sh * io->shared_stride; /* [N, S] */
@@ -96,6 +106,7 @@ static void ffn_block(Model *m, const MoeutRouting *kind, const MoeutLayerOffset
         be->matmul(be, io->r.f, A_s, W + P->shared_values + (size_t)sh * S * C, N, C, S, 0, 0, 1, 1);
     }
     if (c->ff_residual_size > 0) moeut_residual_forward(m, P, N, io->r.x1, io->A_res, io->r.f); /* f += MLP_W(x1) */
+    if (!fused && residual) be->add_inplace(be, io->r.f, residual, (size_t)N * C);
 }
 
 /* Draws an expert-dropout mask on the host and uploads it; returns NULL when p == 0 (no dropout). */
@@ -115,9 +126,8 @@ static const uint8_t *dropout_mask(Model *m, uint8_t *dev, long rows, int E, int
 void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_out) {
     MoeutState *st = moeut_state(m);
     const ModelConfig *c = &m->cfg;
-    Backend *be = m->be;
     moeut_check_step(m, "forward_train", app);
-    const int B = st->B, T = st->T, N = B * T, C = c->d_model, H = c->n_heads;
+    const int B = st->B, T = st->T, N = B * T, H = c->n_heads;
     const int layer = m->apps[app].layer, rep = m->apps[app].rep, slot = m->apps[app].slot;
     /* E_l experts in this layer; the counts keep the stride Emax = ff_n_experts of every layer (their buffers' size) */
     const size_t HEA = (size_t)H * c->att_n_experts, E = (size_t)model_config_ff_experts(c, layer);
@@ -136,10 +146,9 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
         .lv = st->hist_v[layer] + (size_t)rep * N * HEA, /* written straight into the regularizer history */
         .lo = st->hist_o[layer] + (size_t)rep * N * HEA, .drop_v = drop_v, .drop_o = drop_o, .sel_v = ac->sel_v,
         .sel_o = ac->sel_o, .gate_v = ac->gate_v, .gate_o = ac->gate_o, .plan_v = &ac->plan_v, .plan_o = &ac->plan_o,
-        .r = ac->r, .lse = ac->lse, .att = ac->x1,
+        .r = ac->r, .lse = ac->lse, .att = ac->x1, .att_residual = ac->x, /* x1 = att + x */
     };
     attention_block(m, P, B, T, &a);
-    be->add_inplace(be, ac->x1, ac->x, (size_t)N * C); /* x1 = att + x (= x + att: the same bits) */
 
     const uint8_t *drop_f = dropout_mask(m, s->drop_f, N, (int)E, c->ff_k, c->ff_expert_dropout);
     FfnIO f = {
@@ -152,12 +161,11 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
             .bias_counts = st->bias_counts ? st->bias_counts + (size_t)layer * Emax : NULL,
             .valid = st->have_valid ? st->valid_dev : NULL, .cap_dropped = ac->cap_dropped,
             .n_dropped = m->routing_dropped ? m->routing_dropped + slot : NULL, .A = ac->A, .xg = s->gather_x,
-            .yg = s->gather_y, .f = h_out,
+            .yg = s->gather_y, .f = h_out, .residual = ac->x1, /* y = x1 + f (= f + x1: the same bits) */
         },
         .A_shared = ac->A_shared, .shared_stride = (size_t)N * c->ff_expert_size, .A_res = ac->A_res,
     };
     ffn_block(m, st->routing, P, &f);
-    be->add_inplace(be, h_out, ac->x1, (size_t)N * C); /* y = x1 + f */
 }
 
 void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, const int32_t *tokens, LayerKV *kv,
@@ -180,10 +188,9 @@ void moeut_forward_infer(Model *m, int app, scalar_t *h, int B, int T, const int
         .Tk = kv ? kv_len + T : T, .pos_offset = kv ? kv_len : 0,
         .lv = s->lv, .lo = s->lo, .drop_v = NULL, .drop_o = NULL, .sel_v = s->sel_v, .sel_o = s->sel_o,
         .gate_v = s->gate_v, .gate_o = s->gate_o, .plan_v = &s->plan_v, .plan_o = &s->plan_o, .r = s->hd[3],
-        .lse = s->lse, .att = s->nc[2],
+        .lse = s->lse, .att = h, .att_residual = h, /* h = x1 = h + att, in place */
     };
     attention_block(m, P, B, T, &a);
-    be->add_inplace(be, h, s->nc[2], (size_t)N * C); /* h = x1 */
     /* inference routes each position alone (expert choice: as "topk"): no pos, no capacity, no bias counts */
     FfnIO f = {
         .r = {

@@ -31,13 +31,18 @@ typedef struct {
 } RoutedExpertBatch;
 
 /* A [M, S] and f [N, C] from x [N, C] (f overwritten). A is in cvmm's narrow form (kernels/backend_ops.h) unless the
- * keys have a bias: read it only through routed_experts_backward. */
+ * keys have a bias: read it only through routed_experts_backward. residual [N, C] (NULL = none, else disjoint from
+ * f): f = (the experts' sum) + residual, the layer's residual add fused into the down projection's reduction where
+ * there is one (gate given), the same bits as the add after it. */
 void routed_experts_forward(Model *m, const RoutedExpertParams *P, const RoutedExpertBatch *b, const scalar_t *x,
-                            scalar_t *A, scalar_t *f);
+                            scalar_t *A, scalar_t *f, const scalar_t *residual);
 
 /* From df [N, C]: the experts' parameter gradients (+=), dgate [N, K] (written; NULL = not wanted) and dx [N, C] (+=;
- * it may be df itself, which is read before dx is written). x and A are the forward's; dA [M, S] is scratch. */
+ * it may be df itself, which is read before dx is written). x and A are the forward's; dA [M, S] is scratch.
+ * dx_base [N, C] (NULL = none; dx itself or disjoint from it, may be df): dx = dx_base + the input gradient, dx's
+ * contents not read (the same bits as copying dx_base into dx first). */
 void routed_experts_backward(Model *m, const RoutedExpertParams *P, const RoutedExpertBatch *b, const scalar_t *df,
-                             const scalar_t *x, const scalar_t *A, scalar_t *dA, scalar_t *dgate, scalar_t *dx);
+                             const scalar_t *x, const scalar_t *A, scalar_t *dA, scalar_t *dgate, scalar_t *dx,
+                             const scalar_t *dx_base);
 
 #endif

@@ -41,6 +41,8 @@ typedef struct {
     scalar_t *A;                /* [M, S] ReLU(x1 Keys[sel]): plan order (token-major) or entry order (expert choice) */
     scalar_t *xg, *yg;          /* [E*c, C] expert choice's scratch (training) */
     scalar_t *f;                /* [N, C] the routed output (overwritten) */
+    const scalar_t *residual;   /* [N, C] or NULL: f = residual + the routed output (the residual add of y = x1 + f
+                                 * made by the experts, the same bits as after them); disjoint from f */
 } MoeutFfnIO;
 
 /* Buffers of the backward of one application's routed FFN and router. */
@@ -48,7 +50,9 @@ typedef struct {
     const MoeutAppCache *ac;    /* the forward's cache: x1, sel_f, gate_f, plan_f, A, entry_pos, cap_dropped, mean2,
                                  * rstd2 */
     int N, E, choice_c;         /* as MoeutFfnIO */
-    scalar_t *dx1;              /* [N, C] holds df on entry; += the FFN input's gradient */
+    const scalar_t *df;         /* [N, C] the FFN output's gradient (= dy through y = x1 + f) */
+    scalar_t *dx1;              /* [N, C] experts_backward writes df + the experts' input gradient (not reading it
+                                 * first: y's residual path, fused); route_backward then += through LN2 */
     scalar_t *dgate;            /* [M] written by experts_backward (dL/dgate), read by route_backward */
     scalar_t *dA;               /* [M, S] scratch (also the recomputed gates' scratch of route_backward) */
     scalar_t *xg, *yg;          /* [E*c, C] expert choice's scratch */
@@ -98,8 +102,9 @@ void moeut_router_forward(Model *m, const MoeutLayerOffsets *P, const MoeutFfnIO
 void moeut_router_backward(Model *m, const MoeutLayerOffsets *P, const MoeutFfnGrad *g);
 
 /* The token-major experts (moeut_experts.c, through model/routed_experts.h, which the "moe" layer shares):
- * f = sum_j gate_j ReLU(x1 Keys[sel_j]) Values[sel_j] over the K entries of each position, rows in plan order; gate
- * NULL = every gate 1. The backward's dgate NULL = no gate gradient. */
+ * f = (io->residual +) sum_j gate_j ReLU(x1 Keys[sel_j]) Values[sel_j] over the K entries of each position, rows in
+ * plan order; gate NULL = every gate 1. The backward writes g->dx1 = g->df + the input gradient; its dgate NULL = no
+ * gate gradient. */
 void moeut_experts_forward(Model *m, const MoeutLayerOffsets *P, const MoeutFfnIO *io, const scalar_t *gate);
 void moeut_experts_backward(Model *m, const MoeutLayerOffsets *P, const MoeutFfnGrad *g, const scalar_t *gate,
                             scalar_t *dgate);

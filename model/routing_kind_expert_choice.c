@@ -60,33 +60,38 @@ static void experts(Model *m, const MoeutLayerOffsets *P, const MoeutFfnIO *io) 
     scalar_t *W = m->params;
     if (io->choice_c == 0) { /* nothing routed */
         be->zero(be, io->f, (size_t)io->N * C * sizeof(scalar_t));
+        if (io->residual) be->add_inplace(be, io->f, io->residual, (size_t)io->N * C); /* 0 + x1, as before */
         return;
     }
     be->embedding_forward(be, io->xg, io->pos, io->x1, M, C);                               /* xg[M, C] = x1[pos] */
-    be->cvmm_forward(be, io->A, io->xg, W + P->keys, io->plan, NULL, 1, 1, C, S, CVMM_RELU_Y); /* A = ReLU(U) [M, S] */
-    be->cvmm_forward(be, io->yg, io->A, W + P->values, io->plan, io->gate, 1, 1, S, C, CVMM_ENTRY_ORDER); /* [M, C] */
+    /* A = ReLU(U) [M, S]; yg [M, C] the gated rows (f is their scatter, not cvmm's output: the residual after it) */
+    be->cvmm_forward(be, io->A, io->xg, W + P->keys, io->plan, NULL, 1, 1, C, S, CVMM_RELU_Y, NULL);
+    be->cvmm_forward(be, io->yg, io->A, W + P->values, io->plan, io->gate, 1, 1, S, C, CVMM_ENTRY_ORDER, NULL);
     be->zero(be, io->f, (size_t)io->N * C * sizeof(scalar_t));
     be->embedding_backward(be, io->f, io->yg, io->pos, M, C); /* f[pos[p]] += gate[p] y_p */
+    if (io->residual) be->add_inplace(be, io->f, io->residual, (size_t)io->N * C); /* after the scatter, as before */
 }
 
-/* dx1 [N, C] += the experts' input gradient (dx1 holds df on entry), parameter gradients +=, dgate [M] = dL/dgate. */
+/* dx1 [N, C] = df + the experts' input gradient (df copied in first: no cvmm writes dx1 here), parameter gradients
+ * +=, dgate [M] = dL/dgate. */
 static void experts_backward(Model *m, const MoeutLayerOffsets *P, const MoeutFfnGrad *g) {
     const ModelConfig *c = &m->cfg;
     Backend *be = m->be;
     const int C = c->d_model, E = c->ff_n_experts, S = c->ff_expert_size, M = E * g->choice_c;
     scalar_t *W = m->params, *G = m->grads;
     const MoeutAppCache *ac = g->ac;
+    be->copy(be, g->dx1, g->df, (size_t)g->N * C * sizeof(scalar_t));
     if (g->choice_c == 0) return;
     scalar_t *dA = g->dA; /* [M, S] */
-    be->embedding_forward(be, g->yg, ac->entry_pos, g->dx1, M, C); /* dy_p = df[pos[p]] (df = dx1 at this point) */
+    be->embedding_forward(be, g->yg, ac->entry_pos, g->df, M, C); /* dy_p = df[pos[p]] */
     /* dU = dA (U > 0), written over dA (A > 0 iff U > 0), dValues, dgate */
     be->cvmm_backward(be, dA, G + P->values, g->dgate, g->yg, ac->A, W + P->values, &ac->plan_f, ac->gate_f, 1, 1, S,
-                      C, CVMM_DX_THROUGH_RELU);
+                      C, CVMM_DX_THROUGH_RELU, NULL);
     be->embedding_forward(be, g->xg, ac->entry_pos, ac->x1, M, C); /* the forward's gathered rows again */
     scalar_t *dxg = g->yg; /* [M, C], free again */
     be->zero(be, dxg, (size_t)M * C * sizeof(scalar_t));
     be->cvmm_backward(be, dxg, G + P->keys, NULL, dA, g->xg, W + P->keys, &ac->plan_f, NULL, 1, 1, C, S,
-                      CVMM_ENTRY_ORDER);
+                      CVMM_ENTRY_ORDER, NULL);
     be->embedding_backward(be, g->dx1, dxg, ac->entry_pos, M, C); /* dx1[pos[p]] += dxg[p] */
 }
 

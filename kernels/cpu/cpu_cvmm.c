@@ -58,8 +58,9 @@ static void gather_rows(scalar_t *dst, const scalar_t *src, const int32_t *perm,
 }
 
 void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *pl,
-                      const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order) {
-    cvmm_forward_check_args(pl, in_div, out_div, w != NULL, order);
+                      const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order,
+                      const scalar_t *residual) {
+    cvmm_forward_check_args(pl, in_div, out_div, w != NULL, order, Y, residual, Nout);
     const int M = pl->M, n_experts = pl->n_experts;
     if (M == 0) return;
     const scalar_t *Xs = X; /* [M, Kin] inputs in plan order */
@@ -86,6 +87,23 @@ void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_
         return;
     }
     int rows = M / out_div; /* Y[r] = sum_{j < out_div} w[p] y_p, p = r*out_div + j, summed in j order */
+    if (residual) { /* then + residual[r]: each element's sum kept in a register, so residual may be Y itself */
+#pragma omp parallel for schedule(static) if ((size_t)M * Nout > PAR_MIN)
+        for (int r = 0; r < rows; r++) {
+            scalar_t *yr = Y + (size_t)r * Nout;
+            const scalar_t *rr = residual + (size_t)r * Nout;
+#pragma omp simd
+            for (int n = 0; n < Nout; n++) {
+                scalar_t acc = 0;
+                for (int j = 0; j < out_div; j++) {
+                    int p = r * out_div + j;
+                    acc += w[p] * Ys[(size_t)pl->inv[p] * Nout + n];
+                }
+                yr[n] = acc + rr[n];
+            }
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) if ((size_t)M * Nout > PAR_MIN)
     for (int r = 0; r < rows; r++) {
         scalar_t *yr = Y + (size_t)r * Nout;
@@ -100,13 +118,15 @@ void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_
     }
 }
 
-/* See backend_ops.h. With Gu_p = dY[p/out_div] (with w) or dY[p] (without), Q_p = Gu_p @ W[sel[p]]^T:
+/* See backend_ops.h (dX_base: each row of dX copied from it just before its terms are added).
+ * With Gu_p = dY[p/out_div] (with w) or dY[p] (without), Q_p = Gu_p @ W[sel[p]]^T:
  *   dX[p/in_div] += (w ? w[p] : 1) * Q_p,   dw[p] = <Q_p, X[p/in_div]> (= <dY[p/out_div], y_p>),
  *   dW[e] += Xs_e^T @ (w-scaled Gu)_e. */
 void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
                        const scalar_t *W, const RoutingPlan *pl, const scalar_t *w, int in_div, int out_div, int Kin,
-                       int Nout, int order) {
-    cvmm_backward_check_args(pl, in_div, out_div, w != NULL, order, dX != NULL);
+                       int Nout, int order, const scalar_t *dX_base) {
+    cvmm_backward_check_args(pl, in_div, out_div, w != NULL, order, dX, dX_base, Kin);
+    if (dX_base == dX) dX_base = NULL; /* (the same as accumulating) */
     const int M = pl->M, n_experts = pl->n_experts;
     if (M == 0) return;
     int want_dw = (w != NULL && dw != NULL);
@@ -190,6 +210,7 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
             scalar_t *dxm = dX + (size_t)m * Kin;
             const scalar_t *qm = Qs + (size_t)m * Kin;
             scalar_t wp = w ? w[perm[m]] : (scalar_t)1;
+            if (dX_base) memcpy(dxm, dX_base + (size_t)m * Kin, (size_t)Kin * sizeof(scalar_t)); /* the sum's start */
 #pragma omp simd
             for (int i = 0; i < Kin; i++) dxm[i] += wp * qm[i];
         }
@@ -198,6 +219,7 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
 #pragma omp parallel for schedule(static) if ((size_t)M * Kin > PAR_MIN)
         for (int r = 0; r < rows; r++) {
             scalar_t *dxr = dX + (size_t)r * Kin;
+            if (dX_base) memcpy(dxr, dX_base + (size_t)r * Kin, (size_t)Kin * sizeof(scalar_t)); /* the sum's start */
             for (int j = 0; j < in_div; j++) {
                 int p = r * in_div + j;
                 const scalar_t *qp = Qs + (size_t)inv[p] * Kin;

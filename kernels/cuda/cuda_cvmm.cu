@@ -40,29 +40,33 @@ __global__ void k_unsort(float *Y, const float *Ys, const int32_t *inv, int M, i
 __device__ __forceinline__ float load_value(const float *p) { return *p; }
 __device__ __forceinline__ float load_value(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
 
-// Y[r, :] (+)= sum_{j < div} coef_p * Ys[inv[p], :], p = r*div + j, in j order; coef = w[p] or 1. Ys fp32 or bf16
-// (the tensor-core forward's unreduced results), the sum in fp32 either way.
+// Y[r, :] = init[r, :] + sum_{j < div} coef_p * Ys[inv[p], :] (+ residual[r, :]), p = r*div + j, in j order; coef =
+// w[p] or 1; init NULL starts the sum at 0 (init = Y: the backward's accumulation, or its dX_base), residual NULL
+// adds nothing (the forward's fused residual add, after the sum). Each element is read and written by one thread,
+// so init or residual may be Y itself. Ys fp32 or bf16 (the tensor-core forward's unreduced results), the sum in
+// fp32 either way.
 template <class In>
 __device__ __forceinline__ void reduce(float *Y, const In *Ys, const int32_t *inv, const float *w, int rows, int div,
-                                       int width, bool accumulate) {
+                                       int width, const float *init, const float *residual) {
     size_t total = (size_t)rows * width;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         size_t r = i / width, c = i % width;
-        float acc = accumulate ? Y[i] : 0.0f;
+        float acc = init ? init[i] : 0.0f;
         for (int j = 0; j < div; j++) {
             size_t p = r * div + j;
             acc += (w ? w[p] : 1.0f) * load_value(&Ys[(size_t)inv[p] * width + c]);
         }
+        if (residual) acc += residual[i];
         Y[i] = acc;
     }
 }
 __global__ void k_reduce(float *Y, const float *Ys, const int32_t *inv, const float *w, int rows, int div, int width,
-                         bool accumulate) {
-    reduce(Y, Ys, inv, w, rows, div, width, accumulate);
+                         const float *init, const float *residual) {
+    reduce(Y, Ys, inv, w, rows, div, width, init, residual);
 }
 __global__ void k_reduce_bf16(float *Y, const __nv_bfloat16 *Ys, const int32_t *inv, const float *w, int rows, int div,
-                              int width, bool accumulate) {
-    reduce(Y, Ys, inv, w, rows, div, width, accumulate);
+                              int width, const float *init, const float *residual) {
+    reduce(Y, Ys, inv, w, rows, div, width, init, residual);
 }
 
 // rows of G scaled by w[perm[m]] (fp32 mode: in place)
@@ -108,7 +112,8 @@ __global__ void k_dw(float *dw, const float *Qs, const float *X, const int32_t *
 //     order (k_reduce's accumulate), and dw[p] = <Qs[inv[p]], X[r]>;
 //   plan order (in_sorted: X, dX [M, Kin] in plan order, div 1): block m: dX[m, :] += coef_p Qs[m, :] and
 //     dw[p] = <Qs[m], X[m]>, p = perm[m]: the same operations on the same values, so both orders give the same bits.
-// coef_p = w[p] or 1. through_relu (CVMM_DX_THROUGH_RELU, div 1): dX[r, :] is overwritten with the sum from 0 masked
+// coef_p = w[p] or 1; the sum starts from base[r, :] (cvmm_backward's dX_base, never with through_relu) or dX's own
+// row. through_relu (CVMM_DX_THROUGH_RELU, div 1): dX[r, :] is overwritten with the sum from 0 masked
 // by X[r, :] > 0 (relu_grad): the zero fill, the accumulation and relu_backward's select of the unfused
 // sequence in this one pass (X's row is read here anyway for dw). Qs fp32, or bf16 on the tensor-core path, where
 // cvmm stores the unreduced input gradients in bf16 as autocast's cvmm does and the reference takes dw from those
@@ -132,12 +137,12 @@ __device__ __forceinline__ void store_value(__nv_bfloat16 *p, float v) { *p = __
 template <class In, class Row>
 __device__ __forceinline__ void reduce_dw(Row *dX, float *dw, const In *Qs, const Row *X, const int32_t *inv,
                                           const int32_t *perm, const float *w, int div, int Kin, bool plan_order,
-                                          bool through_relu) {
+                                          bool through_relu, const Row *base) {
     const size_t r = blockIdx.x;
     Row *dx = dX + r * Kin;
-    const Row *x = X + r * Kin;
+    const Row *x = X + r * Kin, *start = (base ? base : dX) + r * Kin;
     for (int c = threadIdx.x; c < Kin; c += blockDim.x) {
-        float acc = through_relu ? 0.0f : load_value(&dx[c]);
+        float acc = through_relu ? 0.0f : load_value(&start[c]);
         for (int j = 0; j < div; j++) {
             const ReduceEntry e = reduce_entry(r, j, div, inv, perm, plan_order);
             acc += (w ? w[e.p] : 1.0f) * load_value(&Qs[e.q_row * Kin + c]);
@@ -156,20 +161,20 @@ __device__ __forceinline__ void reduce_dw(Row *dX, float *dw, const In *Qs, cons
     }
 }
 __global__ void k_reduce_dw(float *dX, float *dw, const float *Qs, const float *X, const int32_t *inv,
-                            const int32_t *perm, const float *w, int div, int Kin, bool plan_order,
-                            bool through_relu) {
-    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order, through_relu);
+                            const int32_t *perm, const float *w, int div, int Kin, bool plan_order, bool through_relu,
+                            const float *base) {
+    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order, through_relu, base);
 }
 __global__ void k_reduce_dw_bf16(float *dX, float *dw, const __nv_bfloat16 *Qs, const float *X, const int32_t *inv,
                                  const int32_t *perm, const float *w, int div, int Kin, bool plan_order,
-                                 bool through_relu) {
-    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order, through_relu);
+                                 bool through_relu, const float *base) {
+    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order, through_relu, base);
 }
 // X and dX in cvmm's narrow form (CVMM_IN_NARROW: bf16 rows in plan order; dX written through the ReLU)
 __global__ void k_reduce_dw_narrow(__nv_bfloat16 *dX, float *dw, const __nv_bfloat16 *Qs, const __nv_bfloat16 *X,
                                    const int32_t *inv, const int32_t *perm, const float *w, int div, int Kin,
                                    bool plan_order, bool through_relu) {
-    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order, through_relu);
+    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order, through_relu, (const __nv_bfloat16 *)nullptr);
 }
 
 // The row kernels' cost (cuda_common.cuh): the row data they move (what count_traffic reports, reads + writes), the
@@ -178,27 +183,29 @@ static inline KernelCost rows_cost(double flops, size_t row_bytes, int M, bool w
     return kernel_cost(flops, (double)row_bytes + (double)M * (sizeof(int32_t) + (weighted ? sizeof(float) : 0)));
 }
 
-// Y[r, :] (+)= the div entries of row r from their plan-order rows Ys (k_reduce; Y [M / div, width], Ys [M, width],
-// fp32 or bf16)
+// Y[r, :] = init[r, :] + the div entries of row r from their plan-order rows Ys (+ residual[r, :]) (k_reduce; Y,
+// init, residual [M / div, width], either NULL; Ys [M, width], fp32 or bf16)
 template <class In>
 static void reduce_rows(float *Y, const In *Ys, const RoutingPlan *pl, const float *w, int div, int width,
-                        bool accumulate) {
+                        const float *init, const float *residual) {
     const int M = pl->M, rows = M / div;
-    const size_t moved = (size_t)M * width * sizeof(In) + (accumulate ? 2 : 1) * (size_t)rows * width * sizeof(float);
+    const int row_tensors = 1 + (init ? 1 : 0) + (residual ? 1 : 0); // Y written; init, residual read
+    const size_t moved = (size_t)M * width * sizeof(In) + (size_t)row_tensors * rows * width * sizeof(float);
     count_traffic("cvmm_rows", moved);
-    const KernelCost cost = rows_cost(2.0 * M * width, moved, M, w != nullptr);
+    const KernelCost cost = rows_cost(2.0 * M * width + (residual ? (double)rows * width : 0), moved, M, w != nullptr);
     if constexpr (std::is_same<In, float>::value)
         LAUNCH(k_reduce, grid_for((size_t)rows * width, 256), 256, 0, cost)(Y, Ys, pl->inv, w, rows, div, width,
-                                                                          accumulate);
+                                                                          init, residual);
     else
         LAUNCH(k_reduce_bf16, grid_for((size_t)rows * width, 256), 256, 0, cost)(Y, Ys, pl->inv, w, rows, div, width,
-                                                                               accumulate);
+                                                                               init, residual);
     CHECK_LAUNCH();
 }
 
 void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_t *W, const RoutingPlan *pl,
-                       const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order) {
-    cvmm_forward_check_args(pl, in_div, out_div, w != nullptr, order);
+                       const scalar_t *w, int in_div, int out_div, int Kin, int Nout, int order,
+                       const scalar_t *residual) {
+    cvmm_forward_check_args(pl, in_div, out_div, w != nullptr, order, Y, residual, Nout);
     const int M = pl->M, E = pl->n_experts;
     cuda_weights_written(be, Y, (size_t)(w ? M / out_div : M) * Nout * sizeof(float));
     if (M == 0) return;
@@ -217,7 +224,7 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
             __nv_bfloat16 *Ys16 =
                 (__nv_bfloat16 *)cuda_scratch(be, SCRATCH_CVMM_Y_SORTED, (size_t)M * Nout * sizeof(__nv_bfloat16));
             cvmm_mma_rows(be, *pl, Ys16, Nout, nullptr, x, W16, (size_t)Kin * Nout, Nout, 1, Nout, Kin, false);
-            reduce_rows(Y, Ys16, pl, w, out_div, Nout, false);
+            reduce_rows(Y, Ys16, pl, w, out_div, Nout, nullptr, residual);
         } else if (order & CVMM_OUT_NARROW) { // (plan order: cvmm_forward_check_args) the ReLU in the epilogue too
             cvmm_mma_rows(be, *pl, (__nv_bfloat16 *)Y, Nout, nullptr, x, W16, (size_t)Kin * Nout, Nout, 1, Nout, Kin,
                           relu);
@@ -263,7 +270,7 @@ void cuda_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar
                rows_cost(relu ? (double)M * Nout : 0, moved, M, false))(Y, Ys, pl->inv, M, Nout, relu);
         CHECK_LAUNCH();
     } else {
-        reduce_rows(Y, Ys, pl, w, out_div, Nout, false);
+        reduce_rows(Y, Ys, pl, w, out_div, Nout, nullptr, residual);
     }
 }
 
@@ -351,8 +358,9 @@ static void backward_on_cublas(Backend *be, float *Qs, float *dW, const float *d
 
 void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY, const scalar_t *X,
                         const scalar_t *W, const RoutingPlan *pl, const scalar_t *w, int in_div, int out_div, int Kin,
-                        int Nout, int order) {
-    cvmm_backward_check_args(pl, in_div, out_div, w != nullptr, order, dX != nullptr);
+                        int Nout, int order, const scalar_t *dX_base) {
+    cvmm_backward_check_args(pl, in_div, out_div, w != nullptr, order, dX, dX_base, Kin);
+    const float *base = dX_base ? dX_base : dX; // where dX's sum starts (not read through the ReLU)
     const int M = pl->M, E = pl->n_experts;
     const bool in_sorted = order & CVMM_IN_SORTED, out_sorted = order & CVMM_OUT_SORTED;
     const bool through_relu = order & CVMM_DX_THROUGH_RELU; // (dX given, in_div 1: cvmm_backward_check_args)
@@ -432,10 +440,10 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
                 through_relu);
         else if (Qs16)
             LAUNCH(k_reduce_dw_bf16, (unsigned)rows, threads, 0, cost)(dX, dw_out, Qs16, X, pl->inv, pl->perm, w, div,
-                                                                      Kin, in_sorted, through_relu);
+                                                                      Kin, in_sorted, through_relu, dX_base);
         else
             LAUNCH(k_reduce_dw, (unsigned)rows, threads, 0, cost)(dX, dw_out, Qs, X, pl->inv, pl->perm, w, div, Kin,
-                                                                 in_sorted, through_relu);
+                                                                 in_sorted, through_relu, dX_base);
         CHECK_LAUNCH();
     } else if (want_dw) { // no dX: X's rows where they lie (in plan order when in_sorted, else row p / in_div)
         LAUNCH(k_dw, (unsigned)((M + 7) / 8), 256, 0,
@@ -443,8 +451,8 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
             dw, Qs, X, pl->inv, M, Kin, in_div, in_sorted ? 1 : 0);
         CHECK_LAUNCH();
     } else if (dX && Qs16) {
-        reduce_rows(dX, Qs16, pl, w, in_div, Kin, true);
+        reduce_rows(dX, Qs16, pl, w, in_div, Kin, base, nullptr);
     } else if (dX) {
-        reduce_rows(dX, Qs, pl, w, in_div, Kin, true);
+        reduce_rows(dX, Qs, pl, w, in_div, Kin, base, nullptr);
     }
 }

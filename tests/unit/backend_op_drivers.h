@@ -30,6 +30,9 @@ enum {
     F_CACHE_REALLOC = 1 << 16, /* matmul_cache: the input freed and a buffer of its size allocated between them */
     F_RELU = 1 << 17, /* cvmm: the fused ReLU, CVMM_RELU_Y (forward) or CVMM_DX_THROUGH_RELU (backward; X a ReLU's
                        * output, about half of it exact zeros) */
+    F_RESIDUAL = 1 << 18, /* cvmm: the forward's residual (reduced patterns) or the backward's dX_base, each checked
+                           * bit for bit against the unfused sequence on the same backend */
+    F_IN_PLACE = 1 << 19, /* with F_RESIDUAL: residual = Y, dX_base = dX */
 };
 static int cvmm_order_of(unsigned flags, int forward) {
     return (flags & F_IN_SORTED ? CVMM_IN_SORTED : 0) | (flags & F_OUT_SORTED ? CVMM_OUT_SORTED : 0) |
@@ -648,6 +651,41 @@ static const OpDriver drv_routing_plan = {"routing_plan", run_routing_plan, {"M"
 static CvmmCase cvmm_case_of(const OpCase *c) {
     return (CvmmCase){(CvmmPattern)D(0), D(1), D(2), D(3), D(4), D(5), D(6), D(7)};
 }
+/* F_RESIDUAL rows: the fused call's output (against the other backend as every row) and, on this backend, bit for
+ * bit the unfused sequence: cvmm_forward + add_inplace(Y, R), or copy(dX <- B) + cvmm_backward (dW and dw into
+ * their own buffers, the same call otherwise). F_IN_PLACE: R (B) copied into Y (dX) and passed as Y (dX) itself. */
+static void run_cvmm_fused(OpRun *r, const OpCase *c, const RoutingPlan *pl, const scalar_t *X, const scalar_t *W,
+                           const scalar_t *w, int forward) {
+    const CvmmCase cc = cvmm_case_of(c);
+    const int M = cvmm_M(&cc), in_div = cvmm_in_div(&cc), out_div = cvmm_out_div(&cc);
+    const int order = cvmm_order_of(c->flags, forward), in_place = (c->flags & F_IN_PLACE) != 0;
+    const size_t nX = (size_t)cvmm_x_rows(&cc) * cc.Kin, nW = (size_t)cc.E * cc.Kin * cc.Nout;
+    const size_t nY = (size_t)cvmm_y_rows(&cc) * cc.Nout;
+    const size_t n = forward ? nY : nX; /* the fused output's elements */
+    scalar_t *R = in_uniform(r, n, -4, 4), *out = in_uniform(r, n, -1, 1), *ref = in_uniform(r, n, -1, 1);
+    if (in_place) BE->copy(BE, out, R, n * sizeof(scalar_t));
+    const scalar_t *fused = in_place ? out : R;
+    if (forward) {
+        BE->cvmm_forward(BE, ref, X, W, pl, w, in_div, out_div, cc.Kin, cc.Nout, order, NULL);
+        BE->add_inplace(BE, ref, R, nY);
+        BE->cvmm_forward(BE, out, X, W, pl, w, in_div, out_div, cc.Kin, cc.Nout, order, fused);
+        out_f(r, "Y", out, CMP_GEMM);
+    } else {
+        scalar_t *G = in_uniform(r, nY, -1, 1), *dW = in_uniform(r, nW, -1, 1), *dW2 = in_uniform(r, nW, -1, 1);
+        scalar_t *dw = w ? in_uniform(r, (size_t)M, -1, 1) : NULL, *dw2 = w ? in_uniform(r, (size_t)M, -1, 1) : NULL;
+        BE->copy(BE, ref, R, nX * sizeof(scalar_t));
+        BE->cvmm_backward(BE, ref, dW2, dw2, G, X, W, pl, w, in_div, out_div, cc.Kin, cc.Nout, order, NULL);
+        BE->cvmm_backward(BE, out, dW, dw, G, X, W, pl, w, in_div, out_div, cc.Kin, cc.Nout, order, fused);
+        out_f(r, "dX", out, CMP_GEMM); /* dX's own start never read */
+        out_f_added(r, "dW", dW, CMP_GEMM);
+        if (dw) out_f(r, "dw", dw, CMP_GEMM);
+    }
+    scalar_t *h_out = out_copy(r, out, n, sizeof(scalar_t)), *h_ref = out_copy(r, ref, n, sizeof(scalar_t));
+    char what[160];
+    snprintf(what, sizeof what, "%s %s: fused%s == unfused", c->op, c->name, in_place ? " in place" : "");
+    ktu_assert_equal_bits(h_out, h_ref, n, what);
+    free(h_out), free(h_ref);
+}
 /* cvmm_forward or cvmm_backward of one pattern, with its own plan, rows in the order of the case's flags (inputs in
  * plan order are just another set of random rows) */
 static void run_cvmm(OpRun *r, const OpCase *c) {
@@ -667,14 +705,16 @@ static void run_cvmm(OpRun *r, const OpCase *c) {
     int32_t *sel = in_host(r, hsel, (size_t)M * sizeof(int32_t));
     free(hsel);
     RoutingPlan pl = plan_make(r, sel, M, cc.E);
-    if (forward) {
+    if (c->flags & F_RESIDUAL) {
+        run_cvmm_fused(r, c, &pl, X, W, w, forward);
+    } else if (forward) {
         scalar_t *Y = in_uniform(r, nY, -1, 1);
-        BE->cvmm_forward(BE, Y, X, W, &pl, w, in_div, out_div, cc.Kin, cc.Nout, order);
+        BE->cvmm_forward(BE, Y, X, W, &pl, w, in_div, out_div, cc.Kin, cc.Nout, order, NULL);
         out_f(r, "Y", Y, CMP_GEMM);
     } else {
         scalar_t *G = in_uniform(r, nY, -1, 1), *dX = in_uniform(r, nX, -1, 1), *dW = in_uniform(r, nW, -1, 1);
         scalar_t *dw = w ? in_uniform(r, (size_t)M, -1, 1) : NULL;
-        BE->cvmm_backward(BE, dX, dW, dw, G, X, W, &pl, w, in_div, out_div, cc.Kin, cc.Nout, order);
+        BE->cvmm_backward(BE, dX, dW, dw, G, X, W, &pl, w, in_div, out_div, cc.Kin, cc.Nout, order, NULL);
         if (through_relu) out_f(r, "dX", dX, CMP_GEMM); /* overwritten: its random start must not show */
         else out_f_added(r, "dX", dX, CMP_GEMM);
         out_f_added(r, "dW", dW, CMP_GEMM);
@@ -712,31 +752,31 @@ static void run_cvmm_cache(OpRun *r, const OpCase *c) {
     scalar_t *dX = in_zero(r, nX * sizeof(scalar_t)), *dK = in_zero(r, nW * sizeof(scalar_t));
     BE->layernorm_forward(BE, X, mean, rstd, x0, NULL, NULL, xr, C, (scalar_t)1e-5); /* X's copy written with it */
     BE->matmul(BE, L[0], X, R, xr, 7, C, 0, 0, 1, 0);                 /* the router: X from the LayerNorm's copy */
-    BE->cvmm_forward(BE, U[0], X, keys, &pl, NULL, in_div, 1, C, S, order); /* the experts: the same copy */
+    BE->cvmm_forward(BE, U[0], X, keys, &pl, NULL, in_div, 1, C, S, order, NULL); /* the experts: the same copy */
     BE->add_inplace(BE, X, D, nX);                                    /* X rewritten: its copy dropped */
-    BE->cvmm_forward(BE, U[1], X, keys, &pl, NULL, in_div, 1, C, S, order); /* converts the new X */
+    BE->cvmm_forward(BE, U[1], X, keys, &pl, NULL, in_div, 1, C, S, order, NULL); /* converts the new X */
     BE->matmul(BE, L[1], X, R, xr, 7, C, 0, 0, 1, 0);                 /* cvmm's copy */
     BE->matmul(BE, Q[0], dU, V, M, 5, S, 0, 0, 1, 0);                 /* dU converted by matmul */
-    BE->cvmm_backward(BE, dX, dK, NULL, dU, X, keys, &pl, NULL, in_div, 1, C, S, order); /* X's and dU's copies */
-    BE->cvmm_forward(BE, dU, X, keys, &pl, NULL, in_div, 1, C, S, order); /* cvmm writes dU: its copy dropped */
+    BE->cvmm_backward(BE, dX, dK, NULL, dU, X, keys, &pl, NULL, in_div, 1, C, S, order, NULL); /* X's and dU's copies */
+    BE->cvmm_forward(BE, dU, X, keys, &pl, NULL, in_div, 1, C, S, order, NULL); /* cvmm writes dU: its copy dropped */
     BE->matmul(BE, Q[1], dU, V, M, 5, S, 0, 0, 1, 0);
     BE->layernorm_forward(BE, X, mean, rstd, D, NULL, NULL, xr, C, (scalar_t)1e-5); /* the copy written again */
-    BE->cvmm_forward(BE, U[2], X, keys, &pl, NULL, in_div, 1, C, S, order);
+    BE->cvmm_forward(BE, U[2], X, keys, &pl, NULL, in_div, 1, C, S, order, NULL);
     BE->matmul(BE, L[2], X, R, xr, 7, C, 0, 0, 1, 0);
     /* LayerNorm's backward writes dx's copy (with dw and db: k_ln_bwd_fused; without: k_ln_bwd_dx) */
     scalar_t *Gx = in_uniform(r, nX, -1, 1), *dy = in_uniform(r, nX, -1, 1), *lw = in_uniform(r, (size_t)C, 0.5, 1.5);
     scalar_t *dw = in_zero(r, (size_t)C * sizeof(scalar_t)), *db = in_zero(r, (size_t)C * sizeof(scalar_t));
     BE->layernorm_backward(BE, Gx, dw, db, dy, D, lw, mean, rstd, xr, C);
-    BE->cvmm_forward(BE, U[3], Gx, keys, &pl, NULL, in_div, 1, C, S, order);
+    BE->cvmm_forward(BE, U[3], Gx, keys, &pl, NULL, in_div, 1, C, S, order, NULL);
     BE->matmul(BE, L[3], Gx, R, xr, 7, C, 0, 0, 1, 0);
     BE->layernorm_backward(BE, Gx, NULL, NULL, dy, D, NULL, mean, rstd, xr, C);
     BE->matmul(BE, L[4], Gx, R, xr, 7, C, 0, 0, 1, 0);
-    BE->cvmm_forward(BE, U[4], Gx, keys, &pl, NULL, in_div, 1, C, S, order);
+    BE->cvmm_forward(BE, U[4], Gx, keys, &pl, NULL, in_div, 1, C, S, order, NULL);
     /* its forward writes its input's copy once the input was converted (here by cvmm) and written since */
-    BE->cvmm_forward(BE, U[5], x0, keys, &pl, NULL, in_div, 1, C, S, order);
+    BE->cvmm_forward(BE, U[5], x0, keys, &pl, NULL, in_div, 1, C, S, order, NULL);
     BE->add_inplace(BE, x0, D, nX);
     BE->layernorm_forward(BE, X, mean, rstd, x0, lw, NULL, xr, C, (scalar_t)1e-5);
-    BE->cvmm_forward(BE, U[6], x0, keys, &pl, NULL, in_div, 1, C, S, order);
+    BE->cvmm_forward(BE, U[6], x0, keys, &pl, NULL, in_div, 1, C, S, order, NULL);
     BE->matmul(BE, L[5], x0, R, xr, 7, C, 0, 0, 1, 0);
     static const char *const ln[6] = {"X R, X from LayerNorm", "X R after cvmm, X rewritten", "X R, LayerNorm again",
                                       "dx R, dx from LayerNorm's backward (dw, db)", "dx R, LayerNorm's backward (dx)",
@@ -775,17 +815,17 @@ static FfnChain ffn_chain(OpRun *r, const RoutingPlan *pl, int sorted, int fused
     if (fused == FFN_NARROW) in_order |= CVMM_IN_NARROW, out_order |= CVMM_OUT_NARROW;
     if (fused) {
         o.dA = in_filled(r, nA, NAN);
-        BE->cvmm_forward(BE, o.A, x, keys, pl, NULL, K, 1, C, S, out_order | CVMM_RELU_Y);
-        BE->cvmm_forward(BE, o.f, o.A, values, pl, gate, 1, K, S, C, in_order);
-        BE->cvmm_backward(BE, o.dA, o.dV, o.dg, df, o.A, values, pl, gate, 1, K, S, C, in_order | CVMM_DX_THROUGH_RELU);
+        BE->cvmm_forward(BE, o.A, x, keys, pl, NULL, K, 1, C, S, out_order | CVMM_RELU_Y, NULL);
+        BE->cvmm_forward(BE, o.f, o.A, values, pl, gate, 1, K, S, C, in_order, NULL);
+        BE->cvmm_backward(BE, o.dA, o.dV, o.dg, df, o.A, values, pl, gate, 1, K, S, C, in_order | CVMM_DX_THROUGH_RELU, NULL);
     } else {
-        BE->cvmm_forward(BE, o.A, x, keys, pl, NULL, K, 1, C, S, out_order);
+        BE->cvmm_forward(BE, o.A, x, keys, pl, NULL, K, 1, C, S, out_order, NULL);
         BE->relu_forward(BE, o.A, o.A, nA);
-        BE->cvmm_forward(BE, o.f, o.A, values, pl, gate, 1, K, S, C, in_order);
-        BE->cvmm_backward(BE, o.dA, o.dV, o.dg, df, o.A, values, pl, gate, 1, K, S, C, in_order);
+        BE->cvmm_forward(BE, o.f, o.A, values, pl, gate, 1, K, S, C, in_order, NULL);
+        BE->cvmm_backward(BE, o.dA, o.dV, o.dg, df, o.A, values, pl, gate, 1, K, S, C, in_order, NULL);
         BE->relu_backward(BE, o.dA, o.dA, o.A, nA);
     }
-    BE->cvmm_backward(BE, o.dx, o.dK, NULL, o.dA, x, keys, pl, NULL, K, 1, C, S, out_order);
+    BE->cvmm_backward(BE, o.dx, o.dK, NULL, o.dA, x, keys, pl, NULL, K, 1, C, S, out_order, NULL);
     return o;
 }
 /* The 7 outputs of chain b bit-identical to those of chain a (same row order), on this backend. */

@@ -260,6 +260,27 @@ static const OpCase op_cases[] = {
     CVMM_RELU_ROW("cvmm_backward", "FFN down, no reduction, IN_SORTED | OUT_SORTED, dX through ReLU", PAT_FFN_DOWN, 30,
                   3, 7, 19, 37, 0, F_IN_SORTED | F_OUT_SORTED),
 #undef CVMM_RELU_ROW
+    /* the residual fused into the forward's reduction (reduced patterns), dX_base into the backward's dX: disjoint
+     * and in place, every path and row order; each also bit for bit against the unfused sequence on its backend */
+#define CVMM_FUSED_ROWS(name, pat, N, H, K, E, Kin, Nout, reduce, flags)                                               \
+    CVMM_ROWS(name ", fused residual", pat, N, H, K, E, Kin, Nout, reduce, (flags) | F_RESIDUAL, V_CVMM_ALL, 0),     \
+    CVMM_ROWS(name ", fused residual in place", pat, N, H, K, E, Kin, Nout, reduce, (flags) | F_RESIDUAL | F_IN_PLACE, \
+              V_CVMM_ALL, 0)
+    CVMM_FUSED_ROWS("FFN down", PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1, 0),
+    CVMM_FUSED_ROWS("FFN down, IN_SORTED", PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1, F_IN_SORTED),
+    CVMM_FUSED_ROWS("att V", PAT_ATT_V, 200, 4, 2, 40, 33, 17, 1, 0),
+    CVMM_FUSED_ROWS("att O", PAT_ATT_O, 200, 4, 2, 40, 17, 33, 1, 0),
+    CVMM_FUSED_ROWS("att O, wide", PAT_ATT_O, 60, 2, 2, 5, 70, 130, 1, 0),
+#undef CVMM_FUSED_ROWS
+    /* dX_base alone (no reduction, so no forward residual): the FFN up projection's backward, both row orders */
+    {"cvmm_backward", "FFN up, dX_base", &drv_cvmm, {PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0}, 0, F_RESIDUAL, DT_BOTH,
+     V_CVMM_ALL, 0, 0},
+    {"cvmm_backward", "FFN up, OUT_SORTED, dX_base", &drv_cvmm, {PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0}, 0,
+     F_OUT_SORTED | F_RESIDUAL, DT_BOTH, V_CVMM_ALL, 0, 0},
+    {"cvmm_backward", "FFN up, OUT_SORTED, dX_base in place", &drv_cvmm, {PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0}, 0,
+     F_OUT_SORTED | F_RESIDUAL | F_IN_PLACE, DT_BOTH, V_CVMM_ALL, 0, 0},
+    {"cvmm_backward", "FFN up, wide, dX_base", &drv_cvmm, {PAT_FFN_UP, 100, 1, 3, 5, 100, 130, 0}, 0, F_RESIDUAL,
+     DT_BOTH, V_CVMM_ALL, 0, 0},
     /* repeated runs are bit-identical (no atomics), plan rebuilt in each */
     CVMM_ROWS("FFN down, 2000 entries, repeated", PAT_FFN_DOWN, 500, 1, 4, 16, 64, 48, 1, 0, CVMM_REPEATED,
               CVMM_REPEATED),

@@ -20,7 +20,7 @@ static double cvmm_loss(void *p) {
     CvmmCtx *x = p;
     const CvmmCase *c = x->c;
     x->be->cvmm_forward(x->be, x->Y, x->X, x->W, &x->plan, cvmm_uses_w(c) ? x->w : NULL, cvmm_in_div(c),
-                        cvmm_out_div(c), c->Kin, c->Nout, x->order);
+                        cvmm_out_div(c), c->Kin, c->Nout, x->order, NULL);
     return ktu_dot(x->Y, x->R, (size_t)cvmm_y_rows(c) * c->Nout);
 }
 
@@ -36,7 +36,7 @@ static void cvmm_fd(Backend *be, KtuRng *rng, const CvmmCase *c, int duplicates,
     const scalar_t *w = cvmm_uses_w(c) ? x.w : NULL;
     x.plan = cvmm_host_plan(be, x.sel, M, c->E);
     be->cvmm_backward(be, dX, dW, w ? dw : NULL, x.R, x.X, x.W, &x.plan, w, cvmm_in_div(c), cvmm_out_div(c), c->Kin,
-                      c->Nout, order);
+                      c->Nout, order, NULL);
     char what[96];
     snprintf(what, sizeof what, "%s reduce=%d dup=%d order=%d dX", cvmm_pattern_name[c->pat], c->reduce, duplicates,
              order);

@@ -25,7 +25,7 @@ static void cvmm_check(Backend *be, KtuRng *rng, const CvmmCase *c, const int32_
     double *wY = ktu_doubles(nY);
     cvmm_oracle_forward(c, wY, X, W, sel, w);
     RoutingPlan pl = cvmm_host_plan(be, sel, M, c->E);
-    be->cvmm_forward(be, Y, X, W, &pl, w, cvmm_in_div(c), cvmm_out_div(c), c->Kin, c->Nout, CVMM_ENTRY_ORDER);
+    be->cvmm_forward(be, Y, X, W, &pl, w, cvmm_in_div(c), cvmm_out_div(c), c->Kin, c->Nout, CVMM_ENTRY_ORDER, NULL);
     snprintf(what, sizeof what, "%s %s reduce=%d Y", label, cvmm_pattern_name[c->pat], c->reduce);
     ktu_assert_close(Y, wY, nY, 1e-5, 1e-5, what);
 
@@ -39,7 +39,7 @@ static void cvmm_check(Backend *be, KtuRng *rng, const CvmmCase *c, const int32_
         for (int p = 0; p < M; p++) dw[p] = NAN; /* dw is overwritten */
     cvmm_oracle_backward(c, wdX, wdW, wdw, dY, X, W, sel, w);
     be->cvmm_backward(be, dX, dW, dw, dY, X, W, &pl, w, cvmm_in_div(c), cvmm_out_div(c), c->Kin, c->Nout,
-                      CVMM_ENTRY_ORDER);
+                      CVMM_ENTRY_ORDER, NULL);
     snprintf(what, sizeof what, "%s %s reduce=%d dX", label, cvmm_pattern_name[c->pat], c->reduce);
     ktu_assert_close(dX, wdX, nX, 1e-4, 1e-5, what);
     snprintf(what, sizeof what, "%s %s reduce=%d dW", label, cvmm_pattern_name[c->pat], c->reduce);
@@ -138,8 +138,8 @@ START_TEST(test_cvmm_slot_permutation) {
         const scalar_t *wp = cvmm_uses_w(&c) ? w : NULL, *wp2 = cvmm_uses_w(&c) ? w2 : NULL;
         scalar_t *Y = ktu_scalars(nY), *Y2 = ktu_scalars(nY);
         RoutingPlan pl = cvmm_host_plan(be, sel, M, c.E), pl2 = cvmm_host_plan(be, sel2, M, c.E);
-        be->cvmm_forward(be, Y, X, W, &pl, wp, in_div, out_div, c.Kin, c.Nout, CVMM_ENTRY_ORDER);
-        be->cvmm_forward(be, Y2, X2, W, &pl2, wp2, in_div, out_div, c.Kin, c.Nout, CVMM_ENTRY_ORDER);
+        be->cvmm_forward(be, Y, X, W, &pl, wp, in_div, out_div, c.Kin, c.Nout, CVMM_ENTRY_ORDER, NULL);
+        be->cvmm_forward(be, Y2, X2, W, &pl2, wp2, in_div, out_div, c.Kin, c.Nout, CVMM_ENTRY_ORDER, NULL);
         if (pat == PAT_FFN_UP) { /* un-reduced: row p of Y2 is row perm[p] of Y */
             for (int p = 0; p < M; p++)
                 ktu_assert_close_s(Y2 + (size_t)p * c.Nout, Y + (size_t)perm[p] * c.Nout, c.Nout, 1e-6, 1e-6, "ffn_up rows");
@@ -152,9 +152,9 @@ START_TEST(test_cvmm_slot_permutation) {
         scalar_t *dX = ktu_scalars(nX), *dX2 = ktu_scalars(nX), *dW = ktu_scalars(nW), *dW2 = ktu_scalars(nW);
         scalar_t *dw = ktu_scalars(M), *dw2 = ktu_scalars(M);
         be->cvmm_backward(be, dX, dW, wp ? dw : NULL, dY, X, W, &pl, wp, in_div, out_div, c.Kin, c.Nout,
-                          CVMM_ENTRY_ORDER);
+                          CVMM_ENTRY_ORDER, NULL);
         be->cvmm_backward(be, dX2, dW2, wp2 ? dw2 : NULL, dY2, X2, W, &pl2, wp2, in_div, out_div, c.Kin, c.Nout,
-                          CVMM_ENTRY_ORDER);
+                          CVMM_ENTRY_ORDER, NULL);
         ktu_assert_close_s(dW2, dW, nW, 1e-5, 1e-5, "dW under slot permutation");
         if (pat == PAT_FFN_DOWN) {
             for (int p = 0; p < M; p++)
@@ -186,11 +186,11 @@ START_TEST(test_cvmm_optional_outputs) {
     scalar_t *dX = ktu_scalars(nX), *dW = ktu_scalars(nW), *dw = ktu_scalars(M);
     RoutingPlan pl = cvmm_host_plan(be, sel, M, c.E);
     be->cvmm_backward(be, dX, dW, dw, dY, X, W, &pl, w, cvmm_in_div(&c), cvmm_out_div(&c), c.Kin, c.Nout,
-                      CVMM_ENTRY_ORDER);
+                      CVMM_ENTRY_ORDER, NULL);
     for (int mask = 0; mask < 8; mask++) {
         scalar_t *a = ktu_scalars(nX), *b = ktu_scalars(nW), *d = ktu_scalars(M);
         be->cvmm_backward(be, (mask & 1) ? a : NULL, (mask & 2) ? b : NULL, (mask & 4) ? d : NULL, dY, X, W, &pl, w,
-                          cvmm_in_div(&c), cvmm_out_div(&c), c.Kin, c.Nout, CVMM_ENTRY_ORDER);
+                          cvmm_in_div(&c), cvmm_out_div(&c), c.Kin, c.Nout, CVMM_ENTRY_ORDER, NULL);
         if (mask & 1) ktu_assert_close_s(a, dX, nX, 0, 1e-6, "dX alone");
         if (mask & 2) ktu_assert_close_s(b, dW, nW, 0, 1e-6, "dW alone");
         if (mask & 4) ktu_assert_close_s(d, dw, M, 0, 1e-6, "dw alone");
@@ -256,15 +256,15 @@ START_TEST(test_cvmm_sorted_by_hand) {
     RoutingPlan pl = cvmm_host_plan(be, sel, 4, 2);
     const scalar_t x[4] = {1, 2, 3, 4}, keys[4] = {1, 10, 100, 1000}, values[2] = {2, 5}, w[4] = {0.5, 2, 1, 3};
     scalar_t U[4], f[2];
-    be->cvmm_forward(be, U, x, keys, &pl, NULL, 2, 1, 2, 1, CVMM_OUT_SORTED);
+    be->cvmm_forward(be, U, x, keys, &pl, NULL, 2, 1, 2, 1, CVMM_OUT_SORTED, NULL);
     const scalar_t wantU[4] = {21, 43, 43, 2100};
     for (int m = 0; m < 4; m++) ck_assert_msg(U[m] == wantU[m], "U[%d] = %g, want %g", m, (double)U[m], (double)wantU[m]);
-    be->cvmm_forward(be, f, U, values, &pl, w, 1, 2, 1, 1, CVMM_IN_SORTED);
+    be->cvmm_forward(be, f, U, values, &pl, w, 1, 2, 1, 1, CVMM_IN_SORTED, NULL);
     ck_assert_msg(f[0] == 5334 && f[1] == 344, "f = {%g, %g}, want {5334, 344}", (double)f[0], (double)f[1]);
 
     const scalar_t df[2] = {1, 10};
     scalar_t dA[4] = {0, 0, 0, 0}, dV[2] = {0, 0}, dw[4];
-    be->cvmm_backward(be, dA, dV, dw, df, U, values, &pl, w, 1, 2, 1, 1, CVMM_IN_SORTED);
+    be->cvmm_backward(be, dA, dV, dw, df, U, values, &pl, w, 1, 2, 1, 1, CVMM_IN_SORTED, NULL);
     const scalar_t wantdA[4] = {4, 20, 60, 2.5}, wantdw[4] = {10500, 42, 860, 860};
     for (int m = 0; m < 4; m++) {
         ck_assert_msg(dA[m] == wantdA[m], "dA[%d] = %g, want %g", m, (double)dA[m], (double)wantdA[m]);
@@ -275,7 +275,7 @@ START_TEST(test_cvmm_sorted_by_hand) {
 
     const scalar_t dU[4] = {1, 2, 3, 4};
     scalar_t dx[4] = {0, 0, 0, 0}, dK[4] = {0, 0, 0, 0};
-    be->cvmm_backward(be, dx, dK, NULL, dU, x, keys, &pl, NULL, 2, 1, 2, 1, CVMM_OUT_SORTED);
+    be->cvmm_backward(be, dx, dK, NULL, dU, x, keys, &pl, NULL, 2, 1, 2, 1, CVMM_OUT_SORTED, NULL);
     const scalar_t wantdx[4] = {401, 4010, 5, 50}, wantdK[4] = {16, 22, 4, 8};
     for (int i = 0; i < 4; i++) {
         ck_assert_msg(dx[i] == wantdx[i], "dx[%d] = %g, want %g", i, (double)dx[i], (double)wantdx[i]);
@@ -306,8 +306,8 @@ static void sorted_case(Backend *be, KtuRng *rng, const CvmmCase *c, int order) 
     else memcpy(dYp, dY, nY * sizeof(scalar_t));
 
     scalar_t *Y = ktu_scalars(nY), *Ys = ktu_scalars(nY), *Yp = ktu_scalars(nY);
-    be->cvmm_forward(be, Y, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, CVMM_ENTRY_ORDER);
-    be->cvmm_forward(be, Ys, Xp, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order);
+    be->cvmm_forward(be, Y, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, CVMM_ENTRY_ORDER, NULL);
+    be->cvmm_forward(be, Ys, Xp, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, NULL);
     if (out_sorted) cvmm_rows_to_plan(Yp, Y, pl.perm, M, c->Nout);
     else memcpy(Yp, Y, nY * sizeof(scalar_t));
     char what[128];
@@ -318,8 +318,8 @@ static void sorted_case(Backend *be, KtuRng *rng, const CvmmCase *c, int order) 
     scalar_t *dXs = ktu_scalars(nX), *dWs = ktu_copy(dW, nW), *dws = ktu_scalars((size_t)M), *dXp = ktu_scalars(nX);
     if (in_sorted) cvmm_rows_to_plan(dXs, dX, pl.perm, M, c->Kin);
     else memcpy(dXs, dX, nX * sizeof(scalar_t));
-    be->cvmm_backward(be, dX, dW, w ? dw : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, CVMM_ENTRY_ORDER);
-    be->cvmm_backward(be, dXs, dWs, w ? dws : NULL, dYp, Xp, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order);
+    be->cvmm_backward(be, dX, dW, w ? dw : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, CVMM_ENTRY_ORDER, NULL);
+    be->cvmm_backward(be, dXs, dWs, w ? dws : NULL, dYp, Xp, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, NULL);
     if (in_sorted) cvmm_rows_to_plan(dXp, dX, pl.perm, M, c->Kin);
     else memcpy(dXp, dX, nX * sizeof(scalar_t));
     snprintf(what, sizeof what, "%s reduce=%d order=%d dX", cvmm_pattern_name[c->pat], c->reduce, order);
@@ -370,12 +370,12 @@ static void relu_fused_case(Backend *be, KtuRng *rng, const CvmmCase *c, int ord
     char what[128];
     if (c->pat == PAT_FFN_UP) {
         scalar_t *Y = ktu_scalars(nY), *Yf = ktu_scalars(nY);
-        be->cvmm_forward(be, Y, X, W, &pl, NULL, in_div, out_div, c->Kin, c->Nout, order);
+        be->cvmm_forward(be, Y, X, W, &pl, NULL, in_div, out_div, c->Kin, c->Nout, order, NULL);
         size_t negative = 0;
         for (size_t i = 0; i < nY; i++) negative += Y[i] < 0;
         ck_assert_msg(negative > nY / 4 && negative < nY * 3 / 4, "%zu of %zu products negative", negative, nY);
         be->relu_forward(be, Y, Y, nY);
-        be->cvmm_forward(be, Yf, X, W, &pl, NULL, in_div, out_div, c->Kin, c->Nout, order | CVMM_RELU_Y);
+        be->cvmm_forward(be, Yf, X, W, &pl, NULL, in_div, out_div, c->Kin, c->Nout, order | CVMM_RELU_Y, NULL);
         snprintf(what, sizeof what, "%s order=%d ReLU(Y)", cvmm_pattern_name[c->pat], order);
         ktu_assert_equal_bits(Yf, Y, nY, what);
         free(Y), free(Yf);
@@ -385,10 +385,10 @@ static void relu_fused_case(Backend *be, KtuRng *rng, const CvmmCase *c, int ord
         scalar_t *dWf = ktu_copy(dW, nW), *dw = ktu_scalars((size_t)M), *dwf = ktu_scalars((size_t)M);
         memset(dX, 0, nX * sizeof(scalar_t));
         for (size_t i = 0; i < nX; i++) dXf[i] = NAN;
-        be->cvmm_backward(be, dX, dW, w ? dw : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order);
+        be->cvmm_backward(be, dX, dW, w ? dw : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, NULL);
         be->relu_backward(be, dX, dX, X, nX);
         be->cvmm_backward(be, dXf, dWf, w ? dwf : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout,
-                          order | CVMM_DX_THROUGH_RELU);
+                          order | CVMM_DX_THROUGH_RELU, NULL);
         snprintf(what, sizeof what, "%s reduce=%d order=%d dX through ReLU", cvmm_pattern_name[c->pat], c->reduce,
                  order);
         ktu_assert_equal_bits(dXf, dX, nX, what);
@@ -415,8 +415,79 @@ START_TEST(test_cvmm_relu_fused_equals_unfused) {
 }
 END_TEST
 
+/* The fused residual and dX_base give exactly (bit for bit) the unfused sequences (kernels/backend_ops.h): forward
+ * cvmm_forward + add_inplace(Y, R) against cvmm_forward with residual R, into a NaN-filled Y and in place (Y = R);
+ * backward copy(dX <- B) + cvmm_backward against cvmm_backward with dX_base B over a NaN-filled dX (never read), and
+ * with dX_base = dX (the plain accumulation), dW and dw unchanged. The residual's and base's rows carry signed zeros
+ * and large values, so an add in another place of the sum changes bits. order: the row-order flags of the case. */
+static scalar_t *fused_operand(KtuRng *rng, size_t n) {
+    scalar_t *v = ktu_random(rng, n, -1, 1);
+    for (size_t i = 0; i < n; i += 7) v[i] = (i / 7) % 2 ? -0.0f : 0.0f;
+    for (size_t i = 3; i < n; i += 11) v[i] *= 4096;
+    return v;
+}
+static void residual_fused_case(Backend *be, KtuRng *rng, const CvmmCase *c, int order) {
+    int M = cvmm_M(c), in_div = cvmm_in_div(c), out_div = cvmm_out_div(c);
+    size_t nX = (size_t)cvmm_x_rows(c) * c->Kin, nW = (size_t)c->E * c->Kin * c->Nout;
+    size_t nY = (size_t)cvmm_y_rows(c) * c->Nout;
+    scalar_t *X = ktu_random(rng, nX, -1, 1), *W = ktu_random(rng, nW, -1, 1), *dY = ktu_random(rng, nY, -1, 1);
+    scalar_t *w = cvmm_uses_w(c) ? ktu_random(rng, M, 0.05, 1) : NULL;
+    int32_t *sel = ktu_ints((size_t)M);
+    cvmm_random_sel(c, rng, sel);
+    RoutingPlan pl = cvmm_host_plan(be, sel, M, c->E);
+    char what[128];
+    if (w) { /* the residual needs a reduction */
+        scalar_t *R = fused_operand(rng, nY), *Y = ktu_scalars(nY), *Yf = ktu_scalars(nY), *Yi = ktu_copy(R, nY);
+        for (size_t i = 0; i < nY; i++) Yf[i] = NAN;
+        be->cvmm_forward(be, Y, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, NULL);
+        be->add_inplace(be, Y, R, nY);
+        be->cvmm_forward(be, Yf, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, R);
+        snprintf(what, sizeof what, "%s order=%d Y + residual", cvmm_pattern_name[c->pat], order);
+        ktu_assert_equal_bits(Yf, Y, nY, what);
+        be->cvmm_forward(be, Yi, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, Yi);
+        snprintf(what, sizeof what, "%s order=%d Y + residual in place", cvmm_pattern_name[c->pat], order);
+        ktu_assert_equal_bits(Yi, Y, nY, what);
+        free(R), free(Y), free(Yf), free(Yi);
+    }
+    scalar_t *B = fused_operand(rng, nX), *dX = ktu_copy(B, nX), *dXf = ktu_scalars(nX), *dXi = ktu_copy(B, nX);
+    scalar_t *dW = ktu_random(rng, nW, -1, 1), *dWf = ktu_copy(dW, nW), *dWi = ktu_copy(dW, nW);
+    scalar_t *dw = ktu_scalars((size_t)M), *dwf = ktu_scalars((size_t)M);
+    for (size_t i = 0; i < nX; i++) dXf[i] = NAN;
+    be->cvmm_backward(be, dX, dW, w ? dw : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, NULL);
+    be->cvmm_backward(be, dXf, dWf, w ? dwf : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, B);
+    be->cvmm_backward(be, dXi, dWi, NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, dXi);
+    snprintf(what, sizeof what, "%s reduce=%d order=%d dX_base + sum", cvmm_pattern_name[c->pat], c->reduce, order);
+    ktu_assert_equal_bits(dXf, dX, nX, what);
+    snprintf(what, sizeof what, "%s reduce=%d order=%d dX_base = dX", cvmm_pattern_name[c->pat], c->reduce, order);
+    ktu_assert_equal_bits(dXi, dX, nX, what);
+    ktu_assert_equal_bits(dWf, dW, nW, "dW beside dX_base");
+    ktu_assert_equal_bits(dWi, dW, nW, "dW beside dX_base = dX");
+    if (w) ktu_assert_equal_bits(dwf, dw, (size_t)M, "dw beside dX_base");
+    cvmm_host_plan_free(&pl);
+    free(B), free(dX), free(dXf), free(dXi), free(dW), free(dWf), free(dWi), free(dw), free(dwf);
+    free(X), free(W), free(dY), free(w), free(sel);
+}
+
+START_TEST(test_cvmm_residual_fused_equals_unfused) {
+    Backend *be = ktu_cpu();
+    KtuRng rng = {47};
+    const CvmmCase up = {PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0}, down = {PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1};
+    const CvmmCase down_unreduced = {PAT_FFN_DOWN, 30, 1, 3, 7, 19, 37, 0};
+    const CvmmCase att_v = {PAT_ATT_V, 11, 3, 2, 15, 21, 10, 1}, att_o = {PAT_ATT_O, 11, 3, 2, 15, 10, 21, 1};
+    residual_fused_case(be, &rng, &up, CVMM_ENTRY_ORDER);
+    residual_fused_case(be, &rng, &up, CVMM_OUT_SORTED);
+    residual_fused_case(be, &rng, &down, CVMM_ENTRY_ORDER);
+    residual_fused_case(be, &rng, &down, CVMM_IN_SORTED);
+    residual_fused_case(be, &rng, &down_unreduced, CVMM_IN_SORTED | CVMM_OUT_SORTED);
+    residual_fused_case(be, &rng, &att_v, CVMM_ENTRY_ORDER);
+    residual_fused_case(be, &rng, &att_o, CVMM_ENTRY_ORDER);
+    backend_destroy(be);
+}
+END_TEST
+
 /* Misuse is a one-line error and exit 1: a plan too small for the call, cvmm with an unbuilt plan, sorted inputs
- * with in_div > 1, sorted outputs with a reduction, the ReLU flags where they do not apply. */
+ * with in_div > 1, sorted outputs with a reduction, the ReLU flags where they do not apply, a residual or dX_base
+ * where it does not apply or partly overlapping its output. */
 START_TEST(test_routing_plan_too_small_dies) {
     Backend *be = ktu_cpu();
     int32_t sel[3] = {0, 1, 0}, perm[2], inv[2], off[3], groups[2], host[3];
@@ -429,7 +500,7 @@ START_TEST(test_cvmm_unbuilt_plan_dies) {
     Backend *be = ktu_cpu();
     RoutingPlan pl = {0};
     scalar_t X[1] = {1}, W[1] = {1}, Y[1];
-    be->cvmm_forward(be, Y, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_ENTRY_ORDER);
+    be->cvmm_forward(be, Y, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_ENTRY_ORDER, NULL);
 }
 END_TEST
 /* The argument checks' plan: entries 0 and 1 on experts 0 and 1 (the tests below die before they could free it). */
@@ -441,14 +512,14 @@ START_TEST(test_cvmm_sorted_in_div_dies) {
     Backend *be = ktu_cpu();
     RoutingPlan pl = plan_of_two(be);
     scalar_t X[1] = {1}, W[2] = {1, 1}, Y[2];
-    be->cvmm_forward(be, Y, X, W, &pl, NULL, 2, 1, 1, 1, CVMM_IN_SORTED);
+    be->cvmm_forward(be, Y, X, W, &pl, NULL, 2, 1, 1, 1, CVMM_IN_SORTED, NULL);
 }
 END_TEST
 START_TEST(test_cvmm_sorted_reduced_dies) {
     Backend *be = ktu_cpu();
     RoutingPlan pl = plan_of_two(be);
     scalar_t X[2] = {1, 2}, W[2] = {1, 1}, w[2] = {1, 1}, dY[1] = {1}, dX[2];
-    be->cvmm_backward(be, dX, NULL, NULL, dY, X, W, &pl, w, 1, 2, 1, 1, CVMM_OUT_SORTED);
+    be->cvmm_backward(be, dX, NULL, NULL, dY, X, W, &pl, w, 1, 2, 1, 1, CVMM_OUT_SORTED, NULL);
 }
 END_TEST
 
@@ -456,28 +527,64 @@ START_TEST(test_cvmm_relu_reduced_dies) { /* CVMM_RELU_Y with a reduction */
     Backend *be = ktu_cpu();
     RoutingPlan pl = plan_of_two(be);
     scalar_t X[2] = {1, 2}, W[2] = {1, 1}, w[2] = {1, 1}, Y[1];
-    be->cvmm_forward(be, Y, X, W, &pl, w, 1, 2, 1, 1, CVMM_RELU_Y);
+    be->cvmm_forward(be, Y, X, W, &pl, w, 1, 2, 1, 1, CVMM_RELU_Y, NULL);
 }
 END_TEST
 START_TEST(test_cvmm_relu_backward_flag_in_forward_dies) {
     Backend *be = ktu_cpu();
     RoutingPlan pl = plan_of_two(be);
     scalar_t X[2] = {1, 2}, W[2] = {1, 1}, Y[2];
-    be->cvmm_forward(be, Y, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_DX_THROUGH_RELU);
+    be->cvmm_forward(be, Y, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_DX_THROUGH_RELU, NULL);
 }
 END_TEST
 START_TEST(test_cvmm_through_relu_in_div_dies) {
     Backend *be = ktu_cpu();
     RoutingPlan pl = plan_of_two(be);
     scalar_t X[1] = {1}, W[2] = {1, 1}, dY[2] = {1, 1}, dX[1];
-    be->cvmm_backward(be, dX, NULL, NULL, dY, X, W, &pl, NULL, 2, 1, 1, 1, CVMM_DX_THROUGH_RELU);
+    be->cvmm_backward(be, dX, NULL, NULL, dY, X, W, &pl, NULL, 2, 1, 1, 1, CVMM_DX_THROUGH_RELU, NULL);
 }
 END_TEST
 START_TEST(test_cvmm_through_relu_no_dx_dies) {
     Backend *be = ktu_cpu();
     RoutingPlan pl = plan_of_two(be);
     scalar_t X[2] = {1, 2}, W[2] = {1, 1}, dY[2] = {1, 1}, dW[2] = {0, 0};
-    be->cvmm_backward(be, NULL, dW, NULL, dY, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_DX_THROUGH_RELU);
+    be->cvmm_backward(be, NULL, dW, NULL, dY, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_DX_THROUGH_RELU, NULL);
+}
+END_TEST
+
+START_TEST(test_cvmm_residual_unreduced_dies) { /* a residual without reduction weights */
+    Backend *be = ktu_cpu();
+    RoutingPlan pl = plan_of_two(be);
+    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, R[2] = {0, 0}, Y[2];
+    be->cvmm_forward(be, Y, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_ENTRY_ORDER, R);
+}
+END_TEST
+START_TEST(test_cvmm_residual_overlap_dies) { /* a residual overlapping Y without being it */
+    Backend *be = ktu_cpu();
+    RoutingPlan pl = plan_of_two(be);
+    scalar_t X[2] = {1, 2}, W[4] = {1, 1, 1, 1}, w[2] = {1, 1}, Y[3] = {0, 0, 0};
+    be->cvmm_forward(be, Y, X, W, &pl, w, 1, 1, 1, 2, CVMM_ENTRY_ORDER, Y + 1);
+}
+END_TEST
+START_TEST(test_cvmm_dx_base_through_relu_dies) {
+    Backend *be = ktu_cpu();
+    RoutingPlan pl = plan_of_two(be);
+    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, dY[2] = {1, 1}, dX[2], base[2] = {0, 0};
+    be->cvmm_backward(be, dX, NULL, NULL, dY, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_DX_THROUGH_RELU, base);
+}
+END_TEST
+START_TEST(test_cvmm_dx_base_no_dx_dies) {
+    Backend *be = ktu_cpu();
+    RoutingPlan pl = plan_of_two(be);
+    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, dY[2] = {1, 1}, dW[2] = {0, 0}, base[2] = {0, 0};
+    be->cvmm_backward(be, NULL, dW, NULL, dY, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_ENTRY_ORDER, base);
+}
+END_TEST
+START_TEST(test_cvmm_dx_base_overlap_dies) {
+    Backend *be = ktu_cpu();
+    RoutingPlan pl = plan_of_two(be);
+    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, dY[2] = {1, 1}, dX[3] = {0, 0, 0};
+    be->cvmm_backward(be, dX + 1, NULL, NULL, dY, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_ENTRY_ORDER, dX);
 }
 END_TEST
 /* the narrow flags: plan order on their side; a narrow dX only written through the ReLU */
@@ -485,21 +592,21 @@ START_TEST(test_cvmm_narrow_in_entry_order_dies) {
     Backend *be = ktu_cpu();
     RoutingPlan pl = plan_of_two(be);
     scalar_t X[2] = {1, 2}, W[2] = {1, 1}, Y[2];
-    be->cvmm_forward(be, Y, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_IN_NARROW);
+    be->cvmm_forward(be, Y, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_IN_NARROW, NULL);
 }
 END_TEST
 START_TEST(test_cvmm_narrow_out_entry_order_dies) {
     Backend *be = ktu_cpu();
     RoutingPlan pl = plan_of_two(be);
     scalar_t X[2] = {1, 2}, W[2] = {1, 1}, Y[2];
-    be->cvmm_forward(be, Y, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_IN_SORTED | CVMM_OUT_NARROW);
+    be->cvmm_forward(be, Y, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_IN_SORTED | CVMM_OUT_NARROW, NULL);
 }
 END_TEST
 START_TEST(test_cvmm_narrow_dx_accumulated_dies) {
     Backend *be = ktu_cpu();
     RoutingPlan pl = plan_of_two(be);
     scalar_t X[2] = {1, 2}, W[2] = {1, 1}, dY[2] = {1, 1}, dX[2] = {0, 0};
-    be->cvmm_backward(be, dX, NULL, NULL, dY, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_IN_SORTED | CVMM_IN_NARROW);
+    be->cvmm_backward(be, dX, NULL, NULL, dY, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_IN_SORTED | CVMM_IN_NARROW, NULL);
 }
 END_TEST
 
@@ -527,6 +634,12 @@ static Suite *suite(void) {
     tcase_add_exit_test(tc, test_cvmm_narrow_in_entry_order_dies, 1);
     tcase_add_exit_test(tc, test_cvmm_narrow_out_entry_order_dies, 1);
     tcase_add_exit_test(tc, test_cvmm_narrow_dx_accumulated_dies, 1);
+    tcase_add_test(tc, test_cvmm_residual_fused_equals_unfused);
+    tcase_add_exit_test(tc, test_cvmm_residual_unreduced_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_residual_overlap_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_dx_base_through_relu_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_dx_base_no_dx_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_dx_base_overlap_dies, 1);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -60,9 +60,9 @@ START_TEST(test_thread_count_invariance) {
         be->attention_backward(be, o[7].out[th], o[8].out[th], o[9].out[th], v, o[5].out[th], o[6].out[th], q, k, v,
                                B, T, H, D, (scalar_t)0.25);
         RoutingPlan pl = cvmm_host_plan(be, sel, N * K, E);
-        be->cvmm_forward(be, o[10].out[th], A, Wv, &pl, gate, 1, K, S, C, CVMM_ENTRY_ORDER); /* FFN down */
+        be->cvmm_forward(be, o[10].out[th], A, Wv, &pl, gate, 1, K, S, C, CVMM_ENTRY_ORDER, NULL); /* FFN down */
         be->cvmm_backward(be, o[11].out[th], o[12].out[th], o[13].out[th], dy, A, Wv, &pl, gate, 1, K, S, C,
-                          CVMM_ENTRY_ORDER);
+                          CVMM_ENTRY_ORDER, NULL);
         cvmm_host_plan_free(&pl);
         scalars[th][0] = be->entropy_reg(be, o[14].out[th], rl, valid, R, B, T, H, E, (scalar_t)0.001);
         scalars[th][1] = be->cross_entropy(be, o[15].out[th], NULL, logits, tg, N, V, (scalar_t)0.5);
