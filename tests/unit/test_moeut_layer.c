@@ -357,6 +357,7 @@ START_TEST(backward_twice_after_one_regularizers_dies) {
     mt_stack_forward(&s, x, proj, NULL, NULL);
     double *dx1 = mt_stack_backward(&s, proj);
     mt_stack_forward(&s, x, proj, NULL, NULL);
+    free(x); /* (no longer needed: freed before the call that dies, which the sanitizer build would report as a leak) */
     double *dx2 = mt_stack_backward(&s, proj);
     for (size_t i = 0; i < nc; i++) ck_assert_msg(dx1[i] == dx2[i], "input gradient %zu differs on the repeat", i);
     free(dx1), free(dx2);
