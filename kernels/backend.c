@@ -79,6 +79,41 @@ void cvmm_backward_check_args(const RoutingPlan *pl, int in_div, int out_div, in
     check_fused_operand("cvmm_backward", "dX_base", "dX", dX, dX_base, (size_t)rows * (size_t)Kin);
 }
 
+/* Whether [a, a + na) and [b, b + nb) (scalars) share memory, compared as addresses (no pointer arithmetic across
+ * objects). */
+static int scalars_overlap(const scalar_t *a, size_t na, const scalar_t *b, size_t nb) {
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return na && nb && x < y + nb * sizeof(scalar_t) && y < x + na * sizeof(scalar_t);
+}
+
+void linear_backward_check_args(const scalar_t *dX, const scalar_t *X, const LinearTerm *terms, int n_terms, int N,
+                                int C) {
+    if (n_terms < 1 || n_terms > LINEAR_TERMS_MAX)
+        die("linear_backward: n_terms=%d (1 to %d maps of one input)", n_terms, LINEAR_TERMS_MAX);
+    if (N < 0 || C < 0) die("linear_backward: N=%d, C=%d", N, C);
+    if (!dX || !X || !terms) die("linear_backward: dX, X and the terms must be given");
+    const size_t nX = (size_t)N * (size_t)C;
+    if (scalars_overlap(dX, nX, X, nX)) die("linear_backward: dX overlaps X");
+    for (int i = 0; i < n_terms; i++) {
+        const LinearTerm *t = &terms[i];
+        if (t->m < 1) die("linear_backward: term %d has m=%d (at least 1)", i, t->m);
+        if (!t->dy || !t->w) die("linear_backward: term %d lacks its dy or its w", i);
+        const size_t ny = (size_t)N * (size_t)t->m, nw = (size_t)t->m * (size_t)C;
+        if (scalars_overlap(dX, nX, t->dy, ny) || scalars_overlap(dX, nX, t->w, nw) ||
+            scalars_overlap(dX, nX, t->dw, t->dw ? nw : 0))
+            die("linear_backward: dX overlaps term %d's dy, w or dw", i);
+        if (!t->dw) continue;
+        if (scalars_overlap(t->dw, nw, X, nX)) die("linear_backward: term %d's dw overlaps X", i);
+        for (int j = 0; j < n_terms; j++) {
+            const LinearTerm *u = &terms[j];
+            const size_t uy = (size_t)N * (size_t)u->m, uw = (size_t)u->m * (size_t)C;
+            if (scalars_overlap(t->dw, nw, u->dy, uy) || scalars_overlap(t->dw, nw, u->w, uw) ||
+                (j != i && scalars_overlap(t->dw, nw, u->dw, u->dw ? uw : 0)))
+                die("linear_backward: term %d's dw overlaps term %d's dy, w or dw", i, j);
+        }
+    }
+}
+
 bool backend_name_known(const char *name) { return name && (strcmp(name, "cpu") == 0 || strcmp(name, "cuda") == 0); }
 
 Backend *backend_create(const char *name, char *err, size_t errlen) {

@@ -66,6 +66,18 @@ enum {
     CVMM_OUT_NARROW = 32
 };
 
+/* One linear map of linear_backward (kernels/backend_ops.h): y = alpha X W^T with W [m, C] (a PyTorch Linear weight),
+ * its output gradient dy [N, m], and where its weight gradient goes (dw [m, C], accumulated; NULL: none wanted). */
+typedef struct {
+    const scalar_t *dy; /* [N, m] */
+    const scalar_t *w;  /* [m, C] */
+    scalar_t *dw;       /* [m, C] or NULL */
+    int m;
+    scalar_t alpha;
+} LinearTerm;
+/* The most maps one linear_backward call takes (a layer's projections and routers reading one input). */
+#define LINEAR_TERMS_MAX 8
+
 /* The most doubles one read_values call brings back (a training step's sums: loss and regularizers). */
 #define BACKEND_READ_VALUES_MAX 8
 
@@ -130,6 +142,10 @@ void cvmm_forward_check_args(const RoutingPlan *pl, int in_div, int out_div, int
                              const scalar_t *Y, const scalar_t *residual, int Nout);
 void cvmm_backward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order,
                               const scalar_t *dX, const scalar_t *dX_base, int Kin);
+/* linear_backward's: 1 <= n_terms <= LINEAR_TERMS_MAX, sizes >= 0 (m >= 1), dX, X and every dy and w given, and
+ * dX disjoint from every operand (dw included) and the dw disjoint from each other and from the operands. */
+void linear_backward_check_args(const scalar_t *dX, const scalar_t *X, const LinearTerm *terms, int n_terms, int N,
+                                int C);
 void backend_destroy(Backend *be);
 
 /* Implementations (backend_create dispatches to these). */

@@ -19,6 +19,17 @@
 BACKEND_OP(void, matmul, (Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B, int M, int N, int K,
                           int transA, int transB, scalar_t alpha, scalar_t beta))
 
+/* The backward of n_terms linear maps of one input X [N, C], y_i = alpha_i X W_i^T (LinearTerm: W_i [m_i, C],
+ * dY_i [N, m_i]; a layer's projections and routers reading one LayerNorm output):
+ *   dW_i[m_i, C] += alpha_i dY_i^T X           for each term with a dw, then
+ *   dX[N, C] = beta dX + sum_i alpha_i dY_i W_i  (beta = 0 overwrites NaN).
+ * Exactly the matmuls in that order on the CPU backend. A backend may make the sum one product over the
+ * concatenated dY_i (K = sum m_i: dX written once, not read and written once per term); the CUDA backend does in
+ * bf16 mode, rounding dY_i and alpha_i W_i to bf16 (matmul rounds dY_i and W_i). X may be in matmul's narrow form
+ * (layernorm_forward_narrow). Operands as linear_backward_check_args (kernels/backend.h). */
+BACKEND_OP(void, linear_backward, (Backend *be, scalar_t *dX, const scalar_t *X, const LinearTerm *terms, int n_terms,
+                                   int N, int C, scalar_t beta))
+
 /* ---- elementwise ---- */
 /* y[n] += x[n] */
 BACKEND_OP(void, add_inplace, (Backend *be, scalar_t *y, const scalar_t *x, size_t n))

@@ -77,22 +77,15 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
                       CVMM_ENTRY_ORDER, NULL);
     if (dx1 != dh_in) be->copy(be, dh_in, dx1, NC * sizeof(scalar_t)); /* residual path x -> x1 */
 
-    /* ---- softmax attention, RoPE, q/k projections ---- */
+    /* ---- softmax attention, RoPE ---- */
     scalar_t *dq = s->hd[0], *dk = s->hd[1], *dv = s->hd[2];
     be->attention_backward(be, dq, dk, dv, dr, ac->r, ac->lse, ac->q, ac->k, ac->v, B, T, H, D, 1);
     if (n_rot > 0) { /* the transpose of the rotation */
         be->rope(be, dq, B, T, H, D, n_rot, 0, (scalar_t)MOEUT_ROPE_BASE, 1);
         be->rope(be, dk, B, T, H, D, n_rot, 0, (scalar_t)MOEUT_ROPE_BASE, 1);
     }
-    scalar_t *xn = s->nc[0]; /* recompute LN1(x): read by the weight gradients' matmuls only (narrow form) */
+    scalar_t *xn = s->nc[0]; /* recompute LN1(x): read by linear_backward only (narrow form) */
     be->layernorm_forward_narrow(be, xn, s->mean, s->rstd, ac->x, W + P->ln1_w, W + P->ln1_b, N, C, eps);
-    /* q = qk_scale * xn Wq^T: dWq += qk_scale dq^T xn; dxn = qk_scale (dq Wq + dk Wk) */
-    be->matmul(be, G + P->q, dq, xn, HD, C, N, 1, 0, qk_scale, 1);
-    be->matmul(be, G + P->k, dk, xn, HD, C, N, 1, 0, qk_scale, 1);
-    scalar_t *dxn = s->nc[4];
-    be->matmul(be, dxn, dq, W + P->q, N, C, HD, 0, 0, qk_scale, 0);
-    be->matmul(be, dxn, dk, W + P->k, N, C, HD, 0, 0, qk_scale, 1);
-
     /* ---- V experts: v_h = sum_j gate_v * x @ V[sel_v] (reads the raw x) ---- */
     scalar_t *dgate_v = s->gate_v;
     be->cvmm_backward(be, dh_in, G + P->v, dgate_v, dv, ac->x, W + P->v, &ac->plan_v, ac->gate_v, H * KA, KA, C, D,
@@ -104,10 +97,17 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     be->router_gates_backward(be, dlv, dgate_v, ac->gate_v, lv, ac->sel_v, NULL, N, H, EA, KA, ROUTER_SIGMOID, 0);
     scalar_t *dlo = moeut_router_logit_grad(m, st->dreg_o[layer] + (size_t)rep * N * HEA, (size_t)N * HEA);
     be->router_gates_backward(be, dlo, dgate_o, ac->gate_o, lo, ac->sel_o, NULL, N, H, EA, KA, ROUTER_SIGMOID, 0);
-    be->matmul(be, G + P->sel_v, dlv, xn, HEA, C, N, 1, 0, 1, 1);
-    be->matmul(be, G + P->sel_o, dlo, xn, HEA, C, N, 1, 0, 1, 1);
-    be->matmul(be, dxn, dlv, W + P->sel_v, N, C, HEA, 0, 0, 1, 1);
-    be->matmul(be, dxn, dlo, W + P->sel_o, N, C, HEA, 0, 0, 1, 1);
+
+    /* ---- the maps of xn: q = qk_scale xn Wq^T, k likewise, lv = xn Sel_v^T, lo = xn Sel_o^T; their weight
+     * gradients and dxn = qk_scale (dq Wq + dk Wk) + dlv Sel_v + dlo Sel_o in one op ---- */
+    const LinearTerm maps[] = {
+        {.dy = dq, .w = W + P->q, .dw = G + P->q, .m = HD, .alpha = qk_scale},
+        {.dy = dk, .w = W + P->k, .dw = G + P->k, .m = HD, .alpha = qk_scale},
+        {.dy = dlv, .w = W + P->sel_v, .dw = G + P->sel_v, .m = HEA, .alpha = 1},
+        {.dy = dlo, .w = W + P->sel_o, .dw = G + P->sel_o, .m = HEA, .alpha = 1},
+    };
+    scalar_t *dxn = s->nc[4];
+    be->linear_backward(be, dxn, xn, maps, 4, N, C, 0);
     be->layernorm_backward(be, dh_in, G + P->ln1_w, G + P->ln1_b, dxn, ac->x, W + P->ln1_w, ac->mean1, ac->rstd1, N,
                            C);
 }

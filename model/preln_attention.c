@@ -10,7 +10,7 @@ static scalar_t *P(Model *m, size_t off) { return m->params + off; }
 static scalar_t *G(Model *m, size_t off) { return m->grads + off; }
 
 /* The q/k/v projections of xn[N,C] into q, k, v [N, H*D], with the D^-1/4 scale folded into the q and k matmuls.
- * xn = LN(x) is read by these matmuls and the weight gradients' alone: layernorm_forward_narrow makes it. */
+ * xn = LN(x) is read by these matmuls and their backward (linear_backward) alone: layernorm_forward_narrow makes it. */
 static void project_qkv(Model *m, const PrelnAttnParams *p, const scalar_t *xn, scalar_t *q, scalar_t *k, scalar_t *v,
                         int N) {
     Backend *be = m->be;
@@ -50,12 +50,13 @@ void preln_attention_backward(Model *m, const PrelnAttnParams *p, const PrelnAtt
     be->rope(be, dk, B, T, H, D, n_rot, 0, (scalar_t)PRELN_ROPE_BASE, 1);
     be->layernorm_forward_narrow(be, xn, c->mean, c->rstd, x, P(m, p->ln_w), P(m, p->ln_b), N, C,
                                  (scalar_t)PRELN_LN_EPS);
-    be->matmul(be, G(m, p->q), dq, xn, HD, C, N, 1, 0, qk_scale, 1); // dWq += s * dq^T @ xn1
-    be->matmul(be, G(m, p->k), dk, xn, HD, C, N, 1, 0, qk_scale, 1);
-    be->matmul(be, G(m, p->v), dv, xn, HD, C, N, 1, 0, 1, 1);
-    be->matmul(be, dxn, dq, P(m, p->q), N, C, HD, 0, 0, qk_scale, 0); // dxn1 = s dq Wq + s dk Wk + dv Wv
-    be->matmul(be, dxn, dk, P(m, p->k), N, C, HD, 0, 0, qk_scale, 1);
-    be->matmul(be, dxn, dv, P(m, p->v), N, C, HD, 0, 0, 1, 1);
+    /* dWq += s dq^T xn, dWk, dWv likewise; dxn = s dq Wq + s dk Wk + dv Wv */
+    const LinearTerm maps[] = {
+        {.dy = dq, .w = P(m, p->q), .dw = G(m, p->q), .m = HD, .alpha = qk_scale},
+        {.dy = dk, .w = P(m, p->k), .dw = G(m, p->k), .m = HD, .alpha = qk_scale},
+        {.dy = dv, .w = P(m, p->v), .dw = G(m, p->v), .m = HD, .alpha = 1},
+    };
+    be->linear_backward(be, dxn, xn, maps, 3, N, C, 0);
     be->layernorm_backward(be, dx, G(m, p->ln_w), G(m, p->ln_b), dxn, x, P(m, p->ln_w), c->mean, c->rstd, N, C);
 }
 

@@ -95,6 +95,16 @@ void cpu_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B, 
     cpu_gemm_batch(transA, transB, alpha, beta, &g, 1, be);
 }
 
+/* The reference: the weight gradients, then the sum of the terms into dX, each a matmul, in term order. */
+void cpu_linear_backward(Backend *be, scalar_t *dX, const scalar_t *X, const LinearTerm *terms, int n_terms, int N,
+                         int C, scalar_t beta) {
+    linear_backward_check_args(dX, X, terms, n_terms, N, C);
+    for (int i = 0; i < n_terms; i++)
+        if (terms[i].dw) cpu_matmul(be, terms[i].dw, terms[i].dy, X, terms[i].m, C, N, 1, 0, terms[i].alpha, 1);
+    for (int i = 0; i < n_terms; i++)
+        cpu_matmul(be, dX, terms[i].dy, terms[i].w, N, C, terms[i].m, 0, 0, terms[i].alpha, i ? 1 : beta);
+}
+
 void cpu_add_inplace(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) y[i] += x[i];

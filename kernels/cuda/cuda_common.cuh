@@ -129,6 +129,11 @@ enum {
 // matmul (cuda_dense.cu): a split-K product's partial outputs (bf16 operands come from the weights' copy or the
 // conversion cache, not scratch)
 enum { SCRATCH_MATMUL_SPLIT_PARTIAL = 8 /* float[S, M, N] */ };
+// linear_backward (cuda_linear_backward.cu; its GEMMs use matmul's split-K partials, buffer 8)
+enum {
+    SCRATCH_LINEAR_DY_BF16 = 0, // bf16[N, K]: the terms' dY_i side by side (K = sum m_i)
+    SCRATCH_LINEAR_W_BF16 = 1,  // bf16[K, C]: the terms' alpha_i W_i stacked
+};
 // bias_backward, layernorm_backward (cuda_dense.cu)
 enum {
     SCRATCH_COLSUM_PARTIAL_A = 0, // double[chunks (+ groups), C]: each row chunk's (then group's) column sums of
@@ -292,6 +297,10 @@ void *cuda_host_scratch(Backend *be, int slot, size_t bytes);
 // be bf16 (a_bf16/b_bf16 pointers); in fp32 mode the float pointers are used. Exactly one of each pair is non-NULL.
 void cuda_gemm(Backend *be, int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
                const void *B, int ldb, float beta, float *C, int ldc, bool bf16_operands);
+// cuda_gemm with ldc = N, split in K where cuda_matmul_split_k (cuda_dense.cu) says so (never under
+// DMMATH_CUDA_MATMUL=plain): matmul's product, for ops that prepare their own operands (linear_backward).
+void cuda_gemm_rows(Backend *be, int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
+                    const void *B, int ldb, float beta, float *C, bool bf16_operands);
 // dst[n] = bf16(src[n]) (round to nearest even).
 void cuda_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n);
 
@@ -349,6 +358,9 @@ void cuda_bf16_cache_forget(Backend *be, const void *p, size_t bytes);
 // memory may come back from another cudaMalloc, written without a report).
 void cuda_bf16_cache_allocated(Backend *be, const void *p, size_t bytes);
 void cuda_bf16_cache_freed(Backend *be, const void *p);
+// The bytes from p to the end of the backend allocation that holds it (0: none does): the reach of an op's writes
+// whose extent depends on device-side indices (embedding_backward's rows).
+size_t cuda_allocation_bytes_from(Backend *be, const void *p);
 void cuda_bf16_cache_destroy(Backend *be); // frees the entries' buffers and the size map
 #ifdef CUDA_EMULATION
 // The emulator's check before and after every op of the table (cuda_backend.cu): each valid entry still equals a

@@ -106,10 +106,15 @@ void cuda_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B,
     // bf16 mode: a weight operand comes from the registered weights' bf16 copy, others from the conversion cache
     const void *a = bf16 ? (const void *)cuda_bf16_cached(be, A, (size_t)M * K) : (const void *)A;
     const void *b = bf16 ? (const void *)cuda_bf16_cached(be, B, (size_t)K * N) : (const void *)B;
-    const int S = plain ? 1 : cuda_matmul_split_k(M, N, K);
-    if (S > 1) gemm_split_k(be, transA, transB, M, N, K, S, alpha, a, lda, b, ldb, beta, C, bf16);
-    else cuda_gemm(be, transA, transB, M, N, K, alpha, a, lda, b, ldb, beta, C, N, bf16);
+    cuda_gemm_rows(be, transA, transB, M, N, K, alpha, a, lda, b, ldb, beta, C, bf16);
     if (bf16) cuda_bf16_cache_forget(be, C, nC * sizeof(float)); // C may alias an operand converted above
+}
+
+void cuda_gemm_rows(Backend *be, int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
+                    const void *B, int ldb, float beta, float *C, bool bf16) {
+    const int S = cuda_impl(be)->matmul_impl == MATMUL_PLAIN ? 1 : cuda_matmul_split_k(M, N, K);
+    if (S > 1) gemm_split_k(be, transA, transB, M, N, K, S, alpha, A, lda, B, ldb, beta, C, bf16);
+    else cuda_gemm(be, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, N, bf16);
 }
 
 // ---------------------------------------------------------------- elementwise
@@ -267,8 +272,11 @@ __global__ void k_embed_bwd(float *dtable, int32_t *status, const float *dh, con
 // needed on the host), then one run per distinct token: nothing is read back to the host.
 void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, const int32_t *tokens, int N, int C) {
     if (N <= 0 || C <= 0) return;
-    // The rows it adds to are those of the ids in tokens, which stay on the device: the rows any id can reach.
-    cuda_weights_written(be, dtable, ((size_t)INT32_MAX + 1) * (size_t)C * sizeof(float));
+    // The rows it adds to are those of the ids in tokens, which stay on the device: the rows any id can reach inside
+    // dtable's allocation (past it a write would be out of bounds). Not further: a gradient buffer allocated before
+    // the weights would otherwise mark their bf16 copy stale at every step's first backward.
+    const size_t reach = cuda_allocation_bytes_from(be, dtable);
+    cuda_weights_written(be, dtable, reach ? reach : ((size_t)INT32_MAX + 1) * (size_t)C * sizeof(float));
     KeySort ks;
     key_sort_begin(be, &ks, N, 256);
     // the ids in, the keys out

@@ -33,6 +33,8 @@ enum {
     F_RESIDUAL = 1 << 18, /* cvmm: the forward's residual (reduced patterns) or the backward's dX_base, each checked
                            * bit for bit against the unfused sequence on the same backend */
     F_IN_PLACE = 1 << 19, /* with F_RESIDUAL: residual = Y, dX_base = dX */
+    F_NARROW = 1 << 20,   /* linear_backward: X a layernorm_forward_narrow output (matmul's narrow form) */
+    F_ADJACENT = 1 << 21, /* linear_backward: every dW_i in one buffer, one after the other (as a layer's q, k) */
 };
 static int cvmm_order_of(unsigned flags, int forward) {
     return (flags & F_IN_SORTED ? CVMM_IN_SORTED : 0) | (flags & F_OUT_SORTED ? CVMM_OUT_SORTED : 0) |
@@ -69,6 +71,47 @@ static void run_matmul(OpRun *r, const OpCase *c) {
     out_f(r, "C = op(A) op(B), beta 0 over NaN", C0, CMP_GEMM);
 }
 static const OpDriver drv_matmul = {"matmul", run_matmul, {"M", "N", "K", "transA", "transB"}};
+
+/* linear_backward: n maps of one X [N, C] (dims N, C, n), of widths m_i from the list below, alpha_i = 0.3 + 0.2 i,
+ * term 1 without dw where n > 2; dX from random values with beta 0.4, then into a dX of NaN with beta 0 (the dW_i
+ * accumulate twice: recorded after the first call).
+ * F_ADJACENT: the dW_i one after the other in one buffer (as a layer's q and k), alphas in pairs (0.3, 0.3, 1, 1, ...),
+ * every term with its dW. */
+static void run_linear_backward(OpRun *r, const OpCase *c) {
+    static const int widths[LINEAR_TERMS_MAX] = {24, 17, 5, 40, 8, 3, 33, 12};
+    static const int widths_adjacent[LINEAR_TERMS_MAX] = {24, 16, 40, 8, 32, 8, 16, 48};
+    const int adjacent = !!(c->flags & F_ADJACENT);
+    int N = D(0), C = D(1), n = D(2), rows = 0;
+    for (int i = 0; i < n; i++) rows += widths_adjacent[i];
+    scalar_t *dW_all = adjacent ? in_uniform(r, (size_t)rows * C, -1, 1) : NULL;
+    size_t nX = (size_t)N * C;
+    scalar_t *X = in_uniform(r, nX, -2, 2);
+    if (c->flags & F_NARROW) {
+        scalar_t *x0 = in_uniform(r, nX, -3, 3), *mean = in_zero(r, N * sizeof(scalar_t));
+        scalar_t *rstd = in_zero(r, N * sizeof(scalar_t));
+        BE->layernorm_forward_narrow(BE, X, mean, rstd, x0, NULL, NULL, N, C, (scalar_t)1e-5);
+    }
+    LinearTerm t[LINEAR_TERMS_MAX];
+    for (int i = 0, row = 0; i < n; i++) {
+        const int m = adjacent ? widths_adjacent[i] : widths[i];
+        scalar_t *dw = adjacent                ? dW_all + (size_t)row * C
+                       : i == 1 && n > 2 ? NULL
+                                         : in_uniform(r, (size_t)m * C, -1, 1);
+        t[i] = (LinearTerm){.dy = in_uniform(r, (size_t)N * m, -1, 1), .w = in_uniform(r, (size_t)m * C, -1, 1),
+                            .dw = dw, .m = m, .alpha = (scalar_t)(adjacent ? (i / 2 % 2 ? 1.0 : 0.3) : 0.3 + 0.2 * i)};
+        row += m;
+    }
+    scalar_t *dX = in_uniform(r, nX, -1, 1), *dX0 = in_filled(r, nX, NAN);
+    BE->linear_backward(BE, dX, X, t, n, N, C, (scalar_t)0.4);
+    out_f(r, "dX = 0.4 dX + sum_i alpha_i dY_i W_i", dX, CMP_GEMM);
+    char name[32];
+    if (adjacent) out_f_added(r, "dW_i, one after the other", dW_all, CMP_GEMM);
+    for (int i = 0; i < n && !adjacent; i++)
+        if (t[i].dw) snprintf(name, sizeof name, "dW_%d", i), out_f_added(r, name, t[i].dw, CMP_GEMM);
+    BE->linear_backward(BE, dX0, X, t, n, N, C, 0);
+    out_f(r, "dX = sum_i alpha_i dY_i W_i, beta 0 over NaN", dX0, CMP_GEMM);
+}
+static const OpDriver drv_linear_backward = {"linear_backward", run_linear_backward, {"N", "C", "n"}};
 
 /* Sequences of matmuls around the CUDA backend's bf16 conversion cache (kernels/cuda/cuda_bf16_cache.cu), which hands
  * out an operand's bf16 copy made by an earlier matmul while nothing wrote the operand: every later product must be

@@ -66,6 +66,21 @@ static const OpCase op_cases[] = {
     {"matmul", "cache: the input freed, a buffer of its size allocated", &drv_matmul_cache, {37, 19, 29}, 0,
      F_CACHE_REALLOC, DT_BOTH, DEF, 0, 0},
 
+    /* the backward of several maps of one input: one map; four, one without dW; eight of a narrow X; a long N (the
+     * weight gradients split in K); dW adjacent */
+    {"linear_backward", "1 map", &drv_linear_backward, {130, 33, 1}, 0, 0, DT_BOTH, MATMUL_PATHS, DEF, 0},
+    {"linear_backward", "4 maps, one without dW", &drv_linear_backward, {300, 70, 4}, 0, 0, DT_BOTH, MATMUL_PATHS,
+     DEF, 0},
+    {"linear_backward", "8 maps of a narrow X", &drv_linear_backward, {200, 48, 8}, 0, F_NARROW, DT_BOTH,
+     MATMUL_PATHS, DEF, 0},
+    {"linear_backward", "2 maps, N 4096 (dW split in K)", &drv_linear_backward, {4096, 40, 2}, 0, 0, DT_BOTH,
+     MATMUL_PATHS, DEF, 0},
+    /* the dW_i one after the other, alphas in pairs: the weight gradients joined in pairs (and all, for 2 maps) */
+    {"linear_backward", "5 maps, dW adjacent", &drv_linear_backward, {300, 70, 5}, 0, F_ADJACENT, DT_BOTH,
+     MATMUL_PATHS, DEF, 0},
+    {"linear_backward", "2 maps, dW adjacent, N 4096", &drv_linear_backward, {4096, 40, 2}, 0, F_ADJACENT, DT_BOTH,
+     MATMUL_PATHS, DEF, 0},
+
     /* ---- elementwise, embedding, LayerNorm (fp32 only: the CUDA backend has no bf16 path for them) */
     {"add_inplace", "300x70", &drv_elementwise, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
     {"scale_inplace", "300x70 by 0.37", &drv_elementwise, {300, 70}, 0.37, 0, DT_FP32, DEF, 0, 0},

@@ -107,6 +107,83 @@ START_TEST(test_matmul) {
 }
 END_TEST
 
+/* linear_backward: each dW_i and dX against the double oracle, and bit for bit the matmuls of its contract in order
+ * (the CPU backend's definition): three maps, the second without dW, beta 0.4, then beta 0 over NaN. */
+START_TEST(test_linear_backward) {
+    Backend *be = ktu_cpu();
+    KtuRng rng = {23};
+    enum { N = 37, C = 19, T = 3 };
+    const int m[T] = {8, 5, 11};
+    scalar_t *X = ktu_random(&rng, (size_t)N * C, -2, 2), *dX = ktu_random(&rng, (size_t)N * C, -1, 1);
+    scalar_t *dX_seq = ktu_copy(dX, (size_t)N * C);
+    LinearTerm t[T];
+    scalar_t *dW_seq[T], *dW0[T];
+    for (int i = 0; i < T; i++) {
+        t[i] = (LinearTerm){.dy = ktu_random(&rng, (size_t)N * m[i], -1, 1),
+                            .w = ktu_random(&rng, (size_t)m[i] * C, -1, 1),
+                            .dw = i == 1 ? NULL : ktu_random(&rng, (size_t)m[i] * C, -1, 1),
+                            .m = m[i],
+                            .alpha = (scalar_t)(0.5 + 0.25 * i)};
+        dW_seq[i] = t[i].dw ? ktu_copy(t[i].dw, (size_t)m[i] * C) : NULL;
+        dW0[i] = t[i].dw ? ktu_copy(t[i].dw, (size_t)m[i] * C) : NULL;
+    }
+    double *want = ktu_doubles((size_t)N * C), *part = ktu_doubles((size_t)N * C);
+    scalar_t *dX0 = ktu_copy(dX, (size_t)N * C);
+    be->linear_backward(be, dX, X, t, T, N, C, (scalar_t)0.4);
+    for (int i = 0; i < T; i++) /* the contract's sequence */
+        if (t[i].dw) be->matmul(be, dW_seq[i], t[i].dy, X, m[i], C, N, 1, 0, t[i].alpha, 1);
+    for (int i = 0; i < T; i++)
+        be->matmul(be, dX_seq, t[i].dy, t[i].w, N, C, m[i], 0, 0, t[i].alpha, i ? 1 : (scalar_t)0.4);
+    ck_assert(memcmp(dX, dX_seq, (size_t)N * C * sizeof(scalar_t)) == 0);
+    for (int i = 0; i < T; i++) {
+        if (!t[i].dw) continue;
+        ck_assert(memcmp(t[i].dw, dW_seq[i], (size_t)m[i] * C * sizeof(scalar_t)) == 0);
+        double *dw_want = ktu_doubles((size_t)m[i] * C);
+        matmul_oracle(dw_want, t[i].dy, X, dW0[i], m[i], C, N, 1, 0, t[i].alpha, 1.0);
+        ktu_assert_close(t[i].dw, dw_want, (size_t)m[i] * C, 1e-5, 1e-5, "linear_backward dW_i");
+        free(dw_want);
+    }
+    for (size_t k = 0; k < (size_t)N * C; k++) want[k] = 0.4 * dX0[k];
+    for (int i = 0; i < T; i++) {
+        matmul_oracle(part, t[i].dy, t[i].w, NULL, N, C, m[i], 0, 0, t[i].alpha, 0.0);
+        for (size_t k = 0; k < (size_t)N * C; k++) want[k] += part[k];
+    }
+    ktu_assert_close(dX, want, (size_t)N * C, 1e-5, 1e-5, "linear_backward dX");
+    for (size_t k = 0; k < (size_t)N * C; k++) dX[k] = NAN; /* beta = 0 overwrites NaN */
+    be->linear_backward(be, dX, X, t, T, N, C, 0);
+    for (size_t k = 0; k < (size_t)N * C; k++) want[k] -= 0.4 * dX0[k];
+    ktu_assert_close(dX, want, (size_t)N * C, 1e-5, 1e-5, "linear_backward dX, beta 0 over NaN");
+    for (int i = 0; i < T; i++)
+        free((void *)t[i].dy), free((void *)t[i].w), free(t[i].dw), free(dW_seq[i]), free(dW0[i]);
+    free(X), free(dX), free(dX_seq), free(dX0), free(want), free(part);
+    backend_destroy(be);
+}
+END_TEST
+
+/* linear_backward's argument checks (kernels/backend.c): each misuse dies with one line (exit 1). Static memory and
+ * backend, so that nothing leaks when the call dies. */
+static scalar_t lb_mem[4][64];
+static Backend *lb_be;
+static void lb_call(int which) {
+    Backend *be = lb_be = ktu_cpu();
+    scalar_t *X = lb_mem[0], *dX = lb_mem[1], *dy = lb_mem[2], *w = lb_mem[3];
+    LinearTerm t[LINEAR_TERMS_MAX + 1];
+    for (int i = 0; i <= LINEAR_TERMS_MAX; i++) t[i] = (LinearTerm){.dy = dy, .w = w, .dw = NULL, .m = 2, .alpha = 1};
+    switch (which) {
+    case 0: be->linear_backward(be, dX, X, t, 0, 4, 4, 0); break;                    /* no terms */
+    case 1: be->linear_backward(be, dX, X, t, LINEAR_TERMS_MAX + 1, 4, 4, 0); break; /* too many */
+    case 2: be->linear_backward(be, X + 2, X, t, 1, 4, 4, 0); break;                 /* dX overlaps X */
+    case 3: t[0].m = 0; be->linear_backward(be, dX, X, t, 1, 4, 4, 0); break;        /* m = 0 */
+    case 4: t[0].dw = dy + 1; be->linear_backward(be, dX, X, t, 1, 4, 4, 0); break;  /* dw overlaps dy */
+    case 5: t[0].dw = lb_mem[1] + 32, t[1].dw = lb_mem[1] + 36; /* the two dw overlap */
+        be->linear_backward(be, lb_mem[0] + 32, X, t, 2, 4, 4, 0); break;
+    case 6: t[0].dy = NULL; be->linear_backward(be, dX, X, t, 1, 4, 4, 0); break;    /* no dy */
+    }
+    backend_destroy(be);
+}
+START_TEST(test_linear_backward_misuse_dies) { lb_call(_i); }
+END_TEST
+
 START_TEST(test_elementwise) {
     Backend *be = ktu_cpu();
     KtuRng rng = {12};
@@ -255,6 +332,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_elementwise);
     tcase_add_test(tc, test_embedding);
     tcase_add_test(tc, test_layernorm);
+    tcase_add_test(tc, test_linear_backward);
+    tcase_add_loop_exit_test(tc, test_linear_backward_misuse_dies, 1, 0, 7);
     suite_add_tcase(s, tc);
     return s;
 }
