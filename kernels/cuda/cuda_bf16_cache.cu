@@ -80,6 +80,15 @@ void cuda_bf16_cache_freed(Backend *be, const void *p) {
     sizes.erase(it);
 }
 
+size_t cuda_allocation_bytes_from(Backend *be, const void *p) {
+    const uintptr_t at = (uintptr_t)p;
+    for (const auto &a : alloc_sizes(cuda_impl(be))) {
+        const uintptr_t base = (uintptr_t)a.first;
+        if (at >= base && at - base < a.second) return a.second - (size_t)(at - base);
+    }
+    return 0;
+}
+
 void cuda_bf16_cache_destroy(Backend *be) {
     CudaImpl *im = cuda_impl(be);
     for (CudaImpl::Bf16CacheEntry &e : im->bf16_cache)
