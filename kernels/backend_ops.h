@@ -289,9 +289,12 @@ BACKEND_OP(void, argmax_rows, (Backend *be, int32_t *argmax, const scalar_t *x, 
 
 /* ---- optimizer ----
  * PyTorch AdamW, step t >= 1: p *= (1 - lr*wd); m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
- * p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). m and v are fp32 state the same size as p. */
+ * p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). m and v are fp32 state the same size as p. g is taken as
+ * g * grad_scale, rounded to scalar_t (gradient clipping's coefficient, 1 when it does not clip): the values a
+ * scale_inplace of g by grad_scale before the step would give, without writing g. */
 BACKEND_OP(void, adamw_step, (Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, scalar_t *v, size_t n,
-                              double lr, double beta1, double beta2, double eps, double wd, long t))
+                              double lr, double beta1, double beta2, double eps, double wd, long t,
+                              scalar_t grad_scale))
 /* sum x^2, accumulated in double */
 BACKEND_OP(double, sum_squares, (Backend *be, const scalar_t *x, size_t n))
 /* 1 if no NaN/Inf */

@@ -15,10 +15,14 @@ double lr_at(const LrSchedule *s, long i) {
 
 double grad_global_norm(Backend *be, const scalar_t *g, size_t n) { return sqrt(be->sum_squares(be, g, n)); }
 
+double grad_clip_coef(double norm, double max_norm) {
+    if (max_norm <= 0.0 || !isfinite(norm)) return 1.0;
+    const double coef = max_norm / (norm + 1e-6);
+    return coef < 1.0 ? coef : 1.0;
+}
+
 double clip_grad_norm(Backend *be, scalar_t *g, size_t n, double max_norm) {
-    double norm = grad_global_norm(be, g, n);
-    if (max_norm <= 0.0 || !isfinite(norm)) return norm;
-    double coef = max_norm / (norm + 1e-6);
+    const double norm = grad_global_norm(be, g, n), coef = grad_clip_coef(norm, max_norm);
     if (coef < 1.0) be->scale_inplace(be, g, (scalar_t)coef, n);
     return norm;
 }
@@ -46,7 +50,8 @@ void adamw_free(AdamW *o) {
     o->m = o->v = NULL;
 }
 
-void adamw_update(AdamW *o, scalar_t *params, const scalar_t *grads, double lr) {
+void adamw_update(AdamW *o, scalar_t *params, const scalar_t *grads, double lr, double grad_scale) {
     o->t++;
-    o->be->adamw_step(o->be, params, grads, o->m, o->v, o->n, lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->t);
+    o->be->adamw_step(o->be, params, grads, o->m, o->v, o->n, lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->t,
+                      (scalar_t)grad_scale);
 }

@@ -22,9 +22,11 @@ double lr_at(const LrSchedule *s, long i);
 
 /* Global L2 norm of g[n] (sum of squares accumulated in double). */
 double grad_global_norm(Backend *be, const scalar_t *g, size_t n);
-/* clip_grad_norm_: scales g by min(1, max_norm / (norm + 1e-6)) where norm is the global norm. Returns the norm
- * before clipping. Nothing is scaled when max_norm <= 0 (clipping off) or when the norm is not finite (the caller
- * stops on that). */
+/* clip_grad_norm_'s coefficient for a gradient of global norm `norm`: min(1, max_norm / (norm + 1e-6)); 1 when
+ * max_norm <= 0 (clipping off) or the norm is not finite (the caller stops on that). The training step hands it to
+ * adamw_update, which scales the gradient as it reads it. */
+double grad_clip_coef(double norm, double max_norm);
+/* clip_grad_norm_: scales g in place by grad_clip_coef of its global norm; returns the norm before clipping. */
 double clip_grad_norm(Backend *be, scalar_t *g, size_t n, double max_norm);
 
 /* PyTorch AdamW with one parameter group (weight decay on every parameter). m and v live in backend memory, same
@@ -40,7 +42,8 @@ typedef struct {
 
 void adamw_init(AdamW *o, Backend *be, size_t n, double beta1, double beta2, double eps, double weight_decay);
 void adamw_free(AdamW *o);
-/* One update of params[n] from grads[n] at learning rate lr; increments t first (PyTorch's step count). */
-void adamw_update(AdamW *o, scalar_t *params, const scalar_t *grads, double lr);
+/* One update of params[n] from grads[n] * grad_scale (gradient clipping's coefficient, 1 for none; grads itself is
+ * not written) at learning rate lr; increments t first (PyTorch's step count). */
+void adamw_update(AdamW *o, scalar_t *params, const scalar_t *grads, double lr, double grad_scale);
 
 #endif

@@ -66,10 +66,10 @@ void cpu_argmax_rows(Backend *be, int32_t *argmax, const scalar_t *x, int N, int
 }
 
 /* PyTorch AdamW (single tensor, fp32 arithmetic per element; the step-dependent scalars in double as Python does):
- *   p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+ *   g *= grad_scale (clipping; not written back);  p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
  *   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). */
 void cpu_adamw_step(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, scalar_t *v, size_t n, double lr,
-                    double beta1, double beta2, double eps, double wd, long t) {
+                    double beta1, double beta2, double eps, double wd, long t, scalar_t grad_scale) {
     if (t < 1) die("adamw_step: step t=%ld must be >= 1", t);
     const scalar_t decay = (scalar_t)(1.0 - lr * wd);
     const scalar_t b1 = (scalar_t)beta1, b2 = (scalar_t)beta2;
@@ -79,7 +79,7 @@ void cpu_adamw_step(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, sc
     const scalar_t eps_s = (scalar_t)eps;
 #pragma omp parallel for simd schedule(static) if (n > PAR_MIN)
     for (size_t i = 0; i < n; i++) {
-        scalar_t gi = g[i];
+        scalar_t gi = g[i] * grad_scale;
         scalar_t pi = p[i] * decay;
         scalar_t mi = b1 * m[i] + one_m_b1 * gi;
         scalar_t vi = b2 * v[i] + one_m_b2 * gi * gi;

@@ -167,10 +167,11 @@ void cuda_argmax_rows(Backend *be, int32_t *argmax, const scalar_t *x, int N, in
 }
 
 // ---------------------------------------------------------------- AdamW (same formula and operation order as the CPU)
-__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float decay, float b1, float b2,
-                        float one_m_b1, float one_m_b2, float step_size, float bc2_sqrt, float eps) {
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float grad_scale, float decay,
+                        float b1, float b2, float one_m_b1, float one_m_b2, float step_size, float bc2_sqrt,
+                        float eps) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float gi = g[i];
+        float gi = g[i] * grad_scale;
         float pi = p[i] * decay;
         float mi = b1 * m[i] + one_m_b1 * gi;
         float vi = b2 * v[i] + one_m_b2 * gi * gi;
@@ -182,14 +183,15 @@ __global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, 
 }
 
 void cuda_adamw_step(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, scalar_t *v, size_t n, double lr,
-                     double beta1, double beta2, double eps, double wd, long t) {
+                     double beta1, double beta2, double eps, double wd, long t, scalar_t grad_scale) {
     for (float *x : {p, m, v}) cuda_weights_written(be, x, n * sizeof(float));
     if (t < 1) die("adamw_step: step t=%ld must be >= 1", t);
     if (!n) return;
     // p, g, m, v in; p, m, v out; about 12 operations each (a square root and a division among them)
     LAUNCH(k_adamw, grid_for(n, 256), 256, 0, streaming_cost(n, 12, 7 * sizeof(float)))(
-        p, g, m, v, n, (float)(1.0 - lr * wd), (float)beta1, (float)beta2, (float)(1.0 - beta1), (float)(1.0 - beta2),
-        (float)(lr / (1.0 - pow(beta1, (double)t))), (float)sqrt(1.0 - pow(beta2, (double)t)), (float)eps);
+        p, g, m, v, n, grad_scale, (float)(1.0 - lr * wd), (float)beta1, (float)beta2, (float)(1.0 - beta1),
+        (float)(1.0 - beta2), (float)(lr / (1.0 - pow(beta1, (double)t))), (float)sqrt(1.0 - pow(beta2, (double)t)),
+        (float)eps);
     CHECK_LAUNCH();
 }
 

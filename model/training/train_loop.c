@@ -199,9 +199,9 @@ int train_loop(Trainer *t) {
             t->be->to_device(t->be, grads, &nan_value, sizeof nan_value);
         }
         if (!isfinite(r.loss)) fail_non_finite(t, step_number, "loss");
-        double norm = clip_grad_norm(t->be, grads, n_params, t->tc.grad_clip);
+        double norm = grad_global_norm(t->be, grads, n_params);
         if (!isfinite(norm)) fail_non_finite(t, step_number, "gradient norm");
-        adamw_update(&t->opt, params, grads, lr);
+        adamw_update(&t->opt, params, grads, lr, grad_clip_coef(norm, t->tc.grad_clip)); /* clipped as it is read */
         dist_update_expert_bias(t->m, t->bias_counts, step_number); /* balance "bias" only */
         if (t->a.debug_diverge_step == step_number && dist_rank() == dist_world() - 1) { /* testing hook */
             scalar_t w0;

@@ -132,8 +132,8 @@ int main(int argc, char **argv) {
             model_train_step(m, inputs, targets, NULL, Bm, T, 1.0 / (double)tc.n_microbatch, &st, NULL);
             last_ce = st.ce_sum / (double)st.n_counted;
         }
-        clip_grad_norm(be, model_grads(m), np, tc.grad_clip);
-        adamw_update(&opt, model_params(m), model_grads(m), lr_at(&sched, s));
+        const double norm = grad_global_norm(be, model_grads(m), np); /* as the training loop: clipped in AdamW */
+        adamw_update(&opt, model_params(m), model_grads(m), lr_at(&sched, s), grad_clip_coef(norm, tc.grad_clip));
     }
     be->synchronize(be);
     double secs = clock_s(CLOCK_MONOTONIC) - t0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;

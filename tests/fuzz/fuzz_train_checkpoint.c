@@ -37,7 +37,7 @@ static void setup(void) {
     g_model = model_create(&cfg, be);
     model_init_weights(g_model, 1);
     adamw_init(&g_opt, be, model_n_params(g_model), 0.9, 0.999, 1e-8, 0.01);
-    adamw_update(&g_opt, model_params(g_model), model_grads(g_model), 1e-3);
+    adamw_update(&g_opt, model_params(g_model), model_grads(g_model), 1e-3, 1.0);
     TrainState st;
     memset(&st, 0, sizeof st);
     run_provenance_init(&st.prov);

@@ -1002,13 +1002,15 @@ static void run_argmax(OpRun *r, const OpCase *c) {
 }
 static const OpDriver drv_argmax = {"argmax_rows", run_argmax, {"N", "V"}};
 
-/* adamw_step: dims n, steps (t = 1..steps, the same gradient) */
+/* adamw_step: dims n, steps (t = 1..steps, the same gradient), the case's p as grad_scale (0: 1); g recorded too
+ * (the step must not write it) */
 static void run_adamw(OpRun *r, const OpCase *c) {
     size_t n = (size_t)D(0);
+    const scalar_t grad_scale = (scalar_t)(c->p != 0 ? c->p : 1.0);
     scalar_t *p = in_uniform(r, n, -1, 1), *g = in_uniform(r, n, -0.1, 0.1);
     scalar_t *m = in_zero(r, n * sizeof(scalar_t)), *v = in_zero(r, n * sizeof(scalar_t));
-    for (long t = 1; t <= D(1); t++) BE->adamw_step(BE, p, g, m, v, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, t);
-    out_f(r, "p", p, CMP_F32), out_f(r, "m", m, CMP_F32), out_f(r, "v", v, CMP_F32);
+    for (long t = 1; t <= D(1); t++) BE->adamw_step(BE, p, g, m, v, n, 1e-3, 0.9, 0.999, 1e-8, 0.01, t, grad_scale);
+    out_f(r, "p", p, CMP_F32), out_f(r, "m", m, CMP_F32), out_f(r, "v", v, CMP_F32), out_f(r, "g", g, CMP_EXACT);
 }
 static const OpDriver drv_adamw = {"adamw_step", run_adamw, {"n", "steps"}};
 

@@ -408,7 +408,7 @@ START_TEST(test_weights_bf16_copy_follows_writes) {
         case 0: name = "to_device"; gpu->to_device(gpu, Wt + 10, host_new, sizeof host_new); break;
         case 1: name = "copy"; gpu->copy(gpu, Wt + 50, src, 200 * sizeof(scalar_t)); break;
         case 2: name = "zero"; gpu->zero(gpu, Wt + 100, 64 * sizeof(scalar_t)); break;
-        case 3: name = "adamw_step"; gpu->adamw_step(gpu, Wt, g, am, av, NWT, 0.1, 0.9, 0.999, 1e-8, 0.01, 1); break;
+        case 3: name = "adamw_step"; gpu->adamw_step(gpu, Wt, g, am, av, NWT, 0.1, 0.9, 0.999, 1e-8, 0.01, 1, 1); break;
         case 4: name = "scale_inplace"; gpu->scale_inplace(gpu, Wt, (scalar_t)-1.75, NWT); break;
         case 5: name = "add_inplace"; gpu->add_inplace(gpu, Wt, src, NWT); break;
         case 6: name = "add_bias"; gpu->add_bias(gpu, Wt, bias, NR, NC); break;

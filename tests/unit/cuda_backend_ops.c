@@ -346,6 +346,7 @@ static const OpCase op_cases[] = {
      0},
     {"argmax_rows", "ties", &drv_argmax, {150, 77}, 0, 0, DT_FP32, DEF, 0, 0},
     {"adamw_step", "three steps", &drv_adamw, {100003, 3}, 0, 0, DT_FP32, DEF, 0, 0},
+    {"adamw_step", "three steps, the gradient scaled by 0.37", &drv_adamw, {100003, 3}, 0.37, 0, DT_FP32, DEF, 0, 0},
     {"sum_squares", "100003 values", &drv_sum_squares, {100003}, 0, 0, DT_FP32, DEF, 0, 0},
     {"all_finite", "finite, Inf, NaN", &drv_all_finite, {100003, 777}, 0, 0, DT_FP32, DEF, 0, 0},
 

@@ -65,6 +65,27 @@ START_TEST(test_argmax) {
 }
 END_TEST
 
+/* grad_scale: the step reads g * grad_scale, bit for bit what scaling g in place first gave, and leaves g as it was. */
+START_TEST(test_adamw_grad_scale) {
+    Backend *be = ktu_cpu();
+    KtuRng rng = {31};
+    size_t n = 4099;
+    const scalar_t s = (scalar_t)0.3717;
+    scalar_t *p = ktu_random(&rng, n, -1, 1), *g = ktu_random(&rng, n, -0.1, 0.1), *g0 = ktu_copy(g, n);
+    scalar_t *m = ktu_scalars(n), *v = ktu_scalars(n), *p2 = ktu_copy(p, n), *m2 = ktu_scalars(n), *v2 = ktu_scalars(n);
+    scalar_t *gs = ktu_copy(g, n);
+    be->scale_inplace(be, gs, s, n);
+    for (long t = 1; t <= 2; t++) {
+        be->adamw_step(be, p, g, m, v, n, 1e-3, 0.9, 0.999, 1e-8, 0.1, t, s);
+        be->adamw_step(be, p2, gs, m2, v2, n, 1e-3, 0.9, 0.999, 1e-8, 0.1, t, 1);
+    }
+    ck_assert(memcmp(p, p2, n * sizeof *p) == 0 && memcmp(m, m2, n * sizeof *m) == 0);
+    ck_assert(memcmp(v, v2, n * sizeof *v) == 0 && memcmp(g, g0, n * sizeof *g) == 0);
+    backend_destroy(be);
+    free(p), free(g), free(g0), free(m), free(v), free(p2), free(m2), free(v2), free(gs);
+}
+END_TEST
+
 /* One and then a second AdamW step against values computed by hand from the PyTorch formulas (double). */
 START_TEST(test_adamw) {
     Backend *be = ktu_cpu();
@@ -85,7 +106,7 @@ START_TEST(test_adamw) {
             double mhat = wm[i] / (1 - pow(b1, t)), vhat = wv[i] / (1 - pow(b2, t));
             wp[i] -= lr * mhat / (sqrt(vhat) + eps); /* = lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps) */
         }
-        be->adamw_step(be, p, g, m, v, n, lr, b1, b2, eps, wd, t);
+        be->adamw_step(be, p, g, m, v, n, lr, b1, b2, eps, wd, t, 1);
         ktu_assert_close(m, wm, n, 1e-9, 1e-5, "adamw m");
         ktu_assert_close(v, wv, n, 1e-12, 1e-5, "adamw v");
         ktu_assert_close(p, wp, n, 1e-6, 1e-5, "adamw p");
@@ -148,6 +169,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_cross_entropy);
     tcase_add_test(tc, test_argmax);
     tcase_add_test(tc, test_adamw);
+    tcase_add_test(tc, test_adamw_grad_scale);
     tcase_add_test(tc, test_sum_squares_and_clipping);
     tcase_add_test(tc, test_all_finite);
     suite_add_tcase(s, tc);

@@ -51,7 +51,7 @@ static void setup_train_a_little(Setup *s, int salt) {
     for (int k = 0; k < 2; k++) {
         for (size_t i = 0; i < n; i++) g[i] = (scalar_t)sin(0.1 * (double)i + k + salt);
         s->be->to_device(s->be, model_grads(s->m), g, n * sizeof *g);
-        adamw_update(&s->opt, model_params(s->m), model_grads(s->m), 1e-2);
+        adamw_update(&s->opt, model_params(s->m), model_grads(s->m), 1e-2, 1.0);
     }
     free(g);
 }

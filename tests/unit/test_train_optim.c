@@ -110,7 +110,7 @@ START_TEST(adamw_matches_reference) {
         float g_host[N];
         for (int i = 0; i < N; i++) g_host[i] = (float)(sin(0.3 * i + t) * (i % 3 == 0 ? 0.0 : 1.0));
         be->to_device(be, g, g_host, sizeof g_host);
-        adamw_update(&opt, p, g, lr);
+        adamw_update(&opt, p, g, lr, 1.0);
         for (int i = 0; i < N; i++) {
             p_ref[i] *= 1 - lr * wd;
             m_ref[i] = b1 * m_ref[i] + (1 - b1) * g_host[i];
