@@ -98,6 +98,15 @@ void linear_backward_check_args(const scalar_t *dX, const scalar_t *X, const Lin
         const LinearTerm *t = &terms[i];
         if (t->m < 1) die("linear_backward: term %d has m=%d (at least 1)", i, t->m);
         if (!t->dy || !t->w) die("linear_backward: term %d lacks its dy or its w", i);
+        const RopeSpec *r = t->rope;
+        if (r && ((long)r->B * r->T != N || (long)r->H * r->D != t->m || r->n_rot < 0 || r->n_rot % 2 ||
+                  r->n_rot > r->D))
+            die("linear_backward: term %d's rope [B=%d, T=%d, H=%d, D=%d] n_rot=%d does not fit its dy [N=%d, m=%d] "
+                "(B T = N, H D = m, n_rot even in [0, D])",
+                i, r->B, r->T, r->H, r->D, r->n_rot, N, t->m);
+        for (int j = 0; r && j < i; j++)
+            if (terms[j].rope && (terms[j].rope->n_rot != r->n_rot || terms[j].rope->base != r->base))
+                die("linear_backward: terms %d and %d rotate with different n_rot or base (one rotation per call)", j, i);
         const size_t ny = (size_t)N * (size_t)t->m, nw = (size_t)t->m * (size_t)C;
         if (scalars_overlap(dX, nX, t->dy, ny) || scalars_overlap(dX, nX, t->w, nw) ||
             scalars_overlap(dX, nX, t->dw, t->dw ? nw : 0))

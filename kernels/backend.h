@@ -66,14 +66,24 @@ enum {
     CVMM_OUT_NARROW = 32
 };
 
+/* The rotation rope applies (kernels/backend_ops.h: x [B, T, H, D], the first n_rot dims of each head rotated at
+ * positions pos_offset + t, frequencies from base). */
+typedef struct {
+    int B, T, H, D, n_rot, pos_offset;
+    scalar_t base;
+} RopeSpec;
+
 /* One linear map of linear_backward (kernels/backend_ops.h): y = alpha X W^T with W [m, C] (a PyTorch Linear weight),
- * its output gradient dy [N, m], and where its weight gradient goes (dw [m, C], accumulated; NULL: none wanted). */
+ * its output gradient dy [N, m], and where its weight gradient goes (dw [m, C], accumulated; NULL: none wanted).
+ * rope (NULL: none): the map's output is rotated, y = rope(alpha X W^T) (a layer's queries and keys), so dy is the
+ * rotated output's gradient and the map's own is its inverse rotation (rope with inverse = 1): [B, T, H, D] = [N, m]. */
 typedef struct {
     const scalar_t *dy; /* [N, m] */
     const scalar_t *w;  /* [m, C] */
     scalar_t *dw;       /* [m, C] or NULL */
     int m;
     scalar_t alpha;
+    const RopeSpec *rope;
 } LinearTerm;
 /* The most maps one linear_backward call takes (a layer's projections and routers reading one input). */
 #define LINEAR_TERMS_MAX 8
@@ -143,7 +153,8 @@ void cvmm_forward_check_args(const RoutingPlan *pl, int in_div, int out_div, int
 void cvmm_backward_check_args(const RoutingPlan *pl, int in_div, int out_div, int reduced, int order,
                               const scalar_t *dX, const scalar_t *dX_base, int Kin);
 /* linear_backward's: 1 <= n_terms <= LINEAR_TERMS_MAX, sizes >= 0 (m >= 1), dX, X and every dy and w given, and
- * dX disjoint from every operand (dw included) and the dw disjoint from each other and from the operands. */
+ * dX disjoint from every operand (dw included) and the dw disjoint from each other and from the operands; a term's
+ * rope with B T = N, H D = m and an even n_rot in [0, D], every rotated term with the same n_rot and base. */
 void linear_backward_check_args(const scalar_t *dX, const scalar_t *X, const LinearTerm *terms, int n_terms, int N,
                                 int C);
 void backend_destroy(Backend *be);

@@ -20,10 +20,11 @@ BACKEND_OP(void, matmul, (Backend *be, scalar_t *C, const scalar_t *A, const sca
                           int transA, int transB, scalar_t alpha, scalar_t beta))
 
 /* The backward of n_terms linear maps of one input X [N, C], y_i = alpha_i X W_i^T (LinearTerm: W_i [m_i, C],
- * dY_i [N, m_i]; a layer's projections and routers reading one LayerNorm output):
+ * dY_i [N, m_i]; a layer's projections and routers reading one LayerNorm output), where a term with a rope takes
+ * R_i^T dY_i for dY_i (R_i^T: its rope with inverse = 1; dY_i itself is not written):
  *   dW_i[m_i, C] += alpha_i dY_i^T X           for each term with a dw, then
  *   dX[N, C] = beta dX + sum_i alpha_i dY_i W_i  (beta = 0 overwrites NaN).
- * Exactly the matmuls in that order on the CPU backend. A backend may make the sum one product over the
+ * Exactly rope on a copy of dY_i and the matmuls in that order on the CPU backend. A backend may make the sum one product over the
  * concatenated dY_i (K = sum m_i: dX written once, not read and written once per term); the CUDA backend does in
  * bf16 mode, rounding dY_i and alpha_i W_i to bf16 (matmul rounds dY_i and W_i). X may be in matmul's narrow form
  * (layernorm_forward_narrow). Operands as linear_backward_check_args (kernels/backend.h). */

@@ -80,10 +80,6 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     /* ---- softmax attention, RoPE ---- */
     scalar_t *dq = s->hd[0], *dk = s->hd[1], *dv = s->hd[2];
     be->attention_backward(be, dq, dk, dv, dr, ac->r, ac->lse, ac->q, ac->k, ac->v, B, T, H, D, 1);
-    if (n_rot > 0) { /* the transpose of the rotation */
-        be->rope(be, dq, B, T, H, D, n_rot, 0, (scalar_t)MOEUT_ROPE_BASE, 1);
-        be->rope(be, dk, B, T, H, D, n_rot, 0, (scalar_t)MOEUT_ROPE_BASE, 1);
-    }
     scalar_t *xn = s->nc[0]; /* recompute LN1(x): read by linear_backward only (narrow form) */
     be->layernorm_forward_narrow(be, xn, s->mean, s->rstd, ac->x, W + P->ln1_w, W + P->ln1_b, N, C, eps);
     /* ---- V experts: v_h = sum_j gate_v * x @ V[sel_v] (reads the raw x) ---- */
@@ -98,11 +94,14 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     scalar_t *dlo = moeut_router_logit_grad(m, st->dreg_o[layer] + (size_t)rep * N * HEA, (size_t)N * HEA);
     be->router_gates_backward(be, dlo, dgate_o, ac->gate_o, lo, ac->sel_o, NULL, N, H, EA, KA, ROUTER_SIGMOID, 0);
 
-    /* ---- the maps of xn: q = qk_scale xn Wq^T, k likewise, lv = xn Sel_v^T, lo = xn Sel_o^T; their weight
-     * gradients and dxn = qk_scale (dq Wq + dk Wk) + dlv Sel_v + dlo Sel_o in one op ---- */
+    /* ---- the maps of xn: q = rope(qk_scale xn Wq^T), k likewise, lv = xn Sel_v^T, lo = xn Sel_o^T; their weight
+     * gradients and dxn = qk_scale (R^T dq Wq + R^T dk Wk) + dlv Sel_v + dlo Sel_o in one op (R^T: the rotation's
+     * transpose, applied as the op reads dq and dk) ---- */
+    const RopeSpec rot = {B, T, H, D, n_rot, 0, (scalar_t)MOEUT_ROPE_BASE};
+    const RopeSpec *qk_rope = n_rot > 0 ? &rot : NULL;
     const LinearTerm maps[] = {
-        {.dy = dq, .w = W + P->q, .dw = G + P->q, .m = HD, .alpha = qk_scale},
-        {.dy = dk, .w = W + P->k, .dw = G + P->k, .m = HD, .alpha = qk_scale},
+        {.dy = dq, .w = W + P->q, .dw = G + P->q, .m = HD, .alpha = qk_scale, .rope = qk_rope},
+        {.dy = dk, .w = W + P->k, .dw = G + P->k, .m = HD, .alpha = qk_scale, .rope = qk_rope},
         {.dy = dlv, .w = W + P->sel_v, .dw = G + P->sel_v, .m = HEA, .alpha = 1},
         {.dy = dlo, .w = W + P->sel_o, .dw = G + P->sel_o, .m = HEA, .alpha = 1},
     };

@@ -46,14 +46,14 @@ void preln_attention_backward(Model *m, const PrelnAttnParams *p, const PrelnAtt
     be->matmul(be, G(m, p->o), dx, c->att, C, HD, N, 1, 0, 1, 1); // dWo[C,HD] += dx1^T @ att
     be->matmul(be, datt, dx, P(m, p->o), N, HD, C, 0, 0, 1, 0);   // datt[N,HD] = dx1 @ Wo
     be->attention_backward(be, dq, dk, dv, datt, c->att, c->lse, c->q, c->k, c->v, B, T, H, D, 1);
-    be->rope(be, dq, B, T, H, D, n_rot, 0, (scalar_t)PRELN_ROPE_BASE, 1);
-    be->rope(be, dk, B, T, H, D, n_rot, 0, (scalar_t)PRELN_ROPE_BASE, 1);
     be->layernorm_forward_narrow(be, xn, c->mean, c->rstd, x, P(m, p->ln_w), P(m, p->ln_b), N, C,
                                  (scalar_t)PRELN_LN_EPS);
-    /* dWq += s dq^T xn, dWk, dWv likewise; dxn = s dq Wq + s dk Wk + dv Wv */
+    /* dWq += s (R^T dq)^T xn, dWk, dWv likewise; dxn = s R^T dq Wq + s R^T dk Wk + dv Wv (R^T: the transpose of the
+     * queries' and keys' rotation, applied as linear_backward reads dq and dk) */
+    const RopeSpec rot = {B, T, H, D, n_rot, 0, (scalar_t)PRELN_ROPE_BASE};
     const LinearTerm maps[] = {
-        {.dy = dq, .w = P(m, p->q), .dw = G(m, p->q), .m = HD, .alpha = qk_scale},
-        {.dy = dk, .w = P(m, p->k), .dw = G(m, p->k), .m = HD, .alpha = qk_scale},
+        {.dy = dq, .w = P(m, p->q), .dw = G(m, p->q), .m = HD, .alpha = qk_scale, .rope = n_rot > 0 ? &rot : NULL},
+        {.dy = dk, .w = P(m, p->k), .dw = G(m, p->k), .m = HD, .alpha = qk_scale, .rope = n_rot > 0 ? &rot : NULL},
         {.dy = dv, .w = P(m, p->v), .dw = G(m, p->v), .m = HD, .alpha = 1},
     };
     be->linear_backward(be, dxn, xn, maps, 3, N, C, 0);

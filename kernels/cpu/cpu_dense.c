@@ -95,14 +95,29 @@ void cpu_matmul(Backend *be, scalar_t *C, const scalar_t *A, const scalar_t *B, 
     cpu_gemm_batch(transA, transB, alpha, beta, &g, 1, be);
 }
 
-/* The reference: the weight gradients, then the sum of the terms into dX, each a matmul, in term order. */
+/* The reference: a rotated term's dY rotated back on a copy, the weight gradients, then the sum of the terms into dX,
+ * each a matmul, in term order. */
 void cpu_linear_backward(Backend *be, scalar_t *dX, const scalar_t *X, const LinearTerm *terms, int n_terms, int N,
                          int C, scalar_t beta) {
     linear_backward_check_args(dX, X, terms, n_terms, N, C);
+    const scalar_t *dy[LINEAR_TERMS_MAX];
+    scalar_t *rotated[LINEAR_TERMS_MAX] = {0};
+    for (int i = 0; i < n_terms; i++) {
+        const LinearTerm *t = &terms[i];
+        dy[i] = t->dy;
+        if (!t->rope) continue;
+        const size_t n = (size_t)N * (size_t)t->m;
+        rotated[i] = xmalloc(n * sizeof(scalar_t));
+        memcpy(rotated[i], t->dy, n * sizeof(scalar_t));
+        const RopeSpec *r = t->rope;
+        cpu_rope(be, rotated[i], r->B, r->T, r->H, r->D, r->n_rot, r->pos_offset, r->base, 1);
+        dy[i] = rotated[i];
+    }
     for (int i = 0; i < n_terms; i++)
-        if (terms[i].dw) cpu_matmul(be, terms[i].dw, terms[i].dy, X, terms[i].m, C, N, 1, 0, terms[i].alpha, 1);
+        if (terms[i].dw) cpu_matmul(be, terms[i].dw, dy[i], X, terms[i].m, C, N, 1, 0, terms[i].alpha, 1);
     for (int i = 0; i < n_terms; i++)
-        cpu_matmul(be, dX, terms[i].dy, terms[i].w, N, C, terms[i].m, 0, 0, terms[i].alpha, i ? 1 : beta);
+        cpu_matmul(be, dX, dy[i], terms[i].w, N, C, terms[i].m, 0, 0, terms[i].alpha, i ? 1 : beta);
+    for (int i = 0; i < n_terms; i++) free(rotated[i]);
 }
 
 void cpu_add_inplace(Backend *be, scalar_t *y, const scalar_t *x, size_t n) {

@@ -68,13 +68,8 @@ __global__ void k_rope(float *x, const float *inv_freq, int B, int T, int H, int
     }
 }
 
-void cuda_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, int pos_offset, scalar_t base,
-               int inverse) {
-    cuda_weights_written(be, x, (size_t)B * T * H * D * sizeof(float));
-    if (n_rot < 0 || n_rot % 2 != 0 || n_rot > D) die("rope: n_rot=%d must be even and in [0, D=%d]", n_rot, D);
-    size_t total = (size_t)B * T * H * (n_rot / 2);
-    if (!total) return;
-    int half = n_rot / 2;
+const float *cuda_rope_inv_freq(Backend *be, int n_rot, scalar_t base) {
+    const int half = n_rot / 2;
     CudaImpl *im = cuda_impl(be);
     if (!im->rope_inv_freq || im->rope_half != half || im->rope_base != (float)base) {
         float *h_inv = (float *)cuda_host_scratch(be, HOST_SCRATCH_ROPE_INV_FREQ, (size_t)half * sizeof(float));
@@ -86,9 +81,19 @@ void cuda_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, 
         im->rope_half = half;
         im->rope_base = (float)base;
     }
+    return im->rope_inv_freq;
+}
+
+void cuda_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, int pos_offset, scalar_t base,
+               int inverse) {
+    cuda_weights_written(be, x, (size_t)B * T * H * D * sizeof(float));
+    if (n_rot < 0 || n_rot % 2 != 0 || n_rot > D) die("rope: n_rot=%d must be even and in [0, D=%d]", n_rot, D);
+    size_t total = (size_t)B * T * H * (n_rot / 2);
+    if (!total) return;
+    const float *inv_freq = cuda_rope_inv_freq(be, n_rot, base);
     // per rotated pair: two values read and written, the angle, its cosine and sine, and the rotation
     LAUNCH(k_rope, grid_for(total, 256), 256, 0, streaming_cost(total, 9, 4 * sizeof(float)))(
-        x, im->rope_inv_freq, B, T, H, D, n_rot, pos_offset, inverse);
+        x, inv_freq, B, T, H, D, n_rot, pos_offset, inverse);
     CHECK_LAUNCH();
 }
 

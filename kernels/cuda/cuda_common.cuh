@@ -133,6 +133,7 @@ enum { SCRATCH_MATMUL_SPLIT_PARTIAL = 8 /* float[S, M, N] */ };
 enum {
     SCRATCH_LINEAR_DY_BF16 = 0, // bf16[N, K]: the terms' dY_i side by side (K = sum m_i)
     SCRATCH_LINEAR_W_BF16 = 1,  // bf16[K, C]: the terms' alpha_i W_i stacked
+    SCRATCH_LINEAR_ROTATED = 0, // float[sum m_i N]: fp32 mode, the rotated terms' dY_i rotated back
 };
 // bias_backward, layernorm_backward (cuda_dense.cu)
 enum {
@@ -297,6 +298,9 @@ void *cuda_host_scratch(Backend *be, int slot, size_t bytes);
 // be bf16 (a_bf16/b_bf16 pointers); in fp32 mode the float pointers are used. Exactly one of each pair is non-NULL.
 void cuda_gemm(Backend *be, int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
                const void *B, int ldb, float beta, float *C, int ldc, bool bf16_operands);
+// RoPE's frequencies 1 / base^(2i / n_rot), i < n_rot / 2, on the device (kept for the last (n_rot, base); a change
+// frees the old ones, which synchronises): rope's and linear_backward's rotations (cuda_attention.cu).
+const float *cuda_rope_inv_freq(Backend *be, int n_rot, scalar_t base);
 // cuda_gemm with ldc = N, split in K where cuda_matmul_split_k (cuda_dense.cu) says so (never under
 // DMMATH_CUDA_MATMUL=plain): matmul's product, for ops that prepare their own operands (linear_backward).
 void cuda_gemm_rows(Backend *be, int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,
@@ -316,6 +320,10 @@ static inline bool range_inside(const float *p, size_t n, const float *base, siz
     return base && p >= base && n <= base_n && (size_t)(p - base) <= base_n - n;
 }
 void cuda_register_weights(Backend *be, const scalar_t *p, size_t n);
+// For an op that writes all of the registered weights (AdamW's step), in bf16 mode: their bf16 copy, which the op's
+// kernel, launched next, writes beside them, so that no conversion reads the new weights again (call it after the
+// op's cuda_weights_written, which marked the copy stale; it marks it fresh). NULL otherwise (not all of them, fp32).
+__nv_bfloat16 *cuda_weights_bf16_produce(Backend *be, const float *p, size_t n);
 // Backend.routing_plan_to_host (cuda_cvmm_plan.cu).
 void cuda_routing_plan_to_host(Backend *be, RoutingPlan *pl);
 // Every op that writes device memory calls this for each of its outputs BEFORE writing (dst, bytes: the range it may

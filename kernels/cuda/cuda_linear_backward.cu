@@ -13,13 +13,30 @@
 
 // Column blocks of a row-major bf16 destination [rows, ld]: block t is src_t [rows, cols_t] (row-major) times
 // scale_t, at columns [col_t, col_t + cols_t), the blocks side by side (ld = their widths' sum). With rows = 1 it
-// stacks contiguous arrays one after the other.
+// stacks contiguous arrays one after the other. A block with a rotation (n_rot_t > 0: rows [B*T], columns [H, D_t])
+// is rotated back first, as rope with inverse = 1 (k_rope's arithmetic, cuda_attention.cu).
 struct ConcatBlocks {
     const float *src[LINEAR_TERMS_MAX];
     long long cols[LINEAR_TERMS_MAX], col[LINEAR_TERMS_MAX];
     float scale[LINEAR_TERMS_MAX];
+    const float *inv_freq[LINEAR_TERMS_MAX];
+    int n_rot[LINEAR_TERMS_MAX], D[LINEAR_TERMS_MAX], T[LINEAR_TERMS_MAX], pos_offset[LINEAR_TERMS_MAX];
     int n;
 };
+
+// Element j of row r of block t, rotated back where the block has a rotation.
+__device__ float concat_value(const ConcatBlocks &b, int t, long long r, long long j) {
+    const float *row = b.src[t] + r * b.cols[t];
+    const int n_rot = b.n_rot[t];
+    const int d = n_rot ? (int)(j % b.D[t]) : 0;
+    if (d >= n_rot) return row[j];
+    const int half = n_rot / 2, i = d < half ? d : d - half;
+    const float *head = row + (j - d);
+    const float angle = (float)(b.pos_offset[t] + (int)(r % b.T[t])) * b.inv_freq[t][i];
+    const float c = cosf(angle), s = -sinf(angle);
+    const float x0 = head[i], x1 = head[i + half];
+    return d < half ? x0 * c - x1 * s : x1 * c + x0 * s;
+}
 
 __global__ void k_concat_bf16(__nv_bfloat16 *dst, long long rows, long long ld, ConcatBlocks b) {
     const size_t n = (size_t)rows * ld;
@@ -27,7 +44,7 @@ __global__ void k_concat_bf16(__nv_bfloat16 *dst, long long rows, long long ld, 
         const long long r = (long long)(i / ld), c = (long long)(i % ld);
         int t = 0;
         while (t + 1 < b.n && c >= b.col[t + 1]) t++;
-        dst[i] = __float2bfloat16_rn(b.scale[t] * b.src[t][r * b.cols[t] + (c - b.col[t])]);
+        dst[i] = __float2bfloat16_rn(b.scale[t] * concat_value(b, t, r, c - b.col[t]));
     }
 }
 
@@ -44,11 +61,25 @@ static void concat_bf16(__nv_bfloat16 *dst, long long rows, long long ld, const 
 void cuda_linear_backward(Backend *be, scalar_t *dX, const scalar_t *X, const LinearTerm *terms, int n_terms, int N,
                           int C, scalar_t beta) {
     linear_backward_check_args(dX, X, terms, n_terms, N, C);
-    if (!use_bf16(be) || cuda_impl(be)->matmul_impl == MATMUL_PLAIN) { // the contract's matmuls, in order
+    if (!use_bf16(be) || cuda_impl(be)->matmul_impl == MATMUL_PLAIN) { // the contract's sequence
+        const float *dy[LINEAR_TERMS_MAX];
+        size_t rotated_n = 0; // the rotated terms' dY, rotated back in scratch one after the other
+        for (int i = 0; i < n_terms; i++) rotated_n += terms[i].rope ? (size_t)N * terms[i].m : 0;
+        float *rotated =
+            rotated_n ? (float *)cuda_scratch(be, SCRATCH_LINEAR_ROTATED, rotated_n * sizeof(float)) : nullptr;
+        for (int i = 0; i < n_terms; i++) {
+            dy[i] = terms[i].dy;
+            const RopeSpec *r = terms[i].rope;
+            if (!r) continue;
+            const size_t n = (size_t)N * terms[i].m;
+            CHECK_CUDA(cudaMemcpyAsync(rotated, terms[i].dy, n * sizeof(float), cudaMemcpyDeviceToDevice, 0));
+            cuda_rope(be, rotated, r->B, r->T, r->H, r->D, r->n_rot, r->pos_offset, r->base, 1);
+            dy[i] = rotated, rotated += n;
+        }
         for (int i = 0; i < n_terms; i++)
-            if (terms[i].dw) cuda_matmul(be, terms[i].dw, terms[i].dy, X, terms[i].m, C, N, 1, 0, terms[i].alpha, 1);
+            if (terms[i].dw) cuda_matmul(be, terms[i].dw, dy[i], X, terms[i].m, C, N, 1, 0, terms[i].alpha, 1);
         for (int i = 0; i < n_terms; i++)
-            cuda_matmul(be, dX, terms[i].dy, terms[i].w, N, C, terms[i].m, 0, 0, terms[i].alpha, i ? 1 : beta);
+            cuda_matmul(be, dX, dy[i], terms[i].w, N, C, terms[i].m, 0, 0, terms[i].alpha, i ? 1 : beta);
         return;
     }
     if (N <= 0 || C <= 0) return;
@@ -57,6 +88,11 @@ void cuda_linear_backward(Backend *be, scalar_t *dX, const scalar_t *X, const Li
     long long K = 0;
     for (int i = 0; i < n_terms; i++) {
         dys.src[i] = terms[i].dy, dys.cols[i] = terms[i].m, dys.col[i] = K, dys.scale[i] = 1.0f;
+        const RopeSpec *r = terms[i].rope;
+        if (r && r->n_rot > 0) {
+            dys.inv_freq[i] = cuda_rope_inv_freq(be, r->n_rot, r->base);
+            dys.n_rot[i] = r->n_rot, dys.D[i] = r->D, dys.T[i] = r->T, dys.pos_offset[i] = r->pos_offset;
+        }
         ws.src[i] = terms[i].w, ws.cols[i] = (long long)terms[i].m * C, ws.col[i] = K * C, ws.scale[i] = terms[i].alpha;
         K += terms[i].m;
     }

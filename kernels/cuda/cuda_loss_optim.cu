@@ -167,16 +167,18 @@ void cuda_argmax_rows(Backend *be, int32_t *argmax, const scalar_t *x, int N, in
 }
 
 // ---------------------------------------------------------------- AdamW (same formula and operation order as the CPU)
-__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float grad_scale, float decay,
-                        float b1, float b2, float one_m_b1, float one_m_b2, float step_size, float bc2_sqrt,
-                        float eps) {
+__global__ void k_adamw(float *p, __nv_bfloat16 *p16, const float *g, float *m, float *v, size_t n, float grad_scale,
+                        float decay, float b1, float b2, float one_m_b1, float one_m_b2, float step_size,
+                        float bc2_sqrt, float eps) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float gi = g[i] * grad_scale;
         float pi = p[i] * decay;
         float mi = b1 * m[i] + one_m_b1 * gi;
         float vi = b2 * v[i] + one_m_b2 * gi * gi;
         float denom = sqrtf(vi) / bc2_sqrt + eps;
-        p[i] = pi - step_size * (mi / denom);
+        const float pn = pi - step_size * (mi / denom);
+        p[i] = pn;
+        if (p16) p16[i] = __float2bfloat16_rn(pn); // the weights' bf16 copy (cuda_weights_bf16_produce)
         m[i] = mi;
         v[i] = vi;
     }
@@ -187,9 +189,11 @@ void cuda_adamw_step(Backend *be, scalar_t *p, const scalar_t *g, scalar_t *m, s
     for (float *x : {p, m, v}) cuda_weights_written(be, x, n * sizeof(float));
     if (t < 1) die("adamw_step: step t=%ld must be >= 1", t);
     if (!n) return;
-    // p, g, m, v in; p, m, v out; about 12 operations each (a square root and a division among them)
-    LAUNCH(k_adamw, grid_for(n, 256), 256, 0, streaming_cost(n, 12, 7 * sizeof(float)))(
-        p, g, m, v, n, grad_scale, (float)(1.0 - lr * wd), (float)beta1, (float)beta2, (float)(1.0 - beta1),
+    __nv_bfloat16 *p16 = cuda_weights_bf16_produce(be, p, n);
+    // p, g, m, v in; p, m, v out (and p's bf16 copy); about 12 operations each (a square root and a division)
+    LAUNCH(k_adamw, grid_for(n, 256), 256, 0,
+           streaming_cost(n, p16 ? 13 : 12, 7 * sizeof(float) + (p16 ? sizeof(__nv_bfloat16) : 0)))(
+        p, p16, g, m, v, n, grad_scale, (float)(1.0 - lr * wd), (float)beta1, (float)beta2, (float)(1.0 - beta1),
         (float)(1.0 - beta2), (float)(lr / (1.0 - pow(beta1, (double)t))), (float)sqrt(1.0 - pow(beta2, (double)t)),
         (float)eps);
     CHECK_LAUNCH();

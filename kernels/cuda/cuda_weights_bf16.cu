@@ -64,6 +64,14 @@ bool cuda_bf16_weights_slice(Backend *be, const float *p, size_t n, const __nv_b
     return true;
 }
 
+__nv_bfloat16 *cuda_weights_bf16_produce(Backend *be, const float *p, size_t n) {
+    CudaImpl *im = cuda_impl(be);
+    if (!use_bf16(be) || !im->weights || p != im->weights || n != im->weights_n) return nullptr;
+    if (!im->weights16) CHECK_CUDA(cudaMalloc(&im->weights16, im->weights_n * sizeof(__nv_bfloat16)));
+    im->weights16_stale = false; // the caller's kernel, launched next, writes it
+    return im->weights16;
+}
+
 const __nv_bfloat16 *cuda_bf16_operand(Backend *be, const float *p, size_t n, int slot) {
     const __nv_bfloat16 *w16;
     if (cuda_bf16_weights_slice(be, p, n, &w16)) return w16;

@@ -35,6 +35,7 @@ enum {
     F_IN_PLACE = 1 << 19, /* with F_RESIDUAL: residual = Y, dX_base = dX */
     F_NARROW = 1 << 20,   /* linear_backward: X a layernorm_forward_narrow output (matmul's narrow form) */
     F_ADJACENT = 1 << 21, /* linear_backward: every dW_i in one buffer, one after the other (as a layer's q, k) */
+    F_ROPE = 1 << 22,     /* linear_backward: terms 0 and 3 rotated (rope), N = 3 T */
 };
 static int cvmm_order_of(unsigned flags, int forward) {
     return (flags & F_IN_SORTED ? CVMM_IN_SORTED : 0) | (flags & F_OUT_SORTED ? CVMM_OUT_SORTED : 0) |
@@ -76,7 +77,8 @@ static const OpDriver drv_matmul = {"matmul", run_matmul, {"M", "N", "K", "trans
  * term 1 without dw where n > 2; dX from random values with beta 0.4, then into a dX of NaN with beta 0 (the dW_i
  * accumulate twice: recorded after the first call).
  * F_ADJACENT: the dW_i one after the other in one buffer (as a layer's q and k), alphas in pairs (0.3, 0.3, 1, 1, ...),
- * every term with its dW. */
+ * every term with its dW. F_ROPE: term 0 (24 = 2 heads of 12) and term 3 (40 = 4 heads of 10) are rotated maps, 8
+ * dims of each head rotated, B = 3 (N a multiple of 3), positions from 5. */
 static void run_linear_backward(OpRun *r, const OpCase *c) {
     static const int widths[LINEAR_TERMS_MAX] = {24, 17, 5, 40, 8, 3, 33, 12};
     static const int widths_adjacent[LINEAR_TERMS_MAX] = {24, 16, 40, 8, 32, 8, 16, 48};
@@ -92,6 +94,7 @@ static void run_linear_backward(OpRun *r, const OpCase *c) {
         BE->layernorm_forward_narrow(BE, X, mean, rstd, x0, NULL, NULL, N, C, (scalar_t)1e-5);
     }
     LinearTerm t[LINEAR_TERMS_MAX];
+    const RopeSpec rope0 = {3, N / 3, 2, 12, 8, 5, (scalar_t)10000}, rope3 = {3, N / 3, 4, 10, 8, 5, (scalar_t)10000};
     for (int i = 0, row = 0; i < n; i++) {
         const int m = adjacent ? widths_adjacent[i] : widths[i];
         scalar_t *dw = adjacent                ? dW_all + (size_t)row * C
@@ -99,6 +102,7 @@ static void run_linear_backward(OpRun *r, const OpCase *c) {
                                          : in_uniform(r, (size_t)m * C, -1, 1);
         t[i] = (LinearTerm){.dy = in_uniform(r, (size_t)N * m, -1, 1), .w = in_uniform(r, (size_t)m * C, -1, 1),
                             .dw = dw, .m = m, .alpha = (scalar_t)(adjacent ? (i / 2 % 2 ? 1.0 : 0.3) : 0.3 + 0.2 * i)};
+        if ((c->flags & F_ROPE) && (i == 0 || i == 3)) t[i].rope = i == 0 ? &rope0 : &rope3;
         row += m;
     }
     scalar_t *dX = in_uniform(r, nX, -1, 1), *dX0 = in_filled(r, nX, NAN);

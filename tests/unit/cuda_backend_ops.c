@@ -67,7 +67,7 @@ static const OpCase op_cases[] = {
      F_CACHE_REALLOC, DT_BOTH, DEF, 0, 0},
 
     /* the backward of several maps of one input: one map; four, one without dW; eight of a narrow X; a long N (the
-     * weight gradients split in K); dW adjacent */
+     * weight gradients split in K); dW adjacent; rotated maps */
     {"linear_backward", "1 map", &drv_linear_backward, {130, 33, 1}, 0, 0, DT_BOTH, MATMUL_PATHS, DEF, 0},
     {"linear_backward", "4 maps, one without dW", &drv_linear_backward, {300, 70, 4}, 0, 0, DT_BOTH, MATMUL_PATHS,
      DEF, 0},
@@ -80,6 +80,9 @@ static const OpCase op_cases[] = {
      MATMUL_PATHS, DEF, 0},
     {"linear_backward", "2 maps, dW adjacent, N 4096", &drv_linear_backward, {4096, 40, 2}, 0, F_ADJACENT, DT_BOTH,
      MATMUL_PATHS, DEF, 0},
+    /* two rotated maps (a layer's q and k): rotated back as they are read */
+    {"linear_backward", "4 maps, two rotated", &drv_linear_backward, {300, 70, 4}, 0, F_ROPE, DT_BOTH, MATMUL_PATHS,
+     DEF, 0},
 
     /* ---- elementwise, embedding, LayerNorm (fp32 only: the CUDA backend has no bf16 path for them) */
     {"add_inplace", "300x70", &drv_elementwise, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},

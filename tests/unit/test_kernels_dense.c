@@ -107,8 +107,9 @@ START_TEST(test_matmul) {
 }
 END_TEST
 
-/* linear_backward: each dW_i and dX against the double oracle, and bit for bit the matmuls of its contract in order
- * (the CPU backend's definition): three maps, the second without dW, beta 0.4, then beta 0 over NaN. */
+/* linear_backward: each dW_i and dX against the double oracle, and bit for bit rope and the matmuls of its contract in
+ * order (the CPU backend's definition): three maps, the first rotated (2 heads of 4, all dims), the second without
+ * dW, beta 0.4, then beta 0 over NaN; dY not written. */
 START_TEST(test_linear_backward) {
     Backend *be = ktu_cpu();
     KtuRng rng = {23};
@@ -127,25 +128,31 @@ START_TEST(test_linear_backward) {
         dW_seq[i] = t[i].dw ? ktu_copy(t[i].dw, (size_t)m[i] * C) : NULL;
         dW0[i] = t[i].dw ? ktu_copy(t[i].dw, (size_t)m[i] * C) : NULL;
     }
+    const RopeSpec rot = {1, N, 2, 4, 4, 3, (scalar_t)10000};
+    t[0].rope = &rot;
+    scalar_t *dy0 = ktu_copy(t[0].dy, (size_t)N * m[0]), *dy0_rot = ktu_copy(t[0].dy, (size_t)N * m[0]);
+    be->rope(be, dy0_rot, 1, N, 2, 4, 4, 3, (scalar_t)10000, 1); /* R^T dY_0 */
+    const scalar_t *dy[T] = {dy0_rot, t[1].dy, t[2].dy};
     double *want = ktu_doubles((size_t)N * C), *part = ktu_doubles((size_t)N * C);
     scalar_t *dX0 = ktu_copy(dX, (size_t)N * C);
     be->linear_backward(be, dX, X, t, T, N, C, (scalar_t)0.4);
+    ck_assert(memcmp(t[0].dy, dy0, (size_t)N * m[0] * sizeof(scalar_t)) == 0);
     for (int i = 0; i < T; i++) /* the contract's sequence */
-        if (t[i].dw) be->matmul(be, dW_seq[i], t[i].dy, X, m[i], C, N, 1, 0, t[i].alpha, 1);
+        if (t[i].dw) be->matmul(be, dW_seq[i], dy[i], X, m[i], C, N, 1, 0, t[i].alpha, 1);
     for (int i = 0; i < T; i++)
-        be->matmul(be, dX_seq, t[i].dy, t[i].w, N, C, m[i], 0, 0, t[i].alpha, i ? 1 : (scalar_t)0.4);
+        be->matmul(be, dX_seq, dy[i], t[i].w, N, C, m[i], 0, 0, t[i].alpha, i ? 1 : (scalar_t)0.4);
     ck_assert(memcmp(dX, dX_seq, (size_t)N * C * sizeof(scalar_t)) == 0);
     for (int i = 0; i < T; i++) {
         if (!t[i].dw) continue;
         ck_assert(memcmp(t[i].dw, dW_seq[i], (size_t)m[i] * C * sizeof(scalar_t)) == 0);
         double *dw_want = ktu_doubles((size_t)m[i] * C);
-        matmul_oracle(dw_want, t[i].dy, X, dW0[i], m[i], C, N, 1, 0, t[i].alpha, 1.0);
+        matmul_oracle(dw_want, dy[i], X, dW0[i], m[i], C, N, 1, 0, t[i].alpha, 1.0);
         ktu_assert_close(t[i].dw, dw_want, (size_t)m[i] * C, 1e-5, 1e-5, "linear_backward dW_i");
         free(dw_want);
     }
     for (size_t k = 0; k < (size_t)N * C; k++) want[k] = 0.4 * dX0[k];
     for (int i = 0; i < T; i++) {
-        matmul_oracle(part, t[i].dy, t[i].w, NULL, N, C, m[i], 0, 0, t[i].alpha, 0.0);
+        matmul_oracle(part, dy[i], t[i].w, NULL, N, C, m[i], 0, 0, t[i].alpha, 0.0);
         for (size_t k = 0; k < (size_t)N * C; k++) want[k] += part[k];
     }
     ktu_assert_close(dX, want, (size_t)N * C, 1e-5, 1e-5, "linear_backward dX");
@@ -155,7 +162,7 @@ START_TEST(test_linear_backward) {
     ktu_assert_close(dX, want, (size_t)N * C, 1e-5, 1e-5, "linear_backward dX, beta 0 over NaN");
     for (int i = 0; i < T; i++)
         free((void *)t[i].dy), free((void *)t[i].w), free(t[i].dw), free(dW_seq[i]), free(dW0[i]);
-    free(X), free(dX), free(dX_seq), free(dX0), free(want), free(part);
+    free(X), free(dX), free(dX_seq), free(dX0), free(want), free(part), free(dy0), free(dy0_rot);
     backend_destroy(be);
 }
 END_TEST
@@ -163,6 +170,7 @@ END_TEST
 /* linear_backward's argument checks (kernels/backend.c): each misuse dies with one line (exit 1). Static memory and
  * backend, so that nothing leaks when the call dies. */
 static scalar_t lb_mem[4][64];
+static const RopeSpec lb_rope[3] = {{1, 4, 1, 2, 2, 0, 10000}, {1, 4, 1, 2, 2, 0, 10000}, {2, 2, 1, 2, 2, 0, 500}};
 static Backend *lb_be;
 static void lb_call(int which) {
     Backend *be = lb_be = ktu_cpu();
@@ -178,6 +186,9 @@ static void lb_call(int which) {
     case 5: t[0].dw = lb_mem[1] + 32, t[1].dw = lb_mem[1] + 36; /* the two dw overlap */
         be->linear_backward(be, lb_mem[0] + 32, X, t, 2, 4, 4, 0); break;
     case 6: t[0].dy = NULL; be->linear_backward(be, dX, X, t, 1, 4, 4, 0); break;    /* no dy */
+    case 7: t[0].rope = &lb_rope[0]; be->linear_backward(be, dX, X, t, 1, 3, 4, 0); break; /* B T != N */
+    case 8: t[0].rope = &lb_rope[1], t[1].rope = &lb_rope[2]; /* two rotations */
+        be->linear_backward(be, dX, X, t, 2, 4, 4, 0); break;
     }
     backend_destroy(be);
 }
@@ -333,7 +344,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_embedding);
     tcase_add_test(tc, test_layernorm);
     tcase_add_test(tc, test_linear_backward);
-    tcase_add_loop_exit_test(tc, test_linear_backward_misuse_dies, 1, 0, 7);
+    tcase_add_loop_exit_test(tc, test_linear_backward_misuse_dies, 1, 0, 9);
     suite_add_tcase(s, tc);
     return s;
 }
