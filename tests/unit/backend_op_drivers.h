@@ -175,7 +175,7 @@ static void run_embedding(OpRun *r, const OpCase *c) {
         BE->embedding_forward(BE, h, tok, table, N, C);
         out_f(r, "h", h, CMP_EXACT);
     } else {
-        BE->embedding_backward(BE, table, h, tok, N, C);
+        BE->embedding_backward(BE, table, h, tok, N, C, V);
         out_f_added(r, "dtable", table, CMP_F32);
     }
 }
