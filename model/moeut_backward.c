@@ -35,7 +35,6 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     MoeutScratch *s = &st->s;
     scalar_t *W = m->params, *G = m->grads;
     const scalar_t qk_scale = (scalar_t)pow((double)D, -0.25);
-    const scalar_t eps = (scalar_t)MOEUT_LN_EPS;
     const size_t NC = (size_t)N * C;
 
     /* [N, C] gradient w.r.t. x1; starts as the residual path of y = x1 + f, dh_out, which the experts' backward
@@ -48,8 +47,7 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     const MoeutFfnGrad g = {
         .ac = ac, .N = N, .E = E, .choice_c = st->choice_c, .df = dh_out, .dx1 = dx1, .dgate = s->gate_f, .dA = s->A,
         .xg = s->gather_x, .yg = s->gather_y, .choice_q = s->choice_q, .dl = st->dreg_f[layer] + (size_t)rep * N * E,
-        .l = st->hist_f[layer] + (size_t)rep * N * E, .xs = s->nc[1], .dxs = s->nc[4], .mean = s->mean,
-        .rstd = s->rstd,
+        .l = st->hist_f[layer] + (size_t)rep * N * E, .dxs = s->nc[4],
     };
     st->routing->experts_backward(m, P, &g);
     /* shared experts: f += A_s SharedValues[s], A_s = ReLU(x1 SharedKeys[s]) (df = dy = dh_out, intact until dh_in is
@@ -84,8 +82,7 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
         be->rope(be, dq, B, T, H, D, n_rot, 0, (scalar_t)MOEUT_ROPE_BASE, 1);
         be->rope(be, dk, B, T, H, D, n_rot, 0, (scalar_t)MOEUT_ROPE_BASE, 1);
     }
-    scalar_t *xn = s->nc[0]; /* recompute LN1(x): read by the weight gradients' matmuls only (narrow form) */
-    be->layernorm_forward_narrow(be, xn, s->mean, s->rstd, ac->x, W + P->ln1_w, W + P->ln1_b, N, C, eps);
+    const scalar_t *xn = ac->xn; /* LN1(x), kept by the forward (narrow form): read by the weight gradients' matmuls */
     /* q = qk_scale * xn Wq^T: dWq += qk_scale dq^T xn; dxn = qk_scale (dq Wq + dk Wk) */
     be->matmul(be, G + P->q, dq, xn, HD, C, N, 1, 0, qk_scale, 1);
     be->matmul(be, G + P->k, dk, xn, HD, C, N, 1, 0, qk_scale, 1);
