@@ -49,9 +49,10 @@ BACKEND_OP(void, relu_backward, (Backend *be, scalar_t *dx, const scalar_t *dy, 
 /* h[N,C] = table[tokens[n]] */
 BACKEND_OP(void, embedding_forward, (Backend *be, scalar_t *h, const int32_t *tokens, const scalar_t *table, int N,
                                      int C))
-/* dtable[tokens[n]] += dh[n] */
+/* dtable[tokens[n]] += dh[n]; dtable [V, C], tokens in [0, V): V bounds the rows the op may write (a backend that
+ * cannot see the ids on the host reports all V rows as written) */
 BACKEND_OP(void, embedding_backward, (Backend *be, scalar_t *dtable, const scalar_t *dh, const int32_t *tokens, int N,
-                                      int C))
+                                      int C, int V))
 
 /* ---- LayerNorm over the last dim, biased variance, eps inside the sqrt ----
  * y[N,C] = (x - mean) * rstd * w + b; w and b may be NULL (no affine: w=1, b=0).

@@ -400,7 +400,7 @@ void model_train_step(Model *m, const int32_t *inputs, const int32_t *targets, c
         dcur = dnext;
         dnext = t;
     }
-    be->embedding_backward(be, m->grads + m->off_embedding, dcur, m->tokens_dev, N, C);
+    be->embedding_backward(be, m->grads + m->off_embedding, dcur, m->tokens_dev, N, C, m->cfg.n_tokens);
 
     // ---- the step's one read: its sums, with the device's error record (a bad target or expert id dies here) ----
     double sums[STEP_SUMS];

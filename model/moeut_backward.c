@@ -35,7 +35,6 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     MoeutScratch *s = &st->s;
     scalar_t *W = m->params, *G = m->grads;
     const scalar_t qk_scale = (scalar_t)pow((double)D, -0.25);
-    const scalar_t eps = (scalar_t)MOEUT_LN_EPS;
     const size_t NC = (size_t)N * C;
 
     /* [N, C] gradient w.r.t. x1; starts as the residual path of y = x1 + f, dh_out, which the experts' backward
@@ -48,8 +47,7 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     const MoeutFfnGrad g = {
         .ac = ac, .N = N, .E = E, .choice_c = st->choice_c, .df = dh_out, .dx1 = dx1, .dgate = s->gate_f, .dA = s->A,
         .xg = s->gather_x, .yg = s->gather_y, .choice_q = s->choice_q, .dl = st->dreg_f[layer] + (size_t)rep * N * E,
-        .l = st->hist_f[layer] + (size_t)rep * N * E, .xs = s->nc[1], .dxs = s->nc[4], .mean = s->mean,
-        .rstd = s->rstd,
+        .l = st->hist_f[layer] + (size_t)rep * N * E, .dxs = s->nc[4],
     };
     st->routing->experts_backward(m, P, &g);
     /* shared experts: f += A_s SharedValues[s], A_s = ReLU(x1 SharedKeys[s]) (df = dy = dh_out, intact until dh_in is
@@ -80,8 +78,7 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     /* ---- softmax attention, RoPE ---- */
     scalar_t *dq = s->hd[0], *dk = s->hd[1], *dv = s->hd[2];
     be->attention_backward(be, dq, dk, dv, dr, ac->r, ac->lse, ac->q, ac->k, ac->v, B, T, H, D, 1);
-    scalar_t *xn = s->nc[0]; /* recompute LN1(x): read by linear_backward only (narrow form) */
-    be->layernorm_forward_narrow(be, xn, s->mean, s->rstd, ac->x, W + P->ln1_w, W + P->ln1_b, N, C, eps);
+    const scalar_t *xn = ac->xn; /* LN1(x), kept by the forward (narrow form): read by linear_backward only */
     /* ---- V experts: v_h = sum_j gate_v * x @ V[sel_v] (reads the raw x) ---- */
     scalar_t *dgate_v = s->gate_v;
     be->cvmm_backward(be, dh_in, G + P->v, dgate_v, dv, ac->x, W + P->v, &ac->plan_v, ac->gate_v, H * KA, KA, C, D,

@@ -21,7 +21,7 @@
  * this call writes its own T rows at time offset pos_offset (pos_offset > 0 only for the KV cache, B = 1). */
 typedef struct {
     const scalar_t *x;          /* [N, C] layer input */
-    scalar_t *xn;               /* [N, C] LN1(x) */
+    scalar_t *xn;               /* [N, C] LN1(x) (training: kept for the backward) */
     scalar_t *mean, *rstd;      /* [N] */
     scalar_t *q;                /* [N, H*D] */
     scalar_t *k_all, *v_all;    /* [B, Tk, H, D] */
@@ -141,7 +141,7 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
     const uint8_t *drop_v = dropout_mask(m, s->drop_v, (long)N * H, c->att_n_experts, c->att_k, c->att_expert_dropout);
     const uint8_t *drop_o = dropout_mask(m, s->drop_o, (long)N * H, c->att_n_experts, c->att_k, c->att_expert_dropout);
     AttnIO a = {
-        .x = ac->x, .xn = s->nc[0], .mean = ac->mean1, .rstd = ac->rstd1, .q = ac->q, .k_all = ac->k,
+        .x = ac->x, .xn = ac->xn, .mean = ac->mean1, .rstd = ac->rstd1, .q = ac->q, .k_all = ac->k,
         .v_all = ac->v, .Tk = T, .pos_offset = 0,
         .lv = st->hist_v[layer] + (size_t)rep * N * HEA, /* written straight into the regularizer history */
         .lo = st->hist_o[layer] + (size_t)rep * N * HEA, .drop_v = drop_v, .drop_o = drop_o, .sel_v = ac->sel_v,
@@ -153,7 +153,7 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
     const uint8_t *drop_f = dropout_mask(m, s->drop_f, N, (int)E, c->ff_k, c->ff_expert_dropout);
     FfnIO f = {
         .r = {
-            .x1 = ac->x1, .N = N, .tokens = st->tokens, .E = (int)E, .xs = s->nc[1], .mean = ac->mean2,
+            .x1 = ac->x1, .N = N, .tokens = st->tokens, .E = (int)E, .xs = ac->xs, .mean = ac->mean2,
             .rstd = ac->rstd2,
             .l = st->hist_f[layer] + (size_t)rep * N * E, .drop = drop_f, .sel = ac->sel_f, .gate = ac->gate_f,
             .plan = &ac->plan_f, .pos = ac->entry_pos, .choice_c = st->choice_c,

@@ -11,14 +11,17 @@
  * is repeat j / Gs of it; the first n_dense_first applications of the model are dense layers, dense_layer.c).
  *
  * Training memory per token and per application (scalar_t elements unless noted):
- *   cache:   x1 (C) + q, k, v, r (4HD) + lse (H) + LN stats (4) + A = ReLU(U) (K*S)
+ *   cache:   x1 (C) + LN1(x), LN2(x1) (2C) + q, k, v, r (4HD) + lse (H) + LN stats (4) + A = ReLU(U) (K*S)
  *            + gates (2*H*KA + K) + selections (int32: 2*H*KA + K) + routing plans (int32: 2 (2*H*KA + K))
  *            [+ K_s*S shared experts' A] [+ W the residual MLP's A]
  *   history: router logits (2*H*EA + E) and their regularizer gradients (same again), per application
  *   For the DM-math 244M config (C=1024, H=4, D=128, K=16, S=128, EA=10, E=387) that is about
- *   1024 + 2048 + 4 + 4 + 2048 + 20 + 2*467 + 64 ≈ 6.1k elements ≈ 24 KiB per token per application in fp32:
- *   32k tokens x 18 applications ≈ 13.5 GiB (a GPU concern; the tiny CPU configs need kilobytes).
- *   LN outputs xn, xs are not cached: the backward recomputes them from x / x1 and the saved LN statistics.
+ *   1024 + 2048 + 2048 + 4 + 4 + 2048 + 20 + 2*467 + 64 ≈ 8.2k elements ≈ 32 KiB per token per application in
+ *   fp32: 32k tokens x 18 applications ≈ 18 GiB (a GPU concern; the tiny CPU configs need kilobytes).
+ *   The LN outputs xn, xs are kept for the backward, not recomputed there (their 2C: 4.5 GiB of those 18, for two
+ *   LayerNorm launches fewer in each application's backward). On CUDA in bf16 they are narrow tensors (the bf16
+ *   rounding in the first half of their fp32 buffers); elsewhere (the CPU, fp32, a full narrow registry) the exact
+ *   fp32 LN outputs, which matmul rounds to the same operands.
  *
  * Routing plans: each routing decision (sel_v, sel_o, sel_f) is planned once, right after its topk_select, and
  * the plan serves all cvmm calls of that decision, forward and backward (3 plan builds per training application
@@ -63,6 +66,10 @@ typedef struct {
     scalar_t *r;          /* [N, H*D] attention output (per head) */
     scalar_t *lse;        /* [B, H, T] */
     scalar_t *mean1, *rstd1, *mean2, *rstd2; /* [N] LayerNorm statistics */
+    scalar_t *xn;         /* [N, C]   LN1(x), in matmul's narrow operand form (layernorm_forward_narrow): read by the
+                           *           q/k/router weight gradients' matmuls */
+    scalar_t *xs;         /* [N, C]   LN2(x1), narrow likewise: read by the FFN router's matmuls (NULL: a routing kind
+                           *           without a router, which has no LN2) */
     scalar_t *A;          /* [N*K, S] ReLU(U), rows in plan_f order; A > 0 exactly where U > 0 (the ReLU mask) */
     int32_t *sel_v, *sel_o; /* [N, H, KA] global expert ids h*EA+e */
     scalar_t *gate_v, *gate_o; /* [N, H, KA] sigmoid values */
@@ -79,10 +86,11 @@ typedef struct {
 } MoeutAppCache;
 
 /* Scratch shared by all applications (backend memory, planned for max(arena_train_tokens, arena_eval_tokens); the
- * dropout masks, used in training only, for arena_train_tokens). Forward and backward give the buffers different
- * roles; the comments name both. */
+ * dropout masks, used in training only, for arena_train_tokens; nc as its comment says). Forward and backward give
+ * the buffers different roles; the comments name both. */
 typedef struct {
-    scalar_t *nc[5];      /* [N, C]: xn, xs, attention/FFN output | dx1, dxn, dxs */
+    scalar_t *nc[5];      /* [N, C]: xn, xs, FFN output (inference; for arena_eval_tokens) | dx1, dxn, dxs (the
+                           * backward's nc[3], nc[4]; for arena_train_tokens) */
     scalar_t *hd[4];      /* [N, H*D]: q, k, v, r (inference) | dq, dk, dv, dr */
     scalar_t *lse;        /* [N*H] */
     scalar_t *mean, *rstd; /* [N] */

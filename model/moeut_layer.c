@@ -198,6 +198,8 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
         plan_scalars(p, &ac->rstd1, nt);        /* [N] */
         plan_scalars(p, &ac->mean2, nt);        /* [N] */
         plan_scalars(p, &ac->rstd2, nt);        /* [N] */
+        plan_scalars(p, &ac->xn, nt * C);       /* [N, C] LN1(x) */
+        if (kind->has_router) plan_scalars(p, &ac->xs, nt * C); /* [N, C] LN2(x1) */
         plan_scalars(p, &ac->A, Mt * S);        /* [N*K, S] */
         plan_int32(p, &ac->sel_v, nt * HKA);    /* [N, H, KA] */
         plan_int32(p, &ac->sel_o, nt * HKA);    /* [N, H, KA] */
@@ -222,7 +224,9 @@ static void moeut_plan_activations(Model *m, ActivationPlan *p, int n_train, int
 
     /* scratch of both paths */
     MoeutScratch *s = &st->s;
-    for (int i = 0; i < 5; i++) plan_scalars(p, &s->nc[i], nmax * C);  /* [N, C] */
+    const size_t ne = (size_t)n_eval;
+    for (int i = 0; i < 3; i++) plan_scalars(p, &s->nc[i], ne * C);    /* [N, C] inference only */
+    for (int i = 3; i < 5; i++) plan_scalars(p, &s->nc[i], nt * C);    /* [N, C] the backward only */
     for (int i = 0; i < 4; i++) plan_scalars(p, &s->hd[i], nmax * HD); /* [N, H*D] */
     plan_scalars(p, &s->lse, nmax * H);       /* [N*H] */
     plan_scalars(p, &s->mean, nmax);          /* [N] */

@@ -47,8 +47,8 @@ typedef struct {
 
 /* Buffers of the backward of one application's routed FFN and router. */
 typedef struct {
-    const MoeutAppCache *ac;    /* the forward's cache: x1, sel_f, gate_f, plan_f, A, entry_pos, cap_dropped, mean2,
-                                 * rstd2 */
+    const MoeutAppCache *ac;    /* the forward's cache: x1, xs, sel_f, gate_f, plan_f, A, entry_pos, cap_dropped,
+                                 * mean2, rstd2 */
     int N, E, choice_c;         /* as MoeutFfnIO */
     const scalar_t *df;         /* [N, C] the FFN output's gradient (= dy through y = x1 + f) */
     scalar_t *dx1;              /* [N, C] experts_backward writes df + the experts' input gradient (not reading it
@@ -60,8 +60,7 @@ typedef struct {
     scalar_t *dl;               /* [N, E] this application's dreg_f slot: the regularizers' gradient of its logits,
                                  * made the router logits' gradient by route_backward (moeut_router_logit_grad) */
     const scalar_t *l;          /* [N, E] this application's raw router logits */
-    scalar_t *xs, *dxs;         /* [N, C] scratch: LN2(x1) recomputed, its gradient */
-    scalar_t *mean, *rstd;      /* [N] scratch of the LN2 recomputation */
+    scalar_t *dxs;              /* [N, C] scratch: the gradient of LN2(x1) (the forward's LN2(x1) is g->ac->xs) */
 } MoeutFfnGrad;
 
 typedef struct MoeutRouting MoeutRouting;

@@ -68,7 +68,7 @@ static void experts(Model *m, const MoeutLayerOffsets *P, const MoeutFfnIO *io) 
     be->cvmm_forward(be, io->A, io->xg, W + P->keys, io->plan, NULL, 1, 1, C, S, CVMM_RELU_Y, NULL);
     be->cvmm_forward(be, io->yg, io->A, W + P->values, io->plan, io->gate, 1, 1, S, C, CVMM_ENTRY_ORDER, NULL);
     be->zero(be, io->f, (size_t)io->N * C * sizeof(scalar_t));
-    be->embedding_backward(be, io->f, io->yg, io->pos, M, C); /* f[pos[p]] += gate[p] y_p */
+    be->embedding_backward(be, io->f, io->yg, io->pos, M, C, io->N); /* f[pos[p]] += gate[p] y_p */
     if (io->residual) be->add_inplace(be, io->f, io->residual, (size_t)io->N * C); /* after the scatter, as before */
 }
 
@@ -92,7 +92,7 @@ static void experts_backward(Model *m, const MoeutLayerOffsets *P, const MoeutFf
     be->zero(be, dxg, (size_t)M * C * sizeof(scalar_t));
     be->cvmm_backward(be, dxg, G + P->keys, NULL, dA, g->xg, W + P->keys, &ac->plan_f, NULL, 1, 1, C, S,
                       CVMM_ENTRY_ORDER, NULL);
-    be->embedding_backward(be, g->dx1, dxg, ac->entry_pos, M, C); /* dx1[pos[p]] += dxg[p] */
+    be->embedding_backward(be, g->dx1, dxg, ac->entry_pos, M, C, g->N); /* dx1[pos[p]] += dxg[p] */
 }
 
 /* dl = the regularizers' gradient + the softmax Jacobian of the chosen entries' gates; then the router's backward. */

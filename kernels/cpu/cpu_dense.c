@@ -181,9 +181,13 @@ void cpu_embedding_forward(Backend *be, scalar_t *h, const int32_t *tokens, cons
 }
 
 /* dtable[tokens[n]] += dh[n]; parallel over column blocks, rows in order, so repeated tokens sum deterministically. */
-void cpu_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, const int32_t *tokens, int N, int C) {
-    for (int n = 0; n < N; n++)
+void cpu_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, const int32_t *tokens, int N, int C,
+                            int V) {
+    for (int n = 0; n < N; n++) {
         if (tokens[n] < 0) die("embedding_backward: negative token id %d at position %d", tokens[n], n);
+        if (tokens[n] >= V) die("embedding_backward: token id %d at position %d outside the table's %d rows", tokens[n],
+                                n, V);
+    }
     int n_blocks = (C + COL_BLOCK - 1) / COL_BLOCK;
 #pragma omp parallel for schedule(static) if ((size_t)N * C > PAR_MIN)
     for (int blk = 0; blk < n_blocks; blk++) {

@@ -181,6 +181,21 @@ static bool read_positive(const char *var, int *out, char *err, size_t errlen) {
     return true;
 }
 
+// Reads a test-only bound: unset or empty = dflt; otherwise a decimal integer in [0, dflt].
+static bool read_bound(const char *var, int dflt, int *out, char *err, size_t errlen) {
+    const char *v = getenv(var);
+    *out = dflt;
+    if (!v || !*v) return true;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end != '\0' || n < 0 || n > dflt) {
+        if (err && errlen) snprintf(err, errlen, "%s=%s: expected an integer from 0 to %d", var, v, dflt);
+        return false;
+    }
+    *out = (int)n;
+    return true;
+}
+
 #ifdef CUDA_EMULATION
 // On the emulator every table entry runs under a label naming it, so that its launch log says which op launched what
 // (cuda_emu_launch_log.cpp; make bench-model groups the step by op). A GPU build fills the table with the functions.
@@ -223,11 +238,12 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     static const char *const attention_choices[] = {"auto", "fused", "gemm", "flash"};
     static const char *const cvmm_choices[] = {"auto", "loop", "grouped", "mma"};
     static const char *const matmul_choices[] = {"auto", "plain"};
-    int attention_impl, cvmm_impl, matmul_impl, attention_chunk_pairs;
+    int attention_impl, cvmm_impl, matmul_impl, attention_chunk_pairs, narrow_cap;
     if (!read_choice("DMMATH_CUDA_ATTENTION", attention_choices, 4, &attention_impl, err, errlen) ||
         !read_choice("DMMATH_CUDA_CVMM", cvmm_choices, 4, &cvmm_impl, err, errlen) ||
         !read_choice("DMMATH_CUDA_MATMUL", matmul_choices, 2, &matmul_impl, err, errlen) ||
-        !read_positive("DMMATH_CUDA_ATTENTION_CHUNK_PAIRS", &attention_chunk_pairs, err, errlen))
+        !read_positive("DMMATH_CUDA_ATTENTION_CHUNK_PAIRS", &attention_chunk_pairs, err, errlen) ||
+        !read_bound("DMMATH_CUDA_NARROW_ENTRIES", BF16_NARROW_ENTRIES, &narrow_cap, err, errlen))
         return nullptr;
     int n_dev = 0;
     cudaError_t e = cudaGetDeviceCount(&n_dev);
@@ -270,6 +286,7 @@ extern "C" Backend *backend_cuda_create(char *err, size_t errlen) {
     im->cvmm_impl = cvmm_impl;
     im->matmul_impl = matmul_impl;
     im->attention_chunk_pairs = attention_chunk_pairs;
+    im->bf16_narrow_cap = narrow_cap;
     cublasStatus_t st = cublasCreate(&im->cublas);
     if (st != CUBLAS_STATUS_SUCCESS) {
         char msg[128];

@@ -13,7 +13,9 @@
 // (layernorm_forward_narrow) writes only the bf16 rounding, into the output's own memory, which is then registered
 // as a narrow tensor: its own copy, handed out like an entry, dropped by the same reports, never evicted (a full
 // registry makes the producer write fp32 and a cached copy instead). On the emulator the fp32 half it leaves is NaN,
-// so that an fp32 reader shows.
+// so that an fp32 reader shows. The narrow tensors are many (MoEUT keeps 2 per training application for its
+// backward) and looked up at every operand and every write report, so they are an ordered map of disjoint ranges:
+// a lookup or a report costs a logarithmic search, not a scan.
 //
 // Why a stale copy cannot be handed out: the same reports that keep the weights' copy fresh (cuda_weights_bf16.cu)
 // drop the entries they overlap: every op reports each output range before writing it (cuda_weights_written), and so
@@ -25,7 +27,9 @@
 // backend's table (naming the op that wrote without a report, or whose produced copy is wrong), so a write path that
 // forgot to report fails the emulated tests. bf16 rounding is deterministic: the bits are those a conversion in every
 // call gives.
+#include <cmath>
 #include <iterator>
+#include <map>
 #include <unordered_map>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -44,22 +48,56 @@ static Demand &demand(CudaImpl *im) {
     return *(Demand *)im->bf16_demand;
 }
 
+// The narrow tensors: start address -> element count; the ranges are disjoint (a registration drops every one it
+// overlaps), so they are ordered by their ends too.
+typedef std::map<uintptr_t, size_t> NarrowSet;
+static NarrowSet &narrow_set(CudaImpl *im) {
+    if (!im->bf16_narrow) im->bf16_narrow = new NarrowSet();
+    return *(NarrowSet *)im->bf16_narrow;
+}
+// The first narrow tensor that ends after address a (the only one that can hold a, or overlap a range starting there).
+static NarrowSet::iterator narrow_from(NarrowSet &s, uintptr_t a) {
+    auto it = s.upper_bound(a); // the first starting after a
+    if (it != s.begin()) {
+        auto prev = std::prev(it); // the last starting at or before a
+        if (prev->second * sizeof(float) > a - prev->first) return prev;
+    }
+    return it;
+}
+// Drops the narrow tensors overlapping [p, p + bytes).
+static void narrow_forget(CudaImpl *im, const void *p, size_t bytes) {
+    if (!im->bf16_narrow) return;
+    NarrowSet &s = *(NarrowSet *)im->bf16_narrow;
+    const uintptr_t a = (uintptr_t)p;
+    // the one holding a (starting at or before it), then those starting inside the range
+    for (auto it = narrow_from(s, a); it != s.end() && (it->first <= a || it->first - a < bytes);) it = s.erase(it);
+}
+
 void cuda_bf16_cache_forget(Backend *be, const void *p, size_t bytes) {
     if (!p || bytes == 0) return;
     for (CudaImpl::Bf16CacheEntry &e : cuda_impl(be)->bf16_cache)
         if (e.src && ranges_overlap(e.src, e.n * sizeof(float), p, bytes)) e.src = nullptr;
-    for (CudaImpl::Bf16Narrow &t : cuda_impl(be)->bf16_narrow)
-        if (t.src && ranges_overlap(t.src, t.n * sizeof(float), p, bytes)) t.src = nullptr;
+    narrow_forget(cuda_impl(be), p, bytes);
 }
 
 __nv_bfloat16 *cuda_bf16_narrow_register(Backend *be, float *p, size_t n) {
     if (!p || n == 0) return nullptr;
-    for (CudaImpl::Bf16Narrow &t : cuda_impl(be)->bf16_narrow)
-        if (!t.src) {
-            t.src = p, t.n = n;
-            return (__nv_bfloat16 *)p;
-        }
-    return nullptr;
+    CudaImpl *im = cuda_impl(be);
+    narrow_forget(im, p, n * sizeof(float)); // (the caller reported the write: nothing overlaps any more)
+    NarrowSet &s = narrow_set(im);
+    if (s.size() >= (size_t)im->bf16_narrow_cap) return nullptr;
+    s.emplace((uintptr_t)p, n);
+    return (__nv_bfloat16 *)p;
+}
+
+// The narrow tensor holding all of [p, p + n) as its bf16 copy, or NULL.
+static const __nv_bfloat16 *narrow_holding(CudaImpl *im, const float *p, size_t n) {
+    if (!im->bf16_narrow) return nullptr;
+    NarrowSet &s = *(NarrowSet *)im->bf16_narrow;
+    auto it = narrow_from(s, (uintptr_t)p);
+    if (it == s.end()) return nullptr;
+    const float *src = (const float *)it->first;
+    return range_inside(p, n, src, it->second) ? (const __nv_bfloat16 *)src + (p - src) : nullptr;
 }
 
 void cuda_bf16_cache_allocated(Backend *be, const void *p, size_t bytes) {
@@ -80,21 +118,14 @@ void cuda_bf16_cache_freed(Backend *be, const void *p) {
     sizes.erase(it);
 }
 
-size_t cuda_allocation_bytes_from(Backend *be, const void *p) {
-    const uintptr_t at = (uintptr_t)p;
-    for (const auto &a : alloc_sizes(cuda_impl(be))) {
-        const uintptr_t base = (uintptr_t)a.first;
-        if (at >= base && at - base < a.second) return a.second - (size_t)(at - base);
-    }
-    return 0;
-}
-
 void cuda_bf16_cache_destroy(Backend *be) {
     CudaImpl *im = cuda_impl(be);
     for (CudaImpl::Bf16CacheEntry &e : im->bf16_cache)
         if (e.buf) cudaFree(e.buf); // teardown: unchecked, as cu_destroy's
     delete (AllocSizes *)im->alloc_sizes;
     im->alloc_sizes = nullptr;
+    delete (NarrowSet *)im->bf16_narrow;
+    im->bf16_narrow = nullptr;
     delete (Demand *)im->bf16_demand;
     im->bf16_demand = nullptr;
 }
@@ -116,8 +147,20 @@ void cuda_bf16_cache_check(Backend *be, const char *op, bool after) {
     char when[160];
     if (after) snprintf(when, sizeof when, "after the op '%s', which wrote it", op);
     else snprintf(when, sizeof when, "before the op '%s': written outside the backend's ops", op);
-    for (const CudaImpl::Bf16CacheEntry &e : cuda_impl(be)->bf16_cache)
+    CudaImpl *im = cuda_impl(be);
+    for (const CudaImpl::Bf16CacheEntry &e : im->bf16_cache)
         if (e.src) emu_check_entry(e, e.src, e.n, when);
+    // A live narrow tensor keeps the NaN its LayerNorm left in its fp32 half (cuda_dense.cu) until a report drops it:
+    // a value there is a write without a report (matmul would still hand out the bf16 half as the tensor's copy).
+    if (im->bf16_narrow)
+        for (const auto &t : *(const NarrowSet *)im->bf16_narrow) {
+            const float *y = (const float *)t.first;
+            for (size_t i = (t.second + 1) / 2; i < t.second; i++)
+                if (!std::isnan(y[i]))
+                    die("cuda backend: the narrow tensor of %zu floats at %p holds %.9g at element %zu of its fp32 "
+                        "half %s: an op wrote device memory without reporting it through cuda_weights_written",
+                        t.second, (const void *)y, (double)y[i], i, when);
+        }
 }
 #endif
 
@@ -168,8 +211,7 @@ const __nv_bfloat16 *cuda_bf16_cached(Backend *be, const float *p, size_t n) {
     const __nv_bfloat16 *w16;
     if (cuda_bf16_weights_slice(be, p, n, &w16)) return w16;
     CudaImpl *im = cuda_impl(be);
-    for (const CudaImpl::Bf16Narrow &t : im->bf16_narrow) // a narrow tensor is its own copy
-        if (t.src && range_inside(p, n, t.src, t.n)) return (const __nv_bfloat16 *)t.src + (p - t.src);
+    if (const __nv_bfloat16 *t = narrow_holding(im, p, n)) return t; // a narrow tensor is its own copy
     for (CudaImpl::Bf16CacheEntry &e : im->bf16_cache) {
         if (holds(e, p, n)) { // [p, p + n) inside the entry
             e.used = ++im->bf16_cache_clock;

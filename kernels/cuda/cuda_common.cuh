@@ -218,9 +218,12 @@ enum MatmulImpl { MATMUL_AUTO = 0, MATMUL_PLAIN };
 constexpr int BF16_CACHE_ENTRIES = 8;
 // Keys of past misses kept for cuda_bf16_cache_produce_input (host memory only; the paper's MoEUT step has 47)
 constexpr size_t BF16_DEMAND_KEYS = 4096;
-// Live narrow tensors at most (layernorm_forward_narrow; MoEUT has 2: its LN1 and LN2 outputs); past that a narrow
-// LayerNorm writes the exact fp32 y and its cached copy instead
-constexpr int BF16_NARROW_ENTRIES = 8;
+// Live narrow tensors at most (layernorm_forward_narrow): the registry is a host-side ordered map, sized at need up to
+// this bound (no device memory of its own). MoEUT keeps each training application's LN1 and LN2 outputs for its
+// backward, 2 per application (the paper's: 36), plus the inference scratch's 2 and the dense layers'; past the
+// bound a narrow LayerNorm writes the exact fp32 y and its cached copy instead (the same operands for matmul).
+// DMMATH_CUDA_NARROW_ENTRIES=K (tests) lowers it to K, 0 included, so that the tests take that path.
+constexpr int BF16_NARROW_ENTRIES = 1024;
 
 struct CudaImpl {
     cublasHandle_t cublas;
@@ -269,11 +272,11 @@ struct CudaImpl {
     } bf16_cache[BF16_CACHE_ENTRIES];
     unsigned long long bf16_cache_clock;
     // The narrow tensors (cuda_bf16_cache.cu): fp32 buffers [src, src + n) whose memory holds their own bf16 rounding
-    // (layernorm_forward_narrow), handed out by cuda_bf16_cached like an entry until a write drops them.
-    struct Bf16Narrow {
-        const float *src; // NULL: the slot is free
-        size_t n;
-    } bf16_narrow[BF16_NARROW_ENTRIES];
+    // (layernorm_forward_narrow), handed out by cuda_bf16_cached like an entry until a write drops them: a
+    // std::map<uintptr_t, size_t> (src -> n, disjoint ranges), created on first use; at most bf16_narrow_cap of them
+    // (BF16_NARROW_ENTRIES, or DMMATH_CUDA_NARROW_ENTRIES).
+    void *bf16_narrow;
+    int bf16_narrow_cap;
     // The sizes of the live allocations of the backend's alloc (cuda_backend.cu), so that free drops the cache
     // entries inside the freed buffer: a std::unordered_map<const void *, size_t>, created with the backend.
     void *alloc_sizes;
@@ -366,9 +369,6 @@ void cuda_bf16_cache_forget(Backend *be, const void *p, size_t bytes);
 // memory may come back from another cudaMalloc, written without a report).
 void cuda_bf16_cache_allocated(Backend *be, const void *p, size_t bytes);
 void cuda_bf16_cache_freed(Backend *be, const void *p);
-// The bytes from p to the end of the backend allocation that holds it (0: none does): the reach of an op's writes
-// whose extent depends on device-side indices (embedding_backward's rows).
-size_t cuda_allocation_bytes_from(Backend *be, const void *p);
 void cuda_bf16_cache_destroy(Backend *be); // frees the entries' buffers and the size map
 #ifdef CUDA_EMULATION
 // The emulator's check before and after every op of the table (cuda_backend.cu): each valid entry still equals a

@@ -270,13 +270,13 @@ __global__ void k_embed_bwd(float *dtable, int32_t *status, const float *dh, con
 
 // The positions grouped by token on the device (KeySort: four stable byte passes over the ids, so no id range is
 // needed on the host), then one run per distinct token: nothing is read back to the host.
-void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, const int32_t *tokens, int N, int C) {
+void cuda_embedding_backward(Backend *be, scalar_t *dtable, const scalar_t *dh, const int32_t *tokens, int N, int C,
+                             int V) {
     if (N <= 0 || C <= 0) return;
-    // The rows it adds to are those of the ids in tokens, which stay on the device: the rows any id can reach inside
-    // dtable's allocation (past it a write would be out of bounds). Not further: a gradient buffer allocated before
-    // the weights would otherwise mark their bf16 copy stale at every step's first backward.
-    const size_t reach = cuda_allocation_bytes_from(be, dtable);
-    cuda_weights_written(be, dtable, reach ? reach : ((size_t)INT32_MAX + 1) * (size_t)C * sizeof(float));
+    // The rows it adds to are those of the ids in tokens, which stay on the device: the table's V rows, all of them.
+    // (Not further: a report past the table would drop the narrow tensors beyond it, which hold no fp32 values to
+    // fall back to; MoEUT's expert choice scatters into a layer output below the applications' kept LN outputs.)
+    cuda_weights_written(be, dtable, (size_t)(V > 0 ? V : 0) * (size_t)C * sizeof(float));
     KeySort ks;
     key_sort_begin(be, &ks, N, 256);
     // the ids in, the keys out

@@ -222,7 +222,7 @@ static void run_embedding(OpRun *r, const OpCase *c) {
         BE->embedding_forward(BE, h, tok, table, N, C);
         out_f(r, "h", h, CMP_EXACT);
     } else {
-        BE->embedding_backward(BE, table, h, tok, N, C);
+        BE->embedding_backward(BE, table, h, tok, N, C, V);
         out_f_added(r, "dtable", table, CMP_F32);
     }
 }
@@ -250,8 +250,9 @@ static const OpDriver drv_layernorm = {"layernorm", run_layernorm, {"N", "C"}};
 
 /* layernorm_forward_narrow: y is in matmul's narrow operand form, so it is checked through matmuls reading it as A,
  * as A^T and as B (dims N, C, K: the other side's width), besides mean and rstd; then the narrow form's life: y
- * rewritten by layernorm_forward (the narrow form dropped: matmul must read the new values), more live narrow tensors
- * than the backend keeps (BF16_NARROW_ENTRIES on CUDA: the rest fall back to fp32), and y in place over x. */
+ * rewritten by layernorm_forward (the narrow form dropped: matmul must read the new values), 10 live narrow tensors
+ * (more than the CUDA backend keeps under DMMATH_CUDA_NARROW_ENTRIES=4, as test_cuda_inspect_other_paths.sh runs it:
+ * the rest fall back to fp32), and y in place over x. */
 static void run_layernorm_narrow(OpRun *r, const OpCase *c) {
     enum { LIVE = 10 };
     int N = D(0), C = D(1), K = D(2);

@@ -224,7 +224,7 @@ static int step_bad_input_child(const char *what) {
         ids[9] = -4;
         be->to_device(be, dids, ids, sizeof ids);
         scalar_t *dtable = be->alloc(be, (size_t)V * C * sizeof(scalar_t));
-        be->embedding_backward(be, dtable, x, dids, N, C);
+        be->embedding_backward(be, dtable, x, dids, N, C, V);
     }
     fprintf(stderr, "child: the op returned\n");
     double v;
@@ -415,7 +415,7 @@ START_TEST(test_weights_bf16_copy_follows_writes) {
         case 7: name = "relu_forward"; gpu->relu_forward(gpu, Wt, src, NWT); break;
         case 8: name = "matmul (C)"; gpu->matmul(gpu, Wt, xa, xb, NR, NC, 7, 0, 0, 1, 0); break;
         case 9: name = "embedding_forward"; gpu->embedding_forward(gpu, Wt, tok, src, NR, NC); break;
-        case 10: name = "embedding_backward"; gpu->embedding_backward(gpu, Wt, src, tok, NR, NC); break;
+        case 10: name = "embedding_backward"; gpu->embedding_backward(gpu, Wt, src, tok, NR, NC, NR); break;
         case 11: name = "layernorm_forward"; gpu->layernorm_forward(gpu, Wt, mean, rstd, src, NULL, NULL, NR, NC, (scalar_t)1e-5); break;
         case 12: name = "rope"; gpu->rope(gpu, Wt, 1, NR, 2, NC / 2, NC / 2, 3, (scalar_t)10000, 0); break;
         case 13: name = "cvmm_forward (Y)"; gpu->cvmm_forward(gpu, Wt, cX, src, &pl, NULL, 1, 1, WK, WN, CVMM_ENTRY_ORDER, NULL); break;

@@ -115,7 +115,7 @@ START_TEST(test_bias_relu_embedding_grad) {
     scalar_t *dpre = ktu_scalars((size_t)N * C), *dtable = ktu_scalars((size_t)V * C), *dbias = ktu_scalars(C);
     be->relu_backward(be, dpre, c.R, c.pre, (size_t)N * C);
     be->bias_backward(be, dbias, dpre, N, C);
-    be->embedding_backward(be, dtable, dpre, c.tok, N, C);
+    be->embedding_backward(be, dtable, dpre, c.tok, N, C, V);
     ktu_fd_check(&c, elem_loss, c.bias, dbias, C, FD_EPS, FD_TOL, 0, "bias_backward");
     ktu_fd_check(&c, elem_loss, c.table, dtable, (size_t)V * C, FD_EPS, FD_TOL, 0, "embedding_backward via relu");
     free(c.table), free(c.bias), free(c.h), free(c.pre), free(c.R), free(c.tok), free(dpre), free(dtable), free(dbias);

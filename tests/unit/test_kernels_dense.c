@@ -257,7 +257,7 @@ START_TEST(test_embedding) {
     for (size_t i = 0; i < (size_t)V * C; i++) want[i] = dt[i];
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) want[(size_t)tok[n] * C + c] += dh[(size_t)n * C + c];
-    be->embedding_backward(be, dt, dh, tok, N, C);
+    be->embedding_backward(be, dt, dh, tok, N, C, V);
     ktu_assert_close(dt, want, (size_t)V * C, 1e-5, 1e-5, "embedding_backward");
     free(table), free(h), free(tok), free(dh), free(dt), free(want);
     backend_destroy(be);

@@ -55,7 +55,7 @@ START_TEST(test_thread_count_invariance) {
         scalar_t *dx = ktu_scalars(nNC);
         be->layernorm_backward(be, dx, o[2].out[th], o[3].out[th], dy, x, w, mean, rstd, N, C);
         free(dx), free(mean), free(rstd);
-        be->embedding_backward(be, o[4].out[th], dy, tok, N, C);
+        be->embedding_backward(be, o[4].out[th], dy, tok, N, C, 10);
         be->attention_forward(be, o[5].out[th], o[6].out[th], q, k, v, B, T, T, H, D, (scalar_t)0.25);
         be->attention_backward(be, o[7].out[th], o[8].out[th], o[9].out[th], v, o[5].out[th], o[6].out[th], q, k, v,
                                B, T, H, D, (scalar_t)0.25);
