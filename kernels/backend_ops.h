@@ -31,6 +31,13 @@ BACKEND_OP(void, matmul, (Backend *be, scalar_t *C, const scalar_t *A, const sca
 BACKEND_OP(void, linear_backward, (Backend *be, scalar_t *dX, const scalar_t *X, const LinearTerm *terms, int n_terms,
                                    int N, int C, scalar_t beta))
 
+/* x[n] will be read again as a whole operand of matmul or cvmm after many other ops, while nothing writes it (MoEUT's
+ * layer input and x1: by the forward's experts and again by the backward's weight gradients). A backend that converts
+ * operands for its GEMMs (CUDA in bf16 mode) keeps the converted copy it makes next (or a producer of x writes) until
+ * x is written, in memory of its own (n bf16 values, reused by the next copy while x's allocation lives); others
+ * ignore it. A hint: results are the same with or without it. */
+BACKEND_OP(void, keep_operand, (Backend *be, const scalar_t *x, size_t n))
+
 /* ---- elementwise ---- */
 /* y[n] += x[n] */
 BACKEND_OP(void, add_inplace, (Backend *be, scalar_t *y, const scalar_t *x, size_t n))

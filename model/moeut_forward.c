@@ -137,6 +137,8 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
     MoeutScratch *s = &st->s;
 
     ac->x = h_in; /* [N, C], kept by the caller until this application's backward */
+    /* x and x1 are read whole by cvmm here and again by the weight gradients of this application's backward */
+    m->be->keep_operand(m->be, ac->x, (size_t)N * c->d_model);
     /* Dropout masks in a fixed order (v, o, ffn) so a run is reproducible from the RNG state. */
     const uint8_t *drop_v = dropout_mask(m, s->drop_v, (long)N * H, c->att_n_experts, c->att_k, c->att_expert_dropout);
     const uint8_t *drop_o = dropout_mask(m, s->drop_o, (long)N * H, c->att_n_experts, c->att_k, c->att_expert_dropout);
@@ -149,6 +151,7 @@ void moeut_forward_train(Model *m, int app, const scalar_t *h_in, scalar_t *h_ou
         .r = ac->r, .lse = ac->lse, .att = ac->x1, .att_residual = ac->x, /* x1 = att + x */
     };
     attention_block(m, P, B, T, &a);
+    m->be->keep_operand(m->be, ac->x1, (size_t)N * c->d_model); /* before the router's LayerNorm, which copies it */
 
     const uint8_t *drop_f = dropout_mask(m, s->drop_f, N, (int)E, c->ff_k, c->ff_expert_dropout);
     FfnIO f = {

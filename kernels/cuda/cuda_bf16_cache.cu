@@ -48,6 +48,46 @@ static Demand &demand(CudaImpl *im) {
     return *(Demand *)im->bf16_demand;
 }
 
+// The kept copies (keep_operand): a source named by the model keeps its bf16 copy in a buffer of its own, outside the
+// entries' rotation, from its next conversion (or its producer's copy) until something writes it; the buffer stays for
+// the next copy while the source's allocation lives. MoEUT's layer input x and its x1 are read by cvmm in the forward
+// and again by the weight gradients of the backward, when their entries are long evicted: without these, the
+// backward converted both again in every application (70 conversions of [32768 x 1024] per paper step, 4.0 ms).
+struct Bf16Kept {
+    size_t n;           // the source's element count
+    __nv_bfloat16 *buf; // [n], allocated at the first keep_operand
+    bool valid;         // buf holds the source's rounding now
+};
+typedef std::unordered_map<const float *, Bf16Kept> KeptSet;
+static KeptSet &kept_set(CudaImpl *im) {
+    if (!im->bf16_kept) im->bf16_kept = new KeptSet();
+    return *(KeptSet *)im->bf16_kept;
+}
+// The kept copy of p[n] (a valid one, or one to fill), or NULL when p is not kept with n values.
+static Bf16Kept *kept_of(CudaImpl *im, const float *p, size_t n) {
+    if (!im->bf16_kept) return nullptr;
+    KeptSet &s = *(KeptSet *)im->bf16_kept;
+    auto it = s.find(p);
+    return it != s.end() && it->second.n == n ? &it->second : nullptr;
+}
+
+void cuda_keep_operand(Backend *be, const scalar_t *x, size_t n) {
+    CudaImpl *im = cuda_impl(be);
+    // only where operands are converted: plain mode converts in every call (the comparator), fp32 never
+    if (!x || n == 0 || !use_bf16(be) || im->matmul_impl == MATMUL_PLAIN) return;
+    Bf16Kept &k = kept_set(im)[x];
+    if (k.buf && k.n == n) return;
+    if (k.buf) { // a new size for the same source: a new buffer (cudaFree synchronises; not in a steady step)
+        CHECK_CUDA(cudaFree(k.buf));
+        k.buf = nullptr;
+    }
+    cudaError_t err = cudaMalloc(&k.buf, n * sizeof(__nv_bfloat16));
+    if (err != cudaSuccess)
+        die("cuda backend: out of device memory for %zu bytes of a kept bf16 operand copy (keep_operand): %s",
+            n * sizeof(__nv_bfloat16), cudaGetErrorString(err));
+    k.n = n, k.valid = false;
+}
+
 // The narrow tensors: start address -> element count; the ranges are disjoint (a registration drops every one it
 // overlaps), so they are ordered by their ends too.
 typedef std::map<uintptr_t, size_t> NarrowSet;
@@ -78,6 +118,11 @@ void cuda_bf16_cache_forget(Backend *be, const void *p, size_t bytes) {
     for (CudaImpl::Bf16CacheEntry &e : cuda_impl(be)->bf16_cache)
         if (e.src && ranges_overlap(e.src, e.n * sizeof(float), p, bytes)) e.src = nullptr;
     narrow_forget(cuda_impl(be), p, bytes);
+    if (cuda_impl(be)->bf16_kept)
+        for (auto &k : *(KeptSet *)cuda_impl(be)->bf16_kept)
+            if (k.second.valid && (ranges_overlap(k.first, k.second.n * sizeof(float), p, bytes) ||
+                                   ranges_overlap(k.second.buf, k.second.n * sizeof(__nv_bfloat16), p, bytes)))
+                k.second.valid = false;
 }
 
 __nv_bfloat16 *cuda_bf16_narrow_register(Backend *be, float *p, size_t n) {
@@ -115,6 +160,17 @@ void cuda_bf16_cache_freed(Backend *be, const void *p) {
     Demand &d = demand(cuda_impl(be));
     for (auto k = d.begin(); k != d.end();)
         k = ranges_overlap(k->first, k->second * sizeof(float), p, bytes) ? d.erase(k) : std::next(k);
+    if (cuda_impl(be)->bf16_kept) { // the kept copies of sources inside the freed buffer go with it
+        KeptSet &ks = *(KeptSet *)cuda_impl(be)->bf16_kept;
+        for (auto k = ks.begin(); k != ks.end();) {
+            if (!ranges_overlap(k->first, k->second.n * sizeof(float), p, bytes)) {
+                ++k;
+                continue;
+            }
+            CHECK_CUDA(cudaFree(k->second.buf)); // synchronises: queued kernels may still read it
+            k = ks.erase(k);
+        }
+    }
     sizes.erase(it);
 }
 
@@ -128,6 +184,10 @@ void cuda_bf16_cache_destroy(Backend *be) {
     im->bf16_narrow = nullptr;
     delete (Demand *)im->bf16_demand;
     im->bf16_demand = nullptr;
+    if (im->bf16_kept)
+        for (auto &k : *(KeptSet *)im->bf16_kept) cudaFree(k.second.buf); // teardown: unchecked
+    delete (KeptSet *)im->bf16_kept;
+    im->bf16_kept = nullptr;
 }
 
 #ifdef CUDA_EMULATION
@@ -150,6 +210,10 @@ void cuda_bf16_cache_check(Backend *be, const char *op, bool after) {
     CudaImpl *im = cuda_impl(be);
     for (const CudaImpl::Bf16CacheEntry &e : im->bf16_cache)
         if (e.src) emu_check_entry(e, e.src, e.n, when);
+    if (im->bf16_kept)
+        for (const auto &k : *(const KeptSet *)im->bf16_kept)
+            if (k.second.valid)
+                emu_check_entry({k.first, k.second.n, k.second.buf, k.second.n, 0}, k.first, k.second.n, when);
     // A live narrow tensor keeps the NaN its LayerNorm left in its fp32 half (cuda_dense.cu) until a report drops it:
     // a value there is a write without a report (matmul would still hand out the bf16 half as the tensor's copy).
     if (im->bf16_narrow)
@@ -212,6 +276,15 @@ const __nv_bfloat16 *cuda_bf16_cached(Backend *be, const float *p, size_t n) {
     if (cuda_bf16_weights_slice(be, p, n, &w16)) return w16;
     CudaImpl *im = cuda_impl(be);
     if (const __nv_bfloat16 *t = narrow_holding(im, p, n)) return t; // a narrow tensor is its own copy
+    if (Bf16Kept *k = kept_of(im, p, n)) { // a kept copy: valid, or made now into its own buffer
+        if (!k->valid) cuda_to_bf16(k->buf, p, n);
+#ifdef CUDA_EMULATION
+        else if (!emu::dry_run())
+            emu_check_entry({p, n, k->buf, n, 0}, p, n, "when read as a GEMM operand (a kept copy)");
+#endif
+        k->valid = true;
+        return k->buf;
+    }
     for (CudaImpl::Bf16CacheEntry &e : im->bf16_cache) {
         if (holds(e, p, n)) { // [p, p + n) inside the entry
             e.used = ++im->bf16_cache_clock;
@@ -233,6 +306,11 @@ __nv_bfloat16 *cuda_bf16_cache_produce_input(Backend *be, const float *p, size_t
     if (!p || n == 0) return nullptr;
     CudaImpl *im = cuda_impl(be);
     auto k = demand(im).find(p);
+    if (Bf16Kept *kept = kept_of(im, p, n)) { // a kept source: its own buffer, unless it holds the copy already
+        if (kept->valid) return nullptr;
+        kept->valid = true; // the caller's kernel, launched next, writes it
+        return kept->buf;
+    }
     if (k == demand(im).end() || k->second != n) return nullptr; // not converted as a GEMM operand before
     for (const CudaImpl::Bf16CacheEntry &e : im->bf16_cache)
         if (holds(e, p, n)) return nullptr; // already held
@@ -243,5 +321,9 @@ __nv_bfloat16 *cuda_bf16_cache_produce(Backend *be, const float *p, size_t n) {
     if (!p || n == 0) return nullptr;
     CudaImpl *im = cuda_impl(be);
     cuda_bf16_cache_forget(be, p, n * sizeof(float)); // (the caller reported the write: nothing overlaps any more)
+    if (Bf16Kept *kept = kept_of(im, p, n)) { // a kept source: into its own buffer
+        kept->valid = true;                   // the caller's kernel, launched next, writes it
+        return kept->buf;
+    }
     return take_entry(im, p, n)->buf;
 }

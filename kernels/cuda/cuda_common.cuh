@@ -282,6 +282,9 @@ struct CudaImpl {
     void *alloc_sizes;
     // The operands converted on a miss (cuda_bf16_cache.cu): a std::unordered_map<const float *, size_t>.
     void *bf16_demand;
+    // The kept copies (keep_operand; cuda_bf16_cache.cu): a std::unordered_map<const float *, Bf16Kept> (source ->
+    // its own bf16 buffer, valid until the source is written), created on first use.
+    void *bf16_kept;
 };
 
 static inline CudaImpl *cuda_impl(Backend *be) { return (CudaImpl *)be->impl; }

@@ -117,6 +117,45 @@ static void run_linear_backward(OpRun *r, const OpCase *c) {
 }
 static const OpDriver drv_linear_backward = {"linear_backward", run_linear_backward, {"N", "C", "n"}};
 
+/* keep_operand: x [M, K] kept, then read by matmul (x B) after 12 other operands went through the conversion cache,
+ * after x was rewritten (add_inplace), after a LayerNorm read it (which writes a kept input's copy), and again after
+ * its buffer was freed and a new one allocated; each product recorded (on the emulator a stale kept copy stops the
+ * test, naming the op). dims M, N, K. */
+static void run_keep_operand(OpRun *r, const OpCase *c) {
+    enum { OTHERS = 12 };
+    int M = D(0), N = D(1), K = D(2);
+    size_t nx = (size_t)M * K, ny = (size_t)M * N;
+    scalar_t *hx = ktu_random(&r->rng, nx, -2, 2), *hx2 = ktu_random(&r->rng, nx, -3, 3);
+    scalar_t *x = BE->alloc(BE, nx * sizeof(scalar_t)); /* not the case's buffers: this one is freed here */
+    BE->to_device(BE, x, hx, nx * sizeof(scalar_t));
+    scalar_t *B = in_uniform(r, (size_t)K * N, -1, 1), *d = in_uniform(r, nx, -1, 1);
+    scalar_t *y = in_zero(r, ny * sizeof(scalar_t)), *others = in_uniform(r, OTHERS * nx, -1, 1);
+    scalar_t *sink = in_zero(r, ny * sizeof(scalar_t)), *ln = in_zero(r, nx * sizeof(scalar_t));
+    scalar_t *mean = in_zero(r, M * sizeof(scalar_t)), *rstd = in_zero(r, M * sizeof(scalar_t));
+    BE->keep_operand(BE, x, nx);
+    BE->matmul(BE, y, x, B, M, N, K, 0, 0, 1, 0);
+    out_f(r, "x B", y, CMP_GEMM);
+    for (int i = 0; i < OTHERS; i++) BE->matmul(BE, sink, others + (size_t)i * nx, B, M, N, K, 0, 0, 1, 0);
+    BE->matmul(BE, y, x, B, M, N, K, 0, 0, 1, 0);
+    out_f(r, "x B after 12 other operands", y, CMP_GEMM);
+    BE->add_inplace(BE, x, d, nx);
+    BE->matmul(BE, y, x, B, M, N, K, 0, 0, 1, 0);
+    out_f(r, "x B, x rewritten", y, CMP_GEMM);
+    BE->add_inplace(BE, x, d, nx);
+    BE->layernorm_forward(BE, ln, mean, rstd, x, NULL, NULL, M, K, (scalar_t)1e-5);
+    BE->matmul(BE, y, x, B, M, N, K, 0, 0, 1, 0);
+    out_f(r, "x B, x rewritten, then read by a LayerNorm", y, CMP_GEMM);
+    BE->free(BE, x); /* the kept copy goes with the buffer; a new one at (perhaps) the same address, kept again */
+    x = BE->alloc(BE, nx * sizeof(scalar_t));
+    BE->to_device(BE, x, hx2, nx * sizeof(scalar_t));
+    BE->keep_operand(BE, x, nx);
+    BE->matmul(BE, y, x, B, M, N, K, 0, 0, 1, 0);
+    out_f(r, "x' B, x freed and another buffer allocated and kept", y, CMP_GEMM);
+    BE->free(BE, x);
+    free(hx), free(hx2);
+}
+static const OpDriver drv_keep_operand = {"keep_operand", run_keep_operand, {"M", "N", "K"}};
+
 /* Sequences of matmuls around the CUDA backend's bf16 conversion cache (kernels/cuda/cuda_bf16_cache.cu), which hands
  * out an operand's bf16 copy made by an earlier matmul while nothing wrote the operand: every later product must be
  * the one of the operand's values now (on the emulator every hit is also checked bit for bit against a fresh

@@ -84,6 +84,10 @@ static const OpCase op_cases[] = {
     {"linear_backward", "4 maps, two rotated", &drv_linear_backward, {300, 70, 4}, 0, F_ROPE, DT_BOTH, MATMUL_PATHS,
      DEF, 0},
 
+    /* a kept operand copy (kernels/cuda/cuda_bf16_cache.cu): its life */
+    {"keep_operand", "read after other operands, a rewrite, a LayerNorm, a free", &drv_keep_operand, {37, 19, 29}, 0,
+     0, DT_BOTH, MATMUL_PATHS, DEF, 0},
+
     /* ---- elementwise, embedding, LayerNorm (fp32 only: the CUDA backend has no bf16 path for them) */
     {"add_inplace", "300x70", &drv_elementwise, {300, 70}, 0, 0, DT_FP32, DEF, 0, 0},
     {"scale_inplace", "300x70 by 0.37", &drv_elementwise, {300, 70}, 0.37, 0, DT_FP32, DEF, 0, 0},
