@@ -418,8 +418,9 @@ END_TEST
 /* The fused residual and dX_base give exactly (bit for bit) the unfused sequences (kernels/backend_ops.h): forward
  * cvmm_forward + add_inplace(Y, R) against cvmm_forward with residual R, into a NaN-filled Y and in place (Y = R);
  * backward copy(dX <- B) + cvmm_backward against cvmm_backward with dX_base B over a NaN-filled dX (never read), and
- * with dX_base = dX (the plain accumulation), dW and dw unchanged. The residual's and base's rows carry signed zeros
- * and large values, so an add in another place of the sum changes bits. order: the row-order flags of the case. */
+ * with dX_base = dX (the plain accumulation), dW and dw unchanged; and zero(dX) + cvmm_backward against
+ * CVMM_DX_OVERWRITE over a NaN-filled dX. The residual's and base's rows carry signed zeros and large values, so an
+ * add in another place of the sum changes bits. order: the row-order flags of the case. */
 static scalar_t *fused_operand(KtuRng *rng, size_t n) {
     scalar_t *v = ktu_random(rng, n, -1, 1);
     for (size_t i = 0; i < n; i += 7) v[i] = (i / 7) % 2 ? -0.0f : 0.0f;
@@ -463,6 +464,17 @@ static void residual_fused_case(Backend *be, KtuRng *rng, const CvmmCase *c, int
     ktu_assert_equal_bits(dWf, dW, nW, "dW beside dX_base");
     ktu_assert_equal_bits(dWi, dW, nW, "dW beside dX_base = dX");
     if (w) ktu_assert_equal_bits(dwf, dw, (size_t)M, "dw beside dX_base");
+    scalar_t *dXz = ktu_scalars(nX), *dXo = ktu_scalars(nX), *dWz = ktu_copy(dW, nW), *dWo = ktu_copy(dW, nW);
+    memset(dXz, 0, nX * sizeof(scalar_t));
+    for (size_t i = 0; i < nX; i++) dXo[i] = NAN;
+    be->cvmm_backward(be, dXz, dWz, NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, NULL);
+    be->cvmm_backward(be, dXo, dWo, w ? dwf : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout,
+                      order | CVMM_DX_OVERWRITE, NULL);
+    snprintf(what, sizeof what, "%s reduce=%d order=%d dX overwritten", cvmm_pattern_name[c->pat], c->reduce, order);
+    ktu_assert_equal_bits(dXo, dXz, nX, what);
+    ktu_assert_equal_bits(dWo, dWz, nW, "dW beside dX overwritten");
+    if (w) ktu_assert_equal_bits(dwf, dw, (size_t)M, "dw beside dX overwritten");
+    free(dXz), free(dXo), free(dWz), free(dWo);
     cvmm_host_plan_free(&pl);
     free(B), free(dX), free(dXf), free(dXi), free(dW), free(dWf), free(dWi), free(dw), free(dwf);
     free(X), free(W), free(dY), free(w), free(sel);
@@ -486,8 +498,8 @@ START_TEST(test_cvmm_residual_fused_equals_unfused) {
 END_TEST
 
 /* Misuse is a one-line error and exit 1: a plan too small for the call, cvmm with an unbuilt plan, sorted inputs
- * with in_div > 1, sorted outputs with a reduction, the ReLU flags where they do not apply, a residual or dX_base
- * where it does not apply or partly overlapping its output. */
+ * with in_div > 1, sorted outputs with a reduction, the ReLU and overwrite flags where they do not apply, a residual
+ * or dX_base where it does not apply or partly overlapping its output. */
 START_TEST(test_routing_plan_too_small_dies) {
     Backend *be = ktu_cpu();
     int32_t sel[3] = {0, 1, 0}, perm[2], inv[2], off[3], groups[2], host[3];
@@ -587,6 +599,28 @@ START_TEST(test_cvmm_dx_base_overlap_dies) {
     be->cvmm_backward(be, dX + 1, NULL, NULL, dY, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_ENTRY_ORDER, dX);
 }
 END_TEST
+/* CVMM_DX_OVERWRITE: a backward flag, for a dX, without dX_base */
+START_TEST(test_cvmm_overwrite_in_forward_dies) {
+    Backend *be = ktu_cpu();
+    RoutingPlan pl = plan_of_two(be);
+    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, Y[2];
+    be->cvmm_forward(be, Y, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_DX_OVERWRITE, NULL);
+}
+END_TEST
+START_TEST(test_cvmm_overwrite_no_dx_dies) {
+    Backend *be = ktu_cpu();
+    RoutingPlan pl = plan_of_two(be);
+    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, dY[2] = {1, 1}, dW[2] = {0, 0};
+    be->cvmm_backward(be, NULL, dW, NULL, dY, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_DX_OVERWRITE, NULL);
+}
+END_TEST
+START_TEST(test_cvmm_overwrite_dx_base_dies) {
+    Backend *be = ktu_cpu();
+    RoutingPlan pl = plan_of_two(be);
+    scalar_t X[2] = {1, 2}, W[2] = {1, 1}, dY[2] = {1, 1}, dX[2], base[2] = {0, 0};
+    be->cvmm_backward(be, dX, NULL, NULL, dY, X, W, &pl, NULL, 1, 1, 1, 1, CVMM_DX_OVERWRITE, base);
+}
+END_TEST
 /* the narrow flags: plan order on their side; a narrow dX only written through the ReLU */
 START_TEST(test_cvmm_narrow_in_entry_order_dies) {
     Backend *be = ktu_cpu();
@@ -640,6 +674,9 @@ static Suite *suite(void) {
     tcase_add_exit_test(tc, test_cvmm_dx_base_through_relu_dies, 1);
     tcase_add_exit_test(tc, test_cvmm_dx_base_no_dx_dies, 1);
     tcase_add_exit_test(tc, test_cvmm_dx_base_overlap_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_overwrite_in_forward_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_overwrite_no_dx_dies, 1);
+    tcase_add_exit_test(tc, test_cvmm_overwrite_dx_base_dies, 1);
     suite_add_tcase(s, tc);
     return s;
 }
