@@ -22,8 +22,8 @@ void routing_plan_check_args(const RoutingPlan *pl, int M, int n_experts) {
         die("routing_plan: the plan's memory is not set (perm, inv, offset, group_expert, host_offset)");
 }
 
-/* The checks both directions share, then the ReLU flags' (forward: CVMM_RELU_Y; backward: CVMM_DX_THROUGH_RELU) and
- * the narrow ones'. */
+/* The checks both directions share, then the ReLU flags' (forward: CVMM_RELU_Y; backward: CVMM_DX_THROUGH_RELU), the
+ * overwrite flag's (backward: CVMM_DX_OVERWRITE) and the narrow ones'. */
 static void cvmm_check_args(const char *op, const RoutingPlan *pl, int in_div, int out_div, int reduced, int order,
                             int forward, int has_dx) {
     if (pl->n_experts < 1) die("%s: the routing plan was not built (routing_plan)", op);
@@ -31,12 +31,14 @@ static void cvmm_check_args(const char *op, const RoutingPlan *pl, int in_div, i
     if (M < 0 || in_div < 1 || M % in_div != 0) die("%s: M=%d is not a multiple of in_div=%d", op, M, in_div);
     if (reduced && (out_div < 1 || M % out_div != 0)) die("%s: M=%d is not a multiple of out_div=%d", op, M, out_div);
     if (order & ~(CVMM_IN_SORTED | CVMM_OUT_SORTED | CVMM_RELU_Y | CVMM_DX_THROUGH_RELU | CVMM_IN_NARROW |
-                  CVMM_OUT_NARROW))
+                  CVMM_OUT_NARROW | CVMM_DX_OVERWRITE))
         die("%s: unknown order flags %#x", op, (unsigned)order);
     if ((order & CVMM_IN_SORTED) && in_div != 1) die("%s: inputs in plan order need in_div = 1 (got %d)", op, in_div);
     if ((order & CVMM_OUT_SORTED) && reduced) die("%s: outputs in plan order cannot be reduced (w given)", op);
     if (forward && (order & CVMM_DX_THROUGH_RELU)) die("%s: CVMM_DX_THROUGH_RELU is a backward flag", op);
     if (!forward && (order & CVMM_RELU_Y)) die("%s: CVMM_RELU_Y is a forward flag", op);
+    if (forward && (order & CVMM_DX_OVERWRITE)) die("%s: CVMM_DX_OVERWRITE is a backward flag", op);
+    if ((order & CVMM_DX_OVERWRITE) && !has_dx) die("%s: CVMM_DX_OVERWRITE needs dX", op);
     if ((order & CVMM_RELU_Y) && reduced) die("%s: CVMM_RELU_Y needs outputs without reduction (w NULL)", op);
     if (order & CVMM_DX_THROUGH_RELU) {
         if (in_div != 1) die("%s: CVMM_DX_THROUGH_RELU needs in_div = 1 (got %d)", op, in_div);
@@ -73,6 +75,8 @@ void cvmm_backward_check_args(const RoutingPlan *pl, int in_div, int out_div, in
     cvmm_check_args("cvmm_backward", pl, in_div, out_div, reduced, order, 0, dX != NULL);
     if (!dX_base) return;
     if (!dX) die("cvmm_backward: dX_base needs dX");
+    if (order & CVMM_DX_OVERWRITE)
+        die("cvmm_backward: dX_base cannot be combined with CVMM_DX_OVERWRITE (the sum starts at one of them)");
     if (order & CVMM_DX_THROUGH_RELU)
         die("cvmm_backward: dX_base cannot be combined with CVMM_DX_THROUGH_RELU (which overwrites dX)");
     const int rows = (order & CVMM_IN_SORTED) ? pl->M : pl->M / in_div;

@@ -54,8 +54,9 @@ typedef struct {
 } RoutingPlan;
 
 /* cvmm's order flags (see cvmm_forward): the row orders, the ReLU fused on either side of the FFN's expert
- * activations (CVMM_RELU_Y forward only, CVMM_DX_THROUGH_RELU backward only), and plan-order tensors kept in cvmm's
- * narrow operand form between the calls of one plan (CVMM_IN_NARROW, CVMM_OUT_NARROW). */
+ * activations (CVMM_RELU_Y forward only, CVMM_DX_THROUGH_RELU backward only), plan-order tensors kept in cvmm's
+ * narrow operand form between the calls of one plan (CVMM_IN_NARROW, CVMM_OUT_NARROW), and the backward's dX written
+ * rather than accumulated (CVMM_DX_OVERWRITE). */
 enum {
     CVMM_ENTRY_ORDER = 0,
     CVMM_IN_SORTED = 1,
@@ -63,7 +64,8 @@ enum {
     CVMM_RELU_Y = 4,
     CVMM_DX_THROUGH_RELU = 8,
     CVMM_IN_NARROW = 16,
-    CVMM_OUT_NARROW = 32
+    CVMM_OUT_NARROW = 32,
+    CVMM_DX_OVERWRITE = 64
 };
 
 /* The rotation rope applies (kernels/backend_ops.h: x [B, T, H, D], the first n_rot dims of each head rotated at

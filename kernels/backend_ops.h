@@ -249,7 +249,13 @@ BACKEND_OP(void, cvmm_forward, (Backend *be, scalar_t *Y, const scalar_t *X, con
  *   dX[i] = dX_base[i] + the terms of dX[i] above, in their order (the accumulator starts at dX_base[i])
  * the same bits as copy(dX <- dX_base) then cvmm_backward without it. Needs dX and not CVMM_DX_THROUGH_RELU (which
  * overwrites dX: a base has no meaning there); dX_base is dX itself (then the same as NULL) or does not overlap dX
- * (it may be dY: both are only read); anything else dies. */
+ * (it may be dY: both are only read); anything else dies.
+ * CVMM_DX_OVERWRITE (the attention output projection's dX, which nothing else adds to): dX is WRITTEN, not
+ * accumulated; its old contents are never read (they may be anything, NaN included):
+ *   dX[i] = 0 + the terms of dX[i] above, in their order (the accumulator starts at +0)
+ * the same bits as zeroing dX then cvmm_backward without it, without the zero fill's pass over dX and the sum's read
+ * of it. Needs dX and no dX_base (a sum starts at one or the other; a dX_base of zeros would still be read);
+ * CVMM_DX_THROUGH_RELU overwrites dX already (with it the flag changes nothing). */
 BACKEND_OP(void, cvmm_backward, (Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, const scalar_t *dY,
                                  const scalar_t *X, const scalar_t *W, const RoutingPlan *plan, const scalar_t *w,
                                  int in_div, int out_div, int Kin, int Nout, int order, const scalar_t *dX_base))

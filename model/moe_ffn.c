@@ -110,8 +110,7 @@ void moe_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) {
     fill_ones(m, NK);
     be->cvmm_backward(be, NULL, G + P->values_bias, dgate_b, dh_out, st->ones, W + P->values_bias, &ac->plan,
                       ac->gate, 1, K, 1, C, CVMM_ENTRY_ORDER, NULL);
-    /* U_j = u Keys[e_j] + keys_bias[e_j]: du = sum_j dU_j Keys^T (and dgate from the values) */
-    be->zero(be, du, NC * sizeof(scalar_t));
+    /* U_j = u Keys[e_j] + keys_bias[e_j]: du = sum_j dU_j Keys^T, written (and dgate from the values) */
     const RoutedExpertParams params = moe_expert_params(P);
     const RoutedExpertBatch b = {N, K, C, S, &ac->plan, ac->gate};
     routed_experts_backward(m, &params, &b, dh_out, u, ac->A, dA, dgate, du, NULL);

@@ -70,9 +70,8 @@ void moeut_backward(Model *m, int app, const scalar_t *dh_out, scalar_t *dh_in) 
     /* ---- attention output: x1 = x + sum_{h,j} gate_o * r_h @ O[sel_o] ---- */
     scalar_t *dr = s->hd[3];        /* [N, H*D] */
     scalar_t *dgate_o = s->gate_o;  /* [N, H, KA] */
-    be->zero(be, dr, (size_t)N * HD * sizeof(scalar_t));
     be->cvmm_backward(be, dr, G + P->o, dgate_o, dx1, ac->r, W + P->o, &ac->plan_o, ac->gate_o, KA, H * KA, D, C,
-                      CVMM_ENTRY_ORDER, NULL);
+                      CVMM_DX_OVERWRITE, NULL); /* dr written, no zero fill first */
     if (dx1 != dh_in) be->copy(be, dh_in, dx1, NC * sizeof(scalar_t)); /* residual path x -> x1 */
 
     /* ---- softmax attention, RoPE ---- */

@@ -50,7 +50,8 @@ void routed_experts_backward(Model *m, const RoutedExpertParams *P, const Routed
     be->cvmm_backward(be, dA, G + P->values, dgate, df, A, W + P->values, b->plan, b->gate, 1, b->K, b->S, b->C,
                       CVMM_IN_SORTED | CVMM_DX_THROUGH_RELU | (narrow ? CVMM_IN_NARROW : 0), NULL);
     if (P->has_keys_bias) per_expert_bias(be, b->plan, dA, G + P->keys_bias, b->S, true);
-    /* U_j = x Keys[sel_j] (+ keys_bias): dx (= dx_base) += sum_j dU_j Keys^T, dKeys */
+    /* U_j = x Keys[sel_j] (+ keys_bias): dx = dx_base (or 0, dx written without a zero fill) + sum_j dU_j Keys^T,
+     * dKeys */
     be->cvmm_backward(be, dx, G + P->keys, NULL, dA, x, W + P->keys, b->plan, NULL, b->K, 1, b->C, b->S,
-                      CVMM_OUT_SORTED | (narrow ? CVMM_OUT_NARROW : 0), dx_base);
+                      CVMM_OUT_SORTED | (narrow ? CVMM_OUT_NARROW : 0) | (dx_base ? 0 : CVMM_DX_OVERWRITE), dx_base);
 }

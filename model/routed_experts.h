@@ -37,10 +37,11 @@ typedef struct {
 void routed_experts_forward(Model *m, const RoutedExpertParams *P, const RoutedExpertBatch *b, const scalar_t *x,
                             scalar_t *A, scalar_t *f, const scalar_t *residual);
 
-/* From df [N, C]: the experts' parameter gradients (+=), dgate [N, K] (written; NULL = not wanted) and dx [N, C] (+=;
- * it may be df itself, which is read before dx is written). x and A are the forward's; dA [M, S] is scratch.
- * dx_base [N, C] (NULL = none; dx itself or disjoint from it, may be df): dx = dx_base + the input gradient, dx's
- * contents not read (the same bits as copying dx_base into dx first). */
+/* From df [N, C]: the experts' parameter gradients (+=), dgate [N, K] (written; NULL = not wanted) and dx [N, C]
+ * (written; it may be df itself, which is read before dx is written). x and A are the forward's; dA [M, S] is
+ * scratch. dx = dx_base + the input gradient, or the input gradient alone where dx_base is NULL (dx_base [N, C]: dx
+ * itself or disjoint from it, may be df); dx's contents not read unless it is dx_base (the same bits as copying
+ * dx_base, or zeros, into dx first). */
 void routed_experts_backward(Model *m, const RoutedExpertParams *P, const RoutedExpertBatch *b, const scalar_t *df,
                              const scalar_t *x, const scalar_t *A, scalar_t *dA, scalar_t *dgate, scalar_t *dx,
                              const scalar_t *dx_base);

@@ -89,9 +89,8 @@ static void experts_backward(Model *m, const MoeutLayerOffsets *P, const MoeutFf
                       C, CVMM_DX_THROUGH_RELU, NULL);
     be->embedding_forward(be, g->xg, ac->entry_pos, ac->x1, M, C); /* the forward's gathered rows again */
     scalar_t *dxg = g->yg; /* [M, C], free again */
-    be->zero(be, dxg, (size_t)M * C * sizeof(scalar_t));
     be->cvmm_backward(be, dxg, G + P->keys, NULL, dA, g->xg, W + P->keys, &ac->plan_f, NULL, 1, 1, C, S,
-                      CVMM_ENTRY_ORDER, NULL);
+                      CVMM_DX_OVERWRITE, NULL); /* dxg written, no zero fill first */
     be->embedding_backward(be, g->dx1, dxg, ac->entry_pos, M, C, g->N); /* dx1[pos[p]] += dxg[p] */
 }
 

@@ -118,7 +118,8 @@ void cpu_cvmm_forward(Backend *be, scalar_t *Y, const scalar_t *X, const scalar_
     }
 }
 
-/* See backend_ops.h (dX_base: each row of dX copied from it just before its terms are added).
+/* See backend_ops.h (dX_base: each row of dX copied from it just before its terms are added; CVMM_DX_OVERWRITE: each
+ * row zeroed there instead, so the sum starts at +0 as after a zero fill of the whole dX).
  * With Gu_p = dY[p/out_div] (with w) or dY[p] (without), Q_p = Gu_p @ W[sel[p]]^T:
  *   dX[p/in_div] += (w ? w[p] : 1) * Q_p,   dw[p] = <Q_p, X[p/in_div]> (= <dY[p/out_div], y_p>),
  *   dW[e] += Xs_e^T @ (w-scaled Gu)_e. */
@@ -127,6 +128,7 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
                        int Nout, int order, const scalar_t *dX_base) {
     cvmm_backward_check_args(pl, in_div, out_div, w != NULL, order, dX, dX_base, Kin);
     if (dX_base == dX) dX_base = NULL; /* (the same as accumulating) */
+    const int overwrite = (order & CVMM_DX_OVERWRITE) != 0;
     const int M = pl->M, n_experts = pl->n_experts;
     if (M == 0) return;
     int want_dw = (w != NULL && dw != NULL);
@@ -211,6 +213,7 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
             const scalar_t *qm = Qs + (size_t)m * Kin;
             scalar_t wp = w ? w[perm[m]] : (scalar_t)1;
             if (dX_base) memcpy(dxm, dX_base + (size_t)m * Kin, (size_t)Kin * sizeof(scalar_t)); /* the sum's start */
+            else if (overwrite) memset(dxm, 0, (size_t)Kin * sizeof(scalar_t));
 #pragma omp simd
             for (int i = 0; i < Kin; i++) dxm[i] += wp * qm[i];
         }
@@ -220,6 +223,7 @@ void cpu_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, co
         for (int r = 0; r < rows; r++) {
             scalar_t *dxr = dX + (size_t)r * Kin;
             if (dX_base) memcpy(dxr, dX_base + (size_t)r * Kin, (size_t)Kin * sizeof(scalar_t)); /* the sum's start */
+            else if (overwrite) memset(dxr, 0, (size_t)Kin * sizeof(scalar_t));
             for (int j = 0; j < in_div; j++) {
                 int p = r * in_div + j;
                 const scalar_t *qp = Qs + (size_t)inv[p] * Kin;

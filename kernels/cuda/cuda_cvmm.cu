@@ -41,10 +41,10 @@ __device__ __forceinline__ float load_value(const float *p) { return *p; }
 __device__ __forceinline__ float load_value(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
 
 // Y[r, :] = init[r, :] + sum_{j < div} coef_p * Ys[inv[p], :] (+ residual[r, :]), p = r*div + j, in j order; coef =
-// w[p] or 1; init NULL starts the sum at 0 (init = Y: the backward's accumulation, or its dX_base), residual NULL
-// adds nothing (the forward's fused residual add, after the sum). Each element is read and written by one thread,
-// so init or residual may be Y itself. Ys fp32 or bf16 (the tensor-core forward's unreduced results), the sum in
-// fp32 either way.
+// w[p] or 1; init NULL starts the sum at 0 (the forward, the backward's CVMM_DX_OVERWRITE; init = Y: the backward's
+// accumulation, or its dX_base), residual NULL adds nothing (the forward's fused residual add, after the sum). Each
+// element is read and written by one thread, so init or residual may be Y itself. Ys fp32 or bf16 (the tensor-core
+// forward's unreduced results), the sum in fp32 either way.
 template <class In>
 __device__ __forceinline__ void reduce(float *Y, const In *Ys, const int32_t *inv, const float *w, int rows, int div,
                                        int width, const float *init, const float *residual) {
@@ -112,8 +112,9 @@ __global__ void k_dw(float *dw, const float *Qs, const float *X, const int32_t *
 //     order (k_reduce's accumulate), and dw[p] = <Qs[inv[p]], X[r]>;
 //   plan order (in_sorted: X, dX [M, Kin] in plan order, div 1): block m: dX[m, :] += coef_p Qs[m, :] and
 //     dw[p] = <Qs[m], X[m]>, p = perm[m]: the same operations on the same values, so both orders give the same bits.
-// coef_p = w[p] or 1; the sum starts from base[r, :] (cvmm_backward's dX_base, never with through_relu) or dX's own
-// row. through_relu (CVMM_DX_THROUGH_RELU, div 1): dX[r, :] is overwritten with the sum from 0 masked
+// coef_p = w[p] or 1; the sum starts from init[r, :] (dX's own row, or cvmm_backward's dX_base), or from 0 where init
+// is NULL (CVMM_DX_OVERWRITE, and always through the ReLU). through_relu (CVMM_DX_THROUGH_RELU, div 1, init NULL):
+// dX[r, :] is overwritten with the sum from 0 masked
 // by X[r, :] > 0 (relu_grad): the zero fill, the accumulation and relu_backward's select of the unfused
 // sequence in this one pass (X's row is read here anyway for dw). Qs fp32, or bf16 on the tensor-core path, where
 // cvmm stores the unreduced input gradients in bf16 as autocast's cvmm does and the reference takes dw from those
@@ -137,12 +138,12 @@ __device__ __forceinline__ void store_value(__nv_bfloat16 *p, float v) { *p = __
 template <class In, class Row>
 __device__ __forceinline__ void reduce_dw(Row *dX, float *dw, const In *Qs, const Row *X, const int32_t *inv,
                                           const int32_t *perm, const float *w, int div, int Kin, bool plan_order,
-                                          bool through_relu, const Row *base) {
+                                          bool through_relu, const Row *init) {
     const size_t r = blockIdx.x;
     Row *dx = dX + r * Kin;
-    const Row *x = X + r * Kin, *start = (base ? base : dX) + r * Kin;
+    const Row *x = X + r * Kin, *start = init ? init + r * Kin : nullptr;
     for (int c = threadIdx.x; c < Kin; c += blockDim.x) {
-        float acc = through_relu ? 0.0f : load_value(&start[c]);
+        float acc = start ? load_value(&start[c]) : 0.0f;
         for (int j = 0; j < div; j++) {
             const ReduceEntry e = reduce_entry(r, j, div, inv, perm, plan_order);
             acc += (w ? w[e.p] : 1.0f) * load_value(&Qs[e.q_row * Kin + c]);
@@ -162,13 +163,13 @@ __device__ __forceinline__ void reduce_dw(Row *dX, float *dw, const In *Qs, cons
 }
 __global__ void k_reduce_dw(float *dX, float *dw, const float *Qs, const float *X, const int32_t *inv,
                             const int32_t *perm, const float *w, int div, int Kin, bool plan_order, bool through_relu,
-                            const float *base) {
-    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order, through_relu, base);
+                            const float *init) {
+    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order, through_relu, init);
 }
 __global__ void k_reduce_dw_bf16(float *dX, float *dw, const __nv_bfloat16 *Qs, const float *X, const int32_t *inv,
                                  const int32_t *perm, const float *w, int div, int Kin, bool plan_order,
-                                 bool through_relu, const float *base) {
-    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order, through_relu, base);
+                                 bool through_relu, const float *init) {
+    reduce_dw(dX, dw, Qs, X, inv, perm, w, div, Kin, plan_order, through_relu, init);
 }
 // X and dX in cvmm's narrow form (CVMM_IN_NARROW: bf16 rows in plan order; dX written through the ReLU)
 __global__ void k_reduce_dw_narrow(__nv_bfloat16 *dX, float *dw, const __nv_bfloat16 *Qs, const __nv_bfloat16 *X,
@@ -360,10 +361,12 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
                         const scalar_t *W, const RoutingPlan *pl, const scalar_t *w, int in_div, int out_div, int Kin,
                         int Nout, int order, const scalar_t *dX_base) {
     cvmm_backward_check_args(pl, in_div, out_div, w != nullptr, order, dX, dX_base, Kin);
-    const float *base = dX_base ? dX_base : dX; // where dX's sum starts (not read through the ReLU)
     const int M = pl->M, E = pl->n_experts;
     const bool in_sorted = order & CVMM_IN_SORTED, out_sorted = order & CVMM_OUT_SORTED;
     const bool through_relu = order & CVMM_DX_THROUGH_RELU; // (dX given, in_div 1: cvmm_backward_check_args)
+    // where dX's sum starts: dX_base, dX's own rows, or 0 (nullptr: dX overwritten, CVMM_DX_OVERWRITE or through the
+    // ReLU, its old contents never read)
+    const float *base = dX_base ? dX_base : (through_relu || (order & CVMM_DX_OVERWRITE)) ? nullptr : dX;
     if (dX) cuda_weights_written(be, dX, (size_t)(in_sorted ? M : M / in_div) * Kin * sizeof(float));
     if (dW) cuda_weights_written(be, dW, (size_t)E * Kin * Nout * sizeof(float));
     if (dw && w) cuda_weights_written(be, dw, (size_t)M * sizeof(float));
@@ -423,9 +426,9 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
         const int rows = in_sorted ? M : M / in_div, div = in_sorted ? 1 : in_div;
         // X and dX narrow (bf16; only with Q in bf16: CVMM_IN_NARROW needs dX, which makes Q bf16 on this path)
         const bool narrow = mma && (order & CVMM_IN_NARROW);
-        // [rows, Kin] tensors moved besides Q: dX written, and read unless through_relu overwrites it; X read for dw
-        // or the mask
-        const int row_tensors = 1 + (through_relu ? 0 : 1) + (want_dw || through_relu ? 1 : 0);
+        // [rows, Kin] tensors moved besides Q: dX written, the sum's start read unless dX is overwritten; X read for
+        // dw or the mask
+        const int row_tensors = 1 + (base ? 1 : 0) + (want_dw || through_relu ? 1 : 0);
         const size_t moved = (size_t)M * Kin * (Qs16 ? sizeof(__nv_bfloat16) : sizeof(float)) +
                              (size_t)row_tensors * rows * Kin * (narrow ? sizeof(__nv_bfloat16) : sizeof(float));
         count_traffic("cvmm_rows", moved);
@@ -440,10 +443,10 @@ void cuda_cvmm_backward(Backend *be, scalar_t *dX, scalar_t *dW, scalar_t *dw, c
                 through_relu);
         else if (Qs16)
             LAUNCH(k_reduce_dw_bf16, (unsigned)rows, threads, 0, cost)(dX, dw_out, Qs16, X, pl->inv, pl->perm, w, div,
-                                                                      Kin, in_sorted, through_relu, dX_base);
+                                                                      Kin, in_sorted, through_relu, base);
         else
             LAUNCH(k_reduce_dw, (unsigned)rows, threads, 0, cost)(dX, dw_out, Qs, X, pl->inv, pl->perm, w, div, Kin,
-                                                                 in_sorted, through_relu, dX_base);
+                                                                 in_sorted, through_relu, base);
         CHECK_LAUNCH();
     } else if (want_dw) { // no dX: X's rows where they lie (in plan order when in_sorted, else row p / in_div)
         LAUNCH(k_dw, (unsigned)((M + 7) / 8), 256, 0,

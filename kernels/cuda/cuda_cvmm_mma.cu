@@ -98,6 +98,44 @@ __global__ void k_mma_tile_starts(int32_t *tile_start, const int32_t *offset, in
     if (E == 0 && threadIdx.x == 0) tile_start[0] = 0;
 }
 
+// A block's row tile t: its expert e (tile_start[e] <= t < tile_start[e + 1]; empty experts have no tiles) and its
+// plan rows [row0, row_end)
+struct RowTile {
+    int e, row0, row_end;
+};
+__device__ __forceinline__ RowTile row_tile(int t, const int32_t *offset, const int32_t *tile_start, int E) {
+    int lo = 0, hi = E;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (tile_start[mid] <= t) lo = mid;
+        else hi = mid;
+    }
+    return {lo, offset[lo] + (t - tile_start[lo]) * MMA_TM, offset[lo + 1]};
+}
+
+// acc = the row tile's A rows (bf16, 0 past row_end) @ B_e[:, col0 : col0 + MMA_TN) (0 past K or N) over the whole
+// depth K, stage after stage through t.a and t.b. B_e[k, n] = Be[k * b_sk + n * b_sn].
+__device__ __forceinline__ void mma_row_tile(const MmaTiles &t, Accumulator acc[2][2], const RoutedRows &a,
+                                             const RowTile &rt, const __nv_bfloat16 *Be, int b_sk, int b_sn, int col0,
+                                             int N, int K) {
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+    for (int k0 = 0; k0 < K; k0 += MMA_TK) {
+        __syncthreads(); // the previous stage's fragments are loaded
+        for (int idx = threadIdx.x; idx < MMA_TM * MMA_TK; idx += MMA_THREADS) { // a row's depth contiguous
+            int i = idx / MMA_TK, kk = idx % MMA_TK, m = rt.row0 + i;
+            t.a[i * LDA_S + kk] = m < rt.row_end ? routed_bf16(a, m, k0 + kk) : __float2bfloat16_rn(0.0f);
+        }
+        for (int idx = threadIdx.x; idx < MMA_TK * MMA_TN; idx += MMA_THREADS) { // along B's contiguous dimension
+            int kk = b_sn == 1 ? idx / MMA_TN : idx % MMA_TK, j = b_sn == 1 ? idx % MMA_TN : idx / MMA_TK;
+            int k = k0 + kk, n = col0 + j;
+            t.b[kk * LDB_S + j] = k < K && n < N ? Be[(size_t)k * b_sk + (size_t)n * b_sn] : __float2bfloat16_rn(0.0f);
+        }
+        __syncthreads();
+        mma_stage(t, acc);
+    }
+}
+
 __device__ __forceinline__ void store_result(float *p, float v) { *p = v; }
 __device__ __forceinline__ void store_result(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
@@ -114,37 +152,15 @@ __device__ __forceinline__ void mma_rows(Out *C, int ldc, const int32_t *c_perm,
     const int n_col_tiles = (N + MMA_TN - 1) / MMA_TN; // blocks: row tile major, column tile minor
     const int t = (int)(blockIdx.x / n_col_tiles);
     if (t >= tile_start[E]) return; // past the last row tile (the grid is an upper bound): the whole block leaves
-    int lo = 0, hi = E; // the expert e with tile_start[e] <= t < tile_start[e + 1] (empty experts have no tiles)
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (tile_start[mid] <= t) lo = mid;
-        else hi = mid;
-    }
-    const int e = lo, row0 = offset[e] + (t - tile_start[e]) * MMA_TM, row_end = offset[e + 1];
+    const RowTile rt = row_tile(t, offset, tile_start, E);
     const int col0 = (int)(blockIdx.x % n_col_tiles) * MMA_TN;
-    const __nv_bfloat16 *Be = B + (size_t)e * b_expert;
     const MmaTiles tiles = {sa, sb, sc};
     Accumulator acc[2][2];
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
-    for (int k0 = 0; k0 < K; k0 += MMA_TK) {
-        __syncthreads(); // the previous stage's fragments are loaded
-        for (int idx = threadIdx.x; idx < MMA_TM * MMA_TK; idx += MMA_THREADS) { // a row's depth contiguous
-            int i = idx / MMA_TK, kk = idx % MMA_TK, m = row0 + i;
-            sa[i * LDA_S + kk] = m < row_end ? routed_bf16(a, m, k0 + kk) : __float2bfloat16_rn(0.0f);
-        }
-        for (int idx = threadIdx.x; idx < MMA_TK * MMA_TN; idx += MMA_THREADS) { // along B's contiguous dimension
-            int kk = b_sn == 1 ? idx / MMA_TN : idx % MMA_TK, j = b_sn == 1 ? idx % MMA_TN : idx / MMA_TK;
-            int k = k0 + kk, n = col0 + j;
-            sb[kk * LDB_S + j] = k < K && n < N ? Be[(size_t)k * b_sk + (size_t)n * b_sn] : __float2bfloat16_rn(0.0f);
-        }
-        __syncthreads();
-        mma_stage(tiles, acc);
-    }
+    mma_row_tile(tiles, acc, a, rt, B + (size_t)rt.e * b_expert, b_sk, b_sn, col0, N, K);
     mma_results(tiles, acc);
     for (int idx = threadIdx.x; idx < MMA_TM * MMA_TN; idx += MMA_THREADS) {
-        int i = idx / MMA_TN, j = idx % MMA_TN, m = row0 + i, n = col0 + j;
-        if (m >= row_end || n >= N) continue;
+        int i = idx / MMA_TN, j = idx % MMA_TN, m = rt.row0 + i, n = col0 + j;
+        if (m >= rt.row_end || n >= N) continue;
         const float v = sc[i * LDC_S + j];
         store_result(&C[(size_t)(c_perm ? c_perm[m] : m) * ldc + n], relu ? relu_value(v) : v);
     }
@@ -178,35 +194,13 @@ k_mma_rows_relu_grad(__nv_bfloat16 *dX, float *dw, const __nv_bfloat16 *X, const
     __shared__ __align__(32) float sq[MMA_TM * LDQ_S]; // the row tile's Q, all N columns
     const int t = (int)blockIdx.x;
     if (t >= tile_start[E]) return;
-    int lo = 0, hi = E; // the expert e with tile_start[e] <= t < tile_start[e + 1]
-    while (hi - lo > 1) {
-        int mid = (lo + hi) / 2;
-        if (tile_start[mid] <= t) lo = mid;
-        else hi = mid;
-    }
-    const int e = lo, row0 = offset[e] + (t - tile_start[e]) * MMA_TM, row_end = offset[e + 1];
-    const __nv_bfloat16 *Be = B + (size_t)e * b_expert;
+    const RowTile rt = row_tile(t, offset, tile_start, E);
+    const __nv_bfloat16 *Be = B + (size_t)rt.e * b_expert;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, wm = warp / 2, wn = warp % 2;
     const MmaTiles tiles = {sa, sb, nullptr};
     for (int col0 = 0; col0 < N; col0 += MMA_TN) { // k_mma_rows's column tiles, in turn
         Accumulator acc[2][2];
-        for (int i = 0; i < 2; i++)
-            for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
-        for (int k0 = 0; k0 < K; k0 += MMA_TK) {
-            __syncthreads();
-            for (int idx = threadIdx.x; idx < MMA_TM * MMA_TK; idx += MMA_THREADS) {
-                int i = idx / MMA_TK, kk = idx % MMA_TK, m = row0 + i;
-                sa[i * LDA_S + kk] = m < row_end ? routed_bf16(g, m, k0 + kk) : __float2bfloat16_rn(0.0f);
-            }
-            for (int idx = threadIdx.x; idx < MMA_TK * MMA_TN; idx += MMA_THREADS) {
-                int kk = b_sn == 1 ? idx / MMA_TN : idx % MMA_TK, j = b_sn == 1 ? idx % MMA_TN : idx / MMA_TK;
-                int k = k0 + kk, n = col0 + j;
-                sb[kk * LDB_S + j] =
-                    k < K && n < N ? Be[(size_t)k * b_sk + (size_t)n * b_sn] : __float2bfloat16_rn(0.0f);
-            }
-            __syncthreads();
-            mma_stage(tiles, acc);
-        }
+        mma_row_tile(tiles, acc, g, rt, Be, b_sk, b_sn, col0, N, K);
         for (int i = 0; i < 2; i++)
             for (int j = 0; j < 2; j++)
                 wmma::store_matrix_sync(sq + (size_t)(wm * 32 + i * FRAG) * LDQ_S + col0 + wn * 32 + j * FRAG,
@@ -214,8 +208,8 @@ k_mma_rows_relu_grad(__nv_bfloat16 *dX, float *dw, const __nv_bfloat16 *X, const
     }
     __syncthreads();
     for (int i = warp; i < MMA_TM; i += MMA_THREADS / 32) { // one warp per row
-        const int m = row0 + i;
-        if (m >= row_end) break;
+        const int m = rt.row0 + i;
+        if (m >= rt.row_end) break;
         const int32_t p = g.perm[m];
         const __nv_bfloat16 *x = X + (size_t)m * N;
         __nv_bfloat16 *dx = dX + (size_t)m * N;
@@ -271,6 +265,16 @@ k_mma_dw(float *dW, RoutedRows x, RoutedRows g, const int32_t *offset, int Kin, 
 
 static unsigned tiles_over(int n, int tile) { return (unsigned)(((long)n + tile - 1) / tile); }
 
+// The plan's row tile starts for k_mma_rows and k_mma_rows_relu_grad (k_mma_tile_starts), [E + 1] in scratch
+static const int32_t *mma_tile_starts(Backend *be, const RoutingPlan &pl) {
+    const int E = pl.n_experts;
+    int32_t *tile_start = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_MMA_TILES, (size_t)(E + 1) * sizeof(int32_t));
+    LAUNCH(k_mma_tile_starts, 1, 256, 0, kernel_cost(2.0 * E, (double)(2 * E + 1) * sizeof(int32_t)))(
+        tile_start, pl.offset, E);
+    CHECK_LAUNCH();
+    return tile_start;
+}
+
 RoutedRows cvmm_mma_bf16_rows(Backend *be, RoutedRows r, int rows) {
     if (r.w || r.in_plan_order || r.div < CVMM_MMA_COPY_MIN_DIV || rows == 0) return r;
     r.base16 = cuda_bf16_cached(be, r.base, (size_t)rows * r.width);
@@ -289,10 +293,7 @@ void cvmm_mma_rows(Backend *be, const RoutingPlan &pl, Out *C, int ldc, const in
                    const __nv_bfloat16 *B, size_t b_expert, int b_sk, int b_sn, int N, int K, bool relu) {
     const int M = pl.M, E = pl.n_experts;
     if (M == 0 || N == 0) return;
-    int32_t *tile_start = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_MMA_TILES, (size_t)(E + 1) * sizeof(int32_t));
-    LAUNCH(k_mma_tile_starts, 1, 256, 0, kernel_cost(2.0 * E, (double)(2 * E + 1) * sizeof(int32_t)))(
-        tile_start, pl.offset, E);
-    CHECK_LAUNCH();
+    const int32_t *tile_start = mma_tile_starts(be, pl);
     // FLOPs 2 M N K (the useful products, as the GEMMs count them); bytes: A's routed rows once (fp32, or their
     // bf16 copy), the E weight matrices (bf16), C written (fp32 or bf16), and the plan's indices.
     const double bytes = (double)M * K * routed_value_bytes(a) + (double)E * K * N * sizeof(__nv_bfloat16) +
@@ -323,10 +324,7 @@ void cvmm_mma_relu_grad(Backend *be, const RoutingPlan &pl, __nv_bfloat16 *dX, f
     const int M = pl.M, E = pl.n_experts;
     if (M == 0 || Kin == 0) return;
     if (Kin > MMA_RELU_GRAD_N) die("cvmm: the fused ReLU backward takes at most %d columns (got %d)", MMA_RELU_GRAD_N, Kin);
-    int32_t *tile_start = (int32_t *)cuda_scratch(be, SCRATCH_CVMM_MMA_TILES, (size_t)(E + 1) * sizeof(int32_t));
-    LAUNCH(k_mma_tile_starts, 1, 256, 0, kernel_cost(2.0 * E, (double)(2 * E + 1) * sizeof(int32_t)))(
-        tile_start, pl.offset, E);
-    CHECK_LAUNCH();
+    const int32_t *tile_start = mma_tile_starts(be, pl);
     // bytes: G's routed rows once (fp32, or their bf16 copy), the E weight matrices (bf16), X read and dX written in
     // bf16, dw written, w and the plan's indices read; FLOPs: the product, then about 4 per element in the epilogue
     const double bytes = (double)M * Nout * routed_value_bytes(g) + (double)E * Kin * Nout * sizeof(__nv_bfloat16) +

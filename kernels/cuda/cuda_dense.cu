@@ -329,30 +329,44 @@ __global__ void k_ln_fwd(float *y, __nv_bfloat16 *y16, __nv_bfloat16 *x16, float
 // unless DMMATH_CUDA_MATMUL=plain
 static bool ln_bf16_copy(Backend *be) { return use_bf16(be) && cuda_impl(be)->matmul_impl != MATMUL_PLAIN; }
 
-void cuda_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd, const scalar_t *x,
-                            const scalar_t *w, const scalar_t *b, int N, int C, scalar_t eps) {
+// The write reports of a LayerNorm forward's outputs, made before y's bf16 copy or narrow form is taken (a report
+// drops what holds the written memory).
+static void ln_forward_written(Backend *be, float *y, float *mean, float *rstd, int N, int C) {
     cuda_weights_written(be, y, (size_t)N * C * sizeof(float));
     cuda_weights_written(be, mean, (size_t)N * sizeof(float));
     cuda_weights_written(be, rstd, (size_t)N * sizeof(float));
+}
+
+// k_ln_fwd (N > 0) into y and y16: the fp32 y and, where y16 is given, its cached bf16 copy; or (y NULL) only y16, the
+// narrow form. Where y has a bf16 form, so does x where it was a GEMM operand before and is not held yet (MoEUT's cvmm
+// reads the raw layer input and x1, which its LayerNorms read whole; not the dense model's residual stream), unless
+// y is written over it (in place).
+static void ln_forward_launch(Backend *be, float *y, __nv_bfloat16 *y16, float *mean, float *rstd, const float *x,
+                              const float *w, const float *b, int N, int C, float eps) {
+    const size_t n = (size_t)N * C;
+    const float *y_mem = y ? y : (const float *)y16; // y's memory either way (the narrow form lies in it)
+    const bool x_apart = !ranges_overlap(x, n * sizeof(float), y_mem, n * sizeof(float));
+    __nv_bfloat16 *x16 = y16 && x_apart ? cuda_bf16_cache_produce_input(be, x, n) : nullptr;
+    // x in, y (fp32 and/or bf16), x's copy and the row statistics out; about 8 operations per element (two statistics
+    // passes, normalise, affine), 1 more per rounding
+    const double copies_out = (y16 ? 1.0 : 0.0) + (x16 ? 1.0 : 0.0);
+    const double bytes =
+        ((y ? 2.0 : 1.0) * n + 2.0 * N + 2.0 * C) * sizeof(float) + copies_out * n * sizeof(__nv_bfloat16);
+    LAUNCH(k_ln_fwd, (N + 7) / 8, 256, 0, kernel_cost((8.0 + copies_out) * n, bytes))(y, y16, x16, mean, rstd, x, w, b,
+                                                                                     N, C, eps);
+    CHECK_LAUNCH();
+}
+
+void cuda_layernorm_forward(Backend *be, scalar_t *y, scalar_t *mean, scalar_t *rstd, const scalar_t *x,
+                            const scalar_t *w, const scalar_t *b, int N, int C, scalar_t eps) {
+    ln_forward_written(be, y, mean, rstd, N, C);
     if (N <= 0) return;
     // In bf16 mode y is a GEMM operand (every LayerNorm output of the models feeds matmuls: the projections and
     // routers of its layer, the LM head), so its bf16 copy is written into the conversion cache here, 2 bytes per
     // value, instead of a conversion at the first matmul reading y's 4 again and writing the 2 (not with
-    // DMMATH_CUDA_MATMUL=plain, whose matmul converts at every call). So is x's where x was a GEMM operand before
-    // (MoEUT's cvmm reads the raw layer input and x1, which its LayerNorms read whole; not the dense model's residual
-    // stream) and is not held yet.
-    const size_t n = (size_t)N * C;
-    const bool copies = ln_bf16_copy(be);
-    __nv_bfloat16 *y16 = copies ? cuda_bf16_cache_produce(be, y, n) : nullptr;
-    const bool x_apart = !ranges_overlap(x, n * sizeof(float), y, n * sizeof(float)); // not in place
-    __nv_bfloat16 *x16 = copies && x_apart ? cuda_bf16_cache_produce_input(be, x, n) : nullptr;
-    // x in, y (and the copies) and the row statistics out; about 8 operations per element (two statistics passes,
-    // normalise, affine), 1 more per rounding
-    const double copies_out = (y16 ? 1.0 : 0.0) + (x16 ? 1.0 : 0.0);
-    const double bytes = (2.0 * n + 2.0 * N + 2.0 * C) * sizeof(float) + copies_out * n * sizeof(__nv_bfloat16);
-    LAUNCH(k_ln_fwd, (N + 7) / 8, 256, 0, kernel_cost((8.0 + copies_out) * n, bytes))(y, y16, x16, mean, rstd, x, w, b,
-                                                                                     N, C, eps);
-    CHECK_LAUNCH();
+    // DMMATH_CUDA_MATMUL=plain, whose matmul converts at every call); so is x's (ln_forward_launch).
+    __nv_bfloat16 *y16 = ln_bf16_copy(be) ? cuda_bf16_cache_produce(be, y, (size_t)N * C) : nullptr;
+    ln_forward_launch(be, y, y16, mean, rstd, x, w, b, N, C, eps);
 }
 
 // Where matmul reads bf16 operands from the conversion cache (ln_bf16_copy), y is written only in bf16 into its own
@@ -365,18 +379,10 @@ void cuda_layernorm_forward_narrow(Backend *be, scalar_t *y, scalar_t *mean, sca
     const bool x_apart = !ranges_overlap(x, n * sizeof(float), y, n * sizeof(float));
     if (!ln_bf16_copy(be) || N <= 0 || !x_apart)
         return cuda_layernorm_forward(be, y, mean, rstd, x, w, b, N, C, eps);
-    cuda_weights_written(be, y, n * sizeof(float));
-    cuda_weights_written(be, mean, (size_t)N * sizeof(float));
-    cuda_weights_written(be, rstd, (size_t)N * sizeof(float));
+    ln_forward_written(be, y, mean, rstd, N, C);
     __nv_bfloat16 *y16 = cuda_bf16_narrow_register(be, y, n);
     if (!y16) return cuda_layernorm_forward(be, y, mean, rstd, x, w, b, N, C, eps);
-    __nv_bfloat16 *x16 = cuda_bf16_cache_produce_input(be, x, n); // (as layernorm_forward's)
-    // x in, y's bf16 (and x's copy) and the row statistics out
-    const double copies_out = 1.0 + (x16 ? 1.0 : 0.0);
-    const double bytes = (1.0 * n + 2.0 * N + 2.0 * C) * sizeof(float) + copies_out * n * sizeof(__nv_bfloat16);
-    LAUNCH(k_ln_fwd, (N + 7) / 8, 256, 0, kernel_cost((8.0 + copies_out) * n, bytes))(nullptr, y16, x16, mean, rstd, x,
-                                                                                     w, b, N, C, eps);
-    CHECK_LAUNCH();
+    ln_forward_launch(be, nullptr, y16, mean, rstd, x, w, b, N, C, eps);
 #ifdef CUDA_EMULATION
     if (!emu::dry_run()) // the fp32 half the narrow form leaves: NaN, so that a reader of y as fp32 shows
         for (size_t i = (n + 1) / 2; i < n; i++) y[i] = NAN;

@@ -33,13 +33,16 @@ enum {
     F_RESIDUAL = 1 << 18, /* cvmm: the forward's residual (reduced patterns) or the backward's dX_base, each checked
                            * bit for bit against the unfused sequence on the same backend */
     F_IN_PLACE = 1 << 19, /* with F_RESIDUAL: residual = Y, dX_base = dX */
-    F_NARROW = 1 << 20,   /* linear_backward: X a layernorm_forward_narrow output (matmul's narrow form) */
+    F_DX_OVERWRITE = 1 << 20, /* cvmm_backward: CVMM_DX_OVERWRITE, dX starting NaN, checked bit for bit against the
+                               * zero fill and the accumulation on the same backend */
+    F_NARROW = 1 << 23,   /* linear_backward: X a layernorm_forward_narrow output (matmul's narrow form) */
     F_ADJACENT = 1 << 21, /* linear_backward: every dW_i in one buffer, one after the other (as a layer's q, k) */
     F_ROPE = 1 << 22,     /* linear_backward: terms 0 and 3 rotated (rope), N = 3 T */
 };
 static int cvmm_order_of(unsigned flags, int forward) {
     return (flags & F_IN_SORTED ? CVMM_IN_SORTED : 0) | (flags & F_OUT_SORTED ? CVMM_OUT_SORTED : 0) |
-           (flags & F_RELU ? (forward ? CVMM_RELU_Y : CVMM_DX_THROUGH_RELU) : 0);
+           (flags & F_RELU ? (forward ? CVMM_RELU_Y : CVMM_DX_THROUGH_RELU) : 0) |
+           (flags & F_DX_OVERWRITE && !forward ? CVMM_DX_OVERWRITE : 0);
 }
 #define BE (r->be)
 #define D(i) (c->d[i])
@@ -740,16 +743,21 @@ static CvmmCase cvmm_case_of(const OpCase *c) {
 }
 /* F_RESIDUAL rows: the fused call's output (against the other backend as every row) and, on this backend, bit for
  * bit the unfused sequence: cvmm_forward + add_inplace(Y, R), or copy(dX <- B) + cvmm_backward (dW and dw into
- * their own buffers, the same call otherwise). F_IN_PLACE: R (B) copied into Y (dX) and passed as Y (dX) itself. */
+ * their own buffers, the same call otherwise). F_IN_PLACE: R (B) copied into Y (dX) and passed as Y (dX) itself.
+ * F_DX_OVERWRITE rows (backward): dX filled with NaN and written with CVMM_DX_OVERWRITE, against zero(dX) +
+ * cvmm_backward without the flag. */
 static void run_cvmm_fused(OpRun *r, const OpCase *c, const RoutingPlan *pl, const scalar_t *X, const scalar_t *W,
                            const scalar_t *w, int forward) {
     const CvmmCase cc = cvmm_case_of(c);
     const int M = cvmm_M(&cc), in_div = cvmm_in_div(&cc), out_div = cvmm_out_div(&cc);
     const int order = cvmm_order_of(c->flags, forward), in_place = (c->flags & F_IN_PLACE) != 0;
+    const int overwrite = (order & CVMM_DX_OVERWRITE) != 0;
     const size_t nX = (size_t)cvmm_x_rows(&cc) * cc.Kin, nW = (size_t)cc.E * cc.Kin * cc.Nout;
     const size_t nY = (size_t)cvmm_y_rows(&cc) * cc.Nout;
     const size_t n = forward ? nY : nX; /* the fused output's elements */
-    scalar_t *R = in_uniform(r, n, -4, 4), *out = in_uniform(r, n, -1, 1), *ref = in_uniform(r, n, -1, 1);
+    scalar_t *R = in_uniform(r, n, -4, 4), *ref = in_uniform(r, n, -1, 1);
+    scalar_t *out = overwrite ? in_filled(r, n, NAN) : in_uniform(r, n, -1, 1);
+    if (overwrite) BE->zero(BE, R, n * sizeof(scalar_t)); /* the unfused sequence's start */
     if (in_place) BE->copy(BE, out, R, n * sizeof(scalar_t));
     const scalar_t *fused = in_place ? out : R;
     if (forward) {
@@ -761,15 +769,18 @@ static void run_cvmm_fused(OpRun *r, const OpCase *c, const RoutingPlan *pl, con
         scalar_t *G = in_uniform(r, nY, -1, 1), *dW = in_uniform(r, nW, -1, 1), *dW2 = in_uniform(r, nW, -1, 1);
         scalar_t *dw = w ? in_uniform(r, (size_t)M, -1, 1) : NULL, *dw2 = w ? in_uniform(r, (size_t)M, -1, 1) : NULL;
         BE->copy(BE, ref, R, nX * sizeof(scalar_t));
-        BE->cvmm_backward(BE, ref, dW2, dw2, G, X, W, pl, w, in_div, out_div, cc.Kin, cc.Nout, order, NULL);
-        BE->cvmm_backward(BE, out, dW, dw, G, X, W, pl, w, in_div, out_div, cc.Kin, cc.Nout, order, fused);
+        BE->cvmm_backward(BE, ref, dW2, dw2, G, X, W, pl, w, in_div, out_div, cc.Kin, cc.Nout,
+                          order & ~CVMM_DX_OVERWRITE, NULL);
+        BE->cvmm_backward(BE, out, dW, dw, G, X, W, pl, w, in_div, out_div, cc.Kin, cc.Nout, order,
+                          overwrite ? NULL : fused);
         out_f(r, "dX", out, CMP_GEMM); /* dX's own start never read */
         out_f_added(r, "dW", dW, CMP_GEMM);
         if (dw) out_f(r, "dw", dw, CMP_GEMM);
     }
     scalar_t *h_out = out_copy(r, out, n, sizeof(scalar_t)), *h_ref = out_copy(r, ref, n, sizeof(scalar_t));
     char what[160];
-    snprintf(what, sizeof what, "%s %s: fused%s == unfused", c->op, c->name, in_place ? " in place" : "");
+    snprintf(what, sizeof what, "%s %s: %s == unfused", c->op, c->name,
+             overwrite ? "overwritten" : in_place ? "fused in place" : "fused");
     ktu_assert_equal_bits(h_out, h_ref, n, what);
     free(h_out), free(h_ref);
 }
@@ -792,7 +803,7 @@ static void run_cvmm(OpRun *r, const OpCase *c) {
     int32_t *sel = in_host(r, hsel, (size_t)M * sizeof(int32_t));
     free(hsel);
     RoutingPlan pl = plan_make(r, sel, M, cc.E);
-    if (c->flags & F_RESIDUAL) {
+    if (c->flags & (F_RESIDUAL | F_DX_OVERWRITE)) {
         run_cvmm_fused(r, c, &pl, X, W, w, forward);
     } else if (forward) {
         scalar_t *Y = in_uniform(r, nY, -1, 1);

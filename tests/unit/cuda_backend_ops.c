@@ -303,6 +303,24 @@ static const OpCase op_cases[] = {
      F_OUT_SORTED | F_RESIDUAL | F_IN_PLACE, DT_BOTH, V_CVMM_ALL, 0, 0},
     {"cvmm_backward", "FFN up, wide, dX_base", &drv_cvmm, {PAT_FFN_UP, 100, 1, 3, 5, 100, 130, 0}, 0, F_RESIDUAL,
      DT_BOTH, V_CVMM_ALL, 0, 0},
+    /* dX written over NaN (CVMM_DX_OVERWRITE): every pattern, both row orders of the inputs, with and without the
+     * gate gradients beside it, through the ReLU too; each also bit for bit against zero fill + accumulation */
+#define CVMM_OVERWRITE_ROW(name, pat, N, H, K, E, Kin, Nout, reduce, flags)                                            \
+    {"cvmm_backward", name ", dX overwritten", &drv_cvmm, {pat, N, H, K, E, Kin, Nout, reduce}, 0,                    \
+     (flags) | F_DX_OVERWRITE, DT_BOTH, V_CVMM_ALL, 0, 0}
+    CVMM_OVERWRITE_ROW("att O", PAT_ATT_O, 200, 4, 2, 40, 17, 33, 1, 0),
+    CVMM_OVERWRITE_ROW("att O, wide", PAT_ATT_O, 60, 2, 2, 5, 70, 130, 1, 0),
+    CVMM_OVERWRITE_ROW("att O, unreduced", PAT_ATT_O, 13, 2, 1, 60, 9, 11, 0, 0),
+    CVMM_OVERWRITE_ROW("att V", PAT_ATT_V, 200, 4, 2, 40, 33, 17, 1, 0),
+    CVMM_OVERWRITE_ROW("FFN up", PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0, 0),
+    CVMM_OVERWRITE_ROW("FFN up, OUT_SORTED", PAT_FFN_UP, 300, 1, 4, 16, 40, 50, 0, F_OUT_SORTED),
+    CVMM_OVERWRITE_ROW("FFN down", PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1, 0),
+    CVMM_OVERWRITE_ROW("FFN down, IN_SORTED", PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1, F_IN_SORTED),
+    CVMM_OVERWRITE_ROW("FFN down, no reduction, IN_SORTED | OUT_SORTED", PAT_FFN_DOWN, 30, 1, 3, 7, 19, 37, 0,
+                       F_IN_SORTED | F_OUT_SORTED),
+    CVMM_OVERWRITE_ROW("FFN down, IN_SORTED, through ReLU", PAT_FFN_DOWN, 300, 1, 4, 16, 50, 40, 1,
+                       F_IN_SORTED | F_RELU),
+#undef CVMM_OVERWRITE_ROW
     /* repeated runs are bit-identical (no atomics), plan rebuilt in each */
     CVMM_ROWS("FFN down, 2000 entries, repeated", PAT_FFN_DOWN, 500, 1, 4, 16, 64, 48, 1, 0, CVMM_REPEATED,
               CVMM_REPEATED),
