@@ -84,6 +84,44 @@ const float *cuda_rope_inv_freq(Backend *be, int n_rot, scalar_t base) {
     return im->rope_inv_freq;
 }
 
+// dst = rope(src) (dst != src, [B, T, H, D]): the rotated pairs as k_rope computes them, the other dims copied; one
+// thread per pair or unrotated dim.
+__global__ void k_rope_to(float *dst, const float *src, const float *inv_freq, int B, int T, int H, int D, int n_rot,
+                          int pos_offset, int inverse) {
+    const int half = n_rot / 2, per_row = half + (D - n_rot);
+    size_t total = (size_t)B * T * H * per_row;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        int j = (int)(idx % per_row);
+        size_t row = idx / per_row; // (b, t, h)
+        const float *s = src + row * D;
+        float *r = dst + row * D;
+        if (j >= half) { // an unrotated dim
+            r[n_rot + (j - half)] = s[n_rot + (j - half)];
+            continue;
+        }
+        int t = (int)((row / H) % T);
+        float angle = (float)(pos_offset + t) * inv_freq[j];
+        float c = cosf(angle), sn = sinf(angle);
+        if (inverse) sn = -sn;
+        float x0 = s[j], x1 = s[j + half];
+        r[j] = x0 * c - x1 * sn;
+        r[j + half] = x1 * c + x0 * sn;
+    }
+}
+
+void cuda_rope_to(Backend *be, float *dst, const float *src, int B, int T, int H, int D, int n_rot, int pos_offset,
+                  scalar_t base, int inverse) {
+    const size_t total = (size_t)B * T * H * (n_rot / 2 + (D - n_rot));
+    if (!total) return;
+    const float *inv_freq = n_rot > 0 ? cuda_rope_inv_freq(be, n_rot, base) : nullptr;
+    // per pair: two values read and written, the rotation; per unrotated dim one value read and written
+    LAUNCH(k_rope_to, grid_for(total, 256), 256, 0,
+           kernel_cost(9.0 * B * T * H * (n_rot / 2), 2.0 * B * T * H * D * sizeof(float)))(
+        dst, src, inv_freq, B, T, H, D, n_rot, pos_offset, inverse);
+    CHECK_LAUNCH();
+}
+
 void cuda_rope(Backend *be, scalar_t *x, int B, int T, int H, int D, int n_rot, int pos_offset, scalar_t base,
                int inverse) {
     cuda_weights_written(be, x, (size_t)B * T * H * D * sizeof(float));

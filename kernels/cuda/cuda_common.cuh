@@ -307,6 +307,9 @@ void cuda_gemm(Backend *be, int transA, int transB, int M, int N, int K, float a
 // RoPE's frequencies 1 / base^(2i / n_rot), i < n_rot / 2, on the device (kept for the last (n_rot, base); a change
 // frees the old ones, which synchronises): rope's and linear_backward's rotations (cuda_attention.cu).
 const float *cuda_rope_inv_freq(Backend *be, int n_rot, scalar_t base);
+// dst = rope(src) into other memory (dst reported by the caller): rope's arithmetic, the unrotated dims copied.
+void cuda_rope_to(Backend *be, float *dst, const float *src, int B, int T, int H, int D, int n_rot, int pos_offset,
+                  scalar_t base, int inverse);
 // cuda_gemm with ldc = N, split in K where cuda_matmul_split_k (cuda_dense.cu) says so (never under
 // DMMATH_CUDA_MATMUL=plain): matmul's product, for ops that prepare their own operands (linear_backward).
 void cuda_gemm_rows(Backend *be, int transA, int transB, int M, int N, int K, float alpha, const void *A, int lda,

@@ -72,8 +72,7 @@ void cuda_linear_backward(Backend *be, scalar_t *dX, const scalar_t *X, const Li
             const RopeSpec *r = terms[i].rope;
             if (!r) continue;
             const size_t n = (size_t)N * terms[i].m;
-            CHECK_CUDA(cudaMemcpyAsync(rotated, terms[i].dy, n * sizeof(float), cudaMemcpyDeviceToDevice, 0));
-            cuda_rope(be, rotated, r->B, r->T, r->H, r->D, r->n_rot, r->pos_offset, r->base, 1);
+            cuda_rope_to(be, rotated, terms[i].dy, r->B, r->T, r->H, r->D, r->n_rot, r->pos_offset, r->base, 1);
             dy[i] = rotated, rotated += n;
         }
         for (int i = 0; i < n_terms; i++)
