@@ -11,7 +11,7 @@
 #     are summed apart);
 #   - MFU in (0, 1], the output labelled a prediction, ten heaviest kernels listed;
 #   - the paper's MoEUT and dense bf16 steps wait for the device at most 3 times (each micro-batch's one read of its
-#     loss and regularizers, the gradient norm);
+#     loss and regularizers, the gradient norm), and the MoEUT step is predicted at most 0.25 s on an H100 SXM;
 #   - the dry run (CUDA_EMU_DRY_RUN=1, nothing computed) issues the same step as an executed run on the emulator:
 #     the same records in the same order with the same grids and costs, except where real routing decides (the
 #     grouped GEMMs' problem lists and the pointer kernel over the non-empty experts: the dry run gives every expert
@@ -95,10 +95,13 @@ echo "ok: ten heaviest kernels listed per config"
 # The host synchronisations of a paper-size bf16 step (bench_gpu.py's 2 micro-batches): each micro-batch reads its
 # loss and regularizer sums once (read_values, with the device's error record) and the step reads its gradient norm
 # once for clipping; the uploads are asynchronous and the rest stays on the device. A wait that comes back fails here.
+# And the paper MoEUT step's predicted H100 time stays within the design's budget (the four paper runs in a day on one
+# H100 need about 0.2 s; the budget is 0.25 s): a change that adds launches or bytes past it fails here.
 run_model paper --config experiments/paper/moeut_qa.json --config experiments/paper/dense_qa.json
-/usr/bin/python3 - "$tmp/paper.out" <<'PY' || { cat "$tmp/paper.out"; fail "host synchronisations of the paper step"; }
+/usr/bin/python3 - "$tmp/paper.out" <<'PY' || { cat "$tmp/paper.out"; fail "host synchronisations or predicted time of the paper step"; }
 import sys
 MAX_SYNCS = 3  # 2 micro-batches' read_values + the gradient norm
+MOEUT_H100_BUDGET_S = 0.25
 lines = [l for l in open(sys.argv[1]) if l.startswith("bench-model summary: ")]
 if len(lines) != 2:
     sys.exit(f"FAIL: {len(lines)} summary lines, expected 2")
@@ -107,6 +110,12 @@ for line in lines:
     if int(s["host_syncs"]) > MAX_SYNCS:
         sys.exit(f"FAIL: {s['config']}: {s['host_syncs']} host synchronisations per step, at most {MAX_SYNCS} expected")
     print(f"ok: {s['config']}: {s['host_syncs']} host synchronisations per step (at most {MAX_SYNCS})")
+    if s["config"].endswith("moeut_qa.json"):
+        if float(s["h100_s"]) > MOEUT_H100_BUDGET_S:
+            sys.exit(f"FAIL: {s['config']}: predicted H100 step {float(s['h100_s']) * 1e3:.1f} ms, over the "
+                     f"{MOEUT_H100_BUDGET_S * 1e3:.0f} ms budget")
+        print(f"ok: {s['config']}: predicted H100 step {float(s['h100_s']) * 1e3:.1f} ms (at most "
+              f"{MOEUT_H100_BUDGET_S * 1e3:.0f})")
 PY
 
 run_model fused --config "$tiny" --attention fused
