@@ -117,6 +117,14 @@ static void run_linear_backward(OpRun *r, const OpCase *c) {
         if (t[i].dw) snprintf(name, sizeof name, "dW_%d", i), out_f_added(r, name, t[i].dw, CMP_GEMM);
     BE->linear_backward(BE, dX0, X, t, n, N, C, 0);
     out_f(r, "dX = sum_i alpha_i dY_i W_i, beta 0 over NaN", dX0, CMP_GEMM);
+    if (c->flags & F_ROPE) { /* then an op that rewrites scratch (LayerNorm's column sums): on the emulator every
+                              * cache entry is checked after it, so a copy left of the rotated dY's scratch shows */
+        scalar_t *ln_dx = in_zero(r, nX * sizeof(scalar_t)), *ln_w = in_uniform(r, (size_t)C, 0.5, 1.5);
+        scalar_t *ln_dw = in_zero(r, C * sizeof(scalar_t)), *ln_db = in_zero(r, C * sizeof(scalar_t));
+        scalar_t *mean = in_uniform(r, (size_t)N, -1, 1), *rstd = in_uniform(r, (size_t)N, 0.5, 1.5);
+        BE->layernorm_backward(BE, ln_dx, ln_dw, ln_db, dX0, X, ln_w, mean, rstd, N, C);
+        out_f_added(r, "db of a LayerNorm backward after it", ln_db, CMP_GEMM);
+    }
 }
 static const OpDriver drv_linear_backward = {"linear_backward", run_linear_backward, {"N", "C", "n"}};
 
