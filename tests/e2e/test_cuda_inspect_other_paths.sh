@@ -4,7 +4,9 @@
 # fp32 and bf16) with the kernel paths the default does not take on these short fixtures: the cuBLAS attention
 # (DMMATH_CUDA_ATTENTION=gemm; auto picks the fused kernels below 64 query rows) with the per-expert GEMM loop of cvmm
 # (DMMATH_CUDA_CVMM=loop; auto picks the grouped GEMM where its probe passes), then the flash attention kernels
-# (DMMATH_CUDA_ATTENTION=flash: bf16; fp32 takes auto's path). Same tolerances, same skips.
+# (DMMATH_CUDA_ATTENTION=flash: bf16; fp32 takes auto's path), then the matmul comparator DMMATH_CUDA_MATMUL=plain
+# (no conversion cache reuse, split-K, narrow forms, kept copies or joined linear_backward). Same tolerances, same
+# skips.
 # Then the narrow registry's fallback (kernels/cuda/cuda_bf16_cache.cu): with DMMATH_CUDA_NARROW_ENTRIES=0 (no
 # narrow LayerNorm output: every one the exact fp32 y and a cached copy) and =1 (the first registered, the rest
 # falling back while it lives), every fixture's bf16 output must be byte-identical to the default run's, in which
@@ -15,6 +17,7 @@ set -u
 cd "$(dirname "$0")/../.."
 DMMATH_CUDA_ATTENTION=gemm DMMATH_CUDA_CVMM=loop tests/e2e/test_cuda_inspect.sh || exit $?
 DMMATH_CUDA_ATTENTION=flash tests/e2e/test_cuda_inspect.sh || exit $?
+DMMATH_CUDA_MATMUL=plain tests/e2e/test_cuda_inspect.sh || exit $?
 
 dut=${CUDA_TEST_BACKEND:-cuda}
 dut_bin=${CUDA_TEST_BIN:-bin}
