@@ -5,10 +5,11 @@
 // size (N = 32768, C = 1024: q and k [512 x 1024], the attention routers [40 x 1024] each) three extra passes of
 // 268 MB per layer application, 36 applications a step. In bf16 mode the GEMMs read bf16 operands, so the terms'
 // dY_i are converted anyway: here they are converted side by side into one row-major [N, K] operand (K = sum m_i),
-// and the sum is one GEMM against the terms' alpha_i W_i stacked in bf16 [K, C] (built per call: K x C values, a few
-// MB). The weight gradients read their columns of the same operand (lda = K) against X's bf16 copy (the conversion
-// cache's, or X's own narrow form), one GEMM per run of terms whose dW lie one after the other. fp32 mode and
-// DMMATH_CUDA_MATMUL=plain run the matmuls in the contract's order.
+// a rotated term's (the queries', the keys') rotated back on the way, and the sum is one GEMM against the terms'
+// alpha_i W_i stacked in bf16 [K, C] (built per call: K x C values, a few MB). The weight gradients read their
+// columns of the same operand (lda = K) against X's bf16 copy (the conversion cache's, or X's own narrow form), one
+// GEMM per run of terms whose dW lie one after the other. fp32 mode and DMMATH_CUDA_MATMUL=plain run the rotations
+// and matmuls in the contract's order.
 #include "kernels/cuda/cuda_common.cuh"
 
 // Column blocks of a row-major bf16 destination [rows, ld]: block t is src_t [rows, cols_t] (row-major) times
