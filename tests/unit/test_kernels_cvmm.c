@@ -357,28 +357,50 @@ START_TEST(test_cvmm_sorted_equals_entry_order) {
 }
 END_TEST
 
+/* The inputs of a fused-flag comparison (below): X, W, dY and, where the case reduces, w drawn from rng in that
+ * order, a random routing and its plan. */
+typedef struct {
+    int M, in_div, out_div;
+    size_t nX, nW, nY;
+    scalar_t *X, *W, *dY, *w;
+    int32_t *sel;
+    RoutingPlan pl;
+} FusedInputs;
+static FusedInputs fused_inputs(Backend *be, KtuRng *rng, const CvmmCase *c) {
+    FusedInputs in = {.M = cvmm_M(c), .in_div = cvmm_in_div(c), .out_div = cvmm_out_div(c)};
+    in.nX = (size_t)cvmm_x_rows(c) * c->Kin, in.nW = (size_t)c->E * c->Kin * c->Nout;
+    in.nY = (size_t)cvmm_y_rows(c) * c->Nout;
+    in.X = ktu_random(rng, in.nX, -1, 1), in.W = ktu_random(rng, in.nW, -1, 1), in.dY = ktu_random(rng, in.nY, -1, 1);
+    in.w = cvmm_uses_w(c) ? ktu_random(rng, in.M, 0.05, 1) : NULL;
+    in.sel = ktu_ints((size_t)in.M);
+    cvmm_random_sel(c, rng, in.sel);
+    in.pl = cvmm_host_plan(be, in.sel, in.M, c->E);
+    return in;
+}
+static void fused_inputs_free(FusedInputs *in) {
+    cvmm_host_plan_free(&in->pl);
+    free(in->X), free(in->W), free(in->dY), free(in->w), free(in->sel);
+}
+
 /* The fused ReLU flags give exactly (bit for bit) the unfused sequence (kernels/backend_ops.h): forward
  * cvmm_forward + relu_forward against CVMM_RELU_Y (products of both signs); backward, X a ReLU's output with exact
  * zeros: zero(dX) + cvmm_backward + relu_backward(dX, dX, X) against CVMM_DX_THROUGH_RELU over a NaN-filled dX (never
  * read), with dW and dw unchanged. order: the row-order flags of the case. */
 static void relu_fused_case(Backend *be, KtuRng *rng, const CvmmCase *c, int order) {
-    int M = cvmm_M(c), in_div = cvmm_in_div(c), out_div = cvmm_out_div(c);
-    size_t nX = (size_t)cvmm_x_rows(c) * c->Kin, nW = (size_t)c->E * c->Kin * c->Nout;
-    size_t nY = (size_t)cvmm_y_rows(c) * c->Nout;
-    scalar_t *X = ktu_random(rng, nX, -1, 1), *W = ktu_random(rng, nW, -1, 1), *dY = ktu_random(rng, nY, -1, 1);
-    scalar_t *w = cvmm_uses_w(c) ? ktu_random(rng, M, 0.05, 1) : NULL;
-    int32_t *sel = ktu_ints((size_t)M);
-    cvmm_random_sel(c, rng, sel);
-    RoutingPlan pl = cvmm_host_plan(be, sel, M, c->E);
+    FusedInputs in = fused_inputs(be, rng, c);
+    const int M = in.M, in_div = in.in_div, out_div = in.out_div;
+    const size_t nX = in.nX, nW = in.nW, nY = in.nY;
+    scalar_t *X = in.X, *W = in.W, *dY = in.dY, *w = in.w;
+    const RoutingPlan *pl = &in.pl;
     char what[128];
     if (c->pat == PAT_FFN_UP) {
         scalar_t *Y = ktu_scalars(nY), *Yf = ktu_scalars(nY);
-        be->cvmm_forward(be, Y, X, W, &pl, NULL, in_div, out_div, c->Kin, c->Nout, order, NULL);
+        be->cvmm_forward(be, Y, X, W, pl, NULL, in_div, out_div, c->Kin, c->Nout, order, NULL);
         size_t negative = 0;
         for (size_t i = 0; i < nY; i++) negative += Y[i] < 0;
         ck_assert_msg(negative > nY / 4 && negative < nY * 3 / 4, "%zu of %zu products negative", negative, nY);
         be->relu_forward(be, Y, Y, nY);
-        be->cvmm_forward(be, Yf, X, W, &pl, NULL, in_div, out_div, c->Kin, c->Nout, order | CVMM_RELU_Y, NULL);
+        be->cvmm_forward(be, Yf, X, W, pl, NULL, in_div, out_div, c->Kin, c->Nout, order | CVMM_RELU_Y, NULL);
         snprintf(what, sizeof what, "%s order=%d ReLU(Y)", cvmm_pattern_name[c->pat], order);
         ktu_assert_equal_bits(Yf, Y, nY, what);
         free(Y), free(Yf);
@@ -388,9 +410,9 @@ static void relu_fused_case(Backend *be, KtuRng *rng, const CvmmCase *c, int ord
         scalar_t *dWf = ktu_copy(dW, nW), *dw = ktu_scalars((size_t)M), *dwf = ktu_scalars((size_t)M);
         memset(dX, 0, nX * sizeof(scalar_t));
         for (size_t i = 0; i < nX; i++) dXf[i] = NAN;
-        be->cvmm_backward(be, dX, dW, w ? dw : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, NULL);
+        be->cvmm_backward(be, dX, dW, w ? dw : NULL, dY, X, W, pl, w, in_div, out_div, c->Kin, c->Nout, order, NULL);
         be->relu_backward(be, dX, dX, X, nX);
-        be->cvmm_backward(be, dXf, dWf, w ? dwf : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout,
+        be->cvmm_backward(be, dXf, dWf, w ? dwf : NULL, dY, X, W, pl, w, in_div, out_div, c->Kin, c->Nout,
                           order | CVMM_DX_THROUGH_RELU, NULL);
         snprintf(what, sizeof what, "%s reduce=%d order=%d dX through ReLU", cvmm_pattern_name[c->pat], c->reduce,
                  order);
@@ -399,8 +421,7 @@ static void relu_fused_case(Backend *be, KtuRng *rng, const CvmmCase *c, int ord
         if (w) ktu_assert_equal_bits(dwf, dw, (size_t)M, "dw beside dX through ReLU");
         free(dX), free(dXf), free(dW), free(dWf), free(dw), free(dwf);
     }
-    cvmm_host_plan_free(&pl);
-    free(X), free(W), free(dY), free(w), free(sel);
+    fused_inputs_free(&in);
 }
 
 START_TEST(test_cvmm_relu_fused_equals_unfused) {
@@ -431,24 +452,21 @@ static scalar_t *fused_operand(KtuRng *rng, size_t n) {
     return v;
 }
 static void residual_fused_case(Backend *be, KtuRng *rng, const CvmmCase *c, int order) {
-    int M = cvmm_M(c), in_div = cvmm_in_div(c), out_div = cvmm_out_div(c);
-    size_t nX = (size_t)cvmm_x_rows(c) * c->Kin, nW = (size_t)c->E * c->Kin * c->Nout;
-    size_t nY = (size_t)cvmm_y_rows(c) * c->Nout;
-    scalar_t *X = ktu_random(rng, nX, -1, 1), *W = ktu_random(rng, nW, -1, 1), *dY = ktu_random(rng, nY, -1, 1);
-    scalar_t *w = cvmm_uses_w(c) ? ktu_random(rng, M, 0.05, 1) : NULL;
-    int32_t *sel = ktu_ints((size_t)M);
-    cvmm_random_sel(c, rng, sel);
-    RoutingPlan pl = cvmm_host_plan(be, sel, M, c->E);
+    FusedInputs in = fused_inputs(be, rng, c);
+    const int M = in.M, in_div = in.in_div, out_div = in.out_div;
+    const size_t nX = in.nX, nW = in.nW, nY = in.nY;
+    scalar_t *X = in.X, *W = in.W, *dY = in.dY, *w = in.w;
+    const RoutingPlan *pl = &in.pl;
     char what[128];
     if (w) { /* the residual needs a reduction */
         scalar_t *R = fused_operand(rng, nY), *Y = ktu_scalars(nY), *Yf = ktu_scalars(nY), *Yi = ktu_copy(R, nY);
         for (size_t i = 0; i < nY; i++) Yf[i] = NAN;
-        be->cvmm_forward(be, Y, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, NULL);
+        be->cvmm_forward(be, Y, X, W, pl, w, in_div, out_div, c->Kin, c->Nout, order, NULL);
         be->add_inplace(be, Y, R, nY);
-        be->cvmm_forward(be, Yf, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, R);
+        be->cvmm_forward(be, Yf, X, W, pl, w, in_div, out_div, c->Kin, c->Nout, order, R);
         snprintf(what, sizeof what, "%s order=%d Y + residual", cvmm_pattern_name[c->pat], order);
         ktu_assert_equal_bits(Yf, Y, nY, what);
-        be->cvmm_forward(be, Yi, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, Yi);
+        be->cvmm_forward(be, Yi, X, W, pl, w, in_div, out_div, c->Kin, c->Nout, order, Yi);
         snprintf(what, sizeof what, "%s order=%d Y + residual in place", cvmm_pattern_name[c->pat], order);
         ktu_assert_equal_bits(Yi, Y, nY, what);
         free(R), free(Y), free(Yf), free(Yi);
@@ -457,9 +475,9 @@ static void residual_fused_case(Backend *be, KtuRng *rng, const CvmmCase *c, int
     scalar_t *dW = ktu_random(rng, nW, -1, 1), *dWf = ktu_copy(dW, nW), *dWi = ktu_copy(dW, nW);
     scalar_t *dw = ktu_scalars((size_t)M), *dwf = ktu_scalars((size_t)M);
     for (size_t i = 0; i < nX; i++) dXf[i] = NAN;
-    be->cvmm_backward(be, dX, dW, w ? dw : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, NULL);
-    be->cvmm_backward(be, dXf, dWf, w ? dwf : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, B);
-    be->cvmm_backward(be, dXi, dWi, NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, dXi);
+    be->cvmm_backward(be, dX, dW, w ? dw : NULL, dY, X, W, pl, w, in_div, out_div, c->Kin, c->Nout, order, NULL);
+    be->cvmm_backward(be, dXf, dWf, w ? dwf : NULL, dY, X, W, pl, w, in_div, out_div, c->Kin, c->Nout, order, B);
+    be->cvmm_backward(be, dXi, dWi, NULL, dY, X, W, pl, w, in_div, out_div, c->Kin, c->Nout, order, dXi);
     snprintf(what, sizeof what, "%s reduce=%d order=%d dX_base + sum", cvmm_pattern_name[c->pat], c->reduce, order);
     ktu_assert_equal_bits(dXf, dX, nX, what);
     snprintf(what, sizeof what, "%s reduce=%d order=%d dX_base = dX", cvmm_pattern_name[c->pat], c->reduce, order);
@@ -470,17 +488,16 @@ static void residual_fused_case(Backend *be, KtuRng *rng, const CvmmCase *c, int
     scalar_t *dXz = ktu_scalars(nX), *dXo = ktu_scalars(nX), *dWz = ktu_copy(dW, nW), *dWo = ktu_copy(dW, nW);
     memset(dXz, 0, nX * sizeof(scalar_t));
     for (size_t i = 0; i < nX; i++) dXo[i] = NAN;
-    be->cvmm_backward(be, dXz, dWz, NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout, order, NULL);
-    be->cvmm_backward(be, dXo, dWo, w ? dwf : NULL, dY, X, W, &pl, w, in_div, out_div, c->Kin, c->Nout,
+    be->cvmm_backward(be, dXz, dWz, NULL, dY, X, W, pl, w, in_div, out_div, c->Kin, c->Nout, order, NULL);
+    be->cvmm_backward(be, dXo, dWo, w ? dwf : NULL, dY, X, W, pl, w, in_div, out_div, c->Kin, c->Nout,
                       order | CVMM_DX_OVERWRITE, NULL);
     snprintf(what, sizeof what, "%s reduce=%d order=%d dX overwritten", cvmm_pattern_name[c->pat], c->reduce, order);
     ktu_assert_equal_bits(dXo, dXz, nX, what);
     ktu_assert_equal_bits(dWo, dWz, nW, "dW beside dX overwritten");
     if (w) ktu_assert_equal_bits(dwf, dw, (size_t)M, "dw beside dX overwritten");
     free(dXz), free(dXo), free(dWz), free(dWo);
-    cvmm_host_plan_free(&pl);
     free(B), free(dX), free(dXf), free(dXi), free(dW), free(dWf), free(dWi), free(dw), free(dwf);
-    free(X), free(W), free(dY), free(w), free(sel);
+    fused_inputs_free(&in);
 }
 
 START_TEST(test_cvmm_residual_fused_equals_unfused) {
