@@ -58,13 +58,8 @@ __global__ void k_rope(float *x, const float *inv_freq, int B, int T, int H, int
         int i = (int)(idx % half);
         size_t row = idx / half; // (b, t, h)
         int t = (int)((row / H) % T);
-        float angle = (float)(pos_offset + t) * inv_freq[i];
-        float c = cosf(angle), s = sinf(angle);
-        if (inverse) s = -s;
         float *r = x + row * D;
-        float x0 = r[i], x1 = r[i + half];
-        r[i] = x0 * c - x1 * s;
-        r[i + half] = x1 * c + x0 * s;
+        rope_rotate(r[i], r[i + half], pos_offset + t, inv_freq[i], inverse, &r[i], &r[i + half]);
     }
 }
 
@@ -101,12 +96,7 @@ __global__ void k_rope_to(float *dst, const float *src, const float *inv_freq, i
             continue;
         }
         int t = (int)((row / H) % T);
-        float angle = (float)(pos_offset + t) * inv_freq[j];
-        float c = cosf(angle), sn = sinf(angle);
-        if (inverse) sn = -sn;
-        float x0 = s[j], x1 = s[j + half];
-        r[j] = x0 * c - x1 * sn;
-        r[j + half] = x1 * c + x0 * sn;
+        rope_rotate(s[j], s[j + half], pos_offset + t, inv_freq[j], inverse, &r[j], &r[j + half]);
     }
 }
 

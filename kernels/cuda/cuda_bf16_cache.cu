@@ -305,12 +305,12 @@ const __nv_bfloat16 *cuda_bf16_cached(Backend *be, const float *p, size_t n) {
 __nv_bfloat16 *cuda_bf16_cache_produce_input(Backend *be, const float *p, size_t n) {
     if (!p || n == 0) return nullptr;
     CudaImpl *im = cuda_impl(be);
-    auto k = demand(im).find(p);
     if (Bf16Kept *kept = kept_of(im, p, n)) { // a kept source: its own buffer, unless it holds the copy already
         if (kept->valid) return nullptr;
         kept->valid = true; // the caller's kernel, launched next, writes it
         return kept->buf;
     }
+    auto k = demand(im).find(p);
     if (k == demand(im).end() || k->second != n) return nullptr; // not converted as a GEMM operand before
     for (const CudaImpl::Bf16CacheEntry &e : im->bf16_cache)
         if (holds(e, p, n)) return nullptr; // already held

@@ -474,6 +474,15 @@ template <bool BF16> __device__ __forceinline__ float opnd(float x) { return BF1
 __device__ __forceinline__ float relu_value(float v) { return v > 0.0f ? v : 0.0f; }
 __device__ __forceinline__ float relu_grad(float pre, float g) { return pre > 0.0f ? g : 0.0f; }
 
+// RoPE's rotation of the pair (x0, x1) of dims (i, i + n_rot/2) at position pos (inverse: the transpose), one
+// arithmetic for rope (k_rope, k_rope_to, cuda_attention.cu) and linear_backward's rotation on read.
+__device__ __forceinline__ void rope_rotate(float x0, float x1, int pos, float inv_freq, bool inverse, float *y0,
+                                            float *y1) {
+    const float angle = (float)pos * inv_freq, c = cosf(angle), s = inverse ? -sinf(angle) : sinf(angle);
+    *y0 = x0 * c - x1 * s;
+    *y1 = x1 * c + x0 * s;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v; // identical in every lane (butterfly)

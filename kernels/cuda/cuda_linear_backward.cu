@@ -15,7 +15,7 @@
 // Column blocks of a row-major bf16 destination [rows, ld]: block t is src_t [rows, cols_t] (row-major) times
 // scale_t, at columns [col_t, col_t + cols_t), the blocks side by side (ld = their widths' sum). With rows = 1 it
 // stacks contiguous arrays one after the other. A block with a rotation (n_rot_t > 0: rows [B*T], columns [H, D_t])
-// is rotated back first, as rope with inverse = 1 (k_rope's arithmetic, cuda_attention.cu).
+// is rotated back first, as rope with inverse = 1 (rope_rotate, cuda_common.cuh).
 struct ConcatBlocks {
     const float *src[LINEAR_TERMS_MAX];
     long long cols[LINEAR_TERMS_MAX], col[LINEAR_TERMS_MAX];
@@ -33,10 +33,9 @@ __device__ float concat_value(const ConcatBlocks &b, int t, long long r, long lo
     if (d >= n_rot) return row[j];
     const int half = n_rot / 2, i = d < half ? d : d - half;
     const float *head = row + (j - d);
-    const float angle = (float)(b.pos_offset[t] + (int)(r % b.T[t])) * b.inv_freq[t][i];
-    const float c = cosf(angle), s = -sinf(angle);
-    const float x0 = head[i], x1 = head[i + half];
-    return d < half ? x0 * c - x1 * s : x1 * c + x0 * s;
+    float y0, y1;
+    rope_rotate(head[i], head[i + half], b.pos_offset[t] + (int)(r % b.T[t]), b.inv_freq[t][i], true, &y0, &y1);
+    return d < half ? y0 : y1;
 }
 
 __global__ void k_concat_bf16(__nv_bfloat16 *dst, long long rows, long long ld, ConcatBlocks b) {
