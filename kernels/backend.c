@@ -127,6 +127,14 @@ void linear_backward_check_args(const scalar_t *dX, const scalar_t *X, const Lin
     }
 }
 
+void linear_backward_matmuls(Backend *be, scalar_t *dX, const scalar_t *X, const LinearTerm *terms,
+                             const scalar_t *const *dy, int n_terms, int N, int C, scalar_t beta) {
+    for (int i = 0; i < n_terms; i++)
+        if (terms[i].dw) be->matmul(be, terms[i].dw, dy[i], X, terms[i].m, C, N, 1, 0, terms[i].alpha, 1);
+    for (int i = 0; i < n_terms; i++)
+        be->matmul(be, dX, dy[i], terms[i].w, N, C, terms[i].m, 0, 0, terms[i].alpha, i ? 1 : beta);
+}
+
 bool backend_name_known(const char *name) { return name && (strcmp(name, "cpu") == 0 || strcmp(name, "cuda") == 0); }
 
 Backend *backend_create(const char *name, char *err, size_t errlen) {

@@ -159,6 +159,10 @@ void cvmm_backward_check_args(const RoutingPlan *pl, int in_div, int out_div, in
  * rope with B T = N, H D = m and an even n_rot in [0, D], every rotated term with the same n_rot and base. */
 void linear_backward_check_args(const scalar_t *dX, const scalar_t *X, const LinearTerm *terms, int n_terms, int N,
                                 int C);
+/* linear_backward's definition after the rotations, through be->matmul: the weight gradients, then the sum into dX, in
+ * term order, reading dy[i] for term i's output gradient (its dY, or the caller's rotated copy of it). */
+void linear_backward_matmuls(Backend *be, scalar_t *dX, const scalar_t *X, const LinearTerm *terms,
+                             const scalar_t *const *dy, int n_terms, int N, int C, scalar_t beta);
 void backend_destroy(Backend *be);
 
 /* Implementations (backend_create dispatches to these). */

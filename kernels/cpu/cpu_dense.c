@@ -113,10 +113,7 @@ void cpu_linear_backward(Backend *be, scalar_t *dX, const scalar_t *X, const Lin
         cpu_rope(be, rotated[i], r->B, r->T, r->H, r->D, r->n_rot, r->pos_offset, r->base, 1);
         dy[i] = rotated[i];
     }
-    for (int i = 0; i < n_terms; i++)
-        if (terms[i].dw) cpu_matmul(be, terms[i].dw, dy[i], X, terms[i].m, C, N, 1, 0, terms[i].alpha, 1);
-    for (int i = 0; i < n_terms; i++)
-        cpu_matmul(be, dX, dy[i], terms[i].w, N, C, terms[i].m, 0, 0, terms[i].alpha, i ? 1 : beta);
+    linear_backward_matmuls(be, dX, X, terms, dy, n_terms, N, C, beta);
     for (int i = 0; i < n_terms; i++) free(rotated[i]);
 }
 

@@ -75,10 +75,7 @@ void cuda_linear_backward(Backend *be, scalar_t *dX, const scalar_t *X, const Li
             cuda_rope_to(be, rotated, terms[i].dy, r->B, r->T, r->H, r->D, r->n_rot, r->pos_offset, r->base, 1);
             dy[i] = rotated, rotated += n;
         }
-        for (int i = 0; i < n_terms; i++)
-            if (terms[i].dw) cuda_matmul(be, terms[i].dw, dy[i], X, terms[i].m, C, N, 1, 0, terms[i].alpha, 1);
-        for (int i = 0; i < n_terms; i++)
-            cuda_matmul(be, dX, dy[i], terms[i].w, N, C, terms[i].m, 0, 0, terms[i].alpha, i ? 1 : beta);
+        linear_backward_matmuls(be, dX, X, terms, dy, n_terms, N, C, beta);
         // matmul's bf16 conversions (plain) left cache entries of the scratch, which later ops rewrite unreported
         if (rotated_n) cuda_bf16_cache_forget(be, rotated - rotated_n, rotated_n * sizeof(float));
         return;
